@@ -1,0 +1,186 @@
+//! The cluster configuration file (TOML), read by the management server.
+//! Every key and its default is documented in docs/configuration.md.
+
+use crate::error::{DbError, Result};
+use crate::proto::NodeId;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    #[serde(default)]
+    pub cluster: ClusterSection,
+    #[serde(default)]
+    pub mgmd: MgmdSection,
+    #[serde(default)]
+    pub datanode_defaults: DataNodeDefaults,
+    #[serde(default, rename = "datanode")]
+    pub datanodes: Vec<DataNodeSection>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    pub name: String,
+    /// Replicas per node group (NoOfReplicas), 1..=4.
+    pub replicas: u8,
+    /// Partitions of a new table when it does not say; 0 chooses from the
+    /// cluster size.
+    pub partitions_per_table: u32,
+    pub lock_wait_timeout_ms: u64,
+    pub max_frame_bytes: usize,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection {
+            name: "latsdb".into(),
+            replicas: 1,
+            partitions_per_table: 0,
+            lock_wait_timeout_ms: 1500,
+            max_frame_bytes: crate::proto::DEFAULT_MAX_FRAME_BYTES,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MgmdSection {
+    pub node_id: NodeId,
+    pub host: String,
+    /// 0 picks a free port.
+    pub port: u16,
+}
+
+impl Default for MgmdSection {
+    fn default() -> Self {
+        MgmdSection { node_id: 1, host: "127.0.0.1".into(), port: 1186 }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataNodeDefaults {
+    /// Shard threads per data node; 0 chooses from the CPUs the process may use.
+    pub threads: u16,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DataNodeSection {
+    pub node_id: NodeId,
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// Port of the first shard; further shards use the following ports. 0
+    /// picks free ports.
+    #[serde(default)]
+    pub port: u16,
+    /// Overrides `datanode_defaults.threads`.
+    #[serde(default)]
+    pub threads: Option<u16>,
+}
+
+fn default_host() -> String {
+    "127.0.0.1".into()
+}
+
+impl ClusterConfig {
+    /// The embedded default: `datanodes` data nodes on loopback.
+    pub fn local(datanodes: u16, replicas: u8, mgmd_port: u16) -> ClusterConfig {
+        ClusterConfig {
+            cluster: ClusterSection { replicas, ..Default::default() },
+            mgmd: MgmdSection { port: mgmd_port, ..Default::default() },
+            datanode_defaults: DataNodeDefaults::default(),
+            datanodes: (0..datanodes)
+                .map(|i| DataNodeSection { node_id: 2 + i, host: default_host(), port: 0, threads: None })
+                .collect(),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<ClusterConfig> {
+        let config: ClusterConfig =
+            toml::from_str(text).map_err(|e| DbError::bad_request(format!("invalid cluster configuration: {e}")))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(DbError::bad_request(format!("invalid cluster configuration: {m}")));
+        let replicas = self.cluster.replicas;
+        if !(1..=4).contains(&replicas) {
+            return bad(format!("cluster.replicas is {replicas}; it must be 1 to 4"));
+        }
+        if self.datanodes.is_empty() {
+            return bad("no [[datanode]] sections; the cluster needs at least one data node".into());
+        }
+        if self.datanodes.len() % replicas as usize != 0 {
+            return bad(format!(
+                "{} data nodes cannot form node groups of {replicas} replicas; use a multiple of cluster.replicas",
+                self.datanodes.len()
+            ));
+        }
+        if self.cluster.lock_wait_timeout_ms == 0 {
+            return bad("cluster.lock_wait_timeout_ms must be positive".into());
+        }
+        if self.cluster.max_frame_bytes < 4096 {
+            return bad("cluster.max_frame_bytes must be at least 4096".into());
+        }
+        let mut ids: Vec<NodeId> = self.datanodes.iter().map(|d| d.node_id).collect();
+        ids.push(self.mgmd.node_id);
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return bad("node ids must be unique across mgmd and data nodes".into());
+        }
+        if ids.contains(&0) {
+            return bad("node id 0 is reserved".into());
+        }
+        Ok(())
+    }
+
+    /// Node group of each data node: nodes in configuration order, grouped
+    /// `replicas` at a time.
+    pub fn node_group_of(&self, node_id: NodeId) -> Option<u32> {
+        let pos = self.datanodes.iter().position(|d| d.node_id == node_id)?;
+        Some((pos / self.cluster.replicas as usize) as u32)
+    }
+
+    pub fn node_groups(&self) -> u32 {
+        (self.datanodes.len() / self.cluster.replicas as usize) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_validates() {
+        let cfg = ClusterConfig::parse(
+            r#"
+            [cluster]
+            replicas = 2
+            [[datanode]]
+            node_id = 2
+            [[datanode]]
+            node_id = 3
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.node_groups(), 1);
+        assert_eq!(cfg.cluster.lock_wait_timeout_ms, 1500);
+        let err = ClusterConfig::parse("[cluster]\nreplicas = 2\n[[datanode]]\nnode_id = 2\n").unwrap_err();
+        assert!(err.message.contains("multiple of cluster.replicas"), "{}", err.message);
+        let err = ClusterConfig::parse("[cluster]\nreplicaz = 2\n").unwrap_err();
+        assert!(err.message.contains("replicaz"), "{}", err.message);
+    }
+
+    #[test]
+    fn local_config_round_trips_through_toml() {
+        let cfg = ClusterConfig::local(2, 1, 0);
+        assert_eq!(ClusterConfig::parse(&cfg.to_toml()).unwrap(), cfg);
+    }
+}

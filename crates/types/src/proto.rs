@@ -1,0 +1,333 @@
+//! Wire messages between clients, data-node shards and the management server.
+//!
+//! Every connection carries frames: `[u32 LE length][u64 LE request id][body]`
+//! where `length` counts the request id and the body, and the body is the
+//! bincode 1 (fixed-width little-endian integers) encoding of one message
+//! below. The request id sits outside the body so that a peer whose body does
+//! not decode still gets an error answer it can match to its request.
+//!
+//! The first frame on a data-node connection is a `Hello`; on a
+//! management-server connection every frame is an `MgmRequest`.
+
+use crate::error::{DbError, Result};
+use crate::expr::{Aggregate, Expr};
+use crate::schema::{ColumnId, IndexId, TableDef, TableId, TableSpec};
+use crate::value::Value;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Bytes of the frame header: length (4) and request id (8).
+pub const FRAME_HEADER: usize = 12;
+/// Default largest frame a node accepts.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
+
+pub type NodeId = u16;
+
+/// One shard (a data-node thread owning a set of partitions): the unit that
+/// clients and peers address.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShardAddr {
+    pub node: NodeId,
+    pub shard: u16,
+}
+
+impl std::fmt::Display for ShardAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.node, self.shard)
+    }
+}
+
+/// A transaction, named by its coordinator's shard and a sequence number
+/// unique within that shard's lifetime.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxId {
+    pub tc: ShardAddr,
+    pub seq: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    /// Read the latest committed value; never waits for locks.
+    Committed,
+    Shared,
+    Exclusive,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum OpKind {
+    Read { lock: LockMode },
+    /// Full row in column order; fails with DuplicateKey if the key exists.
+    Insert { row: Vec<Value> },
+    /// Full row in column order; inserts or overwrites.
+    Upsert { row: Vec<Value> },
+    /// Column assignments computed from the current row; NotFound if the row
+    /// does not exist.
+    Update { set: Vec<(ColumnId, Expr)> },
+    Delete,
+}
+
+impl OpKind {
+    pub fn is_write(&self) -> bool {
+        !matches!(self, OpKind::Read { .. })
+    }
+}
+
+/// A single-row operation by primary key.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KeyOp {
+    pub table: TableId,
+    pub table_version: u32,
+    pub partition: u32,
+    /// The memcomparable encoding of the primary key.
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    pub kind: OpKind,
+    /// Columns to return for reads; None returns the whole row.
+    pub projection: Option<Vec<ColumnId>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum OpResult {
+    /// The row (or its projection) in the compact row format.
+    Row(#[serde(with = "serde_bytes")] Vec<u8>),
+    NotFound,
+    /// A write took effect.
+    Done,
+    Error(DbError),
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum KeyBound {
+    Unbounded,
+    Included(#[serde(with = "serde_bytes")] Vec<u8>),
+    Excluded(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+/// A read-committed scan of one partition along an ordered index.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ScanRequest {
+    pub table: TableId,
+    pub table_version: u32,
+    pub partition: u32,
+    pub index: IndexId,
+    /// Bounds on (a prefix of) the index key in memcomparable encoding.
+    pub lower: KeyBound,
+    pub upper: KeyBound,
+    /// Continue after this index entry (from a previous page).
+    #[serde(with = "serde_bytes")]
+    pub resume_after: Option<Vec<u8>>,
+    pub filter: Option<Expr>,
+    pub projection: Option<Vec<ColumnId>>,
+    /// Most rows in this page (the node may return fewer to bound the
+    /// response size, and then sets `resume`).
+    pub max_rows: u32,
+    /// When not empty, the node returns these aggregates over every matching
+    /// row of the partition instead of rows.
+    pub aggregates: Vec<Aggregate>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ScanPage {
+    pub rows: Vec<serde_bytes::ByteBuf>,
+    /// Present when the partition has more matching rows.
+    #[serde(with = "serde_bytes")]
+    pub resume: Option<Vec<u8>>,
+    pub aggregates: Vec<Value>,
+}
+
+/// First frame on a data-node connection.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum Hello {
+    Client { protocol: u32, name: String },
+    Peer { protocol: u32, from: ShardAddr },
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum ClientRequest {
+    /// Independent single-row operations, each its own transaction.
+    Batch(Vec<KeyOp>),
+    /// Executes operations in a transaction coordinated by this shard; `tx`
+    /// None starts a new one. With `commit` the transaction commits after the
+    /// operations succeed.
+    TxExec { tx: Option<TxId>, ops: Vec<KeyOp>, commit: bool },
+    TxAbort { tx: TxId },
+    Scan(ScanRequest),
+    Ping,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum ClientResponse {
+    Hello { shard: ShardAddr },
+    Batch(Vec<OpResult>),
+    /// Results of `TxExec`, in operation order.
+    TxExec { tx: TxId, results: Vec<OpResult>, committed: bool },
+    /// The transaction was aborted (by an error or on request).
+    TxAborted { tx: TxId, error: Option<DbError> },
+    Scan(ScanPage),
+    Pong,
+    Error(DbError),
+}
+
+/// Messages between shards (transaction coordinator <-> local data managers).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum PeerMsg {
+    TxOps { tx: TxId, ops: Vec<(u32, KeyOp)> },
+    TxOpResults { tx: TxId, results: Vec<(u32, OpResult)> },
+    TxCommit { tx: TxId },
+    TxCommitted { tx: TxId },
+    TxAbort { tx: TxId },
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeStatus {
+    NotStarted,
+    Started,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DataNodeInfo {
+    pub node_id: NodeId,
+    pub node_group: u32,
+    pub host: String,
+    pub status: NodeStatus,
+    /// Address of each shard, in shard order (empty until started).
+    pub shards: Vec<String>,
+    pub pid: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ClusterLayout {
+    pub version: u64,
+    pub cluster_name: String,
+    pub replicas: u8,
+    pub mgmd_node_id: NodeId,
+    pub mgmd_address: String,
+    pub datanodes: Vec<DataNodeInfo>,
+    pub node_groups: u32,
+    pub default_partitions: u32,
+    pub lock_wait_timeout_ms: u64,
+}
+
+impl ClusterLayout {
+    pub fn datanode(&self, node: NodeId) -> Option<&DataNodeInfo> {
+        self.datanodes.iter().find(|d| d.node_id == node)
+    }
+
+    pub fn all_started(&self) -> bool {
+        self.datanodes.iter().all(|d| d.status == NodeStatus::Started)
+    }
+
+    /// Nodes of a node group, ordered by node id.
+    pub fn group_nodes(&self, group: u32) -> Vec<&DataNodeInfo> {
+        let mut nodes: Vec<&DataNodeInfo> = self.datanodes.iter().filter(|d| d.node_group == group).collect();
+        nodes.sort_by_key(|d| d.node_id);
+        nodes
+    }
+
+    /// The shard holding the primary replica of a partition, or None when its
+    /// node is not started. Partitions are dealt round-robin over node
+    /// groups, primaries round-robin over a group's replicas, and then over the
+    /// primary node's shards.
+    pub fn primary_of(&self, partition: u32) -> Option<ShardAddr> {
+        if self.node_groups == 0 {
+            return None;
+        }
+        let group = partition % self.node_groups;
+        let nodes = self.group_nodes(group);
+        if nodes.is_empty() {
+            return None;
+        }
+        let local = partition / self.node_groups;
+        let node = nodes[(local as usize) % nodes.len()];
+        if node.status != NodeStatus::Started || node.shards.is_empty() {
+            return None;
+        }
+        let shard = (local as usize / nodes.len()) % node.shards.len();
+        Some(ShardAddr { node: node.node_id, shard: shard as u16 })
+    }
+
+    pub fn shard_address(&self, shard: ShardAddr) -> Option<&str> {
+        self.datanode(shard.node)?.shards.get(shard.shard as usize).map(|s| s.as_str())
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum MgmRequest {
+    GetLayout,
+    /// A data node announces itself; the connection then carries
+    /// `NodeCommand`s from the management server to the node.
+    RegisterDataNode { node_id: Option<NodeId>, shards: Vec<String>, pid: u32, protocol: u32 },
+    CreateTable(TableSpec),
+    DropTable { database: String, name: String },
+    GetTable { database: String, name: String },
+    ListTables,
+    CreateIndex { database: String, table: String, index: String, columns: Vec<String> },
+    DropIndex { database: String, table: String, index: String },
+    /// Stops every data node and then the management server.
+    Shutdown,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum MgmResponse {
+    Layout(ClusterLayout),
+    Registered { node_id: NodeId, layout: ClusterLayout, tables: Vec<TableDef> },
+    Table(TableDef),
+    Tables(Vec<TableDef>),
+    Done,
+    Error(DbError),
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum SchemaChange {
+    CreateTable(TableDef),
+    /// A new definition of an existing table (an index was added or dropped).
+    AlterTable(TableDef),
+    DropTable(TableId),
+}
+
+/// Sent by the management server to a registered data node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum NodeCommand {
+    SetLayout(ClusterLayout),
+    ApplySchema(SchemaChange),
+    Stop,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum NodeReply {
+    Done,
+    Error(DbError),
+}
+
+fn codec() -> impl bincode::Options {
+    use bincode::Options;
+    bincode::DefaultOptions::new().with_fixint_encoding().allow_trailing_bytes()
+}
+
+/// Appends a whole frame (header and body) for `message` to `out`.
+pub fn encode_frame<T: Serialize>(out: &mut Vec<u8>, request_id: u64, message: &T) {
+    use bincode::Options;
+    let start = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&request_id.to_le_bytes());
+    // Serializing into a Vec cannot fail for these message types.
+    codec().serialize_into(&mut *out, message).expect("encoding a message into memory cannot fail");
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+pub fn frame<T: Serialize>(request_id: u64, message: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    encode_frame(&mut out, request_id, message);
+    out
+}
+
+/// Decodes a frame body. Never panics; allocation is bounded by the body's
+/// length because bincode reads from a slice.
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
+    use bincode::Options;
+    codec()
+        .with_limit(body.len() as u64 * 4 + 1024)
+        .deserialize(body)
+        .map_err(|e| DbError::malformed(format!("could not decode the message: {e}")))
+}

@@ -1,0 +1,419 @@
+//! Table schema: column types (design.md section 2), table and index
+//! definitions as stored in cluster metadata.
+
+use crate::error::{DbError, Result};
+use serde::{Deserialize, Serialize};
+
+pub type TableId = u32;
+pub type IndexId = u16;
+pub type ColumnId = u16;
+
+/// Index id 0 of every table is the ordered index on the primary key (as in
+/// NDB, a primary key gets a hash index for lookups and an ordered index for
+/// ranges and full scans).
+pub const PRIMARY_INDEX: IndexId = 0;
+
+/// Largest number of columns a table may have.
+pub const MAX_COLUMNS: usize = 512;
+/// Largest declared length of a CHAR/VARCHAR/BINARY/VARBINARY column.
+pub const MAX_DECLARED_LENGTH: u32 = 65_535;
+/// Largest stored size of one TEXT/BLOB value held in memory.
+pub const MAX_LOB_BYTES: usize = 4 << 20;
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IntWidth {
+    Tiny,
+    Small,
+    Medium,
+    Int,
+    Big,
+}
+
+impl IntWidth {
+    pub fn bits(self) -> u32 {
+        match self {
+            IntWidth::Tiny => 8,
+            IntWidth::Small => 16,
+            IntWidth::Medium => 24,
+            IntWidth::Int => 32,
+            IntWidth::Big => 64,
+        }
+    }
+    /// Bytes used in the fixed part of a row.
+    pub fn stored_bytes(self) -> usize {
+        match self {
+            IntWidth::Tiny => 1,
+            IntWidth::Small => 2,
+            IntWidth::Medium | IntWidth::Int => 4,
+            IntWidth::Big => 8,
+        }
+    }
+    pub fn signed_range(self) -> (i64, i64) {
+        let bits = self.bits();
+        if bits == 64 {
+            (i64::MIN, i64::MAX)
+        } else {
+            (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+        }
+    }
+    pub fn unsigned_max(self) -> u64 {
+        let bits = self.bits();
+        if bits == 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ColumnType {
+    Integer { width: IntWidth, unsigned: bool },
+    Float,
+    Double,
+    /// DECIMAL(precision, scale); precision at most 38.
+    Decimal { precision: u8, scale: u8 },
+    /// CHAR(n): n characters of utf8mb4.
+    Char(u32),
+    VarChar(u32),
+    Binary(u32),
+    VarBinary(u32),
+    Text,
+    Blob,
+    /// Days since 1970-01-01.
+    Date,
+    /// Microseconds since 1970-01-01 00:00:00, no time zone.
+    DateTime,
+    /// Microseconds since the Unix epoch, UTC.
+    Timestamp,
+    Boolean,
+}
+
+impl ColumnType {
+    pub const fn int(width: IntWidth) -> Self {
+        ColumnType::Integer { width, unsigned: false }
+    }
+    pub const fn uint(width: IntWidth) -> Self {
+        ColumnType::Integer { width, unsigned: true }
+    }
+
+    /// Size in the fixed part of a row, or None for variable-sized types.
+    pub fn fixed_size(self) -> Option<usize> {
+        match self {
+            ColumnType::Integer { width, .. } => Some(width.stored_bytes()),
+            ColumnType::Float => Some(4),
+            ColumnType::Double => Some(8),
+            ColumnType::Decimal { .. } => Some(16),
+            ColumnType::Date => Some(4),
+            ColumnType::DateTime | ColumnType::Timestamp => Some(8),
+            ColumnType::Boolean => Some(1),
+            ColumnType::Char(_)
+            | ColumnType::VarChar(_)
+            | ColumnType::Binary(_)
+            | ColumnType::VarBinary(_)
+            | ColumnType::Text
+            | ColumnType::Blob => None,
+        }
+    }
+
+    pub fn is_string(self) -> bool {
+        matches!(self, ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text)
+    }
+
+    pub fn is_binary(self) -> bool {
+        matches!(self, ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob)
+    }
+
+    /// TEXT and BLOB columns cannot be part of a key or index.
+    pub fn is_indexable(self) -> bool {
+        !matches!(self, ColumnType::Text | ColumnType::Blob)
+    }
+
+    pub fn validate(self) -> Result<()> {
+        match self {
+            ColumnType::Decimal { precision, scale } => {
+                if precision == 0 || precision > 38 || scale > precision {
+                    return Err(DbError::bad_request(format!(
+                        "DECIMAL({precision},{scale}) is invalid: precision must be 1..=38 and scale at most the precision"
+                    )));
+                }
+            }
+            ColumnType::Char(n) | ColumnType::Binary(n) if n > 255 => {
+                return Err(DbError::bad_request(format!(
+                    "CHAR/BINARY length {n} is too large (at most 255); use VARCHAR/VARBINARY"
+                )));
+            }
+            ColumnType::VarChar(n) | ColumnType::VarBinary(n) if n > MAX_DECLARED_LENGTH => {
+                return Err(DbError::bad_request(format!(
+                    "VARCHAR/VARBINARY length {n} is too large (at most {MAX_DECLARED_LENGTH}); use TEXT/BLOB"
+                )));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// SQL spelling, used in messages and by SHOW CREATE TABLE.
+    pub fn sql_name(self) -> String {
+        match self {
+            ColumnType::Integer { width, unsigned } => {
+                let base = match width {
+                    IntWidth::Tiny => "TINYINT",
+                    IntWidth::Small => "SMALLINT",
+                    IntWidth::Medium => "MEDIUMINT",
+                    IntWidth::Int => "INT",
+                    IntWidth::Big => "BIGINT",
+                };
+                if unsigned {
+                    format!("{base} UNSIGNED")
+                } else {
+                    base.to_string()
+                }
+            }
+            ColumnType::Float => "FLOAT".into(),
+            ColumnType::Double => "DOUBLE".into(),
+            ColumnType::Decimal { precision, scale } => format!("DECIMAL({precision},{scale})"),
+            ColumnType::Char(n) => format!("CHAR({n})"),
+            ColumnType::VarChar(n) => format!("VARCHAR({n})"),
+            ColumnType::Binary(n) => format!("BINARY({n})"),
+            ColumnType::VarBinary(n) => format!("VARBINARY({n})"),
+            ColumnType::Text => "TEXT".into(),
+            ColumnType::Blob => "BLOB".into(),
+            ColumnType::Date => "DATE".into(),
+            ColumnType::DateTime => "DATETIME".into(),
+            ColumnType::Timestamp => "TIMESTAMP".into(),
+            ColumnType::Boolean => "BOOLEAN".into(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: ColumnType,
+    pub nullable: bool,
+    /// Value used when an insert does not name the column.
+    pub default: Option<crate::Value>,
+}
+
+impl ColumnDef {
+    pub fn new(name: impl Into<String>, ty: ColumnType) -> Self {
+        ColumnDef { name: name.into(), ty, nullable: true, default: None }
+    }
+    pub fn not_null(mut self) -> Self {
+        self.nullable = false;
+        self
+    }
+    pub fn default_value(mut self, value: crate::Value) -> Self {
+        self.default = Some(value);
+        self
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct IndexDef {
+    pub id: IndexId,
+    pub name: String,
+    pub columns: Vec<ColumnId>,
+}
+
+/// What a user asks for when creating a table.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TableSpec {
+    pub database: String,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Names of the primary-key columns, in key order.
+    pub primary_key: Vec<String>,
+    /// Partition count; 0 lets the cluster choose from its size.
+    pub partitions: u32,
+}
+
+impl TableSpec {
+    pub fn new(database: impl Into<String>, name: impl Into<String>) -> Self {
+        TableSpec {
+            database: database.into(),
+            name: name.into(),
+            columns: Vec::new(),
+            primary_key: Vec::new(),
+            partitions: 0,
+        }
+    }
+    pub fn column(mut self, column: ColumnDef) -> Self {
+        self.columns.push(column);
+        self
+    }
+    pub fn primary_key(mut self, columns: &[&str]) -> Self {
+        self.primary_key = columns.iter().map(|c| c.to_string()).collect();
+        self
+    }
+    pub fn partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions;
+        self
+    }
+}
+
+/// A table as stored in cluster metadata. `version` changes with every
+/// schema change of the table; operations carry the version they were built
+/// against and a data node rejects a stale one.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TableDef {
+    pub id: TableId,
+    pub version: u32,
+    pub database: String,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub primary_key: Vec<ColumnId>,
+    pub partitions: u32,
+    /// Ordered indexes; index 0 is always the primary key's.
+    pub indexes: Vec<IndexDef>,
+}
+
+pub fn validate_name(kind: &str, name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 64 {
+        return Err(DbError::bad_request(format!("{kind} name '{name}' must be 1 to 64 bytes long")));
+    }
+    if name.chars().any(|c| c.is_control() || c == '/' || c == '.' || c == '`') {
+        return Err(DbError::bad_request(format!(
+            "{kind} name '{name}' contains a character that is not allowed (control characters, '/', '.', '`')"
+        )));
+    }
+    Ok(())
+}
+
+impl TableDef {
+    /// Builds and validates a definition from a user's spec.
+    pub fn from_spec(spec: &TableSpec, id: TableId, partitions: u32) -> Result<TableDef> {
+        validate_name("database", &spec.database)?;
+        validate_name("table", &spec.name)?;
+        if spec.columns.is_empty() {
+            return Err(DbError::bad_request("a table needs at least one column"));
+        }
+        if spec.columns.len() > MAX_COLUMNS {
+            return Err(DbError::bad_request(format!(
+                "a table may have at most {MAX_COLUMNS} columns, got {}",
+                spec.columns.len()
+            )));
+        }
+        let mut columns = spec.columns.clone();
+        for (i, column) in columns.iter().enumerate() {
+            validate_name("column", &column.name)?;
+            column.ty.validate()?;
+            if columns[..i].iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
+                return Err(DbError::bad_request(format!("duplicate column name '{}'", column.name)));
+            }
+        }
+        if spec.primary_key.is_empty() {
+            return Err(DbError::bad_request(format!(
+                "table '{}' needs a primary key (list its columns in primary_key)",
+                spec.name
+            )));
+        }
+        let mut primary_key = Vec::new();
+        for name in &spec.primary_key {
+            let pos = columns
+                .iter()
+                .position(|c| c.name.eq_ignore_ascii_case(name))
+                .ok_or_else(|| DbError::bad_request(format!("primary key column '{name}' is not a column of the table")))?;
+            if primary_key.contains(&(pos as ColumnId)) {
+                return Err(DbError::bad_request(format!("primary key names column '{name}' twice")));
+            }
+            if !columns[pos].ty.is_indexable() {
+                return Err(DbError::bad_request(format!("TEXT/BLOB column '{name}' cannot be part of the primary key")));
+            }
+            // Key columns are never NULL.
+            columns[pos].nullable = false;
+            primary_key.push(pos as ColumnId);
+        }
+        for column in &columns {
+            if let Some(default) = &column.default {
+                crate::value::coerce(default.clone(), column).map_err(|e| {
+                    DbError::bad_request(format!("default of column '{}' is invalid: {}", column.name, e.message))
+                })?;
+            }
+        }
+        if partitions == 0 || partitions > 65_536 {
+            return Err(DbError::bad_request(format!("partition count {partitions} must be 1..=65536")));
+        }
+        let indexes = vec![IndexDef { id: 0, name: "PRIMARY".into(), columns: primary_key.clone() }];
+        Ok(TableDef {
+            id,
+            version: 1,
+            database: spec.database.clone(),
+            name: spec.name.clone(),
+            columns,
+            primary_key,
+            partitions,
+            indexes,
+        })
+    }
+
+    pub fn column_id(&self, name: &str) -> Result<ColumnId> {
+        self.columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(name))
+            .map(|p| p as ColumnId)
+            .ok_or_else(|| {
+                DbError::new(
+                    crate::ErrorCode::UnknownColumn,
+                    format!("table {}.{} has no column '{name}'", self.database, self.name),
+                )
+            })
+    }
+
+    pub fn index(&self, name: &str) -> Result<&IndexDef> {
+        self.indexes.iter().find(|i| i.name.eq_ignore_ascii_case(name)).ok_or_else(|| {
+            DbError::new(
+                crate::ErrorCode::UnknownIndex,
+                format!("table {}.{} has no ordered index '{name}'", self.database, self.name),
+            )
+        })
+    }
+
+    pub fn index_by_id(&self, id: IndexId) -> Option<&IndexDef> {
+        self.indexes.iter().find(|i| i.id == id)
+    }
+
+    pub fn qualified_name(&self) -> String {
+        format!("{}.{}", self.database, self.name)
+    }
+
+    /// Adds an ordered index and bumps the version.
+    pub fn with_index(&self, name: &str, columns: &[String]) -> Result<TableDef> {
+        validate_name("index", name)?;
+        if self.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(name)) {
+            return Err(DbError::new(
+                crate::ErrorCode::IndexExists,
+                format!("table {} already has an index named '{name}'", self.qualified_name()),
+            ));
+        }
+        if columns.is_empty() {
+            return Err(DbError::bad_request("an index needs at least one column"));
+        }
+        let mut ids = Vec::new();
+        for c in columns {
+            let id = self.column_id(c)?;
+            if !self.columns[id as usize].ty.is_indexable() {
+                return Err(DbError::bad_request(format!("TEXT/BLOB column '{c}' cannot be indexed")));
+            }
+            ids.push(id);
+        }
+        let mut def = self.clone();
+        let id = def.indexes.iter().map(|i| i.id).max().unwrap_or(0) + 1;
+        def.indexes.push(IndexDef { id, name: name.to_string(), columns: ids });
+        def.version += 1;
+        Ok(def)
+    }
+
+    pub fn without_index(&self, name: &str) -> Result<TableDef> {
+        let index = self.index(name)?;
+        if index.id == PRIMARY_INDEX {
+            return Err(DbError::bad_request("the PRIMARY index cannot be dropped"));
+        }
+        let id = index.id;
+        let mut def = self.clone();
+        def.indexes.retain(|i| i.id != id);
+        def.version += 1;
+        Ok(def)
+    }
+}

@@ -1,0 +1,561 @@
+//! Typed values as they cross the client API and the wire, coercion of a
+//! value into a column's type (with clear errors), and SQL-style comparison.
+
+use crate::error::{DbError, Result};
+use crate::schema::{ColumnDef, ColumnType, MAX_LOB_BYTES};
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::fmt;
+
+/// A fixed-point number: `unscaled * 10^-scale`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Decimal {
+    pub unscaled: i128,
+    pub scale: u8,
+}
+
+const POW10: [i128; 39] = {
+    let mut table = [1i128; 39];
+    let mut i = 1;
+    while i < 39 {
+        table[i] = table[i - 1] * 10;
+        i += 1;
+    }
+    table
+};
+
+impl Decimal {
+    pub fn new(unscaled: i128, scale: u8) -> Self {
+        Decimal { unscaled, scale }
+    }
+
+    /// Re-expresses the number with another scale; None when digits would be
+    /// lost or the result overflows.
+    pub fn rescale(self, scale: u8) -> Option<Decimal> {
+        if scale as usize >= POW10.len() {
+            return None;
+        }
+        if scale >= self.scale {
+            let factor = POW10[(scale - self.scale) as usize];
+            self.unscaled.checked_mul(factor).map(|u| Decimal { unscaled: u, scale })
+        } else {
+            let factor = POW10[(self.scale - scale) as usize];
+            if self.unscaled % factor != 0 {
+                // Round half away from zero, as MySQL does on insert.
+                let q = self.unscaled / factor;
+                let r = (self.unscaled % factor).abs();
+                let q = if r * 2 >= factor { q + self.unscaled.signum() } else { q };
+                return Some(Decimal { unscaled: q, scale });
+            }
+            Some(Decimal { unscaled: self.unscaled / factor, scale })
+        }
+    }
+
+    pub fn to_f64(self) -> f64 {
+        self.unscaled as f64 / POW10[self.scale.min(38) as usize] as f64
+    }
+
+    /// Number of decimal digits of the integer part plus scale.
+    pub fn digits(self) -> u32 {
+        let mut n = self.unscaled.unsigned_abs();
+        let mut d = 0;
+        while n > 0 {
+            n /= 10;
+            d += 1;
+        }
+        d.max(1)
+    }
+
+    pub fn parse(text: &str) -> Option<Decimal> {
+        let text = text.trim();
+        let (neg, body) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text.strip_prefix('+').unwrap_or(text)),
+        };
+        let (int_part, frac_part) = match body.split_once('.') {
+            Some((i, f)) => (i, f),
+            None => (body, ""),
+        };
+        if int_part.is_empty() && frac_part.is_empty() {
+            return None;
+        }
+        if !int_part.bytes().all(|b| b.is_ascii_digit()) || !frac_part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        if frac_part.len() > 38 {
+            return None;
+        }
+        let mut unscaled: i128 = 0;
+        for b in int_part.bytes().chain(frac_part.bytes()) {
+            unscaled = unscaled.checked_mul(10)?.checked_add((b - b'0') as i128)?;
+        }
+        if neg {
+            unscaled = -unscaled;
+        }
+        Some(Decimal { unscaled, scale: frac_part.len() as u8 })
+    }
+}
+
+impl fmt::Display for Decimal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.unscaled < 0 { "-" } else { "" };
+        let abs = self.unscaled.unsigned_abs();
+        if self.scale == 0 {
+            return write!(f, "{sign}{abs}");
+        }
+        let factor = POW10[self.scale as usize] as u128;
+        write!(f, "{sign}{}.{:0width$}", abs / factor, abs % factor, width = self.scale as usize)
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum Value {
+    Null,
+    Int(i64),
+    UInt(u64),
+    /// FLOAT and DOUBLE.
+    Float(f64),
+    Decimal(Decimal),
+    Str(String),
+    Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Days since 1970-01-01.
+    Date(i32),
+    /// Microseconds since 1970-01-01 00:00:00.
+    DateTime(i64),
+    /// Microseconds since the Unix epoch, UTC.
+    Timestamp(i64),
+    Bool(bool),
+}
+
+impl Value {
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Null => "NULL",
+            Value::Int(_) => "integer",
+            Value::UInt(_) => "unsigned integer",
+            Value::Float(_) => "float",
+            Value::Decimal(_) => "decimal",
+            Value::Str(_) => "string",
+            Value::Bytes(_) => "bytes",
+            Value::Date(_) => "date",
+            Value::DateTime(_) => "datetime",
+            Value::Timestamp(_) => "timestamp",
+            Value::Bool(_) => "boolean",
+        }
+    }
+
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::Int(v) => Some(v),
+            Value::UInt(v) => i64::try_from(v).ok(),
+            Value::Bool(b) => Some(b as i64),
+            _ => None,
+        }
+    }
+
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::Int(v) => u64::try_from(v).ok(),
+            Value::UInt(v) => Some(v),
+            Value::Bool(b) => Some(b as u64),
+            _ => None,
+        }
+    }
+
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::Int(v) => Some(v as f64),
+            Value::UInt(v) => Some(v as f64),
+            Value::Float(v) => Some(v),
+            Value::Decimal(d) => Some(d.to_f64()),
+            Value::Bool(b) => Some(b as i64 as f64),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Value::Str(s) => Some(s.as_bytes()),
+            Value::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    fn as_decimal(&self) -> Option<Decimal> {
+        match *self {
+            Value::Int(v) => Some(Decimal::new(v as i128, 0)),
+            Value::UInt(v) => Some(Decimal::new(v as i128, 0)),
+            Value::Decimal(d) => Some(d),
+            Value::Bool(b) => Some(Decimal::new(b as i128, 0)),
+            _ => None,
+        }
+    }
+
+    fn is_numeric(&self) -> bool {
+        matches!(self, Value::Int(_) | Value::UInt(_) | Value::Float(_) | Value::Decimal(_) | Value::Bool(_))
+    }
+
+    /// SQL comparison. None when either side is NULL or the types cannot be
+    /// compared.
+    pub fn sql_cmp(&self, other: &Value) -> Option<Ordering> {
+        use Value::*;
+        match (self, other) {
+            (Null, _) | (_, Null) => None,
+            (Int(a), Int(b)) => Some(a.cmp(b)),
+            (UInt(a), UInt(b)) => Some(a.cmp(b)),
+            (Int(a), UInt(b)) => Some((*a as i128).cmp(&(*b as i128))),
+            (UInt(a), Int(b)) => Some((*a as i128).cmp(&(*b as i128))),
+            (Str(a), Str(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
+            (Bytes(a), Bytes(b)) => Some(a.cmp(b)),
+            (Str(a), Bytes(b)) => Some(a.as_bytes().cmp(b)),
+            (Bytes(a), Str(b)) => Some(a.as_slice().cmp(b.as_bytes())),
+            (Date(a), Date(b)) => Some(a.cmp(b)),
+            (DateTime(a), DateTime(b)) | (Timestamp(a), Timestamp(b)) => Some(a.cmp(b)),
+            (Date(a), DateTime(b)) => Some((*a as i64 * 86_400_000_000).cmp(b)),
+            (DateTime(a), Date(b)) => Some(a.cmp(&(*b as i64 * 86_400_000_000))),
+            (Bool(a), Bool(b)) => Some(a.cmp(b)),
+            (a, b) if a.is_numeric() && b.is_numeric() => {
+                if let (Some(x), Some(y)) = (a.as_decimal(), b.as_decimal()) {
+                    let scale = x.scale.max(y.scale);
+                    if let (Some(x), Some(y)) = (x.rescale(scale), y.rescale(scale)) {
+                        return Some(x.unscaled.cmp(&y.unscaled));
+                    }
+                }
+                a.as_f64()?.partial_cmp(&b.as_f64()?)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => write!(f, "NULL"),
+            Value::Int(v) => write!(f, "{v}"),
+            Value::UInt(v) => write!(f, "{v}"),
+            Value::Float(v) => write!(f, "{v}"),
+            Value::Decimal(d) => write!(f, "{d}"),
+            Value::Str(s) => write!(f, "{s}"),
+            Value::Bytes(b) => {
+                write!(f, "0x")?;
+                for byte in b {
+                    write!(f, "{byte:02x}")?;
+                }
+                Ok(())
+            }
+            Value::Date(d) => write!(f, "{}", crate::value::format_date(*d)),
+            Value::DateTime(us) | Value::Timestamp(us) => write!(f, "{}", format_datetime(*us)),
+            Value::Bool(b) => write!(f, "{}", *b as u8),
+        }
+    }
+}
+
+/// Civil date from days since 1970-01-01 (proleptic Gregorian).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Days since 1970-01-01 of a civil date.
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+pub fn format_date(days: i32) -> String {
+    let (y, m, d) = civil_from_days(days as i64);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+pub fn format_datetime(micros: i64) -> String {
+    let days = micros.div_euclid(86_400_000_000);
+    let rest = micros.rem_euclid(86_400_000_000);
+    let (y, m, d) = civil_from_days(days);
+    let secs = rest / 1_000_000;
+    let frac = rest % 1_000_000;
+    let base = format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
+    if frac == 0 {
+        base
+    } else {
+        format!("{base}.{frac:06}")
+    }
+}
+
+/// Parses `YYYY-MM-DD`.
+pub fn parse_date(text: &str) -> Option<i32> {
+    let mut parts = text.trim().splitn(3, '-');
+    let y: i64 = parts.next()?.parse().ok()?;
+    let m: u32 = parts.next()?.parse().ok()?;
+    let d: u32 = parts.next()?.parse().ok()?;
+    if !(1..=12).contains(&m) || d == 0 || d > 31 || !(0..=9999).contains(&y) {
+        return None;
+    }
+    let days = days_from_civil(y, m, d);
+    // Reject dates such as 2023-02-30 that do not round-trip.
+    (civil_from_days(days) == (y, m, d)).then_some(days as i32)
+}
+
+/// Parses `YYYY-MM-DD[ HH:MM:SS[.ffffff]]` (a `T` may separate date and time).
+pub fn parse_datetime(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let (date, time) = match text.find([' ', 'T']) {
+        Some(pos) => (&text[..pos], Some(&text[pos + 1..])),
+        None => (text, None),
+    };
+    let days = parse_date(date)? as i64;
+    let mut micros = days * 86_400_000_000;
+    if let Some(time) = time {
+        let (hms, frac) = match time.split_once('.') {
+            Some((a, b)) => (a, Some(b)),
+            None => (time, None),
+        };
+        let mut parts = hms.splitn(3, ':');
+        let h: i64 = parts.next()?.parse().ok()?;
+        let mi: i64 = parts.next()?.parse().ok()?;
+        let s: i64 = parts.next().unwrap_or("0").parse().ok()?;
+        if h > 23 || mi > 59 || s > 59 {
+            return None;
+        }
+        micros += (h * 3600 + mi * 60 + s) * 1_000_000;
+        if let Some(frac) = frac {
+            if frac.is_empty() || frac.len() > 6 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let f: i64 = frac.parse().ok()?;
+            micros += f * 10i64.pow(6 - frac.len() as u32);
+        }
+    }
+    Some(micros)
+}
+
+fn mismatch(value: &Value, column: &ColumnDef) -> DbError {
+    DbError::type_error(format!(
+        "column '{}' is {} but the value is {} ({})",
+        column.name,
+        column.ty.sql_name(),
+        value.type_name(),
+        truncate_for_message(&value.to_string())
+    ))
+}
+
+fn truncate_for_message(text: &str) -> String {
+    if text.len() <= 40 {
+        return text.to_string();
+    }
+    let mut end = 40;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+/// Converts a value into the canonical representation of the column's type,
+/// or explains why it does not fit. NULL is accepted only for nullable columns.
+pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
+    if value.is_null() {
+        if column.nullable {
+            return Ok(Value::Null);
+        }
+        return Err(DbError::type_error(format!("column '{}' cannot be NULL", column.name)));
+    }
+    let out_of_range =
+        |v: &dyn fmt::Display| DbError::type_error(format!("value {v} is out of range for column '{}' ({})", column.name, column.ty.sql_name()));
+    match column.ty {
+        ColumnType::Integer { width, unsigned } => {
+            let wide: i128 = match &value {
+                Value::Int(v) => *v as i128,
+                Value::UInt(v) => *v as i128,
+                Value::Bool(b) => *b as i128,
+                Value::Decimal(d) if d.rescale(0).is_some_and(|r| r.rescale(d.scale) == Some(*d)) => {
+                    d.rescale(0).map(|r| r.unscaled).unwrap_or_default()
+                }
+                _ => return Err(mismatch(&value, column)),
+            };
+            if unsigned {
+                if wide < 0 || wide > width.unsigned_max() as i128 {
+                    return Err(out_of_range(&value));
+                }
+                Ok(Value::UInt(wide as u64))
+            } else {
+                let (lo, hi) = width.signed_range();
+                if wide < lo as i128 || wide > hi as i128 {
+                    return Err(out_of_range(&value));
+                }
+                Ok(Value::Int(wide as i64))
+            }
+        }
+        ColumnType::Float | ColumnType::Double => {
+            let v = value.as_f64().ok_or_else(|| mismatch(&value, column))?;
+            if !v.is_finite() {
+                return Err(out_of_range(&value));
+            }
+            if column.ty == ColumnType::Float {
+                if v.abs() > f32::MAX as f64 {
+                    return Err(out_of_range(&value));
+                }
+                return Ok(Value::Float(v as f32 as f64));
+            }
+            Ok(Value::Float(v))
+        }
+        ColumnType::Decimal { precision, scale } => {
+            let d = match &value {
+                Value::Float(f) => {
+                    if !f.is_finite() {
+                        return Err(out_of_range(&value));
+                    }
+                    Decimal::parse(&format!("{f:.*}", scale as usize)).ok_or_else(|| out_of_range(&value))?
+                }
+                Value::Str(s) => Decimal::parse(s).ok_or_else(|| mismatch(&value, column))?,
+                other => other.as_decimal().ok_or_else(|| mismatch(&value, column))?,
+            };
+            let d = d.rescale(scale).ok_or_else(|| out_of_range(&value))?;
+            if d.digits() > precision as u32 {
+                return Err(out_of_range(&value));
+            }
+            Ok(Value::Decimal(d))
+        }
+        ColumnType::Char(n) | ColumnType::VarChar(n) => match value {
+            Value::Str(s) => {
+                let chars = s.chars().count();
+                if chars > n as usize {
+                    return Err(DbError::type_error(format!(
+                        "value of {chars} characters is too long for column '{}' ({})",
+                        column.name,
+                        column.ty.sql_name()
+                    )));
+                }
+                Ok(Value::Str(s))
+            }
+            other => Err(mismatch(&other, column)),
+        },
+        ColumnType::Text => match value {
+            Value::Str(s) if s.len() <= MAX_LOB_BYTES => Ok(Value::Str(s)),
+            Value::Str(s) => Err(DbError::type_error(format!(
+                "value of {} bytes is larger than the {MAX_LOB_BYTES}-byte limit of column '{}'",
+                s.len(),
+                column.name
+            ))),
+            other => Err(mismatch(&other, column)),
+        },
+        ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob => {
+            let bytes = match value {
+                Value::Bytes(b) => b,
+                Value::Str(s) => s.into_bytes(),
+                other => return Err(mismatch(&other, column)),
+            };
+            let limit = match column.ty {
+                ColumnType::Binary(n) | ColumnType::VarBinary(n) => n as usize,
+                _ => MAX_LOB_BYTES,
+            };
+            if bytes.len() > limit {
+                return Err(DbError::type_error(format!(
+                    "value of {} bytes is too long for column '{}' ({})",
+                    bytes.len(),
+                    column.name,
+                    column.ty.sql_name()
+                )));
+            }
+            Ok(Value::Bytes(bytes))
+        }
+        ColumnType::Date => match value {
+            Value::Date(d) => Ok(Value::Date(d)),
+            Value::Str(ref s) => parse_date(s).map(Value::Date).ok_or_else(|| mismatch(&value, column)),
+            other => Err(mismatch(&other, column)),
+        },
+        ColumnType::DateTime | ColumnType::Timestamp => {
+            let micros = match value {
+                Value::DateTime(us) | Value::Timestamp(us) => us,
+                Value::Date(d) => d as i64 * 86_400_000_000,
+                Value::Str(ref s) => parse_datetime(s).ok_or_else(|| mismatch(&value, column))?,
+                other => return Err(mismatch(&other, column)),
+            };
+            Ok(if column.ty == ColumnType::DateTime { Value::DateTime(micros) } else { Value::Timestamp(micros) })
+        }
+        ColumnType::Boolean => match value {
+            Value::Bool(b) => Ok(Value::Bool(b)),
+            Value::Int(v) => Ok(Value::Bool(v != 0)),
+            Value::UInt(v) => Ok(Value::Bool(v != 0)),
+            other => Err(mismatch(&other, column)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{ColumnType, IntWidth};
+
+    #[test]
+    fn integer_ranges_are_enforced() {
+        let col = ColumnDef::new("a", ColumnType::int(IntWidth::Tiny));
+        assert_eq!(coerce(Value::Int(127), &col).unwrap(), Value::Int(127));
+        assert_eq!(coerce(Value::Int(128), &col).unwrap_err().code, crate::ErrorCode::TypeError);
+        let col = ColumnDef::new("a", ColumnType::uint(IntWidth::Big));
+        assert_eq!(coerce(Value::Int(-1), &col).unwrap_err().code, crate::ErrorCode::TypeError);
+        assert_eq!(coerce(Value::UInt(u64::MAX), &col).unwrap(), Value::UInt(u64::MAX));
+    }
+
+    #[test]
+    fn strings_respect_length_and_type() {
+        let col = ColumnDef::new("s", ColumnType::VarChar(3));
+        assert!(coerce(Value::Str("äbc".into()), &col).is_ok());
+        assert!(coerce(Value::Str("abcd".into()), &col).is_err());
+        let err = coerce(Value::Int(5), &col).unwrap_err();
+        assert!(err.message.contains("column 's' is VARCHAR(3)"), "{}", err.message);
+    }
+
+    #[test]
+    fn decimals_parse_rescale_and_format() {
+        let col = ColumnDef::new("d", ColumnType::Decimal { precision: 6, scale: 2 });
+        assert_eq!(coerce(Value::Str("12.5".into()), &col).unwrap(), Value::Decimal(Decimal::new(1250, 2)));
+        assert_eq!(Decimal::new(-1250, 2).to_string(), "-12.50");
+        assert!(coerce(Value::Str("12345.5".into()), &col).is_err());
+    }
+
+    #[test]
+    fn dates_round_trip() {
+        let d = parse_date("2024-02-29").unwrap();
+        assert_eq!(format_date(d), "2024-02-29");
+        assert!(parse_date("2023-02-29").is_none());
+        let t = parse_datetime("1999-12-31 23:59:58.25").unwrap();
+        assert_eq!(format_datetime(t), "1999-12-31 23:59:58.250000");
+    }
+
+    #[test]
+    fn null_only_in_nullable_columns() {
+        let col = ColumnDef::new("a", ColumnType::int(IntWidth::Int)).not_null();
+        assert!(coerce(Value::Null, &col).is_err());
+    }
+
+    #[test]
+    fn cross_type_numeric_comparison() {
+        assert_eq!(Value::Int(-1).sql_cmp(&Value::UInt(0)), Some(Ordering::Less));
+        assert_eq!(Value::Decimal(Decimal::new(150, 2)).sql_cmp(&Value::Int(1)), Some(Ordering::Greater));
+        assert_eq!(Value::Null.sql_cmp(&Value::Int(1)), None);
+    }
+}
