@@ -1,0 +1,334 @@
+//! The in-memory store of one table partition.
+//!
+//! A partition keeps its rows in a hash map keyed by the memcomparable
+//! primary key (the lookup path: one hash probe per key read), plus one
+//! B-tree per ordered index whose entries are `index key ++ primary key`
+//! (range scans and full scans; index 0 is the primary key's). A partition is
+//! owned by exactly one shard thread, so it needs no locking.
+//!
+//! Row locks and transaction staging live above this crate (in the cluster
+//! crate's local data manager); this crate only sees committed rows.
+
+use latsdb_types::expr::Aggregate;
+use latsdb_types::keycodec::prefix_successor;
+use latsdb_types::proto::{KeyBound, ScanPage, ScanRequest};
+use latsdb_types::schema::{ColumnId, IndexId};
+use latsdb_types::{DbError, Result, TableMeta};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+
+/// Largest scan page a data node sends, in row bytes; a page ends early (with
+/// a resume key) when it is reached.
+pub const MAX_PAGE_BYTES: usize = 1 << 20;
+/// Most rows a client may ask for in one page.
+pub const MAX_PAGE_ROWS: u32 = 100_000;
+
+type RowMap = HashMap<Box<[u8]>, Box<[u8]>, foldhash::fast::RandomState>;
+
+struct OrderedIndex {
+    id: IndexId,
+    columns: Vec<ColumnId>,
+    /// Entry -> offset of the primary key inside the entry.
+    entries: BTreeMap<Box<[u8]>, u32>,
+}
+
+impl OrderedIndex {
+    fn entry(&self, meta: &TableMeta, key: &[u8], row: &[u8]) -> (Box<[u8]>, u32) {
+        if self.id == 0 {
+            return (key.into(), 0);
+        }
+        let mut out = Vec::with_capacity(key.len() + 16);
+        meta.layout.key_of(row, &self.columns, &mut out);
+        let offset = out.len() as u32;
+        out.extend_from_slice(key);
+        (out.into_boxed_slice(), offset)
+    }
+}
+
+pub struct Partition {
+    rows: RowMap,
+    indexes: Vec<OrderedIndex>,
+    row_bytes: usize,
+}
+
+impl Partition {
+    pub fn new(meta: &TableMeta) -> Partition {
+        let mut p = Partition { rows: RowMap::default(), indexes: Vec::new(), row_bytes: 0 };
+        p.rebuild_indexes(meta);
+        p
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Bytes held by row keys and values (without map overhead).
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.rows.get(key).map(|r| &**r)
+    }
+
+    /// Inserts or replaces the row of `key`, keeping every index in step.
+    /// Returns the previous row.
+    pub fn put(&mut self, meta: &TableMeta, key: &[u8], row: Box<[u8]>) -> Option<Box<[u8]>> {
+        debug_assert_eq!(meta.key_of_row(&row), key, "row and key disagree");
+        let old = self.remove(meta, key);
+        for index in &mut self.indexes {
+            let (entry, offset) = index.entry(meta, key, &row);
+            index.entries.insert(entry, offset);
+        }
+        self.row_bytes += key.len() + row.len();
+        self.rows.insert(key.into(), row);
+        old
+    }
+
+    pub fn remove(&mut self, meta: &TableMeta, key: &[u8]) -> Option<Box<[u8]>> {
+        let (stored_key, row) = self.rows.remove_entry(key)?;
+        for index in &mut self.indexes {
+            let (entry, _) = index.entry(meta, &stored_key, &row);
+            let removed = index.entries.remove(&entry);
+            assert!(removed.is_some(), "ordered index {} lost an entry", index.id);
+        }
+        self.row_bytes -= stored_key.len() + row.len();
+        Some(row)
+    }
+
+    /// Brings the set of ordered indexes in line with the table definition
+    /// (after an index was added or dropped), building new ones from the rows.
+    pub fn rebuild_indexes(&mut self, meta: &TableMeta) {
+        let wanted: Vec<_> = meta.def.indexes.iter().map(|i| (i.id, i.columns.clone())).collect();
+        self.indexes.retain(|ix| wanted.iter().any(|(id, cols)| *id == ix.id && *cols == ix.columns));
+        for (id, columns) in wanted {
+            if self.indexes.iter().any(|ix| ix.id == id) {
+                continue;
+            }
+            let mut index = OrderedIndex { id, columns, entries: BTreeMap::new() };
+            for (key, row) in &self.rows {
+                let (entry, offset) = index.entry(meta, key, row);
+                index.entries.insert(entry, offset);
+            }
+            self.indexes.push(index);
+        }
+    }
+
+    /// Iterates every row (for checks and tests).
+    pub fn rows(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.rows.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// One page of a read-committed scan along an ordered index.
+    pub fn scan(&self, meta: &TableMeta, req: &ScanRequest) -> Result<ScanPage> {
+        let index = self
+            .indexes
+            .iter()
+            .find(|i| i.id == req.index)
+            .ok_or_else(|| DbError::new(latsdb_types::ErrorCode::UnknownIndex, format!("index {} does not exist", req.index)))?;
+        let mut page = ScanPage { rows: Vec::new(), resume: None, aggregates: Vec::new() };
+        let Some((start, end)) = scan_bounds(&req.lower, &req.upper, req.resume_after.as_deref()) else {
+            page.aggregates = req.aggregates.iter().map(|a| a.initial()).collect();
+            return Ok(page);
+        };
+        let range = index.entries.range::<[u8], _>((start.as_ref().map(|v| &v[..]), end.as_ref().map(|v| &v[..])));
+        let projected = req.projection.as_ref().map(|cols| (cols, meta.layout.projection(cols)));
+        if !req.aggregates.is_empty() {
+            let mut acc: Vec<_> = req.aggregates.iter().map(|a| a.initial()).collect();
+            for (entry, &offset) in range {
+                let row = self.row_of(entry, offset);
+                if req.filter.as_ref().is_some_and(|f| !f.matches(&meta.layout, row)) {
+                    continue;
+                }
+                for (a, slot) in req.aggregates.iter().zip(acc.iter_mut()) {
+                    let value = match a {
+                        Aggregate::CountRows => latsdb_types::Value::Null,
+                        other => meta.layout.get(row, other.column().unwrap_or(0) as usize),
+                    };
+                    a.accumulate(slot, value);
+                }
+            }
+            page.aggregates = acc;
+            return Ok(page);
+        }
+        let max_rows = req.max_rows.clamp(1, MAX_PAGE_ROWS) as usize;
+        let mut bytes = 0;
+        let mut last_visited: Option<&[u8]> = None;
+        for (entry, &offset) in range {
+            if page.rows.len() >= max_rows || bytes >= MAX_PAGE_BYTES {
+                // Stopped early: the next page starts after the last entry looked at.
+                page.resume = last_visited.map(|e| e.to_vec());
+                break;
+            }
+            last_visited = Some(entry);
+            let row = self.row_of(entry, offset);
+            if req.filter.as_ref().is_some_and(|f| !f.matches(&meta.layout, row)) {
+                continue;
+            }
+            let out = match &projected {
+                Some((cols, layout)) => meta.layout.project(row, cols, layout),
+                None => row.to_vec(),
+            };
+            bytes += out.len();
+            page.rows.push(out.into());
+        }
+        Ok(page)
+    }
+
+    fn row_of(&self, entry: &[u8], offset: u32) -> &[u8] {
+        let key = &entry[offset as usize..];
+        match self.rows.get(key) {
+            Some(row) => row,
+            None => panic!("ordered index entry without a row"),
+        }
+    }
+}
+
+/// Translates prefix bounds and a resume point into byte bounds over index
+/// entries; None when the range is empty.
+fn scan_bounds(lower: &KeyBound, upper: &KeyBound, resume: Option<&[u8]>) -> Option<(Bound<Vec<u8>>, Bound<Vec<u8>>)> {
+    let mut start = match lower {
+        KeyBound::Unbounded => Bound::Unbounded,
+        KeyBound::Included(p) => Bound::Included(p.clone()),
+        KeyBound::Excluded(p) => Bound::Included(prefix_successor(p)?),
+    };
+    let end = match upper {
+        KeyBound::Unbounded => Bound::Unbounded,
+        KeyBound::Included(p) => prefix_successor(p).map_or(Bound::Unbounded, Bound::Excluded),
+        KeyBound::Excluded(p) => Bound::Excluded(p.clone()),
+    };
+    if let Some(r) = resume {
+        let after_start = match &start {
+            Bound::Unbounded => true,
+            Bound::Included(s) => r >= &s[..],
+            Bound::Excluded(s) => r >= &s[..],
+        };
+        if after_start {
+            start = Bound::Excluded(r.to_vec());
+        }
+    }
+    // BTreeMap::range panics on an inverted range; treat it as empty.
+    let nonempty = match (&start, &end) {
+        (Bound::Included(s), Bound::Included(e)) => s <= e,
+        (Bound::Included(s), Bound::Excluded(e))
+        | (Bound::Excluded(s), Bound::Included(e))
+        | (Bound::Excluded(s), Bound::Excluded(e)) => s < e,
+        _ => true,
+    };
+    nonempty.then_some((start, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latsdb_types::expr::{CmpOp, Expr};
+    use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+    use latsdb_types::Value;
+
+    fn meta() -> TableMeta {
+        let spec = TableSpec::new("db", "t")
+            .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)))
+            .column(ColumnDef::new("k", ColumnType::int(IntWidth::Int)))
+            .column(ColumnDef::new("c", ColumnType::VarChar(20)))
+            .primary_key(&["id"]);
+        let def = TableDef::from_spec(&spec, 1, 1).unwrap();
+        let def = def.with_index("k_idx", &["k".into()]).unwrap();
+        TableMeta::new(def)
+    }
+
+    fn fill(meta: &TableMeta, p: &mut Partition, n: i64) {
+        for id in 0..n {
+            let row = meta.coerce_row(vec![Value::Int(id), Value::Int(id % 10), Value::Str(format!("row{id}"))]).unwrap();
+            let row = meta.layout.encode(&row);
+            let key = meta.key_of_row(&row);
+            p.put(meta, &key, row.into_boxed_slice());
+        }
+    }
+
+    fn scan_all(meta: &TableMeta, p: &Partition, mut req: ScanRequest) -> Vec<Vec<Value>> {
+        let mut out = Vec::new();
+        let layout = match &req.projection {
+            Some(cols) => meta.layout.projection(cols),
+            None => meta.layout.clone(),
+        };
+        loop {
+            let page = p.scan(meta, &req).unwrap();
+            out.extend(page.rows.iter().map(|r| layout.decode(r)));
+            match page.resume {
+                Some(r) => req.resume_after = Some(r),
+                None => return out,
+            }
+        }
+    }
+
+    fn request(index: IndexId, lower: KeyBound, upper: KeyBound) -> ScanRequest {
+        ScanRequest {
+            table: 1,
+            table_version: 2,
+            partition: 0,
+            index,
+            lower,
+            upper,
+            resume_after: None,
+            filter: None,
+            projection: None,
+            max_rows: 7,
+            aggregates: vec![],
+        }
+    }
+
+    fn key(meta: &TableMeta, cols: &[ColumnId], v: i64) -> Vec<u8> {
+        let defs: Vec<_> = cols.iter().map(|&c| &meta.def.columns[c as usize]).collect();
+        latsdb_types::keycodec::encode_prefix(&defs, &[Value::Int(v)]).unwrap()
+    }
+
+    #[test]
+    fn primary_range_with_paging_returns_exact_rows_in_order() {
+        let meta = meta();
+        let mut p = Partition::new(&meta);
+        fill(&meta, &mut p, 100);
+        let rows = scan_all(&meta, &p, request(0, KeyBound::Included(key(&meta, &[0], 10)), KeyBound::Excluded(key(&meta, &[0], 30))));
+        let ids: Vec<i64> = rows.iter().map(|r| r[0].as_i64().unwrap()).collect();
+        assert_eq!(ids, (10..30).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn secondary_index_range_filter_projection_and_updates() {
+        let meta = meta();
+        let mut p = Partition::new(&meta);
+        fill(&meta, &mut p, 100);
+        let mut req = request(1, KeyBound::Included(key(&meta, &[1], 3)), KeyBound::Included(key(&meta, &[1], 4)));
+        req.filter = Some(Expr::cmp(CmpOp::Lt, Expr::col(0), Expr::val(Value::Int(50))));
+        req.projection = Some(vec![0]);
+        let ids: Vec<i64> = scan_all(&meta, &p, req.clone()).iter().map(|r| r[0].as_i64().unwrap()).collect();
+        assert_eq!(ids, vec![3, 13, 23, 33, 43, 4, 14, 24, 34, 44]);
+        // Moving a row to another index key moves its index entry.
+        let row = meta.layout.encode(&meta.coerce_row(vec![Value::Int(13), Value::Int(9), Value::Null]).unwrap());
+        p.put(&meta, &meta.key_of_row(&row), row.into_boxed_slice());
+        let ids: Vec<i64> = scan_all(&meta, &p, req.clone()).iter().map(|r| r[0].as_i64().unwrap()).collect();
+        assert_eq!(ids, vec![3, 23, 33, 43, 4, 14, 24, 34, 44]);
+        p.remove(&meta, &key(&meta, &[0], 4)).unwrap();
+        assert_eq!(scan_all(&meta, &p, req).len(), 8);
+        assert_eq!(p.len(), 99);
+    }
+
+    #[test]
+    fn aggregates_and_empty_ranges() {
+        let meta = meta();
+        let mut p = Partition::new(&meta);
+        fill(&meta, &mut p, 20);
+        let mut req = request(0, KeyBound::Unbounded, KeyBound::Unbounded);
+        req.aggregates = vec![Aggregate::CountRows, Aggregate::Sum(1), Aggregate::Max(0)];
+        let page = p.scan(&meta, &req).unwrap();
+        assert_eq!(page.aggregates[0], Value::UInt(20));
+        assert_eq!(page.aggregates[1].to_string(), "90");
+        assert_eq!(page.aggregates[2], Value::Int(19));
+        // Inverted bounds are an empty range, not a panic.
+        let req = request(0, KeyBound::Included(key(&meta, &[0], 9)), KeyBound::Excluded(key(&meta, &[0], 3)));
+        assert!(p.scan(&meta, &req).unwrap().rows.is_empty());
+    }
+}

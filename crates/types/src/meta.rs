@@ -1,0 +1,97 @@
+//! A table definition with its derived row layout and key helpers, shared by
+//! clients (to encode keys and route) and data nodes (to validate and store).
+
+use crate::error::{DbError, ErrorCode, Result};
+use crate::keycodec;
+use crate::row::RowLayout;
+use crate::schema::{ColumnDef, ColumnId, IndexId, TableDef};
+use crate::value::{coerce, Value};
+
+#[derive(Debug)]
+pub struct TableMeta {
+    pub def: TableDef,
+    pub layout: RowLayout,
+}
+
+impl TableMeta {
+    pub fn new(def: TableDef) -> TableMeta {
+        let layout = RowLayout::new(&def.columns);
+        TableMeta { def, layout }
+    }
+
+    pub fn key_columns(&self) -> Vec<&ColumnDef> {
+        self.def.primary_key.iter().map(|&c| &self.def.columns[c as usize]).collect()
+    }
+
+    pub fn index_columns(&self, index: IndexId) -> Result<&[ColumnId]> {
+        self.def.index_by_id(index).map(|i| i.columns.as_slice()).ok_or_else(|| {
+            DbError::new(ErrorCode::UnknownIndex, format!("table {} has no index with id {index}", self.def.qualified_name()))
+        })
+    }
+
+    /// Coerces and encodes a primary key given as values in key order.
+    pub fn encode_key(&self, key: &[Value]) -> Result<Vec<u8>> {
+        keycodec::encode_key(&self.key_columns(), key)
+    }
+
+    /// Checks that bytes received as a key decode as this table's key.
+    pub fn validate_key(&self, key: &[u8]) -> Result<()> {
+        keycodec::decode_key(&self.key_columns(), key).map(|_| ())
+    }
+
+    pub fn partition_of(&self, key: &[u8]) -> u32 {
+        keycodec::partition_of(key, self.def.partitions)
+    }
+
+    /// The primary key of an encoded row.
+    pub fn key_of_row(&self, row: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16);
+        self.layout.key_of(row, &self.def.primary_key, &mut out);
+        out
+    }
+
+    /// Coerces a full row given in column order.
+    pub fn coerce_row(&self, values: Vec<Value>) -> Result<Vec<Value>> {
+        if values.len() != self.def.columns.len() {
+            return Err(DbError::bad_request(format!(
+                "table {} has {} columns but the row has {} values",
+                self.def.qualified_name(),
+                self.def.columns.len(),
+                values.len()
+            )));
+        }
+        values.into_iter().zip(&self.def.columns).map(|(v, c)| coerce(v, c)).collect()
+    }
+
+    /// A full row from named values; unnamed columns take their default (or NULL).
+    pub fn row_from_named(&self, named: &[(&str, Value)]) -> Result<Vec<Value>> {
+        let mut row: Vec<Option<Value>> = vec![None; self.def.columns.len()];
+        for (name, value) in named {
+            let id = self.def.column_id(name)? as usize;
+            if row[id].is_some() {
+                return Err(DbError::bad_request(format!("column '{name}' is given twice")));
+            }
+            row[id] = Some(value.clone());
+        }
+        Ok(row
+            .into_iter()
+            .zip(&self.def.columns)
+            .map(|(v, c)| v.unwrap_or_else(|| c.default.clone().unwrap_or(Value::Null)))
+            .collect())
+    }
+
+    pub fn validate_projection(&self, projection: &Option<Vec<ColumnId>>) -> Result<()> {
+        if let Some(columns) = projection {
+            if columns.is_empty() || columns.len() > self.def.columns.len() * 4 {
+                return Err(DbError::bad_request("a projection must name 1 or more columns (and not absurdly many)"));
+            }
+            if let Some(c) = columns.iter().find(|&&c| c as usize >= self.def.columns.len()) {
+                return Err(DbError::new(
+                    ErrorCode::UnknownColumn,
+                    format!("table {} has no column number {c}", self.def.qualified_name()),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
