@@ -1,0 +1,23 @@
+//! Sans-I/O state machines of a data node.
+//!
+//! A data node runs one or more *shards*; each shard is a thread that owns a
+//! set of partitions and reacts to messages: requests from clients, messages
+//! from other shards (local or remote) and timer ticks. It does no I/O: the
+//! caller hands it the current time and collects what it wants sent from an
+//! [`Outbox`]. The same code runs on real threads and sockets (crates/node)
+//! and inside a deterministic simulation.
+//!
+//! Each shard holds three blocks, named after their NDB counterparts:
+//! - the transaction coordinator (`tc`): runs multi-operation transactions
+//!   and their two-phase commit over the participating shards;
+//! - the local data manager (`ldm`): executes key operations on its own
+//!   partitions under row locks, stages transactional writes until commit;
+//! - the lock manager (`locks`): per-row shared/exclusive locks with FIFO
+//!   wait queues and a lock-wait timeout.
+
+mod ldm;
+mod locks;
+mod shard;
+mod tc;
+
+pub use shard::{ConnId, Micros, Outbox, Shard, ShardConfig};

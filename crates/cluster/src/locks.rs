@@ -1,0 +1,227 @@
+//! Row locks: shared/exclusive with upgrade, FIFO wait queues, lock-wait
+//! deadlines. Knows nothing about operations; a waiter carries an opaque
+//! payload that is handed back when the lock is granted or times out.
+
+use crate::shard::Micros;
+use latsdb_types::proto::{LockMode, TxId};
+use latsdb_types::schema::TableId;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LockKey {
+    pub table: TableId,
+    pub key: Box<[u8]>,
+}
+
+struct Waiter<P> {
+    seq: u64,
+    owner: TxId,
+    mode: LockMode,
+    deadline: Micros,
+    payload: P,
+}
+
+struct RowLock<P> {
+    /// Exclusive, or shared by every holder.
+    mode: LockMode,
+    holders: Vec<TxId>,
+    queue: VecDeque<Waiter<P>>,
+}
+
+pub enum Acquire {
+    Granted,
+    /// Queued until the lock is granted, cancelled or the deadline passes.
+    Waiting,
+}
+
+pub struct LockTable<P> {
+    rows: HashMap<LockKey, RowLock<P>, foldhash::fast::RandomState>,
+    deadlines: BTreeMap<(Micros, u64), LockKey>,
+    next_seq: u64,
+}
+
+impl<P> Default for LockTable<P> {
+    fn default() -> Self {
+        LockTable { rows: HashMap::default(), deadlines: BTreeMap::new(), next_seq: 1 }
+    }
+}
+
+fn compatible(held: LockMode, wanted: LockMode) -> bool {
+    held == LockMode::Shared && wanted == LockMode::Shared
+}
+
+fn covers(held: LockMode, wanted: LockMode) -> bool {
+    held == LockMode::Exclusive || wanted != LockMode::Exclusive
+}
+
+impl<P> LockTable<P> {
+    pub fn is_locked(&self, key: &LockKey) -> bool {
+        self.rows.contains_key(key)
+    }
+
+    /// Takes a lock for `owner` or queues the request. `payload` is returned
+    /// by `release`/`expire` when the queued request is granted or times out.
+    pub fn acquire(&mut self, key: &LockKey, owner: TxId, mode: LockMode, deadline: Micros, payload: P) -> (Acquire, Option<P>) {
+        debug_assert!(mode != LockMode::Committed, "committed reads take no lock");
+        let Some(lock) = self.rows.get_mut(key) else {
+            self.rows.insert(key.clone(), RowLock { mode, holders: vec![owner], queue: VecDeque::new() });
+            return (Acquire::Granted, Some(payload));
+        };
+        if lock.holders.contains(&owner) {
+            if covers(lock.mode, mode) {
+                return (Acquire::Granted, Some(payload));
+            }
+            if lock.holders.len() == 1 {
+                lock.mode = LockMode::Exclusive;
+                return (Acquire::Granted, Some(payload));
+            }
+        } else if lock.queue.is_empty() && compatible(lock.mode, mode) {
+            lock.holders.push(owner);
+            return (Acquire::Granted, Some(payload));
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        lock.queue.push_back(Waiter { seq, owner, mode, deadline, payload });
+        self.deadlines.insert((deadline, seq), key.clone());
+        (Acquire::Waiting, None)
+    }
+
+    /// Releases `owner`'s lock on `key`; returns the queued requests that
+    /// are granted as a result (their owners now hold the lock).
+    pub fn release(&mut self, key: &LockKey, owner: TxId) -> Vec<(TxId, P)> {
+        let Some(lock) = self.rows.get_mut(key) else {
+            return Vec::new();
+        };
+        lock.holders.retain(|h| *h != owner);
+        self.grant_waiters(key)
+    }
+
+    /// Removes every queued request of `owner` on `key` (its transaction was
+    /// aborted); returns their payloads and any requests granted because they
+    /// stood in the way.
+    pub fn cancel_owner(&mut self, key: &LockKey, owner: TxId) -> (Vec<P>, Vec<(TxId, P)>) {
+        let Some(lock) = self.rows.get_mut(key) else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut cancelled = Vec::new();
+        let mut kept = VecDeque::with_capacity(lock.queue.len());
+        for waiter in lock.queue.drain(..) {
+            if waiter.owner == owner {
+                self.deadlines.remove(&(waiter.deadline, waiter.seq));
+                cancelled.push(waiter.payload);
+            } else {
+                kept.push_back(waiter);
+            }
+        }
+        lock.queue = kept;
+        (cancelled, self.grant_waiters(key))
+    }
+
+    /// Removes every queued request whose deadline is at or before `now`.
+    /// Returns (owner, payload) of each, plus requests granted because
+    /// an expired one stood in their way.
+    #[allow(clippy::type_complexity)]
+    pub fn expire(&mut self, now: Micros) -> (Vec<(TxId, P)>, Vec<(TxId, P)>) {
+        let mut expired = Vec::new();
+        let mut granted = Vec::new();
+        while let Some((&(deadline, seq), _)) = self.deadlines.iter().next() {
+            if deadline > now {
+                break;
+            }
+            let key = self.deadlines.remove(&(deadline, seq)).expect("entry exists");
+            let Some(lock) = self.rows.get_mut(&key) else { continue };
+            if let Some(pos) = lock.queue.iter().position(|w| w.seq == seq) {
+                let waiter = lock.queue.remove(pos).expect("position is in range");
+                expired.push((waiter.owner, waiter.payload));
+                granted.extend(self.grant_waiters(&key));
+            }
+        }
+        (expired, granted)
+    }
+
+    fn grant_waiters(&mut self, key: &LockKey) -> Vec<(TxId, P)> {
+        let mut granted = Vec::new();
+        let Some(lock) = self.rows.get_mut(key) else {
+            return granted;
+        };
+        while let Some(front) = lock.queue.front() {
+            let grantable = if lock.holders.is_empty() {
+                true
+            } else if lock.holders.contains(&front.owner) {
+                covers(lock.mode, front.mode) || lock.holders.len() == 1
+            } else {
+                compatible(lock.mode, front.mode)
+            };
+            if !grantable {
+                break;
+            }
+            let waiter = lock.queue.pop_front().expect("front exists");
+            self.deadlines.remove(&(waiter.deadline, waiter.seq));
+            if lock.holders.is_empty() {
+                lock.mode = waiter.mode;
+            } else if waiter.mode == LockMode::Exclusive {
+                lock.mode = LockMode::Exclusive;
+            }
+            if !lock.holders.contains(&waiter.owner) {
+                lock.holders.push(waiter.owner);
+            }
+            granted.push((waiter.owner, waiter.payload));
+        }
+        if lock.holders.is_empty() && lock.queue.is_empty() {
+            self.rows.remove(key);
+        }
+        granted
+    }
+
+
+    pub fn locked_rows(&self) -> usize {
+        self.rows.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latsdb_types::proto::ShardAddr;
+
+    fn tx(n: u64) -> TxId {
+        TxId { tc: ShardAddr { node: 1, shard: 0 }, seq: n }
+    }
+
+    fn key() -> LockKey {
+        LockKey { table: 1, key: vec![1].into() }
+    }
+
+    #[test]
+    fn exclusive_blocks_until_release_then_grants_in_order() {
+        let mut t = LockTable::default();
+        assert!(matches!(t.acquire(&key(), tx(1), LockMode::Exclusive, 100, 'a').0, Acquire::Granted));
+        assert!(matches!(t.acquire(&key(), tx(2), LockMode::Shared, 100, 'b').0, Acquire::Waiting));
+        assert!(matches!(t.acquire(&key(), tx(3), LockMode::Shared, 100, 'c').0, Acquire::Waiting));
+        let granted = t.release(&key(), tx(1));
+        assert_eq!(granted.iter().map(|g| g.1).collect::<String>(), "bc");
+        t.release(&key(), tx(2));
+        t.release(&key(), tx(3));
+        assert_eq!(t.locked_rows(), 0);
+    }
+
+    #[test]
+    fn waits_expire_at_their_deadline() {
+        let mut t = LockTable::default();
+        t.acquire(&key(), tx(1), LockMode::Exclusive, 100, 'a');
+        t.acquire(&key(), tx(2), LockMode::Exclusive, 50, 'b');
+        assert!(t.expire(49).0.is_empty());
+        let (expired, granted) = t.expire(50);
+        assert_eq!(expired.len(), 1);
+        assert!(granted.is_empty());
+        assert_eq!(t.locked_rows(), 1);
+    }
+
+    #[test]
+    fn sole_shared_holder_upgrades() {
+        let mut t = LockTable::default();
+        t.acquire(&key(), tx(1), LockMode::Shared, 100, 'a');
+        assert!(matches!(t.acquire(&key(), tx(1), LockMode::Exclusive, 100, 'b').0, Acquire::Granted));
+        assert!(matches!(t.acquire(&key(), tx(2), LockMode::Shared, 100, 'c').0, Acquire::Waiting));
+    }
+}

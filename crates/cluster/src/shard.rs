@@ -1,0 +1,227 @@
+//! The shard: message dispatch, schema, scans, and the plumbing shared by
+//! the coordinator (tc.rs) and the local data manager (ldm.rs).
+
+use crate::ldm::LdmState;
+use crate::tc::TcState;
+use latsdb_storage::Partition;
+use latsdb_types::proto::{ClientRequest, ClientResponse, ClusterLayout, PeerMsg, ScanRequest, SchemaChange, ShardAddr};
+use latsdb_types::schema::TableId;
+use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// A client connection, numbered by the I/O shell.
+pub type ConnId = u64;
+/// Monotonic time in microseconds, supplied by the caller.
+pub type Micros = u64;
+
+#[derive(Clone, Debug)]
+pub struct ShardConfig {
+    pub me: ShardAddr,
+    pub lock_wait_timeout_us: Micros,
+}
+
+/// What a shard wants sent, collected during one call.
+#[derive(Default, Debug)]
+pub struct Outbox {
+    pub client: Vec<(ConnId, u64, ClientResponse)>,
+    pub peer: Vec<(ShardAddr, PeerMsg)>,
+}
+
+impl Outbox {
+    pub fn is_empty(&self) -> bool {
+        self.client.is_empty() && self.peer.is_empty()
+    }
+}
+
+pub(crate) struct TableState {
+    pub meta: Arc<TableMeta>,
+    /// Indexed by partition number; Some for the partitions this shard owns.
+    pub partitions: Vec<Option<Partition>>,
+}
+
+pub struct Shard {
+    pub(crate) cfg: ShardConfig,
+    pub(crate) layout: ClusterLayout,
+    pub(crate) tables: HashMap<TableId, TableState>,
+    pub(crate) ldm: LdmState,
+    pub(crate) tc: TcState,
+    pub(crate) now: Micros,
+    local: VecDeque<PeerMsg>,
+}
+
+impl Shard {
+    pub fn new(cfg: ShardConfig, layout: ClusterLayout) -> Shard {
+        Shard {
+            cfg,
+            layout,
+            tables: HashMap::new(),
+            ldm: LdmState::default(),
+            tc: TcState::default(),
+            now: 0,
+            local: VecDeque::new(),
+        }
+    }
+
+    pub fn address(&self) -> ShardAddr {
+        self.cfg.me
+    }
+
+    pub fn set_layout(&mut self, layout: ClusterLayout) {
+        self.layout = layout;
+    }
+
+    pub fn apply_schema(&mut self, change: SchemaChange) -> Result<()> {
+        match change {
+            SchemaChange::CreateTable(def) => {
+                if self.tables.contains_key(&def.id) {
+                    return Err(DbError::new(ErrorCode::TableExists, format!("table id {} already exists on this shard", def.id)));
+                }
+                let meta = Arc::new(TableMeta::new(def));
+                let partitions = (0..meta.def.partitions)
+                    .map(|p| (self.layout.primary_of(p) == Some(self.cfg.me)).then(|| Partition::new(&meta)))
+                    .collect();
+                self.tables.insert(meta.def.id, TableState { meta, partitions });
+            }
+            SchemaChange::AlterTable(def) => {
+                let table = self.tables.get_mut(&def.id).ok_or_else(|| unknown_table(def.id))?;
+                let meta = Arc::new(TableMeta::new(def));
+                for p in table.partitions.iter_mut().flatten() {
+                    p.rebuild_indexes(&meta);
+                }
+                table.meta = meta;
+            }
+            SchemaChange::DropTable(id) => {
+                self.tables.remove(&id).ok_or_else(|| unknown_table(id))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn on_client(&mut self, conn: ConnId, req_id: u64, req: ClientRequest, now: Micros, out: &mut Outbox) {
+        self.now = now;
+        match req {
+            ClientRequest::Batch(ops) => self.ldm_batch(conn, req_id, ops, out),
+            ClientRequest::TxExec { tx, ops, commit } => self.tc_exec(conn, req_id, tx, ops, commit, out),
+            ClientRequest::TxAbort { tx } => self.tc_client_abort(conn, req_id, tx, out),
+            ClientRequest::Scan(scan) => {
+                let response = match self.scan(&scan) {
+                    Ok(page) => ClientResponse::Scan(page),
+                    Err(e) => ClientResponse::Error(e),
+                };
+                out.client.push((conn, req_id, response));
+            }
+            ClientRequest::Ping => out.client.push((conn, req_id, ClientResponse::Pong)),
+        }
+        self.drain_local(out);
+    }
+
+    pub fn on_peer(&mut self, from: ShardAddr, msg: PeerMsg, now: Micros, out: &mut Outbox) {
+        self.now = now;
+        self.dispatch_peer(from, msg, out);
+        self.drain_local(out);
+    }
+
+    /// Periodic work: lock-wait timeouts.
+    pub fn on_tick(&mut self, now: Micros, out: &mut Outbox) {
+        self.now = now;
+        self.ldm_expire_waits(out);
+        self.drain_local(out);
+    }
+
+    /// A client connection closed: its open transactions are aborted.
+    pub fn on_disconnect(&mut self, conn: ConnId, now: Micros, out: &mut Outbox) {
+        self.now = now;
+        self.tc_disconnect(conn, out);
+        self.drain_local(out);
+    }
+
+    fn dispatch_peer(&mut self, from: ShardAddr, msg: PeerMsg, out: &mut Outbox) {
+        match msg {
+            PeerMsg::TxOps { tx, ops } => self.ldm_tx_ops(tx, ops, out),
+            PeerMsg::TxCommit { tx } => self.ldm_commit(tx, out),
+            PeerMsg::TxAbort { tx } => self.ldm_abort(tx, out),
+            PeerMsg::TxOpResults { tx, results } => self.tc_op_results(tx, results, out),
+            PeerMsg::TxCommitted { tx } => self.tc_committed(from, tx, out),
+        }
+    }
+
+    /// Sends to another shard, or queues for this one.
+    pub(crate) fn send_peer(&mut self, to: ShardAddr, msg: PeerMsg, out: &mut Outbox) {
+        if to == self.cfg.me {
+            self.local.push_back(msg);
+        } else {
+            out.peer.push((to, msg));
+        }
+    }
+
+    fn drain_local(&mut self, out: &mut Outbox) {
+        while let Some(msg) = self.local.pop_front() {
+            let me = self.cfg.me;
+            self.dispatch_peer(me, msg, out);
+        }
+    }
+
+    pub(crate) fn table(&self, id: TableId, version: u32) -> Result<&TableState> {
+        let table = self.tables.get(&id).ok_or_else(|| unknown_table(id))?;
+        if table.meta.def.version != version {
+            return Err(DbError::new(
+                ErrorCode::SchemaVersionMismatch,
+                format!(
+                    "table {} is at schema version {} but the request was built for version {version}; refresh the table definition and retry",
+                    table.meta.def.qualified_name(),
+                    table.meta.def.version
+                ),
+            ));
+        }
+        Ok(table)
+    }
+
+    fn scan(&self, req: &ScanRequest) -> Result<latsdb_types::proto::ScanPage> {
+        let table = self.table(req.table, req.table_version)?;
+        let meta = &table.meta;
+        meta.validate_projection(&req.projection)?;
+        if let Some(filter) = &req.filter {
+            filter.validate(meta.def.columns.len())?;
+        }
+        for a in &req.aggregates {
+            if let Some(c) = a.column() {
+                if c as usize >= meta.def.columns.len() {
+                    return Err(DbError::new(ErrorCode::UnknownColumn, format!("aggregate names column number {c}, which does not exist")));
+                }
+            }
+        }
+        let partition = owned_partition(table, req.partition, self.cfg.me)?;
+        partition.scan(meta, req)
+    }
+
+    /// Rows stored on this shard (committed), for reports and checks.
+    pub fn row_count(&self) -> usize {
+        self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
+    }
+
+    /// Transactions this shard coordinates or participates in, and rows locked.
+    pub fn activity(&self) -> (usize, usize, usize) {
+        (self.tc.open(), self.ldm.open(), self.ldm.locks.locked_rows())
+    }
+}
+
+pub(crate) fn unknown_table(id: TableId) -> DbError {
+    DbError::new(ErrorCode::UnknownTable, format!("table id {id} does not exist (it may have been dropped); refresh the schema"))
+}
+
+pub(crate) fn owned_partition(table: &TableState, partition: u32, me: ShardAddr) -> Result<&Partition> {
+    match table.partitions.get(partition as usize) {
+        Some(Some(p)) => Ok(p),
+        Some(None) => Err(wrong_shard(partition, me)),
+        None => Err(DbError::bad_request(format!(
+            "partition {partition} does not exist; table {} has {} partitions",
+            table.meta.def.qualified_name(),
+            table.partitions.len()
+        ))),
+    }
+}
+
+pub(crate) fn wrong_shard(partition: u32, me: ShardAddr) -> DbError {
+    DbError::new(ErrorCode::WrongShard, format!("partition {partition} is not held by shard {me}; refresh the cluster layout"))
+}

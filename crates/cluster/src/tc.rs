@@ -1,0 +1,251 @@
+//! Transaction coordinator.
+//!
+//! A client runs a transaction at one coordinator (a shard holding its first
+//! key's partition). The coordinator sends each operation to the shard that
+//! owns its partition, where it executes under row locks and its write is
+//! staged: that is the prepare phase. On commit the coordinator sends
+//! `TxCommit` to every participant; each applies its staged writes, releases
+//! its locks and answers `TxCommitted`; the client hears "committed" when
+//! all have answered. Any failed operation aborts the whole transaction.
+//!
+//! ```text
+//! client        TC shard            LDM shard(s)
+//!   |--TxExec----->|                     |
+//!   |              |--TxOps------------->|  lock, stage
+//!   |              |<--TxOpResults-------|
+//!   |<--TxExec-----|  (commit=false: tx stays open)
+//!   |--TxExec(commit)                    |
+//!   |              |--TxCommit---------->|  apply, unlock
+//!   |              |<--TxCommitted-------|
+//!   |<--TxExec{committed}                |
+//! ```
+
+use crate::shard::{ConnId, Outbox, Shard};
+use latsdb_types::proto::{ClientResponse, KeyOp, OpResult, PeerMsg, ShardAddr, TxId};
+use latsdb_types::{DbError, ErrorCode};
+use std::collections::HashMap;
+
+#[derive(Debug, PartialEq, Eq)]
+enum Phase {
+    Executing,
+    Idle,
+    Committing { waiting: usize },
+}
+
+struct TcTx {
+    conn: ConnId,
+    req_id: u64,
+    results: Vec<Option<OpResult>>,
+    remaining: usize,
+    participants: Vec<ShardAddr>,
+    commit: bool,
+    phase: Phase,
+    error: Option<DbError>,
+}
+
+#[derive(Default)]
+pub(crate) struct TcState {
+    txs: HashMap<TxId, TcTx>,
+    next_seq: u64,
+}
+
+impl TcState {
+    pub(crate) fn open(&self) -> usize {
+        self.txs.len()
+    }
+}
+
+impl Shard {
+    pub(crate) fn tc_exec(&mut self, conn: ConnId, req_id: u64, tx: Option<TxId>, ops: Vec<KeyOp>, commit: bool, out: &mut Outbox) {
+        let id = match tx {
+            None => {
+                self.tc.next_seq += 1;
+                let id = TxId { tc: self.cfg.me, seq: self.tc.next_seq };
+                self.tc.txs.insert(
+                    id,
+                    TcTx {
+                        conn,
+                        req_id,
+                        results: Vec::new(),
+                        remaining: 0,
+                        participants: Vec::new(),
+                        commit,
+                        phase: Phase::Idle,
+                        error: None,
+                    },
+                );
+                id
+            }
+            Some(id) => match self.tc.txs.get(&id) {
+                Some(t) if t.conn == conn && t.phase == Phase::Idle => id,
+                Some(t) if t.conn == conn => {
+                    let e = DbError::bad_request("the transaction is still executing a previous request; wait for its answer");
+                    out.client.push((conn, req_id, ClientResponse::Error(e)));
+                    return;
+                }
+                _ => {
+                    let e = DbError::new(
+                        ErrorCode::UnknownTransaction,
+                        format!("transaction {}:{} is not open at this coordinator (it finished or was aborted)", id.tc, id.seq),
+                    );
+                    out.client.push((conn, req_id, ClientResponse::Error(e)));
+                    return;
+                }
+            },
+        };
+        // Route every operation before sending any, so a bad one aborts cleanly.
+        let mut routed: Vec<(ShardAddr, Vec<(u32, KeyOp)>)> = Vec::new();
+        let mut route_error = None;
+        for (idx, op) in ops.into_iter().enumerate() {
+            match self.tc_route(&op) {
+                Ok(shard) => match routed.iter_mut().find(|(s, _)| *s == shard) {
+                    Some((_, list)) => list.push((idx as u32, op)),
+                    None => routed.push((shard, vec![(idx as u32, op)])),
+                },
+                Err(e) => {
+                    route_error = Some(e);
+                    break;
+                }
+            }
+        }
+        let count = routed.iter().map(|(_, l)| l.len()).sum();
+        let t = self.tc.txs.get_mut(&id).expect("transaction exists");
+        t.req_id = req_id;
+        t.commit = commit;
+        if let Some(e) = route_error {
+            self.tc_abort(id, Some(e), out);
+            return;
+        }
+        t.results = (0..count).map(|_| None).collect();
+        t.remaining = count;
+        for (shard, _) in &routed {
+            if !t.participants.contains(shard) {
+                t.participants.push(*shard);
+            }
+        }
+        if count == 0 {
+            t.phase = Phase::Idle;
+            self.tc_executed(id, out);
+            return;
+        }
+        t.phase = Phase::Executing;
+        for (shard, ops) in routed {
+            self.send_peer(shard, PeerMsg::TxOps { tx: id, ops }, out);
+        }
+    }
+
+    fn tc_route(&self, op: &KeyOp) -> Result<ShardAddr, DbError> {
+        let table = self.table(op.table, op.table_version)?;
+        if op.partition >= table.meta.def.partitions {
+            return Err(DbError::bad_request(format!(
+                "partition {} does not exist; table {} has {} partitions",
+                op.partition,
+                table.meta.def.qualified_name(),
+                table.meta.def.partitions
+            )));
+        }
+        self.layout.primary_of(op.partition).ok_or_else(|| {
+            DbError::new(ErrorCode::NodeUnavailable, format!("no started data node holds partition {}; retry later", op.partition))
+        })
+    }
+
+    pub(crate) fn tc_op_results(&mut self, tx: TxId, results: Vec<(u32, OpResult)>, out: &mut Outbox) {
+        let Some(t) = self.tc.txs.get_mut(&tx) else { return };
+        if t.phase != Phase::Executing {
+            return;
+        }
+        for (idx, r) in results {
+            let slot = &mut t.results[idx as usize];
+            assert!(slot.is_none(), "two results for operation {idx} of transaction {tx:?}");
+            if let OpResult::Error(e) = &r {
+                if t.error.is_none() {
+                    t.error = Some(e.clone());
+                }
+            }
+            *slot = Some(r);
+            t.remaining -= 1;
+        }
+        if t.remaining == 0 {
+            t.phase = Phase::Idle;
+            self.tc_executed(tx, out);
+        }
+    }
+
+    /// Every operation of the current request has its result.
+    fn tc_executed(&mut self, tx: TxId, out: &mut Outbox) {
+        let t = self.tc.txs.get_mut(&tx).expect("transaction exists");
+        if let Some(e) = t.error.take() {
+            self.tc_abort(tx, Some(e), out);
+            return;
+        }
+        if t.commit {
+            if t.participants.is_empty() {
+                self.tc_finish_commit(tx, out);
+                return;
+            }
+            t.phase = Phase::Committing { waiting: t.participants.len() };
+            for shard in t.participants.clone() {
+                self.send_peer(shard, PeerMsg::TxCommit { tx }, out);
+            }
+            return;
+        }
+        let results = std::mem::take(&mut t.results).into_iter().map(|r| r.expect("result present")).collect();
+        out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: false }));
+    }
+
+    pub(crate) fn tc_committed(&mut self, _from: ShardAddr, tx: TxId, out: &mut Outbox) {
+        let Some(t) = self.tc.txs.get_mut(&tx) else { return };
+        let Phase::Committing { waiting } = &mut t.phase else {
+            panic!("TxCommitted for transaction {tx:?} in phase {:?}", t.phase);
+        };
+        *waiting -= 1;
+        if *waiting == 0 {
+            self.tc_finish_commit(tx, out);
+        }
+    }
+
+    fn tc_finish_commit(&mut self, tx: TxId, out: &mut Outbox) {
+        let t = self.tc.txs.remove(&tx).expect("transaction exists");
+        let results = t.results.into_iter().map(|r| r.expect("result present")).collect();
+        out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: true }));
+    }
+
+    /// Aborts at every participant and tells the client.
+    fn tc_abort(&mut self, tx: TxId, error: Option<DbError>, out: &mut Outbox) {
+        let Some(t) = self.tc.txs.remove(&tx) else { return };
+        for shard in &t.participants {
+            self.send_peer(*shard, PeerMsg::TxAbort { tx }, out);
+        }
+        out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
+    }
+
+    pub(crate) fn tc_client_abort(&mut self, conn: ConnId, req_id: u64, tx: TxId, out: &mut Outbox) {
+        match self.tc.txs.get_mut(&tx) {
+            Some(t) if t.conn == conn && !matches!(t.phase, Phase::Committing { .. }) => {
+                t.req_id = req_id;
+                self.tc_abort(tx, None, out);
+            }
+            Some(t) if t.conn == conn => {
+                let e = DbError::bad_request("the transaction is committing and can no longer be aborted");
+                out.client.push((conn, req_id, ClientResponse::Error(e)));
+            }
+            _ => out.client.push((conn, req_id, ClientResponse::TxAborted { tx, error: None })),
+        }
+    }
+
+    pub(crate) fn tc_disconnect(&mut self, conn: ConnId, out: &mut Outbox) {
+        let orphans: Vec<TxId> = self
+            .tc
+            .txs
+            .iter()
+            .filter(|(_, t)| t.conn == conn && !matches!(t.phase, Phase::Committing { .. }))
+            .map(|(id, _)| *id)
+            .collect();
+        for tx in orphans {
+            let t = self.tc.txs.remove(&tx).expect("transaction exists");
+            for shard in &t.participants {
+                self.send_peer(*shard, PeerMsg::TxAbort { tx }, out);
+            }
+        }
+    }
+}
