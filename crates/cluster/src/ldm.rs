@@ -8,7 +8,9 @@
 
 use crate::locks::{Acquire, LockKey, LockTable};
 use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, Outbox, Shard};
-use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
+use latsdb_types::proto::{
+    ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ShardAddr, TxId,
+};
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,7 +65,10 @@ impl LdmState {
 
 /// Owner id of an independent (autocommit) operation: node 0 is never a real node.
 fn implicit_owner(seq: u64) -> TxId {
-    TxId { tc: ShardAddr { node: 0, shard: 0 }, seq }
+    TxId {
+        tc: ShardAddr { node: 0, shard: 0 },
+        seq,
+    }
 }
 
 fn lock_mode(kind: &OpKind) -> LockMode {
@@ -94,17 +99,24 @@ impl Shard {
                 let values = meta.coerce_row(row.clone())?;
                 let encoded = meta.layout.encode(&values);
                 if meta.key_of_row(&encoded) != op.key {
-                    return Err(DbError::bad_request("the operation's key does not match the primary-key columns of its row"));
+                    return Err(DbError::bad_request(
+                        "the operation's key does not match the primary-key columns of its row",
+                    ));
                 }
                 Some(encoded.into_boxed_slice())
             }
             OpKind::Update { set } => {
                 if set.is_empty() {
-                    return Err(DbError::bad_request("an update must assign at least one column"));
+                    return Err(DbError::bad_request(
+                        "an update must assign at least one column",
+                    ));
                 }
                 for (column, expr) in set {
                     if *column as usize >= meta.def.columns.len() {
-                        return Err(DbError::new(ErrorCode::UnknownColumn, format!("update names column number {column}, which does not exist")));
+                        return Err(DbError::new(
+                            ErrorCode::UnknownColumn,
+                            format!("update names column number {column}, which does not exist"),
+                        ));
                     }
                     if meta.def.primary_key.contains(column) {
                         return Err(DbError::bad_request(format!(
@@ -118,11 +130,21 @@ impl Shard {
             }
             OpKind::Read { .. } | OpKind::Delete => None,
         };
-        Ok(Prepared { meta: meta.clone(), op, new_row })
+        Ok(Prepared {
+            meta: meta.clone(),
+            op,
+            new_row,
+        })
     }
 
     /// Independent operations from a client batch.
-    pub(crate) fn ldm_batch(&mut self, conn: ConnId, req_id: u64, ops: Vec<KeyOp>, out: &mut Outbox) {
+    pub(crate) fn ldm_batch(
+        &mut self,
+        conn: ConnId,
+        req_id: u64,
+        ops: Vec<KeyOp>,
+        out: &mut Outbox,
+    ) {
         let mut results: Vec<Option<OpResult>> = Vec::with_capacity(ops.len());
         let mut waiting = 0;
         let batch = self.ldm.next_batch;
@@ -135,7 +157,10 @@ impl Shard {
                 }
             };
             let mode = lock_mode(&prepared.op.kind);
-            let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+            let key = LockKey {
+                table: prepared.op.table,
+                key: prepared.op.key.as_slice().into(),
+            };
             if mode == LockMode::Committed || !self.ldm.locks.is_locked(&key) {
                 // Unlocked: executing now is the same as lock, execute, unlock,
                 // because the shard is single-threaded.
@@ -145,7 +170,13 @@ impl Shard {
             self.ldm.next_implicit += 1;
             let owner = implicit_owner(self.ldm.next_implicit);
             let deadline = self.now + self.cfg.lock_wait_timeout_us;
-            let pending = Pending { origin: Origin::Batch { batch, idx: idx as u32 }, prepared };
+            let pending = Pending {
+                origin: Origin::Batch {
+                    batch,
+                    idx: idx as u32,
+                },
+                prepared,
+            };
             match self.ldm.locks.acquire(&key, owner, mode, deadline, pending) {
                 (Acquire::Granted, Some(pending)) => {
                     results.push(Some(self.ldm_execute(&pending.prepared, None)));
@@ -159,23 +190,42 @@ impl Shard {
             }
         }
         if waiting == 0 {
-            let results = results.into_iter().map(|r| r.expect("every result is present")).collect();
-            out.client.push((conn, req_id, ClientResponse::Batch(results)));
+            let results = results
+                .into_iter()
+                .map(|r| r.expect("every result is present"))
+                .collect();
+            out.client
+                .push((conn, req_id, ClientResponse::Batch(results)));
         } else {
             self.ldm.next_batch += 1;
-            self.ldm.batches.insert(batch, PendingBatch { conn, req_id, results, remaining: waiting });
+            self.ldm.batches.insert(
+                batch,
+                PendingBatch {
+                    conn,
+                    req_id,
+                    results,
+                    remaining: waiting,
+                },
+            );
         }
     }
 
     fn ldm_batch_result(&mut self, batch: u64, idx: u32, result: OpResult, out: &mut Outbox) {
-        let Some(b) = self.ldm.batches.get_mut(&batch) else { return };
+        let Some(b) = self.ldm.batches.get_mut(&batch) else {
+            return;
+        };
         debug_assert!(b.results[idx as usize].is_none());
         b.results[idx as usize] = Some(result);
         b.remaining -= 1;
         if b.remaining == 0 {
             let b = self.ldm.batches.remove(&batch).expect("batch exists");
-            let results = b.results.into_iter().map(|r| r.expect("every result is present")).collect();
-            out.client.push((b.conn, b.req_id, ClientResponse::Batch(results)));
+            let results = b
+                .results
+                .into_iter()
+                .map(|r| r.expect("every result is present"))
+                .collect();
+            out.client
+                .push((b.conn, b.req_id, ClientResponse::Batch(results)));
         }
     }
 
@@ -196,9 +246,15 @@ impl Shard {
                 results.push((idx, r));
                 continue;
             }
-            let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+            let key = LockKey {
+                table: prepared.op.table,
+                key: prepared.op.key.as_slice().into(),
+            };
             let deadline = self.now + self.cfg.lock_wait_timeout_us;
-            let pending = Pending { origin: Origin::Tx { tx, idx }, prepared };
+            let pending = Pending {
+                origin: Origin::Tx { tx, idx },
+                prepared,
+            };
             match self.ldm.locks.acquire(&key, tx, mode, deadline, pending) {
                 (Acquire::Granted, Some(pending)) => {
                     let ltx = self.ldm.txs.entry(tx).or_default();
@@ -220,7 +276,10 @@ impl Shard {
     fn ldm_granted(&mut self, granted: Vec<(TxId, Pending)>, out: &mut Outbox) {
         let mut work: std::collections::VecDeque<_> = granted.into();
         while let Some((owner, pending)) = work.pop_front() {
-            let key = LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
+            let key = LockKey {
+                table: pending.prepared.op.table,
+                key: pending.prepared.op.key.as_slice().into(),
+            };
             match pending.origin {
                 Origin::Batch { batch, idx } => {
                     let r = self.ldm_execute(&pending.prepared, None);
@@ -236,7 +295,14 @@ impl Shard {
                         ltx.locks.push(key);
                     }
                     let r = self.ldm_execute(&pending.prepared, Some(tx));
-                    self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, r)] }, out);
+                    self.send_peer(
+                        tx.tc,
+                        PeerMsg::TxOpResults {
+                            tx,
+                            results: vec![(idx, r)],
+                        },
+                        out,
+                    );
                 }
             }
         }
@@ -256,13 +322,23 @@ impl Shard {
             match pending.origin {
                 Origin::Batch { batch, idx } => self.ldm_batch_result(batch, idx, error, out),
                 Origin::Tx { tx, idx } => {
-                    let key = LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
+                    let key = LockKey {
+                        table: pending.prepared.op.table,
+                        key: pending.prepared.op.key.as_slice().into(),
+                    };
                     if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
                         if let Some(pos) = ltx.waits.iter().position(|k| *k == key) {
                             ltx.waits.swap_remove(pos);
                         }
                     }
-                    self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, error)] }, out);
+                    self.send_peer(
+                        tx.tc,
+                        PeerMsg::TxOpResults {
+                            tx,
+                            results: vec![(idx, error)],
+                        },
+                        out,
+                    );
                 }
             }
         }
@@ -271,9 +347,14 @@ impl Shard {
 
     pub(crate) fn ldm_commit(&mut self, tx: TxId, out: &mut Outbox) {
         if let Some(ltx) = self.ldm.txs.remove(&tx) {
-            assert!(ltx.waits.is_empty(), "commit of transaction {tx:?} while it still waits for locks");
+            assert!(
+                ltx.waits.is_empty(),
+                "commit of transaction {tx:?} while it still waits for locks"
+            );
             for (key, (partition, row)) in ltx.staged {
-                let Some(table) = self.tables.get_mut(&key.table) else { continue };
+                let Some(table) = self.tables.get_mut(&key.table) else {
+                    continue;
+                };
                 let meta = table.meta.clone();
                 let Some(Some(p)) = table.partitions.get_mut(partition as usize) else {
                     panic!("staged write for partition {partition} that this shard does not own");
@@ -293,7 +374,9 @@ impl Shard {
     }
 
     pub(crate) fn ldm_abort(&mut self, tx: TxId, out: &mut Outbox) {
-        let Some(ltx) = self.ldm.txs.remove(&tx) else { return };
+        let Some(ltx) = self.ldm.txs.remove(&tx) else {
+            return;
+        };
         for key in &ltx.waits {
             let (_, granted) = self.ldm.locks.cancel_owner(key, tx);
             self.ldm_granted(granted, out);
@@ -322,9 +405,15 @@ impl Shard {
         let op = &prepared.op;
         let me = self.cfg.me;
         // The table may have changed while the operation waited for a lock.
-        let table = self.tables.get_mut(&op.table).ok_or_else(|| unknown_table(op.table))?;
+        let table = self
+            .tables
+            .get_mut(&op.table)
+            .ok_or_else(|| unknown_table(op.table))?;
         if !Arc::ptr_eq(&table.meta, &prepared.meta) && table.meta.def.version != op.table_version {
-            return Err(DbError::new(ErrorCode::SchemaVersionMismatch, "the table changed while the operation waited; retry"));
+            return Err(DbError::new(
+                ErrorCode::SchemaVersionMismatch,
+                "the table changed while the operation waited; retry",
+            ));
         }
         let meta = table.meta.clone();
         let partition = table
@@ -332,7 +421,10 @@ impl Shard {
             .get_mut(op.partition as usize)
             .and_then(|p| p.as_mut())
             .ok_or_else(|| wrong_shard(op.partition, me))?;
-        let lock_key = tx.map(|_| LockKey { table: op.table, key: op.key.as_slice().into() });
+        let lock_key = tx.map(|_| LockKey {
+            table: op.table,
+            key: op.key.as_slice().into(),
+        });
         let staged = match (&lock_key, tx) {
             (Some(k), Some(t)) => self.ldm.txs.get(&t).and_then(|l| l.staged.get(k)),
             _ => None,
@@ -347,7 +439,9 @@ impl Shard {
                     None => OpResult::NotFound,
                     Some(row) => OpResult::Row(match &op.projection {
                         None => row.to_vec(),
-                        Some(cols) => meta.layout.project(row, cols, &meta.layout.projection(cols)),
+                        Some(cols) => meta
+                            .layout
+                            .project(row, cols, &meta.layout.projection(cols)),
                     }),
                 });
             }
@@ -355,14 +449,19 @@ impl Shard {
                 if current.is_some() {
                     return Err(DbError::new(
                         ErrorCode::DuplicateKey,
-                        format!("a row with this primary key already exists in {}", meta.def.qualified_name()),
+                        format!(
+                            "a row with this primary key already exists in {}",
+                            meta.def.qualified_name()
+                        ),
                     ));
                 }
                 prepared.new_row.clone()
             }
             OpKind::Upsert { .. } => prepared.new_row.clone(),
             OpKind::Update { set } => {
-                let Some(row) = current else { return Ok(OpResult::NotFound) };
+                let Some(row) = current else {
+                    return Ok(OpResult::NotFound);
+                };
                 let mut values = meta.layout.decode(row);
                 let mut assigned = Vec::with_capacity(set.len());
                 for (column, expr) in set {
@@ -399,4 +498,3 @@ impl Shard {
         Ok(OpResult::Done)
     }
 }
-

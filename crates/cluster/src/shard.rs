@@ -4,7 +4,9 @@
 use crate::ldm::LdmState;
 use crate::tc::TcState;
 use latsdb_storage::Partition;
-use latsdb_types::proto::{ClientRequest, ClientResponse, ClusterLayout, PeerMsg, ScanRequest, SchemaChange, ShardAddr};
+use latsdb_types::proto::{
+    ClientRequest, ClientResponse, ClusterLayout, PeerMsg, ScanRequest, SchemaChange, ShardAddr,
+};
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
 use std::collections::{HashMap, VecDeque};
@@ -67,7 +69,12 @@ impl Shard {
         self.cfg.me
     }
 
+    /// Installs a new cluster layout; it also carries the configured
+    /// lock-wait timeout.
     pub fn set_layout(&mut self, layout: ClusterLayout) {
+        if layout.lock_wait_timeout_ms > 0 {
+            self.cfg.lock_wait_timeout_us = layout.lock_wait_timeout_ms * 1000;
+        }
         self.layout = layout;
     }
 
@@ -75,16 +82,26 @@ impl Shard {
         match change {
             SchemaChange::CreateTable(def) => {
                 if self.tables.contains_key(&def.id) {
-                    return Err(DbError::new(ErrorCode::TableExists, format!("table id {} already exists on this shard", def.id)));
+                    return Err(DbError::new(
+                        ErrorCode::TableExists,
+                        format!("table id {} already exists on this shard", def.id),
+                    ));
                 }
                 let meta = Arc::new(TableMeta::new(def));
                 let partitions = (0..meta.def.partitions)
-                    .map(|p| (self.layout.primary_of(p) == Some(self.cfg.me)).then(|| Partition::new(&meta)))
+                    .map(|p| {
+                        (self.layout.primary_of(p) == Some(self.cfg.me))
+                            .then(|| Partition::new(&meta))
+                    })
                     .collect();
-                self.tables.insert(meta.def.id, TableState { meta, partitions });
+                self.tables
+                    .insert(meta.def.id, TableState { meta, partitions });
             }
             SchemaChange::AlterTable(def) => {
-                let table = self.tables.get_mut(&def.id).ok_or_else(|| unknown_table(def.id))?;
+                let table = self
+                    .tables
+                    .get_mut(&def.id)
+                    .ok_or_else(|| unknown_table(def.id))?;
                 let meta = Arc::new(TableMeta::new(def));
                 for p in table.partitions.iter_mut().flatten() {
                     p.rebuild_indexes(&meta);
@@ -98,11 +115,20 @@ impl Shard {
         Ok(())
     }
 
-    pub fn on_client(&mut self, conn: ConnId, req_id: u64, req: ClientRequest, now: Micros, out: &mut Outbox) {
+    pub fn on_client(
+        &mut self,
+        conn: ConnId,
+        req_id: u64,
+        req: ClientRequest,
+        now: Micros,
+        out: &mut Outbox,
+    ) {
         self.now = now;
         match req {
             ClientRequest::Batch(ops) => self.ldm_batch(conn, req_id, ops, out),
-            ClientRequest::TxExec { tx, ops, commit } => self.tc_exec(conn, req_id, tx, ops, commit, out),
+            ClientRequest::TxExec { tx, ops, commit } => {
+                self.tc_exec(conn, req_id, tx, ops, commit, out)
+            }
             ClientRequest::TxAbort { tx } => self.tc_client_abort(conn, req_id, tx, out),
             ClientRequest::Scan(scan) => {
                 let response = match self.scan(&scan) {
@@ -187,7 +213,10 @@ impl Shard {
         for a in &req.aggregates {
             if let Some(c) = a.column() {
                 if c as usize >= meta.def.columns.len() {
-                    return Err(DbError::new(ErrorCode::UnknownColumn, format!("aggregate names column number {c}, which does not exist")));
+                    return Err(DbError::new(
+                        ErrorCode::UnknownColumn,
+                        format!("aggregate names column number {c}, which does not exist"),
+                    ));
                 }
             }
         }
@@ -197,20 +226,35 @@ impl Shard {
 
     /// Rows stored on this shard (committed), for reports and checks.
     pub fn row_count(&self) -> usize {
-        self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
+        self.tables
+            .values()
+            .flat_map(|t| t.partitions.iter().flatten())
+            .map(|p| p.len())
+            .sum()
     }
 
     /// Transactions this shard coordinates or participates in, and rows locked.
     pub fn activity(&self) -> (usize, usize, usize) {
-        (self.tc.open(), self.ldm.open(), self.ldm.locks.locked_rows())
+        (
+            self.tc.open(),
+            self.ldm.open(),
+            self.ldm.locks.locked_rows(),
+        )
     }
 }
 
 pub(crate) fn unknown_table(id: TableId) -> DbError {
-    DbError::new(ErrorCode::UnknownTable, format!("table id {id} does not exist (it may have been dropped); refresh the schema"))
+    DbError::new(
+        ErrorCode::UnknownTable,
+        format!("table id {id} does not exist (it may have been dropped); refresh the schema"),
+    )
 }
 
-pub(crate) fn owned_partition(table: &TableState, partition: u32, me: ShardAddr) -> Result<&Partition> {
+pub(crate) fn owned_partition(
+    table: &TableState,
+    partition: u32,
+    me: ShardAddr,
+) -> Result<&Partition> {
     match table.partitions.get(partition as usize) {
         Some(Some(p)) => Ok(p),
         Some(None) => Err(wrong_shard(partition, me)),
@@ -223,5 +267,8 @@ pub(crate) fn owned_partition(table: &TableState, partition: u32, me: ShardAddr)
 }
 
 pub(crate) fn wrong_shard(partition: u32, me: ShardAddr) -> DbError {
-    DbError::new(ErrorCode::WrongShard, format!("partition {partition} is not held by shard {me}; refresh the cluster layout"))
+    DbError::new(
+        ErrorCode::WrongShard,
+        format!("partition {partition} is not held by shard {me}; refresh the cluster layout"),
+    )
 }

@@ -56,11 +56,22 @@ impl TcState {
 }
 
 impl Shard {
-    pub(crate) fn tc_exec(&mut self, conn: ConnId, req_id: u64, tx: Option<TxId>, ops: Vec<KeyOp>, commit: bool, out: &mut Outbox) {
+    pub(crate) fn tc_exec(
+        &mut self,
+        conn: ConnId,
+        req_id: u64,
+        tx: Option<TxId>,
+        ops: Vec<KeyOp>,
+        commit: bool,
+        out: &mut Outbox,
+    ) {
         let id = match tx {
             None => {
                 self.tc.next_seq += 1;
-                let id = TxId { tc: self.cfg.me, seq: self.tc.next_seq };
+                let id = TxId {
+                    tc: self.cfg.me,
+                    seq: self.tc.next_seq,
+                };
                 self.tc.txs.insert(
                     id,
                     TcTx {
@@ -145,18 +156,34 @@ impl Shard {
             )));
         }
         self.layout.primary_of(op.partition).ok_or_else(|| {
-            DbError::new(ErrorCode::NodeUnavailable, format!("no started data node holds partition {}; retry later", op.partition))
+            DbError::new(
+                ErrorCode::NodeUnavailable,
+                format!(
+                    "no started data node holds partition {}; retry later",
+                    op.partition
+                ),
+            )
         })
     }
 
-    pub(crate) fn tc_op_results(&mut self, tx: TxId, results: Vec<(u32, OpResult)>, out: &mut Outbox) {
-        let Some(t) = self.tc.txs.get_mut(&tx) else { return };
+    pub(crate) fn tc_op_results(
+        &mut self,
+        tx: TxId,
+        results: Vec<(u32, OpResult)>,
+        out: &mut Outbox,
+    ) {
+        let Some(t) = self.tc.txs.get_mut(&tx) else {
+            return;
+        };
         if t.phase != Phase::Executing {
             return;
         }
         for (idx, r) in results {
             let slot = &mut t.results[idx as usize];
-            assert!(slot.is_none(), "two results for operation {idx} of transaction {tx:?}");
+            assert!(
+                slot.is_none(),
+                "two results for operation {idx} of transaction {tx:?}"
+            );
             if let OpResult::Error(e) = &r {
                 if t.error.is_none() {
                     t.error = Some(e.clone());
@@ -183,18 +210,33 @@ impl Shard {
                 self.tc_finish_commit(tx, out);
                 return;
             }
-            t.phase = Phase::Committing { waiting: t.participants.len() };
+            t.phase = Phase::Committing {
+                waiting: t.participants.len(),
+            };
             for shard in t.participants.clone() {
                 self.send_peer(shard, PeerMsg::TxCommit { tx }, out);
             }
             return;
         }
-        let results = std::mem::take(&mut t.results).into_iter().map(|r| r.expect("result present")).collect();
-        out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: false }));
+        let results = std::mem::take(&mut t.results)
+            .into_iter()
+            .map(|r| r.expect("result present"))
+            .collect();
+        out.client.push((
+            t.conn,
+            t.req_id,
+            ClientResponse::TxExec {
+                tx,
+                results,
+                committed: false,
+            },
+        ));
     }
 
     pub(crate) fn tc_committed(&mut self, _from: ShardAddr, tx: TxId, out: &mut Outbox) {
-        let Some(t) = self.tc.txs.get_mut(&tx) else { return };
+        let Some(t) = self.tc.txs.get_mut(&tx) else {
+            return;
+        };
         let Phase::Committing { waiting } = &mut t.phase else {
             panic!("TxCommitted for transaction {tx:?} in phase {:?}", t.phase);
         };
@@ -206,30 +248,55 @@ impl Shard {
 
     fn tc_finish_commit(&mut self, tx: TxId, out: &mut Outbox) {
         let t = self.tc.txs.remove(&tx).expect("transaction exists");
-        let results = t.results.into_iter().map(|r| r.expect("result present")).collect();
-        out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: true }));
+        let results = t
+            .results
+            .into_iter()
+            .map(|r| r.expect("result present"))
+            .collect();
+        out.client.push((
+            t.conn,
+            t.req_id,
+            ClientResponse::TxExec {
+                tx,
+                results,
+                committed: true,
+            },
+        ));
     }
 
     /// Aborts at every participant and tells the client.
     fn tc_abort(&mut self, tx: TxId, error: Option<DbError>, out: &mut Outbox) {
-        let Some(t) = self.tc.txs.remove(&tx) else { return };
+        let Some(t) = self.tc.txs.remove(&tx) else {
+            return;
+        };
         for shard in &t.participants {
             self.send_peer(*shard, PeerMsg::TxAbort { tx }, out);
         }
-        out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
+        out.client
+            .push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
     }
 
-    pub(crate) fn tc_client_abort(&mut self, conn: ConnId, req_id: u64, tx: TxId, out: &mut Outbox) {
+    pub(crate) fn tc_client_abort(
+        &mut self,
+        conn: ConnId,
+        req_id: u64,
+        tx: TxId,
+        out: &mut Outbox,
+    ) {
         match self.tc.txs.get_mut(&tx) {
             Some(t) if t.conn == conn && !matches!(t.phase, Phase::Committing { .. }) => {
                 t.req_id = req_id;
                 self.tc_abort(tx, None, out);
             }
             Some(t) if t.conn == conn => {
-                let e = DbError::bad_request("the transaction is committing and can no longer be aborted");
+                let e = DbError::bad_request(
+                    "the transaction is committing and can no longer be aborted",
+                );
                 out.client.push((conn, req_id, ClientResponse::Error(e)));
             }
-            _ => out.client.push((conn, req_id, ClientResponse::TxAborted { tx, error: None })),
+            _ => out
+                .client
+                .push((conn, req_id, ClientResponse::TxAborted { tx, error: None })),
         }
     }
 

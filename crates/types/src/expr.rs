@@ -65,20 +65,27 @@ impl Expr {
 
     fn validate_at(&self, columns: usize, depth: usize) -> Result<()> {
         if depth > MAX_EXPR_DEPTH {
-            return Err(DbError::bad_request(format!("expression is nested deeper than {MAX_EXPR_DEPTH} levels")));
+            return Err(DbError::bad_request(format!(
+                "expression is nested deeper than {MAX_EXPR_DEPTH} levels"
+            )));
         }
         let d = depth + 1;
         match self {
-            Expr::Column(c) if *c as usize >= columns => {
-                Err(DbError::new(crate::ErrorCode::UnknownColumn, format!("column number {c} does not exist (the table has {columns})")))
-            }
+            Expr::Column(c) if *c as usize >= columns => Err(DbError::new(
+                crate::ErrorCode::UnknownColumn,
+                format!("column number {c} does not exist (the table has {columns})"),
+            )),
             Expr::Column(_) | Expr::Const(_) => Ok(()),
             Expr::Cmp(_, a, b) | Expr::Arith(_, a, b) => {
                 a.validate_at(columns, d)?;
                 b.validate_at(columns, d)
             }
-            Expr::And(list) | Expr::Or(list) => list.iter().try_for_each(|e| e.validate_at(columns, d)),
-            Expr::Not(e) | Expr::IsNull(e) | Expr::In(e, _) | Expr::Like(e, _) => e.validate_at(columns, d),
+            Expr::And(list) | Expr::Or(list) => {
+                list.iter().try_for_each(|e| e.validate_at(columns, d))
+            }
+            Expr::Not(e) | Expr::IsNull(e) | Expr::In(e, _) | Expr::Like(e, _) => {
+                e.validate_at(columns, d)
+            }
         }
     }
 
@@ -202,9 +209,18 @@ fn arith(op: ArithOp, a: &Value, b: &Value) -> Value {
             let scale = x.scale.max(y.scale);
             if let (Some(x), Some(y)) = (x.rescale(scale), y.rescale(scale)) {
                 let r = match op {
-                    ArithOp::Add => x.unscaled.checked_add(y.unscaled).map(|u| Decimal::new(u, scale)),
-                    ArithOp::Sub => x.unscaled.checked_sub(y.unscaled).map(|u| Decimal::new(u, scale)),
-                    ArithOp::Mul => x.unscaled.checked_mul(y.unscaled).map(|u| Decimal::new(u, x.scale + y.scale)),
+                    ArithOp::Add => x
+                        .unscaled
+                        .checked_add(y.unscaled)
+                        .map(|u| Decimal::new(u, scale)),
+                    ArithOp::Sub => x
+                        .unscaled
+                        .checked_sub(y.unscaled)
+                        .map(|u| Decimal::new(u, scale)),
+                    ArithOp::Mul => x
+                        .unscaled
+                        .checked_mul(y.unscaled)
+                        .map(|u| Decimal::new(u, x.scale + y.scale)),
                 };
                 if let Some(r) = r {
                     return Value::Decimal(r);
@@ -286,7 +302,9 @@ impl Aggregate {
     pub fn column(self) -> Option<ColumnId> {
         match self {
             Aggregate::CountRows => None,
-            Aggregate::Count(c) | Aggregate::Sum(c) | Aggregate::Min(c) | Aggregate::Max(c) => Some(c),
+            Aggregate::Count(c) | Aggregate::Sum(c) | Aggregate::Min(c) | Aggregate::Max(c) => {
+                Some(c)
+            }
         }
     }
 
@@ -372,7 +390,11 @@ mod tests {
         let a_gt_1 = Expr::cmp(CmpOp::Gt, Expr::col(0), Expr::val(Value::Int(1)));
         assert_eq!(a_gt_1.eval(&layout, &row), Value::Null);
         assert!(!Expr::Not(Box::new(a_gt_1.clone())).matches(&layout, &row));
-        assert!(Expr::Or(vec![a_gt_1, Expr::Like(Box::new(Expr::col(1)), "hel%o_w%".into())]).matches(&layout, &row));
+        assert!(Expr::Or(vec![
+            a_gt_1,
+            Expr::Like(Box::new(Expr::col(1)), "hel%o_w%".into())
+        ])
+        .matches(&layout, &row));
         assert!(like(b"50%", b"50\\%"));
         assert!(!like(b"abc", b"a_"));
     }

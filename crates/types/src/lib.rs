@@ -17,6 +17,6 @@ pub mod schema;
 pub mod value;
 
 pub use error::{DbError, ErrorCode, Result};
+pub use meta::TableMeta;
 pub use schema::{ColumnDef, ColumnType, IndexDef, IntWidth, TableDef, TableSpec};
 pub use value::{Decimal, Value};
-pub use meta::TableMeta;

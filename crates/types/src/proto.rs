@@ -55,14 +55,22 @@ pub enum LockMode {
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum OpKind {
-    Read { lock: LockMode },
+    Read {
+        lock: LockMode,
+    },
     /// Full row in column order; fails with DuplicateKey if the key exists.
-    Insert { row: Vec<Value> },
+    Insert {
+        row: Vec<Value>,
+    },
     /// Full row in column order; inserts or overwrites.
-    Upsert { row: Vec<Value> },
+    Upsert {
+        row: Vec<Value>,
+    },
     /// Column assignments computed from the current row; NotFound if the row
     /// does not exist.
-    Update { set: Vec<(ColumnId, Expr)> },
+    Update {
+        set: Vec<(ColumnId, Expr)>,
+    },
     Delete,
 }
 
@@ -149,20 +157,35 @@ pub enum ClientRequest {
     /// Executes operations in a transaction coordinated by this shard; `tx`
     /// None starts a new one. With `commit` the transaction commits after the
     /// operations succeed.
-    TxExec { tx: Option<TxId>, ops: Vec<KeyOp>, commit: bool },
-    TxAbort { tx: TxId },
+    TxExec {
+        tx: Option<TxId>,
+        ops: Vec<KeyOp>,
+        commit: bool,
+    },
+    TxAbort {
+        tx: TxId,
+    },
     Scan(ScanRequest),
     Ping,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum ClientResponse {
-    Hello { shard: ShardAddr },
+    Hello {
+        shard: ShardAddr,
+    },
     Batch(Vec<OpResult>),
     /// Results of `TxExec`, in operation order.
-    TxExec { tx: TxId, results: Vec<OpResult>, committed: bool },
+    TxExec {
+        tx: TxId,
+        results: Vec<OpResult>,
+        committed: bool,
+    },
     /// The transaction was aborted (by an error or on request).
-    TxAborted { tx: TxId, error: Option<DbError> },
+    TxAborted {
+        tx: TxId,
+        error: Option<DbError>,
+    },
     Scan(ScanPage),
     Pong,
     Error(DbError),
@@ -171,11 +194,23 @@ pub enum ClientResponse {
 /// Messages between shards (transaction coordinator <-> local data managers).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum PeerMsg {
-    TxOps { tx: TxId, ops: Vec<(u32, KeyOp)> },
-    TxOpResults { tx: TxId, results: Vec<(u32, OpResult)> },
-    TxCommit { tx: TxId },
-    TxCommitted { tx: TxId },
-    TxAbort { tx: TxId },
+    TxOps {
+        tx: TxId,
+        ops: Vec<(u32, KeyOp)>,
+    },
+    TxOpResults {
+        tx: TxId,
+        results: Vec<(u32, OpResult)>,
+    },
+    TxCommit {
+        tx: TxId,
+    },
+    TxCommitted {
+        tx: TxId,
+    },
+    TxAbort {
+        tx: TxId,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,12 +249,18 @@ impl ClusterLayout {
     }
 
     pub fn all_started(&self) -> bool {
-        self.datanodes.iter().all(|d| d.status == NodeStatus::Started)
+        self.datanodes
+            .iter()
+            .all(|d| d.status == NodeStatus::Started)
     }
 
     /// Nodes of a node group, ordered by node id.
     pub fn group_nodes(&self, group: u32) -> Vec<&DataNodeInfo> {
-        let mut nodes: Vec<&DataNodeInfo> = self.datanodes.iter().filter(|d| d.node_group == group).collect();
+        let mut nodes: Vec<&DataNodeInfo> = self
+            .datanodes
+            .iter()
+            .filter(|d| d.node_group == group)
+            .collect();
         nodes.sort_by_key(|d| d.node_id);
         nodes
     }
@@ -243,26 +284,58 @@ impl ClusterLayout {
             return None;
         }
         let shard = (local as usize / nodes.len()) % node.shards.len();
-        Some(ShardAddr { node: node.node_id, shard: shard as u16 })
+        Some(ShardAddr {
+            node: node.node_id,
+            shard: shard as u16,
+        })
     }
 
     pub fn shard_address(&self, shard: ShardAddr) -> Option<&str> {
-        self.datanode(shard.node)?.shards.get(shard.shard as usize).map(|s| s.as_str())
+        self.datanode(shard.node)?
+            .shards
+            .get(shard.shard as usize)
+            .map(|s| s.as_str())
     }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum MgmRequest {
     GetLayout,
-    /// A data node announces itself; the connection then carries
-    /// `NodeCommand`s from the management server to the node.
-    RegisterDataNode { node_id: Option<NodeId>, shards: Vec<String>, pid: u32, protocol: u32 },
+    /// A data node asks for a node id and its settings (answered with
+    /// `Registered`).
+    RegisterDataNode {
+        node_id: Option<NodeId>,
+        pid: u32,
+        protocol: u32,
+    },
+    /// The registered node has bound its shards (answered with `Started`);
+    /// from then on the connection carries `NodeCommand`s from the
+    /// management server to the node.
+    DataNodeStarted {
+        node_id: NodeId,
+        shards: Vec<String>,
+    },
     CreateTable(TableSpec),
-    DropTable { database: String, name: String },
-    GetTable { database: String, name: String },
+    DropTable {
+        database: String,
+        name: String,
+    },
+    GetTable {
+        database: String,
+        name: String,
+    },
     ListTables,
-    CreateIndex { database: String, table: String, index: String, columns: Vec<String> },
-    DropIndex { database: String, table: String, index: String },
+    CreateIndex {
+        database: String,
+        table: String,
+        index: String,
+        columns: Vec<String>,
+    },
+    DropIndex {
+        database: String,
+        table: String,
+        index: String,
+    },
     /// Stops every data node and then the management server.
     Shutdown,
 }
@@ -270,7 +343,16 @@ pub enum MgmRequest {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum MgmResponse {
     Layout(ClusterLayout),
-    Registered { node_id: NodeId, layout: ClusterLayout, tables: Vec<TableDef> },
+    Registered {
+        node_id: NodeId,
+        host: String,
+        port: u16,
+        threads: u16,
+    },
+    Started {
+        layout: ClusterLayout,
+        tables: Vec<TableDef>,
+    },
     Table(TableDef),
     Tables(Vec<TableDef>),
     Done,
@@ -301,7 +383,9 @@ pub enum NodeReply {
 
 fn codec() -> impl bincode::Options {
     use bincode::Options;
-    bincode::DefaultOptions::new().with_fixint_encoding().allow_trailing_bytes()
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
 }
 
 /// Appends a whole frame (header and body) for `message` to `out`.
@@ -311,7 +395,9 @@ pub fn encode_frame<T: Serialize>(out: &mut Vec<u8>, request_id: u64, message: &
     out.extend_from_slice(&[0u8; 4]);
     out.extend_from_slice(&request_id.to_le_bytes());
     // Serializing into a Vec cannot fail for these message types.
-    codec().serialize_into(&mut *out, message).expect("encoding a message into memory cannot fail");
+    codec()
+        .serialize_into(&mut *out, message)
+        .expect("encoding a message into memory cannot fail");
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }

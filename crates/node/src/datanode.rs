@@ -1,0 +1,216 @@
+//! The data-node process: registers with the management server, starts one
+//! thread per shard, and applies the layout and schema changes it is sent.
+
+use crate::log;
+use crate::shard_host::{spawn_shard, Control, ShardHandle};
+use latsdb_cluster::ShardConfig;
+use latsdb_net::RpcConn;
+use latsdb_types::proto::{
+    ClusterLayout, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply, SchemaChange,
+    ShardAddr, PROTOCOL_VERSION,
+};
+use latsdb_types::{DbError, ErrorCode, Result};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+pub struct DataNodeOptions {
+    pub mgmd: String,
+    pub node_id: Option<NodeId>,
+    /// Overrides the configured shard thread count.
+    pub threads: Option<u16>,
+    /// How long to keep trying to reach the management server at start.
+    pub connect_timeout: Duration,
+}
+
+/// Shard threads chosen from the CPUs this process may use: on two CPUs or
+/// fewer one shard (its thread also does its own network I/O), otherwise
+/// three quarters of them, leaving room for the OS and other processes.
+pub fn auto_threads() -> u16 {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if cpus <= 2 {
+        1
+    } else {
+        (cpus * 3 / 4).min(64) as u16
+    }
+}
+
+fn unexpected(what: &str, got: MgmResponse) -> DbError {
+    match got {
+        MgmResponse::Error(e) => e,
+        other => DbError::internal(format!("management server answered {what} with {other:?}")),
+    }
+}
+
+pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + opts.connect_timeout;
+    let mut mgm =
+        loop {
+            match RpcConn::connect(&opts.mgmd, Duration::from_secs(2)).await {
+                Ok(c) => break c,
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(DbError::new(
+                    ErrorCode::NodeUnavailable,
+                    format!(
+                        "cannot reach the management server at {}: {}; is `latsdb mgmd` running?",
+                        opts.mgmd, e.message
+                    ),
+                )),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+    let register = MgmRequest::RegisterDataNode {
+        node_id: opts.node_id,
+        pid: std::process::id(),
+        protocol: PROTOCOL_VERSION,
+    };
+    let (node_id, host, port, threads) = match mgm.call(&register).await? {
+        MgmResponse::Registered {
+            node_id,
+            host,
+            port,
+            threads,
+        } => (node_id, host, port, threads),
+        other => return Err(unexpected("registration", other)),
+    };
+    let threads = match opts.threads.unwrap_or(threads) {
+        0 => auto_threads(),
+        n => n,
+    };
+    log(
+        "datanode",
+        format!(
+            "node {node_id}: registered with {}; starting {threads} shard thread(s)",
+            opts.mgmd
+        ),
+    );
+
+    // Shards start with a placeholder layout; the real one follows below.
+    let placeholder = ClusterLayout {
+        version: 0,
+        cluster_name: String::new(),
+        replicas: 1,
+        mgmd_node_id: 0,
+        mgmd_address: opts.mgmd.clone(),
+        datanodes: Vec::new(),
+        node_groups: 0,
+        default_partitions: 0,
+        lock_wait_timeout_ms: 1500,
+    };
+    let mut shards: Vec<ShardHandle> = Vec::new();
+    for i in 0..threads {
+        let cfg = ShardConfig {
+            me: ShardAddr {
+                node: node_id,
+                shard: i,
+            },
+            lock_wait_timeout_us: 1_500_000,
+        };
+        let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
+        shards.push(spawn_shard(
+            cfg,
+            &host,
+            shard_port,
+            placeholder.clone(),
+            latsdb_types::proto::DEFAULT_MAX_FRAME_BYTES,
+        )?);
+    }
+    let addresses: Vec<String> = shards.iter().map(|s| s.address.clone()).collect();
+    let (layout, tables) = match mgm
+        .call(&MgmRequest::DataNodeStarted {
+            node_id,
+            shards: addresses.clone(),
+        })
+        .await?
+    {
+        MgmResponse::Started { layout, tables } => (layout, tables),
+        other => return Err(unexpected("start", other)),
+    };
+    set_layout(&shards, &layout);
+    for def in tables {
+        apply_schema(&shards, SchemaChange::CreateTable(def)).await?;
+    }
+    log(
+        "datanode",
+        format!(
+            "node {node_id}: started; shards at {}",
+            addresses.join(", ")
+        ),
+    );
+    println!("datanode {node_id} started: {}", addresses.join(" "));
+
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| DbError::io("installing the SIGTERM handler", e))?;
+    let mut mgm_alive = true;
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => {
+                log("datanode", format!("node {node_id}: SIGTERM received, stopping"));
+                break;
+            }
+            _ = tokio::signal::ctrl_c() => {
+                log("datanode", format!("node {node_id}: interrupted, stopping"));
+                break;
+            }
+            command = mgm.receive::<NodeCommand>(), if mgm_alive => {
+                match command {
+                    Ok(Some((id, command))) => {
+                        let (reply, stop) = handle_command(&shards, command).await;
+                        if mgm.send_with_id(id, &reply).await.is_err() {
+                            mgm_alive = false;
+                        }
+                        if stop {
+                            log("datanode", format!("node {node_id}: stopped by the management server"));
+                            break;
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        log("datanode", format!("node {node_id}: lost the management server; still serving, but schema changes are unavailable"));
+                        mgm_alive = false;
+                    }
+                }
+            }
+        }
+    }
+    // Stopping: let shard threads finish their current message and exit.
+    for s in &shards {
+        let _ = s.control.send(Control::Stop);
+    }
+    Ok(())
+}
+
+fn set_layout(shards: &[ShardHandle], layout: &ClusterLayout) {
+    for s in shards {
+        let _ = s.control.send(Control::Layout(layout.clone()));
+    }
+}
+
+async fn apply_schema(shards: &[ShardHandle], change: SchemaChange) -> Result<()> {
+    let mut waits = Vec::new();
+    for s in shards {
+        let (tx, rx) = oneshot::channel();
+        s.control
+            .send(Control::Schema(change.clone(), tx))
+            .map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?;
+        waits.push(rx);
+    }
+    for rx in waits {
+        rx.await
+            .map_err(|_| DbError::internal("a shard stopped while applying a schema change"))??;
+    }
+    Ok(())
+}
+
+async fn handle_command(shards: &[ShardHandle], command: NodeCommand) -> (NodeReply, bool) {
+    match command {
+        NodeCommand::SetLayout(layout) => {
+            set_layout(shards, &layout);
+            (NodeReply::Done, false)
+        }
+        NodeCommand::ApplySchema(change) => match apply_schema(shards, change).await {
+            Ok(()) => (NodeReply::Done, false),
+            Err(e) => (NodeReply::Error(e), false),
+        },
+        NodeCommand::Stop => (NodeReply::Done, true),
+    }
+}

@@ -1,0 +1,29 @@
+//! The I/O shell of latsdb's server roles.
+//!
+//! - [`shard_host`]: one OS thread per shard, each a single-threaded tokio
+//!   runtime that owns a [`latsdb_cluster::Shard`] and its sockets. Requests
+//!   are handled on the thread that read them, with no hand-off to another
+//!   thread, and answers leave through a coalescing writer.
+//! - [`datanode`]: the `latsdb datanode` process: registers with the
+//!   management server, starts its shards, applies schema changes.
+//! - [`mgmd`]: the `latsdb mgmd` process: configuration, node ids, cluster
+//!   layout, schema metadata, admin requests.
+
+pub mod datanode;
+pub mod mgmd;
+pub mod shard_host;
+
+/// Prints a timestamped log line to stderr.
+pub fn log(role: &str, message: impl std::fmt::Display) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs();
+    eprintln!(
+        "{:02}:{:02}:{:02}.{:03} [{role}] {message}",
+        secs / 3600 % 24,
+        secs / 60 % 60,
+        secs % 60,
+        now.subsec_millis()
+    );
+}

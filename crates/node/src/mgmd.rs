@@ -1,0 +1,613 @@
+//! The management server: owns the cluster configuration, hands out node
+//! ids, keeps the cluster layout and the schema, and pushes both to the data
+//! nodes. Schema changes are applied on every data node before they are
+//! acknowledged, one at a time.
+
+use crate::log;
+use latsdb_net::{FrameError, FrameReader, RpcConn};
+use latsdb_types::config::ClusterConfig;
+use latsdb_types::proto::{
+    self, ClusterLayout, DataNodeInfo, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply,
+    NodeStatus, SchemaChange, PROTOCOL_VERSION,
+};
+use latsdb_types::schema::{TableDef, TableSpec};
+use latsdb_types::{DbError, ErrorCode, Result};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+use tokio::sync::{mpsc, oneshot, Notify};
+
+/// How long a data node may take to apply a schema change.
+const NODE_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct MgmdOptions {
+    pub config: ClusterConfig,
+    /// Overrides the configured port (0 picks a free one).
+    pub port: Option<u16>,
+    /// Written with the listening address once the server accepts connections.
+    pub ready_file: Option<PathBuf>,
+}
+
+type Command = (NodeCommand, oneshot::Sender<Result<NodeReply>>);
+
+struct NodeLink {
+    commands: mpsc::UnboundedSender<Command>,
+    generation: u64,
+}
+
+struct State {
+    layout: ClusterLayout,
+    tables: Vec<TableDef>,
+    next_table_id: u32,
+    links: HashMap<NodeId, NodeLink>,
+    registering: HashSet<NodeId>,
+    next_generation: u64,
+}
+
+struct Mgmd {
+    config: ClusterConfig,
+    state: Mutex<State>,
+    schema_lock: tokio::sync::Mutex<()>,
+    shutdown: Notify,
+}
+
+pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
+    opts.config.validate()?;
+    let config = opts.config;
+    let port = opts.port.unwrap_or(config.mgmd.port);
+    let listener = TcpListener::bind((config.mgmd.host.as_str(), port)).await.map_err(|e| {
+        DbError::new(
+            ErrorCode::Io,
+            format!("the management server cannot listen on {}:{port}: {e}; is another one running? pick another port with --port", config.mgmd.host),
+        )
+    })?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| DbError::io("local_addr", e))?
+        .to_string();
+    let layout = ClusterLayout {
+        version: 1,
+        cluster_name: config.cluster.name.clone(),
+        replicas: config.cluster.replicas,
+        mgmd_node_id: config.mgmd.node_id,
+        mgmd_address: address.clone(),
+        datanodes: config
+            .datanodes
+            .iter()
+            .map(|d| DataNodeInfo {
+                node_id: d.node_id,
+                node_group: config.node_group_of(d.node_id).unwrap_or(0),
+                host: d.host.clone(),
+                status: NodeStatus::NotStarted,
+                shards: Vec::new(),
+                pid: 0,
+            })
+            .collect(),
+        node_groups: config.node_groups(),
+        default_partitions: config.cluster.partitions_per_table,
+        lock_wait_timeout_ms: config.cluster.lock_wait_timeout_ms,
+    };
+    let mgmd = Arc::new(Mgmd {
+        config,
+        state: Mutex::new(State {
+            layout,
+            tables: Vec::new(),
+            next_table_id: 1,
+            links: HashMap::new(),
+            registering: HashSet::new(),
+            next_generation: 1,
+        }),
+        schema_lock: tokio::sync::Mutex::new(()),
+        shutdown: Notify::new(),
+    });
+    if let Some(path) = &opts.ready_file {
+        std::fs::write(path, &address)
+            .map_err(|e| DbError::io(&format!("writing {}", path.display()), e))?;
+    }
+    log("mgmd", format!("management server listening on {address}"));
+    println!("mgmd listening on {address}");
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| DbError::io("installing the SIGTERM handler", e))?;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let m = mgmd.clone();
+                    tokio::spawn(async move { m.serve(stream).await });
+                }
+                Err(e) => {
+                    log("mgmd", format!("accept failed: {e}"));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = mgmd.shutdown.notified() => {
+                log("mgmd", "shutdown requested; stopping");
+                break;
+            }
+            _ = sigterm.recv() => {
+                log("mgmd", "SIGTERM received; stopping");
+                break;
+            }
+            _ = tokio::signal::ctrl_c() => {
+                log("mgmd", "interrupted; stopping");
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Mgmd {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug that already stopped a task;
+        // the state itself stays consistent (every update is a single step).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn serve(self: Arc<Self>, stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let (r, mut w) = stream.into_split();
+        let mut reader = FrameReader::new(r, self.config.cluster.max_frame_bytes);
+        loop {
+            let (id, request) = match reader.next().await {
+                Ok(Some((id, body))) => match proto::decode_body::<MgmRequest>(body) {
+                    Ok(req) => (id, req),
+                    Err(e) => {
+                        let _ = w.write_all(&proto::frame(id, &MgmResponse::Error(e))).await;
+                        continue;
+                    }
+                },
+                Ok(None) => return,
+                Err(FrameError::TooLarge {
+                    request_id,
+                    len,
+                    max,
+                }) => {
+                    let e = DbError::new(
+                        ErrorCode::FrameTooLarge,
+                        format!("request of {len} bytes exceeds the {max}-byte limit"),
+                    );
+                    let _ = w
+                        .write_all(&proto::frame(request_id, &MgmResponse::Error(e)))
+                        .await;
+                    return;
+                }
+                Err(FrameError::Io(_)) => return,
+            };
+            if let MgmRequest::RegisterDataNode {
+                node_id,
+                pid,
+                protocol,
+            } = request
+            {
+                // The connection now belongs to the data node's lifecycle.
+                self.register(id, node_id, pid, protocol, reader, w).await;
+                return;
+            }
+            let shutdown = matches!(request, MgmRequest::Shutdown);
+            let response = match self.handle(request).await {
+                Ok(r) => r,
+                Err(e) => MgmResponse::Error(e),
+            };
+            if w.write_all(&proto::frame(id, &response)).await.is_err() {
+                return;
+            }
+            if shutdown {
+                self.shutdown.notify_one();
+                return;
+            }
+        }
+    }
+
+    async fn handle(&self, request: MgmRequest) -> Result<MgmResponse> {
+        match request {
+            MgmRequest::GetLayout => Ok(MgmResponse::Layout(self.lock().layout.clone())),
+            MgmRequest::ListTables => Ok(MgmResponse::Tables(self.lock().tables.clone())),
+            MgmRequest::GetTable { database, name } => {
+                self.find_table(&database, &name).map(MgmResponse::Table)
+            }
+            MgmRequest::CreateTable(spec) => self.create_table(spec).await.map(MgmResponse::Table),
+            MgmRequest::DropTable { database, name } => {
+                let _guard = self.schema_lock.lock().await;
+                let def = self.find_table(&database, &name)?;
+                self.apply_everywhere(SchemaChange::DropTable(def.id))
+                    .await?;
+                self.lock().tables.retain(|t| t.id != def.id);
+                log("mgmd", format!("dropped table {}", def.qualified_name()));
+                Ok(MgmResponse::Done)
+            }
+            MgmRequest::CreateIndex {
+                database,
+                table,
+                index,
+                columns,
+            } => {
+                let _guard = self.schema_lock.lock().await;
+                let def = self
+                    .find_table(&database, &table)?
+                    .with_index(&index, &columns)?;
+                self.alter(def).await.map(MgmResponse::Table)
+            }
+            MgmRequest::DropIndex {
+                database,
+                table,
+                index,
+            } => {
+                let _guard = self.schema_lock.lock().await;
+                let def = self.find_table(&database, &table)?.without_index(&index)?;
+                self.alter(def).await.map(MgmResponse::Table)
+            }
+            MgmRequest::Shutdown => {
+                let links: Vec<_> = self
+                    .lock()
+                    .links
+                    .values()
+                    .map(|l| l.commands.clone())
+                    .collect();
+                for link in links {
+                    let (tx, rx) = oneshot::channel();
+                    if link.send((NodeCommand::Stop, tx)).is_ok() {
+                        let _ = tokio::time::timeout(Duration::from_secs(5), rx).await;
+                    }
+                }
+                Ok(MgmResponse::Done)
+            }
+            MgmRequest::RegisterDataNode { .. } | MgmRequest::DataNodeStarted { .. } => {
+                Err(DbError::bad_request(
+                    "data-node registration must be the first request on its connection",
+                ))
+            }
+        }
+    }
+
+    fn find_table(&self, database: &str, name: &str) -> Result<TableDef> {
+        self.lock()
+            .tables
+            .iter()
+            .find(|t| t.database == database && t.name == name)
+            .cloned()
+            .ok_or_else(|| {
+                DbError::new(
+                    ErrorCode::UnknownTable,
+                    format!("table {database}.{name} does not exist"),
+                )
+            })
+    }
+
+    async fn create_table(&self, spec: TableSpec) -> Result<TableDef> {
+        let _guard = self.schema_lock.lock().await;
+        let (id, partitions) = {
+            let state = self.lock();
+            if let Some(missing) = state
+                .layout
+                .datanodes
+                .iter()
+                .find(|d| d.status != NodeStatus::Started)
+            {
+                return Err(DbError::new(
+                    ErrorCode::ClusterNotReady,
+                    format!("data node {} is not started; tables can be created once every data node is up", missing.node_id),
+                ));
+            }
+            if state
+                .tables
+                .iter()
+                .any(|t| t.database == spec.database && t.name == spec.name)
+            {
+                return Err(DbError::new(
+                    ErrorCode::TableExists,
+                    format!("table {}.{} already exists", spec.database, spec.name),
+                ));
+            }
+            let partitions = if spec.partitions > 0 {
+                spec.partitions
+            } else if self.config.cluster.partitions_per_table > 0 {
+                self.config.cluster.partitions_per_table
+            } else {
+                // Enough partitions that every shard of every node holds several.
+                let shards: usize = state
+                    .layout
+                    .datanodes
+                    .iter()
+                    .map(|d| d.shards.len().max(1))
+                    .sum();
+                (2 * shards as u32).max(8)
+            };
+            (state.next_table_id, partitions)
+        };
+        let def = TableDef::from_spec(&spec, id, partitions)?;
+        if let Err(e) = self
+            .apply_everywhere(SchemaChange::CreateTable(def.clone()))
+            .await
+        {
+            let _ = self.apply_everywhere(SchemaChange::DropTable(def.id)).await;
+            return Err(e);
+        }
+        let mut state = self.lock();
+        state.next_table_id += 1;
+        state.tables.push(def.clone());
+        drop(state);
+        log(
+            "mgmd",
+            format!(
+                "created table {} (id {}, {} partitions)",
+                def.qualified_name(),
+                def.id,
+                def.partitions
+            ),
+        );
+        Ok(def)
+    }
+
+    async fn alter(&self, def: TableDef) -> Result<TableDef> {
+        self.apply_everywhere(SchemaChange::AlterTable(def.clone()))
+            .await?;
+        let mut state = self.lock();
+        if let Some(t) = state.tables.iter_mut().find(|t| t.id == def.id) {
+            *t = def.clone();
+        }
+        Ok(def)
+    }
+
+    /// Sends a command to every started data node and waits for all answers.
+    async fn send_all(&self, command: NodeCommand) -> Vec<(NodeId, Result<NodeReply>)> {
+        let links: Vec<(NodeId, mpsc::UnboundedSender<Command>)> = self
+            .lock()
+            .links
+            .iter()
+            .map(|(id, l)| (*id, l.commands.clone()))
+            .collect();
+        let mut waits = Vec::new();
+        for (node, link) in links {
+            let (tx, rx) = oneshot::channel();
+            if link.send((command.clone(), tx)).is_ok() {
+                waits.push((node, rx));
+            }
+        }
+        let mut results = Vec::new();
+        for (node, rx) in waits {
+            let r = match tokio::time::timeout(NODE_COMMAND_TIMEOUT, rx).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(DbError::new(
+                    ErrorCode::NodeUnavailable,
+                    format!("data node {node} disconnected"),
+                )),
+                Err(_) => Err(DbError::new(
+                    ErrorCode::Timeout,
+                    format!("data node {node} did not answer within {NODE_COMMAND_TIMEOUT:?}"),
+                )),
+            };
+            results.push((node, r));
+        }
+        results
+    }
+
+    async fn apply_everywhere(&self, change: SchemaChange) -> Result<()> {
+        for (node, result) in self.send_all(NodeCommand::ApplySchema(change)).await {
+            match result {
+                Ok(NodeReply::Done) => {}
+                Ok(NodeReply::Error(e)) | Err(e) => {
+                    return Err(DbError::new(
+                        e.code,
+                        format!(
+                            "data node {node} could not apply the schema change: {}",
+                            e.message
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn broadcast_layout(&self) {
+        let (layout, links) = {
+            let state = self.lock();
+            (
+                state.layout.clone(),
+                state
+                    .links
+                    .values()
+                    .map(|l| l.commands.clone())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        for link in links {
+            let (tx, _rx) = oneshot::channel();
+            let _ = link.send((NodeCommand::SetLayout(layout.clone()), tx));
+        }
+    }
+
+    async fn register(
+        self: Arc<Self>,
+        request_id: u64,
+        wanted: Option<NodeId>,
+        pid: u32,
+        protocol: u32,
+        reader: FrameReader<tokio::net::tcp::OwnedReadHalf>,
+        mut w: tokio::net::tcp::OwnedWriteHalf,
+    ) {
+        let assigned = self.assign_node_id(wanted, protocol);
+        let node_id = match assigned {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = w
+                    .write_all(&proto::frame(request_id, &MgmResponse::Error(e)))
+                    .await;
+                return;
+            }
+        };
+        let section = self
+            .config
+            .datanodes
+            .iter()
+            .find(|d| d.node_id == node_id)
+            .cloned();
+        let Some(section) = section else {
+            self.lock().registering.remove(&node_id);
+            return;
+        };
+        let threads = section
+            .threads
+            .unwrap_or(self.config.datanode_defaults.threads);
+        let reply = MgmResponse::Registered {
+            node_id,
+            host: section.host.clone(),
+            port: section.port,
+            threads,
+        };
+        if w.write_all(&proto::frame(request_id, &reply))
+            .await
+            .is_err()
+        {
+            self.lock().registering.remove(&node_id);
+            return;
+        }
+        let mut conn = RpcConn::from_parts(
+            reader,
+            w,
+            &format!("data node {node_id}"),
+            NODE_COMMAND_TIMEOUT,
+        );
+        let started =
+            tokio::time::timeout(Duration::from_secs(60), conn.receive::<MgmRequest>()).await;
+        let (id, shards) = match started {
+            Ok(Ok(Some((id, MgmRequest::DataNodeStarted { node_id: n, shards }))))
+                if n == node_id && !shards.is_empty() =>
+            {
+                (id, shards)
+            }
+            _ => {
+                log(
+                    "mgmd",
+                    format!(
+                        "data node {node_id} registered but did not start; releasing its node id"
+                    ),
+                );
+                self.lock().registering.remove(&node_id);
+                return;
+            }
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel::<Command>();
+        let generation = {
+            let mut state = self.lock();
+            state.registering.remove(&node_id);
+            let generation = state.next_generation;
+            state.next_generation += 1;
+            state.links.insert(
+                node_id,
+                NodeLink {
+                    commands: tx,
+                    generation,
+                },
+            );
+            if let Some(d) = state
+                .layout
+                .datanodes
+                .iter_mut()
+                .find(|d| d.node_id == node_id)
+            {
+                d.status = NodeStatus::Started;
+                d.shards = shards.clone();
+                d.pid = pid;
+            }
+            state.layout.version += 1;
+            generation
+        };
+        // The node learns the layout and tables in the answer; others by broadcast.
+        let (layout, tables) = {
+            let state = self.lock();
+            (state.layout.clone(), state.tables.clone())
+        };
+        if conn
+            .send_with_id(id, &MgmResponse::Started { layout, tables })
+            .await
+            .is_err()
+        {
+            self.node_lost(node_id, generation);
+            return;
+        }
+        log(
+            "mgmd",
+            format!(
+                "data node {node_id} started (pid {pid}, shards {})",
+                shards.join(", ")
+            ),
+        );
+        self.broadcast_layout();
+        // Serve commands to this node until its connection breaks.
+        while let Some((command, reply)) = rx.recv().await {
+            let answer = conn.call::<NodeCommand, NodeReply>(&command).await;
+            let failed = answer.is_err();
+            let _ = reply.send(answer);
+            if failed {
+                break;
+            }
+        }
+        self.node_lost(node_id, generation);
+    }
+
+    fn assign_node_id(&self, wanted: Option<NodeId>, protocol: u32) -> Result<NodeId> {
+        if protocol != PROTOCOL_VERSION {
+            return Err(DbError::bad_request(format!("data node speaks protocol {protocol}; this management server speaks {PROTOCOL_VERSION}")));
+        }
+        let mut state = self.lock();
+        let free = |state: &State, id: NodeId| {
+            state
+                .layout
+                .datanode(id)
+                .is_some_and(|d| d.status == NodeStatus::NotStarted)
+                && !state.registering.contains(&id)
+        };
+        let id = match wanted {
+            Some(id) => {
+                if state.layout.datanode(id).is_none() {
+                    return Err(DbError::bad_request(format!(
+                        "node id {id} is not a data node in the cluster configuration"
+                    )));
+                }
+                if !free(&state, id) {
+                    return Err(DbError::bad_request(format!(
+                        "data node {id} is already started"
+                    )));
+                }
+                id
+            }
+            None => {
+                let ids: Vec<NodeId> = state.layout.datanodes.iter().map(|d| d.node_id).collect();
+                ids.into_iter().find(|&id| free(&state, id)).ok_or_else(|| {
+                    DbError::bad_request("every data node in the cluster configuration is already started; add a [[datanode]] section")
+                })?
+            }
+        };
+        state.registering.insert(id);
+        Ok(id)
+    }
+
+    fn node_lost(&self, node_id: NodeId, generation: u64) {
+        {
+            let mut state = self.lock();
+            if state.links.get(&node_id).map(|l| l.generation) != Some(generation) {
+                return;
+            }
+            state.links.remove(&node_id);
+            if let Some(d) = state
+                .layout
+                .datanodes
+                .iter_mut()
+                .find(|d| d.node_id == node_id)
+            {
+                d.status = NodeStatus::NotStarted;
+                d.shards.clear();
+                d.pid = 0;
+            }
+            state.layout.version += 1;
+        }
+        log("mgmd", format!("data node {node_id} disconnected"));
+        self.broadcast_layout();
+    }
+}

@@ -1,0 +1,399 @@
+//! Runs one shard on its own thread with a single-threaded tokio runtime.
+//!
+//! Everything the shard touches lives on that thread: the state machine, the
+//! accepted client and peer connections and the outgoing peer links. A
+//! request is decoded, executed and answered without crossing threads; the
+//! answers are queued to per-connection writer tasks which put everything
+//! queued during one turn into a single write.
+
+use latsdb_cluster::{ConnId, Outbox, Shard, ShardConfig};
+use latsdb_net::{write_frames, FrameError, FrameReader};
+use latsdb_types::proto::{
+    self, ClientRequest, ClientResponse, ClusterLayout, Hello, PeerMsg, SchemaChange, ShardAddr,
+    PROTOCOL_VERSION,
+};
+use latsdb_types::{DbError, ErrorCode, Result};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::spawn_local;
+
+/// Interval of the shard's timer (lock-wait timeouts are checked on it).
+const TICK: Duration = Duration::from_millis(10);
+
+pub enum Control {
+    Schema(SchemaChange, oneshot::Sender<Result<()>>),
+    Layout(ClusterLayout),
+    /// Answers (rows, open coordinated transactions, participating transactions, locked rows).
+    Stats(oneshot::Sender<(usize, usize, usize, usize)>),
+    Stop,
+}
+
+pub struct ShardHandle {
+    pub me: ShardAddr,
+    pub address: String,
+    pub control: mpsc::UnboundedSender<Control>,
+    pub thread: std::thread::JoinHandle<()>,
+}
+
+struct Host {
+    me: ShardAddr,
+    shard: RefCell<Shard>,
+    layout: RefCell<ClusterLayout>,
+    conns: RefCell<HashMap<ConnId, mpsc::UnboundedSender<Vec<u8>>>>,
+    peers: RefCell<HashMap<ShardAddr, mpsc::UnboundedSender<Vec<u8>>>>,
+    next_conn: Cell<ConnId>,
+    epoch: Instant,
+    max_frame: usize,
+}
+
+impl Host {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    fn dispatch(self: &Rc<Self>, out: &mut Outbox) {
+        if !out.client.is_empty() {
+            let conns = self.conns.borrow();
+            for (conn, req_id, response) in out.client.drain(..) {
+                // A closed connection's answers are dropped: nobody waits for them.
+                if let Some(tx) = conns.get(&conn) {
+                    let _ = tx.send(proto::frame(req_id, &response));
+                }
+            }
+        }
+        for (to, msg) in out.peer.drain(..) {
+            let frame = proto::frame(0, &msg);
+            let sender = self.peer_sender(to);
+            if sender.send(frame).is_err() {
+                self.peers.borrow_mut().remove(&to);
+            }
+        }
+    }
+
+    fn peer_sender(self: &Rc<Self>, to: ShardAddr) -> mpsc::UnboundedSender<Vec<u8>> {
+        if let Some(tx) = self.peers.borrow().get(&to) {
+            if !tx.is_closed() {
+                return tx.clone();
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.peers.borrow_mut().insert(to, tx.clone());
+        spawn_local(peer_link(self.clone(), to, rx));
+        tx
+    }
+}
+
+/// Binds a shard's listener and starts its thread.
+pub fn spawn_shard(
+    cfg: ShardConfig,
+    host: &str,
+    port: u16,
+    layout: ClusterLayout,
+    max_frame: usize,
+) -> Result<ShardHandle> {
+    let listener = std::net::TcpListener::bind((host, port)).map_err(|e| {
+        DbError::new(ErrorCode::Io, format!("shard {} cannot listen on {host}:{port}: {e}; choose another port in the configuration", cfg.me))
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| DbError::io("set_nonblocking", e))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| DbError::io("local_addr", e))?
+        .to_string();
+    let (control, control_rx) = mpsc::unbounded_channel();
+    let me = cfg.me;
+    let thread = std::thread::Builder::new()
+        .name(format!("shard-{me}"))
+        .spawn(move || run_shard(cfg, listener, layout, max_frame, control_rx))
+        .map_err(|e| DbError::io("spawning a shard thread", e))?;
+    Ok(ShardHandle {
+        me,
+        address,
+        control,
+        thread,
+    })
+}
+
+fn run_shard(
+    cfg: ShardConfig,
+    listener: std::net::TcpListener,
+    layout: ClusterLayout,
+    max_frame: usize,
+    mut control: mpsc::UnboundedReceiver<Control>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            crate::log(
+                "datanode",
+                format!("shard {}: cannot start its runtime: {e}", cfg.me),
+            );
+            std::process::exit(1);
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async move {
+        let host = Rc::new(Host {
+            me: cfg.me,
+            shard: RefCell::new(Shard::new(cfg, layout.clone())),
+            layout: RefCell::new(layout),
+            conns: RefCell::new(HashMap::new()),
+            peers: RefCell::new(HashMap::new()),
+            next_conn: Cell::new(1),
+            epoch: Instant::now(),
+            max_frame,
+        });
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                crate::log(
+                    "datanode",
+                    format!("shard {}: cannot use its listener: {e}", host.me),
+                );
+                std::process::exit(1);
+            }
+        };
+        spawn_local(accept_loop(host.clone(), listener));
+        spawn_local(tick_loop(host.clone()));
+        while let Some(c) = control.recv().await {
+            match c {
+                Control::Schema(change, reply) => {
+                    let _ = reply.send(host.shard.borrow_mut().apply_schema(change));
+                }
+                Control::Layout(l) => {
+                    host.shard.borrow_mut().set_layout(l.clone());
+                    *host.layout.borrow_mut() = l;
+                }
+                Control::Stats(reply) => {
+                    let shard = host.shard.borrow();
+                    let (tc, ldm, locks) = shard.activity();
+                    let _ = reply.send((shard.row_count(), tc, ldm, locks));
+                }
+                Control::Stop => break,
+            }
+        }
+    });
+}
+
+async fn accept_loop(host: Rc<Host>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                spawn_local(serve_connection(host.clone(), stream));
+            }
+            Err(e) => {
+                // Out of file descriptors and similar: back off instead of spinning.
+                crate::log("datanode", format!("shard {}: accept failed: {e}", host.me));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn tick_loop(host: Rc<Host>) {
+    let mut interval = tokio::time::interval(TICK);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut out = Outbox::default();
+    loop {
+        interval.tick().await;
+        host.shard.borrow_mut().on_tick(host.now(), &mut out);
+        host.dispatch(&mut out);
+    }
+}
+
+fn error_frame(req_id: u64, error: DbError) -> Vec<u8> {
+    proto::frame(req_id, &ClientResponse::Error(error))
+}
+
+fn too_large(len: usize, max: usize) -> DbError {
+    DbError::new(
+        ErrorCode::FrameTooLarge,
+        format!("request of {len} bytes exceeds the {max}-byte frame limit (cluster.max_frame_bytes); split it into smaller batches. The connection is closed."),
+    )
+}
+
+async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (r, w) = stream.into_split();
+    let mut reader = FrameReader::new(r, host.max_frame);
+    let (tx, rx) = mpsc::unbounded_channel();
+    spawn_local(write_frames(w, rx));
+    let (req_id, hello) = match reader.next().await {
+        Ok(Some((id, body))) => match proto::decode_body::<Hello>(body) {
+            Ok(h) => (id, h),
+            Err(e) => {
+                let _ = tx.send(error_frame(
+                    id,
+                    DbError::malformed(format!("the first message must be a Hello: {}", e.message)),
+                ));
+                return;
+            }
+        },
+        Ok(None) => return,
+        Err(FrameError::TooLarge {
+            request_id,
+            len,
+            max,
+        }) => {
+            let _ = tx.send(error_frame(request_id, too_large(len, max)));
+            return;
+        }
+        Err(FrameError::Io(_)) => return,
+    };
+    match hello {
+        Hello::Client { protocol, .. } | Hello::Peer { protocol, .. }
+            if protocol != PROTOCOL_VERSION =>
+        {
+            let e = DbError::bad_request(format!(
+                "protocol version {protocol} is not supported; this node speaks {PROTOCOL_VERSION}"
+            ));
+            let _ = tx.send(error_frame(req_id, e));
+        }
+        Hello::Client { .. } => {
+            let conn = host.next_conn.get();
+            host.next_conn.set(conn + 1);
+            host.conns.borrow_mut().insert(conn, tx.clone());
+            let _ = tx.send(proto::frame(
+                req_id,
+                &ClientResponse::Hello { shard: host.me },
+            ));
+            client_loop(&host, conn, &mut reader, &tx).await;
+            host.conns.borrow_mut().remove(&conn);
+            let mut out = Outbox::default();
+            host.shard
+                .borrow_mut()
+                .on_disconnect(conn, host.now(), &mut out);
+            host.dispatch(&mut out);
+        }
+        Hello::Peer { from, .. } => peer_loop(&host, from, &mut reader).await,
+    }
+}
+
+async fn client_loop(
+    host: &Rc<Host>,
+    conn: ConnId,
+    reader: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
+    tx: &mpsc::UnboundedSender<Vec<u8>>,
+) {
+    let mut out = Outbox::default();
+    loop {
+        match reader.next().await {
+            Ok(Some((req_id, body))) => match proto::decode_body::<ClientRequest>(body) {
+                Ok(request) => {
+                    host.shard
+                        .borrow_mut()
+                        .on_client(conn, req_id, request, host.now(), &mut out);
+                    host.dispatch(&mut out);
+                }
+                Err(e) => {
+                    let _ = tx.send(error_frame(req_id, e));
+                }
+            },
+            Ok(None) => return,
+            Err(FrameError::TooLarge {
+                request_id,
+                len,
+                max,
+            }) => {
+                let _ = tx.send(error_frame(request_id, too_large(len, max)));
+                return;
+            }
+            Err(FrameError::Io(_)) => return,
+        }
+    }
+}
+
+async fn peer_loop(
+    host: &Rc<Host>,
+    from: ShardAddr,
+    reader: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
+) {
+    let mut out = Outbox::default();
+    loop {
+        match reader.next().await {
+            Ok(Some((_, body))) => {
+                match proto::decode_body::<PeerMsg>(body) {
+                    Ok(msg) => {
+                        host.shard
+                            .borrow_mut()
+                            .on_peer(from, msg, host.now(), &mut out);
+                        host.dispatch(&mut out);
+                    }
+                    Err(e) => {
+                        crate::log("datanode", format!("shard {}: undecodable message from peer {from}: {}; closing the link", host.me, e.message));
+                        return;
+                    }
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                crate::log(
+                    "datanode",
+                    format!("shard {}: link from peer {from} failed: {e}", host.me),
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Outgoing link to another shard: connects (retrying for a while), says
+/// Hello, then writes queued messages.
+async fn peer_link(host: Rc<Host>, to: ShardAddr, rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut attempts = 0;
+    let stream = loop {
+        let address = host
+            .layout
+            .borrow()
+            .shard_address(to)
+            .map(|s| s.to_string());
+        if let Some(address) = address {
+            match latsdb_net::connect(&address, Duration::from_secs(2)).await {
+                Ok(s) => break s,
+                Err(e) if attempts >= 25 => {
+                    crate::log(
+                        "datanode",
+                        format!("shard {}: giving up on peer {to}: {e}", host.me),
+                    );
+                    host.peers.borrow_mut().remove(&to);
+                    return;
+                }
+                Err(_) => {}
+            }
+        } else if attempts >= 25 {
+            crate::log(
+                "datanode",
+                format!("shard {}: peer {to} is not in the cluster layout", host.me),
+            );
+            host.peers.borrow_mut().remove(&to);
+            return;
+        }
+        attempts += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (_r, mut w) = stream.into_split();
+    let hello = proto::frame(
+        0,
+        &Hello::Peer {
+            protocol: PROTOCOL_VERSION,
+            from: host.me,
+        },
+    );
+    if tokio::io::AsyncWriteExt::write_all(&mut w, &hello)
+        .await
+        .is_err()
+    {
+        host.peers.borrow_mut().remove(&to);
+        return;
+    }
+    write_frames(w, rx).await;
+    host.peers.borrow_mut().remove(&to);
+}
