@@ -1,0 +1,339 @@
+//! The native async client of latsdb (the role of NDB's NDB API).
+//!
+//! ```no_run
+//! # async fn demo() -> latsdb_types::Result<()> {
+//! use latsdb_client::{Client, Op};
+//! use latsdb_types::{ColumnDef, ColumnType, IntWidth, TableSpec, Value};
+//! let client = Client::connect("127.0.0.1:1186").await?;
+//! let users = client
+//!     .create_table(TableSpec::new("app", "users")
+//!         .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+//!         .column(ColumnDef::new("name", ColumnType::VarChar(64)))
+//!         .primary_key(&["id"]))
+//!     .await?;
+//! client.batch(vec![Op::insert(&users, vec![Value::Int(1), Value::Str("ada".into())])?]).await?;
+//! let found = client.get(&users, &[Value::Int(1)]).await?;
+//! assert_eq!(found.unwrap().get_by_name("name")?, Value::Str("ada".into()));
+//! # Ok(()) }
+//! ```
+//!
+//! The client learns the cluster layout and table definitions from the
+//! management server and then talks to data-node shards directly: every key
+//! operation goes to the shard holding its partition, a batch of independent
+//! operations is split per shard and sent in one round trip to each, and all
+//! shards are asked in parallel.
+
+mod conn;
+mod ops;
+mod scan;
+mod tx;
+
+pub use ops::{Op, Outcome, Row};
+pub use scan::Scan;
+pub use tx::Transaction;
+
+pub use latsdb_types::expr::{Aggregate, ArithOp, CmpOp, Expr};
+pub use latsdb_types::proto::LockMode;
+pub use latsdb_types::{DbError, ErrorCode, Result, Value};
+
+use conn::ShardConn;
+use latsdb_net::RpcConn;
+use latsdb_types::proto::{ClientRequest, ClientResponse, ClusterLayout, MgmRequest, MgmResponse, NodeStatus, ShardAddr};
+use latsdb_types::row::RowLayout;
+use latsdb_types::schema::{ColumnId, TableDef, TableSpec};
+use latsdb_types::TableMeta;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    pub name: String,
+    pub connect_timeout: Duration,
+    /// Longest wait for one answer from a data node.
+    pub request_timeout: Duration,
+    /// How long `connect` waits for every data node to be started.
+    pub wait_for_cluster: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            name: "latsdb-client".into(),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            wait_for_cluster: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A table definition as the client uses it.
+#[derive(Debug)]
+pub struct Table {
+    pub meta: TableMeta,
+    pub(crate) layout: Arc<RowLayout>,
+}
+
+impl Table {
+    fn new(def: TableDef) -> Arc<Table> {
+        let meta = TableMeta::new(def);
+        let layout = Arc::new(meta.layout.clone());
+        Arc::new(Table { meta, layout })
+    }
+
+    pub fn def(&self) -> &TableDef {
+        &self.meta.def
+    }
+
+    pub fn column(&self, name: &str) -> Result<ColumnId> {
+        self.meta.def.column_id(name)
+    }
+
+    /// A column reference for filters and update expressions.
+    pub fn col(&self, name: &str) -> Result<Expr> {
+        Ok(Expr::Column(self.column(name)?))
+    }
+}
+
+struct Inner {
+    mgmd: String,
+    opts: ClientOptions,
+    layout: RwLock<Arc<ClusterLayout>>,
+    conns: Mutex<HashMap<ShardAddr, Arc<ShardConn>>>,
+    connecting: tokio::sync::Mutex<()>,
+    tables: RwLock<HashMap<(String, String), Arc<Table>>>,
+    mgm: tokio::sync::Mutex<Option<RpcConn>>,
+}
+
+/// A handle to a latsdb cluster; cheap to clone and share between tasks.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+fn unexpected(what: &str, got: MgmResponse) -> DbError {
+    match got {
+        MgmResponse::Error(e) => e,
+        other => DbError::internal(format!("the management server answered {what} with {other:?}")),
+    }
+}
+
+impl Client {
+    /// Connects through the management server at `mgmd` ("host:port") and
+    /// waits until every data node is started.
+    pub async fn connect(mgmd: &str) -> Result<Client> {
+        Self::connect_with(mgmd, ClientOptions::default()).await
+    }
+
+    pub async fn connect_with(mgmd: &str, opts: ClientOptions) -> Result<Client> {
+        let mut mgm = RpcConn::connect(mgmd, opts.connect_timeout).await.map_err(|e| {
+            DbError::new(e.code, format!("{}; is the management server running at {mgmd}?", e.message))
+        })?;
+        let deadline = tokio::time::Instant::now() + opts.wait_for_cluster;
+        let layout = loop {
+            let layout = match mgm.call::<_, MgmResponse>(&MgmRequest::GetLayout).await? {
+                MgmResponse::Layout(l) => l,
+                other => return Err(unexpected("GetLayout", other)),
+            };
+            if layout.all_started() {
+                break layout;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let missing: Vec<String> =
+                    layout.datanodes.iter().filter(|d| d.status != NodeStatus::Started).map(|d| d.node_id.to_string()).collect();
+                return Err(DbError::new(
+                    latsdb_types::ErrorCode::ClusterNotReady,
+                    format!("data node(s) {} did not start within {:?}", missing.join(", "), opts.wait_for_cluster),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                mgmd: mgmd.to_string(),
+                opts,
+                layout: RwLock::new(Arc::new(layout)),
+                conns: Mutex::new(HashMap::new()),
+                connecting: tokio::sync::Mutex::new(()),
+                tables: RwLock::new(HashMap::new()),
+                mgm: tokio::sync::Mutex::new(Some(mgm)),
+            }),
+        })
+    }
+
+    pub fn layout(&self) -> Arc<ClusterLayout> {
+        self.inner.layout.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Fetches the current layout from the management server.
+    pub async fn refresh_layout(&self) -> Result<Arc<ClusterLayout>> {
+        let layout = match self.mgm(MgmRequest::GetLayout).await? {
+            MgmResponse::Layout(l) => Arc::new(l),
+            other => return Err(unexpected("GetLayout", other)),
+        };
+        *self.inner.layout.write().unwrap_or_else(|p| p.into_inner()) = layout.clone();
+        Ok(layout)
+    }
+
+    async fn mgm(&self, request: MgmRequest) -> Result<MgmResponse> {
+        let mut guard = self.inner.mgm.lock().await;
+        for attempt in 0..2 {
+            if guard.is_none() {
+                *guard = Some(RpcConn::connect(&self.inner.mgmd, self.inner.opts.connect_timeout).await?);
+            }
+            let conn = guard.as_mut().expect("connected above");
+            match conn.call::<_, MgmResponse>(&request).await {
+                Err(e) if e.code == latsdb_types::ErrorCode::NodeUnavailable && attempt == 0 => *guard = None,
+                other => return other,
+            }
+        }
+        unreachable!("the loop returns on its second attempt")
+    }
+
+    pub async fn create_table(&self, spec: TableSpec) -> Result<Arc<Table>> {
+        match self.mgm(MgmRequest::CreateTable(spec)).await? {
+            MgmResponse::Table(def) => Ok(self.cache_table(def)),
+            other => Err(unexpected("CreateTable", other)),
+        }
+    }
+
+    pub async fn drop_table(&self, database: &str, name: &str) -> Result<()> {
+        let request = MgmRequest::DropTable { database: database.into(), name: name.into() };
+        self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).remove(&(database.to_string(), name.to_string()));
+        match self.mgm(request).await? {
+            MgmResponse::Done => Ok(()),
+            other => Err(unexpected("DropTable", other)),
+        }
+    }
+
+    /// The table's definition, from the cache or the management server.
+    pub async fn table(&self, database: &str, name: &str) -> Result<Arc<Table>> {
+        let key = (database.to_string(), name.to_string());
+        if let Some(t) = self.inner.tables.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(t.clone());
+        }
+        self.refresh_table(database, name).await
+    }
+
+    /// Re-reads a table's definition (after `SchemaVersionMismatch`).
+    pub async fn refresh_table(&self, database: &str, name: &str) -> Result<Arc<Table>> {
+        match self.mgm(MgmRequest::GetTable { database: database.into(), name: name.into() }).await? {
+            MgmResponse::Table(def) => Ok(self.cache_table(def)),
+            other => Err(unexpected("GetTable", other)),
+        }
+    }
+
+    pub async fn list_tables(&self) -> Result<Vec<TableDef>> {
+        match self.mgm(MgmRequest::ListTables).await? {
+            MgmResponse::Tables(t) => Ok(t),
+            other => Err(unexpected("ListTables", other)),
+        }
+    }
+
+    /// Creates an ordered index and returns the table's new definition.
+    pub async fn create_index(&self, database: &str, table: &str, index: &str, columns: &[&str]) -> Result<Arc<Table>> {
+        let request = MgmRequest::CreateIndex {
+            database: database.into(),
+            table: table.into(),
+            index: index.into(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+        };
+        match self.mgm(request).await? {
+            MgmResponse::Table(def) => Ok(self.cache_table(def)),
+            other => Err(unexpected("CreateIndex", other)),
+        }
+    }
+
+    pub async fn drop_index(&self, database: &str, table: &str, index: &str) -> Result<Arc<Table>> {
+        let request = MgmRequest::DropIndex { database: database.into(), table: table.into(), index: index.into() };
+        match self.mgm(request).await? {
+            MgmResponse::Table(def) => Ok(self.cache_table(def)),
+            other => Err(unexpected("DropIndex", other)),
+        }
+    }
+
+    fn cache_table(&self, def: TableDef) -> Arc<Table> {
+        let key = (def.database.clone(), def.name.clone());
+        let table = Table::new(def);
+        self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).insert(key, table.clone());
+        table
+    }
+
+    fn route(&self, partition: u32) -> Result<ShardAddr> {
+        self.layout().primary_of(partition).ok_or_else(|| {
+            DbError::new(latsdb_types::ErrorCode::NodeUnavailable, format!("no started data node holds partition {partition}; retry later"))
+        })
+    }
+
+    async fn shard_conn(&self, shard: ShardAddr) -> Result<Arc<ShardConn>> {
+        if let Some(c) = self.inner.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&shard) {
+            if c.is_alive() {
+                return Ok(c.clone());
+            }
+        }
+        let _guard = self.inner.connecting.lock().await;
+        if let Some(c) = self.inner.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&shard) {
+            if c.is_alive() {
+                return Ok(c.clone());
+            }
+        }
+        let address = self.layout().shard_address(shard).map(|s| s.to_string()).ok_or_else(|| {
+            DbError::new(latsdb_types::ErrorCode::NodeUnavailable, format!("shard {shard} is not in the cluster layout"))
+        })?;
+        let conn = ShardConn::open(shard, &address, &self.inner.opts).await?;
+        self.inner.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(shard, conn.clone());
+        Ok(conn)
+    }
+
+    /// Sends a request without waiting; `finish` waits for its answer.
+    pub(crate) async fn start(&self, shard: ShardAddr, request: &ClientRequest) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
+        let conn = self.shard_conn(shard).await?;
+        conn.send(request)
+    }
+
+    pub(crate) async fn finish(&self, rx: oneshot::Receiver<Result<ClientResponse>>) -> Result<ClientResponse> {
+        let timeout = self.inner.opts.request_timeout;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(DbError::new(latsdb_types::ErrorCode::NodeUnavailable, "the connection to the data node closed")),
+            Err(_) => Err(DbError::new(latsdb_types::ErrorCode::Timeout, format!("no answer from the data node within {timeout:?}"))),
+        }
+    }
+
+    pub(crate) async fn call(&self, shard: ShardAddr, request: &ClientRequest) -> Result<ClientResponse> {
+        let rx = self.start(shard, request).await?;
+        self.finish(rx).await
+    }
+
+    /// Round trip to every shard (a liveness check).
+    pub async fn ping(&self) -> Result<()> {
+        let layout = self.layout();
+        for node in &layout.datanodes {
+            for shard in 0..node.shards.len() {
+                let addr = ShardAddr { node: node.node_id, shard: shard as u16 };
+                match self.call(addr, &ClientRequest::Ping).await? {
+                    ClientResponse::Pong => {}
+                    other => return Err(DbError::internal(format!("shard {addr} answered a ping with {other:?}"))),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a transaction; it runs at a coordinator chosen by its first operation.
+    pub fn transaction(&self) -> Transaction {
+        Transaction::new(self.clone())
+    }
+
+    /// Reads one row by primary key (read-committed).
+    pub async fn get(&self, table: &Arc<Table>, key: &[Value]) -> Result<Option<Row>> {
+        let op = Op::read(table, key)?;
+        match self.batch(vec![op]).await?.pop() {
+            Some(Ok(Outcome::Row(row))) => Ok(Some(row)),
+            Some(Ok(_)) => Ok(None),
+            Some(Err(e)) => Err(e),
+            None => Err(DbError::internal("a batch of one operation returned no result")),
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Single-row operations by primary key, their outcomes, and batches of
+//! independent operations.
+
+use crate::{Client, Table};
+use latsdb_types::expr::Expr;
+use latsdb_types::proto::{ClientRequest, ClientResponse, KeyOp, LockMode, OpKind, OpResult, ShardAddr};
+use latsdb_types::row::RowLayout;
+use latsdb_types::schema::ColumnId;
+use latsdb_types::{DbError, ErrorCode, Result, Value};
+use std::sync::Arc;
+
+/// A single-row operation, built against a table definition.
+#[derive(Clone, Debug)]
+pub struct Op {
+    pub(crate) op: KeyOp,
+    /// Layout of the row a read returns.
+    pub(crate) layout: Arc<RowLayout>,
+}
+
+impl Op {
+    fn new(table: &Arc<Table>, key: Vec<u8>, kind: OpKind) -> Op {
+        let partition = table.meta.partition_of(&key);
+        Op {
+            op: KeyOp { table: table.def().id, table_version: table.def().version, partition, key, kind, projection: None },
+            layout: table.layout.clone(),
+        }
+    }
+
+    /// Read-committed read by primary key (values in key-column order).
+    pub fn read(table: &Arc<Table>, key: &[Value]) -> Result<Op> {
+        Self::read_locked(table, key, LockMode::Committed)
+    }
+
+    /// Read taking a shared or exclusive row lock (inside a transaction the
+    /// lock is held until commit or abort).
+    pub fn read_locked(table: &Arc<Table>, key: &[Value], lock: LockMode) -> Result<Op> {
+        Ok(Self::new(table, table.meta.encode_key(key)?, OpKind::Read { lock }))
+    }
+
+    /// Inserts a full row given in column order; fails with DuplicateKey if
+    /// the key exists.
+    pub fn insert(table: &Arc<Table>, row: Vec<Value>) -> Result<Op> {
+        let (key, row) = Self::keyed_row(table, row)?;
+        Ok(Self::new(table, key, OpKind::Insert { row }))
+    }
+
+    /// Inserts a row from named values; other columns take their defaults.
+    pub fn insert_named(table: &Arc<Table>, values: &[(&str, Value)]) -> Result<Op> {
+        Self::insert(table, table.meta.row_from_named(values)?)
+    }
+
+    /// Inserts or overwrites a full row.
+    pub fn upsert(table: &Arc<Table>, row: Vec<Value>) -> Result<Op> {
+        let (key, row) = Self::keyed_row(table, row)?;
+        Ok(Self::new(table, key, OpKind::Upsert { row }))
+    }
+
+    /// Sets columns to values; the outcome is NotFound if the row does not exist.
+    pub fn update(table: &Arc<Table>, key: &[Value], set: &[(&str, Value)]) -> Result<Op> {
+        let mut assignments = Vec::with_capacity(set.len());
+        for (name, value) in set {
+            let column = table.column(name)?;
+            let coerced = latsdb_types::value::coerce(value.clone(), &table.def().columns[column as usize])?;
+            assignments.push((column, Expr::Const(coerced)));
+        }
+        Self::update_expr(table, key, assignments)
+    }
+
+    /// Sets columns to expressions over the current row (`k = k + 1`),
+    /// evaluated on the data node.
+    pub fn update_expr(table: &Arc<Table>, key: &[Value], set: Vec<(ColumnId, Expr)>) -> Result<Op> {
+        for (column, expr) in &set {
+            if *column as usize >= table.def().columns.len() {
+                return Err(DbError::new(ErrorCode::UnknownColumn, format!("column number {column} does not exist")));
+            }
+            expr.validate(table.def().columns.len())?;
+        }
+        Ok(Self::new(table, table.meta.encode_key(key)?, OpKind::Update { set }))
+    }
+
+    /// Deletes by primary key; the outcome is NotFound if the row does not exist.
+    pub fn delete(table: &Arc<Table>, key: &[Value]) -> Result<Op> {
+        Ok(Self::new(table, table.meta.encode_key(key)?, OpKind::Delete))
+    }
+
+    /// Returns only the named columns (for reads).
+    pub fn columns(mut self, table: &Arc<Table>, names: &[&str]) -> Result<Op> {
+        let ids = names.iter().map(|n| table.column(n)).collect::<Result<Vec<_>>>()?;
+        self.layout = Arc::new(table.meta.layout.projection(&ids));
+        self.op.projection = Some(ids);
+        Ok(self)
+    }
+
+    pub fn partition(&self) -> u32 {
+        self.op.partition
+    }
+
+    fn keyed_row(table: &Arc<Table>, row: Vec<Value>) -> Result<(Vec<u8>, Vec<Value>)> {
+        let row = table.meta.coerce_row(row)?;
+        let key_values: Vec<Value> = table.def().primary_key.iter().map(|&c| row[c as usize].clone()).collect();
+        Ok((table.meta.encode_key(&key_values)?, row))
+    }
+}
+
+/// A row returned by a read or scan, decoded lazily.
+#[derive(Clone, Debug)]
+pub struct Row {
+    layout: Arc<RowLayout>,
+    bytes: Vec<u8>,
+}
+
+impl Row {
+    pub(crate) fn new(layout: Arc<RowLayout>, bytes: Vec<u8>) -> Result<Row> {
+        layout.validate(&bytes)?;
+        Ok(Row { layout, bytes })
+    }
+
+    /// The value of the i-th returned column.
+    pub fn get(&self, i: usize) -> Value {
+        assert!(i < self.layout.len(), "column {i} of a row with {} columns", self.layout.len());
+        self.layout.get(&self.bytes, i)
+    }
+
+    pub fn get_by_name(&self, name: &str) -> Result<Value> {
+        let i = self.layout.columns().iter().position(|c| c.name.eq_ignore_ascii_case(name)).ok_or_else(|| {
+            DbError::new(ErrorCode::UnknownColumn, format!("the row has no column '{name}'"))
+        })?;
+        Ok(self.get(i))
+    }
+
+    pub fn values(&self) -> Vec<Value> {
+        self.layout.decode(&self.bytes)
+    }
+
+    pub fn len(&self) -> usize {
+        self.layout.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layout.is_empty()
+    }
+
+    pub fn layout(&self) -> &RowLayout {
+        &self.layout
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// A read found its row.
+    Row(Row),
+    /// The row does not exist (read, update, delete).
+    NotFound,
+    /// A write took effect.
+    Done,
+}
+
+impl Outcome {
+    pub fn into_row(self) -> Option<Row> {
+        match self {
+            Outcome::Row(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+pub(crate) fn outcome(result: OpResult, layout: &Arc<RowLayout>) -> Result<Outcome> {
+    match result {
+        OpResult::Row(bytes) => Ok(Outcome::Row(Row::new(layout.clone(), bytes)?)),
+        OpResult::NotFound => Ok(Outcome::NotFound),
+        OpResult::Done => Ok(Outcome::Done),
+        OpResult::Error(e) => Err(e),
+    }
+}
+
+/// Attempts to route and resend operations that hit a stale layout.
+const STALE_LAYOUT_RETRIES: usize = 3;
+
+impl Client {
+    /// Runs independent single-row operations, each its own transaction.
+    /// They are grouped per shard and sent in one round trip to each shard,
+    /// all shards in parallel. Returns one result per operation, in order;
+    /// the outer error is only for failures that hit the whole call.
+    pub async fn batch(&self, ops: Vec<Op>) -> Result<Vec<Result<Outcome>>> {
+        let mut results: Vec<Option<Result<Outcome>>> = (0..ops.len()).map(|_| None).collect();
+        let mut todo: Vec<(usize, Op)> = ops.into_iter().enumerate().collect();
+        for attempt in 0..=STALE_LAYOUT_RETRIES {
+            let mut groups: Vec<(ShardAddr, Vec<(usize, Op)>)> = Vec::new();
+            for (i, op) in todo.drain(..) {
+                match self.route(op.op.partition) {
+                    Ok(shard) => match groups.iter_mut().find(|(s, _)| *s == shard) {
+                        Some((_, g)) => g.push((i, op)),
+                        None => groups.push((shard, vec![(i, op)])),
+                    },
+                    Err(e) => results[i] = Some(Err(e)),
+                }
+            }
+            let mut inflight = Vec::with_capacity(groups.len());
+            for (shard, group) in groups {
+                let (meta, key_ops): (Vec<(usize, Arc<RowLayout>, Op)>, Vec<KeyOp>) = group
+                    .into_iter()
+                    .map(|(i, op)| {
+                        let key_op = op.op.clone();
+                        ((i, op.layout.clone(), op), key_op)
+                    })
+                    .unzip();
+                let started = self.start(shard, &ClientRequest::Batch(key_ops)).await;
+                inflight.push((meta, started));
+            }
+            let mut stale = false;
+            for (meta, started) in inflight {
+                let answer = match started {
+                    Ok(rx) => self.finish(rx).await,
+                    Err(e) => Err(e),
+                };
+                match answer {
+                    Ok(ClientResponse::Batch(list)) if list.len() == meta.len() => {
+                        for ((i, layout, op), r) in meta.into_iter().zip(list) {
+                            match r {
+                                OpResult::Error(e) if e.code == ErrorCode::WrongShard && attempt < STALE_LAYOUT_RETRIES => {
+                                    stale = true;
+                                    todo.push((i, op));
+                                }
+                                r => results[i] = Some(outcome(r, &layout)),
+                            }
+                        }
+                    }
+                    Ok(ClientResponse::Error(e)) | Err(e) => {
+                        for (i, _, _) in meta {
+                            results[i] = Some(Err(e.clone()));
+                        }
+                    }
+                    Ok(other) => {
+                        let e = DbError::internal(format!("a batch was answered with {other:?}"));
+                        for (i, _, _) in meta {
+                            results[i] = Some(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+            if todo.is_empty() {
+                break;
+            }
+            if stale {
+                self.refresh_layout().await?;
+            }
+        }
+        Ok(results.into_iter().map(|r| r.unwrap_or_else(|| Err(DbError::internal("operation got no result")))).collect())
+    }
+}

@@ -1,0 +1,257 @@
+//! Read-committed scans along ordered indexes, with filters, projections and
+//! aggregates computed on the data nodes. Every partition is scanned in
+//! parallel, page by page.
+
+use crate::ops::Row;
+use crate::{Client, Table};
+use latsdb_types::expr::{Aggregate, Expr};
+use latsdb_types::keycodec;
+use latsdb_types::proto::{ClientRequest, ClientResponse, KeyBound, ScanPage, ScanRequest};
+use latsdb_types::row::RowLayout;
+use latsdb_types::schema::{ColumnId, PRIMARY_INDEX};
+use latsdb_types::{DbError, Result, Value};
+use std::ops::Bound;
+use std::sync::Arc;
+
+const DEFAULT_PAGE_ROWS: u32 = 4096;
+
+#[derive(Clone, Debug)]
+pub struct Scan {
+    index: Option<String>,
+    lower: Bound<Vec<Value>>,
+    upper: Bound<Vec<Value>>,
+    filter: Option<Expr>,
+    columns: Option<Vec<String>>,
+    limit: Option<usize>,
+    ordered: bool,
+    page_rows: u32,
+}
+
+impl Default for Scan {
+    fn default() -> Self {
+        Scan {
+            index: None,
+            lower: Bound::Unbounded,
+            upper: Bound::Unbounded,
+            filter: None,
+            columns: None,
+            limit: None,
+            ordered: false,
+            page_rows: DEFAULT_PAGE_ROWS,
+        }
+    }
+}
+
+impl Scan {
+    /// Every row of the table (along the primary key).
+    pub fn all() -> Scan {
+        Scan::default()
+    }
+
+    /// Scan along the named ordered index ("PRIMARY" is the primary key's).
+    pub fn index(mut self, name: &str) -> Scan {
+        self.index = Some(name.to_string());
+        self
+    }
+
+    /// Bounds on the index columns (a bound may give a prefix of them).
+    pub fn range(mut self, lower: Bound<Vec<Value>>, upper: Bound<Vec<Value>>) -> Scan {
+        self.lower = lower;
+        self.upper = upper;
+        self
+    }
+
+    /// Rows whose index columns start with `prefix`.
+    pub fn equal(self, prefix: Vec<Value>) -> Scan {
+        self.range(Bound::Included(prefix.clone()), Bound::Included(prefix))
+    }
+
+    /// Only rows for which `filter` is true cross the wire.
+    pub fn filter(mut self, filter: Expr) -> Scan {
+        self.filter = Some(filter);
+        self
+    }
+
+    pub fn columns(mut self, names: &[&str]) -> Scan {
+        self.columns = Some(names.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    pub fn limit(mut self, rows: usize) -> Scan {
+        self.limit = Some(rows);
+        self
+    }
+
+    /// Return rows in index order (merged across partitions).
+    pub fn ordered(mut self) -> Scan {
+        self.ordered = true;
+        self
+    }
+
+    pub fn page_rows(mut self, rows: u32) -> Scan {
+        self.page_rows = rows.max(1);
+        self
+    }
+}
+
+struct Plan {
+    request: ScanRequest,
+    layout: Arc<RowLayout>,
+    index_columns: Vec<ColumnId>,
+    projection: Option<Vec<ColumnId>>,
+}
+
+fn bound(columns: &[&latsdb_types::ColumnDef], b: &Bound<Vec<Value>>) -> Result<KeyBound> {
+    Ok(match b {
+        Bound::Unbounded => KeyBound::Unbounded,
+        Bound::Included(v) => KeyBound::Included(keycodec::encode_prefix(columns, v)?),
+        Bound::Excluded(v) => KeyBound::Excluded(keycodec::encode_prefix(columns, v)?),
+    })
+}
+
+impl Client {
+    fn plan(&self, table: &Arc<Table>, scan: &Scan, aggregates: Vec<Aggregate>) -> Result<Plan> {
+        let def = table.def();
+        let index = match &scan.index {
+            Some(name) => def.index(name)?.clone(),
+            None => def.index_by_id(PRIMARY_INDEX).cloned().ok_or_else(|| DbError::internal("table has no PRIMARY index"))?,
+        };
+        let columns: Vec<_> = index.columns.iter().map(|&c| &def.columns[c as usize]).collect();
+        if let Some(f) = &scan.filter {
+            f.validate(def.columns.len())?;
+        }
+        let projection = match &scan.columns {
+            Some(names) => Some(names.iter().map(|n| table.column(n)).collect::<Result<Vec<_>>>()?),
+            None => None,
+        };
+        let layout = match &projection {
+            Some(ids) => Arc::new(table.meta.layout.projection(ids)),
+            None => table.layout.clone(),
+        };
+        Ok(Plan {
+            request: ScanRequest {
+                table: def.id,
+                table_version: def.version,
+                partition: 0,
+                index: index.id,
+                lower: bound(&columns, &scan.lower)?,
+                upper: bound(&columns, &scan.upper)?,
+                resume_after: None,
+                filter: scan.filter.clone(),
+                projection: projection.clone(),
+                max_rows: scan.page_rows,
+                aggregates,
+            },
+            layout,
+            index_columns: index.columns.clone(),
+            projection,
+        })
+    }
+
+    async fn scan_partitions(&self, plan: &Plan, partitions: u32, mut on_page: impl FnMut(ScanPage) -> Result<bool>) -> Result<()> {
+        let mut inflight = std::collections::VecDeque::new();
+        for p in 0..partitions {
+            let mut req = plan.request.clone();
+            req.partition = p;
+            let rx = self.start(self.route(p)?, &ClientRequest::Scan(req.clone())).await?;
+            inflight.push_back((req, rx));
+        }
+        while let Some((mut req, rx)) = inflight.pop_front() {
+            let page = match self.finish(rx).await? {
+                ClientResponse::Scan(page) => page,
+                ClientResponse::Error(e) => return Err(e),
+                other => return Err(DbError::internal(format!("a scan was answered with {other:?}"))),
+            };
+            let resume = page.resume.clone();
+            if !on_page(page)? {
+                return Ok(());
+            }
+            if let Some(r) = resume {
+                req.resume_after = Some(r);
+                let rx = self.start(self.route(req.partition)?, &ClientRequest::Scan(req.clone())).await?;
+                inflight.push_back((req, rx));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows matching the scan. The filter runs on the data nodes.
+    pub async fn scan(&self, table: &Arc<Table>, scan: Scan) -> Result<Vec<Row>> {
+        let plan = self.plan(table, &scan, Vec::new())?;
+        let mut rows: Vec<Row> = Vec::new();
+        let limit = if scan.ordered { None } else { scan.limit };
+        self.scan_partitions(&plan, table.def().partitions, |page| {
+            for bytes in page.rows {
+                rows.push(Row::new(plan.layout.clone(), bytes.into_vec())?);
+                if limit.is_some_and(|l| rows.len() >= l) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+        .await?;
+        if scan.ordered {
+            let positions = order_positions(&plan)?;
+            let mut keyed: Vec<(Vec<u8>, Row)> = rows
+                .into_iter()
+                .map(|row| {
+                    let mut key = Vec::new();
+                    for &(pos, ty) in &positions {
+                        keycodec::encode_value(&mut key, ty, &row.get(pos));
+                    }
+                    (key, row)
+                })
+                .collect();
+            keyed.sort_by(|a, b| a.0.cmp(&b.0));
+            rows = keyed.into_iter().map(|(_, r)| r).collect();
+            if let Some(l) = scan.limit {
+                rows.truncate(l);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Aggregates over the rows matching the scan, computed on the data nodes.
+    pub async fn aggregate(&self, table: &Arc<Table>, scan: Scan, aggregates: &[Aggregate]) -> Result<Vec<Value>> {
+        if aggregates.is_empty() {
+            return Err(DbError::bad_request("name at least one aggregate"));
+        }
+        for a in aggregates {
+            if let Some(c) = a.column() {
+                if c as usize >= table.def().columns.len() {
+                    return Err(DbError::bad_request(format!("aggregate names column number {c}, which does not exist")));
+                }
+            }
+        }
+        let plan = self.plan(table, &scan, aggregates.to_vec())?;
+        let mut acc: Vec<Value> = aggregates.iter().map(|a| a.initial()).collect();
+        self.scan_partitions(&plan, table.def().partitions, |page| {
+            if page.aggregates.len() != aggregates.len() {
+                return Err(DbError::internal("a partition returned the wrong number of aggregates"));
+            }
+            for ((a, slot), partial) in aggregates.iter().zip(acc.iter_mut()).zip(page.aggregates) {
+                a.merge(slot, partial);
+            }
+            Ok(true)
+        })
+        .await?;
+        Ok(acc)
+    }
+}
+
+/// Positions (in the returned rows) and types of the index columns followed
+/// by the primary-key columns, for ordering rows across partitions.
+fn order_positions(plan: &Plan) -> Result<Vec<(usize, latsdb_types::ColumnType)>> {
+    let position = |c: ColumnId| -> Option<usize> {
+        match &plan.projection {
+            None => Some(c as usize),
+            Some(p) => p.iter().position(|&x| x == c),
+        }
+    };
+    let mut out = Vec::new();
+    for &c in &plan.index_columns {
+        let pos = position(c).ok_or_else(|| DbError::bad_request("an ordered scan must return the index's columns; add them to columns()"))?;
+        out.push((pos, plan.layout.columns()[pos].ty));
+    }
+    Ok(out)
+}

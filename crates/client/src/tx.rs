@@ -1,0 +1,112 @@
+//! Multi-operation transactions, coordinated by a data-node shard.
+
+use crate::ops::{outcome, Op, Outcome};
+use crate::Client;
+use latsdb_types::proto::{ClientRequest, ClientResponse, ShardAddr, TxId};
+use latsdb_types::{DbError, ErrorCode, Result};
+
+/// A transaction. Operations run under row locks (writes and locking reads)
+/// and stay invisible to others until `commit`. An operation that fails
+/// aborts the whole transaction. Dropping an unfinished transaction aborts it.
+pub struct Transaction {
+    client: Client,
+    tc: Option<ShardAddr>,
+    id: Option<TxId>,
+    finished: bool,
+}
+
+impl Transaction {
+    pub(crate) fn new(client: Client) -> Transaction {
+        Transaction { client, tc: None, id: None, finished: false }
+    }
+
+    pub fn id(&self) -> Option<TxId> {
+        self.id
+    }
+
+    /// Executes operations and keeps the transaction open.
+    pub async fn execute(&mut self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
+        self.exec(ops, false).await
+    }
+
+    /// Executes operations and commits.
+    pub async fn execute_commit(mut self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
+        self.exec(ops, true).await
+    }
+
+    pub async fn commit(mut self) -> Result<()> {
+        if self.id.is_none() {
+            self.finished = true;
+            return Ok(());
+        }
+        self.exec(Vec::new(), true).await.map(|_| ())
+    }
+
+    pub async fn rollback(mut self) -> Result<()> {
+        self.finished = true;
+        let (Some(tc), Some(tx)) = (self.tc, self.id) else { return Ok(()) };
+        match self.client.call(tc, &ClientRequest::TxAbort { tx }).await? {
+            ClientResponse::TxAborted { .. } => Ok(()),
+            ClientResponse::Error(e) => Err(e),
+            other => Err(DbError::internal(format!("abort was answered with {other:?}"))),
+        }
+    }
+
+    async fn exec(&mut self, ops: Vec<Op>, commit: bool) -> Result<Vec<Outcome>> {
+        if self.finished {
+            return Err(DbError::new(ErrorCode::UnknownTransaction, "the transaction has already committed or aborted"));
+        }
+        let tc = match self.tc {
+            Some(tc) => tc,
+            None => {
+                // Start at the shard that holds the first key: its operation is local.
+                let first = ops.first().ok_or_else(|| DbError::bad_request("a transaction's first request needs at least one operation"))?;
+                let tc = self.client.route(first.op.partition)?;
+                self.tc = Some(tc);
+                tc
+            }
+        };
+        let layouts: Vec<_> = ops.iter().map(|o| o.layout.clone()).collect();
+        let request = ClientRequest::TxExec { tx: self.id, ops: ops.into_iter().map(|o| o.op).collect(), commit };
+        let answer = self.client.call(tc, &request).await;
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                // The outcome is unknown only if the coordinator may have committed.
+                self.finished = true;
+                return Err(e);
+            }
+        };
+        match answer {
+            ClientResponse::TxExec { tx, results, committed } => {
+                self.id = Some(tx);
+                self.finished = committed;
+                if results.len() != layouts.len() {
+                    return Err(DbError::internal(format!("{} results for {} operations", results.len(), layouts.len())));
+                }
+                results.into_iter().zip(&layouts).map(|(r, l)| outcome(r, l)).collect()
+            }
+            ClientResponse::TxAborted { error, .. } => {
+                self.finished = true;
+                Err(error.unwrap_or_else(|| DbError::new(ErrorCode::TransactionAborted, "the transaction was aborted")))
+            }
+            ClientResponse::Error(e) => Err(e),
+            other => Err(DbError::internal(format!("a transaction request was answered with {other:?}"))),
+        }
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let (Some(tc), Some(tx)) = (self.tc, self.id) else { return };
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            handle.spawn(async move {
+                let _ = client.call(tc, &ClientRequest::TxAbort { tx }).await;
+            });
+        }
+    }
+}
