@@ -3,7 +3,9 @@
 
 use crate::ClientOptions;
 use latsdb_net::{write_frames, FrameError, FrameReader};
-use latsdb_types::proto::{self, ClientRequest, ClientResponse, Hello, ShardAddr, PROTOCOL_VERSION};
+use latsdb_types::proto::{
+    self, ClientRequest, ClientResponse, Hello, ShardAddr, PROTOCOL_VERSION,
+};
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,7 +23,11 @@ pub(crate) struct ShardConn {
 }
 
 impl ShardConn {
-    pub(crate) async fn open(shard: ShardAddr, address: &str, opts: &ClientOptions) -> Result<Arc<ShardConn>> {
+    pub(crate) async fn open(
+        shard: ShardAddr,
+        address: &str,
+        opts: &ClientOptions,
+    ) -> Result<Arc<ShardConn>> {
         let stream = latsdb_net::connect(address, opts.connect_timeout).await?;
         let (r, w) = stream.into_split();
         let (frames, rx) = mpsc::unbounded_channel();
@@ -35,12 +41,34 @@ impl ShardConn {
         });
         let (tx, hello_rx) = oneshot::channel();
         conn.pending().insert(0, tx);
-        let _ = conn.frames.send(proto::frame(0, &Hello::Client { protocol: PROTOCOL_VERSION, name: opts.name.clone() }));
-        tokio::spawn(read_loop(conn.clone(), FrameReader::new(r, proto::DEFAULT_MAX_FRAME_BYTES)));
+        let _ = conn.frames.send(proto::frame(
+            0,
+            &Hello::Client {
+                protocol: PROTOCOL_VERSION,
+                name: opts.name.clone(),
+            },
+        ));
+        tokio::spawn(read_loop(
+            conn.clone(),
+            FrameReader::new(r, proto::DEFAULT_MAX_FRAME_BYTES),
+        ));
         let answer = tokio::time::timeout(opts.connect_timeout, hello_rx)
             .await
-            .map_err(|_| DbError::new(ErrorCode::Timeout, format!("shard {shard} at {address} did not greet within {:?}", opts.connect_timeout)))?
-            .map_err(|_| DbError::new(ErrorCode::NodeUnavailable, format!("shard {shard} at {address} closed the connection")))??;
+            .map_err(|_| {
+                DbError::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "shard {shard} at {address} did not greet within {:?}",
+                        opts.connect_timeout
+                    ),
+                )
+            })?
+            .map_err(|_| {
+                DbError::new(
+                    ErrorCode::NodeUnavailable,
+                    format!("shard {shard} at {address} closed the connection"),
+                )
+            })??;
         match answer {
             ClientResponse::Hello { shard: s } if s == shard => Ok(conn),
             ClientResponse::Hello { shard: s } => Err(DbError::new(
@@ -48,11 +76,15 @@ impl ShardConn {
                 format!("{address} is shard {s}, not {shard}; the cluster layout is stale"),
             )),
             ClientResponse::Error(e) => Err(e),
-            other => Err(DbError::internal(format!("shard {shard} greeted with {other:?}"))),
+            other => Err(DbError::internal(format!(
+                "shard {shard} greeted with {other:?}"
+            ))),
         }
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter, foldhash::fast::RandomState>> {
+    fn pending(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter, foldhash::fast::RandomState>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -60,13 +92,19 @@ impl ShardConn {
         self.alive.load(Ordering::Acquire)
     }
 
-    pub(crate) fn send(&self, request: &ClientRequest) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
+    pub(crate) fn send(
+        &self,
+        request: &ClientRequest,
+    ) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending().insert(id, tx);
         if !self.is_alive() || self.frames.send(proto::frame(id, request)).is_err() {
             self.pending().remove(&id);
-            return Err(DbError::new(ErrorCode::NodeUnavailable, format!("the connection to shard {} is closed", self.shard)));
+            return Err(DbError::new(
+                ErrorCode::NodeUnavailable,
+                format!("the connection to shard {} is closed", self.shard),
+            ));
         }
         Ok(rx)
     }
@@ -75,7 +113,10 @@ impl ShardConn {
         self.alive.store(false, Ordering::Release);
         let waiters: Vec<Waiter> = self.pending().drain().map(|(_, w)| w).collect();
         for w in waiters {
-            let _ = w.send(Err(DbError::new(ErrorCode::NodeUnavailable, format!("connection to shard {} lost: {why}", self.shard))));
+            let _ = w.send(Err(DbError::new(
+                ErrorCode::NodeUnavailable,
+                format!("connection to shard {} lost: {why}", self.shard),
+            )));
         }
     }
 }
@@ -90,7 +131,9 @@ async fn read_loop(conn: Arc<ShardConn>, mut reader: FrameReader<tokio::net::tcp
                 }
             }
             Ok(None) => return conn.fail_all("closed by the data node"),
-            Err(FrameError::TooLarge { len, .. }) => return conn.fail_all(&format!("answer of {len} bytes exceeds the frame limit")),
+            Err(FrameError::TooLarge { len, .. }) => {
+                return conn.fail_all(&format!("answer of {len} bytes exceeds the frame limit"))
+            }
             Err(FrameError::Io(e)) => return conn.fail_all(&e.to_string()),
         }
     }

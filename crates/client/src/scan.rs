@@ -114,14 +114,26 @@ impl Client {
         let def = table.def();
         let index = match &scan.index {
             Some(name) => def.index(name)?.clone(),
-            None => def.index_by_id(PRIMARY_INDEX).cloned().ok_or_else(|| DbError::internal("table has no PRIMARY index"))?,
+            None => def
+                .index_by_id(PRIMARY_INDEX)
+                .cloned()
+                .ok_or_else(|| DbError::internal("table has no PRIMARY index"))?,
         };
-        let columns: Vec<_> = index.columns.iter().map(|&c| &def.columns[c as usize]).collect();
+        let columns: Vec<_> = index
+            .columns
+            .iter()
+            .map(|&c| &def.columns[c as usize])
+            .collect();
         if let Some(f) = &scan.filter {
             f.validate(def.columns.len())?;
         }
         let projection = match &scan.columns {
-            Some(names) => Some(names.iter().map(|n| table.column(n)).collect::<Result<Vec<_>>>()?),
+            Some(names) => Some(
+                names
+                    .iter()
+                    .map(|n| table.column(n))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
             None => None,
         };
         let layout = match &projection {
@@ -148,19 +160,30 @@ impl Client {
         })
     }
 
-    async fn scan_partitions(&self, plan: &Plan, partitions: u32, mut on_page: impl FnMut(ScanPage) -> Result<bool>) -> Result<()> {
+    async fn scan_partitions(
+        &self,
+        plan: &Plan,
+        partitions: u32,
+        mut on_page: impl FnMut(ScanPage) -> Result<bool>,
+    ) -> Result<()> {
         let mut inflight = std::collections::VecDeque::new();
         for p in 0..partitions {
             let mut req = plan.request.clone();
             req.partition = p;
-            let rx = self.start(self.route(p)?, &ClientRequest::Scan(req.clone())).await?;
+            let rx = self
+                .start(self.route(p)?, &ClientRequest::Scan(req.clone()))
+                .await?;
             inflight.push_back((req, rx));
         }
         while let Some((mut req, rx)) = inflight.pop_front() {
             let page = match self.finish(rx).await? {
                 ClientResponse::Scan(page) => page,
                 ClientResponse::Error(e) => return Err(e),
-                other => return Err(DbError::internal(format!("a scan was answered with {other:?}"))),
+                other => {
+                    return Err(DbError::internal(format!(
+                        "a scan was answered with {other:?}"
+                    )))
+                }
             };
             let resume = page.resume.clone();
             if !on_page(page)? {
@@ -168,7 +191,12 @@ impl Client {
             }
             if let Some(r) = resume {
                 req.resume_after = Some(r);
-                let rx = self.start(self.route(req.partition)?, &ClientRequest::Scan(req.clone())).await?;
+                let rx = self
+                    .start(
+                        self.route(req.partition)?,
+                        &ClientRequest::Scan(req.clone()),
+                    )
+                    .await?;
                 inflight.push_back((req, rx));
             }
         }
@@ -212,14 +240,21 @@ impl Client {
     }
 
     /// Aggregates over the rows matching the scan, computed on the data nodes.
-    pub async fn aggregate(&self, table: &Arc<Table>, scan: Scan, aggregates: &[Aggregate]) -> Result<Vec<Value>> {
+    pub async fn aggregate(
+        &self,
+        table: &Arc<Table>,
+        scan: Scan,
+        aggregates: &[Aggregate],
+    ) -> Result<Vec<Value>> {
         if aggregates.is_empty() {
             return Err(DbError::bad_request("name at least one aggregate"));
         }
         for a in aggregates {
             if let Some(c) = a.column() {
                 if c as usize >= table.def().columns.len() {
-                    return Err(DbError::bad_request(format!("aggregate names column number {c}, which does not exist")));
+                    return Err(DbError::bad_request(format!(
+                        "aggregate names column number {c}, which does not exist"
+                    )));
                 }
             }
         }
@@ -227,7 +262,9 @@ impl Client {
         let mut acc: Vec<Value> = aggregates.iter().map(|a| a.initial()).collect();
         self.scan_partitions(&plan, table.def().partitions, |page| {
             if page.aggregates.len() != aggregates.len() {
-                return Err(DbError::internal("a partition returned the wrong number of aggregates"));
+                return Err(DbError::internal(
+                    "a partition returned the wrong number of aggregates",
+                ));
             }
             for ((a, slot), partial) in aggregates.iter().zip(acc.iter_mut()).zip(page.aggregates) {
                 a.merge(slot, partial);
@@ -250,7 +287,11 @@ fn order_positions(plan: &Plan) -> Result<Vec<(usize, latsdb_types::ColumnType)>
     };
     let mut out = Vec::new();
     for &c in &plan.index_columns {
-        let pos = position(c).ok_or_else(|| DbError::bad_request("an ordered scan must return the index's columns; add them to columns()"))?;
+        let pos = position(c).ok_or_else(|| {
+            DbError::bad_request(
+                "an ordered scan must return the index's columns; add them to columns()",
+            )
+        })?;
         out.push((pos, plan.layout.columns()[pos].ty));
     }
     Ok(out)

@@ -17,7 +17,12 @@ pub struct Transaction {
 
 impl Transaction {
     pub(crate) fn new(client: Client) -> Transaction {
-        Transaction { client, tc: None, id: None, finished: false }
+        Transaction {
+            client,
+            tc: None,
+            id: None,
+            finished: false,
+        }
     }
 
     pub fn id(&self) -> Option<TxId> {
@@ -44,30 +49,45 @@ impl Transaction {
 
     pub async fn rollback(mut self) -> Result<()> {
         self.finished = true;
-        let (Some(tc), Some(tx)) = (self.tc, self.id) else { return Ok(()) };
+        let (Some(tc), Some(tx)) = (self.tc, self.id) else {
+            return Ok(());
+        };
         match self.client.call(tc, &ClientRequest::TxAbort { tx }).await? {
             ClientResponse::TxAborted { .. } => Ok(()),
             ClientResponse::Error(e) => Err(e),
-            other => Err(DbError::internal(format!("abort was answered with {other:?}"))),
+            other => Err(DbError::internal(format!(
+                "abort was answered with {other:?}"
+            ))),
         }
     }
 
     async fn exec(&mut self, ops: Vec<Op>, commit: bool) -> Result<Vec<Outcome>> {
         if self.finished {
-            return Err(DbError::new(ErrorCode::UnknownTransaction, "the transaction has already committed or aborted"));
+            return Err(DbError::new(
+                ErrorCode::UnknownTransaction,
+                "the transaction has already committed or aborted",
+            ));
         }
         let tc = match self.tc {
             Some(tc) => tc,
             None => {
                 // Start at the shard that holds the first key: its operation is local.
-                let first = ops.first().ok_or_else(|| DbError::bad_request("a transaction's first request needs at least one operation"))?;
+                let first = ops.first().ok_or_else(|| {
+                    DbError::bad_request(
+                        "a transaction's first request needs at least one operation",
+                    )
+                })?;
                 let tc = self.client.route(first.op.partition)?;
                 self.tc = Some(tc);
                 tc
             }
         };
         let layouts: Vec<_> = ops.iter().map(|o| o.layout.clone()).collect();
-        let request = ClientRequest::TxExec { tx: self.id, ops: ops.into_iter().map(|o| o.op).collect(), commit };
+        let request = ClientRequest::TxExec {
+            tx: self.id,
+            ops: ops.into_iter().map(|o| o.op).collect(),
+            commit,
+        };
         let answer = self.client.call(tc, &request).await;
         let answer = match answer {
             Ok(a) => a,
@@ -78,20 +98,36 @@ impl Transaction {
             }
         };
         match answer {
-            ClientResponse::TxExec { tx, results, committed } => {
+            ClientResponse::TxExec {
+                tx,
+                results,
+                committed,
+            } => {
                 self.id = Some(tx);
                 self.finished = committed;
                 if results.len() != layouts.len() {
-                    return Err(DbError::internal(format!("{} results for {} operations", results.len(), layouts.len())));
+                    return Err(DbError::internal(format!(
+                        "{} results for {} operations",
+                        results.len(),
+                        layouts.len()
+                    )));
                 }
-                results.into_iter().zip(&layouts).map(|(r, l)| outcome(r, l)).collect()
+                results
+                    .into_iter()
+                    .zip(&layouts)
+                    .map(|(r, l)| outcome(r, l))
+                    .collect()
             }
             ClientResponse::TxAborted { error, .. } => {
                 self.finished = true;
-                Err(error.unwrap_or_else(|| DbError::new(ErrorCode::TransactionAborted, "the transaction was aborted")))
+                Err(error.unwrap_or_else(|| {
+                    DbError::new(ErrorCode::TransactionAborted, "the transaction was aborted")
+                }))
             }
             ClientResponse::Error(e) => Err(e),
-            other => Err(DbError::internal(format!("a transaction request was answered with {other:?}"))),
+            other => Err(DbError::internal(format!(
+                "a transaction request was answered with {other:?}"
+            ))),
         }
     }
 }
@@ -101,7 +137,9 @@ impl Drop for Transaction {
         if self.finished {
             return;
         }
-        let (Some(tc), Some(tx)) = (self.tc, self.id) else { return };
+        let (Some(tc), Some(tx)) = (self.tc, self.id) else {
+            return;
+        };
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let client = self.client.clone();
             handle.spawn(async move {

@@ -45,20 +45,21 @@ fn unexpected(what: &str, got: MgmResponse) -> DbError {
 
 pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     let deadline = tokio::time::Instant::now() + opts.connect_timeout;
-    let mut mgm =
-        loop {
-            match RpcConn::connect(&opts.mgmd, Duration::from_secs(2)).await {
-                Ok(c) => break c,
-                Err(e) if tokio::time::Instant::now() >= deadline => return Err(DbError::new(
+    let mut mgm = loop {
+        match RpcConn::connect(&opts.mgmd, Duration::from_secs(2)).await {
+            Ok(c) => break c,
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(DbError::new(
                     ErrorCode::NodeUnavailable,
                     format!(
                         "cannot reach the management server at {}: {}; is `latsdb mgmd` running?",
                         opts.mgmd, e.message
                     ),
-                )),
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                ))
             }
-        };
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
     let register = MgmRequest::RegisterDataNode {
         node_id: opts.node_id,
         pid: std::process::id(),

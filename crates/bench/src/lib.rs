@@ -1,0 +1,24 @@
+//! Benchmarks shipped with latsdb (design.md section 9).
+
+pub mod flex;
+mod report;
+
+use clap::{Args, Subcommand};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// flexAsynch-style native benchmark: batched insert/read/update/delete.
+    Flex(flex::FlexArgs),
+}
+
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    match args.command {
+        BenchCommand::Flex(a) => flex::run(a),
+    }
+}

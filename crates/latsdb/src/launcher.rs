@@ -1,0 +1,235 @@
+//! `latsdb start`: the embedded default cluster. Starts the management
+//! server and the data nodes as separate processes on loopback, prints the
+//! endpoints, and stops them all on Ctrl-C or SIGTERM.
+
+use clap::Args;
+use latsdb_net::RpcConn;
+use latsdb_types::config::ClusterConfig;
+use latsdb_types::proto::{ClusterLayout, MgmRequest, MgmResponse};
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Args, Clone)]
+pub struct StartArgs {
+    /// Folder for configuration, logs and data.
+    #[arg(long, default_value = "latsdb-data")]
+    dir: PathBuf,
+    /// Management server port (0 picks a free port).
+    #[arg(long, default_value_t = 1186)]
+    mgmd_port: u16,
+    /// Data nodes to start.
+    #[arg(long, default_value_t = 2)]
+    datanodes: u16,
+    /// Replicas per node group.
+    #[arg(long, default_value_t = 1)]
+    replicas: u8,
+    /// Shard threads per data node (0 = automatic).
+    #[arg(long, default_value_t = 0)]
+    threads: u16,
+    /// Use this cluster configuration instead of the generated one.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// How long to wait for the cluster to come up, in seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+}
+
+struct Proc {
+    name: String,
+    log: PathBuf,
+    child: Child,
+}
+
+/// Children die with the launcher even if it is killed outright.
+fn spawn(name: &str, args: &[String], log: &Path) -> Result<Proc, String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the latsdb executable: {e}"))?;
+    let out = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+    // SAFETY: prctl is async-signal-safe; it only sets a flag of the new process.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {name}: {e}"))?;
+    Ok(Proc {
+        name: name.to_string(),
+        log: log.to_path_buf(),
+        child,
+    })
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+fn check_alive(procs: &mut [Proc]) -> Result<(), String> {
+    for p in procs.iter_mut() {
+        if let Ok(Some(status)) = p.child.try_wait() {
+            return Err(format!(
+                "{} exited ({status}) during start-up; last lines of {}:\n{}",
+                p.name,
+                p.log.display(),
+                log_tail(&p.log)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn stop_all(procs: &mut [Proc]) {
+    // Data nodes first, then the management server.
+    for p in procs.iter_mut().rev() {
+        // SAFETY: sending a signal to a child process we started and have not reaped.
+        unsafe {
+            libc::kill(p.child.id() as i32, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for p in procs.iter_mut().rev() {
+        loop {
+            match p.child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() >= deadline => {
+                    eprintln!("{} did not stop within 10 s; killing it", p.name);
+                    let _ = p.child.kill();
+                    let _ = p.child.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+pub fn run(args: StartArgs) -> Result<(), String> {
+    std::fs::create_dir_all(&args.dir)
+        .map_err(|e| format!("cannot create {}: {e}", args.dir.display()))?;
+    let dir = args
+        .dir
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", args.dir.display()))?;
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            ClusterConfig::parse(&text).map_err(|e| format!("{}: {}", path.display(), e.message))?
+        }
+        None => {
+            if args.datanodes == 0 {
+                return Err("--datanodes must be at least 1".into());
+            }
+            ClusterConfig::local(args.datanodes, args.replicas, args.mgmd_port)
+        }
+    };
+    if args.config.is_none() {
+        config.datanode_defaults.threads = args.threads;
+    }
+    config.validate().map_err(|e| e.message)?;
+    let config_path = dir.join("config.toml");
+    std::fs::write(&config_path, config.to_toml())
+        .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
+    let ready = dir.join("mgmd.addr");
+    let _ = std::fs::remove_file(&ready);
+
+    let rt = crate::runtime(1)?;
+    let mut procs: Vec<Proc> = Vec::new();
+    let result = rt.block_on(async {
+        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
+        let mgmd_args = vec![
+            "mgmd".to_string(),
+            "--config".into(),
+            config_path.display().to_string(),
+            "--port".into(),
+            config.mgmd.port.to_string(),
+            "--ready-file".into(),
+            ready.display().to_string(),
+        ];
+        procs.push(spawn("mgmd", &mgmd_args, &dir.join("mgmd.log"))?);
+        let deadline = Instant::now() + Duration::from_secs(args.timeout);
+        let address = loop {
+            check_alive(&mut procs)?;
+            if let Ok(a) = std::fs::read_to_string(&ready) {
+                if !a.is_empty() {
+                    break a;
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("the management server did not start within {} s; see {}", args.timeout, dir.join("mgmd.log").display()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        for d in &config.datanodes {
+            let name = format!("datanode {}", d.node_id);
+            let dn_args = vec!["datanode".to_string(), "--mgmd".into(), address.clone(), "--node-id".into(), d.node_id.to_string()];
+            procs.push(spawn(&name, &dn_args, &dir.join(format!("datanode-{}.log", d.node_id)))?);
+        }
+        let layout = wait_started(&address, &mut procs, deadline).await?;
+        println!("latsdb cluster \"{}\" is up ({} data nodes, {} replica(s))", layout.cluster_name, layout.datanodes.len(), layout.replicas);
+        println!("  mgmd         {address}");
+        for d in &layout.datanodes {
+            println!("  datanode {:<3} {}", d.node_id, d.shards.join(" "));
+        }
+        println!("  logs         {}", dir.display());
+        println!("Try: latsdb mgm --mgmd {address} show");
+        println!("Press Ctrl-C to stop.");
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => { println!("stopping (interrupt)"); break; }
+                _ = sigterm.recv() => { println!("stopping (SIGTERM)"); break; }
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    for p in procs.iter_mut() {
+                        if let Ok(Some(status)) = p.child.try_wait() {
+                            return Err(format!("{} exited unexpectedly ({status}); see {}; stopping the cluster", p.name, p.log.display()));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    });
+    stop_all(&mut procs);
+    if result.is_ok() {
+        println!("cluster stopped");
+    }
+    result
+}
+
+async fn wait_started(
+    address: &str,
+    procs: &mut [Proc],
+    deadline: Instant,
+) -> Result<ClusterLayout, String> {
+    let mut conn: Option<RpcConn> = None;
+    loop {
+        check_alive(procs)?;
+        if conn.is_none() {
+            conn = RpcConn::connect(address, Duration::from_secs(2)).await.ok();
+        }
+        if let Some(c) = conn.as_mut() {
+            match c.call::<_, MgmResponse>(&MgmRequest::GetLayout).await {
+                Ok(MgmResponse::Layout(l)) if l.all_started() => return Ok(l),
+                Ok(_) => {}
+                Err(_) => conn = None,
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err("the data nodes did not all start in time; see the datanode logs".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
