@@ -1,0 +1,487 @@
+//! Multi-process tests: mgmd + 2 data nodes started by `latsdb start`,
+//! driven through the native client (issue: Foundation).
+
+mod common;
+
+use common::{process_exists, TestCluster};
+use latsdb_client::{Aggregate, Client, CmpOp, Expr, LockMode, Op, Outcome, Scan};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
+use latsdb_types::{ErrorCode, Value};
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const ROWS: i64 = 100_000;
+
+fn items_spec() -> TableSpec {
+    TableSpec::new("test", "items")
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+        .column(ColumnDef::new("grp", ColumnType::int(IntWidth::Int)).not_null())
+        .column(ColumnDef::new("name", ColumnType::VarChar(32)))
+        .column(ColumnDef::new("amount", ColumnType::Double))
+        .primary_key(&["id"])
+}
+
+fn item(id: i64) -> Vec<Value> {
+    vec![
+        Value::Int(id),
+        Value::Int(id % 97),
+        Value::Str(format!("item-{id}")),
+        Value::Float(id as f64 * 0.5),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_read_scan_and_concurrent_transfers() {
+    let cluster = TestCluster::start(&[]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let items = client.create_table(items_spec()).await.unwrap();
+
+    // Load 100,000 rows with concurrent batches.
+    let next = Arc::new(AtomicU64::new(0));
+    let mut loaders = Vec::new();
+    for _ in 0..8 {
+        let (client, items, next) = (client.clone(), items.clone(), next.clone());
+        loaders.push(tokio::spawn(async move {
+            loop {
+                let first = next.fetch_add(1000, Ordering::Relaxed) as i64;
+                if first >= ROWS {
+                    return;
+                }
+                let ops = (first..(first + 1000).min(ROWS))
+                    .map(|id| Op::insert(&items, item(id)).unwrap())
+                    .collect();
+                for r in client.batch(ops).await.unwrap() {
+                    assert!(matches!(r, Ok(Outcome::Done)), "insert failed: {r:?}");
+                }
+            }
+        }));
+    }
+    for l in loaders {
+        l.await.unwrap();
+    }
+
+    // Read every row back by batched key lookups and check every column.
+    for first in (0..ROWS).step_by(100) {
+        let ops = (first..first + 100)
+            .map(|id| Op::read(&items, &[Value::Int(id)]).unwrap())
+            .collect();
+        let results = client.batch(ops).await.unwrap();
+        for (offset, r) in results.into_iter().enumerate() {
+            let row = r
+                .unwrap()
+                .into_row()
+                .unwrap_or_else(|| panic!("row {} is missing", first + offset as i64));
+            assert_eq!(row.values(), item(first + offset as i64));
+        }
+    }
+
+    // The rows are spread over both data nodes.
+    let layout = client.layout();
+    let nodes: BTreeSet<u16> = (0..items.def().partitions)
+        .filter_map(|p| layout.primary_of(p))
+        .map(|s| s.node)
+        .collect();
+    assert_eq!(nodes.len(), 2, "partitions must live on both data nodes");
+
+    // Primary-key range with a pushed-down filter: exact rows.
+    let filter = Expr::And(vec![
+        Expr::cmp(
+            CmpOp::Eq,
+            items.col("grp").unwrap(),
+            Expr::val(Value::Int(3)),
+        ),
+        Expr::cmp(
+            CmpOp::Gt,
+            items.col("amount").unwrap(),
+            Expr::val(Value::Float(600.0)),
+        ),
+    ]);
+    let scan = Scan::all()
+        .range(
+            Bound::Included(vec![Value::Int(1000)]),
+            Bound::Excluded(vec![Value::Int(5000)]),
+        )
+        .filter(filter)
+        .columns(&["id", "name"])
+        .ordered();
+    let rows = client.scan(&items, scan).await.unwrap();
+    let got: Vec<i64> = rows.iter().map(|r| r.get(0).as_i64().unwrap()).collect();
+    let want: Vec<i64> = (1000..5000)
+        .filter(|id| id % 97 == 3 && *id as f64 * 0.5 > 600.0)
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(rows[0].get(1), Value::Str(format!("item-{}", want[0])));
+
+    // A secondary ordered index built over existing rows, then a range + LIKE filter.
+    let items = client
+        .create_index("test", "items", "grp_idx", &["grp"])
+        .await
+        .unwrap();
+    let scan = Scan::all()
+        .index("grp_idx")
+        .range(
+            Bound::Included(vec![Value::Int(10)]),
+            Bound::Included(vec![Value::Int(11)]),
+        )
+        .filter(Expr::Like(
+            Box::new(items.col("name").unwrap()),
+            "%77".into(),
+        ));
+    let mut got: Vec<i64> = client
+        .scan(&items, scan)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0).as_i64().unwrap())
+        .collect();
+    got.sort_unstable();
+    let want: Vec<i64> = (0..ROWS)
+        .filter(|id| (10..=11).contains(&(id % 97)) && id.to_string().ends_with("77"))
+        .collect();
+    assert_eq!(got, want);
+
+    // Aggregates computed on the data nodes.
+    let aggs = [
+        Aggregate::CountRows,
+        Aggregate::Sum(0),
+        Aggregate::Max(3),
+        Aggregate::Min(1),
+    ];
+    let values = client.aggregate(&items, Scan::all(), &aggs).await.unwrap();
+    assert_eq!(values[0], Value::UInt(ROWS as u64));
+    assert_eq!(values[1].to_string(), ((ROWS - 1) * ROWS / 2).to_string());
+    assert_eq!(values[2], Value::Float((ROWS - 1) as f64 * 0.5));
+    assert_eq!(values[3], Value::Int(0));
+    let filtered = client
+        .aggregate(
+            &items,
+            Scan::all().filter(Expr::cmp(
+                CmpOp::Lt,
+                items.col("id").unwrap(),
+                Expr::val(Value::Int(10)),
+            )),
+            &aggs[..1],
+        )
+        .await
+        .unwrap();
+    assert_eq!(filtered[0], Value::UInt(10));
+
+    // Concurrent transfers between accounts on different data nodes; a
+    // checker reads every account under shared locks and the total must
+    // never change.
+    const ACCOUNTS: i64 = 20;
+    let accounts = client
+        .create_table(
+            TableSpec::new("test", "accounts")
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+                .column(ColumnDef::new("balance", ColumnType::int(IntWidth::Big)).not_null())
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+    let ops = (0..ACCOUNTS)
+        .map(|id| Op::insert(&accounts, vec![Value::Int(id), Value::Int(1000)]).unwrap())
+        .collect();
+    client.batch(ops).await.unwrap();
+    let account_nodes: BTreeSet<u16> = (0..ACCOUNTS)
+        .map(|id| {
+            layout
+                .primary_of(Op::read(&accounts, &[Value::Int(id)]).unwrap().partition())
+                .unwrap()
+                .node
+        })
+        .collect();
+    assert_eq!(
+        account_nodes.len(),
+        2,
+        "accounts must live on both data nodes"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let committed = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for w in 0..6u64 {
+        let (client, accounts, committed) = (client.clone(), accounts.clone(), committed.clone());
+        workers.push(tokio::spawn(async move {
+            let mut seed = w * 7919 + 17;
+            for _ in 0..60 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let a = (seed >> 33) as i64 % ACCOUNTS;
+                let b = (a + 1 + (seed >> 40) as i64 % (ACCOUNTS - 1)) % ACCOUNTS;
+                let amount = (seed >> 50) as i64 % 50 + 1;
+                let (lo, hi) = (a.min(b), a.max(b));
+                loop {
+                    let mut tx = client.transaction();
+                    let locked = tx
+                        .execute(vec![
+                            Op::read_locked(&accounts, &[Value::Int(lo)], LockMode::Exclusive)
+                                .unwrap(),
+                            Op::read_locked(&accounts, &[Value::Int(hi)], LockMode::Exclusive)
+                                .unwrap(),
+                        ])
+                        .await;
+                    if let Err(e) = locked {
+                        assert!(e.is_retriable(), "transfer failed: {e}");
+                        continue;
+                    }
+                    let balance = Expr::Column(1);
+                    let ops = vec![
+                        Op::update_expr(
+                            &accounts,
+                            &[Value::Int(a)],
+                            vec![(
+                                1,
+                                Expr::Arith(
+                                    latsdb_client::ArithOp::Sub,
+                                    Box::new(balance.clone()),
+                                    Box::new(Expr::val(Value::Int(amount))),
+                                ),
+                            )],
+                        )
+                        .unwrap(),
+                        Op::update_expr(
+                            &accounts,
+                            &[Value::Int(b)],
+                            vec![(
+                                1,
+                                Expr::Arith(
+                                    latsdb_client::ArithOp::Add,
+                                    Box::new(balance),
+                                    Box::new(Expr::val(Value::Int(amount))),
+                                ),
+                            )],
+                        )
+                        .unwrap(),
+                    ];
+                    match tx.execute_commit(ops).await {
+                        Ok(_) => {
+                            committed.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        Err(e) => assert!(e.is_retriable(), "transfer failed: {e}"),
+                    }
+                }
+            }
+        }));
+    }
+    let checker = {
+        let (client, accounts, stop) = (client.clone(), accounts.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut checks = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let ops = (0..ACCOUNTS)
+                    .map(|id| {
+                        Op::read_locked(&accounts, &[Value::Int(id)], LockMode::Shared).unwrap()
+                    })
+                    .collect();
+                let tx = client.transaction();
+                match tx.execute_commit(ops).await {
+                    Ok(rows) => {
+                        let total: i64 = rows
+                            .into_iter()
+                            .map(|o| o.into_row().unwrap().get(1).as_i64().unwrap())
+                            .sum();
+                        assert_eq!(total, ACCOUNTS * 1000, "the bank total changed");
+                        checks += 1;
+                    }
+                    Err(e) => assert!(e.is_retriable(), "checker failed: {e}"),
+                }
+            }
+            checks
+        })
+    };
+    for w in workers {
+        w.await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let checks = checker.await.unwrap();
+    assert_eq!(committed.load(Ordering::Relaxed), 6 * 60);
+    assert!(checks > 0, "the checker never completed a read");
+    let total = client
+        .aggregate(&accounts, Scan::all(), &[Aggregate::Sum(1)])
+        .await
+        .unwrap();
+    assert_eq!(total[0].to_string(), (ACCOUNTS * 1000).to_string());
+}
+
+async fn counter_table(client: &Client, name: &str) -> Arc<latsdb_client::Table> {
+    let t = client
+        .create_table(
+            TableSpec::new("test", name)
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)))
+                .column(ColumnDef::new("v", ColumnType::int(IntWidth::Big)))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+    client
+        .batch(vec![
+            Op::insert(&t, vec![Value::Int(1), Value::Int(0)]).unwrap()
+        ])
+        .await
+        .unwrap();
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_to_one_row_serialize_and_lock_waits_time_out() {
+    let cluster = TestCluster::start(&[]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let t = counter_table(&client, "counter").await;
+    let key = [Value::Int(1)];
+    let v_plus_one = || {
+        vec![(
+            1,
+            Expr::Arith(
+                latsdb_client::ArithOp::Add,
+                Box::new(Expr::Column(1)),
+                Box::new(Expr::val(Value::Int(1))),
+            ),
+        )]
+    };
+
+    // Writer A takes the row lock.
+    let mut a = client.transaction();
+    a.execute(vec![Op::read_locked(&t, &key, LockMode::Exclusive).unwrap()])
+        .await
+        .unwrap();
+    // Writer B must wait for A.
+    let b = {
+        let (client, t) = (client.clone(), t.clone());
+        let set = v_plus_one();
+        tokio::spawn(async move {
+            client
+                .transaction()
+                .execute_commit(vec![Op::update_expr(&t, &[Value::Int(1)], set).unwrap()])
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!b.is_finished(), "B ran while A held the lock");
+    // A's write commits first; B then applies on top of it.
+    a.execute_commit(vec![Op::update(&t, &key, &[("v", Value::Int(10))]).unwrap()])
+        .await
+        .unwrap();
+    b.await.unwrap().unwrap();
+    let row = client.get(&t, &key).await.unwrap().unwrap();
+    assert_eq!(row.get(1), Value::Int(11));
+
+    // Many concurrent increments serialize: none is lost.
+    let mut incs = Vec::new();
+    for _ in 0..8 {
+        let (client, t, set) = (client.clone(), t.clone(), v_plus_one());
+        incs.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                client
+                    .transaction()
+                    .execute_commit(vec![
+                        Op::update_expr(&t, &[Value::Int(1)], set.clone()).unwrap()
+                    ])
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for i in incs {
+        i.await.unwrap();
+    }
+    assert_eq!(
+        client.get(&t, &key).await.unwrap().unwrap().get(1),
+        Value::Int(11 + 200)
+    );
+
+    // A holder that does not finish makes the next writer time out with a retriable error.
+    let mut holder = client.transaction();
+    holder
+        .execute(vec![
+            Op::update(&t, &key, &[("v", Value::Int(500))]).unwrap()
+        ])
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = client
+        .transaction()
+        .execute_commit(vec![
+            Op::update(&t, &key, &[("v", Value::Int(600))]).unwrap()
+        ])
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(err.code, ErrorCode::LockWaitTimeout, "{err}");
+    assert!(err.is_retriable());
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_secs(10),
+        "waited {waited:?}"
+    );
+    // An independent write also waits and then times out, reported per operation.
+    let r = client
+        .batch(vec![
+            Op::update(&t, &key, &[("v", Value::Int(700))]).unwrap()
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(&r[0], Err(e) if e.code == ErrorCode::LockWaitTimeout));
+    // The holder is unaffected and commits; its value is the one that stands.
+    holder.commit().await.unwrap();
+    assert_eq!(
+        client.get(&t, &key).await.unwrap().unwrap().get(1),
+        Value::Int(500)
+    );
+    // Committed reads never wait for locks.
+    let mut holder = client.transaction();
+    holder
+        .execute(vec![
+            Op::update(&t, &key, &[("v", Value::Int(800))]).unwrap()
+        ])
+        .await
+        .unwrap();
+    let started = Instant::now();
+    assert_eq!(
+        client.get(&t, &key).await.unwrap().unwrap().get(1),
+        Value::Int(500)
+    );
+    assert!(started.elapsed() < Duration::from_millis(900));
+    holder.rollback().await.unwrap();
+    assert_eq!(
+        client.get(&t, &key).await.unwrap().unwrap().get(1),
+        Value::Int(500)
+    );
+}
+
+#[test]
+fn start_show_and_clean_stop() {
+    let mut cluster = TestCluster::start(&[]);
+    let show = cluster.mgm(&["show"]);
+    assert!(show.contains("1 mgmd, 2 data nodes (2 started)"), "{show}");
+    let started: Vec<&str> = show
+        .lines()
+        .filter(|l| l.starts_with("id=") && l.split_whitespace().any(|w| w == "started"))
+        .collect();
+    assert_eq!(
+        started.len(),
+        3,
+        "mgmd and two data nodes must be started:\n{show}"
+    );
+    let pids: Vec<i32> = show
+        .lines()
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("pid=")))
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    let status = cluster.stop_with(libc::SIGINT);
+    assert!(status.success(), "launcher exited with {status}");
+    // No process is left behind.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|&p| process_exists(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "data node processes survived Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,125 @@
+//! Starts a real cluster with `latsdb start` on loopback and ephemeral
+//! ports, and always stops it: on `stop`, and from `Drop` if a test fails.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_latsdb");
+
+pub struct TestCluster {
+    pub child: Child,
+    pub mgmd: String,
+    pub output: mpsc::Receiver<String>,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    pub fn start(extra: &[&str]) -> TestCluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let mut child = Command::new(BIN)
+            .args(["start", "--mgmd-port", "0", "--dir"])
+            .arg(dir.path().join("data"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn latsdb start");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut cluster = TestCluster {
+            child,
+            mgmd: String::new(),
+            output: rx,
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match cluster.output.recv_timeout(left) {
+                Ok(line) => line,
+                Err(_) => panic!("latsdb start did not come up within 60 s"),
+            };
+            if let Some(addr) = line.trim().strip_prefix("mgmd") {
+                cluster.mgmd = addr.trim().to_string();
+            }
+            if line.starts_with("Press Ctrl-C") {
+                break;
+            }
+        }
+        assert!(
+            !cluster.mgmd.is_empty(),
+            "the launcher printed no mgmd address"
+        );
+        cluster
+    }
+
+    /// Sends `signal` to the launcher and waits (bounded) for it to exit.
+    pub fn stop_with(&mut self, signal: i32) -> std::process::ExitStatus {
+        // SAFETY: signalling our own child process.
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!("latsdb start did not stop within 20 s of signal {signal}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn mgm(&self, args: &[&str]) -> String {
+        let out = Command::new(BIN)
+            .args(["mgm", "--mgmd", &self.mgmd])
+            .args(args)
+            .output()
+            .expect("run latsdb mgm");
+        assert!(
+            out.status.success(),
+            "latsdb mgm {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: signalling our own child process.
+            unsafe {
+                libc::kill(self.child.id() as i32, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid, 0) == 0 }
+}

@@ -1,0 +1,287 @@
+//! Bad input from outside gets a clear error and the node keeps serving.
+
+mod common;
+
+use common::TestCluster;
+use latsdb_client::{Client, Op, Scan};
+use latsdb_types::proto::{
+    self, ClientRequest, ClientResponse, Hello, KeyOp, OpKind, OpResult, PROTOCOL_VERSION,
+};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
+use latsdb_types::{ErrorCode, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+fn read_frame(s: &mut TcpStream) -> Option<(u64, ClientResponse)> {
+    let mut header = [0u8; 12];
+    s.read_exact(&mut header).ok()?;
+    let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
+    let id = u64::from_le_bytes(header[4..12].try_into().unwrap());
+    let mut body = vec![0u8; len - 8];
+    s.read_exact(&mut body).ok()?;
+    Some((id, proto::decode_body(&body).unwrap()))
+}
+
+fn raw_client(address: &str) -> TcpStream {
+    let mut s = TcpStream::connect(address).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&proto::frame(
+        1,
+        &Hello::Client {
+            protocol: PROTOCOL_VERSION,
+            name: "raw".into(),
+        },
+    ))
+    .unwrap();
+    assert!(matches!(
+        read_frame(&mut s),
+        Some((1, ClientResponse::Hello { .. }))
+    ));
+    s
+}
+
+fn ping(s: &mut TcpStream, id: u64) {
+    s.write_all(&proto::frame(id, &ClientRequest::Ping))
+        .unwrap();
+    assert_eq!(read_frame(s), Some((id, ClientResponse::Pong)));
+}
+
+fn expect_error(s: &mut TcpStream, id: u64, code: ErrorCode) -> String {
+    match read_frame(s) {
+        Some((got, ClientResponse::Error(e))) if got == id && e.code == code => e.message,
+        other => panic!("expected {code:?} for request {id}, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
+    let cluster = TestCluster::start(&[]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let t = client
+        .create_table(
+            TableSpec::new("test", "t")
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)))
+                .column(ColumnDef::new("n", ColumnType::int(IntWidth::Small)))
+                .column(ColumnDef::new("s", ColumnType::VarChar(4)))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+    let layout = client.layout();
+    let shard = layout.datanodes[0].shards[0].clone();
+
+    // Client-side validation: clear, typed errors before anything is sent.
+    let e = client.table("test", "nope").await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::UnknownTable);
+    assert!(e.message.contains("test.nope"), "{}", e.message);
+    let e = Op::update(&t, &[Value::Int(1)], &[("missing", Value::Int(1))]).unwrap_err();
+    assert_eq!(e.code, ErrorCode::UnknownColumn);
+    let e = Op::insert(&t, vec![Value::Str("x".into()), Value::Int(1), Value::Null]).unwrap_err();
+    assert_eq!(e.code, ErrorCode::TypeError);
+    assert!(e.message.contains("column 'id' is INT"), "{}", e.message);
+    let e = Op::insert(&t, vec![Value::Int(1), Value::Int(70_000), Value::Null]).unwrap_err();
+    assert!(e.message.contains("out of range"), "{}", e.message);
+    let e = Op::insert(
+        &t,
+        vec![Value::Int(1), Value::Int(1), Value::Str("toolong".into())],
+    )
+    .unwrap_err();
+    assert!(e.message.contains("too long"), "{}", e.message);
+    assert!(client
+        .scan(&t, Scan::all().index("no_such_index"))
+        .await
+        .is_err());
+
+    // Server-side validation of requests that bypass the client library.
+    let mut raw = raw_client(&shard);
+    // A body that is not a request.
+    let mut garbage = Vec::new();
+    garbage.extend_from_slice(&(8u32 + 5).to_le_bytes());
+    garbage.extend_from_slice(&7u64.to_le_bytes());
+    garbage.extend_from_slice(&[0xFF, 0xFE, 0x01, 0x02, 0x03]);
+    raw.write_all(&garbage).unwrap();
+    let msg = expect_error(&mut raw, 7, ErrorCode::Malformed);
+    assert!(msg.contains("could not decode"), "{msg}");
+    ping(&mut raw, 8);
+    // Unknown table id, wrong value type, key for the wrong partition.
+    let good = Op::read(&t, &[Value::Int(5)]).unwrap();
+    let partition = good.partition();
+    let key = t.meta.encode_key(&[Value::Int(5)]).unwrap();
+    let mut ops = vec![
+        KeyOp {
+            table: 999,
+            table_version: 1,
+            partition: 0,
+            key: key.clone(),
+            kind: OpKind::Delete,
+            projection: None,
+        },
+        KeyOp {
+            table: t.def().id,
+            table_version: t.def().version,
+            partition,
+            key: key.clone(),
+            kind: OpKind::Insert {
+                row: vec![
+                    Value::Int(5),
+                    Value::Str("not a number".into()),
+                    Value::Null,
+                ],
+            },
+            projection: None,
+        },
+        KeyOp {
+            table: t.def().id,
+            table_version: t.def().version + 5,
+            partition,
+            key: key.clone(),
+            kind: OpKind::Delete,
+            projection: None,
+        },
+        KeyOp {
+            table: t.def().id,
+            table_version: t.def().version,
+            partition,
+            key: vec![1, 2, 3],
+            kind: OpKind::Delete,
+            projection: None,
+        },
+    ];
+    let owner = layout.primary_of(partition).unwrap();
+    let mut owner_conn = raw_client(layout.shard_address(owner).unwrap());
+    owner_conn
+        .write_all(&proto::frame(
+            9,
+            &ClientRequest::Batch(std::mem::take(&mut ops)),
+        ))
+        .unwrap();
+    match read_frame(&mut owner_conn) {
+        Some((9, ClientResponse::Batch(results))) => {
+            let codes: Vec<ErrorCode> = results
+                .iter()
+                .map(|r| match r {
+                    OpResult::Error(e) => e.code,
+                    other => panic!("expected an error, got {other:?}"),
+                })
+                .collect();
+            assert_eq!(
+                codes,
+                vec![
+                    ErrorCode::UnknownTable,
+                    ErrorCode::TypeError,
+                    ErrorCode::SchemaVersionMismatch,
+                    ErrorCode::Malformed
+                ]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    ping(&mut owner_conn, 10);
+
+    // A frame larger than the limit: error, then the connection is closed.
+    let mut big = raw_client(&shard);
+    let mut header = Vec::new();
+    header.extend_from_slice(&(200u32 << 20).to_le_bytes());
+    header.extend_from_slice(&11u64.to_le_bytes());
+    big.write_all(&header).unwrap();
+    let msg = expect_error(&mut big, 11, ErrorCode::FrameTooLarge);
+    assert!(msg.contains("frame limit"), "{msg}");
+    assert!(
+        read_frame(&mut big).is_none(),
+        "the connection must be closed"
+    );
+
+    // A first message that is not a Hello.
+    let mut s = TcpStream::connect(&shard).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&proto::frame(3, &ClientRequest::Ping)).unwrap();
+    expect_error(&mut s, 3, ErrorCode::Malformed);
+    // A frame whose length cannot hold its header.
+    let mut s = TcpStream::connect(&shard).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&[3, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+    assert!(read_frame(&mut s).is_none());
+
+    // Duplicate keys are reported per operation; the node keeps serving everyone.
+    let ins = || {
+        Op::insert(
+            &t,
+            vec![Value::Int(5), Value::Int(1), Value::Str("ok".into())],
+        )
+        .unwrap()
+    };
+    let r = client.batch(vec![ins(), ins()]).await.unwrap();
+    assert!(r[0].is_ok());
+    assert!(matches!(&r[1], Err(e) if e.code == ErrorCode::DuplicateKey));
+    ping(&mut raw, 12);
+    client.ping().await.unwrap();
+    assert_eq!(
+        client
+            .get(&t, &[Value::Int(5)])
+            .await
+            .unwrap()
+            .unwrap()
+            .get(2),
+        Value::Str("ok".into())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_changes_reach_every_node() {
+    let cluster = TestCluster::start(&[]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let spec = TableSpec::new("s", "t")
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)))
+        .column(ColumnDef::new("k", ColumnType::int(IntWidth::Int)))
+        .primary_key(&["id"]);
+    let t = client.create_table(spec.clone()).await.unwrap();
+    assert_eq!(
+        client.create_table(spec.clone()).await.unwrap_err().code,
+        ErrorCode::TableExists
+    );
+    let bad = TableSpec::new("s", "u").column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)));
+    let e = client.create_table(bad).await.unwrap_err();
+    assert!(e.message.contains("primary key"), "{}", e.message);
+    let ops = (0..100)
+        .map(|i| Op::insert(&t, vec![Value::Int(i), Value::Int(i % 3)]).unwrap())
+        .collect();
+    client.batch(ops).await.unwrap();
+    // After an index is added, operations built for the old version are refused
+    // with a retriable error, and a refreshed definition works.
+    let t2 = client
+        .create_index("s", "t", "k_idx", &["k"])
+        .await
+        .unwrap();
+    assert_eq!(t2.def().version, t.def().version + 1);
+    let stale = client
+        .batch(vec![Op::read(&t, &[Value::Int(1)]).unwrap()])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&stale[0], Err(e) if e.code == ErrorCode::SchemaVersionMismatch && e.is_retriable())
+    );
+    let rows = client
+        .scan(&t2, Scan::all().index("k_idx").equal(vec![Value::Int(2)]))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 33);
+    let t3 = client.drop_index("s", "t", "k_idx").await.unwrap();
+    assert!(client.scan(&t3, Scan::all().index("k_idx")).await.is_err());
+    assert_eq!(client.scan(&t3, Scan::all()).await.unwrap().len(), 100);
+    let listed = cluster.mgm(&["tables"]);
+    assert!(listed.contains("s.t"), "{listed}");
+    client.drop_table("s", "t").await.unwrap();
+    let gone = client
+        .batch(vec![Op::read(&t3, &[Value::Int(1)]).unwrap()])
+        .await
+        .unwrap();
+    assert!(matches!(&gone[0], Err(e) if e.code == ErrorCode::UnknownTable));
+    // The name can be reused.
+    let again = client.create_table(spec).await.unwrap();
+    assert!(client
+        .get(&again, &[Value::Int(1)])
+        .await
+        .unwrap()
+        .is_none());
+}
