@@ -44,11 +44,7 @@ pub struct FlexArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub rows: u64,
     /// Phases to run, in order: insert, read, update, delete.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "insert,read,update,delete"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "insert,read,update,delete")]
     pub phases: Vec<String>,
     /// Seconds of warm-up before measuring (timed phases).
     #[arg(long, default_value_t = 2.0)]
@@ -83,9 +79,7 @@ impl Phase {
             "read" => Ok(Phase::Read),
             "update" => Ok(Phase::Update),
             "delete" => Ok(Phase::Delete),
-            other => Err(format!(
-                "unknown phase '{other}'; use insert, read, update or delete"
-            )),
+            other => Err(format!("unknown phase '{other}'; use insert, read, update or delete")),
         }
     }
     fn name(self) -> &'static str {
@@ -140,14 +134,15 @@ fn validate(args: &FlexArgs) -> Result<Vec<Phase>, String> {
     if args.rows == 0 {
         return Err("--rows must be at least 1".into());
     }
-    if args.attributes == 0
-        || args.attributes > 100
-        || args.attribute_size == 0
-        || args.attribute_size > 65_535
-    {
+    if args.attributes == 0 || args.attributes > 100 || args.attribute_size == 0 || args.attribute_size > 65_535 {
         return Err("--attributes must be 1..=100 and --attribute-size 1..=65535".into());
     }
-    if !(args.duration > 0.0) || args.warmup < 0.0 || args.cooldown < 0.0 {
+    let finite_nonneg = |x: f64| x.is_finite() && x >= 0.0;
+    if !finite_nonneg(args.duration)
+        || args.duration == 0.0
+        || !finite_nonneg(args.warmup)
+        || !finite_nonneg(args.cooldown)
+    {
         return Err("--duration must be positive; --warmup and --cooldown not negative".into());
     }
     args.phases.iter().map(|p| Phase::parse(p)).collect()
@@ -164,9 +159,7 @@ pub fn run(args: FlexArgs) -> Result<(), String> {
 }
 
 async fn run_async(args: FlexArgs, phases: Vec<Phase>) -> Result<(), String> {
-    let client = Client::connect(&args.mgmd)
-        .await
-        .map_err(|e| e.to_string())?;
+    let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
     let table = prepare_table(&client, &args, phases.first() == Some(&Phase::Insert)).await?;
     println!(
         "flex: {} thread(s) x {} batches in flight x {} ops per batch{}, {} rows of {} x {} bytes, {} partitions",
@@ -186,10 +179,7 @@ async fn run_async(args: FlexArgs, phases: Vec<Phase>) -> Result<(), String> {
         results.push(r);
     }
     let output = args.output.clone().unwrap_or_else(|| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         PathBuf::from(format!("results/flex-{t}.json"))
     });
     let json = serde_json::json!({
@@ -209,8 +199,7 @@ async fn run_async(args: FlexArgs, phases: Vec<Phase>) -> Result<(), String> {
     });
     if let Some(parent) = output.parent() {
         if !parent.as_os_str().is_empty() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
         }
     }
     let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
@@ -218,46 +207,28 @@ async fn run_async(args: FlexArgs, phases: Vec<Phase>) -> Result<(), String> {
     println!("results written to {}", output.display());
     let failed: u64 = results.iter().map(|r| r.failed_ops).sum();
     if failed > 0 {
-        return Err(format!(
-            "{failed} operations failed; see the FAILED counts above"
-        ));
+        return Err(format!("{failed} operations failed; see the FAILED counts above"));
     }
     Ok(())
 }
 
-async fn prepare_table(
-    client: &Client,
-    args: &FlexArgs,
-    fresh: bool,
-) -> Result<Arc<Table>, String> {
+async fn prepare_table(client: &Client, args: &FlexArgs, fresh: bool) -> Result<Arc<Table>, String> {
     if !fresh {
-        return client
-            .table(&args.database, &args.table)
-            .await
-            .map_err(|e| {
-                format!(
-                    "{e}; run the insert phase first (the table {}.{} must exist)",
-                    args.database, args.table
-                )
-            });
+        return client.table(&args.database, &args.table).await.map_err(|e| {
+            format!("{e}; run the insert phase first (the table {}.{} must exist)", args.database, args.table)
+        });
     }
     match client.drop_table(&args.database, &args.table).await {
         Ok(()) => {}
         Err(e) if e.code == ErrorCode::UnknownTable => {}
         Err(e) => return Err(e.to_string()),
     }
-    let mut spec = TableSpec::new(&args.database, &args.table)
-        .column(ColumnDef::new("id", ColumnType::uint(IntWidth::Big)));
+    let mut spec =
+        TableSpec::new(&args.database, &args.table).column(ColumnDef::new("id", ColumnType::uint(IntWidth::Big)));
     for a in 0..args.attributes {
-        spec = spec.column(ColumnDef::new(
-            format!("attr{a}"),
-            ColumnType::VarBinary(args.attribute_size as u32),
-        ));
+        spec = spec.column(ColumnDef::new(format!("attr{a}"), ColumnType::VarBinary(args.attribute_size as u32)));
     }
-    client
-        .create_table(spec.primary_key(&["id"]))
-        .await
-        .map_err(|e| e.to_string())
+    client.create_table(spec.primary_key(&["id"])).await.map_err(|e| e.to_string())
 }
 
 fn row_values(args: &FlexArgs, key: u64, generation: u64) -> Vec<Value> {
@@ -273,12 +244,7 @@ fn row_values(args: &FlexArgs, key: u64, generation: u64) -> Vec<Value> {
     row
 }
 
-async fn run_phase(
-    client: &Client,
-    table: &Arc<Table>,
-    args: &FlexArgs,
-    phase: Phase,
-) -> Result<PhaseResult, String> {
+async fn run_phase(client: &Client, table: &Arc<Table>, args: &FlexArgs, phase: Phase) -> Result<PhaseResult, String> {
     let start = Instant::now();
     let secs = |s: f64| Duration::from_secs_f64(s);
     let measure_from = start + secs(if phase.timed() { args.warmup } else { 0.0 });
@@ -296,10 +262,7 @@ async fn run_phase(
         measure_to,
         stop_at,
     });
-    let bar = progress(
-        phase.name(),
-        if phase.timed() { None } else { Some(args.rows) },
-    );
+    let bar = progress(phase.name(), if phase.timed() { None } else { Some(args.rows) });
     let workers = args.threads * args.parallel;
     let mut handles = Vec::with_capacity(workers);
     for w in 0..workers {
@@ -363,22 +326,13 @@ async fn run_phase(
     if let Some(e) = first_error {
         return Err(format!("{} phase failed: {e}", phase.name()));
     }
-    result.seconds = if phase.timed() {
-        args.duration
-    } else {
-        shared.start.elapsed().as_secs_f64()
-    };
+    result.seconds = if phase.timed() { args.duration } else { shared.start.elapsed().as_secs_f64() };
     Ok(result)
 }
 
 async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (id + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
-    let mut out = WorkerResult {
-        ops: 0,
-        failed: 0,
-        batches: 0,
-        latency: new_histogram(),
-    };
+    let mut out = WorkerResult { ops: 0, failed: 0, batches: 0, latency: new_histogram() };
     let batch = s.args.batch as u64;
     let mut generation = 0u64;
     loop {
@@ -402,11 +356,7 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
                 Phase::Read => Op::read(&s.table, &[Value::UInt(k)]),
                 Phase::Update => {
                     let mut row = row_values(&s.args, k, generation);
-                    Op::update(
-                        &s.table,
-                        &[Value::UInt(k)],
-                        &[("attr0", row.swap_remove(1))],
-                    )
+                    Op::update(&s.table, &[Value::UInt(k)], &[("attr0", row.swap_remove(1))])
                 }
                 Phase::Delete => Op::delete(&s.table, &[Value::UInt(k)]),
             })
@@ -424,10 +374,7 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
         };
         let took = sent.elapsed();
         // Reads, updates and deletes address rows that must exist.
-        let failed = outcomes
-            .iter()
-            .filter(|o| !matches!(o, Ok(Outcome::Row(_)) | Ok(Outcome::Done)))
-            .count() as u64;
+        let failed = outcomes.iter().filter(|o| !matches!(o, Ok(Outcome::Row(_)) | Ok(Outcome::Done))).count() as u64;
         s.done_ops.fetch_add(n, Ordering::Relaxed);
         let measured = !s.phase.timed() || (sent >= s.measure_from && sent + took <= s.measure_to);
         if measured {

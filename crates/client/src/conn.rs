@@ -3,9 +3,7 @@
 
 use crate::ClientOptions;
 use latsdb_net::{write_frames, FrameError, FrameReader};
-use latsdb_types::proto::{
-    self, ClientRequest, ClientResponse, Hello, ShardAddr, PROTOCOL_VERSION,
-};
+use latsdb_types::proto::{self, ClientRequest, ClientResponse, Hello, ShardAddr, PROTOCOL_VERSION};
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,11 +21,7 @@ pub(crate) struct ShardConn {
 }
 
 impl ShardConn {
-    pub(crate) async fn open(
-        shard: ShardAddr,
-        address: &str,
-        opts: &ClientOptions,
-    ) -> Result<Arc<ShardConn>> {
+    pub(crate) async fn open(shard: ShardAddr, address: &str, opts: &ClientOptions) -> Result<Arc<ShardConn>> {
         let stream = latsdb_net::connect(address, opts.connect_timeout).await?;
         let (r, w) = stream.into_split();
         let (frames, rx) = mpsc::unbounded_channel();
@@ -41,33 +35,19 @@ impl ShardConn {
         });
         let (tx, hello_rx) = oneshot::channel();
         conn.pending().insert(0, tx);
-        let _ = conn.frames.send(proto::frame(
-            0,
-            &Hello::Client {
-                protocol: PROTOCOL_VERSION,
-                name: opts.name.clone(),
-            },
-        ));
-        tokio::spawn(read_loop(
-            conn.clone(),
-            FrameReader::new(r, proto::DEFAULT_MAX_FRAME_BYTES),
-        ));
+        let _ =
+            conn.frames.send(proto::frame(0, &Hello::Client { protocol: PROTOCOL_VERSION, name: opts.name.clone() }));
+        tokio::spawn(read_loop(conn.clone(), FrameReader::new(r, proto::DEFAULT_MAX_FRAME_BYTES)));
         let answer = tokio::time::timeout(opts.connect_timeout, hello_rx)
             .await
             .map_err(|_| {
                 DbError::new(
                     ErrorCode::Timeout,
-                    format!(
-                        "shard {shard} at {address} did not greet within {:?}",
-                        opts.connect_timeout
-                    ),
+                    format!("shard {shard} at {address} did not greet within {:?}", opts.connect_timeout),
                 )
             })?
             .map_err(|_| {
-                DbError::new(
-                    ErrorCode::NodeUnavailable,
-                    format!("shard {shard} at {address} closed the connection"),
-                )
+                DbError::new(ErrorCode::NodeUnavailable, format!("shard {shard} at {address} closed the connection"))
             })??;
         match answer {
             ClientResponse::Hello { shard: s } if s == shard => Ok(conn),
@@ -76,15 +56,11 @@ impl ShardConn {
                 format!("{address} is shard {s}, not {shard}; the cluster layout is stale"),
             )),
             ClientResponse::Error(e) => Err(e),
-            other => Err(DbError::internal(format!(
-                "shard {shard} greeted with {other:?}"
-            ))),
+            other => Err(DbError::internal(format!("shard {shard} greeted with {other:?}"))),
         }
     }
 
-    fn pending(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter, foldhash::fast::RandomState>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter, foldhash::fast::RandomState>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -92,10 +68,7 @@ impl ShardConn {
         self.alive.load(Ordering::Acquire)
     }
 
-    pub(crate) fn send(
-        &self,
-        request: &ClientRequest,
-    ) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
+    pub(crate) fn send(&self, request: &ClientRequest) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending().insert(id, tx);

@@ -117,9 +117,7 @@ pub struct Client {
 fn unexpected(what: &str, got: MgmResponse) -> DbError {
     match got {
         MgmResponse::Error(e) => e,
-        other => DbError::internal(format!(
-            "the management server answered {what} with {other:?}"
-        )),
+        other => DbError::internal(format!("the management server answered {what} with {other:?}")),
     }
 }
 
@@ -133,12 +131,7 @@ impl Client {
     pub async fn connect_with(mgmd: &str, opts: ClientOptions) -> Result<Client> {
         let mut mgm = RpcConn::connect(mgmd, opts.connect_timeout)
             .await
-            .map_err(|e| {
-                DbError::new(
-                    e.code,
-                    format!("{}; is the management server running at {mgmd}?", e.message),
-                )
-            })?;
+            .map_err(|e| DbError::new(e.code, format!("{}; is the management server running at {mgmd}?", e.message)))?;
         let deadline = tokio::time::Instant::now() + opts.wait_for_cluster;
         let layout = loop {
             let layout = match mgm.call::<_, MgmResponse>(&MgmRequest::GetLayout).await? {
@@ -157,11 +150,7 @@ impl Client {
                     .collect();
                 return Err(DbError::new(
                     latsdb_types::ErrorCode::ClusterNotReady,
-                    format!(
-                        "data node(s) {} did not start within {:?}",
-                        missing.join(", "),
-                        opts.wait_for_cluster
-                    ),
+                    format!("data node(s) {} did not start within {:?}", missing.join(", "), opts.wait_for_cluster),
                 ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -180,11 +169,7 @@ impl Client {
     }
 
     pub fn layout(&self) -> Arc<ClusterLayout> {
-        self.inner
-            .layout
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.inner.layout.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Fetches the current layout from the management server.
@@ -201,15 +186,11 @@ impl Client {
         let mut guard = self.inner.mgm.lock().await;
         for attempt in 0..2 {
             if guard.is_none() {
-                *guard = Some(
-                    RpcConn::connect(&self.inner.mgmd, self.inner.opts.connect_timeout).await?,
-                );
+                *guard = Some(RpcConn::connect(&self.inner.mgmd, self.inner.opts.connect_timeout).await?);
             }
             let conn = guard.as_mut().expect("connected above");
             match conn.call::<_, MgmResponse>(&request).await {
-                Err(e) if e.code == latsdb_types::ErrorCode::NodeUnavailable && attempt == 0 => {
-                    *guard = None
-                }
+                Err(e) if e.code == latsdb_types::ErrorCode::NodeUnavailable && attempt == 0 => *guard = None,
                 other => return other,
             }
         }
@@ -224,15 +205,8 @@ impl Client {
     }
 
     pub async fn drop_table(&self, database: &str, name: &str) -> Result<()> {
-        let request = MgmRequest::DropTable {
-            database: database.into(),
-            name: name.into(),
-        };
-        self.inner
-            .tables
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(database.to_string(), name.to_string()));
+        let request = MgmRequest::DropTable { database: database.into(), name: name.into() };
+        self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).remove(&(database.to_string(), name.to_string()));
         match self.mgm(request).await? {
             MgmResponse::Done => Ok(()),
             other => Err(unexpected("DropTable", other)),
@@ -242,13 +216,7 @@ impl Client {
     /// The table's definition, from the cache or the management server.
     pub async fn table(&self, database: &str, name: &str) -> Result<Arc<Table>> {
         let key = (database.to_string(), name.to_string());
-        if let Some(t) = self
-            .inner
-            .tables
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
+        if let Some(t) = self.inner.tables.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return Ok(t.clone());
         }
         self.refresh_table(database, name).await
@@ -256,13 +224,7 @@ impl Client {
 
     /// Re-reads a table's definition (after `SchemaVersionMismatch`).
     pub async fn refresh_table(&self, database: &str, name: &str) -> Result<Arc<Table>> {
-        match self
-            .mgm(MgmRequest::GetTable {
-                database: database.into(),
-                name: name.into(),
-            })
-            .await?
-        {
+        match self.mgm(MgmRequest::GetTable { database: database.into(), name: name.into() }).await? {
             MgmResponse::Table(def) => Ok(self.cache_table(def)),
             other => Err(unexpected("GetTable", other)),
         }
@@ -276,13 +238,7 @@ impl Client {
     }
 
     /// Creates an ordered index and returns the table's new definition.
-    pub async fn create_index(
-        &self,
-        database: &str,
-        table: &str,
-        index: &str,
-        columns: &[&str],
-    ) -> Result<Arc<Table>> {
+    pub async fn create_index(&self, database: &str, table: &str, index: &str, columns: &[&str]) -> Result<Arc<Table>> {
         let request = MgmRequest::CreateIndex {
             database: database.into(),
             table: table.into(),
@@ -296,11 +252,7 @@ impl Client {
     }
 
     pub async fn drop_index(&self, database: &str, table: &str, index: &str) -> Result<Arc<Table>> {
-        let request = MgmRequest::DropIndex {
-            database: database.into(),
-            table: table.into(),
-            index: index.into(),
-        };
+        let request = MgmRequest::DropIndex { database: database.into(), table: table.into(), index: index.into() };
         match self.mgm(request).await? {
             MgmResponse::Table(def) => Ok(self.cache_table(def)),
             other => Err(unexpected("DropIndex", other)),
@@ -310,11 +262,7 @@ impl Client {
     fn cache_table(&self, def: TableDef) -> Arc<Table> {
         let key = (def.database.clone(), def.name.clone());
         let table = Table::new(def);
-        self.inner
-            .tables
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, table.clone());
+        self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).insert(key, table.clone());
         table
     }
 
@@ -328,45 +276,25 @@ impl Client {
     }
 
     async fn shard_conn(&self, shard: ShardAddr) -> Result<Arc<ShardConn>> {
-        if let Some(c) = self
-            .inner
-            .conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&shard)
-        {
+        if let Some(c) = self.inner.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&shard) {
             if c.is_alive() {
                 return Ok(c.clone());
             }
         }
         let _guard = self.inner.connecting.lock().await;
-        if let Some(c) = self
-            .inner
-            .conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&shard)
-        {
+        if let Some(c) = self.inner.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&shard) {
             if c.is_alive() {
                 return Ok(c.clone());
             }
         }
-        let address = self
-            .layout()
-            .shard_address(shard)
-            .map(|s| s.to_string())
-            .ok_or_else(|| {
-                DbError::new(
-                    latsdb_types::ErrorCode::NodeUnavailable,
-                    format!("shard {shard} is not in the cluster layout"),
-                )
-            })?;
+        let address = self.layout().shard_address(shard).map(|s| s.to_string()).ok_or_else(|| {
+            DbError::new(
+                latsdb_types::ErrorCode::NodeUnavailable,
+                format!("shard {shard} is not in the cluster layout"),
+            )
+        })?;
         let conn = ShardConn::open(shard, &address, &self.inner.opts).await?;
-        self.inner
-            .conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(shard, conn.clone());
+        self.inner.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(shard, conn.clone());
         Ok(conn)
     }
 
@@ -380,17 +308,13 @@ impl Client {
         conn.send(request)
     }
 
-    pub(crate) async fn finish(
-        &self,
-        rx: oneshot::Receiver<Result<ClientResponse>>,
-    ) -> Result<ClientResponse> {
+    pub(crate) async fn finish(&self, rx: oneshot::Receiver<Result<ClientResponse>>) -> Result<ClientResponse> {
         let timeout = self.inner.opts.request_timeout;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(DbError::new(
-                latsdb_types::ErrorCode::NodeUnavailable,
-                "the connection to the data node closed",
-            )),
+            Ok(Err(_)) => {
+                Err(DbError::new(latsdb_types::ErrorCode::NodeUnavailable, "the connection to the data node closed"))
+            }
             Err(_) => Err(DbError::new(
                 latsdb_types::ErrorCode::Timeout,
                 format!("no answer from the data node within {timeout:?}"),
@@ -398,11 +322,7 @@ impl Client {
         }
     }
 
-    pub(crate) async fn call(
-        &self,
-        shard: ShardAddr,
-        request: &ClientRequest,
-    ) -> Result<ClientResponse> {
+    pub(crate) async fn call(&self, shard: ShardAddr, request: &ClientRequest) -> Result<ClientResponse> {
         let rx = self.start(shard, request).await?;
         self.finish(rx).await
     }
@@ -412,17 +332,10 @@ impl Client {
         let layout = self.layout();
         for node in &layout.datanodes {
             for shard in 0..node.shards.len() {
-                let addr = ShardAddr {
-                    node: node.node_id,
-                    shard: shard as u16,
-                };
+                let addr = ShardAddr { node: node.node_id, shard: shard as u16 };
                 match self.call(addr, &ClientRequest::Ping).await? {
                     ClientResponse::Pong => {}
-                    other => {
-                        return Err(DbError::internal(format!(
-                            "shard {addr} answered a ping with {other:?}"
-                        )))
-                    }
+                    other => return Err(DbError::internal(format!("shard {addr} answered a ping with {other:?}"))),
                 }
             }
         }
@@ -441,9 +354,7 @@ impl Client {
             Some(Ok(Outcome::Row(row))) => Ok(Some(row)),
             Some(Ok(_)) => Ok(None),
             Some(Err(e)) => Err(e),
-            None => Err(DbError::internal(
-                "a batch of one operation returned no result",
-            )),
+            None => Err(DbError::internal("a batch of one operation returned no result")),
         }
     }
 }

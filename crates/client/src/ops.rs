@@ -3,9 +3,7 @@
 
 use crate::{Client, Table};
 use latsdb_types::expr::Expr;
-use latsdb_types::proto::{
-    ClientRequest, ClientResponse, KeyOp, LockMode, OpKind, OpResult, ShardAddr,
-};
+use latsdb_types::proto::{ClientRequest, ClientResponse, KeyOp, LockMode, OpKind, OpResult, ShardAddr};
 use latsdb_types::row::RowLayout;
 use latsdb_types::schema::ColumnId;
 use latsdb_types::{DbError, ErrorCode, Result, Value};
@@ -43,11 +41,7 @@ impl Op {
     /// Read taking a shared or exclusive row lock (inside a transaction the
     /// lock is held until commit or abort).
     pub fn read_locked(table: &Arc<Table>, key: &[Value], lock: LockMode) -> Result<Op> {
-        Ok(Self::new(
-            table,
-            table.meta.encode_key(key)?,
-            OpKind::Read { lock },
-        ))
+        Ok(Self::new(table, table.meta.encode_key(key)?, OpKind::Read { lock }))
     }
 
     /// Inserts a full row given in column order; fails with DuplicateKey if
@@ -73,8 +67,7 @@ impl Op {
         let mut assignments = Vec::with_capacity(set.len());
         for (name, value) in set {
             let column = table.column(name)?;
-            let coerced =
-                latsdb_types::value::coerce(value.clone(), &table.def().columns[column as usize])?;
+            let coerced = latsdb_types::value::coerce(value.clone(), &table.def().columns[column as usize])?;
             assignments.push((column, Expr::Const(coerced)));
         }
         Self::update_expr(table, key, assignments)
@@ -82,42 +75,24 @@ impl Op {
 
     /// Sets columns to expressions over the current row (`k = k + 1`),
     /// evaluated on the data node.
-    pub fn update_expr(
-        table: &Arc<Table>,
-        key: &[Value],
-        set: Vec<(ColumnId, Expr)>,
-    ) -> Result<Op> {
+    pub fn update_expr(table: &Arc<Table>, key: &[Value], set: Vec<(ColumnId, Expr)>) -> Result<Op> {
         for (column, expr) in &set {
             if *column as usize >= table.def().columns.len() {
-                return Err(DbError::new(
-                    ErrorCode::UnknownColumn,
-                    format!("column number {column} does not exist"),
-                ));
+                return Err(DbError::new(ErrorCode::UnknownColumn, format!("column number {column} does not exist")));
             }
             expr.validate(table.def().columns.len())?;
         }
-        Ok(Self::new(
-            table,
-            table.meta.encode_key(key)?,
-            OpKind::Update { set },
-        ))
+        Ok(Self::new(table, table.meta.encode_key(key)?, OpKind::Update { set }))
     }
 
     /// Deletes by primary key; the outcome is NotFound if the row does not exist.
     pub fn delete(table: &Arc<Table>, key: &[Value]) -> Result<Op> {
-        Ok(Self::new(
-            table,
-            table.meta.encode_key(key)?,
-            OpKind::Delete,
-        ))
+        Ok(Self::new(table, table.meta.encode_key(key)?, OpKind::Delete))
     }
 
     /// Returns only the named columns (for reads).
     pub fn columns(mut self, table: &Arc<Table>, names: &[&str]) -> Result<Op> {
-        let ids = names
-            .iter()
-            .map(|n| table.column(n))
-            .collect::<Result<Vec<_>>>()?;
+        let ids = names.iter().map(|n| table.column(n)).collect::<Result<Vec<_>>>()?;
         self.layout = Arc::new(table.meta.layout.projection(&ids));
         self.op.projection = Some(ids);
         Ok(self)
@@ -129,12 +104,7 @@ impl Op {
 
     fn keyed_row(table: &Arc<Table>, row: Vec<Value>) -> Result<(Vec<u8>, Vec<Value>)> {
         let row = table.meta.coerce_row(row)?;
-        let key_values: Vec<Value> = table
-            .def()
-            .primary_key
-            .iter()
-            .map(|&c| row[c as usize].clone())
-            .collect();
+        let key_values: Vec<Value> = table.def().primary_key.iter().map(|&c| row[c as usize].clone()).collect();
         Ok((table.meta.encode_key(&key_values)?, row))
     }
 }
@@ -154,11 +124,7 @@ impl Row {
 
     /// The value of the i-th returned column.
     pub fn get(&self, i: usize) -> Value {
-        assert!(
-            i < self.layout.len(),
-            "column {i} of a row with {} columns",
-            self.layout.len()
-        );
+        assert!(i < self.layout.len(), "column {i} of a row with {} columns", self.layout.len());
         self.layout.get(&self.bytes, i)
     }
 
@@ -168,12 +134,7 @@ impl Row {
             .columns()
             .iter()
             .position(|c| c.name.eq_ignore_ascii_case(name))
-            .ok_or_else(|| {
-                DbError::new(
-                    ErrorCode::UnknownColumn,
-                    format!("the row has no column '{name}'"),
-                )
-            })?;
+            .ok_or_else(|| DbError::new(ErrorCode::UnknownColumn, format!("the row has no column '{name}'")))?;
         Ok(self.get(i))
     }
 
@@ -246,15 +207,9 @@ impl Client {
             }
             let mut inflight = Vec::with_capacity(groups.len());
             for (shard, group) in groups {
-                let (meta, key_ops): (Vec<(usize, Arc<RowLayout>, Op)>, Vec<KeyOp>) = group
-                    .into_iter()
-                    .map(|(i, op)| {
-                        let key_op = op.op.clone();
-                        ((i, op.layout.clone(), op), key_op)
-                    })
-                    .unzip();
+                let key_ops: Vec<KeyOp> = group.iter().map(|(_, op)| op.op.clone()).collect();
                 let started = self.start(shard, &ClientRequest::Batch(key_ops)).await;
-                inflight.push((meta, started));
+                inflight.push((group, started));
             }
             let mut stale = false;
             for (meta, started) in inflight {
@@ -264,27 +219,26 @@ impl Client {
                 };
                 match answer {
                     Ok(ClientResponse::Batch(list)) if list.len() == meta.len() => {
-                        for ((i, layout, op), r) in meta.into_iter().zip(list) {
+                        for ((i, op), r) in meta.into_iter().zip(list) {
                             match r {
                                 OpResult::Error(e)
-                                    if e.code == ErrorCode::WrongShard
-                                        && attempt < STALE_LAYOUT_RETRIES =>
+                                    if e.code == ErrorCode::WrongShard && attempt < STALE_LAYOUT_RETRIES =>
                                 {
                                     stale = true;
                                     todo.push((i, op));
                                 }
-                                r => results[i] = Some(outcome(r, &layout)),
+                                r => results[i] = Some(outcome(r, &op.layout)),
                             }
                         }
                     }
                     Ok(ClientResponse::Error(e)) | Err(e) => {
-                        for (i, _, _) in meta {
+                        for (i, _) in meta {
                             results[i] = Some(Err(e.clone()));
                         }
                     }
                     Ok(other) => {
                         let e = DbError::internal(format!("a batch was answered with {other:?}"));
-                        for (i, _, _) in meta {
+                        for (i, _) in meta {
                             results[i] = Some(Err(e.clone()));
                         }
                     }

@@ -119,21 +119,12 @@ impl Client {
                 .cloned()
                 .ok_or_else(|| DbError::internal("table has no PRIMARY index"))?,
         };
-        let columns: Vec<_> = index
-            .columns
-            .iter()
-            .map(|&c| &def.columns[c as usize])
-            .collect();
+        let columns: Vec<_> = index.columns.iter().map(|&c| &def.columns[c as usize]).collect();
         if let Some(f) = &scan.filter {
             f.validate(def.columns.len())?;
         }
         let projection = match &scan.columns {
-            Some(names) => Some(
-                names
-                    .iter()
-                    .map(|n| table.column(n))
-                    .collect::<Result<Vec<_>>>()?,
-            ),
+            Some(names) => Some(names.iter().map(|n| table.column(n)).collect::<Result<Vec<_>>>()?),
             None => None,
         };
         let layout = match &projection {
@@ -170,20 +161,14 @@ impl Client {
         for p in 0..partitions {
             let mut req = plan.request.clone();
             req.partition = p;
-            let rx = self
-                .start(self.route(p)?, &ClientRequest::Scan(req.clone()))
-                .await?;
+            let rx = self.start(self.route(p)?, &ClientRequest::Scan(req.clone())).await?;
             inflight.push_back((req, rx));
         }
         while let Some((mut req, rx)) = inflight.pop_front() {
             let page = match self.finish(rx).await? {
                 ClientResponse::Scan(page) => page,
                 ClientResponse::Error(e) => return Err(e),
-                other => {
-                    return Err(DbError::internal(format!(
-                        "a scan was answered with {other:?}"
-                    )))
-                }
+                other => return Err(DbError::internal(format!("a scan was answered with {other:?}"))),
             };
             let resume = page.resume.clone();
             if !on_page(page)? {
@@ -191,12 +176,7 @@ impl Client {
             }
             if let Some(r) = resume {
                 req.resume_after = Some(r);
-                let rx = self
-                    .start(
-                        self.route(req.partition)?,
-                        &ClientRequest::Scan(req.clone()),
-                    )
-                    .await?;
+                let rx = self.start(self.route(req.partition)?, &ClientRequest::Scan(req.clone())).await?;
                 inflight.push_back((req, rx));
             }
         }
@@ -240,12 +220,7 @@ impl Client {
     }
 
     /// Aggregates over the rows matching the scan, computed on the data nodes.
-    pub async fn aggregate(
-        &self,
-        table: &Arc<Table>,
-        scan: Scan,
-        aggregates: &[Aggregate],
-    ) -> Result<Vec<Value>> {
+    pub async fn aggregate(&self, table: &Arc<Table>, scan: Scan, aggregates: &[Aggregate]) -> Result<Vec<Value>> {
         if aggregates.is_empty() {
             return Err(DbError::bad_request("name at least one aggregate"));
         }
@@ -262,9 +237,7 @@ impl Client {
         let mut acc: Vec<Value> = aggregates.iter().map(|a| a.initial()).collect();
         self.scan_partitions(&plan, table.def().partitions, |page| {
             if page.aggregates.len() != aggregates.len() {
-                return Err(DbError::internal(
-                    "a partition returned the wrong number of aggregates",
-                ));
+                return Err(DbError::internal("a partition returned the wrong number of aggregates"));
             }
             for ((a, slot), partial) in aggregates.iter().zip(acc.iter_mut()).zip(page.aggregates) {
                 a.merge(slot, partial);
@@ -288,9 +261,7 @@ fn order_positions(plan: &Plan) -> Result<Vec<(usize, latsdb_types::ColumnType)>
     let mut out = Vec::new();
     for &c in &plan.index_columns {
         let pos = position(c).ok_or_else(|| {
-            DbError::bad_request(
-                "an ordered scan must return the index's columns; add them to columns()",
-            )
+            DbError::bad_request("an ordered scan must return the index's columns; add them to columns()")
         })?;
         out.push((pos, plan.layout.columns()[pos].ty));
     }

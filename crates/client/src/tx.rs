@@ -17,12 +17,7 @@ pub struct Transaction {
 
 impl Transaction {
     pub(crate) fn new(client: Client) -> Transaction {
-        Transaction {
-            client,
-            tc: None,
-            id: None,
-            finished: false,
-        }
+        Transaction { client, tc: None, id: None, finished: false }
     }
 
     pub fn id(&self) -> Option<TxId> {
@@ -55,9 +50,7 @@ impl Transaction {
         match self.client.call(tc, &ClientRequest::TxAbort { tx }).await? {
             ClientResponse::TxAborted { .. } => Ok(()),
             ClientResponse::Error(e) => Err(e),
-            other => Err(DbError::internal(format!(
-                "abort was answered with {other:?}"
-            ))),
+            other => Err(DbError::internal(format!("abort was answered with {other:?}"))),
         }
     }
 
@@ -73,9 +66,7 @@ impl Transaction {
             None => {
                 // Start at the shard that holds the first key: its operation is local.
                 let first = ops.first().ok_or_else(|| {
-                    DbError::bad_request(
-                        "a transaction's first request needs at least one operation",
-                    )
+                    DbError::bad_request("a transaction's first request needs at least one operation")
                 })?;
                 let tc = self.client.route(first.op.partition)?;
                 self.tc = Some(tc);
@@ -83,11 +74,7 @@ impl Transaction {
             }
         };
         let layouts: Vec<_> = ops.iter().map(|o| o.layout.clone()).collect();
-        let request = ClientRequest::TxExec {
-            tx: self.id,
-            ops: ops.into_iter().map(|o| o.op).collect(),
-            commit,
-        };
+        let request = ClientRequest::TxExec { tx: self.id, ops: ops.into_iter().map(|o| o.op).collect(), commit };
         let answer = self.client.call(tc, &request).await;
         let answer = match answer {
             Ok(a) => a,
@@ -98,11 +85,7 @@ impl Transaction {
             }
         };
         match answer {
-            ClientResponse::TxExec {
-                tx,
-                results,
-                committed,
-            } => {
+            ClientResponse::TxExec { tx, results, committed } => {
                 self.id = Some(tx);
                 self.finished = committed;
                 if results.len() != layouts.len() {
@@ -112,22 +95,14 @@ impl Transaction {
                         layouts.len()
                     )));
                 }
-                results
-                    .into_iter()
-                    .zip(&layouts)
-                    .map(|(r, l)| outcome(r, l))
-                    .collect()
+                results.into_iter().zip(&layouts).map(|(r, l)| outcome(r, l)).collect()
             }
             ClientResponse::TxAborted { error, .. } => {
                 self.finished = true;
-                Err(error.unwrap_or_else(|| {
-                    DbError::new(ErrorCode::TransactionAborted, "the transaction was aborted")
-                }))
+                Err(error.unwrap_or_else(|| DbError::new(ErrorCode::TransactionAborted, "the transaction was aborted")))
             }
             ClientResponse::Error(e) => Err(e),
-            other => Err(DbError::internal(format!(
-                "a transaction request was answered with {other:?}"
-            ))),
+            other => Err(DbError::internal(format!("a transaction request was answered with {other:?}"))),
         }
     }
 }

@@ -8,9 +8,7 @@
 
 use crate::locks::{Acquire, LockKey, LockTable};
 use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, Outbox, Shard};
-use latsdb_types::proto::{
-    ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ShardAddr, TxId,
-};
+use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,12 +31,15 @@ pub(crate) struct Pending {
     prepared: Prepared,
 }
 
+/// A staged row image (None deletes) and the partition it belongs to.
+type Staged = (u32, Option<Box<[u8]>>);
+
 #[derive(Default)]
 struct LdmTx {
     locks: Vec<LockKey>,
     waits: Vec<LockKey>,
     /// Staged row images: None deletes. Keyed like locks.
-    staged: HashMap<LockKey, (u32, Option<Box<[u8]>>)>,
+    staged: HashMap<LockKey, Staged>,
 }
 
 struct PendingBatch {
@@ -65,10 +66,7 @@ impl LdmState {
 
 /// Owner id of an independent (autocommit) operation: node 0 is never a real node.
 fn implicit_owner(seq: u64) -> TxId {
-    TxId {
-        tc: ShardAddr { node: 0, shard: 0 },
-        seq,
-    }
+    TxId { tc: ShardAddr { node: 0, shard: 0 }, seq }
 }
 
 fn lock_mode(kind: &OpKind) -> LockMode {
@@ -107,9 +105,7 @@ impl Shard {
             }
             OpKind::Update { set } => {
                 if set.is_empty() {
-                    return Err(DbError::bad_request(
-                        "an update must assign at least one column",
-                    ));
+                    return Err(DbError::bad_request("an update must assign at least one column"));
                 }
                 for (column, expr) in set {
                     if *column as usize >= meta.def.columns.len() {
@@ -130,21 +126,11 @@ impl Shard {
             }
             OpKind::Read { .. } | OpKind::Delete => None,
         };
-        Ok(Prepared {
-            meta: meta.clone(),
-            op,
-            new_row,
-        })
+        Ok(Prepared { meta: meta.clone(), op, new_row })
     }
 
     /// Independent operations from a client batch.
-    pub(crate) fn ldm_batch(
-        &mut self,
-        conn: ConnId,
-        req_id: u64,
-        ops: Vec<KeyOp>,
-        out: &mut Outbox,
-    ) {
+    pub(crate) fn ldm_batch(&mut self, conn: ConnId, req_id: u64, ops: Vec<KeyOp>, out: &mut Outbox) {
         let mut results: Vec<Option<OpResult>> = Vec::with_capacity(ops.len());
         let mut waiting = 0;
         let batch = self.ldm.next_batch;
@@ -157,10 +143,7 @@ impl Shard {
                 }
             };
             let mode = lock_mode(&prepared.op.kind);
-            let key = LockKey {
-                table: prepared.op.table,
-                key: prepared.op.key.as_slice().into(),
-            };
+            let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
             if mode == LockMode::Committed || !self.ldm.locks.is_locked(&key) {
                 // Unlocked: executing now is the same as lock, execute, unlock,
                 // because the shard is single-threaded.
@@ -170,13 +153,7 @@ impl Shard {
             self.ldm.next_implicit += 1;
             let owner = implicit_owner(self.ldm.next_implicit);
             let deadline = self.now + self.cfg.lock_wait_timeout_us;
-            let pending = Pending {
-                origin: Origin::Batch {
-                    batch,
-                    idx: idx as u32,
-                },
-                prepared,
-            };
+            let pending = Pending { origin: Origin::Batch { batch, idx: idx as u32 }, prepared };
             match self.ldm.locks.acquire(&key, owner, mode, deadline, pending) {
                 (Acquire::Granted, Some(pending)) => {
                     results.push(Some(self.ldm_execute(&pending.prepared, None)));
@@ -190,23 +167,11 @@ impl Shard {
             }
         }
         if waiting == 0 {
-            let results = results
-                .into_iter()
-                .map(|r| r.expect("every result is present"))
-                .collect();
-            out.client
-                .push((conn, req_id, ClientResponse::Batch(results)));
+            let results = results.into_iter().map(|r| r.expect("every result is present")).collect();
+            out.client.push((conn, req_id, ClientResponse::Batch(results)));
         } else {
             self.ldm.next_batch += 1;
-            self.ldm.batches.insert(
-                batch,
-                PendingBatch {
-                    conn,
-                    req_id,
-                    results,
-                    remaining: waiting,
-                },
-            );
+            self.ldm.batches.insert(batch, PendingBatch { conn, req_id, results, remaining: waiting });
         }
     }
 
@@ -219,13 +184,8 @@ impl Shard {
         b.remaining -= 1;
         if b.remaining == 0 {
             let b = self.ldm.batches.remove(&batch).expect("batch exists");
-            let results = b
-                .results
-                .into_iter()
-                .map(|r| r.expect("every result is present"))
-                .collect();
-            out.client
-                .push((b.conn, b.req_id, ClientResponse::Batch(results)));
+            let results = b.results.into_iter().map(|r| r.expect("every result is present")).collect();
+            out.client.push((b.conn, b.req_id, ClientResponse::Batch(results)));
         }
     }
 
@@ -246,15 +206,9 @@ impl Shard {
                 results.push((idx, r));
                 continue;
             }
-            let key = LockKey {
-                table: prepared.op.table,
-                key: prepared.op.key.as_slice().into(),
-            };
+            let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
             let deadline = self.now + self.cfg.lock_wait_timeout_us;
-            let pending = Pending {
-                origin: Origin::Tx { tx, idx },
-                prepared,
-            };
+            let pending = Pending { origin: Origin::Tx { tx, idx }, prepared };
             match self.ldm.locks.acquire(&key, tx, mode, deadline, pending) {
                 (Acquire::Granted, Some(pending)) => {
                     let ltx = self.ldm.txs.entry(tx).or_default();
@@ -276,10 +230,7 @@ impl Shard {
     fn ldm_granted(&mut self, granted: Vec<(TxId, Pending)>, out: &mut Outbox) {
         let mut work: std::collections::VecDeque<_> = granted.into();
         while let Some((owner, pending)) = work.pop_front() {
-            let key = LockKey {
-                table: pending.prepared.op.table,
-                key: pending.prepared.op.key.as_slice().into(),
-            };
+            let key = LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
             match pending.origin {
                 Origin::Batch { batch, idx } => {
                     let r = self.ldm_execute(&pending.prepared, None);
@@ -295,14 +246,7 @@ impl Shard {
                         ltx.locks.push(key);
                     }
                     let r = self.ldm_execute(&pending.prepared, Some(tx));
-                    self.send_peer(
-                        tx.tc,
-                        PeerMsg::TxOpResults {
-                            tx,
-                            results: vec![(idx, r)],
-                        },
-                        out,
-                    );
+                    self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, r)] }, out);
                 }
             }
         }
@@ -322,23 +266,14 @@ impl Shard {
             match pending.origin {
                 Origin::Batch { batch, idx } => self.ldm_batch_result(batch, idx, error, out),
                 Origin::Tx { tx, idx } => {
-                    let key = LockKey {
-                        table: pending.prepared.op.table,
-                        key: pending.prepared.op.key.as_slice().into(),
-                    };
+                    let key =
+                        LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
                     if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
                         if let Some(pos) = ltx.waits.iter().position(|k| *k == key) {
                             ltx.waits.swap_remove(pos);
                         }
                     }
-                    self.send_peer(
-                        tx.tc,
-                        PeerMsg::TxOpResults {
-                            tx,
-                            results: vec![(idx, error)],
-                        },
-                        out,
-                    );
+                    self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, error)] }, out);
                 }
             }
         }
@@ -347,10 +282,7 @@ impl Shard {
 
     pub(crate) fn ldm_commit(&mut self, tx: TxId, out: &mut Outbox) {
         if let Some(ltx) = self.ldm.txs.remove(&tx) {
-            assert!(
-                ltx.waits.is_empty(),
-                "commit of transaction {tx:?} while it still waits for locks"
-            );
+            assert!(ltx.waits.is_empty(), "commit of transaction {tx:?} while it still waits for locks");
             for (key, (partition, row)) in ltx.staged {
                 let Some(table) = self.tables.get_mut(&key.table) else {
                     continue;
@@ -405,10 +337,7 @@ impl Shard {
         let op = &prepared.op;
         let me = self.cfg.me;
         // The table may have changed while the operation waited for a lock.
-        let table = self
-            .tables
-            .get_mut(&op.table)
-            .ok_or_else(|| unknown_table(op.table))?;
+        let table = self.tables.get_mut(&op.table).ok_or_else(|| unknown_table(op.table))?;
         if !Arc::ptr_eq(&table.meta, &prepared.meta) && table.meta.def.version != op.table_version {
             return Err(DbError::new(
                 ErrorCode::SchemaVersionMismatch,
@@ -421,10 +350,7 @@ impl Shard {
             .get_mut(op.partition as usize)
             .and_then(|p| p.as_mut())
             .ok_or_else(|| wrong_shard(op.partition, me))?;
-        let lock_key = tx.map(|_| LockKey {
-            table: op.table,
-            key: op.key.as_slice().into(),
-        });
+        let lock_key = tx.map(|_| LockKey { table: op.table, key: op.key.as_slice().into() });
         let staged = match (&lock_key, tx) {
             (Some(k), Some(t)) => self.ldm.txs.get(&t).and_then(|l| l.staged.get(k)),
             _ => None,
@@ -439,9 +365,7 @@ impl Shard {
                     None => OpResult::NotFound,
                     Some(row) => OpResult::Row(match &op.projection {
                         None => row.to_vec(),
-                        Some(cols) => meta
-                            .layout
-                            .project(row, cols, &meta.layout.projection(cols)),
+                        Some(cols) => meta.layout.project(row, cols, &meta.layout.projection(cols)),
                     }),
                 });
             }
@@ -449,10 +373,7 @@ impl Shard {
                 if current.is_some() {
                     return Err(DbError::new(
                         ErrorCode::DuplicateKey,
-                        format!(
-                            "a row with this primary key already exists in {}",
-                            meta.def.qualified_name()
-                        ),
+                        format!("a row with this primary key already exists in {}", meta.def.qualified_name()),
                     ));
                 }
                 prepared.new_row.clone()

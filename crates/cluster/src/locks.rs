@@ -42,11 +42,7 @@ pub struct LockTable<P> {
 
 impl<P> Default for LockTable<P> {
     fn default() -> Self {
-        LockTable {
-            rows: HashMap::default(),
-            deadlines: BTreeMap::new(),
-            next_seq: 1,
-        }
+        LockTable { rows: HashMap::default(), deadlines: BTreeMap::new(), next_seq: 1 }
     }
 }
 
@@ -75,14 +71,7 @@ impl<P> LockTable<P> {
     ) -> (Acquire, Option<P>) {
         debug_assert!(mode != LockMode::Committed, "committed reads take no lock");
         let Some(lock) = self.rows.get_mut(key) else {
-            self.rows.insert(
-                key.clone(),
-                RowLock {
-                    mode,
-                    holders: vec![owner],
-                    queue: VecDeque::new(),
-                },
-            );
+            self.rows.insert(key.clone(), RowLock { mode, holders: vec![owner], queue: VecDeque::new() });
             return (Acquire::Granted, Some(payload));
         };
         if lock.holders.contains(&owner) {
@@ -99,13 +88,7 @@ impl<P> LockTable<P> {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        lock.queue.push_back(Waiter {
-            seq,
-            owner,
-            mode,
-            deadline,
-            payload,
-        });
+        lock.queue.push_back(Waiter { seq, owner, mode, deadline, payload });
         self.deadlines.insert((deadline, seq), key.clone());
         (Acquire::Waiting, None)
     }
@@ -152,10 +135,7 @@ impl<P> LockTable<P> {
             if deadline > now {
                 break;
             }
-            let key = self
-                .deadlines
-                .remove(&(deadline, seq))
-                .expect("entry exists");
+            let key = self.deadlines.remove(&(deadline, seq)).expect("entry exists");
             let Some(lock) = self.rows.get_mut(&key) else {
                 continue;
             };
@@ -213,34 +193,19 @@ mod tests {
     use latsdb_types::proto::ShardAddr;
 
     fn tx(n: u64) -> TxId {
-        TxId {
-            tc: ShardAddr { node: 1, shard: 0 },
-            seq: n,
-        }
+        TxId { tc: ShardAddr { node: 1, shard: 0 }, seq: n }
     }
 
     fn key() -> LockKey {
-        LockKey {
-            table: 1,
-            key: vec![1].into(),
-        }
+        LockKey { table: 1, key: vec![1].into() }
     }
 
     #[test]
     fn exclusive_blocks_until_release_then_grants_in_order() {
         let mut t = LockTable::default();
-        assert!(matches!(
-            t.acquire(&key(), tx(1), LockMode::Exclusive, 100, 'a').0,
-            Acquire::Granted
-        ));
-        assert!(matches!(
-            t.acquire(&key(), tx(2), LockMode::Shared, 100, 'b').0,
-            Acquire::Waiting
-        ));
-        assert!(matches!(
-            t.acquire(&key(), tx(3), LockMode::Shared, 100, 'c').0,
-            Acquire::Waiting
-        ));
+        assert!(matches!(t.acquire(&key(), tx(1), LockMode::Exclusive, 100, 'a').0, Acquire::Granted));
+        assert!(matches!(t.acquire(&key(), tx(2), LockMode::Shared, 100, 'b').0, Acquire::Waiting));
+        assert!(matches!(t.acquire(&key(), tx(3), LockMode::Shared, 100, 'c').0, Acquire::Waiting));
         let granted = t.release(&key(), tx(1));
         assert_eq!(granted.iter().map(|g| g.1).collect::<String>(), "bc");
         t.release(&key(), tx(2));
@@ -264,13 +229,7 @@ mod tests {
     fn sole_shared_holder_upgrades() {
         let mut t = LockTable::default();
         t.acquire(&key(), tx(1), LockMode::Shared, 100, 'a');
-        assert!(matches!(
-            t.acquire(&key(), tx(1), LockMode::Exclusive, 100, 'b').0,
-            Acquire::Granted
-        ));
-        assert!(matches!(
-            t.acquire(&key(), tx(2), LockMode::Shared, 100, 'c').0,
-            Acquire::Waiting
-        ));
+        assert!(matches!(t.acquire(&key(), tx(1), LockMode::Exclusive, 100, 'b').0, Acquire::Granted));
+        assert!(matches!(t.acquire(&key(), tx(2), LockMode::Shared, 100, 'c').0, Acquire::Waiting));
     }
 }

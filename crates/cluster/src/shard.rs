@@ -89,19 +89,12 @@ impl Shard {
                 }
                 let meta = Arc::new(TableMeta::new(def));
                 let partitions = (0..meta.def.partitions)
-                    .map(|p| {
-                        (self.layout.primary_of(p) == Some(self.cfg.me))
-                            .then(|| Partition::new(&meta))
-                    })
+                    .map(|p| (self.layout.primary_of(p) == Some(self.cfg.me)).then(|| Partition::new(&meta)))
                     .collect();
-                self.tables
-                    .insert(meta.def.id, TableState { meta, partitions });
+                self.tables.insert(meta.def.id, TableState { meta, partitions });
             }
             SchemaChange::AlterTable(def) => {
-                let table = self
-                    .tables
-                    .get_mut(&def.id)
-                    .ok_or_else(|| unknown_table(def.id))?;
+                let table = self.tables.get_mut(&def.id).ok_or_else(|| unknown_table(def.id))?;
                 let meta = Arc::new(TableMeta::new(def));
                 for p in table.partitions.iter_mut().flatten() {
                     p.rebuild_indexes(&meta);
@@ -115,20 +108,11 @@ impl Shard {
         Ok(())
     }
 
-    pub fn on_client(
-        &mut self,
-        conn: ConnId,
-        req_id: u64,
-        req: ClientRequest,
-        now: Micros,
-        out: &mut Outbox,
-    ) {
+    pub fn on_client(&mut self, conn: ConnId, req_id: u64, req: ClientRequest, now: Micros, out: &mut Outbox) {
         self.now = now;
         match req {
             ClientRequest::Batch(ops) => self.ldm_batch(conn, req_id, ops, out),
-            ClientRequest::TxExec { tx, ops, commit } => {
-                self.tc_exec(conn, req_id, tx, ops, commit, out)
-            }
+            ClientRequest::TxExec { tx, ops, commit } => self.tc_exec(conn, req_id, tx, ops, commit, out),
             ClientRequest::TxAbort { tx } => self.tc_client_abort(conn, req_id, tx, out),
             ClientRequest::Scan(scan) => {
                 let response = match self.scan(&scan) {
@@ -226,20 +210,12 @@ impl Shard {
 
     /// Rows stored on this shard (committed), for reports and checks.
     pub fn row_count(&self) -> usize {
-        self.tables
-            .values()
-            .flat_map(|t| t.partitions.iter().flatten())
-            .map(|p| p.len())
-            .sum()
+        self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
     }
 
     /// Transactions this shard coordinates or participates in, and rows locked.
     pub fn activity(&self) -> (usize, usize, usize) {
-        (
-            self.tc.open(),
-            self.ldm.open(),
-            self.ldm.locks.locked_rows(),
-        )
+        (self.tc.open(), self.ldm.open(), self.ldm.locks.locked_rows())
     }
 }
 
@@ -250,11 +226,7 @@ pub(crate) fn unknown_table(id: TableId) -> DbError {
     )
 }
 
-pub(crate) fn owned_partition(
-    table: &TableState,
-    partition: u32,
-    me: ShardAddr,
-) -> Result<&Partition> {
+pub(crate) fn owned_partition(table: &TableState, partition: u32, me: ShardAddr) -> Result<&Partition> {
     match table.partitions.get(partition as usize) {
         Some(Some(p)) => Ok(p),
         Some(None) => Err(wrong_shard(partition, me)),

@@ -68,10 +68,7 @@ impl Shard {
         let id = match tx {
             None => {
                 self.tc.next_seq += 1;
-                let id = TxId {
-                    tc: self.cfg.me,
-                    seq: self.tc.next_seq,
-                };
+                let id = TxId { tc: self.cfg.me, seq: self.tc.next_seq };
                 self.tc.txs.insert(
                     id,
                     TcTx {
@@ -90,14 +87,19 @@ impl Shard {
             Some(id) => match self.tc.txs.get(&id) {
                 Some(t) if t.conn == conn && t.phase == Phase::Idle => id,
                 Some(t) if t.conn == conn => {
-                    let e = DbError::bad_request("the transaction is still executing a previous request; wait for its answer");
+                    let e = DbError::bad_request(
+                        "the transaction is still executing a previous request; wait for its answer",
+                    );
                     out.client.push((conn, req_id, ClientResponse::Error(e)));
                     return;
                 }
                 _ => {
                     let e = DbError::new(
                         ErrorCode::UnknownTransaction,
-                        format!("transaction {}:{} is not open at this coordinator (it finished or was aborted)", id.tc, id.seq),
+                        format!(
+                            "transaction {}:{} is not open at this coordinator (it finished or was aborted)",
+                            id.tc, id.seq
+                        ),
                     );
                     out.client.push((conn, req_id, ClientResponse::Error(e)));
                     return;
@@ -158,20 +160,12 @@ impl Shard {
         self.layout.primary_of(op.partition).ok_or_else(|| {
             DbError::new(
                 ErrorCode::NodeUnavailable,
-                format!(
-                    "no started data node holds partition {}; retry later",
-                    op.partition
-                ),
+                format!("no started data node holds partition {}; retry later", op.partition),
             )
         })
     }
 
-    pub(crate) fn tc_op_results(
-        &mut self,
-        tx: TxId,
-        results: Vec<(u32, OpResult)>,
-        out: &mut Outbox,
-    ) {
+    pub(crate) fn tc_op_results(&mut self, tx: TxId, results: Vec<(u32, OpResult)>, out: &mut Outbox) {
         let Some(t) = self.tc.txs.get_mut(&tx) else {
             return;
         };
@@ -180,10 +174,7 @@ impl Shard {
         }
         for (idx, r) in results {
             let slot = &mut t.results[idx as usize];
-            assert!(
-                slot.is_none(),
-                "two results for operation {idx} of transaction {tx:?}"
-            );
+            assert!(slot.is_none(), "two results for operation {idx} of transaction {tx:?}");
             if let OpResult::Error(e) = &r {
                 if t.error.is_none() {
                     t.error = Some(e.clone());
@@ -210,27 +201,14 @@ impl Shard {
                 self.tc_finish_commit(tx, out);
                 return;
             }
-            t.phase = Phase::Committing {
-                waiting: t.participants.len(),
-            };
+            t.phase = Phase::Committing { waiting: t.participants.len() };
             for shard in t.participants.clone() {
                 self.send_peer(shard, PeerMsg::TxCommit { tx }, out);
             }
             return;
         }
-        let results = std::mem::take(&mut t.results)
-            .into_iter()
-            .map(|r| r.expect("result present"))
-            .collect();
-        out.client.push((
-            t.conn,
-            t.req_id,
-            ClientResponse::TxExec {
-                tx,
-                results,
-                committed: false,
-            },
-        ));
+        let results = std::mem::take(&mut t.results).into_iter().map(|r| r.expect("result present")).collect();
+        out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: false }));
     }
 
     pub(crate) fn tc_committed(&mut self, _from: ShardAddr, tx: TxId, out: &mut Outbox) {
@@ -248,20 +226,8 @@ impl Shard {
 
     fn tc_finish_commit(&mut self, tx: TxId, out: &mut Outbox) {
         let t = self.tc.txs.remove(&tx).expect("transaction exists");
-        let results = t
-            .results
-            .into_iter()
-            .map(|r| r.expect("result present"))
-            .collect();
-        out.client.push((
-            t.conn,
-            t.req_id,
-            ClientResponse::TxExec {
-                tx,
-                results,
-                committed: true,
-            },
-        ));
+        let results = t.results.into_iter().map(|r| r.expect("result present")).collect();
+        out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: true }));
     }
 
     /// Aborts at every participant and tells the client.
@@ -272,31 +238,20 @@ impl Shard {
         for shard in &t.participants {
             self.send_peer(*shard, PeerMsg::TxAbort { tx }, out);
         }
-        out.client
-            .push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
+        out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
     }
 
-    pub(crate) fn tc_client_abort(
-        &mut self,
-        conn: ConnId,
-        req_id: u64,
-        tx: TxId,
-        out: &mut Outbox,
-    ) {
+    pub(crate) fn tc_client_abort(&mut self, conn: ConnId, req_id: u64, tx: TxId, out: &mut Outbox) {
         match self.tc.txs.get_mut(&tx) {
             Some(t) if t.conn == conn && !matches!(t.phase, Phase::Committing { .. }) => {
                 t.req_id = req_id;
                 self.tc_abort(tx, None, out);
             }
             Some(t) if t.conn == conn => {
-                let e = DbError::bad_request(
-                    "the transaction is committing and can no longer be aborted",
-                );
+                let e = DbError::bad_request("the transaction is committing and can no longer be aborted");
                 out.client.push((conn, req_id, ClientResponse::Error(e)));
             }
-            _ => out
-                .client
-                .push((conn, req_id, ClientResponse::TxAborted { tx, error: None })),
+            _ => out.client.push((conn, req_id, ClientResponse::TxAborted { tx, error: None })),
         }
     }
 

@@ -47,23 +47,14 @@ impl Pump {
             .iter()
             .map(|&node| {
                 let mut s = Shard::new(
-                    ShardConfig {
-                        me: ShardAddr { node, shard: 0 },
-                        lock_wait_timeout_us: 100_000,
-                    },
+                    ShardConfig { me: ShardAddr { node, shard: 0 }, lock_wait_timeout_us: 100_000 },
                     layout(),
                 );
-                s.apply_schema(SchemaChange::CreateTable(def.clone()))
-                    .unwrap();
+                s.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();
                 s
             })
             .collect();
-        Pump {
-            shards,
-            meta: TableMeta::new(def),
-            now: 0,
-            responses: Vec::new(),
-        }
+        Pump { shards, meta: TableMeta::new(def), now: 0, responses: Vec::new() }
     }
 
     fn index(&self, addr: ShardAddr) -> usize {
@@ -74,7 +65,7 @@ impl Pump {
         let mut queue: VecDeque<(usize, ShardAddr, PeerMsg)> = VecDeque::new();
         let mut out = out;
         loop {
-            self.responses.extend(out.client.drain(..));
+            self.responses.append(&mut out.client);
             for (to, msg) in out.peer.drain(..) {
                 queue.push_back((from, to, msg));
             }
@@ -113,14 +104,7 @@ impl Pump {
 
     fn op(&self, id: i64, kind: OpKind) -> KeyOp {
         let key = self.meta.encode_key(&[Value::Int(id)]).unwrap();
-        KeyOp {
-            table: 1,
-            table_version: 1,
-            partition: self.meta.partition_of(&key),
-            key,
-            kind,
-            projection: None,
-        }
+        KeyOp { table: 1, table_version: 1, partition: self.meta.partition_of(&key), key, kind, projection: None }
     }
 
     fn owner(&self, op: &KeyOp) -> usize {
@@ -128,12 +112,7 @@ impl Pump {
     }
 
     fn balance(&mut self, id: i64) -> Option<i64> {
-        let op = self.op(
-            id,
-            OpKind::Read {
-                lock: LockMode::Committed,
-            },
-        );
+        let op = self.op(id, OpKind::Read { lock: LockMode::Committed });
         let shard = self.owner(&op);
         self.request(shard, 99, 999, ClientRequest::Batch(vec![op]));
         match self.take(999) {
@@ -148,42 +127,24 @@ impl Pump {
 }
 
 fn set_balance(_id: i64, value: i64) -> OpKind {
-    OpKind::Update {
-        set: vec![(1, latsdb_types::expr::Expr::Const(Value::Int(value)))],
-    }
+    OpKind::Update { set: vec![(1, latsdb_types::expr::Expr::Const(Value::Int(value)))] }
 }
 
 #[test]
 fn batches_route_to_owners_and_wrong_shard_is_reported() {
     let mut p = Pump::new();
     for id in 0..100 {
-        let op = p.op(
-            id,
-            OpKind::Insert {
-                row: vec![Value::Int(id), Value::Int(100)],
-            },
-        );
+        let op = p.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(100)] });
         let shard = p.owner(&op);
         p.request(shard, 1, id as u64, ClientRequest::Batch(vec![op]));
-        assert_eq!(
-            p.take(id as u64),
-            Some(ClientResponse::Batch(vec![OpResult::Done]))
-        );
+        assert_eq!(p.take(id as u64), Some(ClientResponse::Batch(vec![OpResult::Done])));
     }
     assert_eq!(p.shards[0].row_count() + p.shards[1].row_count(), 100);
-    assert!(
-        p.shards[0].row_count() > 20 && p.shards[1].row_count() > 20,
-        "rows spread over both nodes"
-    );
+    assert!(p.shards[0].row_count() > 20 && p.shards[1].row_count() > 20, "rows spread over both nodes");
     for id in 0..100 {
         assert_eq!(p.balance(id), Some(100));
     }
-    let op = p.op(
-        7,
-        OpKind::Read {
-            lock: LockMode::Committed,
-        },
-    );
+    let op = p.op(7, OpKind::Read { lock: LockMode::Committed });
     let wrong = 1 - p.owner(&op);
     p.request(wrong, 1, 500, ClientRequest::Batch(vec![op]));
     match p.take(500) {
@@ -201,62 +162,18 @@ fn cross_shard_transaction_commits_atomically_or_not_at_all() {
     let (a, b) = {
         let a = 0;
         let sa = p.owner(&p.op(a, OpKind::Delete));
-        let b = (1..)
-            .find(|&i| p.owner(&p.op(i, OpKind::Delete)) != sa)
-            .unwrap();
+        let b = (1..).find(|&i| p.owner(&p.op(i, OpKind::Delete)) != sa).unwrap();
         (a, b)
     };
     let ops = vec![
-        p.op(
-            a,
-            OpKind::Insert {
-                row: vec![Value::Int(a), Value::Int(50)],
-            },
-        ),
-        p.op(
-            b,
-            OpKind::Insert {
-                row: vec![Value::Int(b), Value::Int(50)],
-            },
-        ),
+        p.op(a, OpKind::Insert { row: vec![Value::Int(a), Value::Int(50)] }),
+        p.op(b, OpKind::Insert { row: vec![Value::Int(b), Value::Int(50)] }),
     ];
-    p.request(
-        0,
-        1,
-        1,
-        ClientRequest::TxExec {
-            tx: None,
-            ops,
-            commit: true,
-        },
-    );
-    assert!(matches!(
-        p.take(1),
-        Some(ClientResponse::TxExec {
-            committed: true,
-            ..
-        })
-    ));
+    p.request(0, 1, 1, ClientRequest::TxExec { tx: None, ops, commit: true });
+    assert!(matches!(p.take(1), Some(ClientResponse::TxExec { committed: true, .. })));
     // A transfer whose second half fails (duplicate key) must leave both rows unchanged.
-    let ops = vec![
-        p.op(a, set_balance(a, 0)),
-        p.op(
-            b,
-            OpKind::Insert {
-                row: vec![Value::Int(b), Value::Int(1)],
-            },
-        ),
-    ];
-    p.request(
-        0,
-        1,
-        2,
-        ClientRequest::TxExec {
-            tx: None,
-            ops,
-            commit: true,
-        },
-    );
+    let ops = vec![p.op(a, set_balance(a, 0)), p.op(b, OpKind::Insert { row: vec![Value::Int(b), Value::Int(1)] })];
+    p.request(0, 1, 2, ClientRequest::TxExec { tx: None, ops, commit: true });
     match p.take(2) {
         Some(ClientResponse::TxAborted { error: Some(e), .. }) => {
             assert_eq!(e.code, ErrorCode::DuplicateKey)
@@ -266,42 +183,14 @@ fn cross_shard_transaction_commits_atomically_or_not_at_all() {
     assert_eq!((p.balance(a), p.balance(b)), (Some(50), Some(50)));
     // Uncommitted writes are invisible to committed reads; commit makes both visible.
     let ops = vec![p.op(a, set_balance(a, 40)), p.op(b, set_balance(b, 60))];
-    p.request(
-        0,
-        1,
-        3,
-        ClientRequest::TxExec {
-            tx: None,
-            ops,
-            commit: false,
-        },
-    );
+    p.request(0, 1, 3, ClientRequest::TxExec { tx: None, ops, commit: false });
     let tx = match p.take(3) {
-        Some(ClientResponse::TxExec {
-            tx,
-            committed: false,
-            ..
-        }) => tx,
+        Some(ClientResponse::TxExec { tx, committed: false, .. }) => tx,
         other => panic!("{other:?}"),
     };
     assert_eq!((p.balance(a), p.balance(b)), (Some(50), Some(50)));
-    p.request(
-        0,
-        1,
-        4,
-        ClientRequest::TxExec {
-            tx: Some(tx),
-            ops: vec![],
-            commit: true,
-        },
-    );
-    assert!(matches!(
-        p.take(4),
-        Some(ClientResponse::TxExec {
-            committed: true,
-            ..
-        })
-    ));
+    p.request(0, 1, 4, ClientRequest::TxExec { tx: Some(tx), ops: vec![], commit: true });
+    assert!(matches!(p.take(4), Some(ClientResponse::TxExec { committed: true, .. })));
     assert_eq!((p.balance(a), p.balance(b)), (Some(40), Some(60)));
     let (open, participating, locked) = p.shards[0].activity();
     assert_eq!((open, participating, locked), (0, 0, 0));
@@ -310,73 +199,26 @@ fn cross_shard_transaction_commits_atomically_or_not_at_all() {
 #[test]
 fn writers_serialize_and_lock_waits_time_out() {
     let mut p = Pump::new();
-    let insert = p.op(
-        1,
-        OpKind::Insert {
-            row: vec![Value::Int(1), Value::Int(10)],
-        },
-    );
+    let insert = p.op(1, OpKind::Insert { row: vec![Value::Int(1), Value::Int(10)] });
     let s = p.owner(&insert);
     p.request(s, 1, 1, ClientRequest::Batch(vec![insert]));
     p.take(1);
     // Tx A takes the row lock.
     let ops = vec![p.op(1, set_balance(1, 11))];
-    p.request(
-        s,
-        1,
-        2,
-        ClientRequest::TxExec {
-            tx: None,
-            ops,
-            commit: false,
-        },
-    );
+    p.request(s, 1, 2, ClientRequest::TxExec { tx: None, ops, commit: false });
     let tx_a = match p.take(2) {
         Some(ClientResponse::TxExec { tx, .. }) => tx,
         other => panic!("{other:?}"),
     };
     // Tx B (another client) wants the same row: it waits.
-    let ops = vec![p.op(
-        1,
-        OpKind::Read {
-            lock: LockMode::Exclusive,
-        },
-    )];
-    p.request(
-        s,
-        2,
-        3,
-        ClientRequest::TxExec {
-            tx: None,
-            ops,
-            commit: true,
-        },
-    );
+    let ops = vec![p.op(1, OpKind::Read { lock: LockMode::Exclusive })];
+    p.request(s, 2, 3, ClientRequest::TxExec { tx: None, ops, commit: true });
     assert!(p.take(3).is_none(), "B must wait for A's lock");
     // A commits; B then runs and sees A's write.
-    p.request(
-        s,
-        1,
-        4,
-        ClientRequest::TxExec {
-            tx: Some(tx_a),
-            ops: vec![],
-            commit: true,
-        },
-    );
-    assert!(matches!(
-        p.take(4),
-        Some(ClientResponse::TxExec {
-            committed: true,
-            ..
-        })
-    ));
+    p.request(s, 1, 4, ClientRequest::TxExec { tx: Some(tx_a), ops: vec![], commit: true });
+    assert!(matches!(p.take(4), Some(ClientResponse::TxExec { committed: true, .. })));
     match p.take(3) {
-        Some(ClientResponse::TxExec {
-            results,
-            committed: true,
-            ..
-        }) => match &results[0] {
+        Some(ClientResponse::TxExec { results, committed: true, .. }) => match &results[0] {
             OpResult::Row(row) => assert_eq!(p.meta.layout.get(row, 1), Value::Int(11)),
             other => panic!("{other:?}"),
         },
@@ -384,28 +226,10 @@ fn writers_serialize_and_lock_waits_time_out() {
     }
     // Now a holder that never commits makes the next writer time out.
     let ops = vec![p.op(1, set_balance(1, 12))];
-    p.request(
-        s,
-        1,
-        5,
-        ClientRequest::TxExec {
-            tx: None,
-            ops,
-            commit: false,
-        },
-    );
+    p.request(s, 1, 5, ClientRequest::TxExec { tx: None, ops, commit: false });
     p.take(5).unwrap();
     let ops = vec![p.op(1, set_balance(1, 13))];
-    p.request(
-        s,
-        2,
-        6,
-        ClientRequest::TxExec {
-            tx: None,
-            ops,
-            commit: true,
-        },
-    );
+    p.request(s, 2, 6, ClientRequest::TxExec { tx: None, ops, commit: true });
     p.tick(50_000);
     assert!(p.take(6).is_none());
     p.tick(60_000);

@@ -45,12 +45,9 @@ struct Proc {
 
 /// Children die with the launcher even if it is killed outright.
 fn spawn(name: &str, args: &[String], log: &Path) -> Result<Proc, String> {
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the latsdb executable: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the latsdb executable: {e}"))?;
     let out = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-    let err = out
-        .try_clone()
-        .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| format!("cannot open {}: {e}", log.display()))?;
     let mut cmd = Command::new(exe);
     cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
     // SAFETY: prctl is async-signal-safe; it only sets a flag of the new process.
@@ -60,14 +57,8 @@ fn spawn(name: &str, args: &[String], log: &Path) -> Result<Proc, String> {
             Ok(())
         });
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {name}: {e}"))?;
-    Ok(Proc {
-        name: name.to_string(),
-        log: log.to_path_buf(),
-        child,
-    })
+    let child = cmd.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
+    Ok(Proc { name: name.to_string(), log: log.to_path_buf(), child })
 }
 
 fn log_tail(path: &Path) -> String {
@@ -116,16 +107,11 @@ fn stop_all(procs: &mut [Proc]) {
 }
 
 pub fn run(args: StartArgs) -> Result<(), String> {
-    std::fs::create_dir_all(&args.dir)
-        .map_err(|e| format!("cannot create {}: {e}", args.dir.display()))?;
-    let dir = args
-        .dir
-        .canonicalize()
-        .map_err(|e| format!("cannot resolve {}: {e}", args.dir.display()))?;
+    std::fs::create_dir_all(&args.dir).map_err(|e| format!("cannot create {}: {e}", args.dir.display()))?;
+    let dir = args.dir.canonicalize().map_err(|e| format!("cannot resolve {}: {e}", args.dir.display()))?;
     let mut config = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             ClusterConfig::parse(&text).map_err(|e| format!("{}: {}", path.display(), e.message))?
         }
         None => {
@@ -209,11 +195,7 @@ pub fn run(args: StartArgs) -> Result<(), String> {
     result
 }
 
-async fn wait_started(
-    address: &str,
-    procs: &mut [Proc],
-    deadline: Instant,
-) -> Result<ClusterLayout, String> {
+async fn wait_started(address: &str, procs: &mut [Proc], deadline: Instant) -> Result<ClusterLayout, String> {
     let mut conn: Option<RpcConn> = None;
     loop {
         check_alive(procs)?;

@@ -60,24 +60,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Start(args) => launcher::run(args),
-        Command::Mgmd {
-            config,
-            port,
-            ready_file,
-        } => run_mgmd(config, port, ready_file),
-        Command::Datanode {
-            mgmd,
-            node_id,
-            threads,
-        } => runtime(1).and_then(|rt| {
-            rt.block_on(latsdb_node::datanode::run_datanode(
-                latsdb_node::datanode::DataNodeOptions {
-                    mgmd,
-                    node_id,
-                    threads,
-                    connect_timeout: Duration::from_secs(30),
-                },
-            ))
+        Command::Mgmd { config, port, ready_file } => run_mgmd(config, port, ready_file),
+        Command::Datanode { mgmd, node_id, threads } => runtime(1).and_then(|rt| {
+            rt.block_on(latsdb_node::datanode::run_datanode(latsdb_node::datanode::DataNodeOptions {
+                mgmd,
+                node_id,
+                threads,
+                connect_timeout: Duration::from_secs(30),
+            }))
             .map_err(|e| e.to_string())
         }),
         Command::Mgm(args) => runtime(1).and_then(|rt| rt.block_on(mgm::run(args))),
@@ -100,17 +90,10 @@ pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, String> {
         b.worker_threads(workers);
         b
     };
-    builder
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))
+    builder.enable_all().build().map_err(|e| format!("cannot start the async runtime: {e}"))
 }
 
-fn run_mgmd(
-    config: Option<PathBuf>,
-    port: Option<u16>,
-    ready_file: Option<PathBuf>,
-) -> Result<(), String> {
+fn run_mgmd(config: Option<PathBuf>, port: Option<u16>, ready_file: Option<PathBuf>) -> Result<(), String> {
     let config = match config {
         Some(path) => {
             let text = std::fs::read_to_string(&path)
@@ -120,12 +103,6 @@ fn run_mgmd(
         None => ClusterConfig::local(2, 1, 1186),
     };
     let rt = runtime(2)?;
-    rt.block_on(latsdb_node::mgmd::run_mgmd(
-        latsdb_node::mgmd::MgmdOptions {
-            config,
-            port,
-            ready_file,
-        },
-    ))
-    .map_err(|e| e.to_string())
+    rt.block_on(latsdb_node::mgmd::run_mgmd(latsdb_node::mgmd::MgmdOptions { config, port, ready_file }))
+        .map_err(|e| e.to_string())
 }

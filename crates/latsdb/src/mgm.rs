@@ -25,14 +25,9 @@ enum MgmCommand {
 }
 
 pub async fn run(args: MgmArgs) -> Result<(), String> {
-    let mut conn = RpcConn::connect(&args.mgmd, Duration::from_secs(5))
-        .await
-        .map_err(|e| {
-            format!(
-                "{}; is the management server running at {}? (set --mgmd or LATSDB_MGMD)",
-                e.message, args.mgmd
-            )
-        })?;
+    let mut conn = RpcConn::connect(&args.mgmd, Duration::from_secs(5)).await.map_err(|e| {
+        format!("{}; is the management server running at {}? (set --mgmd or LATSDB_MGMD)", e.message, args.mgmd)
+    })?;
     let call = |r: latsdb_types::Result<MgmResponse>| match r {
         Ok(MgmResponse::Error(e)) | Err(e) => Err(e.to_string()),
         Ok(other) => Ok(other),
@@ -76,11 +71,7 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
 
 pub fn render_show(layout: &ClusterLayout) -> String {
     let mut out = String::new();
-    let started = layout
-        .datanodes
-        .iter()
-        .filter(|d| d.status == NodeStatus::Started)
-        .count();
+    let started = layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).count();
     out.push_str(&format!(
         "Cluster \"{}\": 1 mgmd, {} data nodes ({} started), {} node group(s) of {} replica(s), layout version {}\n",
         layout.cluster_name,
@@ -91,10 +82,7 @@ pub fn render_show(layout: &ClusterLayout) -> String {
         layout.version
     ));
     out.push_str("\n[mgmd]\n");
-    out.push_str(&format!(
-        "id={:<3} {:<22} started\n",
-        layout.mgmd_node_id, layout.mgmd_address
-    ));
+    out.push_str(&format!("id={:<3} {:<22} started\n", layout.mgmd_node_id, layout.mgmd_address));
     out.push_str("\n[datanode]\n");
     for d in &layout.datanodes {
         let status = match d.status {

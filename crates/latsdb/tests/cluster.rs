@@ -25,12 +25,7 @@ fn items_spec() -> TableSpec {
 }
 
 fn item(id: i64) -> Vec<Value> {
-    vec![
-        Value::Int(id),
-        Value::Int(id % 97),
-        Value::Str(format!("item-{id}")),
-        Value::Float(id as f64 * 0.5),
-    ]
+    vec![Value::Int(id), Value::Int(id % 97), Value::Str(format!("item-{id}")), Value::Float(id as f64 * 0.5)]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,9 +45,7 @@ async fn load_read_scan_and_concurrent_transfers() {
                 if first >= ROWS {
                     return;
                 }
-                let ops = (first..(first + 1000).min(ROWS))
-                    .map(|id| Op::insert(&items, item(id)).unwrap())
-                    .collect();
+                let ops = (first..(first + 1000).min(ROWS)).map(|id| Op::insert(&items, item(id)).unwrap()).collect();
                 for r in client.batch(ops).await.unwrap() {
                     assert!(matches!(r, Ok(Outcome::Done)), "insert failed: {r:?}");
                 }
@@ -65,91 +58,51 @@ async fn load_read_scan_and_concurrent_transfers() {
 
     // Read every row back by batched key lookups and check every column.
     for first in (0..ROWS).step_by(100) {
-        let ops = (first..first + 100)
-            .map(|id| Op::read(&items, &[Value::Int(id)]).unwrap())
-            .collect();
+        let ops = (first..first + 100).map(|id| Op::read(&items, &[Value::Int(id)]).unwrap()).collect();
         let results = client.batch(ops).await.unwrap();
         for (offset, r) in results.into_iter().enumerate() {
-            let row = r
-                .unwrap()
-                .into_row()
-                .unwrap_or_else(|| panic!("row {} is missing", first + offset as i64));
+            let row = r.unwrap().into_row().unwrap_or_else(|| panic!("row {} is missing", first + offset as i64));
             assert_eq!(row.values(), item(first + offset as i64));
         }
     }
 
     // The rows are spread over both data nodes.
     let layout = client.layout();
-    let nodes: BTreeSet<u16> = (0..items.def().partitions)
-        .filter_map(|p| layout.primary_of(p))
-        .map(|s| s.node)
-        .collect();
+    let nodes: BTreeSet<u16> =
+        (0..items.def().partitions).filter_map(|p| layout.primary_of(p)).map(|s| s.node).collect();
     assert_eq!(nodes.len(), 2, "partitions must live on both data nodes");
 
     // Primary-key range with a pushed-down filter: exact rows.
     let filter = Expr::And(vec![
-        Expr::cmp(
-            CmpOp::Eq,
-            items.col("grp").unwrap(),
-            Expr::val(Value::Int(3)),
-        ),
-        Expr::cmp(
-            CmpOp::Gt,
-            items.col("amount").unwrap(),
-            Expr::val(Value::Float(600.0)),
-        ),
+        Expr::cmp(CmpOp::Eq, items.col("grp").unwrap(), Expr::val(Value::Int(3))),
+        Expr::cmp(CmpOp::Gt, items.col("amount").unwrap(), Expr::val(Value::Float(600.0))),
     ]);
     let scan = Scan::all()
-        .range(
-            Bound::Included(vec![Value::Int(1000)]),
-            Bound::Excluded(vec![Value::Int(5000)]),
-        )
+        .range(Bound::Included(vec![Value::Int(1000)]), Bound::Excluded(vec![Value::Int(5000)]))
         .filter(filter)
         .columns(&["id", "name"])
         .ordered();
     let rows = client.scan(&items, scan).await.unwrap();
     let got: Vec<i64> = rows.iter().map(|r| r.get(0).as_i64().unwrap()).collect();
-    let want: Vec<i64> = (1000..5000)
-        .filter(|id| id % 97 == 3 && *id as f64 * 0.5 > 600.0)
-        .collect();
+    let want: Vec<i64> = (1000..5000).filter(|id| id % 97 == 3 && *id as f64 * 0.5 > 600.0).collect();
     assert_eq!(got, want);
     assert_eq!(rows[0].get(1), Value::Str(format!("item-{}", want[0])));
 
     // A secondary ordered index built over existing rows, then a range + LIKE filter.
-    let items = client
-        .create_index("test", "items", "grp_idx", &["grp"])
-        .await
-        .unwrap();
+    let items = client.create_index("test", "items", "grp_idx", &["grp"]).await.unwrap();
     let scan = Scan::all()
         .index("grp_idx")
-        .range(
-            Bound::Included(vec![Value::Int(10)]),
-            Bound::Included(vec![Value::Int(11)]),
-        )
-        .filter(Expr::Like(
-            Box::new(items.col("name").unwrap()),
-            "%77".into(),
-        ));
-    let mut got: Vec<i64> = client
-        .scan(&items, scan)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0).as_i64().unwrap())
-        .collect();
+        .range(Bound::Included(vec![Value::Int(10)]), Bound::Included(vec![Value::Int(11)]))
+        .filter(Expr::Like(Box::new(items.col("name").unwrap()), "%77".into()));
+    let mut got: Vec<i64> =
+        client.scan(&items, scan).await.unwrap().iter().map(|r| r.get(0).as_i64().unwrap()).collect();
     got.sort_unstable();
-    let want: Vec<i64> = (0..ROWS)
-        .filter(|id| (10..=11).contains(&(id % 97)) && id.to_string().ends_with("77"))
-        .collect();
+    let want: Vec<i64> =
+        (0..ROWS).filter(|id| (10..=11).contains(&(id % 97)) && id.to_string().ends_with("77")).collect();
     assert_eq!(got, want);
 
     // Aggregates computed on the data nodes.
-    let aggs = [
-        Aggregate::CountRows,
-        Aggregate::Sum(0),
-        Aggregate::Max(3),
-        Aggregate::Min(1),
-    ];
+    let aggs = [Aggregate::CountRows, Aggregate::Sum(0), Aggregate::Max(3), Aggregate::Min(1)];
     let values = client.aggregate(&items, Scan::all(), &aggs).await.unwrap();
     assert_eq!(values[0], Value::UInt(ROWS as u64));
     assert_eq!(values[1].to_string(), ((ROWS - 1) * ROWS / 2).to_string());
@@ -158,11 +111,7 @@ async fn load_read_scan_and_concurrent_transfers() {
     let filtered = client
         .aggregate(
             &items,
-            Scan::all().filter(Expr::cmp(
-                CmpOp::Lt,
-                items.col("id").unwrap(),
-                Expr::val(Value::Int(10)),
-            )),
+            Scan::all().filter(Expr::cmp(CmpOp::Lt, items.col("id").unwrap(), Expr::val(Value::Int(10)))),
             &aggs[..1],
         )
         .await
@@ -182,23 +131,12 @@ async fn load_read_scan_and_concurrent_transfers() {
         )
         .await
         .unwrap();
-    let ops = (0..ACCOUNTS)
-        .map(|id| Op::insert(&accounts, vec![Value::Int(id), Value::Int(1000)]).unwrap())
-        .collect();
+    let ops = (0..ACCOUNTS).map(|id| Op::insert(&accounts, vec![Value::Int(id), Value::Int(1000)]).unwrap()).collect();
     client.batch(ops).await.unwrap();
     let account_nodes: BTreeSet<u16> = (0..ACCOUNTS)
-        .map(|id| {
-            layout
-                .primary_of(Op::read(&accounts, &[Value::Int(id)]).unwrap().partition())
-                .unwrap()
-                .node
-        })
+        .map(|id| layout.primary_of(Op::read(&accounts, &[Value::Int(id)]).unwrap().partition()).unwrap().node)
         .collect();
-    assert_eq!(
-        account_nodes.len(),
-        2,
-        "accounts must live on both data nodes"
-    );
+    assert_eq!(account_nodes.len(), 2, "accounts must live on both data nodes");
 
     let stop = Arc::new(AtomicBool::new(false));
     let committed = Arc::new(AtomicU64::new(0));
@@ -208,9 +146,7 @@ async fn load_read_scan_and_concurrent_transfers() {
         workers.push(tokio::spawn(async move {
             let mut seed = w * 7919 + 17;
             for _ in 0..60 {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let a = (seed >> 33) as i64 % ACCOUNTS;
                 let b = (a + 1 + (seed >> 40) as i64 % (ACCOUNTS - 1)) % ACCOUNTS;
                 let amount = (seed >> 50) as i64 % 50 + 1;
@@ -219,10 +155,8 @@ async fn load_read_scan_and_concurrent_transfers() {
                     let mut tx = client.transaction();
                     let locked = tx
                         .execute(vec![
-                            Op::read_locked(&accounts, &[Value::Int(lo)], LockMode::Exclusive)
-                                .unwrap(),
-                            Op::read_locked(&accounts, &[Value::Int(hi)], LockMode::Exclusive)
-                                .unwrap(),
+                            Op::read_locked(&accounts, &[Value::Int(lo)], LockMode::Exclusive).unwrap(),
+                            Op::read_locked(&accounts, &[Value::Int(hi)], LockMode::Exclusive).unwrap(),
                         ])
                         .await;
                     if let Err(e) = locked {
@@ -275,17 +209,12 @@ async fn load_read_scan_and_concurrent_transfers() {
             let mut checks = 0;
             while !stop.load(Ordering::Relaxed) {
                 let ops = (0..ACCOUNTS)
-                    .map(|id| {
-                        Op::read_locked(&accounts, &[Value::Int(id)], LockMode::Shared).unwrap()
-                    })
+                    .map(|id| Op::read_locked(&accounts, &[Value::Int(id)], LockMode::Shared).unwrap())
                     .collect();
                 let tx = client.transaction();
                 match tx.execute_commit(ops).await {
                     Ok(rows) => {
-                        let total: i64 = rows
-                            .into_iter()
-                            .map(|o| o.into_row().unwrap().get(1).as_i64().unwrap())
-                            .sum();
+                        let total: i64 = rows.into_iter().map(|o| o.into_row().unwrap().get(1).as_i64().unwrap()).sum();
                         assert_eq!(total, ACCOUNTS * 1000, "the bank total changed");
                         checks += 1;
                     }
@@ -302,10 +231,7 @@ async fn load_read_scan_and_concurrent_transfers() {
     let checks = checker.await.unwrap();
     assert_eq!(committed.load(Ordering::Relaxed), 6 * 60);
     assert!(checks > 0, "the checker never completed a read");
-    let total = client
-        .aggregate(&accounts, Scan::all(), &[Aggregate::Sum(1)])
-        .await
-        .unwrap();
+    let total = client.aggregate(&accounts, Scan::all(), &[Aggregate::Sum(1)]).await.unwrap();
     assert_eq!(total[0].to_string(), (ACCOUNTS * 1000).to_string());
 }
 
@@ -319,12 +245,7 @@ async fn counter_table(client: &Client, name: &str) -> Arc<latsdb_client::Table>
         )
         .await
         .unwrap();
-    client
-        .batch(vec![
-            Op::insert(&t, vec![Value::Int(1), Value::Int(0)]).unwrap()
-        ])
-        .await
-        .unwrap();
+    client.batch(vec![Op::insert(&t, vec![Value::Int(1), Value::Int(0)]).unwrap()]).await.unwrap();
     t
 }
 
@@ -337,36 +258,25 @@ async fn writers_to_one_row_serialize_and_lock_waits_time_out() {
     let v_plus_one = || {
         vec![(
             1,
-            Expr::Arith(
-                latsdb_client::ArithOp::Add,
-                Box::new(Expr::Column(1)),
-                Box::new(Expr::val(Value::Int(1))),
-            ),
+            Expr::Arith(latsdb_client::ArithOp::Add, Box::new(Expr::Column(1)), Box::new(Expr::val(Value::Int(1)))),
         )]
     };
 
     // Writer A takes the row lock.
     let mut a = client.transaction();
-    a.execute(vec![Op::read_locked(&t, &key, LockMode::Exclusive).unwrap()])
-        .await
-        .unwrap();
+    a.execute(vec![Op::read_locked(&t, &key, LockMode::Exclusive).unwrap()]).await.unwrap();
     // Writer B must wait for A.
     let b = {
         let (client, t) = (client.clone(), t.clone());
         let set = v_plus_one();
         tokio::spawn(async move {
-            client
-                .transaction()
-                .execute_commit(vec![Op::update_expr(&t, &[Value::Int(1)], set).unwrap()])
-                .await
+            client.transaction().execute_commit(vec![Op::update_expr(&t, &[Value::Int(1)], set).unwrap()]).await
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!b.is_finished(), "B ran while A held the lock");
     // A's write commits first; B then applies on top of it.
-    a.execute_commit(vec![Op::update(&t, &key, &[("v", Value::Int(10))]).unwrap()])
-        .await
-        .unwrap();
+    a.execute_commit(vec![Op::update(&t, &key, &[("v", Value::Int(10))]).unwrap()]).await.unwrap();
     b.await.unwrap().unwrap();
     let row = client.get(&t, &key).await.unwrap().unwrap();
     assert_eq!(row.get(1), Value::Int(11));
@@ -379,9 +289,7 @@ async fn writers_to_one_row_serialize_and_lock_waits_time_out() {
             for _ in 0..25 {
                 client
                     .transaction()
-                    .execute_commit(vec![
-                        Op::update_expr(&t, &[Value::Int(1)], set.clone()).unwrap()
-                    ])
+                    .execute_commit(vec![Op::update_expr(&t, &[Value::Int(1)], set.clone()).unwrap()])
                     .await
                     .unwrap();
             }
@@ -390,67 +298,35 @@ async fn writers_to_one_row_serialize_and_lock_waits_time_out() {
     for i in incs {
         i.await.unwrap();
     }
-    assert_eq!(
-        client.get(&t, &key).await.unwrap().unwrap().get(1),
-        Value::Int(11 + 200)
-    );
+    assert_eq!(client.get(&t, &key).await.unwrap().unwrap().get(1), Value::Int(11 + 200));
 
     // A holder that does not finish makes the next writer time out with a retriable error.
     let mut holder = client.transaction();
-    holder
-        .execute(vec![
-            Op::update(&t, &key, &[("v", Value::Int(500))]).unwrap()
-        ])
-        .await
-        .unwrap();
+    holder.execute(vec![Op::update(&t, &key, &[("v", Value::Int(500))]).unwrap()]).await.unwrap();
     let started = Instant::now();
     let err = client
         .transaction()
-        .execute_commit(vec![
-            Op::update(&t, &key, &[("v", Value::Int(600))]).unwrap()
-        ])
+        .execute_commit(vec![Op::update(&t, &key, &[("v", Value::Int(600))]).unwrap()])
         .await
         .unwrap_err();
     let waited = started.elapsed();
     assert_eq!(err.code, ErrorCode::LockWaitTimeout, "{err}");
     assert!(err.is_retriable());
-    assert!(
-        waited >= Duration::from_millis(1000) && waited < Duration::from_secs(10),
-        "waited {waited:?}"
-    );
+    assert!(waited >= Duration::from_millis(1000) && waited < Duration::from_secs(10), "waited {waited:?}");
     // An independent write also waits and then times out, reported per operation.
-    let r = client
-        .batch(vec![
-            Op::update(&t, &key, &[("v", Value::Int(700))]).unwrap()
-        ])
-        .await
-        .unwrap();
+    let r = client.batch(vec![Op::update(&t, &key, &[("v", Value::Int(700))]).unwrap()]).await.unwrap();
     assert!(matches!(&r[0], Err(e) if e.code == ErrorCode::LockWaitTimeout));
     // The holder is unaffected and commits; its value is the one that stands.
     holder.commit().await.unwrap();
-    assert_eq!(
-        client.get(&t, &key).await.unwrap().unwrap().get(1),
-        Value::Int(500)
-    );
+    assert_eq!(client.get(&t, &key).await.unwrap().unwrap().get(1), Value::Int(500));
     // Committed reads never wait for locks.
     let mut holder = client.transaction();
-    holder
-        .execute(vec![
-            Op::update(&t, &key, &[("v", Value::Int(800))]).unwrap()
-        ])
-        .await
-        .unwrap();
+    holder.execute(vec![Op::update(&t, &key, &[("v", Value::Int(800))]).unwrap()]).await.unwrap();
     let started = Instant::now();
-    assert_eq!(
-        client.get(&t, &key).await.unwrap().unwrap().get(1),
-        Value::Int(500)
-    );
+    assert_eq!(client.get(&t, &key).await.unwrap().unwrap().get(1), Value::Int(500));
     assert!(started.elapsed() < Duration::from_millis(900));
     holder.rollback().await.unwrap();
-    assert_eq!(
-        client.get(&t, &key).await.unwrap().unwrap().get(1),
-        Value::Int(500)
-    );
+    assert_eq!(client.get(&t, &key).await.unwrap().unwrap().get(1), Value::Int(500));
 }
 
 #[test]
@@ -458,15 +334,9 @@ fn start_show_and_clean_stop() {
     let mut cluster = TestCluster::start(&[]);
     let show = cluster.mgm(&["show"]);
     assert!(show.contains("1 mgmd, 2 data nodes (2 started)"), "{show}");
-    let started: Vec<&str> = show
-        .lines()
-        .filter(|l| l.starts_with("id=") && l.split_whitespace().any(|w| w == "started"))
-        .collect();
-    assert_eq!(
-        started.len(),
-        3,
-        "mgmd and two data nodes must be started:\n{show}"
-    );
+    let started: Vec<&str> =
+        show.lines().filter(|l| l.starts_with("id=") && l.split_whitespace().any(|w| w == "started")).collect();
+    assert_eq!(started.len(), 3, "mgmd and two data nodes must be started:\n{show}");
     let pids: Vec<i32> = show
         .lines()
         .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("pid=")))
@@ -478,10 +348,7 @@ fn start_show_and_clean_stop() {
     // No process is left behind.
     let deadline = Instant::now() + Duration::from_secs(5);
     while pids.iter().any(|&p| process_exists(p)) {
-        assert!(
-            Instant::now() < deadline,
-            "data node processes survived Ctrl-C"
-        );
+        assert!(Instant::now() < deadline, "data node processes survived Ctrl-C");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

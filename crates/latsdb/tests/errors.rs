@@ -4,9 +4,7 @@ mod common;
 
 use common::TestCluster;
 use latsdb_client::{Client, Op, Scan};
-use latsdb_types::proto::{
-    self, ClientRequest, ClientResponse, Hello, KeyOp, OpKind, OpResult, PROTOCOL_VERSION,
-};
+use latsdb_types::proto::{self, ClientRequest, ClientResponse, Hello, KeyOp, OpKind, OpResult, PROTOCOL_VERSION};
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
 use latsdb_types::{ErrorCode, Value};
 use std::io::{Read, Write};
@@ -26,24 +24,13 @@ fn read_frame(s: &mut TcpStream) -> Option<(u64, ClientResponse)> {
 fn raw_client(address: &str) -> TcpStream {
     let mut s = TcpStream::connect(address).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&proto::frame(
-        1,
-        &Hello::Client {
-            protocol: PROTOCOL_VERSION,
-            name: "raw".into(),
-        },
-    ))
-    .unwrap();
-    assert!(matches!(
-        read_frame(&mut s),
-        Some((1, ClientResponse::Hello { .. }))
-    ));
+    s.write_all(&proto::frame(1, &Hello::Client { protocol: PROTOCOL_VERSION, name: "raw".into() })).unwrap();
+    assert!(matches!(read_frame(&mut s), Some((1, ClientResponse::Hello { .. }))));
     s
 }
 
 fn ping(s: &mut TcpStream, id: u64) {
-    s.write_all(&proto::frame(id, &ClientRequest::Ping))
-        .unwrap();
+    s.write_all(&proto::frame(id, &ClientRequest::Ping)).unwrap();
     assert_eq!(read_frame(s), Some((id, ClientResponse::Pong)));
 }
 
@@ -82,16 +69,9 @@ async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
     assert!(e.message.contains("column 'id' is INT"), "{}", e.message);
     let e = Op::insert(&t, vec![Value::Int(1), Value::Int(70_000), Value::Null]).unwrap_err();
     assert!(e.message.contains("out of range"), "{}", e.message);
-    let e = Op::insert(
-        &t,
-        vec![Value::Int(1), Value::Int(1), Value::Str("toolong".into())],
-    )
-    .unwrap_err();
+    let e = Op::insert(&t, vec![Value::Int(1), Value::Int(1), Value::Str("toolong".into())]).unwrap_err();
     assert!(e.message.contains("too long"), "{}", e.message);
-    assert!(client
-        .scan(&t, Scan::all().index("no_such_index"))
-        .await
-        .is_err());
+    assert!(client.scan(&t, Scan::all().index("no_such_index")).await.is_err());
 
     // Server-side validation of requests that bypass the client library.
     let mut raw = raw_client(&shard);
@@ -109,26 +89,13 @@ async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
     let partition = good.partition();
     let key = t.meta.encode_key(&[Value::Int(5)]).unwrap();
     let mut ops = vec![
-        KeyOp {
-            table: 999,
-            table_version: 1,
-            partition: 0,
-            key: key.clone(),
-            kind: OpKind::Delete,
-            projection: None,
-        },
+        KeyOp { table: 999, table_version: 1, partition: 0, key: key.clone(), kind: OpKind::Delete, projection: None },
         KeyOp {
             table: t.def().id,
             table_version: t.def().version,
             partition,
             key: key.clone(),
-            kind: OpKind::Insert {
-                row: vec![
-                    Value::Int(5),
-                    Value::Str("not a number".into()),
-                    Value::Null,
-                ],
-            },
+            kind: OpKind::Insert { row: vec![Value::Int(5), Value::Str("not a number".into()), Value::Null] },
             projection: None,
         },
         KeyOp {
@@ -150,12 +117,7 @@ async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
     ];
     let owner = layout.primary_of(partition).unwrap();
     let mut owner_conn = raw_client(layout.shard_address(owner).unwrap());
-    owner_conn
-        .write_all(&proto::frame(
-            9,
-            &ClientRequest::Batch(std::mem::take(&mut ops)),
-        ))
-        .unwrap();
+    owner_conn.write_all(&proto::frame(9, &ClientRequest::Batch(std::mem::take(&mut ops)))).unwrap();
     match read_frame(&mut owner_conn) {
         Some((9, ClientResponse::Batch(results))) => {
             let codes: Vec<ErrorCode> = results
@@ -187,10 +149,7 @@ async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
     big.write_all(&header).unwrap();
     let msg = expect_error(&mut big, 11, ErrorCode::FrameTooLarge);
     assert!(msg.contains("frame limit"), "{msg}");
-    assert!(
-        read_frame(&mut big).is_none(),
-        "the connection must be closed"
-    );
+    assert!(read_frame(&mut big).is_none(), "the connection must be closed");
 
     // A first message that is not a Hello.
     let mut s = TcpStream::connect(&shard).unwrap();
@@ -204,27 +163,13 @@ async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
     assert!(read_frame(&mut s).is_none());
 
     // Duplicate keys are reported per operation; the node keeps serving everyone.
-    let ins = || {
-        Op::insert(
-            &t,
-            vec![Value::Int(5), Value::Int(1), Value::Str("ok".into())],
-        )
-        .unwrap()
-    };
+    let ins = || Op::insert(&t, vec![Value::Int(5), Value::Int(1), Value::Str("ok".into())]).unwrap();
     let r = client.batch(vec![ins(), ins()]).await.unwrap();
     assert!(r[0].is_ok());
     assert!(matches!(&r[1], Err(e) if e.code == ErrorCode::DuplicateKey));
     ping(&mut raw, 12);
     client.ping().await.unwrap();
-    assert_eq!(
-        client
-            .get(&t, &[Value::Int(5)])
-            .await
-            .unwrap()
-            .unwrap()
-            .get(2),
-        Value::Str("ok".into())
-    );
+    assert_eq!(client.get(&t, &[Value::Int(5)]).await.unwrap().unwrap().get(2), Value::Str("ok".into()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,35 +181,19 @@ async fn schema_changes_reach_every_node() {
         .column(ColumnDef::new("k", ColumnType::int(IntWidth::Int)))
         .primary_key(&["id"]);
     let t = client.create_table(spec.clone()).await.unwrap();
-    assert_eq!(
-        client.create_table(spec.clone()).await.unwrap_err().code,
-        ErrorCode::TableExists
-    );
+    assert_eq!(client.create_table(spec.clone()).await.unwrap_err().code, ErrorCode::TableExists);
     let bad = TableSpec::new("s", "u").column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)));
     let e = client.create_table(bad).await.unwrap_err();
     assert!(e.message.contains("primary key"), "{}", e.message);
-    let ops = (0..100)
-        .map(|i| Op::insert(&t, vec![Value::Int(i), Value::Int(i % 3)]).unwrap())
-        .collect();
+    let ops = (0..100).map(|i| Op::insert(&t, vec![Value::Int(i), Value::Int(i % 3)]).unwrap()).collect();
     client.batch(ops).await.unwrap();
     // After an index is added, operations built for the old version are refused
     // with a retriable error, and a refreshed definition works.
-    let t2 = client
-        .create_index("s", "t", "k_idx", &["k"])
-        .await
-        .unwrap();
+    let t2 = client.create_index("s", "t", "k_idx", &["k"]).await.unwrap();
     assert_eq!(t2.def().version, t.def().version + 1);
-    let stale = client
-        .batch(vec![Op::read(&t, &[Value::Int(1)]).unwrap()])
-        .await
-        .unwrap();
-    assert!(
-        matches!(&stale[0], Err(e) if e.code == ErrorCode::SchemaVersionMismatch && e.is_retriable())
-    );
-    let rows = client
-        .scan(&t2, Scan::all().index("k_idx").equal(vec![Value::Int(2)]))
-        .await
-        .unwrap();
+    let stale = client.batch(vec![Op::read(&t, &[Value::Int(1)]).unwrap()]).await.unwrap();
+    assert!(matches!(&stale[0], Err(e) if e.code == ErrorCode::SchemaVersionMismatch && e.is_retriable()));
+    let rows = client.scan(&t2, Scan::all().index("k_idx").equal(vec![Value::Int(2)])).await.unwrap();
     assert_eq!(rows.len(), 33);
     let t3 = client.drop_index("s", "t", "k_idx").await.unwrap();
     assert!(client.scan(&t3, Scan::all().index("k_idx")).await.is_err());
@@ -272,16 +201,9 @@ async fn schema_changes_reach_every_node() {
     let listed = cluster.mgm(&["tables"]);
     assert!(listed.contains("s.t"), "{listed}");
     client.drop_table("s", "t").await.unwrap();
-    let gone = client
-        .batch(vec![Op::read(&t3, &[Value::Int(1)]).unwrap()])
-        .await
-        .unwrap();
+    let gone = client.batch(vec![Op::read(&t3, &[Value::Int(1)]).unwrap()]).await.unwrap();
     assert!(matches!(&gone[0], Err(e) if e.code == ErrorCode::UnknownTable));
     // The name can be reused.
     let again = client.create_table(spec).await.unwrap();
-    assert!(client
-        .get(&again, &[Value::Int(1)])
-        .await
-        .unwrap()
-        .is_none());
+    assert!(client.get(&again, &[Value::Int(1)]).await.unwrap().is_none());
 }

@@ -48,20 +48,13 @@ pub struct FrameReader<R> {
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R, max_frame: usize) -> Self {
-        FrameReader {
-            inner,
-            buf: Vec::with_capacity(READ_CHUNK),
-            start: 0,
-            max_frame,
-        }
+        FrameReader { inner, buf: Vec::with_capacity(READ_CHUNK), start: 0, max_frame }
     }
 
     /// Whether a complete frame is already buffered (no read needed).
     pub fn has_frame(&self) -> bool {
         let avail = &self.buf[self.start..];
-        avail.len() >= 4
-            && avail.len()
-                >= 4 + u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize
+        avail.len() >= 4 && avail.len() >= 4 + u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize
     }
 
     /// The next frame as (request id, body); None at a clean end of stream.
@@ -71,8 +64,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             if avail >= FRAME_HEADER {
                 let b = &self.buf[self.start..];
                 let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
-                let request_id =
-                    u64::from_le_bytes([b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11]]);
+                let request_id = u64::from_le_bytes([b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11]]);
                 if len < 8 {
                     return Err(FrameError::Io(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
@@ -80,11 +72,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     )));
                 }
                 if len > self.max_frame {
-                    return Err(FrameError::TooLarge {
-                        request_id,
-                        len,
-                        max: self.max_frame,
-                    });
+                    return Err(FrameError::TooLarge { request_id, len, max: self.max_frame });
                 }
                 if avail >= 4 + len {
                     let body_start = self.start + FRAME_HEADER;
@@ -127,10 +115,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
 /// Writes queued frames, many per syscall, until the queue closes or the
 /// socket fails.
-pub async fn write_frames<W: AsyncWrite + Unpin>(
-    mut out: W,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-) {
+pub async fn write_frames<W: AsyncWrite + Unpin>(mut out: W, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
     let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BATCH);
     while let Some(first) = rx.recv().await {
         if first.len() >= WRITE_BATCH {
@@ -158,17 +143,9 @@ pub async fn connect(address: &str, timeout: Duration) -> Result<TcpStream> {
     let stream = tokio::time::timeout(timeout, TcpStream::connect(address))
         .await
         .map_err(|_| {
-            DbError::new(
-                ErrorCode::NodeUnavailable,
-                format!("connecting to {address} timed out after {timeout:?}"),
-            )
+            DbError::new(ErrorCode::NodeUnavailable, format!("connecting to {address} timed out after {timeout:?}"))
         })?
-        .map_err(|e| {
-            DbError::new(
-                ErrorCode::NodeUnavailable,
-                format!("cannot connect to {address}: {e}"),
-            )
-        })?;
+        .map_err(|e| DbError::new(ErrorCode::NodeUnavailable, format!("cannot connect to {address}: {e}")))?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
@@ -207,13 +184,7 @@ impl RpcConn {
         address: &str,
         timeout: Duration,
     ) -> RpcConn {
-        RpcConn {
-            reader,
-            writer,
-            next_id: 1,
-            address: address.to_string(),
-            timeout,
-        }
+        RpcConn { reader, writer, next_id: 1, address: address.to_string(), timeout }
     }
 
     pub fn address(&self) -> &str {
@@ -229,10 +200,7 @@ impl RpcConn {
 
     pub async fn send_with_id<T: Serialize>(&mut self, id: u64, message: &T) -> Result<()> {
         let frame = proto::frame(id, message);
-        self.writer
-            .write_all(&frame)
-            .await
-            .map_err(|e| self.lost(e.to_string()))
+        self.writer.write_all(&frame).await.map_err(|e| self.lost(e.to_string()))
     }
 
     /// Waits for the next frame; None when the peer closed the connection.
@@ -247,29 +215,20 @@ impl RpcConn {
     pub async fn call<Q: Serialize, A: DeserializeOwned>(&mut self, message: &Q) -> Result<A> {
         let id = self.send(message).await?;
         let timeout = self.timeout;
-        let answer = tokio::time::timeout(timeout, self.receive::<A>())
-            .await
-            .map_err(|_| {
-                DbError::new(
-                    ErrorCode::Timeout,
-                    format!("{} did not answer within {timeout:?}", self.address),
-                )
-            })??;
+        let answer = tokio::time::timeout(timeout, self.receive::<A>()).await.map_err(|_| {
+            DbError::new(ErrorCode::Timeout, format!("{} did not answer within {timeout:?}", self.address))
+        })??;
         match answer {
             Some((got, a)) if got == id => Ok(a),
-            Some((got, _)) => Err(DbError::internal(format!(
-                "{} answered request {got} while {id} was expected",
-                self.address
-            ))),
+            Some((got, _)) => {
+                Err(DbError::internal(format!("{} answered request {got} while {id} was expected", self.address)))
+            }
             None => Err(self.lost("connection closed".into())),
         }
     }
 
     fn lost(&self, why: String) -> DbError {
-        DbError::new(
-            ErrorCode::NodeUnavailable,
-            format!("connection to {} failed: {why}", self.address),
-        )
+        DbError::new(ErrorCode::NodeUnavailable, format!("connection to {} failed: {why}", self.address))
     }
 }
 
@@ -284,10 +243,7 @@ mod tests {
         proto::encode_frame(&mut bytes, 8, &"world".to_string());
         let mut r = FrameReader::new(&bytes[..], 1024);
         let (id, body) = r.next().await.unwrap().unwrap();
-        assert_eq!(
-            (id, proto::decode_body::<String>(body).unwrap()),
-            (7, "hello".to_string())
-        );
+        assert_eq!((id, proto::decode_body::<String>(body).unwrap()), (7, "hello".to_string()));
         assert!(r.has_frame());
         let (id, _) = r.next().await.unwrap().unwrap();
         assert_eq!(id, 8);
@@ -296,10 +252,7 @@ mod tests {
         let mut big = Vec::new();
         proto::encode_frame(&mut big, 9, &vec![0u8; 5000]);
         let mut r = FrameReader::new(&big[..], 1024);
-        assert!(matches!(
-            r.next().await,
-            Err(FrameError::TooLarge { request_id: 9, .. })
-        ));
+        assert!(matches!(r.next().await, Err(FrameError::TooLarge { request_id: 9, .. })));
         let mut r = FrameReader::new(&big[..100], 1 << 20);
         assert!(matches!(r.next().await, Err(FrameError::Io(_))));
     }

@@ -6,8 +6,7 @@ use crate::shard_host::{spawn_shard, Control, ShardHandle};
 use latsdb_cluster::ShardConfig;
 use latsdb_net::RpcConn;
 use latsdb_types::proto::{
-    ClusterLayout, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply, SchemaChange,
-    ShardAddr, PROTOCOL_VERSION,
+    ClusterLayout, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply, SchemaChange, ShardAddr, PROTOCOL_VERSION,
 };
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::time::Duration;
@@ -26,9 +25,7 @@ pub struct DataNodeOptions {
 /// fewer one shard (its thread also does its own network I/O), otherwise
 /// three quarters of them, leaving room for the OS and other processes.
 pub fn auto_threads() -> u16 {
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     if cpus <= 2 {
         1
     } else {
@@ -60,31 +57,17 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     };
-    let register = MgmRequest::RegisterDataNode {
-        node_id: opts.node_id,
-        pid: std::process::id(),
-        protocol: PROTOCOL_VERSION,
-    };
+    let register =
+        MgmRequest::RegisterDataNode { node_id: opts.node_id, pid: std::process::id(), protocol: PROTOCOL_VERSION };
     let (node_id, host, port, threads) = match mgm.call(&register).await? {
-        MgmResponse::Registered {
-            node_id,
-            host,
-            port,
-            threads,
-        } => (node_id, host, port, threads),
+        MgmResponse::Registered { node_id, host, port, threads } => (node_id, host, port, threads),
         other => return Err(unexpected("registration", other)),
     };
     let threads = match opts.threads.unwrap_or(threads) {
         0 => auto_threads(),
         n => n,
     };
-    log(
-        "datanode",
-        format!(
-            "node {node_id}: registered with {}; starting {threads} shard thread(s)",
-            opts.mgmd
-        ),
-    );
+    log("datanode", format!("node {node_id}: registered with {}; starting {threads} shard thread(s)", opts.mgmd));
 
     // Shards start with a placeholder layout; the real one follows below.
     let placeholder = ClusterLayout {
@@ -100,13 +83,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     };
     let mut shards: Vec<ShardHandle> = Vec::new();
     for i in 0..threads {
-        let cfg = ShardConfig {
-            me: ShardAddr {
-                node: node_id,
-                shard: i,
-            },
-            lock_wait_timeout_us: 1_500_000,
-        };
+        let cfg = ShardConfig { me: ShardAddr { node: node_id, shard: i }, lock_wait_timeout_us: 1_500_000 };
         let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
         shards.push(spawn_shard(
             cfg,
@@ -117,13 +94,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         )?);
     }
     let addresses: Vec<String> = shards.iter().map(|s| s.address.clone()).collect();
-    let (layout, tables) = match mgm
-        .call(&MgmRequest::DataNodeStarted {
-            node_id,
-            shards: addresses.clone(),
-        })
-        .await?
-    {
+    let (layout, tables) = match mgm.call(&MgmRequest::DataNodeStarted { node_id, shards: addresses.clone() }).await? {
         MgmResponse::Started { layout, tables } => (layout, tables),
         other => return Err(unexpected("start", other)),
     };
@@ -131,13 +102,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     for def in tables {
         apply_schema(&shards, SchemaChange::CreateTable(def)).await?;
     }
-    log(
-        "datanode",
-        format!(
-            "node {node_id}: started; shards at {}",
-            addresses.join(", ")
-        ),
-    );
+    log("datanode", format!("node {node_id}: started; shards at {}", addresses.join(", ")));
     println!("datanode {node_id} started: {}", addresses.join(" "));
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -196,8 +161,7 @@ async fn apply_schema(shards: &[ShardHandle], change: SchemaChange) -> Result<()
         waits.push(rx);
     }
     for rx in waits {
-        rx.await
-            .map_err(|_| DbError::internal("a shard stopped while applying a schema change"))??;
+        rx.await.map_err(|_| DbError::internal("a shard stopped while applying a schema change"))??;
     }
     Ok(())
 }

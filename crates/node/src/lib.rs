@@ -15,9 +15,7 @@ pub mod shard_host;
 
 /// Prints a timestamped log line to stderr.
 pub fn log(role: &str, message: impl std::fmt::Display) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let secs = now.as_secs();
     eprintln!(
         "{:02}:{:02}:{:02}.{:03} [{role}] {message}",

@@ -7,8 +7,8 @@ use crate::log;
 use latsdb_net::{FrameError, FrameReader, RpcConn};
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::proto::{
-    self, ClusterLayout, DataNodeInfo, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply,
-    NodeStatus, SchemaChange, PROTOCOL_VERSION,
+    self, ClusterLayout, DataNodeInfo, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply, NodeStatus,
+    SchemaChange, PROTOCOL_VERSION,
 };
 use latsdb_types::schema::{TableDef, TableSpec};
 use latsdb_types::{DbError, ErrorCode, Result};
@@ -65,10 +65,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             format!("the management server cannot listen on {}:{port}: {e}; is another one running? pick another port with --port", config.mgmd.host),
         )
     })?;
-    let address = listener
-        .local_addr()
-        .map_err(|e| DbError::io("local_addr", e))?
-        .to_string();
+    let address = listener.local_addr().map_err(|e| DbError::io("local_addr", e))?.to_string();
     let layout = ClusterLayout {
         version: 1,
         cluster_name: config.cluster.name.clone(),
@@ -105,8 +102,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         shutdown: Notify::new(),
     });
     if let Some(path) = &opts.ready_file {
-        std::fs::write(path, &address)
-            .map_err(|e| DbError::io(&format!("writing {}", path.display()), e))?;
+        std::fs::write(path, &address).map_err(|e| DbError::io(&format!("writing {}", path.display()), e))?;
     }
     log("mgmd", format!("management server listening on {address}"));
     println!("mgmd listening on {address}");
@@ -162,28 +158,17 @@ impl Mgmd {
                     }
                 },
                 Ok(None) => return,
-                Err(FrameError::TooLarge {
-                    request_id,
-                    len,
-                    max,
-                }) => {
+                Err(FrameError::TooLarge { request_id, len, max }) => {
                     let e = DbError::new(
                         ErrorCode::FrameTooLarge,
                         format!("request of {len} bytes exceeds the {max}-byte limit"),
                     );
-                    let _ = w
-                        .write_all(&proto::frame(request_id, &MgmResponse::Error(e)))
-                        .await;
+                    let _ = w.write_all(&proto::frame(request_id, &MgmResponse::Error(e))).await;
                     return;
                 }
                 Err(FrameError::Io(_)) => return,
             };
-            if let MgmRequest::RegisterDataNode {
-                node_id,
-                pid,
-                protocol,
-            } = request
-            {
+            if let MgmRequest::RegisterDataNode { node_id, pid, protocol } = request {
                 // The connection now belongs to the data node's lifecycle.
                 self.register(id, node_id, pid, protocol, reader, w).await;
                 return;
@@ -207,47 +192,28 @@ impl Mgmd {
         match request {
             MgmRequest::GetLayout => Ok(MgmResponse::Layout(self.lock().layout.clone())),
             MgmRequest::ListTables => Ok(MgmResponse::Tables(self.lock().tables.clone())),
-            MgmRequest::GetTable { database, name } => {
-                self.find_table(&database, &name).map(MgmResponse::Table)
-            }
+            MgmRequest::GetTable { database, name } => self.find_table(&database, &name).map(MgmResponse::Table),
             MgmRequest::CreateTable(spec) => self.create_table(spec).await.map(MgmResponse::Table),
             MgmRequest::DropTable { database, name } => {
                 let _guard = self.schema_lock.lock().await;
                 let def = self.find_table(&database, &name)?;
-                self.apply_everywhere(SchemaChange::DropTable(def.id))
-                    .await?;
+                self.apply_everywhere(SchemaChange::DropTable(def.id)).await?;
                 self.lock().tables.retain(|t| t.id != def.id);
                 log("mgmd", format!("dropped table {}", def.qualified_name()));
                 Ok(MgmResponse::Done)
             }
-            MgmRequest::CreateIndex {
-                database,
-                table,
-                index,
-                columns,
-            } => {
+            MgmRequest::CreateIndex { database, table, index, columns } => {
                 let _guard = self.schema_lock.lock().await;
-                let def = self
-                    .find_table(&database, &table)?
-                    .with_index(&index, &columns)?;
+                let def = self.find_table(&database, &table)?.with_index(&index, &columns)?;
                 self.alter(def).await.map(MgmResponse::Table)
             }
-            MgmRequest::DropIndex {
-                database,
-                table,
-                index,
-            } => {
+            MgmRequest::DropIndex { database, table, index } => {
                 let _guard = self.schema_lock.lock().await;
                 let def = self.find_table(&database, &table)?.without_index(&index)?;
                 self.alter(def).await.map(MgmResponse::Table)
             }
             MgmRequest::Shutdown => {
-                let links: Vec<_> = self
-                    .lock()
-                    .links
-                    .values()
-                    .map(|l| l.commands.clone())
-                    .collect();
+                let links: Vec<_> = self.lock().links.values().map(|l| l.commands.clone()).collect();
                 for link in links {
                     let (tx, rx) = oneshot::channel();
                     if link.send((NodeCommand::Stop, tx)).is_ok() {
@@ -257,9 +223,7 @@ impl Mgmd {
                 Ok(MgmResponse::Done)
             }
             MgmRequest::RegisterDataNode { .. } | MgmRequest::DataNodeStarted { .. } => {
-                Err(DbError::bad_request(
-                    "data-node registration must be the first request on its connection",
-                ))
+                Err(DbError::bad_request("data-node registration must be the first request on its connection"))
             }
         }
     }
@@ -270,34 +234,23 @@ impl Mgmd {
             .iter()
             .find(|t| t.database == database && t.name == name)
             .cloned()
-            .ok_or_else(|| {
-                DbError::new(
-                    ErrorCode::UnknownTable,
-                    format!("table {database}.{name} does not exist"),
-                )
-            })
+            .ok_or_else(|| DbError::new(ErrorCode::UnknownTable, format!("table {database}.{name} does not exist")))
     }
 
     async fn create_table(&self, spec: TableSpec) -> Result<TableDef> {
         let _guard = self.schema_lock.lock().await;
         let (id, partitions) = {
             let state = self.lock();
-            if let Some(missing) = state
-                .layout
-                .datanodes
-                .iter()
-                .find(|d| d.status != NodeStatus::Started)
-            {
+            if let Some(missing) = state.layout.datanodes.iter().find(|d| d.status != NodeStatus::Started) {
                 return Err(DbError::new(
                     ErrorCode::ClusterNotReady,
-                    format!("data node {} is not started; tables can be created once every data node is up", missing.node_id),
+                    format!(
+                        "data node {} is not started; tables can be created once every data node is up",
+                        missing.node_id
+                    ),
                 ));
             }
-            if state
-                .tables
-                .iter()
-                .any(|t| t.database == spec.database && t.name == spec.name)
-            {
+            if state.tables.iter().any(|t| t.database == spec.database && t.name == spec.name) {
                 return Err(DbError::new(
                     ErrorCode::TableExists,
                     format!("table {}.{} already exists", spec.database, spec.name),
@@ -309,21 +262,13 @@ impl Mgmd {
                 self.config.cluster.partitions_per_table
             } else {
                 // Enough partitions that every shard of every node holds several.
-                let shards: usize = state
-                    .layout
-                    .datanodes
-                    .iter()
-                    .map(|d| d.shards.len().max(1))
-                    .sum();
+                let shards: usize = state.layout.datanodes.iter().map(|d| d.shards.len().max(1)).sum();
                 (2 * shards as u32).max(8)
             };
             (state.next_table_id, partitions)
         };
         let def = TableDef::from_spec(&spec, id, partitions)?;
-        if let Err(e) = self
-            .apply_everywhere(SchemaChange::CreateTable(def.clone()))
-            .await
-        {
+        if let Err(e) = self.apply_everywhere(SchemaChange::CreateTable(def.clone())).await {
             let _ = self.apply_everywhere(SchemaChange::DropTable(def.id)).await;
             return Err(e);
         }
@@ -331,21 +276,12 @@ impl Mgmd {
         state.next_table_id += 1;
         state.tables.push(def.clone());
         drop(state);
-        log(
-            "mgmd",
-            format!(
-                "created table {} (id {}, {} partitions)",
-                def.qualified_name(),
-                def.id,
-                def.partitions
-            ),
-        );
+        log("mgmd", format!("created table {} (id {}, {} partitions)", def.qualified_name(), def.id, def.partitions));
         Ok(def)
     }
 
     async fn alter(&self, def: TableDef) -> Result<TableDef> {
-        self.apply_everywhere(SchemaChange::AlterTable(def.clone()))
-            .await?;
+        self.apply_everywhere(SchemaChange::AlterTable(def.clone())).await?;
         let mut state = self.lock();
         if let Some(t) = state.tables.iter_mut().find(|t| t.id == def.id) {
             *t = def.clone();
@@ -355,12 +291,8 @@ impl Mgmd {
 
     /// Sends a command to every started data node and waits for all answers.
     async fn send_all(&self, command: NodeCommand) -> Vec<(NodeId, Result<NodeReply>)> {
-        let links: Vec<(NodeId, mpsc::UnboundedSender<Command>)> = self
-            .lock()
-            .links
-            .iter()
-            .map(|(id, l)| (*id, l.commands.clone()))
-            .collect();
+        let links: Vec<(NodeId, mpsc::UnboundedSender<Command>)> =
+            self.lock().links.iter().map(|(id, l)| (*id, l.commands.clone())).collect();
         let mut waits = Vec::new();
         for (node, link) in links {
             let (tx, rx) = oneshot::channel();
@@ -372,10 +304,7 @@ impl Mgmd {
         for (node, rx) in waits {
             let r = match tokio::time::timeout(NODE_COMMAND_TIMEOUT, rx).await {
                 Ok(Ok(r)) => r,
-                Ok(Err(_)) => Err(DbError::new(
-                    ErrorCode::NodeUnavailable,
-                    format!("data node {node} disconnected"),
-                )),
+                Ok(Err(_)) => Err(DbError::new(ErrorCode::NodeUnavailable, format!("data node {node} disconnected"))),
                 Err(_) => Err(DbError::new(
                     ErrorCode::Timeout,
                     format!("data node {node} did not answer within {NODE_COMMAND_TIMEOUT:?}"),
@@ -393,10 +322,7 @@ impl Mgmd {
                 Ok(NodeReply::Error(e)) | Err(e) => {
                     return Err(DbError::new(
                         e.code,
-                        format!(
-                            "data node {node} could not apply the schema change: {}",
-                            e.message
-                        ),
+                        format!("data node {node} could not apply the schema change: {}", e.message),
                     ))
                 }
             }
@@ -407,14 +333,7 @@ impl Mgmd {
     fn broadcast_layout(&self) {
         let (layout, links) = {
             let state = self.lock();
-            (
-                state.layout.clone(),
-                state
-                    .links
-                    .values()
-                    .map(|l| l.commands.clone())
-                    .collect::<Vec<_>>(),
-            )
+            (state.layout.clone(), state.links.values().map(|l| l.commands.clone()).collect::<Vec<_>>())
         };
         for link in links {
             let (tx, _rx) = oneshot::channel();
@@ -435,46 +354,23 @@ impl Mgmd {
         let node_id = match assigned {
             Ok(id) => id,
             Err(e) => {
-                let _ = w
-                    .write_all(&proto::frame(request_id, &MgmResponse::Error(e)))
-                    .await;
+                let _ = w.write_all(&proto::frame(request_id, &MgmResponse::Error(e))).await;
                 return;
             }
         };
-        let section = self
-            .config
-            .datanodes
-            .iter()
-            .find(|d| d.node_id == node_id)
-            .cloned();
+        let section = self.config.datanodes.iter().find(|d| d.node_id == node_id).cloned();
         let Some(section) = section else {
             self.lock().registering.remove(&node_id);
             return;
         };
-        let threads = section
-            .threads
-            .unwrap_or(self.config.datanode_defaults.threads);
-        let reply = MgmResponse::Registered {
-            node_id,
-            host: section.host.clone(),
-            port: section.port,
-            threads,
-        };
-        if w.write_all(&proto::frame(request_id, &reply))
-            .await
-            .is_err()
-        {
+        let threads = section.threads.unwrap_or(self.config.datanode_defaults.threads);
+        let reply = MgmResponse::Registered { node_id, host: section.host.clone(), port: section.port, threads };
+        if w.write_all(&proto::frame(request_id, &reply)).await.is_err() {
             self.lock().registering.remove(&node_id);
             return;
         }
-        let mut conn = RpcConn::from_parts(
-            reader,
-            w,
-            &format!("data node {node_id}"),
-            NODE_COMMAND_TIMEOUT,
-        );
-        let started =
-            tokio::time::timeout(Duration::from_secs(60), conn.receive::<MgmRequest>()).await;
+        let mut conn = RpcConn::from_parts(reader, w, &format!("data node {node_id}"), NODE_COMMAND_TIMEOUT);
+        let started = tokio::time::timeout(Duration::from_secs(60), conn.receive::<MgmRequest>()).await;
         let (id, shards) = match started {
             Ok(Ok(Some((id, MgmRequest::DataNodeStarted { node_id: n, shards }))))
                 if n == node_id && !shards.is_empty() =>
@@ -482,12 +378,7 @@ impl Mgmd {
                 (id, shards)
             }
             _ => {
-                log(
-                    "mgmd",
-                    format!(
-                        "data node {node_id} registered but did not start; releasing its node id"
-                    ),
-                );
+                log("mgmd", format!("data node {node_id} registered but did not start; releasing its node id"));
                 self.lock().registering.remove(&node_id);
                 return;
             }
@@ -498,19 +389,8 @@ impl Mgmd {
             state.registering.remove(&node_id);
             let generation = state.next_generation;
             state.next_generation += 1;
-            state.links.insert(
-                node_id,
-                NodeLink {
-                    commands: tx,
-                    generation,
-                },
-            );
-            if let Some(d) = state
-                .layout
-                .datanodes
-                .iter_mut()
-                .find(|d| d.node_id == node_id)
-            {
+            state.links.insert(node_id, NodeLink { commands: tx, generation });
+            if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
                 d.status = NodeStatus::Started;
                 d.shards = shards.clone();
                 d.pid = pid;
@@ -523,21 +403,11 @@ impl Mgmd {
             let state = self.lock();
             (state.layout.clone(), state.tables.clone())
         };
-        if conn
-            .send_with_id(id, &MgmResponse::Started { layout, tables })
-            .await
-            .is_err()
-        {
+        if conn.send_with_id(id, &MgmResponse::Started { layout, tables }).await.is_err() {
             self.node_lost(node_id, generation);
             return;
         }
-        log(
-            "mgmd",
-            format!(
-                "data node {node_id} started (pid {pid}, shards {})",
-                shards.join(", ")
-            ),
-        );
+        log("mgmd", format!("data node {node_id} started (pid {pid}, shards {})", shards.join(", ")));
         self.broadcast_layout();
         // Serve commands to this node until its connection breaks.
         while let Some((command, reply)) = rx.recv().await {
@@ -553,14 +423,13 @@ impl Mgmd {
 
     fn assign_node_id(&self, wanted: Option<NodeId>, protocol: u32) -> Result<NodeId> {
         if protocol != PROTOCOL_VERSION {
-            return Err(DbError::bad_request(format!("data node speaks protocol {protocol}; this management server speaks {PROTOCOL_VERSION}")));
+            return Err(DbError::bad_request(format!(
+                "data node speaks protocol {protocol}; this management server speaks {PROTOCOL_VERSION}"
+            )));
         }
         let mut state = self.lock();
         let free = |state: &State, id: NodeId| {
-            state
-                .layout
-                .datanode(id)
-                .is_some_and(|d| d.status == NodeStatus::NotStarted)
+            state.layout.datanode(id).is_some_and(|d| d.status == NodeStatus::NotStarted)
                 && !state.registering.contains(&id)
         };
         let id = match wanted {
@@ -571,16 +440,16 @@ impl Mgmd {
                     )));
                 }
                 if !free(&state, id) {
-                    return Err(DbError::bad_request(format!(
-                        "data node {id} is already started"
-                    )));
+                    return Err(DbError::bad_request(format!("data node {id} is already started")));
                 }
                 id
             }
             None => {
                 let ids: Vec<NodeId> = state.layout.datanodes.iter().map(|d| d.node_id).collect();
                 ids.into_iter().find(|&id| free(&state, id)).ok_or_else(|| {
-                    DbError::bad_request("every data node in the cluster configuration is already started; add a [[datanode]] section")
+                    DbError::bad_request(
+                        "every data node in the cluster configuration is already started; add a [[datanode]] section",
+                    )
                 })?
             }
         };
@@ -595,12 +464,7 @@ impl Mgmd {
                 return;
             }
             state.links.remove(&node_id);
-            if let Some(d) = state
-                .layout
-                .datanodes
-                .iter_mut()
-                .find(|d| d.node_id == node_id)
-            {
+            if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
                 d.status = NodeStatus::NotStarted;
                 d.shards.clear();
                 d.pid = 0;

@@ -9,8 +9,7 @@
 use latsdb_cluster::{ConnId, Outbox, Shard, ShardConfig};
 use latsdb_net::{write_frames, FrameError, FrameReader};
 use latsdb_types::proto::{
-    self, ClientRequest, ClientResponse, ClusterLayout, Hello, PeerMsg, SchemaChange, ShardAddr,
-    PROTOCOL_VERSION,
+    self, ClientRequest, ClientResponse, ClusterLayout, Hello, PeerMsg, SchemaChange, ShardAddr, PROTOCOL_VERSION,
 };
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::cell::{Cell, RefCell};
@@ -96,27 +95,20 @@ pub fn spawn_shard(
     max_frame: usize,
 ) -> Result<ShardHandle> {
     let listener = std::net::TcpListener::bind((host, port)).map_err(|e| {
-        DbError::new(ErrorCode::Io, format!("shard {} cannot listen on {host}:{port}: {e}; choose another port in the configuration", cfg.me))
+        DbError::new(
+            ErrorCode::Io,
+            format!("shard {} cannot listen on {host}:{port}: {e}; choose another port in the configuration", cfg.me),
+        )
     })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| DbError::io("set_nonblocking", e))?;
-    let address = listener
-        .local_addr()
-        .map_err(|e| DbError::io("local_addr", e))?
-        .to_string();
+    listener.set_nonblocking(true).map_err(|e| DbError::io("set_nonblocking", e))?;
+    let address = listener.local_addr().map_err(|e| DbError::io("local_addr", e))?.to_string();
     let (control, control_rx) = mpsc::unbounded_channel();
     let me = cfg.me;
     let thread = std::thread::Builder::new()
         .name(format!("shard-{me}"))
         .spawn(move || run_shard(cfg, listener, layout, max_frame, control_rx))
         .map_err(|e| DbError::io("spawning a shard thread", e))?;
-    Ok(ShardHandle {
-        me,
-        address,
-        control,
-        thread,
-    })
+    Ok(ShardHandle { me, address, control, thread })
 }
 
 fn run_shard(
@@ -126,16 +118,10 @@ fn run_shard(
     max_frame: usize,
     mut control: mpsc::UnboundedReceiver<Control>,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            crate::log(
-                "datanode",
-                format!("shard {}: cannot start its runtime: {e}", cfg.me),
-            );
+            crate::log("datanode", format!("shard {}: cannot start its runtime: {e}", cfg.me));
             std::process::exit(1);
         }
     };
@@ -154,10 +140,7 @@ fn run_shard(
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {
-                crate::log(
-                    "datanode",
-                    format!("shard {}: cannot use its listener: {e}", host.me),
-                );
+                crate::log("datanode", format!("shard {}: cannot use its listener: {e}", host.me));
                 std::process::exit(1);
             }
         };
@@ -238,20 +221,14 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
             }
         },
         Ok(None) => return,
-        Err(FrameError::TooLarge {
-            request_id,
-            len,
-            max,
-        }) => {
+        Err(FrameError::TooLarge { request_id, len, max }) => {
             let _ = tx.send(error_frame(request_id, too_large(len, max)));
             return;
         }
         Err(FrameError::Io(_)) => return,
     };
     match hello {
-        Hello::Client { protocol, .. } | Hello::Peer { protocol, .. }
-            if protocol != PROTOCOL_VERSION =>
-        {
+        Hello::Client { protocol, .. } | Hello::Peer { protocol, .. } if protocol != PROTOCOL_VERSION => {
             let e = DbError::bad_request(format!(
                 "protocol version {protocol} is not supported; this node speaks {PROTOCOL_VERSION}"
             ));
@@ -261,16 +238,11 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
             let conn = host.next_conn.get();
             host.next_conn.set(conn + 1);
             host.conns.borrow_mut().insert(conn, tx.clone());
-            let _ = tx.send(proto::frame(
-                req_id,
-                &ClientResponse::Hello { shard: host.me },
-            ));
+            let _ = tx.send(proto::frame(req_id, &ClientResponse::Hello { shard: host.me }));
             client_loop(&host, conn, &mut reader, &tx).await;
             host.conns.borrow_mut().remove(&conn);
             let mut out = Outbox::default();
-            host.shard
-                .borrow_mut()
-                .on_disconnect(conn, host.now(), &mut out);
+            host.shard.borrow_mut().on_disconnect(conn, host.now(), &mut out);
             host.dispatch(&mut out);
         }
         Hello::Peer { from, .. } => peer_loop(&host, from, &mut reader).await,
@@ -288,9 +260,7 @@ async fn client_loop(
         match reader.next().await {
             Ok(Some((req_id, body))) => match proto::decode_body::<ClientRequest>(body) {
                 Ok(request) => {
-                    host.shard
-                        .borrow_mut()
-                        .on_client(conn, req_id, request, host.now(), &mut out);
+                    host.shard.borrow_mut().on_client(conn, req_id, request, host.now(), &mut out);
                     host.dispatch(&mut out);
                 }
                 Err(e) => {
@@ -298,11 +268,7 @@ async fn client_loop(
                 }
             },
             Ok(None) => return,
-            Err(FrameError::TooLarge {
-                request_id,
-                len,
-                max,
-            }) => {
+            Err(FrameError::TooLarge { request_id, len, max }) => {
                 let _ = tx.send(error_frame(request_id, too_large(len, max)));
                 return;
             }
@@ -311,34 +277,29 @@ async fn client_loop(
     }
 }
 
-async fn peer_loop(
-    host: &Rc<Host>,
-    from: ShardAddr,
-    reader: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
-) {
+async fn peer_loop(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>) {
     let mut out = Outbox::default();
     loop {
         match reader.next().await {
-            Ok(Some((_, body))) => {
-                match proto::decode_body::<PeerMsg>(body) {
-                    Ok(msg) => {
-                        host.shard
-                            .borrow_mut()
-                            .on_peer(from, msg, host.now(), &mut out);
-                        host.dispatch(&mut out);
-                    }
-                    Err(e) => {
-                        crate::log("datanode", format!("shard {}: undecodable message from peer {from}: {}; closing the link", host.me, e.message));
-                        return;
-                    }
+            Ok(Some((_, body))) => match proto::decode_body::<PeerMsg>(body) {
+                Ok(msg) => {
+                    host.shard.borrow_mut().on_peer(from, msg, host.now(), &mut out);
+                    host.dispatch(&mut out);
                 }
-            }
+                Err(e) => {
+                    crate::log(
+                        "datanode",
+                        format!(
+                            "shard {}: undecodable message from peer {from}: {}; closing the link",
+                            host.me, e.message
+                        ),
+                    );
+                    return;
+                }
+            },
             Ok(None) => return,
             Err(e) => {
-                crate::log(
-                    "datanode",
-                    format!("shard {}: link from peer {from} failed: {e}", host.me),
-                );
+                crate::log("datanode", format!("shard {}: link from peer {from} failed: {e}", host.me));
                 return;
             }
         }
@@ -350,29 +311,19 @@ async fn peer_loop(
 async fn peer_link(host: Rc<Host>, to: ShardAddr, rx: mpsc::UnboundedReceiver<Vec<u8>>) {
     let mut attempts = 0;
     let stream = loop {
-        let address = host
-            .layout
-            .borrow()
-            .shard_address(to)
-            .map(|s| s.to_string());
+        let address = host.layout.borrow().shard_address(to).map(|s| s.to_string());
         if let Some(address) = address {
             match latsdb_net::connect(&address, Duration::from_secs(2)).await {
                 Ok(s) => break s,
                 Err(e) if attempts >= 25 => {
-                    crate::log(
-                        "datanode",
-                        format!("shard {}: giving up on peer {to}: {e}", host.me),
-                    );
+                    crate::log("datanode", format!("shard {}: giving up on peer {to}: {e}", host.me));
                     host.peers.borrow_mut().remove(&to);
                     return;
                 }
                 Err(_) => {}
             }
         } else if attempts >= 25 {
-            crate::log(
-                "datanode",
-                format!("shard {}: peer {to} is not in the cluster layout", host.me),
-            );
+            crate::log("datanode", format!("shard {}: peer {to} is not in the cluster layout", host.me));
             host.peers.borrow_mut().remove(&to);
             return;
         }
@@ -380,17 +331,8 @@ async fn peer_link(host: Rc<Host>, to: ShardAddr, rx: mpsc::UnboundedReceiver<Ve
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let (_r, mut w) = stream.into_split();
-    let hello = proto::frame(
-        0,
-        &Hello::Peer {
-            protocol: PROTOCOL_VERSION,
-            from: host.me,
-        },
-    );
-    if tokio::io::AsyncWriteExt::write_all(&mut w, &hello)
-        .await
-        .is_err()
-    {
+    let hello = proto::frame(0, &Hello::Peer { protocol: PROTOCOL_VERSION, from: host.me });
+    if tokio::io::AsyncWriteExt::write_all(&mut w, &hello).await.is_err() {
         host.peers.borrow_mut().remove(&to);
         return;
     }

@@ -53,11 +53,7 @@ pub struct Partition {
 
 impl Partition {
     pub fn new(meta: &TableMeta) -> Partition {
-        let mut p = Partition {
-            rows: RowMap::default(),
-            indexes: Vec::new(),
-            row_bytes: 0,
-        };
+        let mut p = Partition { rows: RowMap::default(), indexes: Vec::new(), row_bytes: 0 };
         p.rebuild_indexes(meta);
         p
     }
@@ -98,11 +94,7 @@ impl Partition {
         for index in &mut self.indexes {
             let (entry, _) = index.entry(meta, &stored_key, &row);
             let removed = index.entries.remove(&entry);
-            assert!(
-                removed.is_some(),
-                "ordered index {} lost an entry",
-                index.id
-            );
+            assert!(removed.is_some(), "ordered index {} lost an entry", index.id);
         }
         self.row_bytes -= stored_key.len() + row.len();
         Some(row)
@@ -111,26 +103,13 @@ impl Partition {
     /// Brings the set of ordered indexes in line with the table definition
     /// (after an index was added or dropped), building new ones from the rows.
     pub fn rebuild_indexes(&mut self, meta: &TableMeta) {
-        let wanted: Vec<_> = meta
-            .def
-            .indexes
-            .iter()
-            .map(|i| (i.id, i.columns.clone()))
-            .collect();
-        self.indexes.retain(|ix| {
-            wanted
-                .iter()
-                .any(|(id, cols)| *id == ix.id && *cols == ix.columns)
-        });
+        let wanted: Vec<_> = meta.def.indexes.iter().map(|i| (i.id, i.columns.clone())).collect();
+        self.indexes.retain(|ix| wanted.iter().any(|(id, cols)| *id == ix.id && *cols == ix.columns));
         for (id, columns) in wanted {
             if self.indexes.iter().any(|ix| ix.id == id) {
                 continue;
             }
-            let mut index = OrderedIndex {
-                id,
-                columns,
-                entries: BTreeMap::new(),
-            };
+            let mut index = OrderedIndex { id, columns, entries: BTreeMap::new() };
             for (key, row) in &self.rows {
                 let (entry, offset) = index.entry(meta, key, row);
                 index.entries.insert(entry, offset);
@@ -146,42 +125,21 @@ impl Partition {
 
     /// One page of a read-committed scan along an ordered index.
     pub fn scan(&self, meta: &TableMeta, req: &ScanRequest) -> Result<ScanPage> {
-        let index = self
-            .indexes
-            .iter()
-            .find(|i| i.id == req.index)
-            .ok_or_else(|| {
-                DbError::new(
-                    latsdb_types::ErrorCode::UnknownIndex,
-                    format!("index {} does not exist", req.index),
-                )
-            })?;
-        let mut page = ScanPage {
-            rows: Vec::new(),
-            resume: None,
-            aggregates: Vec::new(),
-        };
-        let Some((start, end)) = scan_bounds(&req.lower, &req.upper, req.resume_after.as_deref())
-        else {
+        let index = self.indexes.iter().find(|i| i.id == req.index).ok_or_else(|| {
+            DbError::new(latsdb_types::ErrorCode::UnknownIndex, format!("index {} does not exist", req.index))
+        })?;
+        let mut page = ScanPage { rows: Vec::new(), resume: None, aggregates: Vec::new() };
+        let Some((start, end)) = scan_bounds(&req.lower, &req.upper, req.resume_after.as_deref()) else {
             page.aggregates = req.aggregates.iter().map(|a| a.initial()).collect();
             return Ok(page);
         };
-        let range = index
-            .entries
-            .range::<[u8], _>((start.as_ref().map(|v| &v[..]), end.as_ref().map(|v| &v[..])));
-        let projected = req
-            .projection
-            .as_ref()
-            .map(|cols| (cols, meta.layout.projection(cols)));
+        let range = index.entries.range::<[u8], _>((start.as_ref().map(|v| &v[..]), end.as_ref().map(|v| &v[..])));
+        let projected = req.projection.as_ref().map(|cols| (cols, meta.layout.projection(cols)));
         if !req.aggregates.is_empty() {
             let mut acc: Vec<_> = req.aggregates.iter().map(|a| a.initial()).collect();
             for (entry, &offset) in range {
                 let row = self.row_of(entry, offset);
-                if req
-                    .filter
-                    .as_ref()
-                    .is_some_and(|f| !f.matches(&meta.layout, row))
-                {
+                if req.filter.as_ref().is_some_and(|f| !f.matches(&meta.layout, row)) {
                     continue;
                 }
                 for (a, slot) in req.aggregates.iter().zip(acc.iter_mut()) {
@@ -206,11 +164,7 @@ impl Partition {
             }
             last_visited = Some(entry);
             let row = self.row_of(entry, offset);
-            if req
-                .filter
-                .as_ref()
-                .is_some_and(|f| !f.matches(&meta.layout, row))
-            {
+            if req.filter.as_ref().is_some_and(|f| !f.matches(&meta.layout, row)) {
                 continue;
             }
             let out = match &projected {
@@ -234,11 +188,9 @@ impl Partition {
 
 /// Translates prefix bounds and a resume point into byte bounds over index
 /// entries; None when the range is empty.
-fn scan_bounds(
-    lower: &KeyBound,
-    upper: &KeyBound,
-    resume: Option<&[u8]>,
-) -> Option<(Bound<Vec<u8>>, Bound<Vec<u8>>)> {
+type ByteRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+fn scan_bounds(lower: &KeyBound, upper: &KeyBound, resume: Option<&[u8]>) -> Option<ByteRange> {
     let mut start = match lower {
         KeyBound::Unbounded => Bound::Unbounded,
         KeyBound::Included(p) => Bound::Included(p.clone()),
@@ -290,13 +242,8 @@ mod tests {
 
     fn fill(meta: &TableMeta, p: &mut Partition, n: i64) {
         for id in 0..n {
-            let row = meta
-                .coerce_row(vec![
-                    Value::Int(id),
-                    Value::Int(id % 10),
-                    Value::Str(format!("row{id}")),
-                ])
-                .unwrap();
+            let row =
+                meta.coerce_row(vec![Value::Int(id), Value::Int(id % 10), Value::Str(format!("row{id}"))]).unwrap();
             let row = meta.layout.encode(&row);
             let key = meta.key_of_row(&row);
             p.put(meta, &key, row.into_boxed_slice());
@@ -336,10 +283,7 @@ mod tests {
     }
 
     fn key(meta: &TableMeta, cols: &[ColumnId], v: i64) -> Vec<u8> {
-        let defs: Vec<_> = cols
-            .iter()
-            .map(|&c| &meta.def.columns[c as usize])
-            .collect();
+        let defs: Vec<_> = cols.iter().map(|&c| &meta.def.columns[c as usize]).collect();
         latsdb_types::keycodec::encode_prefix(&defs, &[Value::Int(v)]).unwrap()
     }
 
@@ -351,11 +295,7 @@ mod tests {
         let rows = scan_all(
             &meta,
             &p,
-            request(
-                0,
-                KeyBound::Included(key(&meta, &[0], 10)),
-                KeyBound::Excluded(key(&meta, &[0], 30)),
-            ),
+            request(0, KeyBound::Included(key(&meta, &[0], 10)), KeyBound::Excluded(key(&meta, &[0], 30))),
         );
         let ids: Vec<i64> = rows.iter().map(|r| r[0].as_i64().unwrap()).collect();
         assert_eq!(ids, (10..30).collect::<Vec<_>>());
@@ -366,33 +306,15 @@ mod tests {
         let meta = meta();
         let mut p = Partition::new(&meta);
         fill(&meta, &mut p, 100);
-        let mut req = request(
-            1,
-            KeyBound::Included(key(&meta, &[1], 3)),
-            KeyBound::Included(key(&meta, &[1], 4)),
-        );
-        req.filter = Some(Expr::cmp(
-            CmpOp::Lt,
-            Expr::col(0),
-            Expr::val(Value::Int(50)),
-        ));
+        let mut req = request(1, KeyBound::Included(key(&meta, &[1], 3)), KeyBound::Included(key(&meta, &[1], 4)));
+        req.filter = Some(Expr::cmp(CmpOp::Lt, Expr::col(0), Expr::val(Value::Int(50))));
         req.projection = Some(vec![0]);
-        let ids: Vec<i64> = scan_all(&meta, &p, req.clone())
-            .iter()
-            .map(|r| r[0].as_i64().unwrap())
-            .collect();
+        let ids: Vec<i64> = scan_all(&meta, &p, req.clone()).iter().map(|r| r[0].as_i64().unwrap()).collect();
         assert_eq!(ids, vec![3, 13, 23, 33, 43, 4, 14, 24, 34, 44]);
         // Moving a row to another index key moves its index entry.
-        let row = meta.layout.encode(
-            &meta
-                .coerce_row(vec![Value::Int(13), Value::Int(9), Value::Null])
-                .unwrap(),
-        );
+        let row = meta.layout.encode(&meta.coerce_row(vec![Value::Int(13), Value::Int(9), Value::Null]).unwrap());
         p.put(&meta, &meta.key_of_row(&row), row.into_boxed_slice());
-        let ids: Vec<i64> = scan_all(&meta, &p, req.clone())
-            .iter()
-            .map(|r| r[0].as_i64().unwrap())
-            .collect();
+        let ids: Vec<i64> = scan_all(&meta, &p, req.clone()).iter().map(|r| r[0].as_i64().unwrap()).collect();
         assert_eq!(ids, vec![3, 23, 33, 43, 4, 14, 24, 34, 44]);
         p.remove(&meta, &key(&meta, &[0], 4)).unwrap();
         assert_eq!(scan_all(&meta, &p, req).len(), 8);
@@ -411,11 +333,7 @@ mod tests {
         assert_eq!(page.aggregates[1].to_string(), "90");
         assert_eq!(page.aggregates[2], Value::Int(19));
         // Inverted bounds are an empty range, not a panic.
-        let req = request(
-            0,
-            KeyBound::Included(key(&meta, &[0], 9)),
-            KeyBound::Excluded(key(&meta, &[0], 3)),
-        );
+        let req = request(0, KeyBound::Included(key(&meta, &[0], 9)), KeyBound::Excluded(key(&meta, &[0], 3)));
         assert!(p.scan(&meta, &req).unwrap().rows.is_empty());
     }
 }

@@ -54,11 +54,7 @@ pub struct MgmdSection {
 
 impl Default for MgmdSection {
     fn default() -> Self {
-        MgmdSection {
-            node_id: 1,
-            host: "127.0.0.1".into(),
-            port: 1186,
-        }
+        MgmdSection { node_id: 1, host: "127.0.0.1".into(), port: 1186 }
     }
 }
 
@@ -92,29 +88,18 @@ impl ClusterConfig {
     /// The embedded default: `datanodes` data nodes on loopback.
     pub fn local(datanodes: u16, replicas: u8, mgmd_port: u16) -> ClusterConfig {
         ClusterConfig {
-            cluster: ClusterSection {
-                replicas,
-                ..Default::default()
-            },
-            mgmd: MgmdSection {
-                port: mgmd_port,
-                ..Default::default()
-            },
+            cluster: ClusterSection { replicas, ..Default::default() },
+            mgmd: MgmdSection { port: mgmd_port, ..Default::default() },
             datanode_defaults: DataNodeDefaults::default(),
             datanodes: (0..datanodes)
-                .map(|i| DataNodeSection {
-                    node_id: 2 + i,
-                    host: default_host(),
-                    port: 0,
-                    threads: None,
-                })
+                .map(|i| DataNodeSection { node_id: 2 + i, host: default_host(), port: 0, threads: None })
                 .collect(),
         }
     }
 
     pub fn parse(text: &str) -> Result<ClusterConfig> {
-        let config: ClusterConfig = toml::from_str(text)
-            .map_err(|e| DbError::bad_request(format!("invalid cluster configuration: {e}")))?;
+        let config: ClusterConfig =
+            toml::from_str(text).map_err(|e| DbError::bad_request(format!("invalid cluster configuration: {e}")))?;
         config.validate()?;
         Ok(config)
     }
@@ -124,21 +109,15 @@ impl ClusterConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| {
-            Err(DbError::bad_request(format!(
-                "invalid cluster configuration: {m}"
-            )))
-        };
+        let bad = |m: String| Err(DbError::bad_request(format!("invalid cluster configuration: {m}")));
         let replicas = self.cluster.replicas;
         if !(1..=4).contains(&replicas) {
             return bad(format!("cluster.replicas is {replicas}; it must be 1 to 4"));
         }
         if self.datanodes.is_empty() {
-            return bad(
-                "no [[datanode]] sections; the cluster needs at least one data node".into(),
-            );
+            return bad("no [[datanode]] sections; the cluster needs at least one data node".into());
         }
-        if self.datanodes.len() % replicas as usize != 0 {
+        if !self.datanodes.len().is_multiple_of(replicas as usize) {
             return bad(format!(
                 "{} data nodes cannot form node groups of {replicas} replicas; use a multiple of cluster.replicas",
                 self.datanodes.len()
@@ -193,13 +172,8 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.node_groups(), 1);
         assert_eq!(cfg.cluster.lock_wait_timeout_ms, 1500);
-        let err = ClusterConfig::parse("[cluster]\nreplicas = 2\n[[datanode]]\nnode_id = 2\n")
-            .unwrap_err();
-        assert!(
-            err.message.contains("multiple of cluster.replicas"),
-            "{}",
-            err.message
-        );
+        let err = ClusterConfig::parse("[cluster]\nreplicas = 2\n[[datanode]]\nnode_id = 2\n").unwrap_err();
+        assert!(err.message.contains("multiple of cluster.replicas"), "{}", err.message);
         let err = ClusterConfig::parse("[cluster]\nreplicaz = 2\n").unwrap_err();
         assert!(err.message.contains("replicaz"), "{}", err.message);
     }

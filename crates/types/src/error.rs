@@ -69,10 +69,7 @@ pub struct DbError {
 
 impl DbError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        DbError {
-            code,
-            message: message.into(),
-        }
+        DbError { code, message: message.into() }
     }
     pub fn malformed(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Malformed, message)

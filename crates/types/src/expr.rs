@@ -65,9 +65,7 @@ impl Expr {
 
     fn validate_at(&self, columns: usize, depth: usize) -> Result<()> {
         if depth > MAX_EXPR_DEPTH {
-            return Err(DbError::bad_request(format!(
-                "expression is nested deeper than {MAX_EXPR_DEPTH} levels"
-            )));
+            return Err(DbError::bad_request(format!("expression is nested deeper than {MAX_EXPR_DEPTH} levels")));
         }
         let d = depth + 1;
         match self {
@@ -80,12 +78,8 @@ impl Expr {
                 a.validate_at(columns, d)?;
                 b.validate_at(columns, d)
             }
-            Expr::And(list) | Expr::Or(list) => {
-                list.iter().try_for_each(|e| e.validate_at(columns, d))
-            }
-            Expr::Not(e) | Expr::IsNull(e) | Expr::In(e, _) | Expr::Like(e, _) => {
-                e.validate_at(columns, d)
-            }
+            Expr::And(list) | Expr::Or(list) => list.iter().try_for_each(|e| e.validate_at(columns, d)),
+            Expr::Not(e) | Expr::IsNull(e) | Expr::In(e, _) | Expr::Like(e, _) => e.validate_at(columns, d),
         }
     }
 
@@ -209,18 +203,9 @@ fn arith(op: ArithOp, a: &Value, b: &Value) -> Value {
             let scale = x.scale.max(y.scale);
             if let (Some(x), Some(y)) = (x.rescale(scale), y.rescale(scale)) {
                 let r = match op {
-                    ArithOp::Add => x
-                        .unscaled
-                        .checked_add(y.unscaled)
-                        .map(|u| Decimal::new(u, scale)),
-                    ArithOp::Sub => x
-                        .unscaled
-                        .checked_sub(y.unscaled)
-                        .map(|u| Decimal::new(u, scale)),
-                    ArithOp::Mul => x
-                        .unscaled
-                        .checked_mul(y.unscaled)
-                        .map(|u| Decimal::new(u, x.scale + y.scale)),
+                    ArithOp::Add => x.unscaled.checked_add(y.unscaled).map(|u| Decimal::new(u, scale)),
+                    ArithOp::Sub => x.unscaled.checked_sub(y.unscaled).map(|u| Decimal::new(u, scale)),
+                    ArithOp::Mul => x.unscaled.checked_mul(y.unscaled).map(|u| Decimal::new(u, x.scale + y.scale)),
                 };
                 if let Some(r) = r {
                     return Value::Decimal(r);
@@ -256,13 +241,13 @@ pub fn like(text: &[u8], pattern: &[u8]) -> bool {
                     p += 1;
                     continue;
                 }
-                b'\\' if p + 1 < pattern.len() => {
-                    if pattern[p + 1] == text[t] {
-                        t += 1;
-                        p += 2;
-                        continue;
-                    }
+                b'\\' if p + 1 < pattern.len() && pattern[p + 1] == text[t] => {
+                    t += 1;
+                    p += 2;
+                    continue;
                 }
+                // An escape whose next byte does not match: no match here.
+                b'\\' if p + 1 < pattern.len() => {}
                 c if c == text[t] => {
                     t += 1;
                     p += 1;
@@ -302,9 +287,7 @@ impl Aggregate {
     pub fn column(self) -> Option<ColumnId> {
         match self {
             Aggregate::CountRows => None,
-            Aggregate::Count(c) | Aggregate::Sum(c) | Aggregate::Min(c) | Aggregate::Max(c) => {
-                Some(c)
-            }
+            Aggregate::Count(c) | Aggregate::Sum(c) | Aggregate::Min(c) | Aggregate::Max(c) => Some(c),
         }
     }
 
@@ -390,11 +373,7 @@ mod tests {
         let a_gt_1 = Expr::cmp(CmpOp::Gt, Expr::col(0), Expr::val(Value::Int(1)));
         assert_eq!(a_gt_1.eval(&layout, &row), Value::Null);
         assert!(!Expr::Not(Box::new(a_gt_1.clone())).matches(&layout, &row));
-        assert!(Expr::Or(vec![
-            a_gt_1,
-            Expr::Like(Box::new(Expr::col(1)), "hel%o_w%".into())
-        ])
-        .matches(&layout, &row));
+        assert!(Expr::Or(vec![a_gt_1, Expr::Like(Box::new(Expr::col(1)), "hel%o_w%".into())]).matches(&layout, &row));
         assert!(like(b"50%", b"50\\%"));
         assert!(!like(b"abc", b"a_"));
     }

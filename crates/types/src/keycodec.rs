@@ -48,32 +48,20 @@ pub fn encode_value(out: &mut Vec<u8>, ty: ColumnType, value: &Value) {
     };
     out.push(TAG_VALUE);
     match (ty, v) {
-        (
-            ColumnType::Integer {
-                unsigned: false, ..
-            },
-            Value::Int(i),
-        ) => out.extend_from_slice(&((*i as u64) ^ (1 << 63)).to_be_bytes()),
-        (ColumnType::Integer { unsigned: true, .. }, Value::UInt(u)) => {
-            out.extend_from_slice(&u.to_be_bytes())
+        (ColumnType::Integer { unsigned: false, .. }, Value::Int(i)) => {
+            out.extend_from_slice(&((*i as u64) ^ (1 << 63)).to_be_bytes())
         }
+        (ColumnType::Integer { unsigned: true, .. }, Value::UInt(u)) => out.extend_from_slice(&u.to_be_bytes()),
         (ColumnType::Float | ColumnType::Double, Value::Float(f)) => {
             let bits = f.to_bits();
-            let bits = if bits >> 63 == 1 {
-                !bits
-            } else {
-                bits | (1 << 63)
-            };
+            let bits = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
             out.extend_from_slice(&bits.to_be_bytes());
         }
         (ColumnType::Decimal { .. }, Value::Decimal(d)) => {
             out.extend_from_slice(&((d.unscaled as u128) ^ (1 << 127)).to_be_bytes())
         }
-        (ColumnType::Date, Value::Date(d)) => {
-            out.extend_from_slice(&((*d as i64 as u64) ^ (1 << 63)).to_be_bytes())
-        }
-        (ColumnType::DateTime, Value::DateTime(t))
-        | (ColumnType::Timestamp, Value::Timestamp(t)) => {
+        (ColumnType::Date, Value::Date(d)) => out.extend_from_slice(&((*d as i64 as u64) ^ (1 << 63)).to_be_bytes()),
+        (ColumnType::DateTime, Value::DateTime(t)) | (ColumnType::Timestamp, Value::Timestamp(t)) => {
             out.extend_from_slice(&((*t as u64) ^ (1 << 63)).to_be_bytes())
         }
         (ColumnType::Boolean, Value::Bool(b)) => out.push(*b as u8),
@@ -99,11 +87,7 @@ pub fn encode_key(columns: &[&ColumnDef], values: &[Value]) -> Result<Vec<u8>> {
         return Err(DbError::bad_request(format!(
             "the key has {} columns ({}) but {} values were given",
             columns.len(),
-            columns
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
+            columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
             values.len()
         )));
     }
@@ -141,12 +125,7 @@ pub fn encode_prefix(columns: &[&ColumnDef], values: &[Value]) -> Result<Vec<u8>
 
 /// Decodes one value at the front of `input`, returning it and the rest.
 pub fn decode_value<'a>(ty: ColumnType, input: &'a [u8]) -> Result<(Value, &'a [u8])> {
-    let bad = || {
-        DbError::malformed(format!(
-            "truncated or invalid key encoding for a {} value",
-            ty.sql_name()
-        ))
-    };
+    let bad = || DbError::malformed(format!("truncated or invalid key encoding for a {} value", ty.sql_name()));
     let (&tag, rest) = input.split_first().ok_or_else(bad)?;
     match tag {
         TAG_NULL => return Ok((Value::Null, rest)),
@@ -162,9 +141,7 @@ pub fn decode_value<'a>(ty: ColumnType, input: &'a [u8]) -> Result<(Value, &'a [
     };
     let be8 = |b: &[u8]| u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
     Ok(match ty {
-        ColumnType::Integer {
-            unsigned: false, ..
-        } => {
+        ColumnType::Integer { unsigned: false, .. } => {
             let (b, r) = take(8)?;
             (Value::Int((be8(b) ^ (1 << 63)) as i64), r)
         }
@@ -175,24 +152,14 @@ pub fn decode_value<'a>(ty: ColumnType, input: &'a [u8]) -> Result<(Value, &'a [
         ColumnType::Float | ColumnType::Double => {
             let (b, r) = take(8)?;
             let bits = be8(b);
-            let bits = if bits >> 63 == 1 {
-                bits & !(1 << 63)
-            } else {
-                !bits
-            };
+            let bits = if bits >> 63 == 1 { bits & !(1 << 63) } else { !bits };
             (Value::Float(f64::from_bits(bits)), r)
         }
         ColumnType::Decimal { scale, .. } => {
             let (b, r) = take(16)?;
             let mut a = [0u8; 16];
             a.copy_from_slice(b);
-            (
-                Value::Decimal(Decimal::new(
-                    (u128::from_be_bytes(a) ^ (1 << 127)) as i128,
-                    scale,
-                )),
-                r,
-            )
+            (Value::Decimal(Decimal::new((u128::from_be_bytes(a) ^ (1 << 127)) as i128, scale)), r)
         }
         ColumnType::Date => {
             let (b, r) = take(8)?;
@@ -250,10 +217,7 @@ pub fn decode_key(columns: &[&ColumnDef], mut input: &[u8]) -> Result<Vec<Value>
         input = rest;
     }
     if !input.is_empty() {
-        return Err(DbError::malformed(format!(
-            "{} unexpected bytes after the key",
-            input.len()
-        )));
+        return Err(DbError::malformed(format!("{} unexpected bytes after the key", input.len())));
     }
     Ok(values)
 }
@@ -301,11 +265,7 @@ mod tests {
         }
         let floats = [-1e300, -2.5, -0.0, 0.5, 3.0, 1e300];
         for w in floats.windows(2) {
-            assert!(
-                enc(ColumnType::Double, Value::Float(w[0]))
-                    < enc(ColumnType::Double, Value::Float(w[1])),
-                "{w:?}"
-            );
+            assert!(enc(ColumnType::Double, Value::Float(w[0])) < enc(ColumnType::Double, Value::Float(w[1])), "{w:?}");
         }
         let strs = ["", "a", "a\0", "a\0b", "ab", "b"];
         for w in strs.windows(2) {
@@ -338,10 +298,7 @@ mod tests {
     #[test]
     fn partition_hash_is_stable() {
         // Part of the on-disk format: this value must never change.
-        assert_eq!(
-            partition_hash(b"latsdb"),
-            xxhash_rust::xxh3::xxh3_64(b"latsdb")
-        );
+        assert_eq!(partition_hash(b"latsdb"), xxhash_rust::xxh3::xxh3_64(b"latsdb"));
         assert_eq!(partition_hash(b""), 0x2D06800538D394C2);
     }
 }

@@ -20,26 +20,16 @@ impl TableMeta {
     }
 
     pub fn key_columns(&self) -> Vec<&ColumnDef> {
-        self.def
-            .primary_key
-            .iter()
-            .map(|&c| &self.def.columns[c as usize])
-            .collect()
+        self.def.primary_key.iter().map(|&c| &self.def.columns[c as usize]).collect()
     }
 
     pub fn index_columns(&self, index: IndexId) -> Result<&[ColumnId]> {
-        self.def
-            .index_by_id(index)
-            .map(|i| i.columns.as_slice())
-            .ok_or_else(|| {
-                DbError::new(
-                    ErrorCode::UnknownIndex,
-                    format!(
-                        "table {} has no index with id {index}",
-                        self.def.qualified_name()
-                    ),
-                )
-            })
+        self.def.index_by_id(index).map(|i| i.columns.as_slice()).ok_or_else(|| {
+            DbError::new(
+                ErrorCode::UnknownIndex,
+                format!("table {} has no index with id {index}", self.def.qualified_name()),
+            )
+        })
     }
 
     /// Coerces and encodes a primary key given as values in key order.
@@ -73,11 +63,7 @@ impl TableMeta {
                 values.len()
             )));
         }
-        values
-            .into_iter()
-            .zip(&self.def.columns)
-            .map(|(v, c)| coerce(v, c))
-            .collect()
+        values.into_iter().zip(&self.def.columns).map(|(v, c)| coerce(v, c)).collect()
     }
 
     /// A full row from named values; unnamed columns take their default (or NULL).
@@ -86,9 +72,7 @@ impl TableMeta {
         for (name, value) in named {
             let id = self.def.column_id(name)? as usize;
             if row[id].is_some() {
-                return Err(DbError::bad_request(format!(
-                    "column '{name}' is given twice"
-                )));
+                return Err(DbError::bad_request(format!("column '{name}' is given twice")));
             }
             row[id] = Some(value.clone());
         }
@@ -102,20 +86,12 @@ impl TableMeta {
     pub fn validate_projection(&self, projection: &Option<Vec<ColumnId>>) -> Result<()> {
         if let Some(columns) = projection {
             if columns.is_empty() || columns.len() > self.def.columns.len() * 4 {
-                return Err(DbError::bad_request(
-                    "a projection must name 1 or more columns (and not absurdly many)",
-                ));
+                return Err(DbError::bad_request("a projection must name 1 or more columns (and not absurdly many)"));
             }
-            if let Some(c) = columns
-                .iter()
-                .find(|&&c| c as usize >= self.def.columns.len())
-            {
+            if let Some(c) = columns.iter().find(|&&c| c as usize >= self.def.columns.len()) {
                 return Err(DbError::new(
                     ErrorCode::UnknownColumn,
-                    format!(
-                        "table {} has no column number {c}",
-                        self.def.qualified_name()
-                    ),
+                    format!("table {} has no column number {c}", self.def.qualified_name()),
                 ));
             }
         }

@@ -194,23 +194,11 @@ pub enum ClientResponse {
 /// Messages between shards (transaction coordinator <-> local data managers).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum PeerMsg {
-    TxOps {
-        tx: TxId,
-        ops: Vec<(u32, KeyOp)>,
-    },
-    TxOpResults {
-        tx: TxId,
-        results: Vec<(u32, OpResult)>,
-    },
-    TxCommit {
-        tx: TxId,
-    },
-    TxCommitted {
-        tx: TxId,
-    },
-    TxAbort {
-        tx: TxId,
-    },
+    TxOps { tx: TxId, ops: Vec<(u32, KeyOp)> },
+    TxOpResults { tx: TxId, results: Vec<(u32, OpResult)> },
+    TxCommit { tx: TxId },
+    TxCommitted { tx: TxId },
+    TxAbort { tx: TxId },
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,18 +237,12 @@ impl ClusterLayout {
     }
 
     pub fn all_started(&self) -> bool {
-        self.datanodes
-            .iter()
-            .all(|d| d.status == NodeStatus::Started)
+        self.datanodes.iter().all(|d| d.status == NodeStatus::Started)
     }
 
     /// Nodes of a node group, ordered by node id.
     pub fn group_nodes(&self, group: u32) -> Vec<&DataNodeInfo> {
-        let mut nodes: Vec<&DataNodeInfo> = self
-            .datanodes
-            .iter()
-            .filter(|d| d.node_group == group)
-            .collect();
+        let mut nodes: Vec<&DataNodeInfo> = self.datanodes.iter().filter(|d| d.node_group == group).collect();
         nodes.sort_by_key(|d| d.node_id);
         nodes
     }
@@ -284,17 +266,11 @@ impl ClusterLayout {
             return None;
         }
         let shard = (local as usize / nodes.len()) % node.shards.len();
-        Some(ShardAddr {
-            node: node.node_id,
-            shard: shard as u16,
-        })
+        Some(ShardAddr { node: node.node_id, shard: shard as u16 })
     }
 
     pub fn shard_address(&self, shard: ShardAddr) -> Option<&str> {
-        self.datanode(shard.node)?
-            .shards
-            .get(shard.shard as usize)
-            .map(|s| s.as_str())
+        self.datanode(shard.node)?.shards.get(shard.shard as usize).map(|s| s.as_str())
     }
 }
 
@@ -343,16 +319,8 @@ pub enum MgmRequest {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum MgmResponse {
     Layout(ClusterLayout),
-    Registered {
-        node_id: NodeId,
-        host: String,
-        port: u16,
-        threads: u16,
-    },
-    Started {
-        layout: ClusterLayout,
-        tables: Vec<TableDef>,
-    },
+    Registered { node_id: NodeId, host: String, port: u16, threads: u16 },
+    Started { layout: ClusterLayout, tables: Vec<TableDef> },
     Table(TableDef),
     Tables(Vec<TableDef>),
     Done,
@@ -383,9 +351,7 @@ pub enum NodeReply {
 
 fn codec() -> impl bincode::Options {
     use bincode::Options;
-    bincode::DefaultOptions::new()
-        .with_fixint_encoding()
-        .allow_trailing_bytes()
+    bincode::DefaultOptions::new().with_fixint_encoding().allow_trailing_bytes()
 }
 
 /// Appends a whole frame (header and body) for `message` to `out`.
@@ -395,9 +361,7 @@ pub fn encode_frame<T: Serialize>(out: &mut Vec<u8>, request_id: u64, message: &
     out.extend_from_slice(&[0u8; 4]);
     out.extend_from_slice(&request_id.to_le_bytes());
     // Serializing into a Vec cannot fail for these message types.
-    codec()
-        .serialize_into(&mut *out, message)
-        .expect("encoding a message into memory cannot fail");
+    codec().serialize_into(&mut *out, message).expect("encoding a message into memory cannot fail");
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }

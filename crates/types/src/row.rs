@@ -51,19 +51,12 @@ impl RowLayout {
                 }
             })
             .collect();
-        RowLayout {
-            columns: columns.to_vec(),
-            slots,
-            fixed_end: offset,
-        }
+        RowLayout { columns: columns.to_vec(), slots, fixed_end: offset }
     }
 
     /// The layout of a projection of `columns` (in the order given).
     pub fn projection(&self, columns: &[ColumnId]) -> RowLayout {
-        let defs: Vec<ColumnDef> = columns
-            .iter()
-            .map(|&c| self.columns[c as usize].clone())
-            .collect();
+        let defs: Vec<ColumnDef> = columns.iter().map(|&c| self.columns[c as usize].clone()).collect();
         RowLayout::new(&defs)
     }
 
@@ -81,11 +74,7 @@ impl RowLayout {
 
     /// Encodes values that were already coerced to the columns' types.
     pub fn encode(&self, values: &[Value]) -> Vec<u8> {
-        assert_eq!(
-            values.len(),
-            self.columns.len(),
-            "encode: one value per column"
-        );
+        assert_eq!(values.len(), self.columns.len(), "encode: one value per column");
         let var_bytes: usize = values
             .iter()
             .zip(&self.slots)
@@ -131,8 +120,7 @@ impl RowLayout {
     fn var_bytes<'r>(&self, row: &'r [u8], ordinal: usize) -> &'r [u8] {
         let mut pos = self.fixed_end;
         for _ in 0..ordinal {
-            let len =
-                u32::from_le_bytes([row[pos], row[pos + 1], row[pos + 2], row[pos + 3]]) as usize;
+            let len = u32::from_le_bytes([row[pos], row[pos + 1], row[pos + 2], row[pos + 3]]) as usize;
             pos += 4 + len;
         }
         let len = u32::from_le_bytes([row[pos], row[pos + 1], row[pos + 2], row[pos + 3]]) as usize;
@@ -167,22 +155,16 @@ impl RowLayout {
     /// Checks that `row` is a well-formed row of this layout (used on rows
     /// that arrive from the network).
     pub fn validate(&self, row: &[u8]) -> Result<()> {
-        let bad = |what: &str| {
-            DbError::malformed(format!("row of {} bytes is malformed: {what}", row.len()))
-        };
+        let bad = |what: &str| DbError::malformed(format!("row of {} bytes is malformed: {what}", row.len()));
         if row.len() < self.fixed_end {
             return Err(bad("shorter than its fixed part"));
         }
         let mut pos = self.fixed_end;
         for (i, slot) in self.slots.iter().enumerate() {
             if let Slot::Var { .. } = slot {
-                let header = row
-                    .get(pos..pos + 4)
-                    .ok_or_else(|| bad("truncated length"))?;
+                let header = row.get(pos..pos + 4).ok_or_else(|| bad("truncated length"))?;
                 let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-                let bytes = row
-                    .get(pos + 4..pos + 4 + len)
-                    .ok_or_else(|| bad("truncated value"))?;
+                let bytes = row.get(pos + 4..pos + 4 + len).ok_or_else(|| bad("truncated value"))?;
                 if self.columns[i].ty.is_string() && std::str::from_utf8(bytes).is_err() {
                     return Err(bad("string column is not UTF-8"));
                 }
@@ -223,12 +205,11 @@ fn write_fixed(out: &mut [u8], ty: ColumnType, value: &Value) {
         }
         (ColumnType::Float, Value::Float(f)) => out.copy_from_slice(&(*f as f32).to_le_bytes()),
         (ColumnType::Double, Value::Float(f)) => out.copy_from_slice(&f.to_le_bytes()),
-        (ColumnType::Decimal { .. }, Value::Decimal(d)) => {
-            out.copy_from_slice(&d.unscaled.to_le_bytes())
-        }
+        (ColumnType::Decimal { .. }, Value::Decimal(d)) => out.copy_from_slice(&d.unscaled.to_le_bytes()),
         (ColumnType::Date, Value::Date(d)) => out.copy_from_slice(&d.to_le_bytes()),
-        (ColumnType::DateTime, Value::DateTime(t))
-        | (ColumnType::Timestamp, Value::Timestamp(t)) => out.copy_from_slice(&t.to_le_bytes()),
+        (ColumnType::DateTime, Value::DateTime(t)) | (ColumnType::Timestamp, Value::Timestamp(t)) => {
+            out.copy_from_slice(&t.to_le_bytes())
+        }
         (ColumnType::Boolean, Value::Bool(b)) => out[0] = *b as u8,
         (ty, v) => panic!("write_fixed: {v:?} was not coerced to {ty:?}"),
     }
@@ -239,9 +220,7 @@ fn read_fixed(bytes: &[u8], ty: ColumnType) -> Value {
     raw[..bytes.len()].copy_from_slice(bytes);
     match ty {
         ColumnType::Integer { width, unsigned } => {
-            let u = u64::from_le_bytes([
-                raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
-            ]);
+            let u = u64::from_le_bytes([raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7]]);
             if unsigned {
                 Value::UInt(u)
             } else {
@@ -250,22 +229,18 @@ fn read_fixed(bytes: &[u8], ty: ColumnType) -> Value {
                 Value::Int(((u << shift) as i64) >> shift)
             }
         }
-        ColumnType::Float => {
-            Value::Float(f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as f64)
+        ColumnType::Float => Value::Float(f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as f64),
+        ColumnType::Double => {
+            Value::Float(f64::from_le_bytes([raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7]]))
         }
-        ColumnType::Double => Value::Float(f64::from_le_bytes([
-            raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
-        ])),
-        ColumnType::Decimal { scale, .. } => {
-            Value::Decimal(Decimal::new(i128::from_le_bytes(raw), scale))
-        }
+        ColumnType::Decimal { scale, .. } => Value::Decimal(Decimal::new(i128::from_le_bytes(raw), scale)),
         ColumnType::Date => Value::Date(i32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])),
-        ColumnType::DateTime => Value::DateTime(i64::from_le_bytes([
-            raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
-        ])),
-        ColumnType::Timestamp => Value::Timestamp(i64::from_le_bytes([
-            raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
-        ])),
+        ColumnType::DateTime => {
+            Value::DateTime(i64::from_le_bytes([raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7]]))
+        }
+        ColumnType::Timestamp => {
+            Value::Timestamp(i64::from_le_bytes([raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7]]))
+        }
         ColumnType::Boolean => Value::Bool(raw[0] != 0),
         other => panic!("read_fixed on variable-size type {other:?}"),
     }
@@ -283,13 +258,7 @@ mod tests {
             ColumnDef::new("ub", ColumnType::uint(IntWidth::Big)),
             ColumnDef::new("f", ColumnType::Float),
             ColumnDef::new("d", ColumnType::Double),
-            ColumnDef::new(
-                "dec",
-                ColumnType::Decimal {
-                    precision: 20,
-                    scale: 4,
-                },
-            ),
+            ColumnDef::new("dec", ColumnType::Decimal { precision: 20, scale: 4 }),
             ColumnDef::new("c", ColumnType::Char(10)),
             ColumnDef::new("vc", ColumnType::VarChar(100)),
             ColumnDef::new("b", ColumnType::Binary(4)),
@@ -325,11 +294,7 @@ mod tests {
             Value::Timestamp(1_700_000_000_000_000),
             Value::Bool(true),
         ];
-        let coerced: Vec<Value> = values
-            .into_iter()
-            .zip(&cols)
-            .map(|(v, c)| coerce(v, c).unwrap())
-            .collect();
+        let coerced: Vec<Value> = values.into_iter().zip(&cols).map(|(v, c)| coerce(v, c).unwrap()).collect();
         let row = layout.encode(&coerced);
         layout.validate(&row).unwrap();
         assert_eq!(layout.decode(&row), coerced);
@@ -346,9 +311,6 @@ mod tests {
         let row = layout.encode(&values);
         let projected = layout.projection(&[7, 2]);
         let p = layout.project(&row, &[7, 2], &projected);
-        assert_eq!(
-            projected.decode(&p),
-            vec![Value::Str("x".into()), Value::UInt(7)]
-        );
+        assert_eq!(projected.decode(&p), vec![Value::Str("x".into()), Value::UInt(7)]);
     }
 }

@@ -97,16 +97,10 @@ pub enum ColumnType {
 
 impl ColumnType {
     pub const fn int(width: IntWidth) -> Self {
-        ColumnType::Integer {
-            width,
-            unsigned: false,
-        }
+        ColumnType::Integer { width, unsigned: false }
     }
     pub const fn uint(width: IntWidth) -> Self {
-        ColumnType::Integer {
-            width,
-            unsigned: true,
-        }
+        ColumnType::Integer { width, unsigned: true }
     }
 
     /// Size in the fixed part of a row, or None for variable-sized types.
@@ -129,17 +123,11 @@ impl ColumnType {
     }
 
     pub fn is_string(self) -> bool {
-        matches!(
-            self,
-            ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text
-        )
+        matches!(self, ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text)
     }
 
     pub fn is_binary(self) -> bool {
-        matches!(
-            self,
-            ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob
-        )
+        matches!(self, ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob)
     }
 
     /// TEXT and BLOB columns cannot be part of a key or index.
@@ -149,12 +137,10 @@ impl ColumnType {
 
     pub fn validate(self) -> Result<()> {
         match self {
-            ColumnType::Decimal { precision, scale } => {
-                if precision == 0 || precision > 38 || scale > precision {
-                    return Err(DbError::bad_request(format!(
-                        "DECIMAL({precision},{scale}) is invalid: precision must be 1..=38 and scale at most the precision"
-                    )));
-                }
+            ColumnType::Decimal { precision, scale } if precision == 0 || precision > 38 || scale > precision => {
+                return Err(DbError::bad_request(format!(
+                    "DECIMAL({precision},{scale}) is invalid: precision must be 1..=38 and scale at most the precision"
+                )));
             }
             ColumnType::Char(n) | ColumnType::Binary(n) if n > 255 => {
                 return Err(DbError::bad_request(format!(
@@ -216,12 +202,7 @@ pub struct ColumnDef {
 
 impl ColumnDef {
     pub fn new(name: impl Into<String>, ty: ColumnType) -> Self {
-        ColumnDef {
-            name: name.into(),
-            ty,
-            nullable: true,
-            default: None,
-        }
+        ColumnDef { name: name.into(), ty, nullable: true, default: None }
     }
     pub fn not_null(mut self) -> Self {
         self.nullable = false;
@@ -294,14 +275,9 @@ pub struct TableDef {
 
 pub fn validate_name(kind: &str, name: &str) -> Result<()> {
     if name.is_empty() || name.len() > 64 {
-        return Err(DbError::bad_request(format!(
-            "{kind} name '{name}' must be 1 to 64 bytes long"
-        )));
+        return Err(DbError::bad_request(format!("{kind} name '{name}' must be 1 to 64 bytes long")));
     }
-    if name
-        .chars()
-        .any(|c| c.is_control() || c == '/' || c == '.' || c == '`')
-    {
+    if name.chars().any(|c| c.is_control() || c == '/' || c == '.' || c == '`') {
         return Err(DbError::bad_request(format!(
             "{kind} name '{name}' contains a character that is not allowed (control characters, '/', '.', '`')"
         )));
@@ -327,14 +303,8 @@ impl TableDef {
         for (i, column) in columns.iter().enumerate() {
             validate_name("column", &column.name)?;
             column.ty.validate()?;
-            if columns[..i]
-                .iter()
-                .any(|c| c.name.eq_ignore_ascii_case(&column.name))
-            {
-                return Err(DbError::bad_request(format!(
-                    "duplicate column name '{}'",
-                    column.name
-                )));
+            if columns[..i].iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
+                return Err(DbError::bad_request(format!("duplicate column name '{}'", column.name)));
             }
         }
         if spec.primary_key.is_empty() {
@@ -345,18 +315,11 @@ impl TableDef {
         }
         let mut primary_key = Vec::new();
         for name in &spec.primary_key {
-            let pos = columns
-                .iter()
-                .position(|c| c.name.eq_ignore_ascii_case(name))
-                .ok_or_else(|| {
-                    DbError::bad_request(format!(
-                        "primary key column '{name}' is not a column of the table"
-                    ))
-                })?;
+            let pos = columns.iter().position(|c| c.name.eq_ignore_ascii_case(name)).ok_or_else(|| {
+                DbError::bad_request(format!("primary key column '{name}' is not a column of the table"))
+            })?;
             if primary_key.contains(&(pos as ColumnId)) {
-                return Err(DbError::bad_request(format!(
-                    "primary key names column '{name}' twice"
-                )));
+                return Err(DbError::bad_request(format!("primary key names column '{name}' twice")));
             }
             if !columns[pos].ty.is_indexable() {
                 return Err(DbError::bad_request(format!(
@@ -370,23 +333,14 @@ impl TableDef {
         for column in &columns {
             if let Some(default) = &column.default {
                 crate::value::coerce(default.clone(), column).map_err(|e| {
-                    DbError::bad_request(format!(
-                        "default of column '{}' is invalid: {}",
-                        column.name, e.message
-                    ))
+                    DbError::bad_request(format!("default of column '{}' is invalid: {}", column.name, e.message))
                 })?;
             }
         }
         if partitions == 0 || partitions > 65_536 {
-            return Err(DbError::bad_request(format!(
-                "partition count {partitions} must be 1..=65536"
-            )));
+            return Err(DbError::bad_request(format!("partition count {partitions} must be 1..=65536")));
         }
-        let indexes = vec![IndexDef {
-            id: 0,
-            name: "PRIMARY".into(),
-            columns: primary_key.clone(),
-        }];
+        let indexes = vec![IndexDef { id: 0, name: "PRIMARY".into(), columns: primary_key.clone() }];
         Ok(TableDef {
             id,
             version: 1,
@@ -400,34 +354,21 @@ impl TableDef {
     }
 
     pub fn column_id(&self, name: &str) -> Result<ColumnId> {
-        self.columns
-            .iter()
-            .position(|c| c.name.eq_ignore_ascii_case(name))
-            .map(|p| p as ColumnId)
-            .ok_or_else(|| {
-                DbError::new(
-                    crate::ErrorCode::UnknownColumn,
-                    format!(
-                        "table {}.{} has no column '{name}'",
-                        self.database, self.name
-                    ),
-                )
-            })
+        self.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name)).map(|p| p as ColumnId).ok_or_else(|| {
+            DbError::new(
+                crate::ErrorCode::UnknownColumn,
+                format!("table {}.{} has no column '{name}'", self.database, self.name),
+            )
+        })
     }
 
     pub fn index(&self, name: &str) -> Result<&IndexDef> {
-        self.indexes
-            .iter()
-            .find(|i| i.name.eq_ignore_ascii_case(name))
-            .ok_or_else(|| {
-                DbError::new(
-                    crate::ErrorCode::UnknownIndex,
-                    format!(
-                        "table {}.{} has no ordered index '{name}'",
-                        self.database, self.name
-                    ),
-                )
-            })
+        self.indexes.iter().find(|i| i.name.eq_ignore_ascii_case(name)).ok_or_else(|| {
+            DbError::new(
+                crate::ErrorCode::UnknownIndex,
+                format!("table {}.{} has no ordered index '{name}'", self.database, self.name),
+            )
+        })
     }
 
     pub fn index_by_id(&self, id: IndexId) -> Option<&IndexDef> {
@@ -441,17 +382,10 @@ impl TableDef {
     /// Adds an ordered index and bumps the version.
     pub fn with_index(&self, name: &str, columns: &[String]) -> Result<TableDef> {
         validate_name("index", name)?;
-        if self
-            .indexes
-            .iter()
-            .any(|i| i.name.eq_ignore_ascii_case(name))
-        {
+        if self.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(name)) {
             return Err(DbError::new(
                 crate::ErrorCode::IndexExists,
-                format!(
-                    "table {} already has an index named '{name}'",
-                    self.qualified_name()
-                ),
+                format!("table {} already has an index named '{name}'", self.qualified_name()),
             ));
         }
         if columns.is_empty() {
@@ -461,19 +395,13 @@ impl TableDef {
         for c in columns {
             let id = self.column_id(c)?;
             if !self.columns[id as usize].ty.is_indexable() {
-                return Err(DbError::bad_request(format!(
-                    "TEXT/BLOB column '{c}' cannot be indexed"
-                )));
+                return Err(DbError::bad_request(format!("TEXT/BLOB column '{c}' cannot be indexed")));
             }
             ids.push(id);
         }
         let mut def = self.clone();
         let id = def.indexes.iter().map(|i| i.id).max().unwrap_or(0) + 1;
-        def.indexes.push(IndexDef {
-            id,
-            name: name.to_string(),
-            columns: ids,
-        });
+        def.indexes.push(IndexDef { id, name: name.to_string(), columns: ids });
         def.version += 1;
         Ok(def)
     }

@@ -37,26 +37,17 @@ impl Decimal {
         }
         if scale >= self.scale {
             let factor = POW10[(scale - self.scale) as usize];
-            self.unscaled
-                .checked_mul(factor)
-                .map(|u| Decimal { unscaled: u, scale })
+            self.unscaled.checked_mul(factor).map(|u| Decimal { unscaled: u, scale })
         } else {
             let factor = POW10[(self.scale - scale) as usize];
             if self.unscaled % factor != 0 {
                 // Round half away from zero, as MySQL does on insert.
                 let q = self.unscaled / factor;
                 let r = (self.unscaled % factor).abs();
-                let q = if r * 2 >= factor {
-                    q + self.unscaled.signum()
-                } else {
-                    q
-                };
+                let q = if r * 2 >= factor { q + self.unscaled.signum() } else { q };
                 return Some(Decimal { unscaled: q, scale });
             }
-            Some(Decimal {
-                unscaled: self.unscaled / factor,
-                scale,
-            })
+            Some(Decimal { unscaled: self.unscaled / factor, scale })
         }
     }
 
@@ -88,9 +79,7 @@ impl Decimal {
         if int_part.is_empty() && frac_part.is_empty() {
             return None;
         }
-        if !int_part.bytes().all(|b| b.is_ascii_digit())
-            || !frac_part.bytes().all(|b| b.is_ascii_digit())
-        {
+        if !int_part.bytes().all(|b| b.is_ascii_digit()) || !frac_part.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
         if frac_part.len() > 38 {
@@ -103,10 +92,7 @@ impl Decimal {
         if neg {
             unscaled = -unscaled;
         }
-        Some(Decimal {
-            unscaled,
-            scale: frac_part.len() as u8,
-        })
+        Some(Decimal { unscaled, scale: frac_part.len() as u8 })
     }
 }
 
@@ -118,13 +104,7 @@ impl fmt::Display for Decimal {
             return write!(f, "{sign}{abs}");
         }
         let factor = POW10[self.scale as usize] as u128;
-        write!(
-            f,
-            "{sign}{}.{:0width$}",
-            abs / factor,
-            abs % factor,
-            width = self.scale as usize
-        )
+        write!(f, "{sign}{}.{:0width$}", abs / factor, abs % factor, width = self.scale as usize)
     }
 }
 
@@ -223,10 +203,7 @@ impl Value {
     }
 
     fn is_numeric(&self) -> bool {
-        matches!(
-            self,
-            Value::Int(_) | Value::UInt(_) | Value::Float(_) | Value::Decimal(_) | Value::Bool(_)
-        )
+        matches!(self, Value::Int(_) | Value::UInt(_) | Value::Float(_) | Value::Decimal(_) | Value::Bool(_))
     }
 
     /// SQL comparison. None when either side is NULL or the types cannot be
@@ -321,12 +298,7 @@ pub fn format_datetime(micros: i64) -> String {
     let (y, m, d) = civil_from_days(days);
     let secs = rest / 1_000_000;
     let frac = rest % 1_000_000;
-    let base = format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    );
+    let base = format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
     if frac == 0 {
         base
     } else {
@@ -409,10 +381,7 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
         if column.nullable {
             return Ok(Value::Null);
         }
-        return Err(DbError::type_error(format!(
-            "column '{}' cannot be NULL",
-            column.name
-        )));
+        return Err(DbError::type_error(format!("column '{}' cannot be NULL", column.name)));
     }
     let out_of_range = |v: &dyn fmt::Display| {
         DbError::type_error(format!(
@@ -427,9 +396,7 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
                 Value::Int(v) => *v as i128,
                 Value::UInt(v) => *v as i128,
                 Value::Bool(b) => *b as i128,
-                Value::Decimal(d)
-                    if d.rescale(0).is_some_and(|r| r.rescale(d.scale) == Some(*d)) =>
-                {
+                Value::Decimal(d) if d.rescale(0).is_some_and(|r| r.rescale(d.scale) == Some(*d)) => {
                     d.rescale(0).map(|r| r.unscaled).unwrap_or_default()
                 }
                 _ => return Err(mismatch(&value, column)),
@@ -466,8 +433,7 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
                     if !f.is_finite() {
                         return Err(out_of_range(&value));
                     }
-                    Decimal::parse(&format!("{f:.*}", scale as usize))
-                        .ok_or_else(|| out_of_range(&value))?
+                    Decimal::parse(&format!("{f:.*}", scale as usize)).ok_or_else(|| out_of_range(&value))?
                 }
                 Value::Str(s) => Decimal::parse(s).ok_or_else(|| mismatch(&value, column))?,
                 other => other.as_decimal().ok_or_else(|| mismatch(&value, column))?,
@@ -523,9 +489,7 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
         }
         ColumnType::Date => match value {
             Value::Date(d) => Ok(Value::Date(d)),
-            Value::Str(ref s) => parse_date(s)
-                .map(Value::Date)
-                .ok_or_else(|| mismatch(&value, column)),
+            Value::Str(ref s) => parse_date(s).map(Value::Date).ok_or_else(|| mismatch(&value, column)),
             other => Err(mismatch(&other, column)),
         },
         ColumnType::DateTime | ColumnType::Timestamp => {
@@ -535,11 +499,7 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
                 Value::Str(ref s) => parse_datetime(s).ok_or_else(|| mismatch(&value, column))?,
                 other => return Err(mismatch(&other, column)),
             };
-            Ok(if column.ty == ColumnType::DateTime {
-                Value::DateTime(micros)
-            } else {
-                Value::Timestamp(micros)
-            })
+            Ok(if column.ty == ColumnType::DateTime { Value::DateTime(micros) } else { Value::Timestamp(micros) })
         }
         ColumnType::Boolean => match value {
             Value::Bool(b) => Ok(Value::Bool(b)),
@@ -559,19 +519,10 @@ mod tests {
     fn integer_ranges_are_enforced() {
         let col = ColumnDef::new("a", ColumnType::int(IntWidth::Tiny));
         assert_eq!(coerce(Value::Int(127), &col).unwrap(), Value::Int(127));
-        assert_eq!(
-            coerce(Value::Int(128), &col).unwrap_err().code,
-            crate::ErrorCode::TypeError
-        );
+        assert_eq!(coerce(Value::Int(128), &col).unwrap_err().code, crate::ErrorCode::TypeError);
         let col = ColumnDef::new("a", ColumnType::uint(IntWidth::Big));
-        assert_eq!(
-            coerce(Value::Int(-1), &col).unwrap_err().code,
-            crate::ErrorCode::TypeError
-        );
-        assert_eq!(
-            coerce(Value::UInt(u64::MAX), &col).unwrap(),
-            Value::UInt(u64::MAX)
-        );
+        assert_eq!(coerce(Value::Int(-1), &col).unwrap_err().code, crate::ErrorCode::TypeError);
+        assert_eq!(coerce(Value::UInt(u64::MAX), &col).unwrap(), Value::UInt(u64::MAX));
     }
 
     #[test]
@@ -580,26 +531,13 @@ mod tests {
         assert!(coerce(Value::Str("äbc".into()), &col).is_ok());
         assert!(coerce(Value::Str("abcd".into()), &col).is_err());
         let err = coerce(Value::Int(5), &col).unwrap_err();
-        assert!(
-            err.message.contains("column 's' is VARCHAR(3)"),
-            "{}",
-            err.message
-        );
+        assert!(err.message.contains("column 's' is VARCHAR(3)"), "{}", err.message);
     }
 
     #[test]
     fn decimals_parse_rescale_and_format() {
-        let col = ColumnDef::new(
-            "d",
-            ColumnType::Decimal {
-                precision: 6,
-                scale: 2,
-            },
-        );
-        assert_eq!(
-            coerce(Value::Str("12.5".into()), &col).unwrap(),
-            Value::Decimal(Decimal::new(1250, 2))
-        );
+        let col = ColumnDef::new("d", ColumnType::Decimal { precision: 6, scale: 2 });
+        assert_eq!(coerce(Value::Str("12.5".into()), &col).unwrap(), Value::Decimal(Decimal::new(1250, 2)));
         assert_eq!(Decimal::new(-1250, 2).to_string(), "-12.50");
         assert!(coerce(Value::Str("12345.5".into()), &col).is_err());
     }
@@ -621,14 +559,8 @@ mod tests {
 
     #[test]
     fn cross_type_numeric_comparison() {
-        assert_eq!(
-            Value::Int(-1).sql_cmp(&Value::UInt(0)),
-            Some(Ordering::Less)
-        );
-        assert_eq!(
-            Value::Decimal(Decimal::new(150, 2)).sql_cmp(&Value::Int(1)),
-            Some(Ordering::Greater)
-        );
+        assert_eq!(Value::Int(-1).sql_cmp(&Value::UInt(0)), Some(Ordering::Less));
+        assert_eq!(Value::Decimal(Decimal::new(150, 2)).sql_cmp(&Value::Int(1)), Some(Ordering::Greater));
         assert_eq!(Value::Null.sql_cmp(&Value::Int(1)), None);
     }
 }

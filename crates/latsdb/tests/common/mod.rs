@@ -38,12 +38,7 @@ impl TestCluster {
                 }
             }
         });
-        let mut cluster = TestCluster {
-            child,
-            mgmd: String::new(),
-            output: rx,
-            dir,
-        };
+        let mut cluster = TestCluster { child, mgmd: String::new(), output: rx, dir };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -58,10 +53,7 @@ impl TestCluster {
                 break;
             }
         }
-        assert!(
-            !cluster.mgmd.is_empty(),
-            "the launcher printed no mgmd address"
-        );
+        assert!(!cluster.mgmd.is_empty(), "the launcher printed no mgmd address");
         cluster
     }
 
@@ -85,16 +77,8 @@ impl TestCluster {
     }
 
     pub fn mgm(&self, args: &[&str]) -> String {
-        let out = Command::new(BIN)
-            .args(["mgm", "--mgmd", &self.mgmd])
-            .args(args)
-            .output()
-            .expect("run latsdb mgm");
-        assert!(
-            out.status.success(),
-            "latsdb mgm {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = Command::new(BIN).args(["mgm", "--mgmd", &self.mgmd]).args(args).output().expect("run latsdb mgm");
+        assert!(out.status.success(), "latsdb mgm {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
