@@ -57,6 +57,48 @@ impl Expr {
     pub fn cmp(op: CmpOp, a: Expr, b: Expr) -> Expr {
         Expr::Cmp(op, Box::new(a), Box::new(b))
     }
+    pub fn eq(self, v: impl Into<Value>) -> Expr {
+        Expr::cmp(CmpOp::Eq, self, Expr::val(v))
+    }
+    pub fn ne(self, v: impl Into<Value>) -> Expr {
+        Expr::cmp(CmpOp::Ne, self, Expr::val(v))
+    }
+    pub fn lt(self, v: impl Into<Value>) -> Expr {
+        Expr::cmp(CmpOp::Lt, self, Expr::val(v))
+    }
+    pub fn le(self, v: impl Into<Value>) -> Expr {
+        Expr::cmp(CmpOp::Le, self, Expr::val(v))
+    }
+    pub fn gt(self, v: impl Into<Value>) -> Expr {
+        Expr::cmp(CmpOp::Gt, self, Expr::val(v))
+    }
+    pub fn ge(self, v: impl Into<Value>) -> Expr {
+        Expr::cmp(CmpOp::Ge, self, Expr::val(v))
+    }
+    pub fn and(self, other: Expr) -> Expr {
+        match self {
+            Expr::And(mut list) => {
+                list.push(other);
+                Expr::And(list)
+            }
+            e => Expr::And(vec![e, other]),
+        }
+    }
+    pub fn or(self, other: Expr) -> Expr {
+        Expr::Or(vec![self, other])
+    }
+    pub fn like(self, pattern: &str) -> Expr {
+        Expr::Like(Box::new(self), pattern.to_string())
+    }
+    pub fn is_null(self) -> Expr {
+        Expr::IsNull(Box::new(self))
+    }
+    pub fn add(self, v: impl Into<Value>) -> Expr {
+        Expr::Arith(ArithOp::Add, Box::new(self), Box::new(Expr::val(v)))
+    }
+    pub fn sub(self, v: impl Into<Value>) -> Expr {
+        Expr::Arith(ArithOp::Sub, Box::new(self), Box::new(Expr::val(v)))
+    }
 
     /// Checks column references and depth against a table's layout.
     pub fn validate(&self, columns: usize) -> Result<()> {
