@@ -10,7 +10,7 @@ use crate::locks::{Acquire, LockKey, LockTable};
 use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, Outbox, Shard};
 use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// An operation that passed validation, with its new row already encoded.
@@ -36,8 +36,9 @@ type Staged = (u32, Option<Box<[u8]>>);
 
 #[derive(Default)]
 struct LdmTx {
-    locks: Vec<LockKey>,
-    waits: Vec<LockKey>,
+    locks: HashSet<LockKey>,
+    /// Queued lock requests per row (a transaction may queue several).
+    waits: HashMap<LockKey, u32>,
     /// Staged row images: None deletes. Keyed like locks.
     staged: HashMap<LockKey, Staged>,
 }
@@ -200,25 +201,28 @@ impl Shard {
                     continue;
                 }
             };
-            let mode = lock_mode(&prepared.op.kind);
-            if mode == LockMode::Committed {
-                let r = self.ldm_execute(&prepared, Some(tx));
-                results.push((idx, r));
-                continue;
-            }
+            let mut mode = lock_mode(&prepared.op.kind);
             let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+            let queued_here = self.ldm.txs.get(&tx).is_some_and(|l| l.waits.contains_key(&key));
+            if mode == LockMode::Committed {
+                if !queued_here {
+                    let r = self.ldm_execute(&prepared, Some(tx));
+                    results.push((idx, r));
+                    continue;
+                }
+                // An earlier operation of this transaction on the row is still
+                // queued: read after it, not before.
+                mode = LockMode::Shared;
+            }
             let deadline = self.now + self.cfg.lock_wait_timeout_us;
             let pending = Pending { origin: Origin::Tx { tx, idx }, prepared };
             match self.ldm.locks.acquire(&key, tx, mode, deadline, pending) {
                 (Acquire::Granted, Some(pending)) => {
-                    let ltx = self.ldm.txs.entry(tx).or_default();
-                    if !ltx.locks.contains(&key) {
-                        ltx.locks.push(key);
-                    }
+                    self.ldm.txs.entry(tx).or_default().locks.insert(key);
                     let r = self.ldm_execute(&pending.prepared, Some(tx));
                     results.push((idx, r));
                 }
-                _ => self.ldm.txs.entry(tx).or_default().waits.push(key),
+                _ => *self.ldm.txs.entry(tx).or_default().waits.entry(key).or_insert(0) += 1,
             }
         }
         if !results.is_empty() {
@@ -239,12 +243,8 @@ impl Shard {
                 }
                 Origin::Tx { tx, idx } => {
                     let ltx = self.ldm.txs.entry(tx).or_default();
-                    if let Some(pos) = ltx.waits.iter().position(|k| *k == key) {
-                        ltx.waits.swap_remove(pos);
-                    }
-                    if !ltx.locks.contains(&key) {
-                        ltx.locks.push(key);
-                    }
+                    forget_wait(ltx, &key);
+                    ltx.locks.insert(key);
                     let r = self.ldm_execute(&pending.prepared, Some(tx));
                     self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, r)] }, out);
                 }
@@ -258,7 +258,7 @@ impl Shard {
             let error = OpResult::Error(DbError::new(
                 ErrorCode::LockWaitTimeout,
                 format!(
-                    "lock wait timeout exceeded ({} ms) on a row of table {}; the transaction was aborted, retry it",
+                    "lock wait timeout exceeded ({} ms) on a row of table {}; the operation was not applied (a transaction is aborted); retry it",
                     self.cfg.lock_wait_timeout_us / 1000,
                     pending.prepared.meta.def.qualified_name()
                 ),
@@ -269,9 +269,7 @@ impl Shard {
                     let key =
                         LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
                     if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
-                        if let Some(pos) = ltx.waits.iter().position(|k| *k == key) {
-                            ltx.waits.swap_remove(pos);
-                        }
+                        forget_wait(ltx, &key);
                     }
                     self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, error)] }, out);
                 }
@@ -281,8 +279,14 @@ impl Shard {
     }
 
     pub(crate) fn ldm_commit(&mut self, tx: TxId, out: &mut Outbox) {
+        if self.ldm.txs.get(&tx).is_some_and(|l| !l.waits.is_empty()) {
+            // A coordinator commits only after every operation has its
+            // result; a commit now breaks the protocol. Refuse it by aborting
+            // (no TxCommitted is sent, so the coordinator cannot report success).
+            self.ldm_abort(tx, out);
+            return;
+        }
         if let Some(ltx) = self.ldm.txs.remove(&tx) {
-            assert!(ltx.waits.is_empty(), "commit of transaction {tx:?} while it still waits for locks");
             for (key, (partition, row)) in ltx.staged {
                 let Some(table) = self.tables.get_mut(&key.table) else {
                     continue;
@@ -309,14 +313,33 @@ impl Shard {
         let Some(ltx) = self.ldm.txs.remove(&tx) else {
             return;
         };
-        for key in &ltx.waits {
+        for key in ltx.waits.keys() {
             let (_, granted) = self.ldm.locks.cancel_owner(key, tx);
             self.ldm_granted(granted, out);
         }
         self.ldm_release_all(tx, ltx.locks, out);
     }
 
-    fn ldm_release_all(&mut self, tx: TxId, locks: Vec<LockKey>, out: &mut Outbox) {
+    /// Aborts every transaction this shard participates in whose coordinator
+    /// is on a node that is no longer started, releasing its locks. (Taking
+    /// over such transactions and finishing them consistently is the
+    /// replication issue's TC takeover; until then they are aborted.)
+    pub(crate) fn ldm_abort_orphans(&mut self, out: &mut Outbox) {
+        let orphans: Vec<TxId> = self
+            .ldm
+            .txs
+            .keys()
+            .filter(|tx| {
+                self.layout.datanode(tx.tc.node).is_none_or(|d| d.status != latsdb_types::proto::NodeStatus::Started)
+            })
+            .copied()
+            .collect();
+        for tx in orphans {
+            self.ldm_abort(tx, out);
+        }
+    }
+
+    fn ldm_release_all(&mut self, tx: TxId, locks: HashSet<LockKey>, out: &mut Outbox) {
         for key in locks {
             let granted = self.ldm.locks.release(&key, tx);
             self.ldm_granted(granted, out);
@@ -417,5 +440,14 @@ impl Shard {
             },
         }
         Ok(OpResult::Done)
+    }
+}
+
+fn forget_wait(ltx: &mut LdmTx, key: &LockKey) {
+    if let Some(n) = ltx.waits.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            ltx.waits.remove(key);
+        }
     }
 }

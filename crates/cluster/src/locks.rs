@@ -74,7 +74,11 @@ impl<P> LockTable<P> {
             self.rows.insert(key.clone(), RowLock { mode, holders: vec![owner], queue: VecDeque::new() });
             return (Acquire::Granted, Some(payload));
         };
-        if lock.holders.contains(&owner) {
+        // A later request of an owner that already waits here queues behind
+        // its earlier one, so one transaction's operations on a row run in order.
+        let owner_waits = lock.queue.iter().any(|w| w.owner == owner);
+        let holder = lock.holders.contains(&owner);
+        if holder && !owner_waits {
             if covers(lock.mode, mode) {
                 return (Acquire::Granted, Some(payload));
             }
@@ -82,13 +86,22 @@ impl<P> LockTable<P> {
                 lock.mode = LockMode::Exclusive;
                 return (Acquire::Granted, Some(payload));
             }
-        } else if lock.queue.is_empty() && compatible(lock.mode, mode) {
+        } else if !holder && lock.queue.is_empty() && compatible(lock.mode, mode) {
             lock.holders.push(owner);
             return (Acquire::Granted, Some(payload));
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        lock.queue.push_back(Waiter { seq, owner, mode, deadline, payload });
+        let waiter = Waiter { seq, owner, mode, deadline, payload };
+        if holder && !owner_waits {
+            // An upgrade waits only for the other holders: it goes ahead of
+            // requests from non-holders, which would otherwise wait for it
+            // while it waits for them.
+            let pos = lock.queue.iter().position(|w| !lock.holders.contains(&w.owner)).unwrap_or(lock.queue.len());
+            lock.queue.insert(pos, waiter);
+        } else {
+            lock.queue.push_back(waiter);
+        }
         self.deadlines.insert((deadline, seq), key.clone());
         (Acquire::Waiting, None)
     }
@@ -223,6 +236,32 @@ mod tests {
         assert_eq!(expired.len(), 1);
         assert!(granted.is_empty());
         assert_eq!(t.locked_rows(), 1);
+    }
+
+    #[test]
+    fn upgrade_goes_ahead_of_outside_waiters() {
+        let mut t = LockTable::default();
+        t.acquire(&key(), tx(1), LockMode::Shared, 100, 'a');
+        t.acquire(&key(), tx(2), LockMode::Shared, 100, 'b');
+        assert!(matches!(t.acquire(&key(), tx(3), LockMode::Exclusive, 100, 'c').0, Acquire::Waiting));
+        assert!(matches!(t.acquire(&key(), tx(1), LockMode::Exclusive, 100, 'd').0, Acquire::Waiting));
+        // When tx 2 leaves, tx 1's upgrade is granted before tx 3.
+        let granted = t.release(&key(), tx(2));
+        assert_eq!(granted.iter().map(|g| g.1).collect::<String>(), "d");
+        let granted = t.release(&key(), tx(1));
+        assert_eq!(granted.iter().map(|g| g.1).collect::<String>(), "c");
+    }
+
+    #[test]
+    fn an_owners_requests_on_a_row_stay_in_order() {
+        let mut t = LockTable::default();
+        t.acquire(&key(), tx(1), LockMode::Shared, 100, 'a');
+        t.acquire(&key(), tx(2), LockMode::Shared, 100, 'b');
+        assert!(matches!(t.acquire(&key(), tx(1), LockMode::Exclusive, 100, 'c').0, Acquire::Waiting));
+        // A shared read by tx 1 after its queued upgrade waits behind it.
+        assert!(matches!(t.acquire(&key(), tx(1), LockMode::Shared, 100, 'd').0, Acquire::Waiting));
+        let granted = t.release(&key(), tx(2));
+        assert_eq!(granted.iter().map(|g| g.1).collect::<String>(), "cd");
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub type Micros = u64;
 pub struct ShardConfig {
     pub me: ShardAddr,
     pub lock_wait_timeout_us: Micros,
+    /// First transaction sequence number. The I/O shell derives it from the
+    /// wall clock so a restarted shard never reuses a transaction id that
+    /// peers may still remember; a simulation passes a fixed value.
+    pub first_tx_seq: u64,
 }
 
 /// What a shard wants sent, collected during one call.
@@ -54,15 +58,8 @@ pub struct Shard {
 
 impl Shard {
     pub fn new(cfg: ShardConfig, layout: ClusterLayout) -> Shard {
-        Shard {
-            cfg,
-            layout,
-            tables: HashMap::new(),
-            ldm: LdmState::default(),
-            tc: TcState::default(),
-            now: 0,
-            local: VecDeque::new(),
-        }
+        let tc = TcState::starting_at(cfg.first_tx_seq);
+        Shard { cfg, layout, tables: HashMap::new(), ldm: LdmState::default(), tc, now: 0, local: VecDeque::new() }
     }
 
     pub fn address(&self) -> ShardAddr {
@@ -70,12 +67,16 @@ impl Shard {
     }
 
     /// Installs a new cluster layout; it also carries the configured
-    /// lock-wait timeout.
-    pub fn set_layout(&mut self, layout: ClusterLayout) {
+    /// lock-wait timeout. Transactions whose coordinator's node left are
+    /// aborted here.
+    pub fn set_layout(&mut self, layout: ClusterLayout, now: Micros, out: &mut Outbox) {
+        self.now = now;
         if layout.lock_wait_timeout_ms > 0 {
             self.cfg.lock_wait_timeout_us = layout.lock_wait_timeout_ms * 1000;
         }
         self.layout = layout;
+        self.ldm_abort_orphans(out);
+        self.drain_local(out);
     }
 
     pub fn apply_schema(&mut self, change: SchemaChange) -> Result<()> {
@@ -151,7 +152,7 @@ impl Shard {
             PeerMsg::TxOps { tx, ops } => self.ldm_tx_ops(tx, ops, out),
             PeerMsg::TxCommit { tx } => self.ldm_commit(tx, out),
             PeerMsg::TxAbort { tx } => self.ldm_abort(tx, out),
-            PeerMsg::TxOpResults { tx, results } => self.tc_op_results(tx, results, out),
+            PeerMsg::TxOpResults { tx, results } => self.tc_op_results(from, tx, results, out),
             PeerMsg::TxCommitted { tx } => self.tc_committed(from, tx, out),
         }
     }

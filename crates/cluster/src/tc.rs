@@ -29,7 +29,10 @@ use std::collections::HashMap;
 enum Phase {
     Executing,
     Idle,
-    Committing { waiting: usize },
+    /// Waiting for TxCommitted from these participants.
+    Committing {
+        waiting: Vec<ShardAddr>,
+    },
 }
 
 struct TcTx {
@@ -50,6 +53,10 @@ pub(crate) struct TcState {
 }
 
 impl TcState {
+    pub(crate) fn starting_at(first_seq: u64) -> TcState {
+        TcState { txs: HashMap::new(), next_seq: first_seq }
+    }
+
     pub(crate) fn open(&self) -> usize {
         self.txs.len()
     }
@@ -165,16 +172,20 @@ impl Shard {
         })
     }
 
-    pub(crate) fn tc_op_results(&mut self, tx: TxId, results: Vec<(u32, OpResult)>, out: &mut Outbox) {
+    pub(crate) fn tc_op_results(&mut self, from: ShardAddr, tx: TxId, results: Vec<(u32, OpResult)>, out: &mut Outbox) {
         let Some(t) = self.tc.txs.get_mut(&tx) else {
             return;
         };
-        if t.phase != Phase::Executing {
+        // Late answers (after an abort), answers from a shard that was not
+        // asked, and repeated answers are ignored.
+        if t.phase != Phase::Executing || !t.participants.contains(&from) {
             return;
         }
         for (idx, r) in results {
-            let slot = &mut t.results[idx as usize];
-            assert!(slot.is_none(), "two results for operation {idx} of transaction {tx:?}");
+            let Some(slot) = t.results.get_mut(idx as usize) else { continue };
+            if slot.is_some() {
+                continue;
+            }
             if let OpResult::Error(e) = &r {
                 if t.error.is_none() {
                     t.error = Some(e.clone());
@@ -201,7 +212,7 @@ impl Shard {
                 self.tc_finish_commit(tx, out);
                 return;
             }
-            t.phase = Phase::Committing { waiting: t.participants.len() };
+            t.phase = Phase::Committing { waiting: t.participants.clone() };
             for shard in t.participants.clone() {
                 self.send_peer(shard, PeerMsg::TxCommit { tx }, out);
             }
@@ -211,15 +222,15 @@ impl Shard {
         out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: false }));
     }
 
-    pub(crate) fn tc_committed(&mut self, _from: ShardAddr, tx: TxId, out: &mut Outbox) {
+    pub(crate) fn tc_committed(&mut self, from: ShardAddr, tx: TxId, out: &mut Outbox) {
         let Some(t) = self.tc.txs.get_mut(&tx) else {
             return;
         };
         let Phase::Committing { waiting } = &mut t.phase else {
-            panic!("TxCommitted for transaction {tx:?} in phase {:?}", t.phase);
+            return;
         };
-        *waiting -= 1;
-        if *waiting == 0 {
+        waiting.retain(|s| *s != from);
+        if waiting.is_empty() {
             self.tc_finish_commit(tx, out);
         }
     }
@@ -244,6 +255,10 @@ impl Shard {
     pub(crate) fn tc_client_abort(&mut self, conn: ConnId, req_id: u64, tx: TxId, out: &mut Outbox) {
         match self.tc.txs.get_mut(&tx) {
             Some(t) if t.conn == conn && !matches!(t.phase, Phase::Committing { .. }) => {
+                if t.phase == Phase::Executing {
+                    // The request still executing is answered too.
+                    out.client.push((conn, t.req_id, ClientResponse::TxAborted { tx, error: None }));
+                }
                 t.req_id = req_id;
                 self.tc_abort(tx, None, out);
             }
@@ -251,7 +266,12 @@ impl Shard {
                 let e = DbError::bad_request("the transaction is committing and can no longer be aborted");
                 out.client.push((conn, req_id, ClientResponse::Error(e)));
             }
-            _ => out.client.push((conn, req_id, ClientResponse::TxAborted { tx, error: None })),
+            Some(_) => {
+                let e = DbError::new(ErrorCode::UnknownTransaction, "the transaction belongs to another connection");
+                out.client.push((conn, req_id, ClientResponse::Error(e)));
+            }
+            // Already finished or aborted: aborting again is a no-op.
+            None => out.client.push((conn, req_id, ClientResponse::TxAborted { tx, error: None })),
         }
     }
 

@@ -47,7 +47,7 @@ impl Pump {
             .iter()
             .map(|&node| {
                 let mut s = Shard::new(
-                    ShardConfig { me: ShardAddr { node, shard: 0 }, lock_wait_timeout_us: 100_000 },
+                    ShardConfig { me: ShardAddr { node, shard: 0 }, lock_wait_timeout_us: 100_000, first_tx_seq: 0 },
                     layout(),
                 );
                 s.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();
@@ -249,4 +249,112 @@ fn writers_serialize_and_lock_waits_time_out() {
     p.deliver(s, out);
     assert_eq!(p.take(7), Some(ClientResponse::Batch(vec![OpResult::Done])));
     assert_eq!(p.balance(1), Some(99));
+}
+
+#[test]
+fn unexpected_peer_messages_are_ignored_not_fatal() {
+    let mut p = Pump::new();
+    let insert = p.op(1, OpKind::Insert { row: vec![Value::Int(1), Value::Int(10)] });
+    let s = p.owner(&insert);
+    p.request(s, 1, 1, ClientRequest::TxExec { tx: None, ops: vec![insert], commit: false });
+    let tx = match p.take(1) {
+        Some(ClientResponse::TxExec { tx, .. }) => tx,
+        other => panic!("{other:?}"),
+    };
+    let stranger = ShardAddr { node: 3 - (s as u16), shard: 0 };
+    let me = p.shards[s].address();
+    let mut out = Outbox::default();
+    // TxCommitted for an idle transaction, results for operations that do not
+    // exist, results from a shard that was never asked, commits and aborts
+    // for unknown transactions: none may panic or answer the client.
+    p.shards[s].on_peer(me, PeerMsg::TxCommitted { tx }, 0, &mut out);
+    p.shards[s].on_peer(me, PeerMsg::TxOpResults { tx, results: vec![(99, OpResult::Done)] }, 0, &mut out);
+    p.shards[s].on_peer(stranger, PeerMsg::TxOpResults { tx, results: vec![(0, OpResult::Done)] }, 0, &mut out);
+    let ghost = TxId { tc: me, seq: 123_456 };
+    p.shards[s].on_peer(stranger, PeerMsg::TxCommit { tx: ghost }, 0, &mut out);
+    p.shards[s].on_peer(stranger, PeerMsg::TxAbort { tx: ghost }, 0, &mut out);
+    assert!(out.client.is_empty());
+    p.deliver(s, out);
+    // The transaction still commits normally.
+    p.request(s, 1, 2, ClientRequest::TxExec { tx: Some(tx), ops: vec![], commit: true });
+    assert!(matches!(p.take(2), Some(ClientResponse::TxExec { committed: true, .. })));
+    assert_eq!(p.balance(1), Some(10));
+}
+
+#[test]
+fn abort_answers_an_executing_request_and_only_the_owner_may_abort() {
+    let mut p = Pump::new();
+    let insert = p.op(1, OpKind::Insert { row: vec![Value::Int(1), Value::Int(10)] });
+    let s = p.owner(&insert);
+    p.request(s, 1, 1, ClientRequest::Batch(vec![insert]));
+    p.take(1);
+    // Connection 1 holds the row; connection 2's transaction waits for it.
+    p.request(s, 1, 2, ClientRequest::TxExec { tx: None, ops: vec![p.op(1, set_balance(1, 5))], commit: false });
+    p.take(2).unwrap();
+    p.request(s, 2, 3, ClientRequest::TxExec { tx: None, ops: vec![p.op(1, set_balance(1, 6))], commit: false });
+    assert!(p.take(3).is_none());
+    let waiting_tx = TxId { tc: p.shards[s].address(), seq: 2 };
+    // Another connection cannot abort it.
+    p.request(s, 1, 4, ClientRequest::TxAbort { tx: waiting_tx });
+    assert!(matches!(p.take(4), Some(ClientResponse::Error(e)) if e.code == ErrorCode::UnknownTransaction));
+    // Its own connection can, and the waiting request is answered as well.
+    p.request(s, 2, 5, ClientRequest::TxAbort { tx: waiting_tx });
+    assert!(matches!(p.take(5), Some(ClientResponse::TxAborted { .. })));
+    assert!(matches!(p.take(3), Some(ClientResponse::TxAborted { .. })));
+}
+
+#[test]
+fn operations_of_one_transaction_on_a_row_run_in_order() {
+    let mut p = Pump::new();
+    let insert = p.op(1, OpKind::Insert { row: vec![Value::Int(1), Value::Int(10)] });
+    let s = p.owner(&insert);
+    p.request(s, 1, 1, ClientRequest::Batch(vec![insert]));
+    p.take(1);
+    let shared = |p: &Pump| p.op(1, OpKind::Read { lock: LockMode::Shared });
+    p.request(s, 1, 2, ClientRequest::TxExec { tx: None, ops: vec![shared(&p)], commit: false });
+    let t1 = match p.take(2) {
+        Some(ClientResponse::TxExec { tx, .. }) => tx,
+        other => panic!("{other:?}"),
+    };
+    p.request(s, 2, 3, ClientRequest::TxExec { tx: None, ops: vec![shared(&p)], commit: false });
+    let t2 = match p.take(3) {
+        Some(ClientResponse::TxExec { tx, .. }) => tx,
+        other => panic!("{other:?}"),
+    };
+    // T1 updates (an upgrade that must wait for T2) and then reads in the same request.
+    let ops = vec![p.op(1, set_balance(1, 77)), p.op(1, OpKind::Read { lock: LockMode::Committed })];
+    p.request(s, 1, 4, ClientRequest::TxExec { tx: Some(t1), ops, commit: true });
+    assert!(p.take(4).is_none());
+    p.request(s, 2, 5, ClientRequest::TxExec { tx: Some(t2), ops: vec![], commit: true });
+    p.take(5).unwrap();
+    match p.take(4) {
+        Some(ClientResponse::TxExec { results, committed: true, .. }) => match &results[1] {
+            OpResult::Row(row) => {
+                assert_eq!(p.meta.layout.get(row, 1), Value::Int(77), "the read must follow the update")
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn locks_of_a_departed_coordinator_are_released() {
+    let mut p = Pump::new();
+    let insert = p.op(1, OpKind::Insert { row: vec![Value::Int(1), Value::Int(10)] });
+    let owner = p.owner(&insert);
+    p.request(owner, 1, 1, ClientRequest::Batch(vec![insert]));
+    p.take(1);
+    // A transaction coordinated by the other node locks the row.
+    let tc = 1 - owner;
+    p.request(tc, 1, 2, ClientRequest::TxExec { tx: None, ops: vec![p.op(1, set_balance(1, 5))], commit: false });
+    p.take(2).unwrap();
+    assert_eq!(p.shards[owner].activity().2, 1, "the row is locked");
+    // The coordinator's node leaves the cluster.
+    let mut layout = layout();
+    layout.datanodes[tc].status = NodeStatus::NotStarted;
+    let mut out = Outbox::default();
+    p.shards[owner].set_layout(layout, 0, &mut out);
+    assert_eq!(p.shards[owner].activity(), (0, 0, 0));
+    assert_eq!(p.balance(1), Some(10));
 }

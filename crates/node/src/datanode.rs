@@ -83,7 +83,11 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     };
     let mut shards: Vec<ShardHandle> = Vec::new();
     for i in 0..threads {
-        let cfg = ShardConfig { me: ShardAddr { node: node_id, shard: i }, lock_wait_timeout_us: 1_500_000 };
+        let cfg = ShardConfig {
+            me: ShardAddr { node: node_id, shard: i },
+            lock_wait_timeout_us: 1_500_000,
+            first_tx_seq: first_tx_seq(),
+        };
         let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
         shards.push(spawn_shard(
             cfg,
@@ -143,6 +147,12 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         let _ = s.control.send(Control::Stop);
     }
     Ok(())
+}
+
+/// Transaction ids restart from the wall clock (microseconds), so a
+/// restarted node does not reuse ids its peers may still hold state for.
+fn first_tx_seq() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1) << 8
 }
 
 fn set_layout(shards: &[ShardHandle], layout: &ClusterLayout) {

@@ -73,6 +73,24 @@ impl Host {
         }
     }
 
+    /// A peer link must come from a started node's shard, from the host that
+    /// node registered. (A shared cluster secret is still to come.)
+    fn check_peer(&self, from: ShardAddr, ip: Option<std::net::IpAddr>) -> Result<()> {
+        let layout = self.layout.borrow();
+        let registered = layout
+            .datanode(from.node)
+            .filter(|d| d.status == latsdb_types::proto::NodeStatus::Started)
+            .and_then(|d| d.shards.get(from.shard as usize))
+            .and_then(|a| a.parse::<std::net::SocketAddr>().ok());
+        match (registered, ip) {
+            (Some(addr), Some(ip)) if addr.ip() == ip || (addr.ip().is_loopback() && ip.is_loopback()) => Ok(()),
+            (Some(_), _) => Err(DbError::bad_request(format!(
+                "peer link claiming to be shard {from} comes from {ip:?}, not its host"
+            ))),
+            (None, _) => Err(DbError::bad_request(format!("shard {from} is not a started shard of this cluster"))),
+        }
+    }
+
     fn peer_sender(self: &Rc<Self>, to: ShardAddr) -> mpsc::UnboundedSender<Vec<u8>> {
         if let Some(tx) = self.peers.borrow().get(&to) {
             if !tx.is_closed() {
@@ -152,8 +170,10 @@ fn run_shard(
                     let _ = reply.send(host.shard.borrow_mut().apply_schema(change));
                 }
                 Control::Layout(l) => {
-                    host.shard.borrow_mut().set_layout(l.clone());
-                    *host.layout.borrow_mut() = l;
+                    *host.layout.borrow_mut() = l.clone();
+                    let mut out = Outbox::default();
+                    host.shard.borrow_mut().set_layout(l, host.now(), &mut out);
+                    host.dispatch(&mut out);
                 }
                 Control::Stats(reply) => {
                     let shard = host.shard.borrow();
@@ -205,6 +225,7 @@ fn too_large(len: usize, max: usize) -> DbError {
 
 async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
+    let peer_ip = stream.peer_addr().ok().map(|a| a.ip());
     let (r, w) = stream.into_split();
     let mut reader = FrameReader::new(r, host.max_frame);
     let (tx, rx) = mpsc::unbounded_channel();
@@ -245,7 +266,13 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
             host.shard.borrow_mut().on_disconnect(conn, host.now(), &mut out);
             host.dispatch(&mut out);
         }
-        Hello::Peer { from, .. } => peer_loop(&host, from, &mut reader).await,
+        Hello::Peer { from, .. } => match host.check_peer(from, peer_ip) {
+            Ok(()) => peer_loop(&host, from, &mut reader).await,
+            Err(e) => {
+                crate::log("datanode", format!("shard {}: refused a peer link: {}", host.me, e.message));
+                let _ = tx.send(error_frame(req_id, e));
+            }
+        },
     }
 }
 

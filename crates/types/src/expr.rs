@@ -93,10 +93,10 @@ impl Expr {
     pub fn is_null(self) -> Expr {
         Expr::IsNull(Box::new(self))
     }
-    pub fn add(self, v: impl Into<Value>) -> Expr {
+    pub fn plus(self, v: impl Into<Value>) -> Expr {
         Expr::Arith(ArithOp::Add, Box::new(self), Box::new(Expr::val(v)))
     }
-    pub fn sub(self, v: impl Into<Value>) -> Expr {
+    pub fn minus(self, v: impl Into<Value>) -> Expr {
         Expr::Arith(ArithOp::Sub, Box::new(self), Box::new(Expr::val(v)))
     }
 

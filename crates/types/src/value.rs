@@ -510,6 +510,52 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
     }
 }
 
+impl From<i64> for Value {
+    fn from(v: i64) -> Value {
+        Value::Int(v)
+    }
+}
+impl From<i32> for Value {
+    fn from(v: i32) -> Value {
+        Value::Int(v as i64)
+    }
+}
+impl From<u64> for Value {
+    fn from(v: u64) -> Value {
+        Value::UInt(v)
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Float(v)
+    }
+}
+impl From<bool> for Value {
+    fn from(v: bool) -> Value {
+        Value::Bool(v)
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Value {
+        Value::Str(v.to_string())
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Value {
+        Value::Str(v)
+    }
+}
+impl From<Vec<u8>> for Value {
+    fn from(v: Vec<u8>) -> Value {
+        Value::Bytes(v)
+    }
+}
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Value {
+        v.map_or(Value::Null, Into::into)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,51 +608,5 @@ mod tests {
         assert_eq!(Value::Int(-1).sql_cmp(&Value::UInt(0)), Some(Ordering::Less));
         assert_eq!(Value::Decimal(Decimal::new(150, 2)).sql_cmp(&Value::Int(1)), Some(Ordering::Greater));
         assert_eq!(Value::Null.sql_cmp(&Value::Int(1)), None);
-    }
-}
-
-impl From<i64> for Value {
-    fn from(v: i64) -> Value {
-        Value::Int(v)
-    }
-}
-impl From<i32> for Value {
-    fn from(v: i32) -> Value {
-        Value::Int(v as i64)
-    }
-}
-impl From<u64> for Value {
-    fn from(v: u64) -> Value {
-        Value::UInt(v)
-    }
-}
-impl From<f64> for Value {
-    fn from(v: f64) -> Value {
-        Value::Float(v)
-    }
-}
-impl From<bool> for Value {
-    fn from(v: bool) -> Value {
-        Value::Bool(v)
-    }
-}
-impl From<&str> for Value {
-    fn from(v: &str) -> Value {
-        Value::Str(v.to_string())
-    }
-}
-impl From<String> for Value {
-    fn from(v: String) -> Value {
-        Value::Str(v)
-    }
-}
-impl From<Vec<u8>> for Value {
-    fn from(v: Vec<u8>) -> Value {
-        Value::Bytes(v)
-    }
-}
-impl<T: Into<Value>> From<Option<T>> for Value {
-    fn from(v: Option<T>) -> Value {
-        v.map_or(Value::Null, Into::into)
     }
 }
