@@ -3,7 +3,7 @@
 
 use crate::ClientOptions;
 use latsdb_net::{write_frames, FrameError, FrameReader};
-use latsdb_types::proto::{self, ClientRequest, ClientResponse, Hello, ShardAddr, PROTOCOL_VERSION};
+use latsdb_types::proto::{self, ClientResponse, Hello, ShardAddr, PROTOCOL_VERSION};
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,7 +68,7 @@ impl ShardConn {
         self.alive.load(Ordering::Acquire)
     }
 
-    pub(crate) fn send(&self, request: &ClientRequest) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
+    pub(crate) fn send<T: serde::Serialize>(&self, request: &T) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending().insert(id, tx);

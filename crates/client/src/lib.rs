@@ -39,7 +39,7 @@ pub use latsdb_types::{DbError, ErrorCode, Result, Value};
 use conn::ShardConn;
 use latsdb_net::RpcConn;
 use latsdb_types::proto::{
-    ClientRequest, ClientResponse, ClusterLayout, MgmRequest, MgmResponse, NodeStatus, ShardAddr,
+    ClientRequest, ClientResponse, ClusterLayout, MgmRequest, MgmResponse, NodeStatus, Router, ShardAddr,
 };
 use latsdb_types::row::RowLayout;
 use latsdb_types::schema::{ColumnId, TableDef, TableSpec};
@@ -102,6 +102,7 @@ struct Inner {
     mgmd: String,
     opts: ClientOptions,
     layout: RwLock<Arc<ClusterLayout>>,
+    router: RwLock<Arc<Router>>,
     conns: Mutex<HashMap<ShardAddr, Arc<ShardConn>>>,
     connecting: tokio::sync::Mutex<()>,
     tables: RwLock<HashMap<(String, String), Arc<Table>>>,
@@ -159,6 +160,7 @@ impl Client {
             inner: Arc::new(Inner {
                 mgmd: mgmd.to_string(),
                 opts,
+                router: RwLock::new(Arc::new(Router::new(&layout))),
                 layout: RwLock::new(Arc::new(layout)),
                 conns: Mutex::new(HashMap::new()),
                 connecting: tokio::sync::Mutex::new(()),
@@ -178,6 +180,7 @@ impl Client {
             MgmResponse::Layout(l) => Arc::new(l),
             other => return Err(unexpected("GetLayout", other)),
         };
+        *self.inner.router.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Router::new(&layout));
         *self.inner.layout.write().unwrap_or_else(|p| p.into_inner()) = layout.clone();
         Ok(layout)
     }
@@ -266,13 +269,12 @@ impl Client {
         table
     }
 
+    pub(crate) fn router(&self) -> Arc<Router> {
+        self.inner.router.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     fn route(&self, partition: u32) -> Result<ShardAddr> {
-        self.layout().primary_of(partition).ok_or_else(|| {
-            DbError::new(
-                latsdb_types::ErrorCode::NodeUnavailable,
-                format!("no started data node holds partition {partition}; retry later"),
-            )
-        })
+        route_with(&self.router(), partition)
     }
 
     async fn shard_conn(&self, shard: ShardAddr) -> Result<Arc<ShardConn>> {
@@ -299,10 +301,10 @@ impl Client {
     }
 
     /// Sends a request without waiting; `finish` waits for its answer.
-    pub(crate) async fn start(
+    pub(crate) async fn start<T: serde::Serialize>(
         &self,
         shard: ShardAddr,
-        request: &ClientRequest,
+        request: &T,
     ) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
         let conn = self.shard_conn(shard).await?;
         conn.send(request)
@@ -357,4 +359,13 @@ impl Client {
             None => Err(DbError::internal("a batch of one operation returned no result")),
         }
     }
+}
+
+pub(crate) fn route_with(router: &Router, partition: u32) -> Result<ShardAddr> {
+    router.primary_of(partition).ok_or_else(|| {
+        DbError::new(
+            latsdb_types::ErrorCode::NodeUnavailable,
+            format!("no started data node holds partition {partition}; retry later"),
+        )
+    })
 }

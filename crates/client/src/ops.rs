@@ -1,9 +1,9 @@
 //! Single-row operations by primary key, their outcomes, and batches of
 //! independent operations.
 
-use crate::{Client, Table};
+use crate::{route_with, Client, Table};
 use latsdb_types::expr::Expr;
-use latsdb_types::proto::{ClientRequest, ClientResponse, KeyOp, LockMode, OpKind, OpResult, ShardAddr};
+use latsdb_types::proto::{ClientRequestRef, ClientResponse, KeyOp, LockMode, OpKind, OpResult, ShardAddr};
 use latsdb_types::row::RowLayout;
 use latsdb_types::schema::ColumnId;
 use latsdb_types::{DbError, ErrorCode, Result, Value};
@@ -195,50 +195,65 @@ impl Client {
         let mut results: Vec<Option<Result<Outcome>>> = (0..ops.len()).map(|_| None).collect();
         let mut todo: Vec<(usize, Op)> = ops.into_iter().enumerate().collect();
         for attempt in 0..=STALE_LAYOUT_RETRIES {
-            let mut groups: Vec<(ShardAddr, Vec<(usize, Op)>)> = Vec::new();
+            let router = self.router();
+            let mut groups: Vec<ShardGroup> = Vec::new();
             for (i, op) in todo.drain(..) {
-                match self.route(op.op.partition) {
-                    Ok(shard) => match groups.iter_mut().find(|(s, _)| *s == shard) {
-                        Some((_, g)) => g.push((i, op)),
-                        None => groups.push((shard, vec![(i, op)])),
-                    },
+                match route_with(&router, op.op.partition) {
+                    Ok(shard) => {
+                        let group = match groups.iter_mut().position(|g| g.shard == shard) {
+                            Some(pos) => &mut groups[pos],
+                            None => {
+                                groups.push(ShardGroup {
+                                    shard,
+                                    slots: Vec::new(),
+                                    ops: Vec::new(),
+                                    layouts: Vec::new(),
+                                });
+                                groups.last_mut().expect("just pushed")
+                            }
+                        };
+                        group.slots.push(i);
+                        group.ops.push(op.op);
+                        group.layouts.push(op.layout);
+                    }
                     Err(e) => results[i] = Some(Err(e)),
                 }
             }
+            // Send to every shard before waiting for any answer.
             let mut inflight = Vec::with_capacity(groups.len());
-            for (shard, group) in groups {
-                let key_ops: Vec<KeyOp> = group.iter().map(|(_, op)| op.op.clone()).collect();
-                let started = self.start(shard, &ClientRequest::Batch(key_ops)).await;
+            for group in groups {
+                let started = self.start(group.shard, &ClientRequestRef::Batch(&group.ops)).await;
                 inflight.push((group, started));
             }
             let mut stale = false;
-            for (meta, started) in inflight {
+            for (group, started) in inflight {
                 let answer = match started {
                     Ok(rx) => self.finish(rx).await,
                     Err(e) => Err(e),
                 };
+                let ShardGroup { slots, ops, layouts, .. } = group;
                 match answer {
-                    Ok(ClientResponse::Batch(list)) if list.len() == meta.len() => {
-                        for ((i, op), r) in meta.into_iter().zip(list) {
+                    Ok(ClientResponse::Batch(list)) if list.len() == slots.len() => {
+                        for (((i, op), layout), r) in slots.into_iter().zip(ops).zip(layouts).zip(list) {
                             match r {
                                 OpResult::Error(e)
                                     if e.code == ErrorCode::WrongShard && attempt < STALE_LAYOUT_RETRIES =>
                                 {
                                     stale = true;
-                                    todo.push((i, op));
+                                    todo.push((i, Op { op, layout }));
                                 }
-                                r => results[i] = Some(outcome(r, &op.layout)),
+                                r => results[i] = Some(outcome(r, &layout)),
                             }
                         }
                     }
                     Ok(ClientResponse::Error(e)) | Err(e) => {
-                        for (i, _) in meta {
+                        for i in slots {
                             results[i] = Some(Err(e.clone()));
                         }
                     }
                     Ok(other) => {
                         let e = DbError::internal(format!("a batch was answered with {other:?}"));
-                        for (i, _) in meta {
+                        for i in slots {
                             results[i] = Some(Err(e.clone()));
                         }
                     }
@@ -256,4 +271,12 @@ impl Client {
             .map(|r| r.unwrap_or_else(|| Err(DbError::internal("operation got no result"))))
             .collect())
     }
+}
+
+/// The operations of one batch that go to one shard.
+struct ShardGroup {
+    shard: ShardAddr,
+    slots: Vec<usize>,
+    ops: Vec<KeyOp>,
+    layouts: Vec<Arc<RowLayout>>,
 }

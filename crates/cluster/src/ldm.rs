@@ -296,13 +296,9 @@ impl Shard {
                     panic!("staged write for partition {partition} that this shard does not own");
                 };
                 match row {
-                    Some(row) => {
-                        p.put(&meta, &key.key, row);
-                    }
-                    None => {
-                        p.remove(&meta, &key.key);
-                    }
-                }
+                    Some(row) => p.put(&meta, &key.key, &row),
+                    None => p.remove(&meta, &key.key),
+                };
             }
             self.ldm_release_all(tx, ltx.locks, out);
         }
@@ -430,14 +426,12 @@ impl Shard {
                 let ltx = self.ldm.txs.entry(t).or_default();
                 ltx.staged.insert(k, (op.partition, new_image));
             }
-            _ => match new_image {
-                Some(row) => {
-                    partition.put(&meta, &op.key, row);
-                }
-                None => {
-                    partition.remove(&meta, &op.key);
-                }
-            },
+            _ => {
+                match new_image {
+                    Some(row) => partition.put(&meta, &op.key, &row),
+                    None => partition.remove(&meta, &op.key),
+                };
+            }
         }
         Ok(OpResult::Done)
     }

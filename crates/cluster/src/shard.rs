@@ -5,7 +5,7 @@ use crate::ldm::LdmState;
 use crate::tc::TcState;
 use latsdb_storage::Partition;
 use latsdb_types::proto::{
-    ClientRequest, ClientResponse, ClusterLayout, PeerMsg, ScanRequest, SchemaChange, ShardAddr,
+    ClientRequest, ClientResponse, ClusterLayout, PeerMsg, Router, ScanRequest, SchemaChange, ShardAddr,
 };
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
@@ -49,6 +49,7 @@ pub(crate) struct TableState {
 pub struct Shard {
     pub(crate) cfg: ShardConfig,
     pub(crate) layout: ClusterLayout,
+    pub(crate) router: Router,
     pub(crate) tables: HashMap<TableId, TableState>,
     pub(crate) ldm: LdmState,
     pub(crate) tc: TcState,
@@ -59,7 +60,16 @@ pub struct Shard {
 impl Shard {
     pub fn new(cfg: ShardConfig, layout: ClusterLayout) -> Shard {
         let tc = TcState::starting_at(cfg.first_tx_seq);
-        Shard { cfg, layout, tables: HashMap::new(), ldm: LdmState::default(), tc, now: 0, local: VecDeque::new() }
+        Shard {
+            cfg,
+            router: Router::new(&layout),
+            layout,
+            tables: HashMap::new(),
+            ldm: LdmState::default(),
+            tc,
+            now: 0,
+            local: VecDeque::new(),
+        }
     }
 
     pub fn address(&self) -> ShardAddr {
@@ -74,6 +84,7 @@ impl Shard {
         if layout.lock_wait_timeout_ms > 0 {
             self.cfg.lock_wait_timeout_us = layout.lock_wait_timeout_ms * 1000;
         }
+        self.router = Router::new(&layout);
         self.layout = layout;
         self.ldm_abort_orphans(out);
         self.drain_local(out);
@@ -90,7 +101,7 @@ impl Shard {
                 }
                 let meta = Arc::new(TableMeta::new(def));
                 let partitions = (0..meta.def.partitions)
-                    .map(|p| (self.layout.primary_of(p) == Some(self.cfg.me)).then(|| Partition::new(&meta)))
+                    .map(|p| (self.router.primary_of(p) == Some(self.cfg.me)).then(|| Partition::new(&meta)))
                     .collect();
                 self.tables.insert(meta.def.id, TableState { meta, partitions });
             }

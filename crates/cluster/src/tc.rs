@@ -164,7 +164,7 @@ impl Shard {
                 table.meta.def.partitions
             )));
         }
-        self.layout.primary_of(op.partition).ok_or_else(|| {
+        self.router.primary_of(op.partition).ok_or_else(|| {
             DbError::new(
                 ErrorCode::NodeUnavailable,
                 format!("no started data node holds partition {}; retry later", op.partition),

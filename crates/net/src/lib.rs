@@ -118,13 +118,28 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 pub async fn write_frames<W: AsyncWrite + Unpin>(mut out: W, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
     let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BATCH);
     while let Some(first) = rx.recv().await {
-        if first.len() >= WRITE_BATCH {
-            if out.write_all(&first).await.is_err() {
-                return;
+        let second = match rx.try_recv() {
+            Ok(frame) if first.len() < WRITE_BATCH => frame,
+            Ok(frame) => {
+                // A large frame goes out on its own, without a copy.
+                if out.write_all(&first).await.is_err() {
+                    return;
+                }
+                frame
             }
-            continue;
+            Err(_) => {
+                // Nothing else queued: write the frame as it is.
+                if out.write_all(&first).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        // A large first frame was written above; a small one leads the batch.
+        if first.len() < WRITE_BATCH {
+            buf.extend_from_slice(&first);
         }
-        buf.extend_from_slice(&first);
+        buf.extend_from_slice(&second);
         while buf.len() < WRITE_BATCH {
             match rx.try_recv() {
                 Ok(frame) => buf.extend_from_slice(&frame),

@@ -14,7 +14,7 @@ use latsdb_types::keycodec::prefix_successor;
 use latsdb_types::proto::{KeyBound, ScanPage, ScanRequest};
 use latsdb_types::schema::{ColumnId, IndexId};
 use latsdb_types::{DbError, Result, TableMeta};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 /// Largest scan page a data node sends, in row bytes; a page ends early (with
@@ -23,7 +23,69 @@ pub const MAX_PAGE_BYTES: usize = 1 << 20;
 /// Most rows a client may ask for in one page.
 pub const MAX_PAGE_ROWS: u32 = 100_000;
 
-type RowMap = HashMap<Box<[u8]>, Box<[u8]>, foldhash::fast::RandomState>;
+/// One stored row: `[u16 LE key length][memcomparable key][row]` in a single
+/// allocation, so a lookup's key comparison touches the same cache lines as
+/// the row it returns (one pointer chase instead of two).
+struct Entry(Box<[u8]>);
+
+impl Entry {
+    fn new(key: &[u8], row: &[u8]) -> Entry {
+        assert!(key.len() <= u16::MAX as usize, "primary key of {} bytes is longer than 64 KiB", key.len());
+        let mut bytes = Vec::with_capacity(2 + key.len() + row.len());
+        bytes.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(row);
+        Entry(bytes.into_boxed_slice())
+    }
+    fn key_len(&self) -> usize {
+        u16::from_le_bytes([self.0[0], self.0[1]]) as usize
+    }
+    fn key(&self) -> &[u8] {
+        &self.0[2..2 + self.key_len()]
+    }
+    fn row(&self) -> &[u8] {
+        &self.0[2 + self.key_len()..]
+    }
+}
+
+struct RowMap {
+    table: hashbrown::HashTable<Entry>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl RowMap {
+    fn new() -> RowMap {
+        RowMap { table: hashbrown::HashTable::new(), hasher: foldhash::fast::RandomState::default() }
+    }
+    fn hash(&self, key: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(key)
+    }
+    fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.table.find(self.hash(key), |e| e.key() == key)
+    }
+    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let hash = self.hash(key);
+        self.table.find_entry(hash, |e| e.key() == key).ok().map(|o| o.remove().0)
+    }
+    fn insert_new(&mut self, entry: Entry) {
+        let hash = self.hash(entry.key());
+        let hasher = &self.hasher;
+        self.table.insert_unique(hash, entry, |e| {
+            use std::hash::BuildHasher;
+            hasher.hash_one(e.key())
+        });
+    }
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+    fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.table.iter()
+    }
+}
 
 struct OrderedIndex {
     id: IndexId,
@@ -53,7 +115,7 @@ pub struct Partition {
 
 impl Partition {
     pub fn new(meta: &TableMeta) -> Partition {
-        let mut p = Partition { rows: RowMap::default(), indexes: Vec::new(), row_bytes: 0 };
+        let mut p = Partition { rows: RowMap::new(), indexes: Vec::new(), row_bytes: 0 };
         p.rebuild_indexes(meta);
         p
     }
@@ -72,32 +134,33 @@ impl Partition {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.rows.get(key).map(|r| &**r)
+        self.rows.get(key).map(Entry::row)
     }
 
     /// Inserts or replaces the row of `key`, keeping every index in step.
-    /// Returns the previous row.
-    pub fn put(&mut self, meta: &TableMeta, key: &[u8], row: Box<[u8]>) -> Option<Box<[u8]>> {
-        debug_assert_eq!(meta.key_of_row(&row), key, "row and key disagree");
-        let old = self.remove(meta, key);
+    /// Returns whether a row was replaced.
+    pub fn put(&mut self, meta: &TableMeta, key: &[u8], row: &[u8]) -> bool {
+        debug_assert_eq!(meta.key_of_row(row), key, "row and key disagree");
+        let replaced = self.remove(meta, key);
         for index in &mut self.indexes {
-            let (entry, offset) = index.entry(meta, key, &row);
+            let (entry, offset) = index.entry(meta, key, row);
             index.entries.insert(entry, offset);
         }
         self.row_bytes += key.len() + row.len();
-        self.rows.insert(key.into(), row);
-        old
+        self.rows.insert_new(Entry::new(key, row));
+        replaced
     }
 
-    pub fn remove(&mut self, meta: &TableMeta, key: &[u8]) -> Option<Box<[u8]>> {
-        let (stored_key, row) = self.rows.remove_entry(key)?;
+    /// Removes the row of `key`; returns whether there was one.
+    pub fn remove(&mut self, meta: &TableMeta, key: &[u8]) -> bool {
+        let Some(stored) = self.rows.remove(key) else { return false };
         for index in &mut self.indexes {
-            let (entry, _) = index.entry(meta, &stored_key, &row);
+            let (entry, _) = index.entry(meta, stored.key(), stored.row());
             let removed = index.entries.remove(&entry);
             assert!(removed.is_some(), "ordered index {} lost an entry", index.id);
         }
-        self.row_bytes -= stored_key.len() + row.len();
-        Some(row)
+        self.row_bytes -= stored.key().len() + stored.row().len();
+        true
     }
 
     /// Brings the set of ordered indexes in line with the table definition
@@ -110,8 +173,8 @@ impl Partition {
                 continue;
             }
             let mut index = OrderedIndex { id, columns, entries: BTreeMap::new() };
-            for (key, row) in &self.rows {
-                let (entry, offset) = index.entry(meta, key, row);
+            for stored in self.rows.iter() {
+                let (entry, offset) = index.entry(meta, stored.key(), stored.row());
                 index.entries.insert(entry, offset);
             }
             self.indexes.push(index);
@@ -120,7 +183,7 @@ impl Partition {
 
     /// Iterates every row (for checks and tests).
     pub fn rows(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.rows.iter().map(|(k, v)| (&**k, &**v))
+        self.rows.iter().map(|e| (e.key(), e.row()))
     }
 
     /// One page of a read-committed scan along an ordered index.
@@ -180,7 +243,7 @@ impl Partition {
     fn row_of(&self, entry: &[u8], offset: u32) -> &[u8] {
         let key = &entry[offset as usize..];
         match self.rows.get(key) {
-            Some(row) => row,
+            Some(stored) => stored.row(),
             None => panic!("ordered index entry without a row"),
         }
     }
@@ -246,7 +309,7 @@ mod tests {
                 meta.coerce_row(vec![Value::Int(id), Value::Int(id % 10), Value::Str(format!("row{id}"))]).unwrap();
             let row = meta.layout.encode(&row);
             let key = meta.key_of_row(&row);
-            p.put(meta, &key, row.into_boxed_slice());
+            p.put(meta, &key, &row);
         }
     }
 
@@ -313,10 +376,10 @@ mod tests {
         assert_eq!(ids, vec![3, 13, 23, 33, 43, 4, 14, 24, 34, 44]);
         // Moving a row to another index key moves its index entry.
         let row = meta.layout.encode(&meta.coerce_row(vec![Value::Int(13), Value::Int(9), Value::Null]).unwrap());
-        p.put(&meta, &meta.key_of_row(&row), row.into_boxed_slice());
+        p.put(&meta, &meta.key_of_row(&row), &row);
         let ids: Vec<i64> = scan_all(&meta, &p, req.clone()).iter().map(|r| r[0].as_i64().unwrap()).collect();
         assert_eq!(ids, vec![3, 23, 33, 43, 4, 14, 24, 34, 44]);
-        p.remove(&meta, &key(&meta, &[0], 4)).unwrap();
+        assert!(p.remove(&meta, &key(&meta, &[0], 4)));
         assert_eq!(scan_all(&meta, &p, req).len(), 8);
         assert_eq!(p.len(), 99);
     }

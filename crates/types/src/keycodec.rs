@@ -222,6 +222,75 @@ pub fn decode_key(columns: &[&ColumnDef], mut input: &[u8]) -> Result<Vec<Value>
     Ok(values)
 }
 
+/// Checks that `input` is exactly one encoded value of each type, without
+/// allocating (the data node's check of keys from the network).
+pub fn validate_key<'a>(types: impl Iterator<Item = ColumnType>, input: &'a [u8]) -> Result<()> {
+    let mut rest: &'a [u8] = input;
+    for ty in types {
+        rest = skip_value(ty, rest)?;
+    }
+    if !rest.is_empty() {
+        return Err(DbError::malformed(format!("{} unexpected bytes after the key", rest.len())));
+    }
+    Ok(())
+}
+
+fn skip_value(ty: ColumnType, input: &[u8]) -> Result<&[u8]> {
+    let bad = || DbError::malformed(format!("truncated or invalid key encoding for a {} value", ty.sql_name()));
+    let (&tag, rest) = input.split_first().ok_or_else(bad)?;
+    match tag {
+        TAG_NULL => return Ok(rest),
+        TAG_VALUE => {}
+        _ => return Err(bad()),
+    }
+    let fixed = match ty {
+        ColumnType::Integer { .. }
+        | ColumnType::Float
+        | ColumnType::Double
+        | ColumnType::DateTime
+        | ColumnType::Timestamp => 8,
+        ColumnType::Decimal { .. } => 16,
+        ColumnType::Boolean => 1,
+        ColumnType::Date => {
+            // Dates must fit an i32 day number.
+            let b = rest.get(..8).ok_or_else(bad)?;
+            let v = (u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) ^ (1 << 63)) as i64;
+            i32::try_from(v).map_err(|_| bad())?;
+            return Ok(&rest[8..]);
+        }
+        _ => {
+            // Escaped bytes: 0x00 0xFF is a zero byte, 0x00 0x01 ends the value.
+            // UTF-8 is checked per run between zero bytes (a zero byte never
+            // sits inside a multi-byte character).
+            let mut i = 0;
+            let mut run_start = 0;
+            loop {
+                match rest.get(i) {
+                    None => return Err(bad()),
+                    Some(0) => {
+                        if ty.is_string() && std::str::from_utf8(&rest[run_start..i]).is_err() {
+                            return Err(bad());
+                        }
+                        match rest.get(i + 1) {
+                            Some(0xFF) => {
+                                i += 2;
+                                run_start = i;
+                            }
+                            Some(0x01) => return Ok(&rest[i + 2..]),
+                            _ => return Err(bad()),
+                        }
+                    }
+                    Some(_) => i += 1,
+                }
+            }
+        }
+    };
+    if rest.len() < fixed {
+        return Err(bad());
+    }
+    Ok(&rest[fixed..])
+}
+
 /// Length of the encoding of `columns` at the front of `input`.
 pub fn encoded_len(columns: &[&ColumnDef], input: &[u8]) -> Result<usize> {
     let mut rest = input;
@@ -286,6 +355,13 @@ mod tests {
         assert_eq!(decode_key(&[&a, &b], &key).unwrap(), values);
         assert!(decode_key(&[&a, &b], &key[..key.len() - 1]).is_err());
         assert!(decode_key(&[&a], &key).is_err());
+        let types = || [a.ty, b.ty].into_iter();
+        validate_key(types(), &key).unwrap();
+        assert!(validate_key(types(), &key[..key.len() - 1]).is_err());
+        assert!(validate_key(types(), &[&key[..], &[0]].concat()).is_err());
+        let mut bad_utf8 = vec![1, 0xC3, 0x00, 0xFF, 0x28, 0x00, 0x01];
+        bad_utf8.extend_from_slice(&key[key.len() - 9..]);
+        assert!(validate_key(types(), &bad_utf8).is_err());
     }
 
     #[test]

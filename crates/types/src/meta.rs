@@ -34,12 +34,23 @@ impl TableMeta {
 
     /// Coerces and encodes a primary key given as values in key order.
     pub fn encode_key(&self, key: &[Value]) -> Result<Vec<u8>> {
-        keycodec::encode_key(&self.key_columns(), key)
+        let pk = &self.def.primary_key;
+        if key.len() != pk.len() {
+            return keycodec::encode_key(&self.key_columns(), key);
+        }
+        let mut out = Vec::with_capacity(pk.len() * 10);
+        for (&c, value) in pk.iter().zip(key) {
+            let column = &self.def.columns[c as usize];
+            let v = coerce(value.clone(), column)?;
+            keycodec::encode_value(&mut out, column.ty, &v);
+        }
+        Ok(out)
     }
 
-    /// Checks that bytes received as a key decode as this table's key.
+    /// Checks that bytes received as a key are a well-formed key of this
+    /// table, without allocating.
     pub fn validate_key(&self, key: &[u8]) -> Result<()> {
-        keycodec::decode_key(&self.key_columns(), key).map(|_| ())
+        keycodec::validate_key(self.def.primary_key.iter().map(|&c| self.def.columns[c as usize].ty), key)
     }
 
     pub fn partition_of(&self, key: &[u8]) -> u32 {

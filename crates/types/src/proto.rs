@@ -248,30 +248,64 @@ impl ClusterLayout {
     }
 
     /// The shard holding the primary replica of a partition, or None when its
-    /// node is not started. Partitions are dealt round-robin over node
-    /// groups, primaries round-robin over a group's replicas, and then over the
-    /// primary node's shards.
+    /// node is not started. See [`Router`], which answers the same without
+    /// allocating.
     pub fn primary_of(&self, partition: u32) -> Option<ShardAddr> {
-        if self.node_groups == 0 {
-            return None;
-        }
-        let group = partition % self.node_groups;
-        let nodes = self.group_nodes(group);
-        if nodes.is_empty() {
-            return None;
-        }
-        let local = partition / self.node_groups;
-        let node = nodes[(local as usize) % nodes.len()];
-        if node.status != NodeStatus::Started || node.shards.is_empty() {
-            return None;
-        }
-        let shard = (local as usize / nodes.len()) % node.shards.len();
-        Some(ShardAddr { node: node.node_id, shard: shard as u16 })
+        Router::new(self).primary_of(partition)
     }
 
     pub fn shard_address(&self, shard: ShardAddr) -> Option<&str> {
         self.datanode(shard.node)?.shards.get(shard.shard as usize).map(|s| s.as_str())
     }
+}
+
+/// Partition-to-shard routing precomputed from a layout, for hot paths.
+///
+/// Partitions are dealt round-robin over node groups, primaries round-robin
+/// over a group's replicas, and then over the primary node's shards.
+#[derive(Clone, Debug, Default)]
+pub struct Router {
+    /// Per node group, its nodes in node-id order: (node, shard count, started).
+    groups: Vec<Vec<(NodeId, u16, bool)>>,
+}
+
+impl Router {
+    pub fn new(layout: &ClusterLayout) -> Router {
+        let groups = (0..layout.node_groups)
+            .map(|g| {
+                layout
+                    .group_nodes(g)
+                    .iter()
+                    .map(|d| (d.node_id, d.shards.len() as u16, d.status == NodeStatus::Started))
+                    .collect()
+            })
+            .collect();
+        Router { groups }
+    }
+
+    pub fn primary_of(&self, partition: u32) -> Option<ShardAddr> {
+        let groups = self.groups.len() as u32;
+        if groups == 0 {
+            return None;
+        }
+        let nodes = &self.groups[(partition % groups) as usize];
+        if nodes.is_empty() {
+            return None;
+        }
+        let local = (partition / groups) as usize;
+        let (node, shards, started) = nodes[local % nodes.len()];
+        if !started || shards == 0 {
+            return None;
+        }
+        Some(ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
+    }
+}
+
+/// Serializes exactly like `ClientRequest::Batch`, borrowing the operations
+/// (the client keeps them to retry after a layout change).
+#[derive(Serialize)]
+pub enum ClientRequestRef<'a> {
+    Batch(&'a [KeyOp]),
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -380,4 +414,24 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
         .with_limit(body.len() as u64 * 4 + 1024)
         .deserialize(body)
         .map_err(|e| DbError::malformed(format!("could not decode the message: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn borrowed_batch_encodes_like_owned_batch() {
+        let op = KeyOp {
+            table: 3,
+            table_version: 2,
+            partition: 1,
+            key: vec![1, 2, 3],
+            kind: OpKind::Read { lock: LockMode::Committed },
+            projection: Some(vec![0, 2]),
+        };
+        let owned = frame(9, &ClientRequest::Batch(vec![op.clone(), op.clone()]));
+        let borrowed = frame(9, &ClientRequestRef::Batch(&[op.clone(), op]));
+        assert_eq!(owned, borrowed);
+    }
 }
