@@ -18,6 +18,8 @@ pub(crate) struct Prepared {
     op: KeyOp,
     meta: Arc<TableMeta>,
     new_row: Option<Box<[u8]>>,
+    /// The key's hash in its partition's index.
+    hash: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -83,7 +85,7 @@ impl Shard {
     fn ldm_prepare(&self, op: KeyOp) -> Result<Prepared> {
         let table = self.table(op.table, op.table_version)?;
         let meta = &table.meta;
-        owned_partition(table, op.partition, self.cfg.me)?;
+        let partition = owned_partition(table, op.partition, self.cfg.me)?;
         meta.validate_key(&op.key)?;
         if meta.partition_of(&op.key) != op.partition {
             return Err(DbError::bad_request(format!(
@@ -127,16 +129,36 @@ impl Shard {
             }
             OpKind::Read { .. } | OpKind::Delete => None,
         };
-        Ok(Prepared { meta: meta.clone(), op, new_row })
+        // Start loading the key's index slot now; it is read a little later.
+        let hash = partition.key_hash(&op.key);
+        partition.prefetch_slot(hash);
+        Ok(Prepared { meta: meta.clone(), op, new_row, hash })
+    }
+
+    /// Start loading the row of a prepared operation (its slot should be cached).
+    fn ldm_prefetch_row(&self, prepared: &Prepared) {
+        if let Some(Some(p)) =
+            self.tables.get(&prepared.op.table).and_then(|t| t.partitions.get(prepared.op.partition as usize))
+        {
+            p.prefetch_row(prepared.hash);
+        }
     }
 
     /// Independent operations from a client batch.
+    ///
+    /// Hot path. The batch is handled in three passes so that the cache
+    /// misses of all its lookups overlap: validate every operation (which
+    /// prefetches its index slot), prefetch every row, then execute.
     pub(crate) fn ldm_batch(&mut self, conn: ConnId, req_id: u64, ops: Vec<KeyOp>, out: &mut Outbox) {
         let mut results: Vec<Option<OpResult>> = Vec::with_capacity(ops.len());
         let mut waiting = 0;
         let batch = self.ldm.next_batch;
-        for (idx, op) in ops.into_iter().enumerate() {
-            let prepared = match self.ldm_prepare(op) {
+        let prepared: Vec<Result<Prepared>> = ops.into_iter().map(|op| self.ldm_prepare(op)).collect();
+        for p in prepared.iter().flatten() {
+            self.ldm_prefetch_row(p);
+        }
+        for (idx, prepared) in prepared.into_iter().enumerate() {
+            let prepared = match prepared {
                 Ok(p) => p,
                 Err(e) => {
                     results.push(Some(OpResult::Error(e)));
@@ -144,8 +166,12 @@ impl Shard {
                 }
             };
             let mode = lock_mode(&prepared.op.kind);
+            if mode == LockMode::Committed {
+                results.push(Some(self.ldm_execute(&prepared, None)));
+                continue;
+            }
             let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
-            if mode == LockMode::Committed || !self.ldm.locks.is_locked(&key) {
+            if !self.ldm.locks.is_locked(&key) {
                 // Unlocked: executing now is the same as lock, execute, unlock,
                 // because the shard is single-threaded.
                 results.push(Some(self.ldm_execute(&prepared, None)));
@@ -376,7 +402,7 @@ impl Shard {
         };
         let current: Option<&[u8]> = match staged {
             Some((_, image)) => image.as_deref(),
-            None => partition.get(&op.key),
+            None => partition.get_hashed(&op.key, prepared.hash),
         };
         let new_image: Option<Box<[u8]>> = match &op.kind {
             OpKind::Read { .. } => {

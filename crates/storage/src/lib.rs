@@ -9,11 +9,14 @@
 //! Row locks and transaction staging live above this crate (in the cluster
 //! crate's local data manager); this crate only sees committed rows.
 
+mod rowmap;
+
 use latsdb_types::expr::Aggregate;
 use latsdb_types::keycodec::prefix_successor;
 use latsdb_types::proto::{KeyBound, ScanPage, ScanRequest};
 use latsdb_types::schema::{ColumnId, IndexId};
 use latsdb_types::{DbError, Result, TableMeta};
+use rowmap::{Entry, RowMap};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -22,70 +25,6 @@ use std::ops::Bound;
 pub const MAX_PAGE_BYTES: usize = 1 << 20;
 /// Most rows a client may ask for in one page.
 pub const MAX_PAGE_ROWS: u32 = 100_000;
-
-/// One stored row: `[u16 LE key length][memcomparable key][row]` in a single
-/// allocation, so a lookup's key comparison touches the same cache lines as
-/// the row it returns (one pointer chase instead of two).
-struct Entry(Box<[u8]>);
-
-impl Entry {
-    fn new(key: &[u8], row: &[u8]) -> Entry {
-        assert!(key.len() <= u16::MAX as usize, "primary key of {} bytes is longer than 64 KiB", key.len());
-        let mut bytes = Vec::with_capacity(2 + key.len() + row.len());
-        bytes.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(row);
-        Entry(bytes.into_boxed_slice())
-    }
-    fn key_len(&self) -> usize {
-        u16::from_le_bytes([self.0[0], self.0[1]]) as usize
-    }
-    fn key(&self) -> &[u8] {
-        &self.0[2..2 + self.key_len()]
-    }
-    fn row(&self) -> &[u8] {
-        &self.0[2 + self.key_len()..]
-    }
-}
-
-struct RowMap {
-    table: hashbrown::HashTable<Entry>,
-    hasher: foldhash::fast::RandomState,
-}
-
-impl RowMap {
-    fn new() -> RowMap {
-        RowMap { table: hashbrown::HashTable::new(), hasher: foldhash::fast::RandomState::default() }
-    }
-    fn hash(&self, key: &[u8]) -> u64 {
-        use std::hash::BuildHasher;
-        self.hasher.hash_one(key)
-    }
-    fn get(&self, key: &[u8]) -> Option<&Entry> {
-        self.table.find(self.hash(key), |e| e.key() == key)
-    }
-    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        let hash = self.hash(key);
-        self.table.find_entry(hash, |e| e.key() == key).ok().map(|o| o.remove().0)
-    }
-    fn insert_new(&mut self, entry: Entry) {
-        let hash = self.hash(entry.key());
-        let hasher = &self.hasher;
-        self.table.insert_unique(hash, entry, |e| {
-            use std::hash::BuildHasher;
-            hasher.hash_one(e.key())
-        });
-    }
-    fn len(&self) -> usize {
-        self.table.len()
-    }
-    fn is_empty(&self) -> bool {
-        self.table.is_empty()
-    }
-    fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.table.iter()
-    }
-}
 
 struct OrderedIndex {
     id: IndexId,
@@ -125,7 +64,7 @@ impl Partition {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.rows.len() == 0
     }
 
     /// Bytes held by row keys and values (without map overhead).
@@ -134,7 +73,27 @@ impl Partition {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.rows.get(key).map(Entry::row)
+        self.rows.get(key, self.rows.hash(key)).map(Entry::row)
+    }
+
+    /// `get` with the key's hash already computed (see `key_hash`).
+    pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<&[u8]> {
+        self.rows.get(key, hash).map(Entry::row)
+    }
+
+    /// Hash of a key in this partition's index, for the prefetch steps.
+    pub fn key_hash(&self, key: &[u8]) -> u64 {
+        self.rows.hash(key)
+    }
+
+    /// Batched lookups, step 1 of 2: start loading the key's index slot.
+    pub fn prefetch_slot(&self, hash: u64) {
+        self.rows.prefetch_slot(hash)
+    }
+
+    /// Batched lookups, step 2 of 2: start loading the key's row.
+    pub fn prefetch_row(&self, hash: u64) {
+        self.rows.prefetch_entry(hash)
     }
 
     /// Inserts or replaces the row of `key`, keeping every index in step.
@@ -242,7 +201,7 @@ impl Partition {
 
     fn row_of(&self, entry: &[u8], offset: u32) -> &[u8] {
         let key = &entry[offset as usize..];
-        match self.rows.get(key) {
+        match self.rows.get(key, self.rows.hash(key)) {
             Some(stored) => stored.row(),
             None => panic!("ordered index entry without a row"),
         }
