@@ -214,13 +214,13 @@ mod tests {
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let key = (seed % 5000).to_be_bytes().to_vec();
-            if seed % 3 == 0 {
+            if seed.is_multiple_of(3) {
                 let removed = map.remove(&key).map(|e| e.row().to_vec());
                 assert_eq!(removed, model.remove(&key), "step {step}");
-            } else if !model.contains_key(&key) {
+            } else if let std::collections::hash_map::Entry::Vacant(slot) = model.entry(key.clone()) {
                 let row = step.to_le_bytes().to_vec();
                 map.insert_new(Entry::new(&key, &row));
-                model.insert(key, row);
+                slot.insert(row);
             }
             if step % 997 == 0 {
                 for (k, v) in &model {
