@@ -113,7 +113,13 @@ impl RowMap {
             match &slot.entry {
                 None => return,
                 Some(e) if slot.hash == hash => {
-                    prefetch(e.0.as_ptr());
+                    // Every cache line of the entry (its length is in the
+                    // slot), up to 4: the row is copied right after.
+                    let bytes = e.0.as_ptr();
+                    let lines = e.0.len().div_ceil(64).min(4);
+                    for line in 0..lines {
+                        prefetch(bytes.wrapping_add(line * 64));
+                    }
                     return;
                 }
                 Some(_) => i = (i + 1) & self.mask(),
