@@ -126,6 +126,14 @@ impl Pump {
     }
 }
 
+/// The id of a transaction that a TxExec answer left open.
+fn open_tx(response: Option<ClientResponse>) -> TxId {
+    match response {
+        Some(ClientResponse::TxExec { tx, committed: false, .. }) => tx,
+        other => panic!("expected an open transaction, got {other:?}"),
+    }
+}
+
 fn set_balance(_id: i64, value: i64) -> OpKind {
     OpKind::Update { set: vec![(1, latsdb_types::expr::Expr::Const(Value::Int(value)))] }
 }
@@ -184,10 +192,7 @@ fn cross_shard_transaction_commits_atomically_or_not_at_all() {
     // Uncommitted writes are invisible to committed reads; commit makes both visible.
     let ops = vec![p.op(a, set_balance(a, 40)), p.op(b, set_balance(b, 60))];
     p.request(0, 1, 3, ClientRequest::TxExec { tx: None, ops, commit: false });
-    let tx = match p.take(3) {
-        Some(ClientResponse::TxExec { tx, committed: false, .. }) => tx,
-        other => panic!("{other:?}"),
-    };
+    let tx = open_tx(p.take(3));
     assert_eq!((p.balance(a), p.balance(b)), (Some(50), Some(50)));
     p.request(0, 1, 4, ClientRequest::TxExec { tx: Some(tx), ops: vec![], commit: true });
     assert!(matches!(p.take(4), Some(ClientResponse::TxExec { committed: true, .. })));
@@ -206,10 +211,7 @@ fn writers_serialize_and_lock_waits_time_out() {
     // Tx A takes the row lock.
     let ops = vec![p.op(1, set_balance(1, 11))];
     p.request(s, 1, 2, ClientRequest::TxExec { tx: None, ops, commit: false });
-    let tx_a = match p.take(2) {
-        Some(ClientResponse::TxExec { tx, .. }) => tx,
-        other => panic!("{other:?}"),
-    };
+    let tx_a = open_tx(p.take(2));
     // Tx B (another client) wants the same row: it waits.
     let ops = vec![p.op(1, OpKind::Read { lock: LockMode::Exclusive })];
     p.request(s, 2, 3, ClientRequest::TxExec { tx: None, ops, commit: true });
@@ -257,10 +259,7 @@ fn unexpected_peer_messages_are_ignored_not_fatal() {
     let insert = p.op(1, OpKind::Insert { row: vec![Value::Int(1), Value::Int(10)] });
     let s = p.owner(&insert);
     p.request(s, 1, 1, ClientRequest::TxExec { tx: None, ops: vec![insert], commit: false });
-    let tx = match p.take(1) {
-        Some(ClientResponse::TxExec { tx, .. }) => tx,
-        other => panic!("{other:?}"),
-    };
+    let tx = open_tx(p.take(1));
     let stranger = ShardAddr { node: 3 - (s as u16), shard: 0 };
     let me = p.shards[s].address();
     let mut out = Outbox::default();
@@ -312,15 +311,9 @@ fn operations_of_one_transaction_on_a_row_run_in_order() {
     p.take(1);
     let shared = |p: &Pump| p.op(1, OpKind::Read { lock: LockMode::Shared });
     p.request(s, 1, 2, ClientRequest::TxExec { tx: None, ops: vec![shared(&p)], commit: false });
-    let t1 = match p.take(2) {
-        Some(ClientResponse::TxExec { tx, .. }) => tx,
-        other => panic!("{other:?}"),
-    };
+    let t1 = open_tx(p.take(2));
     p.request(s, 2, 3, ClientRequest::TxExec { tx: None, ops: vec![shared(&p)], commit: false });
-    let t2 = match p.take(3) {
-        Some(ClientResponse::TxExec { tx, .. }) => tx,
-        other => panic!("{other:?}"),
-    };
+    let t2 = open_tx(p.take(3));
     // T1 updates (an upgrade that must wait for T2) and then reads in the same request.
     let ops = vec![p.op(1, set_balance(1, 77)), p.op(1, OpKind::Read { lock: LockMode::Committed })];
     p.request(s, 1, 4, ClientRequest::TxExec { tx: Some(t1), ops, commit: true });
