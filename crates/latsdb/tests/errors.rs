@@ -173,6 +173,80 @@ async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_operation_outcomes() {
+    let cluster = TestCluster::start(&[]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let t = client
+        .create_table(
+            TableSpec::new("k", "t")
+                .column(ColumnDef::new("id", ColumnType::VarChar(20)))
+                .column(ColumnDef::new("n", ColumnType::int(IntWidth::Int)).not_null().default_value(Value::Int(7)))
+                .column(ColumnDef::new("note", ColumnType::Text))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+    let key = |s: &str| vec![Value::Str(s.into())];
+    // Upsert inserts, then overwrites; insert_named fills defaults.
+    let r = client
+        .batch(vec![
+            Op::upsert(&t, vec!["a".into(), Value::Int(1), Value::Null]).unwrap(),
+            Op::insert_named(&t, &[("id", "b".into())]).unwrap(),
+        ])
+        .await
+        .unwrap();
+    assert!(r.iter().all(|x| matches!(x, Ok(latsdb_client::Outcome::Done))));
+    client.batch(vec![Op::upsert(&t, vec!["a".into(), Value::Int(2), "x".into()]).unwrap()]).await.unwrap();
+    let a = client.get(&t, &key("a")).await.unwrap().unwrap();
+    assert_eq!(a.values(), vec!["a".into(), Value::Int(2), "x".into()]);
+    let b = client.get(&t, &key("b")).await.unwrap().unwrap();
+    assert_eq!(b.get_by_name("n").unwrap(), Value::Int(7));
+    assert_eq!(b.get_by_name("note").unwrap(), Value::Null);
+    // A projection returns only the named columns.
+    let only_note = Op::read(&t, &key("a")).unwrap().columns(&t, &["note"]).unwrap();
+    let row = client.batch(vec![only_note]).await.unwrap().pop().unwrap().unwrap().into_row().unwrap();
+    assert_eq!(row.values(), vec![Value::from("x")]);
+    // Update, delete and read of a missing row are NotFound outcomes, not errors.
+    let r = client
+        .batch(vec![
+            Op::update(&t, &key("zz"), &[("n", Value::Int(1))]).unwrap(),
+            Op::delete(&t, &key("zz")).unwrap(),
+            Op::read(&t, &key("zz")).unwrap(),
+            Op::delete(&t, &key("b")).unwrap(),
+        ])
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = r
+        .iter()
+        .map(|x| match x {
+            Ok(latsdb_client::Outcome::NotFound) => "notfound",
+            Ok(latsdb_client::Outcome::Done) => "done",
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, vec!["notfound", "notfound", "notfound", "done"]);
+    assert!(client.get(&t, &key("b")).await.unwrap().is_none());
+    // NOT NULL is enforced on update too, and a key column cannot be updated.
+    let e = Op::update(&t, &key("a"), &[("n", Value::Null)]).unwrap_err();
+    assert!(e.message.contains("cannot be NULL"), "{}", e.message);
+    let r = client.batch(vec![Op::update(&t, &key("a"), &[("id", "c".into())]).unwrap()]).await.unwrap();
+    assert!(matches!(&r[0], Err(e) if e.message.contains("primary-key column 'id' cannot be updated")), "{r:?}");
+}
+
+#[test]
+fn replicas_above_one_are_refused_until_replication_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .args(["start", "--mgmd-port", "0", "--replicas", "2", "--timeout", "20", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("replication is not built yet"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_changes_reach_every_node() {
     let cluster = TestCluster::start(&[]);
     let client = Client::connect(&cluster.mgmd).await.unwrap();

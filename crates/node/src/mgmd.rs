@@ -58,6 +58,13 @@ struct Mgmd {
 pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
     opts.config.validate()?;
     let config = opts.config;
+    if config.cluster.replicas > 1 {
+        // Accepting it would promise redundancy that does not exist yet.
+        return Err(DbError::bad_request(format!(
+            "cluster.replicas = {}: synchronous replication is not built yet (see docs/ARCHITECTURE.md); use replicas = 1",
+            config.cluster.replicas
+        )));
+    }
     let port = opts.port.unwrap_or(config.mgmd.port);
     let listener = TcpListener::bind((config.mgmd.host.as_str(), port)).await.map_err(|e| {
         DbError::new(
