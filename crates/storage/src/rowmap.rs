@@ -144,14 +144,19 @@ impl RowMap {
         }
     }
 
-    /// Inserts an entry whose key is not present.
-    pub(crate) fn insert_new(&mut self, entry: Entry) {
+    /// The entry of `key`, to replace it in place.
+    pub(crate) fn get_mut(&mut self, key: &[u8], hash: u64) -> Option<&mut Entry> {
+        let i = self.find(key, hash)?;
+        self.slots[i].entry.as_mut()
+    }
+
+    /// Inserts an entry whose key is not present; `hash` is `self.hash(key)`.
+    pub(crate) fn insert_new_hashed(&mut self, entry: Entry, hash: u64) {
         // Grow at 7/8 full: linear probing stays short up to there with a
         // good hash, and slots are only 24 bytes.
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.grow();
         }
-        let hash = self.hash(entry.key());
         debug_assert!(self.find(entry.key(), hash).is_none(), "insert_new of a present key");
         let mut i = self.home(hash);
         while self.slots[i].entry.is_some() {
@@ -225,7 +230,7 @@ mod tests {
                 assert_eq!(removed, model.remove(&key), "step {step}");
             } else if let std::collections::hash_map::Entry::Vacant(slot) = model.entry(key.clone()) {
                 let row = step.to_le_bytes().to_vec();
-                map.insert_new(Entry::new(&key, &row));
+                map.insert_new_hashed(Entry::new(&key, &row), map.hash(&key));
                 slot.insert(row);
             }
             if step % 997 == 0 {
