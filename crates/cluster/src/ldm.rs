@@ -10,7 +10,7 @@ use crate::locks::{Acquire, LockKey, LockTable};
 use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, Outbox, Shard};
 use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// An operation that passed validation, with its new row already encoded.
@@ -36,13 +36,15 @@ pub(crate) struct Pending {
 /// A staged row image (None deletes) and the partition it belongs to.
 type Staged = (u32, Option<Box<[u8]>>);
 
+/// Ordered sets and maps: the order in which locks are released decides
+/// which waiters run first, and a simulation must replay it exactly.
 #[derive(Default)]
 struct LdmTx {
-    locks: HashSet<LockKey>,
+    locks: BTreeSet<LockKey>,
     /// Queued lock requests per row (a transaction may queue several).
-    waits: HashMap<LockKey, u32>,
+    waits: BTreeMap<LockKey, u32>,
     /// Staged row images: None deletes. Keyed like locks.
-    staged: HashMap<LockKey, Staged>,
+    staged: BTreeMap<LockKey, Staged>,
 }
 
 struct PendingBatch {
@@ -64,6 +66,12 @@ pub(crate) struct LdmState {
 impl LdmState {
     pub(crate) fn open(&self) -> usize {
         self.txs.len()
+    }
+
+    pub(crate) fn participations(&self) -> Vec<TxId> {
+        let mut ids: Vec<TxId> = self.txs.keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 }
 
@@ -347,7 +355,7 @@ impl Shard {
     /// over such transactions and finishing them consistently is the
     /// replication issue's TC takeover; until then they are aborted.)
     pub(crate) fn ldm_abort_orphans(&mut self, out: &mut Outbox) {
-        let orphans: Vec<TxId> = self
+        let mut orphans: Vec<TxId> = self
             .ldm
             .txs
             .keys()
@@ -356,12 +364,13 @@ impl Shard {
             })
             .copied()
             .collect();
+        orphans.sort_unstable();
         for tx in orphans {
             self.ldm_abort(tx, out);
         }
     }
 
-    fn ldm_release_all(&mut self, tx: TxId, locks: HashSet<LockKey>, out: &mut Outbox) {
+    fn ldm_release_all(&mut self, tx: TxId, locks: BTreeSet<LockKey>, out: &mut Outbox) {
         for key in locks {
             let granted = self.ldm.locks.release(&key, tx);
             self.ldm_granted(granted, out);

@@ -7,7 +7,7 @@ use latsdb_types::proto::{LockMode, TxId};
 use latsdb_types::schema::TableId;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockKey {
     pub table: TableId,
     pub key: Box<[u8]>,

@@ -225,6 +225,12 @@ impl Shard {
         self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
     }
 
+    /// Transactions this shard participates in (holds locks or staged
+    /// writes for), for diagnostics.
+    pub fn participations(&self) -> Vec<latsdb_types::proto::TxId> {
+        self.ldm.participations()
+    }
+
     /// Transactions this shard coordinates or participates in, and rows locked.
     pub fn activity(&self) -> (usize, usize, usize) {
         (self.tc.open(), self.ldm.open(), self.ldm.locks.locked_rows())

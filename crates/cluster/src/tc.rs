@@ -276,13 +276,15 @@ impl Shard {
     }
 
     pub(crate) fn tc_disconnect(&mut self, conn: ConnId, out: &mut Outbox) {
-        let orphans: Vec<TxId> = self
+        let mut orphans: Vec<TxId> = self
             .tc
             .txs
             .iter()
             .filter(|(_, t)| t.conn == conn && !matches!(t.phase, Phase::Committing { .. }))
             .map(|(id, _)| *id)
             .collect();
+        // Hash-map order is random; the simulation needs a replayable order.
+        orphans.sort_unstable();
         for tx in orphans {
             let t = self.tc.txs.remove(&tx).expect("transaction exists");
             for shard in &t.participants {

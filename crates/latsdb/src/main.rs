@@ -59,6 +59,31 @@ enum Command {
     Mgm(mgm::MgmArgs),
     /// Benchmarks.
     Bench(latsdb_bench::BenchArgs),
+    /// Deterministic simulation: replay one seed, or sweep a range of seeds.
+    Sim(SimArgs),
+}
+
+#[derive(clap::Args)]
+struct SimArgs {
+    /// The seed to run (replays exactly).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Run every seed in START..END instead of one (e.g. 0..1000).
+    #[arg(long)]
+    seeds: Option<String>,
+    /// Events before the workload stops (then the cluster drains and is checked).
+    #[arg(long, default_value_t = 20_000)]
+    steps: u64,
+    /// Data nodes and shards per data node.
+    #[arg(long, default_value_t = 2)]
+    nodes: u16,
+    #[arg(long, default_value_t = 2)]
+    shards: u16,
+    #[arg(long, default_value_t = 6)]
+    clients: usize,
+    /// Events printed when a check fails.
+    #[arg(long, default_value_t = 60)]
+    trace: usize,
 }
 
 fn main() -> ExitCode {
@@ -78,6 +103,7 @@ fn main() -> ExitCode {
         }),
         Command::Mgm(args) => runtime(1).and_then(|rt| rt.block_on(mgm::run(args))),
         Command::Bench(args) => latsdb_bench::run(args).map_err(|e| e.to_string()),
+        Command::Sim(args) => run_sim(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -106,6 +132,45 @@ pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, String> {
         b
     };
     builder.enable_all().build().map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+fn run_sim(args: SimArgs) -> Result<(), String> {
+    let config = |seed| latsdb_sim::SimConfig {
+        seed,
+        steps: args.steps,
+        nodes: args.nodes,
+        shards_per_node: args.shards,
+        clients: args.clients,
+        trace_lines: args.trace,
+        ..Default::default()
+    };
+    let Some(range) = &args.seeds else {
+        let report = latsdb_sim::run(&config(args.seed))?;
+        println!("seed {} passed: {report:?}", args.seed);
+        return Ok(());
+    };
+    let (start, end) = range
+        .split_once("..")
+        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+        .filter(|(a, b)| a < b)
+        .ok_or_else(|| format!("--seeds '{range}' must look like START..END with START < END"))?;
+    let started = std::time::Instant::now();
+    let bar = indicatif::ProgressBar::new(end - start);
+    for seed in start..end {
+        if let Err(e) = latsdb_sim::run(&config(seed)) {
+            bar.finish_and_clear();
+            return Err(format!("{e}\nreplay with: latsdb sim --seed {seed} --steps {} --trace 1000", args.steps));
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{} seeds passed in {secs:.1} s ({:.0} seeds per minute)",
+        end - start,
+        (end - start) as f64 * 60.0 / secs
+    );
+    Ok(())
 }
 
 fn run_mgmd(config: Option<PathBuf>, port: Option<u16>, ready_file: Option<PathBuf>) -> Result<(), String> {

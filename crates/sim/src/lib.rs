@@ -1,0 +1,32 @@
+//! Deterministic simulation of a latsdb cluster.
+//!
+//! The data-node shards (the same `latsdb_cluster::Shard` state machines the
+//! real data nodes run) and a set of simulated clients live in one thread on
+//! virtual time. Every message goes through a simulated network that delays
+//! it by a random amount while keeping each link first-in-first-out (as TCP
+//! does), so messages on different links arrive in every possible order.
+//! Everything random comes from one seed: a failing run replays exactly.
+//!
+//! Workload (bank + registers): each account row holds a balance and a
+//! version. Clients run transfers (lock two accounts exclusively, in random
+//! order, so deadlocks happen and are broken by lock-wait timeouts), audits
+//! (shared locks on every account), committed reads, and transactions they
+//! abandon midway. Checkers:
+//! - a transfer commits version v+1 of an account only once (two commits of
+//!   the same version would be a lost update);
+//! - an audit under locks always sees the bank total;
+//! - a committed read only ever sees values that a committing transaction
+//!   wrote (never a value of a transaction that aborted);
+//! - at the end, every account's version counts exactly the committed
+//!   transfers that touched it, its balance is the one written with that
+//!   version, and the total is unchanged.
+//!
+//! Node crashes, network splits, message loss and duplication arrive with
+//! replication and failure handling (they need timeouts, retries and backups
+//! to be survivable).
+
+mod rng;
+mod world;
+
+pub use rng::Rng;
+pub use world::{run, SimConfig, SimReport};
