@@ -329,10 +329,12 @@ impl Shard {
                 let Some(Some(p)) = table.partitions.get_mut(partition as usize) else {
                     panic!("staged write for partition {partition} that this shard does not own");
                 };
+                let before = p.memory();
                 match row {
                     Some(row) => p.put(&meta, &key.key, &row),
                     None => p.remove(&meta, &key.key),
                 };
+                self.data_memory_used = self.data_memory_used + p.memory() - before;
             }
             self.ldm_release_all(tx, ltx.locks, out);
         }
@@ -456,16 +458,32 @@ impl Shard {
                 None
             }
         };
+        let growth = partition.write_growth(&op.key, new_image.as_deref());
+        let budget = self.cfg.data_memory_bytes;
+        if growth > 0 && budget > 0 && self.data_memory_used as u64 + growth as u64 > budget {
+            return Err(DbError::new(
+                ErrorCode::OutOfMemory,
+                format!(
+                    "table {} is full: shard {} has used {} of its {} MiB of data memory; delete rows or raise data_memory_mb in the cluster configuration",
+                    meta.def.qualified_name(),
+                    me,
+                    self.data_memory_used >> 20,
+                    budget >> 20
+                ),
+            ));
+        }
         match (tx, lock_key) {
             (Some(t), Some(k)) => {
                 let ltx = self.ldm.txs.entry(t).or_default();
                 ltx.staged.insert(k, (op.partition, new_image));
             }
             _ => {
+                let before = partition.memory();
                 match new_image {
                     Some(row) => partition.put(&meta, &op.key, &row),
                     None => partition.remove(&meta, &op.key),
                 };
+                self.data_memory_used = self.data_memory_used + partition.memory() - before;
             }
         }
         Ok(OpResult::Done)

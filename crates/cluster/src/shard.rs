@@ -25,6 +25,10 @@ pub struct ShardConfig {
     /// wall clock so a restarted shard never reuses a transaction id that
     /// peers may still remember; a simulation passes a fixed value.
     pub first_tx_seq: u64,
+    /// Data memory budget of this shard (estimated bytes of rows and
+    /// indexes); 0 means unlimited. A write that would exceed it fails with
+    /// `OutOfMemory` instead of exhausting the process.
+    pub data_memory_bytes: u64,
 }
 
 /// What a shard wants sent, collected during one call.
@@ -54,6 +58,8 @@ pub struct Shard {
     pub(crate) ldm: LdmState,
     pub(crate) tc: TcState,
     pub(crate) now: Micros,
+    /// Sum of `memory()` over this shard's partitions.
+    pub(crate) data_memory_used: usize,
     local: VecDeque<PeerMsg>,
 }
 
@@ -68,6 +74,7 @@ impl Shard {
             ldm: LdmState::default(),
             tc,
             now: 0,
+            data_memory_used: 0,
             local: VecDeque::new(),
         }
     }
@@ -117,6 +124,8 @@ impl Shard {
                 self.tables.remove(&id).ok_or_else(|| unknown_table(id))?;
             }
         }
+        self.data_memory_used =
+            self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.memory()).sum();
         Ok(())
     }
 
@@ -223,6 +232,11 @@ impl Shard {
     /// Rows stored on this shard (committed), for reports and checks.
     pub fn row_count(&self) -> usize {
         self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
+    }
+
+    /// Estimated data memory in use and the budget (0 = unlimited), in bytes.
+    pub fn data_memory(&self) -> (usize, u64) {
+        (self.data_memory_used, self.cfg.data_memory_bytes)
     }
 
     /// Transactions this shard participates in (holds locks or staged

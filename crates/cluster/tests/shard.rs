@@ -38,6 +38,10 @@ fn layout() -> ClusterLayout {
 
 impl Pump {
     fn new() -> Pump {
+        Self::with_memory(0)
+    }
+
+    fn with_memory(data_memory_bytes: u64) -> Pump {
         let spec = TableSpec::new("bank", "accounts")
             .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
             .column(ColumnDef::new("balance", ColumnType::int(IntWidth::Big)))
@@ -47,7 +51,12 @@ impl Pump {
             .iter()
             .map(|&node| {
                 let mut s = Shard::new(
-                    ShardConfig { me: ShardAddr { node, shard: 0 }, lock_wait_timeout_us: 100_000, first_tx_seq: 0 },
+                    ShardConfig {
+                        me: ShardAddr { node, shard: 0 },
+                        lock_wait_timeout_us: 100_000,
+                        first_tx_seq: 0,
+                        data_memory_bytes,
+                    },
                     layout(),
                 );
                 s.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();
@@ -350,4 +359,45 @@ fn locks_of_a_departed_coordinator_are_released() {
     p.shards[owner].set_layout(layout, 0, &mut out);
     assert_eq!(p.shards[owner].activity(), (0, 0, 0));
     assert_eq!(p.balance(1), Some(10));
+}
+
+#[test]
+fn a_full_data_memory_refuses_writes_that_grow_it_but_not_others() {
+    let mut p = Pump::with_memory(20_000);
+    let mut refused = None;
+    for id in 0..1000 {
+        let op = p.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(1)] });
+        let s = p.owner(&op);
+        p.request(s, 1, id as u64, ClientRequest::Batch(vec![op]));
+        match p.take(id as u64) {
+            Some(ClientResponse::Batch(r)) => match &r[0] {
+                OpResult::Done => {}
+                OpResult::Error(e) => {
+                    assert_eq!(e.code, ErrorCode::OutOfMemory);
+                    assert!(e.message.contains("is full") && e.message.contains("data_memory_mb"), "{}", e.message);
+                    refused = Some(id);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+    let full_at = refused.expect("a 20 kB budget must fill up");
+    assert!(full_at > 20, "the budget was refused too early, at row {full_at}");
+    let s = p.owner(&p.op(0, OpKind::Delete));
+    let (used, budget) = p.shards[s].data_memory();
+    assert!(used as u64 <= budget, "used {used} exceeds the budget {budget}");
+    // Reads, same-size updates and deletes still work; a delete frees room.
+    assert_eq!(p.balance(0), Some(1));
+    let id =
+        (0..full_at).find(|&i| p.owner(&p.op(i, OpKind::Delete)) == p.owner(&p.op(full_at, OpKind::Delete))).unwrap();
+    let owner = p.owner(&p.op(id, OpKind::Delete));
+    p.request(owner, 1, 5000, ClientRequest::Batch(vec![p.op(id, set_balance(id, 2))]));
+    assert_eq!(p.take(5000), Some(ClientResponse::Batch(vec![OpResult::Done])));
+    p.request(owner, 1, 5001, ClientRequest::Batch(vec![p.op(id, OpKind::Delete)]));
+    assert_eq!(p.take(5001), Some(ClientResponse::Batch(vec![OpResult::Done])));
+    let retry = p.op(full_at, OpKind::Insert { row: vec![Value::Int(full_at), Value::Int(1)] });
+    p.request(owner, 1, 5002, ClientRequest::Batch(vec![retry]));
+    assert_eq!(p.take(5002), Some(ClientResponse::Batch(vec![OpResult::Done])));
 }

@@ -29,6 +29,9 @@ pub struct StartArgs {
     /// Shard threads per data node (0 = automatic).
     #[arg(long, default_value_t = 0)]
     threads: u16,
+    /// Data memory per data node in MiB (0 = half the machine's memory, shared).
+    #[arg(long, default_value_t = 0)]
+    data_memory_mb: u64,
     /// Use this cluster configuration instead of the generated one.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -123,6 +126,7 @@ pub fn run(args: StartArgs) -> Result<(), String> {
     };
     if args.config.is_none() {
         config.datanode_defaults.threads = args.threads;
+        config.datanode_defaults.data_memory_mb = args.data_memory_mb;
     }
     config.validate().map_err(|e| e.message)?;
     let config_path = dir.join("config.toml");

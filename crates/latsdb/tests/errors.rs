@@ -281,3 +281,48 @@ async fn schema_changes_reach_every_node() {
     let again = client.create_table(spec).await.unwrap();
     assert!(client.get(&again, &[Value::Int(1)]).await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_node_refuses_writes_with_table_full_and_keeps_serving() {
+    let cluster = TestCluster::start(&["--data-memory-mb", "8"]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let t = client
+        .create_table(
+            TableSpec::new("m", "big")
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+                .column(ColumnDef::new("payload", ColumnType::VarBinary(200)))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+    let mut stored = Vec::new();
+    let mut refused = 0;
+    for first in (0..100_000i64).step_by(1000) {
+        let ops = (first..first + 1000)
+            .map(|id| Op::insert(&t, vec![Value::Int(id), Value::Bytes(vec![7; 200])]).unwrap())
+            .collect();
+        for (offset, r) in client.batch(ops).await.unwrap().into_iter().enumerate() {
+            match r {
+                Ok(_) => stored.push(first + offset as i64),
+                Err(e) => {
+                    assert_eq!(e.code, ErrorCode::OutOfMemory, "{e}");
+                    assert!(e.message.contains("m.big is full"), "{}", e.message);
+                    refused += 1;
+                }
+            }
+        }
+    }
+    assert!(refused > 0, "16 MiB of data memory cannot hold 100,000 rows of 200 bytes");
+    assert!(stored.len() > 20_000, "only {} rows fit", stored.len());
+    // Every stored row is intact, and the nodes answer as before.
+    let last = *stored.last().unwrap();
+    assert_eq!(client.get(&t, &[Value::Int(last)]).await.unwrap().unwrap().get(1), Value::Bytes(vec![7; 200]));
+    client.ping().await.unwrap();
+    // Deleting rows makes room again.
+    let deletes = stored[..5000].iter().map(|&id| Op::delete(&t, &[Value::Int(id)]).unwrap()).collect();
+    assert!(client.batch(deletes).await.unwrap().iter().all(|r| r.is_ok()));
+    let retry = (100_000..100_100)
+        .map(|id| Op::insert(&t, vec![Value::Int(id), Value::Bytes(vec![1; 200])]).unwrap())
+        .collect();
+    assert!(client.batch(retry).await.unwrap().iter().all(|r| r.is_ok()));
+}

@@ -59,15 +59,27 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     };
     let register =
         MgmRequest::RegisterDataNode { node_id: opts.node_id, pid: std::process::id(), protocol: PROTOCOL_VERSION };
-    let (node_id, host, port, threads) = match mgm.call(&register).await? {
-        MgmResponse::Registered { node_id, host, port, threads } => (node_id, host, port, threads),
+    let (node_id, host, port, threads, data_memory_mb, nodes_on_host) = match mgm.call(&register).await? {
+        MgmResponse::Registered { node_id, host, port, threads, data_memory_mb, nodes_on_host } => {
+            (node_id, host, port, threads, data_memory_mb, nodes_on_host)
+        }
         other => return Err(unexpected("registration", other)),
     };
     let threads = match opts.threads.unwrap_or(threads) {
         0 => auto_threads(),
         n => n,
     };
-    log("datanode", format!("node {node_id}: registered with {}; starting {threads} shard thread(s)", opts.mgmd));
+    let data_memory_mb = match data_memory_mb {
+        0 => auto_data_memory_mb(nodes_on_host),
+        n => n,
+    };
+    log(
+        "datanode",
+        format!(
+            "node {node_id}: registered with {}; starting {threads} shard thread(s), {data_memory_mb} MiB data memory",
+            opts.mgmd
+        ),
+    );
 
     // Shards start with a placeholder layout; the real one follows below.
     let placeholder = ClusterLayout {
@@ -87,6 +99,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
             me: ShardAddr { node: node_id, shard: i },
             lock_wait_timeout_us: 1_500_000,
             first_tx_seq: first_tx_seq(),
+            data_memory_bytes: (data_memory_mb << 20) / threads as u64,
         };
         let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
         shards.push(spawn_shard(
@@ -147,6 +160,19 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         let _ = s.control.send(Control::Stop);
     }
     Ok(())
+}
+
+/// Half of the machine's memory (from /proc/meminfo), shared by the data
+/// nodes configured on this host; 1 GiB where the total cannot be read.
+fn auto_data_memory_mb(nodes_on_host: u16) -> u64 {
+    let total_kb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:")?.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .unwrap_or(2 << 20);
+    (total_kb / 1024 / 2 / nodes_on_host.max(1) as u64).max(64)
 }
 
 /// Transaction ids restart from the wall clock (microseconds), so a

@@ -371,7 +371,16 @@ impl Mgmd {
             return;
         };
         let threads = section.threads.unwrap_or(self.config.datanode_defaults.threads);
-        let reply = MgmResponse::Registered { node_id, host: section.host.clone(), port: section.port, threads };
+        let data_memory_mb = section.data_memory_mb.unwrap_or(self.config.datanode_defaults.data_memory_mb);
+        let nodes_on_host = self.config.datanodes.iter().filter(|d| d.host == section.host).count() as u16;
+        let reply = MgmResponse::Registered {
+            node_id,
+            host: section.host.clone(),
+            port: section.port,
+            threads,
+            data_memory_mb,
+            nodes_on_host,
+        };
         if w.write_all(&proto::frame(request_id, &reply)).await.is_err() {
             self.lock().registering.remove(&node_id);
             return;

@@ -174,7 +174,12 @@ impl World {
         for n in 0..cfg.nodes {
             for s in 0..cfg.shards_per_node {
                 let me = ShardAddr { node: 2 + n, shard: s };
-                let shard_cfg = ShardConfig { me, lock_wait_timeout_us: cfg.lock_wait_timeout_us, first_tx_seq: 0 };
+                let shard_cfg = ShardConfig {
+                    me,
+                    lock_wait_timeout_us: cfg.lock_wait_timeout_us,
+                    first_tx_seq: 0,
+                    data_memory_bytes: 0,
+                };
                 let mut shard = Shard::new(shard_cfg, layout.clone());
                 shard.apply_schema(SchemaChange::CreateTable(def.clone())).map_err(|e| e.to_string())?;
                 shards.push(shard);

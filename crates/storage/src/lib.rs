@@ -50,11 +50,13 @@ pub struct Partition {
     rows: RowMap,
     indexes: Vec<OrderedIndex>,
     row_bytes: usize,
+    /// Estimated heap bytes of rows and index entries (see `entry_cost`).
+    memory: usize,
 }
 
 impl Partition {
     pub fn new(meta: &TableMeta) -> Partition {
-        let mut p = Partition { rows: RowMap::new(), indexes: Vec::new(), row_bytes: 0 };
+        let mut p = Partition { rows: RowMap::new(), indexes: Vec::new(), row_bytes: 0, memory: 0 };
         p.rebuild_indexes(meta);
         p
     }
@@ -70,6 +72,28 @@ impl Partition {
     /// Bytes held by row keys and values (without map overhead).
     pub fn row_bytes(&self) -> usize {
         self.row_bytes
+    }
+
+    /// Estimated heap bytes this partition holds.
+    pub fn memory(&self) -> usize {
+        self.memory
+    }
+
+    /// Estimated heap bytes of one row: its entry (key and row), its share
+    /// of the hash index (a 32-byte slot at most half full), and one entry
+    /// (a key copy plus B-tree overhead) in every ordered index.
+    pub fn entry_cost(&self, key: &[u8], row: &[u8]) -> usize {
+        let entry = 2 + key.len() + row.len() + 16;
+        let slot = 64;
+        let ordered = self.indexes.len() * (2 * key.len() + 48);
+        entry + slot + ordered
+    }
+
+    /// How much `memory()` grows if `key` gets `row` (None deletes).
+    pub fn write_growth(&self, key: &[u8], row: Option<&[u8]>) -> isize {
+        let old = self.get(key).map_or(0, |r| self.entry_cost(key, r)) as isize;
+        let new = row.map_or(0, |r| self.entry_cost(key, r)) as isize;
+        new - old
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
@@ -116,7 +140,9 @@ impl Partition {
                 }
             }
             self.row_bytes = self.row_bytes + row.len() - stored.row().len();
+            let old_cost = 2 + key.len() + stored.row().len();
             *stored = Entry::new(key, row);
+            self.memory = self.memory + (2 + key.len() + row.len()) - old_cost;
             return true;
         }
         for index in &mut self.indexes {
@@ -124,6 +150,7 @@ impl Partition {
             index.entries.insert(entry, offset);
         }
         self.row_bytes += key.len() + row.len();
+        self.memory += self.entry_cost(key, row);
         self.rows.insert_new_hashed(Entry::new(key, row), hash);
         false
     }
@@ -137,6 +164,7 @@ impl Partition {
             assert!(removed.is_some(), "ordered index {} lost an entry", index.id);
         }
         self.row_bytes -= stored.key().len() + stored.row().len();
+        self.memory -= self.entry_cost(stored.key(), stored.row());
         true
     }
 
@@ -156,6 +184,7 @@ impl Partition {
             }
             self.indexes.push(index);
         }
+        self.memory = self.rows.iter().map(|e| self.entry_cost(e.key(), e.row())).sum();
     }
 
     /// Iterates every row (for checks and tests).

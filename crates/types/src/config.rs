@@ -63,6 +63,9 @@ impl Default for MgmdSection {
 pub struct DataNodeDefaults {
     /// Shard threads per data node; 0 chooses from the CPUs the process may use.
     pub threads: u16,
+    /// Data memory per data node in MiB (rows and indexes); 0 chooses half
+    /// of the machine's memory shared by the data nodes configured on it.
+    pub data_memory_mb: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -78,6 +81,9 @@ pub struct DataNodeSection {
     /// Overrides `datanode_defaults.threads`.
     #[serde(default)]
     pub threads: Option<u16>,
+    /// Overrides `datanode_defaults.data_memory_mb`.
+    #[serde(default)]
+    pub data_memory_mb: Option<u64>,
 }
 
 fn default_host() -> String {
@@ -92,7 +98,13 @@ impl ClusterConfig {
             mgmd: MgmdSection { port: mgmd_port, ..Default::default() },
             datanode_defaults: DataNodeDefaults::default(),
             datanodes: (0..datanodes)
-                .map(|i| DataNodeSection { node_id: 2 + i, host: default_host(), port: 0, threads: None })
+                .map(|i| DataNodeSection {
+                    node_id: 2 + i,
+                    host: default_host(),
+                    port: 0,
+                    threads: None,
+                    data_memory_mb: None,
+                })
                 .collect(),
         }
     }

@@ -353,8 +353,20 @@ pub enum MgmRequest {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum MgmResponse {
     Layout(ClusterLayout),
-    Registered { node_id: NodeId, host: String, port: u16, threads: u16 },
-    Started { layout: ClusterLayout, tables: Vec<TableDef> },
+    Registered {
+        node_id: NodeId,
+        host: String,
+        port: u16,
+        threads: u16,
+        /// 0 lets the node choose from its memory and `nodes_on_host`.
+        data_memory_mb: u64,
+        /// Data nodes configured on the same host (they share its memory).
+        nodes_on_host: u16,
+    },
+    Started {
+        layout: ClusterLayout,
+        tables: Vec<TableDef>,
+    },
     Table(TableDef),
     Tables(Vec<TableDef>),
     Done,
