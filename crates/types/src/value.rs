@@ -32,8 +32,9 @@ impl Decimal {
     /// Re-expresses the number with another scale; None when digits would be
     /// lost or the result overflows.
     pub fn rescale(self, scale: u8) -> Option<Decimal> {
-        if scale as usize >= POW10.len() {
-            return None;
+        // Scales above 38 come only from bad input; they cannot be rescaled.
+        if scale as usize >= POW10.len() || self.scale as usize >= POW10.len() {
+            return (self.unscaled == 0).then_some(Decimal { unscaled: 0, scale });
         }
         if scale >= self.scale {
             let factor = POW10[(scale - self.scale) as usize];
@@ -52,7 +53,7 @@ impl Decimal {
     }
 
     pub fn to_f64(self) -> f64 {
-        self.unscaled as f64 / POW10[self.scale.min(38) as usize] as f64
+        self.unscaled as f64 / 10f64.powi(self.scale as i32)
     }
 
     /// Number of decimal digits of the integer part plus scale.
@@ -99,12 +100,16 @@ impl Decimal {
 impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sign = if self.unscaled < 0 { "-" } else { "" };
-        let abs = self.unscaled.unsigned_abs();
-        if self.scale == 0 {
-            return write!(f, "{sign}{abs}");
+        let digits = self.unscaled.unsigned_abs().to_string();
+        let scale = self.scale as usize;
+        if scale == 0 {
+            return write!(f, "{sign}{digits}");
         }
-        let factor = POW10[self.scale as usize] as u128;
-        write!(f, "{sign}{}.{:0width$}", abs / factor, abs % factor, width = self.scale as usize)
+        // Works for any scale, including ones larger than i128 has digits.
+        let padded =
+            if digits.len() <= scale { format!("{}{digits}", "0".repeat(scale + 1 - digits.len())) } else { digits };
+        let (int_part, frac_part) = padded.split_at(padded.len() - scale);
+        write!(f, "{sign}{int_part}.{frac_part}")
     }
 }
 
@@ -585,6 +590,11 @@ mod tests {
         let col = ColumnDef::new("d", ColumnType::Decimal { precision: 6, scale: 2 });
         assert_eq!(coerce(Value::Str("12.5".into()), &col).unwrap(), Value::Decimal(Decimal::new(1250, 2)));
         assert_eq!(Decimal::new(-1250, 2).to_string(), "-12.50");
+        assert_eq!(Decimal::new(5, 3).to_string(), "0.005");
+        // Scales beyond 38 arrive only as bad input; they must not panic.
+        assert_eq!(Decimal::new(7, 64).to_string().len(), 66);
+        assert_eq!(Decimal::new(7, 200).rescale(2), None);
+        assert!(coerce(Value::Decimal(Decimal::new(7, 255)), &col).is_err());
         assert!(coerce(Value::Str("12345.5".into()), &col).is_err());
     }
 

@@ -1,0 +1,196 @@
+//! Bad bytes from the network never crash a shard: valid requests are
+//! mutated (bit flips, truncation, splices, random bytes), and whatever still
+//! decodes is executed by a real shard. Any panic fails the test. Seeded, so
+//! a failure replays.
+
+use latsdb_cluster::{Outbox, Shard, ShardConfig};
+use latsdb_types::expr::{Aggregate, CmpOp, Expr};
+use latsdb_types::proto::{self, *};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+use latsdb_types::{TableMeta, Value};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn shard_and_meta() -> (Shard, TableMeta) {
+    let spec = TableSpec::new("f", "t")
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)))
+        .column(ColumnDef::new("s", ColumnType::VarChar(8)))
+        .column(ColumnDef::new("d", ColumnType::Decimal { precision: 10, scale: 2 }))
+        .column(ColumnDef::new("b", ColumnType::Blob))
+        .column(ColumnDef::new("ts", ColumnType::Timestamp))
+        .primary_key(&["id"]);
+    let def = TableDef::from_spec(&spec, 1, 1).unwrap().with_index("s_idx", &["s".into()]).unwrap();
+    let layout = ClusterLayout {
+        version: 1,
+        cluster_name: "f".into(),
+        replicas: 1,
+        mgmd_node_id: 1,
+        mgmd_address: "f".into(),
+        datanodes: vec![DataNodeInfo {
+            node_id: 2,
+            node_group: 0,
+            host: "f".into(),
+            status: NodeStatus::Started,
+            shards: vec!["f".into()],
+            pid: 0,
+        }],
+        node_groups: 1,
+        default_partitions: 1,
+        lock_wait_timeout_ms: 5,
+    };
+    let cfg = ShardConfig {
+        me: ShardAddr { node: 2, shard: 0 },
+        lock_wait_timeout_us: 5_000,
+        first_tx_seq: 1,
+        data_memory_bytes: 1 << 20,
+    };
+    let mut shard = Shard::new(cfg, layout);
+    shard.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();
+    (shard, TableMeta::new(def))
+}
+
+fn seeds(meta: &TableMeta) -> Vec<ClientRequest> {
+    let key = |i: i64| meta.encode_key(&[Value::Int(i)]).unwrap();
+    let op =
+        |i: i64, kind: OpKind| KeyOp { table: 1, table_version: 2, partition: 0, key: key(i), kind, projection: None };
+    let row = |i: i64| {
+        vec![
+            Value::Int(i),
+            Value::Str("abc".into()),
+            Value::Str("12.5".into()),
+            Value::Bytes(vec![1, 2]),
+            Value::Timestamp(5),
+        ]
+    };
+    let filter = Expr::And(vec![
+        Expr::cmp(CmpOp::Gt, Expr::Column(0), Expr::Const(Value::Int(3))),
+        Expr::Like(Box::new(Expr::Column(1)), "a%".into()),
+    ]);
+    vec![
+        ClientRequest::Batch(vec![op(1, OpKind::Insert { row: row(1) }), op(2, OpKind::Upsert { row: row(2) })]),
+        ClientRequest::Batch(vec![
+            op(1, OpKind::Read { lock: LockMode::Shared }),
+            KeyOp { projection: Some(vec![1, 3]), ..op(2, OpKind::Read { lock: LockMode::Committed }) },
+        ]),
+        ClientRequest::TxExec {
+            tx: None,
+            ops: vec![
+                op(
+                    1,
+                    OpKind::Update {
+                        set: vec![(
+                            2,
+                            Expr::Arith(
+                                latsdb_types::expr::ArithOp::Add,
+                                Box::new(Expr::Column(2)),
+                                Box::new(Expr::Const(Value::Int(1))),
+                            ),
+                        )],
+                    },
+                ),
+                op(3, OpKind::Delete),
+            ],
+            commit: true,
+        },
+        ClientRequest::TxExec { tx: None, ops: vec![op(2, OpKind::Read { lock: LockMode::Exclusive })], commit: false },
+        ClientRequest::Scan(ScanRequest {
+            table: 1,
+            table_version: 2,
+            partition: 0,
+            index: 1,
+            lower: KeyBound::Included(vec![1, b'a', 0, 1]),
+            upper: KeyBound::Unbounded,
+            resume_after: None,
+            filter: Some(filter),
+            projection: Some(vec![0, 4]),
+            max_rows: 10,
+            aggregates: vec![],
+        }),
+        ClientRequest::Scan(ScanRequest {
+            table: 1,
+            table_version: 2,
+            partition: 0,
+            index: 0,
+            lower: KeyBound::Unbounded,
+            upper: KeyBound::Excluded(key(9)),
+            resume_after: Some(key(1)),
+            filter: None,
+            projection: None,
+            max_rows: 3,
+            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(2), Aggregate::Max(1)],
+        }),
+        ClientRequest::TxAbort { tx: TxId { tc: ShardAddr { node: 2, shard: 0 }, seq: 2 } },
+    ]
+}
+
+fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>) {
+    match rng.below(5) {
+        0 => {
+            for _ in 0..1 + rng.below(4) {
+                let i = rng.below(bytes.len());
+                bytes[i] ^= 1 << rng.below(8);
+            }
+        }
+        1 => {
+            let i = rng.below(bytes.len());
+            bytes[i] = [0, 1, 0x7F, 0x80, 0xFF][rng.below(5)];
+        }
+        2 => bytes.truncate(rng.below(bytes.len())),
+        3 => {
+            // Overwrite a length-like field with a large value.
+            let i = rng.below(bytes.len().saturating_sub(8).max(1));
+            let v = [u64::MAX, 1 << 40, 65_536, 0][rng.below(4)].to_le_bytes();
+            let end = (i + 8).min(bytes.len());
+            bytes[i..end].copy_from_slice(&v[..end - i]);
+        }
+        _ => {
+            let n = rng.below(64);
+            *bytes = (0..n).map(|_| rng.next() as u8).collect();
+        }
+    }
+}
+
+#[test]
+fn mutated_requests_never_panic_a_shard() {
+    let (mut shard, meta) = shard_and_meta();
+    let originals: Vec<Vec<u8>> = seeds(&meta).iter().map(|r| proto::frame(0, r)[12..].to_vec()).collect();
+    // MUTATION_SEED and MUTATION_ITERATIONS run longer explorations locally.
+    let seed = std::env::var("MUTATION_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5EED_1234_ABCD_0001u64);
+    let mut rng = Rng(seed | 1);
+    let mut decoded = 0;
+    let mut now = 0;
+    let iterations: u64 = std::env::var("MUTATION_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
+    for i in 0..iterations {
+        let mut bytes = originals[rng.below(originals.len())].clone();
+        if i % 8 != 0 {
+            mutate(&mut rng, &mut bytes);
+        }
+        if let Ok(request) = proto::decode_body::<ClientRequest>(&bytes) {
+            decoded += 1;
+            let mut out = Outbox::default();
+            now += 1_000;
+            shard.on_client(i % 7, i, request, now, &mut out);
+            shard.on_tick(now, &mut out);
+            if i % 1000 == 0 {
+                shard.on_disconnect(i % 7, now, &mut out);
+            }
+        }
+        // Peer messages with garbage must not panic either.
+        if let Ok(msg) = proto::decode_body::<PeerMsg>(&bytes) {
+            let mut out = Outbox::default();
+            shard.on_peer(ShardAddr { node: 2, shard: 0 }, msg, now, &mut out);
+        }
+    }
+    assert!(decoded > 20_000, "too few mutated requests decoded ({decoded}) to exercise the shard");
+}
