@@ -20,6 +20,8 @@ enum MgmCommand {
     Show,
     /// Tables and their partitions and indexes.
     Tables,
+    /// Rows and data memory of every data node (used of budget).
+    ReportMemory,
     /// Stop every data node and the management server.
     Shutdown,
 }
@@ -57,6 +59,13 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
                         indexes.join(",")
                     );
                 }
+                Ok(())
+            }
+            other => Err(format!("unexpected answer {other:?}")),
+        },
+        MgmCommand::ReportMemory => match call(conn.call(&MgmRequest::ReportMemory).await)? {
+            MgmResponse::Memory(nodes) => {
+                print!("{}", render_memory(&nodes));
                 Ok(())
             }
             other => Err(format!("unexpected answer {other:?}")),
@@ -102,6 +111,25 @@ pub fn render_show(layout: &ClusterLayout) -> String {
             out.push_str(&format!(" pid={}", d.pid));
         }
         out.push('\n');
+    }
+    out
+}
+
+pub fn render_memory(nodes: &[(u16, Vec<latsdb_types::proto::ShardMemory>)]) -> String {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut out = String::new();
+    for (node, shards) in nodes {
+        let rows: u64 = shards.iter().map(|s| s.rows).sum();
+        let used: u64 = shards.iter().map(|s| s.used_bytes).sum();
+        let budget: u64 = shards.iter().map(|s| s.budget_bytes).sum();
+        let share =
+            if budget > 0 { format!("{:.1}%", used as f64 * 100.0 / budget as f64) } else { "unlimited".into() };
+        out.push_str(&format!(
+            "node {node}: data memory {:.1} MiB used of {:.0} MiB ({share}), {rows} rows in {} shard(s)\n",
+            mib(used),
+            mib(budget),
+            shards.len()
+        ));
     }
     out
 }

@@ -212,6 +212,22 @@ async fn handle_command(shards: &[ShardHandle], command: NodeCommand) -> (NodeRe
             Ok(()) => (NodeReply::Done, false),
             Err(e) => (NodeReply::Error(e), false),
         },
+        NodeCommand::ReportMemory => {
+            let mut waits = Vec::new();
+            for s in shards {
+                let (tx, rx) = oneshot::channel();
+                if s.control.send(Control::Memory(tx)).is_ok() {
+                    waits.push(rx);
+                }
+            }
+            let mut report = Vec::new();
+            for rx in waits {
+                if let Ok(m) = rx.await {
+                    report.push(m);
+                }
+            }
+            (NodeReply::Memory(report), false)
+        }
         NodeCommand::Stop => (NodeReply::Done, true),
     }
 }

@@ -219,6 +219,18 @@ impl Mgmd {
                 let def = self.find_table(&database, &table)?.without_index(&index)?;
                 self.alter(def).await.map(MgmResponse::Table)
             }
+            MgmRequest::ReportMemory => {
+                let mut nodes = Vec::new();
+                for (node, reply) in self.send_all(NodeCommand::ReportMemory).await {
+                    match reply {
+                        Ok(NodeReply::Memory(shards)) => nodes.push((node, shards)),
+                        Ok(NodeReply::Error(e)) | Err(e) => return Err(e),
+                        Ok(other) => return Err(DbError::internal(format!("data node {node} answered {other:?}"))),
+                    }
+                }
+                nodes.sort_by_key(|(n, _)| *n);
+                Ok(MgmResponse::Memory(nodes))
+            }
             MgmRequest::Shutdown => {
                 let links: Vec<_> = self.lock().links.values().map(|l| l.commands.clone()).collect();
                 for link in links {
@@ -331,6 +343,9 @@ impl Mgmd {
                         e.code,
                         format!("data node {node} could not apply the schema change: {}", e.message),
                     ))
+                }
+                Ok(other) => {
+                    return Err(DbError::internal(format!("data node {node} answered a schema change with {other:?}")))
                 }
             }
         }

@@ -26,8 +26,7 @@ const TICK: Duration = Duration::from_millis(10);
 pub enum Control {
     Schema(SchemaChange, oneshot::Sender<Result<()>>),
     Layout(ClusterLayout),
-    /// Answers (rows, open coordinated transactions, participating transactions, locked rows).
-    Stats(oneshot::Sender<(usize, usize, usize, usize)>),
+    Memory(oneshot::Sender<latsdb_types::proto::ShardMemory>),
     Stop,
 }
 
@@ -175,10 +174,15 @@ fn run_shard(
                     host.shard.borrow_mut().set_layout(l, host.now(), &mut out);
                     host.dispatch(&mut out);
                 }
-                Control::Stats(reply) => {
+                Control::Memory(reply) => {
                     let shard = host.shard.borrow();
-                    let (tc, ldm, locks) = shard.activity();
-                    let _ = reply.send((shard.row_count(), tc, ldm, locks));
+                    let (used, budget) = shard.data_memory();
+                    let _ = reply.send(latsdb_types::proto::ShardMemory {
+                        shard: host.me.shard,
+                        rows: shard.row_count() as u64,
+                        used_bytes: used as u64,
+                        budget_bytes: budget,
+                    });
                 }
                 Control::Stop => break,
             }

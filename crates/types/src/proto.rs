@@ -346,6 +346,8 @@ pub enum MgmRequest {
         table: String,
         index: String,
     },
+    /// Rows and data memory of every data node.
+    ReportMemory,
     /// Stops every data node and then the management server.
     Shutdown,
 }
@@ -369,8 +371,20 @@ pub enum MgmResponse {
     },
     Table(TableDef),
     Tables(Vec<TableDef>),
+    /// Per started data node, its shards' usage.
+    Memory(Vec<(NodeId, Vec<ShardMemory>)>),
     Done,
     Error(DbError),
+}
+
+/// Rows and estimated data memory of one shard.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ShardMemory {
+    pub shard: u16,
+    pub rows: u64,
+    pub used_bytes: u64,
+    /// 0 means unlimited.
+    pub budget_bytes: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -386,12 +400,14 @@ pub enum SchemaChange {
 pub enum NodeCommand {
     SetLayout(ClusterLayout),
     ApplySchema(SchemaChange),
+    ReportMemory,
     Stop,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum NodeReply {
     Done,
+    Memory(Vec<ShardMemory>),
     Error(DbError),
 }
 
