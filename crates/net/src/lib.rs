@@ -113,11 +113,28 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
+/// How a writer waits for company before writing a lone frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coalesce {
+    /// Write at once.
+    Never,
+    /// Yield to the scheduler once, so tasks ready in the same round can add
+    /// their frames to the same write (a send delay that costs no time).
+    YieldOnce,
+}
+
 /// Writes queued frames, many per syscall, until the queue closes or the
 /// socket fails.
-pub async fn write_frames<W: AsyncWrite + Unpin>(mut out: W, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+pub async fn write_frames<W: AsyncWrite + Unpin>(
+    mut out: W,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    coalesce: Coalesce,
+) {
     let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BATCH);
     while let Some(first) = rx.recv().await {
+        if coalesce == Coalesce::YieldOnce && rx.is_empty() {
+            tokio::task::yield_now().await;
+        }
         let second = match rx.try_recv() {
             Ok(frame) if first.len() < WRITE_BATCH => frame,
             Ok(frame) => {

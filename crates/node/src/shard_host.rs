@@ -233,7 +233,7 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
     let (r, w) = stream.into_split();
     let mut reader = FrameReader::new(r, host.max_frame);
     let (tx, rx) = mpsc::unbounded_channel();
-    spawn_local(write_frames(w, rx));
+    spawn_local(write_frames(w, rx, latsdb_net::Coalesce::Never));
     let (req_id, hello) = match reader.next().await {
         Ok(Some((id, body))) => match proto::decode_body::<Hello>(body) {
             Ok(h) => (id, h),
@@ -367,6 +367,6 @@ async fn peer_link(host: Rc<Host>, to: ShardAddr, rx: mpsc::UnboundedReceiver<Ve
         host.peers.borrow_mut().remove(&to);
         return;
     }
-    write_frames(w, rx).await;
+    write_frames(w, rx, latsdb_net::Coalesce::Never).await;
     host.peers.borrow_mut().remove(&to);
 }
