@@ -10,8 +10,9 @@
 //! Workload (bank + registers): each account row holds a balance and a
 //! version. Clients run transfers (lock two accounts exclusively, in random
 //! order, so deadlocks happen and are broken by lock-wait timeouts), audits
-//! (shared locks on every account), committed reads, and transactions they
-//! abandon midway. Checkers:
+//! (shared locks on every account), committed reads, transactions they
+//! abandon after writing, and connections they drop while a transaction is
+//! still executing. Checkers:
 //! - a transfer commits version v+1 of an account only once (two commits of
 //!   the same version would be a lost update);
 //! - an audit under locks always sees the bank total;

@@ -54,6 +54,8 @@ pub struct SimReport {
     pub committed_transfers: u64,
     pub aborted_transfers: u64,
     pub abandoned: u64,
+    /// Connections dropped while a lock step or audit was still executing.
+    pub dropped_while_waiting: u64,
     pub audits: u64,
     pub reads: u64,
 }
@@ -66,12 +68,28 @@ enum Endpoint {
 
 #[derive(Debug)]
 enum Payload {
-    Peer { from: ShardAddr, msg: PeerMsg },
-    Request { conn: u64, req_id: u64, req: ClientRequest },
-    Disconnect { conn: u64 },
-    Response { req_id: u64, resp: ClientResponse },
+    Peer {
+        from: ShardAddr,
+        msg: PeerMsg,
+    },
+    Request {
+        conn: u64,
+        req_id: u64,
+        req: ClientRequest,
+    },
+    Disconnect {
+        conn: u64,
+    },
+    Response {
+        req_id: u64,
+        resp: ClientResponse,
+    },
     Tick,
     Wake,
+    /// The client drops its connection if request `req` is still unanswered.
+    DropIfWaiting {
+        req: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -85,7 +103,7 @@ enum Doing {
     Idle,
     Locking { shard: usize, req: u64, a: i64, b: i64, amount: i64, abandon: bool },
     Writing { shard: usize, req: u64, writes: [(i64, Account); 2], abandon: bool, tx: TxId },
-    Auditing { req: u64 },
+    Auditing { req: u64, shard: usize },
     Reading { req: u64, account: i64 },
 }
 
@@ -319,7 +337,9 @@ impl World {
                 self.shards[s].on_tick(now, &mut out);
                 self.schedule(now + TICK_US, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
             }
-            Payload::Response { .. } | Payload::Wake => unreachable!("clients' events are not sent to shards"),
+            Payload::Response { .. } | Payload::Wake | Payload::DropIfWaiting { .. } => {
+                unreachable!("clients' events are not sent to shards")
+            }
         }
         let _ = from;
         let me = self.addrs[s];
@@ -364,6 +384,21 @@ impl World {
                 Ok(())
             }
             Payload::Response { req_id, resp } => self.on_response(c, req_id, resp),
+            Payload::DropIfWaiting { req } => {
+                let (waiting, shard) = match self.clients[c].doing {
+                    Doing::Locking { req: r, shard, .. } if r == req => (true, shard),
+                    Doing::Auditing { req: r, shard } if r == req => (true, shard),
+                    _ => (false, 0),
+                };
+                if waiting {
+                    let conn = self.conn(c);
+                    self.clients[c].generation += 1;
+                    self.send(Endpoint::Client(c), Endpoint::Shard(shard), Payload::Disconnect { conn });
+                    self.report.dropped_while_waiting += 1;
+                    self.wake_later(c);
+                }
+                Ok(())
+            }
             other => Err(format!("client {c} got a shard's event {other:?}")),
         }
     }
@@ -384,18 +419,31 @@ impl World {
             let shard = self.owner(&ops[0]);
             let req = self.request(c, shard, ClientRequest::TxExec { tx: None, ops, commit: false });
             self.clients[c].doing = Doing::Locking { shard, req, a, b, amount, abandon };
+            self.maybe_drop_early(c, req);
         } else if roll < 75 {
             let ops: Vec<KeyOp> =
                 (0..self.cfg.accounts).map(|id| self.op(id, OpKind::Read { lock: LockMode::Shared })).collect();
             let shard = self.owner(&ops[0]);
             let req = self.request(c, shard, ClientRequest::TxExec { tx: None, ops, commit: true });
-            self.clients[c].doing = Doing::Auditing { req };
+            self.clients[c].doing = Doing::Auditing { req, shard };
+            self.maybe_drop_early(c, req);
         } else {
             let account = self.rng.below(n) as i64;
             let op = self.op(account, OpKind::Read { lock: LockMode::Committed });
             let shard = self.owner(&op);
             let req = self.request(c, shard, ClientRequest::Batch(vec![op]));
             self.clients[c].doing = Doing::Reading { req, account };
+        }
+    }
+
+    /// Now and then the client gives up on a request that has not been
+    /// answered yet: its connection drops while the transaction executes
+    /// (possibly queued for a lock). An audit may already be committing then;
+    /// it only reads, so its outcome does not matter to the checkers.
+    fn maybe_drop_early(&mut self, c: usize, req: u64) {
+        if self.rng.chance(5) {
+            let at = self.now + self.rng.below(4_000);
+            self.schedule(at, Endpoint::Client(c), Endpoint::Client(c), Payload::DropIfWaiting { req });
         }
     }
 
@@ -468,7 +516,7 @@ impl World {
                 }
                 other => Err(format!("client {c}: transfer write step answered {other:?}")),
             },
-            Doing::Auditing { req } if req == req_id => match resp {
+            Doing::Auditing { req, .. } if req == req_id => match resp {
                 ClientResponse::TxExec { results, committed: true, .. } => {
                     let mut total = 0;
                     for r in &results {
