@@ -15,36 +15,76 @@ use std::sync::Arc;
 
 /// An operation that passed validation, with its new row already encoded.
 pub(crate) struct Prepared {
-    op: KeyOp,
-    meta: Arc<TableMeta>,
-    new_row: Option<Box<[u8]>>,
+    pub(crate) op: KeyOp,
+    pub(crate) meta: Arc<TableMeta>,
+    pub(crate) new_row: Option<Box<[u8]>>,
     /// The key's hash in its partition's index.
-    hash: u64,
+    pub(crate) hash: u64,
 }
 
 #[derive(Clone, Copy)]
-enum Origin {
-    Batch { batch: u64, idx: u32 },
-    Tx { tx: TxId, idx: u32 },
+pub(crate) enum Origin {
+    /// An independent operation of a batch, on a partition without backups.
+    Batch {
+        batch: u64,
+        idx: u32,
+    },
+    /// An independent write of a batch on a partition with backups: run as an
+    /// implicit transaction (`tx`) that this shard coordinates.
+    Implicit {
+        tx: TxId,
+        batch: u64,
+        idx: u32,
+    },
+    Tx {
+        tx: TxId,
+        idx: u32,
+    },
+    /// A write staged here as a backup for `primary`.
+    Replica {
+        tx: TxId,
+        idx: u32,
+        primary: ShardAddr,
+    },
 }
 
 pub(crate) struct Pending {
-    origin: Origin,
-    prepared: Prepared,
+    pub(crate) origin: Origin,
+    pub(crate) prepared: Prepared,
 }
 
 /// A staged row image (None deletes) and the partition it belongs to.
-type Staged = (u32, Option<Box<[u8]>>);
+pub(crate) type Staged = (u32, Option<Box<[u8]>>);
+
+/// A write waiting for its backups to stage it.
+pub(crate) struct Replicating {
+    pub(crate) remaining: usize,
+    pub(crate) result: OpResult,
+}
 
 /// Ordered sets and maps: the order in which locks are released decides
 /// which waiters run first, and a simulation must replay it exactly.
 #[derive(Default)]
-struct LdmTx {
-    locks: BTreeSet<LockKey>,
+pub(crate) struct LdmTx {
+    pub(crate) locks: BTreeSet<LockKey>,
     /// Queued lock requests per row (a transaction may queue several).
-    waits: BTreeMap<LockKey, u32>,
+    pub(crate) waits: BTreeMap<LockKey, u32>,
     /// Staged row images: None deletes. Keyed like locks.
-    staged: BTreeMap<LockKey, Staged>,
+    pub(crate) staged: BTreeMap<LockKey, Staged>,
+    /// Writes (by operation index) whose backups have not all answered.
+    pub(crate) replicating: BTreeMap<u32, Replicating>,
+    /// Backups that staged writes of this transaction: commit and abort
+    /// are forwarded to them.
+    pub(crate) backups: BTreeSet<ShardAddr>,
+    /// For an implicit transaction: the batch slot to answer.
+    pub(crate) autocommit: Option<(u64, u32)>,
+}
+
+/// Whom to tell when a commit has reached every replica.
+#[derive(Clone, Copy)]
+pub(crate) enum CommitReply {
+    Coordinator,
+    Batch { batch: u64, idx: u32 },
 }
 
 struct PendingBatch {
@@ -57,7 +97,13 @@ struct PendingBatch {
 #[derive(Default)]
 pub(crate) struct LdmState {
     pub(crate) locks: LockTable<Pending>,
-    txs: HashMap<TxId, LdmTx>,
+    /// Transactions this shard takes part in as a primary (or coordinates
+    /// implicitly for an independent write).
+    pub(crate) txs: HashMap<TxId, LdmTx>,
+    /// Transactions this shard takes part in as a backup.
+    pub(crate) replica_txs: HashMap<TxId, LdmTx>,
+    /// Commits applied here and waiting for backups' ReplicaCommitted.
+    pub(crate) committing: HashMap<TxId, (BTreeSet<ShardAddr>, CommitReply)>,
     batches: HashMap<u64, PendingBatch>,
     next_batch: u64,
     next_implicit: u64,
@@ -65,11 +111,12 @@ pub(crate) struct LdmState {
 
 impl LdmState {
     pub(crate) fn open(&self) -> usize {
-        self.txs.len()
+        self.txs.len() + self.replica_txs.len() + self.committing.len()
     }
 
     pub(crate) fn participations(&self) -> Vec<TxId> {
-        let mut ids: Vec<TxId> = self.txs.keys().copied().collect();
+        let mut ids: Vec<TxId> =
+            self.txs.keys().chain(self.replica_txs.keys()).chain(self.committing.keys()).copied().collect();
         ids.sort_unstable();
         ids
     }
@@ -78,6 +125,12 @@ impl LdmState {
 /// Owner id of an independent (autocommit) operation: node 0 is never a real node.
 fn implicit_owner(seq: u64) -> TxId {
     TxId { tc: ShardAddr { node: 0, shard: 0 }, seq }
+}
+
+/// Id of an implicit transaction this shard coordinates for an independent
+/// write with backups. The top bit keeps it apart from coordinator ids.
+fn implicit_tx(me: ShardAddr, seq: u64) -> TxId {
+    TxId { tc: me, seq: (1 << 63) | seq }
 }
 
 fn lock_mode(kind: &OpKind) -> LockMode {
@@ -94,6 +147,11 @@ impl Shard {
         let table = self.table(op.table, op.table_version)?;
         let meta = &table.meta;
         let partition = owned_partition(table, op.partition, self.cfg.me)?;
+        // Backups serve committed reads; writes and locking reads go to the primary.
+        let needs_primary = !matches!(op.kind, OpKind::Read { lock: LockMode::Committed });
+        if needs_primary && !table.is_primary(op.partition, self.cfg.me) {
+            return Err(wrong_shard(op.partition, self.cfg.me));
+        }
         meta.validate_key(&op.key)?;
         if meta.partition_of(&op.key) != op.partition {
             return Err(DbError::bad_request(format!(
@@ -160,6 +218,7 @@ impl Shard {
     pub(crate) fn ldm_batch(&mut self, conn: ConnId, req_id: u64, ops: Vec<KeyOp>, out: &mut Outbox) {
         let mut results: Vec<Option<OpResult>> = Vec::with_capacity(ops.len());
         let mut waiting = 0;
+        let mut deferred = Vec::new();
         let batch = self.ldm.next_batch;
         let prepared: Vec<Result<Prepared>> = ops.into_iter().map(|op| self.ldm_prepare(op)).collect();
         for p in prepared.iter().flatten() {
@@ -179,6 +238,22 @@ impl Shard {
                 continue;
             }
             let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+            if prepared.op.kind.is_write() && self.has_backups(&prepared) {
+                // Every replica must hold the write before it is answered.
+                self.ldm.next_implicit += 1;
+                let tx = implicit_tx(self.cfg.me, self.ldm.next_implicit);
+                let deadline = self.now + self.cfg.lock_wait_timeout_us;
+                let pending = Pending { origin: Origin::Implicit { tx, batch, idx: idx as u32 }, prepared };
+                results.push(None);
+                waiting += 1;
+                match self.ldm.locks.acquire(&key, tx, mode, deadline, pending) {
+                    (Acquire::Granted, Some(pending)) => deferred.push((tx, pending)),
+                    _ => {
+                        self.ldm.txs.entry(tx).or_default().waits.insert(key, 1);
+                    }
+                }
+                continue;
+            }
             if !self.ldm.locks.is_locked(&key) {
                 // Unlocked: executing now is the same as lock, execute, unlock,
                 // because the shard is single-threaded.
@@ -207,6 +282,79 @@ impl Shard {
         } else {
             self.ldm.next_batch += 1;
             self.ldm.batches.insert(batch, PendingBatch { conn, req_id, results, remaining: waiting });
+            // Implicit transactions granted at once start only now that their
+            // batch is registered to collect their answers.
+            self.ldm_granted(deferred, out);
+        }
+    }
+
+    /// Whether the operation's partition has backups (this shard being its primary).
+    fn has_backups(&self, prepared: &Prepared) -> bool {
+        self.tables.get(&prepared.op.table).is_some_and(|t| !t.backups(prepared.op.partition).is_empty())
+    }
+
+    /// After a write executed (and staged) for `tx`: when its partition has
+    /// backups, send them the staged image and hold the result until they
+    /// answer (None); otherwise the result can go out now.
+    fn ldm_replicate(
+        &mut self,
+        tx: TxId,
+        idx: u32,
+        prepared: &Prepared,
+        result: OpResult,
+        out: &mut Outbox,
+    ) -> Option<OpResult> {
+        if result != OpResult::Done || !prepared.op.kind.is_write() {
+            return Some(result);
+        }
+        let backups: Vec<ShardAddr> = match self.tables.get(&prepared.op.table) {
+            Some(t) => t.backups(prepared.op.partition).to_vec(),
+            None => return Some(result),
+        };
+        if backups.is_empty() {
+            return Some(result);
+        }
+        let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+        let ltx = self.ldm.txs.entry(tx).or_default();
+        let image = ltx.staged.get(&key).and_then(|(_, image)| image.as_ref().map(|i| i.to_vec()));
+        ltx.replicating.insert(idx, Replicating { remaining: backups.len(), result });
+        ltx.backups.extend(backups.iter().copied());
+        for backup in backups {
+            let msg = PeerMsg::ReplicaPrepare {
+                tx,
+                idx,
+                table: prepared.op.table,
+                partition: prepared.op.partition,
+                key: prepared.op.key.clone(),
+                image: image.clone(),
+            };
+            self.send_peer(backup, msg, out);
+        }
+        None
+    }
+
+    /// A backup staged (or failed to stage) write `idx` of `tx`.
+    pub(crate) fn ldm_replica_prepared(&mut self, tx: TxId, idx: u32, error: Option<DbError>, out: &mut Outbox) {
+        let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
+        let Some(rep) = ltx.replicating.get_mut(&idx) else { return };
+        rep.remaining -= 1;
+        if let Some(e) = error {
+            rep.result = OpResult::Error(e);
+        }
+        if rep.remaining > 0 {
+            return;
+        }
+        let result = ltx.replicating.remove(&idx).expect("present above").result;
+        match ltx.autocommit {
+            Some((batch, slot)) => {
+                if result == OpResult::Done {
+                    self.ldm_commit_with(tx, CommitReply::Batch { batch, idx: slot }, out);
+                } else {
+                    self.ldm_abort(tx, out);
+                    self.ldm_batch_result(batch, slot, result, out);
+                }
+            }
+            None => self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, result)] }, out),
         }
     }
 
@@ -254,7 +402,9 @@ impl Shard {
                 (Acquire::Granted, Some(pending)) => {
                     self.ldm.txs.entry(tx).or_default().locks.insert(key);
                     let r = self.ldm_execute(&pending.prepared, Some(tx));
-                    results.push((idx, r));
+                    if let Some(r) = self.ldm_replicate(tx, idx, &pending.prepared, r, out) {
+                        results.push((idx, r));
+                    }
                 }
                 _ => *self.ldm.txs.entry(tx).or_default().waits.entry(key).or_insert(0) += 1,
             }
@@ -265,7 +415,7 @@ impl Shard {
     }
 
     /// Runs operations whose locks were just granted.
-    fn ldm_granted(&mut self, granted: Vec<(TxId, Pending)>, out: &mut Outbox) {
+    pub(crate) fn ldm_granted(&mut self, granted: Vec<(TxId, Pending)>, out: &mut Outbox) {
         let mut work: std::collections::VecDeque<_> = granted.into();
         while let Some((owner, pending)) = work.pop_front() {
             let key = LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
@@ -280,8 +430,23 @@ impl Shard {
                     forget_wait(ltx, &key);
                     ltx.locks.insert(key);
                     let r = self.ldm_execute(&pending.prepared, Some(tx));
-                    self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, r)] }, out);
+                    if let Some(r) = self.ldm_replicate(tx, idx, &pending.prepared, r, out) {
+                        self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, r)] }, out);
+                    }
                 }
+                Origin::Implicit { tx, batch, idx } => {
+                    let ltx = self.ldm.txs.entry(tx).or_default();
+                    forget_wait(ltx, &key);
+                    ltx.locks.insert(key);
+                    ltx.autocommit = Some((batch, idx));
+                    let r = self.ldm_execute(&pending.prepared, Some(tx));
+                    if let Some(r) = self.ldm_replicate(tx, 0, &pending.prepared, r, out) {
+                        // Nothing to replicate (not found, or an error): done.
+                        self.ldm_abort(tx, out);
+                        self.ldm_batch_result(batch, idx, r, out);
+                    }
+                }
+                Origin::Replica { tx, idx, primary } => self.replica_staged(tx, idx, primary, pending.prepared, out),
             }
         }
     }
@@ -299,6 +464,19 @@ impl Shard {
             ));
             match pending.origin {
                 Origin::Batch { batch, idx } => self.ldm_batch_result(batch, idx, error, out),
+                Origin::Implicit { tx, batch, idx } => {
+                    self.ldm_abort(tx, out);
+                    self.ldm_batch_result(batch, idx, error, out);
+                }
+                Origin::Replica { tx, idx, primary } => {
+                    let key =
+                        LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
+                    if let Some(rtx) = self.ldm.replica_txs.get_mut(&tx) {
+                        forget_wait(rtx, &key);
+                    }
+                    let OpResult::Error(e) = error else { unreachable!("built as an error above") };
+                    self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: Some(e) }, out);
+                }
                 Origin::Tx { tx, idx } => {
                     let key =
                         LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
@@ -313,38 +491,79 @@ impl Shard {
     }
 
     pub(crate) fn ldm_commit(&mut self, tx: TxId, out: &mut Outbox) {
-        if self.ldm.txs.get(&tx).is_some_and(|l| !l.waits.is_empty()) {
+        self.ldm_commit_with(tx, CommitReply::Coordinator, out);
+    }
+
+    /// Applies what `tx` staged here, releases its locks, and has its
+    /// backups do the same; `reply` is told once every replica has.
+    pub(crate) fn ldm_commit_with(&mut self, tx: TxId, reply: CommitReply, out: &mut Outbox) {
+        if self.ldm.txs.get(&tx).is_some_and(|l| !l.waits.is_empty() || !l.replicating.is_empty()) {
             // A coordinator commits only after every operation has its
             // result; a commit now breaks the protocol. Refuse it by aborting
             // (no TxCommitted is sent, so the coordinator cannot report success).
             self.ldm_abort(tx, out);
             return;
         }
+        let mut backups = BTreeSet::new();
         if let Some(ltx) = self.ldm.txs.remove(&tx) {
-            for (key, (partition, row)) in ltx.staged {
-                let Some(table) = self.tables.get_mut(&key.table) else {
-                    continue;
-                };
-                let meta = table.meta.clone();
-                let Some(Some(p)) = table.partitions.get_mut(partition as usize) else {
-                    panic!("staged write for partition {partition} that this shard does not own");
-                };
-                let before = p.memory();
-                match row {
-                    Some(row) => p.put(&meta, &key.key, &row),
-                    None => p.remove(&meta, &key.key),
-                };
-                self.data_memory_used = self.data_memory_used + p.memory() - before;
-            }
+            self.ldm_apply_staged(ltx.staged);
             self.ldm_release_all(tx, ltx.locks, out);
+            backups = ltx.backups;
         }
-        self.send_peer(tx.tc, PeerMsg::TxCommitted { tx }, out);
+        if backups.is_empty() {
+            self.ldm_committed_everywhere(tx, reply, out);
+            return;
+        }
+        for backup in &backups {
+            self.send_peer(*backup, PeerMsg::ReplicaCommit { tx }, out);
+        }
+        self.ldm.committing.insert(tx, (backups, reply));
+    }
+
+    pub(crate) fn ldm_replica_committed(&mut self, from: ShardAddr, tx: TxId, out: &mut Outbox) {
+        let Some((waiting, _)) = self.ldm.committing.get_mut(&tx) else { return };
+        waiting.remove(&from);
+        if waiting.is_empty() {
+            let (_, reply) = self.ldm.committing.remove(&tx).expect("present above");
+            self.ldm_committed_everywhere(tx, reply, out);
+        }
+    }
+
+    fn ldm_committed_everywhere(&mut self, tx: TxId, reply: CommitReply, out: &mut Outbox) {
+        match reply {
+            CommitReply::Coordinator => self.send_peer(tx.tc, PeerMsg::TxCommitted { tx }, out),
+            CommitReply::Batch { batch, idx } => self.ldm_batch_result(batch, idx, OpResult::Done, out),
+        }
+    }
+
+    /// Makes staged row images the committed rows.
+    pub(crate) fn ldm_apply_staged(&mut self, staged: BTreeMap<LockKey, Staged>) {
+        for (key, (partition, row)) in staged {
+            let Some(table) = self.tables.get_mut(&key.table) else {
+                continue;
+            };
+            let meta = table.meta.clone();
+            let Some(Some(p)) = table.partitions.get_mut(partition as usize) else {
+                panic!("staged write for partition {partition} that this shard does not hold");
+            };
+            let before = p.memory();
+            match row {
+                Some(row) => p.put(&meta, &key.key, &row),
+                None => p.remove(&meta, &key.key),
+            };
+            self.data_memory_used = self.data_memory_used + p.memory() - before;
+        }
     }
 
     pub(crate) fn ldm_abort(&mut self, tx: TxId, out: &mut Outbox) {
         let Some(ltx) = self.ldm.txs.remove(&tx) else {
             return;
         };
+        // Backups hear it on the link their prepares came by, so it cannot
+        // overtake a prepare still on its way.
+        for backup in &ltx.backups {
+            self.send_peer(*backup, PeerMsg::ReplicaAbort { tx }, out);
+        }
         for key in ltx.waits.keys() {
             let (_, granted) = self.ldm.locks.cancel_owner(key, tx);
             self.ldm_granted(granted, out);
@@ -372,7 +591,7 @@ impl Shard {
         }
     }
 
-    fn ldm_release_all(&mut self, tx: TxId, locks: BTreeSet<LockKey>, out: &mut Outbox) {
+    pub(crate) fn ldm_release_all(&mut self, tx: TxId, locks: BTreeSet<LockKey>, out: &mut Outbox) {
         for key in locks {
             let granted = self.ldm.locks.release(&key, tx);
             self.ldm_granted(granted, out);
@@ -490,7 +709,7 @@ impl Shard {
     }
 }
 
-fn forget_wait(ltx: &mut LdmTx, key: &LockKey) {
+pub(crate) fn forget_wait(ltx: &mut LdmTx, key: &LockKey) {
     if let Some(n) = ltx.waits.get_mut(key) {
         *n -= 1;
         if *n == 0 {

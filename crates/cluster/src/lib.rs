@@ -13,10 +13,14 @@
 //! - the local data manager (`ldm`): executes key operations on its own
 //!   partitions under row locks, stages transactional writes until commit;
 //! - the lock manager (`locks`): per-row shared/exclusive locks with FIFO
-//!   wait queues and a lock-wait timeout.
+//!   wait queues and a lock-wait timeout;
+//! - replication (`replica`): every write is staged on the partition's
+//!   backups before it is acknowledged, and committed there before the
+//!   commit is acknowledged.
 
 mod ldm;
 mod locks;
+mod replica;
 mod shard;
 mod tc;
 

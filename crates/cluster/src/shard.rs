@@ -46,8 +46,22 @@ impl Outbox {
 
 pub(crate) struct TableState {
     pub meta: Arc<TableMeta>,
-    /// Indexed by partition number; Some for the partitions this shard owns.
+    /// Indexed by partition number; Some for the partitions this shard holds
+    /// a replica of (primary or backup).
     pub partitions: Vec<Option<Partition>>,
+    /// Indexed by partition number: its started replicas, primary first.
+    pub replicas: Vec<Vec<ShardAddr>>,
+}
+
+impl TableState {
+    pub(crate) fn is_primary(&self, partition: u32, me: ShardAddr) -> bool {
+        self.replicas.get(partition as usize).and_then(|r| r.first()) == Some(&me)
+    }
+
+    /// The backups of a partition whose primary this shard is.
+    pub(crate) fn backups(&self, partition: u32) -> &[ShardAddr] {
+        self.replicas.get(partition as usize).map_or(&[], |r| r.get(1..).unwrap_or(&[]))
+    }
 }
 
 pub struct Shard {
@@ -93,6 +107,9 @@ impl Shard {
         }
         self.router = Router::new(&layout);
         self.layout = layout;
+        for table in self.tables.values_mut() {
+            table.replicas = (0..table.meta.def.partitions).map(|p| self.router.replicas_of(p)).collect();
+        }
         self.ldm_abort_orphans(out);
         self.drain_local(out);
     }
@@ -107,10 +124,11 @@ impl Shard {
                     ));
                 }
                 let meta = Arc::new(TableMeta::new(def));
-                let partitions = (0..meta.def.partitions)
-                    .map(|p| (self.router.primary_of(p) == Some(self.cfg.me)).then(|| Partition::new(&meta)))
-                    .collect();
-                self.tables.insert(meta.def.id, TableState { meta, partitions });
+                let replicas: Vec<Vec<ShardAddr>> =
+                    (0..meta.def.partitions).map(|p| self.router.replicas_of(p)).collect();
+                let partitions =
+                    replicas.iter().map(|r| r.contains(&self.cfg.me).then(|| Partition::new(&meta))).collect();
+                self.tables.insert(meta.def.id, TableState { meta, partitions, replicas });
             }
             SchemaChange::AlterTable(def) => {
                 let table = self.tables.get_mut(&def.id).ok_or_else(|| unknown_table(def.id))?;
@@ -174,6 +192,13 @@ impl Shard {
             PeerMsg::TxAbort { tx } => self.ldm_abort(tx, out),
             PeerMsg::TxOpResults { tx, results } => self.tc_op_results(from, tx, results, out),
             PeerMsg::TxCommitted { tx } => self.tc_committed(from, tx, out),
+            PeerMsg::ReplicaPrepare { tx, idx, table, partition, key, image } => {
+                self.replica_prepare(from, tx, idx, table, partition, key, image, out)
+            }
+            PeerMsg::ReplicaPrepared { tx, idx, error } => self.ldm_replica_prepared(tx, idx, error, out),
+            PeerMsg::ReplicaCommit { tx } => self.replica_commit(from, tx, out),
+            PeerMsg::ReplicaCommitted { tx } => self.ldm_replica_committed(from, tx, out),
+            PeerMsg::ReplicaAbort { tx } => self.replica_abort(tx, out),
         }
     }
 
@@ -232,6 +257,15 @@ impl Shard {
     /// Rows stored on this shard (committed), for reports and checks.
     pub fn row_count(&self) -> usize {
         self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
+    }
+
+    /// The committed rows of a partition this shard holds, sorted by key
+    /// (for checks that replicas agree).
+    pub fn partition_rows(&self, table: TableId, partition: u32) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        let p = self.tables.get(&table)?.partitions.get(partition as usize)?.as_ref()?;
+        let mut rows: Vec<(Vec<u8>, Vec<u8>)> = p.rows().map(|(k, r)| (k.to_vec(), r.to_vec())).collect();
+        rows.sort();
+        Some(rows)
     }
 
     /// Estimated data memory in use and the budget (0 = unlimited), in bytes.

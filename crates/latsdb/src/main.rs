@@ -79,6 +79,9 @@ struct SimArgs {
     nodes: u16,
     #[arg(long, default_value_t = 2)]
     shards: u16,
+    /// Replicas per node group (the node count must be a multiple of it).
+    #[arg(long, default_value_t = 1)]
+    replicas: u8,
     #[arg(long, default_value_t = 6)]
     clients: usize,
     /// Events printed when a check fails.
@@ -139,6 +142,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         seed,
         steps: args.steps,
         nodes: args.nodes,
+        replicas: args.replicas,
         shards_per_node: args.shards,
         clients: args.clients,
         trace_lines: args.trace,

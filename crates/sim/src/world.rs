@@ -21,6 +21,8 @@ pub struct SimConfig {
     /// Events processed before the clients stop starting new work.
     pub steps: u64,
     pub nodes: u16,
+    /// Replicas per node group; `nodes` must be a multiple of it.
+    pub replicas: u8,
     pub shards_per_node: u16,
     pub clients: usize,
     pub accounts: i64,
@@ -36,6 +38,7 @@ impl Default for SimConfig {
             seed: 0,
             steps: 20_000,
             nodes: 2,
+            replicas: 1,
             shards_per_node: 2,
             clients: 6,
             accounts: 10,
@@ -111,6 +114,9 @@ struct Client {
     generation: u64,
     next_req: u64,
     doing: Doing,
+    /// Per account, the newest version this client's commits wrote: its
+    /// later reads, from any replica, must not see an older one.
+    own_versions: HashMap<i64, i64>,
 }
 
 struct World {
@@ -139,20 +145,20 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
     ClusterLayout {
         version: 1,
         cluster_name: "sim".into(),
-        replicas: 1,
+        replicas: cfg.replicas,
         mgmd_node_id: 1,
         mgmd_address: "sim".into(),
         datanodes: (0..cfg.nodes)
             .map(|n| DataNodeInfo {
                 node_id: 2 + n,
-                node_group: n as u32,
+                node_group: (n / cfg.replicas as u16) as u32,
                 host: "sim".into(),
                 status: NodeStatus::Started,
                 shards: (0..cfg.shards_per_node).map(|s| format!("sim:{n}.{s}")).collect(),
                 pid: 0,
             })
             .collect(),
-        node_groups: cfg.nodes as u32,
+        node_groups: (cfg.nodes / cfg.replicas as u16) as u32,
         default_partitions: 0,
         lock_wait_timeout_ms: cfg.lock_wait_timeout_us / 1000,
     }
@@ -179,6 +185,9 @@ impl World {
         if cfg.nodes == 0 || cfg.shards_per_node == 0 || cfg.clients == 0 || cfg.accounts < 2 {
             return Err("the simulation needs at least 1 node, 1 shard, 1 client and 2 accounts".into());
         }
+        if cfg.replicas == 0 || !cfg.nodes.is_multiple_of(cfg.replicas as u16) {
+            return Err(format!("{} nodes cannot form node groups of {} replicas", cfg.nodes, cfg.replicas));
+        }
         let layout = layout(&cfg);
         let spec = TableSpec::new("sim", "accounts")
             .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
@@ -204,7 +213,9 @@ impl World {
                 addrs.push(me);
             }
         }
-        let clients = (0..cfg.clients).map(|_| Client { generation: 0, next_req: 1, doing: Doing::Idle }).collect();
+        let clients = (0..cfg.clients)
+            .map(|_| Client { generation: 0, next_req: 1, doing: Doing::Idle, own_versions: HashMap::new() })
+            .collect();
         let accounts = cfg.accounts as usize;
         let mut world = World {
             rng: Rng::new(cfg.seed),
@@ -243,14 +254,31 @@ impl World {
             let op =
                 self.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(INITIAL_BALANCE), Value::Int(0)] });
             let shard = self.owner(&op);
-            let mut out = Outbox::default();
-            self.shards[shard].on_client(u64::MAX, 0, ClientRequest::Batch(vec![op]), 0, &mut out);
-            match out.client.pop() {
-                Some((_, _, ClientResponse::Batch(r))) if r == vec![OpResult::Done] => {}
+            match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
+                Some(ClientResponse::Batch(r)) if r == vec![OpResult::Done] => {}
                 other => return Err(format!("loading account {id} failed: {other:?}")),
             }
         }
         Ok(())
+    }
+
+    /// Runs a request outside simulated time (setup and final checks): the
+    /// shards' messages are delivered at once until none is left.
+    fn request_now(&mut self, shard: usize, req: ClientRequest) -> Vec<ClientResponse> {
+        let mut out = Outbox::default();
+        self.shards[shard].on_client(u64::MAX, 0, req, self.now, &mut out);
+        let mut answers = Vec::new();
+        let mut queue: VecDeque<(ShardAddr, ShardAddr, PeerMsg)> = VecDeque::new();
+        loop {
+            answers.extend(out.client.drain(..).map(|(_, _, r)| r));
+            let from = self.addrs[shard];
+            queue.extend(out.peer.drain(..).map(|(to, msg)| (from, to, msg)));
+            let Some((src, to, msg)) = queue.pop_front() else { return answers };
+            let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
+            self.shards[t].on_peer(src, msg, self.now, &mut out);
+            let from = self.addrs[t];
+            queue.extend(out.peer.drain(..).map(|(to, msg)| (from, to, msg)));
+        }
     }
 
     fn op(&self, id: i64, kind: OpKind) -> KeyOp {
@@ -430,7 +458,10 @@ impl World {
         } else {
             let account = self.rng.below(n) as i64;
             let op = self.op(account, OpKind::Read { lock: LockMode::Committed });
-            let shard = self.owner(&op);
+            // Committed reads may be served by any replica.
+            let replicas = self.router.replicas_of(op.partition);
+            let pick = replicas[self.rng.below(replicas.len() as u64) as usize];
+            let shard = self.addrs.iter().position(|a| *a == pick).expect("replica is a simulated shard");
             let req = self.request(c, shard, ClientRequest::Batch(vec![op]));
             self.clients[c].doing = Doing::Reading { req, account };
         }
@@ -493,6 +524,8 @@ impl World {
             Doing::Writing { shard, req, writes, abandon, tx } if req == req_id => match resp {
                 ClientResponse::TxExec { committed: true, .. } if !abandon => {
                     for (id, acc) in writes {
+                        let own = self.clients[c].own_versions.entry(id).or_insert(0);
+                        *own = (*own).max(acc.version);
                         let versions = &mut self.committed[id as usize];
                         if let Some(previous) = versions.insert(acc.version, acc.balance) {
                             return Err(format!(
@@ -547,6 +580,13 @@ impl World {
                             acc.version, acc.balance
                         ));
                     }
+                    let own = self.clients[c].own_versions.get(&account).copied().unwrap_or(0);
+                    if acc.version < own {
+                        return Err(format!(
+                            "client {c} committed version {own} of account {account} but then read version {} (its own committed write is missing on a replica)",
+                            acc.version
+                        ));
+                    }
                     self.report.reads += 1;
                     self.wake_later(c);
                     Ok(())
@@ -566,10 +606,8 @@ impl World {
         for id in 0..self.cfg.accounts {
             let op = self.op(id, OpKind::Read { lock: LockMode::Committed });
             let shard = self.owner(&op);
-            let mut out = Outbox::default();
-            self.shards[shard].on_client(u64::MAX, 0, ClientRequest::Batch(vec![op]), self.now, &mut out);
-            let acc = match out.client.pop() {
-                Some((_, _, ClientResponse::Batch(r))) if r.len() == 1 => self.account_of(&r[0])?,
+            let acc = match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
+                Some(ClientResponse::Batch(r)) if r.len() == 1 => self.account_of(&r[0])?,
                 other => return Err(format!("final read of account {id} failed: {other:?}")),
             };
             let versions = &self.committed[id as usize];
@@ -592,6 +630,23 @@ impl World {
         }
         if total != INITIAL_BALANCE * self.cfg.accounts {
             return Err(format!("the bank total ends at {total}"));
+        }
+        // Every replica of a partition holds exactly the same rows.
+        for partition in 0..self.meta.def.partitions {
+            let replicas = self.router.replicas_of(partition);
+            let copies: Vec<_> = replicas
+                .iter()
+                .map(|r| {
+                    let i = self.addrs.iter().position(|a| a == r).expect("replica is a simulated shard");
+                    self.shards[i].partition_rows(1, partition)
+                })
+                .collect();
+            if copies.iter().any(|c| c.is_none()) {
+                return Err(format!("a replica of partition {partition} does not hold it ({replicas:?})"));
+            }
+            if copies.windows(2).any(|w| w[0] != w[1]) {
+                return Err(format!("the replicas {replicas:?} of partition {partition} hold different rows"));
+            }
         }
         for (i, shard) in self.shards.iter().enumerate() {
             if shard.activity() != (0, 0, 0) {

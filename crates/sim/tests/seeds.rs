@@ -15,6 +15,20 @@ fn two_hundred_seeds_pass_every_check() {
 }
 
 #[test]
+fn two_hundred_seeds_with_two_replicas_pass_every_check() {
+    for seed in 0..200 {
+        let cfg = SimConfig { seed, steps: 8_000, replicas: 2, ..Default::default() };
+        let report = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.committed_transfers > 0, "seed {seed} committed nothing: {report:?}");
+    }
+    // Two node groups of two replicas each.
+    for seed in 0..50 {
+        run(&SimConfig { seed, steps: 8_000, nodes: 4, replicas: 2, ..Default::default() })
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
 fn a_seed_replays_exactly() {
     let cfg = SimConfig { seed: 42, steps: 5_000, ..Default::default() };
     let a = run(&cfg).unwrap();

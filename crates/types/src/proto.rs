@@ -194,11 +194,52 @@ pub enum ClientResponse {
 /// Messages between shards (transaction coordinator <-> local data managers).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum PeerMsg {
-    TxOps { tx: TxId, ops: Vec<(u32, KeyOp)> },
-    TxOpResults { tx: TxId, results: Vec<(u32, OpResult)> },
-    TxCommit { tx: TxId },
-    TxCommitted { tx: TxId },
-    TxAbort { tx: TxId },
+    TxOps {
+        tx: TxId,
+        ops: Vec<(u32, KeyOp)>,
+    },
+    TxOpResults {
+        tx: TxId,
+        results: Vec<(u32, OpResult)>,
+    },
+    TxCommit {
+        tx: TxId,
+    },
+    TxCommitted {
+        tx: TxId,
+    },
+    TxAbort {
+        tx: TxId,
+    },
+    /// Primary -> backup: lock the row for `tx` and stage its new image
+    /// (None deletes the row). Answered with `ReplicaPrepared`.
+    ReplicaPrepare {
+        tx: TxId,
+        idx: u32,
+        table: TableId,
+        partition: u32,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        image: Option<Vec<u8>>,
+    },
+    ReplicaPrepared {
+        tx: TxId,
+        idx: u32,
+        error: Option<DbError>,
+    },
+    /// Primary -> backup: apply what `tx` staged and release its locks.
+    ReplicaCommit {
+        tx: TxId,
+    },
+    ReplicaCommitted {
+        tx: TxId,
+    },
+    /// Primary -> backup: drop what `tx` staged and release its locks. Sent
+    /// on the same link as the prepares, so it never overtakes one.
+    ReplicaAbort {
+        tx: TxId,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,6 +322,22 @@ impl Router {
             })
             .collect();
         Router { groups }
+    }
+
+    /// The started replicas of a partition, primary first, then backups in
+    /// node-group order after it.
+    pub fn replicas_of(&self, partition: u32) -> Vec<ShardAddr> {
+        let groups = self.groups.len() as u32;
+        if groups == 0 {
+            return Vec::new();
+        }
+        let nodes = &self.groups[(partition % groups) as usize];
+        let local = (partition / groups) as usize;
+        (0..nodes.len())
+            .map(|k| nodes[(local + k) % nodes.len()])
+            .filter(|&(_, shards, started)| started && shards > 0)
+            .map(|(node, shards, _)| ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
+            .collect()
     }
 
     pub fn primary_of(&self, partition: u32) -> Option<ShardAddr> {
@@ -447,6 +504,36 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_rotate_the_primary_over_a_node_group() {
+        let node = |id: u16| DataNodeInfo {
+            node_id: id,
+            node_group: 0,
+            host: "h".into(),
+            status: NodeStatus::Started,
+            shards: vec!["a".into()],
+            pid: 0,
+        };
+        let layout = ClusterLayout {
+            version: 1,
+            cluster_name: "c".into(),
+            replicas: 2,
+            mgmd_node_id: 1,
+            mgmd_address: "m".into(),
+            datanodes: vec![node(2), node(3)],
+            node_groups: 1,
+            default_partitions: 0,
+            lock_wait_timeout_ms: 1,
+        };
+        let router = Router::new(&layout);
+        let at = |n| ShardAddr { node: n, shard: 0 };
+        assert_eq!(router.replicas_of(0), vec![at(2), at(3)]);
+        assert_eq!(router.replicas_of(1), vec![at(3), at(2)]);
+        for p in 0..8 {
+            assert_eq!(router.primary_of(p), router.replicas_of(p).first().copied());
+        }
+    }
 
     #[test]
     fn borrowed_batch_encodes_like_owned_batch() {

@@ -1,0 +1,128 @@
+//! The backup side of synchronous replication.
+//!
+//! A write on a partition with backups executes at the primary (which holds
+//! the row lock and computes the new row image), then the primary sends the
+//! image to every backup (`ReplicaPrepare`). A backup takes the row lock for
+//! the same transaction, stages the image and answers `ReplicaPrepared`; only
+//! then does the primary report the operation's result, so a coordinator
+//! that hears "all operations done" knows every replica holds every write in
+//! memory. On commit the primary applies its staged rows and forwards
+//! `ReplicaCommit`; it answers the coordinator (or, for an independent
+//! write, the client) only after every backup answered `ReplicaCommitted`.
+//! Aborts travel the same primary -> backup links, so they never overtake a
+//! prepare.
+//!
+//! ```text
+//! TC            primary LDM                 backup LDM
+//!  |--TxOps------>|  lock, stage             |
+//!  |              |--ReplicaPrepare--------->|  lock, stage
+//!  |              |<--ReplicaPrepared--------|
+//!  |<--TxOpResults|                          |
+//!  |--TxCommit--->|  apply, unlock           |
+//!  |              |--ReplicaCommit---------->|  apply, unlock
+//!  |              |<--ReplicaCommitted-------|
+//!  |<--TxCommitted|                          |
+//! ```
+//!
+//! Backups only ever lock rows for writes their primary already locked, in
+//! the primary's order, so their lock waits are short (a previous writer's
+//! commit still in flight) and cannot deadlock.
+
+use crate::ldm::{forget_wait, Origin, Pending, Prepared};
+use crate::locks::{Acquire, LockKey};
+use crate::shard::{owned_partition, unknown_table, Outbox, Shard};
+use latsdb_types::proto::{KeyOp, OpKind, PeerMsg, ShardAddr, TxId};
+use latsdb_types::schema::TableId;
+use latsdb_types::{DbError, Result};
+
+/// A backup waits at most this many lock-wait timeouts: its waits are only
+/// for commits already on their way.
+const REPLICA_WAIT_FACTOR: u64 = 10;
+
+impl Shard {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn replica_prepare(
+        &mut self,
+        primary: ShardAddr,
+        tx: TxId,
+        idx: u32,
+        table: TableId,
+        partition: u32,
+        key: Vec<u8>,
+        image: Option<Vec<u8>>,
+        out: &mut Outbox,
+    ) {
+        let prepared = match self.replica_prepared_op(table, partition, key, image) {
+            Ok(p) => p,
+            Err(e) => {
+                self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: Some(e) }, out);
+                return;
+            }
+        };
+        let lock_key = LockKey { table, key: prepared.op.key.as_slice().into() };
+        let deadline = self.now + REPLICA_WAIT_FACTOR * self.cfg.lock_wait_timeout_us;
+        let pending = Pending { origin: Origin::Replica { tx, idx, primary }, prepared };
+        match self.ldm.locks.acquire(&lock_key, tx, latsdb_types::proto::LockMode::Exclusive, deadline, pending) {
+            (Acquire::Granted, Some(pending)) => self.replica_staged(tx, idx, primary, pending.prepared, out),
+            _ => *self.ldm.replica_txs.entry(tx).or_default().waits.entry(lock_key).or_insert(0) += 1,
+        }
+    }
+
+    /// Checks a replicated write against this shard's schema and replicas.
+    fn replica_prepared_op(
+        &self,
+        table: TableId,
+        partition: u32,
+        key: Vec<u8>,
+        image: Option<Vec<u8>>,
+    ) -> Result<Prepared> {
+        let state = self.tables.get(&table).ok_or_else(|| unknown_table(table))?;
+        let p = owned_partition(state, partition, self.cfg.me)?;
+        let meta = state.meta.clone();
+        meta.validate_key(&key)?;
+        if let Some(row) = &image {
+            meta.layout.validate(row)?;
+            if meta.key_of_row(row) != key {
+                return Err(DbError::internal("a replicated row does not match its key"));
+            }
+        }
+        let hash = p.key_hash(&key);
+        let kind = if image.is_some() { OpKind::Upsert { row: Vec::new() } } else { OpKind::Delete };
+        let op = KeyOp { table, table_version: meta.def.version, partition, key, kind, projection: None };
+        Ok(Prepared { op, meta, new_row: image.map(Vec::into_boxed_slice), hash })
+    }
+
+    /// The row lock is held: stage the image and tell the primary.
+    pub(crate) fn replica_staged(
+        &mut self,
+        tx: TxId,
+        idx: u32,
+        primary: ShardAddr,
+        prepared: Prepared,
+        out: &mut Outbox,
+    ) {
+        let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+        let rtx = self.ldm.replica_txs.entry(tx).or_default();
+        forget_wait(rtx, &key);
+        rtx.locks.insert(key.clone());
+        rtx.staged.insert(key, (prepared.op.partition, prepared.new_row));
+        self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: None }, out);
+    }
+
+    pub(crate) fn replica_commit(&mut self, primary: ShardAddr, tx: TxId, out: &mut Outbox) {
+        if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
+            self.ldm_apply_staged(rtx.staged);
+            self.ldm_release_all(tx, rtx.locks, out);
+        }
+        self.send_peer(primary, PeerMsg::ReplicaCommitted { tx }, out);
+    }
+
+    pub(crate) fn replica_abort(&mut self, tx: TxId, out: &mut Outbox) {
+        let Some(rtx) = self.ldm.replica_txs.remove(&tx) else { return };
+        for key in rtx.waits.keys() {
+            let (_, granted) = self.ldm.locks.cancel_owner(key, tx);
+            self.ldm_granted(granted, out);
+        }
+        self.ldm_release_all(tx, rtx.locks, out);
+    }
+}
