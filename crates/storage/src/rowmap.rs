@@ -55,29 +55,29 @@ pub(crate) struct RowMap {
     hasher: foldhash::fast::RandomState,
 }
 
-/// Prefetch into L2: a batch issues more prefetches than L1 can track at once.
-#[inline(always)]
-fn prefetch_l2<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it never faults, whatever the address.
-    #[allow(unused_unsafe)]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T1);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+/// Where a prefetch should bring a cache line.
+#[derive(Clone, Copy)]
+enum Level {
+    /// L1, for what is read next.
+    L1,
+    /// L2: a batch issues more slot prefetches than L1 can track at once.
+    L2,
 }
 
 #[inline(always)]
-fn prefetch<T>(p: *const T) {
+fn prefetch<T>(p: *const T, level: Level) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it never faults, whatever the address.
     #[allow(unused_unsafe)]
     unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        match level {
+            Level::L1 => _mm_prefetch(p as *const i8, _MM_HINT_T0),
+            Level::L2 => _mm_prefetch(p as *const i8, _MM_HINT_T1),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+    let _ = (p, level);
 }
 
 fn empty_slots(n: usize) -> Vec<Slot> {
@@ -116,7 +116,7 @@ impl RowMap {
     /// First step of a batched lookup: bring the key's home slot into cache.
     #[inline]
     pub(crate) fn prefetch_slot(&self, hash: u64) {
-        prefetch_l2(&self.slots[self.home(hash)]);
+        prefetch(&self.slots[self.home(hash)], Level::L2);
     }
 
     /// Second step: bring the entries whose stored hash matches into cache
@@ -134,7 +134,7 @@ impl RowMap {
                     let bytes = e.0.as_ptr();
                     let lines = e.0.len().div_ceil(64).min(4);
                     for line in 0..lines {
-                        prefetch(bytes.wrapping_add(line * 64));
+                        prefetch(bytes.wrapping_add(line * 64), Level::L1);
                     }
                     return;
                 }
