@@ -8,7 +8,7 @@
 
 use crate::locks::{Acquire, LockKey, LockTable};
 use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, Outbox, Shard};
-use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
+use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, NodeStatus, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -58,7 +58,7 @@ pub(crate) type Staged = (u32, Option<Box<[u8]>>);
 
 /// A write waiting for its backups to stage it.
 pub(crate) struct Replicating {
-    pub(crate) remaining: usize,
+    pub(crate) waiting: BTreeSet<ShardAddr>,
     pub(crate) result: OpResult,
 }
 
@@ -317,7 +317,7 @@ impl Shard {
         let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
         let ltx = self.ldm.txs.entry(tx).or_default();
         let image = ltx.staged.get(&key).and_then(|(_, image)| image.as_ref().map(|i| i.to_vec()));
-        ltx.replicating.insert(idx, Replicating { remaining: backups.len(), result });
+        ltx.replicating.insert(idx, Replicating { waiting: backups.iter().copied().collect(), result });
         ltx.backups.extend(backups.iter().copied());
         for backup in backups {
             let msg = PeerMsg::ReplicaPrepare {
@@ -334,17 +334,32 @@ impl Shard {
     }
 
     /// A backup staged (or failed to stage) write `idx` of `tx`.
-    pub(crate) fn ldm_replica_prepared(&mut self, tx: TxId, idx: u32, error: Option<DbError>, out: &mut Outbox) {
+    pub(crate) fn ldm_replica_prepared(
+        &mut self,
+        from: ShardAddr,
+        tx: TxId,
+        idx: u32,
+        error: Option<DbError>,
+        out: &mut Outbox,
+    ) {
         let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
         let Some(rep) = ltx.replicating.get_mut(&idx) else { return };
-        rep.remaining -= 1;
+        if !rep.waiting.remove(&from) {
+            return;
+        }
         if let Some(e) = error {
             rep.result = OpResult::Error(e);
         }
-        if rep.remaining > 0 {
-            return;
+        if rep.waiting.is_empty() {
+            self.ldm_replicated(tx, idx, out);
         }
-        let result = ltx.replicating.remove(&idx).expect("present above").result;
+    }
+
+    /// Every live backup answered for write `idx` of `tx`.
+    fn ldm_replicated(&mut self, tx: TxId, idx: u32, out: &mut Outbox) {
+        let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
+        let Some(rep) = ltx.replicating.remove(&idx) else { return };
+        let result = rep.result;
         match ltx.autocommit {
             Some((batch, slot)) => {
                 if result == OpResult::Done {
@@ -355,6 +370,46 @@ impl Shard {
                 }
             }
             None => self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, result)] }, out),
+        }
+    }
+
+    /// A new layout arrived: backups on nodes that left no longer count
+    /// (a write is done when every live replica holds it), and backup-role
+    /// state of transactions whose coordinator left is dropped.
+    pub(crate) fn ldm_layout_changed(&mut self, out: &mut Outbox) {
+        let layout = &self.layout;
+        let alive = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status == NodeStatus::Started);
+        let mut replicated = Vec::new();
+        for (tx, ltx) in self.ldm.txs.iter_mut() {
+            ltx.backups.retain(&alive);
+            for (idx, rep) in ltx.replicating.iter_mut() {
+                rep.waiting.retain(&alive);
+                if rep.waiting.is_empty() {
+                    replicated.push((*tx, *idx));
+                }
+            }
+        }
+        let mut committed = Vec::new();
+        for (tx, (waiting, _)) in self.ldm.committing.iter_mut() {
+            waiting.retain(&alive);
+            if waiting.is_empty() {
+                committed.push(*tx);
+            }
+        }
+        let mut orphans: Vec<TxId> = self.ldm.replica_txs.keys().filter(|tx| !alive(&tx.tc)).copied().collect();
+        replicated.sort_unstable();
+        committed.sort_unstable();
+        orphans.sort_unstable();
+        for (tx, idx) in replicated {
+            self.ldm_replicated(tx, idx, out);
+        }
+        for tx in committed {
+            if let Some((_, reply)) = self.ldm.committing.remove(&tx) {
+                self.ldm_committed_everywhere(tx, reply, out);
+            }
+        }
+        for tx in orphans {
+            self.replica_abort(tx, out);
         }
     }
 
@@ -510,6 +565,15 @@ impl Shard {
             self.ldm_release_all(tx, ltx.locks, out);
             backups = ltx.backups;
         }
+        if let CommitReply::Coordinator = reply {
+            // The coordinator decided commit: what this shard staged as a
+            // backup commits too (its primary may have failed; if not, its
+            // ReplicaCommit later finds nothing left to do).
+            if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
+                self.ldm_apply_staged(rtx.staged);
+                self.ldm_release_all(tx, rtx.locks, out);
+            }
+        }
         if backups.is_empty() {
             self.ldm_committed_everywhere(tx, reply, out);
             return;
@@ -555,7 +619,10 @@ impl Shard {
         }
     }
 
+    /// Aborts `tx` here, in both roles: as primary (forwarding the abort to
+    /// its backups) and as a backup.
     pub(crate) fn ldm_abort(&mut self, tx: TxId, out: &mut Outbox) {
+        self.replica_abort(tx, out);
         let Some(ltx) = self.ldm.txs.remove(&tx) else {
             return;
         };

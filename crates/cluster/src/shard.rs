@@ -111,6 +111,8 @@ impl Shard {
             table.replicas = (0..table.meta.def.partitions).map(|p| self.router.replicas_of(p)).collect();
         }
         self.ldm_abort_orphans(out);
+        self.ldm_layout_changed(out);
+        self.tc_layout_changed(out);
         self.drain_local(out);
     }
 
@@ -195,7 +197,7 @@ impl Shard {
             PeerMsg::ReplicaPrepare { tx, idx, table, partition, key, image } => {
                 self.replica_prepare(from, tx, idx, table, partition, key, image, out)
             }
-            PeerMsg::ReplicaPrepared { tx, idx, error } => self.ldm_replica_prepared(tx, idx, error, out),
+            PeerMsg::ReplicaPrepared { tx, idx, error } => self.ldm_replica_prepared(from, tx, idx, error, out),
             PeerMsg::ReplicaCommit { tx } => self.replica_commit(from, tx, out),
             PeerMsg::ReplicaCommitted { tx } => self.ldm_replica_committed(from, tx, out),
             PeerMsg::ReplicaAbort { tx } => self.replica_abort(tx, out),

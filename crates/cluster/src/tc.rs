@@ -21,9 +21,11 @@
 //! ```
 
 use crate::shard::{ConnId, Outbox, Shard};
+use latsdb_types::proto::NodeStatus;
 use latsdb_types::proto::{ClientResponse, KeyOp, OpResult, PeerMsg, ShardAddr, TxId};
+use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 #[derive(Debug, PartialEq, Eq)]
 enum Phase {
@@ -41,6 +43,9 @@ struct TcTx {
     results: Vec<Option<OpResult>>,
     remaining: usize,
     participants: Vec<ShardAddr>,
+    /// (participant, table, partition) of every operation sent: where to
+    /// find the replicas that took over when a participant fails.
+    touched: BTreeSet<(ShardAddr, TableId, u32)>,
     commit: bool,
     phase: Phase,
     error: Option<DbError>,
@@ -84,6 +89,7 @@ impl Shard {
                         results: Vec::new(),
                         remaining: 0,
                         participants: Vec::new(),
+                        touched: BTreeSet::new(),
                         commit,
                         phase: Phase::Idle,
                         error: None,
@@ -138,9 +144,12 @@ impl Shard {
         }
         t.results = (0..count).map(|_| None).collect();
         t.remaining = count;
-        for (shard, _) in &routed {
+        for (shard, ops) in &routed {
             if !t.participants.contains(shard) {
                 t.participants.push(*shard);
+            }
+            for (_, op) in ops {
+                t.touched.insert((*shard, op.table, op.partition));
             }
         }
         if count == 0 {
@@ -290,6 +299,87 @@ impl Shard {
             for shard in &t.participants {
                 self.send_peer(*shard, PeerMsg::TxAbort { tx }, out);
             }
+        }
+    }
+}
+
+impl Shard {
+    /// A new layout arrived: transactions with a participant on a node that
+    /// left are finished without it. One still executing (or idle) is
+    /// aborted everywhere it may have left state, with a retriable error; one
+    /// already committing sends its commit to the replicas that took over the
+    /// lost participant's partitions, which commit what they staged as
+    /// backups. (A coordinator that fails is the takeover protocol's job.)
+    pub(crate) fn tc_layout_changed(&mut self, out: &mut Outbox) {
+        let layout = &self.layout;
+        let alive = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status == NodeStatus::Started);
+        let mut affected: Vec<(TxId, Vec<ShardAddr>)> = self
+            .tc
+            .txs
+            .iter()
+            .filter_map(|(id, t)| {
+                let dead: Vec<ShardAddr> = t.participants.iter().filter(|p| !alive(p)).copied().collect();
+                (!dead.is_empty()).then_some((*id, dead))
+            })
+            .collect();
+        affected.sort_unstable();
+        for (tx, dead) in affected {
+            let committing = matches!(self.tc.txs.get(&tx).map(|t| &t.phase), Some(Phase::Committing { .. }));
+            if committing {
+                self.tc_recommit(tx, &dead, out);
+            } else {
+                self.tc_abort_for_failure(tx, &dead, out);
+            }
+        }
+    }
+
+    fn tc_abort_for_failure(&mut self, tx: TxId, dead: &[ShardAddr], out: &mut Outbox) {
+        let Some(t) = self.tc.txs.remove(&tx) else { return };
+        // Every live replica of every partition touched, and every live
+        // participant, may hold locks or staged rows of the transaction.
+        let mut targets: BTreeSet<ShardAddr> = t.participants.iter().filter(|p| !dead.contains(p)).copied().collect();
+        for (_, _, partition) in &t.touched {
+            targets.extend(self.router.replicas_of(*partition));
+        }
+        for target in targets {
+            self.send_peer(target, PeerMsg::TxAbort { tx }, out);
+        }
+        let nodes: Vec<String> = dead.iter().map(|d| d.node.to_string()).collect();
+        let error = DbError::new(
+            ErrorCode::NodeUnavailable,
+            format!("data node {} failed while the transaction ran; it was aborted, retry it", nodes.join(", ")),
+        );
+        out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error: Some(error) }));
+    }
+
+    fn tc_recommit(&mut self, tx: TxId, dead: &[ShardAddr], out: &mut Outbox) {
+        let Some(t) = self.tc.txs.get(&tx) else { return };
+        let mut successors = BTreeSet::new();
+        for (participant, _, partition) in &t.touched {
+            if dead.contains(participant) {
+                if let Some(new_primary) = self.router.primary_of(*partition) {
+                    successors.insert(new_primary);
+                }
+            }
+        }
+        let t = self.tc.txs.get_mut(&tx).expect("checked above");
+        t.participants.retain(|p| !dead.contains(p));
+        let Phase::Committing { waiting } = &mut t.phase else { return };
+        waiting.retain(|p| !dead.contains(p));
+        for s in &successors {
+            if !waiting.contains(s) {
+                waiting.push(*s);
+            }
+            if !t.participants.contains(s) {
+                t.participants.push(*s);
+            }
+        }
+        let done = waiting.is_empty();
+        for s in successors {
+            self.send_peer(s, PeerMsg::TxCommit { tx }, out);
+        }
+        if done {
+            self.tc_finish_commit(tx, out);
         }
     }
 }

@@ -340,21 +340,19 @@ impl Router {
             .collect()
     }
 
+    /// The first started replica of a partition: its primary, or the backup
+    /// that took over when the primary's node left. Allocation-free.
     pub fn primary_of(&self, partition: u32) -> Option<ShardAddr> {
         let groups = self.groups.len() as u32;
         if groups == 0 {
             return None;
         }
         let nodes = &self.groups[(partition % groups) as usize];
-        if nodes.is_empty() {
-            return None;
-        }
         let local = (partition / groups) as usize;
-        let (node, shards, started) = nodes[local % nodes.len()];
-        if !started || shards == 0 {
-            return None;
-        }
-        Some(ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
+        (0..nodes.len())
+            .map(|k| nodes[(local + k) % nodes.len()])
+            .find(|&(_, shards, started)| started && shards > 0)
+            .map(|(node, shards, _)| ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
     }
 }
 
@@ -532,6 +530,14 @@ mod tests {
         assert_eq!(router.replicas_of(1), vec![at(3), at(2)]);
         for p in 0..8 {
             assert_eq!(router.primary_of(p), router.replicas_of(p).first().copied());
+        }
+        // When node 2 leaves, node 3 takes over every partition.
+        let mut without_2 = layout.clone();
+        without_2.datanodes[0].status = NodeStatus::NotStarted;
+        let router = Router::new(&without_2);
+        for p in 0..8 {
+            assert_eq!(router.primary_of(p), Some(at(3)));
+            assert_eq!(router.replicas_of(p), vec![at(3)]);
         }
     }
 

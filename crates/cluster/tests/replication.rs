@@ -1,0 +1,243 @@
+//! Two replicas in one node group: writes reach both, and a failed node's
+//! in-flight work is finished by the survivor (a write whose backup died
+//! completes; a transaction executing on the dead node aborts with a
+//! retriable error; a commit in flight is completed by the backup that took
+//! over). Messages are delivered one at a time so a node can fail between
+//! any two of them.
+
+use latsdb_cluster::{Outbox, Shard, ShardConfig};
+use latsdb_types::proto::*;
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+use latsdb_types::{ErrorCode, TableMeta, Value};
+use std::collections::VecDeque;
+
+const A: ShardAddr = ShardAddr { node: 2, shard: 0 };
+const B: ShardAddr = ShardAddr { node: 3, shard: 0 };
+
+fn layout(b_started: bool) -> ClusterLayout {
+    let node = |id: u16, started: bool| DataNodeInfo {
+        node_id: id,
+        node_group: 0,
+        host: "sim".into(),
+        status: if started { NodeStatus::Started } else { NodeStatus::NotStarted },
+        shards: if started { vec![format!("sim:{id}")] } else { vec![] },
+        pid: 0,
+    };
+    ClusterLayout {
+        version: 1,
+        cluster_name: "r".into(),
+        replicas: 2,
+        mgmd_node_id: 1,
+        mgmd_address: "sim".into(),
+        datanodes: vec![node(2, true), node(3, b_started)],
+        node_groups: 1,
+        default_partitions: 4,
+        lock_wait_timeout_ms: 100,
+    }
+}
+
+struct Net {
+    shards: Vec<Shard>,
+    queue: VecDeque<(ShardAddr, ShardAddr, PeerMsg)>,
+    responses: Vec<(u64, ClientResponse)>,
+    b_alive: bool,
+    meta: TableMeta,
+}
+
+fn index(a: ShardAddr) -> usize {
+    (a.node - 2) as usize
+}
+
+impl Net {
+    fn new() -> Net {
+        let spec = TableSpec::new("r", "t")
+            .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+            .column(ColumnDef::new("v", ColumnType::int(IntWidth::Big)))
+            .primary_key(&["id"]);
+        let def = TableDef::from_spec(&spec, 1, 4).unwrap();
+        let shards = [A, B]
+            .iter()
+            .map(|&me| {
+                let cfg = ShardConfig { me, lock_wait_timeout_us: 100_000, first_tx_seq: 0, data_memory_bytes: 0 };
+                let mut s = Shard::new(cfg, layout(true));
+                s.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();
+                s
+            })
+            .collect();
+        Net { shards, queue: VecDeque::new(), responses: Vec::new(), b_alive: true, meta: TableMeta::new(def) }
+    }
+
+    fn collect(&mut self, from: ShardAddr, out: &mut Outbox) {
+        self.responses.extend(out.client.drain(..).map(|(_, req, r)| (req, r)));
+        for (to, msg) in out.peer.drain(..) {
+            self.queue.push_back((from, to, msg));
+        }
+    }
+
+    fn request(&mut self, at: ShardAddr, req_id: u64, req: ClientRequest) {
+        let mut out = Outbox::default();
+        self.shards[index(at)].on_client(1, req_id, req, 0, &mut out);
+        self.collect(at, &mut out);
+    }
+
+    /// Delivers queued messages in order until `stop` matches the next one
+    /// (which stays queued) or nothing is left.
+    fn deliver_until(&mut self, stop: impl Fn(&ShardAddr, &ShardAddr, &PeerMsg) -> bool) {
+        while let Some((from, to, msg)) = self.queue.front() {
+            if stop(from, to, msg) {
+                return;
+            }
+            let (from, to, msg) = self.queue.pop_front().unwrap();
+            if !self.b_alive && (to == B || from == B) {
+                continue;
+            }
+            let mut out = Outbox::default();
+            self.shards[index(to)].on_peer(from, msg, 0, &mut out);
+            self.collect(to, &mut out);
+        }
+    }
+
+    fn deliver_all(&mut self) {
+        self.deliver_until(|_, _, _| false);
+    }
+
+    /// Node B fails: its queued messages are lost and A learns the new layout.
+    fn kill_b(&mut self) {
+        self.b_alive = false;
+        self.queue.retain(|(from, to, _)| *from != B && *to != B);
+        let mut out = Outbox::default();
+        self.shards[index(A)].set_layout(layout(false), 0, &mut out);
+        self.collect(A, &mut out);
+        self.deliver_all();
+    }
+
+    fn op(&self, id: i64, kind: OpKind) -> KeyOp {
+        let key = self.meta.encode_key(&[Value::Int(id)]).unwrap();
+        KeyOp { table: 1, table_version: 1, partition: self.meta.partition_of(&key), key, kind, projection: None }
+    }
+
+    fn insert(&self, id: i64) -> KeyOp {
+        self.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(id * 10)] })
+    }
+
+    /// A key whose partition's primary is `primary`.
+    fn key_with_primary(&self, primary: ShardAddr, skip: i64) -> i64 {
+        let router = Router::new(&layout(true));
+        (skip..).find(|&id| router.primary_of(self.op(id, OpKind::Delete).partition) == Some(primary)).unwrap()
+    }
+
+    fn take(&mut self, req_id: u64) -> Option<ClientResponse> {
+        let pos = self.responses.iter().position(|(r, _)| *r == req_id)?;
+        Some(self.responses.remove(pos).1)
+    }
+
+    fn read_at(&mut self, at: ShardAddr, id: i64) -> Option<i64> {
+        let op = self.op(id, OpKind::Read { lock: LockMode::Committed });
+        self.request(at, 9_999, ClientRequest::Batch(vec![op]));
+        match self.take(9_999) {
+            Some(ClientResponse::Batch(r)) => match &r[0] {
+                OpResult::Row(row) => self.meta.layout.get(row, 1).as_i64(),
+                OpResult::NotFound => None,
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn writes_reach_every_replica_and_backups_serve_committed_reads() {
+    let mut n = Net::new();
+    for id in 0..40 {
+        let op = n.insert(id);
+        let tc = Router::new(&layout(true)).primary_of(op.partition).unwrap();
+        if id % 2 == 0 {
+            n.request(tc, id as u64, ClientRequest::TxExec { tx: None, ops: vec![op], commit: true });
+        } else {
+            n.request(tc, id as u64, ClientRequest::Batch(vec![op]));
+        }
+        n.deliver_all();
+        match n.take(id as u64) {
+            Some(ClientResponse::TxExec { committed: true, .. }) => {}
+            Some(ClientResponse::Batch(r)) if r == vec![OpResult::Done] => {}
+            other => panic!("write {id}: {other:?}"),
+        }
+    }
+    for p in 0..4 {
+        let a = n.shards[0].partition_rows(1, p).unwrap();
+        let b = n.shards[1].partition_rows(1, p).unwrap();
+        assert_eq!(a, b, "partition {p} differs between replicas");
+    }
+    // A committed read at a backup sees the write.
+    let id = n.key_with_primary(A, 0);
+    assert_eq!(n.read_at(B, id), Some(id * 10));
+    // Writes and locking reads are refused at a backup.
+    n.request(
+        B,
+        500,
+        ClientRequest::Batch(vec![n.insert(id + 1000), n.op(id, OpKind::Read { lock: LockMode::Shared })]),
+    );
+    n.deliver_all();
+    let partition_of_new = n.op(id + 1000, OpKind::Delete).partition;
+    match n.take(500) {
+        Some(ClientResponse::Batch(r)) => {
+            let b_is_primary = Router::new(&layout(true)).primary_of(partition_of_new) == Some(B);
+            assert_eq!(matches!(&r[0], OpResult::Error(e) if e.code == ErrorCode::WrongShard), !b_is_primary);
+            assert!(matches!(&r[1], OpResult::Error(e) if e.code == ErrorCode::WrongShard));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_write_completes_when_its_backup_dies() {
+    let mut n = Net::new();
+    let id = n.key_with_primary(A, 0);
+    n.request(A, 1, ClientRequest::TxExec { tx: None, ops: vec![n.insert(id)], commit: true });
+    // The prepare to the backup is lost with the backup.
+    n.deliver_until(|_, to, msg| *to == B && matches!(msg, PeerMsg::ReplicaPrepare { .. }));
+    assert!(n.take(1).is_none(), "the write must wait for its backup");
+    n.kill_b();
+    assert!(matches!(n.take(1), Some(ClientResponse::TxExec { committed: true, .. })));
+    assert_eq!(n.read_at(A, id), Some(id * 10));
+    assert_eq!(n.shards[0].activity(), (0, 0, 0));
+}
+
+#[test]
+fn a_transaction_executing_on_a_failed_node_aborts_with_a_retriable_error() {
+    let mut n = Net::new();
+    let on_a = n.key_with_primary(A, 0);
+    let on_b = n.key_with_primary(B, 0);
+    n.request(A, 1, ClientRequest::TxExec { tx: None, ops: vec![n.insert(on_a), n.insert(on_b)], commit: false });
+    // B fails before it answers anything.
+    n.kill_b();
+    match n.take(1) {
+        Some(ClientResponse::TxAborted { error: Some(e), .. }) => {
+            assert_eq!(e.code, ErrorCode::NodeUnavailable);
+            assert!(e.is_retriable());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(n.take(1).is_none(), "exactly one answer");
+    assert_eq!(n.shards[0].activity(), (0, 0, 0), "A holds no locks or transactions");
+    assert_eq!(n.read_at(A, on_a), None, "the aborted insert is invisible");
+    // The survivor now serves both partitions.
+    n.request(A, 2, ClientRequest::TxExec { tx: None, ops: vec![n.insert(on_a), n.insert(on_b)], commit: true });
+    n.deliver_all();
+    assert!(matches!(n.take(2), Some(ClientResponse::TxExec { committed: true, .. })));
+    assert_eq!(n.read_at(A, on_b), Some(on_b * 10));
+}
+
+#[test]
+fn a_commit_in_flight_is_completed_by_the_backup_that_took_over() {
+    let mut n = Net::new();
+    let on_b = n.key_with_primary(B, 0);
+    n.request(A, 1, ClientRequest::TxExec { tx: None, ops: vec![n.insert(on_b)], commit: true });
+    // Everything up to the coordinator's commit to B happens; then B fails.
+    n.deliver_until(|_, to, msg| *to == B && matches!(msg, PeerMsg::TxCommit { .. }));
+    assert!(n.take(1).is_none());
+    n.kill_b();
+    assert!(matches!(n.take(1), Some(ClientResponse::TxExec { committed: true, .. })));
+    assert_eq!(n.read_at(A, on_b), Some(on_b * 10), "the backup committed what it staged");
+    assert_eq!(n.shards[0].activity(), (0, 0, 0));
+}
