@@ -84,7 +84,42 @@ pub(crate) struct LdmTx {
 #[derive(Clone, Copy)]
 pub(crate) enum CommitReply {
     Coordinator,
-    Batch { batch: u64, idx: u32 },
+    Batch {
+        batch: u64,
+        idx: u32,
+    },
+    /// A takeover decision: the coordinator is gone, nobody waits.
+    Nobody,
+}
+
+/// Transactions this shard saw commit (by a coordinator's or a primary's
+/// word), remembered so that a takeover after a coordinator fails can tell
+/// that a commit decision was made. Bounded: the oldest are forgotten.
+#[derive(Default)]
+pub(crate) struct CommitLog {
+    order: std::collections::VecDeque<TxId>,
+    set: std::collections::HashSet<TxId>,
+}
+
+const COMMIT_LOG_ENTRIES: usize = 1 << 16;
+
+impl CommitLog {
+    pub(crate) fn record(&mut self, tx: TxId) {
+        if self.set.insert(tx) {
+            self.order.push_back(tx);
+            if self.order.len() > COMMIT_LOG_ENTRIES {
+                if let Some(old) = self.order.pop_front() {
+                    self.set.remove(&old);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn coordinated_by(&self, node: latsdb_types::proto::NodeId) -> Vec<TxId> {
+        let mut ids: Vec<TxId> = self.set.iter().filter(|t| t.tc.node == node).copied().collect();
+        ids.sort_unstable();
+        ids
+    }
 }
 
 struct PendingBatch {
@@ -104,6 +139,7 @@ pub(crate) struct LdmState {
     pub(crate) replica_txs: HashMap<TxId, LdmTx>,
     /// Commits applied here and waiting for backups' ReplicaCommitted.
     pub(crate) committing: HashMap<TxId, (BTreeSet<ShardAddr>, CommitReply)>,
+    pub(crate) commit_log: CommitLog,
     batches: HashMap<u64, PendingBatch>,
     next_batch: u64,
     next_implicit: u64,
@@ -373,9 +409,9 @@ impl Shard {
         }
     }
 
-    /// A new layout arrived: backups on nodes that left no longer count
-    /// (a write is done when every live replica holds it), and backup-role
-    /// state of transactions whose coordinator left is dropped.
+    /// A new layout arrived: backups on nodes that left no longer count (a
+    /// write is done when every live replica holds it). Transactions whose
+    /// coordinator left are resolved by the takeover (takeover.rs).
     pub(crate) fn ldm_layout_changed(&mut self, out: &mut Outbox) {
         let layout = &self.layout;
         let alive = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status == NodeStatus::Started);
@@ -396,10 +432,8 @@ impl Shard {
                 committed.push(*tx);
             }
         }
-        let mut orphans: Vec<TxId> = self.ldm.replica_txs.keys().filter(|tx| !alive(&tx.tc)).copied().collect();
         replicated.sort_unstable();
         committed.sort_unstable();
-        orphans.sort_unstable();
         for (tx, idx) in replicated {
             self.ldm_replicated(tx, idx, out);
         }
@@ -407,9 +441,6 @@ impl Shard {
             if let Some((_, reply)) = self.ldm.committing.remove(&tx) {
                 self.ldm_committed_everywhere(tx, reply, out);
             }
-        }
-        for tx in orphans {
-            self.replica_abort(tx, out);
         }
     }
 
@@ -565,14 +596,15 @@ impl Shard {
             self.ldm_release_all(tx, ltx.locks, out);
             backups = ltx.backups;
         }
-        if let CommitReply::Coordinator = reply {
-            // The coordinator decided commit: what this shard staged as a
-            // backup commits too (its primary may have failed; if not, its
-            // ReplicaCommit later finds nothing left to do).
+        if let CommitReply::Coordinator | CommitReply::Nobody = reply {
+            // The coordinator (or the takeover) decided commit: what this
+            // shard staged as a backup commits too (its primary may have
+            // failed; if not, its ReplicaCommit later finds nothing to do).
             if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
                 self.ldm_apply_staged(rtx.staged);
                 self.ldm_release_all(tx, rtx.locks, out);
             }
+            self.ldm.commit_log.record(tx);
         }
         if backups.is_empty() {
             self.ldm_committed_everywhere(tx, reply, out);
@@ -597,6 +629,7 @@ impl Shard {
         match reply {
             CommitReply::Coordinator => self.send_peer(tx.tc, PeerMsg::TxCommitted { tx }, out),
             CommitReply::Batch { batch, idx } => self.ldm_batch_result(batch, idx, OpResult::Done, out),
+            CommitReply::Nobody => {}
         }
     }
 
@@ -636,26 +669,6 @@ impl Shard {
             self.ldm_granted(granted, out);
         }
         self.ldm_release_all(tx, ltx.locks, out);
-    }
-
-    /// Aborts every transaction this shard participates in whose coordinator
-    /// is on a node that is no longer started, releasing its locks. (Taking
-    /// over such transactions and finishing them consistently is the
-    /// replication issue's TC takeover; until then they are aborted.)
-    pub(crate) fn ldm_abort_orphans(&mut self, out: &mut Outbox) {
-        let mut orphans: Vec<TxId> = self
-            .ldm
-            .txs
-            .keys()
-            .filter(|tx| {
-                self.layout.datanode(tx.tc.node).is_none_or(|d| d.status != latsdb_types::proto::NodeStatus::Started)
-            })
-            .copied()
-            .collect();
-        orphans.sort_unstable();
-        for tx in orphans {
-            self.ldm_abort(tx, out);
-        }
     }
 
     pub(crate) fn ldm_release_all(&mut self, tx: TxId, locks: BTreeSet<LockKey>, out: &mut Outbox) {

@@ -16,12 +16,15 @@
 //!   wait queues and a lock-wait timeout;
 //! - replication (`replica`): every write is staged on the partition's
 //!   backups before it is acknowledged, and committed there before the
-//!   commit is acknowledged.
+//!   commit is acknowledged;
+//! - takeover (`takeover`): the transactions of a failed coordinator are
+//!   committed or aborted consistently by the survivors.
 
 mod ldm;
 mod locks;
 mod replica;
 mod shard;
+mod takeover;
 mod tc;
 
 pub use shard::{ConnId, Micros, Outbox, Shard, ShardConfig};

@@ -114,6 +114,8 @@ impl Shard {
             self.ldm_apply_staged(rtx.staged);
             self.ldm_release_all(tx, rtx.locks, out);
         }
+        // Evidence for a takeover that the commit decision was made.
+        self.ldm.commit_log.record(tx);
         self.send_peer(primary, PeerMsg::ReplicaCommitted { tx }, out);
     }
 

@@ -74,6 +74,8 @@ pub struct Shard {
     pub(crate) now: Micros,
     /// Sum of `memory()` over this shard's partitions.
     pub(crate) data_memory_used: usize,
+    /// Takeovers this shard runs, by failed node.
+    pub(crate) takeovers: HashMap<latsdb_types::proto::NodeId, crate::takeover::Takeover>,
     local: VecDeque<PeerMsg>,
 }
 
@@ -89,6 +91,7 @@ impl Shard {
             tc,
             now: 0,
             data_memory_used: 0,
+            takeovers: HashMap::new(),
             local: VecDeque::new(),
         }
     }
@@ -105,14 +108,25 @@ impl Shard {
         if layout.lock_wait_timeout_ms > 0 {
             self.cfg.lock_wait_timeout_us = layout.lock_wait_timeout_ms * 1000;
         }
+        let was_started =
+            |l: &ClusterLayout, n| l.datanode(n).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Started);
+        let departed: Vec<latsdb_types::proto::NodeId> = self
+            .layout
+            .datanodes
+            .iter()
+            .filter(|d| was_started(&self.layout, d.node_id) && !was_started(&layout, d.node_id))
+            .map(|d| d.node_id)
+            .collect();
         self.router = Router::new(&layout);
         self.layout = layout;
         for table in self.tables.values_mut() {
             table.replicas = (0..table.meta.def.partitions).map(|p| self.router.replicas_of(p)).collect();
         }
-        self.ldm_abort_orphans(out);
         self.ldm_layout_changed(out);
         self.tc_layout_changed(out);
+        for dead in departed {
+            self.takeover_report(dead, out);
+        }
         self.drain_local(out);
     }
 
@@ -201,6 +215,11 @@ impl Shard {
             PeerMsg::ReplicaCommit { tx } => self.replica_commit(from, tx, out),
             PeerMsg::ReplicaCommitted { tx } => self.ldm_replica_committed(from, tx, out),
             PeerMsg::ReplicaAbort { tx } => self.replica_abort(tx, out),
+            PeerMsg::TakeoverReport { dead, prepared, committed } => {
+                self.takeover_on_report(from, dead, prepared, committed, out)
+            }
+            PeerMsg::TakeoverCommit { tx } => self.takeover_commit(tx, out),
+            PeerMsg::TakeoverAbort { tx } => self.ldm_abort(tx, out),
         }
     }
 

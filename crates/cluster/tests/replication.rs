@@ -97,6 +97,12 @@ impl Net {
         }
     }
 
+    /// Loses the first queued message matching `pred`.
+    fn drop_first(&mut self, pred: impl Fn(&ShardAddr, &ShardAddr, &PeerMsg) -> bool) {
+        let pos = self.queue.iter().position(|(f, t, m)| pred(f, t, m)).expect("a matching message is queued");
+        self.queue.remove(pos);
+    }
+
     fn deliver_all(&mut self) {
         self.deliver_until(|_, _, _| false);
     }
@@ -240,4 +246,42 @@ fn a_commit_in_flight_is_completed_by_the_backup_that_took_over() {
     assert!(matches!(n.take(1), Some(ClientResponse::TxExec { committed: true, .. })));
     assert_eq!(n.read_at(A, on_b), Some(on_b * 10), "the backup committed what it staged");
     assert_eq!(n.shards[0].activity(), (0, 0, 0));
+}
+
+#[test]
+fn a_failed_coordinators_commit_is_completed_by_the_survivors() {
+    let mut n = Net::new();
+    let on_a = n.key_with_primary(A, 0);
+    let on_b = n.key_with_primary(B, 0);
+    // B coordinates a transaction over both nodes.
+    n.request(B, 1, ClientRequest::TxExec { tx: None, ops: vec![n.insert(on_a), n.insert(on_b)], commit: true });
+    // Run until B decides to commit; B commits its own part and tells A (as
+    // backup) with ReplicaCommit, but its TxCommit to A is lost when B fails.
+    n.deliver_until(|_, to, msg| *to == A && matches!(msg, PeerMsg::TxCommit { .. }));
+    n.drop_first(|_, to, msg| *to == A && matches!(msg, PeerMsg::TxCommit { .. }));
+    n.deliver_until(|from, _, _| *from != B);
+    n.kill_b();
+    // The survivor saw the commit decision (the ReplicaCommit), so the
+    // takeover commits A's own part too: all or nothing.
+    assert_eq!(n.read_at(A, on_b), Some(on_b * 10));
+    assert_eq!(n.read_at(A, on_a), Some(on_a * 10));
+    assert_eq!(n.shards[0].activity(), (0, 0, 0));
+}
+
+#[test]
+fn a_failed_coordinators_unfinished_transaction_is_aborted_everywhere() {
+    let mut n = Net::new();
+    let on_a = n.key_with_primary(A, 0);
+    let on_b = n.key_with_primary(B, 0);
+    n.request(B, 1, ClientRequest::TxExec { tx: None, ops: vec![n.insert(on_a), n.insert(on_b)], commit: true });
+    // Everything is prepared on both nodes; B fails before deciding.
+    n.deliver_until(|_, to, msg| *to == B && matches!(msg, PeerMsg::TxOpResults { .. }));
+    n.kill_b();
+    assert_eq!(n.read_at(A, on_a), None);
+    assert_eq!(n.read_at(A, on_b), None);
+    assert_eq!(n.shards[0].activity(), (0, 0, 0), "the takeover released every lock");
+    // The rows are free for new writers.
+    n.request(A, 2, ClientRequest::TxExec { tx: None, ops: vec![n.insert(on_a), n.insert(on_b)], commit: true });
+    n.deliver_all();
+    assert!(matches!(n.take(2), Some(ClientResponse::TxExec { committed: true, .. })));
 }

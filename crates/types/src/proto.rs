@@ -240,6 +240,21 @@ pub enum PeerMsg {
     ReplicaAbort {
         tx: TxId,
     },
+    /// Every live shard -> the takeover shard, after node `dead` left: the
+    /// transactions coordinated there that this shard holds prepared, and
+    /// those it has seen committed.
+    TakeoverReport {
+        dead: NodeId,
+        prepared: Vec<TxId>,
+        committed: Vec<TxId>,
+    },
+    /// The takeover shard's decision for a transaction of a failed coordinator.
+    TakeoverCommit {
+        tx: TxId,
+    },
+    TakeoverAbort {
+        tx: TxId,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
