@@ -255,10 +255,22 @@ impl Shard {
         let Some(t) = self.tc.txs.remove(&tx) else {
             return;
         };
-        for shard in &t.participants {
-            self.send_peer(*shard, PeerMsg::TxAbort { tx }, out);
-        }
+        self.tc_send_abort(tx, &t, out);
         out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
+    }
+
+    /// Tells every shard that may hold state of `t` to drop it: its
+    /// participants and every live replica of every partition it touched.
+    /// (A primary also forwards the abort to its backups; telling backups
+    /// directly covers a primary that fails before it forwards.)
+    fn tc_send_abort(&mut self, tx: TxId, t: &TcTx, out: &mut Outbox) {
+        let mut targets: BTreeSet<ShardAddr> = t.participants.iter().copied().collect();
+        for (_, _, partition) in &t.touched {
+            targets.extend(self.router.replicas_of(*partition));
+        }
+        for target in targets {
+            self.send_peer(target, PeerMsg::TxAbort { tx }, out);
+        }
     }
 
     pub(crate) fn tc_client_abort(&mut self, conn: ConnId, req_id: u64, tx: TxId, out: &mut Outbox) {
@@ -296,9 +308,7 @@ impl Shard {
         orphans.sort_unstable();
         for tx in orphans {
             let t = self.tc.txs.remove(&tx).expect("transaction exists");
-            for shard in &t.participants {
-                self.send_peer(*shard, PeerMsg::TxAbort { tx }, out);
-            }
+            self.tc_send_abort(tx, &t, out);
         }
     }
 }
@@ -335,15 +345,7 @@ impl Shard {
 
     fn tc_abort_for_failure(&mut self, tx: TxId, dead: &[ShardAddr], out: &mut Outbox) {
         let Some(t) = self.tc.txs.remove(&tx) else { return };
-        // Every live replica of every partition touched, and every live
-        // participant, may hold locks or staged rows of the transaction.
-        let mut targets: BTreeSet<ShardAddr> = t.participants.iter().filter(|p| !dead.contains(p)).copied().collect();
-        for (_, _, partition) in &t.touched {
-            targets.extend(self.router.replicas_of(*partition));
-        }
-        for target in targets {
-            self.send_peer(target, PeerMsg::TxAbort { tx }, out);
-        }
+        self.tc_send_abort(tx, &t, out);
         let nodes: Vec<String> = dead.iter().map(|d| d.node.to_string()).collect();
         let error = DbError::new(
             ErrorCode::NodeUnavailable,

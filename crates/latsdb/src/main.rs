@@ -82,6 +82,9 @@ struct SimArgs {
     /// Replicas per node group (the node count must be a multiple of it).
     #[arg(long, default_value_t = 1)]
     replicas: u8,
+    /// Crash one data node at a random moment (needs --replicas 2 or more).
+    #[arg(long)]
+    crash: bool,
     #[arg(long, default_value_t = 6)]
     clients: usize,
     /// Events printed when a check fails.
@@ -143,6 +146,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         steps: args.steps,
         nodes: args.nodes,
         replicas: args.replicas,
+        crash: args.crash,
         shards_per_node: args.shards,
         clients: args.clients,
         trace_lines: args.trace,

@@ -30,6 +30,10 @@ pub struct SimConfig {
     pub lock_wait_timeout_us: u64,
     /// Events kept for the failure report.
     pub trace_lines: usize,
+    /// Crash one data node once, at a random moment (needs replicas >= 2).
+    pub crash: bool,
+    /// Longest time before the survivors learn of the crash.
+    pub detect_us_max: u64,
 }
 
 impl Default for SimConfig {
@@ -45,6 +49,8 @@ impl Default for SimConfig {
             max_delay_us: 2_000,
             lock_wait_timeout_us: 20_000,
             trace_lines: 60,
+            crash: false,
+            detect_us_max: 200_000,
         }
     }
 }
@@ -57,6 +63,10 @@ pub struct SimReport {
     pub committed_transfers: u64,
     pub aborted_transfers: u64,
     pub abandoned: u64,
+    /// Transfers whose commit was in flight when their node crashed.
+    pub unknown_outcomes: u64,
+    /// The node that crashed, if any.
+    pub crashed_node: Option<u16>,
     /// Connections dropped while a lock step or audit was still executing.
     pub dropped_while_waiting: u64,
     pub audits: u64,
@@ -93,6 +103,13 @@ enum Payload {
     DropIfWaiting {
         req: u64,
     },
+    /// The client's connection to a crashed node broke while request
+    /// `req_id` was outstanding.
+    ConnectionLost {
+        req_id: u64,
+    },
+    /// A survivor learns the new layout (the crash was detected).
+    Layout(Box<ClusterLayout>),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -107,7 +124,7 @@ enum Doing {
     Locking { shard: usize, req: u64, a: i64, b: i64, amount: i64, abandon: bool },
     Writing { shard: usize, req: u64, writes: [(i64, Account); 2], abandon: bool, tx: TxId },
     Auditing { req: u64, shard: usize },
-    Reading { req: u64, account: i64 },
+    Reading { req: u64, account: i64, shard: usize },
 }
 
 struct Client {
@@ -137,8 +154,24 @@ struct World {
     committed: Vec<BTreeMap<i64, i64>>,
     /// (account, version, balance) sent with a commit request.
     written: HashSet<(i64, i64, i64)>,
+    /// Per account: version -> balances written by transfers whose outcome
+    /// is unknown (their commit was in flight when a node crashed).
+    maybe: Vec<BTreeMap<i64, Vec<i64>>>,
+    crashed: Option<u16>,
+    crash_event: u64,
+    /// The clients' routing after a crash, from the given time on.
+    pending_router: Option<(u64, Router)>,
     trace: VecDeque<String>,
     report: SimReport,
+}
+
+/// Answers a client accepts as "not done, try again": lock-wait timeouts,
+/// and (around a crash) a participant that left or a stale route.
+fn retriable(e: &latsdb_types::DbError) -> bool {
+    matches!(
+        e.code,
+        ErrorCode::LockWaitTimeout | ErrorCode::NodeUnavailable | ErrorCode::WrongShard | ErrorCode::UnknownTransaction
+    )
 }
 
 fn layout(cfg: &SimConfig) -> ClusterLayout {
@@ -233,10 +266,21 @@ impl World {
             stopped: false,
             committed: vec![BTreeMap::new(); accounts],
             written: HashSet::new(),
+            maybe: vec![BTreeMap::new(); accounts],
+            crashed: None,
+            crash_event: 0,
+            pending_router: None,
             trace: VecDeque::new(),
             report: SimReport::default(),
         };
         world.report.seed = world.cfg.seed;
+        if world.cfg.crash {
+            if world.cfg.replicas < 2 {
+                return Err("crash faults need at least 2 replicas".into());
+            }
+            let steps = world.cfg.steps;
+            world.crash_event = steps / 5 + world.rng.below(steps / 3 + 1);
+        }
         world.load_accounts()?;
         for s in 0..world.shards.len() {
             let at = world.rng.below(TICK_US);
@@ -274,6 +318,9 @@ impl World {
             let from = self.addrs[shard];
             queue.extend(out.peer.drain(..).map(|(to, msg)| (from, to, msg)));
             let Some((src, to, msg)) = queue.pop_front() else { return answers };
+            if Some(to.node) == self.crashed {
+                continue;
+            }
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
             self.shards[t].on_peer(src, msg, self.now, &mut out);
             let from = self.addrs[t];
@@ -327,6 +374,22 @@ impl World {
             if self.report.events == self.cfg.steps {
                 self.stopped = true;
             }
+            if self.cfg.crash && self.report.events == self.crash_event {
+                self.crash();
+            }
+            if self.pending_router.as_ref().is_some_and(|(at, _)| self.now >= *at) {
+                self.router = self.pending_router.take().expect("checked").1;
+            }
+            if let (Endpoint::Shard(s), Some(dead)) = (to, self.crashed) {
+                if self.addrs[s].node == dead {
+                    // A crashed node hears nothing; a client asking it finds its connection broken.
+                    if let (Payload::Request { req_id, .. }, Endpoint::Client(c)) = (&payload, from) {
+                        let at = self.now + 1 + self.rng.below(1_000);
+                        self.schedule(at, from, Endpoint::Client(c), Payload::ConnectionLost { req_id: *req_id });
+                    }
+                    continue;
+                }
+            }
             if self.report.events > limit {
                 return Err(format!(
                     "no quiescence: {} clients still busy after {limit} events (a transaction hangs)",
@@ -365,7 +428,11 @@ impl World {
                 self.shards[s].on_tick(now, &mut out);
                 self.schedule(now + TICK_US, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
             }
-            Payload::Response { .. } | Payload::Wake | Payload::DropIfWaiting { .. } => {
+            Payload::Layout(layout) => self.shards[s].set_layout(*layout, now, &mut out),
+            Payload::Response { .. }
+            | Payload::Wake
+            | Payload::DropIfWaiting { .. }
+            | Payload::ConnectionLost { .. } => {
                 unreachable!("clients' events are not sent to shards")
             }
         }
@@ -412,6 +479,10 @@ impl World {
                 Ok(())
             }
             Payload::Response { req_id, resp } => self.on_response(c, req_id, resp),
+            Payload::ConnectionLost { req_id } => {
+                self.on_connection_lost(c, req_id);
+                Ok(())
+            }
             Payload::DropIfWaiting { req } => {
                 let (waiting, shard) = match self.clients[c].doing {
                     Doing::Locking { req: r, shard, .. } if r == req => (true, shard),
@@ -463,8 +534,77 @@ impl World {
             let pick = replicas[self.rng.below(replicas.len() as u64) as usize];
             let shard = self.addrs.iter().position(|a| *a == pick).expect("replica is a simulated shard");
             let req = self.request(c, shard, ClientRequest::Batch(vec![op]));
-            self.clients[c].doing = Doing::Reading { req, account };
+            self.clients[c].doing = Doing::Reading { req, account, shard };
         }
+    }
+
+    /// One data node crashes: it stops, clients waiting on it see their
+    /// connections break, and after a detection delay every survivor learns
+    /// the new layout (each at a slightly different time).
+    fn crash(&mut self) {
+        let dead = 2 + self.rng.below(self.cfg.nodes as u64) as u16;
+        self.crashed = Some(dead);
+        self.report.crashed_node = Some(dead);
+        self.trace(format!("{:>9} CRASH of node {dead}", self.now));
+        for c in 0..self.clients.len() {
+            let waiting = match self.clients[c].doing {
+                Doing::Locking { shard, req, .. }
+                | Doing::Writing { shard, req, .. }
+                | Doing::Auditing { req, shard }
+                | Doing::Reading { req, shard, .. } => Some((shard, req)),
+                Doing::Idle => None,
+            };
+            if let Some((shard, req)) = waiting {
+                if self.addrs[shard].node == dead {
+                    let at = self.now + 1 + self.rng.below(1_000);
+                    self.schedule(
+                        at,
+                        Endpoint::Client(c),
+                        Endpoint::Client(c),
+                        Payload::ConnectionLost { req_id: req },
+                    );
+                }
+            }
+        }
+        let mut layout = layout(&self.cfg);
+        layout.version += 1;
+        if let Some(d) = layout.datanodes.iter_mut().find(|d| d.node_id == dead) {
+            d.status = NodeStatus::NotStarted;
+            d.shards.clear();
+        }
+        let detected = self.now + 1 + self.rng.below(self.cfg.detect_us_max);
+        for s in 0..self.shards.len() {
+            if self.addrs[s].node != dead {
+                let at = detected + self.rng.below(5_000);
+                self.schedule(at, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Layout(Box::new(layout.clone())));
+            }
+        }
+        // Clients route by the new layout from the detection on.
+        self.pending_router = Some((detected, Router::new(&layout)));
+    }
+
+    fn on_connection_lost(&mut self, c: usize, req_id: u64) {
+        let doing = std::mem::replace(&mut self.clients[c].doing, Doing::Idle);
+        match doing {
+            Doing::Writing { req, writes, abandon: false, .. } if req == req_id => {
+                // The commit may or may not have happened.
+                for (id, acc) in writes {
+                    self.maybe[id as usize].entry(acc.version).or_default().push(acc.balance);
+                }
+                self.report.unknown_outcomes += 1;
+            }
+            Doing::Locking { req, .. }
+            | Doing::Writing { req, .. }
+            | Doing::Auditing { req, .. }
+            | Doing::Reading { req, .. }
+                if req == req_id => {}
+            other => {
+                self.clients[c].doing = other;
+                return;
+            }
+        }
+        self.clients[c].generation += 1;
+        self.wake_later(c);
     }
 
     /// Now and then the client gives up on a request that has not been
@@ -514,7 +654,7 @@ impl World {
                     self.clients[c].doing = Doing::Writing { shard, req, writes, abandon, tx };
                     Ok(())
                 }
-                ClientResponse::TxAborted { error: Some(e), .. } if e.code == ErrorCode::LockWaitTimeout => {
+                ClientResponse::TxAborted { error: Some(e), .. } if retriable(&e) => {
                     self.report.aborted_transfers += 1;
                     self.wake_later(c);
                     Ok(())
@@ -547,6 +687,13 @@ impl World {
                     self.wake_later(c);
                     Ok(())
                 }
+                // The transaction was aborted (a participant's node left, or
+                // the coordinator already aborted it): nothing committed.
+                ClientResponse::TxAborted { error: Some(e), .. } | ClientResponse::Error(e) if retriable(&e) => {
+                    self.report.aborted_transfers += 1;
+                    self.wake_later(c);
+                    Ok(())
+                }
                 other => Err(format!("client {c}: transfer write step answered {other:?}")),
             },
             Doing::Auditing { req, .. } if req == req_id => match resp {
@@ -563,13 +710,13 @@ impl World {
                     self.wake_later(c);
                     Ok(())
                 }
-                ClientResponse::TxAborted { error: Some(e), .. } if e.code == ErrorCode::LockWaitTimeout => {
+                ClientResponse::TxAborted { error: Some(e), .. } if retriable(&e) => {
                     self.wake_later(c);
                     Ok(())
                 }
                 other => Err(format!("client {c}: audit answered {other:?}")),
             },
-            Doing::Reading { req, account } if req == req_id => match resp {
+            Doing::Reading { req, account, .. } if req == req_id => match resp {
                 ClientResponse::Batch(results) if results.len() == 1 => {
                     let acc = self.account_of(&results[0])?;
                     let known = (acc.version == 0 && acc.balance == INITIAL_BALANCE)
@@ -588,6 +735,10 @@ impl World {
                         ));
                     }
                     self.report.reads += 1;
+                    self.wake_later(c);
+                    Ok(())
+                }
+                ClientResponse::Batch(results) if matches!(&results[..], [OpResult::Error(e)] if retriable(e)) => {
                     self.wake_later(c);
                     Ok(())
                 }
@@ -611,6 +762,30 @@ impl World {
                 other => return Err(format!("final read of account {id} failed: {other:?}")),
             };
             let versions = &self.committed[id as usize];
+            let maybe = &self.maybe[id as usize];
+            if !maybe.is_empty() {
+                // Some transfers of this account have unknown outcomes: every
+                // acknowledged commit must be there, and the final value must
+                // be one that an acknowledged or possibly committed transfer wrote.
+                let newest_acked = versions.keys().max().copied().unwrap_or(0);
+                if acc.version < newest_acked {
+                    return Err(format!(
+                        "acknowledged commit lost: account {id} ends at version {} but version {newest_acked} was acknowledged",
+                        acc.version
+                    ));
+                }
+                let known = (acc.version == 0 && acc.balance == INITIAL_BALANCE)
+                    || versions.get(&acc.version) == Some(&acc.balance)
+                    || maybe.get(&acc.version).is_some_and(|b| b.contains(&acc.balance));
+                if !known {
+                    return Err(format!(
+                        "account {id} ends at version {} with balance {}, which no (possibly) committed transfer wrote",
+                        acc.version, acc.balance
+                    ));
+                }
+                total += acc.balance;
+                continue;
+            }
             let expected_version = versions.len() as i64;
             if acc.version != expected_version || versions.keys().copied().ne(1..=expected_version) {
                 return Err(format!(
@@ -649,6 +824,9 @@ impl World {
             }
         }
         for (i, shard) in self.shards.iter().enumerate() {
+            if Some(self.addrs[i].node) == self.crashed {
+                continue;
+            }
             if shard.activity() != (0, 0, 0) {
                 return Err(format!(
                     "shard {} still has (transactions, participations, locked rows) = {:?} after quiescence; participating in {:?}",
