@@ -247,8 +247,18 @@ impl Client {
                         }
                     }
                     Ok(ClientResponse::Error(e)) | Err(e) => {
-                        for i in slots {
-                            results[i] = Some(Err(e.clone()));
+                        // A lost node: committed reads are safe to send again once the
+                        // layout shows who took over; a write's outcome is unknown, so
+                        // it is reported (retriable) and never sent twice.
+                        let lost = e.code == ErrorCode::NodeUnavailable && attempt < STALE_LAYOUT_RETRIES;
+                        stale |= lost;
+                        for ((i, op), layout) in slots.into_iter().zip(ops).zip(layouts) {
+                            let is_committed_read = matches!(op.kind, OpKind::Read { lock: LockMode::Committed });
+                            if lost && is_committed_read {
+                                todo.push((i, Op { op, layout }));
+                            } else {
+                                results[i] = Some(Err(e.clone()));
+                            }
                         }
                     }
                     Ok(other) => {
@@ -259,11 +269,16 @@ impl Client {
                     }
                 }
             }
+            if stale {
+                // Give the management server a moment to see a failed node go,
+                // then route this call's retries, and later calls, by the new layout.
+                if !todo.is_empty() {
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt as u64 + 1))).await;
+                }
+                self.refresh_layout().await?;
+            }
             if todo.is_empty() {
                 break;
-            }
-            if stale {
-                self.refresh_layout().await?;
             }
         }
         Ok(results

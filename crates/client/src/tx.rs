@@ -79,8 +79,13 @@ impl Transaction {
         let answer = match answer {
             Ok(a) => a,
             Err(e) => {
-                // The outcome is unknown only if the coordinator may have committed.
+                // The coordinator is unreachable: its node may have failed. The
+                // outcome is unknown if a commit was asked for; either way the
+                // next transaction should route by a fresh layout.
                 self.finished = true;
+                if e.code == ErrorCode::NodeUnavailable {
+                    let _ = self.client.refresh_layout().await;
+                }
                 return Err(e);
             }
         };
@@ -99,6 +104,9 @@ impl Transaction {
             }
             ClientResponse::TxAborted { error, .. } => {
                 self.finished = true;
+                if error.as_ref().is_some_and(|e| e.code == ErrorCode::NodeUnavailable) {
+                    let _ = self.client.refresh_layout().await;
+                }
                 Err(error.unwrap_or_else(|| DbError::new(ErrorCode::TransactionAborted, "the transaction was aborted")))
             }
             ClientResponse::Error(e) => Err(e),

@@ -44,6 +44,8 @@ struct Proc {
     name: String,
     log: PathBuf,
     child: Child,
+    /// Exited (and reported) while the cluster ran.
+    gone: bool,
 }
 
 /// Children die with the launcher even if it is killed outright.
@@ -61,7 +63,7 @@ fn spawn(name: &str, args: &[String], log: &Path) -> Result<Proc, String> {
         });
     }
     let child = cmd.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
-    Ok(Proc { name: name.to_string(), log: log.to_path_buf(), child })
+    Ok(Proc { name: name.to_string(), log: log.to_path_buf(), child, gone: false })
 }
 
 fn log_tail(path: &Path) -> String {
@@ -182,9 +184,14 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                 _ = tokio::signal::ctrl_c() => { println!("stopping (interrupt)"); break; }
                 _ = sigterm.recv() => { println!("stopping (SIGTERM)"); break; }
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    for p in procs.iter_mut() {
+                    for p in procs.iter_mut().filter(|p| !p.gone) {
                         if let Ok(Some(status)) = p.child.try_wait() {
-                            return Err(format!("{} exited unexpectedly ({status}); see {}; stopping the cluster", p.name, p.log.display()));
+                            p.gone = true;
+                            if p.name == "mgmd" {
+                                return Err(format!("the management server exited unexpectedly ({status}); see {}; stopping the cluster", p.log.display()));
+                            }
+                            // With replicas, the cluster serves on without it.
+                            println!("{} exited ({status}); see {}; the cluster continues if every node group still has a live replica", p.name, p.log.display());
                         }
                     }
                 }

@@ -233,19 +233,6 @@ async fn key_operation_outcomes() {
     assert!(matches!(&r[0], Err(e) if e.message.contains("primary-key column 'id' cannot be updated")), "{r:?}");
 }
 
-#[test]
-fn replicas_above_one_are_refused_until_replication_exists() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(common::BIN)
-        .args(["start", "--mgmd-port", "0", "--replicas", "2", "--timeout", "20", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("replication is not built yet"), "{stderr}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_changes_reach_every_node() {
     let cluster = TestCluster::start(&[]);

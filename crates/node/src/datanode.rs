@@ -204,6 +204,7 @@ async fn apply_schema(shards: &[ShardHandle], change: SchemaChange) -> Result<()
 
 async fn handle_command(shards: &[ShardHandle], command: NodeCommand) -> (NodeReply, bool) {
     match command {
+        NodeCommand::Heartbeat => (NodeReply::Done, false),
         NodeCommand::SetLayout(layout) => {
             set_layout(shards, &layout);
             (NodeReply::Done, false)

@@ -45,6 +45,8 @@ struct State {
     next_table_id: u32,
     links: HashMap<NodeId, NodeLink>,
     registering: HashSet<NodeId>,
+    /// Data nodes that have been started at least once.
+    ever_started: HashSet<NodeId>,
     next_generation: u64,
 }
 
@@ -58,13 +60,7 @@ struct Mgmd {
 pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
     opts.config.validate()?;
     let config = opts.config;
-    if config.cluster.replicas > 1 {
-        // Accepting it would promise redundancy that does not exist yet.
-        return Err(DbError::bad_request(format!(
-            "cluster.replicas = {}: synchronous replication is not built yet (see docs/ARCHITECTURE.md); use replicas = 1",
-            config.cluster.replicas
-        )));
-    }
+
     let port = opts.port.unwrap_or(config.mgmd.port);
     let listener = TcpListener::bind((config.mgmd.host.as_str(), port)).await.map_err(|e| {
         DbError::new(
@@ -103,6 +99,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             next_table_id: 1,
             links: HashMap::new(),
             registering: HashSet::new(),
+            ever_started: HashSet::new(),
             next_generation: 1,
         }),
         schema_lock: tokio::sync::Mutex::new(()),
@@ -421,6 +418,7 @@ impl Mgmd {
             let generation = state.next_generation;
             state.next_generation += 1;
             state.links.insert(node_id, NodeLink { commands: tx, generation });
+            state.ever_started.insert(node_id);
             if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
                 d.status = NodeStatus::Started;
                 d.shards = shards.clone();
@@ -440,13 +438,34 @@ impl Mgmd {
         }
         log("mgmd", format!("data node {node_id} started (pid {pid}, shards {})", shards.join(", ")));
         self.broadcast_layout();
-        // Serve commands to this node until its connection breaks.
-        while let Some((command, reply)) = rx.recv().await {
-            let answer = conn.call::<NodeCommand, NodeReply>(&command).await;
-            let failed = answer.is_err();
-            let _ = reply.send(answer);
-            if failed {
-                break;
+        // Serve commands to this node, and check it is alive between them,
+        // until its connection breaks or it stops answering.
+        let interval = Duration::from_millis(self.config.cluster.heartbeat_interval_ms);
+        let deadline = interval * self.config.cluster.heartbeat_missed;
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                command = rx.recv() => {
+                    let Some((command, reply)) = command else { break };
+                    let answer = conn.call::<NodeCommand, NodeReply>(&command).await;
+                    let failed = answer.is_err();
+                    let _ = reply.send(answer);
+                    if failed {
+                        break;
+                    }
+                }
+                _ = ticker.tick() => {
+                    // A broken connection fails at once; a hung node times out.
+                    match tokio::time::timeout(deadline, conn.call::<NodeCommand, NodeReply>(&NodeCommand::Heartbeat)).await {
+                        Ok(Ok(NodeReply::Done)) => {}
+                        Ok(Ok(_)) | Ok(Err(_)) => break,
+                        Err(_) => {
+                            log("mgmd", format!("data node {node_id} missed {} heartbeats", self.config.cluster.heartbeat_missed));
+                            break;
+                        }
+                    }
+                }
             }
         }
         self.node_lost(node_id, generation);
@@ -484,6 +503,17 @@ impl Mgmd {
                 })?
             }
         };
+        if !state.tables.is_empty() && state.ever_started.contains(&id) {
+            // It would come back empty and be made primary for half of its
+            // partitions: a node restart must first copy the data from a live
+            // replica, which is not built yet.
+            return Err(DbError::new(
+                ErrorCode::ClusterNotReady,
+                format!(
+                    "data node {id} left the cluster and cannot rejoin yet: node restart (copying its data back from a live replica) is not built; its partitions are served by the other replicas. Restart the whole cluster to bring it back."
+                ),
+            ));
+        }
         state.registering.insert(id);
         Ok(id)
     }

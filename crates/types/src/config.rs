@@ -29,6 +29,11 @@ pub struct ClusterSection {
     pub partitions_per_table: u32,
     pub lock_wait_timeout_ms: u64,
     pub max_frame_bytes: usize,
+    /// The management server checks every data node this often.
+    pub heartbeat_interval_ms: u64,
+    /// A data node that has not answered for this many intervals is
+    /// declared dead (a broken connection counts at once).
+    pub heartbeat_missed: u32,
 }
 
 impl Default for ClusterSection {
@@ -39,6 +44,8 @@ impl Default for ClusterSection {
             partitions_per_table: 0,
             lock_wait_timeout_ms: 1500,
             max_frame_bytes: crate::proto::DEFAULT_MAX_FRAME_BYTES,
+            heartbeat_interval_ms: 100,
+            heartbeat_missed: 5,
         }
     }
 }
@@ -137,6 +144,9 @@ impl ClusterConfig {
         }
         if self.cluster.lock_wait_timeout_ms == 0 {
             return bad("cluster.lock_wait_timeout_ms must be positive".into());
+        }
+        if self.cluster.heartbeat_interval_ms == 0 || self.cluster.heartbeat_missed == 0 {
+            return bad("cluster.heartbeat_interval_ms and cluster.heartbeat_missed must be positive".into());
         }
         if self.cluster.max_frame_bytes < 4096 {
             return bad("cluster.max_frame_bytes must be at least 4096".into());

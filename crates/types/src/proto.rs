@@ -468,6 +468,8 @@ pub enum SchemaChange {
 /// Sent by the management server to a registered data node.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum NodeCommand {
+    /// Are you alive? Answered with `Done`.
+    Heartbeat,
     SetLayout(ClusterLayout),
     ApplySchema(SchemaChange),
     ReportMemory,

@@ -1,0 +1,119 @@
+//! Real processes, two replicas: a data node is killed with SIGKILL in the
+//! middle of a write load. Every acknowledged write must be readable
+//! afterwards, and a batch sent after the kill must succeed within the
+//! failure-detection time plus one second.
+
+mod common;
+
+use common::{process_exists, TestCluster};
+use latsdb_client::{Client, Op};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
+use latsdb_types::{ErrorCode, Value};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_a_data_node_loses_no_acknowledged_write() {
+    let cluster = TestCluster::start(&["--replicas", "2"]);
+    let show = cluster.mgm(&["show"]);
+    assert!(show.contains("1 node group(s) of 2 replica(s)"), "{show}");
+    let pids: Vec<i32> = show
+        .lines()
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("pid=")))
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let t = client
+        .create_table(
+            TableSpec::new("f", "kv")
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+                .column(ColumnDef::new("v", ColumnType::int(IntWidth::Big)))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+
+    let acked: Arc<Mutex<Vec<(i64, i64)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let first_ok_after_kill_ms = Arc::new(AtomicU64::new(u64::MAX));
+    let mut writers = Vec::new();
+    for w in 0..4i64 {
+        let (client, t, acked, stop, killed_at, first_ok) =
+            (client.clone(), t.clone(), acked.clone(), stop.clone(), killed_at.clone(), first_ok_after_kill_ms.clone());
+        writers.push(tokio::spawn(async move {
+            let mut n = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                let ids: Vec<i64> = (0..20).map(|k| w * 10_000_000 + n * 20 + k).collect();
+                n += 1;
+                let ops =
+                    ids.iter().map(|&id| Op::upsert(&t, vec![Value::Int(id), Value::Int(id * 3)]).unwrap()).collect();
+                let sent_after_kill = killed_at.lock().unwrap().is_some();
+                let results = match tokio::time::timeout(Duration::from_secs(10), client.batch(ops)).await {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) => {
+                        assert!(e.is_retriable(), "batch failed: {e}");
+                        continue;
+                    }
+                    Err(_) => panic!("a batch hung for 10 s"),
+                };
+                // Writers are served again when a whole batch sent after the kill succeeds.
+                if sent_after_kill && results.iter().all(|r| r.is_ok()) {
+                    if let Some(at) = *killed_at.lock().unwrap() {
+                        first_ok.fetch_min(at.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    }
+                }
+                for (id, r) in ids.iter().zip(results) {
+                    match r {
+                        Ok(_) => acked.lock().unwrap().push((*id, id * 3)),
+                        // Unknown outcome (the node died with it in flight) or not done: retriable.
+                        Err(e) => assert!(e.is_retriable() || e.code == ErrorCode::Timeout, "write failed: {e}"),
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = acked.lock().unwrap().len();
+    assert!(before > 1000, "only {before} writes were acknowledged before the kill");
+    let victim = pids[1];
+    *killed_at.lock().unwrap() = Some(Instant::now());
+    // SAFETY: signalling a data node process this test's cluster started.
+    unsafe {
+        libc::kill(victim, libc::SIGKILL);
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert!(
+        !process_exists(victim)
+            || std::fs::read_to_string(format!("/proc/{victim}/stat")).is_ok_and(|s| s.contains(" Z "))
+    );
+    let resumed_ms = first_ok_after_kill_ms.load(Ordering::Relaxed);
+    // Detection takes at most 600 ms with the default heartbeat settings.
+    assert!(resumed_ms < 1600, "writers were not served again within detection + 1 s of the kill ({resumed_ms} ms)");
+    let show = cluster.mgm(&["show"]);
+    assert!(show.contains("(1 started)"), "{show}");
+
+    // Every acknowledged write is there, with its value.
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > before, "no write was acknowledged after the kill");
+    for chunk in acked.chunks(200) {
+        let ops = chunk.iter().map(|(id, _)| Op::read(&t, &[Value::Int(*id)]).unwrap()).collect();
+        let rows = tokio::time::timeout(Duration::from_secs(10), client.batch(ops)).await.unwrap().unwrap();
+        for ((id, v), r) in chunk.iter().zip(rows) {
+            let row = r.unwrap_or_else(|e| panic!("reading acknowledged row {id}: {e}")).into_row();
+            let row = row.unwrap_or_else(|| panic!("acknowledged row {id} is lost"));
+            assert_eq!(row.get(1), Value::Int(*v));
+        }
+    }
+    eprintln!(
+        "acknowledged {} writes ({before} before the kill); writers resumed {resumed_ms} ms after it",
+        acked.len()
+    );
+}
