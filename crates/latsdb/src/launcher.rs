@@ -23,8 +23,8 @@ pub struct StartArgs {
     /// Data nodes to start.
     #[arg(long, default_value_t = 2)]
     datanodes: u16,
-    /// Replicas per node group.
-    #[arg(long, default_value_t = 1)]
+    /// Replicas per node group (the default: one node group of two replicas).
+    #[arg(long, default_value_t = 2)]
     replicas: u8,
     /// Shard threads per data node (0 = automatic).
     #[arg(long, default_value_t = 0)]

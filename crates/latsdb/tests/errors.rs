@@ -271,7 +271,8 @@ async fn schema_changes_reach_every_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_node_refuses_writes_with_table_full_and_keeps_serving() {
-    let cluster = TestCluster::start(&["--data-memory-mb", "8"]);
+    // Two replicas: every row is held by both data nodes.
+    let cluster = TestCluster::start(&["--data-memory-mb", "16"]);
     let client = Client::connect(&cluster.mgmd).await.unwrap();
     let t = client
         .create_table(
@@ -299,10 +300,10 @@ async fn a_full_node_refuses_writes_with_table_full_and_keeps_serving() {
             }
         }
     }
-    assert!(refused > 0, "16 MiB of data memory cannot hold 100,000 rows of 200 bytes");
+    assert!(refused > 0, "16 MiB of data memory per node cannot hold 100,000 rows of 200 bytes");
     let report = cluster.mgm(&["report-memory"]);
     assert_eq!(report.lines().count(), 2, "{report}");
-    assert!(report.lines().all(|l| l.contains("of 8 MiB") && l.contains("rows in 1 shard")), "{report}");
+    assert!(report.lines().all(|l| l.contains("of 16 MiB") && l.contains("rows in 1 shard")), "{report}");
     assert!(stored.len() > 20_000, "only {} rows fit", stored.len());
     // Every stored row is intact, and the nodes answer as before.
     let last = *stored.last().unwrap();
