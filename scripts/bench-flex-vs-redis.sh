@@ -5,11 +5,13 @@
 # Markdown table and writes results/flex-vs-redis-<time>.json.
 #
 #   scripts/bench-flex-vs-redis.sh [rounds=3] [seconds=10]
+#   REPLICAS=1 scripts/bench-flex-vs-redis.sh    # latsdb with one replica (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 SECS=${2:-10}
 ROWS=1000000
+REPLICAS=${REPLICAS:-2}
 scripts/install-deps.sh bench
 cargo build --release -p latsdb --quiet
 BIN=target/release/latsdb
@@ -22,8 +24,8 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-echo "== starting latsdb (mgmd + 2 data nodes)"
-$BIN start --dir "$WORK/latsdb" --mgmd-port 0 > "$WORK/start.log" 2>&1 &
+echo "== starting latsdb (mgmd + 2 data nodes, $REPLICAS replica(s))"
+$BIN start --dir "$WORK/latsdb" --mgmd-port 0 --replicas "$REPLICAS" > "$WORK/start.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 300); do grep -q "Press Ctrl-C" "$WORK/start.log" 2>/dev/null && break; sleep 0.1; done
 grep -q "Press Ctrl-C" "$WORK/start.log" || { cat "$WORK/start.log"; exit 1; }
@@ -57,15 +59,16 @@ for r in $(seq 1 "$ROUNDS"); do
   x=$(redis set 8000000); RW+=("$x"); echo "redis SET:     $x ops/s"
 done
 
-python3 - "$STAMP" "${LR[*]}" "${RR[*]}" "${LW[*]}" "${RW[*]}" <<'PY'
+python3 - "$STAMP" "$REPLICAS" "${LR[*]}" "${RR[*]}" "${LW[*]}" "${RW[*]}" <<'PY'
 import json, statistics, sys, os, platform
-stamp, lr, rr, lw, rw = sys.argv[1], *[list(map(float, a.split())) for a in sys.argv[2:]]
+stamp, replicas, lr, rr, lw, rw = sys.argv[1], int(sys.argv[2]), *[list(map(float, a.split())) for a in sys.argv[3:]]
 m = statistics.median
-res = {"unix_time": int(stamp), "cpus": os.cpu_count(), "rounds": len(lr),
+res = {"unix_time": int(stamp), "cpus": os.cpu_count(), "rounds": len(lr), "latsdb_replicas": replicas,
        "latsdb_read_ops": lr, "redis_get_ops": rr, "latsdb_update_ops": lw, "redis_set_ops": rw,
        "read_ratio": m(lr) / m(rr), "write_ratio": m(lw) / m(rw)}
 json.dump(res, open(f"results/flex-vs-redis-{stamp}.json", "w"), indent=2)
 print()
+print(f"latsdb with {replicas} replica(s)")
 print("| workload | latsdb (median ops/s) | Redis (median ops/s) | ratio |")
 print("|---|---|---|---|")
 print(f"| batched reads: flex read, 100 keys/batch, 16 batches in flight vs GET -P 100 -c 16 | {m(lr):,.0f} | {m(rr):,.0f} | {m(lr)/m(rr):.2f} |")
