@@ -7,10 +7,10 @@
 //! queues behind the lock and applies the moment it is granted.
 
 use crate::locks::{Acquire, LockKey, LockTable};
-use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, Outbox, Shard};
+use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, FastMap, Outbox, Shard};
 use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, NodeStatus, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// An operation that passed validation, with its new row already encoded.
@@ -134,13 +134,13 @@ pub(crate) struct LdmState {
     pub(crate) locks: LockTable<Pending>,
     /// Transactions this shard takes part in as a primary (or coordinates
     /// implicitly for an independent write).
-    pub(crate) txs: HashMap<TxId, LdmTx>,
+    pub(crate) txs: FastMap<TxId, LdmTx>,
     /// Transactions this shard takes part in as a backup.
-    pub(crate) replica_txs: HashMap<TxId, LdmTx>,
+    pub(crate) replica_txs: FastMap<TxId, LdmTx>,
     /// Commits applied here and waiting for backups' ReplicaCommitted.
-    pub(crate) committing: HashMap<TxId, (BTreeSet<ShardAddr>, CommitReply)>,
+    pub(crate) committing: FastMap<TxId, (BTreeSet<ShardAddr>, CommitReply)>,
     pub(crate) commit_log: CommitLog,
-    batches: HashMap<u64, PendingBatch>,
+    batches: FastMap<u64, PendingBatch>,
     next_batch: u64,
     next_implicit: u64,
 }

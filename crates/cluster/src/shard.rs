@@ -14,6 +14,12 @@ use std::sync::Arc;
 
 /// A client connection, numbered by the I/O shell.
 pub type ConnId = u64;
+
+/// Hash maps of the shard: foldhash, not SipHash (keys are not chosen by
+/// an attacker in a way that matters here, and these maps are on the write
+/// path). Their iteration order is random, so every iteration whose order is
+/// observable collects and sorts first.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// Monotonic time in microseconds, supplied by the caller.
 pub type Micros = u64;
 
@@ -75,7 +81,7 @@ pub struct Shard {
     /// Sum of `memory()` over this shard's partitions.
     pub(crate) data_memory_used: usize,
     /// Takeovers this shard runs, by failed node.
-    pub(crate) takeovers: HashMap<latsdb_types::proto::NodeId, crate::takeover::Takeover>,
+    pub(crate) takeovers: FastMap<latsdb_types::proto::NodeId, crate::takeover::Takeover>,
     local: VecDeque<PeerMsg>,
 }
 
@@ -91,7 +97,7 @@ impl Shard {
             tc,
             now: 0,
             data_memory_used: 0,
-            takeovers: HashMap::new(),
+            takeovers: FastMap::default(),
             local: VecDeque::new(),
         }
     }

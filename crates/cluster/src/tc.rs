@@ -20,12 +20,12 @@
 //!   |<--TxExec{committed}                |
 //! ```
 
-use crate::shard::{ConnId, Outbox, Shard};
+use crate::shard::{ConnId, FastMap, Outbox, Shard};
 use latsdb_types::proto::NodeStatus;
 use latsdb_types::proto::{ClientResponse, KeyOp, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 #[derive(Debug, PartialEq, Eq)]
 enum Phase {
@@ -53,13 +53,13 @@ struct TcTx {
 
 #[derive(Default)]
 pub(crate) struct TcState {
-    txs: HashMap<TxId, TcTx>,
+    txs: FastMap<TxId, TcTx>,
     next_seq: u64,
 }
 
 impl TcState {
     pub(crate) fn starting_at(first_seq: u64) -> TcState {
-        TcState { txs: HashMap::new(), next_seq: first_seq }
+        TcState { txs: FastMap::default(), next_seq: first_seq }
     }
 
     pub(crate) fn open(&self) -> usize {

@@ -63,8 +63,20 @@ impl Host {
                 }
             }
         }
+        if out.peer.is_empty() {
+            return;
+        }
+        // One frame per destination for everything this turn produced: a
+        // replicated write is four messages, and a batch of writes hundreds.
+        let mut by_peer: Vec<(ShardAddr, Vec<PeerMsg>)> = Vec::new();
         for (to, msg) in out.peer.drain(..) {
-            let frame = proto::frame(0, &msg);
+            match by_peer.iter_mut().find(|(t, _)| *t == to) {
+                Some((_, msgs)) => msgs.push(msg),
+                None => by_peer.push((to, vec![msg])),
+            }
+        }
+        for (to, msgs) in by_peer {
+            let frame = proto::frame(0, &msgs);
             let sender = self.peer_sender(to);
             if sender.send(frame).is_err() {
                 self.peers.borrow_mut().remove(&to);
@@ -312,9 +324,14 @@ async fn peer_loop(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<to
     let mut out = Outbox::default();
     loop {
         match reader.next().await {
-            Ok(Some((_, body))) => match proto::decode_body::<PeerMsg>(body) {
-                Ok(msg) => {
-                    host.shard.borrow_mut().on_peer(from, msg, host.now(), &mut out);
+            Ok(Some((_, body))) => match proto::decode_body::<Vec<PeerMsg>>(body) {
+                Ok(msgs) => {
+                    let now = host.now();
+                    let mut shard = host.shard.borrow_mut();
+                    for msg in msgs {
+                        shard.on_peer(from, msg, now, &mut out);
+                    }
+                    drop(shard);
                     host.dispatch(&mut out);
                 }
                 Err(e) => {
