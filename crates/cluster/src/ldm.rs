@@ -76,17 +76,32 @@ pub(crate) struct LdmTx {
     /// Backups that staged writes of this transaction: commit and abort
     /// are forwarded to them.
     pub(crate) backups: BTreeSet<ShardAddr>,
-    /// For an implicit transaction: the batch slot to answer.
-    pub(crate) autocommit: Option<(u64, u32)>,
+    /// For an implicit transaction: the independent writes of one client
+    /// batch that it carries.
+    pub(crate) autocommit: Option<AutoBatch>,
+}
+
+/// The replicated independent writes of one client batch run as one implicit
+/// transaction, so its backups get one commit per batch, not one per write.
+/// Each write still has its own result.
+#[derive(Default)]
+pub(crate) struct AutoBatch {
+    pub(crate) batch: u64,
+    /// Writes not yet executed and replicated.
+    pub(crate) open: usize,
+    /// Writes staged on every replica, answered Done once committed.
+    pub(crate) done: Vec<u32>,
+    /// A backup failed to stage one: the whole transaction aborts.
+    pub(crate) failed: Option<DbError>,
 }
 
 /// Whom to tell when a commit has reached every replica.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) enum CommitReply {
     Coordinator,
     Batch {
         batch: u64,
-        idx: u32,
+        slots: Vec<u32>,
     },
     /// A takeover decision: the coordinator is gone, nobody waits.
     Nobody,
@@ -255,6 +270,7 @@ impl Shard {
         let mut results: Vec<Option<OpResult>> = Vec::with_capacity(ops.len());
         let mut waiting = 0;
         let mut deferred = Vec::new();
+        let mut batch_tx: Option<TxId> = None;
         let batch = self.ldm.next_batch;
         let prepared: Vec<Result<Prepared>> = ops.into_iter().map(|op| self.ldm_prepare(op)).collect();
         for p in prepared.iter().flatten() {
@@ -275,9 +291,19 @@ impl Shard {
             }
             let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
             if prepared.op.kind.is_write() && self.has_backups(&prepared) {
-                // Every replica must hold the write before it is answered.
-                self.ldm.next_implicit += 1;
-                let tx = implicit_tx(self.cfg.me, self.ldm.next_implicit);
+                // Every replica must hold the write before it is answered; the
+                // batch's replicated writes share one implicit transaction.
+                let tx = *batch_tx.get_or_insert_with(|| {
+                    self.ldm.next_implicit += 1;
+                    implicit_tx(self.cfg.me, self.ldm.next_implicit)
+                });
+                self.ldm
+                    .txs
+                    .entry(tx)
+                    .or_default()
+                    .autocommit
+                    .get_or_insert_with(|| AutoBatch { batch, ..Default::default() })
+                    .open += 1;
                 let deadline = self.now + self.cfg.lock_wait_timeout_us;
                 let pending = Pending { origin: Origin::Implicit { tx, batch, idx: idx as u32 }, prepared };
                 results.push(None);
@@ -285,7 +311,7 @@ impl Shard {
                 match self.ldm.locks.acquire(&key, tx, mode, deadline, pending) {
                     (Acquire::Granted, Some(pending)) => deferred.push((tx, pending)),
                     _ => {
-                        self.ldm.txs.entry(tx).or_default().waits.insert(key, 1);
+                        *self.ldm.txs.entry(tx).or_default().waits.entry(key).or_insert(0) += 1;
                     }
                 }
                 continue;
@@ -396,16 +422,43 @@ impl Shard {
         let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
         let Some(rep) = ltx.replicating.remove(&idx) else { return };
         let result = rep.result;
-        match ltx.autocommit {
-            Some((batch, slot)) => {
-                if result == OpResult::Done {
-                    self.ldm_commit_with(tx, CommitReply::Batch { batch, idx: slot }, out);
-                } else {
-                    self.ldm_abort(tx, out);
-                    self.ldm_batch_result(batch, slot, result, out);
+        match ltx.autocommit.as_mut() {
+            Some(auto) => {
+                match result {
+                    OpResult::Done => auto.done.push(idx),
+                    OpResult::Error(e) => {
+                        auto.failed.get_or_insert(e);
+                        auto.done.push(idx);
+                    }
+                    other => {
+                        let batch = auto.batch;
+                        self.ldm_batch_result(batch, idx, other, out);
+                    }
                 }
+                self.ldm_auto_op_finished(tx, out);
             }
             None => self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, result)] }, out),
+        }
+    }
+
+    /// One write of a batch's implicit transaction is settled; when all are,
+    /// commit them together (or abort them all if a backup failed).
+    fn ldm_auto_op_finished(&mut self, tx: TxId, out: &mut Outbox) {
+        let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
+        let Some(auto) = ltx.autocommit.as_mut() else { return };
+        auto.open -= 1;
+        if auto.open > 0 {
+            return;
+        }
+        let auto = ltx.autocommit.take().expect("present above");
+        match auto.failed {
+            None => self.ldm_commit_with(tx, CommitReply::Batch { batch: auto.batch, slots: auto.done }, out),
+            Some(e) => {
+                self.ldm_abort(tx, out);
+                for slot in auto.done {
+                    self.ldm_batch_result(auto.batch, slot, OpResult::Error(e.clone()), out);
+                }
+            }
         }
     }
 
@@ -524,12 +577,11 @@ impl Shard {
                     let ltx = self.ldm.txs.entry(tx).or_default();
                     forget_wait(ltx, &key);
                     ltx.locks.insert(key);
-                    ltx.autocommit = Some((batch, idx));
                     let r = self.ldm_execute(&pending.prepared, Some(tx));
-                    if let Some(r) = self.ldm_replicate(tx, 0, &pending.prepared, r, out) {
-                        // Nothing to replicate (not found, or an error): done.
-                        self.ldm_abort(tx, out);
+                    if let Some(r) = self.ldm_replicate(tx, idx, &pending.prepared, r, out) {
+                        // Nothing to replicate (not found, or an error): answered now.
                         self.ldm_batch_result(batch, idx, r, out);
+                        self.ldm_auto_op_finished(tx, out);
                     }
                 }
                 Origin::Replica { tx, idx, primary } => self.replica_staged(tx, idx, primary, pending.prepared, out),
@@ -551,8 +603,13 @@ impl Shard {
             match pending.origin {
                 Origin::Batch { batch, idx } => self.ldm_batch_result(batch, idx, error, out),
                 Origin::Implicit { tx, batch, idx } => {
-                    self.ldm_abort(tx, out);
+                    let key =
+                        LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
+                    if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
+                        forget_wait(ltx, &key);
+                    }
                     self.ldm_batch_result(batch, idx, error, out);
+                    self.ldm_auto_op_finished(tx, out);
                 }
                 Origin::Replica { tx, idx, primary } => {
                     let key =
@@ -628,7 +685,11 @@ impl Shard {
     fn ldm_committed_everywhere(&mut self, tx: TxId, reply: CommitReply, out: &mut Outbox) {
         match reply {
             CommitReply::Coordinator => self.send_peer(tx.tc, PeerMsg::TxCommitted { tx }, out),
-            CommitReply::Batch { batch, idx } => self.ldm_batch_result(batch, idx, OpResult::Done, out),
+            CommitReply::Batch { batch, slots } => {
+                for slot in slots {
+                    self.ldm_batch_result(batch, slot, OpResult::Done, out);
+                }
+            }
             CommitReply::Nobody => {}
         }
     }
