@@ -337,11 +337,7 @@ fn start_show_and_clean_stop() {
     let started: Vec<&str> =
         show.lines().filter(|l| l.starts_with("id=") && l.split_whitespace().any(|w| w == "started")).collect();
     assert_eq!(started.len(), 3, "mgmd and two data nodes must be started:\n{show}");
-    let pids: Vec<i32> = show
-        .lines()
-        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("pid=")))
-        .map(|p| p.parse().unwrap())
-        .collect();
+    let pids = common::datanode_pids(&show);
     assert_eq!(pids.len(), 2);
     let status = cluster.stop_with(libc::SIGINT);
     assert!(status.success(), "launcher exited with {status}");

@@ -18,11 +18,7 @@ async fn sigkill_of_a_data_node_loses_no_acknowledged_write() {
     let cluster = TestCluster::start(&["--replicas", "2"]);
     let show = cluster.mgm(&["show"]);
     assert!(show.contains("1 node group(s) of 2 replica(s)"), "{show}");
-    let pids: Vec<i32> = show
-        .lines()
-        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("pid=")))
-        .map(|p| p.parse().unwrap())
-        .collect();
+    let pids = common::datanode_pids(&show);
     assert_eq!(pids.len(), 2);
 
     let client = Client::connect(&cluster.mgmd).await.unwrap();

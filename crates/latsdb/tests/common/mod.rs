@@ -107,3 +107,11 @@ pub fn process_exists(pid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     unsafe { libc::kill(pid, 0) == 0 }
 }
+
+/// Process ids of the data nodes listed by `latsdb mgm show`.
+pub fn datanode_pids(show: &str) -> Vec<i32> {
+    show.lines()
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("pid=")))
+        .map(|p| p.parse().expect("mgm show prints numeric pids"))
+        .collect()
+}
