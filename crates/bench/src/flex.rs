@@ -43,7 +43,7 @@ pub struct FlexArgs {
     /// Rows loaded by the insert phase and addressed by the others.
     #[arg(long, default_value_t = 1_000_000)]
     pub rows: u64,
-    /// Phases to run, in order: insert, read, update, delete.
+    /// Phases to run, in order: insert, read, update, mixed, delete.
     #[arg(long, value_delimiter = ',', default_value = "insert,read,update,delete")]
     pub phases: Vec<String>,
     /// Seconds of warm-up before measuring (timed phases).
@@ -58,6 +58,10 @@ pub struct FlexArgs {
     /// Write results as JSON here (default: results/flex-<unix time>.json).
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Write per-second successful and failed operations of every phase to
+    /// this CSV file (phase,second,ok_ops,failed_ops).
+    #[arg(long)]
+    pub timeline: Option<PathBuf>,
     #[arg(long, default_value = "bench")]
     pub database: String,
     #[arg(long, default_value = "flex")]
@@ -69,6 +73,8 @@ enum Phase {
     Insert,
     Read,
     Update,
+    /// Each batch is all reads or all updates, half and half (timed).
+    Mixed,
     Delete,
 }
 
@@ -78,8 +84,9 @@ impl Phase {
             "insert" => Ok(Phase::Insert),
             "read" => Ok(Phase::Read),
             "update" => Ok(Phase::Update),
+            "mixed" => Ok(Phase::Mixed),
             "delete" => Ok(Phase::Delete),
-            other => Err(format!("unknown phase '{other}'; use insert, read, update or delete")),
+            other => Err(format!("unknown phase '{other}'; use insert, read, update, mixed or delete")),
         }
     }
     fn name(self) -> &'static str {
@@ -87,11 +94,12 @@ impl Phase {
             Phase::Insert => "insert",
             Phase::Read => "read",
             Phase::Update => "update",
+            Phase::Mixed => "mixed",
             Phase::Delete => "delete",
         }
     }
     fn timed(self) -> bool {
-        matches!(self, Phase::Read | Phase::Update)
+        matches!(self, Phase::Read | Phase::Update | Phase::Mixed)
     }
 }
 
@@ -107,6 +115,8 @@ struct Shared {
     measure_from: Instant,
     measure_to: Instant,
     stop_at: Instant,
+    /// Per second since the phase started: (ok, failed) operations.
+    timeline: std::sync::Mutex<Vec<(u64, u64)>>,
 }
 
 struct WorkerResult {
@@ -261,6 +271,7 @@ async fn run_phase(client: &Client, table: &Arc<Table>, args: &FlexArgs, phase: 
         measure_from,
         measure_to,
         stop_at,
+        timeline: std::sync::Mutex::new(Vec::new()),
     });
     let bar = progress(phase.name(), if phase.timed() { None } else { Some(args.rows) });
     let workers = args.threads * args.parallel;
@@ -327,6 +338,24 @@ async fn run_phase(client: &Client, table: &Arc<Table>, args: &FlexArgs, phase: 
         return Err(format!("{} phase failed: {e}", phase.name()));
     }
     result.seconds = if phase.timed() { args.duration } else { shared.start.elapsed().as_secs_f64() };
+    if let Some(path) = &args.timeline {
+        use std::io::Write;
+        let timeline = shared.timeline.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let exists = path.exists();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let mut text = String::new();
+        if !exists {
+            text.push_str("phase,second,ok_ops,failed_ops\n");
+        }
+        for (second, (ok, failed)) in timeline.iter().enumerate() {
+            text.push_str(&format!("{},{second},{ok},{failed}\n", phase.name()));
+        }
+        file.write_all(text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     Ok(result)
 }
 
@@ -358,6 +387,11 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
                     let mut row = row_values(&s.args, k, generation);
                     Op::update(&s.table, &[Value::UInt(k)], &[("attr0", row.swap_remove(1))])
                 }
+                Phase::Mixed if generation % 2 == 0 => Op::read(&s.table, &[Value::UInt(k)]),
+                Phase::Mixed => {
+                    let mut row = row_values(&s.args, k, generation);
+                    Op::update(&s.table, &[Value::UInt(k)], &[("attr0", row.swap_remove(1))])
+                }
                 Phase::Delete => Op::delete(&s.table, &[Value::UInt(k)]),
             })
             .collect::<Result<Vec<_>, _>>()
@@ -370,12 +404,24 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
                 Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
             }
         } else {
-            s.client.batch(ops).await.map_err(|e| e.to_string())?
+            match s.client.batch(ops).await {
+                Ok(list) => list,
+                Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+            }
         };
         let took = sent.elapsed();
         // Reads, updates and deletes address rows that must exist.
         let failed = outcomes.iter().filter(|o| !matches!(o, Ok(Outcome::Row(_)) | Ok(Outcome::Done))).count() as u64;
         s.done_ops.fetch_add(n, Ordering::Relaxed);
+        if s.args.timeline.is_some() {
+            let second = s.start.elapsed().as_secs() as usize;
+            let mut timeline = s.timeline.lock().unwrap_or_else(|p| p.into_inner());
+            if timeline.len() <= second {
+                timeline.resize(second + 1, (0, 0));
+            }
+            timeline[second].0 += n - failed;
+            timeline[second].1 += failed;
+        }
         let measured = !s.phase.timed() || (sent >= s.measure_from && sent + took <= s.measure_to);
         if measured {
             out.ops += n - failed;
