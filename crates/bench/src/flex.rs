@@ -387,7 +387,7 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
                     let mut row = row_values(&s.args, k, generation);
                     Op::update(&s.table, &[Value::UInt(k)], &[("attr0", row.swap_remove(1))])
                 }
-                Phase::Mixed if generation % 2 == 0 => Op::read(&s.table, &[Value::UInt(k)]),
+                Phase::Mixed if generation.is_multiple_of(2) => Op::read(&s.table, &[Value::UInt(k)]),
                 Phase::Mixed => {
                     let mut row = row_values(&s.args, k, generation);
                     Op::update(&s.table, &[Value::UInt(k)], &[("attr0", row.swap_remove(1))])
