@@ -173,13 +173,10 @@ impl LdmState {
     }
 }
 
-/// Owner id of an independent (autocommit) operation: node 0 is never a real node.
-fn implicit_owner(seq: u64) -> TxId {
-    TxId { tc: ShardAddr { node: 0, shard: 0 }, seq }
-}
-
-/// Id of an implicit transaction this shard coordinates for an independent
-/// write with backups. The top bit keeps it apart from coordinator ids.
+/// Id of an implicit transaction this shard coordinates for independent
+/// operations (a lock owner for a queued autocommit operation, or the
+/// transaction of a batch's replicated writes). The top bit keeps it apart
+/// from coordinator transaction ids.
 fn implicit_tx(me: ShardAddr, seq: u64) -> TxId {
     TxId { tc: me, seq: (1 << 63) | seq }
 }
@@ -323,7 +320,7 @@ impl Shard {
                 continue;
             }
             self.ldm.next_implicit += 1;
-            let owner = implicit_owner(self.ldm.next_implicit);
+            let owner = implicit_tx(self.cfg.me, self.ldm.next_implicit);
             let deadline = self.now + self.cfg.lock_wait_timeout_us;
             let pending = Pending { origin: Origin::Batch { batch, idx: idx as u32 }, prepared };
             match self.ldm.locks.acquire(&key, owner, mode, deadline, pending) {

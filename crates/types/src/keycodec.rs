@@ -291,15 +291,6 @@ fn skip_value(ty: ColumnType, input: &[u8]) -> Result<&[u8]> {
     Ok(&rest[fixed..])
 }
 
-/// Length of the encoding of `columns` at the front of `input`.
-pub fn encoded_len(columns: &[&ColumnDef], input: &[u8]) -> Result<usize> {
-    let mut rest = input;
-    for column in columns {
-        rest = decode_value(column.ty, rest)?.1;
-    }
-    Ok(input.len() - rest.len())
-}
-
 /// The smallest byte string greater than every string that starts with
 /// `prefix`; None when no such string exists (the prefix is all 0xFF).
 pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
