@@ -13,23 +13,11 @@ SECS=${2:-10}
 ROWS=1000000
 REPLICAS=${REPLICAS:-2}
 scripts/install-deps.sh bench
-cargo build --release -p latsdb --quiet
-BIN=target/release/latsdb
-WORK=$(mktemp -d)
-mkdir -p results
-STAMP=$(date +%s)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
+source scripts/lib.sh
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-echo "== starting latsdb (mgmd + 2 data nodes, $REPLICAS replica(s))"
-$BIN start --dir "$WORK/latsdb" --mgmd-port 0 --replicas "$REPLICAS" > "$WORK/start.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 300); do grep -q "Press Ctrl-C" "$WORK/start.log" 2>/dev/null && break; sleep 0.1; done
-grep -q "Press Ctrl-C" "$WORK/start.log" || { cat "$WORK/start.log"; exit 1; }
-MGMD=$(cat "$WORK/latsdb/mgmd.addr")
+start_latsdb "$REPLICAS"
 
 echo "== starting redis-server"
 RPORT=$(free_port)
@@ -37,8 +25,7 @@ redis-server --bind 127.0.0.1 --port "$RPORT" --save "" --appendonly no --daemon
 PIDS+=($!)
 for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-echo "== loading $ROWS rows of 100 bytes into each"
-$BIN bench flex --mgmd "$MGMD" --rows $ROWS --phases insert --output "$WORK/load.json" | tail -2
+load_rows $ROWS
 redis-benchmark -h 127.0.0.1 -p "$RPORT" -t set -n 5000000 -c 16 -P 50 -r $ROWS -d 100 -q | tail -1
 
 flex() { # phase round

@@ -9,23 +9,10 @@ cd "$(dirname "$0")/.."
 SECS=${1:-20}
 KILL_AT=${2:-8}
 ROWS=1000000
-cargo build --release -p latsdb --quiet
-BIN=target/release/latsdb
-WORK=$(mktemp -d)
-mkdir -p results
-STAMP=$(date +%s)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-$BIN start --dir "$WORK/latsdb" --mgmd-port 0 --replicas 2 > "$WORK/start.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 300); do grep -q "Press Ctrl-C" "$WORK/start.log" 2>/dev/null && break; sleep 0.1; done
-grep -q "Press Ctrl-C" "$WORK/start.log" || { cat "$WORK/start.log"; exit 1; }
-MGMD=$(cat "$WORK/latsdb/mgmd.addr")
+source scripts/lib.sh
+start_latsdb 2
 VICTIM=$($BIN mgm --mgmd "$MGMD" show | awk '/^id=3 /{for(i=1;i<=NF;i++) if ($i ~ /^pid=/) {sub("pid=","",$i); print $i}}')
-echo "== loading $ROWS rows (2 replicas)"
-$BIN bench flex --mgmd "$MGMD" --rows $ROWS --phases insert --output "$WORK/load.json" | grep insert
+load_rows $ROWS
 CSV="results/node-failure-$STAMP.csv"
 echo "== mixed read/update load for $SECS s; data node 3 (pid $VICTIM) is killed at second $KILL_AT"
 $BIN bench flex --mgmd "$MGMD" --rows $ROWS --phases mixed --warmup 0 --duration "$SECS" --cooldown 0 \
