@@ -19,12 +19,16 @@
 //!   commit is acknowledged;
 //! - takeover (`takeover`): the transactions of a failed coordinator are
 //!   committed or aborted consistently by the survivors.
+//!
+//! Beside the shards, each data node runs `membership`: heartbeats, views of
+//! the live nodes chosen by consensus, leases and split-brain protection.
 
 mod ldm;
 mod locks;
+pub mod membership;
 mod replica;
 mod shard;
 mod takeover;
 mod tc;
 
-pub use shard::{ConnId, Micros, Outbox, Shard, ShardConfig};
+pub use shard::{ConnId, Lease, Micros, Outbox, Shard, ShardConfig};

@@ -10,6 +10,7 @@ use latsdb_types::proto::{
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A client connection, numbered by the I/O shell.
@@ -35,6 +36,29 @@ pub struct ShardConfig {
     /// indexes); 0 means unlimited. A write that would exceed it fails with
     /// `OutOfMemory` instead of exhausting the process.
     pub data_memory_bytes: u64,
+    /// Shared by the shards of a node; its membership keeps it current.
+    pub lease: Lease,
+}
+
+/// Until when (the node's monotonic clock, microseconds) a data node may
+/// serve clients: set by its membership (`membership.rs`) from its
+/// heartbeats' echoes. A node cut off from its peers stops answering
+/// clients before the rest of the cluster can have moved on without it.
+#[derive(Clone, Debug)]
+pub struct Lease(Arc<AtomicU64>);
+
+impl Lease {
+    pub fn unlimited() -> Lease {
+        Lease(Arc::new(AtomicU64::new(u64::MAX)))
+    }
+
+    pub fn set(&self, until: Micros) {
+        self.0.store(until, Ordering::Relaxed);
+    }
+
+    pub fn valid_at(&self, now: Micros) -> bool {
+        now < self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// What a shard wants sent, collected during one call.
@@ -130,8 +154,22 @@ impl Shard {
         }
         self.ldm_layout_changed(out);
         self.tc_layout_changed(out);
-        for dead in departed {
-            self.takeover_report(dead, out);
+        if !departed.is_empty() {
+            self.takeover_layout_changed(out);
+            // Report on every node that ever left, not only the new ones: a
+            // takeover shard that left took its unfinished takeovers with
+            // it, and the next one starts them again from these reports.
+            let mut gone: Vec<latsdb_types::proto::NodeId> = self
+                .layout
+                .datanodes
+                .iter()
+                .filter(|d| d.status != latsdb_types::proto::NodeStatus::Started)
+                .map(|d| d.node_id)
+                .collect();
+            gone.sort_unstable();
+            for dead in gone {
+                self.takeover_report(dead, out);
+            }
         }
         self.drain_local(out);
     }
@@ -171,6 +209,17 @@ impl Shard {
 
     pub fn on_client(&mut self, conn: ConnId, req_id: u64, req: ClientRequest, now: Micros, out: &mut Outbox) {
         self.now = now;
+        if !self.cfg.lease.valid_at(now) && !matches!(req, ClientRequest::Ping) {
+            let error = DbError::new(
+                ErrorCode::NodeUnavailable,
+                format!(
+                    "data node {} cannot confirm it is still a member of the cluster (it lost contact with other data nodes); retry: the cluster is changing its membership",
+                    self.cfg.me.node
+                ),
+            );
+            out.client.push((conn, req_id, ClientResponse::Error(error)));
+            return;
+        }
         match req {
             ClientRequest::Batch(ops) => self.ldm_batch(conn, req_id, ops, out),
             ClientRequest::TxExec { tx, ops, commit } => self.tc_exec(conn, req_id, tx, ops, commit, out),
@@ -189,6 +238,11 @@ impl Shard {
 
     pub fn on_peer(&mut self, from: ShardAddr, msg: PeerMsg, now: Micros, out: &mut Outbox) {
         self.now = now;
+        // A node removed from the view is not listened to any more: what it
+        // still sends could contradict what the takeover decided.
+        if self.layout.datanode(from.node).is_none_or(|d| d.status != latsdb_types::proto::NodeStatus::Started) {
+            return;
+        }
         self.dispatch_peer(from, msg, out);
         self.drain_local(out);
     }
@@ -226,6 +280,8 @@ impl Shard {
             }
             PeerMsg::TakeoverCommit { tx } => self.takeover_commit(tx, out),
             PeerMsg::TakeoverAbort { tx } => self.ldm_abort(tx, out),
+            // Membership runs beside the shards; its host handles these.
+            PeerMsg::Member(_) => {}
         }
     }
 

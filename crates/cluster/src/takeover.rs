@@ -75,10 +75,33 @@ impl Shard {
             t.prepared.entry(tx).or_default().insert(from);
         }
         t.committed.extend(committed);
-        if !t.waiting.is_empty() {
-            return;
+        if t.waiting.is_empty() {
+            self.takeover_decide(dead, out);
         }
-        let t = self.takeovers.remove(&dead).expect("present above");
+    }
+
+    /// The layout changed again while takeovers ran: shards that left will
+    /// never report, so they are not waited for.
+    pub(crate) fn takeover_layout_changed(&mut self, out: &mut Outbox) {
+        let layout = &self.layout;
+        let started = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status == NodeStatus::Started);
+        let mut done = Vec::new();
+        for (dead, t) in self.takeovers.iter_mut() {
+            t.waiting.retain(started);
+            if t.waiting.is_empty() {
+                done.push(*dead);
+            }
+        }
+        done.sort_unstable();
+        for dead in done {
+            self.takeover_decide(dead, out);
+        }
+    }
+
+    /// Every live shard reported: commit what any of them saw committed,
+    /// abort the rest.
+    fn takeover_decide(&mut self, dead: NodeId, out: &mut Outbox) {
+        let Some(t) = self.takeovers.remove(&dead) else { return };
         for (tx, holders) in t.prepared {
             let commit = t.committed.contains(&tx);
             for holder in holders {

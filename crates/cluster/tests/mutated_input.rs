@@ -48,12 +48,15 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         node_groups: 1,
         default_partitions: 1,
         lock_wait_timeout_ms: 5,
+        heartbeat_interval_ms: 100,
+        heartbeat_missed: 5,
     };
     let cfg = ShardConfig {
         me: ShardAddr { node: 2, shard: 0 },
         lock_wait_timeout_us: 5_000,
         first_tx_seq: 1,
         data_memory_bytes: 1 << 20,
+        lease: latsdb_cluster::Lease::unlimited(),
     };
     let mut shard = Shard::new(cfg, layout);
     shard.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();

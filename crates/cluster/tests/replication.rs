@@ -33,6 +33,8 @@ fn layout(b_started: bool) -> ClusterLayout {
         node_groups: 1,
         default_partitions: 4,
         lock_wait_timeout_ms: 100,
+        heartbeat_interval_ms: 100,
+        heartbeat_missed: 5,
     }
 }
 
@@ -58,7 +60,13 @@ impl Net {
         let shards = [A, B]
             .iter()
             .map(|&me| {
-                let cfg = ShardConfig { me, lock_wait_timeout_us: 100_000, first_tx_seq: 0, data_memory_bytes: 0 };
+                let cfg = ShardConfig {
+                    me,
+                    lock_wait_timeout_us: 100_000,
+                    first_tx_seq: 0,
+                    data_memory_bytes: 0,
+                    lease: latsdb_cluster::Lease::unlimited(),
+                };
                 let mut s = Shard::new(cfg, layout(true));
                 s.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();
                 s

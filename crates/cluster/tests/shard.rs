@@ -33,6 +33,8 @@ fn layout() -> ClusterLayout {
         node_groups: 2,
         default_partitions: 8,
         lock_wait_timeout_ms: 100,
+        heartbeat_interval_ms: 100,
+        heartbeat_missed: 5,
     }
 }
 
@@ -56,6 +58,7 @@ impl Pump {
                         lock_wait_timeout_us: 100_000,
                         first_tx_seq: 0,
                         data_memory_bytes,
+                        lease: latsdb_cluster::Lease::unlimited(),
                     },
                     layout(),
                 );

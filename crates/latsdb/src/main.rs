@@ -82,9 +82,23 @@ struct SimArgs {
     /// Replicas per node group (the node count must be a multiple of it).
     #[arg(long, default_value_t = 1)]
     replicas: u8,
-    /// Crash one data node at a random moment (needs --replicas 2 or more).
+    /// Crash one data node at a random moment (same as --crashes 1).
     #[arg(long)]
     crash: bool,
+    /// Data-node crashes to inject (needs --replicas 2 or more); each waits
+    /// until the cluster is stable and can survive it.
+    #[arg(long, default_value_t = 0)]
+    crashes: u32,
+    /// Network splits to inject; one side must be able to continue, the
+    /// other shuts down.
+    #[arg(long, default_value_t = 0)]
+    splits: u32,
+    /// Short network glitches, healed before anyone is declared dead.
+    #[arg(long, default_value_t = 0)]
+    glitches: u32,
+    /// Percent of membership messages lost, and duplicated.
+    #[arg(long, default_value_t = 0)]
+    member_faults: u64,
     #[arg(long, default_value_t = 6)]
     clients: usize,
     /// Events printed when a check fails.
@@ -146,7 +160,10 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         steps: args.steps,
         nodes: args.nodes,
         replicas: args.replicas,
-        crash: args.crash,
+        crashes: args.crashes.max(u32::from(args.crash)),
+        splits: args.splits,
+        glitches: args.glitches,
+        member_fault_pct: args.member_faults,
         shards_per_node: args.shards,
         clients: args.clients,
         trace_lines: args.trace,

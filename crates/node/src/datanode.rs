@@ -2,7 +2,7 @@
 //! thread per shard, and applies the layout and schema changes it is sent.
 
 use crate::log;
-use crate::shard_host::{spawn_shard, Control, ShardHandle};
+use crate::shard_host::{spawn_shard, Control, NodeEvent, ShardHandle};
 use latsdb_cluster::ShardConfig;
 use latsdb_net::RpcConn;
 use latsdb_types::proto::{
@@ -92,14 +92,18 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         node_groups: 0,
         default_partitions: 0,
         lock_wait_timeout_ms: 1500,
+        heartbeat_interval_ms: 100,
+        heartbeat_missed: 5,
     };
     let mut shards: Vec<ShardHandle> = Vec::new();
+    let lease = latsdb_cluster::Lease::unlimited();
     for i in 0..threads {
         let cfg = ShardConfig {
             me: ShardAddr { node: node_id, shard: i },
             lock_wait_timeout_us: 1_500_000,
             first_tx_seq: first_tx_seq(),
             data_memory_bytes: (data_memory_mb << 20) / threads as u64,
+            lease: lease.clone(),
         };
         let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
         shards.push(spawn_shard(
@@ -115,7 +119,12 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         MgmResponse::Started { layout, tables } => (layout, tables),
         other => return Err(unexpected("start", other)),
     };
-    set_layout(&shards, &layout);
+    // The first shard runs this node's membership (once every node started).
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let _ = shards[0].control.send(Control::RunMembership(events_tx));
+    let mut base_layout = layout;
+    let mut view: Option<(latsdb_types::proto::Epoch, Vec<NodeId>)> = None;
+    set_layout(&shards, &effective_layout(&base_layout, view.as_ref()));
     for def in tables {
         apply_schema(&shards, SchemaChange::CreateTable(def)).await?;
     }
@@ -125,8 +134,22 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DbError::io("installing the SIGTERM handler", e))?;
     let mut mgm_alive = true;
+    let mut failure = None;
     loop {
         tokio::select! {
+            event = events.recv() => match event {
+                Some(NodeEvent::View(epoch, members)) => {
+                    log("datanode", format!("node {node_id}: view {epoch}: live data nodes {members:?}"));
+                    view = Some((epoch, members));
+                    set_layout(&shards, &effective_layout(&base_layout, view.as_ref()));
+                }
+                Some(NodeEvent::Shutdown(reason)) => {
+                    log("datanode", format!("node {node_id}: {reason}"));
+                    failure = Some(reason);
+                    break;
+                }
+                None => {}
+            },
             _ = sigterm.recv() => {
                 log("datanode", format!("node {node_id}: SIGTERM received, stopping"));
                 break;
@@ -138,7 +161,10 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
             command = mgm.receive::<NodeCommand>(), if mgm_alive => {
                 match command {
                     Ok(Some((id, command))) => {
-                        let (reply, stop) = handle_command(&shards, command).await;
+                        if let NodeCommand::SetLayout(l) = &command {
+                            base_layout = l.clone();
+                        }
+                        let (reply, stop) = handle_command(&shards, command, view.as_ref()).await;
                         if mgm.send_with_id(id, &reply).await.is_err() {
                             mgm_alive = false;
                         }
@@ -159,7 +185,27 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     for s in &shards {
         let _ = s.control.send(Control::Stop);
     }
-    Ok(())
+    match failure {
+        Some(reason) => Err(DbError::new(ErrorCode::NodeUnavailable, reason)),
+        None => Ok(()),
+    }
+}
+
+/// The layout the shards use: the management server's, with the nodes the
+/// current view left out marked not started.
+fn effective_layout(base: &ClusterLayout, view: Option<&(latsdb_types::proto::Epoch, Vec<NodeId>)>) -> ClusterLayout {
+    let mut layout = base.clone();
+    if let Some((epoch, members)) = view {
+        for d in layout.datanodes.iter_mut() {
+            if !members.contains(&d.node_id) {
+                d.status = latsdb_types::proto::NodeStatus::NotStarted;
+                d.shards.clear();
+                d.pid = 0;
+            }
+        }
+        layout.version = base.version + epoch;
+    }
+    layout
 }
 
 /// Half of the machine's memory (from /proc/meminfo), shared by the data
@@ -202,11 +248,15 @@ async fn apply_schema(shards: &[ShardHandle], change: SchemaChange) -> Result<()
     Ok(())
 }
 
-async fn handle_command(shards: &[ShardHandle], command: NodeCommand) -> (NodeReply, bool) {
+async fn handle_command(
+    shards: &[ShardHandle],
+    command: NodeCommand,
+    view: Option<&(latsdb_types::proto::Epoch, Vec<NodeId>)>,
+) -> (NodeReply, bool) {
     match command {
         NodeCommand::Heartbeat => (NodeReply::Done, false),
         NodeCommand::SetLayout(layout) => {
-            set_layout(shards, &layout);
+            set_layout(shards, &effective_layout(&layout, view));
             (NodeReply::Done, false)
         }
         NodeCommand::ApplySchema(change) => match apply_schema(shards, change).await {

@@ -4,6 +4,7 @@
 //! acknowledged, one at a time.
 
 use crate::log;
+use latsdb_cluster::membership::Arbiter;
 use latsdb_net::{FrameError, FrameReader, RpcConn};
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::proto::{
@@ -47,6 +48,11 @@ struct State {
     registering: HashSet<NodeId>,
     /// Data nodes that have been started at least once.
     ever_started: HashSet<NodeId>,
+    /// Every configured data node has started once: from then on the data
+    /// nodes decide membership among themselves, and this server only
+    /// arbitrates between two halves and records the views they install.
+    formed: bool,
+    arbiter: Arbiter,
     next_generation: u64,
 }
 
@@ -90,7 +96,10 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         node_groups: config.node_groups(),
         default_partitions: config.cluster.partitions_per_table,
         lock_wait_timeout_ms: config.cluster.lock_wait_timeout_ms,
+        heartbeat_interval_ms: config.cluster.heartbeat_interval_ms,
+        heartbeat_missed: config.cluster.heartbeat_missed,
     };
+    let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
     let mgmd = Arc::new(Mgmd {
         config,
         state: Mutex::new(State {
@@ -100,6 +109,8 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             links: HashMap::new(),
             registering: HashSet::new(),
             ever_started: HashSet::new(),
+            formed: false,
+            arbiter,
             next_generation: 1,
         }),
         schema_lock: tokio::sync::Mutex::new(()),
@@ -238,6 +249,7 @@ impl Mgmd {
                 }
                 Ok(MgmResponse::Done)
             }
+            MgmRequest::Member { from, msg } => Ok(MgmResponse::Member(self.arbitrate(from, msg))),
             MgmRequest::RegisterDataNode { .. } | MgmRequest::DataNodeStarted { .. } => {
                 Err(DbError::bad_request("data-node registration must be the first request on its connection"))
             }
@@ -425,6 +437,10 @@ impl Mgmd {
                 d.pid = pid;
             }
             state.layout.version += 1;
+            if !state.formed && state.layout.all_started() {
+                state.formed = true;
+                log("mgmd", "every data node has started: the data nodes now watch each other (view 1)");
+            }
             generation
         };
         // The node learns the layout and tables in the answer; others by broadcast.
@@ -503,7 +519,7 @@ impl Mgmd {
                 })?
             }
         };
-        if !state.tables.is_empty() && state.ever_started.contains(&id) {
+        if (state.formed || !state.tables.is_empty()) && state.ever_started.contains(&id) {
             // It would come back empty and be made primary for half of its
             // partitions: a node restart must first copy the data from a live
             // replica, which is not built yet.
@@ -518,6 +534,29 @@ impl Mgmd {
         Ok(id)
     }
 
+    /// A membership message from a data node to the arbitrator. A view a
+    /// president installed becomes the layout clients read.
+    fn arbitrate(&self, from: NodeId, msg: latsdb_types::proto::MemberMsg) -> Option<latsdb_types::proto::MemberMsg> {
+        let mut state = self.lock();
+        let before = state.arbiter.view().0;
+        let answer = state.arbiter.on_message(msg);
+        let (epoch, members) = state.arbiter.view();
+        if epoch > before {
+            let members = members.to_vec();
+            for d in state.layout.datanodes.iter_mut() {
+                if !members.contains(&d.node_id) && d.status == NodeStatus::Started {
+                    d.status = NodeStatus::NotStarted;
+                    d.shards.clear();
+                    d.pid = 0;
+                }
+            }
+            state.layout.version += 1;
+            drop(state);
+            log("mgmd", format!("view {epoch} (reported by data node {from}): live data nodes {members:?}"));
+        }
+        answer
+    }
+
     fn node_lost(&self, node_id: NodeId, generation: u64) {
         {
             let mut state = self.lock();
@@ -525,6 +564,13 @@ impl Mgmd {
                 return;
             }
             state.links.remove(&node_id);
+            if state.formed {
+                // Whether it left is for the data nodes to decide (they
+                // may still reach it); their president reports the view.
+                drop(state);
+                log("mgmd", format!("lost the connection to data node {node_id}"));
+                return;
+            }
             if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
                 d.status = NodeStatus::NotStarted;
                 d.shards.clear();

@@ -6,10 +6,12 @@
 //! answers are queued to per-connection writer tasks which put everything
 //! queued during one turn into a single write.
 
-use latsdb_cluster::{ConnId, Outbox, Shard, ShardConfig};
+use latsdb_cluster::membership::{MemberOut, Membership, MembershipConfig, Voter};
+use latsdb_cluster::{ConnId, Lease, Outbox, Shard, ShardConfig};
 use latsdb_net::{write_frames, FrameError, FrameReader};
 use latsdb_types::proto::{
-    self, ClientRequest, ClientResponse, ClusterLayout, Hello, PeerMsg, SchemaChange, ShardAddr, PROTOCOL_VERSION,
+    self, ClientRequest, ClientResponse, ClusterLayout, Epoch, Hello, MemberMsg, MgmRequest, MgmResponse, NodeId,
+    PeerMsg, SchemaChange, ShardAddr, PROTOCOL_VERSION,
 };
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::cell::{Cell, RefCell};
@@ -25,9 +27,28 @@ const TICK: Duration = Duration::from_millis(10);
 
 pub enum Control {
     Schema(SchemaChange, oneshot::Sender<Result<()>>),
+    /// Sent to the first shard only: run this node's membership there and
+    /// report views and shutdowns on the channel.
+    RunMembership(mpsc::UnboundedSender<NodeEvent>),
     Layout(ClusterLayout),
     Memory(oneshot::Sender<latsdb_types::proto::ShardMemory>),
     Stop,
+}
+
+/// What the node's membership tells the data-node process.
+#[derive(Debug)]
+pub enum NodeEvent {
+    /// A new view of the live data nodes was installed.
+    View(Epoch, Vec<NodeId>),
+    /// The node must stop: it was removed or is cut off from the cluster.
+    Shutdown(String),
+}
+
+/// Microseconds since the process started: one clock for all shards, so
+/// the lease the first shard computes means the same on every shard.
+pub fn process_clock() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_micros() as u64
 }
 
 pub struct ShardHandle {
@@ -44,13 +65,71 @@ struct Host {
     conns: RefCell<HashMap<ConnId, mpsc::UnboundedSender<Vec<u8>>>>,
     peers: RefCell<HashMap<ShardAddr, mpsc::UnboundedSender<Vec<u8>>>>,
     next_conn: Cell<ConnId>,
-    epoch: Instant,
     max_frame: usize,
+    lease: Lease,
+    /// The node's membership (first shard only, once every node started).
+    membership: RefCell<Option<Membership>>,
+    node_events: RefCell<Option<mpsc::UnboundedSender<NodeEvent>>>,
 }
 
 impl Host {
     fn now(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
+        process_clock()
+    }
+
+    /// Starts the membership once the layout shows every data node started.
+    fn maybe_start_membership(&self, layout: &ClusterLayout) {
+        if self.node_events.borrow().is_none() || self.membership.borrow().is_some() || !layout.all_started() {
+            return;
+        }
+        let interval_us = layout.heartbeat_interval_ms.max(1) * 1000;
+        let cfg = MembershipConfig {
+            me: self.me.node,
+            interval_us,
+            detect_us: interval_us * layout.heartbeat_missed.max(4) as u64,
+            groups: layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect(),
+        };
+        let mut m = Membership::new(cfg);
+        m.activate(self.now());
+        self.lease.set(m.serving_until());
+        *self.membership.borrow_mut() = Some(m);
+    }
+
+    /// Runs one membership step and carries out what it asks for.
+    fn member_step(self: &Rc<Self>, step: impl FnOnce(&mut Membership, u64, &mut MemberOut)) {
+        let mut out = MemberOut::default();
+        {
+            let mut slot = self.membership.borrow_mut();
+            let Some(m) = slot.as_mut() else { return };
+            if m.has_shut_down() {
+                return;
+            }
+            step(m, self.now(), &mut out);
+            self.lease.set(m.serving_until());
+        }
+        for (to, msg) in out.send {
+            match to {
+                Voter::Node(n) => {
+                    let frame = proto::frame(0, &vec![PeerMsg::Member(msg)]);
+                    let to = ShardAddr { node: n, shard: 0 };
+                    if self.peer_sender(to).send(frame).is_err() {
+                        self.peers.borrow_mut().remove(&to);
+                    }
+                }
+                Voter::Arbiter => {
+                    spawn_local(ask_arbiter(self.clone(), msg));
+                }
+            }
+        }
+        let events = self.node_events.borrow();
+        if let Some(events) = events.as_ref() {
+            if let Some((epoch, members)) = out.installed {
+                let _ = events.send(NodeEvent::View(epoch, members));
+            }
+            if let Some(reason) = out.shutdown {
+                let _ = events.send(NodeEvent::Shutdown(reason));
+            }
+        }
     }
 
     fn dispatch(self: &Rc<Self>, out: &mut Outbox) {
@@ -158,13 +237,15 @@ fn run_shard(
     local.block_on(&runtime, async move {
         let host = Rc::new(Host {
             me: cfg.me,
+            lease: cfg.lease.clone(),
             shard: RefCell::new(Shard::new(cfg, layout.clone())),
             layout: RefCell::new(layout),
             conns: RefCell::new(HashMap::new()),
             peers: RefCell::new(HashMap::new()),
             next_conn: Cell::new(1),
-            epoch: Instant::now(),
             max_frame,
+            membership: RefCell::new(None),
+            node_events: RefCell::new(None),
         });
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
@@ -180,7 +261,13 @@ fn run_shard(
                 Control::Schema(change, reply) => {
                     let _ = reply.send(host.shard.borrow_mut().apply_schema(change));
                 }
+                Control::RunMembership(events) => {
+                    *host.node_events.borrow_mut() = Some(events);
+                    let layout = host.layout.borrow().clone();
+                    host.maybe_start_membership(&layout);
+                }
                 Control::Layout(l) => {
+                    host.maybe_start_membership(&l);
                     *host.layout.borrow_mut() = l.clone();
                     let mut out = Outbox::default();
                     host.shard.borrow_mut().set_layout(l, host.now(), &mut out);
@@ -223,6 +310,7 @@ async fn tick_loop(host: Rc<Host>) {
     let mut out = Outbox::default();
     loop {
         interval.tick().await;
+        host.member_step(|m, now, out| m.on_tick(now, out));
         host.shard.borrow_mut().on_tick(host.now(), &mut out);
         host.dispatch(&mut out);
     }
@@ -283,7 +371,14 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
             host.dispatch(&mut out);
         }
         Hello::Peer { from, .. } => match host.check_peer(from, peer_ip) {
-            Ok(()) => peer_loop(&host, from, &mut reader).await,
+            Ok(()) => {
+                peer_loop(&host, from, &mut reader).await;
+                if from.shard == 0 {
+                    // A killed node's links break at once: suspect it now
+                    // rather than after the missed heartbeats.
+                    host.member_step(|m, now, out| m.on_link_lost(from.node, now, out));
+                }
+            }
             Err(e) => {
                 crate::log("datanode", format!("shard {}: refused a peer link: {}", host.me, e.message));
                 let _ = tx.send(error_frame(req_id, e));
@@ -329,6 +424,12 @@ async fn peer_loop(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<to
                     let now = host.now();
                     let mut shard = host.shard.borrow_mut();
                     for msg in msgs {
+                        if let PeerMsg::Member(m) = msg {
+                            drop(shard);
+                            host.member_step(|ms, now, out| ms.on_message(Voter::Node(from.node), m, now, out));
+                            shard = host.shard.borrow_mut();
+                            continue;
+                        }
                         shard.on_peer(from, msg, now, &mut out);
                     }
                     drop(shard);
@@ -386,4 +487,17 @@ async fn peer_link(host: Rc<Host>, to: ShardAddr, rx: mpsc::UnboundedReceiver<Ve
     }
     write_frames(w, rx, latsdb_net::Coalesce::Never).await;
     host.peers.borrow_mut().remove(&to);
+}
+
+/// Sends one membership message to the arbitrator (the management server)
+/// and feeds its answer back. An unreachable arbitrator is simply a voter
+/// that does not answer.
+async fn ask_arbiter(host: Rc<Host>, msg: MemberMsg) {
+    let address = host.layout.borrow().mgmd_address.clone();
+    let Ok(mut conn) = latsdb_net::RpcConn::connect(&address, Duration::from_secs(1)).await else { return };
+    let request = MgmRequest::Member { from: host.me.node, msg };
+    let answer = tokio::time::timeout(Duration::from_secs(2), conn.call::<MgmRequest, MgmResponse>(&request)).await;
+    if let Ok(Ok(MgmResponse::Member(Some(reply)))) = answer {
+        host.member_step(|m, now, out| m.on_message(Voter::Arbiter, reply, now, out));
+    }
 }

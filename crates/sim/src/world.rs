@@ -1,16 +1,18 @@
-//! The simulated world: shards, clients, network, virtual time, checkers.
+//! The simulated world: data nodes (membership + shards), the management
+//! server's arbitrator, clients, network, virtual time, faults, checkers.
 
 use crate::rng::Rng;
-use latsdb_cluster::{Outbox, Shard, ShardConfig};
+use latsdb_cluster::membership::{Arbiter, MemberOut, Membership, MembershipConfig, Voter};
+use latsdb_cluster::{Lease, Outbox, Shard, ShardConfig};
 use latsdb_types::expr::Expr;
 use latsdb_types::proto::{
-    ClientRequest, ClientResponse, ClusterLayout, DataNodeInfo, KeyOp, LockMode, NodeStatus, OpKind, OpResult, PeerMsg,
-    Router, SchemaChange, ShardAddr, TxId,
+    ClientRequest, ClientResponse, ClusterLayout, DataNodeInfo, Epoch, KeyOp, LockMode, MemberMsg, NodeId, NodeStatus,
+    OpKind, OpResult, PeerMsg, Router, SchemaChange, ShardAddr, TxId,
 };
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
 use latsdb_types::{ErrorCode, TableMeta, Value};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 
 const INITIAL_BALANCE: i64 = 1000;
 const TICK_US: u64 = 10_000;
@@ -30,10 +32,19 @@ pub struct SimConfig {
     pub lock_wait_timeout_us: u64,
     /// Events kept for the failure report.
     pub trace_lines: usize,
-    /// Crash one data node once, at a random moment (needs replicas >= 2).
-    pub crash: bool,
-    /// Longest time before the survivors learn of the crash.
-    pub detect_us_max: u64,
+    /// Data-node crashes to inject, each at a random moment when the
+    /// cluster is stable and can survive it.
+    pub crashes: u32,
+    /// Network splits to inject (two random sides, the management server
+    /// on one of them), each healed after a random time; one side must be
+    /// able to continue.
+    pub splits: u32,
+    /// Short network glitches (healed before anyone is declared dead).
+    pub glitches: u32,
+    /// Percent of membership messages lost, and duplicated.
+    pub member_fault_pct: u64,
+    pub heartbeat_interval_us: u64,
+    pub heartbeat_missed: u32,
 }
 
 impl Default for SimConfig {
@@ -49,9 +60,25 @@ impl Default for SimConfig {
             max_delay_us: 2_000,
             lock_wait_timeout_us: 20_000,
             trace_lines: 60,
-            crash: false,
-            detect_us_max: 200_000,
+            crashes: 0,
+            splits: 0,
+            glitches: 0,
+            member_fault_pct: 0,
+            heartbeat_interval_us: 20_000,
+            heartbeat_missed: 5,
         }
+    }
+}
+
+impl SimConfig {
+    /// The fault menu of the CI sweeps: `crashes` crashes, one split, one
+    /// glitch, lossy membership messages.
+    pub fn with_faults(mut self, crashes: u32) -> SimConfig {
+        self.crashes = crashes;
+        self.splits = 1;
+        self.glitches = 1;
+        self.member_fault_pct = 3;
+        self
     }
 }
 
@@ -63,20 +90,32 @@ pub struct SimReport {
     pub committed_transfers: u64,
     pub aborted_transfers: u64,
     pub abandoned: u64,
-    /// Transfers whose commit was in flight when their node crashed.
+    /// Transfers whose commit was in flight when their node failed.
     pub unknown_outcomes: u64,
-    /// The node that crashed, if any.
-    pub crashed_node: Option<u16>,
+    /// Nodes crashed by the fault injector.
+    pub crashes: u32,
+    /// Network splits injected (not counting glitches).
+    pub splits: u32,
+    pub glitches: u32,
+    /// Nodes that shut themselves down (removed from the view or cut off).
+    pub shutdowns: u32,
+    /// The epoch of the final view.
+    pub final_epoch: Epoch,
     /// Connections dropped while a lock step or audit was still executing.
     pub dropped_while_waiting: u64,
     pub audits: u64,
     pub reads: u64,
+    /// Requests refused because the node's lease had run out.
+    pub refused: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Endpoint {
     Shard(usize),
     Client(usize),
+    /// The membership of data node `i` (node id 2 + i).
+    Node(usize),
+    Mgmd,
 }
 
 #[derive(Debug)]
@@ -103,13 +142,26 @@ enum Payload {
     DropIfWaiting {
         req: u64,
     },
-    /// The client's connection to a crashed node broke while request
+    /// The client's connection to a failed node broke while request
     /// `req_id` was outstanding.
     ConnectionLost {
         req_id: u64,
     },
-    /// A survivor learns the new layout (the crash was detected).
+    /// A shard applies the layout of a view its node installed.
     Layout(Box<ClusterLayout>),
+    Member {
+        from: Voter,
+        msg: MemberMsg,
+    },
+    MemberTick,
+    Heal,
+}
+
+impl Payload {
+    /// Timers and membership chatter go on forever; the rest is work.
+    fn is_background(&self) -> bool {
+        matches!(self, Payload::Tick | Payload::MemberTick | Payload::Member { .. })
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -124,7 +176,21 @@ enum Doing {
     Locking { shard: usize, req: u64, a: i64, b: i64, amount: i64, abandon: bool },
     Writing { shard: usize, req: u64, writes: [(i64, Account); 2], abandon: bool, tx: TxId },
     Auditing { req: u64, shard: usize },
-    Reading { req: u64, account: i64, shard: usize },
+    /// `floor`: the newest version of the account acknowledged before the
+    /// read was sent; the read must not return an older one.
+    Reading { req: u64, account: i64, shard: usize, floor: i64 },
+}
+
+impl Doing {
+    fn waiting_on(&self) -> Option<(usize, u64)> {
+        match *self {
+            Doing::Locking { shard, req, .. }
+            | Doing::Writing { shard, req, .. }
+            | Doing::Auditing { req, shard }
+            | Doing::Reading { req, shard, .. } => Some((shard, req)),
+            Doing::Idle => None,
+        }
+    }
 }
 
 struct Client {
@@ -134,6 +200,18 @@ struct Client {
     /// Per account, the newest version this client's commits wrote: its
     /// later reads, from any replica, must not see an older one.
     own_versions: HashMap<i64, i64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    Crash,
+    Split,
+    Glitch,
+}
+
+struct Split {
+    side_a: BTreeSet<usize>,
+    mgmd_in_a: bool,
 }
 
 struct World {
@@ -146,6 +224,12 @@ struct World {
     link_last: HashMap<(Endpoint, Endpoint), u64>,
     shards: Vec<Shard>,
     addrs: Vec<ShardAddr>,
+    memberships: Vec<Membership>,
+    leases: Vec<Lease>,
+    /// Every node started: the layout views are derived from.
+    base_layout: ClusterLayout,
+    arbiter: Arbiter,
+    /// Clients route by the management server's view.
     router: Router,
     meta: TableMeta,
     clients: Vec<Client>,
@@ -155,23 +239,33 @@ struct World {
     /// (account, version, balance) sent with a commit request.
     written: HashSet<(i64, i64, i64)>,
     /// Per account: version -> balances written by transfers whose outcome
-    /// is unknown (their commit was in flight when a node crashed).
+    /// is unknown (their commit was in flight when a node failed).
     maybe: Vec<BTreeMap<i64, Vec<i64>>>,
-    crashed: Option<u16>,
-    crash_event: u64,
-    /// The clients' routing after a crash, from the given time on.
-    pending_router: Option<(u64, Router)>,
+    /// Per account: the newest acknowledged version.
+    acked_max: Vec<i64>,
+    /// Crashed or shut-down nodes (by index).
+    dead: BTreeSet<usize>,
+    /// Faults still to inject: (not before event number, kind).
+    plan: Vec<(u64, Fault)>,
+    split: Option<Split>,
+    /// Data messages on cut links: delivered at the heal, as TCP would.
+    held: Vec<(Endpoint, Endpoint, Payload)>,
     trace: VecDeque<String>,
     report: SimReport,
 }
 
 /// Answers a client accepts as "not done, try again": lock-wait timeouts,
-/// and (around a crash) a participant that left or a stale route.
+/// and (around failures) a participant that left, a stale route, or a node
+/// that cannot confirm its membership.
 fn retriable(e: &latsdb_types::DbError) -> bool {
     matches!(
         e.code,
         ErrorCode::LockWaitTimeout | ErrorCode::NodeUnavailable | ErrorCode::WrongShard | ErrorCode::UnknownTransaction
     )
+}
+
+fn node_id(i: usize) -> NodeId {
+    2 + i as NodeId
 }
 
 fn layout(cfg: &SimConfig) -> ClusterLayout {
@@ -194,12 +288,56 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
         node_groups: (cfg.nodes / cfg.replicas as u16) as u32,
         default_partitions: 0,
         lock_wait_timeout_ms: cfg.lock_wait_timeout_us / 1000,
+        heartbeat_interval_ms: cfg.heartbeat_interval_us / 1000,
+        heartbeat_missed: cfg.heartbeat_missed,
     }
 }
 
+/// The layout of a view: nodes outside it are not started.
+fn layout_of_view(base: &ClusterLayout, epoch: Epoch, members: &[NodeId]) -> ClusterLayout {
+    let mut l = base.clone();
+    for d in l.datanodes.iter_mut() {
+        if !members.contains(&d.node_id) {
+            d.status = NodeStatus::NotStarted;
+            d.shards.clear();
+        }
+    }
+    l.version = base.version + epoch;
+    l
+}
+
 /// Runs one seeded simulation; Err explains the first violated check, with
-/// the seed and the last events.
+/// the seed and the events before it. The failing run is shortened first:
+/// the fewest workload steps that still fail are searched for, and that
+/// run's trace is printed.
 pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
+    match run_once(cfg) {
+        Ok(report) => Ok(report),
+        Err(first) => {
+            let (mut lo, mut hi) = (1, cfg.steps);
+            let mut shortest = None;
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match run_once(&SimConfig { steps: mid, ..cfg.clone() }) {
+                    Err(e) => {
+                        shortest = Some((mid, e));
+                        hi = mid;
+                    }
+                    Ok(_) => lo = mid + 1,
+                }
+            }
+            match shortest {
+                Some((steps, e)) if steps < cfg.steps => Err(format!(
+                    "{first}\n\nshortest failing run found: --steps {steps} (replay with `latsdb sim --seed {} --steps {steps} ...`):\n{e}",
+                    cfg.seed
+                )),
+                _ => Err(first),
+            }
+        }
+    }
+}
+
+fn run_once(cfg: &SimConfig) -> Result<SimReport, String> {
     let mut world = World::new(cfg.clone())?;
     match world.run() {
         Ok(()) => Ok(world.report.clone()),
@@ -221,6 +359,12 @@ impl World {
         if cfg.replicas == 0 || !cfg.nodes.is_multiple_of(cfg.replicas as u16) {
             return Err(format!("{} nodes cannot form node groups of {} replicas", cfg.nodes, cfg.replicas));
         }
+        if (cfg.crashes > 0 || cfg.splits > 0) && cfg.replicas < 2 {
+            return Err("crashes and splits need at least 2 replicas".into());
+        }
+        if cfg.heartbeat_missed < 4 || cfg.heartbeat_interval_us < 1000 {
+            return Err("heartbeats need an interval of at least 1 ms and at least 4 missed beats".into());
+        }
         let layout = layout(&cfg);
         let spec = TableSpec::new("sim", "accounts")
             .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
@@ -231,7 +375,19 @@ impl World {
         let def = TableDef::from_spec(&spec, 1, partitions).map_err(|e| e.to_string())?;
         let mut shards = Vec::new();
         let mut addrs = Vec::new();
+        let mut memberships = Vec::new();
+        let mut leases = Vec::new();
+        let groups: BTreeMap<NodeId, u32> = layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect();
         for n in 0..cfg.nodes {
+            let lease = Lease::unlimited();
+            let mut m = Membership::new(MembershipConfig {
+                me: 2 + n,
+                interval_us: cfg.heartbeat_interval_us,
+                detect_us: cfg.heartbeat_interval_us * cfg.heartbeat_missed as u64,
+                groups: groups.clone(),
+            });
+            m.activate(0);
+            lease.set(m.serving_until());
             for s in 0..cfg.shards_per_node {
                 let me = ShardAddr { node: 2 + n, shard: s };
                 let shard_cfg = ShardConfig {
@@ -239,17 +395,21 @@ impl World {
                     lock_wait_timeout_us: cfg.lock_wait_timeout_us,
                     first_tx_seq: 0,
                     data_memory_bytes: 0,
+                    lease: lease.clone(),
                 };
                 let mut shard = Shard::new(shard_cfg, layout.clone());
                 shard.apply_schema(SchemaChange::CreateTable(def.clone())).map_err(|e| e.to_string())?;
                 shards.push(shard);
                 addrs.push(me);
             }
+            memberships.push(m);
+            leases.push(lease);
         }
         let clients = (0..cfg.clients)
             .map(|_| Client { generation: 0, next_req: 1, doing: Doing::Idle, own_versions: HashMap::new() })
             .collect();
         let accounts = cfg.accounts as usize;
+        let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
         let mut world = World {
             rng: Rng::new(cfg.seed),
             cfg,
@@ -260,31 +420,44 @@ impl World {
             link_last: HashMap::new(),
             shards,
             addrs,
+            memberships,
+            leases,
             router: Router::new(&layout),
+            base_layout: layout,
+            arbiter,
             meta: TableMeta::new(def),
             clients,
             stopped: false,
             committed: vec![BTreeMap::new(); accounts],
             written: HashSet::new(),
             maybe: vec![BTreeMap::new(); accounts],
-            crashed: None,
-            crash_event: 0,
-            pending_router: None,
+            acked_max: vec![0; accounts],
+            dead: BTreeSet::new(),
+            plan: Vec::new(),
+            split: None,
+            held: Vec::new(),
             trace: VecDeque::new(),
             report: SimReport::default(),
         };
         world.report.seed = world.cfg.seed;
-        if world.cfg.crash {
-            if world.cfg.replicas < 2 {
-                return Err("crash faults need at least 2 replicas".into());
-            }
-            let steps = world.cfg.steps;
-            world.crash_event = steps / 5 + world.rng.below(steps / 3 + 1);
-        }
+        // Faults are spread over the first half of the workload, in random order.
+        let steps = world.cfg.steps;
+        let mut kinds: Vec<Fault> = Vec::new();
+        kinds.extend((0..world.cfg.crashes).map(|_| Fault::Crash));
+        kinds.extend((0..world.cfg.splits).map(|_| Fault::Split));
+        kinds.extend((0..world.cfg.glitches).map(|_| Fault::Glitch));
+        let mut plan: Vec<(u64, Fault)> =
+            kinds.into_iter().map(|k| (steps / 20 + world.rng.below(steps / 2 + 1), k)).collect();
+        plan.sort_by_key(|(at, _)| Reverse(*at));
+        world.plan = plan;
         world.load_accounts()?;
         for s in 0..world.shards.len() {
             let at = world.rng.below(TICK_US);
             world.schedule(at, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
+        }
+        for n in 0..world.memberships.len() {
+            let at = world.rng.below(TICK_US);
+            world.schedule(at, Endpoint::Node(n), Endpoint::Node(n), Payload::MemberTick);
         }
         for c in 0..world.clients.len() {
             let at = world.rng.below(1000);
@@ -297,13 +470,17 @@ impl World {
         for id in 0..self.cfg.accounts {
             let op =
                 self.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(INITIAL_BALANCE), Value::Int(0)] });
-            let shard = self.owner(&op);
+            let shard = self.owner(&op)?;
             match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
                 Some(ClientResponse::Batch(r)) if r == vec![OpResult::Done] => {}
                 other => return Err(format!("loading account {id} failed: {other:?}")),
             }
         }
         Ok(())
+    }
+
+    fn node_of_shard(&self, s: usize) -> usize {
+        (self.addrs[s].node - 2) as usize
     }
 
     /// Runs a request outside simulated time (setup and final checks): the
@@ -318,7 +495,7 @@ impl World {
             let from = self.addrs[shard];
             queue.extend(out.peer.drain(..).map(|(to, msg)| (from, to, msg)));
             let Some((src, to, msg)) = queue.pop_front() else { return answers };
-            if Some(to.node) == self.crashed {
+            if self.dead.contains(&((to.node - 2) as usize)) {
                 continue;
             }
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
@@ -333,9 +510,12 @@ impl World {
         KeyOp { table: 1, table_version: 1, partition: self.meta.partition_of(&key), key, kind, projection: None }
     }
 
-    fn owner(&self, op: &KeyOp) -> usize {
-        let addr = self.router.primary_of(op.partition).expect("every simulated node is started");
-        self.addrs.iter().position(|a| *a == addr).expect("owner is a simulated shard")
+    fn owner(&self, op: &KeyOp) -> Result<usize, String> {
+        let addr = self
+            .router
+            .primary_of(op.partition)
+            .ok_or_else(|| format!("partition {} has no started replica in the clients' layout", op.partition))?;
+        Ok(self.addrs.iter().position(|a| *a == addr).expect("owner is a simulated shard"))
     }
 
     fn schedule(&mut self, at: u64, from: Endpoint, to: Endpoint, payload: Payload) {
@@ -344,10 +524,51 @@ impl World {
         self.events.insert(self.seq, (from, to, payload));
     }
 
-    /// Sends over the simulated network: a random delay, but never ahead of
-    /// an earlier message on the same link.
+    /// Which side of a network split an endpoint is on: data nodes by
+    /// index, the management server as None; clients reach every node.
+    fn site(&self, e: Endpoint) -> Option<Option<usize>> {
+        match e {
+            Endpoint::Shard(s) => Some(Some(self.node_of_shard(s))),
+            Endpoint::Node(n) => Some(Some(n)),
+            Endpoint::Mgmd => Some(None),
+            Endpoint::Client(_) => None,
+        }
+    }
+
+    fn cut(&self, from: Endpoint, to: Endpoint) -> bool {
+        let Some(split) = &self.split else { return false };
+        let (Some(a), Some(b)) = (self.site(from), self.site(to)) else { return false };
+        let side = |site: Option<usize>| match site {
+            Some(n) => split.side_a.contains(&n),
+            None => split.mgmd_in_a,
+        };
+        side(a) != side(b)
+    }
+
+    /// Sends over the simulated network. Data links behave like TCP: a
+    /// random delay, never ahead of an earlier message on the same link,
+    /// and held (not lost) while a split cuts them. Membership messages
+    /// may be lost, duplicated and reordered, and are lost on cut links.
     fn send(&mut self, from: Endpoint, to: Endpoint, payload: Payload) {
         let delay = 1 + self.rng.below(self.cfg.max_delay_us);
+        if matches!(payload, Payload::Member { .. }) {
+            if self.cut(from, to) || self.rng.below(100) < self.cfg.member_fault_pct {
+                return;
+            }
+            if self.rng.below(100) < self.cfg.member_fault_pct {
+                if let Payload::Member { from: f, msg } = &payload {
+                    let copy = Payload::Member { from: *f, msg: msg.clone() };
+                    let later = self.now + delay + self.rng.below(self.cfg.max_delay_us * 4);
+                    self.schedule(later, from, to, copy);
+                }
+            }
+            self.schedule(self.now + delay, from, to, payload);
+            return;
+        }
+        if self.cut(from, to) {
+            self.held.push((from, to, payload));
+            return;
+        }
         let last = self.link_last.get(&(from, to)).copied().unwrap_or(0);
         let at = (self.now + delay).max(last);
         self.link_last.insert((from, to), at);
@@ -365,8 +586,28 @@ impl World {
         self.clients.iter().filter(|c| !matches!(c.doing, Doing::Idle)).count()
     }
 
+    fn live(&self) -> Vec<usize> {
+        (0..self.memberships.len()).filter(|n| !self.dead.contains(n)).collect()
+    }
+
+    /// Every live node agrees on a view that holds exactly the live nodes,
+    /// and no split is in force.
+    fn stable(&self) -> bool {
+        if self.split.is_some() || !self.held.is_empty() {
+            return false;
+        }
+        let live = self.live();
+        let ids: Vec<NodeId> = live.iter().map(|n| node_id(*n)).collect();
+        let Some(first) = live.first() else { return false };
+        let epoch = self.memberships[*first].epoch();
+        live.iter().all(|n| {
+            let m = &self.memberships[*n];
+            m.epoch() == epoch && m.members() == ids && self.leases[*n].valid_at(self.now)
+        })
+    }
+
     fn run(&mut self) -> Result<(), String> {
-        let limit = self.cfg.steps * 20 + 100_000;
+        let limit = self.cfg.steps * 40 + 200_000;
         while let Some(Reverse((at, seq))) = self.queue.pop() {
             let (from, to, payload) = self.events.remove(&seq).expect("scheduled events are stored");
             self.now = at;
@@ -374,38 +615,39 @@ impl World {
             if self.report.events == self.cfg.steps {
                 self.stopped = true;
             }
-            if self.cfg.crash && self.report.events == self.crash_event {
-                self.crash();
-            }
-            if self.pending_router.as_ref().is_some_and(|(at, _)| self.now >= *at) {
-                self.router = self.pending_router.take().expect("checked").1;
-            }
-            if let (Endpoint::Shard(s), Some(dead)) = (to, self.crashed) {
-                if self.addrs[s].node == dead {
-                    // A crashed node hears nothing; a client asking it finds its connection broken.
-                    if let (Payload::Request { req_id, .. }, Endpoint::Client(c)) = (&payload, from) {
-                        let at = self.now + 1 + self.rng.below(1_000);
-                        self.schedule(at, from, Endpoint::Client(c), Payload::ConnectionLost { req_id: *req_id });
-                    }
-                    continue;
+            self.maybe_inject_fault();
+            let dead_target = match to {
+                Endpoint::Shard(s) => self.dead.contains(&self.node_of_shard(s)),
+                Endpoint::Node(n) => self.dead.contains(&n),
+                _ => false,
+            };
+            if dead_target {
+                // A failed node hears nothing; a client asking it finds its connection broken.
+                if let (Payload::Request { req_id, .. }, Endpoint::Client(c)) = (&payload, from) {
+                    let at = self.now + 1 + self.rng.below(1_000);
+                    self.schedule(at, from, Endpoint::Client(c), Payload::ConnectionLost { req_id: *req_id });
                 }
+                continue;
             }
             if self.report.events > limit {
                 return Err(format!(
-                    "no quiescence: {} clients still busy after {limit} events (a transaction hangs)",
+                    "no quiescence: {} clients still busy after {limit} events (a transaction hangs, or the membership never settles)",
                     self.busy_clients()
                 ));
             }
-            if !matches!(payload, Payload::Tick) {
+            if !matches!(payload, Payload::Tick | Payload::MemberTick) {
                 self.trace(format!("{at:>9} {from:?} -> {to:?}: {payload:?}"));
             }
             match to {
-                Endpoint::Shard(s) => self.at_shard(s, from, payload),
+                Endpoint::Shard(s) => self.at_shard(s, payload),
                 Endpoint::Client(c) => self.at_client(c, payload)?,
+                Endpoint::Node(n) => self.at_node(n, payload),
+                Endpoint::Mgmd => self.at_mgmd(from, payload),
             }
-            // Done when the workload has stopped, every client is idle and
-            // nothing but timer ticks is still on its way.
-            if self.stopped && self.busy_clients() == 0 && self.only_ticks_left() {
+            // Done when the workload has stopped, every client is idle, the
+            // membership has settled and nothing but background chatter is
+            // still on its way.
+            if self.stopped && self.busy_clients() == 0 && self.stable() && self.only_background_left() {
                 break;
             }
         }
@@ -413,11 +655,187 @@ impl World {
         self.final_check()
     }
 
-    fn only_ticks_left(&self) -> bool {
-        self.events.values().all(|(_, _, p)| matches!(p, Payload::Tick))
+    fn only_background_left(&self) -> bool {
+        self.events.values().all(|(_, _, p)| p.is_background())
     }
 
-    fn at_shard(&mut self, s: usize, from: Endpoint, payload: Payload) {
+    fn maybe_inject_fault(&mut self) {
+        let Some(&(at, kind)) = self.plan.last() else { return };
+        if self.report.events < at || !self.stable() {
+            return;
+        }
+        if self.stopped {
+            // Too late: the workload is over.
+            self.plan.clear();
+            return;
+        }
+        let injected = match kind {
+            Fault::Crash => self.inject_crash(),
+            Fault::Split => self.inject_split(false),
+            Fault::Glitch => self.inject_split(true),
+        };
+        if injected {
+            self.plan.pop();
+        }
+    }
+
+    /// Can these nodes continue by the view-change rule (every node group
+    /// present; a majority of the current view, or half of it plus the
+    /// arbitrator)?
+    fn viable(&self, side: &[usize], with_arbiter: bool) -> bool {
+        let view = self.live().len();
+        let groups = self.cfg.nodes / self.cfg.replicas as u16;
+        let present: BTreeSet<u16> = side.iter().map(|n| *n as u16 / self.cfg.replicas as u16).collect();
+        present.len() == groups as usize && (2 * side.len() > view || (2 * side.len() == view && with_arbiter))
+    }
+
+    fn inject_crash(&mut self) -> bool {
+        let live = self.live();
+        let candidates: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|c| {
+                let rest: Vec<usize> = live.iter().copied().filter(|n| n != c).collect();
+                self.viable(&rest, true)
+            })
+            .collect();
+        if candidates.is_empty() {
+            return false;
+        }
+        let victim = candidates[self.rng.below(candidates.len() as u64) as usize];
+        self.report.crashes += 1;
+        self.stop_node(victim, "crashed".into());
+        true
+    }
+
+    fn inject_split(&mut self, glitch: bool) -> bool {
+        let live = self.live();
+        for _ in 0..20 {
+            let side_a: BTreeSet<usize> = live.iter().copied().filter(|_| self.rng.chance(2)).collect();
+            if side_a.is_empty() || side_a.len() == live.len() {
+                continue;
+            }
+            let mgmd_in_a = self.rng.chance(2);
+            let a: Vec<usize> = side_a.iter().copied().collect();
+            let b: Vec<usize> = live.iter().copied().filter(|n| !side_a.contains(n)).collect();
+            if !glitch && !self.viable(&a, mgmd_in_a) && !self.viable(&b, !mgmd_in_a) {
+                continue;
+            }
+            let interval = self.cfg.heartbeat_interval_us;
+            let detect = interval * self.cfg.heartbeat_missed as u64;
+            let lasts = if glitch {
+                interval + self.rng.below(detect - 2 * interval)
+            } else {
+                3 * detect + self.rng.below(3 * detect)
+            };
+            self.trace(format!(
+                "{:>9} {} {:?} | {:?}, management server with the {} side, for {} us",
+                self.now,
+                if glitch { "GLITCH" } else { "SPLIT" },
+                a.iter().map(|n| node_id(*n)).collect::<Vec<_>>(),
+                b.iter().map(|n| node_id(*n)).collect::<Vec<_>>(),
+                if mgmd_in_a { "first" } else { "second" },
+                lasts
+            ));
+            if glitch {
+                self.report.glitches += 1;
+            } else {
+                self.report.splits += 1;
+            }
+            self.split = Some(Split { side_a, mgmd_in_a });
+            self.schedule(self.now + lasts, Endpoint::Mgmd, Endpoint::Mgmd, Payload::Heal);
+            return true;
+        }
+        false
+    }
+
+    fn heal(&mut self) {
+        self.split = None;
+        self.trace(format!("{:>9} HEAL", self.now));
+        for (from, to, payload) in std::mem::take(&mut self.held) {
+            self.send(from, to, payload);
+        }
+    }
+
+    /// A node stops (crash or shutdown): clients waiting on it see their
+    /// connections break.
+    fn stop_node(&mut self, n: usize, why: String) {
+        if !self.dead.insert(n) {
+            return;
+        }
+        self.trace(format!("{:>9} node {} STOPS: {why}", self.now, node_id(n)));
+        for c in 0..self.clients.len() {
+            if let Some((shard, req)) = self.clients[c].doing.waiting_on() {
+                if self.node_of_shard(shard) == n {
+                    let at = self.now + 1 + self.rng.below(1_000);
+                    self.schedule(
+                        at,
+                        Endpoint::Client(c),
+                        Endpoint::Client(c),
+                        Payload::ConnectionLost { req_id: req },
+                    );
+                }
+            }
+        }
+    }
+
+    fn member_step(&mut self, n: usize, f: impl FnOnce(&mut Membership, u64, &mut MemberOut)) {
+        let mut out = MemberOut::default();
+        f(&mut self.memberships[n], self.now, &mut out);
+        self.leases[n].set(self.memberships[n].serving_until());
+        for (to, msg) in out.send {
+            let dest = match to {
+                Voter::Node(id) => Endpoint::Node((id - 2) as usize),
+                Voter::Arbiter => Endpoint::Mgmd,
+            };
+            self.send(Endpoint::Node(n), dest, Payload::Member { from: Voter::Node(node_id(n)), msg });
+        }
+        if let Some((epoch, members)) = out.installed {
+            let layout = layout_of_view(&self.base_layout, epoch, &members);
+            for s in 0..self.shards.len() {
+                if self.node_of_shard(s) == n {
+                    self.send(Endpoint::Node(n), Endpoint::Shard(s), Payload::Layout(Box::new(layout.clone())));
+                }
+            }
+        }
+        if let Some(reason) = out.shutdown {
+            self.report.shutdowns += 1;
+            self.stop_node(n, reason);
+        }
+    }
+
+    fn at_node(&mut self, n: usize, payload: Payload) {
+        match payload {
+            Payload::MemberTick => {
+                self.member_step(n, |m, now, out| m.on_tick(now, out));
+                self.schedule(self.now + TICK_US, Endpoint::Node(n), Endpoint::Node(n), Payload::MemberTick);
+            }
+            Payload::Member { from, msg } => self.member_step(n, |m, now, out| m.on_message(from, msg, now, out)),
+            other => unreachable!("a membership got {other:?}"),
+        }
+    }
+
+    fn at_mgmd(&mut self, from: Endpoint, payload: Payload) {
+        match payload {
+            Payload::Heal => self.heal(),
+            Payload::Member { msg, .. } => {
+                let before = self.arbiter.view().0;
+                let answer = self.arbiter.on_message(msg);
+                let (epoch, members) = self.arbiter.view();
+                if epoch > before {
+                    // Clients read the layout from the management server.
+                    let layout = layout_of_view(&self.base_layout, epoch, members);
+                    self.router = Router::new(&layout);
+                }
+                if let Some(answer) = answer {
+                    self.send(Endpoint::Mgmd, from, Payload::Member { from: Voter::Arbiter, msg: answer });
+                }
+            }
+            other => unreachable!("the management server got {other:?}"),
+        }
+    }
+
+    fn at_shard(&mut self, s: usize, payload: Payload) {
         let mut out = Outbox::default();
         let now = self.now;
         match payload {
@@ -429,14 +847,8 @@ impl World {
                 self.schedule(now + TICK_US, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
             }
             Payload::Layout(layout) => self.shards[s].set_layout(*layout, now, &mut out),
-            Payload::Response { .. }
-            | Payload::Wake
-            | Payload::DropIfWaiting { .. }
-            | Payload::ConnectionLost { .. } => {
-                unreachable!("clients' events are not sent to shards")
-            }
+            other => unreachable!("a shard got {other:?}"),
         }
-        let _ = from;
         let me = self.addrs[s];
         for (to, msg) in out.peer.drain(..) {
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
@@ -470,6 +882,15 @@ impl World {
         self.schedule(at, Endpoint::Client(c), Endpoint::Client(c), Payload::Wake);
     }
 
+    /// The client drops its connection (its open transaction is aborted by
+    /// the coordinator) and tries something else later.
+    fn drop_connection(&mut self, c: usize, shard: usize) {
+        let conn = self.conn(c);
+        self.clients[c].generation += 1;
+        self.send(Endpoint::Client(c), Endpoint::Shard(shard), Payload::Disconnect { conn });
+        self.wake_later(c);
+    }
+
     fn at_client(&mut self, c: usize, payload: Payload) -> Result<(), String> {
         match payload {
             Payload::Wake => {
@@ -490,97 +911,13 @@ impl World {
                     _ => (false, 0),
                 };
                 if waiting {
-                    let conn = self.conn(c);
-                    self.clients[c].generation += 1;
-                    self.send(Endpoint::Client(c), Endpoint::Shard(shard), Payload::Disconnect { conn });
                     self.report.dropped_while_waiting += 1;
-                    self.wake_later(c);
+                    self.drop_connection(c, shard);
                 }
                 Ok(())
             }
             other => Err(format!("client {c} got a shard's event {other:?}")),
         }
-    }
-
-    fn start_action(&mut self, c: usize) {
-        let roll = self.rng.below(100);
-        let n = self.cfg.accounts as u64;
-        if roll < 60 {
-            let a = self.rng.below(n) as i64;
-            let b = (a + 1 + self.rng.below(n - 1) as i64) % n as i64;
-            let amount = 1 + self.rng.below(100) as i64;
-            let abandon = self.rng.chance(8);
-            // Lock in random order, so transfers deadlock now and then.
-            let ops = vec![
-                self.op(a, OpKind::Read { lock: LockMode::Exclusive }),
-                self.op(b, OpKind::Read { lock: LockMode::Exclusive }),
-            ];
-            let shard = self.owner(&ops[0]);
-            let req = self.request(c, shard, ClientRequest::TxExec { tx: None, ops, commit: false });
-            self.clients[c].doing = Doing::Locking { shard, req, a, b, amount, abandon };
-            self.maybe_drop_early(c, req);
-        } else if roll < 75 {
-            let ops: Vec<KeyOp> =
-                (0..self.cfg.accounts).map(|id| self.op(id, OpKind::Read { lock: LockMode::Shared })).collect();
-            let shard = self.owner(&ops[0]);
-            let req = self.request(c, shard, ClientRequest::TxExec { tx: None, ops, commit: true });
-            self.clients[c].doing = Doing::Auditing { req, shard };
-            self.maybe_drop_early(c, req);
-        } else {
-            let account = self.rng.below(n) as i64;
-            let op = self.op(account, OpKind::Read { lock: LockMode::Committed });
-            // Committed reads may be served by any replica.
-            let replicas = self.router.replicas_of(op.partition);
-            let pick = replicas[self.rng.below(replicas.len() as u64) as usize];
-            let shard = self.addrs.iter().position(|a| *a == pick).expect("replica is a simulated shard");
-            let req = self.request(c, shard, ClientRequest::Batch(vec![op]));
-            self.clients[c].doing = Doing::Reading { req, account, shard };
-        }
-    }
-
-    /// One data node crashes: it stops, clients waiting on it see their
-    /// connections break, and after a detection delay every survivor learns
-    /// the new layout (each at a slightly different time).
-    fn crash(&mut self) {
-        let dead = 2 + self.rng.below(self.cfg.nodes as u64) as u16;
-        self.crashed = Some(dead);
-        self.report.crashed_node = Some(dead);
-        self.trace(format!("{:>9} CRASH of node {dead}", self.now));
-        for c in 0..self.clients.len() {
-            let waiting = match self.clients[c].doing {
-                Doing::Locking { shard, req, .. }
-                | Doing::Writing { shard, req, .. }
-                | Doing::Auditing { req, shard }
-                | Doing::Reading { req, shard, .. } => Some((shard, req)),
-                Doing::Idle => None,
-            };
-            if let Some((shard, req)) = waiting {
-                if self.addrs[shard].node == dead {
-                    let at = self.now + 1 + self.rng.below(1_000);
-                    self.schedule(
-                        at,
-                        Endpoint::Client(c),
-                        Endpoint::Client(c),
-                        Payload::ConnectionLost { req_id: req },
-                    );
-                }
-            }
-        }
-        let mut layout = layout(&self.cfg);
-        layout.version += 1;
-        if let Some(d) = layout.datanodes.iter_mut().find(|d| d.node_id == dead) {
-            d.status = NodeStatus::NotStarted;
-            d.shards.clear();
-        }
-        let detected = self.now + 1 + self.rng.below(self.cfg.detect_us_max);
-        for s in 0..self.shards.len() {
-            if self.addrs[s].node != dead {
-                let at = detected + self.rng.below(5_000);
-                self.schedule(at, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Layout(Box::new(layout.clone())));
-            }
-        }
-        // Clients route by the new layout from the detection on.
-        self.pending_router = Some((detected, Router::new(&layout)));
     }
 
     fn on_connection_lost(&mut self, c: usize, req_id: u64) {
@@ -607,6 +944,46 @@ impl World {
         self.wake_later(c);
     }
 
+    fn start_action(&mut self, c: usize) {
+        let roll = self.rng.below(100);
+        let n = self.cfg.accounts as u64;
+        if roll < 60 {
+            let a = self.rng.below(n) as i64;
+            let b = (a + 1 + self.rng.below(n - 1) as i64) % n as i64;
+            let amount = 1 + self.rng.below(100) as i64;
+            let abandon = self.rng.chance(8);
+            // Lock in random order, so transfers deadlock now and then.
+            let ops = vec![
+                self.op(a, OpKind::Read { lock: LockMode::Exclusive }),
+                self.op(b, OpKind::Read { lock: LockMode::Exclusive }),
+            ];
+            let Ok(shard) = self.owner(&ops[0]) else { return self.wake_later(c) };
+            let req = self.request(c, shard, ClientRequest::TxExec { tx: None, ops, commit: false });
+            self.clients[c].doing = Doing::Locking { shard, req, a, b, amount, abandon };
+            self.maybe_drop_early(c, req);
+        } else if roll < 75 {
+            let ops: Vec<KeyOp> =
+                (0..self.cfg.accounts).map(|id| self.op(id, OpKind::Read { lock: LockMode::Shared })).collect();
+            let Ok(shard) = self.owner(&ops[0]) else { return self.wake_later(c) };
+            let req = self.request(c, shard, ClientRequest::TxExec { tx: None, ops, commit: true });
+            self.clients[c].doing = Doing::Auditing { req, shard };
+            self.maybe_drop_early(c, req);
+        } else {
+            let account = self.rng.below(n) as i64;
+            let op = self.op(account, OpKind::Read { lock: LockMode::Committed });
+            // Committed reads may be served by any replica.
+            let replicas = self.router.replicas_of(op.partition);
+            if replicas.is_empty() {
+                return self.wake_later(c);
+            }
+            let pick = replicas[self.rng.below(replicas.len() as u64) as usize];
+            let shard = self.addrs.iter().position(|a| *a == pick).expect("replica is a simulated shard");
+            let floor = self.acked_max[account as usize];
+            let req = self.request(c, shard, ClientRequest::Batch(vec![op]));
+            self.clients[c].doing = Doing::Reading { req, account, shard, floor };
+        }
+    }
+
     /// Now and then the client gives up on a request that has not been
     /// answered yet: its connection drops while the transaction executes
     /// (possibly queued for a lock). An audit may already be committing then;
@@ -630,6 +1007,21 @@ impl World {
     }
 
     fn on_response(&mut self, c: usize, req_id: u64, resp: ClientResponse) -> Result<(), String> {
+        if let ClientResponse::Error(e) = &resp {
+            // Refused before anything ran (the node's lease ran out, or it
+            // left the view): a transaction the client holds open there is
+            // ended by dropping the connection.
+            if let Some((shard, req)) = self.clients[c].doing.waiting_on() {
+                if req == req_id && retriable(e) {
+                    self.report.refused += 1;
+                    if let Doing::Locking { .. } | Doing::Writing { .. } = self.clients[c].doing {
+                        self.report.aborted_transfers += 1;
+                    }
+                    self.drop_connection(c, shard);
+                    return Ok(());
+                }
+            }
+        }
         let doing = std::mem::replace(&mut self.clients[c].doing, Doing::Idle);
         match doing {
             Doing::Locking { shard, req, a, b, amount, abandon } if req == req_id => match resp {
@@ -666,6 +1058,8 @@ impl World {
                     for (id, acc) in writes {
                         let own = self.clients[c].own_versions.entry(id).or_insert(0);
                         *own = (*own).max(acc.version);
+                        let acked = &mut self.acked_max[id as usize];
+                        *acked = (*acked).max(acc.version);
                         let versions = &mut self.committed[id as usize];
                         if let Some(previous) = versions.insert(acc.version, acc.balance) {
                             return Err(format!(
@@ -680,11 +1074,8 @@ impl World {
                 }
                 ClientResponse::TxExec { committed: false, .. } if abandon => {
                     // Walk away with staged writes and locks: the connection drops.
-                    let conn = self.conn(c);
-                    self.clients[c].generation += 1;
-                    self.send(Endpoint::Client(c), Endpoint::Shard(shard), Payload::Disconnect { conn });
                     self.report.abandoned += 1;
-                    self.wake_later(c);
+                    self.drop_connection(c, shard);
                     Ok(())
                 }
                 // The transaction was aborted (a participant's node left, or
@@ -716,7 +1107,7 @@ impl World {
                 }
                 other => Err(format!("client {c}: audit answered {other:?}")),
             },
-            Doing::Reading { req, account, .. } if req == req_id => match resp {
+            Doing::Reading { req, account, floor, .. } if req == req_id => match resp {
                 ClientResponse::Batch(results) if results.len() == 1 => {
                     let acc = self.account_of(&results[0])?;
                     let known = (acc.version == 0 && acc.balance == INITIAL_BALANCE)
@@ -725,6 +1116,12 @@ impl World {
                         return Err(format!(
                             "committed read of account {account} saw version {} balance {}, which no committing transaction wrote",
                             acc.version, acc.balance
+                        ));
+                    }
+                    if acc.version < floor {
+                        return Err(format!(
+                            "stale read: committed read of account {account} saw version {} although version {floor} was acknowledged before the read was sent",
+                            acc.version
                         ));
                     }
                     let own = self.clients[c].own_versions.get(&account).copied().unwrap_or(0);
@@ -752,11 +1149,20 @@ impl World {
         }
     }
 
+
     fn final_check(&mut self) -> Result<(), String> {
+        if !self.stable() {
+            return Err("the run ended without a settled membership".into());
+        }
+        // Final reads route by the view the live nodes agree on.
+        let live = self.live();
+        let m = &self.memberships[live[0]];
+        self.report.final_epoch = m.epoch();
+        self.router = Router::new(&layout_of_view(&self.base_layout, m.epoch(), &m.members()));
         let mut total = 0;
         for id in 0..self.cfg.accounts {
             let op = self.op(id, OpKind::Read { lock: LockMode::Committed });
-            let shard = self.owner(&op);
+            let shard = self.owner(&op)?;
             let acc = match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
                 Some(ClientResponse::Batch(r)) if r.len() == 1 => self.account_of(&r[0])?,
                 other => return Err(format!("final read of account {id} failed: {other:?}")),
@@ -824,7 +1230,7 @@ impl World {
             }
         }
         for (i, shard) in self.shards.iter().enumerate() {
-            if Some(self.addrs[i].node) == self.crashed {
+            if self.dead.contains(&((self.addrs[i].node - 2) as usize)) {
                 continue;
             }
             if shard.activity() != (0, 0, 0) {

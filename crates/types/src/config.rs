@@ -145,8 +145,11 @@ impl ClusterConfig {
         if self.cluster.lock_wait_timeout_ms == 0 {
             return bad("cluster.lock_wait_timeout_ms must be positive".into());
         }
-        if self.cluster.heartbeat_interval_ms == 0 || self.cluster.heartbeat_missed == 0 {
-            return bad("cluster.heartbeat_interval_ms and cluster.heartbeat_missed must be positive".into());
+        if self.cluster.heartbeat_interval_ms == 0 || self.cluster.heartbeat_missed < 4 {
+            return bad(format!(
+                "cluster.heartbeat_interval_ms must be positive and cluster.heartbeat_missed at least 4 (got {} and {}): a node's lease lasts 3 intervals and must end before its peers give up on it",
+                self.cluster.heartbeat_interval_ms, self.cluster.heartbeat_missed
+            ));
         }
         if self.cluster.max_frame_bytes < 4096 {
             return bad("cluster.max_frame_bytes must be at least 4096".into());

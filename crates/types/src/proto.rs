@@ -255,6 +255,75 @@ pub enum PeerMsg {
     TakeoverAbort {
         tx: TxId,
     },
+    /// Membership protocol between the first shards of data nodes.
+    Member(MemberMsg),
+}
+
+/// A membership view number: every change of the set of live data nodes
+/// installs the next epoch.
+pub type Epoch = u64;
+
+/// A proposal number of the membership consensus: higher rounds win, the
+/// proposing node breaks ties.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ballot {
+    pub round: u64,
+    pub node: NodeId,
+}
+
+/// Messages of the membership protocol (`cluster/src/membership.rs`):
+/// heartbeats between data nodes, and single-decree Paxos per epoch among
+/// the data nodes of the current view plus the arbitrator (the management
+/// server). Times are on the sender's own monotonic clock.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum MemberMsg {
+    /// Sent every heartbeat interval to the other members of the view.
+    /// `echo` returns the `sent_at` of the newest heartbeat received from
+    /// the destination: it renews the destination's lease.
+    Heartbeat {
+        epoch: Epoch,
+        sent_at: u64,
+        echo: Option<u64>,
+    },
+    /// Phase 1 for the view `epoch` (the next one); `base` lists the members
+    /// of view `epoch - 1`, so an acceptor that missed it can catch up.
+    Prepare {
+        epoch: Epoch,
+        ballot: Ballot,
+        base: Vec<NodeId>,
+    },
+    Promise {
+        epoch: Epoch,
+        ballot: Ballot,
+        accepted: Option<(Ballot, Vec<NodeId>)>,
+    },
+    /// Phase 2: accept `members` as view `epoch`. An acceptor stops
+    /// echoing the nodes the view leaves out.
+    Accept {
+        epoch: Epoch,
+        ballot: Ballot,
+        members: Vec<NodeId>,
+    },
+    Accepted {
+        epoch: Epoch,
+        ballot: Ballot,
+    },
+    /// The ballot is too low, or the epoch is already decided (`installed`
+    /// then carries the newest view the acceptor knows).
+    Reject {
+        epoch: Epoch,
+        promised: Option<Ballot>,
+        installed: Option<(Epoch, Vec<NodeId>)>,
+    },
+    /// View `epoch` is chosen: these are the live data nodes.
+    Install {
+        epoch: Epoch,
+        members: Vec<NodeId>,
+    },
+    /// The arbitrator recorded view `epoch`.
+    InstallAck {
+        epoch: Epoch,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,6 +354,10 @@ pub struct ClusterLayout {
     pub node_groups: u32,
     pub default_partitions: u32,
     pub lock_wait_timeout_ms: u64,
+    /// Data nodes exchange heartbeats at this interval; a node silent for
+    /// `heartbeat_missed` intervals is removed from the view.
+    pub heartbeat_interval_ms: u64,
+    pub heartbeat_missed: u32,
 }
 
 impl ClusterLayout {
@@ -420,6 +493,12 @@ pub enum MgmRequest {
     ReportMemory,
     /// Stops every data node and then the management server.
     Shutdown,
+    /// A data node's membership message to the arbitrator (answered with
+    /// `Member`).
+    Member {
+        from: NodeId,
+        msg: MemberMsg,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -443,6 +522,8 @@ pub enum MgmResponse {
     Tables(Vec<TableDef>),
     /// Per started data node, its shards' usage.
     Memory(Vec<(NodeId, Vec<ShardMemory>)>),
+    /// The arbitrator's answer to a membership message, if any.
+    Member(Option<MemberMsg>),
     Done,
     Error(DbError),
 }
@@ -540,6 +621,8 @@ mod tests {
             node_groups: 1,
             default_partitions: 0,
             lock_wait_timeout_ms: 1,
+            heartbeat_interval_ms: 100,
+            heartbeat_missed: 5,
         };
         let router = Router::new(&layout);
         let at = |n| ShardAddr { node: n, shard: 0 };
