@@ -100,7 +100,13 @@ enum Phase {
     Promises(BTreeMap<Voter, Option<(Ballot, Vec<NodeId>)>>),
     /// `safe_at`: by then every node left out has stopped serving (this
     /// node stopped echoing them when it accepted its own proposal).
-    Accepts { view: Vec<NodeId>, accepted: BTreeSet<Voter>, safe_at: Micros, chosen: bool },
+    Accepts {
+        view: Vec<NodeId>,
+        voters: Vec<Voter>,
+        accepted: BTreeSet<Voter>,
+        safe_at: Micros,
+        chosen: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -244,6 +250,7 @@ impl Membership {
             if self.report_pending {
                 out.send.push((Voter::Arbiter, MemberMsg::Install { epoch: self.epoch, members: self.members() }));
             }
+            self.resend_proposal(out);
         }
         // A node that cannot confirm its membership for long shuts down.
         if self.serving_until() <= now {
@@ -289,7 +296,10 @@ impl Membership {
             }
         }
         let suspects = self.suspects(now);
-        if suspects.is_empty() {
+        // A view this node accepted but never saw installed (its proposer
+        // failed or was cut off) must be finished even when everybody is
+        // heard again: the nodes it leaves out are no longer echoed.
+        if suspects.is_empty() && self.accepted.is_none() {
             self.suspected_since = None;
             return;
         }
@@ -302,6 +312,28 @@ impl Membership {
             return;
         }
         self.start_proposal(suspects, now, out);
+    }
+
+    /// Membership messages may be lost: the running phase is asked again
+    /// of every voter that has not answered yet (answers are idempotent).
+    fn resend_proposal(&self, out: &mut MemberOut) {
+        let Some(p) = &self.proposal else { return };
+        let epoch = self.epoch + 1;
+        let me = Voter::Node(self.cfg.me);
+        match &p.phase {
+            Phase::Promises(promises) => {
+                let base = self.members();
+                let voters = p.asked.iter().map(|n| Voter::Node(*n)).chain([Voter::Arbiter]);
+                for v in voters.filter(|v| *v != me && !promises.contains_key(v)) {
+                    out.send.push((v, MemberMsg::Prepare { epoch, ballot: p.ballot, base: base.clone() }));
+                }
+            }
+            Phase::Accepts { view, voters, accepted, .. } => {
+                for v in voters.iter().filter(|v| **v != me && !accepted.contains(v)) {
+                    out.send.push((*v, MemberMsg::Accept { epoch, ballot: p.ballot, members: view.clone() }));
+                }
+            }
+        }
     }
 
     /// Position of this node among the members: spaces out retries.
@@ -447,7 +479,13 @@ impl Membership {
             .max()
             .unwrap_or(now);
         let p = self.proposal.as_mut().expect("checked above");
-        p.phase = Phase::Accepts { view: view.clone(), accepted: BTreeSet::new(), safe_at, chosen: false };
+        p.phase = Phase::Accepts {
+            view: view.clone(),
+            voters: voters.clone(),
+            accepted: BTreeSet::new(),
+            safe_at,
+            chosen: false,
+        };
         p.deadline = now + 3 * self.cfg.interval_us;
         if let Some(reply) = self.accept_accept(epoch, ballot, view) {
             self.on_proposal_reply(Voter::Node(self.cfg.me), reply, now, out);

@@ -357,11 +357,13 @@ impl Shard {
     fn tc_recommit(&mut self, tx: TxId, dead: &[ShardAddr], out: &mut Outbox) {
         let Some(t) = self.tc.txs.get(&tx) else { return };
         let mut successors = BTreeSet::new();
+        // Every live replica of what the dead participant touched: the new
+        // primary and any other backup may each hold the staged rows (with
+        // three or more replicas, the new primary does not pass the commit
+        // on to the other backups by itself).
         for (participant, _, partition) in &t.touched {
             if dead.contains(participant) {
-                if let Some(new_primary) = self.router.primary_of(*partition) {
-                    successors.insert(new_primary);
-                }
+                successors.extend(self.router.replicas_of(*partition));
             }
         }
         let t = self.tc.txs.get_mut(&tx).expect("checked above");

@@ -99,6 +99,10 @@ struct SimArgs {
     /// Percent of membership messages lost, and duplicated.
     #[arg(long, default_value_t = 0)]
     member_faults: u64,
+    /// Stop the workload after this many events, keeping the fault
+    /// schedule of --steps (replays the shortened run of a failure report).
+    #[arg(long)]
+    stop_after: Option<u64>,
     #[arg(long, default_value_t = 6)]
     clients: usize,
     /// Events printed when a check fails.
@@ -164,6 +168,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         splits: args.splits,
         glitches: args.glitches,
         member_fault_pct: args.member_faults,
+        stop_after: args.stop_after,
         shards_per_node: args.shards,
         clients: args.clients,
         trace_lines: args.trace,
@@ -184,7 +189,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
     for seed in start..end {
         if let Err(e) = latsdb_sim::run(&config(seed)) {
             bar.finish_and_clear();
-            return Err(format!("{e}\nreplay with: latsdb sim --seed {seed} --steps {} --trace 1000", args.steps));
+            return Err(format!("{e}\nreplay with: latsdb sim --seed {seed} {} --trace 1000", replay_flags(&args)));
         }
         bar.inc(1);
     }
@@ -196,6 +201,22 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         (end - start) as f64 * 60.0 / secs
     );
     Ok(())
+}
+
+/// The flags that reproduce a sweep's run (all but the seed range).
+fn replay_flags(args: &SimArgs) -> String {
+    format!(
+        "--steps {} --nodes {} --shards {} --replicas {} --clients {} --crashes {} --splits {} --glitches {} --member-faults {}",
+        args.steps,
+        args.nodes,
+        args.shards,
+        args.replicas,
+        args.clients,
+        args.crashes.max(u32::from(args.crash)),
+        args.splits,
+        args.glitches,
+        args.member_faults
+    )
 }
 
 fn run_mgmd(config: Option<PathBuf>, port: Option<u16>, ready_file: Option<PathBuf>) -> Result<(), String> {

@@ -45,6 +45,9 @@ pub struct SimConfig {
     pub member_fault_pct: u64,
     pub heartbeat_interval_us: u64,
     pub heartbeat_missed: u32,
+    /// Stop the workload after this many events instead of `steps` (the
+    /// faults stay where `steps` put them): used to shorten a failing run.
+    pub stop_after: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -66,6 +69,7 @@ impl Default for SimConfig {
             member_fault_pct: 0,
             heartbeat_interval_us: 20_000,
             heartbeat_missed: 5,
+            stop_after: None,
         }
     }
 }
@@ -173,12 +177,33 @@ struct Account {
 #[derive(Debug)]
 enum Doing {
     Idle,
-    Locking { shard: usize, req: u64, a: i64, b: i64, amount: i64, abandon: bool },
-    Writing { shard: usize, req: u64, writes: [(i64, Account); 2], abandon: bool, tx: TxId },
-    Auditing { req: u64, shard: usize },
+    Locking {
+        shard: usize,
+        req: u64,
+        a: i64,
+        b: i64,
+        amount: i64,
+        abandon: bool,
+    },
+    Writing {
+        shard: usize,
+        req: u64,
+        writes: [(i64, Account); 2],
+        abandon: bool,
+        tx: TxId,
+    },
+    Auditing {
+        req: u64,
+        shard: usize,
+    },
     /// `floor`: the newest version of the account acknowledged before the
     /// read was sent; the read must not return an older one.
-    Reading { req: u64, account: i64, shard: usize, floor: i64 },
+    Reading {
+        req: u64,
+        account: i64,
+        shard: usize,
+        floor: i64,
+    },
 }
 
 impl Doing {
@@ -314,11 +339,11 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
     match run_once(cfg) {
         Ok(report) => Ok(report),
         Err(first) => {
-            let (mut lo, mut hi) = (1, cfg.steps);
+            let (mut lo, mut hi) = (1, cfg.stop_after.unwrap_or(cfg.steps));
             let mut shortest = None;
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                match run_once(&SimConfig { steps: mid, ..cfg.clone() }) {
+                match run_once(&SimConfig { stop_after: Some(mid), ..cfg.clone() }) {
                     Err(e) => {
                         shortest = Some((mid, e));
                         hi = mid;
@@ -327,9 +352,8 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
                 }
             }
             match shortest {
-                Some((steps, e)) if steps < cfg.steps => Err(format!(
-                    "{first}\n\nshortest failing run found: --steps {steps} (replay with `latsdb sim --seed {} --steps {steps} ...`):\n{e}",
-                    cfg.seed
+                Some((stop, e)) => Err(format!(
+                    "{first}\n\nthe same run with the workload stopped after {stop} events (`--stop-after {stop}`) fails too; its trace is the shortest found:\n{e}"
                 )),
                 _ => Err(first),
             }
@@ -440,15 +464,18 @@ impl World {
             report: SimReport::default(),
         };
         world.report.seed = world.cfg.seed;
-        // Faults are spread over the first half of the workload, in random order.
+        // Faults are spread over the first half of the workload: crashes
+        // first, then splits (a split after the crashes still finds a side
+        // that can continue), glitches last.
         let steps = world.cfg.steps;
         let mut kinds: Vec<Fault> = Vec::new();
         kinds.extend((0..world.cfg.crashes).map(|_| Fault::Crash));
         kinds.extend((0..world.cfg.splits).map(|_| Fault::Split));
         kinds.extend((0..world.cfg.glitches).map(|_| Fault::Glitch));
-        let mut plan: Vec<(u64, Fault)> =
-            kinds.into_iter().map(|k| (steps / 20 + world.rng.below(steps / 2 + 1), k)).collect();
-        plan.sort_by_key(|(at, _)| Reverse(*at));
+        let mut times: Vec<u64> = kinds.iter().map(|_| steps / 20 + world.rng.below(steps / 2 + 1)).collect();
+        times.sort_unstable();
+        let mut plan: Vec<(u64, Fault)> = times.into_iter().zip(kinds).collect();
+        plan.reverse();
         world.plan = plan;
         world.load_accounts()?;
         for s in 0..world.shards.len() {
@@ -553,6 +580,7 @@ impl World {
         let delay = 1 + self.rng.below(self.cfg.max_delay_us);
         if matches!(payload, Payload::Member { .. }) {
             if self.cut(from, to) || self.rng.below(100) < self.cfg.member_fault_pct {
+                self.trace(format!("{:>9} {from:?} -> {to:?}: LOST {payload:?}", self.now));
                 return;
             }
             if self.rng.below(100) < self.cfg.member_fault_pct {
@@ -612,7 +640,7 @@ impl World {
             let (from, to, payload) = self.events.remove(&seq).expect("scheduled events are stored");
             self.now = at;
             self.report.events += 1;
-            if self.report.events == self.cfg.steps {
+            if self.report.events == self.cfg.stop_after.unwrap_or(self.cfg.steps) {
                 self.stopped = true;
             }
             self.maybe_inject_fault();
@@ -724,7 +752,8 @@ impl World {
             let interval = self.cfg.heartbeat_interval_us;
             let detect = interval * self.cfg.heartbeat_missed as u64;
             let lasts = if glitch {
-                interval + self.rng.below(detect - 2 * interval)
+                // Long enough for leases to run out, too short to suspect anyone.
+                2 * interval + self.rng.below(detect - 3 * interval)
             } else {
                 3 * detect + self.rng.below(3 * detect)
             };
@@ -1148,7 +1177,6 @@ impl World {
             }
         }
     }
-
 
     fn final_check(&mut self) -> Result<(), String> {
         if !self.stable() {

@@ -35,12 +35,45 @@ fn two_hundred_seeds_with_two_replicas_pass_every_check() {
 fn three_hundred_seeds_with_a_node_crash_pass_every_check() {
     let mut unknown = 0;
     for seed in 0..300 {
-        let cfg = SimConfig { seed, steps: 8_000, replicas: 2, crash: true, ..Default::default() };
+        let cfg = SimConfig { seed, steps: 8_000, replicas: 2, crashes: 1, ..Default::default() };
         let report = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
-        assert!(report.crashed_node.is_some(), "seed {seed} did not crash a node");
+        assert_eq!(report.crashes, 1, "seed {seed} did not crash a node");
         unknown += report.unknown_outcomes;
     }
     assert!(unknown > 0, "no run had a commit in flight at the crash: the fault is too gentle");
+}
+
+/// Two node groups of three replicas: two data nodes crash, a network
+/// split cuts the cluster in two (the side that cannot continue shuts
+/// down), a short glitch heals before anyone is declared dead, and 3% of
+/// membership messages are lost and 3% duplicated.
+#[test]
+fn two_hundred_seeds_with_crashes_and_a_split_pass_every_check() {
+    let mut shutdowns = 0;
+    let mut unknown = 0;
+    for seed in 0..200 {
+        let cfg = SimConfig { seed, steps: 8_000, nodes: 6, replicas: 3, shards_per_node: 1, ..Default::default() }
+            .with_faults(2);
+        let report = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.crashes >= 2 && report.splits >= 1, "seed {seed} injected too few faults: {report:?}");
+        assert!(report.final_epoch >= 3, "seed {seed}: the membership did not change: {report:?}");
+        shutdowns += report.shutdowns;
+        unknown += report.unknown_outcomes;
+    }
+    assert!(shutdowns > 0, "no split ever made a side shut down: the splits are too gentle");
+    assert!(unknown > 0, "no commit was ever in flight at a failure: the faults are too gentle");
+}
+
+/// Two node groups of two replicas: a crash and a split (the management
+/// server's vote decides between halves).
+#[test]
+fn two_hundred_seeds_of_two_groups_with_a_crash_and_a_split_pass_every_check() {
+    for seed in 0..200 {
+        let cfg = SimConfig { seed, steps: 8_000, nodes: 4, replicas: 2, shards_per_node: 1, ..Default::default() }
+            .with_faults(1);
+        let report = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.crashes >= 1 && report.splits >= 1, "seed {seed} injected too few faults: {report:?}");
+    }
 }
 
 #[test]
