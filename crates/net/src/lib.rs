@@ -90,16 +90,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.start = 0;
             }
             let old_len = self.buf.len();
-            let want = READ_CHUNK.max(self.buf.capacity() - old_len);
-            self.buf.resize(old_len + want, 0);
-            let n = match self.inner.read(&mut self.buf[old_len..]).await {
-                Ok(n) => n,
-                Err(e) => {
-                    self.buf.truncate(old_len);
-                    return Err(FrameError::Io(e));
-                }
-            };
-            self.buf.truncate(old_len + n);
+            if self.buf.capacity() - old_len < READ_CHUNK {
+                self.buf.reserve(READ_CHUNK);
+            }
+            // `read_buf` appends only what it read, so this future may be
+            // dropped at the await (a `select!` branch losing) without
+            // losing or corrupting buffered bytes: `next` is cancel-safe.
+            let n = self.inner.read_buf(&mut self.buf).await.map_err(FrameError::Io)?;
             if n == 0 {
                 if old_len == 0 {
                     return Ok(None);

@@ -79,7 +79,11 @@ impl Host {
 
     /// Starts the membership once the layout shows every data node started.
     fn maybe_start_membership(&self, layout: &ClusterLayout) {
-        if self.node_events.borrow().is_none() || self.membership.borrow().is_some() || !layout.all_started() {
+        if self.node_events.borrow().is_none()
+            || self.membership.borrow().is_some()
+            || layout.datanodes.is_empty()
+            || !layout.all_started()
+        {
             return;
         }
         let interval_us = layout.heartbeat_interval_ms.max(1) * 1000;
@@ -91,6 +95,15 @@ impl Host {
         };
         let mut m = Membership::new(cfg);
         m.activate(self.now());
+        crate::log(
+            "datanode",
+            format!(
+                "node {}: every data node has started; watching them (heartbeat every {} ms, view 1 = {:?})",
+                self.me.node,
+                interval_us / 1000,
+                m.members()
+            ),
+        );
         self.lease.set(m.serving_until());
         *self.membership.borrow_mut() = Some(m);
     }
