@@ -107,18 +107,22 @@ pub(crate) enum CommitReply {
     Nobody,
 }
 
-/// Transactions this shard saw commit (by a coordinator's or a primary's
-/// word), remembered so that a takeover after a coordinator fails can tell
-/// that a commit decision was made. Bounded: the oldest are forgotten.
+/// Transactions this shard saw decided, remembered for a while. The commit
+/// log (by a coordinator's or a primary's word) lets a takeover after a
+/// coordinator fails tell that a commit decision was made. The abort log
+/// (a coordinator's or takeover's abort) makes a backup refuse a prepare
+/// that arrives after the abort: the primary's link and the coordinator's
+/// are different, so a prepare can come late. Bounded: the oldest are
+/// forgotten.
 #[derive(Default)]
-pub(crate) struct CommitLog {
+pub(crate) struct TxLog {
     order: std::collections::VecDeque<TxId>,
     set: std::collections::HashSet<TxId>,
 }
 
 const COMMIT_LOG_ENTRIES: usize = 1 << 16;
 
-impl CommitLog {
+impl TxLog {
     pub(crate) fn record(&mut self, tx: TxId) {
         if self.set.insert(tx) {
             self.order.push_back(tx);
@@ -128,6 +132,10 @@ impl CommitLog {
                 }
             }
         }
+    }
+
+    pub(crate) fn contains(&self, tx: &TxId) -> bool {
+        self.set.contains(tx)
     }
 
     pub(crate) fn coordinated_by(&self, node: latsdb_types::proto::NodeId) -> Vec<TxId> {
@@ -154,7 +162,8 @@ pub(crate) struct LdmState {
     pub(crate) replica_txs: FastMap<TxId, LdmTx>,
     /// Commits applied here and waiting for backups' ReplicaCommitted.
     pub(crate) committing: FastMap<TxId, (BTreeSet<ShardAddr>, CommitReply)>,
-    pub(crate) commit_log: CommitLog,
+    pub(crate) commit_log: TxLog,
+    pub(crate) abort_log: TxLog,
     batches: FastMap<u64, PendingBatch>,
     next_batch: u64,
     next_implicit: u64,

@@ -33,7 +33,7 @@ use crate::locks::{Acquire, LockKey};
 use crate::shard::{owned_partition, unknown_table, Outbox, Shard};
 use latsdb_types::proto::{KeyOp, OpKind, PeerMsg, ShardAddr, TxId};
 use latsdb_types::schema::TableId;
-use latsdb_types::{DbError, Result};
+use latsdb_types::{DbError, ErrorCode, Result};
 
 /// A backup waits at most this many lock-wait timeouts: its waits are only
 /// for commits already on their way.
@@ -52,6 +52,12 @@ impl Shard {
         image: Option<Vec<u8>>,
         out: &mut Outbox,
     ) {
+        if self.ldm.abort_log.contains(&tx) {
+            // The coordinator's abort overtook this prepare.
+            let e = DbError::new(ErrorCode::UnknownTransaction, format!("transaction {tx:?} was already aborted"));
+            self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: Some(e) }, out);
+            return;
+        }
         let prepared = match self.replica_prepared_op(table, partition, key, image) {
             Ok(p) => p,
             Err(e) => {

@@ -265,7 +265,10 @@ impl Shard {
         match msg {
             PeerMsg::TxOps { tx, ops } => self.ldm_tx_ops(tx, ops, out),
             PeerMsg::TxCommit { tx } => self.ldm_commit(tx, out),
-            PeerMsg::TxAbort { tx } => self.ldm_abort(tx, out),
+            PeerMsg::TxAbort { tx } => {
+                self.ldm.abort_log.record(tx);
+                self.ldm_abort(tx, out)
+            }
             PeerMsg::TxOpResults { tx, results } => self.tc_op_results(from, tx, results, out),
             PeerMsg::TxCommitted { tx } => self.tc_committed(from, tx, out),
             PeerMsg::ReplicaPrepare { tx, idx, table, partition, key, image } => {
@@ -279,7 +282,10 @@ impl Shard {
                 self.takeover_on_report(from, dead, prepared, committed, out)
             }
             PeerMsg::TakeoverCommit { tx } => self.takeover_commit(tx, out),
-            PeerMsg::TakeoverAbort { tx } => self.ldm_abort(tx, out),
+            PeerMsg::TakeoverAbort { tx } => {
+                self.ldm.abort_log.record(tx);
+                self.ldm_abort(tx, out)
+            }
             // Membership runs beside the shards; its host handles these.
             PeerMsg::Member(_) => {}
         }

@@ -96,6 +96,10 @@ struct SimArgs {
     /// Short network glitches, healed before anyone is declared dead.
     #[arg(long, default_value_t = 0)]
     glitches: u32,
+    /// Connection resets between two live data nodes (one suspects the
+    /// other at once).
+    #[arg(long, default_value_t = 0)]
+    resets: u32,
     /// Percent of membership messages lost, and duplicated.
     #[arg(long, default_value_t = 0)]
     member_faults: u64,
@@ -167,6 +171,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         crashes: args.crashes.max(u32::from(args.crash)),
         splits: args.splits,
         glitches: args.glitches,
+        resets: args.resets,
         member_fault_pct: args.member_faults,
         stop_after: args.stop_after,
         shards_per_node: args.shards,
@@ -206,7 +211,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
 /// The flags that reproduce a sweep's run (all but the seed range).
 fn replay_flags(args: &SimArgs) -> String {
     format!(
-        "--steps {} --nodes {} --shards {} --replicas {} --clients {} --crashes {} --splits {} --glitches {} --member-faults {}",
+        "--steps {} --nodes {} --shards {} --replicas {} --clients {} --crashes {} --splits {} --glitches {} --resets {} --member-faults {}",
         args.steps,
         args.nodes,
         args.shards,
@@ -215,6 +220,7 @@ fn replay_flags(args: &SimArgs) -> String {
         args.crashes.max(u32::from(args.crash)),
         args.splits,
         args.glitches,
+        args.resets,
         args.member_faults
     )
 }

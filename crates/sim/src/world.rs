@@ -41,6 +41,10 @@ pub struct SimConfig {
     pub splits: u32,
     /// Short network glitches (healed before anyone is declared dead).
     pub glitches: u32,
+    /// Connection resets between two live data nodes: one of them sees its
+    /// link to the other break and suspects it at once (the other may
+    /// still be serving).
+    pub resets: u32,
     /// Percent of membership messages lost, and duplicated.
     pub member_fault_pct: u64,
     pub heartbeat_interval_us: u64,
@@ -66,6 +70,7 @@ impl Default for SimConfig {
             crashes: 0,
             splits: 0,
             glitches: 0,
+            resets: 0,
             member_fault_pct: 0,
             heartbeat_interval_us: 20_000,
             heartbeat_missed: 5,
@@ -76,11 +81,12 @@ impl Default for SimConfig {
 
 impl SimConfig {
     /// The fault menu of the CI sweeps: `crashes` crashes, one split, one
-    /// glitch, lossy membership messages.
+    /// glitch, two connection resets, lossy membership messages.
     pub fn with_faults(mut self, crashes: u32) -> SimConfig {
         self.crashes = crashes;
         self.splits = 1;
         self.glitches = 1;
+        self.resets = 2;
         self.member_fault_pct = 3;
         self
     }
@@ -101,6 +107,7 @@ pub struct SimReport {
     /// Network splits injected (not counting glitches).
     pub splits: u32,
     pub glitches: u32,
+    pub resets: u32,
     /// Nodes that shut themselves down (removed from the view or cut off).
     pub shutdowns: u32,
     /// The epoch of the final view.
@@ -232,6 +239,7 @@ enum Fault {
     Crash,
     Split,
     Glitch,
+    Reset,
 }
 
 struct Split {
@@ -275,6 +283,10 @@ struct World {
     split: Option<Split>,
     /// Data messages on cut links: delivered at the heal, as TCP would.
     held: Vec<(Endpoint, Endpoint, Payload)>,
+    /// Every view installed anywhere, by epoch: two different views with
+    /// one epoch would be a split brain.
+    views: BTreeMap<Epoch, Vec<NodeId>>,
+    violation: Option<String>,
     trace: VecDeque<String>,
     report: SimReport,
 }
@@ -460,18 +472,27 @@ impl World {
             plan: Vec::new(),
             split: None,
             held: Vec::new(),
+            views: BTreeMap::new(),
+            violation: None,
             trace: VecDeque::new(),
             report: SimReport::default(),
         };
         world.report.seed = world.cfg.seed;
-        // Faults are spread over the first half of the workload: crashes
-        // first, then splits (a split after the crashes still finds a side
-        // that can continue), glitches last.
+        // Faults are spread over the first half of the workload, crashes and
+        // splits in a random order (each waits until the cluster can
+        // survive it), glitches and resets among them.
         let steps = world.cfg.steps;
         let mut kinds: Vec<Fault> = Vec::new();
         kinds.extend((0..world.cfg.crashes).map(|_| Fault::Crash));
         kinds.extend((0..world.cfg.splits).map(|_| Fault::Split));
-        kinds.extend((0..world.cfg.glitches).map(|_| Fault::Glitch));
+        kinds.extend((0..world.cfg.resets).map(|_| Fault::Reset));
+        if world.rng.chance(2) {
+            kinds.reverse();
+        }
+        for _ in 0..world.cfg.glitches {
+            let at = world.rng.below(kinds.len() as u64 + 1) as usize;
+            kinds.insert(at, Fault::Glitch);
+        }
         let mut times: Vec<u64> = kinds.iter().map(|_| steps / 20 + world.rng.below(steps / 2 + 1)).collect();
         times.sort_unstable();
         let mut plan: Vec<(u64, Fault)> = times.into_iter().zip(kinds).collect();
@@ -672,6 +693,9 @@ impl World {
                 Endpoint::Node(n) => self.at_node(n, payload),
                 Endpoint::Mgmd => self.at_mgmd(from, payload),
             }
+            if let Some(v) = self.violation.take() {
+                return Err(v);
+            }
             // Done when the workload has stopped, every client is idle, the
             // membership has settled and nothing but background chatter is
             // still on its way.
@@ -701,6 +725,7 @@ impl World {
             Fault::Crash => self.inject_crash(),
             Fault::Split => self.inject_split(false),
             Fault::Glitch => self.inject_split(true),
+            Fault::Reset => self.inject_reset(),
         };
         if injected {
             self.plan.pop();
@@ -736,6 +761,33 @@ impl World {
         true
     }
 
+    fn inject_reset(&mut self) -> bool {
+        let live = self.live();
+        let victims: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|v| {
+                let rest: Vec<usize> = live.iter().copied().filter(|n| n != v).collect();
+                self.viable(&rest, true)
+            })
+            .collect();
+        if victims.is_empty() {
+            return false;
+        }
+        let victim = victims[self.rng.below(victims.len() as u64) as usize];
+        let others: Vec<usize> = live.iter().copied().filter(|n| *n != victim).collect();
+        let observer = others[self.rng.below(others.len() as u64) as usize];
+        self.trace(format!(
+            "{:>9} RESET: node {} sees its link to node {} break",
+            self.now,
+            node_id(observer),
+            node_id(victim)
+        ));
+        self.report.resets += 1;
+        self.member_step(observer, |m, now, out| m.on_link_lost(node_id(victim), now, out));
+        true
+    }
+
     fn inject_split(&mut self, glitch: bool) -> bool {
         let live = self.live();
         for _ in 0..20 {
@@ -752,8 +804,9 @@ impl World {
             let interval = self.cfg.heartbeat_interval_us;
             let detect = interval * self.cfg.heartbeat_missed as u64;
             let lasts = if glitch {
-                // Long enough for leases to run out, too short to suspect anyone.
-                2 * interval + self.rng.below(detect - 3 * interval)
+                // Long enough for leases to run out, too short to suspect
+                // anyone (unless heartbeats around it are lost too).
+                2 * interval + self.rng.below(interval)
             } else {
                 3 * detect + self.rng.below(3 * detect)
             };
@@ -820,6 +873,17 @@ impl World {
             self.send(Endpoint::Node(n), dest, Payload::Member { from: Voter::Node(node_id(n)), msg });
         }
         if let Some((epoch, members)) = out.installed {
+            match self.views.get(&epoch) {
+                Some(other) if *other != members => {
+                    self.violation.get_or_insert(format!(
+                        "split brain: node {} installed view {epoch} = {members:?}, but view {epoch} = {other:?} was installed elsewhere",
+                        node_id(n)
+                    ));
+                }
+                _ => {
+                    self.views.insert(epoch, members.clone());
+                }
+            }
             let layout = layout_of_view(&self.base_layout, epoch, &members);
             for s in 0..self.shards.len() {
                 if self.node_of_shard(s) == n {
