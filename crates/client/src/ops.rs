@@ -184,7 +184,7 @@ pub(crate) fn outcome(result: OpResult, layout: &Arc<RowLayout>) -> Result<Outco
 }
 
 /// Attempts to route and resend operations that hit a stale layout.
-const STALE_LAYOUT_RETRIES: usize = 3;
+const STALE_LAYOUT_RETRIES: usize = 8;
 
 impl Client {
     /// Runs independent single-row operations, each its own transaction.
@@ -249,12 +249,15 @@ impl Client {
                     Ok(ClientResponse::Error(e)) | Err(e) => {
                         // A lost node: committed reads are safe to send again once the
                         // layout shows who took over; a write's outcome is unknown, so
-                        // it is reported (retriable) and never sent twice.
+                        // it is reported (retriable) and never sent twice. A node that
+                        // refused the whole batch unexecuted (NotServing) gets all of it
+                        // again, writes included.
                         let lost = e.code == ErrorCode::NodeUnavailable && attempt < STALE_LAYOUT_RETRIES;
-                        stale |= lost;
+                        let refused = e.code == ErrorCode::NotServing && attempt < STALE_LAYOUT_RETRIES;
+                        stale |= lost || refused;
                         for ((i, op), layout) in slots.into_iter().zip(ops).zip(layouts) {
                             let is_committed_read = matches!(op.kind, OpKind::Read { lock: LockMode::Committed });
-                            if lost && is_committed_read {
+                            if refused || (lost && is_committed_read) {
                                 todo.push((i, Op { op, layout }));
                             } else {
                                 results[i] = Some(Err(e.clone()));

@@ -211,9 +211,9 @@ impl Shard {
         self.now = now;
         if !self.cfg.lease.valid_at(now) && !matches!(req, ClientRequest::Ping) {
             let error = DbError::new(
-                ErrorCode::NodeUnavailable,
+                ErrorCode::NotServing,
                 format!(
-                    "data node {} cannot confirm it is still a member of the cluster (it lost contact with other data nodes); retry: the cluster is changing its membership",
+                    "data node {} cannot confirm it is still a member of the cluster (it lost contact with other data nodes) and executed nothing of this request; retry it: the cluster is changing its membership",
                     self.cfg.me.node
                 ),
             );

@@ -297,7 +297,11 @@ struct World {
 fn retriable(e: &latsdb_types::DbError) -> bool {
     matches!(
         e.code,
-        ErrorCode::LockWaitTimeout | ErrorCode::NodeUnavailable | ErrorCode::WrongShard | ErrorCode::UnknownTransaction
+        ErrorCode::LockWaitTimeout
+            | ErrorCode::NodeUnavailable
+            | ErrorCode::NotServing
+            | ErrorCode::WrongShard
+            | ErrorCode::UnknownTransaction
     )
 }
 

@@ -43,6 +43,10 @@ pub enum ErrorCode {
     Timeout,
     Io,
     Internal,
+    /// The data node refused the request without executing any of it: it
+    /// cannot confirm it is still a member of the cluster (its lease ran
+    /// out) while the membership changes. Safe to retry, writes included.
+    NotServing,
 }
 
 impl ErrorCode {
@@ -57,6 +61,7 @@ impl ErrorCode {
                 | ErrorCode::NodeUnavailable
                 | ErrorCode::ClusterNotReady
                 | ErrorCode::Timeout
+                | ErrorCode::NotServing
         )
     }
 }
