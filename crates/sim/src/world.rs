@@ -746,16 +746,20 @@ impl World {
         present.len() == groups as usize && (2 * side.len() > view || (2 * side.len() == view && with_arbiter))
     }
 
-    fn inject_crash(&mut self) -> bool {
+    /// Live nodes whose loss the cluster survives.
+    fn survivable_losses(&self) -> Vec<usize> {
         let live = self.live();
-        let candidates: Vec<usize> = live
-            .iter()
+        live.iter()
             .copied()
             .filter(|c| {
                 let rest: Vec<usize> = live.iter().copied().filter(|n| n != c).collect();
                 self.viable(&rest, true)
             })
-            .collect();
+            .collect()
+    }
+
+    fn inject_crash(&mut self) -> bool {
+        let candidates = self.survivable_losses();
         if candidates.is_empty() {
             return false;
         }
@@ -767,14 +771,7 @@ impl World {
 
     fn inject_reset(&mut self) -> bool {
         let live = self.live();
-        let victims: Vec<usize> = live
-            .iter()
-            .copied()
-            .filter(|v| {
-                let rest: Vec<usize> = live.iter().copied().filter(|n| n != v).collect();
-                self.viable(&rest, true)
-            })
-            .collect();
+        let victims = self.survivable_losses();
         if victims.is_empty() {
             return false;
         }
