@@ -276,7 +276,11 @@ impl Membership {
         if let Some(p) = &self.proposal {
             // A chosen view is installed, however long that takes.
             let chosen = matches!(p.phase, Phase::Accepts { chosen: true, .. });
-            if now >= p.deadline && !chosen {
+            let promised_by_quorum = matches!(&p.phase, Phase::Promises(promises) if self.quorum(promises.keys()));
+            if now >= p.deadline && promised_by_quorum {
+                // Some asked node never answered: go on with those that did.
+                self.promises_complete(now, out);
+            } else if now >= p.deadline && !chosen {
                 self.proposal = None;
                 self.retry_at = now + self.cfg.interval_us * (1 + self.rank() as u64);
             } else if let Phase::Accepts { chosen: true, safe_at, view, .. } = &p.phase {
@@ -536,6 +540,8 @@ impl Membership {
                 }
                 let frozen = self.frozen(n);
                 if let Some(p) = self.peers.get_mut(&n) {
+                    // Heard again: the link is back (the transport reconnects).
+                    p.link_lost = false;
                     p.their_sent = Some(sent_at);
                     if let Some(t) = echo {
                         if !frozen {
