@@ -194,6 +194,23 @@ impl Host {
         }
     }
 
+    /// `check_peer`, allowing a peer that is not started in this shard's
+    /// layout yet a moment for the layout to arrive: the nodes learn of each
+    /// other's start at slightly different times, and a refused link would
+    /// lose what the peer queued on it.
+    async fn check_peer_soon(&self, from: ShardAddr, ip: Option<std::net::IpAddr>) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let known = self.layout.borrow().datanode(from.node).is_some_and(|d| {
+                d.status == latsdb_types::proto::NodeStatus::Started && (from.shard as usize) < d.shards.len()
+            });
+            if known || Instant::now() >= deadline {
+                return self.check_peer(from, ip);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     fn peer_sender(self: &Rc<Self>, to: ShardAddr) -> mpsc::UnboundedSender<Vec<u8>> {
         if let Some(tx) = self.peers.borrow().get(&to) {
             if !tx.is_closed() {
@@ -383,7 +400,7 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
             host.shard.borrow_mut().on_disconnect(conn, host.now(), &mut out);
             host.dispatch(&mut out);
         }
-        Hello::Peer { from, .. } => match host.check_peer(from, peer_ip) {
+        Hello::Peer { from, .. } => match host.check_peer_soon(from, peer_ip).await {
             Ok(()) => {
                 peer_loop(&host, from, &mut reader).await;
                 if from.shard == 0 {

@@ -85,6 +85,21 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The cluster's own logs say why a test failed; print their ends.
+            let mut logs: Vec<_> = std::fs::read_dir(self.dir.path().join("data"))
+                .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "log")).collect())
+                .unwrap_or_default();
+            logs.sort();
+            for log in logs {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!("---- last lines of {} ----", log.display());
+                for line in &lines[lines.len().saturating_sub(30)..] {
+                    eprintln!("{line}");
+                }
+            }
+        }
         if let Ok(None) = self.child.try_wait() {
             // SAFETY: signalling our own child process.
             unsafe {
