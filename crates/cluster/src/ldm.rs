@@ -507,8 +507,12 @@ impl Shard {
         let Some(b) = self.ldm.batches.get_mut(&batch) else {
             return;
         };
-        debug_assert!(b.results[idx as usize].is_none());
-        b.results[idx as usize] = Some(result);
+        // A slot answered twice (or out of range) is ignored, so `remaining`
+        // counts distinct answers and every slot is filled when it is 0.
+        match b.results.get_mut(idx as usize) {
+            Some(slot @ None) => *slot = Some(result),
+            _ => return,
+        }
         b.remaining -= 1;
         if b.remaining == 0 {
             let b = self.ldm.batches.remove(&batch).expect("batch exists");

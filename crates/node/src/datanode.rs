@@ -196,13 +196,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
 fn effective_layout(base: &ClusterLayout, view: Option<&(latsdb_types::proto::Epoch, Vec<NodeId>)>) -> ClusterLayout {
     let mut layout = base.clone();
     if let Some((epoch, members)) = view {
-        for d in layout.datanodes.iter_mut() {
-            if !members.contains(&d.node_id) {
-                d.status = latsdb_types::proto::NodeStatus::NotStarted;
-                d.shards.clear();
-                d.pid = 0;
-            }
-        }
+        layout.restrict_to_view(members);
         layout.version = base.version + epoch;
     }
     layout

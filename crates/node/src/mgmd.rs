@@ -543,13 +543,7 @@ impl Mgmd {
         let (epoch, members) = state.arbiter.view();
         if epoch > before {
             let members = members.to_vec();
-            for d in state.layout.datanodes.iter_mut() {
-                if !members.contains(&d.node_id) && d.status == NodeStatus::Started {
-                    d.status = NodeStatus::NotStarted;
-                    d.shards.clear();
-                    d.pid = 0;
-                }
-            }
+            state.layout.restrict_to_view(&members);
             state.layout.version += 1;
             drop(state);
             log("mgmd", format!("view {epoch} (reported by data node {from}): live data nodes {members:?}"));

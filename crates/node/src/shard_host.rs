@@ -201,13 +201,10 @@ impl Host {
     async fn check_peer_soon(&self, from: ShardAddr, ip: Option<std::net::IpAddr>) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
-            let known = self.layout.borrow().datanode(from.node).is_some_and(|d| {
-                d.status == latsdb_types::proto::NodeStatus::Started && (from.shard as usize) < d.shards.len()
-            });
-            if known || Instant::now() >= deadline {
-                return self.check_peer(from, ip);
+            match self.check_peer(from, ip) {
+                Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
+                checked => return checked,
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

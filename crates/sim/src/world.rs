@@ -337,12 +337,7 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
 /// The layout of a view: nodes outside it are not started.
 fn layout_of_view(base: &ClusterLayout, epoch: Epoch, members: &[NodeId]) -> ClusterLayout {
     let mut l = base.clone();
-    for d in l.datanodes.iter_mut() {
-        if !members.contains(&d.node_id) {
-            d.status = NodeStatus::NotStarted;
-            d.shards.clear();
-        }
-    }
+    l.restrict_to_view(members);
     l.version = base.version + epoch;
     l
 }

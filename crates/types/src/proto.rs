@@ -383,6 +383,16 @@ impl ClusterLayout {
         Router::new(self).primary_of(partition)
     }
 
+    /// Marks every data node outside a membership view not started (the
+    /// view's nodes keep their state).
+    pub fn restrict_to_view(&mut self, members: &[NodeId]) {
+        for d in self.datanodes.iter_mut().filter(|d| !members.contains(&d.node_id)) {
+            d.status = NodeStatus::NotStarted;
+            d.shards.clear();
+            d.pid = 0;
+        }
+    }
+
     pub fn shard_address(&self, shard: ShardAddr) -> Option<&str> {
         self.datanode(shard.node)?.shards.get(shard.shard as usize).map(|s| s.as_str())
     }
