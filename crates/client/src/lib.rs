@@ -28,7 +28,7 @@ mod ops;
 mod scan;
 mod tx;
 
-pub use ops::{Op, Outcome, Row};
+pub use ops::{Op, Outcome, Projection, Row};
 pub use scan::Scan;
 pub use tx::Transaction;
 

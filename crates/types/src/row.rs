@@ -17,6 +17,17 @@ use crate::keycodec;
 use crate::schema::{ColumnDef, ColumnId, ColumnType, IntWidth};
 use crate::value::{Decimal, Value};
 
+/// A column's value borrowed from a row: strings and bytes point into the
+/// row, fixed-size values are copied (they never allocate).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ValueRef<'r> {
+    Null,
+    /// Any fixed-size type; never `Value::Str` or `Value::Bytes`.
+    Scalar(Value),
+    Str(&'r str),
+    Bytes(&'r [u8]),
+}
+
 #[derive(Clone, Debug)]
 enum Slot {
     Fixed { offset: usize, size: usize },
@@ -143,6 +154,25 @@ impl RowLayout {
                     Value::Str(String::from_utf8_lossy(bytes).into_owned())
                 } else {
                     Value::Bytes(bytes.to_vec())
+                }
+            }
+        }
+    }
+
+    /// Reads one column without copying strings or bytes out of the row
+    /// (serializers on the hot path use this).
+    pub fn get_ref<'r>(&self, row: &'r [u8], column: usize) -> ValueRef<'r> {
+        if self.is_null(row, column) {
+            return ValueRef::Null;
+        }
+        let ty = self.columns[column].ty;
+        match self.slots[column] {
+            Slot::Fixed { offset, size } => ValueRef::Scalar(read_fixed(&row[offset..offset + size], ty)),
+            Slot::Var { ordinal } => {
+                let bytes = self.var_bytes(row, ordinal);
+                match std::str::from_utf8(bytes) {
+                    Ok(text) if ty.is_string() => ValueRef::Str(text),
+                    _ => ValueRef::Bytes(bytes),
                 }
             }
         }
@@ -299,6 +329,15 @@ mod tests {
         layout.validate(&row).unwrap();
         assert_eq!(layout.decode(&row), coerced);
         assert!(layout.validate(&row[..row.len() - 1]).is_err());
+        for (i, value) in coerced.iter().enumerate() {
+            let borrowed = match layout.get_ref(&row, i) {
+                ValueRef::Null => Value::Null,
+                ValueRef::Scalar(v) => v,
+                ValueRef::Str(s) => Value::Str(s.to_string()),
+                ValueRef::Bytes(b) => Value::Bytes(b.to_vec()),
+            };
+            assert_eq!(&borrowed, value, "column {}", cols[i].name);
+        }
     }
 
     #[test]

@@ -1,0 +1,729 @@
+//! Feature views and feature vectors (`feature_store`, `batch_feature_store`).
+//!
+//! A feature view is a named, versioned list of features drawn from one or
+//! more tables ("feature groups") that share serving keys. Definitions are
+//! stored as JSON in `latsdb_system.feature_views` (visible to SQL like any
+//! table) and cached by each REST node for `VIEW_CACHE_TTL`.
+//!
+//! Serving one entry reads one row per feature group by primary key; all
+//! reads of a request, across all its entries, go out in one batch.
+
+use crate::auth::{ensure_table, Grant, SYSTEM_DATABASE};
+use crate::json::{Fields, JsonOut};
+use crate::state::{ResolvedTable, Rest};
+use crate::HttpError;
+use latsdb_client::{Client, Op, Outcome, Projection, Scan, Table};
+use latsdb_types::schema::{ColumnId, ColumnType, IntWidth};
+use latsdb_types::{ColumnDef, DbError, ErrorCode, Value};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+pub const FEATURE_VIEWS_TABLE: &str = "feature_views";
+const VIEW_CACHE_TTL: Duration = Duration::from_secs(5);
+const MAX_FEATURES: usize = 4096;
+
+/// Error codes of feature-store answers (the numbering RonDB's clients know).
+pub mod code {
+    pub const FEATURE_VIEW_NOT_EXIST: u16 = 1;
+    pub const FEATURE_GROUP_NOT_EXIST: u16 = 3;
+    pub const WRONG_DATA_TYPE: u16 = 10;
+    pub const FEATURE_NOT_EXIST: u16 = 11;
+    pub const INCORRECT_PRIMARY_KEY: u16 = 12;
+    pub const INCORRECT_PASSED_FEATURE: u16 = 13;
+    pub const READ_FAILED: u16 = 14;
+    pub const NO_PRIMARY_KEY: u16 = 15;
+
+    pub fn reason(code: u16) -> &'static str {
+        match code {
+            FEATURE_VIEW_NOT_EXIST => "Feature view does not exist.",
+            FEATURE_GROUP_NOT_EXIST => "Feature group does not exist.",
+            WRONG_DATA_TYPE => "Wrong data type.",
+            FEATURE_NOT_EXIST => "Feature does not exist.",
+            INCORRECT_PRIMARY_KEY => "Incorrect primary key.",
+            INCORRECT_PASSED_FEATURE => "Incorrect passed feature.",
+            READ_FAILED => "Reading from the database failed.",
+            NO_PRIMARY_KEY => "No primary key is given.",
+            _ => "Invalid feature store request.",
+        }
+    }
+}
+
+fn fs_error(status: u16, code: u16, message: String) -> HttpError {
+    HttpError { status, message, code: Some(code) }
+}
+
+/// A feature view as users define it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FeatureViewDef {
+    /// The feature store; also the default database of the feature groups.
+    pub feature_store_name: String,
+    pub feature_view_name: String,
+    pub feature_view_version: u32,
+    pub feature_groups: Vec<FeatureGroupDef>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FeatureGroupDef {
+    /// Database of the table (default: the feature store name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    pub table: String,
+    /// Prepended to this group's column names to name its features and
+    /// (unless `joinKeys` says otherwise) its serving keys.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+    /// Primary-key column -> serving-key name, for keys shared with other
+    /// groups under another name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub join_keys: BTreeMap<String, String>,
+    /// Columns served as features, in vector order.
+    pub features: Vec<String>,
+}
+
+/// One feature of a resolved view.
+struct Feature {
+    name: String,
+    type_name: String,
+    column: ColumnDef,
+    group: usize,
+    /// Position in the group's projection.
+    position: usize,
+    /// The serving key that holds this feature's value, for key columns.
+    key: Option<usize>,
+}
+
+/// A feature group resolved against its table.
+struct Group {
+    table: Arc<ResolvedTable>,
+    database: String,
+    /// For each primary-key column in key order: the serving key index.
+    key: Vec<usize>,
+    projection: Projection,
+}
+
+/// A feature view resolved against the current table definitions.
+pub struct ResolvedView {
+    def: FeatureViewDef,
+    groups: Vec<Group>,
+    features: Vec<Feature>,
+    /// Serving-key names with the column each must fit.
+    serving_keys: Vec<(String, ColumnDef)>,
+}
+
+impl ResolvedView {
+    /// Databases whose data the view serves (a key needs a grant on each).
+    pub fn databases(&self) -> impl Iterator<Item = &str> {
+        self.groups.iter().map(|g| g.database.as_str())
+    }
+}
+
+pub fn feature_type(ty: ColumnType) -> String {
+    match ty {
+        ColumnType::Integer { width: IntWidth::Tiny, .. } => "tinyint".into(),
+        ColumnType::Integer { width: IntWidth::Small, .. } => "smallint".into(),
+        ColumnType::Integer { width: IntWidth::Medium | IntWidth::Int, .. } => "int".into(),
+        ColumnType::Integer { width: IntWidth::Big, .. } => "bigint".into(),
+        ColumnType::Float => "float".into(),
+        ColumnType::Double => "double".into(),
+        ColumnType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+        ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text => "string".into(),
+        ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob => "binary".into(),
+        ColumnType::Date => "date".into(),
+        ColumnType::DateTime | ColumnType::Timestamp => "timestamp".into(),
+        ColumnType::Boolean => "boolean".into(),
+    }
+}
+
+/// Checks a definition against the tables and builds what serving needs.
+async fn resolve(rest: &Rest, def: FeatureViewDef) -> Result<ResolvedView, HttpError> {
+    let bad = |message: String| HttpError::bad_request(message);
+    latsdb_types::schema::validate_name("feature store", &def.feature_store_name).map_err(HttpError::from_db)?;
+    latsdb_types::schema::validate_name("feature view", &def.feature_view_name).map_err(HttpError::from_db)?;
+    if def.feature_groups.is_empty() {
+        return Err(bad("a feature view needs at least one feature group".into()));
+    }
+    let mut groups = Vec::new();
+    let mut features: Vec<Feature> = Vec::new();
+    let mut serving_keys: Vec<(String, ColumnDef)> = Vec::new();
+    for (g, group) in def.feature_groups.iter().enumerate() {
+        let database = group.database.clone().unwrap_or_else(|| def.feature_store_name.clone());
+        let table = rest.table(&database, &group.table).await.map_err(|e| {
+            fs_error(
+                if e.status == 404 { 400 } else { e.status },
+                code::FEATURE_GROUP_NOT_EXIST,
+                format!("feature group {}: {}", g + 1, e.message),
+            )
+        })?;
+        let tdef = table.table.def();
+        for column in group.join_keys.keys() {
+            let id = tdef.column_id(column).map_err(HttpError::from_db)?;
+            if !tdef.primary_key.contains(&id) {
+                return Err(bad(format!("joinKeys of {}.{} names '{column}', which is not a primary-key column", database, group.table)));
+            }
+        }
+        let mut key = Vec::new();
+        for &c in &tdef.primary_key {
+            let column = &tdef.columns[c as usize];
+            let name = group.join_keys.get(&column.name).cloned().unwrap_or_else(|| format!("{}{}", group.prefix, column.name));
+            let index = match serving_keys.iter().position(|(n, _)| *n == name) {
+                Some(i) => {
+                    if serving_keys[i].1.ty != column.ty {
+                        return Err(bad(format!(
+                            "serving key '{name}' is {} in one feature group and {} in {}.{}",
+                            serving_keys[i].1.ty.sql_name(),
+                            column.ty.sql_name(),
+                            database,
+                            group.table
+                        )));
+                    }
+                    i
+                }
+                None => {
+                    let mut column = column.clone();
+                    column.name = name.clone();
+                    serving_keys.push((name, column));
+                    serving_keys.len() - 1
+                }
+            };
+            key.push(index);
+        }
+        if group.features.is_empty() {
+            return Err(bad(format!("feature group {}.{} lists no features", database, group.table)));
+        }
+        let names: Vec<&str> = group.features.iter().map(String::as_str).collect();
+        let projection = Projection::new(&table.table, &names).map_err(HttpError::from_db)?;
+        for (position, column_name) in group.features.iter().enumerate() {
+            let id: ColumnId = tdef.column_id(column_name).map_err(HttpError::from_db)?;
+            let column = tdef.columns[id as usize].clone();
+            let name = format!("{}{}", group.prefix, column.name);
+            if features.iter().any(|f| f.name == name) {
+                return Err(bad(format!("feature name '{name}' appears twice; give one of the groups a prefix")));
+            }
+            let key_slot = tdef.primary_key.iter().position(|&c| c == id).map(|k| key[k]);
+            features.push(Feature {
+                name,
+                type_name: feature_type(column.ty),
+                column,
+                group: groups.len(),
+                position,
+                key: key_slot,
+            });
+        }
+        groups.push(Group { table, database, key, projection });
+    }
+    if features.len() > MAX_FEATURES {
+        return Err(bad(format!("a feature view may have at most {MAX_FEATURES} features")));
+    }
+    Ok(ResolvedView { def, groups, features, serving_keys })
+}
+
+pub async fn views_table(client: &Client) -> latsdb_types::Result<Arc<Table>> {
+    ensure_table(
+        client,
+        latsdb_types::TableSpec::new(SYSTEM_DATABASE, FEATURE_VIEWS_TABLE)
+            .column(ColumnDef::new("feature_store", ColumnType::VarChar(64)))
+            .column(ColumnDef::new("name", ColumnType::VarChar(64)))
+            .column(ColumnDef::new("version", ColumnType::uint(IntWidth::Int)))
+            .column(ColumnDef::new("definition", ColumnType::Text).not_null())
+            .primary_key(&["feature_store", "name", "version"])
+            .partitions(2),
+    )
+    .await
+}
+
+fn view_key(def_store: &str, name: &str, version: u32) -> Vec<Value> {
+    vec![Value::Str(def_store.to_string()), Value::Str(name.to_string()), Value::UInt(version as u64)]
+}
+
+struct CachedView {
+    fetched: Instant,
+    view: Option<Arc<ResolvedView>>,
+}
+
+#[derive(Default)]
+pub struct ViewCache {
+    views: RwLock<HashMap<(String, String, u32), CachedView>>,
+}
+
+impl ViewCache {
+    fn forget(&self, store: &str, name: &str, version: u32) {
+        self.views.write().unwrap_or_else(|p| p.into_inner()).remove(&(store.to_string(), name.to_string(), version));
+    }
+}
+
+/// The resolved view, from the cache or the metadata table.
+pub async fn view(rest: &Rest, store: &str, name: &str, version: u32) -> Result<Arc<ResolvedView>, HttpError> {
+    let key = (store.to_string(), name.to_string(), version);
+    let cached = {
+        let views = rest.views.views.read().unwrap_or_else(|p| p.into_inner());
+        views.get(&key).filter(|c| c.fetched.elapsed() < VIEW_CACHE_TTL).map(|c| c.view.clone())
+    };
+    let view = match cached {
+        Some(v) => v,
+        None => {
+            let view = match load_def(&rest.client, store, name, version).await.map_err(HttpError::from_db)? {
+                Some(def) => Some(Arc::new(resolve(rest, def).await?)),
+                None => None,
+            };
+            rest.views
+                .views
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key, CachedView { fetched: Instant::now(), view: view.clone() });
+            view
+        }
+    };
+    view.ok_or_else(|| {
+        fs_error(
+            404,
+            code::FEATURE_VIEW_NOT_EXIST,
+            format!("feature view '{name}' version {version} does not exist in feature store '{store}'"),
+        )
+    })
+}
+
+async fn load_def(client: &Client, store: &str, name: &str, version: u32) -> latsdb_types::Result<Option<FeatureViewDef>> {
+    let table = views_table(client).await?;
+    let Some(row) = client.get(&table, &view_key(store, name, version)).await? else {
+        return Ok(None);
+    };
+    let text = row.get_by_name("definition")?;
+    let def = serde_json::from_str(text.as_str().unwrap_or_default())
+        .map_err(|e| DbError::internal(format!("stored feature view {store}.{name} v{version} is unreadable: {e}")))?;
+    Ok(Some(def))
+}
+
+/// `POST /0.1.0/feature_view`: stores a new feature view after checking it
+/// against the tables.
+pub async fn create(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
+    let def: FeatureViewDef = crate::json::parse(body).map_err(HttpError::bad_request)?;
+    grant.check(&def.feature_store_name)?;
+    let resolved = resolve(rest, def.clone()).await?;
+    for database in resolved.databases() {
+        grant.check(database)?;
+    }
+    let table = views_table(&rest.client).await.map_err(HttpError::from_db)?;
+    let text = serde_json::to_string(&def).map_err(|e| HttpError::internal(e.to_string()))?;
+    let mut row = view_key(&def.feature_store_name, &def.feature_view_name, def.feature_view_version);
+    row.push(Value::Str(text.clone()));
+    let op = Op::insert(&table, row).map_err(HttpError::from_db)?;
+    match rest.client.batch(vec![op]).await.map_err(HttpError::from_db)?.pop() {
+        Some(Ok(_)) => {}
+        Some(Err(e)) if e.code == ErrorCode::DuplicateKey => {
+            return Err(HttpError::new(
+                409,
+                format!(
+                    "feature view '{}' version {} already exists in feature store '{}'; drop it first or use a new version",
+                    def.feature_view_name, def.feature_view_version, def.feature_store_name
+                ),
+            ))
+        }
+        Some(Err(e)) => return Err(HttpError::from_db(e)),
+        None => return Err(HttpError::internal("the insert returned no result".into())),
+    }
+    rest.views.forget(&def.feature_store_name, &def.feature_view_name, def.feature_view_version);
+    Ok((201, text.into_bytes()))
+}
+
+/// `GET /0.1.0/feature_view`: every view the key may see.
+pub async fn list(rest: &Rest, grant: &Grant) -> Result<(u16, Vec<u8>), HttpError> {
+    let table = views_table(&rest.client).await.map_err(HttpError::from_db)?;
+    let rows = rest.client.scan(&table, Scan::all().ordered()).await.map_err(HttpError::from_db)?;
+    let mut out = JsonOut::with_capacity(256 * rows.len() + 32);
+    out.raw("{\"featureViews\":[");
+    for row in &rows {
+        let store = row.get_by_name("feature_store").map_err(HttpError::from_db)?;
+        if !grant.allows(store.as_str().unwrap_or_default()) {
+            continue;
+        }
+        if let Value::Str(text) = row.get_by_name("definition").map_err(HttpError::from_db)? {
+            out.raw(&text);
+            out.byte(b',');
+        }
+    }
+    out.trim_comma();
+    out.raw("]}");
+    Ok((200, out.buf))
+}
+
+/// `GET` and `DELETE /0.1.0/feature_view/{store}/{name}/{version}`.
+pub async fn get_or_drop(
+    rest: &Rest,
+    grant: &Grant,
+    path: &[&str],
+    drop: bool,
+) -> Result<(u16, Vec<u8>), HttpError> {
+    let [store, name, version] = path else {
+        return Err(HttpError::new(404, "use /0.1.0/feature_view/{featureStore}/{name}/{version}".into()));
+    };
+    let version: u32 = version
+        .parse()
+        .map_err(|_| HttpError::bad_request(format!("feature view version '{version}' is not a whole number")))?;
+    grant.check(store)?;
+    let not_found = || {
+        fs_error(
+            404,
+            code::FEATURE_VIEW_NOT_EXIST,
+            format!("feature view '{name}' version {version} does not exist in feature store '{store}'"),
+        )
+    };
+    if !drop {
+        let def = load_def(&rest.client, store, name, version).await.map_err(HttpError::from_db)?.ok_or_else(not_found)?;
+        let text = serde_json::to_vec(&def).map_err(|e| HttpError::internal(e.to_string()))?;
+        return Ok((200, text));
+    }
+    let table = views_table(&rest.client).await.map_err(HttpError::from_db)?;
+    let op = Op::delete(&table, &view_key(store, name, version)).map_err(HttpError::from_db)?;
+    let result = rest.client.batch(vec![op]).await.map_err(HttpError::from_db)?.pop();
+    rest.views.forget(store, name, version);
+    match result {
+        Some(Ok(Outcome::NotFound)) => Err(not_found()),
+        Some(Ok(_)) => Ok((200, crate::json::message_body("dropped"))),
+        Some(Err(e)) => Err(HttpError::from_db(e)),
+        None => Err(HttpError::internal("the delete returned no result".into())),
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MetadataOptions {
+    #[serde(default)]
+    feature_name: bool,
+    #[serde(default)]
+    feature_type: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Options {
+    #[serde(default = "yes")]
+    validate_passed_features: bool,
+    #[serde(default)]
+    include_detailed_status: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { validate_passed_features: true, include_detailed_status: false }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FeatureRequest<'a> {
+    feature_store_name: String,
+    feature_view_name: String,
+    feature_view_version: u32,
+    #[serde(borrow)]
+    entries: Fields<'a>,
+    #[serde(borrow, default)]
+    passed_features: Option<Fields<'a>>,
+    #[serde(default)]
+    metadata_options: Option<MetadataOptions>,
+    #[serde(default)]
+    options: Option<Options>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct BatchFeatureRequest<'a> {
+    feature_store_name: String,
+    feature_view_name: String,
+    feature_view_version: u32,
+    #[serde(borrow)]
+    entries: Vec<Fields<'a>>,
+    #[serde(borrow, default)]
+    passed_features: Option<Vec<Option<Fields<'a>>>>,
+    #[serde(default)]
+    metadata_options: Option<MetadataOptions>,
+    #[serde(default)]
+    options: Option<Options>,
+}
+
+/// One entry's planned reads: per group, the batch slot of its read, or
+/// the status that replaced it (a missing key).
+struct EntryPlan {
+    keys: Vec<Option<Value>>,
+    reads: Vec<Result<usize, u16>>,
+}
+
+/// Checks an entry's serving keys and passed features; plans its reads.
+fn plan_entry(
+    view: &ResolvedView,
+    entries: &Fields,
+    passed: Option<&Fields>,
+    options: &Options,
+    ops: &mut Vec<Op>,
+) -> Result<EntryPlan, HttpError> {
+    if entries.0.is_empty() {
+        return Err(fs_error(400, code::NO_PRIMARY_KEY, "'entries' is empty: give the serving keys".into()));
+    }
+    let mut keys: Vec<Option<Value>> = vec![None; view.serving_keys.len()];
+    for (name, scalar) in &entries.0 {
+        let index = view.serving_keys.iter().position(|(n, _)| n == name).ok_or_else(|| {
+            let names: Vec<&str> = view.serving_keys.iter().map(|(n, _)| n.as_str()).collect();
+            fs_error(
+                400,
+                code::INCORRECT_PRIMARY_KEY,
+                format!("'{name}' is not a serving key of this feature view (serving keys: {})", names.join(", ")),
+            )
+        })?;
+        let value = scalar
+            .to_column_value(&view.serving_keys[index].1)
+            .map_err(|m| fs_error(400, code::WRONG_DATA_TYPE, m))?;
+        keys[index] = Some(value);
+    }
+    if let (Some(passed), true) = (passed, options.validate_passed_features) {
+        for (name, scalar) in &passed.0 {
+            let feature = view.features.iter().find(|f| f.name == *name).ok_or_else(|| {
+                fs_error(400, code::FEATURE_NOT_EXIST, format!("passed feature '{name}' is not a feature of this view"))
+            })?;
+            scalar.to_column_value(&feature.column).map_err(|m| {
+                fs_error(400, code::INCORRECT_PASSED_FEATURE, format!("passed feature '{name}': {m}"))
+            })?;
+        }
+    }
+    let mut reads = Vec::with_capacity(view.groups.len());
+    for group in &view.groups {
+        let key: Option<Vec<Value>> = group.key.iter().map(|&k| keys[k].clone()).collect();
+        match key {
+            // Without its whole key a group cannot be read: its features are missing.
+            None => reads.push(Err(400)),
+            Some(key) => {
+                let op = Op::read(&group.table.table, &key).map_err(HttpError::from_db)?;
+                ops.push(op.with_projection(&group.projection));
+                reads.push(Ok(ops.len() - 1));
+            }
+        }
+    }
+    Ok(EntryPlan { keys, reads })
+}
+
+/// Renders one entry's feature vector; returns its status text.
+fn write_vector(
+    out: &mut JsonOut,
+    view: &ResolvedView,
+    plan: &EntryPlan,
+    results: &[latsdb_types::Result<Outcome>],
+    passed: Option<&Fields>,
+    statuses: &mut Vec<u16>,
+) -> Result<&'static str, HttpError> {
+    statuses.clear();
+    for read in &plan.reads {
+        statuses.push(match read {
+            Err(status) => *status,
+            Ok(slot) => match &results[*slot] {
+                Ok(Outcome::Row(_)) => 200,
+                Ok(_) => 404,
+                Err(e) => crate::pk::status_of(e),
+            },
+        });
+    }
+    out.byte(b'[');
+    for feature in &view.features {
+        if let Some(value) = passed.and_then(|p| p.0.iter().find(|(n, _)| *n == feature.name)).map(|(_, v)| v) {
+            out.scalar(value);
+        } else if let Some(Some(value)) = feature.key.map(|k| &plan.keys[k]) {
+            out.value(value);
+        } else {
+            match &plan.reads[feature.group] {
+                Ok(slot) => match &results[*slot] {
+                    Ok(Outcome::Row(row)) => out.value_ref(&row.get_ref(feature.position), feature.column.ty),
+                    _ => out.raw("null"),
+                },
+                Err(_) => out.raw("null"),
+            }
+        }
+        out.byte(b',');
+    }
+    out.trim_comma();
+    out.byte(b']');
+    let status = if statuses.iter().all(|&s| s == 200) {
+        "COMPLETE"
+    } else if statuses.iter().all(|&s| s == 200 || s == 404 || s == 400) {
+        "MISSING"
+    } else {
+        "ERROR"
+    };
+    Ok(status)
+}
+
+fn write_metadata(out: &mut JsonOut, view: &ResolvedView, options: Option<&MetadataOptions>) {
+    let Some(options) = options else {
+        out.raw("null");
+        return;
+    };
+    out.byte(b'[');
+    for feature in &view.features {
+        out.raw("{\"featureName\":");
+        if options.feature_name {
+            out.str(&feature.name);
+        } else {
+            out.raw("null");
+        }
+        out.raw(",\"featureType\":");
+        if options.feature_type {
+            out.str(&feature.type_name);
+        } else {
+            out.raw("null");
+        }
+        out.raw("},");
+    }
+    out.trim_comma();
+    out.byte(b']');
+}
+
+fn write_detailed(out: &mut JsonOut, view: &ResolvedView, statuses: &[u16]) {
+    out.byte(b'[');
+    for (group, status) in view.groups.iter().zip(statuses) {
+        out.raw("{\"featureGroupId\":");
+        out.uint(group.table.table.def().id as u64);
+        out.raw(",\"httpStatus\":");
+        out.uint(*status as u64);
+        out.raw("},");
+    }
+    out.trim_comma();
+    out.byte(b']');
+}
+
+fn check_grants(view: &ResolvedView, grant: &Grant) -> Result<(), HttpError> {
+    grant.check(&view.def.feature_store_name)?;
+    for database in view.databases() {
+        grant.check(database)?;
+    }
+    Ok(())
+}
+
+/// A read failure that is the cluster's, not the entry's, fails the request.
+fn first_cluster_error(results: &[latsdb_types::Result<Outcome>]) -> Option<HttpError> {
+    results.iter().find_map(|r| match r {
+        Err(e) if crate::pk::status_of(e) >= 500 => Some(fs_error(
+            crate::pk::status_of(e),
+            code::READ_FAILED,
+            format!("reading features failed: {}", e.message),
+        )),
+        _ => None,
+    })
+}
+
+/// `POST /0.1.0/feature_store`.
+pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
+    let request: FeatureRequest = crate::json::parse(body).map_err(|m| fs_error(400, 0, m))?;
+    let view = view(rest, &request.feature_store_name, &request.feature_view_name, request.feature_view_version).await?;
+    check_grants(&view, grant)?;
+    let options = request.options.unwrap_or_default();
+    let mut ops = Vec::with_capacity(view.groups.len());
+    let plan = plan_entry(&view, &request.entries, request.passed_features.as_ref(), &options, &mut ops)?;
+    let results = rest.client.batch(ops).await.map_err(HttpError::from_db)?;
+    if let Some(e) = first_cluster_error(&results) {
+        return Err(e);
+    }
+    let mut out = JsonOut::with_capacity(64 + 24 * view.features.len());
+    let mut statuses = Vec::new();
+    out.raw("{\"features\":");
+    let status = write_vector(&mut out, &view, &plan, &results, request.passed_features.as_ref(), &mut statuses)?;
+    out.raw(",\"metadata\":");
+    write_metadata(&mut out, &view, request.metadata_options.as_ref());
+    out.raw(",\"status\":");
+    out.str(status);
+    out.raw(",\"detailedStatus\":");
+    if options.include_detailed_status {
+        write_detailed(&mut out, &view, &statuses);
+    } else {
+        out.raw("null");
+    }
+    out.byte(b'}');
+    Ok((200, out.buf))
+}
+
+/// `POST /0.1.0/batch_feature_store`: entries that fail validation get
+/// status "ERROR" and an empty vector; the others are served.
+pub async fn serve_batch(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
+    let request: BatchFeatureRequest = crate::json::parse(body).map_err(|m| fs_error(400, 0, m))?;
+    if request.entries.is_empty() {
+        return Err(fs_error(400, code::NO_PRIMARY_KEY, "'entries' is empty: give one object of serving keys per vector".into()));
+    }
+    if request.entries.len() > rest.config.max_batch_ops {
+        return Err(HttpError::bad_request(format!(
+            "{} entries exceed the limit of {} per request; split the request",
+            request.entries.len(),
+            rest.config.max_batch_ops
+        )));
+    }
+    let passed = request.passed_features.as_deref().unwrap_or_default();
+    if !passed.is_empty() && passed.len() != request.entries.len() {
+        return Err(fs_error(
+            400,
+            code::INCORRECT_PASSED_FEATURE,
+            format!("'passedFeatures' has {} items but 'entries' has {}; give one per entry (or null)", passed.len(), request.entries.len()),
+        ));
+    }
+    let view = view(rest, &request.feature_store_name, &request.feature_view_name, request.feature_view_version).await?;
+    check_grants(&view, grant)?;
+    let options = request.options.unwrap_or_default();
+    let mut ops = Vec::with_capacity(view.groups.len() * request.entries.len());
+    let plans: Vec<Result<EntryPlan, HttpError>> = request
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| plan_entry(&view, entry, passed.get(i).and_then(|p| p.as_ref()), &options, &mut ops))
+        .collect();
+    let results = rest.client.batch(ops).await.map_err(HttpError::from_db)?;
+    if let Some(e) = first_cluster_error(&results) {
+        return Err(e);
+    }
+    let mut out = JsonOut::with_capacity(64 + 24 * view.features.len() * plans.len());
+    let mut statuses = Vec::new();
+    let mut all_statuses: Vec<Option<Vec<u16>>> = Vec::with_capacity(plans.len());
+    let mut texts = Vec::with_capacity(plans.len());
+    out.raw("{\"features\":[");
+    for (i, plan) in plans.iter().enumerate() {
+        match plan {
+            Ok(plan) => {
+                let p = passed.get(i).and_then(|p| p.as_ref());
+                texts.push(write_vector(&mut out, &view, plan, &results, p, &mut statuses)?);
+                all_statuses.push(Some(statuses.clone()));
+            }
+            Err(_) => {
+                out.raw("[]");
+                texts.push("ERROR");
+                all_statuses.push(None);
+            }
+        }
+        out.byte(b',');
+    }
+    out.trim_comma();
+    out.raw("],\"metadata\":");
+    write_metadata(&mut out, &view, request.metadata_options.as_ref());
+    out.raw(",\"status\":[");
+    for text in &texts {
+        out.str(text);
+        out.byte(b',');
+    }
+    out.trim_comma();
+    out.raw("],\"detailedStatus\":");
+    if options.include_detailed_status {
+        out.byte(b'[');
+        for statuses in &all_statuses {
+            match statuses {
+                Some(s) => write_detailed(&mut out, &view, s),
+                None => out.raw("null"),
+            }
+            out.byte(b',');
+        }
+        out.trim_comma();
+        out.byte(b']');
+    } else {
+        out.raw("null");
+    }
+    out.byte(b'}');
+    Ok((200, out.buf))
+}

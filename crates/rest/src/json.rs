@@ -1,0 +1,335 @@
+//! JSON in and out of the REST node.
+//!
+//! Requests are parsed into borrowed structures (strings point into the
+//! request body unless they contain escapes), and answers are written
+//! straight into one output buffer from row bytes, without building an
+//! intermediate document. Both are on the lookup hot path.
+
+use base64::Engine;
+use latsdb_types::row::ValueRef;
+use latsdb_types::schema::{ColumnDef, ColumnType};
+use latsdb_types::value::{coerce, format_date, format_datetime};
+use latsdb_types::Value;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::fmt;
+
+/// A JSON scalar from a request: the value of a filter, a written column or
+/// a serving key. Arrays and objects are rejected where a scalar belongs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Str(Cow<'a, str>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ScalarVisitor;
+        impl<'de> Visitor<'de> for ScalarVisitor {
+            type Value = Scalar<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number, string, boolean or null")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(Scalar::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(Scalar::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Scalar::UInt(v))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(Scalar::Float(v))
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Owned(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Scalar::Null)
+            }
+        }
+        deserializer.deserialize_any(ScalarVisitor)
+    }
+}
+
+impl Scalar<'_> {
+    /// The value as it goes into a column of type `column`, checked and
+    /// converted; the error says which column and why.
+    pub fn to_column_value(&self, column: &ColumnDef) -> Result<Value, String> {
+        let value = match self {
+            Scalar::Null => Value::Null,
+            Scalar::Bool(b) => Value::Bool(*b),
+            Scalar::Int(i) => Value::Int(*i),
+            Scalar::UInt(u) => Value::UInt(*u),
+            Scalar::Float(f) => Value::Float(*f),
+            Scalar::Str(s) if column.ty.is_binary() => {
+                let bytes = base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map_err(|e| {
+                    format!("column '{}' is {}: send its value as base64 ({e})", column.name, column.ty.sql_name())
+                })?;
+                Value::Bytes(bytes)
+            }
+            Scalar::Str(s) => Value::Str(s.to_string()),
+        };
+        if column.ty.is_binary() && !matches!(value, Value::Bytes(_) | Value::Null) {
+            return Err(format!(
+                "column '{}' is {}: send its value as a base64 string",
+                column.name,
+                column.ty.sql_name()
+            ));
+        }
+        coerce(value, column).map_err(|e| e.message)
+    }
+}
+
+/// A JSON object of column or feature names to scalars, in request order.
+#[derive(Debug, Default)]
+pub struct Fields<'a>(pub Vec<(Cow<'a, str>, Scalar<'a>)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor;
+        impl<'de> Visitor<'de> for FieldsVisitor {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object of names to scalar values")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                    if out.iter().any(|(n, _): &(Cow<str>, Scalar)| *n == name) {
+                        return Err(de::Error::custom(format!("'{name}' is given twice")));
+                    }
+                    let value = map.next_value::<Scalar<'de>>()?;
+                    out.push((name, value));
+                }
+                Ok(Fields(out))
+            }
+        }
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+/// Parses a request body, turning serde's message into one a user can act on.
+pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("the request body is not valid: {e}"))
+}
+
+/// Writes JSON into a growing buffer.
+#[derive(Default)]
+pub struct JsonOut {
+    pub buf: Vec<u8>,
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl JsonOut {
+    pub fn with_capacity(bytes: usize) -> JsonOut {
+        JsonOut { buf: Vec::with_capacity(bytes) }
+    }
+
+    pub fn raw(&mut self, text: &str) {
+        self.buf.extend_from_slice(text.as_bytes());
+    }
+
+    pub fn byte(&mut self, b: u8) {
+        self.buf.push(b);
+    }
+
+    /// A quoted, escaped JSON string.
+    pub fn str(&mut self, text: &str) {
+        self.buf.push(b'"');
+        let bytes = text.as_bytes();
+        let mut start = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            let escape: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0..=0x1f => b"",
+                _ => continue,
+            };
+            self.buf.extend_from_slice(&bytes[start..i]);
+            if escape.is_empty() {
+                self.buf.extend_from_slice(b"\\u00");
+                self.buf.push(HEX[(b >> 4) as usize]);
+                self.buf.push(HEX[(b & 0xf) as usize]);
+            } else {
+                self.buf.extend_from_slice(escape);
+            }
+            start = i + 1;
+        }
+        self.buf.extend_from_slice(&bytes[start..]);
+        self.buf.push(b'"');
+    }
+
+    /// `"key":`
+    pub fn key(&mut self, key: &str) {
+        self.str(key);
+        self.buf.push(b':');
+    }
+
+    pub fn int(&mut self, v: i64) {
+        self.buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+
+    pub fn uint(&mut self, v: u64) {
+        self.buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+
+    pub fn float(&mut self, v: f64) {
+        if v.is_finite() {
+            self.buf.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+        } else {
+            // JSON has no NaN or infinity; the column types never store them.
+            self.raw("null");
+        }
+    }
+
+    /// A column value in the documented JSON rendering of its type:
+    /// numbers for integers, floats and decimals, strings for text, base64
+    /// for binary, ISO-8601 strings for dates and times, null for NULL.
+    pub fn value_ref(&mut self, value: &ValueRef<'_>, ty: ColumnType) {
+        match value {
+            ValueRef::Null => self.raw("null"),
+            ValueRef::Str(s) => self.str(s),
+            ValueRef::Bytes(b) if ty.is_string() => self.str(&String::from_utf8_lossy(b)),
+            ValueRef::Bytes(b) => self.base64(b),
+            ValueRef::Scalar(v) => self.value(v),
+        }
+    }
+
+    pub fn value(&mut self, value: &Value) {
+        match value {
+            Value::Null => self.raw("null"),
+            Value::Int(i) => self.int(*i),
+            Value::UInt(u) => self.uint(*u),
+            Value::Float(f) => self.float(*f),
+            Value::Decimal(d) => self.raw(&d.to_string()),
+            Value::Str(s) => self.str(s),
+            Value::Bytes(b) => self.base64(b),
+            Value::Date(d) => self.str(&format_date(*d)),
+            Value::DateTime(us) => self.str(&format_datetime(*us)),
+            Value::Timestamp(us) => self.str(&format_datetime(*us)),
+            Value::Bool(b) => self.raw(if *b { "true" } else { "false" }),
+        }
+    }
+
+    /// Binary data as a quoted base64 string, encoded in place.
+    pub fn base64(&mut self, bytes: &[u8]) {
+        let engine = &base64::engine::general_purpose::STANDARD;
+        self.buf.push(b'"');
+        let start = self.buf.len();
+        let len = base64::encoded_len(bytes.len(), true).unwrap_or(0);
+        self.buf.resize(start + len, 0);
+        let written = engine.encode_slice(bytes, &mut self.buf[start..]).unwrap_or(0);
+        self.buf.truncate(start + written);
+        self.buf.push(b'"');
+    }
+
+    /// A scalar from a request echoed back (passed features).
+    pub fn scalar(&mut self, value: &Scalar<'_>) {
+        match value {
+            Scalar::Null => self.raw("null"),
+            Scalar::Bool(b) => self.raw(if *b { "true" } else { "false" }),
+            Scalar::Int(i) => self.int(*i),
+            Scalar::UInt(u) => self.uint(*u),
+            Scalar::Float(f) => self.float(*f),
+            Scalar::Str(s) => self.str(s),
+        }
+    }
+
+    /// Removes a trailing comma left by a loop.
+    pub fn trim_comma(&mut self) {
+        if self.buf.last() == Some(&b',') {
+            self.buf.pop();
+        }
+    }
+}
+
+/// `{"message": text}`: the body of every error answer.
+pub fn message_body(text: &str) -> Vec<u8> {
+    let mut out = JsonOut::with_capacity(text.len() + 16);
+    out.raw("{\"message\":");
+    out.str(text);
+    out.byte(b'}');
+    out.buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latsdb_types::IntWidth;
+
+    #[test]
+    fn strings_are_escaped_as_json() {
+        let mut out = JsonOut::default();
+        out.str("a\"b\\c\nd\u{1}é");
+        let text = String::from_utf8(out.buf).unwrap();
+        assert_eq!(text, "\"a\\\"b\\\\c\\nd\\u0001é\"");
+        let back: String = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, "a\"b\\c\nd\u{1}é");
+    }
+
+    #[test]
+    fn scalars_borrow_unescaped_strings_and_reject_nesting() {
+        let body = br#"{"a": "plain", "b": "esc\"aped", "c": -5, "d": 18446744073709551615, "e": 1.5, "f": null, "g": true}"#;
+        let fields: Fields = parse(body).unwrap();
+        assert!(matches!(fields.0[0].1, Scalar::Str(Cow::Borrowed("plain"))));
+        assert_eq!(fields.0[1].1, Scalar::Str(Cow::Owned("esc\"aped".into())));
+        assert_eq!(fields.0[2].1, Scalar::Int(-5));
+        assert_eq!(fields.0[3].1, Scalar::UInt(u64::MAX));
+        assert_eq!(fields.0[4].1, Scalar::Float(1.5));
+        assert_eq!(fields.0[5].1, Scalar::Null);
+        assert_eq!(fields.0[6].1, Scalar::Bool(true));
+        let nested = parse::<Fields>(br#"{"a": [1]}"#).unwrap_err();
+        assert!(nested.contains("a number, string, boolean or null"), "{nested}");
+        let twice = parse::<Fields>(br#"{"a": 1, "a": 2}"#).unwrap_err();
+        assert!(twice.contains("'a' is given twice"), "{twice}");
+    }
+
+    #[test]
+    fn column_values_are_checked_against_the_column_type() {
+        let id = ColumnDef::new("id", ColumnType::int(IntWidth::Int));
+        assert_eq!(Scalar::Int(7).to_column_value(&id), Ok(Value::Int(7)));
+        let e = Scalar::Str("7".into()).to_column_value(&id).unwrap_err();
+        assert!(e.contains("column 'id' is INT but the value is string"), "{e}");
+        let e = Scalar::Int(1 << 40).to_column_value(&id).unwrap_err();
+        assert!(e.contains("out of range"), "{e}");
+        let bin = ColumnDef::new("b", ColumnType::VarBinary(8));
+        assert_eq!(Scalar::Str("AAEC".into()).to_column_value(&bin), Ok(Value::Bytes(vec![0, 1, 2])));
+        assert!(Scalar::Str("not base64!".into()).to_column_value(&bin).unwrap_err().contains("base64"));
+        assert!(Scalar::Int(3).to_column_value(&bin).unwrap_err().contains("base64"));
+    }
+
+    #[test]
+    fn values_render_per_type() {
+        let mut out = JsonOut::default();
+        out.value_ref(&ValueRef::Bytes(&[0, 1, 2]), ColumnType::Blob);
+        out.byte(b' ');
+        out.value(&Value::Date(0));
+        out.byte(b' ');
+        out.value(&Value::DateTime(1_500_000));
+        out.byte(b' ');
+        out.value(&Value::Decimal(latsdb_types::Decimal::new(-12345, 2)));
+        out.byte(b' ');
+        out.value(&Value::Float(0.1));
+        assert_eq!(String::from_utf8(out.buf).unwrap(), "\"AAEC\" \"1970-01-01\" \"1970-01-01 00:00:01.500000\" -123.45 0.1");
+    }
+}

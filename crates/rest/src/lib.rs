@@ -1,0 +1,513 @@
+//! The REST node of latsdb (`latsdb rest`): batched primary-key lookups and
+//! feature vectors over HTTP/JSON, compatible with RonDB's REST API 0.1.0.
+//!
+//! Endpoints (all JSON; the OpenAPI document is `openapi.json` beside this
+//! crate and is served at `/0.1.0/openapi.json`):
+//! - `POST /0.1.0/{db}/{table}/pk-read|pk-write|pk-delete`
+//! - `POST /0.1.0/batch`: many of the above, each its own operation
+//! - `POST /0.1.0/feature_store`, `POST /0.1.0/batch_feature_store`
+//! - `POST|GET /0.1.0/feature_view`, `GET|DELETE /0.1.0/feature_view/{store}/{name}/{version}`
+//! - `GET /0.1.0/health`, `GET /0.1.0/ping`, `GET /metrics`
+//!
+//! HTTP/1.1 with keep-alive on hyper; one tokio runtime with a worker per
+//! CPU. A request's key operations go to the data nodes in one batch.
+
+pub mod auth;
+pub mod features;
+pub mod json;
+pub mod metrics;
+pub mod pk;
+pub mod state;
+
+use auth::{AuthMode, Grant};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use json::JsonOut;
+use latsdb_client::Client;
+use latsdb_types::DbError;
+use metrics::Endpoint;
+use pk::{ItemResult, OpBody, PkKind, PkRequest, Planned};
+use state::Rest;
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const API_VERSION: &str = "0.1.0";
+
+/// The OpenAPI document of every endpoint.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
+#[derive(Clone, Debug)]
+pub struct RestConfig {
+    pub auth: AuthMode,
+    /// Health and ping answer without an API key.
+    pub open_health: bool,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// Most operations in one batch (and entries in one batch feature request).
+    pub max_batch_ops: usize,
+}
+
+impl Default for RestConfig {
+    fn default() -> Self {
+        RestConfig { auth: AuthMode::ApiKey, open_health: true, max_body_bytes: 4 << 20, max_batch_ops: 4096 }
+    }
+}
+
+/// An answer that is not a success: its status and a message that says
+/// what went wrong and what to do. Feature-store errors carry RonDB's code.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpError {
+    pub status: u16,
+    pub message: String,
+    pub code: Option<u16>,
+}
+
+impl HttpError {
+    pub fn new(status: u16, message: String) -> HttpError {
+        HttpError { status, message, code: None }
+    }
+    pub fn bad_request(message: impl Into<String>) -> HttpError {
+        HttpError::new(400, message.into())
+    }
+    pub fn internal(message: String) -> HttpError {
+        HttpError::new(500, message)
+    }
+    pub fn from_db(e: DbError) -> HttpError {
+        HttpError::new(pk::status_of(&e), e.message)
+    }
+
+    fn body(&self) -> Vec<u8> {
+        match self.code {
+            None => json::message_body(&self.message),
+            Some(code) => {
+                let mut out = JsonOut::with_capacity(self.message.len() + 64);
+                out.raw("{\"code\":");
+                out.uint(code as u64);
+                out.raw(",\"reason\":");
+                out.str(features::code::reason(code));
+                out.raw(",\"message\":");
+                out.str(&self.message);
+                out.byte(b'}');
+                out.buf
+            }
+        }
+    }
+}
+
+type Answer = Result<(u16, Vec<u8>), HttpError>;
+
+fn response(status: u16, body: Vec<u8>, content_type: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// Reads the whole body, refusing more than the configured limit.
+async fn read_body(rest: &Rest, request: Request<Incoming>) -> Result<Bytes, HttpError> {
+    let limit = rest.config.max_body_bytes;
+    let too_large = |len: String| {
+        HttpError::new(413, format!("the request body ({len} bytes) exceeds the limit of {limit} bytes; send smaller batches"))
+    };
+    if let Some(len) = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
+        if len > limit as u64 {
+            return Err(too_large(len.to_string()));
+        }
+    }
+    match Limited::new(request.into_body(), limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large("more than that".into())),
+        Err(e) => Err(HttpError::bad_request(format!("could not read the request body: {e}"))),
+    }
+}
+
+async fn handle(rest: Arc<Rest>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let started = Instant::now();
+    let (endpoint, answer, content_type) = route(&rest, request).await;
+    let (status, body) = match answer {
+        Ok(ok) => ok,
+        Err(e) => (e.status, e.body()),
+    };
+    rest.metrics.record(endpoint, status, started.elapsed().as_micros() as u64);
+    Ok(response(status, body, content_type))
+}
+
+const JSON: &str = "application/json";
+
+async fn route(rest: &Rest, request: Request<Incoming>) -> (Endpoint, Answer, &'static str) {
+    let path = request.uri().path().to_string();
+    let method = request.method().clone();
+    if path == "/metrics" {
+        if method != Method::GET {
+            return (Endpoint::Metrics, Err(wrong_method("GET")), JSON);
+        }
+        return (Endpoint::Metrics, Ok((200, rest.metrics.render().into_bytes())), "text/plain; version=0.0.4");
+    }
+    let Some(rest_of_path) = path.strip_prefix('/').and_then(|p| p.strip_prefix(API_VERSION)).and_then(|p| p.strip_prefix('/'))
+    else {
+        return (Endpoint::Other, Err(not_found(&path)), JSON);
+    };
+    let segments: Vec<&str> = rest_of_path.split('/').collect();
+    match segments.as_slice() {
+        ["health"] => (Endpoint::Health, health(rest, &method, request).await, JSON),
+        ["ping"] => (Endpoint::Ping, ping(rest, &method, request).await, JSON),
+        ["openapi.json"] if method == Method::GET => (Endpoint::OpenApi, Ok((200, OPENAPI.as_bytes().to_vec())), JSON),
+        ["batch"] => (Endpoint::Batch, with_body(rest, &method, request, Body::Batch).await, JSON),
+        ["feature_store"] => (Endpoint::FeatureStore, with_body(rest, &method, request, Body::FeatureStore).await, JSON),
+        ["batch_feature_store"] => {
+            (Endpoint::BatchFeatureStore, with_body(rest, &method, request, Body::BatchFeatureStore).await, JSON)
+        }
+        ["feature_view", rest_path @ ..] => {
+            let rest_path: Vec<String> = rest_path.iter().map(|s| s.to_string()).collect();
+            (Endpoint::FeatureView, feature_view(rest, &method, request, &rest_path).await, JSON)
+        }
+        [db, table, op] => match PkKind::from_path(op) {
+            Some(kind) => {
+                let endpoint = match kind {
+                    PkKind::Read => Endpoint::PkRead,
+                    PkKind::Write => Endpoint::PkWrite,
+                    PkKind::Delete => Endpoint::PkDelete,
+                };
+                let (db, table) = (db.to_string(), table.to_string());
+                (endpoint, with_body(rest, &method, request, Body::Pk { db, table, kind }).await, JSON)
+            }
+            None => (Endpoint::Other, Err(not_found(&path)), JSON),
+        },
+        _ => (Endpoint::Other, Err(not_found(&path)), JSON),
+    }
+}
+
+fn not_found(path: &str) -> HttpError {
+    HttpError::new(
+        404,
+        format!("no endpoint at '{path}'; see /{API_VERSION}/openapi.json for the endpoints this server offers"),
+    )
+}
+
+fn wrong_method(allowed: &str) -> HttpError {
+    HttpError::new(405, format!("this endpoint takes {allowed} requests"))
+}
+
+fn api_key(request: &Request<Incoming>) -> Option<Vec<u8>> {
+    request.headers().get("x-api-key").map(|v| v.as_bytes().to_vec())
+}
+
+async fn health(rest: &Rest, method: &Method, request: Request<Incoming>) -> Answer {
+    if method != Method::GET {
+        return Err(wrong_method("GET"));
+    }
+    if !rest.config.open_health {
+        rest.keys.authenticate(api_key(&request).as_deref()).await?;
+    }
+    if !read_body(rest, request).await?.is_empty() {
+        return Err(HttpError::bad_request("a health request has no body"));
+    }
+    let layout = rest.client.layout();
+    let started = layout.datanodes.iter().filter(|d| d.status == latsdb_types::proto::NodeStatus::Started).count();
+    let mut out = JsonOut::default();
+    let healthy = rest.client.ping().await.is_ok();
+    out.raw("{\"status\":");
+    out.str(if healthy { "ok" } else { "unavailable" });
+    out.raw(",\"datanodesStarted\":");
+    out.uint(started as u64);
+    out.raw(",\"datanodes\":");
+    out.uint(layout.datanodes.len() as u64);
+    out.byte(b'}');
+    Ok((if healthy { 200 } else { 503 }, out.buf))
+}
+
+async fn ping(rest: &Rest, method: &Method, request: Request<Incoming>) -> Answer {
+    if method != Method::GET {
+        return Err(wrong_method("GET"));
+    }
+    if !rest.config.open_health {
+        rest.keys.authenticate(api_key(&request).as_deref()).await?;
+    }
+    if !read_body(rest, request).await?.is_empty() {
+        return Err(HttpError::bad_request("a ping request has no body"));
+    }
+    Ok((200, Vec::new()))
+}
+
+enum Body {
+    Batch,
+    FeatureStore,
+    BatchFeatureStore,
+    Pk { db: String, table: String, kind: PkKind },
+}
+
+async fn with_body(rest: &Rest, method: &Method, request: Request<Incoming>, what: Body) -> Answer {
+    if method != Method::POST {
+        return Err(wrong_method("POST"));
+    }
+    let key = api_key(&request);
+    let body = read_body(rest, request).await?;
+    match what {
+        Body::Pk { db, table, kind } => {
+            let op: OpBody = json::parse(&body).map_err(HttpError::bad_request)?;
+            pk::check_shape(kind, &op).map_err(HttpError::bad_request)?;
+            let grant = rest.keys.authenticate(key.as_deref()).await?;
+            grant.check(&db)?;
+            let request = PkRequest { database: Cow::Borrowed(&db), table: Cow::Borrowed(&table), kind, body: op };
+            single(rest, request).await
+        }
+        Body::Batch => {
+            let requests = parse_batch(rest, &body)?;
+            let grant = rest.keys.authenticate(key.as_deref()).await?;
+            batch(rest, &grant, requests).await
+        }
+        Body::FeatureStore => {
+            let grant = rest.keys.authenticate(key.as_deref()).await?;
+            features::serve_one(rest, &grant, &body).await
+        }
+        Body::BatchFeatureStore => {
+            let grant = rest.keys.authenticate(key.as_deref()).await?;
+            features::serve_batch(rest, &grant, &body).await
+        }
+    }
+}
+
+async fn feature_view(rest: &Rest, method: &Method, request: Request<Incoming>, path: &[String]) -> Answer {
+    let key = api_key(&request);
+    let grant = rest.keys.authenticate(key.as_deref()).await?;
+    let path: Vec<&str> = path.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+    match (method.clone(), path.is_empty()) {
+        (Method::POST, true) => {
+            let body = read_body(rest, request).await?;
+            features::create(rest, &grant, &body).await
+        }
+        (Method::GET, true) => features::list(rest, &grant).await,
+        (Method::GET, false) => features::get_or_drop(rest, &grant, &path, false).await,
+        (Method::DELETE, false) => features::get_or_drop(rest, &grant, &path, true).await,
+        (_, true) => Err(wrong_method("GET (list) or POST (create)")),
+        (_, false) => Err(wrong_method("GET or DELETE")),
+    }
+}
+
+/// Parses and checks a whole batch; any malformed item rejects all of it.
+fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, HttpError> {
+    let batch: pk::BatchBody = json::parse(body).map_err(HttpError::bad_request)?;
+    if batch.operations.is_empty() {
+        return Err(HttpError::bad_request("'operations' is empty: give at least one operation"));
+    }
+    if batch.operations.len() > rest.config.max_batch_ops {
+        return Err(HttpError::bad_request(format!(
+            "the batch has {} operations, more than the limit of {}; split it",
+            batch.operations.len(),
+            rest.config.max_batch_ops
+        )));
+    }
+    let mut requests = Vec::with_capacity(batch.operations.len());
+    for (i, item) in batch.operations.into_iter().enumerate() {
+        if item.method != "POST" {
+            return Err(HttpError::bad_request(format!("operation {i}: method must be \"POST\", not \"{}\"", item.method)));
+        }
+        let (database, table, kind) =
+            pk::parse_relative_url(&item.relative_url).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
+        pk::check_shape(kind, &item.body).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
+        let (database, table): (Cow<'a, str>, Cow<'a, str>) = match &item.relative_url {
+            // Unescaped (the usual case): borrow the names from the body.
+            Cow::Borrowed(url) => match pk::parse_relative_url(url) {
+                Ok((d, t, _)) => (Cow::Borrowed(d), Cow::Borrowed(t)),
+                Err(m) => return Err(HttpError::bad_request(m)),
+            },
+            Cow::Owned(_) => (Cow::Owned(database.to_string()), Cow::Owned(table.to_string())),
+        };
+        requests.push(PkRequest { database, table, kind, body: item.body });
+    }
+    Ok(requests)
+}
+
+/// Plans, executes and collects the outcomes of primary-key requests.
+async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Option<Planned<'a>>, ItemResult)> {
+    let mut answers: Vec<(Option<Planned<'a>>, ItemResult)> = Vec::with_capacity(requests.len());
+    let mut ops = Vec::with_capacity(requests.len());
+    let mut slots = Vec::with_capacity(requests.len());
+    let mut last: Option<(&str, &str, Arc<state::ResolvedTable>)> = None;
+    // Resolve tables in order, reusing the previous item's (batches mostly
+    // repeat one table).
+    let mut resolved = Vec::with_capacity(requests.len());
+    for request in &requests {
+        let table = match &last {
+            Some((d, t, table)) if *d == request.database && *t == request.table => Ok(table.clone()),
+            _ => rest.table(&request.database, &request.table).await,
+        };
+        if let Ok(t) = &table {
+            last = Some((&request.database, &request.table, t.clone()));
+        }
+        resolved.push(table);
+    }
+    for (request, table) in requests.iter().zip(resolved) {
+        let planned = table.and_then(|table| {
+            let op = pk::plan(rest, &table, request)?;
+            Ok((table, op))
+        });
+        match planned {
+            Ok((table, op)) => {
+                slots.push(answers.len());
+                ops.push(op);
+                drop(table);
+                answers.push((
+                    Some(Planned { kind: request.kind, operation_id: request.body.operation_id.clone() }),
+                    ItemResult::Done,
+                ));
+            }
+            Err(e) => answers.push((
+                Some(Planned { kind: request.kind, operation_id: request.body.operation_id.clone() }),
+                ItemResult::Error(e),
+            )),
+        }
+    }
+    if !ops.is_empty() {
+        match rest.client.batch(ops).await {
+            Ok(results) => {
+                for (slot, result) in slots.into_iter().zip(results) {
+                    let kind = answers[slot].0.as_ref().map(|p| p.kind).unwrap_or(PkKind::Read);
+                    answers[slot].1 = pk::item_result(result, kind);
+                }
+            }
+            Err(e) => {
+                let e = HttpError::from_db(e);
+                for slot in slots {
+                    answers[slot].1 = ItemResult::Error(e.clone());
+                }
+            }
+        }
+    }
+    for (_, result) in &answers {
+        let counter = match result {
+            ItemResult::Row(_) | ItemResult::Done => &rest.metrics.ops_ok,
+            ItemResult::NotFound => &rest.metrics.ops_not_found,
+            ItemResult::Error(_) => &rest.metrics.ops_failed,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    answers
+}
+
+async fn single(rest: &Rest, request: PkRequest<'_>) -> Answer {
+    let mut answers = execute(rest, vec![request]).await;
+    let (planned, result) = answers.pop().ok_or_else(|| HttpError::internal("a request got no answer".into()))?;
+    let planned = planned.ok_or_else(|| HttpError::internal("a request was not planned".into()))?;
+    let mut out = JsonOut::with_capacity(256);
+    let status = pk::write_item(&mut out, &planned, &result);
+    Ok((status, out.buf))
+}
+
+async fn batch(rest: &Rest, grant: &Grant, requests: Vec<PkRequest<'_>>) -> Answer {
+    for request in &requests {
+        grant.check(&request.database)?;
+    }
+    let answers = execute(rest, requests).await;
+    let mut out = JsonOut::with_capacity(64 + answers.len() * 128);
+    out.raw("{\"result\":[");
+    for (planned, result) in &answers {
+        let Some(planned) = planned else { continue };
+        out.raw("{\"code\":");
+        let code_at = out.buf.len();
+        out.raw("000,\"body\":");
+        let status = pk::write_item(&mut out, planned, result);
+        // The status is known only after the body is written; patch it in.
+        let digits = itoa::Buffer::new().format(status).as_bytes().to_vec();
+        out.buf[code_at..code_at + 3].copy_from_slice(&digits[..3.min(digits.len())]);
+        out.raw("},");
+    }
+    out.trim_comma();
+    out.raw("]}");
+    Ok((200, out.buf))
+}
+
+/// Options of a REST node process.
+#[derive(Clone, Debug)]
+pub struct RestOptions {
+    pub mgmd: String,
+    pub listen: SocketAddr,
+    pub config: RestConfig,
+    /// Worker threads (0: one per CPU).
+    pub threads: usize,
+    /// Written with the listening address once the node serves.
+    pub ready_file: Option<PathBuf>,
+}
+
+/// Runs a REST node until SIGTERM or Ctrl-C.
+pub fn run(options: RestOptions) -> Result<(), String> {
+    let threads = if options.threads == 0 {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+    } else {
+        options.threads
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("rest-worker")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(serve_until_stopped(options, threads))
+}
+
+async fn serve_until_stopped(options: RestOptions, threads: usize) -> Result<(), String> {
+    let client = Client::connect(&options.mgmd)
+        .await
+        .map_err(|e| format!("cannot reach the cluster through {}: {}", options.mgmd, e.message))?;
+    auth::ensure_system_tables(&client)
+        .await
+        .map_err(|e| format!("cannot create the metadata tables in {}: {}", auth::SYSTEM_DATABASE, e.message))?;
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}; pick another --port", options.listen))?;
+    let address = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let rest = Arc::new(Rest::new(client, options.config.clone()));
+    println!(
+        "latsdb rest node listening on http://{address}/{API_VERSION}/ ({threads} worker threads, auth: {})",
+        match options.config.auth {
+            AuthMode::None => "none",
+            AuthMode::ApiKey => "api-key",
+        }
+    );
+    if let Some(path) = &options.ready_file {
+        std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(serve_connection(rest.clone(), stream));
+                }
+                // Out of file descriptors and the like: wait instead of spinning.
+                Err(e) => {
+                    eprintln!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
+        }
+    }
+    println!("latsdb rest node stopped");
+    Ok(())
+}
+
+/// Serves one connection; public so tests and embedders can serve on
+/// their own listener.
+pub async fn serve_connection(rest: Arc<Rest>, stream: tokio::net::TcpStream) {
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let service = hyper::service::service_fn(move |request| handle(rest.clone(), request));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .keep_alive(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .max_buf_size(1 << 20);
+    // A client that goes away mid-request is not an error of ours.
+    let _ = builder.serve_connection(io, service).await;
+}

@@ -1,0 +1,362 @@
+//! Primary-key operations: `pk-read` (RonDB-compatible), `pk-write` and
+//! `pk-delete`, alone or many in one `batch`.
+//!
+//! Every operation of a batch is its own read-committed read or its own
+//! single-row transaction. They are all planned first, then sent to the
+//! data nodes in one `Client::batch` call (one round trip to each shard,
+//! all shards in parallel), and the answers are written into one buffer in
+//! request order.
+
+use crate::json::{Fields, JsonOut, Scalar};
+use crate::state::{Rest, ResolvedTable};
+use crate::HttpError;
+use latsdb_client::{Op, Outcome, Projection};
+use latsdb_types::{DbError, ErrorCode, Value};
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Filter<'a> {
+    #[serde(borrow)]
+    pub column: Cow<'a, str>,
+    #[serde(borrow)]
+    pub value: Scalar<'a>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct ReadColumn<'a> {
+    #[serde(borrow)]
+    pub column: Cow<'a, str>,
+    #[serde(borrow, default, rename = "dataReturnType")]
+    pub data_return_type: Option<Cow<'a, str>>,
+}
+
+/// The body of any primary-key operation; which fields are required
+/// depends on the operation and is checked in `plan`.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+pub struct OpBody<'a> {
+    #[serde(borrow, default)]
+    pub filters: Option<Vec<Filter<'a>>>,
+    #[serde(borrow, default, rename = "readColumns")]
+    pub read_columns: Option<Vec<ReadColumn<'a>>>,
+    #[serde(borrow, default, rename = "operationId")]
+    pub operation_id: Option<Cow<'a, str>>,
+    /// Column values of a `pk-write`.
+    #[serde(borrow, default)]
+    pub data: Option<Fields<'a>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PkKind {
+    Read,
+    Write,
+    Delete,
+}
+
+impl PkKind {
+    pub fn from_path(name: &str) -> Option<PkKind> {
+        match name {
+            "pk-read" => Some(PkKind::Read),
+            "pk-write" => Some(PkKind::Write),
+            "pk-delete" => Some(PkKind::Delete),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct BatchBody<'a> {
+    #[serde(borrow)]
+    pub operations: Vec<BatchItem<'a>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct BatchItem<'a> {
+    #[serde(borrow)]
+    pub method: Cow<'a, str>,
+    #[serde(borrow, rename = "relative-url")]
+    pub relative_url: Cow<'a, str>,
+    #[serde(borrow)]
+    pub body: OpBody<'a>,
+}
+
+/// One operation, located: database, table and kind.
+pub struct PkRequest<'a> {
+    pub database: Cow<'a, str>,
+    pub table: Cow<'a, str>,
+    pub kind: PkKind,
+    pub body: OpBody<'a>,
+}
+
+/// Splits a batch item's `relative-url` ("db/table/pk-read", optionally
+/// with a leading "/" or the API version) into its parts.
+pub fn parse_relative_url(url: &str) -> Result<(&str, &str, PkKind), String> {
+    let trimmed = url.trim_start_matches('/');
+    let trimmed = trimmed.strip_prefix(crate::API_VERSION).map(|r| r.trim_start_matches('/')).unwrap_or(trimmed);
+    let mut parts = trimmed.split('/');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(db), Some(table), Some(op), None) if !db.is_empty() && !table.is_empty() => {
+            let kind = PkKind::from_path(op).ok_or_else(|| {
+                format!("relative-url '{url}' names operation '{op}'; use pk-read, pk-write or pk-delete")
+            })?;
+            Ok((db, table, kind))
+        }
+        _ => Err(format!("relative-url '{url}' must look like 'database/table/pk-read'")),
+    }
+}
+
+/// Structural checks that make a whole batch malformed (rather than one
+/// item failing): the right fields for the operation.
+pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
+    match kind {
+        PkKind::Read | PkKind::Delete => {
+            let filters = body.filters.as_ref().ok_or("'filters' is required: give a value for every primary-key column")?;
+            if filters.is_empty() {
+                return Err("'filters' is empty: give a value for every primary-key column".into());
+            }
+            if body.data.is_some() {
+                return Err("'data' belongs to pk-write only".into());
+            }
+            if kind == PkKind::Delete && body.read_columns.is_some() {
+                return Err("'readColumns' belongs to pk-read only".into());
+            }
+        }
+        PkKind::Write => {
+            if body.data.as_ref().is_none_or(|d| d.0.is_empty()) {
+                return Err("'data' is required: an object of column names to values".into());
+            }
+            if body.filters.is_some() || body.read_columns.is_some() {
+                return Err("pk-write takes 'data' (with the primary-key columns in it), not 'filters' or 'readColumns'".into());
+            }
+        }
+    }
+    if let Some(columns) = &body.read_columns {
+        if columns.is_empty() {
+            return Err("'readColumns' is empty: leave it out to read every column".into());
+        }
+        for c in columns {
+            match c.data_return_type.as_deref() {
+                None | Some("default") => {}
+                Some(other) => return Err(format!("dataReturnType '{other}' is not supported; use \"default\"")),
+            }
+        }
+    }
+    if let Some(id) = &body.operation_id {
+        if id.len() > 256 {
+            return Err("'operationId' is longer than 256 bytes".into());
+        }
+    }
+    Ok(())
+}
+
+/// What to do with an operation's answer.
+pub struct Planned<'a> {
+    pub kind: PkKind,
+    pub operation_id: Option<Cow<'a, str>>,
+}
+
+/// An item's outcome before rendering: an HTTP status and a message for errors.
+pub enum ItemResult {
+    Row(latsdb_client::Row),
+    NotFound,
+    Done,
+    Error(HttpError),
+}
+
+/// Builds the client operation for one request, or says why it is invalid.
+pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Result<Op, HttpError> {
+    let meta = &table.table.meta;
+    let def = &meta.def;
+    match request.kind {
+        PkKind::Read | PkKind::Delete => {
+            let filters = request.body.filters.as_deref().unwrap_or_default();
+            let mut key: Vec<Option<Value>> = vec![None; def.primary_key.len()];
+            for filter in filters {
+                let column = def.column_id(&filter.column).map_err(HttpError::from_db)?;
+                let position = def.primary_key.iter().position(|&c| c == column).ok_or_else(|| {
+                    HttpError::bad_request(format!(
+                        "filter column '{}' is not part of the primary key of {}.{} (primary key: {})",
+                        filter.column,
+                        def.database,
+                        def.name,
+                        table.key_names
+                    ))
+                })?;
+                if key[position].is_some() {
+                    return Err(HttpError::bad_request(format!("filter column '{}' is given twice", filter.column)));
+                }
+                let value = filter
+                    .value
+                    .to_column_value(&def.columns[column as usize])
+                    .map_err(HttpError::bad_request)?;
+                if value.is_null() {
+                    return Err(HttpError::bad_request(format!("filter column '{}' is NULL", filter.column)));
+                }
+                key[position] = Some(value);
+            }
+            let key: Vec<Value> = key.into_iter().collect::<Option<_>>().ok_or_else(|| {
+                HttpError::bad_request(format!(
+                    "the filters must give every primary-key column of {}.{} ({})",
+                    def.database, def.name, table.key_names
+                ))
+            })?;
+            if request.kind == PkKind::Delete {
+                return Op::delete(&table.table, &key).map_err(HttpError::from_db);
+            }
+            let op = Op::read(&table.table, &key).map_err(HttpError::from_db)?;
+            match &request.body.read_columns {
+                None => Ok(op),
+                Some(columns) => {
+                    let projection = rest.projection(table, columns)?;
+                    Ok(op.with_projection(&projection))
+                }
+            }
+        }
+        PkKind::Write => {
+            let data = request.body.data.as_ref().map(|d| d.0.as_slice()).unwrap_or_default();
+            let mut row: Vec<Option<Value>> = vec![None; def.columns.len()];
+            for (name, scalar) in data {
+                let column = def.column_id(name).map_err(HttpError::from_db)? as usize;
+                row[column] = Some(scalar.to_column_value(&def.columns[column]).map_err(HttpError::bad_request)?);
+            }
+            for &key_column in &def.primary_key {
+                if row[key_column as usize].is_none() {
+                    return Err(HttpError::bad_request(format!(
+                        "'data' must give every primary-key column of {}.{} ({})",
+                        def.database, def.name, table.key_names
+                    )));
+                }
+            }
+            let row: Vec<Value> = row
+                .into_iter()
+                .zip(&def.columns)
+                .map(|(v, c)| v.unwrap_or_else(|| c.default.clone().unwrap_or(Value::Null)))
+                .collect();
+            Op::upsert(&table.table, row).map_err(HttpError::from_db)
+        }
+    }
+}
+
+/// Builds a projection from `readColumns`, reusing the table's cached ones.
+pub fn build_projection(table: &ResolvedTable, columns: &[ReadColumn]) -> Result<Projection, HttpError> {
+    let names: Vec<&str> = columns.iter().map(|c| c.column.as_ref()).collect();
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].iter().any(|n| n.eq_ignore_ascii_case(name)) {
+            return Err(HttpError::bad_request(format!("readColumns names column '{name}' twice")));
+        }
+    }
+    Projection::new(&table.table, &names).map_err(HttpError::from_db)
+}
+
+pub fn item_result(outcome: latsdb_types::Result<Outcome>, kind: PkKind) -> ItemResult {
+    match outcome {
+        Ok(Outcome::Row(row)) => ItemResult::Row(row),
+        Ok(Outcome::NotFound) => ItemResult::NotFound,
+        Ok(Outcome::Done) if kind == PkKind::Read => {
+            ItemResult::Error(HttpError::internal("a read returned no row and no not-found".into()))
+        }
+        Ok(Outcome::Done) => ItemResult::Done,
+        Err(e) => ItemResult::Error(HttpError::from_db(e)),
+    }
+}
+
+/// Writes an item's answer body; returns its HTTP status.
+pub fn write_item(out: &mut JsonOut, planned: &Planned, result: &ItemResult) -> u16 {
+    out.byte(b'{');
+    if let Some(id) = &planned.operation_id {
+        out.key("operationId");
+        out.str(id);
+        out.byte(b',');
+    }
+    let status = match result {
+        ItemResult::Row(row) => {
+            out.key("data");
+            out.byte(b'{');
+            let layout = row.layout();
+            for (i, column) in layout.columns().iter().enumerate() {
+                out.key(&column.name);
+                out.value_ref(&row.get_ref(i), column.ty);
+                out.byte(b',');
+            }
+            out.trim_comma();
+            out.byte(b'}');
+            200
+        }
+        ItemResult::Done => {
+            out.trim_comma();
+            200
+        }
+        ItemResult::NotFound => {
+            out.key("message");
+            out.str("Not Found");
+            404
+        }
+        ItemResult::Error(e) => {
+            out.key("message");
+            out.str(&e.message);
+            e.status
+        }
+    };
+    out.byte(b'}');
+    status
+}
+
+/// Maps database errors to HTTP statuses.
+pub fn status_of(e: &DbError) -> u16 {
+    match e.code {
+        ErrorCode::UnknownTable => 404,
+        ErrorCode::Malformed
+        | ErrorCode::BadRequest
+        | ErrorCode::UnknownColumn
+        | ErrorCode::UnknownIndex
+        | ErrorCode::TypeError
+        | ErrorCode::FrameTooLarge => 400,
+        ErrorCode::DuplicateKey | ErrorCode::TableExists | ErrorCode::IndexExists => 409,
+        ErrorCode::LockWaitTimeout
+        | ErrorCode::NodeUnavailable
+        | ErrorCode::ClusterNotReady
+        | ErrorCode::Timeout
+        | ErrorCode::NotServing
+        | ErrorCode::WrongShard
+        | ErrorCode::SchemaVersionMismatch
+        | ErrorCode::TransactionAborted
+        | ErrorCode::UnknownTransaction
+        | ErrorCode::OutOfMemory => 503,
+        ErrorCode::Io | ErrorCode::Internal => 500,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_urls_name_database_table_and_operation() {
+        assert_eq!(parse_relative_url("db/t/pk-read").unwrap(), ("db", "t", PkKind::Read));
+        assert_eq!(parse_relative_url("/0.1.0/db/t/pk-write").unwrap(), ("db", "t", PkKind::Write));
+        assert!(parse_relative_url("db/t/scan").unwrap_err().contains("use pk-read"));
+        assert!(parse_relative_url("db/pk-read").unwrap_err().contains("must look like"));
+        assert!(parse_relative_url("db//pk-read").is_err());
+    }
+
+    #[test]
+    fn shapes_are_checked_per_operation() {
+        let read: OpBody = crate::json::parse(br#"{"filters":[{"column":"id","value":1}]}"#).unwrap();
+        assert!(check_shape(PkKind::Read, &read).is_ok());
+        assert!(check_shape(PkKind::Write, &read).unwrap_err().contains("'data' is required"));
+        let empty: OpBody = crate::json::parse(b"{}").unwrap();
+        assert!(check_shape(PkKind::Read, &empty).unwrap_err().contains("'filters' is required"));
+        let typo = crate::json::parse::<OpBody>(br#"{"filter":[]}"#).unwrap_err();
+        assert!(typo.contains("unknown field `filter`"), "{typo}");
+        let bad_type: OpBody =
+            crate::json::parse(br#"{"filters":[{"column":"id","value":1}],"readColumns":[{"column":"a","dataReturnType":"x"}]}"#)
+                .unwrap();
+        assert!(check_shape(PkKind::Read, &bad_type).unwrap_err().contains("dataReturnType 'x'"));
+    }
+}

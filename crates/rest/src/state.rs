@@ -1,0 +1,122 @@
+//! What a REST node shares between its connections: the cluster client,
+//! resolved tables (with their projections), API keys and metrics.
+
+use crate::auth::ApiKeys;
+use crate::metrics::Metrics;
+use crate::pk::{build_projection, ReadColumn};
+use crate::{HttpError, RestConfig};
+use latsdb_client::{Client, Projection, Table};
+use latsdb_types::ErrorCode;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// How long a "no such table" answer is remembered, so that requests for a
+/// missing table do not each ask the management server.
+const MISSING_TABLE_TTL: Duration = Duration::from_secs(1);
+/// Projections remembered per table (distinct `readColumns` lists).
+const PROJECTIONS_PER_TABLE: usize = 64;
+
+/// A table as the REST node uses it.
+pub struct ResolvedTable {
+    pub table: Arc<Table>,
+    /// The primary-key column names, for error messages.
+    pub key_names: String,
+    projections: Mutex<Vec<(Vec<String>, Projection)>>,
+}
+
+enum CachedTable {
+    Found(Arc<ResolvedTable>),
+    Missing(Instant, String),
+}
+
+pub struct Rest {
+    pub client: Client,
+    pub config: RestConfig,
+    pub keys: ApiKeys,
+    pub metrics: Metrics,
+    pub views: crate::features::ViewCache,
+    tables: RwLock<HashMap<String, HashMap<String, CachedTable>>>,
+}
+
+impl Rest {
+    pub fn new(client: Client, config: RestConfig) -> Rest {
+        Rest {
+            keys: ApiKeys::new(client.clone(), config.auth),
+            client,
+            config,
+            metrics: Metrics::default(),
+            views: Default::default(),
+            tables: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The table `database.name`, from the cache or the management server.
+    pub async fn table(&self, database: &str, name: &str) -> Result<Arc<ResolvedTable>, HttpError> {
+        {
+            let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
+            match tables.get(database).and_then(|t| t.get(name)) {
+                Some(CachedTable::Found(t)) => return Ok(t.clone()),
+                Some(CachedTable::Missing(at, message)) if at.elapsed() < MISSING_TABLE_TTL => {
+                    return Err(HttpError::new(404, message.clone()));
+                }
+                _ => {}
+            }
+        }
+        self.load_table(database, name).await
+    }
+
+    /// Forgets a cached table (after the data nodes said its definition is
+    /// stale or gone) and loads it again.
+    pub async fn reload_table(&self, database: &str, name: &str) -> Result<Arc<ResolvedTable>, HttpError> {
+        self.load_table(database, name).await
+    }
+
+    async fn load_table(&self, database: &str, name: &str) -> Result<Arc<ResolvedTable>, HttpError> {
+        let entry = match self.client.refresh_table(database, name).await {
+            Ok(table) => {
+                let key_names = table
+                    .def()
+                    .primary_key
+                    .iter()
+                    .map(|&c| table.def().columns[c as usize].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                Ok(Arc::new(ResolvedTable { table, key_names, projections: Mutex::new(Vec::new()) }))
+            }
+            Err(e) if e.code == ErrorCode::UnknownTable => {
+                Err(format!("table '{database}.{name}' does not exist"))
+            }
+            Err(e) => return Err(HttpError::from_db(e)),
+        };
+        let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
+        let slot = tables.entry(database.to_string()).or_default();
+        match entry {
+            Ok(table) => {
+                slot.insert(name.to_string(), CachedTable::Found(table.clone()));
+                Ok(table)
+            }
+            Err(message) => {
+                slot.insert(name.to_string(), CachedTable::Missing(Instant::now(), message.clone()));
+                Err(HttpError::new(404, message))
+            }
+        }
+    }
+
+    /// The projection for a `readColumns` list, built once per table and list.
+    pub fn projection(&self, table: &ResolvedTable, columns: &[ReadColumn]) -> Result<Projection, HttpError> {
+        let mut cache = table.projections.lock().unwrap_or_else(|p| p.into_inner());
+        let same = |names: &Vec<String>| {
+            names.len() == columns.len() && names.iter().zip(columns).all(|(a, b)| a.as_str() == b.column.as_ref())
+        };
+        if let Some((_, p)) = cache.iter().find(|(names, _)| same(names)) {
+            return Ok(p.clone());
+        }
+        let projection = build_projection(table, columns)?;
+        if cache.len() >= PROJECTIONS_PER_TABLE {
+            cache.remove(0);
+        }
+        cache.push((columns.iter().map(|c| c.column.to_string()).collect(), projection.clone()));
+        Ok(projection)
+    }
+}
