@@ -35,6 +35,15 @@ pub struct StartArgs {
     /// Use this cluster configuration instead of the generated one.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// REST node port (0 picks a free port).
+    #[arg(long, default_value_t = 4406)]
+    rest_port: u16,
+    /// REST authentication: none (default, loopback only) or api-key.
+    #[arg(long, value_enum, default_value = "none")]
+    rest_auth: crate::rest_cmd::AuthArg,
+    /// Do not start a REST node.
+    #[arg(long)]
+    no_rest: bool,
     /// How long to wait for the cluster to come up, in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
@@ -171,10 +180,47 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             procs.push(spawn(&name, &dn_args, &dir.join(format!("datanode-{}.log", d.node_id)))?);
         }
         let layout = wait_started(&address, &mut procs, deadline).await?;
+        let rest_address = if args.no_rest {
+            None
+        } else {
+            let ready = dir.join("rest.addr");
+            let _ = std::fs::remove_file(&ready);
+            let auth = match args.rest_auth {
+                crate::rest_cmd::AuthArg::None => "none",
+                crate::rest_cmd::AuthArg::ApiKey => "api-key",
+            };
+            let rest_args = vec![
+                "rest".to_string(),
+                "--mgmd".into(),
+                address.clone(),
+                "--port".into(),
+                args.rest_port.to_string(),
+                "--auth".into(),
+                auth.into(),
+                "--ready-file".into(),
+                ready.display().to_string(),
+            ];
+            procs.push(spawn("rest", &rest_args, &dir.join("rest.log"))?);
+            loop {
+                check_alive(&mut procs)?;
+                if let Ok(a) = std::fs::read_to_string(&ready) {
+                    if !a.is_empty() {
+                        break Some((a, auth));
+                    }
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!("the REST node did not start within {} s; see {}", args.timeout, dir.join("rest.log").display()));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
         println!("latsdb cluster \"{}\" is up ({} data nodes, {} replica(s))", layout.cluster_name, layout.datanodes.len(), layout.replicas);
         println!("  mgmd         {address}");
         for d in &layout.datanodes {
             println!("  datanode {:<3} {}", d.node_id, d.shards.join(" "));
+        }
+        if let Some((rest, auth)) = &rest_address {
+            println!("  rest         http://{rest}/{} (auth: {auth})", latsdb_rest::API_VERSION);
         }
         println!("  logs         {}", dir.display());
         println!("Try: latsdb mgm --mgmd {address} show");
@@ -187,8 +233,8 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                     for p in procs.iter_mut().filter(|p| !p.gone) {
                         if let Ok(Some(status)) = p.child.try_wait() {
                             p.gone = true;
-                            if p.name == "mgmd" {
-                                return Err(format!("the management server exited unexpectedly ({status}); see {}; stopping the cluster", p.log.display()));
+                            if p.name == "mgmd" || p.name == "rest" {
+                                return Err(format!("{} exited unexpectedly ({status}); see {}; stopping the cluster", p.name, p.log.display()));
                             }
                             // With replicas, the cluster serves on without it.
                             println!("{} exited ({status}); see {}; the cluster continues if every node group still has a live replica", p.name, p.log.display());

@@ -7,6 +7,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod launcher;
 mod mgm;
+mod rest_cmd;
 
 use clap::{Parser, Subcommand};
 use latsdb_types::config::ClusterConfig;
@@ -29,7 +30,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start a whole local cluster (mgmd + data nodes) as separate processes; Ctrl-C stops it.
+    /// Start a whole local cluster (mgmd, data nodes, a REST node) as separate processes; Ctrl-C stops it.
     Start(launcher::StartArgs),
     /// Run the management server.
     Mgmd {
@@ -55,6 +56,10 @@ enum Command {
         #[arg(long)]
         threads: Option<u16>,
     },
+    /// Run a REST node (HTTP/JSON key lookups and feature vectors).
+    Rest(rest_cmd::RestArgs),
+    /// Create, list and revoke the REST API keys.
+    Apikey(rest_cmd::ApiKeyArgs),
     /// Admin client: show the cluster, shut it down.
     Mgm(mgm::MgmArgs),
     /// Benchmarks.
@@ -129,6 +134,8 @@ fn main() -> ExitCode {
             }))
             .map_err(|e| e.to_string())
         }),
+        Command::Rest(args) => rest_cmd::run_rest(args),
+        Command::Apikey(args) => runtime(1).and_then(|rt| rt.block_on(rest_cmd::run_apikey(args))),
         Command::Mgm(args) => runtime(1).and_then(|rt| rt.block_on(mgm::run(args))),
         Command::Bench(args) => latsdb_bench::run(args).map_err(|e| e.to_string()),
         Command::Sim(args) => run_sim(args),

@@ -162,13 +162,20 @@ async fn resolve(rest: &Rest, def: FeatureViewDef) -> Result<ResolvedView, HttpE
         for column in group.join_keys.keys() {
             let id = tdef.column_id(column).map_err(HttpError::from_db)?;
             if !tdef.primary_key.contains(&id) {
-                return Err(bad(format!("joinKeys of {}.{} names '{column}', which is not a primary-key column", database, group.table)));
+                return Err(bad(format!(
+                    "joinKeys of {}.{} names '{column}', which is not a primary-key column",
+                    database, group.table
+                )));
             }
         }
         let mut key = Vec::new();
         for &c in &tdef.primary_key {
             let column = &tdef.columns[c as usize];
-            let name = group.join_keys.get(&column.name).cloned().unwrap_or_else(|| format!("{}{}", group.prefix, column.name));
+            let name = group
+                .join_keys
+                .get(&column.name)
+                .cloned()
+                .unwrap_or_else(|| format!("{}{}", group.prefix, column.name));
             let index = match serving_keys.iter().position(|(n, _)| *n == name) {
                 Some(i) => {
                     if serving_keys[i].1.ty != column.ty {
@@ -286,7 +293,12 @@ pub async fn view(rest: &Rest, store: &str, name: &str, version: u32) -> Result<
     })
 }
 
-async fn load_def(client: &Client, store: &str, name: &str, version: u32) -> latsdb_types::Result<Option<FeatureViewDef>> {
+async fn load_def(
+    client: &Client,
+    store: &str,
+    name: &str,
+    version: u32,
+) -> latsdb_types::Result<Option<FeatureViewDef>> {
     let table = views_table(client).await?;
     let Some(row) = client.get(&table, &view_key(store, name, version)).await? else {
         return Ok(None);
@@ -313,15 +325,13 @@ pub async fn create(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec
     let op = Op::insert(&table, row).map_err(HttpError::from_db)?;
     match rest.client.batch(vec![op]).await.map_err(HttpError::from_db)?.pop() {
         Some(Ok(_)) => {}
-        Some(Err(e)) if e.code == ErrorCode::DuplicateKey => {
-            return Err(HttpError::new(
-                409,
-                format!(
-                    "feature view '{}' version {} already exists in feature store '{}'; drop it first or use a new version",
-                    def.feature_view_name, def.feature_view_version, def.feature_store_name
-                ),
-            ))
-        }
+        Some(Err(e)) if e.code == ErrorCode::DuplicateKey => return Err(HttpError::new(
+            409,
+            format!(
+                "feature view '{}' version {} already exists in feature store '{}'; drop it first or use a new version",
+                def.feature_view_name, def.feature_view_version, def.feature_store_name
+            ),
+        )),
         Some(Err(e)) => return Err(HttpError::from_db(e)),
         None => return Err(HttpError::internal("the insert returned no result".into())),
     }
@@ -351,12 +361,7 @@ pub async fn list(rest: &Rest, grant: &Grant) -> Result<(u16, Vec<u8>), HttpErro
 }
 
 /// `GET` and `DELETE /0.1.0/feature_view/{store}/{name}/{version}`.
-pub async fn get_or_drop(
-    rest: &Rest,
-    grant: &Grant,
-    path: &[&str],
-    drop: bool,
-) -> Result<(u16, Vec<u8>), HttpError> {
+pub async fn get_or_drop(rest: &Rest, grant: &Grant, path: &[&str], drop: bool) -> Result<(u16, Vec<u8>), HttpError> {
     let [store, name, version] = path else {
         return Err(HttpError::new(404, "use /0.1.0/feature_view/{featureStore}/{name}/{version}".into()));
     };
@@ -372,7 +377,8 @@ pub async fn get_or_drop(
         )
     };
     if !drop {
-        let def = load_def(&rest.client, store, name, version).await.map_err(HttpError::from_db)?.ok_or_else(not_found)?;
+        let def =
+            load_def(&rest.client, store, name, version).await.map_err(HttpError::from_db)?.ok_or_else(not_found)?;
         let text = serde_json::to_vec(&def).map_err(|e| HttpError::internal(e.to_string()))?;
         return Ok((200, text));
     }
@@ -476,9 +482,8 @@ fn plan_entry(
                 format!("'{name}' is not a serving key of this feature view (serving keys: {})", names.join(", ")),
             )
         })?;
-        let value = scalar
-            .to_column_value(&view.serving_keys[index].1)
-            .map_err(|m| fs_error(400, code::WRONG_DATA_TYPE, m))?;
+        let value =
+            scalar.to_column_value(&view.serving_keys[index].1).map_err(|m| fs_error(400, code::WRONG_DATA_TYPE, m))?;
         keys[index] = Some(value);
     }
     if let (Some(passed), true) = (passed, options.validate_passed_features) {
@@ -486,9 +491,9 @@ fn plan_entry(
             let feature = view.features.iter().find(|f| f.name == *name).ok_or_else(|| {
                 fs_error(400, code::FEATURE_NOT_EXIST, format!("passed feature '{name}' is not a feature of this view"))
             })?;
-            scalar.to_column_value(&feature.column).map_err(|m| {
-                fs_error(400, code::INCORRECT_PASSED_FEATURE, format!("passed feature '{name}': {m}"))
-            })?;
+            scalar
+                .to_column_value(&feature.column)
+                .map_err(|m| fs_error(400, code::INCORRECT_PASSED_FEATURE, format!("passed feature '{name}': {m}")))?;
         }
     }
     let mut reads = Vec::with_capacity(view.groups.len());
@@ -617,7 +622,8 @@ fn first_cluster_error(results: &[latsdb_types::Result<Outcome>]) -> Option<Http
 /// `POST /0.1.0/feature_store`.
 pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
     let request: FeatureRequest = crate::json::parse(body).map_err(|m| fs_error(400, 0, m))?;
-    let view = view(rest, &request.feature_store_name, &request.feature_view_name, request.feature_view_version).await?;
+    let view =
+        view(rest, &request.feature_store_name, &request.feature_view_name, request.feature_view_version).await?;
     check_grants(&view, grant)?;
     let options = request.options.unwrap_or_default();
     let mut ops = Vec::with_capacity(view.groups.len());
@@ -649,7 +655,11 @@ pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, 
 pub async fn serve_batch(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
     let request: BatchFeatureRequest = crate::json::parse(body).map_err(|m| fs_error(400, 0, m))?;
     if request.entries.is_empty() {
-        return Err(fs_error(400, code::NO_PRIMARY_KEY, "'entries' is empty: give one object of serving keys per vector".into()));
+        return Err(fs_error(
+            400,
+            code::NO_PRIMARY_KEY,
+            "'entries' is empty: give one object of serving keys per vector".into(),
+        ));
     }
     if request.entries.len() > rest.config.max_batch_ops {
         return Err(HttpError::bad_request(format!(
@@ -663,10 +673,15 @@ pub async fn serve_batch(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16
         return Err(fs_error(
             400,
             code::INCORRECT_PASSED_FEATURE,
-            format!("'passedFeatures' has {} items but 'entries' has {}; give one per entry (or null)", passed.len(), request.entries.len()),
+            format!(
+                "'passedFeatures' has {} items but 'entries' has {}; give one per entry (or null)",
+                passed.len(),
+                request.entries.len()
+            ),
         ));
     }
-    let view = view(rest, &request.feature_store_name, &request.feature_view_name, request.feature_view_version).await?;
+    let view =
+        view(rest, &request.feature_store_name, &request.feature_view_name, request.feature_view_version).await?;
     check_grants(&view, grant)?;
     let options = request.options.unwrap_or_default();
     let mut ops = Vec::with_capacity(view.groups.len() * request.entries.len());

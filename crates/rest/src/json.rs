@@ -125,7 +125,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
 }
 
 /// Parses a request body, turning serde's message into one a user can act on.
+/// The body must be a JSON object (serde would also take a struct from an array).
 pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => {}
+        None => return Err("the request body is empty: send a JSON object".into()),
+        Some(_) => return Err("the request body is not valid: it must be a JSON object".into()),
+    }
     serde_json::from_slice(body).map_err(|e| format!("the request body is not valid: {e}"))
 }
 
@@ -289,7 +295,8 @@ mod tests {
 
     #[test]
     fn scalars_borrow_unescaped_strings_and_reject_nesting() {
-        let body = br#"{"a": "plain", "b": "esc\"aped", "c": -5, "d": 18446744073709551615, "e": 1.5, "f": null, "g": true}"#;
+        let body =
+            br#"{"a": "plain", "b": "esc\"aped", "c": -5, "d": 18446744073709551615, "e": 1.5, "f": null, "g": true}"#;
         let fields: Fields = parse(body).unwrap();
         assert!(matches!(fields.0[0].1, Scalar::Str(Cow::Borrowed("plain"))));
         assert_eq!(fields.0[1].1, Scalar::Str(Cow::Owned("esc\"aped".into())));
@@ -330,6 +337,9 @@ mod tests {
         out.value(&Value::Decimal(latsdb_types::Decimal::new(-12345, 2)));
         out.byte(b' ');
         out.value(&Value::Float(0.1));
-        assert_eq!(String::from_utf8(out.buf).unwrap(), "\"AAEC\" \"1970-01-01\" \"1970-01-01 00:00:01.500000\" -123.45 0.1");
+        assert_eq!(
+            String::from_utf8(out.buf).unwrap(),
+            "\"AAEC\" \"1970-01-01\" \"1970-01-01 00:00:01.500000\" -123.45 0.1"
+        );
     }
 }

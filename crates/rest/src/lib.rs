@@ -114,7 +114,10 @@ fn response(status: u16, body: Vec<u8>, content_type: &'static str) -> Response<
 async fn read_body(rest: &Rest, request: Request<Incoming>) -> Result<Bytes, HttpError> {
     let limit = rest.config.max_body_bytes;
     let too_large = |len: String| {
-        HttpError::new(413, format!("the request body ({len} bytes) exceeds the limit of {limit} bytes; send smaller batches"))
+        HttpError::new(
+            413,
+            format!("the request body ({len} bytes) exceeds the limit of {limit} bytes; send smaller batches"),
+        )
     };
     if let Some(len) = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
         if len > limit as u64 {
@@ -150,7 +153,8 @@ async fn route(rest: &Rest, request: Request<Incoming>) -> (Endpoint, Answer, &'
         }
         return (Endpoint::Metrics, Ok((200, rest.metrics.render().into_bytes())), "text/plain; version=0.0.4");
     }
-    let Some(rest_of_path) = path.strip_prefix('/').and_then(|p| p.strip_prefix(API_VERSION)).and_then(|p| p.strip_prefix('/'))
+    let Some(rest_of_path) =
+        path.strip_prefix('/').and_then(|p| p.strip_prefix(API_VERSION)).and_then(|p| p.strip_prefix('/'))
     else {
         return (Endpoint::Other, Err(not_found(&path)), JSON);
     };
@@ -160,7 +164,9 @@ async fn route(rest: &Rest, request: Request<Incoming>) -> (Endpoint, Answer, &'
         ["ping"] => (Endpoint::Ping, ping(rest, &method, request).await, JSON),
         ["openapi.json"] if method == Method::GET => (Endpoint::OpenApi, Ok((200, OPENAPI.as_bytes().to_vec())), JSON),
         ["batch"] => (Endpoint::Batch, with_body(rest, &method, request, Body::Batch).await, JSON),
-        ["feature_store"] => (Endpoint::FeatureStore, with_body(rest, &method, request, Body::FeatureStore).await, JSON),
+        ["feature_store"] => {
+            (Endpoint::FeatureStore, with_body(rest, &method, request, Body::FeatureStore).await, JSON)
+        }
         ["batch_feature_store"] => {
             (Endpoint::BatchFeatureStore, with_body(rest, &method, request, Body::BatchFeatureStore).await, JSON)
         }
@@ -307,10 +313,13 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, Ht
     let mut requests = Vec::with_capacity(batch.operations.len());
     for (i, item) in batch.operations.into_iter().enumerate() {
         if item.method != "POST" {
-            return Err(HttpError::bad_request(format!("operation {i}: method must be \"POST\", not \"{}\"", item.method)));
+            return Err(HttpError::bad_request(format!(
+                "operation {i}: method must be \"POST\", not \"{}\"",
+                item.method
+            )));
         }
-        let (database, table, kind) =
-            pk::parse_relative_url(&item.relative_url).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
+        let (database, table, kind) = pk::parse_relative_url(&item.relative_url)
+            .map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
         pk::check_shape(kind, &item.body).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
         let (database, table): (Cow<'a, str>, Cow<'a, str>) = match &item.relative_url {
             // Unescaped (the usual case): borrow the names from the body.

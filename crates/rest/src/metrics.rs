@@ -4,7 +4,8 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Upper bounds of the request latency histogram, in microseconds.
-const LATENCY_BUCKETS_US: [u64; 12] = [100, 250, 500, 1_000, 2_000, 5_000, 10_000, 25_000, 50_000, 100_000, 500_000, 2_000_000];
+const LATENCY_BUCKETS_US: [u64; 12] =
+    [100, 250, 500, 1_000, 2_000, 5_000, 10_000, 25_000, 50_000, 100_000, 500_000, 2_000_000];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
@@ -103,8 +104,7 @@ impl Metrics {
         }
         out.push_str("# HELP latsdb_rest_key_operations_total Primary-key operations inside requests, by outcome.\n");
         out.push_str("# TYPE latsdb_rest_key_operations_total counter\n");
-        for (label, counter) in
-            [("ok", &self.ops_ok), ("not_found", &self.ops_not_found), ("failed", &self.ops_failed)]
+        for (label, counter) in [("ok", &self.ops_ok), ("not_found", &self.ops_not_found), ("failed", &self.ops_failed)]
         {
             let _ = writeln!(
                 out,
@@ -121,8 +121,11 @@ impl Metrics {
         }
         let count = self.latency_count.load(Ordering::Relaxed);
         let _ = writeln!(out, "latsdb_rest_request_seconds_bucket{{le=\"+Inf\"}} {count}");
-        let _ =
-            writeln!(out, "latsdb_rest_request_seconds_sum {}", self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(
+            out,
+            "latsdb_rest_request_seconds_sum {}",
+            self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        );
         let _ = writeln!(out, "latsdb_rest_request_seconds_count {count}");
         out
     }

@@ -8,7 +8,7 @@
 //! request order.
 
 use crate::json::{Fields, JsonOut, Scalar};
-use crate::state::{Rest, ResolvedTable};
+use crate::state::{ResolvedTable, Rest};
 use crate::HttpError;
 use latsdb_client::{Op, Outcome, Projection};
 use latsdb_types::{DbError, ErrorCode, Value};
@@ -116,7 +116,8 @@ pub fn parse_relative_url(url: &str) -> Result<(&str, &str, PkKind), String> {
 pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
     match kind {
         PkKind::Read | PkKind::Delete => {
-            let filters = body.filters.as_ref().ok_or("'filters' is required: give a value for every primary-key column")?;
+            let filters =
+                body.filters.as_ref().ok_or("'filters' is required: give a value for every primary-key column")?;
             if filters.is_empty() {
                 return Err("'filters' is empty: give a value for every primary-key column".into());
             }
@@ -132,7 +133,9 @@ pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
                 return Err("'data' is required: an object of column names to values".into());
             }
             if body.filters.is_some() || body.read_columns.is_some() {
-                return Err("pk-write takes 'data' (with the primary-key columns in it), not 'filters' or 'readColumns'".into());
+                return Err(
+                    "pk-write takes 'data' (with the primary-key columns in it), not 'filters' or 'readColumns'".into(),
+                );
             }
         }
     }
@@ -182,19 +185,14 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
                 let position = def.primary_key.iter().position(|&c| c == column).ok_or_else(|| {
                     HttpError::bad_request(format!(
                         "filter column '{}' is not part of the primary key of {}.{} (primary key: {})",
-                        filter.column,
-                        def.database,
-                        def.name,
-                        table.key_names
+                        filter.column, def.database, def.name, table.key_names
                     ))
                 })?;
                 if key[position].is_some() {
                     return Err(HttpError::bad_request(format!("filter column '{}' is given twice", filter.column)));
                 }
-                let value = filter
-                    .value
-                    .to_column_value(&def.columns[column as usize])
-                    .map_err(HttpError::bad_request)?;
+                let value =
+                    filter.value.to_column_value(&def.columns[column as usize]).map_err(HttpError::bad_request)?;
                 if value.is_null() {
                     return Err(HttpError::bad_request(format!("filter column '{}' is NULL", filter.column)));
                 }
@@ -354,9 +352,10 @@ mod tests {
         assert!(check_shape(PkKind::Read, &empty).unwrap_err().contains("'filters' is required"));
         let typo = crate::json::parse::<OpBody>(br#"{"filter":[]}"#).unwrap_err();
         assert!(typo.contains("unknown field `filter`"), "{typo}");
-        let bad_type: OpBody =
-            crate::json::parse(br#"{"filters":[{"column":"id","value":1}],"readColumns":[{"column":"a","dataReturnType":"x"}]}"#)
-                .unwrap();
+        let bad_type: OpBody = crate::json::parse(
+            br#"{"filters":[{"column":"id","value":1}],"readColumns":[{"column":"a","dataReturnType":"x"}]}"#,
+        )
+        .unwrap();
         assert!(check_shape(PkKind::Read, &bad_type).unwrap_err().contains("dataReturnType 'x'"));
     }
 }

@@ -84,9 +84,7 @@ impl Rest {
                     .join(", ");
                 Ok(Arc::new(ResolvedTable { table, key_names, projections: Mutex::new(Vec::new()) }))
             }
-            Err(e) if e.code == ErrorCode::UnknownTable => {
-                Err(format!("table '{database}.{name}' does not exist"))
-            }
+            Err(e) if e.code == ErrorCode::UnknownTable => Err(format!("table '{database}.{name}' does not exist")),
             Err(e) => return Err(HttpError::from_db(e)),
         };
         let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());

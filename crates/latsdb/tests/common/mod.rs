@@ -13,6 +13,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_latsdb");
 pub struct TestCluster {
     pub child: Child,
     pub mgmd: String,
+    /// `host:port` of the REST node.
+    pub rest: String,
     pub output: mpsc::Receiver<String>,
     pub dir: tempfile::TempDir,
 }
@@ -21,7 +23,7 @@ impl TestCluster {
     pub fn start(extra: &[&str]) -> TestCluster {
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut child = Command::new(BIN)
-            .args(["start", "--mgmd-port", "0", "--dir"])
+            .args(["start", "--mgmd-port", "0", "--rest-port", "0", "--dir"])
             .arg(dir.path().join("data"))
             .args(extra)
             .stdin(Stdio::null())
@@ -38,7 +40,7 @@ impl TestCluster {
                 }
             }
         });
-        let mut cluster = TestCluster { child, mgmd: String::new(), output: rx, dir };
+        let mut cluster = TestCluster { child, mgmd: String::new(), rest: String::new(), output: rx, dir };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -48,6 +50,10 @@ impl TestCluster {
             };
             if let Some(addr) = line.trim().strip_prefix("mgmd") {
                 cluster.mgmd = addr.trim().to_string();
+            }
+            if let Some(url) = line.trim().strip_prefix("rest") {
+                let url = url.trim().trim_start_matches("http://");
+                cluster.rest = url.split('/').next().unwrap_or_default().to_string();
             }
             if line.starts_with("Press Ctrl-C") {
                 break;
@@ -129,4 +135,29 @@ pub fn datanode_pids(show: &str) -> Vec<i32> {
         .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("pid=")))
         .map(|p| p.parse().expect("mgm show prints numeric pids"))
         .collect()
+}
+
+/// A minimal HTTP/1.1 client for the REST tests: one request per
+/// connection, whole answer read with a timeout.
+pub fn http(address: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to the REST node");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("set a read timeout");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).expect("send the request head");
+    // A server may answer (413) before reading a large body; ignore a reset.
+    let _ = stream.write_all(body);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer head in {text:?}"));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status code");
+    (status, body.to_string())
 }

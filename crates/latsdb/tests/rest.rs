@@ -1,0 +1,410 @@
+//! The REST node over real HTTP against `latsdb start` (issue: REST node).
+//! Answers are compared as exact JSON text: that is what clients parse.
+
+mod common;
+
+use common::{http, TestCluster, BIN};
+use latsdb_client::{Client, Op, Outcome};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
+use latsdb_types::Value;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn post(cluster: &TestCluster, path: &str, body: &str) -> (u16, String) {
+    http(&cluster.rest, "POST", path, &[("Content-Type", "application/json")], body.as_bytes())
+}
+
+fn types_spec() -> TableSpec {
+    TableSpec::new("rest", "types")
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+        .column(ColumnDef::new("ti", ColumnType::int(IntWidth::Tiny)))
+        .column(ColumnDef::new("ui", ColumnType::uint(IntWidth::Int)))
+        .column(ColumnDef::new("f", ColumnType::Float))
+        .column(ColumnDef::new("d", ColumnType::Double))
+        .column(ColumnDef::new("dec", ColumnType::Decimal { precision: 10, scale: 2 }))
+        .column(ColumnDef::new("c", ColumnType::Char(4)))
+        .column(ColumnDef::new("vc", ColumnType::VarChar(20)))
+        .column(ColumnDef::new("b", ColumnType::Binary(3)))
+        .column(ColumnDef::new("vb", ColumnType::VarBinary(8)))
+        .column(ColumnDef::new("t", ColumnType::Text))
+        .column(ColumnDef::new("bl", ColumnType::Blob))
+        .column(ColumnDef::new("da", ColumnType::Date))
+        .column(ColumnDef::new("dt", ColumnType::DateTime))
+        .column(ColumnDef::new("ts", ColumnType::Timestamp))
+        .column(ColumnDef::new("bo", ColumnType::Boolean))
+        .primary_key(&["id"])
+}
+
+const ROW_1: &str = r#"{"id":1,"ti":-5,"ui":4000000000,"f":1.5,"d":-0.25,"dec":12.34,"c":"ab","vc":"he said \"hi\"","b":"AQID","vb":"","t":"line\nbreak","bl":"/w==","da":"2024-02-29","dt":"2024-02-29 13:14:15","ts":"2024-02-29 13:14:15.500000","bo":true}"#;
+const ROW_2: &str = r#"{"id":2,"ti":null,"ui":null,"f":null,"d":null,"dec":null,"c":null,"vc":null,"b":null,"vb":null,"t":null,"bl":null,"da":null,"dt":null,"ts":null,"bo":null}"#;
+
+async fn load(client: &Client) {
+    let types = client.create_table(types_spec()).await.unwrap();
+    let row_1 = vec![
+        Value::Int(1),
+        Value::Int(-5),
+        Value::UInt(4_000_000_000),
+        Value::Float(1.5),
+        Value::Float(-0.25),
+        Value::Str("12.34".into()),
+        Value::Str("ab".into()),
+        Value::Str("he said \"hi\"".into()),
+        Value::Bytes(vec![1, 2, 3]),
+        Value::Bytes(vec![]),
+        Value::Str("line\nbreak".into()),
+        Value::Bytes(vec![255]),
+        Value::Str("2024-02-29".into()),
+        Value::Str("2024-02-29 13:14:15".into()),
+        Value::Str("2024-02-29 13:14:15.5".into()),
+        Value::Bool(true),
+    ];
+    let mut row_2 = vec![Value::Null; 16];
+    row_2[0] = Value::Int(2);
+    let pairs = client
+        .create_table(
+            TableSpec::new("rest", "pairs")
+                .column(ColumnDef::new("a", ColumnType::int(IntWidth::Int)))
+                .column(ColumnDef::new("b", ColumnType::VarChar(10)))
+                .column(ColumnDef::new("v", ColumnType::int(IntWidth::Int)))
+                .primary_key(&["a", "b"]),
+        )
+        .await
+        .unwrap();
+    let customers = client
+        .create_table(
+            TableSpec::new("fs", "customers")
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+                .column(ColumnDef::new("age", ColumnType::int(IntWidth::Int)))
+                .column(ColumnDef::new("city", ColumnType::VarChar(20)))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+    let orders = client
+        .create_table(
+            TableSpec::new("fs", "orders_agg")
+                .column(ColumnDef::new("cust", ColumnType::int(IntWidth::Big)))
+                .column(ColumnDef::new("n_orders", ColumnType::int(IntWidth::Int)))
+                .column(ColumnDef::new("total", ColumnType::Double))
+                .primary_key(&["cust"]),
+        )
+        .await
+        .unwrap();
+    let ops = vec![
+        Op::insert(&types, row_1).unwrap(),
+        Op::insert(&types, row_2).unwrap(),
+        Op::insert(&pairs, vec![Value::Int(1), Value::Str("x".into()), Value::Int(10)]).unwrap(),
+        Op::insert(&customers, vec![Value::Int(1), Value::Int(30), Value::Str("Oslo".into())]).unwrap(),
+        Op::insert(&customers, vec![Value::Int(2), Value::Int(41), Value::Str("Rome".into())]).unwrap(),
+        Op::insert(&orders, vec![Value::Int(1), Value::Int(5), Value::Float(99.5)]).unwrap(),
+    ];
+    for r in client.batch(ops).await.unwrap() {
+        assert!(matches!(r, Ok(Outcome::Done)), "{r:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pk_reads_writes_batches_and_feature_vectors() {
+    let cluster = TestCluster::start(&[]);
+    assert!(!cluster.rest.is_empty(), "the launcher printed no REST address");
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    load(&client).await;
+    let c = &cluster;
+
+    // pk-read: every column type, NULLs, projections, operationId.
+    let (status, body) =
+        post(c, "/0.1.0/rest/types/pk-read", r#"{"filters":[{"column":"id","value":1}],"operationId":"op-1"}"#);
+    assert_eq!((status, body.as_str()), (200, format!(r#"{{"operationId":"op-1","data":{ROW_1}}}"#).as_str()));
+    let (status, body) = post(c, "/0.1.0/rest/types/pk-read", r#"{"filters":[{"column":"id","value":2}]}"#);
+    assert_eq!((status, body), (200, format!(r#"{{"data":{ROW_2}}}"#)));
+    let (status, body) = post(
+        c,
+        "/0.1.0/rest/types/pk-read",
+        r#"{"filters":[{"column":"id","value":1}],"readColumns":[{"column":"vc","dataReturnType":"default"},{"column":"ti"}]}"#,
+    );
+    assert_eq!((status, body.as_str()), (200, r#"{"data":{"vc":"he said \"hi\"","ti":-5}}"#));
+    let (status, body) =
+        post(c, "/0.1.0/rest/pairs/pk-read", r#"{"filters":[{"column":"b","value":"x"},{"column":"a","value":1}]}"#);
+    assert_eq!((status, body.as_str()), (200, r#"{"data":{"a":1,"b":"x","v":10}}"#));
+
+    // Missing rows and bad requests.
+    let (status, body) =
+        post(c, "/0.1.0/rest/types/pk-read", r#"{"filters":[{"column":"id","value":99}],"operationId":"x"}"#);
+    assert_eq!((status, body.as_str()), (404, r#"{"operationId":"x","message":"Not Found"}"#));
+    let (status, body) = post(c, "/0.1.0/rest/nope/pk-read", r#"{"filters":[{"column":"id","value":1}]}"#);
+    assert_eq!((status, body.as_str()), (404, r#"{"message":"table 'rest.nope' does not exist"}"#));
+    let bad = [
+        (r#"{"filters":[{"column":"id","value":"one"}]}"#, "column 'id' is BIGINT but the value is string"),
+        (r#"{"filters":[{"column":"ti","value":1}]}"#, "filter column 'ti' is not part of the primary key"),
+        (r#"{"filters":[{"column":"zz","value":1}]}"#, "has no column 'zz'"),
+        (r#"{"filters":[{"column":"id","value":1}],"readColumns":[{"column":"zz"}]}"#, "has no column 'zz'"),
+        (r#"{"filters":[{"column":"id","value":[1]}]}"#, "expected a number, string, boolean or null"),
+        (r#"{"filters":[{"column":"id","value":1}"#, "EOF while parsing"),
+        (r#"{"filters":[]}"#, "'filters' is empty"),
+        (r#"{"filtres":[]}"#, "unknown field `filtres`"),
+        ("[]", "the request body is not valid"),
+    ];
+    for (request, expected) in bad {
+        let (status, body) = post(c, "/0.1.0/rest/types/pk-read", request);
+        assert_eq!(status, 400, "{request} -> {body}");
+        assert!(body.contains(expected), "{request} -> {body}, expected it to mention {expected:?}");
+    }
+    let (status, body) = post(c, "/0.1.0/rest/pairs/pk-read", r#"{"filters":[{"column":"a","value":1}]}"#);
+    assert_eq!(status, 400);
+    assert!(body.contains("must give every primary-key column of rest.pairs (a, b)"), "{body}");
+    let huge = format!(r#"{{"filters":[{{"column":"id","value":"{}"}}]}}"#, "x".repeat(5 << 20));
+    let (status, body) = post(c, "/0.1.0/rest/types/pk-read", &huge);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("exceeds the limit"), "{body}");
+    let (status, _) = http(&c.rest, "GET", "/0.1.0/rest/types/pk-read", &[], b"");
+    assert_eq!(status, 405);
+    let (status, body) = http(&c.rest, "GET", "/0.1.0/nothing", &[], b"");
+    assert_eq!(status, 404);
+    assert!(body.contains("openapi.json"), "{body}");
+
+    // pk-write and pk-delete, alone and batched.
+    let (status, body) = post(c, "/0.1.0/rest/pairs/pk-write", r#"{"data":{"a":2,"b":"y","v":20},"operationId":"w"}"#);
+    assert_eq!((status, body.as_str()), (200, r#"{"operationId":"w"}"#));
+    let (status, body) = post(c, "/0.1.0/rest/pairs/pk-write", r#"{"data":{"a":2,"v":20}}"#);
+    assert_eq!(status, 400, "{body}");
+    let (status, body) =
+        post(c, "/0.1.0/rest/pairs/pk-delete", r#"{"filters":[{"column":"a","value":2},{"column":"b","value":"y"}]}"#);
+    assert_eq!((status, body.as_str()), (200, "{}"));
+    let (status, _) =
+        post(c, "/0.1.0/rest/pairs/pk-delete", r#"{"filters":[{"column":"a","value":2},{"column":"b","value":"y"}]}"#);
+    assert_eq!(status, 404);
+
+    // A batch: per-item codes in request order.
+    let batch = r#"{"operations":[
+        {"method":"POST","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":2}],"readColumns":[{"column":"bo"}],"operationId":"a"}},
+        {"method":"POST","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":7}],"operationId":"b"}},
+        {"method":"POST","relative-url":"rest/missing/pk-read","body":{"filters":[{"column":"id","value":1}]}},
+        {"method":"POST","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":"bad"}]}},
+        {"method":"POST","relative-url":"rest/pairs/pk-write","body":{"data":{"a":3,"b":"z","v":30}}},
+        {"method":"POST","relative-url":"rest/pairs/pk-read","body":{"filters":[{"column":"a","value":1},{"column":"b","value":"x"}]}}
+    ]}"#;
+    let (status, body) = post(c, "/0.1.0/batch", batch);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        concat!(
+            r#"{"result":["#,
+            r#"{"code":200,"body":{"operationId":"a","data":{"bo":null}}},"#,
+            r#"{"code":404,"body":{"operationId":"b","message":"Not Found"}},"#,
+            r#"{"code":404,"body":{"message":"table 'rest.missing' does not exist"}},"#,
+            r#"{"code":400,"body":{"message":"column 'id' is BIGINT but the value is string (bad)"}},"#,
+            r#"{"code":200,"body":{}},"#,
+            r#"{"code":200,"body":{"data":{"a":1,"b":"x","v":10}}}"#,
+            "]}"
+        )
+    );
+    let (status, body) =
+        post(c, "/0.1.0/rest/pairs/pk-read", r#"{"filters":[{"column":"a","value":3},{"column":"b","value":"z"}]}"#);
+    assert_eq!((status, body.as_str()), (200, r#"{"data":{"a":3,"b":"z","v":30}}"#));
+    // Malformed batches are rejected whole.
+    for (request, expected) in [
+        (r#"{"operations":[]}"#, "'operations' is empty"),
+        (
+            r#"{"operations":[{"method":"GET","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":1}]}}]}"#,
+            "operation 0: method must be",
+        ),
+        (
+            r#"{"operations":[{"method":"POST","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":1}]}},{"method":"POST","relative-url":"rest/types","body":{}}]}"#,
+            "operation 1: relative-url 'rest/types' must look like",
+        ),
+        (
+            r#"{"operations":[{"method":"POST","relative-url":"rest/types/pk-read","body":{}}]}"#,
+            "operation 0: 'filters' is required",
+        ),
+        (r#"{"operations":{}}"#, "the request body is not valid"),
+    ] {
+        let (status, body) = post(c, "/0.1.0/batch", request);
+        assert_eq!(status, 400, "{request} -> {body}");
+        assert!(body.contains(expected), "{request} -> {body}, expected {expected:?}");
+    }
+    let item =
+        r#"{"method":"POST","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":1}]}}"#;
+    let too_many = format!(r#"{{"operations":[{}]}}"#, vec![item; 4097].join(","));
+    let (status, body) = post(c, "/0.1.0/batch", &too_many);
+    assert_eq!(status, 400);
+    assert!(body.contains("more than the limit of 4096"), "{body}");
+
+    // Feature views: create, list, get; vectors across two tables.
+    let view = r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"featureGroups":[
+        {"table":"customers","features":["id","age","city"]},
+        {"table":"orders_agg","joinKeys":{"cust":"id"},"prefix":"o_","features":["n_orders","total"]}]}"#;
+    let (status, body) = post(c, "/0.1.0/feature_view", view);
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post(c, "/0.1.0/feature_view", view);
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = http(&c.rest, "GET", "/0.1.0/feature_view", &[], b"");
+    assert_eq!(status, 200);
+    assert!(body.starts_with(r#"{"featureViews":[{"featureStoreName":"fs","featureViewName":"churn""#), "{body}");
+    let (status, body) = http(&c.rest, "GET", "/0.1.0/feature_view/fs/churn/1", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let bad_view = r#"{"featureStoreName":"fs","featureViewName":"bad","featureViewVersion":1,"featureGroups":[{"table":"customers","features":["nope"]}]}"#;
+    let (status, body) = post(c, "/0.1.0/feature_view", bad_view);
+    assert_eq!(status, 400);
+    assert!(body.contains("has no column 'nope'"), "{body}");
+
+    let (status, body) = post(
+        c,
+        "/0.1.0/feature_store",
+        r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"entries":{"id":1},
+            "metadataOptions":{"featureName":true,"featureType":true},"options":{"includeDetailedStatus":true}}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let customers_id = client.table("fs", "customers").await.unwrap().def().id;
+    let orders_id = client.table("fs", "orders_agg").await.unwrap().def().id;
+    assert_eq!(
+        body,
+        format!(
+            concat!(
+                r#"{{"features":[1,30,"Oslo",5,99.5],"metadata":[{{"featureName":"id","featureType":"bigint"}},"#,
+                r#"{{"featureName":"age","featureType":"int"}},{{"featureName":"city","featureType":"string"}},"#,
+                r#"{{"featureName":"o_n_orders","featureType":"int"}},{{"featureName":"o_total","featureType":"double"}}],"#,
+                r#""status":"COMPLETE","detailedStatus":[{{"featureGroupId":{},"httpStatus":200}},{{"featureGroupId":{},"httpStatus":200}}]}}"#
+            ),
+            customers_id, orders_id
+        )
+    );
+    // One of the two rows is missing: its features are null, status MISSING.
+    let (status, body) = post(
+        c,
+        "/0.1.0/feature_store",
+        r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"entries":{"id":2},"passedFeatures":{"o_total":1.25}}"#,
+    );
+    assert_eq!(
+        (status, body.as_str()),
+        (200, r#"{"features":[2,41,"Rome",null,1.25],"metadata":null,"status":"MISSING","detailedStatus":null}"#)
+    );
+    let (status, body) = post(
+        c,
+        "/0.1.0/batch_feature_store",
+        r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"entries":[{"id":1},{"id":3},{"id":"x"}],
+            "metadataOptions":{"featureName":true}}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        concat!(
+            r#"{"features":[[1,30,"Oslo",5,99.5],[3,null,null,null,null],[]],"#,
+            r#""metadata":[{"featureName":"id","featureType":null},{"featureName":"age","featureType":null},{"featureName":"city","featureType":null},{"featureName":"o_n_orders","featureType":null},{"featureName":"o_total","featureType":null}],"#,
+            r#""status":["COMPLETE","MISSING","ERROR"],"detailedStatus":null}"#
+        )
+    );
+    for (request, status_expected, code) in [
+        (
+            r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":2,"entries":{"id":1}}"#,
+            404,
+            r#""code":1,"#,
+        ),
+        (
+            r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"entries":{"cust":1}}"#,
+            400,
+            r#""code":12,"#,
+        ),
+        (
+            r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"entries":{"id":"x"}}"#,
+            400,
+            r#""code":10,"#,
+        ),
+        (
+            r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"entries":{}}"#,
+            400,
+            r#""code":15,"#,
+        ),
+        (
+            r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"entries":{"id":1},"passedFeatures":{"zz":1}}"#,
+            400,
+            r#""code":11,"#,
+        ),
+    ] {
+        let (status, body) = post(c, "/0.1.0/feature_store", request);
+        assert_eq!(status, status_expected, "{request} -> {body}");
+        assert!(body.starts_with(&format!("{{{code}")), "{request} -> {body}");
+    }
+    let (status, _) = http(&c.rest, "DELETE", "/0.1.0/feature_view/fs/churn/1", &[], b"");
+    assert_eq!(status, 200);
+    let (status, _) = http(&c.rest, "GET", "/0.1.0/feature_view/fs/churn/1", &[], b"");
+    assert_eq!(status, 404);
+
+    // Health, ping, metrics, OpenAPI; the server kept serving through all of the above.
+    let (status, body) = http(&c.rest, "GET", "/0.1.0/health", &[], b"");
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok","datanodesStarted":2,"datanodes":2}"#));
+    assert_eq!(http(&c.rest, "GET", "/0.1.0/ping", &[], b""), (200, String::new()));
+    let (status, body) = http(&c.rest, "GET", "/metrics", &[], b"");
+    assert_eq!(status, 200);
+    assert!(body.contains("latsdb_rest_requests_total{endpoint=\"batch\",status=\"2xx\"} 1"), "{body}");
+    assert!(body.contains("latsdb_rest_key_operations_total{outcome=\"not_found\"}"), "{body}");
+    let (status, body) = http(&c.rest, "GET", "/0.1.0/openapi.json", &[], b"");
+    assert_eq!(status, 200);
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for path in [
+        "/0.1.0/{db}/{table}/pk-read",
+        "/0.1.0/{db}/{table}/pk-write",
+        "/0.1.0/{db}/{table}/pk-delete",
+        "/0.1.0/batch",
+        "/0.1.0/feature_store",
+        "/0.1.0/batch_feature_store",
+        "/0.1.0/feature_view",
+        "/0.1.0/feature_view/{store}/{name}/{version}",
+        "/0.1.0/health",
+        "/0.1.0/ping",
+        "/metrics",
+    ] {
+        assert!(doc["paths"][path].is_object(), "the OpenAPI document lacks {path}");
+    }
+}
+
+fn apikey(cluster: &TestCluster, args: &[&str]) -> String {
+    let out = Command::new(BIN).args(["apikey", "--mgmd", &cluster.mgmd]).args(args).output().unwrap();
+    assert!(out.status.success(), "apikey {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_grant_databases() {
+    let cluster = TestCluster::start(&["--rest-auth", "api-key"]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    load(&client).await;
+    let c = &cluster;
+    let rest_key = apikey(c, &["create", "--name", "reader", "--db", "rest"]);
+    let all_key = apikey(c, &["create", "--name", "admin", "--db", "*"]);
+    let listed = apikey(c, &["list"]);
+    assert!(listed.contains("reader  databases=rest") && listed.contains("admin  databases=*"), "{listed}");
+    assert!(!listed.contains(rest_key.split('.').nth(1).unwrap()), "list must not show secrets");
+
+    let read = r#"{"filters":[{"column":"id","value":2}],"readColumns":[{"column":"bo"}]}"#;
+    let with = |key: &str, path: &str, body: &str| http(&c.rest, "POST", path, &[("X-API-KEY", key)], body.as_bytes());
+    let (status, body) = post(c, "/0.1.0/rest/types/pk-read", read);
+    assert_eq!(status, 401);
+    assert!(body.contains("send it in the X-API-KEY header"), "{body}");
+    assert_eq!(with("garbage", "/0.1.0/rest/types/pk-read", read).0, 401);
+    let forged = format!("{}.{}", rest_key.split('.').next().unwrap(), "wrongsecret");
+    assert_eq!(with(&forged, "/0.1.0/rest/types/pk-read", read).0, 401);
+    assert_eq!(with(&rest_key, "/0.1.0/rest/types/pk-read", read), (200, r#"{"data":{"bo":null}}"#.to_string()));
+    let (status, body) = with(&rest_key, "/0.1.0/fs/customers/pk-read", r#"{"filters":[{"column":"id","value":1}]}"#);
+    assert_eq!(status, 401);
+    assert!(body.contains("not authorized to access database 'fs'"), "{body}");
+    assert_eq!(with(&all_key, "/0.1.0/fs/customers/pk-read", r#"{"filters":[{"column":"id","value":1}]}"#).0, 200);
+    // One item on a database the key may not read rejects the whole batch.
+    let batch = r#"{"operations":[
+        {"method":"POST","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":1}]}},
+        {"method":"POST","relative-url":"fs/customers/pk-read","body":{"filters":[{"column":"id","value":1}]}}]}"#;
+    assert_eq!(with(&rest_key, "/0.1.0/batch", batch).0, 401);
+    assert_eq!(with(&all_key, "/0.1.0/batch", batch).0, 200);
+    // Health and ping stay open by default.
+    assert_eq!(http(&c.rest, "GET", "/0.1.0/ping", &[], b"").0, 200);
+    // A revoked key stops working within the cache lifetime.
+    apikey(c, &["delete", &rest_key]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, _) = with(&rest_key, "/0.1.0/rest/types/pk-read", read);
+        if status == 401 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a revoked key still works after 15 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
