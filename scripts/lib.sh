@@ -3,7 +3,7 @@
 # through it, and starts the embedded cluster.
 #
 #   source scripts/lib.sh
-#   start_latsdb REPLICAS      # sets MGMD
+#   start_latsdb REPLICAS      # sets MGMD, REST and LAUNCHER (pid)
 #   load_rows ROWS             # flex insert phase
 
 cargo build --release -p latsdb --quiet
@@ -17,11 +17,36 @@ trap cleanup EXIT
 
 start_latsdb() {
   echo "== starting latsdb (mgmd + 2 data nodes, $1 replica(s))"
-  $BIN start --dir "$WORK/latsdb" --mgmd-port 0 --replicas "$1" > "$WORK/start.log" 2>&1 &
-  PIDS+=($!)
+  $BIN start --dir "$WORK/latsdb" --mgmd-port 0 --rest-port 0 --replicas "$1" > "$WORK/start.log" 2>&1 &
+  LAUNCHER=$!
+  PIDS+=($LAUNCHER)
   for _ in $(seq 1 300); do grep -q "Press Ctrl-C" "$WORK/start.log" 2>/dev/null && break; sleep 0.1; done
   grep -q "Press Ctrl-C" "$WORK/start.log" || { cat "$WORK/start.log"; exit 1; }
   MGMD=$(cat "$WORK/latsdb/mgmd.addr")
+  REST=$(cat "$WORK/latsdb/rest.addr")
+}
+
+# CPU seconds (user + system) used so far by the launcher's children whose
+# command line contains $1 (e.g. "datanode" or " rest "), summed.
+cpu_seconds() {
+  python3 - "$LAUNCHER" "$1" <<'PY'
+import os, sys
+launcher, role = sys.argv[1], sys.argv[2]
+tick = os.sysconf("SC_CLK_TCK")
+total = 0
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+        cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+    except OSError:
+        continue
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[1] == launcher and role in f" {cmd} ":
+        total += (int(fields[11]) + int(fields[12])) / tick
+print(total)
+PY
 }
 
 load_rows() {
