@@ -6,11 +6,11 @@
 #   scripts/install-deps.sh            # what the test suite needs
 #   scripts/install-deps.sh bench      # plus the peers benchmarks compare with
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 want=()
 need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" || want+=("$1"); }
 
-# The test suite needs nothing beyond the Rust toolchain today.
 if [[ "${1:-}" == "bench" ]]; then
   need redis-server
   need redis-tools
@@ -21,6 +21,18 @@ if ((${#want[@]})); then
   echo "installing: ${want[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${want[@]}"
+fi
+
+# Python tools of the test suite, pinned, in a virtual environment of the
+# project's own (target/pyenv), so nothing depends on what is installed by hand.
+VENV=target/pyenv
+REQ=scripts/requirements-rest-fuzz.txt
+if ! cmp -s "$REQ" "$VENV/installed-requirements.txt" 2>/dev/null; then
+  command -v python3 >/dev/null 2>&1 || { echo "python3 is needed for the REST fuzz test; install it" >&2; exit 1; }
+  echo "installing Python test tools into $VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
+  cp "$REQ" "$VENV/installed-requirements.txt"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -184,7 +184,8 @@ pub fn run(args: LookupArgs) -> Result<(), String> {
 
 async fn load(args: &LookupArgs, table_name: &str) -> Result<(), String> {
     let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
-    let mut spec = TableSpec::new(&args.database, table_name).column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)));
+    let mut spec =
+        TableSpec::new(&args.database, table_name).column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)));
     for i in 1..=5 {
         spec = spec.column(ColumnDef::new(format!("i{i}"), ColumnType::int(IntWidth::Int)));
     }
@@ -274,7 +275,11 @@ async fn run_async(args: LookupArgs) -> Result<(), String> {
     while measure_start.elapsed() < duration {
         let secs = measure_start.elapsed().as_secs_f64().max(0.001);
         let ok = shared.counters.lookups_ok.load(Ordering::Relaxed) - before_ok;
-        bar.set_message(format!("{:.0} lookups/s, {:.0} s left", ok as f64 / secs, (duration - measure_start.elapsed()).as_secs_f64()));
+        bar.set_message(format!(
+            "{:.0} lookups/s, {:.0} s left",
+            ok as f64 / secs,
+            (duration - measure_start.elapsed()).as_secs_f64()
+        ));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     shared.measuring.store(false, Ordering::Release);
@@ -305,7 +310,9 @@ async fn run_async(args: LookupArgs) -> Result<(), String> {
         latency.max()
     );
     if failed > 0 || requests_failed > 0 {
-        println!("FAILED: {failed} lookups inside answers had a non-200 code; {requests_failed} requests failed outright");
+        println!(
+            "FAILED: {failed} lookups inside answers had a non-200 code; {requests_failed} requests failed outright"
+        );
     }
     if let Some(e) = shared.first_error.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         println!("first error: {e}");
@@ -403,10 +410,13 @@ fn count_codes(body: &[u8]) -> (u64, u64) {
 
 async fn client_loop(shared: Arc<Shared>, client: usize) {
     let mut histogram = new_histogram();
-    let mut keys = KeyGen { state: 0x1234_5678 ^ (client as u64) << 32, rows: shared.args.rows, zipf_cdf: shared.zipf.clone() };
+    let mut keys =
+        KeyGen { state: 0x1234_5678 ^ (client as u64) << 32, rows: shared.args.rows, zipf_cdf: shared.zipf.clone() };
     let mut body = Vec::with_capacity(shared.args.batch * 100);
-    let interval = (shared.args.rate > 0.0).then(|| Duration::from_secs_f64(shared.args.clients as f64 / shared.args.rate));
-    let mut next_send = Instant::now() + interval.map(|i| i.mul_f64(client as f64 / shared.args.clients as f64)).unwrap_or_default();
+    let interval =
+        (shared.args.rate > 0.0).then(|| Duration::from_secs_f64(shared.args.clients as f64 / shared.args.rate));
+    let mut next_send =
+        Instant::now() + interval.map(|i| i.mul_f64(client as f64 / shared.args.clients as f64)).unwrap_or_default();
     let mut sender: Option<Sender> = None;
     let note_error = |e: String| {
         let mut first = shared.first_error.lock().unwrap_or_else(|p| p.into_inner());
@@ -415,13 +425,15 @@ async fn client_loop(shared: Arc<Shared>, client: usize) {
         }
     };
     while !shared.stop.load(Ordering::Acquire) {
-        if interval.is_some() {
-            let now = Instant::now();
-            if next_send > now {
-                tokio::time::sleep(next_send - now).await;
-            }
+        // Latency counts from the scheduled send time when the previous answer
+        // came too late to send on time (no coordinated omission), and from
+        // the actual send otherwise (the timer's own lateness, up to a
+        // millisecond, is not the server's).
+        let free_at = Instant::now();
+        if interval.is_some() && next_send > free_at {
+            tokio::time::sleep(next_send - free_at).await;
         }
-        let scheduled = if interval.is_some() { next_send } else { Instant::now() };
+        let scheduled = if interval.is_some() && free_at > next_send { next_send } else { Instant::now() };
         if let Some(interval) = interval {
             next_send += interval;
         }
@@ -467,7 +479,10 @@ async fn client_loop(shared: Arc<Shared>, client: usize) {
                 shared.counters.lookups_ok.fetch_add(ok, Ordering::Relaxed);
                 shared.counters.lookups_failed.fetch_add(other + missing, Ordering::Relaxed);
                 if other + missing > 0 {
-                    note_error(format!("an answer had {other} non-200 items: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(300)])));
+                    note_error(format!(
+                        "an answer had {other} non-200 items: {}",
+                        String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+                    ));
                 }
                 if measuring {
                     let _ = histogram.record(scheduled.elapsed().as_micros().max(1) as u64);

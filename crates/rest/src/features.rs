@@ -325,13 +325,15 @@ pub async fn create(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec
     let op = Op::insert(&table, row).map_err(HttpError::from_db)?;
     match rest.client.batch(vec![op]).await.map_err(HttpError::from_db)?.pop() {
         Some(Ok(_)) => {}
-        Some(Err(e)) if e.code == ErrorCode::DuplicateKey => return Err(HttpError::new(
-            409,
-            format!(
+        Some(Err(e)) if e.code == ErrorCode::DuplicateKey => {
+            return Err(HttpError::new(
+                409,
+                format!(
                 "feature view '{}' version {} already exists in feature store '{}'; drop it first or use a new version",
                 def.feature_view_name, def.feature_view_version, def.feature_store_name
             ),
-        )),
+            ))
+        }
         Some(Err(e)) => return Err(HttpError::from_db(e)),
         None => return Err(HttpError::internal("the insert returned no result".into())),
     }
