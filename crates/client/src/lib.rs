@@ -107,6 +107,8 @@ struct Inner {
     connecting: tokio::sync::Mutex<()>,
     tables: RwLock<HashMap<(String, String), Arc<Table>>>,
     mgm: tokio::sync::Mutex<Option<RpcConn>>,
+    /// Rotates committed-read batches over the replicas.
+    read_rotation: std::sync::atomic::AtomicUsize,
 }
 
 /// A handle to a latsdb cluster; cheap to clone and share between tasks.
@@ -166,6 +168,7 @@ impl Client {
                 connecting: tokio::sync::Mutex::new(()),
                 tables: RwLock::new(HashMap::new()),
                 mgm: tokio::sync::Mutex::new(Some(mgm)),
+                read_rotation: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
@@ -267,6 +270,10 @@ impl Client {
         let table = Table::new(def);
         self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).insert(key, table.clone());
         table
+    }
+
+    pub(crate) fn next_read_replica(&self) -> usize {
+        self.inner.read_rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn router(&self) -> Arc<Router> {

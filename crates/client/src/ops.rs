@@ -230,11 +230,24 @@ impl Client {
     pub async fn batch(&self, ops: Vec<Op>) -> Result<Vec<Result<Outcome>>> {
         let mut results: Vec<Option<Result<Outcome>>> = (0..ops.len()).map(|_| None).collect();
         let mut todo: Vec<(usize, Op)> = ops.into_iter().enumerate().collect();
+        // All committed reads of this call go to the same replica position,
+        // so a batch reaches one node per node group; calls rotate over them.
+        let prefer = self.next_read_replica();
         for attempt in 0..=STALE_LAYOUT_RETRIES {
             let router = self.router();
             let mut groups: Vec<ShardGroup> = Vec::new();
             for (i, op) in todo.drain(..) {
-                match route_with(&router, op.op.partition) {
+                let route = if matches!(op.op.kind, OpKind::Read { lock: LockMode::Committed }) {
+                    router.read_replica_of(op.op.partition, prefer).ok_or_else(|| {
+                        DbError::new(
+                            ErrorCode::NodeUnavailable,
+                            format!("no started data node holds partition {}; retry later", op.op.partition),
+                        )
+                    })
+                } else {
+                    route_with(&router, op.op.partition)
+                };
+                match route {
                     Ok(shard) => {
                         let group = match groups.iter_mut().position(|g| g.shard == shard) {
                             Some(pos) => &mut groups[pos],

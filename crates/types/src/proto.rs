@@ -438,6 +438,26 @@ impl Router {
             .collect()
     }
 
+    /// Where a read-committed read of `partition` may go: the replica on the
+    /// node at position `prefer` (modulo the group's size) of the
+    /// partition's node group when that node is started, else the primary.
+    /// A batch that uses one `prefer` for all its reads reaches one node per
+    /// node group instead of all of them. Allocation-free.
+    pub fn read_replica_of(&self, partition: u32, prefer: usize) -> Option<ShardAddr> {
+        let groups = self.groups.len() as u32;
+        if groups == 0 {
+            return None;
+        }
+        let nodes = &self.groups[(partition % groups) as usize];
+        let local = (partition / groups) as usize;
+        match nodes.get(prefer % nodes.len().max(1)) {
+            Some(&(node, shards, true)) if shards > 0 => {
+                Some(ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
+            }
+            _ => self.primary_of(partition),
+        }
+    }
+
     /// The first started replica of a partition: its primary, or the backup
     /// that took over when the primary's node left. Allocation-free.
     pub fn primary_of(&self, partition: u32) -> Option<ShardAddr> {
@@ -637,6 +657,13 @@ mod tests {
         let router = Router::new(&layout);
         let at = |n| ShardAddr { node: n, shard: 0 };
         assert_eq!(router.replicas_of(0), vec![at(2), at(3)]);
+        for p in 0..8 {
+            for prefer in 0..2 {
+                let chosen = router.read_replica_of(p, prefer).unwrap();
+                assert!(router.replicas_of(p).contains(&chosen), "partition {p}: {chosen} is not a replica");
+                assert_eq!(chosen.node, [2, 3][prefer], "partition {p}: one batch reaches one node");
+            }
+        }
         assert_eq!(router.replicas_of(1), vec![at(3), at(2)]);
         for p in 0..8 {
             assert_eq!(router.primary_of(p), router.replicas_of(p).first().copied());
