@@ -100,7 +100,13 @@ impl LookupArgs {
         if self.threads == 0 {
             return Err("--threads must be at least 1".into());
         }
-        if !(self.duration > 0.0) || self.warmup < 0.0 || self.rate < 0.0 {
+        if self.duration.is_nan()
+            || self.duration <= 0.0
+            || self.warmup.is_nan()
+            || self.warmup < 0.0
+            || self.rate.is_nan()
+            || self.rate < 0.0
+        {
             return Err("--duration must be positive; --warmup and --rate not negative".into());
         }
         Ok(())
