@@ -7,6 +7,7 @@
 //! measured run, cool-down), delete (removes every row).
 
 use crate::report::{new_histogram, progress, PhaseResult};
+use crate::Rng;
 use clap::Args;
 use hdrhistogram::Histogram;
 use latsdb_client::{Client, Op, Outcome, Table};
@@ -124,17 +125,6 @@ struct WorkerResult {
     failed: u64,
     batches: u64,
     latency: Histogram<u64>,
-}
-
-/// xorshift64*: cheap per-worker random keys.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
 }
 
 fn validate(args: &FlexArgs) -> Result<Vec<Phase>, String> {

@@ -6,6 +6,18 @@ mod report;
 
 use clap::{Args, Subcommand};
 
+/// xorshift64*: cheap per-worker random keys (the seed must not be 0).
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
 #[derive(Args)]
 pub struct BenchArgs {
     #[command(subcommand)]

@@ -8,6 +8,7 @@
 //! never counted as throughput.
 
 use crate::report::{new_histogram, progress};
+use crate::Rng;
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
@@ -115,24 +116,15 @@ impl LookupArgs {
 
 /// Draws keys from 0..rows.
 struct KeyGen {
-    state: u64,
+    rng: Rng,
     rows: u64,
     /// Cumulative probabilities of the Zipf distribution (empty: uniform).
     zipf_cdf: Arc<Vec<f64>>,
 }
 
 impl KeyGen {
-    fn next_u64(&mut self) -> u64 {
-        // splitmix64: fast and good enough for key choice.
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     fn key(&mut self) -> u64 {
-        let r = self.next_u64();
+        let r = self.rng.next();
         if self.zipf_cdf.is_empty() {
             return r % self.rows;
         }
@@ -417,7 +409,7 @@ fn count_codes(body: &[u8]) -> (u64, u64) {
 async fn client_loop(shared: Arc<Shared>, client: usize) {
     let mut histogram = new_histogram();
     let mut keys =
-        KeyGen { state: 0x1234_5678 ^ (client as u64) << 32, rows: shared.args.rows, zipf_cdf: shared.zipf.clone() };
+        KeyGen { rng: Rng(0x1234_5678 ^ (client as u64) << 32), rows: shared.args.rows, zipf_cdf: shared.zipf.clone() };
     let mut body = Vec::with_capacity(shared.args.batch * 100);
     let interval =
         (shared.args.rate > 0.0).then(|| Duration::from_secs_f64(shared.args.clients as f64 / shared.args.rate));
@@ -522,7 +514,7 @@ mod tests {
 
     #[test]
     fn zipf_keys_stay_in_range_and_are_skewed() {
-        let mut keys = KeyGen { state: 1, rows: 1000, zipf_cdf: Arc::new(zipf_cdf(1000)) };
+        let mut keys = KeyGen { rng: Rng(1), rows: 1000, zipf_cdf: Arc::new(zipf_cdf(1000)) };
         let mut hits = std::collections::HashMap::new();
         for _ in 0..10_000 {
             let k = keys.key();

@@ -522,7 +522,7 @@ fn write_vector(
     results: &[latsdb_types::Result<Outcome>],
     passed: Option<&Fields>,
     statuses: &mut Vec<u16>,
-) -> Result<&'static str, HttpError> {
+) -> &'static str {
     statuses.clear();
     for read in &plan.reads {
         statuses.push(match read {
@@ -553,14 +553,13 @@ fn write_vector(
     }
     out.trim_comma();
     out.byte(b']');
-    let status = if statuses.iter().all(|&s| s == 200) {
+    if statuses.iter().all(|&s| s == 200) {
         "COMPLETE"
     } else if statuses.iter().all(|&s| s == 200 || s == 404 || s == 400) {
         "MISSING"
     } else {
         "ERROR"
-    };
-    Ok(status)
+    }
 }
 
 fn write_metadata(out: &mut JsonOut, view: &ResolvedView, options: Option<&MetadataOptions>) {
@@ -637,7 +636,7 @@ pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, 
     let mut out = JsonOut::with_capacity(64 + 24 * view.features.len());
     let mut statuses = Vec::new();
     out.raw("{\"features\":");
-    let status = write_vector(&mut out, &view, &plan, &results, request.passed_features.as_ref(), &mut statuses)?;
+    let status = write_vector(&mut out, &view, &plan, &results, request.passed_features.as_ref(), &mut statuses);
     out.raw(",\"metadata\":");
     write_metadata(&mut out, &view, request.metadata_options.as_ref());
     out.raw(",\"status\":");
@@ -706,7 +705,7 @@ pub async fn serve_batch(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16
         match plan {
             Ok(plan) => {
                 let p = passed.get(i).and_then(|p| p.as_ref());
-                texts.push(write_vector(&mut out, &view, plan, &results, p, &mut statuses)?);
+                texts.push(write_vector(&mut out, &view, plan, &results, p, &mut statuses));
                 all_statuses.push(Some(statuses.clone()));
             }
             Err(_) => {

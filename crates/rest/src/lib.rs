@@ -297,6 +297,11 @@ async fn feature_view(rest: &Rest, method: &Method, request: Request<Incoming>, 
     }
 }
 
+/// The database, table and operation of batch item `i`.
+fn locate(i: usize, url: &str) -> Result<(&str, &str, PkKind), HttpError> {
+    pk::parse_relative_url(url).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))
+}
+
 /// Parses and checks a whole batch; any malformed item rejects all of it.
 fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, HttpError> {
     let batch: pk::BatchBody = json::parse(body).map_err(HttpError::bad_request)?;
@@ -318,31 +323,30 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, Ht
                 item.method
             )));
         }
-        let (database, table, kind) = pk::parse_relative_url(&item.relative_url)
-            .map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
-        pk::check_shape(kind, &item.body).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
-        let (database, table): (Cow<'a, str>, Cow<'a, str>) = match &item.relative_url {
-            // Unescaped (the usual case): borrow the names from the body.
-            Cow::Borrowed(url) => match pk::parse_relative_url(url) {
-                Ok((d, t, _)) => (Cow::Borrowed(d), Cow::Borrowed(t)),
-                Err(m) => return Err(HttpError::bad_request(m)),
-            },
-            Cow::Owned(_) => (Cow::Owned(database.to_string()), Cow::Owned(table.to_string())),
+        // Unescaped URLs (the usual case) lend the names straight from the body.
+        let (database, table, kind): (Cow<'a, str>, Cow<'a, str>, PkKind) = match item.relative_url {
+            Cow::Borrowed(url) => {
+                let (d, t, kind) = locate(i, url)?;
+                (Cow::Borrowed(d), Cow::Borrowed(t), kind)
+            }
+            Cow::Owned(url) => {
+                let (d, t, kind) = locate(i, &url)?;
+                (Cow::Owned(d.to_string()), Cow::Owned(t.to_string()), kind)
+            }
         };
+        pk::check_shape(kind, &item.body).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
         requests.push(PkRequest { database, table, kind, body: item.body });
     }
     Ok(requests)
 }
 
 /// Plans, executes and collects the outcomes of primary-key requests.
-async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Option<Planned<'a>>, ItemResult)> {
-    let mut answers: Vec<(Option<Planned<'a>>, ItemResult)> = Vec::with_capacity(requests.len());
+async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Planned<'a>, ItemResult)> {
+    let mut answers: Vec<(Planned<'a>, ItemResult)> = Vec::with_capacity(requests.len());
     let mut ops = Vec::with_capacity(requests.len());
     let mut slots = Vec::with_capacity(requests.len());
+    // Batches mostly repeat one table: reuse the previous item's.
     let mut last: Option<(&str, &str, Arc<state::ResolvedTable>)> = None;
-    // Resolve tables in order, reusing the previous item's (batches mostly
-    // repeat one table).
-    let mut resolved = Vec::with_capacity(requests.len());
     for request in &requests {
         let table = match &last {
             Some((d, t, table)) if *d == request.database && *t == request.table => Ok(table.clone()),
@@ -351,34 +355,21 @@ async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Option<P
         if let Ok(t) = &table {
             last = Some((&request.database, &request.table, t.clone()));
         }
-        resolved.push(table);
-    }
-    for (request, table) in requests.iter().zip(resolved) {
-        let planned = table.and_then(|table| {
-            let op = pk::plan(rest, &table, request)?;
-            Ok((table, op))
-        });
-        match planned {
-            Ok((table, op)) => {
+        let planned = Planned { kind: request.kind, operation_id: request.body.operation_id.clone() };
+        match table.and_then(|table| pk::plan(rest, &table, request)) {
+            Ok(op) => {
                 slots.push(answers.len());
                 ops.push(op);
-                drop(table);
-                answers.push((
-                    Some(Planned { kind: request.kind, operation_id: request.body.operation_id.clone() }),
-                    ItemResult::Done,
-                ));
+                answers.push((planned, ItemResult::Done));
             }
-            Err(e) => answers.push((
-                Some(Planned { kind: request.kind, operation_id: request.body.operation_id.clone() }),
-                ItemResult::Error(e),
-            )),
+            Err(e) => answers.push((planned, ItemResult::Error(e))),
         }
     }
     if !ops.is_empty() {
         match rest.client.batch(ops).await {
             Ok(results) => {
                 for (slot, result) in slots.into_iter().zip(results) {
-                    let kind = answers[slot].0.as_ref().map(|p| p.kind).unwrap_or(PkKind::Read);
+                    let kind = answers[slot].0.kind;
                     answers[slot].1 = pk::item_result(result, kind);
                 }
             }
@@ -402,12 +393,13 @@ async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Option<P
 }
 
 async fn single(rest: &Rest, request: PkRequest<'_>) -> Answer {
-    let mut answers = execute(rest, vec![request]).await;
-    let (planned, result) = answers.pop().ok_or_else(|| HttpError::internal("a request got no answer".into()))?;
-    let planned = planned.ok_or_else(|| HttpError::internal("a request was not planned".into()))?;
+    let (planned, result) = execute(rest, vec![request])
+        .await
+        .pop()
+        .ok_or_else(|| HttpError::internal("a request got no answer".into()))?;
     let mut out = JsonOut::with_capacity(256);
-    let status = pk::write_item(&mut out, &planned, &result);
-    Ok((status, out.buf))
+    pk::write_item(&mut out, &planned, &result);
+    Ok((result.status(), out.buf))
 }
 
 async fn batch(rest: &Rest, grant: &Grant, requests: Vec<PkRequest<'_>>) -> Answer {
@@ -418,14 +410,10 @@ async fn batch(rest: &Rest, grant: &Grant, requests: Vec<PkRequest<'_>>) -> Answ
     let mut out = JsonOut::with_capacity(64 + answers.len() * 128);
     out.raw("{\"result\":[");
     for (planned, result) in &answers {
-        let Some(planned) = planned else { continue };
         out.raw("{\"code\":");
-        let code_at = out.buf.len();
-        out.raw("000,\"body\":");
-        let status = pk::write_item(&mut out, planned, result);
-        // The status is known only after the body is written; patch it in.
-        let digits = itoa::Buffer::new().format(status).as_bytes().to_vec();
-        out.buf[code_at..code_at + 3].copy_from_slice(&digits[..3.min(digits.len())]);
+        out.uint(result.status() as u64);
+        out.raw(",\"body\":");
+        pk::write_item(&mut out, planned, result);
         out.raw("},");
     }
     out.trim_comma();

@@ -172,6 +172,16 @@ pub enum ItemResult {
     Error(HttpError),
 }
 
+impl ItemResult {
+    pub fn status(&self) -> u16 {
+        match self {
+            ItemResult::Row(_) | ItemResult::Done => 200,
+            ItemResult::NotFound => 404,
+            ItemResult::Error(e) => e.status,
+        }
+    }
+}
+
 /// Builds the client operation for one request, or says why it is invalid.
 pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Result<Op, HttpError> {
     let meta = &table.table.meta;
@@ -264,15 +274,15 @@ pub fn item_result(outcome: latsdb_types::Result<Outcome>, kind: PkKind) -> Item
     }
 }
 
-/// Writes an item's answer body; returns its HTTP status.
-pub fn write_item(out: &mut JsonOut, planned: &Planned, result: &ItemResult) -> u16 {
+/// Writes an item's answer body (its status is `result.status()`).
+pub fn write_item(out: &mut JsonOut, planned: &Planned, result: &ItemResult) {
     out.byte(b'{');
     if let Some(id) = &planned.operation_id {
         out.key("operationId");
         out.str(id);
         out.byte(b',');
     }
-    let status = match result {
+    match result {
         ItemResult::Row(row) => {
             out.key("data");
             out.byte(b'{');
@@ -284,25 +294,18 @@ pub fn write_item(out: &mut JsonOut, planned: &Planned, result: &ItemResult) -> 
             }
             out.trim_comma();
             out.byte(b'}');
-            200
         }
-        ItemResult::Done => {
-            out.trim_comma();
-            200
-        }
+        ItemResult::Done => out.trim_comma(),
         ItemResult::NotFound => {
             out.key("message");
             out.str("Not Found");
-            404
         }
         ItemResult::Error(e) => {
             out.key("message");
             out.str(&e.message);
-            e.status
         }
-    };
+    }
     out.byte(b'}');
-    status
 }
 
 /// Maps database errors to HTTP statuses.

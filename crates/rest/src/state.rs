@@ -66,12 +66,6 @@ impl Rest {
         self.load_table(database, name).await
     }
 
-    /// Forgets a cached table (after the data nodes said its definition is
-    /// stale or gone) and loads it again.
-    pub async fn reload_table(&self, database: &str, name: &str) -> Result<Arc<ResolvedTable>, HttpError> {
-        self.load_table(database, name).await
-    }
-
     async fn load_table(&self, database: &str, name: &str) -> Result<Arc<ResolvedTable>, HttpError> {
         let entry = match self.client.refresh_table(database, name).await {
             Ok(table) => {
