@@ -329,6 +329,12 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     let (status, _) = http(&c.rest, "GET", "/0.1.0/feature_view/fs/churn/1", &[], b"");
     assert_eq!(status, 404);
 
+    // A schema change behind the REST node's cache is picked up at once.
+    client.create_index("rest", "pairs", "by_v", &["v"]).await.unwrap();
+    let (status, body) =
+        post(c, "/0.1.0/rest/pairs/pk-read", r#"{"filters":[{"column":"a","value":1},{"column":"b","value":"x"}]}"#);
+    assert_eq!((status, body.as_str()), (200, r#"{"data":{"a":1,"b":"x","v":10}}"#));
+
     // Health, ping, metrics, OpenAPI; the server kept serving through all of the above.
     let (status, body) = http(&c.rest, "GET", "/0.1.0/health", &[], b"");
     assert_eq!((status, body.as_str()), (200, r#"{"status":"ok","datanodesStarted":2,"datanodes":2}"#));

@@ -27,7 +27,7 @@ use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use json::JsonOut;
 use latsdb_client::Client;
-use latsdb_types::DbError;
+use latsdb_types::{DbError, ErrorCode};
 use metrics::Endpoint;
 use pk::{ItemResult, OpBody, PkKind, PkRequest, Planned};
 use state::Rest;
@@ -340,48 +340,23 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, Ht
     Ok(requests)
 }
 
-/// Plans, executes and collects the outcomes of primary-key requests.
+/// Plans, executes and collects the outcomes of primary-key requests. Items
+/// that the data nodes refuse because the table changed or went away since
+/// it was cached are planned again against a fresh definition, once.
 async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Planned<'a>, ItemResult)> {
-    let mut answers: Vec<(Planned<'a>, ItemResult)> = Vec::with_capacity(requests.len());
-    let mut ops = Vec::with_capacity(requests.len());
-    let mut slots = Vec::with_capacity(requests.len());
-    // Batches mostly repeat one table: reuse the previous item's.
-    let mut last: Option<(&str, &str, Arc<state::ResolvedTable>)> = None;
-    for request in &requests {
-        let table = match &last {
-            Some((d, t, table)) if *d == request.database && *t == request.table => Ok(table.clone()),
-            _ => rest.table(&request.database, &request.table).await,
-        };
-        if let Ok(t) = &table {
-            last = Some((&request.database, &request.table, t.clone()));
+    let mut results: Vec<ItemResult> = requests.iter().map(|_| ItemResult::Done).collect();
+    let mut todo: Vec<usize> = (0..requests.len()).collect();
+    for round in 0..2 {
+        let stale = execute_round(rest, &requests, &todo, &mut results).await;
+        if stale.is_empty() || round == 1 {
+            break;
         }
-        let planned = Planned { kind: request.kind, operation_id: request.body.operation_id.clone() };
-        match table.and_then(|table| pk::plan(rest, &table, request)) {
-            Ok(op) => {
-                slots.push(answers.len());
-                ops.push(op);
-                answers.push((planned, ItemResult::Done));
-            }
-            Err(e) => answers.push((planned, ItemResult::Error(e))),
+        for &i in &stale {
+            rest.forget_table(&requests[i].database, &requests[i].table);
         }
+        todo = stale;
     }
-    if !ops.is_empty() {
-        match rest.client.batch(ops).await {
-            Ok(results) => {
-                for (slot, result) in slots.into_iter().zip(results) {
-                    let kind = answers[slot].0.kind;
-                    answers[slot].1 = pk::item_result(result, kind);
-                }
-            }
-            Err(e) => {
-                let e = HttpError::from_db(e);
-                for slot in slots {
-                    answers[slot].1 = ItemResult::Error(e.clone());
-                }
-            }
-        }
-    }
-    for (_, result) in &answers {
+    for result in &results {
         let counter = match result {
             ItemResult::Row(_) | ItemResult::Done => &rest.metrics.ops_ok,
             ItemResult::NotFound => &rest.metrics.ops_not_found,
@@ -389,7 +364,65 @@ async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Planned<
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    answers
+    requests
+        .into_iter()
+        .zip(results)
+        .map(|(request, result)| (Planned { kind: request.kind, operation_id: request.body.operation_id }, result))
+        .collect()
+}
+
+/// Runs the items `todo` in one batch, writing their results; returns the
+/// items refused for a stale or missing table definition.
+async fn execute_round(
+    rest: &Rest,
+    requests: &[PkRequest<'_>],
+    todo: &[usize],
+    results: &mut [ItemResult],
+) -> Vec<usize> {
+    let mut ops = Vec::with_capacity(todo.len());
+    let mut slots = Vec::with_capacity(todo.len());
+    // Batches mostly repeat one table: reuse the previous item's.
+    let mut last: Option<(&str, &str, Arc<state::ResolvedTable>)> = None;
+    for &i in todo {
+        let request = &requests[i];
+        let table = match &last {
+            Some((d, t, table)) if *d == request.database && *t == request.table => Ok(table.clone()),
+            _ => rest.table(&request.database, &request.table).await,
+        };
+        if let Ok(t) = &table {
+            last = Some((&request.database, &request.table, t.clone()));
+        }
+        match table.and_then(|table| pk::plan(rest, &table, request)) {
+            Ok(op) => {
+                slots.push(i);
+                ops.push(op);
+            }
+            Err(e) => results[i] = ItemResult::Error(e),
+        }
+    }
+    let mut stale = Vec::new();
+    if ops.is_empty() {
+        return stale;
+    }
+    match rest.client.batch(ops).await {
+        Ok(answers) => {
+            for (i, answer) in slots.into_iter().zip(answers) {
+                if let Err(e) = &answer {
+                    if matches!(e.code, ErrorCode::SchemaVersionMismatch | ErrorCode::UnknownTable) {
+                        stale.push(i);
+                    }
+                }
+                results[i] = pk::item_result(answer, requests[i].kind);
+            }
+        }
+        Err(e) => {
+            let e = HttpError::from_db(e);
+            for i in slots {
+                results[i] = ItemResult::Error(e.clone());
+            }
+        }
+    }
+    stale
 }
 
 async fn single(rest: &Rest, request: PkRequest<'_>) -> Answer {

@@ -66,6 +66,14 @@ impl Rest {
         self.load_table(database, name).await
     }
 
+    /// Drops a cached definition (the data nodes said it is stale or gone).
+    pub fn forget_table(&self, database: &str, name: &str) {
+        let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = tables.get_mut(database) {
+            slot.remove(name);
+        }
+    }
+
     async fn load_table(&self, database: &str, name: &str) -> Result<Arc<ResolvedTable>, HttpError> {
         let entry = match self.client.refresh_table(database, name).await {
             Ok(table) => {
