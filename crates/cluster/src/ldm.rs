@@ -107,6 +107,13 @@ pub(crate) enum CommitReply {
     Nobody,
 }
 
+/// A commit applied here and waiting for its backups' `ReplicaCommitted`.
+pub(crate) struct Committing {
+    pub(crate) waiting: BTreeSet<ShardAddr>,
+    pub(crate) reply: CommitReply,
+    pub(crate) epoch: latsdb_types::proto::CommitEpoch,
+}
+
 /// Transactions this shard saw decided, remembered for a while. The commit
 /// log (by a coordinator's or a primary's word) lets a takeover after a
 /// coordinator fails tell that a commit decision was made. The abort log
@@ -117,14 +124,15 @@ pub(crate) enum CommitReply {
 #[derive(Default)]
 pub(crate) struct TxLog {
     order: std::collections::VecDeque<TxId>,
-    set: std::collections::HashSet<TxId>,
+    /// Transaction -> the epoch it committed in (0 in the abort log).
+    set: std::collections::HashMap<TxId, latsdb_types::proto::CommitEpoch>,
 }
 
 const COMMIT_LOG_ENTRIES: usize = 1 << 16;
 
 impl TxLog {
-    pub(crate) fn record(&mut self, tx: TxId) {
-        if self.set.insert(tx) {
+    pub(crate) fn record(&mut self, tx: TxId, epoch: latsdb_types::proto::CommitEpoch) {
+        if self.set.insert(tx, epoch).is_none() {
             self.order.push_back(tx);
             if self.order.len() > COMMIT_LOG_ENTRIES {
                 if let Some(old) = self.order.pop_front() {
@@ -135,11 +143,15 @@ impl TxLog {
     }
 
     pub(crate) fn contains(&self, tx: &TxId) -> bool {
-        self.set.contains(tx)
+        self.set.contains_key(tx)
     }
 
-    pub(crate) fn coordinated_by(&self, node: latsdb_types::proto::NodeId) -> Vec<TxId> {
-        let mut ids: Vec<TxId> = self.set.iter().filter(|t| t.tc.node == node).copied().collect();
+    pub(crate) fn coordinated_by(
+        &self,
+        node: latsdb_types::proto::NodeId,
+    ) -> Vec<(TxId, latsdb_types::proto::CommitEpoch)> {
+        let mut ids: Vec<(TxId, latsdb_types::proto::CommitEpoch)> =
+            self.set.iter().filter(|(t, _)| t.tc.node == node).map(|(t, e)| (*t, *e)).collect();
         ids.sort_unstable();
         ids
     }
@@ -161,7 +173,7 @@ pub(crate) struct LdmState {
     /// Transactions this shard takes part in as a backup.
     pub(crate) replica_txs: FastMap<TxId, LdmTx>,
     /// Commits applied here and waiting for backups' ReplicaCommitted.
-    pub(crate) committing: FastMap<TxId, (BTreeSet<ShardAddr>, CommitReply)>,
+    pub(crate) committing: FastMap<TxId, Committing>,
     pub(crate) commit_log: TxLog,
     pub(crate) abort_log: TxLog,
     batches: FastMap<u64, PendingBatch>,
@@ -443,7 +455,10 @@ impl Shard {
                 }
                 self.ldm_auto_op_finished(tx, out);
             }
-            None => self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, result)] }, out),
+            None => {
+                let epoch = self.dur.current;
+                self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, result)], epoch }, out)
+            }
         }
     }
 
@@ -458,7 +473,11 @@ impl Shard {
         }
         let auto = ltx.autocommit.take().expect("present above");
         match auto.failed {
-            None => self.ldm_commit_with(tx, CommitReply::Batch { batch: auto.batch, slots: auto.done }, out),
+            None => {
+                // This shard coordinates the implicit transaction: its epoch decides.
+                let epoch = self.dur.current;
+                self.ldm_commit_with(tx, CommitReply::Batch { batch: auto.batch, slots: auto.done }, epoch, out)
+            }
             Some(e) => {
                 self.ldm_abort(tx, out);
                 for slot in auto.done {
@@ -485,9 +504,9 @@ impl Shard {
             }
         }
         let mut committed = Vec::new();
-        for (tx, (waiting, _)) in self.ldm.committing.iter_mut() {
-            waiting.retain(&alive);
-            if waiting.is_empty() {
+        for (tx, c) in self.ldm.committing.iter_mut() {
+            c.waiting.retain(&alive);
+            if c.waiting.is_empty() {
                 committed.push(*tx);
             }
         }
@@ -497,8 +516,8 @@ impl Shard {
             self.ldm_replicated(tx, idx, out);
         }
         for tx in committed {
-            if let Some((_, reply)) = self.ldm.committing.remove(&tx) {
-                self.ldm_committed_everywhere(tx, reply, out);
+            if let Some(c) = self.ldm.committing.remove(&tx) {
+                self.ldm_committed_everywhere(tx, c.reply, out);
             }
         }
     }
@@ -559,7 +578,8 @@ impl Shard {
             }
         }
         if !results.is_empty() {
-            self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results }, out);
+            let epoch = self.dur.current;
+            self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results, epoch }, out);
         }
     }
 
@@ -580,7 +600,8 @@ impl Shard {
                     ltx.locks.insert(key);
                     let r = self.ldm_execute(&pending.prepared, Some(tx));
                     if let Some(r) = self.ldm_replicate(tx, idx, &pending.prepared, r, out) {
-                        self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, r)] }, out);
+                        let epoch = self.dur.current;
+                        self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, r)], epoch }, out);
                     }
                 }
                 Origin::Implicit { tx, batch, idx } => {
@@ -636,20 +657,28 @@ impl Shard {
                     if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
                         forget_wait(ltx, &key);
                     }
-                    self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, error)] }, out);
+                    let epoch = self.dur.current;
+                    self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, error)], epoch }, out);
                 }
             }
         }
         self.ldm_granted(granted, out);
     }
 
-    pub(crate) fn ldm_commit(&mut self, tx: TxId, out: &mut Outbox) {
-        self.ldm_commit_with(tx, CommitReply::Coordinator, out);
+    pub(crate) fn ldm_commit(&mut self, tx: TxId, epoch: latsdb_types::proto::CommitEpoch, out: &mut Outbox) {
+        self.ldm_commit_with(tx, CommitReply::Coordinator, epoch, out);
     }
 
-    /// Applies what `tx` staged here, releases its locks, and has its
-    /// backups do the same; `reply` is told once every replica has.
-    pub(crate) fn ldm_commit_with(&mut self, tx: TxId, reply: CommitReply, out: &mut Outbox) {
+    /// Applies what `tx` staged here (logging it in `epoch`), releases its
+    /// locks, and has its backups do the same; `reply` is told once every
+    /// replica has.
+    pub(crate) fn ldm_commit_with(
+        &mut self,
+        tx: TxId,
+        reply: CommitReply,
+        epoch: latsdb_types::proto::CommitEpoch,
+        out: &mut Outbox,
+    ) {
         if self.ldm.txs.get(&tx).is_some_and(|l| !l.waits.is_empty() || !l.replicating.is_empty()) {
             // A coordinator commits only after every operation has its
             // result; a commit now breaks the protocol. Refuse it by aborting
@@ -659,7 +688,7 @@ impl Shard {
         }
         let mut backups = BTreeSet::new();
         if let Some(ltx) = self.ldm.txs.remove(&tx) {
-            self.ldm_apply_staged(ltx.staged);
+            self.ldm_apply_staged(ltx.staged, epoch);
             self.ldm_release_all(tx, ltx.locks, out);
             backups = ltx.backups;
         }
@@ -668,27 +697,27 @@ impl Shard {
             // shard staged as a backup commits too (its primary may have
             // failed; if not, its ReplicaCommit later finds nothing to do).
             if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
-                self.ldm_apply_staged(rtx.staged);
+                self.ldm_apply_staged(rtx.staged, epoch);
                 self.ldm_release_all(tx, rtx.locks, out);
             }
-            self.ldm.commit_log.record(tx);
+            self.ldm.commit_log.record(tx, epoch);
         }
         if backups.is_empty() {
             self.ldm_committed_everywhere(tx, reply, out);
             return;
         }
         for backup in &backups {
-            self.send_peer(*backup, PeerMsg::ReplicaCommit { tx }, out);
+            self.send_peer(*backup, PeerMsg::ReplicaCommit { tx, epoch }, out);
         }
-        self.ldm.committing.insert(tx, (backups, reply));
+        self.ldm.committing.insert(tx, Committing { waiting: backups, reply, epoch });
     }
 
     pub(crate) fn ldm_replica_committed(&mut self, from: ShardAddr, tx: TxId, out: &mut Outbox) {
-        let Some((waiting, _)) = self.ldm.committing.get_mut(&tx) else { return };
-        waiting.remove(&from);
-        if waiting.is_empty() {
-            let (_, reply) = self.ldm.committing.remove(&tx).expect("present above");
-            self.ldm_committed_everywhere(tx, reply, out);
+        let Some(c) = self.ldm.committing.get_mut(&tx) else { return };
+        c.waiting.remove(&from);
+        if c.waiting.is_empty() {
+            let c = self.ldm.committing.remove(&tx).expect("present above");
+            self.ldm_committed_everywhere(tx, c.reply, out);
         }
     }
 
@@ -704,9 +733,14 @@ impl Shard {
         }
     }
 
-    /// Makes staged row images the committed rows.
-    pub(crate) fn ldm_apply_staged(&mut self, staged: BTreeMap<LockKey, Staged>) {
+    /// Makes staged row images the committed rows, logged in `epoch`.
+    pub(crate) fn ldm_apply_staged(
+        &mut self,
+        staged: BTreeMap<LockKey, Staged>,
+        epoch: latsdb_types::proto::CommitEpoch,
+    ) {
         for (key, (partition, row)) in staged {
+            self.log_write(epoch, key.table, partition, &key.key, row.as_deref());
             let Some(table) = self.tables.get_mut(&key.table) else {
                 continue;
             };
@@ -848,6 +882,16 @@ impl Shard {
                 ltx.staged.insert(k, (op.partition, new_image));
             }
             _ => {
+                if self.cfg.durable {
+                    let epoch = self.dur.current;
+                    self.dur.append(&latsdb_storage::log::Record::Write {
+                        epoch,
+                        table: op.table,
+                        partition: op.partition,
+                        key: &op.key,
+                        row: new_image.as_deref(),
+                    });
+                }
                 let before = partition.memory();
                 match new_image {
                     Some(row) => partition.put(&meta, &op.key, &row),

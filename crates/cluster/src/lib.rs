@@ -18,11 +18,15 @@
 //!   backups before it is acknowledged, and committed there before the
 //!   commit is acknowledged;
 //! - takeover (`takeover`): the transactions of a failed coordinator are
-//!   committed or aborted consistently by the survivors.
+//!   committed or aborted consistently by the survivors;
+//! - durability (`durability`, `checkpoint`): commit epochs, the REDO log,
+//!   the epoch driver, local checkpoints and restoring from disk.
 //!
 //! Beside the shards, each data node runs `membership`: heartbeats, views of
 //! the live nodes chosen by consensus, leases and split-brain protection.
 
+mod checkpoint;
+mod durability;
 mod ldm;
 mod locks;
 pub mod membership;
@@ -31,4 +35,6 @@ mod shard;
 mod takeover;
 mod tc;
 
+pub use checkpoint::{checkpoint_info, redo_summary, CheckpointInfo, RedoSummary, RestoreReport};
+pub use durability::DiskOp;
 pub use shard::{ConnId, Lease, Micros, Outbox, Shard, ShardConfig};

@@ -115,13 +115,19 @@ impl Shard {
         self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: None }, out);
     }
 
-    pub(crate) fn replica_commit(&mut self, primary: ShardAddr, tx: TxId, out: &mut Outbox) {
+    pub(crate) fn replica_commit(
+        &mut self,
+        primary: ShardAddr,
+        tx: TxId,
+        epoch: latsdb_types::proto::CommitEpoch,
+        out: &mut Outbox,
+    ) {
         if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
-            self.ldm_apply_staged(rtx.staged);
+            self.ldm_apply_staged(rtx.staged, epoch);
             self.ldm_release_all(tx, rtx.locks, out);
         }
         // Evidence for a takeover that the commit decision was made.
-        self.ldm.commit_log.record(tx);
+        self.ldm.commit_log.record(tx, epoch);
         self.send_peer(primary, PeerMsg::ReplicaCommitted { tx }, out);
     }
 

@@ -38,6 +38,9 @@ pub struct ShardConfig {
     pub data_memory_bytes: u64,
     /// Shared by the shards of a node; its membership keeps it current.
     pub lease: Lease,
+    /// The shard has a disk: it writes a REDO log and checkpoints (through
+    /// `Outbox::disk`). Without one, nothing is ever durable.
+    pub durable: bool,
 }
 
 /// Until when (the node's monotonic clock, microseconds) a data node may
@@ -66,11 +69,16 @@ impl Lease {
 pub struct Outbox {
     pub client: Vec<(ConnId, u64, ClientResponse)>,
     pub peer: Vec<(ShardAddr, PeerMsg)>,
+    /// Disk work, to be carried out in order.
+    pub disk: Vec<crate::durability::DiskOp>,
+    /// This shard, as the epoch driver, declared an epoch durable (to be
+    /// reported to the management server).
+    pub durable: Option<latsdb_types::proto::CommitEpoch>,
 }
 
 impl Outbox {
     pub fn is_empty(&self) -> bool {
-        self.client.is_empty() && self.peer.is_empty()
+        self.client.is_empty() && self.peer.is_empty() && self.disk.is_empty() && self.durable.is_none()
     }
 }
 
@@ -106,6 +114,7 @@ pub struct Shard {
     pub(crate) data_memory_used: usize,
     /// Takeovers this shard runs, by failed node.
     pub(crate) takeovers: FastMap<latsdb_types::proto::NodeId, crate::takeover::Takeover>,
+    pub(crate) dur: crate::durability::Durability,
     local: VecDeque<PeerMsg>,
 }
 
@@ -122,6 +131,7 @@ impl Shard {
             now: 0,
             data_memory_used: 0,
             takeovers: FastMap::default(),
+            dur: Default::default(),
             local: VecDeque::new(),
         }
     }
@@ -171,7 +181,8 @@ impl Shard {
                 self.takeover_report(dead, out);
             }
         }
-        self.drain_local(out);
+        self.epoch_layout_changed(out);
+        self.finish_turn(out);
     }
 
     pub fn apply_schema(&mut self, change: SchemaChange) -> Result<()> {
@@ -232,8 +243,9 @@ impl Shard {
                 out.client.push((conn, req_id, response));
             }
             ClientRequest::Ping => out.client.push((conn, req_id, ClientResponse::Pong)),
+            ClientRequest::WaitDurable => self.epoch_wait_durable(conn, req_id, out),
         }
-        self.drain_local(out);
+        self.finish_turn(out);
     }
 
     pub fn on_peer(&mut self, from: ShardAddr, msg: PeerMsg, now: Micros, out: &mut Outbox) {
@@ -244,50 +256,80 @@ impl Shard {
             return;
         }
         self.dispatch_peer(from, msg, out);
-        self.drain_local(out);
+        self.finish_turn(out);
     }
 
-    /// Periodic work: lock-wait timeouts.
+    /// Periodic work: lock-wait timeouts, epochs, checkpoints.
     pub fn on_tick(&mut self, now: Micros, out: &mut Outbox) {
         self.now = now;
         self.ldm_expire_waits(out);
         self.drain_local(out);
+        self.epoch_tick(out);
+        self.lcp_tick(out);
+        self.finish_turn(out);
     }
 
     /// A client connection closed: its open transactions are aborted.
     pub fn on_disconnect(&mut self, conn: ConnId, now: Micros, out: &mut Outbox) {
         self.now = now;
         self.tc_disconnect(conn, out);
+        self.epoch_disconnect(conn);
+        self.finish_turn(out);
+    }
+
+    /// The end of every step: messages to itself, a switch waiting for
+    /// commits to complete, REDO for the host.
+    pub(crate) fn finish_turn(&mut self, out: &mut Outbox) {
         self.drain_local(out);
+        self.epoch_check_switch(out);
+        self.drain_local(out);
+        self.flush_redo(out, false);
     }
 
     fn dispatch_peer(&mut self, from: ShardAddr, msg: PeerMsg, out: &mut Outbox) {
         match msg {
             PeerMsg::TxOps { tx, ops } => self.ldm_tx_ops(tx, ops, out),
-            PeerMsg::TxCommit { tx } => self.ldm_commit(tx, out),
+            PeerMsg::TxCommit { tx, epoch } => {
+                self.observe_epoch(epoch);
+                self.ldm_commit(tx, epoch, out)
+            }
             PeerMsg::TxAbort { tx } => {
-                self.ldm.abort_log.record(tx);
+                self.ldm.abort_log.record(tx, 0);
                 self.ldm_abort(tx, out)
             }
-            PeerMsg::TxOpResults { tx, results } => self.tc_op_results(from, tx, results, out),
+            PeerMsg::TxOpResults { tx, results, epoch } => {
+                self.observe_epoch(epoch);
+                self.tc_op_results(from, tx, results, epoch, out)
+            }
             PeerMsg::TxCommitted { tx } => self.tc_committed(from, tx, out),
             PeerMsg::ReplicaPrepare { tx, idx, table, partition, key, image } => {
                 self.replica_prepare(from, tx, idx, table, partition, key, image, out)
             }
             PeerMsg::ReplicaPrepared { tx, idx, error } => self.ldm_replica_prepared(from, tx, idx, error, out),
-            PeerMsg::ReplicaCommit { tx } => self.replica_commit(from, tx, out),
+            PeerMsg::ReplicaCommit { tx, epoch } => {
+                self.observe_epoch(epoch);
+                self.replica_commit(from, tx, epoch, out)
+            }
             PeerMsg::ReplicaCommitted { tx } => self.ldm_replica_committed(from, tx, out),
             PeerMsg::ReplicaAbort { tx } => self.replica_abort(tx, out),
             PeerMsg::TakeoverReport { dead, prepared, committed } => {
                 self.takeover_on_report(from, dead, prepared, committed, out)
             }
-            PeerMsg::TakeoverCommit { tx } => self.takeover_commit(tx, out),
+            PeerMsg::TakeoverCommit { tx, epoch } => {
+                self.observe_epoch(epoch);
+                self.takeover_commit(tx, epoch, out)
+            }
             PeerMsg::TakeoverAbort { tx } => {
-                self.ldm.abort_log.record(tx);
+                self.ldm.abort_log.record(tx, 0);
                 self.ldm_abort(tx, out)
             }
             // Membership runs beside the shards; its host handles these.
             PeerMsg::Member(_) => {}
+            PeerMsg::EpochSwitch { epoch } => self.epoch_on_switch(from, epoch, out),
+            PeerMsg::EpochCompleted { epoch, view } => self.driver_on_completed(from, epoch, view, out),
+            PeerMsg::EpochSave { epoch } => self.epoch_on_save(from, epoch, out),
+            PeerMsg::EpochSaved { epoch } => self.driver_on_saved(from, epoch, out),
+            PeerMsg::EpochDurable { epoch } => self.epoch_on_durable(epoch, out),
         }
     }
 

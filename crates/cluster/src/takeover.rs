@@ -27,7 +27,8 @@ pub(crate) struct Takeover {
     /// Live shards whose report is still missing.
     waiting: BTreeSet<ShardAddr>,
     prepared: BTreeMap<TxId, BTreeSet<ShardAddr>>,
-    committed: BTreeSet<TxId>,
+    /// Transactions some shard saw committed, with their epoch.
+    committed: std::collections::BTreeMap<TxId, latsdb_types::proto::CommitEpoch>,
 }
 
 impl Shard {
@@ -58,7 +59,7 @@ impl Shard {
         from: ShardAddr,
         dead: NodeId,
         prepared: Vec<TxId>,
-        committed: Vec<TxId>,
+        committed: Vec<(TxId, latsdb_types::proto::CommitEpoch)>,
         out: &mut Outbox,
     ) {
         if !self.takeovers.contains_key(&dead) {
@@ -103,15 +104,18 @@ impl Shard {
     fn takeover_decide(&mut self, dead: NodeId, out: &mut Outbox) {
         let Some(t) = self.takeovers.remove(&dead) else { return };
         for (tx, holders) in t.prepared {
-            let commit = t.committed.contains(&tx);
+            let commit = t.committed.get(&tx).copied();
             for holder in holders {
-                let msg = if commit { PeerMsg::TakeoverCommit { tx } } else { PeerMsg::TakeoverAbort { tx } };
+                let msg = match commit {
+                    Some(epoch) => PeerMsg::TakeoverCommit { tx, epoch },
+                    None => PeerMsg::TakeoverAbort { tx },
+                };
                 self.send_peer(holder, msg, out);
             }
         }
     }
 
-    pub(crate) fn takeover_commit(&mut self, tx: TxId, out: &mut Outbox) {
-        self.ldm_commit_with(tx, CommitReply::Nobody, out);
+    pub(crate) fn takeover_commit(&mut self, tx: TxId, epoch: latsdb_types::proto::CommitEpoch, out: &mut Outbox) {
+        self.ldm_commit_with(tx, CommitReply::Nobody, epoch, out);
     }
 }

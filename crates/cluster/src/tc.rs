@@ -49,6 +49,9 @@ struct TcTx {
     commit: bool,
     phase: Phase,
     error: Option<DbError>,
+    /// The highest epoch a participant reported; the commit's epoch is at
+    /// least this (see durability.rs).
+    epoch: latsdb_types::proto::CommitEpoch,
 }
 
 #[derive(Default)]
@@ -64,6 +67,12 @@ impl TcState {
 
     pub(crate) fn open(&self) -> usize {
         self.txs.len()
+    }
+
+    /// Whether no transaction decided in an epoch below `epoch` is still
+    /// waiting for a participant's `TxCommitted`.
+    pub(crate) fn all_committed_below(&self, epoch: latsdb_types::proto::CommitEpoch) -> bool {
+        !self.txs.values().any(|t| matches!(t.phase, Phase::Committing { .. }) && t.epoch < epoch)
     }
 }
 
@@ -93,6 +102,7 @@ impl Shard {
                         commit,
                         phase: Phase::Idle,
                         error: None,
+                        epoch: 0,
                     },
                 );
                 id
@@ -181,7 +191,14 @@ impl Shard {
         })
     }
 
-    pub(crate) fn tc_op_results(&mut self, from: ShardAddr, tx: TxId, results: Vec<(u32, OpResult)>, out: &mut Outbox) {
+    pub(crate) fn tc_op_results(
+        &mut self,
+        from: ShardAddr,
+        tx: TxId,
+        results: Vec<(u32, OpResult)>,
+        epoch: latsdb_types::proto::CommitEpoch,
+        out: &mut Outbox,
+    ) {
         let Some(t) = self.tc.txs.get_mut(&tx) else {
             return;
         };
@@ -190,6 +207,7 @@ impl Shard {
         if t.phase != Phase::Executing || !t.participants.contains(&from) {
             return;
         }
+        t.epoch = t.epoch.max(epoch);
         for (idx, r) in results {
             let Some(slot) = t.results.get_mut(idx as usize) else { continue };
             if slot.is_some() {
@@ -221,9 +239,15 @@ impl Shard {
                 self.tc_finish_commit(tx, out);
                 return;
             }
+            // The commit decision: its epoch is this shard's or a higher one a
+            // participant reported.
+            let epoch = t.epoch.max(self.dur.current);
+            t.epoch = epoch;
             t.phase = Phase::Committing { waiting: t.participants.clone() };
-            for shard in t.participants.clone() {
-                self.send_peer(shard, PeerMsg::TxCommit { tx }, out);
+            let participants = t.participants.clone();
+            self.observe_epoch(epoch);
+            for shard in participants {
+                self.send_peer(shard, PeerMsg::TxCommit { tx, epoch }, out);
             }
             return;
         }
@@ -379,8 +403,9 @@ impl Shard {
             }
         }
         let done = waiting.is_empty();
+        let epoch = t.epoch;
         for s in successors {
-            self.send_peer(s, PeerMsg::TxCommit { tx }, out);
+            self.send_peer(s, PeerMsg::TxCommit { tx, epoch }, out);
         }
         if done {
             self.tc_finish_commit(tx, out);

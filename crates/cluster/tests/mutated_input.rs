@@ -50,6 +50,9 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         lock_wait_timeout_ms: 5,
         heartbeat_interval_ms: 100,
         heartbeat_missed: 5,
+        epoch_interval_ms: 100,
+        checkpoint_trigger_mb: 64,
+        durable_epoch: 0,
     };
     let cfg = ShardConfig {
         me: ShardAddr { node: 2, shard: 0 },

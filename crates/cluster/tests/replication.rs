@@ -35,6 +35,9 @@ fn layout(b_started: bool) -> ClusterLayout {
         lock_wait_timeout_ms: 100,
         heartbeat_interval_ms: 100,
         heartbeat_missed: 5,
+        epoch_interval_ms: 100,
+        checkpoint_trigger_mb: 64,
+        durable_epoch: 0,
     }
 }
 

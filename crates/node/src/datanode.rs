@@ -94,6 +94,9 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         lock_wait_timeout_ms: 1500,
         heartbeat_interval_ms: 100,
         heartbeat_missed: 5,
+        epoch_interval_ms: 100,
+        checkpoint_trigger_mb: 64,
+        durable_epoch: 0,
     };
     let mut shards: Vec<ShardHandle> = Vec::new();
     let lease = latsdb_cluster::Lease::unlimited();

@@ -98,6 +98,9 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         lock_wait_timeout_ms: config.cluster.lock_wait_timeout_ms,
         heartbeat_interval_ms: config.cluster.heartbeat_interval_ms,
         heartbeat_missed: config.cluster.heartbeat_missed,
+        epoch_interval_ms: config.cluster.epoch_interval_ms,
+        checkpoint_trigger_mb: config.cluster.checkpoint_trigger_mb,
+        durable_epoch: 0,
     };
     let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
     let mgmd = Arc::new(Mgmd {

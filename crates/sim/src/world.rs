@@ -331,6 +331,9 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
         lock_wait_timeout_ms: cfg.lock_wait_timeout_us / 1000,
         heartbeat_interval_ms: cfg.heartbeat_interval_us / 1000,
         heartbeat_missed: cfg.heartbeat_missed,
+        epoch_interval_ms: 100,
+        checkpoint_trigger_mb: 64,
+        durable_epoch: 0,
     }
 }
 

@@ -9,6 +9,7 @@
 //! Row locks and transaction staging live above this crate (in the cluster
 //! crate's local data manager); this crate only sees committed rows.
 
+pub mod log;
 mod rowmap;
 
 use latsdb_types::expr::Aggregate;
@@ -190,6 +191,36 @@ impl Partition {
     /// Iterates every row (for checks and tests).
     pub fn rows(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.rows.iter().map(|e| (e.key(), e.row()))
+    }
+
+    /// Visits rows in primary-key order after `after` (from the start when
+    /// None) until about `max_bytes` of keys and rows were visited; returns
+    /// the last key visited when rows remain. Resuming from that key visits
+    /// every row that existed throughout exactly once, however the partition
+    /// changed in between (a local checkpoint walks a partition this way
+    /// while it serves writes).
+    pub fn rows_after(
+        &self,
+        after: Option<&[u8]>,
+        max_bytes: usize,
+        mut visit: impl FnMut(&[u8], &[u8]),
+    ) -> Option<Box<[u8]>> {
+        let primary = &self.indexes.first()?.entries;
+        let lower = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        let mut used = 0;
+        for (key, _) in primary.range::<[u8], _>((lower, Bound::Unbounded)) {
+            if used >= max_bytes {
+                return Some(key.clone());
+            }
+            if let Some(row) = self.get(key) {
+                used += key.len() + row.len();
+                visit(key, row);
+            }
+        }
+        None
     }
 
     /// One page of a read-committed scan along an ordered index.

@@ -34,6 +34,14 @@ pub struct ClusterSection {
     /// A data node that has not answered for this many intervals is
     /// declared dead (a broken connection counts at once).
     pub heartbeat_missed: u32,
+    /// Length of a commit epoch in milliseconds: every data node syncs its
+    /// REDO log and the durable epoch advances this often. A crash of the
+    /// whole cluster loses at most the last epoch or two.
+    pub epoch_interval_ms: u64,
+    /// A shard starts a local checkpoint once this many MiB of REDO were
+    /// written since its last one started (REDO behind a completed
+    /// checkpoint is deleted); 0 disables checkpoints (REDO then grows).
+    pub checkpoint_trigger_mb: u64,
 }
 
 impl Default for ClusterSection {
@@ -46,6 +54,8 @@ impl Default for ClusterSection {
             max_frame_bytes: crate::proto::DEFAULT_MAX_FRAME_BYTES,
             heartbeat_interval_ms: 100,
             heartbeat_missed: 5,
+            epoch_interval_ms: 100,
+            checkpoint_trigger_mb: 64,
         }
     }
 }
@@ -149,6 +159,12 @@ impl ClusterConfig {
             return bad(format!(
                 "cluster.heartbeat_interval_ms must be positive and cluster.heartbeat_missed at least 4 (got {} and {}): a node's lease lasts 3 intervals and must end before its peers give up on it",
                 self.cluster.heartbeat_interval_ms, self.cluster.heartbeat_missed
+            ));
+        }
+        if !(1..=60_000).contains(&self.cluster.epoch_interval_ms) {
+            return bad(format!(
+                "cluster.epoch_interval_ms is {}; it must be 1 to 60000 (a crash of the whole cluster may lose the last epoch)",
+                self.cluster.epoch_interval_ms
             ));
         }
         if self.cluster.max_frame_bytes < 4096 {

@@ -15,7 +15,7 @@ use crate::schema::{ColumnId, IndexId, TableDef, TableId, TableSpec};
 use crate::value::Value;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Bytes of the frame header: length (4) and request id (8).
 pub const FRAME_HEADER: usize = 12;
 /// Default largest frame a node accepts.
@@ -167,6 +167,10 @@ pub enum ClientRequest {
     },
     Scan(ScanRequest),
     Ping,
+    /// Answered (with `Durable`) once the commits this shard acknowledged
+    /// before this request are durable: their epoch is synced on every
+    /// live data node.
+    WaitDurable,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -188,6 +192,8 @@ pub enum ClientResponse {
     },
     Scan(ScanPage),
     Pong,
+    /// The latest durable epoch, at least the one `WaitDurable` waited for.
+    Durable(CommitEpoch),
     Error(DbError),
 }
 
@@ -198,12 +204,19 @@ pub enum PeerMsg {
         tx: TxId,
         ops: Vec<(u32, KeyOp)>,
     },
+    /// `epoch` is the participant's current commit epoch: a transaction
+    /// commits in an epoch no lower than that of any participant it touched,
+    /// so it never lands in an earlier epoch than a commit it depends on.
     TxOpResults {
         tx: TxId,
         results: Vec<(u32, OpResult)>,
+        epoch: CommitEpoch,
     },
+    /// The coordinator decided commit in `epoch`: every REDO record of the
+    /// transaction carries it.
     TxCommit {
         tx: TxId,
+        epoch: CommitEpoch,
     },
     TxCommitted {
         tx: TxId,
@@ -231,6 +244,7 @@ pub enum PeerMsg {
     /// Primary -> backup: apply what `tx` staged and release its locks.
     ReplicaCommit {
         tx: TxId,
+        epoch: CommitEpoch,
     },
     ReplicaCommitted {
         tx: TxId,
@@ -246,18 +260,53 @@ pub enum PeerMsg {
     TakeoverReport {
         dead: NodeId,
         prepared: Vec<TxId>,
-        committed: Vec<TxId>,
+        committed: Vec<(TxId, CommitEpoch)>,
     },
-    /// The takeover shard's decision for a transaction of a failed coordinator.
+    /// The takeover shard's decision for a transaction of a failed
+    /// coordinator, in the epoch the coordinator decided.
     TakeoverCommit {
         tx: TxId,
+        epoch: CommitEpoch,
     },
     TakeoverAbort {
         tx: TxId,
     },
     /// Membership protocol between the first shards of data nodes.
     Member(MemberMsg),
+    /// Epoch driver -> every shard: commits decided from now on belong to
+    /// `epoch` or later. Answered with `EpochCompleted` once every commit
+    /// this shard is responsible for in an earlier epoch has reached all
+    /// its replicas.
+    EpochSwitch {
+        epoch: CommitEpoch,
+    },
+    /// `view`: the data nodes this shard considers started (a report from
+    /// a shard that still counts a failed node is not complete: that
+    /// node's transactions may still be committing through a takeover).
+    EpochCompleted {
+        epoch: CommitEpoch,
+        view: Vec<NodeId>,
+    },
+    /// Epoch driver -> every shard: write and sync the REDO log through
+    /// `epoch`; answered with `EpochSaved`.
+    EpochSave {
+        epoch: CommitEpoch,
+    },
+    EpochSaved {
+        epoch: CommitEpoch,
+    },
+    /// Every live data node has synced `epoch`: it survives a crash of the
+    /// whole cluster.
+    EpochDurable {
+        epoch: CommitEpoch,
+    },
 }
+
+/// A commit epoch (NDB's global checkpoint id). Every commit belongs to
+/// one; an epoch is durable once every live data node has synced its REDO
+/// log through it, and a system restart brings back exactly the commits of
+/// the durable epochs.
+pub type CommitEpoch = u64;
 
 /// A membership view number: every change of the set of live data nodes
 /// installs the next epoch.
@@ -358,6 +407,15 @@ pub struct ClusterLayout {
     /// `heartbeat_missed` intervals is removed from the view.
     pub heartbeat_interval_ms: u64,
     pub heartbeat_missed: u32,
+    /// Length of a commit epoch: REDO logs are synced and the durable epoch
+    /// advances this often.
+    pub epoch_interval_ms: u64,
+    /// A data node shard starts a local checkpoint once this much REDO was
+    /// written since its last one started; 0 disables checkpoints.
+    pub checkpoint_trigger_mb: u64,
+    /// The latest epoch every live data node has synced, as reported by the
+    /// data nodes (0 before the first).
+    pub durable_epoch: CommitEpoch,
 }
 
 impl ClusterLayout {
@@ -497,6 +555,12 @@ pub enum MgmRequest {
     DataNodeStarted {
         node_id: NodeId,
         shards: Vec<String>,
+        /// What the node found on its disk (None: nothing, an initial start).
+        recovery: Option<NodeRecovery>,
+    },
+    /// The epoch driver reports a new durable epoch.
+    EpochDurable {
+        epoch: CommitEpoch,
     },
     CreateTable(TableSpec),
     DropTable {
@@ -547,6 +611,8 @@ pub enum MgmResponse {
     Started {
         layout: ClusterLayout,
         tables: Vec<TableDef>,
+        /// How the node's shards begin (restore from disk or start empty).
+        start: StartPlan,
     },
     Table(TableDef),
     Tables(Vec<TableDef>),
@@ -556,6 +622,27 @@ pub enum MgmResponse {
     Member(Option<MemberMsg>),
     Done,
     Error(DbError),
+}
+
+/// What a data node's disk holds, reported when it starts.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NodeRecovery {
+    /// The latest epoch every shard of the node synced (its REDO logs hold
+    /// every commit up to it).
+    pub saved_epoch: CommitEpoch,
+    /// The highest epoch any of its REDO records carries.
+    pub max_epoch: CommitEpoch,
+}
+
+/// The management server's answer to a starting data node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct StartPlan {
+    /// Restore the local checkpoint and REDO log up to this epoch (None:
+    /// start empty and discard what the disk holds).
+    pub restore_epoch: Option<CommitEpoch>,
+    /// New commits begin in this epoch, above any epoch a REDO log of the
+    /// cluster has ever carried.
+    pub first_epoch: CommitEpoch,
 }
 
 /// Rows and estimated data memory of one shard.
@@ -653,6 +740,9 @@ mod tests {
             lock_wait_timeout_ms: 1,
             heartbeat_interval_ms: 100,
             heartbeat_missed: 5,
+            epoch_interval_ms: 100,
+            checkpoint_trigger_mb: 64,
+            durable_epoch: 0,
         };
         let router = Router::new(&layout);
         let at = |n| ShardAddr { node: n, shard: 0 };

@@ -1,0 +1,337 @@
+//! Local checkpoints and restoring a shard from disk.
+//!
+//! A local checkpoint writes every row of every partition the shard holds
+//! to a checkpoint file, a chunk per tick, while the shard keeps serving.
+//! It is fuzzy: a row changed during the walk may be written in its old or
+//! its new version. It records the REDO position (LSN) at which it started;
+//! restoring loads its rows and then replays the REDO log from there, which
+//! brings every row changed during the walk to its latest version (REDO
+//! records are after-images, so replaying one again is harmless).
+//!
+//! A finished checkpoint may hold rows of its last epoch (`end_epoch`); it
+//! can restore the shard only to that epoch or later, so it replaces the
+//! previous one (and the REDO before its start is deleted) only once
+//! `end_epoch` is durable.
+//!
+//! Restoring to epoch D replays the REDO records of epochs up to D and skips
+//! newer ones, and the records a later `Restarted` marker discards (commits
+//! of epochs after the restore point of an earlier system restart, which
+//! the cluster lost and must never come back).
+
+use crate::durability::DiskOp;
+use crate::shard::{Outbox, Shard};
+use latsdb_storage::log::{self, Reader, Record};
+use latsdb_types::proto::CommitEpoch;
+use latsdb_types::schema::TableId;
+use latsdb_types::{DbError, ErrorCode, Result};
+
+/// Row bytes a checkpoint writes per tick of the shard (10 ms): at most
+/// about 50 MB/s, a small share of a core for the copying.
+const CHUNK_BYTES: usize = 512 << 10;
+
+struct Running {
+    id: u64,
+    start_lsn: u64,
+    tables: Vec<TableId>,
+    table: usize,
+    partition: u32,
+    resume: Option<Box<[u8]>>,
+    rows: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Lcp {
+    next_id: u64,
+    /// LSN at which the last checkpoint started.
+    last_start_lsn: u64,
+    running: Option<Running>,
+    /// A checkpoint being synced: token, id, end epoch, start LSN.
+    ending: Option<(u64, u64, CommitEpoch, u64)>,
+    /// Finished checkpoints whose end epoch is not durable yet.
+    finished: Vec<(u64, CommitEpoch, u64)>,
+    /// Checkpoints completed since the shard started (for reports).
+    pub(crate) completed: u64,
+}
+
+/// What a checkpoint file holds, if it is complete and intact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    pub id: u64,
+    pub start_lsn: u64,
+    pub end_epoch: CommitEpoch,
+    pub rows: u64,
+}
+
+/// Reads a checkpoint file's header and trailer, checking every record.
+pub fn checkpoint_info(bytes: &[u8]) -> Option<CheckpointInfo> {
+    let mut reader = Reader::new(bytes);
+    let Some((_, Record::CheckpointHeader { id, start_lsn })) = reader.next() else { return None };
+    let mut rows = 0;
+    for (_, record) in reader.by_ref() {
+        match record {
+            Record::CheckpointRow { .. } => rows += 1,
+            Record::CheckpointTrailer { end_epoch, rows: n } if n == rows => {
+                return (!reader.stopped_early()).then_some(CheckpointInfo { id, start_lsn, end_epoch, rows });
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// What a REDO log holds: how much of it is intact, the latest epoch it
+/// was synced through, and the highest epoch any record carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RedoSummary {
+    pub valid_len: usize,
+    pub saved_epoch: CommitEpoch,
+    pub max_epoch: CommitEpoch,
+}
+
+pub fn redo_summary(bytes: &[u8]) -> RedoSummary {
+    let mut reader = Reader::new(bytes);
+    let mut s = RedoSummary::default();
+    for (_, record) in reader.by_ref() {
+        match record {
+            Record::Write { epoch, .. } => s.max_epoch = s.max_epoch.max(epoch),
+            Record::Saved { epoch } => s.saved_epoch = s.saved_epoch.max(epoch),
+            Record::Restarted { discarded, restored } => {
+                s.max_epoch = s.max_epoch.max(discarded);
+                s.saved_epoch = s.saved_epoch.max(restored);
+            }
+            _ => {}
+        }
+    }
+    s.valid_len = reader.valid_len();
+    s
+}
+
+/// What restoring a shard did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    pub checkpoint_rows: u64,
+    pub redo_applied: u64,
+    pub redo_skipped: u64,
+}
+
+impl Shard {
+    /// Periodic checkpoint work: start one when enough REDO was written,
+    /// write the next chunk of a running one.
+    pub(crate) fn lcp_tick(&mut self, out: &mut Outbox) {
+        if !self.cfg.durable {
+            return;
+        }
+        let trigger = self.layout.checkpoint_trigger_mb << 20;
+        let lcp = &mut self.dur.lcp;
+        if lcp.running.is_none() && lcp.ending.is_none() {
+            if trigger == 0 || self.dur.lsn - lcp.last_start_lsn < trigger {
+                return;
+            }
+            lcp.next_id += 1;
+            let id = lcp.next_id;
+            let start_lsn = self.dur.lsn;
+            lcp.last_start_lsn = start_lsn;
+            let mut tables: Vec<TableId> = self.tables.keys().copied().collect();
+            tables.sort_unstable();
+            lcp.running = Some(Running { id, start_lsn, tables, table: 0, partition: 0, resume: None, rows: 0 });
+            // Every REDO record before the start LSN must be on its way to
+            // disk before the checkpoint can stand in for them.
+            self.flush_redo(out, true);
+            out.disk.push(DiskOp::CheckpointBegin { id });
+            let mut bytes = Vec::new();
+            log::encode(&mut bytes, &Record::CheckpointHeader { id, start_lsn });
+            out.disk.push(DiskOp::CheckpointAppend { id, bytes });
+        }
+        self.lcp_write_chunk(out);
+    }
+
+    fn lcp_write_chunk(&mut self, out: &mut Outbox) {
+        let Some(mut run) = self.dur.lcp.running.take() else { return };
+        let mut bytes = Vec::with_capacity(CHUNK_BYTES + 4096);
+        while bytes.len() < CHUNK_BYTES {
+            let Some(&table_id) = run.tables.get(run.table) else { break };
+            let Some(table) = self.tables.get(&table_id) else {
+                // Dropped while the checkpoint ran.
+                run.table += 1;
+                run.partition = 0;
+                run.resume = None;
+                continue;
+            };
+            let Some(slot) = table.partitions.get(run.partition as usize) else {
+                run.table += 1;
+                run.partition = 0;
+                run.resume = None;
+                continue;
+            };
+            let Some(partition) = slot else {
+                run.partition += 1;
+                continue;
+            };
+            let budget = CHUNK_BYTES - bytes.len();
+            let p = run.partition;
+            let mut rows = 0;
+            let resume = partition.rows_after(run.resume.as_deref(), budget, |key, row| {
+                log::encode(&mut bytes, &Record::CheckpointRow { table: table_id, partition: p, key, row });
+                rows += 1;
+            });
+            run.rows += rows;
+            match resume {
+                Some(k) => run.resume = Some(k),
+                None => {
+                    run.partition += 1;
+                    run.resume = None;
+                }
+            }
+        }
+        let id = run.id;
+        if run.table >= run.tables.len() {
+            log::encode(&mut bytes, &Record::CheckpointTrailer { end_epoch: self.dur.current, rows: run.rows });
+            out.disk.push(DiskOp::CheckpointAppend { id, bytes });
+            let token = self.dur.token();
+            out.disk.push(DiskOp::CheckpointEnd { id, token });
+            self.dur.lcp.ending = Some((token, id, self.dur.current, run.start_lsn));
+        } else {
+            if !bytes.is_empty() {
+                out.disk.push(DiskOp::CheckpointAppend { id, bytes });
+            }
+            self.dur.lcp.running = Some(run);
+        }
+    }
+
+    pub(crate) fn lcp_on_disk_done(&mut self, token: u64, out: &mut Outbox) {
+        let lcp = &mut self.dur.lcp;
+        let Some((t, id, end_epoch, start_lsn)) = lcp.ending else { return };
+        if t != token {
+            return;
+        }
+        lcp.ending = None;
+        lcp.completed += 1;
+        lcp.finished.push((id, end_epoch, start_lsn));
+        self.lcp_on_durable(out);
+    }
+
+    /// Finished checkpoints whose end epoch became durable replace the
+    /// older ones; the REDO before the newest one's start goes.
+    pub(crate) fn lcp_on_durable(&mut self, out: &mut Outbox) {
+        let durable = self.dur.durable;
+        let lcp = &mut self.dur.lcp;
+        let Some(newest) = lcp.finished.iter().filter(|f| f.1 <= durable).max_by_key(|f| f.0).copied() else {
+            return;
+        };
+        lcp.finished.retain(|f| f.0 > newest.0);
+        out.disk.push(DiskOp::Trim { keep_checkpoint: newest.0, redo_before: newest.2 });
+    }
+
+    /// Restores this shard (its tables already applied) from a checkpoint
+    /// and the REDO log that follows it, to epoch `restore_epoch`; new
+    /// commits then begin in `first_epoch`.
+    ///
+    /// `redo` is the intact REDO log from LSN `redo_base`. The checkpoint
+    /// (if any) must start at or after `redo_base` and end at or before
+    /// `restore_epoch`.
+    pub fn restore(
+        &mut self,
+        checkpoint: Option<&[u8]>,
+        redo: &[u8],
+        redo_base: u64,
+        restore_epoch: CommitEpoch,
+        first_epoch: CommitEpoch,
+    ) -> Result<RestoreReport> {
+        let corrupt = |what: String| DbError::new(ErrorCode::Internal, what);
+        let mut report = RestoreReport::default();
+        let mut replay_from = redo_base;
+        if let Some(bytes) = checkpoint {
+            let info = checkpoint_info(bytes).ok_or_else(|| corrupt("the checkpoint chosen for restore is incomplete".into()))?;
+            if info.end_epoch > restore_epoch || info.start_lsn < redo_base {
+                return Err(corrupt(format!(
+                    "checkpoint {} (start LSN {}, end epoch {}) cannot restore epoch {restore_epoch} from REDO starting at LSN {redo_base}",
+                    info.id, info.start_lsn, info.end_epoch
+                )));
+            }
+            for (_, record) in Reader::new(bytes) {
+                if let Record::CheckpointRow { table, partition, key, row } = record {
+                    if self.restore_row(table, partition, key, Some(row))? {
+                        report.checkpoint_rows += 1;
+                    }
+                }
+            }
+            replay_from = info.start_lsn;
+            self.dur.lcp.next_id = info.id;
+        }
+        // Ranges of epochs discarded by later restarts, with the offset of
+        // the marker: a record before a marker in its range is void.
+        let mut discarded: Vec<(usize, CommitEpoch, CommitEpoch)> = Vec::new();
+        let mut reader = Reader::new(redo);
+        for (at, record) in reader.by_ref() {
+            if let Record::Restarted { restored, discarded: upto } = record {
+                discarded.push((at, restored, upto));
+            }
+        }
+        let valid = reader.valid_len();
+        let skip_to = (replay_from - redo_base) as usize;
+        for (at, record) in Reader::new(&redo[..valid]) {
+            if at < skip_to {
+                continue;
+            }
+            let Record::Write { epoch, table, partition, key, row } = record else { continue };
+            let void = discarded.iter().any(|&(m, lo, hi)| m > at && epoch > lo && epoch <= hi);
+            if epoch > restore_epoch || void {
+                report.redo_skipped += 1;
+                continue;
+            }
+            if self.restore_row(table, partition, key, row)? {
+                report.redo_applied += 1;
+            }
+        }
+        self.data_memory_used =
+            self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.memory()).sum();
+        self.dur.lsn = redo_base + valid as u64;
+        self.dur.lcp.last_start_lsn = replay_from;
+        self.dur.current = first_epoch;
+        self.dur.durable = restore_epoch;
+        // Commits of epochs after the restore point that some log may hold
+        // were lost with the cluster: void them for every later restart.
+        if self.cfg.durable {
+            self.dur.append(&Record::Restarted { restored: restore_epoch, discarded: first_epoch.saturating_sub(1) });
+        }
+        Ok(report)
+    }
+
+    /// Applies one restored row to a partition this shard holds; rows of
+    /// dropped tables and of partitions held elsewhere are skipped.
+    fn restore_row(&mut self, table: TableId, partition: u32, key: &[u8], row: Option<&[u8]>) -> Result<bool> {
+        let Some(state) = self.tables.get_mut(&table) else { return Ok(false) };
+        let meta = state.meta.clone();
+        let Some(Some(p)) = state.partitions.get_mut(partition as usize) else { return Ok(false) };
+        match row {
+            Some(row) => {
+                meta.layout.validate(row).map_err(|e| {
+                    DbError::new(
+                        ErrorCode::Internal,
+                        format!(
+                            "a restored row of table {} does not match its definition ({}); the data directory belongs to another schema",
+                            meta.def.qualified_name(),
+                            e.message
+                        ),
+                    )
+                })?;
+                p.put(&meta, key, row);
+            }
+            None => {
+                p.remove(&meta, key);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Takes the REDO bytes buffered so far (the restart marker after a
+    /// restore), for the host to write and sync before serving.
+    pub fn take_redo(&mut self) -> Vec<u8> {
+        self.dur.take_redo()
+    }
+
+    /// Checkpoints completed since this shard started, and the REDO LSN.
+    pub fn durability_stats(&self) -> (u64, u64) {
+        (self.dur.lcp.completed, self.dur.lsn)
+    }
+}
