@@ -60,6 +60,7 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         first_tx_seq: 1,
         data_memory_bytes: 1 << 20,
         lease: latsdb_cluster::Lease::unlimited(),
+        durable: false,
     };
     let mut shard = Shard::new(cfg, layout);
     shard.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();

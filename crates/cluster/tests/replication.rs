@@ -69,6 +69,7 @@ impl Net {
                     first_tx_seq: 0,
                     data_memory_bytes: 0,
                     lease: latsdb_cluster::Lease::unlimited(),
+                    durable: false,
                 };
                 let mut s = Shard::new(cfg, layout(true));
                 s.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();

@@ -62,6 +62,7 @@ impl Pump {
                         first_tx_seq: 0,
                         data_memory_bytes,
                         lease: latsdb_cluster::Lease::unlimited(),
+                        durable: false,
                     },
                     layout(),
                 );
@@ -282,10 +283,10 @@ fn unexpected_peer_messages_are_ignored_not_fatal() {
     // exist, results from a shard that was never asked, commits and aborts
     // for unknown transactions: none may panic or answer the client.
     p.shards[s].on_peer(me, PeerMsg::TxCommitted { tx }, 0, &mut out);
-    p.shards[s].on_peer(me, PeerMsg::TxOpResults { tx, results: vec![(99, OpResult::Done)] }, 0, &mut out);
-    p.shards[s].on_peer(stranger, PeerMsg::TxOpResults { tx, results: vec![(0, OpResult::Done)] }, 0, &mut out);
+    p.shards[s].on_peer(me, PeerMsg::TxOpResults { tx, results: vec![(99, OpResult::Done)], epoch: 1 }, 0, &mut out);
+    p.shards[s].on_peer(stranger, PeerMsg::TxOpResults { tx, results: vec![(0, OpResult::Done)], epoch: 1 }, 0, &mut out);
     let ghost = TxId { tc: me, seq: 123_456 };
-    p.shards[s].on_peer(stranger, PeerMsg::TxCommit { tx: ghost }, 0, &mut out);
+    p.shards[s].on_peer(stranger, PeerMsg::TxCommit { tx: ghost, epoch: 1 }, 0, &mut out);
     p.shards[s].on_peer(stranger, PeerMsg::TxAbort { tx: ghost }, 0, &mut out);
     assert!(out.client.is_empty());
     p.deliver(s, out);

@@ -159,6 +159,8 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             config.mgmd.port.to_string(),
             "--ready-file".into(),
             ready.display().to_string(),
+            "--data-dir".into(),
+            dir.display().to_string(),
         ];
         procs.push(spawn("mgmd", &mgmd_args, &dir.join("mgmd.log"))?);
         let deadline = Instant::now() + Duration::from_secs(args.timeout);
@@ -176,7 +178,15 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         };
         for d in &config.datanodes {
             let name = format!("datanode {}", d.node_id);
-            let dn_args = vec!["datanode".to_string(), "--mgmd".into(), address.clone(), "--node-id".into(), d.node_id.to_string()];
+            let dn_args = vec![
+                "datanode".to_string(),
+                "--mgmd".into(),
+                address.clone(),
+                "--node-id".into(),
+                d.node_id.to_string(),
+                "--data-dir".into(),
+                dir.display().to_string(),
+            ];
             procs.push(spawn(&name, &dn_args, &dir.join(format!("datanode-{}.log", d.node_id)))?);
         }
         let layout = wait_started(&address, &mut procs, deadline).await?;

@@ -43,6 +43,9 @@ enum Command {
         /// Write the listening address to this file once ready.
         #[arg(long)]
         ready_file: Option<PathBuf>,
+        /// Folder where the schema and the latest durable epoch are kept.
+        #[arg(long, default_value = "latsdb-data")]
+        data_dir: PathBuf,
     },
     /// Run a data node.
     Datanode {
@@ -55,6 +58,12 @@ enum Command {
         /// Shard threads (overrides the configuration; 0 = automatic).
         #[arg(long)]
         threads: Option<u16>,
+        /// Folder for the REDO log and checkpoints (in datanode-<id>/ below it).
+        #[arg(long, default_value = "latsdb-data")]
+        data_dir: PathBuf,
+        /// Run without a disk: nothing is durable, a restart starts empty.
+        #[arg(long)]
+        diskless: bool,
     },
     /// Run a REST node (HTTP/JSON key lookups and feature vectors).
     Rest(rest_cmd::RestArgs),
@@ -123,14 +132,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Start(args) => launcher::run(args),
-        Command::Mgmd { config, port, ready_file } => run_mgmd(config, port, ready_file),
-        Command::Datanode { mgmd, node_id, threads } => runtime(1).and_then(|rt| {
+        Command::Mgmd { config, port, ready_file, data_dir } => run_mgmd(config, port, ready_file, data_dir),
+        Command::Datanode { mgmd, node_id, threads, data_dir, diskless } => runtime(1).and_then(|rt| {
             use_huge_pages();
             rt.block_on(latsdb_node::datanode::run_datanode(latsdb_node::datanode::DataNodeOptions {
                 mgmd,
                 node_id,
                 threads,
                 connect_timeout: Duration::from_secs(30),
+                data_dir: (!diskless).then_some(data_dir),
             }))
             .map_err(|e| e.to_string())
         }),
@@ -232,7 +242,12 @@ fn replay_flags(args: &SimArgs) -> String {
     )
 }
 
-fn run_mgmd(config: Option<PathBuf>, port: Option<u16>, ready_file: Option<PathBuf>) -> Result<(), String> {
+fn run_mgmd(
+    config: Option<PathBuf>,
+    port: Option<u16>,
+    ready_file: Option<PathBuf>,
+    data_dir: PathBuf,
+) -> Result<(), String> {
     let config = match config {
         Some(path) => {
             let text = std::fs::read_to_string(&path)
@@ -242,6 +257,11 @@ fn run_mgmd(config: Option<PathBuf>, port: Option<u16>, ready_file: Option<PathB
         None => ClusterConfig::local(2, 1, 1186),
     };
     let rt = runtime(2)?;
-    rt.block_on(latsdb_node::mgmd::run_mgmd(latsdb_node::mgmd::MgmdOptions { config, port, ready_file }))
+    rt.block_on(latsdb_node::mgmd::run_mgmd(latsdb_node::mgmd::MgmdOptions {
+        config,
+        port,
+        ready_file,
+        data_dir: Some(data_dir),
+    }))
         .map_err(|e| e.to_string())
 }

@@ -19,6 +19,10 @@ pub struct DataNodeOptions {
     pub threads: Option<u16>,
     /// How long to keep trying to reach the management server at start.
     pub connect_timeout: Duration,
+    /// Where the node keeps its REDO log and checkpoints (in
+    /// `datanode-<id>/` below it); None runs without a disk, and nothing it
+    /// commits is ever durable.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 /// Shard threads chosen from the CPUs this process may use: on two CPUs or
@@ -107,6 +111,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
             first_tx_seq: first_tx_seq(),
             data_memory_bytes: (data_memory_mb << 20) / threads as u64,
             lease: lease.clone(),
+            durable: opts.data_dir.is_some(),
         };
         let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
         shards.push(spawn_shard(
@@ -118,8 +123,22 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         )?);
     }
     let addresses: Vec<String> = shards.iter().map(|s| s.address.clone()).collect();
-    let (layout, tables) = match mgm.call(&MgmRequest::DataNodeStarted { node_id, shards: addresses.clone() }).await? {
-        MgmResponse::Started { layout, tables } => (layout, tables),
+    let images = match &opts.data_dir {
+        Some(dir) => scan_node_dir(&dir.join(format!("datanode-{node_id}")), threads)?,
+        None => Vec::new(),
+    };
+    let recovery = node_recovery(&images);
+    match &recovery {
+        Some(r) => log(
+            "datanode",
+            format!("node {node_id}: data directory holds epochs up to {} (synced through {})", r.max_epoch, r.saved_epoch),
+        ),
+        None if opts.data_dir.is_some() => log("datanode", format!("node {node_id}: data directory is empty")),
+        None => log("datanode", format!("node {node_id}: no data directory; nothing this node commits is durable")),
+    }
+    let started = MgmRequest::DataNodeStarted { node_id, shards: addresses.clone(), recovery };
+    let (layout, tables, plan) = match mgm.call(&started).await? {
+        MgmResponse::Started { layout, tables, start } => (layout, tables, start),
         other => return Err(unexpected("start", other)),
     };
     // The first shard runs this node's membership (once every node started).
@@ -130,6 +149,34 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     set_layout(&shards, &effective_layout(&base_layout, view.as_ref()));
     for def in tables {
         apply_schema(&shards, SchemaChange::CreateTable(def)).await?;
+    }
+    if !images.is_empty() {
+        let stage = std::time::Instant::now();
+        let mut waits = Vec::new();
+        for (shard, image) in shards.iter().zip(images) {
+            let (tx, rx) = oneshot::channel();
+            shard
+                .control
+                .send(Control::Restore(Box::new(image), plan.clone(), tx))
+                .map_err(|_| DbError::internal(format!("shard {} has stopped", shard.me)))?;
+            waits.push((shard.me, rx));
+        }
+        for (me, rx) in waits {
+            let line = rx.await.map_err(|_| DbError::internal(format!("shard {me} stopped while restoring")))??;
+            log("datanode", format!("shard {me}: {line}"));
+        }
+        log(
+            "datanode",
+            format!(
+                "node {node_id}: restore stage done in {} ms; new commits begin in epoch {}",
+                stage.elapsed().as_millis(),
+                plan.first_epoch
+            ),
+        );
+    }
+    match mgm.call(&MgmRequest::DataNodeReady { node_id }).await? {
+        MgmResponse::Done => {}
+        other => return Err(unexpected("ready", other)),
     }
     log("datanode", format!("node {node_id}: started; shards at {}", addresses.join(", ")));
     println!("datanode {node_id} started: {}", addresses.join(" "));
@@ -192,6 +239,40 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         Some(reason) => Err(DbError::new(ErrorCode::NodeUnavailable, reason)),
         None => Ok(()),
     }
+}
+
+/// Reads the shard directories of a node's data directory.
+fn scan_node_dir(dir: &std::path::Path, threads: u16) -> Result<Vec<crate::disk::ShardImage>> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| DbError::new(ErrorCode::Io, format!("cannot create the data directory {}: {e}", dir.display())))?;
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let extra = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("shard-"))
+                .and_then(|n| n.parse::<u16>().ok())
+                .filter(|&n| n >= threads && crate::disk::scan(&e.path()).is_ok_and(|i| i.has_data));
+            if let Some(n) = extra {
+                return Err(DbError::bad_request(format!(
+                    "the data directory {} holds data of shard {n}, but this node runs {threads} shard thread(s); start it with the thread count it was written with",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    (0..threads).map(|i| crate::disk::scan(&dir.join(format!("shard-{i}")))).collect()
+}
+
+/// What the node's disk holds, for the management server's restart plan.
+fn node_recovery(images: &[crate::disk::ShardImage]) -> Option<latsdb_types::proto::NodeRecovery> {
+    if !images.iter().any(|i| i.has_data) {
+        return None;
+    }
+    Some(latsdb_types::proto::NodeRecovery {
+        saved_epoch: images.iter().map(|i| i.summary.saved_epoch).min().unwrap_or(0),
+        max_epoch: images.iter().map(|i| i.summary.max_epoch).max().unwrap_or(0),
+    })
 }
 
 /// The layout the shards use: the management server's, with the nodes the

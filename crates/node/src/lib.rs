@@ -6,10 +6,13 @@
 //!   thread, and answers leave through a coalescing writer.
 //! - [`datanode`]: the `latsdb datanode` process: registers with the
 //!   management server, starts its shards, applies schema changes.
+//! - [`disk`]: a shard's REDO log segments and checkpoint files, read at
+//!   start and written by a disk thread per shard.
 //! - [`mgmd`]: the `latsdb mgmd` process: configuration, node ids, cluster
 //!   layout, schema metadata, admin requests.
 
 pub mod datanode;
+pub mod disk;
 pub mod mgmd;
 pub mod shard_host;
 

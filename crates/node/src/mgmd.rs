@@ -31,6 +31,40 @@ pub struct MgmdOptions {
     pub port: Option<u16>,
     /// Written with the listening address once the server accepts connections.
     pub ready_file: Option<PathBuf>,
+    /// Where the schema and the latest durable epoch are kept across
+    /// restarts (`mgmd-state.bin`); None keeps them in memory only.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// What the management server keeps on disk.
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct Persisted {
+    tables: Vec<TableDef>,
+    next_table_id: u32,
+    durable_epoch: latsdb_types::proto::CommitEpoch,
+    /// Data nodes of the last view while the cluster ran.
+    last_view: Vec<NodeId>,
+}
+
+const STATE_FILE: &str = "mgmd-state.bin";
+
+fn load_state(dir: &std::path::Path) -> Result<Persisted> {
+    let path = dir.join(STATE_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Persisted::default()),
+        Err(e) => return Err(DbError::io(&format!("reading {}", path.display()), e)),
+    };
+    let whole = bytes.len() >= 12 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize + 4 == bytes.len();
+    if !whole {
+        return Err(DbError::new(
+            ErrorCode::Io,
+            format!("{} is damaged (truncated); restore it from a backup or remove it to start without the schema", path.display()),
+        ));
+    }
+    proto::decode_body(&bytes[12..]).map_err(|e| {
+        DbError::new(ErrorCode::Io, format!("{} cannot be read: {}", path.display(), e.message))
+    })
 }
 
 type Command = (NodeCommand, oneshot::Sender<Result<NodeReply>>);
@@ -52,11 +86,16 @@ struct State {
     /// nodes decide membership among themselves, and this server only
     /// arbitrates between two halves and records the views they install.
     formed: bool,
+    /// While the cluster starts: what each starting node found on its disk.
+    recovery: HashMap<NodeId, Option<latsdb_types::proto::NodeRecovery>>,
+    /// Data nodes of the last view (their disks hold the latest data).
+    last_view: Vec<NodeId>,
     arbiter: Arbiter,
     next_generation: u64,
 }
 
 struct Mgmd {
+    data_dir: Option<PathBuf>,
     config: ClusterConfig,
     state: Mutex<State>,
     schema_lock: tokio::sync::Mutex<()>,
@@ -102,17 +141,35 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         checkpoint_trigger_mb: config.cluster.checkpoint_trigger_mb,
         durable_epoch: 0,
     };
+    let persisted = match &opts.data_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| DbError::io(&format!("creating {}", dir.display()), e))?;
+            load_state(dir)?
+        }
+        None => Persisted::default(),
+    };
+    let mut layout = layout;
+    layout.durable_epoch = persisted.durable_epoch;
+    if !persisted.tables.is_empty() {
+        log(
+            "mgmd",
+            format!("loaded {} table definitions; durable epoch {}", persisted.tables.len(), persisted.durable_epoch),
+        );
+    }
     let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
     let mgmd = Arc::new(Mgmd {
+        data_dir: opts.data_dir.clone(),
         config,
         state: Mutex::new(State {
             layout,
-            tables: Vec::new(),
-            next_table_id: 1,
+            tables: persisted.tables,
+            next_table_id: persisted.next_table_id.max(1),
             links: HashMap::new(),
             registering: HashSet::new(),
             ever_started: HashSet::new(),
             formed: false,
+            recovery: HashMap::new(),
+            last_view: persisted.last_view,
             arbiter,
             next_generation: 1,
         }),
@@ -206,6 +263,33 @@ impl Mgmd {
         }
     }
 
+    /// Writes the schema, durable epoch and last view (atomically: a
+    /// temporary file, synced, renamed over the old one).
+    fn persist(&self) -> Result<()> {
+        let Some(dir) = &self.data_dir else { return Ok(()) };
+        let snapshot = {
+            let state = self.lock();
+            Persisted {
+                tables: state.tables.clone(),
+                next_table_id: state.next_table_id,
+                durable_epoch: state.layout.durable_epoch,
+                last_view: state.last_view.clone(),
+            }
+        };
+        let bytes = proto::frame(0, &snapshot);
+        let tmp = dir.join(format!("{STATE_FILE}.tmp"));
+        let path = dir.join(STATE_FILE);
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            std::fs::File::open(dir)?.sync_all()
+        };
+        write().map_err(|e| DbError::io(&format!("writing {}", path.display()), e))
+    }
+
     async fn handle(&self, request: MgmRequest) -> Result<MgmResponse> {
         match request {
             MgmRequest::GetLayout => Ok(MgmResponse::Layout(self.lock().layout.clone())),
@@ -217,6 +301,7 @@ impl Mgmd {
                 let def = self.find_table(&database, &name)?;
                 self.apply_everywhere(SchemaChange::DropTable(def.id)).await?;
                 self.lock().tables.retain(|t| t.id != def.id);
+                self.persist()?;
                 log("mgmd", format!("dropped table {}", def.qualified_name()));
                 Ok(MgmResponse::Done)
             }
@@ -253,7 +338,23 @@ impl Mgmd {
                 Ok(MgmResponse::Done)
             }
             MgmRequest::Member { from, msg } => Ok(MgmResponse::Member(self.arbitrate(from, msg))),
-            MgmRequest::RegisterDataNode { .. } | MgmRequest::DataNodeStarted { .. } => {
+            MgmRequest::EpochDurable { epoch } => {
+                let advanced = {
+                    let mut state = self.lock();
+                    let advanced = epoch > state.layout.durable_epoch;
+                    if advanced {
+                        state.layout.durable_epoch = epoch;
+                    }
+                    advanced
+                };
+                if advanced {
+                    self.persist()?;
+                }
+                Ok(MgmResponse::Done)
+            }
+            MgmRequest::RegisterDataNode { .. }
+            | MgmRequest::DataNodeStarted { .. }
+            | MgmRequest::DataNodeReady { .. } => {
                 Err(DbError::bad_request("data-node registration must be the first request on its connection"))
             }
         }
@@ -307,6 +408,7 @@ impl Mgmd {
         state.next_table_id += 1;
         state.tables.push(def.clone());
         drop(state);
+        self.persist()?;
         log("mgmd", format!("created table {} (id {}, {} partitions)", def.qualified_name(), def.id, def.partitions));
         Ok(def)
     }
@@ -317,6 +419,8 @@ impl Mgmd {
         if let Some(t) = state.tables.iter_mut().find(|t| t.id == def.id) {
             *t = def.clone();
         }
+        drop(state);
+        self.persist()?;
         Ok(def)
     }
 
@@ -414,14 +518,41 @@ impl Mgmd {
         }
         let mut conn = RpcConn::from_parts(reader, w, &format!("data node {node_id}"), NODE_COMMAND_TIMEOUT);
         let started = tokio::time::timeout(Duration::from_secs(60), conn.receive::<MgmRequest>()).await;
-        let (id, shards) = match started {
-            Ok(Ok(Some((id, MgmRequest::DataNodeStarted { node_id: n, shards }))))
+        let (id, shards, recovery) = match started {
+            Ok(Ok(Some((id, MgmRequest::DataNodeStarted { node_id: n, shards, recovery }))))
                 if n == node_id && !shards.is_empty() =>
             {
-                (id, shards)
+                (id, shards, recovery)
             }
             _ => {
                 log("mgmd", format!("data node {node_id} registered but did not start; releasing its node id"));
+                self.lock().registering.remove(&node_id);
+                return;
+            }
+        };
+        let plan = match self.start_plan(node_id, recovery).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                log("mgmd", format!("data node {node_id} cannot start: {}", e.message));
+                self.lock().registering.remove(&node_id);
+                let _ = conn.send_with_id(id, &MgmResponse::Error(e)).await;
+                return;
+            }
+        };
+        let (layout, tables) = {
+            let state = self.lock();
+            (state.layout.clone(), state.tables.clone())
+        };
+        if conn.send_with_id(id, &MgmResponse::Started { layout, tables, start: plan }).await.is_err() {
+            self.lock().registering.remove(&node_id);
+            return;
+        }
+        // The node restores its data; it is started once it says so.
+        let ready = tokio::time::timeout(Duration::from_secs(3600), conn.receive::<MgmRequest>()).await;
+        let id = match ready {
+            Ok(Ok(Some((id, MgmRequest::DataNodeReady { node_id: n })))) if n == node_id => id,
+            _ => {
+                log("mgmd", format!("data node {node_id} did not finish starting; releasing its node id"));
                 self.lock().registering.remove(&node_id);
                 return;
             }
@@ -442,16 +573,12 @@ impl Mgmd {
             state.layout.version += 1;
             if !state.formed && state.layout.all_started() {
                 state.formed = true;
+                state.recovery.clear();
                 log("mgmd", "every data node has started: the data nodes now watch each other (view 1)");
             }
             generation
         };
-        // The node learns the layout and tables in the answer; others by broadcast.
-        let (layout, tables) = {
-            let state = self.lock();
-            (state.layout.clone(), state.tables.clone())
-        };
-        if conn.send_with_id(id, &MgmResponse::Started { layout, tables }).await.is_err() {
+        if conn.send_with_id(id, &MgmResponse::Done).await.is_err() {
             self.node_lost(node_id, generation);
             return;
         }
@@ -488,6 +615,47 @@ impl Mgmd {
             }
         }
         self.node_lost(node_id, generation);
+    }
+
+    /// How a starting data node begins. While the cluster is not running,
+    /// every configured node reports what its disk holds before any is
+    /// answered: a system restart restores the latest epoch that every node
+    /// of the last view synced, and new commits begin above any epoch a log
+    /// holds.
+    async fn start_plan(
+        &self,
+        node_id: NodeId,
+        recovery: Option<latsdb_types::proto::NodeRecovery>,
+    ) -> Result<latsdb_types::proto::StartPlan> {
+        self.lock().recovery.insert(node_id, recovery);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        let mut told = false;
+        loop {
+            {
+                let state = self.lock();
+                let missing: Vec<NodeId> = self
+                    .config
+                    .datanodes
+                    .iter()
+                    .map(|d| d.node_id)
+                    .filter(|n| !state.recovery.contains_key(n))
+                    .collect();
+                if missing.is_empty() {
+                    return plan_for(&state, node_id);
+                }
+                if !told {
+                    log("mgmd", format!("data node {node_id} waits for data nodes {missing:?} to start"));
+                    told = true;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DbError::new(
+                    ErrorCode::ClusterNotReady,
+                    "not every configured data node started within 600 s; start them all (a system restart needs every node's disk)",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn assign_node_id(&self, wanted: Option<NodeId>, protocol: u32) -> Result<NodeId> {
@@ -561,6 +729,40 @@ impl Mgmd {
                 return;
             }
             state.links.remove(&node_id);
+            if state.formed && state.links.is_empty() {
+                // The whole cluster is down: the next start is a system
+                // restart from the last view's disks.
+                let last_view: Vec<NodeId> = state
+                    .layout
+                    .datanodes
+                    .iter()
+                    .filter(|d| d.status == NodeStatus::Started)
+                    .map(|d| d.node_id)
+                    .collect();
+                state.last_view = last_view.clone();
+                state.formed = false;
+                state.ever_started.clear();
+                state.recovery.clear();
+                for d in state.layout.datanodes.iter_mut() {
+                    d.status = NodeStatus::NotStarted;
+                    d.shards.clear();
+                    d.pid = 0;
+                }
+                state.layout.version += 1;
+                state.arbiter = Arbiter::new(state.layout.datanodes.iter().map(|d| d.node_id).collect());
+                let durable = state.layout.durable_epoch;
+                drop(state);
+                log(
+                    "mgmd",
+                    format!(
+                        "every data node has stopped (last view {last_view:?}, durable epoch {durable}); starting them again is a system restart"
+                    ),
+                );
+                if let Err(e) = self.persist() {
+                    log("mgmd", format!("cannot save the state: {}", e.message));
+                }
+                return;
+            }
             if state.formed {
                 // Whether it left is for the data nodes to decide (they
                 // may still reach it); their president reports the view.
@@ -578,4 +780,55 @@ impl Mgmd {
         log("mgmd", format!("data node {node_id} disconnected"));
         self.broadcast_layout();
     }
+}
+
+/// The start plan once every configured node reported its disk.
+fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::StartPlan> {
+    let reports: Vec<(NodeId, &latsdb_types::proto::NodeRecovery)> =
+        state.recovery.iter().filter_map(|(n, r)| r.as_ref().map(|r| (*n, r))).collect();
+    let max_logged = reports.iter().map(|(_, r)| r.max_epoch).max().unwrap_or(0);
+    let first_epoch = max_logged.max(state.layout.durable_epoch) + 1;
+    if reports.is_empty() {
+        return Ok(latsdb_types::proto::StartPlan { restore_epoch: None, first_epoch });
+    }
+    // The last view's disks hold the latest data; a node that left earlier
+    // holds less and could only rejoin by copying from a peer.
+    let view: Vec<NodeId> = if state.last_view.is_empty() {
+        state.recovery.keys().copied().collect()
+    } else {
+        state.last_view.clone()
+    };
+    if !view.contains(&node_id) {
+        return Err(DbError::new(
+            ErrorCode::ClusterNotReady,
+            format!(
+                "data node {node_id} had left the cluster before the last data nodes stopped, so its disk is older than its peers'; a node restart that copies the data back from a peer is not built yet"
+            ),
+        ));
+    }
+    let mut saved = Vec::with_capacity(view.len());
+    for n in &view {
+        match state.recovery.get(n) {
+            Some(Some(r)) => saved.push(r.saved_epoch),
+            _ => {
+                return Err(DbError::new(
+                    ErrorCode::ClusterNotReady,
+                    format!(
+                        "data node {n} was in the last view but its data directory is empty: the cluster cannot restore every partition consistently; start it with its data directory"
+                    ),
+                ))
+            }
+        }
+    }
+    let restore_epoch = saved.into_iter().min().unwrap_or(0);
+    if restore_epoch < state.layout.durable_epoch {
+        log(
+            "mgmd",
+            format!(
+                "warning: the data nodes' disks hold epochs up to {restore_epoch} only, but epoch {} was durable: commits of the epochs between are lost (a disk lost synced data)",
+                state.layout.durable_epoch
+            ),
+        );
+    }
+    Ok(latsdb_types::proto::StartPlan { restore_epoch: Some(restore_epoch), first_epoch })
 }

@@ -10,8 +10,8 @@ use latsdb_cluster::membership::{MemberOut, Membership, MembershipConfig, Voter}
 use latsdb_cluster::{ConnId, Lease, Outbox, Shard, ShardConfig};
 use latsdb_net::{write_frames, FrameError, FrameReader};
 use latsdb_types::proto::{
-    self, ClientRequest, ClientResponse, ClusterLayout, Epoch, Hello, MemberMsg, MgmRequest, MgmResponse, NodeId,
-    PeerMsg, SchemaChange, ShardAddr, PROTOCOL_VERSION,
+    self, ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, Epoch, Hello, MemberMsg, MgmRequest,
+    MgmResponse, NodeId, PeerMsg, SchemaChange, ShardAddr, StartPlan, PROTOCOL_VERSION,
 };
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::cell::{Cell, RefCell};
@@ -32,6 +32,10 @@ pub enum Control {
     RunMembership(mpsc::UnboundedSender<NodeEvent>),
     Layout(ClusterLayout),
     Memory(oneshot::Sender<latsdb_types::proto::ShardMemory>),
+    /// Restore the shard from its disk image (or start it empty) as the
+    /// management server planned, then start its disk thread. Answered with
+    /// a line for the log.
+    Restore(Box<crate::disk::ShardImage>, StartPlan, oneshot::Sender<Result<String>>),
     Stop,
 }
 
@@ -70,6 +74,11 @@ struct Host {
     /// The node's membership (first shard only, once every node started).
     membership: RefCell<Option<Membership>>,
     node_events: RefCell<Option<mpsc::UnboundedSender<NodeEvent>>>,
+    /// The shard's disk thread, once restored (None without a data directory).
+    disk: RefCell<Option<std::sync::mpsc::Sender<latsdb_cluster::DiskOp>>>,
+    /// Durable epoch to report to the management server, and when the last
+    /// report went out.
+    durable_report: Cell<(CommitEpoch, Option<Instant>)>,
 }
 
 impl Host {
@@ -146,6 +155,21 @@ impl Host {
     }
 
     fn dispatch(self: &Rc<Self>, out: &mut Outbox) {
+        if !out.disk.is_empty() {
+            let disk = self.disk.borrow();
+            match disk.as_ref() {
+                Some(d) => {
+                    for op in out.disk.drain(..) {
+                        // The disk thread only stops by exiting the process.
+                        let _ = d.send(op);
+                    }
+                }
+                None => out.disk.clear(),
+            }
+        }
+        if let Some(epoch) = out.durable.take() {
+            self.report_durable(epoch);
+        }
         if !out.client.is_empty() {
             let conns = self.conns.borrow();
             for (conn, req_id, response) in out.client.drain(..) {
@@ -174,6 +198,78 @@ impl Host {
                 self.peers.borrow_mut().remove(&to);
             }
         }
+    }
+
+    /// Tells the management server the durable epoch, at most once a second.
+    fn report_durable(self: &Rc<Self>, epoch: CommitEpoch) {
+        let (_, last) = self.durable_report.get();
+        let now = Instant::now();
+        self.durable_report.set((epoch, last));
+        if last.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+            return;
+        }
+        self.durable_report.set((epoch, Some(now)));
+        let address = self.layout.borrow().mgmd_address.clone();
+        spawn_local(async move {
+            let Ok(mut conn) = latsdb_net::RpcConn::connect(&address, Duration::from_secs(1)).await else { return };
+            let request = MgmRequest::EpochDurable { epoch };
+            let _ = tokio::time::timeout(Duration::from_secs(2), conn.call::<MgmRequest, MgmResponse>(&request)).await;
+        });
+    }
+
+    /// Restores the shard from its disk image as planned, writes and syncs
+    /// the restart marker, and starts the disk thread.
+    fn restore(self: &Rc<Self>, image: crate::disk::ShardImage, plan: StartPlan) -> Result<String> {
+        let started = Instant::now();
+        let dir = image.dir.clone();
+        let (summary, lsn) = match plan.restore_epoch {
+            Some(epoch) => {
+                let checkpoint = image.checkpoint_for(epoch);
+                crate::disk::drop_checkpoints_except(&dir, checkpoint.map(|c| c.id))?;
+                let bytes = match checkpoint {
+                    Some(c) => Some(image.read_checkpoint(c.id)?),
+                    None => None,
+                };
+                let report = self.shard.borrow_mut().restore(
+                    bytes.as_deref(),
+                    &image.redo,
+                    image.redo_base,
+                    epoch,
+                    plan.first_epoch,
+                )?;
+                let from = match checkpoint {
+                    Some(c) => format!("checkpoint {} ({} rows, end epoch {})", c.id, report.checkpoint_rows, c.end_epoch),
+                    None => "no checkpoint".to_string(),
+                };
+                (
+                    format!(
+                        "restored epoch {epoch} from {from} + {} REDO records ({} newer or discarded skipped)",
+                        report.redo_applied, report.redo_skipped
+                    ),
+                    image.redo_end(),
+                )
+            }
+            None => {
+                crate::disk::wipe(&dir)?;
+                self.shard.borrow_mut().restore(None, &[], 0, 0, plan.first_epoch)?;
+                ("initial start (empty data directory)".to_string(), 0)
+            }
+        };
+        let mut disk = crate::disk::ShardDisk::open(&dir, lsn)?;
+        let marker = self.shard.borrow_mut().take_redo();
+        disk.execute(latsdb_cluster::DiskOp::RedoAppend(marker))?;
+        disk.execute(latsdb_cluster::DiskOp::RedoSync { token: 0 })?;
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+        *self.disk.borrow_mut() = Some(crate::disk::spawn_disk_thread(disk, self.me.to_string(), done_tx)?);
+        let host = self.clone();
+        spawn_local(async move {
+            while let Some(token) = done_rx.recv().await {
+                let mut out = Outbox::default();
+                host.shard.borrow_mut().on_disk_done(token, host.now(), &mut out);
+                host.dispatch(&mut out);
+            }
+        });
+        Ok(format!("{summary} in {} ms", started.elapsed().as_millis()))
     }
 
     /// A peer link must come from a started node's shard, from the host that
@@ -273,6 +369,8 @@ fn run_shard(
             max_frame,
             membership: RefCell::new(None),
             node_events: RefCell::new(None),
+            disk: RefCell::new(None),
+            durable_report: Cell::new((0, None)),
         });
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
@@ -309,6 +407,9 @@ fn run_shard(
                         used_bytes: used as u64,
                         budget_bytes: budget,
                     });
+                }
+                Control::Restore(image, plan, reply) => {
+                    let _ = reply.send(host.restore(*image, plan));
                 }
                 Control::Stop => break,
             }

@@ -434,6 +434,7 @@ impl World {
                     first_tx_seq: 0,
                     data_memory_bytes: 0,
                     lease: lease.clone(),
+                    durable: false,
                 };
                 let mut shard = Shard::new(shard_cfg, layout.clone());
                 shard.apply_schema(SchemaChange::CreateTable(def.clone())).map_err(|e| e.to_string())?;

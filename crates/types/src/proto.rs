@@ -558,6 +558,11 @@ pub enum MgmRequest {
         /// What the node found on its disk (None: nothing, an initial start).
         recovery: Option<NodeRecovery>,
     },
+    /// The started node restored its data (as `Started` planned) and can
+    /// serve: the management server now marks it started.
+    DataNodeReady {
+        node_id: NodeId,
+    },
     /// The epoch driver reports a new durable epoch.
     EpochDurable {
         epoch: CommitEpoch,
