@@ -57,6 +57,11 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     /// How long `connect` waits for every data node to be started.
     pub wait_for_cluster: Duration,
+    /// Acknowledge a commit (a transaction's, or a batch's writes) only once
+    /// its epoch is durable: synced to the REDO log of every live data node,
+    /// so it survives a crash of the whole cluster. Costs up to two epoch
+    /// lengths of latency per commit.
+    pub wait_durable: bool,
 }
 
 impl Default for ClientOptions {
@@ -66,6 +71,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             wait_for_cluster: Duration::from_secs(30),
+            wait_durable: false,
         }
     }
 }
@@ -337,6 +343,23 @@ impl Client {
     }
 
     /// Round trip to every shard (a liveness check).
+    /// Waits until every commit `shard` acknowledged so far is durable;
+    /// returns the durable epoch.
+    pub(crate) async fn await_durable(&self, shard: ShardAddr) -> Result<latsdb_types::proto::CommitEpoch> {
+        match self.call(shard, &ClientRequest::WaitDurable).await {
+            Ok(ClientResponse::Durable(epoch)) => Ok(epoch),
+            Ok(ClientResponse::Error(e)) => Err(e),
+            Ok(other) => Err(DbError::internal(format!("a durability wait was answered with {other:?}"))),
+            Err(e) => Err(DbError::new(
+                e.code,
+                format!(
+                    "the commit was applied in memory, but whether it became durable is unknown ({}); read it back to check",
+                    e.message
+                ),
+            )),
+        }
+    }
+
     pub async fn ping(&self) -> Result<()> {
         let layout = self.layout();
         for node in &layout.datanodes {

@@ -275,14 +275,27 @@ impl Client {
                 inflight.push((group, started));
             }
             let mut stale = false;
+            let mut wrote: Vec<(ShardAddr, Vec<usize>)> = Vec::new();
             for (group, started) in inflight {
                 let answer = match started {
                     Ok(rx) => self.finish(rx).await,
                     Err(e) => Err(e),
                 };
-                let ShardGroup { slots, ops, layouts, .. } = group;
+                let ShardGroup { shard, slots, ops, layouts } = group;
                 match answer {
                     Ok(ClientResponse::Batch(list)) if list.len() == slots.len() => {
+                        if self.inner.opts.wait_durable {
+                            let writes: Vec<usize> = slots
+                                .iter()
+                                .zip(&ops)
+                                .zip(&list)
+                                .filter(|((_, op), r)| op.kind.is_write() && matches!(r, OpResult::Done))
+                                .map(|((i, _), _)| *i)
+                                .collect();
+                            if !writes.is_empty() {
+                                wrote.push((shard, writes));
+                            }
+                        }
                         for (((i, op), layout), r) in slots.into_iter().zip(ops).zip(layouts).zip(list) {
                             match r {
                                 OpResult::Error(e)
@@ -318,6 +331,16 @@ impl Client {
                         for i in slots {
                             results[i] = Some(Err(e.clone()));
                         }
+                    }
+                }
+            }
+            // Writes are acknowledged once durable (with `wait_durable`). The
+            // shards wait for the same epochs, so asking them one after the
+            // other costs about one wait.
+            for (shard, slots) in &wrote {
+                if let Err(e) = self.await_durable(*shard).await {
+                    for &i in slots {
+                        results[i] = Some(Err(e.clone()));
                     }
                 }
             }

@@ -93,6 +93,9 @@ impl Transaction {
             ClientResponse::TxExec { tx, results, committed } => {
                 self.id = Some(tx);
                 self.finished = committed;
+                if committed && self.client.inner.opts.wait_durable {
+                    self.client.await_durable(tc).await?;
+                }
                 if results.len() != layouts.len() {
                     return Err(DbError::internal(format!(
                         "{} results for {} operations",
