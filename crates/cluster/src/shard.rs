@@ -41,6 +41,9 @@ pub struct ShardConfig {
     /// The shard has a disk: it writes a REDO log and checkpoints (through
     /// `Outbox::disk`). Without one, nothing is ever durable.
     pub durable: bool,
+    /// Shards of this data node: which partitions a shard holds follows
+    /// from it and the configured node groups, started or not.
+    pub node_shards: u16,
 }
 
 /// Until when (the node's monotonic clock, microseconds) a data node may
@@ -185,6 +188,22 @@ impl Shard {
         self.finish_turn(out);
     }
 
+    /// Whether this shard holds a replica of `partition` by the configured
+    /// node groups (whether or not its node is started yet: a restarting
+    /// node restores its partitions before it is).
+    fn holds_partition(&self, partition: u32) -> bool {
+        let groups = self.layout.node_groups;
+        if groups == 0 {
+            return false;
+        }
+        let nodes = self.layout.group_nodes(partition % groups);
+        if !nodes.iter().any(|d| d.node_id == self.cfg.me.node) {
+            return false;
+        }
+        let local = (partition / groups) as usize;
+        (local / nodes.len() % self.cfg.node_shards.max(1) as usize) as u16 == self.cfg.me.shard
+    }
+
     pub fn apply_schema(&mut self, change: SchemaChange) -> Result<()> {
         match change {
             SchemaChange::CreateTable(def) => {
@@ -198,7 +217,7 @@ impl Shard {
                 let replicas: Vec<Vec<ShardAddr>> =
                     (0..meta.def.partitions).map(|p| self.router.replicas_of(p)).collect();
                 let partitions =
-                    replicas.iter().map(|r| r.contains(&self.cfg.me).then(|| Partition::new(&meta))).collect();
+                    (0..meta.def.partitions).map(|p| self.holds_partition(p).then(|| Partition::new(&meta))).collect();
                 self.tables.insert(meta.def.id, TableState { meta, partitions, replicas });
             }
             SchemaChange::AlterTable(def) => {

@@ -61,6 +61,7 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         data_memory_bytes: 1 << 20,
         lease: latsdb_cluster::Lease::unlimited(),
         durable: false,
+        node_shards: 1,
     };
     let mut shard = Shard::new(cfg, layout);
     shard.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();

@@ -70,6 +70,7 @@ impl Net {
                     data_memory_bytes: 0,
                     lease: latsdb_cluster::Lease::unlimited(),
                     durable: false,
+                    node_shards: 1,
                 };
                 let mut s = Shard::new(cfg, layout(true));
                 s.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();

@@ -63,6 +63,7 @@ impl Pump {
                         data_memory_bytes,
                         lease: latsdb_cluster::Lease::unlimited(),
                         durable: false,
+                        node_shards: 1,
                     },
                     layout(),
                 );

@@ -112,6 +112,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
             data_memory_bytes: (data_memory_mb << 20) / threads as u64,
             lease: lease.clone(),
             durable: opts.data_dir.is_some(),
+            node_shards: threads,
         };
         let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
         shards.push(spawn_shard(

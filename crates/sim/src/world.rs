@@ -435,6 +435,7 @@ impl World {
                     data_memory_bytes: 0,
                     lease: lease.clone(),
                     durable: false,
+                    node_shards: cfg.shards_per_node,
                 };
                 let mut shard = Shard::new(shard_cfg, layout.clone());
                 shard.apply_schema(SchemaChange::CreateTable(def.clone())).map_err(|e| e.to_string())?;
