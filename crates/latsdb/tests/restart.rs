@@ -1,0 +1,188 @@
+//! Real processes, two replicas: every data node is killed with SIGKILL in
+//! the middle of a transactional write load, then started again (a system
+//! restart). What comes back must be exactly a prefix of epochs: every
+//! transaction acknowledged as durable is there, no transaction is
+//! half-present, both replicas hold the same rows, and the cluster takes
+//! new writes.
+
+mod common;
+
+use common::{process_exists, TestCluster, BIN};
+use latsdb_client::{Client, ClientOptions, Op, Scan};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
+use latsdb_types::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Rows each transaction writes, all carrying its tag.
+const ROWS_PER_TX: i64 = 3;
+
+/// Data nodes this test started itself; killed when it ends, however it ends.
+struct Restarted(Vec<Child>);
+
+impl Drop for Restarted {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn sigkill(pid: i32) {
+    // SAFETY: signalling a data node process this test's cluster started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+/// Writes transactions of ROWS_PER_TX rows tagged `tag` until stopped;
+/// records the tags whose commit was acknowledged.
+async fn writer(
+    client: Client,
+    table: Arc<latsdb_client::Table>,
+    first_tag: i64,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<BTreeSet<i64>>>,
+) {
+    let mut tag = first_tag;
+    while !stop.load(Ordering::Relaxed) {
+        let ops = (0..ROWS_PER_TX)
+            .map(|k| Op::upsert(&table, vec![Value::Int(tag * 10 + k), Value::Int(tag)]).unwrap())
+            .collect();
+        let tx = client.transaction();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), tx.execute_commit(ops)).await;
+        match outcome {
+            Ok(Ok(_)) => {
+                acked.lock().unwrap().insert(tag);
+            }
+            // Failures once the nodes die: the outcome is unknown.
+            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(_) => panic!("a transaction hung for 10 s"),
+        }
+        tag += 1;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_prefix() {
+    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest"]);
+    let show = cluster.mgm(&["show"]);
+    let pids = common::datanode_pids(&show);
+    assert_eq!(pids.len(), 2, "{show}");
+    let data_dir = cluster.dir.path().join("data");
+
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let durable_client =
+        Client::connect_with(&cluster.mgmd, ClientOptions { wait_durable: true, ..Default::default() }).await.unwrap();
+    let table = client
+        .create_table(
+            TableSpec::new("r", "tagged")
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+                .column(ColumnDef::new("tag", ColumnType::int(IntWidth::Big)))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let durable_acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for w in 0..3i64 {
+        tasks.push(tokio::spawn(writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone())));
+    }
+    for w in 3..5i64 {
+        tasks.push(tokio::spawn(writer(
+            durable_client.clone(),
+            table.clone(),
+            w * 1_000_000,
+            stop.clone(),
+            durable_acked.clone(),
+        )));
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let durable_before = durable_acked.lock().unwrap().len();
+    let plain_before = acked.lock().unwrap().len();
+    assert!(durable_before > 20, "only {durable_before} durable transactions before the crash");
+    assert!(plain_before > 200, "only {plain_before} transactions before the crash");
+
+    // Kill every data node while the writers run.
+    for &pid in &pids {
+        sigkill(pid);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|&p| process_exists(p)) {
+        assert!(Instant::now() < deadline, "the data nodes did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let durable_acked = durable_acked.lock().unwrap().clone();
+    let acked = acked.lock().unwrap().clone();
+
+    // System restart: the same data nodes, from their disks.
+    let started = Instant::now();
+    let mut nodes = Restarted(Vec::new());
+    for node in ["2", "3"] {
+        let log = std::fs::File::create(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
+        let child = Command::new(BIN)
+            .args(["datanode", "--mgmd", &cluster.mgmd, "--node-id", node, "--data-dir"])
+            .arg(&data_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        nodes.0.push(child);
+    }
+    let client = Client::connect_with(
+        &cluster.mgmd,
+        ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    eprintln!("system restart took {} ms", started.elapsed().as_millis());
+    let table = client.refresh_table("r", "tagged").await.unwrap();
+
+    let rows = client.scan(&table, Scan::all()).await.unwrap();
+    let mut by_tag: BTreeMap<i64, i64> = BTreeMap::new();
+    for row in &rows {
+        let id = row.get(0).as_i64().unwrap();
+        let tag = row.get(1).as_i64().unwrap();
+        assert_eq!(id / 10, tag, "row {id} carries tag {tag}");
+        *by_tag.entry(tag).or_default() += 1;
+    }
+    for (tag, n) in &by_tag {
+        assert_eq!(*n, ROWS_PER_TX, "transaction {tag} is half-present after the restart ({n} rows)");
+    }
+    let missing: Vec<&i64> = durable_acked.iter().filter(|t| !by_tag.contains_key(t)).collect();
+    assert!(missing.is_empty(), "transactions acknowledged as durable are lost: {missing:?}");
+    let plain_kept = acked.iter().filter(|t| by_tag.contains_key(t)).count();
+    eprintln!(
+        "{} durable-acknowledged transactions all restored; {plain_kept} of {} plain-acknowledged restored; {} transactions in all",
+        durable_acked.len(),
+        acked.len(),
+        by_tag.len()
+    );
+    // Most of the plain ones were acknowledged well before the crash, so
+    // their epochs were durable.
+    assert!(plain_kept * 2 > acked.len(), "only {plain_kept} of {} acknowledged transactions came back", acked.len());
+
+    // Both replicas restored the same rows.
+    let memory = cluster.mgm(&["report-memory"]);
+    let counts: Vec<&str> = memory.lines().filter_map(|l| l.split(", ").nth(1)).collect();
+    assert_eq!(counts.len(), 2, "{memory}");
+    assert_eq!(counts[0], counts[1], "replicas differ after the restart: {memory}");
+
+    // And the cluster takes new writes.
+    let ops = vec![Op::upsert(&table, vec![Value::Int(-10), Value::Int(-1)]).unwrap()];
+    let results = client.batch(ops).await.unwrap();
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+}
