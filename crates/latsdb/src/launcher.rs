@@ -32,6 +32,12 @@ pub struct StartArgs {
     /// Data memory per data node in MiB (0 = half the machine's memory, shared).
     #[arg(long, default_value_t = 0)]
     data_memory_mb: u64,
+    /// Length of a commit epoch in ms (REDO sync interval; 0 = the default).
+    #[arg(long, default_value_t = 0)]
+    epoch_interval_ms: u64,
+    /// MiB of REDO between local checkpoints (0 disables them; default 64).
+    #[arg(long)]
+    checkpoint_trigger_mb: Option<u64>,
     /// Use this cluster configuration instead of the generated one.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -138,6 +144,13 @@ pub fn run(args: StartArgs) -> Result<(), String> {
     if args.config.is_none() {
         config.datanode_defaults.threads = args.threads;
         config.datanode_defaults.data_memory_mb = args.data_memory_mb;
+        if args.epoch_interval_ms > 0 {
+            config.cluster.epoch_interval_ms = args.epoch_interval_ms;
+        }
+        if let Some(mb) = args.checkpoint_trigger_mb {
+            config.cluster.checkpoint_trigger_mb = mb;
+        }
+        config.validate().map_err(|e| e.message)?;
     }
     config.validate().map_err(|e| e.message)?;
     let config_path = dir.join("config.toml");

@@ -69,7 +69,9 @@ async fn writer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_prefix() {
-    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest"]);
+    // Checkpoints every MiB of REDO: several complete (and trim the log)
+    // during the load, so the restore reads a checkpoint plus REDO.
+    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
     let show = cluster.mgm(&["show"]);
     let pids = common::datanode_pids(&show);
     assert_eq!(pids.len(), 2, "{show}");
@@ -149,6 +151,10 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
     .await
     .unwrap();
     eprintln!("system restart took {} ms", started.elapsed().as_millis());
+    for node in ["2", "3"] {
+        let log = std::fs::read_to_string(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
+        assert!(log.contains("from checkpoint"), "node {node} restored without a checkpoint:\n{log}");
+    }
     let table = client.refresh_table("r", "tagged").await.unwrap();
 
     let rows = client.scan(&table, Scan::all()).await.unwrap();
