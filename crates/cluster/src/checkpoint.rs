@@ -241,7 +241,8 @@ impl Shard {
         let mut report = RestoreReport::default();
         let mut replay_from = redo_base;
         if let Some(bytes) = checkpoint {
-            let info = checkpoint_info(bytes).ok_or_else(|| corrupt("the checkpoint chosen for restore is incomplete".into()))?;
+            let info = checkpoint_info(bytes)
+                .ok_or_else(|| corrupt("the checkpoint chosen for restore is incomplete".into()))?;
             if info.end_epoch > restore_epoch || info.start_lsn < redo_base {
                 return Err(corrupt(format!(
                     "checkpoint {} (start LSN {}, end epoch {}) cannot restore epoch {restore_epoch} from REDO starting at LSN {redo_base}",

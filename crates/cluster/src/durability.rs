@@ -50,15 +50,28 @@ pub enum DiskOp {
     RedoAppend(Vec<u8>),
     /// Make every REDO byte appended so far durable, then call
     /// `Shard::on_disk_done(token)`.
-    RedoSync { token: u64 },
+    RedoSync {
+        token: u64,
+    },
     /// Start writing local checkpoint `id` (not visible until it ends).
-    CheckpointBegin { id: u64 },
-    CheckpointAppend { id: u64, bytes: Vec<u8> },
+    CheckpointBegin {
+        id: u64,
+    },
+    CheckpointAppend {
+        id: u64,
+        bytes: Vec<u8>,
+    },
     /// Sync checkpoint `id`, publish it, then call `Shard::on_disk_done(token)`.
-    CheckpointEnd { id: u64, token: u64 },
+    CheckpointEnd {
+        id: u64,
+        token: u64,
+    },
     /// Checkpoint `keep` can restore the shard: delete older checkpoints and
     /// the REDO log wholly before `redo_before`.
-    Trim { keep_checkpoint: u64, redo_before: u64 },
+    Trim {
+        keep_checkpoint: u64,
+        redo_before: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +157,14 @@ impl Shard {
     }
 
     /// Appends the REDO record of one committed row change.
-    pub(crate) fn log_write(&mut self, epoch: CommitEpoch, table: TableId, partition: u32, key: &[u8], row: Option<&[u8]>) {
+    pub(crate) fn log_write(
+        &mut self,
+        epoch: CommitEpoch,
+        table: TableId,
+        partition: u32,
+        key: &[u8],
+        row: Option<&[u8]>,
+    ) {
         if !self.cfg.durable {
             return;
         }

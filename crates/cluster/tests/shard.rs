@@ -285,7 +285,12 @@ fn unexpected_peer_messages_are_ignored_not_fatal() {
     // for unknown transactions: none may panic or answer the client.
     p.shards[s].on_peer(me, PeerMsg::TxCommitted { tx }, 0, &mut out);
     p.shards[s].on_peer(me, PeerMsg::TxOpResults { tx, results: vec![(99, OpResult::Done)], epoch: 1 }, 0, &mut out);
-    p.shards[s].on_peer(stranger, PeerMsg::TxOpResults { tx, results: vec![(0, OpResult::Done)], epoch: 1 }, 0, &mut out);
+    p.shards[s].on_peer(
+        stranger,
+        PeerMsg::TxOpResults { tx, results: vec![(0, OpResult::Done)], epoch: 1 },
+        0,
+        &mut out,
+    );
     let ghost = TxId { tc: me, seq: 123_456 };
     p.shards[s].on_peer(stranger, PeerMsg::TxCommit { tx: ghost, epoch: 1 }, 0, &mut out);
     p.shards[s].on_peer(stranger, PeerMsg::TxAbort { tx: ghost }, 0, &mut out);

@@ -263,5 +263,5 @@ fn run_mgmd(
         ready_file,
         data_dir: Some(data_dir),
     }))
-        .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())
 }

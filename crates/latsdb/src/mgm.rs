@@ -82,13 +82,14 @@ pub fn render_show(layout: &ClusterLayout) -> String {
     let mut out = String::new();
     let started = layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).count();
     out.push_str(&format!(
-        "Cluster \"{}\": 1 mgmd, {} data nodes ({} started), {} node group(s) of {} replica(s), layout version {}\n",
+        "Cluster \"{}\": 1 mgmd, {} data nodes ({} started), {} node group(s) of {} replica(s), layout version {}, durable epoch {}\n",
         layout.cluster_name,
         layout.datanodes.len(),
         started,
         layout.node_groups,
         layout.replicas,
-        layout.version
+        layout.version,
+        layout.durable_epoch
     ));
     out.push_str("\n[mgmd]\n");
     out.push_str(&format!("id={:<3} {:<22} started\n", layout.mgmd_node_id, layout.mgmd_address));

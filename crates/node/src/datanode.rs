@@ -132,7 +132,10 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     match &recovery {
         Some(r) => log(
             "datanode",
-            format!("node {node_id}: data directory holds epochs up to {} (synced through {})", r.max_epoch, r.saved_epoch),
+            format!(
+                "node {node_id}: data directory holds epochs up to {} (synced through {})",
+                r.max_epoch, r.saved_epoch
+            ),
         ),
         None if opts.data_dir.is_some() => log("datanode", format!("node {node_id}: data directory is empty")),
         None => log("datanode", format!("node {node_id}: no data directory; nothing this node commits is durable")),

@@ -139,7 +139,11 @@ pub fn scan(dir: &Path) -> Result<ShardImage> {
         let cut = redo_base + summary.valid_len as u64;
         crate::log(
             "datanode",
-            format!("{}: REDO log damaged after LSN {cut} ({} bytes cut)", dir.display(), redo.len() - summary.valid_len),
+            format!(
+                "{}: REDO log damaged after LSN {cut} ({} bytes cut)",
+                dir.display(),
+                redo.len() - summary.valid_len
+            ),
         );
         for &(start, len) in &starts {
             let path = dir.join(segment_name(start));

@@ -55,16 +55,19 @@ fn load_state(dir: &std::path::Path) -> Result<Persisted> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Persisted::default()),
         Err(e) => return Err(DbError::io(&format!("reading {}", path.display()), e)),
     };
-    let whole = bytes.len() >= 12 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize + 4 == bytes.len();
+    let whole =
+        bytes.len() >= 12 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize + 4 == bytes.len();
     if !whole {
         return Err(DbError::new(
             ErrorCode::Io,
-            format!("{} is damaged (truncated); restore it from a backup or remove it to start without the schema", path.display()),
+            format!(
+                "{} is damaged (truncated); restore it from a backup or remove it to start without the schema",
+                path.display()
+            ),
         ));
     }
-    proto::decode_body(&bytes[12..]).map_err(|e| {
-        DbError::new(ErrorCode::Io, format!("{} cannot be read: {}", path.display(), e.message))
-    })
+    proto::decode_body(&bytes[12..])
+        .map_err(|e| DbError::new(ErrorCode::Io, format!("{} cannot be read: {}", path.display(), e.message)))
 }
 
 type Command = (NodeCommand, oneshot::Sender<Result<NodeReply>>);
@@ -793,11 +796,8 @@ fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::Start
     }
     // The last view's disks hold the latest data; a node that left earlier
     // holds less and could only rejoin by copying from a peer.
-    let view: Vec<NodeId> = if state.last_view.is_empty() {
-        state.recovery.keys().copied().collect()
-    } else {
-        state.last_view.clone()
-    };
+    let view: Vec<NodeId> =
+        if state.last_view.is_empty() { state.recovery.keys().copied().collect() } else { state.last_view.clone() };
     if !view.contains(&node_id) {
         return Err(DbError::new(
             ErrorCode::ClusterNotReady,

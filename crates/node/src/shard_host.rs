@@ -10,8 +10,8 @@ use latsdb_cluster::membership::{MemberOut, Membership, MembershipConfig, Voter}
 use latsdb_cluster::{ConnId, Lease, Outbox, Shard, ShardConfig};
 use latsdb_net::{write_frames, FrameError, FrameReader};
 use latsdb_types::proto::{
-    self, ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, Epoch, Hello, MemberMsg, MgmRequest,
-    MgmResponse, NodeId, PeerMsg, SchemaChange, ShardAddr, StartPlan, PROTOCOL_VERSION,
+    self, ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, Epoch, Hello, MemberMsg, MgmRequest, MgmResponse,
+    NodeId, PeerMsg, SchemaChange, ShardAddr, StartPlan, PROTOCOL_VERSION,
 };
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::cell::{Cell, RefCell};
@@ -238,7 +238,9 @@ impl Host {
                     plan.first_epoch,
                 )?;
                 let from = match checkpoint {
-                    Some(c) => format!("checkpoint {} ({} rows, end epoch {})", c.id, report.checkpoint_rows, c.end_epoch),
+                    Some(c) => {
+                        format!("checkpoint {} ({} rows, end epoch {})", c.id, report.checkpoint_rows, c.end_epoch)
+                    }
                     None => "no checkpoint".to_string(),
                 };
                 (

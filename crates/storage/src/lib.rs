@@ -368,9 +368,7 @@ mod tests {
                 resume = p.rows_after(resume.as_deref(), budget, |k, _| seen.push(k.to_vec()));
                 // Rows inserted behind the cursor between chunks.
                 round += 1;
-                let row = meta
-                    .coerce_row(vec![Value::Int(-round), Value::Int(0), Value::Str("new".into())])
-                    .unwrap();
+                let row = meta.coerce_row(vec![Value::Int(-round), Value::Int(0), Value::Str("new".into())]).unwrap();
                 let row = meta.layout.encode(&row);
                 p.put(&meta, &meta.key_of_row(&row), &row);
                 if resume.is_none() {

@@ -34,22 +34,44 @@ const CKPT_TRAILER: u8 = 12;
 pub enum Record<'a> {
     /// REDO: the row `key` of a partition became `row` (None: deleted) by a
     /// commit of `epoch`.
-    Write { epoch: CommitEpoch, table: TableId, partition: u32, key: &'a [u8], row: Option<&'a [u8]> },
+    Write {
+        epoch: CommitEpoch,
+        table: TableId,
+        partition: u32,
+        key: &'a [u8],
+        row: Option<&'a [u8]>,
+    },
     /// REDO: every record of epochs up to `epoch` this shard will ever
     /// write precedes this one (written before the log is synced for the
     /// epoch driver).
-    Saved { epoch: CommitEpoch },
+    Saved {
+        epoch: CommitEpoch,
+    },
     /// REDO: the cluster restarted from epoch `restored`; records before this
     /// one with epochs in `restored+1..=discarded` were lost with the
     /// cluster and must never be replayed.
-    Restarted { restored: CommitEpoch, discarded: CommitEpoch },
+    Restarted {
+        restored: CommitEpoch,
+        discarded: CommitEpoch,
+    },
     /// Checkpoint: the first record. Replaying the REDO log from `start_lsn`
     /// over the checkpoint's rows restores the shard.
-    CheckpointHeader { id: u64, start_lsn: u64 },
-    CheckpointRow { table: TableId, partition: u32, key: &'a [u8], row: &'a [u8] },
+    CheckpointHeader {
+        id: u64,
+        start_lsn: u64,
+    },
+    CheckpointRow {
+        table: TableId,
+        partition: u32,
+        key: &'a [u8],
+        row: &'a [u8],
+    },
     /// Checkpoint: the last record; every row is from epoch `end_epoch` or
     /// earlier. Without it the checkpoint is incomplete.
-    CheckpointTrailer { end_epoch: CommitEpoch, rows: u64 },
+    CheckpointTrailer {
+        end_epoch: CommitEpoch,
+        rows: u64,
+    },
 }
 
 /// Appends one record to `out`.
