@@ -3,7 +3,8 @@
 # through it, and starts the embedded cluster.
 #
 #   source scripts/lib.sh
-#   start_latsdb REPLICAS      # sets MGMD, REST and LAUNCHER (pid)
+#   start_latsdb REPLICAS [latsdb start flags...]   # sets MGMD, REST and LAUNCHER (pid)
+#   stop_latsdb                # stops it (SIGTERM) and waits
 #   load_rows ROWS             # flex insert phase
 
 cargo build --release -p latsdb --quiet
@@ -16,14 +17,22 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 start_latsdb() {
-  echo "== starting latsdb (mgmd + 2 data nodes, $1 replica(s))"
-  $BIN start --dir "$WORK/latsdb" --mgmd-port 0 --rest-port 0 --replicas "$1" > "$WORK/start.log" 2>&1 &
+  local replicas=$1
+  shift
+  echo "== starting latsdb (mgmd + 2 data nodes, $replicas replica(s)) $*"
+  rm -rf "$WORK/latsdb"
+  $BIN start --dir "$WORK/latsdb" --mgmd-port 0 --rest-port 0 --replicas "$replicas" "$@" > "$WORK/start.log" 2>&1 &
   LAUNCHER=$!
   PIDS+=($LAUNCHER)
   for _ in $(seq 1 300); do grep -q "Press Ctrl-C" "$WORK/start.log" 2>/dev/null && break; sleep 0.1; done
   grep -q "Press Ctrl-C" "$WORK/start.log" || { cat "$WORK/start.log"; exit 1; }
   MGMD=$(cat "$WORK/latsdb/mgmd.addr")
-  REST=$(cat "$WORK/latsdb/rest.addr")
+  REST=$(cat "$WORK/latsdb/rest.addr" 2>/dev/null || true)
+}
+
+stop_latsdb() {
+  kill -TERM "$LAUNCHER" 2>/dev/null || true
+  wait "$LAUNCHER" 2>/dev/null || true
 }
 
 # CPU seconds (user + system) used so far by the launcher's children whose

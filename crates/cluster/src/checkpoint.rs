@@ -25,9 +25,13 @@ use latsdb_types::proto::CommitEpoch;
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode, Result};
 
-/// Row bytes a checkpoint writes per tick of the shard (10 ms): at most
-/// about 50 MB/s, a small share of a core for the copying.
-const CHUNK_BYTES: usize = 512 << 10;
+/// Row bytes a checkpoint writes per tick of the shard (10 ms): about
+/// 12 MB/s, little enough to leave the write path its disk and CPU...
+const CHUNK_BYTES: usize = 128 << 10;
+/// ...unless the REDO written since the checkpoint started passed the
+/// trigger again: then it hurries (about 50 MB/s), so the REDO kept on disk
+/// stays bounded under any write rate the disk can take.
+const HURRY_CHUNK_BYTES: usize = 512 << 10;
 
 struct Running {
     id: u64,
@@ -142,13 +146,17 @@ impl Shard {
             log::encode(&mut bytes, &Record::CheckpointHeader { id, start_lsn });
             out.disk.push(DiskOp::CheckpointAppend { id, bytes });
         }
-        self.lcp_write_chunk(out);
+        let chunk = match &self.dur.lcp.running {
+            Some(run) if self.dur.lsn - run.start_lsn > trigger => HURRY_CHUNK_BYTES,
+            _ => CHUNK_BYTES,
+        };
+        self.lcp_write_chunk(chunk, out);
     }
 
-    fn lcp_write_chunk(&mut self, out: &mut Outbox) {
+    fn lcp_write_chunk(&mut self, chunk: usize, out: &mut Outbox) {
         let Some(mut run) = self.dur.lcp.running.take() else { return };
-        let mut bytes = Vec::with_capacity(CHUNK_BYTES + 4096);
-        while bytes.len() < CHUNK_BYTES {
+        let mut bytes = Vec::with_capacity(chunk + 4096);
+        while bytes.len() < chunk {
             let Some(&table_id) = run.tables.get(run.table) else { break };
             let Some(table) = self.tables.get(&table_id) else {
                 // Dropped while the checkpoint ran.
@@ -167,7 +175,7 @@ impl Shard {
                 run.partition += 1;
                 continue;
             };
-            let budget = CHUNK_BYTES - bytes.len();
+            let budget = chunk - bytes.len();
             let p = run.partition;
             let mut rows = 0;
             let resume = partition.rows_after(run.resume.as_deref(), budget, |key, row| {
