@@ -122,7 +122,7 @@ impl Shard {
     /// Periodic checkpoint work: start one when enough REDO was written,
     /// write the next chunk of a running one.
     pub(crate) fn lcp_tick(&mut self, out: &mut Outbox) {
-        if !self.cfg.durable {
+        if !self.dur.enabled {
             return;
         }
         let trigger = self.layout.checkpoint_trigger_mb << 20;
@@ -300,7 +300,7 @@ impl Shard {
         self.dur.durable = restore_epoch;
         // Commits of epochs after the restore point that some log may hold
         // were lost with the cluster: void them for every later restart.
-        if self.cfg.durable {
+        if self.dur.enabled {
             self.dur.append(&Record::Restarted { restored: restore_epoch, discarded: first_epoch.saturating_sub(1) });
         }
         Ok(report)

@@ -92,8 +92,21 @@ struct Driver {
     next_at: Micros,
 }
 
+impl Driver {
+    /// What the current phase asks of every shard.
+    fn message(&self) -> Option<PeerMsg> {
+        match self.phase {
+            DriverPhase::Switching => Some(PeerMsg::EpochSwitch { epoch: self.epoch }),
+            DriverPhase::Saving => Some(PeerMsg::EpochSave { epoch: self.epoch - 1 }),
+            DriverPhase::Idle => None,
+        }
+    }
+}
+
 /// Epoch and REDO state of one shard.
 pub(crate) struct Durability {
+    /// The shard has a disk (`ShardConfig::durable`): it logs and checkpoints.
+    pub(crate) enabled: bool,
     /// Epoch of commits decided here now.
     pub(crate) current: CommitEpoch,
     /// Latest epoch known durable.
@@ -113,9 +126,10 @@ pub(crate) struct Durability {
     pub(crate) lcp: crate::checkpoint::Lcp,
 }
 
-impl Default for Durability {
-    fn default() -> Self {
+impl Durability {
+    pub(crate) fn new(enabled: bool) -> Self {
         Durability {
+            enabled,
             current: 1,
             durable: 0,
             redo: Vec::new(),
@@ -128,14 +142,27 @@ impl Default for Durability {
             lcp: Default::default(),
         }
     }
-}
 
-impl Durability {
     /// Appends one REDO record.
     pub(crate) fn append(&mut self, record: &Record<'_>) {
         let before = self.redo.len();
         log::encode(&mut self.redo, record);
         self.lsn += (self.redo.len() - before) as u64;
+    }
+
+    /// Appends the REDO record of one committed row change (nothing
+    /// without a disk).
+    pub(crate) fn log_write(
+        &mut self,
+        epoch: CommitEpoch,
+        table: TableId,
+        partition: u32,
+        key: &[u8],
+        row: Option<&[u8]>,
+    ) {
+        if self.enabled {
+            self.append(&Record::Write { epoch, table, partition, key, row });
+        }
     }
 
     pub(crate) fn take_redo(&mut self) -> Vec<u8> {
@@ -154,21 +181,6 @@ impl Shard {
         if epoch > self.dur.current {
             self.dur.current = epoch;
         }
-    }
-
-    /// Appends the REDO record of one committed row change.
-    pub(crate) fn log_write(
-        &mut self,
-        epoch: CommitEpoch,
-        table: TableId,
-        partition: u32,
-        key: &[u8],
-        row: Option<&[u8]>,
-    ) {
-        if !self.cfg.durable {
-            return;
-        }
-        self.dur.append(&Record::Write { epoch, table, partition, key, row });
     }
 
     /// Hands buffered REDO bytes to the host.
@@ -238,7 +250,7 @@ impl Shard {
     }
 
     pub(crate) fn epoch_on_save(&mut self, from: ShardAddr, epoch: CommitEpoch, out: &mut Outbox) {
-        if !self.cfg.durable {
+        if !self.dur.enabled {
             self.send_peer(from, PeerMsg::EpochSaved { epoch }, out);
             return;
         }
@@ -281,7 +293,7 @@ impl Shard {
     /// `WaitDurable`: answered once the current epoch (which every commit
     /// this shard acknowledged so far belongs to, or precedes) is durable.
     pub(crate) fn epoch_wait_durable(&mut self, conn: ConnId, req_id: u64, out: &mut Outbox) {
-        if !self.cfg.durable {
+        if !self.dur.enabled {
             let e = DbError::new(
                 ErrorCode::BadRequest,
                 format!(
@@ -340,10 +352,7 @@ impl Shard {
                 // stale view, or a link that broke and came back).
                 let waiting: Vec<ShardAddr> = driver.waiting.iter().copied().collect();
                 driver.asked_at = now;
-                let msg = match driver.phase {
-                    DriverPhase::Switching => PeerMsg::EpochSwitch { epoch: driver.epoch },
-                    _ => PeerMsg::EpochSave { epoch: driver.epoch - 1 },
-                };
+                let Some(msg) = driver.message() else { return };
                 for s in waiting {
                     self.send_peer(s, msg.clone(), out);
                 }
@@ -359,11 +368,7 @@ impl Shard {
         let Some(driver) = self.dur.driver.as_mut() else { return };
         driver.waiting = shards.clone();
         driver.asked_at = now;
-        let msg = match driver.phase {
-            DriverPhase::Switching => PeerMsg::EpochSwitch { epoch: driver.epoch },
-            DriverPhase::Saving => PeerMsg::EpochSave { epoch: driver.epoch - 1 },
-            DriverPhase::Idle => return,
-        };
+        let Some(msg) = driver.message() else { return };
         for s in shards {
             self.send_peer(s, msg.clone(), out);
         }
@@ -393,15 +398,20 @@ impl Shard {
     }
 
     pub(crate) fn driver_on_saved(&mut self, from: ShardAddr, epoch: CommitEpoch, out: &mut Outbox) {
-        let interval = self.layout.epoch_interval_ms.max(1) * 1000;
         let Some(driver) = self.dur.driver.as_mut() else { return };
         if driver.phase != DriverPhase::Saving || driver.epoch - 1 != epoch {
             return;
         }
         driver.waiting.remove(&from);
-        if !driver.waiting.is_empty() {
-            return;
+        if driver.waiting.is_empty() {
+            self.driver_declare_durable(epoch, out);
         }
+    }
+
+    /// Every started shard saved `epoch`: it is durable.
+    fn driver_declare_durable(&mut self, epoch: CommitEpoch, out: &mut Outbox) {
+        let interval = self.layout.epoch_interval_ms.max(1) * 1000;
+        let Some(driver) = self.dur.driver.as_mut() else { return };
         driver.phase = DriverPhase::Idle;
         driver.next_at = driver.started_at + interval;
         for s in self.started_shards() {
@@ -424,9 +434,7 @@ impl Shard {
                 }
                 _ => {
                     let epoch = driver.epoch - 1;
-                    driver.waiting.insert(self.cfg.me);
-                    let me = self.cfg.me;
-                    self.driver_on_saved(me, epoch, out);
+                    self.driver_declare_durable(epoch, out);
                 }
             }
         }

@@ -455,10 +455,7 @@ impl Shard {
                 }
                 self.ldm_auto_op_finished(tx, out);
             }
-            None => {
-                let epoch = self.dur.current;
-                self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, result)], epoch }, out)
-            }
+            None => self.ldm_report(tx, vec![(idx, result)], out),
         }
     }
 
@@ -578,8 +575,7 @@ impl Shard {
             }
         }
         if !results.is_empty() {
-            let epoch = self.dur.current;
-            self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results, epoch }, out);
+            self.ldm_report(tx, results, out);
         }
     }
 
@@ -600,8 +596,7 @@ impl Shard {
                     ltx.locks.insert(key);
                     let r = self.ldm_execute(&pending.prepared, Some(tx));
                     if let Some(r) = self.ldm_replicate(tx, idx, &pending.prepared, r, out) {
-                        let epoch = self.dur.current;
-                        self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, r)], epoch }, out);
+                        self.ldm_report(tx, vec![(idx, r)], out);
                     }
                 }
                 Origin::Implicit { tx, batch, idx } => {
@@ -657,12 +652,18 @@ impl Shard {
                     if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
                         forget_wait(ltx, &key);
                     }
-                    let epoch = self.dur.current;
-                    self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results: vec![(idx, error)], epoch }, out);
+                    self.ldm_report(tx, vec![(idx, error)], out);
                 }
             }
         }
         self.ldm_granted(granted, out);
+    }
+
+    /// Sends operation results to the transaction's coordinator, with this
+    /// shard's epoch (the commit's epoch will be at least it).
+    fn ldm_report(&mut self, tx: TxId, results: Vec<(u32, OpResult)>, out: &mut Outbox) {
+        let epoch = self.dur.current;
+        self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results, epoch }, out);
     }
 
     pub(crate) fn ldm_commit(&mut self, tx: TxId, epoch: latsdb_types::proto::CommitEpoch, out: &mut Outbox) {
@@ -740,7 +741,7 @@ impl Shard {
         epoch: latsdb_types::proto::CommitEpoch,
     ) {
         for (key, (partition, row)) in staged {
-            self.log_write(epoch, key.table, partition, &key.key, row.as_deref());
+            self.dur.log_write(epoch, key.table, partition, &key.key, row.as_deref());
             let Some(table) = self.tables.get_mut(&key.table) else {
                 continue;
             };
@@ -882,16 +883,8 @@ impl Shard {
                 ltx.staged.insert(k, (op.partition, new_image));
             }
             _ => {
-                if self.cfg.durable {
-                    let epoch = self.dur.current;
-                    self.dur.append(&latsdb_storage::log::Record::Write {
-                        epoch,
-                        table: op.table,
-                        partition: op.partition,
-                        key: &op.key,
-                        row: new_image.as_deref(),
-                    });
-                }
+                let epoch = self.dur.current;
+                self.dur.log_write(epoch, op.table, op.partition, &op.key, new_image.as_deref());
                 let before = partition.memory();
                 match new_image {
                     Some(row) => partition.put(&meta, &op.key, &row),

@@ -124,6 +124,7 @@ pub struct Shard {
 impl Shard {
     pub fn new(cfg: ShardConfig, layout: ClusterLayout) -> Shard {
         let tc = TcState::starting_at(cfg.first_tx_seq);
+        let dur = crate::durability::Durability::new(cfg.durable);
         Shard {
             cfg,
             router: Router::new(&layout),
@@ -134,7 +135,7 @@ impl Shard {
             now: 0,
             data_memory_used: 0,
             takeovers: FastMap::default(),
-            dur: Default::default(),
+            dur,
             local: VecDeque::new(),
         }
     }

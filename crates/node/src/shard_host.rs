@@ -76,9 +76,8 @@ struct Host {
     node_events: RefCell<Option<mpsc::UnboundedSender<NodeEvent>>>,
     /// The shard's disk thread, once restored (None without a data directory).
     disk: RefCell<Option<std::sync::mpsc::Sender<latsdb_cluster::DiskOp>>>,
-    /// Durable epoch to report to the management server, and when the last
-    /// report went out.
-    durable_report: Cell<(CommitEpoch, Option<Instant>)>,
+    /// When the last durable epoch report went to the management server.
+    durable_reported_at: Cell<Option<Instant>>,
 }
 
 impl Host {
@@ -202,13 +201,12 @@ impl Host {
 
     /// Tells the management server the durable epoch, at most once a second.
     fn report_durable(self: &Rc<Self>, epoch: CommitEpoch) {
-        let (_, last) = self.durable_report.get();
         let now = Instant::now();
-        self.durable_report.set((epoch, last));
-        if last.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+        if self.durable_reported_at.get().is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+            // A later epoch goes out with a later report.
             return;
         }
-        self.durable_report.set((epoch, Some(now)));
+        self.durable_reported_at.set(Some(now));
         let address = self.layout.borrow().mgmd_address.clone();
         spawn_local(async move {
             let Ok(mut conn) = latsdb_net::RpcConn::connect(&address, Duration::from_secs(1)).await else { return };
@@ -372,7 +370,7 @@ fn run_shard(
             membership: RefCell::new(None),
             node_events: RefCell::new(None),
             disk: RefCell::new(None),
-            durable_report: Cell::new((0, None)),
+            durable_reported_at: Cell::new(None),
         });
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
