@@ -123,6 +123,7 @@ struct Shared {
 struct WorkerResult {
     ops: u64,
     failed: u64,
+    errors: std::collections::BTreeMap<String, (u64, String)>,
     batches: u64,
     latency: Histogram<u64>,
 }
@@ -304,6 +305,7 @@ async fn run_phase(client: &Client, table: &Arc<Table>, args: &FlexArgs, phase: 
         batches: 0,
         seconds: 0.0,
         latency: new_histogram(),
+        errors: Default::default(),
     };
     let mut first_error: Option<String> = None;
     for h in handles {
@@ -311,6 +313,9 @@ async fn run_phase(client: &Client, table: &Arc<Table>, args: &FlexArgs, phase: 
             Ok(Ok(w)) => {
                 result.ops += w.ops;
                 result.failed_ops += w.failed;
+                for (code, (count, message)) in w.errors {
+                    result.errors.entry(code).or_insert((0, message)).0 += count;
+                }
                 result.batches += w.batches;
                 let _ = result.latency.add(&w.latency);
             }
@@ -351,7 +356,7 @@ async fn run_phase(client: &Client, table: &Arc<Table>, args: &FlexArgs, phase: 
 
 async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (id + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
-    let mut out = WorkerResult { ops: 0, failed: 0, batches: 0, latency: new_histogram() };
+    let mut out = WorkerResult { ops: 0, failed: 0, errors: Default::default(), batches: 0, latency: new_histogram() };
     let batch = s.args.batch as u64;
     let mut generation = 0u64;
     loop {
@@ -417,6 +422,15 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
             out.ops += n - failed;
             out.failed += failed;
             out.batches += 1;
+            for o in &outcomes {
+                match o {
+                    Err(e) => crate::report::count_error(&mut out.errors, format!("{:?}", e.code), &e.message),
+                    Ok(Outcome::NotFound) => {
+                        crate::report::count_error(&mut out.errors, "NotFound".into(), "the row does not exist")
+                    }
+                    _ => {}
+                }
+            }
             let _ = out.latency.record((took.as_micros() as u64).max(1));
         }
     }

@@ -12,6 +12,14 @@ pub struct PhaseResult {
     pub seconds: f64,
     /// Latency of one round trip (a whole batch), microseconds.
     pub latency: Histogram<u64>,
+    /// Failed operations by error: count and the first message seen.
+    pub errors: std::collections::BTreeMap<String, (u64, String)>,
+}
+
+/// Counts a failed operation under its error code, keeping one message.
+pub fn count_error(errors: &mut std::collections::BTreeMap<String, (u64, String)>, code: String, message: &str) {
+    let entry = errors.entry(code).or_insert_with(|| (0, message.to_string()));
+    entry.0 += 1;
 }
 
 pub fn new_histogram() -> Histogram<u64> {
@@ -42,6 +50,9 @@ impl PhaseResult {
             h.max(),
             if self.failed_ops > 0 { format!("  FAILED ops: {}", self.failed_ops) } else { String::new() }
         );
+        for (code, (count, message)) in &self.errors {
+            println!("        failed: {count} x {code}, e.g. {message}");
+        }
     }
 
     pub fn to_json(&self) -> serde_json::Value {
@@ -50,6 +61,7 @@ impl PhaseResult {
             "phase": self.name,
             "ops": self.ops,
             "failed_ops": self.failed_ops,
+            "errors": self.errors.iter().map(|(code, (count, message))| serde_json::json!({"code": code, "count": count, "example": message})).collect::<Vec<_>>(),
             "batches": self.batches,
             "seconds": self.seconds,
             "ops_per_sec": self.ops_per_sec(),

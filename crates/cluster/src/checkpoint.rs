@@ -55,6 +55,8 @@ pub(crate) struct Lcp {
     finished: Vec<(u64, CommitEpoch, u64)>,
     /// Checkpoints completed since the shard started (for reports).
     pub(crate) completed: u64,
+    /// Start one at the next tick, whatever the trigger says.
+    forced: bool,
 }
 
 /// What a checkpoint file holds, if it is complete and intact.
@@ -128,9 +130,14 @@ impl Shard {
         let trigger = self.layout.checkpoint_trigger_mb << 20;
         let lcp = &mut self.dur.lcp;
         if lcp.running.is_none() && lcp.ending.is_none() {
-            if trigger == 0 || self.dur.lsn - lcp.last_start_lsn < trigger {
+            // While its partitions are being copied the shard's rows are
+            // incomplete: only the checkpoint after the copy counts.
+            let copying = self.sync_dst.copying();
+            let due = trigger != 0 && self.dur.lsn - lcp.last_start_lsn >= trigger && !copying;
+            if !lcp.forced && !due {
                 return;
             }
+            lcp.forced = false;
             lcp.next_id += 1;
             let id = lcp.next_id;
             let start_lsn = self.dur.lsn;
@@ -337,6 +344,27 @@ impl Shard {
     /// restore), for the host to write and sync before serving.
     pub fn take_redo(&mut self) -> Vec<u8> {
         self.dur.take_redo()
+    }
+
+    /// Starts a checkpoint at the next tick (after a node restart copied
+    /// rows that its REDO log does not hold). Returns the count of completed
+    /// checkpoints that [`Shard::checkpoint_settled`] waits for.
+    pub fn checkpoint_now(&mut self) -> u64 {
+        let lcp = &mut self.dur.lcp;
+        if !self.dur.enabled {
+            return lcp.completed;
+        }
+        lcp.forced = true;
+        // One already running began before the request and does not count.
+        lcp.completed + if lcp.running.is_some() || lcp.ending.is_some() { 2 } else { 1 }
+    }
+
+    /// Whether `target` checkpoints completed and the newest one replaced
+    /// the older ones (its end epoch is durable): a restart would now
+    /// restore from it.
+    pub fn checkpoint_settled(&self, target: u64) -> bool {
+        let lcp = &self.dur.lcp;
+        !self.dur.enabled || (lcp.completed >= target && lcp.finished.is_empty() && !lcp.forced)
     }
 
     /// Checkpoints completed since this shard started, and the REDO LSN.

@@ -200,9 +200,11 @@ impl Shard {
         self.dur.current
     }
 
+    /// The nodes that take writes (started, or starting and catching up):
+    /// each syncs its REDO log for an epoch to become durable.
     fn started_nodes(&self) -> Vec<NodeId> {
         let mut nodes: Vec<NodeId> =
-            self.layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).map(|d| d.node_id).collect();
+            self.layout.datanodes.iter().filter(|d| d.status.takes_writes()).map(|d| d.node_id).collect();
         nodes.sort_unstable();
         nodes
     }
@@ -211,7 +213,7 @@ impl Shard {
         self.layout
             .datanodes
             .iter()
-            .filter(|d| d.status == NodeStatus::Started)
+            .filter(|d| d.status.takes_writes())
             .flat_map(|d| (0..d.shards.len()).map(move |s| ShardAddr { node: d.node_id, shard: s as u16 }))
             .collect()
     }
@@ -226,7 +228,7 @@ impl Shard {
             return false;
         }
         let layout = &self.layout;
-        let started = |n: NodeId| layout.datanode(n).is_some_and(|d| d.status == NodeStatus::Started);
+        let started = |n: NodeId| layout.datanode(n).is_some_and(|d| d.status.takes_writes());
         self.ldm.txs.keys().chain(self.ldm.replica_txs.keys()).all(|tx| started(tx.tc.node))
     }
 
@@ -317,9 +319,11 @@ impl Shard {
         self.dur.waiters.retain(|w| w.0 != conn);
     }
 
-    /// Whether this shard drives the epochs: shard 0 of the lowest started node.
+    /// Whether this shard drives the epochs: shard 0 of the lowest started
+    /// node (a starting node never does).
     fn is_epoch_driver(&self) -> bool {
-        self.cfg.me.shard == 0 && self.started_nodes().first() == Some(&self.cfg.me.node)
+        let lowest = self.layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).map(|d| d.node_id).min();
+        self.cfg.me.shard == 0 && lowest == Some(self.cfg.me.node)
     }
 
     /// Periodic work of the epoch driver.

@@ -8,7 +8,7 @@
 
 use crate::locks::{Acquire, LockKey, LockTable};
 use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, FastMap, Outbox, Shard};
-use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, NodeStatus, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
+use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -489,7 +489,7 @@ impl Shard {
     /// coordinator left are resolved by the takeover (takeover.rs).
     pub(crate) fn ldm_layout_changed(&mut self, out: &mut Outbox) {
         let layout = &self.layout;
-        let alive = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status == NodeStatus::Started);
+        let alive = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status.takes_writes());
         let mut replicated = Vec::new();
         for (tx, ltx) in self.ldm.txs.iter_mut() {
             ltx.backups.retain(&alive);

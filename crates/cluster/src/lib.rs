@@ -20,7 +20,9 @@
 //! - takeover (`takeover`): the transactions of a failed coordinator are
 //!   committed or aborted consistently by the survivors;
 //! - durability (`durability`, `checkpoint`): commit epochs, the REDO log,
-//!   the epoch driver, local checkpoints and restoring from disk.
+//!   the epoch driver, local checkpoints and restoring from disk;
+//! - node restart (`sync`): a restarting node copies its partitions from
+//!   their primaries while it already takes part in their writes.
 //!
 //! Beside the shards, each data node runs `membership`: heartbeats, views of
 //! the live nodes chosen by consensus, leases and split-brain protection.
@@ -32,9 +34,11 @@ mod locks;
 pub mod membership;
 mod replica;
 mod shard;
+mod sync;
 mod takeover;
 mod tc;
 
 pub use checkpoint::{checkpoint_info, redo_summary, CheckpointInfo, RedoSummary, RestoreReport};
 pub use durability::DiskOp;
 pub use shard::{ConnId, Lease, Micros, Outbox, Shard, ShardConfig};
+pub use sync::SyncProgress;

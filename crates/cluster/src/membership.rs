@@ -136,6 +136,8 @@ pub struct Membership {
     /// The arbitrator has not yet confirmed the installed view.
     report_pending: bool,
     shut_down: bool,
+    /// Restarted nodes to add with the next view (see `admit`).
+    joining: BTreeSet<NodeId>,
 }
 
 impl Membership {
@@ -156,7 +158,27 @@ impl Membership {
             lease_lost_since: None,
             report_pending: false,
             shut_down: false,
+            joining: BTreeSet::new(),
         }
+    }
+
+    /// Starts the protocol on a node that restarts into a running cluster:
+    /// it is no member yet and waits for the view that admits it.
+    pub fn activate_joining(&mut self) {
+        self.active = true;
+        self.epoch = 0;
+        self.members.clear();
+    }
+
+    /// Proposes the next view with `node` added (a restarted node that
+    /// copied its data). Only the president proposes; the others step in
+    /// if it fails.
+    pub fn admit(&mut self, node: NodeId, now: Micros, out: &mut MemberOut) {
+        if !self.active || self.shut_down || self.members.contains(&node) || !self.cfg.groups.contains_key(&node) {
+            return;
+        }
+        self.joining.insert(node);
+        self.drive_proposal(now, out);
     }
 
     /// Starts the protocol with view 1 = every data node of the cluster
@@ -303,7 +325,7 @@ impl Membership {
         // A view this node accepted but never saw installed (its proposer
         // failed or was cut off) must be finished even when everybody is
         // heard again: the nodes it leaves out are no longer echoed.
-        if suspects.is_empty() && self.accepted.is_none() {
+        if suspects.is_empty() && self.accepted.is_none() && self.joining.is_empty() {
             self.suspected_since = None;
             return;
         }
@@ -447,13 +469,12 @@ impl Membership {
         let view = match adopted {
             Some(v) => v,
             None => {
-                let view: Vec<NodeId> = promises
-                    .keys()
-                    .filter_map(|v| match v {
-                        Voter::Node(n) => Some(*n),
-                        Voter::Arbiter => None,
-                    })
-                    .collect();
+                let answered = promises.keys().filter_map(|v| match v {
+                    Voter::Node(n) => Some(*n),
+                    Voter::Arbiter => None,
+                });
+                let view: Vec<NodeId> =
+                    answered.chain(self.joining.iter().copied()).collect::<BTreeSet<NodeId>>().into_iter().collect();
                 if !self.covers_every_group(&view) {
                     // This side lacks a whole node group: it must not go on.
                     // Its lease has run out; give_up ends it.
@@ -531,6 +552,13 @@ impl Membership {
         match msg {
             MemberMsg::Heartbeat { epoch, sent_at, echo } => {
                 let Voter::Node(n) = from else { return };
+                if self.members.is_empty() && epoch > self.epoch {
+                    // A joining node hears a member that already counts it:
+                    // the view admitting it was lost on the way. Answering
+                    // with its own (older) epoch makes the member resend it.
+                    out.send.push((from, MemberMsg::Heartbeat { epoch: self.epoch, sent_at: now, echo: None }));
+                    return;
+                }
                 if !self.members.contains(&n) {
                     return;
                 }
@@ -625,6 +653,7 @@ impl Membership {
         self.accepted = None;
         self.proposal = None;
         self.suspected_since = None;
+        self.joining.retain(|n| !members.contains(n));
         self.reset_peers(now);
         self.report_pending = president;
         if president {
@@ -741,26 +770,46 @@ mod tests {
                 m.on_tick(now, &mut out);
                 queue.extend(out.send.into_iter().map(|(to, msg)| (Voter::Node(*id), to, msg)));
             }
-            while let Some((from, to, msg)) = queue.pop() {
-                let blocked = |v: Voter| matches!(v, Voter::Node(n) if cut.contains(&n));
-                if blocked(from) != blocked(to) {
-                    continue;
+            deliver_cut(ms, arbiter, queue, cut, now);
+            now += 1000;
+        }
+    }
+
+    fn deliver(
+        ms: &mut BTreeMap<NodeId, Membership>,
+        arbiter: &mut Arbiter,
+        queue: Vec<(Voter, Voter, MemberMsg)>,
+        now: Micros,
+    ) {
+        deliver_cut(ms, arbiter, queue, &[], now)
+    }
+
+    /// Delivers until nothing is left, except across the cut.
+    fn deliver_cut(
+        ms: &mut BTreeMap<NodeId, Membership>,
+        arbiter: &mut Arbiter,
+        mut queue: Vec<(Voter, Voter, MemberMsg)>,
+        cut: &[NodeId],
+        now: Micros,
+    ) {
+        while let Some((from, to, msg)) = queue.pop() {
+            let blocked = |v: Voter| matches!(v, Voter::Node(n) if cut.contains(&n));
+            if blocked(from) != blocked(to) {
+                continue;
+            }
+            match to {
+                Voter::Arbiter => {
+                    if let Some(answer) = arbiter.on_message(msg) {
+                        queue.push((Voter::Arbiter, from, answer));
+                    }
                 }
-                match to {
-                    Voter::Arbiter => {
-                        if let Some(answer) = arbiter.on_message(msg) {
-                            queue.push((Voter::Arbiter, from, answer));
-                        }
-                    }
-                    Voter::Node(n) => {
-                        let Some(m) = ms.get_mut(&n) else { continue };
-                        let mut out = MemberOut::default();
-                        m.on_message(from, msg, now, &mut out);
-                        queue.extend(out.send.into_iter().map(|(to, msg)| (Voter::Node(n), to, msg)));
-                    }
+                Voter::Node(n) => {
+                    let Some(m) = ms.get_mut(&n) else { continue };
+                    let mut out = MemberOut::default();
+                    m.on_message(from, msg, now, &mut out);
+                    queue.extend(out.send.into_iter().map(|(to, msg)| (Voter::Node(n), to, msg)));
                 }
             }
-            now += 1000;
         }
     }
 
@@ -778,5 +827,32 @@ mod tests {
         }
         assert_eq!(arbiter.view().0, 2);
         assert!(ms[&2].serving_until() < 200_000, "the cut-off node stopped serving");
+    }
+
+    #[test]
+    fn a_restarted_node_is_admitted_by_a_new_view() {
+        let nodes = [2, 3];
+        let mut ms: BTreeMap<NodeId, Membership> = nodes.iter().map(|n| (*n, node(*n, &nodes, 2))).collect();
+        let mut arbiter = Arbiter::new(nodes.to_vec());
+        run(&mut ms, &mut arbiter, &[2], 0, 300_000);
+        assert_eq!(ms[&3].members(), vec![3]);
+        // Node 2 comes back as a new process, joining.
+        let mut fresh = node(2, &nodes, 2);
+        fresh.activate_joining();
+        ms.insert(2, fresh);
+        run(&mut ms, &mut arbiter, &[], 300_000, 400_000);
+        assert_eq!(ms[&2].epoch(), 0, "not a member before it is admitted");
+        let mut out = MemberOut::default();
+        ms.get_mut(&3).unwrap().admit(2, 400_000, &mut out);
+        let queued: Vec<(Voter, Voter, MemberMsg)> =
+            out.send.into_iter().map(|(to, m)| (Voter::Node(3), to, m)).collect();
+        deliver(&mut ms, &mut arbiter, queued, 400_000);
+        run(&mut ms, &mut arbiter, &[], 400_000, 600_000);
+        for id in nodes {
+            assert_eq!(ms[&id].members(), vec![2, 3], "node {id}");
+            assert_eq!(ms[&id].epoch(), 3, "node {id}");
+            assert!(ms[&id].serving_until() > 600_000, "node {id} serves");
+        }
+        assert_eq!(arbiter.view(), (3, &[2, 3][..]));
     }
 }

@@ -118,6 +118,10 @@ pub struct Shard {
     /// Takeovers this shard runs, by failed node.
     pub(crate) takeovers: FastMap<latsdb_types::proto::NodeId, crate::takeover::Takeover>,
     pub(crate) dur: crate::durability::Durability,
+    /// Copies of partitions to starting replicas (as their primary).
+    pub(crate) sync_src: crate::sync::SyncSource,
+    /// The copy of this shard's partitions while its node restarts.
+    pub(crate) sync_dst: crate::sync::SyncTarget,
     local: VecDeque<PeerMsg>,
 }
 
@@ -136,6 +140,8 @@ impl Shard {
             data_memory_used: 0,
             takeovers: FastMap::default(),
             dur,
+            sync_src: Default::default(),
+            sync_dst: Default::default(),
             local: VecDeque::new(),
         }
     }
@@ -152,15 +158,15 @@ impl Shard {
         if layout.lock_wait_timeout_ms > 0 {
             self.cfg.lock_wait_timeout_us = layout.lock_wait_timeout_ms * 1000;
         }
-        let was_started =
-            |l: &ClusterLayout, n| l.datanode(n).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Started);
+        let live = |l: &ClusterLayout, n| l.datanode(n).is_some_and(|d| d.status.takes_writes());
         let departed: Vec<latsdb_types::proto::NodeId> = self
             .layout
             .datanodes
             .iter()
-            .filter(|d| was_started(&self.layout, d.node_id) && !was_started(&layout, d.node_id))
+            .filter(|d| live(&self.layout, d.node_id) && !live(&layout, d.node_id))
             .map(|d| d.node_id)
             .collect();
+        let replica_joined = layout.datanodes.iter().any(|d| d.status.takes_writes() && !live(&self.layout, d.node_id));
         self.router = Router::new(&layout);
         self.layout = layout;
         for table in self.tables.values_mut() {
@@ -173,19 +179,15 @@ impl Shard {
             // Report on every node that ever left, not only the new ones: a
             // takeover shard that left took its unfinished takeovers with
             // it, and the next one starts them again from these reports.
-            let mut gone: Vec<latsdb_types::proto::NodeId> = self
-                .layout
-                .datanodes
-                .iter()
-                .filter(|d| d.status != latsdb_types::proto::NodeStatus::Started)
-                .map(|d| d.node_id)
-                .collect();
+            let mut gone: Vec<latsdb_types::proto::NodeId> =
+                self.layout.datanodes.iter().filter(|d| !d.status.takes_writes()).map(|d| d.node_id).collect();
             gone.sort_unstable();
             for dead in gone {
                 self.takeover_report(dead, out);
             }
         }
         self.epoch_layout_changed(out);
+        self.sync_layout_changed(replica_joined, out);
         self.finish_turn(out);
     }
 
@@ -271,8 +273,11 @@ impl Shard {
     pub fn on_peer(&mut self, from: ShardAddr, msg: PeerMsg, now: Micros, out: &mut Outbox) {
         self.now = now;
         // A node removed from the view is not listened to any more: what it
-        // still sends could contradict what the takeover decided.
-        if self.layout.datanode(from.node).is_none_or(|d| d.status != latsdb_types::proto::NodeStatus::Started) {
+        // still sends could contradict what the takeover decided. (A copy
+        // request may come before the layout that lists its starting node:
+        // it waits for that layout.)
+        let live = self.layout.datanode(from.node).is_some_and(|d| d.status.takes_writes());
+        if !live && !matches!(msg, PeerMsg::SyncRequest { .. }) {
             return;
         }
         self.dispatch_peer(from, msg, out);
@@ -286,6 +291,7 @@ impl Shard {
         self.drain_local(out);
         self.epoch_tick(out);
         self.lcp_tick(out);
+        self.sync_tick(out);
         self.finish_turn(out);
     }
 
@@ -350,6 +356,15 @@ impl Shard {
             PeerMsg::EpochSave { epoch } => self.epoch_on_save(from, epoch, out),
             PeerMsg::EpochSaved { epoch } => self.driver_on_saved(from, epoch, out),
             PeerMsg::EpochDurable { epoch } => self.epoch_on_durable(epoch, out),
+            PeerMsg::SyncRequest { table, partition } => self.sync_on_request(from, table, partition, out),
+            PeerMsg::SyncDigest { table, partition, range, digest } => {
+                self.sync_on_digest(from, table, partition, range, digest, out)
+            }
+            PeerMsg::SyncFetch { table, partition, range } => self.sync_on_fetch(from, table, partition, range, out),
+            PeerMsg::SyncRows { table, partition, range, rows } => {
+                self.sync_on_rows(from, table, partition, range, rows)
+            }
+            PeerMsg::SyncRefused { table, partition, error } => self.sync_on_refused(from, table, partition, error),
         }
     }
 

@@ -19,7 +19,7 @@
 
 use crate::ldm::CommitReply;
 use crate::shard::{Outbox, Shard};
-use latsdb_types::proto::{NodeId, NodeStatus, PeerMsg, ShardAddr, TxId};
+use latsdb_types::proto::{NodeId, PeerMsg, ShardAddr, TxId};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Default)]
@@ -37,7 +37,7 @@ impl Shard {
             .layout
             .datanodes
             .iter()
-            .filter(|d| d.status == NodeStatus::Started && d.node_id != except)
+            .filter(|d| d.status.takes_writes() && d.node_id != except)
             .flat_map(|d| (0..d.shards.len()).map(move |s| ShardAddr { node: d.node_id, shard: s as u16 }))
             .collect();
         shards.sort_unstable();
@@ -85,7 +85,7 @@ impl Shard {
     /// never report, so they are not waited for.
     pub(crate) fn takeover_layout_changed(&mut self, out: &mut Outbox) {
         let layout = &self.layout;
-        let started = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status == NodeStatus::Started);
+        let started = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status.takes_writes());
         let mut done = Vec::new();
         for (dead, t) in self.takeovers.iter_mut() {
             t.waiting.retain(started);

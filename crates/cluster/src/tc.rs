@@ -21,7 +21,6 @@
 //! ```
 
 use crate::shard::{ConnId, FastMap, Outbox, Shard};
-use latsdb_types::proto::NodeStatus;
 use latsdb_types::proto::{ClientResponse, KeyOp, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode};
@@ -346,7 +345,7 @@ impl Shard {
     /// backups. (A coordinator that fails is the takeover protocol's job.)
     pub(crate) fn tc_layout_changed(&mut self, out: &mut Outbox) {
         let layout = &self.layout;
-        let alive = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status == NodeStatus::Started);
+        let alive = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status.takes_writes());
         let mut affected: Vec<(TxId, Vec<ShardAddr>)> = self
             .tc
             .txs

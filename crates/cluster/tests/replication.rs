@@ -298,3 +298,155 @@ fn a_failed_coordinators_unfinished_transaction_is_aborted_everywhere() {
     n.deliver_all();
     assert!(matches!(n.take(2), Some(ClientResponse::TxExec { committed: true, .. })));
 }
+
+/// The layout in which B restarts: A started, B starting (catching up).
+fn layout_b_starting() -> ClusterLayout {
+    let mut l = layout(true);
+    l.datanodes[1].status = NodeStatus::Starting;
+    l.version = 3;
+    l
+}
+
+impl Net {
+    fn upsert(&self, id: i64, v: i64) -> KeyOp {
+        self.op(id, OpKind::Upsert { row: vec![Value::Int(id), Value::Int(v)] })
+    }
+
+    /// Runs a batch of independent writes at the primary, A, to completion.
+    fn write_at_a(&mut self, req_id: u64, ops: Vec<KeyOp>) {
+        self.request(A, req_id, ClientRequest::Batch(ops));
+        self.deliver_all();
+        match self.take(req_id) {
+            Some(ClientResponse::Batch(r)) => assert!(r.iter().all(|r| *r == OpResult::Done), "{r:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn set_layout(&mut self, at: ShardAddr, layout: ClusterLayout) {
+        let mut out = Outbox::default();
+        self.shards[index(at)].set_layout(layout, 0, &mut out);
+        self.collect(at, &mut out);
+    }
+
+    fn tick(&mut self, at: ShardAddr, now: u64) {
+        let mut out = Outbox::default();
+        self.shards[index(at)].on_tick(now, &mut out);
+        self.collect(at, &mut out);
+    }
+
+    /// B restarts (with whatever its shard holds) while A keeps writing:
+    /// one new write every few messages, until B's copy is done.
+    fn restart_b_under_writes(&mut self, open_tx: Option<(u64, TxId)>) {
+        self.b_alive = true;
+        self.set_layout(B, layout_b_starting());
+        self.set_layout(A, layout_b_starting());
+        let mut open_tx = open_tx;
+        let mut now = 0;
+        for round in 0..10_000u64 {
+            if self.shards[1].sync_progress().done() && open_tx.is_none() {
+                break;
+            }
+            assert!(self.shards[1].sync_progress().failed.is_none(), "{:?}", self.shards[1].sync_progress());
+            now += 10_000;
+            self.tick(A, now);
+            self.tick(B, now);
+            // Writes race the copy: upserts of old rows, deletes, inserts.
+            let id = (round * 7) as i64 % 400;
+            let op = if round % 3 == 0 { self.op(id, OpKind::Delete) } else { self.upsert(id, round as i64) };
+            self.request(A, 100_000 + round, ClientRequest::Batch(vec![op]));
+            for _ in 0..3 {
+                if let Some((from, to, msg)) = self.queue.pop_front() {
+                    let mut out = Outbox::default();
+                    self.shards[index(to)].on_peer(from, msg, now, &mut out);
+                    self.collect(to, &mut out);
+                }
+            }
+            if self.shards[1].sync_progress().done() || round == 300 {
+                // A transaction that wrote before B joined commits now (B
+                // never staged its write: the copy must have waited for it).
+                if let Some((req, tx)) = open_tx.take() {
+                    self.request(A, req, ClientRequest::TxExec { tx: Some(tx), ops: vec![], commit: true });
+                }
+            }
+        }
+        self.deliver_all();
+        assert!(self.shards[1].sync_progress().done(), "{:?}", self.shards[1].sync_progress());
+    }
+
+    fn assert_replicas_equal(&self) {
+        for p in 0..4 {
+            let a = self.shards[0].partition_rows(1, p).unwrap();
+            let b = self.shards[1].partition_rows(1, p).unwrap();
+            assert_eq!(a.len(), b.len(), "partition {p}: row counts differ");
+            assert!(a == b, "partition {p} differs between the primary and the restarted replica");
+        }
+    }
+}
+
+#[test]
+fn a_restarted_node_copies_what_changed_while_writes_continue() {
+    let mut n = Net::new();
+    for id in 0..300 {
+        let op = n.insert(id);
+        let tc = Router::new(&layout(true)).primary_of(op.partition).unwrap();
+        n.request(tc, id as u64, ClientRequest::Batch(vec![op]));
+        n.deliver_all();
+    }
+    n.kill_b();
+    // While B is down: updates, deletes and inserts it misses.
+    for id in 0..60 {
+        n.write_at_a(1_000 + id as u64, vec![n.upsert(id, 7)]);
+    }
+    for id in 60..90 {
+        n.write_at_a(2_000 + id as u64, vec![n.op(id, OpKind::Delete)]);
+    }
+    for id in 300..340 {
+        n.write_at_a(3_000 + id as u64, vec![n.insert(id)]);
+    }
+    // A transaction that wrote a row before B rejoined stays open.
+    let row = 250;
+    n.request(A, 4_000, ClientRequest::TxExec { tx: None, ops: vec![n.upsert(row, -2)], commit: false });
+    n.deliver_all();
+    let tx = match n.take(4_000) {
+        Some(ClientResponse::TxExec { tx, committed: false, .. }) => tx,
+        other => panic!("{other:?}"),
+    };
+    // B comes back with the rows it had (a node restart).
+    n.restart_b_under_writes(Some((4_001, tx)));
+    assert!(matches!(n.take(4_001), Some(ClientResponse::TxExec { committed: true, .. })));
+    n.assert_replicas_equal();
+    let progress = n.shards[1].sync_progress();
+    assert!(progress.ranges_equal + progress.ranges_copied >= 4, "{progress:?}");
+    assert_eq!(n.read_at(A, row), Some(-2));
+}
+
+#[test]
+fn an_initial_node_restart_copies_everything() {
+    let mut n = Net::new();
+    for id in 0..300 {
+        let op = n.insert(id);
+        let tc = Router::new(&layout(true)).primary_of(op.partition).unwrap();
+        n.request(tc, id as u64, ClientRequest::Batch(vec![op]));
+        n.deliver_all();
+    }
+    n.kill_b();
+    // B restarts from an empty disk.
+    let cfg = ShardConfig {
+        me: B,
+        lock_wait_timeout_us: 100_000,
+        first_tx_seq: 1 << 40,
+        data_memory_bytes: 0,
+        lease: latsdb_cluster::Lease::unlimited(),
+        durable: false,
+        node_shards: 1,
+    };
+    let mut fresh = Shard::new(cfg, layout_b_starting());
+    fresh.apply_schema(SchemaChange::CreateTable(n.meta.def.clone())).unwrap();
+    n.shards[1] = fresh;
+    assert_eq!(n.shards[1].row_count(), 0);
+    n.restart_b_under_writes(None);
+    n.assert_replicas_equal();
+    let progress = n.shards[1].sync_progress();
+    assert_eq!(progress.ranges_equal, 0, "nothing was there to compare: {progress:?}");
+    assert!(progress.rows_copied >= 300 - 400 / 3, "{progress:?}");
+}

@@ -6,7 +6,6 @@ use clap::Args;
 use latsdb_net::RpcConn;
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::proto::{ClusterLayout, MgmRequest, MgmResponse};
-use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -65,8 +64,25 @@ struct Proc {
 
 /// Children die with the launcher even if it is killed outright.
 fn spawn(name: &str, args: &[String], log: &Path) -> Result<Proc, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the latsdb executable: {e}"))?;
-    let out = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    spawn_logging(name, args, log, false)
+}
+
+/// `spawn`, appending to the log when `append` (a restarted process keeps
+/// its predecessor's log).
+fn spawn_logging(name: &str, args: &[String], log: &Path, append: bool) -> Result<Proc, String> {
+    // Resolved once: a data node restarted later runs the same executable
+    // even if the file was replaced meanwhile (an upgrade in place).
+    static EXE: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let exe = EXE
+        .get_or_init(|| std::env::current_exe().map_err(|e| format!("cannot find the latsdb executable: {e}")))
+        .clone()?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(log)
+        .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| format!("cannot open {}: {e}", log.display()))?;
     let mut cmd = Command::new(exe);
     cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
@@ -189,18 +205,20 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        for d in &config.datanodes {
-            let name = format!("datanode {}", d.node_id);
-            let dn_args = vec![
+        let datanode_args = |node: u16| {
+            vec![
                 "datanode".to_string(),
                 "--mgmd".into(),
                 address.clone(),
                 "--node-id".into(),
-                d.node_id.to_string(),
+                node.to_string(),
                 "--data-dir".into(),
                 dir.display().to_string(),
-            ];
-            procs.push(spawn(&name, &dn_args, &dir.join(format!("datanode-{}.log", d.node_id)))?);
+            ]
+        };
+        for d in &config.datanodes {
+            let name = format!("datanode {}", d.node_id);
+            procs.push(spawn(&name, &datanode_args(d.node_id), &dir.join(format!("datanode-{}.log", d.node_id)))?);
         }
         let layout = wait_started(&address, &mut procs, deadline).await?;
         let rest_address = if args.no_rest {
@@ -248,6 +266,9 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         println!("  logs         {}", dir.display());
         println!("Try: latsdb mgm --mgmd {address} show");
         println!("Press Ctrl-C to stop.");
+        // This launcher is the cluster's process manager: it starts the
+        // data nodes that `latsdb mgm N start` asks for.
+        let mut manager: Option<RpcConn> = None;
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => { println!("stopping (interrupt)"); break; }
@@ -263,6 +284,25 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                             println!("{} exited ({status}); see {}; the cluster continues if every node group still has a live replica", p.name, p.log.display());
                         }
                     }
+                    for (node, initial) in take_start_requests(&mut manager, &address).await {
+                        let name = format!("datanode {node}");
+                        if procs.iter_mut().any(|p| p.name == name && !p.gone && matches!(p.child.try_wait(), Ok(None))) {
+                            println!("{name} is still running; not starting another");
+                            continue;
+                        }
+                        let mut args = datanode_args(node);
+                        if initial {
+                            args.push("--initial".into());
+                        }
+                        match spawn_logging(&name, &args, &dir.join(format!("datanode-{node}.log")), true) {
+                            Ok(p) => {
+                                println!("{name} restarting{} (pid {})", if initial { " from an empty disk" } else { "" }, p.child.id());
+                                procs.retain(|q| q.name != name);
+                                procs.push(p);
+                            }
+                            Err(e) => println!("cannot restart {name}: {e}"),
+                        }
+                    }
                 }
             }
         }
@@ -273,6 +313,23 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         println!("cluster stopped");
     }
     result
+}
+
+/// Start requests queued at the management server (none when it cannot be
+/// asked right now: the next poll asks again).
+async fn take_start_requests(conn: &mut Option<RpcConn>, address: &str) -> Vec<(u16, bool)> {
+    if conn.is_none() {
+        *conn = RpcConn::connect(address, Duration::from_secs(1)).await.ok();
+    }
+    let Some(c) = conn.as_mut() else { return Vec::new() };
+    match c.call(&MgmRequest::TakeStartRequests).await {
+        Ok(MgmResponse::StartRequests(r)) => r,
+        Ok(_) => Vec::new(),
+        Err(_) => {
+            *conn = None;
+            Vec::new()
+        }
+    }
 }
 
 async fn wait_started(address: &str, procs: &mut [Proc], deadline: Instant) -> Result<ClusterLayout, String> {

@@ -64,6 +64,11 @@ enum Command {
         /// Run without a disk: nothing is durable, a restart starts empty.
         #[arg(long)]
         diskless: bool,
+        /// Initial start: empty this node's data directory first. In a
+        /// running cluster the node then copies all its data from the live
+        /// replicas (an initial node restart).
+        #[arg(long)]
+        initial: bool,
     },
     /// Run a REST node (HTTP/JSON key lookups and feature vectors).
     Rest(rest_cmd::RestArgs),
@@ -133,7 +138,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Start(args) => launcher::run(args),
         Command::Mgmd { config, port, ready_file, data_dir } => run_mgmd(config, port, ready_file, data_dir),
-        Command::Datanode { mgmd, node_id, threads, data_dir, diskless } => runtime(1).and_then(|rt| {
+        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial } => runtime(1).and_then(|rt| {
             use_huge_pages();
             rt.block_on(latsdb_node::datanode::run_datanode(latsdb_node::datanode::DataNodeOptions {
                 mgmd,
@@ -141,6 +146,7 @@ fn main() -> ExitCode {
                 threads,
                 connect_timeout: Duration::from_secs(30),
                 data_dir: (!diskless).then_some(data_dir),
+                initial,
             }))
             .map_err(|e| e.to_string())
         }),

@@ -24,6 +24,134 @@ enum MgmCommand {
     ReportMemory,
     /// Stop every data node and the management server.
     Shutdown,
+    /// `N stop`, `N start [--initial]`, `N restart [--initial]`: stop or
+    /// (re)start data node N. A start is a node restart: the node restores
+    /// its disk, copies what changed from a live replica, checkpoints, and
+    /// rejoins; `--initial` empties its disk first and copies everything.
+    /// Starting needs a process manager (`latsdb start` is one). Add
+    /// `--timeout SECS` (default 600) or `--no-wait`.
+    #[command(external_subcommand)]
+    Node(Vec<String>),
+}
+
+/// A parsed `N stop|start|restart` command.
+struct NodeAction {
+    node: u16,
+    stop: bool,
+    start: bool,
+    initial: bool,
+    wait: bool,
+    timeout: Duration,
+}
+
+fn parse_node_action(args: &[String]) -> Result<NodeAction, String> {
+    let usage = "usage: latsdb mgm N stop | N start [--initial] | N restart [--initial] [--timeout SECS] [--no-wait]";
+    let node = args
+        .first()
+        .and_then(|n| n.parse::<u16>().ok())
+        .ok_or_else(|| format!("unknown command {:?}; {usage}", args.first().map(String::as_str).unwrap_or("")))?;
+    let (stop, start) = match args.get(1).map(String::as_str) {
+        Some("stop") => (true, false),
+        Some("start") => (false, true),
+        Some("restart") => (true, true),
+        other => return Err(format!("unknown action {:?} for data node {node}; {usage}", other.unwrap_or(""))),
+    };
+    let mut action = NodeAction { node, stop, start, initial: false, wait: true, timeout: Duration::from_secs(600) };
+    let mut rest = args[2..].iter();
+    while let Some(flag) = rest.next() {
+        match flag.as_str() {
+            "--initial" if start => action.initial = true,
+            "--no-wait" => action.wait = false,
+            "--timeout" => {
+                let secs =
+                    rest.next().and_then(|v| v.parse::<u64>().ok()).ok_or("--timeout needs a number of seconds")?;
+                action.timeout = Duration::from_secs(secs.max(1));
+            }
+            other => return Err(format!("unknown option {other:?}; {usage}")),
+        }
+    }
+    Ok(action)
+}
+
+async fn node_status(conn: &mut RpcConn, node: u16) -> Result<NodeStatus, String> {
+    match conn.call(&MgmRequest::GetLayout).await {
+        Ok(MgmResponse::Layout(l)) => l
+            .datanode(node)
+            .map(|d| d.status)
+            .ok_or_else(|| format!("data node {node} is not in the cluster configuration")),
+        Ok(MgmResponse::Error(e)) | Err(e) => Err(e.to_string()),
+        Ok(other) => Err(format!("unexpected answer {other:?}")),
+    }
+}
+
+/// Polls the layout until data node `node` has status `want`, printing
+/// each status it passes through.
+async fn wait_status(conn: &mut RpcConn, node: u16, want: NodeStatus, timeout: Duration) -> Result<(), String> {
+    let began = tokio::time::Instant::now();
+    let deadline = began + timeout;
+    let mut last = None;
+    let mut hinted = false;
+    loop {
+        let status = node_status(conn, node).await?;
+        if want == NodeStatus::Started
+            && status == NodeStatus::NotStarted
+            && !hinted
+            && began.elapsed() >= Duration::from_secs(15)
+        {
+            hinted = true;
+            println!(
+                "data node {node} has not come up after 15 s: it may still be restoring, or no process manager picked up the request (`latsdb start` is one; otherwise run `latsdb datanode --node-id {node}` on its host); waiting up to {} s",
+                timeout.as_secs()
+            );
+        }
+        if last != Some(status) {
+            if last.is_some() || status == want {
+                println!("data node {node}: {}", status_name(status));
+            }
+            last = Some(status);
+        }
+        if status == want {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "data node {node} is {} after {} s, not {}; see its log (a start needs a process manager such as `latsdb start`; otherwise run `latsdb datanode --node-id {node}` on its host)",
+                status_name(status),
+                timeout.as_secs(),
+                status_name(want)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn status_name(status: NodeStatus) -> &'static str {
+    match status {
+        NodeStatus::Started => "started",
+        NodeStatus::Starting => "starting (copying from live replicas)",
+        NodeStatus::NotStarted => "not started",
+    }
+}
+
+async fn run_node_action(conn: &mut RpcConn, action: NodeAction) -> Result<(), String> {
+    let call = |r: latsdb_types::Result<MgmResponse>| match r {
+        Ok(MgmResponse::Error(e)) | Err(e) => Err(e.to_string()),
+        Ok(other) => Ok(other),
+    };
+    let node = action.node;
+    if action.stop {
+        call(conn.call(&MgmRequest::StopNode { node_id: node }).await)?;
+        println!("data node {node}: stopping");
+        wait_status(conn, node, NodeStatus::NotStarted, Duration::from_secs(60)).await?;
+    }
+    if action.start {
+        call(conn.call(&MgmRequest::StartNode { node_id: node, initial: action.initial }).await)?;
+        println!("data node {node}: start requested{}", if action.initial { " (initial: empty disk)" } else { "" });
+        if action.wait {
+            wait_status(conn, node, NodeStatus::Started, action.timeout).await?;
+        }
+    }
+    Ok(())
 }
 
 pub async fn run(args: MgmArgs) -> Result<(), String> {
@@ -75,6 +203,7 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
             println!("cluster shut down");
             Ok(())
         }
+        MgmCommand::Node(args) => run_node_action(&mut conn, parse_node_action(&args)?).await,
     }
 }
 
@@ -97,6 +226,7 @@ pub fn render_show(layout: &ClusterLayout) -> String {
     for d in &layout.datanodes {
         let status = match d.status {
             NodeStatus::Started => "started",
+            NodeStatus::Starting => "starting",
             NodeStatus::NotStarted => "not started",
         };
         let addr = d.shards.first().cloned().unwrap_or_else(|| d.host.clone());

@@ -23,6 +23,9 @@ pub struct DataNodeOptions {
     /// `datanode-<id>/` below it); None runs without a disk, and nothing it
     /// commits is ever durable.
     pub data_dir: Option<std::path::PathBuf>,
+    /// Discard what the data directory holds first (an initial node
+    /// restart: the node copies everything from live replicas).
+    pub initial: bool,
 }
 
 /// Shard threads chosen from the CPUs this process may use: on two CPUs or
@@ -125,7 +128,14 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     }
     let addresses: Vec<String> = shards.iter().map(|s| s.address.clone()).collect();
     let images = match &opts.data_dir {
-        Some(dir) => scan_node_dir(&dir.join(format!("datanode-{node_id}")), threads)?,
+        Some(dir) => {
+            let node_dir = dir.join(format!("datanode-{node_id}"));
+            if opts.initial {
+                wipe_node_dir(&node_dir)?;
+                log("datanode", format!("node {node_id}: initial start: emptied {}", node_dir.display()));
+            }
+            scan_node_dir(&node_dir, threads)?
+        }
         None => Vec::new(),
     };
     let recovery = node_recovery(&images);
@@ -147,7 +157,8 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     };
     // The first shard runs this node's membership (once every node started).
     let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let _ = shards[0].control.send(Control::RunMembership(events_tx));
+    let _ = shards[0].control.send(Control::RunMembership(events_tx, plan.join));
+    let join = plan.join;
     let mut base_layout = layout;
     let mut view: Option<(latsdb_types::proto::Epoch, Vec<NodeId>)> = None;
     set_layout(&shards, &effective_layout(&base_layout, view.as_ref()));
@@ -182,8 +193,18 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         MgmResponse::Done => {}
         other => return Err(unexpected("ready", other)),
     }
-    log("datanode", format!("node {node_id}: started; shards at {}", addresses.join(", ")));
-    println!("datanode {node_id} started: {}", addresses.join(" "));
+    let mut restart = if join {
+        log(
+            "datanode",
+            format!("node {node_id}: restarting into the running cluster; copying partitions from the primaries"),
+        );
+        Some(Restart::new())
+    } else {
+        log("datanode", format!("node {node_id}: started; shards at {}", addresses.join(", ")));
+        println!("datanode {node_id} started: {}", addresses.join(" "));
+        None
+    };
+    let mut restart_tick = tokio::time::interval(Duration::from_millis(50));
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DbError::io("installing the SIGTERM handler", e))?;
@@ -194,8 +215,14 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
             event = events.recv() => match event {
                 Some(NodeEvent::View(epoch, members)) => {
                     log("datanode", format!("node {node_id}: view {epoch}: live data nodes {members:?}"));
+                    let admitted = members.contains(&node_id);
                     view = Some((epoch, members));
                     set_layout(&shards, &effective_layout(&base_layout, view.as_ref()));
+                    if let Some(r) = restart.as_ref().filter(|_| admitted) {
+                        r.finish(node_id, epoch);
+                        println!("datanode {node_id} started: {}", addresses.join(" "));
+                        restart = None;
+                    }
                 }
                 Some(NodeEvent::Shutdown(reason)) => {
                     log("datanode", format!("node {node_id}: {reason}"));
@@ -204,6 +231,15 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
                 }
                 None => {}
             },
+            _ = restart_tick.tick(), if restart.is_some() => {
+                if let Some(r) = restart.as_mut() {
+                    if let Err(e) = r.step(node_id, &shards, &opts.mgmd).await {
+                        log("datanode", format!("node {node_id}: node restart failed: {}", e.message));
+                        failure = Some(e.message);
+                        break;
+                    }
+                }
+            }
             _ = sigterm.recv() => {
                 log("datanode", format!("node {node_id}: SIGTERM received, stopping"));
                 break;
@@ -242,6 +278,150 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     match failure {
         Some(reason) => Err(DbError::new(ErrorCode::NodeUnavailable, reason)),
         None => Ok(()),
+    }
+}
+
+/// The stages of a node restart after the local restore: copy the
+/// partitions from the primaries (while taking part in their writes), write
+/// a local checkpoint, be admitted to the view.
+struct Restart {
+    began: std::time::Instant,
+    stage: RestartStage,
+    stage_began: std::time::Instant,
+    /// Durations of the finished stages, for the final log line.
+    done: Vec<(&'static str, u128)>,
+    last_report: std::time::Instant,
+}
+
+enum RestartStage {
+    Copy,
+    /// Per shard, the completed checkpoint count to wait for.
+    Checkpoint(Vec<u64>),
+    /// Asked the management server to admit the node (when, and how often).
+    Admit(std::time::Instant, u32),
+}
+
+/// How long a restarted node waits for the view that admits it before it
+/// asks again.
+const ADMIT_WAIT: Duration = Duration::from_secs(10);
+
+impl Restart {
+    fn new() -> Restart {
+        let now = std::time::Instant::now();
+        Restart { began: now, stage: RestartStage::Copy, stage_began: now, done: Vec::new(), last_report: now }
+    }
+
+    fn next_stage(&mut self, name: &'static str, node_id: NodeId, stage: RestartStage, detail: String) {
+        let ms = self.stage_began.elapsed().as_millis();
+        log("datanode", format!("node {node_id}: {name} stage done in {ms} ms{detail}"));
+        self.done.push((name, ms));
+        self.stage = stage;
+        self.stage_began = std::time::Instant::now();
+    }
+
+    fn finish(&self, node_id: NodeId, epoch: latsdb_types::proto::Epoch) {
+        let stages: Vec<String> = self.done.iter().map(|(n, ms)| format!("{n} {ms} ms")).collect();
+        log(
+            "datanode",
+            format!(
+                "node {node_id}: admitted to view {epoch} after {} ms ({}, admit {} ms): started, primary of its partitions again",
+                self.began.elapsed().as_millis(),
+                stages.join(", "),
+                self.stage_began.elapsed().as_millis()
+            ),
+        );
+    }
+
+    async fn step(&mut self, node_id: NodeId, shards: &[ShardHandle], mgmd: &str) -> Result<()> {
+        match &self.stage {
+            RestartStage::Copy => {
+                let mut all = latsdb_cluster::SyncProgress::default();
+                let mut done = true;
+                for s in shards {
+                    let (tx, rx) = oneshot::channel();
+                    let _ = s.control.send(Control::SyncProgress(tx));
+                    let p = rx.await.map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?;
+                    if let Some(why) = p.failed {
+                        return Err(DbError::new(ErrorCode::NodeUnavailable, why));
+                    }
+                    done &= p.done();
+                    all.partitions += p.partitions;
+                    all.partitions_left += p.partitions_left;
+                    all.ranges_equal += p.ranges_equal;
+                    all.ranges_copied += p.ranges_copied;
+                    all.rows_copied += p.rows_copied;
+                }
+                let summary = format!(
+                    "{} of {} partitions, {} ranges equal, {} ranges copied ({} rows)",
+                    all.partitions - all.partitions_left,
+                    all.partitions,
+                    all.ranges_equal,
+                    all.ranges_copied,
+                    all.rows_copied
+                );
+                if done {
+                    let mut targets = Vec::new();
+                    for s in shards {
+                        let (tx, rx) = oneshot::channel();
+                        let _ = s.control.send(Control::Checkpoint(tx));
+                        targets.push(rx.await.map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?);
+                    }
+                    self.next_stage("copy", node_id, RestartStage::Checkpoint(targets), format!(": {summary}"));
+                } else if self.last_report.elapsed() >= Duration::from_secs(2) {
+                    self.last_report = std::time::Instant::now();
+                    log("datanode", format!("node {node_id}: copying: {summary}"));
+                }
+            }
+            RestartStage::Checkpoint(targets) => {
+                let mut settled = true;
+                for (s, target) in shards.iter().zip(targets) {
+                    let (tx, rx) = oneshot::channel();
+                    let _ = s.control.send(Control::CheckpointSettled(*target, tx));
+                    settled &= rx.await.map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?;
+                }
+                if settled {
+                    self.next_stage(
+                        "checkpoint",
+                        node_id,
+                        RestartStage::Admit(std::time::Instant::now(), 0),
+                        String::new(),
+                    );
+                    self.ask_admit(node_id, mgmd, 0).await?;
+                }
+            }
+            RestartStage::Admit(asked, tries) => {
+                if asked.elapsed() >= ADMIT_WAIT {
+                    let tries = *tries + 1;
+                    if tries >= 3 {
+                        return Err(DbError::new(
+                            ErrorCode::NodeUnavailable,
+                            format!("no view admitted data node {node_id} after {tries} requests; start it again"),
+                        ));
+                    }
+                    self.ask_admit(node_id, mgmd, tries).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn ask_admit(&mut self, node_id: NodeId, mgmd: &str, tries: u32) -> Result<()> {
+        let mut conn = RpcConn::connect(mgmd, Duration::from_secs(2)).await?;
+        match conn.call(&MgmRequest::DataNodeSynced { node_id }).await? {
+            MgmResponse::Done => {}
+            other => return Err(unexpected("the request to admit the restarted node", other)),
+        }
+        self.stage = RestartStage::Admit(std::time::Instant::now(), tries);
+        Ok(())
+    }
+}
+
+/// Removes everything a node's data directory holds (an initial start).
+fn wipe_node_dir(dir: &std::path::Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(DbError::io(&format!("emptying the data directory {}", dir.display()), e)),
     }
 }
 
@@ -362,5 +542,9 @@ async fn handle_command(
             (NodeReply::Memory(report), false)
         }
         NodeCommand::Stop => (NodeReply::Done, true),
+        NodeCommand::Admit(node) => match shards.first().map(|s| s.control.send(Control::Admit(node))) {
+            Some(Ok(())) => (NodeReply::Done, false),
+            _ => (NodeReply::Error(DbError::internal("the membership shard has stopped")), false),
+        },
     }
 }

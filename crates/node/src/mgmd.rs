@@ -95,6 +95,8 @@ struct State {
     last_view: Vec<NodeId>,
     arbiter: Arbiter,
     next_generation: u64,
+    /// Data nodes to start (node, initial), for the process manager.
+    start_requests: Vec<(NodeId, bool)>,
 }
 
 struct Mgmd {
@@ -175,6 +177,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             last_view: persisted.last_view,
             arbiter,
             next_generation: 1,
+            start_requests: Vec::new(),
         }),
         schema_lock: tokio::sync::Mutex::new(()),
         shutdown: Notify::new(),
@@ -354,6 +357,29 @@ impl Mgmd {
                     self.persist()?;
                 }
                 Ok(MgmResponse::Done)
+            }
+            MgmRequest::DataNodeSynced { node_id } => self.admit(node_id).await,
+            MgmRequest::StopNode { node_id } => self.stop_node(node_id).await,
+            MgmRequest::StartNode { node_id, initial } => {
+                let mut state = self.lock();
+                let status = state.layout.datanode(node_id).map(|d| d.status).ok_or_else(|| {
+                    DbError::bad_request(format!("node id {node_id} is not a data node in the cluster configuration"))
+                })?;
+                if status != NodeStatus::NotStarted || state.registering.contains(&node_id) {
+                    return Err(DbError::bad_request(format!("data node {node_id} is already running")));
+                }
+                if !state.formed {
+                    return Err(DbError::new(
+                        ErrorCode::ClusterNotReady,
+                        "the cluster is not running: start all its data nodes (latsdb start) instead",
+                    ));
+                }
+                state.start_requests.retain(|(n, _)| *n != node_id);
+                state.start_requests.push((node_id, initial));
+                Ok(MgmResponse::Done)
+            }
+            MgmRequest::TakeStartRequests => {
+                Ok(MgmResponse::StartRequests(std::mem::take(&mut self.lock().start_requests)))
             }
             MgmRequest::RegisterDataNode { .. }
             | MgmRequest::DataNodeStarted { .. }
@@ -546,6 +572,7 @@ impl Mgmd {
             let state = self.lock();
             (state.layout.clone(), state.tables.clone())
         };
+        let join = plan.join;
         if conn.send_with_id(id, &MgmResponse::Started { layout, tables, start: plan }).await.is_err() {
             self.lock().registering.remove(&node_id);
             return;
@@ -569,7 +596,9 @@ impl Mgmd {
             state.links.insert(node_id, NodeLink { commands: tx, generation });
             state.ever_started.insert(node_id);
             if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
-                d.status = NodeStatus::Started;
+                // A restarting node takes writes while it catches up; the
+                // view that admits it makes it started.
+                d.status = if join { NodeStatus::Starting } else { NodeStatus::Started };
                 d.shards = shards.clone();
                 d.pid = pid;
             }
@@ -585,7 +614,17 @@ impl Mgmd {
             self.node_lost(node_id, generation);
             return;
         }
-        log("mgmd", format!("data node {node_id} started (pid {pid}, shards {})", shards.join(", ")));
+        if join {
+            log(
+                "mgmd",
+                format!(
+                    "data node {node_id} is restarting (pid {pid}, shards {}): it copies its partitions from the primaries",
+                    shards.join(", ")
+                ),
+            );
+        } else {
+            log("mgmd", format!("data node {node_id} started (pid {pid}, shards {})", shards.join(", ")));
+        }
         self.broadcast_layout();
         // Serve commands to this node, and check it is alive between them,
         // until its connection breaks or it stops answering.
@@ -630,6 +669,20 @@ impl Mgmd {
         node_id: NodeId,
         recovery: Option<latsdb_types::proto::NodeRecovery>,
     ) -> Result<latsdb_types::proto::StartPlan> {
+        {
+            let state = self.lock();
+            if state.formed {
+                // A node restart: the node restores what its own disk holds,
+                // then copies what changed from the live replicas.
+                let durable = state.layout.durable_epoch;
+                let first_epoch = recovery.as_ref().map_or(0, |r| r.max_epoch).max(durable) + 1;
+                return Ok(latsdb_types::proto::StartPlan {
+                    restore_epoch: recovery.map(|r| r.saved_epoch),
+                    first_epoch,
+                    join: true,
+                });
+            }
+        }
         self.lock().recovery.insert(node_id, recovery);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
         let mut told = false;
@@ -658,6 +711,89 @@ impl Mgmd {
                 ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops one data node, if its node group keeps a started replica.
+    async fn stop_node(&self, node_id: NodeId) -> Result<MgmResponse> {
+        let link = {
+            let state = self.lock();
+            let d = state.layout.datanode(node_id).ok_or_else(|| {
+                DbError::bad_request(format!("node id {node_id} is not a data node in the cluster configuration"))
+            })?;
+            if d.status == NodeStatus::Started {
+                let others = state
+                    .layout
+                    .group_nodes(d.node_group)
+                    .iter()
+                    .any(|o| o.node_id != node_id && o.status == NodeStatus::Started);
+                if !others {
+                    return Err(DbError::new(
+                        ErrorCode::ClusterNotReady,
+                        format!(
+                            "data node {node_id} is the last started replica of node group {}: stopping it would make its partitions unavailable (use `latsdb mgm shutdown` to stop the whole cluster)",
+                            d.node_group
+                        ),
+                    ));
+                }
+            }
+            state.links.get(&node_id).map(|l| l.commands.clone())
+        };
+        let Some(link) = link else {
+            return Err(DbError::bad_request(format!("data node {node_id} is not running")));
+        };
+        let (tx, rx) = oneshot::channel();
+        link.send((NodeCommand::Stop, tx))
+            .map_err(|_| DbError::bad_request(format!("data node {node_id} is not running")))?;
+        let _ = tokio::time::timeout(NODE_COMMAND_TIMEOUT, rx).await;
+        log("mgmd", format!("data node {node_id} stopped on request"));
+        Ok(MgmResponse::Done)
+    }
+
+    /// A restarting node caught up: the president of the view (the lowest
+    /// started node) proposes a view that admits it.
+    async fn admit(&self, node_id: NodeId) -> Result<MgmResponse> {
+        let president = {
+            let state = self.lock();
+            match state.layout.datanode(node_id).map(|d| d.status) {
+                Some(NodeStatus::Starting) => {}
+                Some(NodeStatus::Started) => return Ok(MgmResponse::Done),
+                _ => {
+                    return Err(DbError::new(
+                        ErrorCode::ClusterNotReady,
+                        format!("data node {node_id} is not restarting; start it again"),
+                    ))
+                }
+            }
+            let mut started: Vec<NodeId> = state
+                .layout
+                .datanodes
+                .iter()
+                .filter(|d| d.status == NodeStatus::Started && state.links.contains_key(&d.node_id))
+                .map(|d| d.node_id)
+                .collect();
+            started.sort_unstable();
+            started.first().and_then(|n| state.links.get(n).map(|l| (*n, l.commands.clone())))
+        };
+        let Some((president, link)) = president else {
+            return Err(DbError::new(
+                ErrorCode::ClusterNotReady,
+                format!("no started data node can admit data node {node_id}; the cluster is not running"),
+            ));
+        };
+        let (tx, rx) = oneshot::channel();
+        link.send((NodeCommand::Admit(node_id), tx))
+            .map_err(|_| DbError::new(ErrorCode::NodeUnavailable, format!("data node {president} disconnected")))?;
+        match tokio::time::timeout(NODE_COMMAND_TIMEOUT, rx).await {
+            Ok(Ok(Ok(NodeReply::Done))) => {
+                log("mgmd", format!("data node {president} proposes a view that admits data node {node_id}"));
+                Ok(MgmResponse::Done)
+            }
+            Ok(Ok(Ok(NodeReply::Error(e)))) | Ok(Ok(Err(e))) => Err(e),
+            _ => Err(DbError::new(
+                ErrorCode::NodeUnavailable,
+                format!("data node {president} did not answer the request to admit data node {node_id}; retry"),
+            )),
         }
     }
 
@@ -693,14 +829,13 @@ impl Mgmd {
                 })?
             }
         };
-        if (state.formed || !state.tables.is_empty()) && state.ever_started.contains(&id) {
-            // It would come back empty and be made primary for half of its
-            // partitions: a node restart must first copy the data from a live
-            // replica, which is not built yet.
+        if !state.formed && state.ever_started.contains(&id) {
+            // The cluster is still starting (some configured node never
+            // came up): this node's disk took part in the start already.
             return Err(DbError::new(
                 ErrorCode::ClusterNotReady,
                 format!(
-                    "data node {id} left the cluster and cannot rejoin yet: node restart (copying its data back from a live replica) is not built; its partitions are served by the other replicas. Restart the whole cluster to bring it back."
+                    "data node {id} stopped while the cluster was still starting; start the remaining data nodes first (a node restart needs a running cluster to copy from)"
                 ),
             ));
         }
@@ -721,6 +856,8 @@ impl Mgmd {
             state.layout.version += 1;
             drop(state);
             log("mgmd", format!("view {epoch} (reported by data node {from}): live data nodes {members:?}"));
+            // Restarting nodes are no members: they learn views from here.
+            self.broadcast_layout();
         }
         answer
     }
@@ -766,9 +903,11 @@ impl Mgmd {
                 }
                 return;
             }
-            if state.formed {
+            let starting = state.layout.datanode(node_id).is_some_and(|d| d.status == NodeStatus::Starting);
+            if state.formed && !starting {
                 // Whether it left is for the data nodes to decide (they
                 // may still reach it); their president reports the view.
+                // (A restarting node is no member: this server decides.)
                 drop(state);
                 log("mgmd", format!("lost the connection to data node {node_id}"));
                 return;
@@ -792,7 +931,7 @@ fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::Start
     let max_logged = reports.iter().map(|(_, r)| r.max_epoch).max().unwrap_or(0);
     let first_epoch = max_logged.max(state.layout.durable_epoch) + 1;
     if reports.is_empty() {
-        return Ok(latsdb_types::proto::StartPlan { restore_epoch: None, first_epoch });
+        return Ok(latsdb_types::proto::StartPlan { restore_epoch: None, first_epoch, join: false });
     }
     // The last view's disks hold the latest data; a node that left earlier
     // holds less and could only rejoin by copying from a peer.
@@ -830,5 +969,5 @@ fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::Start
             ),
         );
     }
-    Ok(latsdb_types::proto::StartPlan { restore_epoch: Some(restore_epoch), first_epoch })
+    Ok(latsdb_types::proto::StartPlan { restore_epoch: Some(restore_epoch), first_epoch, join: false })
 }

@@ -28,8 +28,17 @@ const TICK: Duration = Duration::from_millis(10);
 pub enum Control {
     Schema(SchemaChange, oneshot::Sender<Result<()>>),
     /// Sent to the first shard only: run this node's membership there and
-    /// report views and shutdowns on the channel.
-    RunMembership(mpsc::UnboundedSender<NodeEvent>),
+    /// report views and shutdowns on the channel. `joining`: the node
+    /// restarts into a running cluster and waits for a view to admit it.
+    RunMembership(mpsc::UnboundedSender<NodeEvent>, bool),
+    /// First shard only: propose a view that admits this restarted node.
+    Admit(NodeId),
+    /// How the copy of a restarting node's partitions goes.
+    SyncProgress(oneshot::Sender<latsdb_cluster::SyncProgress>),
+    /// Start a checkpoint now; answered with the completed count to wait for.
+    Checkpoint(oneshot::Sender<u64>),
+    /// Whether that many checkpoints completed and the newest replaced the older.
+    CheckpointSettled(u64, oneshot::Sender<bool>),
     Layout(ClusterLayout),
     Memory(oneshot::Sender<latsdb_types::proto::ShardMemory>),
     /// Restore the shard from its disk image (or start it empty) as the
@@ -73,6 +82,9 @@ struct Host {
     lease: Lease,
     /// The node's membership (first shard only, once every node started).
     membership: RefCell<Option<Membership>>,
+    /// The node restarts into a running cluster (its membership waits to
+    /// be admitted).
+    joining: Cell<bool>,
     node_events: RefCell<Option<mpsc::UnboundedSender<NodeEvent>>>,
     /// The shard's disk thread, once restored (None without a data directory).
     disk: RefCell<Option<std::sync::mpsc::Sender<latsdb_cluster::DiskOp>>>,
@@ -85,12 +97,13 @@ impl Host {
         process_clock()
     }
 
-    /// Starts the membership once the layout shows every data node started.
+    /// Starts the membership once the layout shows every data node started
+    /// (or at once on a node that restarts into a running cluster).
     fn maybe_start_membership(&self, layout: &ClusterLayout) {
         if self.node_events.borrow().is_none()
             || self.membership.borrow().is_some()
             || layout.datanodes.is_empty()
-            || !layout.all_started()
+            || !(layout.all_started() || self.joining.get())
         {
             return;
         }
@@ -102,16 +115,20 @@ impl Host {
             groups: layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect(),
         };
         let mut m = Membership::new(cfg);
-        m.activate(self.now());
-        crate::log(
-            "datanode",
-            format!(
-                "node {}: every data node has started; watching them (heartbeat every {} ms, view 1 = {:?})",
-                self.me.node,
-                interval_us / 1000,
-                m.members()
-            ),
-        );
+        if self.joining.get() {
+            m.activate_joining();
+        } else {
+            m.activate(self.now());
+            crate::log(
+                "datanode",
+                format!(
+                    "node {}: every data node has started; watching them (heartbeat every {} ms, view 1 = {:?})",
+                    self.me.node,
+                    interval_us / 1000,
+                    m.members()
+                ),
+            );
+        }
         self.lease.set(m.serving_until());
         *self.membership.borrow_mut() = Some(m);
     }
@@ -272,13 +289,13 @@ impl Host {
         Ok(format!("{summary} in {} ms", started.elapsed().as_millis()))
     }
 
-    /// A peer link must come from a started node's shard, from the host that
+    /// A peer link must come from a started (or restarting) node's shard, from the host that
     /// node registered. (A shared cluster secret is still to come.)
     fn check_peer(&self, from: ShardAddr, ip: Option<std::net::IpAddr>) -> Result<()> {
         let layout = self.layout.borrow();
         let registered = layout
             .datanode(from.node)
-            .filter(|d| d.status == latsdb_types::proto::NodeStatus::Started)
+            .filter(|d| d.status.takes_writes())
             .and_then(|d| d.shards.get(from.shard as usize))
             .and_then(|a| a.parse::<std::net::SocketAddr>().ok());
         match (registered, ip) {
@@ -368,6 +385,7 @@ fn run_shard(
             next_conn: Cell::new(1),
             max_frame,
             membership: RefCell::new(None),
+            joining: Cell::new(false),
             node_events: RefCell::new(None),
             disk: RefCell::new(None),
             durable_reported_at: Cell::new(None),
@@ -386,10 +404,21 @@ fn run_shard(
                 Control::Schema(change, reply) => {
                     let _ = reply.send(host.shard.borrow_mut().apply_schema(change));
                 }
-                Control::RunMembership(events) => {
+                Control::RunMembership(events, joining) => {
                     *host.node_events.borrow_mut() = Some(events);
+                    host.joining.set(joining);
                     let layout = host.layout.borrow().clone();
                     host.maybe_start_membership(&layout);
+                }
+                Control::Admit(node) => host.member_step(|m, now, out| m.admit(node, now, out)),
+                Control::SyncProgress(reply) => {
+                    let _ = reply.send(host.shard.borrow().sync_progress());
+                }
+                Control::Checkpoint(reply) => {
+                    let _ = reply.send(host.shard.borrow_mut().checkpoint_now());
+                }
+                Control::CheckpointSettled(target, reply) => {
+                    let _ = reply.send(host.shard.borrow().checkpoint_settled(target));
                 }
                 Control::Layout(l) => {
                     host.maybe_start_membership(&l);

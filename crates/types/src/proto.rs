@@ -15,7 +15,7 @@ use crate::schema::{ColumnId, IndexId, TableDef, TableId, TableSpec};
 use crate::value::Value;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Bytes of the frame header: length (4) and request id (8).
 pub const FRAME_HEADER: usize = 12;
 /// Default largest frame a node accepts.
@@ -300,6 +300,59 @@ pub enum PeerMsg {
     EpochDurable {
         epoch: CommitEpoch,
     },
+    /// Starting replica -> the partition's primary: copy the partition to
+    /// me (I already take part in its writes).
+    SyncRequest {
+        table: TableId,
+        partition: u32,
+    },
+    /// Primary -> starting replica: the committed rows with keys in
+    /// `range` hash to `digest`. The range whose upper end is None is the
+    /// partition's last.
+    SyncDigest {
+        table: TableId,
+        partition: u32,
+        range: SyncRange,
+        digest: u64,
+    },
+    /// Starting replica -> primary: my rows of `range` differ; send yours.
+    SyncFetch {
+        table: TableId,
+        partition: u32,
+        range: SyncRange,
+    },
+    /// Primary -> starting replica: every committed row of `range`.
+    SyncRows {
+        table: TableId,
+        partition: u32,
+        range: SyncRange,
+        rows: Vec<SyncRow>,
+    },
+    /// Primary -> starting replica: the copy cannot be done (the table was
+    /// dropped, or this shard is not the primary any more).
+    SyncRefused {
+        table: TableId,
+        partition: u32,
+        error: DbError,
+    },
+}
+
+/// Keys after `after` (exclusive) up to `upto` (inclusive); None is
+/// unbounded on that side.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct SyncRange {
+    #[serde(with = "serde_bytes")]
+    pub after: Option<Vec<u8>>,
+    #[serde(with = "serde_bytes")]
+    pub upto: Option<Vec<u8>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct SyncRow {
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub row: Vec<u8>,
 }
 
 /// A commit epoch (NDB's global checkpoint id). Every commit belongs to
@@ -378,7 +431,19 @@ pub enum MemberMsg {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeStatus {
     NotStarted,
+    /// Restarting into a running cluster: it takes part in every write of
+    /// its partitions (as the last backup) while it copies their rows from
+    /// the primaries, but serves no reads and is primary of nothing.
+    Starting,
     Started,
+}
+
+impl NodeStatus {
+    /// Whether the node holds its partitions' writes: started, or starting
+    /// and catching up.
+    pub fn takes_writes(self) -> bool {
+        matches!(self, NodeStatus::Started | NodeStatus::Starting)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -441,13 +506,22 @@ impl ClusterLayout {
         Router::new(self).primary_of(partition)
     }
 
-    /// Marks every data node outside a membership view not started (the
-    /// view's nodes keep their state).
+    /// Applies a membership view: started nodes outside it are not started
+    /// any more, and starting nodes it admitted are started. (A starting
+    /// node is not a member yet: the management server, which it reports
+    /// to, says when it fails.)
     pub fn restrict_to_view(&mut self, members: &[NodeId]) {
-        for d in self.datanodes.iter_mut().filter(|d| !members.contains(&d.node_id)) {
-            d.status = NodeStatus::NotStarted;
-            d.shards.clear();
-            d.pid = 0;
+        for d in self.datanodes.iter_mut() {
+            let member = members.contains(&d.node_id);
+            match d.status {
+                NodeStatus::Started if !member => {
+                    d.status = NodeStatus::NotStarted;
+                    d.shards.clear();
+                    d.pid = 0;
+                }
+                NodeStatus::Starting if member => d.status = NodeStatus::Started,
+                _ => {}
+            }
         }
     }
 
@@ -462,26 +536,21 @@ impl ClusterLayout {
 /// over a group's replicas, and then over the primary node's shards.
 #[derive(Clone, Debug, Default)]
 pub struct Router {
-    /// Per node group, its nodes in node-id order: (node, shard count, started).
-    groups: Vec<Vec<(NodeId, u16, bool)>>,
+    /// Per node group, its nodes in node-id order: (node, shard count, status).
+    groups: Vec<Vec<(NodeId, u16, NodeStatus)>>,
 }
 
 impl Router {
     pub fn new(layout: &ClusterLayout) -> Router {
         let groups = (0..layout.node_groups)
-            .map(|g| {
-                layout
-                    .group_nodes(g)
-                    .iter()
-                    .map(|d| (d.node_id, d.shards.len() as u16, d.status == NodeStatus::Started))
-                    .collect()
-            })
+            .map(|g| layout.group_nodes(g).iter().map(|d| (d.node_id, d.shards.len() as u16, d.status)).collect())
             .collect();
         Router { groups }
     }
 
-    /// The started replicas of a partition, primary first, then backups in
-    /// node-group order after it.
+    /// The replicas of a partition that take its writes: the started ones,
+    /// primary first, then backups in node-group order after it, then those
+    /// of starting nodes (which are catching up).
     pub fn replicas_of(&self, partition: u32) -> Vec<ShardAddr> {
         let groups = self.groups.len() as u32;
         if groups == 0 {
@@ -489,11 +558,13 @@ impl Router {
         }
         let nodes = &self.groups[(partition % groups) as usize];
         let local = (partition / groups) as usize;
-        (0..nodes.len())
-            .map(|k| nodes[(local + k) % nodes.len()])
-            .filter(|&(_, shards, started)| started && shards > 0)
-            .map(|(node, shards, _)| ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
-            .collect()
+        let with = |status: NodeStatus| {
+            (0..nodes.len())
+                .map(|k| nodes[(local + k) % nodes.len()])
+                .filter(move |&(_, shards, s)| s == status && shards > 0)
+                .map(|(node, shards, _)| ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
+        };
+        with(NodeStatus::Started).chain(with(NodeStatus::Starting)).collect()
     }
 
     /// Where a read-committed read of `partition` may go: the replica on the
@@ -509,7 +580,7 @@ impl Router {
         let nodes = &self.groups[(partition % groups) as usize];
         let local = (partition / groups) as usize;
         match nodes.get(prefer % nodes.len().max(1)) {
-            Some(&(node, shards, true)) if shards > 0 => {
+            Some(&(node, shards, NodeStatus::Started)) if shards > 0 => {
                 Some(ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
             }
             _ => self.primary_of(partition),
@@ -527,7 +598,7 @@ impl Router {
         let local = (partition / groups) as usize;
         (0..nodes.len())
             .map(|k| nodes[(local + k) % nodes.len()])
-            .find(|&(_, shards, started)| started && shards > 0)
+            .find(|&(_, shards, status)| status == NodeStatus::Started && shards > 0)
             .map(|(node, shards, _)| ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
     }
 }
@@ -563,6 +634,12 @@ pub enum MgmRequest {
     DataNodeReady {
         node_id: NodeId,
     },
+    /// A restarting data node (status starting) copied every partition
+    /// from the primaries and checkpointed: admit it to the view. Answered
+    /// once the view that admits it is chosen.
+    DataNodeSynced {
+        node_id: NodeId,
+    },
     /// The epoch driver reports a new durable epoch.
     EpochDurable {
         epoch: CommitEpoch,
@@ -592,6 +669,20 @@ pub enum MgmRequest {
     ReportMemory,
     /// Stops every data node and then the management server.
     Shutdown,
+    /// Stops one data node (its node group must keep a started replica).
+    StopNode {
+        node_id: NodeId,
+    },
+    /// Asks for a stopped data node to be started again (a node restart;
+    /// `initial` empties its data directory first). The process manager
+    /// that runs the cluster's processes (`latsdb start`) carries it out.
+    StartNode {
+        node_id: NodeId,
+        initial: bool,
+    },
+    /// The process manager collects the pending start requests (answered
+    /// with `StartRequests`).
+    TakeStartRequests,
     /// A data node's membership message to the arbitrator (answered with
     /// `Member`).
     Member {
@@ -625,6 +716,8 @@ pub enum MgmResponse {
     Memory(Vec<(NodeId, Vec<ShardMemory>)>),
     /// The arbitrator's answer to a membership message, if any.
     Member(Option<MemberMsg>),
+    /// Data nodes to start: (node, initial).
+    StartRequests(Vec<(NodeId, bool)>),
     Done,
     Error(DbError),
 }
@@ -648,6 +741,10 @@ pub struct StartPlan {
     /// New commits begin in this epoch, above any epoch a REDO log of the
     /// cluster has ever carried.
     pub first_epoch: CommitEpoch,
+    /// The cluster is running: after restoring, the node joins it as a
+    /// starting node and copies its partitions from the primaries (a node
+    /// restart) instead of serving at once.
+    pub join: bool,
 }
 
 /// Rows and estimated data memory of one shard.
@@ -677,6 +774,9 @@ pub enum NodeCommand {
     ApplySchema(SchemaChange),
     ReportMemory,
     Stop,
+    /// To the president of the view: propose a view that adds this
+    /// starting node (answered once it is chosen).
+    Admit(NodeId),
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -771,6 +871,18 @@ mod tests {
             assert_eq!(router.primary_of(p), Some(at(3)));
             assert_eq!(router.replicas_of(p), vec![at(3)]);
         }
+        // Restarting, it takes writes as the last backup and nothing else.
+        let mut restarting = layout.clone();
+        restarting.datanodes[0].status = NodeStatus::Starting;
+        let router = Router::new(&restarting);
+        for p in 0..8 {
+            assert_eq!(router.primary_of(p), Some(at(3)));
+            assert_eq!(router.replicas_of(p), vec![at(3), at(2)]);
+            assert_eq!(router.read_replica_of(p, 0), Some(at(3)));
+        }
+        // Admitted to the view, it is started and primary of its share again.
+        restarting.restrict_to_view(&[2, 3]);
+        assert_eq!(restarting, layout);
     }
 
     #[test]

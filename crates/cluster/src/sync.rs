@@ -1,0 +1,421 @@
+//! Node restart: a starting replica copies its partitions from their
+//! primaries while it already takes part in their writes.
+//!
+//! A restarting node first restores what its own disk holds, then joins
+//! the layout as *starting*: every primary lists it as the last backup of
+//! its partitions, so each write from then on is staged and committed on
+//! it too, but it serves no reads. Each of its shards asks the primary of
+//! every partition it holds for a copy (`SyncRequest`). The primary walks
+//! the partition in key order and sends, per range of about 64 KiB of
+//! rows, a digest of its committed rows (`SyncDigest`); the starting shard
+//! compares it with the digest of its own rows of that range and asks for
+//! the rows only when they differ (`SyncFetch` -> `SyncRows`), then makes
+//! its range equal to them (deleting rows the primary no longer has). After
+//! a node restart most ranges are equal and only the changed ones travel;
+//! after an initial node restart (empty disk) every range does.
+//!
+//! Why the copy is exact: everything the primary sends the starting shard
+//! travels on one ordered link: replicated writes, their commits, digests
+//! and rows. A digest or a row set reflects the commits the primary
+//! applied before sending it, and the starting shard has applied exactly
+//! those commits of the same link when it reads the message. A commit
+//! applied at the primary later reaches the starting shard later, on the
+//! same link, as a full row image. The one gap: a transaction that wrote a
+//! row at the primary before the primary learned of the starting replica
+//! did not stage that write there. So the primary starts a copy only once
+//! every transaction that was open when a replica joined has finished.
+//!
+//! ```text
+//! starting shard                primary
+//!   |--SyncRequest(t, p)-------->|  waits for older transactions
+//!   |<--SyncDigest(range, d)-----|  one per range, paced per tick
+//!   |  own digest differs:       |
+//!   |--SyncFetch(range)--------->|
+//!   |<--SyncRows(range, rows)----|
+//!   |<--SyncDigest(.., end)------|  last range: the partition is done
+//! ```
+//!
+//! Once every partition is copied the node writes a local checkpoint (the
+//! copied rows are not in its REDO log), and once that checkpoint replaced
+//! its older one the node is admitted to the membership view: started,
+//! primary of its share of the partitions again.
+
+use crate::shard::{Outbox, Shard};
+use latsdb_types::proto::{NodeStatus, PeerMsg, ShardAddr, SyncRange, SyncRow, TxId};
+use latsdb_types::schema::TableId;
+use latsdb_types::{DbError, ErrorCode};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Rows (keys and values) per digest range: the unit that is compared,
+/// and copied when it differs.
+const RANGE_BYTES: usize = 64 << 10;
+/// Row bytes a primary digests per tick (10 ms) over all its copies.
+const TICK_BYTES: usize = 1 << 20;
+
+/// The primary's side.
+#[derive(Default)]
+pub(crate) struct SyncSource {
+    /// Requests not started yet: (requester, table, partition).
+    waiting: Vec<(ShardAddr, TableId, u32)>,
+    /// Transactions that were open when a replica joined: copies wait for
+    /// them to finish.
+    barrier: BTreeSet<TxId>,
+    jobs: VecDeque<Job>,
+}
+
+struct Job {
+    to: ShardAddr,
+    table: TableId,
+    partition: u32,
+    /// The last key digested so far.
+    resume: Option<Box<[u8]>>,
+}
+
+/// The starting shard's side.
+#[derive(Default)]
+pub(crate) struct SyncTarget {
+    begun: bool,
+    /// Partitions still being copied: their primary, whether its last
+    /// range arrived, and fetches outstanding.
+    parts: BTreeMap<(TableId, u32), Part>,
+    progress: SyncProgress,
+}
+
+struct Part {
+    source: ShardAddr,
+    ended: bool,
+    fetching: u32,
+}
+
+/// How a starting shard's copy goes, for its host to report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncProgress {
+    /// The copy has begun (the shard saw itself starting in the layout).
+    pub begun: bool,
+    pub partitions: usize,
+    pub partitions_left: usize,
+    pub ranges_equal: u64,
+    pub ranges_copied: u64,
+    pub rows_copied: u64,
+    /// The copy cannot finish (a primary failed or refused): the node must
+    /// be restarted again.
+    pub failed: Option<String>,
+}
+
+impl SyncTarget {
+    /// The copy is under way (not done, not failed).
+    pub(crate) fn copying(&self) -> bool {
+        self.begun && !self.parts.is_empty()
+    }
+}
+
+impl SyncProgress {
+    pub fn done(&self) -> bool {
+        self.begun && self.partitions_left == 0 && self.failed.is_none()
+    }
+}
+
+impl Shard {
+    fn takes_writes(&self, node: latsdb_types::proto::NodeId) -> bool {
+        self.layout.datanode(node).is_some_and(|d| d.status.takes_writes())
+    }
+
+    /// A new layout: a primary holds copies back until the transactions
+    /// open before a new replica joined are done; a starting shard begins
+    /// its copy, or gives up when a primary it copies from left.
+    pub(crate) fn sync_layout_changed(&mut self, replica_joined: bool, out: &mut Outbox) {
+        if replica_joined {
+            let open: Vec<TxId> = self.ldm.txs.keys().copied().collect();
+            self.sync_src.barrier.extend(open);
+        }
+        self.sync_admit(out);
+        let me = self.cfg.me;
+        let status = self.layout.datanode(me.node).map(|d| d.status);
+        let target = &self.sync_dst;
+        if target.begun && target.progress.failed.is_none() && !target.parts.is_empty() {
+            if status != Some(NodeStatus::Starting) && status != Some(NodeStatus::Started) {
+                self.sync_fail(format!("data node {} was dropped from the cluster during its restart", me.node));
+                return;
+            }
+            let lost: Option<ShardAddr> = target
+                .parts
+                .values()
+                .map(|p| p.source)
+                .find(|s| self.layout.datanode(s.node).is_none_or(|d| d.status != NodeStatus::Started));
+            if let Some(source) = lost {
+                self.sync_fail(format!(
+                    "data node {} left while shard {me} copied partitions from it; restart this node again",
+                    source.node
+                ));
+            }
+            return;
+        }
+        if status == Some(NodeStatus::Starting) && !target.begun {
+            self.sync_begin(out);
+        }
+    }
+
+    fn sync_begin(&mut self, out: &mut Outbox) {
+        let me = self.cfg.me;
+        let mut wanted = Vec::new();
+        let mut ids: Vec<TableId> = self.tables.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let table = &self.tables[&id];
+            for (p, slot) in table.partitions.iter().enumerate() {
+                if slot.is_some() {
+                    wanted.push((id, p as u32, self.router.primary_of(p as u32)));
+                }
+            }
+        }
+        self.sync_dst.begun = true;
+        self.sync_dst.progress.begun = true;
+        self.sync_dst.progress.partitions = wanted.len();
+        self.sync_dst.progress.partitions_left = wanted.len();
+        for (table, partition, source) in wanted {
+            let Some(source) = source.filter(|s| *s != me) else {
+                self.sync_fail(format!(
+                    "partition {partition} of table id {table} has no started replica to copy from; start the other data nodes of its node group first"
+                ));
+                return;
+            };
+            self.sync_dst.parts.insert((table, partition), Part { source, ended: false, fetching: 0 });
+            self.send_peer(source, PeerMsg::SyncRequest { table, partition }, out);
+        }
+    }
+
+    fn sync_fail(&mut self, why: String) {
+        let target = &mut self.sync_dst;
+        if target.progress.failed.is_none() {
+            target.progress.failed = Some(why);
+        }
+        target.parts.clear();
+    }
+
+    /// How the copy of a starting shard goes.
+    pub fn sync_progress(&self) -> SyncProgress {
+        self.sync_dst.progress.clone()
+    }
+
+    // ---- primary ----
+
+    pub(crate) fn sync_on_request(&mut self, from: ShardAddr, table: TableId, partition: u32, out: &mut Outbox) {
+        // A node restarted again asks again: its earlier copy is void.
+        let src = &mut self.sync_src;
+        src.waiting.retain(|w| *w != (from, table, partition));
+        src.jobs.retain(|j| (j.to, j.table, j.partition) != (from, table, partition));
+        src.waiting.push((from, table, partition));
+        self.sync_admit(out);
+    }
+
+    /// Starts the copies whose requester this shard lists as a replica,
+    /// once no transaction from before it joined is open.
+    fn sync_admit(&mut self, out: &mut Outbox) {
+        if self.sync_src.waiting.is_empty() {
+            return;
+        }
+        let txs = &self.ldm.txs;
+        self.sync_src.barrier.retain(|tx| txs.contains_key(tx));
+        if !self.sync_src.barrier.is_empty() {
+            return;
+        }
+        let me = self.cfg.me;
+        let waiting = std::mem::take(&mut self.sync_src.waiting);
+        for (to, table, partition) in waiting {
+            let Some(state) = self.tables.get(&table) else {
+                let error = crate::shard::unknown_table(table);
+                self.send_peer(to, PeerMsg::SyncRefused { table, partition, error }, out);
+                continue;
+            };
+            let replicas = state.replicas.get(partition as usize);
+            if !replicas.is_some_and(|r| r.contains(&to)) {
+                // This shard's layout does not list it yet: wait for it. (A
+                // request of a node that failed again is replaced when it
+                // asks again.)
+                self.sync_src.waiting.push((to, table, partition));
+                continue;
+            }
+            if !state.is_primary(partition, me) {
+                let error = DbError::new(
+                    ErrorCode::WrongShard,
+                    format!("shard {me} is not the primary of partition {partition} of table id {table}"),
+                );
+                self.send_peer(to, PeerMsg::SyncRefused { table, partition, error }, out);
+                continue;
+            }
+            self.sync_src.jobs.push_back(Job { to, table, partition, resume: None });
+        }
+    }
+
+    /// Periodic work: digest the next ranges of the running copies.
+    pub(crate) fn sync_tick(&mut self, out: &mut Outbox) {
+        self.sync_admit(out);
+        let mut budget = TICK_BYTES;
+        while budget > 0 {
+            let Some(mut job) = self.sync_src.jobs.pop_front() else { return };
+            if !self.takes_writes(job.to.node) {
+                continue;
+            }
+            let Some(p) = self.tables.get(&job.table).and_then(|t| t.partitions.get(job.partition as usize)) else {
+                let error = crate::shard::unknown_table(job.table);
+                self.send_peer(job.to, PeerMsg::SyncRefused { table: job.table, partition: job.partition, error }, out);
+                continue;
+            };
+            let Some(p) = p.as_ref() else {
+                let error = crate::shard::wrong_shard(job.partition, self.cfg.me);
+                self.send_peer(job.to, PeerMsg::SyncRefused { table: job.table, partition: job.partition, error }, out);
+                continue;
+            };
+            let chunk = RANGE_BYTES.min(budget);
+            let (digest, _rows, upto) = p.digest_after(job.resume.as_deref(), chunk);
+            budget = budget.saturating_sub(chunk);
+            let range = SyncRange {
+                after: job.resume.as_deref().map(<[u8]>::to_vec),
+                upto: upto.as_deref().map(<[u8]>::to_vec),
+            };
+            let (to, table, partition) = (job.to, job.table, job.partition);
+            self.send_peer(to, PeerMsg::SyncDigest { table, partition, range, digest }, out);
+            if let Some(next) = upto {
+                job.resume = Some(next);
+                self.sync_src.jobs.push_front(job);
+            }
+        }
+    }
+
+    pub(crate) fn sync_on_fetch(
+        &mut self,
+        from: ShardAddr,
+        table: TableId,
+        partition: u32,
+        range: SyncRange,
+        out: &mut Outbox,
+    ) {
+        let Some(p) =
+            self.tables.get(&table).and_then(|t| t.partitions.get(partition as usize)).and_then(|p| p.as_ref())
+        else {
+            let error = crate::shard::wrong_shard(partition, self.cfg.me);
+            self.send_peer(from, PeerMsg::SyncRefused { table, partition, error }, out);
+            return;
+        };
+        let mut rows = Vec::new();
+        p.rows_between(range.after.as_deref(), range.upto.as_deref(), |key, row| {
+            rows.push(SyncRow { key: key.to_vec(), row: row.to_vec() })
+        });
+        self.send_peer(from, PeerMsg::SyncRows { table, partition, range, rows }, out);
+    }
+
+    // ---- starting shard ----
+
+    pub(crate) fn sync_on_digest(
+        &mut self,
+        from: ShardAddr,
+        table: TableId,
+        partition: u32,
+        range: SyncRange,
+        digest: u64,
+        out: &mut Outbox,
+    ) {
+        let Some(part) = self.sync_dst.parts.get(&(table, partition)) else { return };
+        if part.source != from {
+            return;
+        }
+        let mine = self
+            .tables
+            .get(&table)
+            .and_then(|t| t.partitions.get(partition as usize))
+            .and_then(|p| p.as_ref())
+            .map(|p| p.digest_between(range.after.as_deref(), range.upto.as_deref()));
+        let last = range.upto.is_none();
+        let part = self.sync_dst.parts.get_mut(&(table, partition)).expect("looked up above");
+        part.ended = last;
+        if mine == Some(digest) {
+            self.sync_dst.progress.ranges_equal += 1;
+        } else {
+            part.fetching += 1;
+            self.send_peer(from, PeerMsg::SyncFetch { table, partition, range }, out);
+        }
+        self.sync_part_check(table, partition);
+    }
+
+    pub(crate) fn sync_on_rows(
+        &mut self,
+        from: ShardAddr,
+        table: TableId,
+        partition: u32,
+        range: SyncRange,
+        rows: Vec<SyncRow>,
+    ) {
+        if self.sync_dst.parts.get(&(table, partition)).is_none_or(|p| p.source != from) {
+            return;
+        }
+        if let Err(e) = self.sync_apply(table, partition, &range, &rows) {
+            self.sync_fail(format!("copying partition {partition} of table id {table} failed: {}", e.message));
+            return;
+        }
+        let progress = &mut self.sync_dst.progress;
+        progress.ranges_copied += 1;
+        progress.rows_copied += rows.len() as u64;
+        if let Some(part) = self.sync_dst.parts.get_mut(&(table, partition)) {
+            part.fetching -= 1;
+        }
+        self.sync_part_check(table, partition);
+    }
+
+    pub(crate) fn sync_on_refused(&mut self, from: ShardAddr, table: TableId, partition: u32, error: DbError) {
+        if self.sync_dst.parts.get(&(table, partition)).is_some_and(|p| p.source == from) {
+            self.sync_fail(format!(
+                "shard {from} refused to copy partition {partition} of table id {table}: {}",
+                error.message
+            ));
+        }
+    }
+
+    fn sync_part_check(&mut self, table: TableId, partition: u32) {
+        let target = &mut self.sync_dst;
+        if target.parts.get(&(table, partition)).is_some_and(|p| p.ended && p.fetching == 0) {
+            target.parts.remove(&(table, partition));
+            target.progress.partitions_left = target.parts.len();
+        }
+    }
+
+    /// Makes this shard's rows of `range` exactly `rows`.
+    fn sync_apply(
+        &mut self,
+        table: TableId,
+        partition: u32,
+        range: &SyncRange,
+        rows: &[SyncRow],
+    ) -> latsdb_types::Result<()> {
+        let state = self.tables.get_mut(&table).ok_or_else(|| crate::shard::unknown_table(table))?;
+        let meta = state.meta.clone();
+        let p = state
+            .partitions
+            .get_mut(partition as usize)
+            .and_then(|p| p.as_mut())
+            .ok_or_else(|| crate::shard::wrong_shard(partition, self.cfg.me))?;
+        for r in rows {
+            meta.layout.validate(&r.row)?;
+            if meta.key_of_row(&r.row) != r.key {
+                return Err(DbError::internal("a copied row does not match its key"));
+            }
+        }
+        let before = p.memory();
+        let incoming: BTreeSet<&[u8]> = rows.iter().map(|r| r.key.as_slice()).collect();
+        let mut stale: Vec<Vec<u8>> = Vec::new();
+        p.rows_between(range.after.as_deref(), range.upto.as_deref(), |key, _| {
+            if !incoming.contains(key) {
+                stale.push(key.to_vec());
+            }
+        });
+        for key in stale {
+            p.remove(&meta, &key);
+        }
+        for r in rows {
+            if p.get(&r.key) != Some(r.row.as_slice()) {
+                p.put(&meta, &r.key, &r.row);
+            }
+        }
+        self.data_memory_used = self.data_memory_used + p.memory() - before;
+        Ok(())
+    }
+}
