@@ -220,7 +220,7 @@ pub(crate) fn outcome(result: OpResult, layout: &Arc<RowLayout>) -> Result<Outco
 }
 
 /// Attempts to route and resend operations that hit a stale layout.
-const STALE_LAYOUT_RETRIES: usize = 8;
+pub(crate) const STALE_LAYOUT_RETRIES: usize = 8;
 
 impl Client {
     /// Runs independent single-row operations, each its own transaction.

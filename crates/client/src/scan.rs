@@ -9,6 +9,7 @@ use latsdb_types::keycodec;
 use latsdb_types::proto::{ClientRequest, ClientResponse, KeyBound, ScanPage, ScanRequest};
 use latsdb_types::row::RowLayout;
 use latsdb_types::schema::{ColumnId, PRIMARY_INDEX};
+use latsdb_types::ErrorCode;
 use latsdb_types::{DbError, Result, Value};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -161,14 +162,19 @@ impl Client {
         for p in 0..partitions {
             let mut req = plan.request.clone();
             req.partition = p;
-            let rx = self.start(self.route(p)?, &ClientRequest::Scan(req.clone())).await?;
+            let rx = self.start_page(&req).await;
             inflight.push_back((req, rx));
         }
         while let Some((mut req, rx)) = inflight.pop_front() {
-            let page = match self.finish(rx).await? {
-                ClientResponse::Scan(page) => page,
-                ClientResponse::Error(e) => return Err(e),
-                other => return Err(DbError::internal(format!("a scan was answered with {other:?}"))),
+            let answer = match rx {
+                Ok(rx) => self.finish(rx).await,
+                Err(e) => Err(e),
+            };
+            let page = match answer {
+                Ok(ClientResponse::Scan(page)) => page,
+                Ok(ClientResponse::Error(e)) | Err(e) if is_stale(&e) => self.page_again(&req).await?,
+                Ok(ClientResponse::Error(e)) | Err(e) => return Err(e),
+                Ok(other) => return Err(DbError::internal(format!("a scan was answered with {other:?}"))),
             };
             let resume = page.resume.clone();
             if !on_page(page)? {
@@ -176,11 +182,36 @@ impl Client {
             }
             if let Some(r) = resume {
                 req.resume_after = Some(r);
-                let rx = self.start(self.route(req.partition)?, &ClientRequest::Scan(req.clone())).await?;
+                let rx = self.start_page(&req).await;
                 inflight.push_back((req, rx));
             }
         }
         Ok(())
+    }
+
+    async fn start_page(&self, req: &ScanRequest) -> Result<tokio::sync::oneshot::Receiver<Result<ClientResponse>>> {
+        self.start(self.route(req.partition)?, &ClientRequest::Scan(req.clone())).await
+    }
+
+    /// A page is a read: when its node failed or the layout moved its
+    /// partition, it is asked again by the new layout.
+    async fn page_again(&self, req: &ScanRequest) -> Result<ScanPage> {
+        let mut last = None;
+        for attempt in 0..crate::ops::STALE_LAYOUT_RETRIES {
+            tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt as u64 + 1))).await;
+            let _ = self.refresh_layout().await;
+            let answer = match self.start_page(req).await {
+                Ok(rx) => self.finish(rx).await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(ClientResponse::Scan(page)) => return Ok(page),
+                Ok(ClientResponse::Error(e)) | Err(e) if is_stale(&e) => last = Some(e),
+                Ok(ClientResponse::Error(e)) | Err(e) => return Err(e),
+                Ok(other) => return Err(DbError::internal(format!("a scan was answered with {other:?}"))),
+            }
+        }
+        Err(last.unwrap_or_else(|| DbError::internal("a scan page was retried without an error")))
     }
 
     /// Rows matching the scan. The filter runs on the data nodes.
@@ -247,6 +278,11 @@ impl Client {
         .await?;
         Ok(acc)
     }
+}
+
+/// Errors after which a read may be sent again by a fresh layout.
+fn is_stale(e: &DbError) -> bool {
+    matches!(e.code, ErrorCode::NodeUnavailable | ErrorCode::WrongShard | ErrorCode::NotServing)
 }
 
 /// Positions (in the returned rows) and types of the index columns followed

@@ -542,8 +542,8 @@ async fn handle_command(
             (NodeReply::Memory(report), false)
         }
         NodeCommand::Stop => (NodeReply::Done, true),
-        NodeCommand::Admit(node) => match shards.first().map(|s| s.control.send(Control::Admit(node))) {
-            Some(Ok(())) => (NodeReply::Done, false),
+        NodeCommand::Admit(node) => match shards.first().map(|s| s.control.send(Control::Admit(node)).is_ok()) {
+            Some(true) => (NodeReply::Done, false),
             _ => (NodeReply::Error(DbError::internal("the membership shard has stopped")), false),
         },
     }

@@ -1,0 +1,176 @@
+//! Real processes, two replicas, a transactional write load running all
+//! along: data node 2 is killed with SIGKILL and started again (a node
+//! restart: it restores its disk and copies only the ranges that changed),
+//! then data node 3 is restarted from an empty disk (an initial node
+//! restart: it copies everything). Afterwards no acknowledged transaction
+//! is lost or half-present, and each replica alone serves exactly the same
+//! rows.
+
+mod common;
+
+use common::{process_exists, TestCluster};
+use latsdb_client::{Client, Op, Scan};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
+use latsdb_types::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const ROWS_PER_TX: i64 = 3;
+
+/// Writes transactions of ROWS_PER_TX rows tagged `tag` until stopped,
+/// overwriting older rows too; records the acknowledged tags. Errors while
+/// nodes come and go leave the outcome unknown: those tags are not counted.
+async fn writer(
+    client: Client,
+    table: Arc<latsdb_client::Table>,
+    first_tag: i64,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<BTreeSet<i64>>>,
+) {
+    let mut tag = first_tag;
+    while !stop.load(Ordering::Relaxed) {
+        let ops = (0..ROWS_PER_TX)
+            .map(|k| Op::upsert(&table, vec![Value::Int(tag * 10 + k), Value::Int(tag)]).unwrap())
+            .collect();
+        match tokio::time::timeout(Duration::from_secs(10), client.transaction().execute_commit(ops)).await {
+            Ok(Ok(_)) => {
+                acked.lock().unwrap().insert(tag);
+            }
+            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(_) => panic!("a transaction hung for 10 s"),
+        }
+        tag += 1;
+    }
+}
+
+/// Runs `latsdb mgm ARGS` off the async workers.
+async fn mgm(cluster: &TestCluster, args: &[&str]) -> String {
+    let (bin, mgmd) = (common::BIN, cluster.mgmd.clone());
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin).args(["mgm", "--mgmd", &mgmd]).args(&args).output().expect("run latsdb mgm")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "latsdb mgm failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// Every row, by id -> tag.
+async fn all_rows(client: &Client, table: &Arc<latsdb_client::Table>) -> BTreeMap<i64, i64> {
+    let rows = client.scan(table, Scan::all()).await.unwrap();
+    rows.iter().map(|r| (r.get(0).as_i64().unwrap(), r.get(1).as_i64().unwrap())).collect()
+}
+
+/// The "N ranges equal, M ranges copied" of a node's last copy stage.
+fn copy_stage(log: &str) -> (u64, u64) {
+    let line = log.lines().rev().find(|l| l.contains("copy stage done")).expect("the node logged its copy stage");
+    let number_before = |what: &str| -> u64 {
+        let at = line.find(what).unwrap_or_else(|| panic!("{line}"));
+        line[..at].split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+    };
+    (number_before(" ranges equal"), number_before(" ranges copied"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identical() {
+    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
+    let data_dir = cluster.dir.path().join("data");
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let table = client
+        .create_table(
+            TableSpec::new("r", "tagged")
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+                .column(ColumnDef::new("tag", ColumnType::int(IntWidth::Big)))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+    // A base of rows the load never touches: after the node restart most
+    // of its ranges are unchanged and need no copy.
+    for chunk in 0..20i64 {
+        let ops = (0..1000)
+            .map(|i| Op::upsert(&table, vec![Value::Int(-(chunk * 1000 + i) - 1), Value::Int(-1)]).unwrap())
+            .collect();
+        for r in client.batch(ops).await.unwrap() {
+            r.unwrap();
+        }
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let tasks: Vec<_> = (0..3i64)
+        .map(|w| tokio::spawn(writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Node restart: node 2 crashes and comes back from its disk.
+    let show = mgm(&cluster, &["show"]).await;
+    let pid = common::datanode_pids(&show)[0];
+    // SAFETY: signalling a data node process this test's cluster started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while process_exists(pid) || !mgm(&cluster, &["show"]).await.contains("not started") {
+        assert!(Instant::now() < deadline, "data node 2 was not dropped from the view");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let began = Instant::now();
+    let out = mgm(&cluster, &["2", "start", "--timeout", "120"]).await;
+    assert!(out.contains("data node 2: started"), "{out}");
+    eprintln!("node restart of node 2 took {} ms under load", began.elapsed().as_millis());
+    let log2 = std::fs::read_to_string(data_dir.join("datanode-2.log")).unwrap();
+    let (equal, copied) = copy_stage(&log2);
+    assert!(equal > 0, "a node restart copied every range ({copied}); it should compare and skip unchanged ones");
+    assert!(log2.contains("checkpoint stage done"), "{log2}");
+    let before = acked.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(acked.lock().unwrap().len() > before, "writes did not resume after the node restart");
+
+    // Initial node restart: node 3 from an empty disk.
+    let began = Instant::now();
+    let out = mgm(&cluster, &["3", "restart", "--initial", "--timeout", "120"]).await;
+    assert!(out.contains("data node 3: started"), "{out}");
+    eprintln!("initial node restart of node 3 took {} ms under load", began.elapsed().as_millis());
+    let log3 = std::fs::read_to_string(data_dir.join("datanode-3.log")).unwrap();
+    assert!(log3.contains("initial start: emptied"), "{log3}");
+    let (equal, copied) = copy_stage(&log3);
+    assert_eq!(equal, 0, "an empty node has nothing to compare");
+    assert!(copied > 0);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+
+    // Nothing acknowledged is lost, nothing is half-present.
+    let both = all_rows(&client, &table).await;
+    let mut by_tag: BTreeMap<i64, i64> = BTreeMap::new();
+    for (id, tag) in &both {
+        if *tag >= 0 {
+            assert_eq!(id / 10, *tag, "row {id} carries tag {tag}");
+            *by_tag.entry(*tag).or_default() += 1;
+        }
+    }
+    assert_eq!(both.len() - by_tag.values().sum::<i64>() as usize, 20_000, "base rows lost");
+    for (tag, n) in &by_tag {
+        assert_eq!(*n, ROWS_PER_TX, "transaction {tag} is half-present ({n} rows)");
+    }
+    let lost: Vec<&i64> = acked.iter().filter(|t| !by_tag.contains_key(t)).collect();
+    assert!(lost.is_empty(), "acknowledged transactions are lost: {lost:?}");
+    assert!(acked.len() > 100, "only {} transactions were acknowledged", acked.len());
+
+    // Each replica alone serves the same rows.
+    mgm(&cluster, &["3", "stop"]).await;
+    let only_2 = all_rows(&client, &table).await;
+    assert!(only_2 == both, "node 2 alone serves {} rows, both served {}", only_2.len(), both.len());
+    mgm(&cluster, &["3", "start", "--timeout", "120"]).await;
+    mgm(&cluster, &["2", "stop"]).await;
+    let only_3 = all_rows(&client, &table).await;
+    assert!(only_3 == both, "node 3 alone serves {} rows, both served {}", only_3.len(), both.len());
+}
