@@ -221,6 +221,15 @@ impl Shard {
         if needs_primary && !table.is_primary(op.partition, self.cfg.me) {
             return Err(wrong_shard(op.partition, self.cfg.me));
         }
+        if needs_primary && self.sync_frozen(op.table, op.partition) {
+            return Err(DbError::new(
+                ErrorCode::NotServing,
+                format!(
+                    "partition {} is being handed to its restarted primary; nothing was done, retry in a moment",
+                    op.partition
+                ),
+            ));
+        }
         meta.validate_key(&op.key)?;
         if meta.partition_of(&op.key) != op.partition {
             return Err(DbError::bad_request(format!(

@@ -253,6 +253,19 @@ impl Shard {
             out.client.push((conn, req_id, ClientResponse::Error(error)));
             return;
         }
+        let me = self.cfg.me.node;
+        if self.layout.datanode(me).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting)
+            && !matches!(req, ClientRequest::Ping)
+        {
+            // Its rows are still being copied: a client with an old layout
+            // must not read them.
+            let error = DbError::new(
+                ErrorCode::NotServing,
+                format!("data node {me} is restarting (copying its data from live replicas) and serves no requests yet; refresh the cluster layout and retry"),
+            );
+            out.client.push((conn, req_id, ClientResponse::Error(error)));
+            return;
+        }
         match req {
             ClientRequest::Batch(ops) => self.ldm_batch(conn, req_id, ops, out),
             ClientRequest::TxExec { tx, ops, commit } => self.tc_exec(conn, req_id, tx, ops, commit, out),
@@ -362,9 +375,11 @@ impl Shard {
             }
             PeerMsg::SyncFetch { table, partition, range } => self.sync_on_fetch(from, table, partition, range, out),
             PeerMsg::SyncRows { table, partition, range, rows } => {
-                self.sync_on_rows(from, table, partition, range, rows)
+                self.sync_on_rows(from, table, partition, range, rows, out)
             }
             PeerMsg::SyncRefused { table, partition, error } => self.sync_on_refused(from, table, partition, error),
+            PeerMsg::SyncHandover { table, partition } => self.sync_on_handover(from, table, partition, out),
+            PeerMsg::SyncHandedOver { table, partition } => self.sync_on_handed_over(from, table, partition),
         }
     }
 

@@ -61,6 +61,9 @@ pub(crate) struct SyncSource {
     /// them to finish.
     barrier: BTreeSet<TxId>,
     jobs: VecDeque<Job>,
+    /// Partitions handed to a restarted node once it is admitted: no new
+    /// locks are taken on them here, and it hears when none is held.
+    frozen: BTreeMap<(TableId, u32), (ShardAddr, bool)>,
 }
 
 struct Job {
@@ -85,6 +88,9 @@ struct Part {
     source: ShardAddr,
     ended: bool,
     fetching: u32,
+    /// Copied; waiting for the primary to hand it over (when this shard
+    /// becomes its primary once admitted).
+    handing_over: bool,
 }
 
 /// How a starting shard's copy goes, for its host to report.
@@ -129,6 +135,7 @@ impl Shard {
             self.sync_src.barrier.extend(open);
         }
         self.sync_admit(out);
+        self.sync_check_frozen(out);
         let me = self.cfg.me;
         let status = self.layout.datanode(me.node).map(|d| d.status);
         let target = &self.sync_dst;
@@ -179,7 +186,9 @@ impl Shard {
                 ));
                 return;
             };
-            self.sync_dst.parts.insert((table, partition), Part { source, ended: false, fetching: 0 });
+            self.sync_dst
+                .parts
+                .insert((table, partition), Part { source, ended: false, fetching: 0, handing_over: false });
             self.send_peer(source, PeerMsg::SyncRequest { table, partition }, out);
         }
     }
@@ -250,6 +259,7 @@ impl Shard {
     /// Periodic work: digest the next ranges of the running copies.
     pub(crate) fn sync_tick(&mut self, out: &mut Outbox) {
         self.sync_admit(out);
+        self.sync_check_frozen(out);
         let mut budget = TICK_BYTES;
         while budget > 0 {
             let Some(mut job) = self.sync_src.jobs.pop_front() else { return };
@@ -334,7 +344,7 @@ impl Shard {
             part.fetching += 1;
             self.send_peer(from, PeerMsg::SyncFetch { table, partition, range }, out);
         }
-        self.sync_part_check(table, partition);
+        self.sync_part_check(table, partition, out);
     }
 
     pub(crate) fn sync_on_rows(
@@ -344,6 +354,7 @@ impl Shard {
         partition: u32,
         range: SyncRange,
         rows: Vec<SyncRow>,
+        out: &mut Outbox,
     ) {
         if self.sync_dst.parts.get(&(table, partition)).is_none_or(|p| p.source != from) {
             return;
@@ -358,7 +369,7 @@ impl Shard {
         if let Some(part) = self.sync_dst.parts.get_mut(&(table, partition)) {
             part.fetching -= 1;
         }
-        self.sync_part_check(table, partition);
+        self.sync_part_check(table, partition, out);
     }
 
     pub(crate) fn sync_on_refused(&mut self, from: ShardAddr, table: TableId, partition: u32, error: DbError) {
@@ -370,12 +381,83 @@ impl Shard {
         }
     }
 
-    fn sync_part_check(&mut self, table: TableId, partition: u32) {
-        let target = &mut self.sync_dst;
-        if target.parts.get(&(table, partition)).is_some_and(|p| p.ended && p.fetching == 0) {
-            target.parts.remove(&(table, partition));
-            target.progress.partitions_left = target.parts.len();
+    /// A partition whose copy is complete is done, unless this shard is
+    /// to become its primary: then the primary first stops taking locks on
+    /// it (two primaries must never lock the same rows), and says when no
+    /// transaction holds one there any more.
+    fn sync_part_check(&mut self, table: TableId, partition: u32, out: &mut Outbox) {
+        let me = self.cfg.me;
+        let Some(part) = self.sync_dst.parts.get(&(table, partition)) else { return };
+        if !part.ended || part.fetching > 0 || part.handing_over {
+            return;
         }
+        let mut admitted = self.layout.clone();
+        admitted.restrict_to_view(
+            &admitted.datanodes.iter().filter(|d| d.status.takes_writes()).map(|d| d.node_id).collect::<Vec<_>>(),
+        );
+        let future_primary = latsdb_types::proto::Router::new(&admitted).primary_of(partition) == Some(me);
+        if future_primary {
+            let source = part.source;
+            if let Some(p) = self.sync_dst.parts.get_mut(&(table, partition)) {
+                p.handing_over = true;
+            }
+            self.send_peer(source, PeerMsg::SyncHandover { table, partition }, out);
+            return;
+        }
+        self.sync_part_done(table, partition);
+    }
+
+    fn sync_part_done(&mut self, table: TableId, partition: u32) {
+        let target = &mut self.sync_dst;
+        target.parts.remove(&(table, partition));
+        target.progress.partitions_left = target.parts.len();
+    }
+
+    pub(crate) fn sync_on_handed_over(&mut self, from: ShardAddr, table: TableId, partition: u32) {
+        if self.sync_dst.parts.get(&(table, partition)).is_some_and(|p| p.source == from && p.handing_over) {
+            self.sync_part_done(table, partition);
+        }
+    }
+
+    /// Whether locks on this partition are held back for a handover.
+    pub(crate) fn sync_frozen(&self, table: TableId, partition: u32) -> bool {
+        self.sync_src.frozen.contains_key(&(table, partition))
+    }
+
+    pub(crate) fn sync_on_handover(&mut self, from: ShardAddr, table: TableId, partition: u32, out: &mut Outbox) {
+        self.sync_src.frozen.insert((table, partition), (from, false));
+        self.sync_check_frozen(out);
+    }
+
+    /// Tells each restarted replica once no transaction holds a lock on a
+    /// partition handed to it; drops handovers that are over (this shard
+    /// is no longer the primary) or void (the replica left).
+    fn sync_check_frozen(&mut self, out: &mut Outbox) {
+        if self.sync_src.frozen.is_empty() {
+            return;
+        }
+        let me = self.cfg.me;
+        let mut frozen = std::mem::take(&mut self.sync_src.frozen);
+        frozen.retain(|(table, partition), (to, _)| {
+            self.takes_writes(to.node) && self.tables.get(table).is_some_and(|t| t.is_primary(*partition, me))
+        });
+        for ((table, partition), (to, told)) in frozen.iter_mut() {
+            if *told {
+                continue;
+            }
+            let Some(meta) = self.tables.get(table).map(|t| t.meta.clone()) else { continue };
+            let in_partition = |k: &crate::locks::LockKey| k.table == *table && meta.partition_of(&k.key) == *partition;
+            let held = self.ldm.txs.values().any(|t| {
+                t.locks.iter().any(in_partition)
+                    || t.waits.keys().any(in_partition)
+                    || t.staged.keys().any(in_partition)
+            });
+            if !held {
+                *told = true;
+                self.send_peer(*to, PeerMsg::SyncHandedOver { table: *table, partition: *partition }, out);
+            }
+        }
+        self.sync_src.frozen = frozen;
     }
 
     /// Makes this shard's rows of `range` exactly `rows`.

@@ -108,6 +108,10 @@ struct SimArgs {
     /// until the cluster is stable and can survive it.
     #[arg(long, default_value_t = 0)]
     crashes: u32,
+    /// Crashed nodes to start again (an initial node restart each: the node
+    /// copies its partitions from the live replicas and rejoins).
+    #[arg(long, default_value_t = 0)]
+    restarts: u32,
     /// Network splits to inject; one side must be able to continue, the
     /// other shuts down.
     #[arg(long, default_value_t = 0)]
@@ -192,6 +196,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         nodes: args.nodes,
         replicas: args.replicas,
         crashes: args.crashes.max(u32::from(args.crash)),
+        restarts: args.restarts,
         splits: args.splits,
         glitches: args.glitches,
         resets: args.resets,
@@ -234,13 +239,14 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
 /// The flags that reproduce a sweep's run (all but the seed range).
 fn replay_flags(args: &SimArgs) -> String {
     format!(
-        "--steps {} --nodes {} --shards {} --replicas {} --clients {} --crashes {} --splits {} --glitches {} --resets {} --member-faults {}",
+        "--steps {} --nodes {} --shards {} --replicas {} --clients {} --crashes {} --restarts {} --splits {} --glitches {} --resets {} --member-faults {}",
         args.steps,
         args.nodes,
         args.shards,
         args.replicas,
         args.clients,
         args.crashes.max(u32::from(args.crash)),
+        args.restarts,
         args.splits,
         args.glitches,
         args.resets,

@@ -35,6 +35,11 @@ pub struct SimConfig {
     /// Data-node crashes to inject, each at a random moment when the
     /// cluster is stable and can survive it.
     pub crashes: u32,
+    /// Crashed (or shut down) data nodes to start again, each once the
+    /// cluster is stable: an initial node restart (the simulation has no
+    /// disks), which copies every partition from the live replicas while
+    /// the workload runs, then is admitted to the view.
+    pub restarts: u32,
     /// Network splits to inject (two random sides, the management server
     /// on one of them), each healed after a random time; one side must be
     /// able to continue.
@@ -68,6 +73,7 @@ impl Default for SimConfig {
             lock_wait_timeout_us: 20_000,
             trace_lines: 60,
             crashes: 0,
+            restarts: 0,
             splits: 0,
             glitches: 0,
             resets: 0,
@@ -104,6 +110,8 @@ pub struct SimReport {
     pub unknown_outcomes: u64,
     /// Nodes crashed by the fault injector.
     pub crashes: u32,
+    /// Nodes started again (and admitted after copying their data).
+    pub restarts: u32,
     /// Network splits injected (not counting glitches).
     pub splits: u32,
     pub glitches: u32,
@@ -237,6 +245,7 @@ struct Client {
 #[derive(Clone, Copy, Debug)]
 enum Fault {
     Crash,
+    Restart,
     Split,
     Glitch,
     Reset,
@@ -253,7 +262,8 @@ struct World {
     now: u64,
     seq: u64,
     queue: BinaryHeap<Reverse<(u64, u64)>>,
-    events: HashMap<u64, (Endpoint, Endpoint, Payload)>,
+    /// Scheduled events: (from, to, payload, sent at).
+    events: HashMap<u64, (Endpoint, Endpoint, Payload, u64)>,
     link_last: HashMap<(Endpoint, Endpoint), u64>,
     shards: Vec<Shard>,
     addrs: Vec<ShardAddr>,
@@ -278,6 +288,14 @@ struct World {
     acked_max: Vec<i64>,
     /// Crashed or shut-down nodes (by index).
     dead: BTreeSet<usize>,
+    /// Per node, when it was last started again: what was sent to it
+    /// before went to the process that died.
+    restarted_at: Vec<u64>,
+    /// Restarting nodes not admitted yet, and when their admission was
+    /// last asked for (0: not yet).
+    joining: BTreeMap<usize, u64>,
+    /// The table every shard holds.
+    def: TableDef,
     /// Faults still to inject: (not before event number, kind).
     plan: Vec<(u64, Fault)>,
     split: Option<Split>,
@@ -449,6 +467,7 @@ impl World {
             .map(|_| Client { generation: 0, next_req: 1, doing: Doing::Idle, own_versions: HashMap::new() })
             .collect();
         let accounts = cfg.accounts as usize;
+        let cfg_nodes = cfg.nodes as usize;
         let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
         let mut world = World {
             rng: Rng::new(cfg.seed),
@@ -465,7 +484,7 @@ impl World {
             router: Router::new(&layout),
             base_layout: layout,
             arbiter,
-            meta: TableMeta::new(def),
+            meta: TableMeta::new(def.clone()),
             clients,
             stopped: false,
             committed: vec![BTreeMap::new(); accounts],
@@ -473,6 +492,9 @@ impl World {
             maybe: vec![BTreeMap::new(); accounts],
             acked_max: vec![0; accounts],
             dead: BTreeSet::new(),
+            restarted_at: vec![0; cfg_nodes],
+            joining: BTreeMap::new(),
+            def,
             plan: Vec::new(),
             split: None,
             held: Vec::new(),
@@ -497,6 +519,8 @@ impl World {
             let at = world.rng.below(kinds.len() as u64 + 1) as usize;
             kinds.insert(at, Fault::Glitch);
         }
+        // Restarts come last: each needs a node that crashed before.
+        kinds.extend((0..world.cfg.restarts).map(|_| Fault::Restart));
         let mut times: Vec<u64> = kinds.iter().map(|_| steps / 20 + world.rng.below(steps / 2 + 1)).collect();
         times.sort_unstable();
         let mut plan: Vec<(u64, Fault)> = times.into_iter().zip(kinds).collect();
@@ -573,7 +597,7 @@ impl World {
     fn schedule(&mut self, at: u64, from: Endpoint, to: Endpoint, payload: Payload) {
         self.seq += 1;
         self.queue.push(Reverse((at, self.seq)));
-        self.events.insert(self.seq, (from, to, payload));
+        self.events.insert(self.seq, (from, to, payload, self.now));
     }
 
     /// Which side of a network split an endpoint is on: data nodes by
@@ -662,16 +686,18 @@ impl World {
     fn run(&mut self) -> Result<(), String> {
         let limit = self.cfg.steps * 40 + 200_000;
         while let Some(Reverse((at, seq))) = self.queue.pop() {
-            let (from, to, payload) = self.events.remove(&seq).expect("scheduled events are stored");
+            let (from, to, payload, sent_at) = self.events.remove(&seq).expect("scheduled events are stored");
             self.now = at;
             self.report.events += 1;
             if self.report.events == self.cfg.stop_after.unwrap_or(self.cfg.steps) {
                 self.stopped = true;
             }
             self.maybe_inject_fault();
+            let gone =
+                |n: usize| self.dead.contains(&n) || (self.restarted_at[n] > sent_at && self.restarted_at[n] > 0);
             let dead_target = match to {
-                Endpoint::Shard(s) => self.dead.contains(&self.node_of_shard(s)),
-                Endpoint::Node(n) => self.dead.contains(&n),
+                Endpoint::Shard(s) => gone(self.node_of_shard(s)),
+                Endpoint::Node(n) => gone(n),
                 _ => false,
             };
             if dead_target {
@@ -712,7 +738,7 @@ impl World {
     }
 
     fn only_background_left(&self) -> bool {
-        self.events.values().all(|(_, _, p)| p.is_background())
+        self.events.values().all(|(_, _, p, _)| p.is_background())
     }
 
     fn maybe_inject_fault(&mut self) {
@@ -727,12 +753,19 @@ impl World {
         }
         let injected = match kind {
             Fault::Crash => self.inject_crash(),
+            Fault::Restart => self.inject_restart(),
             Fault::Split => self.inject_split(false),
             Fault::Glitch => self.inject_split(true),
             Fault::Reset => self.inject_reset(),
         };
         if injected {
             self.plan.pop();
+        } else if let Some(i) = self.plan.iter().position(|(_, k)| matches!(k, Fault::Restart)) {
+            // The cluster cannot take this fault now (say, a split left too
+            // few nodes): a pending restart may make it able to.
+            if !matches!(kind, Fault::Restart) && self.inject_restart() {
+                self.plan.remove(i);
+            }
         }
     }
 
@@ -767,6 +800,123 @@ impl World {
         self.report.crashes += 1;
         self.stop_node(victim, "crashed".into());
         true
+    }
+
+    /// Starts a crashed node again, empty: it joins as starting, copies its
+    /// partitions from the primaries while the workload runs, and is
+    /// admitted to the view once done.
+    fn inject_restart(&mut self) -> bool {
+        // The management server lets a node start again only once the view
+        // that removed it reached it (until then it counts it as a member).
+        let members = self.arbiter.view().1.to_vec();
+        let Some(&n) = self.dead.iter().find(|n| !members.contains(&node_id(**n))) else { return false };
+        self.dead.remove(&n);
+        self.restarted_at[n] = self.now;
+        self.report.restarts += 1;
+        self.trace(format!("{:>9} node {} RESTARTS (empty)", self.now, node_id(n)));
+        let groups: BTreeMap<NodeId, u32> =
+            self.base_layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect();
+        let mut m = Membership::new(MembershipConfig {
+            me: node_id(n),
+            interval_us: self.cfg.heartbeat_interval_us,
+            detect_us: self.cfg.heartbeat_interval_us * self.cfg.heartbeat_missed as u64,
+            groups,
+        });
+        m.activate_joining();
+        let lease = Lease::unlimited();
+        lease.set(m.serving_until());
+        self.memberships[n] = m;
+        self.leases[n] = lease.clone();
+        self.base_layout.datanodes[n].status = NodeStatus::Starting;
+        let layout = self.mgmd_layout();
+        for s in 0..self.shards.len() {
+            if self.node_of_shard(s) != n {
+                continue;
+            }
+            let shard_cfg = ShardConfig {
+                me: self.addrs[s],
+                lock_wait_timeout_us: self.cfg.lock_wait_timeout_us,
+                // Transaction ids of the new process differ from the old one's.
+                first_tx_seq: self.now << 8,
+                data_memory_bytes: 0,
+                lease: lease.clone(),
+                durable: false,
+                node_shards: self.cfg.shards_per_node,
+            };
+            let mut shard = Shard::new(shard_cfg, layout.clone());
+            if let Err(e) = shard.apply_schema(SchemaChange::CreateTable(self.def.clone())) {
+                self.violation.get_or_insert(format!("a restarted shard refused the schema: {e}"));
+            }
+            self.shards[s] = shard;
+            let at = self.now + self.rng.below(TICK_US);
+            self.schedule(at, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
+        }
+        let at = self.now + self.rng.below(TICK_US);
+        self.schedule(at, Endpoint::Node(n), Endpoint::Node(n), Payload::MemberTick);
+        self.joining.insert(n, 0);
+        self.broadcast_layouts();
+        true
+    }
+
+    /// The layout the management server hands out: the arbitrator's view
+    /// over the node statuses it knows.
+    fn mgmd_layout(&self) -> ClusterLayout {
+        let (epoch, members) = self.arbiter.view();
+        layout_of_view(&self.base_layout, epoch, members)
+    }
+
+    /// The management server changed a node's status: every live node's
+    /// shards get the layout of their node's view (a joining node's: the
+    /// management server's), and clients route by it.
+    fn broadcast_layouts(&mut self) {
+        let mgmd = self.mgmd_layout();
+        self.router = Router::new(&mgmd);
+        for n in self.live() {
+            let layout = if self.joining.contains_key(&n) {
+                mgmd.clone()
+            } else {
+                let m = &self.memberships[n];
+                layout_of_view(&self.base_layout, m.epoch(), &m.members())
+            };
+            for s in 0..self.shards.len() {
+                if self.node_of_shard(s) == n {
+                    self.send(Endpoint::Node(n), Endpoint::Shard(s), Payload::Layout(Box::new(layout.clone())));
+                }
+            }
+        }
+    }
+
+    /// A joining node's progress, checked on its membership timer: once
+    /// every shard copied its partitions, the president is asked to admit
+    /// it (again, if no view came of it for a while).
+    fn check_joining(&mut self, n: usize) {
+        let Some(&asked) = self.joining.get(&n) else { return };
+        let mut done = true;
+        for s in 0..self.shards.len() {
+            if self.node_of_shard(s) != n {
+                continue;
+            }
+            let p = self.shards[s].sync_progress();
+            if let Some(why) = p.failed {
+                self.stop_node(n, format!("node restart failed: {why}"));
+                return;
+            }
+            done &= p.done();
+        }
+        let retry = 20 * self.cfg.heartbeat_interval_us;
+        if !done || (asked > 0 && self.now < asked + retry) {
+            return;
+        }
+        let president = self.live().into_iter().find(|k| !self.joining.contains_key(k));
+        let Some(president) = president else { return };
+        self.joining.insert(n, self.now);
+        self.trace(format!(
+            "{:>9} node {} copied its partitions; node {} admits it",
+            self.now,
+            node_id(n),
+            node_id(president)
+        ));
+        self.member_step(president, |m, now, out| m.admit(node_id(n), now, out));
     }
 
     fn inject_reset(&mut self) -> bool {
@@ -847,6 +997,12 @@ impl World {
             return;
         }
         self.trace(format!("{:>9} node {} STOPS: {why}", self.now, node_id(n)));
+        if self.joining.remove(&n).is_some() {
+            // No member yet: the management server (which it reports to)
+            // sees it go and tells the others.
+            self.base_layout.datanodes[n].status = NodeStatus::NotStarted;
+            self.broadcast_layouts();
+        }
         for c in 0..self.clients.len() {
             if let Some((shard, req)) = self.clients[c].doing.waiting_on() {
                 if self.node_of_shard(shard) == n {
@@ -885,6 +1041,18 @@ impl World {
                     self.views.insert(epoch, members.clone());
                 }
             }
+            if self.joining.contains_key(&n) && members.contains(&node_id(n)) {
+                self.joining.remove(&n);
+                self.trace(format!("{:>9} node {} ADMITTED in view {epoch}", self.now, node_id(n)));
+            }
+            for id in &members {
+                // An admitted node is started in the management server's
+                // records from now on.
+                let k = (*id - 2) as usize;
+                if self.base_layout.datanodes[k].status == NodeStatus::Starting && !self.joining.contains_key(&k) {
+                    self.base_layout.datanodes[k].status = NodeStatus::Started;
+                }
+            }
             let layout = layout_of_view(&self.base_layout, epoch, &members);
             for s in 0..self.shards.len() {
                 if self.node_of_shard(s) == n {
@@ -902,6 +1070,7 @@ impl World {
         match payload {
             Payload::MemberTick => {
                 self.member_step(n, |m, now, out| m.on_tick(now, out));
+                self.check_joining(n);
                 self.schedule(self.now + TICK_US, Endpoint::Node(n), Endpoint::Node(n), Payload::MemberTick);
             }
             Payload::Member { from, msg } => self.member_step(n, |m, now, out| m.on_message(from, msg, now, out)),
@@ -920,6 +1089,16 @@ impl World {
                     // Clients read the layout from the management server.
                     let layout = layout_of_view(&self.base_layout, epoch, members);
                     self.router = Router::new(&layout);
+                    // Joining nodes are no members: they learn views from it.
+                    let joining: Vec<usize> = self.joining.keys().copied().collect();
+                    for n in joining {
+                        for s in 0..self.shards.len() {
+                            if self.node_of_shard(s) == n {
+                                let l = Box::new(layout.clone());
+                                self.send(Endpoint::Mgmd, Endpoint::Shard(s), Payload::Layout(l));
+                            }
+                        }
+                    }
                 }
                 if let Some(answer) = answer {
                     self.send(Endpoint::Mgmd, from, Payload::Member { from: Voter::Arbiter, msg: answer });

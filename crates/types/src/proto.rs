@@ -328,6 +328,17 @@ pub enum PeerMsg {
         range: SyncRange,
         rows: Vec<SyncRow>,
     },
+    /// Starting replica (copy done) -> primary: I become this partition's
+    /// primary when admitted; stop taking locks on it and tell me when no
+    /// transaction holds any (`SyncHandedOver`).
+    SyncHandover {
+        table: TableId,
+        partition: u32,
+    },
+    SyncHandedOver {
+        table: TableId,
+        partition: u32,
+    },
     /// Primary -> starting replica: the copy cannot be done (the table was
     /// dropped, or this shard is not the primary any more).
     SyncRefused {
