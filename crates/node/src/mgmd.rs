@@ -104,6 +104,8 @@ struct Mgmd {
     config: ClusterConfig,
     state: Mutex<State>,
     schema_lock: tokio::sync::Mutex<()>,
+    /// One `persist` at a time: they share the temporary file.
+    persist_lock: Mutex<()>,
     shutdown: Notify,
 }
 
@@ -180,6 +182,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             start_requests: Vec::new(),
         }),
         schema_lock: tokio::sync::Mutex::new(()),
+        persist_lock: Mutex::new(()),
         shutdown: Notify::new(),
     });
     if let Some(path) = &opts.ready_file {
@@ -273,6 +276,10 @@ impl Mgmd {
     /// temporary file, synced, renamed over the old one).
     fn persist(&self) -> Result<()> {
         let Some(dir) = &self.data_dir else { return Ok(()) };
+        // Two writers of the temporary file would rename it from under
+        // each other; the later snapshot is taken under the lock, so the
+        // file ends with the newest state.
+        let _writing = self.persist_lock.lock().unwrap_or_else(|p| p.into_inner());
         let snapshot = {
             let state = self.lock();
             Persisted {
