@@ -203,10 +203,7 @@ impl Shard {
     /// The nodes that take writes (started, or starting and catching up):
     /// each syncs its REDO log for an epoch to become durable.
     fn started_nodes(&self) -> Vec<NodeId> {
-        let mut nodes: Vec<NodeId> =
-            self.layout.datanodes.iter().filter(|d| d.status.takes_writes()).map(|d| d.node_id).collect();
-        nodes.sort_unstable();
-        nodes
+        self.layout.writer_nodes()
     }
 
     fn started_shards(&self) -> BTreeSet<ShardAddr> {
@@ -228,8 +225,7 @@ impl Shard {
             return false;
         }
         let layout = &self.layout;
-        let started = |n: NodeId| layout.datanode(n).is_some_and(|d| d.status.takes_writes());
-        self.ldm.txs.keys().chain(self.ldm.replica_txs.keys()).all(|tx| started(tx.tc.node))
+        self.ldm.txs.keys().chain(self.ldm.replica_txs.keys()).all(|tx| layout.takes_writes(tx.tc.node))
     }
 
     pub(crate) fn epoch_on_switch(&mut self, from: ShardAddr, epoch: CommitEpoch, out: &mut Outbox) {

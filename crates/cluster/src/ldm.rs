@@ -498,7 +498,7 @@ impl Shard {
     /// coordinator left are resolved by the takeover (takeover.rs).
     pub(crate) fn ldm_layout_changed(&mut self, out: &mut Outbox) {
         let layout = &self.layout;
-        let alive = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status.takes_writes());
+        let alive = |a: &ShardAddr| layout.takes_writes(a.node);
         let mut replicated = Vec::new();
         for (tx, ltx) in self.ldm.txs.iter_mut() {
             ltx.backups.retain(&alive);

@@ -122,11 +122,14 @@ pub struct Shard {
     pub(crate) sync_src: crate::sync::SyncSource,
     /// The copy of this shard's partitions while its node restarts.
     pub(crate) sync_dst: crate::sync::SyncTarget,
+    /// This shard's node is starting (in the layout): it refuses clients.
+    restarting: bool,
     local: VecDeque<PeerMsg>,
 }
 
 impl Shard {
     pub fn new(cfg: ShardConfig, layout: ClusterLayout) -> Shard {
+        let restarting = is_restarting(&layout, cfg.me);
         let tc = TcState::starting_at(cfg.first_tx_seq);
         let dur = crate::durability::Durability::new(cfg.durable);
         Shard {
@@ -142,6 +145,7 @@ impl Shard {
             dur,
             sync_src: Default::default(),
             sync_dst: Default::default(),
+            restarting,
             local: VecDeque::new(),
         }
     }
@@ -158,16 +162,12 @@ impl Shard {
         if layout.lock_wait_timeout_ms > 0 {
             self.cfg.lock_wait_timeout_us = layout.lock_wait_timeout_ms * 1000;
         }
-        let live = |l: &ClusterLayout, n| l.datanode(n).is_some_and(|d| d.status.takes_writes());
-        let departed: Vec<latsdb_types::proto::NodeId> = self
-            .layout
-            .datanodes
-            .iter()
-            .filter(|d| live(&self.layout, d.node_id) && !live(&layout, d.node_id))
-            .map(|d| d.node_id)
-            .collect();
-        let replica_joined = layout.datanodes.iter().any(|d| d.status.takes_writes() && !live(&self.layout, d.node_id));
+        let (before, after) = (self.layout.writer_nodes(), layout.writer_nodes());
+        let departed: Vec<latsdb_types::proto::NodeId> =
+            before.iter().filter(|n| !after.contains(n)).copied().collect();
+        let replica_joined = after.iter().any(|n| !before.contains(n));
         self.router = Router::new(&layout);
+        self.restarting = is_restarting(&layout, self.cfg.me);
         self.layout = layout;
         for table in self.tables.values_mut() {
             table.replicas = (0..table.meta.def.partitions).map(|p| self.router.replicas_of(p)).collect();
@@ -242,29 +242,11 @@ impl Shard {
 
     pub fn on_client(&mut self, conn: ConnId, req_id: u64, req: ClientRequest, now: Micros, out: &mut Outbox) {
         self.now = now;
-        if !self.cfg.lease.valid_at(now) && !matches!(req, ClientRequest::Ping) {
-            let error = DbError::new(
-                ErrorCode::NotServing,
-                format!(
-                    "data node {} cannot confirm it is still a member of the cluster (it lost contact with other data nodes) and executed nothing of this request; retry it: the cluster is changing its membership",
-                    self.cfg.me.node
-                ),
-            );
-            out.client.push((conn, req_id, ClientResponse::Error(error)));
-            return;
-        }
-        let me = self.cfg.me.node;
-        if self.layout.datanode(me).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting)
-            && !matches!(req, ClientRequest::Ping)
-        {
-            // Its rows are still being copied: a client with an old layout
-            // must not read them.
-            let error = DbError::new(
-                ErrorCode::NotServing,
-                format!("data node {me} is restarting (copying its data from live replicas) and serves no requests yet; refresh the cluster layout and retry"),
-            );
-            out.client.push((conn, req_id, ClientResponse::Error(error)));
-            return;
+        if !matches!(req, ClientRequest::Ping) {
+            if let Some(error) = self.not_serving(now) {
+                out.client.push((conn, req_id, ClientResponse::Error(error)));
+                return;
+            }
         }
         match req {
             ClientRequest::Batch(ops) => self.ldm_batch(conn, req_id, ops, out),
@@ -283,14 +265,29 @@ impl Shard {
         self.finish_turn(out);
     }
 
+    /// Why this shard serves no client request now, if it does not: its
+    /// node cannot confirm its membership, or it is restarting (its rows
+    /// are still being copied, and a client with an old layout must not
+    /// read them).
+    fn not_serving(&self, now: Micros) -> Option<DbError> {
+        let me = self.cfg.me.node;
+        let why = if !self.cfg.lease.valid_at(now) {
+            format!("data node {me} cannot confirm it is still a member of the cluster (it lost contact with other data nodes) and executed nothing of this request; retry it: the cluster is changing its membership")
+        } else if self.restarting {
+            format!("data node {me} is restarting (copying its data from live replicas) and serves no requests yet; refresh the cluster layout and retry")
+        } else {
+            return None;
+        };
+        Some(DbError::new(ErrorCode::NotServing, why))
+    }
+
     pub fn on_peer(&mut self, from: ShardAddr, msg: PeerMsg, now: Micros, out: &mut Outbox) {
         self.now = now;
         // A node removed from the view is not listened to any more: what it
         // still sends could contradict what the takeover decided. (A copy
         // request may come before the layout that lists its starting node:
         // it waits for that layout.)
-        let live = self.layout.datanode(from.node).is_some_and(|d| d.status.takes_writes());
-        if !live && !matches!(msg, PeerMsg::SyncRequest { .. }) {
+        if !self.layout.takes_writes(from.node) && !matches!(msg, PeerMsg::SyncRequest { .. }) {
             return;
         }
         self.dispatch_peer(from, msg, out);
@@ -464,6 +461,10 @@ impl Shard {
     pub fn activity(&self) -> (usize, usize, usize) {
         (self.tc.open(), self.ldm.open(), self.ldm.locks.locked_rows())
     }
+}
+
+fn is_restarting(layout: &ClusterLayout, me: ShardAddr) -> bool {
+    layout.datanode(me.node).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting)
 }
 
 pub(crate) fn unknown_table(id: TableId) -> DbError {

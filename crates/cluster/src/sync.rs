@@ -122,10 +122,6 @@ impl SyncProgress {
 }
 
 impl Shard {
-    fn takes_writes(&self, node: latsdb_types::proto::NodeId) -> bool {
-        self.layout.datanode(node).is_some_and(|d| d.status.takes_writes())
-    }
-
     /// A new layout: a primary holds copies back until the transactions
     /// open before a new replica joined are done; a starting shard begins
     /// its copy, or gives up when a primary it copies from left.
@@ -263,7 +259,7 @@ impl Shard {
         let mut budget = TICK_BYTES;
         while budget > 0 {
             let Some(mut job) = self.sync_src.jobs.pop_front() else { return };
-            if !self.takes_writes(job.to.node) {
+            if !self.layout.takes_writes(job.to.node) {
                 continue;
             }
             let Some(p) = self.tables.get(&job.table).and_then(|t| t.partitions.get(job.partition as usize)) else {
@@ -391,10 +387,9 @@ impl Shard {
         if !part.ended || part.fetching > 0 || part.handing_over {
             return;
         }
+        // The layout once the starting nodes are admitted.
         let mut admitted = self.layout.clone();
-        admitted.restrict_to_view(
-            &admitted.datanodes.iter().filter(|d| d.status.takes_writes()).map(|d| d.node_id).collect::<Vec<_>>(),
-        );
+        admitted.restrict_to_view(&self.layout.writer_nodes());
         let future_primary = latsdb_types::proto::Router::new(&admitted).primary_of(partition) == Some(me);
         if future_primary {
             let source = part.source;
@@ -439,7 +434,7 @@ impl Shard {
         let me = self.cfg.me;
         let mut frozen = std::mem::take(&mut self.sync_src.frozen);
         frozen.retain(|(table, partition), (to, _)| {
-            self.takes_writes(to.node) && self.tables.get(table).is_some_and(|t| t.is_primary(*partition, me))
+            self.layout.takes_writes(to.node) && self.tables.get(table).is_some_and(|t| t.is_primary(*partition, me))
         });
         for ((table, partition), (to, told)) in frozen.iter_mut() {
             if *told {

@@ -85,7 +85,7 @@ impl Shard {
     /// never report, so they are not waited for.
     pub(crate) fn takeover_layout_changed(&mut self, out: &mut Outbox) {
         let layout = &self.layout;
-        let started = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status.takes_writes());
+        let started = |a: &ShardAddr| layout.takes_writes(a.node);
         let mut done = Vec::new();
         for (dead, t) in self.takeovers.iter_mut() {
             t.waiting.retain(started);

@@ -345,7 +345,7 @@ impl Shard {
     /// backups. (A coordinator that fails is the takeover protocol's job.)
     pub(crate) fn tc_layout_changed(&mut self, out: &mut Outbox) {
         let layout = &self.layout;
-        let alive = |a: &ShardAddr| layout.datanode(a.node).is_some_and(|d| d.status.takes_writes());
+        let alive = |a: &ShardAddr| layout.takes_writes(a.node);
         let mut affected: Vec<(TxId, Vec<ShardAddr>)> = self
             .tc
             .txs

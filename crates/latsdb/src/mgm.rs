@@ -73,14 +73,21 @@ fn parse_node_action(args: &[String]) -> Result<NodeAction, String> {
     Ok(action)
 }
 
+/// A management server's answer, its error as the command's error.
+fn answer(r: latsdb_types::Result<MgmResponse>) -> Result<MgmResponse, String> {
+    match r {
+        Ok(MgmResponse::Error(e)) | Err(e) => Err(e.to_string()),
+        Ok(other) => Ok(other),
+    }
+}
+
 async fn node_status(conn: &mut RpcConn, node: u16) -> Result<NodeStatus, String> {
-    match conn.call(&MgmRequest::GetLayout).await {
-        Ok(MgmResponse::Layout(l)) => l
+    match answer(conn.call(&MgmRequest::GetLayout).await)? {
+        MgmResponse::Layout(l) => l
             .datanode(node)
             .map(|d| d.status)
             .ok_or_else(|| format!("data node {node} is not in the cluster configuration")),
-        Ok(MgmResponse::Error(e)) | Err(e) => Err(e.to_string()),
-        Ok(other) => Err(format!("unexpected answer {other:?}")),
+        other => Err(format!("unexpected answer {other:?}")),
     }
 }
 
@@ -134,18 +141,14 @@ fn status_name(status: NodeStatus) -> &'static str {
 }
 
 async fn run_node_action(conn: &mut RpcConn, action: NodeAction) -> Result<(), String> {
-    let call = |r: latsdb_types::Result<MgmResponse>| match r {
-        Ok(MgmResponse::Error(e)) | Err(e) => Err(e.to_string()),
-        Ok(other) => Ok(other),
-    };
     let node = action.node;
     if action.stop {
-        call(conn.call(&MgmRequest::StopNode { node_id: node }).await)?;
+        answer(conn.call(&MgmRequest::StopNode { node_id: node }).await)?;
         println!("data node {node}: stopping");
         wait_status(conn, node, NodeStatus::NotStarted, Duration::from_secs(60)).await?;
     }
     if action.start {
-        call(conn.call(&MgmRequest::StartNode { node_id: node, initial: action.initial }).await)?;
+        answer(conn.call(&MgmRequest::StartNode { node_id: node, initial: action.initial }).await)?;
         println!("data node {node}: start requested{}", if action.initial { " (initial: empty disk)" } else { "" });
         if action.wait {
             wait_status(conn, node, NodeStatus::Started, action.timeout).await?;
@@ -158,19 +161,15 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
     let mut conn = RpcConn::connect(&args.mgmd, Duration::from_secs(5)).await.map_err(|e| {
         format!("{}; is the management server running at {}? (set --mgmd or LATSDB_MGMD)", e.message, args.mgmd)
     })?;
-    let call = |r: latsdb_types::Result<MgmResponse>| match r {
-        Ok(MgmResponse::Error(e)) | Err(e) => Err(e.to_string()),
-        Ok(other) => Ok(other),
-    };
     match args.command {
-        MgmCommand::Show => match call(conn.call(&MgmRequest::GetLayout).await)? {
+        MgmCommand::Show => match answer(conn.call(&MgmRequest::GetLayout).await)? {
             MgmResponse::Layout(layout) => {
                 print!("{}", render_show(&layout));
                 Ok(())
             }
             other => Err(format!("unexpected answer {other:?}")),
         },
-        MgmCommand::Tables => match call(conn.call(&MgmRequest::ListTables).await)? {
+        MgmCommand::Tables => match answer(conn.call(&MgmRequest::ListTables).await)? {
             MgmResponse::Tables(tables) => {
                 if tables.is_empty() {
                     println!("no tables");
@@ -191,7 +190,7 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
             }
             other => Err(format!("unexpected answer {other:?}")),
         },
-        MgmCommand::ReportMemory => match call(conn.call(&MgmRequest::ReportMemory).await)? {
+        MgmCommand::ReportMemory => match answer(conn.call(&MgmRequest::ReportMemory).await)? {
             MgmResponse::Memory(nodes) => {
                 print!("{}", render_memory(&nodes));
                 Ok(())
@@ -199,7 +198,7 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
             other => Err(format!("unexpected answer {other:?}")),
         },
         MgmCommand::Shutdown => {
-            call(conn.call(&MgmRequest::Shutdown).await)?;
+            answer(conn.call(&MgmRequest::Shutdown).await)?;
             println!("cluster shut down");
             Ok(())
         }

@@ -8,42 +8,13 @@
 
 mod common;
 
-use common::{process_exists, TestCluster};
+use common::{process_exists, tagged, TestCluster};
 use latsdb_client::{Client, Op, Scan};
-use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
 use latsdb_types::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-const ROWS_PER_TX: i64 = 3;
-
-/// Writes transactions of ROWS_PER_TX rows tagged `tag` until stopped,
-/// overwriting older rows too; records the acknowledged tags. Errors while
-/// nodes come and go leave the outcome unknown: those tags are not counted.
-async fn writer(
-    client: Client,
-    table: Arc<latsdb_client::Table>,
-    first_tag: i64,
-    stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<BTreeSet<i64>>>,
-) {
-    let mut tag = first_tag;
-    while !stop.load(Ordering::Relaxed) {
-        let ops = (0..ROWS_PER_TX)
-            .map(|k| Op::upsert(&table, vec![Value::Int(tag * 10 + k), Value::Int(tag)]).unwrap())
-            .collect();
-        match tokio::time::timeout(Duration::from_secs(10), client.transaction().execute_commit(ops)).await {
-            Ok(Ok(_)) => {
-                acked.lock().unwrap().insert(tag);
-            }
-            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
-            Err(_) => panic!("a transaction hung for 10 s"),
-        }
-        tag += 1;
-    }
-}
 
 /// Runs `latsdb mgm ARGS` off the async workers.
 async fn mgm(cluster: &TestCluster, args: &[&str]) -> String {
@@ -80,15 +51,7 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
     let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
     let data_dir = cluster.dir.path().join("data");
     let client = Client::connect(&cluster.mgmd).await.unwrap();
-    let table = client
-        .create_table(
-            TableSpec::new("r", "tagged")
-                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
-                .column(ColumnDef::new("tag", ColumnType::int(IntWidth::Big)))
-                .primary_key(&["id"]),
-        )
-        .await
-        .unwrap();
+    let table = tagged::create_table(&client).await;
     // A base of rows the load never touches: after the node restart most
     // of its ranges are unchanged and need no copy.
     for chunk in 0..20i64 {
@@ -103,7 +66,9 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
     let stop = Arc::new(AtomicBool::new(false));
     let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
     let tasks: Vec<_> = (0..3i64)
-        .map(|w| tokio::spawn(writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone())))
+        .map(|w| {
+            tokio::spawn(tagged::writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone()))
+        })
         .collect();
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
@@ -159,7 +124,7 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
     }
     assert_eq!(both.len() - by_tag.values().sum::<i64>() as usize, 20_000, "base rows lost");
     for (tag, n) in &by_tag {
-        assert_eq!(*n, ROWS_PER_TX, "transaction {tag} is half-present ({n} rows)");
+        assert_eq!(*n, tagged::ROWS_PER_TX, "transaction {tag} is half-present ({n} rows)");
     }
     let lost: Vec<&i64> = acked.iter().filter(|t| !by_tag.contains_key(t)).collect();
     assert!(lost.is_empty(), "acknowledged transactions are lost: {lost:?}");

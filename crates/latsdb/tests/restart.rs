@@ -7,18 +7,14 @@
 
 mod common;
 
-use common::{process_exists, TestCluster, BIN};
+use common::{process_exists, tagged, TestCluster, BIN};
 use latsdb_client::{Client, ClientOptions, Op, Scan};
-use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
 use latsdb_types::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Rows each transaction writes, all carrying its tag.
-const ROWS_PER_TX: i64 = 3;
 
 /// Data nodes this test started itself; killed when it ends, however it ends.
 struct Restarted(Vec<Child>);
@@ -39,34 +35,6 @@ fn sigkill(pid: i32) {
     }
 }
 
-/// Writes transactions of ROWS_PER_TX rows tagged `tag` until stopped;
-/// records the tags whose commit was acknowledged.
-async fn writer(
-    client: Client,
-    table: Arc<latsdb_client::Table>,
-    first_tag: i64,
-    stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<BTreeSet<i64>>>,
-) {
-    let mut tag = first_tag;
-    while !stop.load(Ordering::Relaxed) {
-        let ops = (0..ROWS_PER_TX)
-            .map(|k| Op::upsert(&table, vec![Value::Int(tag * 10 + k), Value::Int(tag)]).unwrap())
-            .collect();
-        let tx = client.transaction();
-        let outcome = tokio::time::timeout(Duration::from_secs(10), tx.execute_commit(ops)).await;
-        match outcome {
-            Ok(Ok(_)) => {
-                acked.lock().unwrap().insert(tag);
-            }
-            // Failures once the nodes die: the outcome is unknown.
-            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
-            Err(_) => panic!("a transaction hung for 10 s"),
-        }
-        tag += 1;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_prefix() {
     // Checkpoints every MiB of REDO: several complete (and trim the log)
@@ -80,25 +48,23 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
     let client = Client::connect(&cluster.mgmd).await.unwrap();
     let durable_client =
         Client::connect_with(&cluster.mgmd, ClientOptions { wait_durable: true, ..Default::default() }).await.unwrap();
-    let table = client
-        .create_table(
-            TableSpec::new("r", "tagged")
-                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
-                .column(ColumnDef::new("tag", ColumnType::int(IntWidth::Big)))
-                .primary_key(&["id"]),
-        )
-        .await
-        .unwrap();
+    let table = tagged::create_table(&client).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
     let durable_acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
     let mut tasks = Vec::new();
     for w in 0..3i64 {
-        tasks.push(tokio::spawn(writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone())));
+        tasks.push(tokio::spawn(tagged::writer(
+            client.clone(),
+            table.clone(),
+            w * 1_000_000,
+            stop.clone(),
+            acked.clone(),
+        )));
     }
     for w in 3..5i64 {
-        tasks.push(tokio::spawn(writer(
+        tasks.push(tokio::spawn(tagged::writer(
             durable_client.clone(),
             table.clone(),
             w * 1_000_000,
@@ -166,7 +132,7 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
         *by_tag.entry(tag).or_default() += 1;
     }
     for (tag, n) in &by_tag {
-        assert_eq!(*n, ROWS_PER_TX, "transaction {tag} is half-present after the restart ({n} rows)");
+        assert_eq!(*n, tagged::ROWS_PER_TX, "transaction {tag} is half-present after the restart ({n} rows)");
     }
     let missing: Vec<&i64> = durable_acked.iter().filter(|t| !by_tag.contains_key(t)).collect();
     assert!(missing.is_empty(), "transactions acknowledged as durable are lost: {missing:?}");

@@ -338,9 +338,7 @@ impl Restart {
                 let mut all = latsdb_cluster::SyncProgress::default();
                 let mut done = true;
                 for s in shards {
-                    let (tx, rx) = oneshot::channel();
-                    let _ = s.control.send(Control::SyncProgress(tx));
-                    let p = rx.await.map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?;
+                    let p = ask(s, Control::SyncProgress).await?;
                     if let Some(why) = p.failed {
                         return Err(DbError::new(ErrorCode::NodeUnavailable, why));
                     }
@@ -362,9 +360,7 @@ impl Restart {
                 if done {
                     let mut targets = Vec::new();
                     for s in shards {
-                        let (tx, rx) = oneshot::channel();
-                        let _ = s.control.send(Control::Checkpoint(tx));
-                        targets.push(rx.await.map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?);
+                        targets.push(ask(s, Control::Checkpoint).await?);
                     }
                     self.next_stage("copy", node_id, RestartStage::Checkpoint(targets), format!(": {summary}"));
                 } else if self.last_report.elapsed() >= Duration::from_secs(2) {
@@ -375,9 +371,7 @@ impl Restart {
             RestartStage::Checkpoint(targets) => {
                 let mut settled = true;
                 for (s, target) in shards.iter().zip(targets) {
-                    let (tx, rx) = oneshot::channel();
-                    let _ = s.control.send(Control::CheckpointSettled(*target, tx));
-                    settled &= rx.await.map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?;
+                    settled &= ask(s, |tx| Control::CheckpointSettled(*target, tx)).await?;
                 }
                 if settled {
                     self.next_stage(
@@ -414,6 +408,15 @@ impl Restart {
         self.stage = RestartStage::Admit(std::time::Instant::now(), tries);
         Ok(())
     }
+}
+
+/// Sends a shard a control message that carries a reply channel, and waits
+/// for the reply.
+async fn ask<T>(shard: &ShardHandle, message: impl FnOnce(oneshot::Sender<T>) -> Control) -> Result<T> {
+    let (tx, rx) = oneshot::channel();
+    let stopped = || DbError::internal(format!("shard {} has stopped", shard.me));
+    shard.control.send(message(tx)).map_err(|_| stopped())?;
+    rx.await.map_err(|_| stopped())
 }
 
 /// Removes everything a node's data directory holds (an initial start).

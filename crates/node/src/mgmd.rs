@@ -367,24 +367,7 @@ impl Mgmd {
             }
             MgmRequest::DataNodeSynced { node_id } => self.admit(node_id).await,
             MgmRequest::StopNode { node_id } => self.stop_node(node_id).await,
-            MgmRequest::StartNode { node_id, initial } => {
-                let mut state = self.lock();
-                let status = state.layout.datanode(node_id).map(|d| d.status).ok_or_else(|| {
-                    DbError::bad_request(format!("node id {node_id} is not a data node in the cluster configuration"))
-                })?;
-                if status != NodeStatus::NotStarted || state.registering.contains(&node_id) {
-                    return Err(DbError::bad_request(format!("data node {node_id} is already running")));
-                }
-                if !state.formed {
-                    return Err(DbError::new(
-                        ErrorCode::ClusterNotReady,
-                        "the cluster is not running: start all its data nodes (latsdb start) instead",
-                    ));
-                }
-                state.start_requests.retain(|(n, _)| *n != node_id);
-                state.start_requests.push((node_id, initial));
-                Ok(MgmResponse::Done)
-            }
+            MgmRequest::StartNode { node_id, initial } => self.start_node(node_id, initial),
             MgmRequest::TakeStartRequests => {
                 Ok(MgmResponse::StartRequests(std::mem::take(&mut self.lock().start_requests)))
             }
@@ -719,6 +702,26 @@ impl Mgmd {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Queues a start of a stopped data node for the process manager.
+    fn start_node(&self, node_id: NodeId, initial: bool) -> Result<MgmResponse> {
+        let mut state = self.lock();
+        let status = state.layout.datanode(node_id).map(|d| d.status).ok_or_else(|| {
+            DbError::bad_request(format!("node id {node_id} is not a data node in the cluster configuration"))
+        })?;
+        if status != NodeStatus::NotStarted || state.registering.contains(&node_id) {
+            return Err(DbError::bad_request(format!("data node {node_id} is already running")));
+        }
+        if !state.formed {
+            return Err(DbError::new(
+                ErrorCode::ClusterNotReady,
+                "the cluster is not running: start all its data nodes (latsdb start) instead",
+            ));
+        }
+        state.start_requests.retain(|(n, _)| *n != node_id);
+        state.start_requests.push((node_id, initial));
+        Ok(MgmResponse::Done)
     }
 
     /// Stops one data node, if its node group keeps a started replica.

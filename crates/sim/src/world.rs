@@ -559,6 +559,18 @@ impl World {
         (self.addrs[s].node - 2) as usize
     }
 
+    /// The shards of node `n`, by index.
+    fn shards_of(&self, n: usize) -> Vec<usize> {
+        (0..self.shards.len()).filter(|s| self.node_of_shard(*s) == n).collect()
+    }
+
+    /// Sends a layout to every shard of node `n`.
+    fn send_layout(&mut self, from: Endpoint, n: usize, layout: &ClusterLayout) {
+        for s in self.shards_of(n) {
+            self.send(from, Endpoint::Shard(s), Payload::Layout(Box::new(layout.clone())));
+        }
+    }
+
     /// Runs a request outside simulated time (setup and final checks): the
     /// shards' messages are delivered at once until none is left.
     fn request_now(&mut self, shard: usize, req: ClientRequest) -> Vec<ClientResponse> {
@@ -829,10 +841,7 @@ impl World {
         self.leases[n] = lease.clone();
         self.base_layout.datanodes[n].status = NodeStatus::Starting;
         let layout = self.mgmd_layout();
-        for s in 0..self.shards.len() {
-            if self.node_of_shard(s) != n {
-                continue;
-            }
+        for s in self.shards_of(n) {
             let shard_cfg = ShardConfig {
                 me: self.addrs[s],
                 lock_wait_timeout_us: self.cfg.lock_wait_timeout_us,
@@ -878,11 +887,7 @@ impl World {
                 let m = &self.memberships[n];
                 layout_of_view(&self.base_layout, m.epoch(), &m.members())
             };
-            for s in 0..self.shards.len() {
-                if self.node_of_shard(s) == n {
-                    self.send(Endpoint::Node(n), Endpoint::Shard(s), Payload::Layout(Box::new(layout.clone())));
-                }
-            }
+            self.send_layout(Endpoint::Node(n), n, &layout);
         }
     }
 
@@ -892,10 +897,7 @@ impl World {
     fn check_joining(&mut self, n: usize) {
         let Some(&asked) = self.joining.get(&n) else { return };
         let mut done = true;
-        for s in 0..self.shards.len() {
-            if self.node_of_shard(s) != n {
-                continue;
-            }
+        for s in self.shards_of(n) {
             let p = self.shards[s].sync_progress();
             if let Some(why) = p.failed {
                 self.stop_node(n, format!("node restart failed: {why}"));
@@ -1054,11 +1056,7 @@ impl World {
                 }
             }
             let layout = layout_of_view(&self.base_layout, epoch, &members);
-            for s in 0..self.shards.len() {
-                if self.node_of_shard(s) == n {
-                    self.send(Endpoint::Node(n), Endpoint::Shard(s), Payload::Layout(Box::new(layout.clone())));
-                }
-            }
+            self.send_layout(Endpoint::Node(n), n, &layout);
         }
         if let Some(reason) = out.shutdown {
             self.report.shutdowns += 1;
@@ -1092,12 +1090,7 @@ impl World {
                     // Joining nodes are no members: they learn views from it.
                     let joining: Vec<usize> = self.joining.keys().copied().collect();
                     for n in joining {
-                        for s in 0..self.shards.len() {
-                            if self.node_of_shard(s) == n {
-                                let l = Box::new(layout.clone());
-                                self.send(Endpoint::Mgmd, Endpoint::Shard(s), Payload::Layout(l));
-                            }
-                        }
+                        self.send_layout(Endpoint::Mgmd, n, &layout);
                     }
                 }
                 if let Some(answer) = answer {

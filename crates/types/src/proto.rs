@@ -499,6 +499,19 @@ impl ClusterLayout {
         self.datanodes.iter().find(|d| d.node_id == node)
     }
 
+    /// Whether the node takes part in writes (started, or starting).
+    pub fn takes_writes(&self, node: NodeId) -> bool {
+        self.datanode(node).is_some_and(|d| d.status.takes_writes())
+    }
+
+    /// The nodes that take part in writes, by node id.
+    pub fn writer_nodes(&self) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> =
+            self.datanodes.iter().filter(|d| d.status.takes_writes()).map(|d| d.node_id).collect();
+        nodes.sort_unstable();
+        nodes
+    }
+
     pub fn all_started(&self) -> bool {
         self.datanodes.iter().all(|d| d.status == NodeStatus::Started)
     }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod tagged;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
