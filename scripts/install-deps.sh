@@ -11,9 +11,14 @@ cd "$(dirname "$0")/.."
 want=()
 need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" || want+=("$1"); }
 
+# The SQL node's tests drive it with real clients.
+need sysbench
+need mariadb-client
+
 if [[ "${1:-}" == "bench" ]]; then
   need redis-server
   need redis-tools
+  need mariadb-server
 fi
 
 if ((${#want[@]})); then

@@ -49,6 +49,15 @@ pub struct StartArgs {
     /// Do not start a REST node.
     #[arg(long)]
     no_rest: bool,
+    /// SQL node (MySQL protocol) port (0 picks a free port).
+    #[arg(long, default_value_t = 3306)]
+    sql_port: u16,
+    /// SQL accounts as USER or USER:PASSWORD (default: root without password).
+    #[arg(long = "sql-user")]
+    sql_users: Vec<String>,
+    /// Do not start a SQL node.
+    #[arg(long)]
+    no_sql: bool,
     /// How long to wait for the cluster to come up, in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
@@ -224,41 +233,30 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         let rest_address = if args.no_rest {
             None
         } else {
-            let ready = dir.join("rest.addr");
-            let _ = std::fs::remove_file(&ready);
             let auth = match args.rest_auth {
                 crate::rest_cmd::AuthArg::None => "none",
                 crate::rest_cmd::AuthArg::ApiKey => "api-key",
             };
-            let rest_args = vec![
-                "rest".to_string(),
-                "--mgmd".into(),
-                address.clone(),
-                "--port".into(),
-                args.rest_port.to_string(),
-                "--auth".into(),
-                auth.into(),
-                "--ready-file".into(),
-                ready.display().to_string(),
-            ];
-            procs.push(spawn("rest", &rest_args, &dir.join("rest.log"))?);
-            loop {
-                check_alive(&mut procs)?;
-                if let Ok(a) = std::fs::read_to_string(&ready) {
-                    if !a.is_empty() {
-                        break Some((a, auth));
-                    }
-                }
-                if Instant::now() >= deadline {
-                    return Err(format!("the REST node did not start within {} s; see {}", args.timeout, dir.join("rest.log").display()));
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            let rest_args = vec!["rest".to_string(), "--mgmd".into(), address.clone(), "--port".into(), args.rest_port.to_string(), "--auth".into(), auth.into()];
+            Some((start_api_node("rest", "REST", rest_args, &dir, &mut procs, deadline, args.timeout).await?, auth))
+        };
+        let sql_address = if args.no_sql {
+            None
+        } else {
+            let mut sql_args = vec!["sql".to_string(), "--mgmd".into(), address.clone(), "--port".into(), args.sql_port.to_string()];
+            for u in &args.sql_users {
+                sql_args.extend(["--user".to_string(), u.clone()]);
             }
+            Some(start_api_node("sql", "SQL", sql_args, &dir, &mut procs, deadline, args.timeout).await?)
         };
         println!("latsdb cluster \"{}\" is up ({} data nodes, {} replica(s))", layout.cluster_name, layout.datanodes.len(), layout.replicas);
         println!("  mgmd         {address}");
         for d in &layout.datanodes {
             println!("  datanode {:<3} {}", d.node_id, d.shards.join(" "));
+        }
+        if let Some(sql) = &sql_address {
+            let (host, port) = sql.rsplit_once(':').unwrap_or((sql.as_str(), "3306"));
+            println!("  sql          {sql} (MySQL protocol; try: mysql -h {host} -P {port} -u root)");
         }
         if let Some((rest, auth)) = &rest_address {
             println!("  rest         http://{rest}/{} (auth: {auth})", latsdb_rest::API_VERSION);
@@ -277,7 +275,7 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                     for p in procs.iter_mut().filter(|p| !p.gone) {
                         if let Ok(Some(status)) = p.child.try_wait() {
                             p.gone = true;
-                            if p.name == "mgmd" || p.name == "rest" {
+                            if p.name == "mgmd" || p.name == "rest" || p.name == "sql" {
                                 return Err(format!("{} exited unexpectedly ({status}); see {}; stopping the cluster", p.name, p.log.display()));
                             }
                             // With replicas, the cluster serves on without it.
@@ -350,5 +348,35 @@ async fn wait_started(address: &str, procs: &mut [Proc], deadline: Instant) -> R
             return Err("the data nodes did not all start in time; see the datanode logs".into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Starts an API node (`rest`, `sql`) and waits until it writes its
+/// listening address to `<name>.addr`.
+async fn start_api_node(
+    name: &str,
+    what: &str,
+    mut node_args: Vec<String>,
+    dir: &std::path::Path,
+    procs: &mut Vec<Proc>,
+    deadline: Instant,
+    timeout: u64,
+) -> Result<String, String> {
+    let ready = dir.join(format!("{name}.addr"));
+    let _ = std::fs::remove_file(&ready);
+    node_args.extend(["--ready-file".to_string(), ready.display().to_string()]);
+    let log = dir.join(format!("{name}.log"));
+    procs.push(spawn(name, &node_args, &log)?);
+    loop {
+        check_alive(procs)?;
+        if let Ok(a) = std::fs::read_to_string(&ready) {
+            if !a.is_empty() {
+                return Ok(a);
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("the {what} node did not start within {timeout} s; see {}", log.display()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

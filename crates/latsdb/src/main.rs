@@ -8,6 +8,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod launcher;
 mod mgm;
 mod rest_cmd;
+mod sql_cmd;
 
 use clap::{Parser, Subcommand};
 use latsdb_types::config::ClusterConfig;
@@ -30,7 +31,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start a whole local cluster (mgmd, data nodes, a REST node) as separate processes; Ctrl-C stops it.
+    /// Start a whole local cluster (mgmd, data nodes, a SQL node, a REST node) as separate processes; Ctrl-C stops it.
     Start(launcher::StartArgs),
     /// Run the management server.
     Mgmd {
@@ -72,6 +73,8 @@ enum Command {
     },
     /// Run a REST node (HTTP/JSON key lookups and feature vectors).
     Rest(rest_cmd::RestArgs),
+    /// Run a SQL node (the MySQL client/server protocol).
+    Sql(sql_cmd::SqlArgs),
     /// Create, list and revoke the REST API keys.
     Apikey(rest_cmd::ApiKeyArgs),
     /// Admin client: show the cluster, shut it down.
@@ -155,6 +158,7 @@ fn main() -> ExitCode {
             .map_err(|e| e.to_string())
         }),
         Command::Rest(args) => rest_cmd::run_rest(args),
+        Command::Sql(args) => sql_cmd::run_sql(args),
         Command::Apikey(args) => runtime(1).and_then(|rt| rt.block_on(rest_cmd::run_apikey(args))),
         Command::Mgm(args) => runtime(1).and_then(|rt| rt.block_on(mgm::run(args))),
         Command::Bench(args) => latsdb_bench::run(args).map_err(|e| e.to_string()),

@@ -222,7 +222,7 @@ fn truth(v: &Value) -> Option<bool> {
     }
 }
 
-fn arith(op: ArithOp, a: &Value, b: &Value) -> Value {
+pub fn arith(op: ArithOp, a: &Value, b: &Value) -> Value {
     if a.is_null() || b.is_null() {
         return Value::Null;
     }

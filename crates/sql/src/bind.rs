@@ -1,0 +1,572 @@
+//! Binding: parsed SQL expressions become `SExpr`s whose column references
+//! name a table of the FROM clause and a column of it. Literals get their
+//! MySQL types; `?` becomes a parameter slot; session functions and
+//! `@@variables` are looked up at execution time.
+
+use crate::error::{SqlError, SqlResult};
+use crate::eval::{Arith, CastTo, Cmp, Func, SExpr, SessionValue};
+use latsdb_types::schema::ColumnDef;
+use latsdb_types::value::Decimal;
+use latsdb_types::Value;
+use sqlparser::ast::{
+    self, BinaryOperator, DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator,
+};
+
+/// A table as the binder sees it: its name in the query and its columns.
+#[derive(Clone, Debug)]
+pub struct ScopeTable {
+    pub alias: String,
+    pub db: String,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggKind {
+    CountRows,
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct AggSpec {
+    pub kind: AggKind,
+    pub arg: Option<SExpr>,
+    pub distinct: bool,
+}
+
+pub struct Binder<'a> {
+    pub tables: &'a [ScopeTable],
+    /// Aggregates found while binding; None where they are not allowed.
+    pub aggs: Option<&'a mut Vec<AggSpec>>,
+    /// Select-list aliases (ORDER BY and HAVING may name them).
+    pub aliases: &'a [(String, SExpr)],
+    /// Extra row for `VALUES(col)` in ON DUPLICATE KEY UPDATE: offset of the
+    /// new row's columns.
+    pub values_offset: Option<usize>,
+    /// Clause named in "unknown column" errors.
+    pub place: &'static str,
+}
+
+impl<'a> Binder<'a> {
+    pub fn new(tables: &'a [ScopeTable], place: &'static str) -> Self {
+        Binder { tables, aggs: None, aliases: &[], values_offset: None, place }
+    }
+
+    fn column(&self, qualifier: Option<&str>, name: &str) -> SqlResult<SExpr> {
+        let mut found = None;
+        for (t, table) in self.tables.iter().enumerate() {
+            if let Some(q) = qualifier {
+                if !q.eq_ignore_ascii_case(&table.alias) {
+                    continue;
+                }
+            }
+            if let Some(c) = table.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name)) {
+                if found.is_some() {
+                    return Err(SqlError::new(
+                        crate::error::ER_NON_UNIQ,
+                        "23000",
+                        format!("Column '{name}' in {} is ambiguous; qualify it with its table", self.place),
+                    ));
+                }
+                found = Some(SExpr::TableCol(t, c as u16));
+            }
+        }
+        if let Some(f) = found {
+            return Ok(f);
+        }
+        if qualifier.is_none() {
+            if let Some((_, e)) = self.aliases.iter().find(|(a, _)| a.eq_ignore_ascii_case(name)) {
+                return Ok(e.clone());
+            }
+        }
+        let shown = match qualifier {
+            Some(q) => format!("{q}.{name}"),
+            None => name.to_string(),
+        };
+        Err(SqlError::bad_field(&shown, self.place))
+    }
+
+    pub fn bind(&mut self, e: &Expr) -> SqlResult<SExpr> {
+        Ok(match e {
+            Expr::Identifier(id) => self.identifier(std::slice::from_ref(id))?,
+            Expr::CompoundIdentifier(ids) => self.identifier(ids)?,
+            Expr::Value(v) => literal(&v.value)?,
+            Expr::Nested(inner) => self.bind(inner)?,
+            Expr::UnaryOp { op, expr } => {
+                let inner = self.bind(expr)?;
+                match op {
+                    UnaryOperator::Minus => match inner {
+                        SExpr::Const(Value::Int(i)) => SExpr::Const(Value::Int(-i)),
+                        SExpr::Const(Value::UInt(u)) if u == 1u64 << 63 => SExpr::Const(Value::Int(i64::MIN)),
+                        SExpr::Const(Value::Decimal(d)) => {
+                            SExpr::Const(Value::Decimal(Decimal::new(-d.unscaled, d.scale)))
+                        }
+                        SExpr::Const(Value::Float(f)) => SExpr::Const(Value::Float(-f)),
+                        other => SExpr::Neg(Box::new(other)),
+                    },
+                    UnaryOperator::Plus => inner,
+                    UnaryOperator::Not | UnaryOperator::BangNot => SExpr::Not(Box::new(inner)),
+                    other => return Err(SqlError::unsupported(format!("operator {other} is not supported"))),
+                }
+            }
+            Expr::BinaryOp { left, op, right } => {
+                let (l, r) = (self.bind(left)?, self.bind(right)?);
+                let b = |x| Box::new(x);
+                match op {
+                    BinaryOperator::And => SExpr::And(b(l), b(r)),
+                    BinaryOperator::Or => SExpr::Or(b(l), b(r)),
+                    BinaryOperator::Xor => SExpr::Xor(b(l), b(r)),
+                    BinaryOperator::Eq => SExpr::Cmp(Cmp::Eq, b(l), b(r)),
+                    BinaryOperator::NotEq => SExpr::Cmp(Cmp::Ne, b(l), b(r)),
+                    BinaryOperator::Lt => SExpr::Cmp(Cmp::Lt, b(l), b(r)),
+                    BinaryOperator::LtEq => SExpr::Cmp(Cmp::Le, b(l), b(r)),
+                    BinaryOperator::Gt => SExpr::Cmp(Cmp::Gt, b(l), b(r)),
+                    BinaryOperator::GtEq => SExpr::Cmp(Cmp::Ge, b(l), b(r)),
+                    BinaryOperator::Spaceship => SExpr::Cmp(Cmp::NullSafeEq, b(l), b(r)),
+                    BinaryOperator::Plus => SExpr::Arith(Arith::Add, b(l), b(r)),
+                    BinaryOperator::Minus => SExpr::Arith(Arith::Sub, b(l), b(r)),
+                    BinaryOperator::Multiply => SExpr::Arith(Arith::Mul, b(l), b(r)),
+                    BinaryOperator::Divide => SExpr::Arith(Arith::Div, b(l), b(r)),
+                    BinaryOperator::Modulo => SExpr::Arith(Arith::Mod, b(l), b(r)),
+                    BinaryOperator::MyIntegerDivide => SExpr::Arith(Arith::IntDiv, b(l), b(r)),
+                    other => return Err(SqlError::unsupported(format!("operator {other} is not supported"))),
+                }
+            }
+            Expr::IsNull(x) => SExpr::IsNull(Box::new(self.bind(x)?), false),
+            Expr::IsNotNull(x) => SExpr::IsNull(Box::new(self.bind(x)?), true),
+            Expr::IsTrue(x) => SExpr::IsBool(Box::new(self.bind(x)?), true, false),
+            Expr::IsNotTrue(x) => SExpr::IsBool(Box::new(self.bind(x)?), true, true),
+            Expr::IsFalse(x) => SExpr::IsBool(Box::new(self.bind(x)?), false, false),
+            Expr::IsNotFalse(x) => SExpr::IsBool(Box::new(self.bind(x)?), false, true),
+            Expr::InList { expr, list, negated } => SExpr::In(
+                Box::new(self.bind(expr)?),
+                list.iter().map(|x| self.bind(x)).collect::<SqlResult<_>>()?,
+                *negated,
+            ),
+            Expr::Between { expr, negated, low, high } => SExpr::Between(
+                Box::new(self.bind(expr)?),
+                Box::new(self.bind(low)?),
+                Box::new(self.bind(high)?),
+                *negated,
+            ),
+            Expr::Like { negated, expr, pattern, escape_char, .. } => {
+                if escape_char.is_some() {
+                    return Err(SqlError::unsupported("LIKE ... ESCAPE is not supported; '\\' escapes by default"));
+                }
+                SExpr::Like(Box::new(self.bind(expr)?), Box::new(self.bind(pattern)?), *negated)
+            }
+            Expr::Case { operand, conditions, else_result, .. } => SExpr::Case(
+                match operand {
+                    Some(o) => Some(Box::new(self.bind(o)?)),
+                    None => None,
+                },
+                conditions
+                    .iter()
+                    .map(|w| Ok((self.bind(&w.condition)?, self.bind(&w.result)?)))
+                    .collect::<SqlResult<_>>()?,
+                match else_result {
+                    Some(e) => Some(Box::new(self.bind(e)?)),
+                    None => None,
+                },
+            ),
+            Expr::Cast { expr, data_type, .. } => SExpr::Cast(Box::new(self.bind(expr)?), cast_target(data_type)?),
+            Expr::Convert { expr, data_type: Some(data_type), .. } => {
+                SExpr::Cast(Box::new(self.bind(expr)?), cast_target(data_type)?)
+            }
+            Expr::Convert { expr, data_type: None, .. } => SExpr::Cast(Box::new(self.bind(expr)?), CastTo::Char),
+            Expr::Ceil { expr, .. } => SExpr::Func(Func::Ceil, vec![self.bind(expr)?]),
+            Expr::Floor { expr, .. } => SExpr::Func(Func::Floor, vec![self.bind(expr)?]),
+            Expr::Substring { expr, substring_from, substring_for, .. } => {
+                let mut args = vec![self.bind(expr)?];
+                args.push(match substring_from {
+                    Some(f) => self.bind(f)?,
+                    None => SExpr::Const(Value::Int(1)),
+                });
+                if let Some(f) = substring_for {
+                    args.push(self.bind(f)?);
+                }
+                SExpr::Func(Func::Substring, args)
+            }
+            Expr::Trim { expr, trim_where, trim_what, .. } => {
+                if trim_what.is_some() {
+                    return Err(SqlError::unsupported("TRIM(... FROM ...) with characters is not supported"));
+                }
+                let f = match trim_where {
+                    Some(ast::TrimWhereField::Leading) => Func::LTrim,
+                    Some(ast::TrimWhereField::Trailing) => Func::RTrim,
+                    _ => Func::Trim,
+                };
+                SExpr::Func(f, vec![self.bind(expr)?])
+            }
+            Expr::Function(f) => self.function(f)?,
+            Expr::Tuple(_) => return Err(SqlError::unsupported("row constructors (a, b) are not supported here")),
+            Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => {
+                return Err(SqlError::unsupported("subqueries are not supported yet; use a join"))
+            }
+            other => return Err(SqlError::unsupported(format!("expression '{other}' is not supported"))),
+        })
+    }
+
+    fn identifier(&self, ids: &[ast::Ident]) -> SqlResult<SExpr> {
+        let first = &ids[0].value;
+        if let Some(var) = first.strip_prefix("@@") {
+            // @@name, @@session.name, @@global.name
+            let name = match ids.len() {
+                1 => var.to_string(),
+                _ if matches!(var.to_ascii_lowercase().as_str(), "session" | "global" | "local") => {
+                    ids[1..].iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(".")
+                }
+                _ => return Err(SqlError::parse(format!("unknown variable form '{first}'"))),
+            };
+            return Ok(SExpr::Session(SessionValue::Variable(name.to_ascii_lowercase())));
+        }
+        if first.starts_with('@') && ids.len() == 1 {
+            return Ok(SExpr::Session(SessionValue::Variable(first.to_ascii_lowercase())));
+        }
+        if ids.len() == 1 && ids[0].quote_style.is_none() {
+            match first.to_ascii_uppercase().as_str() {
+                "CURRENT_TIMESTAMP" | "LOCALTIME" | "LOCALTIMESTAMP" => return Ok(SExpr::Session(SessionValue::Now)),
+                "CURRENT_DATE" => return Ok(SExpr::Session(SessionValue::CurDate)),
+                "CURRENT_USER" => return Ok(SExpr::Session(SessionValue::User)),
+                _ => {}
+            }
+        }
+        match ids {
+            [c] => self.column(None, &c.value),
+            [t, c] => self.column(Some(&t.value), &c.value),
+            [db, t, c] => {
+                let ok = self.tables.iter().any(|s| s.alias.eq_ignore_ascii_case(&t.value) && s.db == db.value);
+                if !ok {
+                    return Err(SqlError::bad_field(&format!("{}.{}.{}", db.value, t.value, c.value), self.place));
+                }
+                self.column(Some(&t.value), &c.value)
+            }
+            _ => Err(SqlError::parse(format!("name with {} parts is not a column", ids.len()))),
+        }
+    }
+
+    fn args(&mut self, f: &ast::Function) -> SqlResult<(Vec<SExpr>, bool, bool)> {
+        let list = match &f.args {
+            FunctionArguments::None => return Ok((Vec::new(), false, false)),
+            FunctionArguments::List(l) => l,
+            FunctionArguments::Subquery(_) => return Err(SqlError::unsupported("subqueries are not supported yet")),
+        };
+        let distinct = matches!(list.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct));
+        let mut out = Vec::new();
+        let mut star = false;
+        for a in &list.args {
+            match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => out.push(self.bind(e)?),
+                FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => star = true,
+                _ => return Err(SqlError::unsupported(format!("argument form in {} is not supported", f.name))),
+            }
+        }
+        Ok((out, star, distinct))
+    }
+
+    fn function(&mut self, f: &ast::Function) -> SqlResult<SExpr> {
+        let name = f.name.to_string().to_ascii_uppercase();
+        if f.over.is_some() {
+            return Err(SqlError::unsupported("window functions are not supported"));
+        }
+        let agg = match name.as_str() {
+            "COUNT" => Some(AggKind::Count),
+            "SUM" => Some(AggKind::Sum),
+            "AVG" => Some(AggKind::Avg),
+            "MIN" => Some(AggKind::Min),
+            "MAX" => Some(AggKind::Max),
+            _ => None,
+        };
+        if let Some(kind) = agg {
+            let Some(aggs) = self.aggs.take() else {
+                return Err(SqlError::new(1111, "HY000", format!("Invalid use of group function {name}")));
+            };
+            let bound = self.args(f);
+            let (args, star, distinct) = match bound {
+                Ok(b) => b,
+                Err(e) => {
+                    self.aggs = Some(aggs);
+                    return Err(e);
+                }
+            };
+            let spec = match (kind, star, args.len()) {
+                (AggKind::Count, true, 0) => AggSpec { kind: AggKind::CountRows, arg: None, distinct: false },
+                (_, false, 1) => AggSpec { kind, arg: args.into_iter().next(), distinct },
+                _ => {
+                    self.aggs = Some(aggs);
+                    return Err(SqlError::parse(format!("{name} takes one argument")));
+                }
+            };
+            if spec.arg.as_ref().is_some_and(|a| {
+                let mut nested = false;
+                a.walk(&mut |e| nested |= matches!(e, SExpr::Agg(_)));
+                nested
+            }) {
+                self.aggs = Some(aggs);
+                return Err(SqlError::new(1111, "HY000", "Invalid use of group function (nested aggregate)"));
+            }
+            let idx = match aggs.iter().position(|a| *a == spec) {
+                Some(i) => i,
+                None => {
+                    aggs.push(spec);
+                    aggs.len() - 1
+                }
+            };
+            self.aggs = Some(aggs);
+            return Ok(SExpr::Agg(idx));
+        }
+        // Aggregates are not allowed inside scalar function arguments of an
+        // aggregate, but are inside other functions: keep `aggs` available.
+        let (args, _, _) = self.args(f)?;
+        let n = args.len();
+        let need = |lo: usize, hi: usize| -> SqlResult<()> {
+            if n < lo || n > hi {
+                return Err(SqlError::new(
+                    1582,
+                    "42000",
+                    format!("Incorrect parameter count in the call to native function '{name}'"),
+                ));
+            }
+            Ok(())
+        };
+        let session = |v| Ok(SExpr::Session(v));
+        let func = match name.as_str() {
+            "DATABASE" | "SCHEMA" => return need(0, 0).and(session(SessionValue::Database)),
+            "USER" | "CURRENT_USER" | "SESSION_USER" | "SYSTEM_USER" => {
+                return need(0, 0).and(session(SessionValue::User))
+            }
+            "CONNECTION_ID" => return need(0, 0).and(session(SessionValue::ConnectionId)),
+            "LAST_INSERT_ID" => return need(0, 0).and(session(SessionValue::LastInsertId)),
+            "ROW_COUNT" => return need(0, 0).and(session(SessionValue::RowCount)),
+            "FOUND_ROWS" => return need(0, 0).and(session(SessionValue::FoundRows)),
+            "NOW" | "CURRENT_TIMESTAMP" | "SYSDATE" | "LOCALTIME" | "LOCALTIMESTAMP" | "UTC_TIMESTAMP" => {
+                return need(0, 1).and(session(SessionValue::Now))
+            }
+            "CURDATE" | "CURRENT_DATE" | "UTC_DATE" => return need(0, 0).and(session(SessionValue::CurDate)),
+            "VERSION" => {
+                need(0, 0)?;
+                Func::Version
+            }
+            "IFNULL" => {
+                need(2, 2)?;
+                Func::IfNull
+            }
+            "COALESCE" => {
+                need(1, 255)?;
+                Func::Coalesce
+            }
+            "NULLIF" => {
+                need(2, 2)?;
+                Func::NullIf
+            }
+            "IF" => {
+                need(3, 3)?;
+                Func::If
+            }
+            "CONCAT" => {
+                need(1, 255)?;
+                Func::Concat
+            }
+            "CONCAT_WS" => {
+                need(2, 255)?;
+                Func::ConcatWs
+            }
+            "LENGTH" | "OCTET_LENGTH" => {
+                need(1, 1)?;
+                Func::Length
+            }
+            "CHAR_LENGTH" | "CHARACTER_LENGTH" => {
+                need(1, 1)?;
+                Func::CharLength
+            }
+            "UPPER" | "UCASE" => {
+                need(1, 1)?;
+                Func::Upper
+            }
+            "LOWER" | "LCASE" => {
+                need(1, 1)?;
+                Func::Lower
+            }
+            "SUBSTRING" | "SUBSTR" | "MID" => {
+                need(2, 3)?;
+                Func::Substring
+            }
+            "LEFT" => {
+                need(2, 2)?;
+                Func::Left
+            }
+            "RIGHT" => {
+                need(2, 2)?;
+                Func::Right
+            }
+            "TRIM" => {
+                need(1, 1)?;
+                Func::Trim
+            }
+            "LTRIM" => {
+                need(1, 1)?;
+                Func::LTrim
+            }
+            "RTRIM" => {
+                need(1, 1)?;
+                Func::RTrim
+            }
+            "REPLACE" => {
+                need(3, 3)?;
+                Func::Replace
+            }
+            "ABS" => {
+                need(1, 1)?;
+                Func::Abs
+            }
+            "CEIL" | "CEILING" => {
+                need(1, 1)?;
+                Func::Ceil
+            }
+            "FLOOR" => {
+                need(1, 1)?;
+                Func::Floor
+            }
+            "ROUND" => {
+                need(1, 2)?;
+                Func::Round
+            }
+            "MOD" => {
+                need(2, 2)?;
+                let mut it = args.into_iter();
+                let (a, b) = (it.next(), it.next());
+                return match (a, b) {
+                    (Some(a), Some(b)) => Ok(SExpr::Arith(Arith::Mod, Box::new(a), Box::new(b))),
+                    _ => Err(SqlError::parse("MOD takes two arguments")),
+                };
+            }
+            "GREATEST" => {
+                need(2, 255)?;
+                Func::Greatest
+            }
+            "LEAST" => {
+                need(2, 255)?;
+                Func::Least
+            }
+            _ => return Err(SqlError::new(1305, "42000", format!("FUNCTION {name} does not exist"))),
+        };
+        Ok(SExpr::Func(func, args))
+    }
+
+    /// `VALUES(col)` inside ON DUPLICATE KEY UPDATE.
+    pub fn is_values_call(e: &Expr) -> Option<String> {
+        if let Expr::Function(f) = e {
+            if f.name.to_string().eq_ignore_ascii_case("VALUES") {
+                if let FunctionArguments::List(l) = &f.args {
+                    if let [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(id)))] = l.args.as_slice() {
+                        return Some(id.value.clone());
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+pub fn literal(v: &ast::Value) -> SqlResult<SExpr> {
+    Ok(SExpr::Const(match v {
+        ast::Value::Number(n, _) => number(n)?,
+        ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => Value::Str(s.clone()),
+        ast::Value::EscapedStringLiteral(s) | ast::Value::NationalStringLiteral(s) => Value::Str(s.clone()),
+        ast::Value::HexStringLiteral(h) => Value::Bytes(hex(h)?),
+        ast::Value::SingleQuotedByteStringLiteral(s) | ast::Value::DoubleQuotedByteStringLiteral(s) => {
+            Value::Bytes(s.clone().into_bytes())
+        }
+        ast::Value::Boolean(b) => Value::Int(*b as i64),
+        ast::Value::Null => Value::Null,
+        ast::Value::Placeholder(p) => {
+            let n: usize = p
+                .strip_prefix('?')
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| SqlError::parse(format!("placeholder '{p}' is not supported; use ?")))?;
+            return Ok(SExpr::Param(n));
+        }
+        other => return Err(SqlError::unsupported(format!("literal {other} is not supported"))),
+    }))
+}
+
+fn number(n: &str) -> SqlResult<Value> {
+    if let Ok(i) = n.parse::<i64>() {
+        return Ok(Value::Int(i));
+    }
+    if let Ok(u) = n.parse::<u64>() {
+        return Ok(Value::UInt(u));
+    }
+    if !n.contains(['e', 'E']) {
+        if let Some(d) = Decimal::parse(n) {
+            return Ok(Value::Decimal(d));
+        }
+    }
+    n.parse::<f64>().map(Value::Float).map_err(|_| SqlError::parse(format!("'{n}' is not a number")))
+}
+
+fn hex(h: &str) -> SqlResult<Vec<u8>> {
+    let h = if h.len() % 2 == 1 { format!("0{h}") } else { h.to_string() };
+    (0..h.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&h[i..i + 2], 16).map_err(|_| SqlError::parse(format!("X'{h}' is not hexadecimal")))
+        })
+        .collect()
+}
+
+fn cast_target(t: &DataType) -> SqlResult<CastTo> {
+    Ok(match t {
+        DataType::Signed | DataType::SignedInteger => CastTo::Signed,
+        DataType::Unsigned | DataType::UnsignedInteger => CastTo::Unsigned,
+        DataType::Char(_) | DataType::Varchar(_) | DataType::Text | DataType::Nvarchar(_) => CastTo::Char,
+        DataType::Binary(_) | DataType::Varbinary(_) => CastTo::Binary,
+        DataType::Int(_) | DataType::Integer(_) | DataType::BigInt(_) => CastTo::Signed,
+        DataType::Double(_) | DataType::DoublePrecision | DataType::Float(_) | DataType::Real => CastTo::Double,
+        DataType::Decimal(info) | DataType::Numeric(info) | DataType::Dec(info) => {
+            let (p, s) = match info {
+                ast::ExactNumberInfo::None => (10, 0),
+                ast::ExactNumberInfo::Precision(p) => (*p, 0),
+                ast::ExactNumberInfo::PrecisionAndScale(p, s) => (*p, (*s).max(0) as u64),
+            };
+            CastTo::Decimal(p.min(38) as u8, s.min(38) as u8)
+        }
+        DataType::Date => CastTo::Date,
+        DataType::Datetime(_) | DataType::Timestamp(..) => CastTo::DateTime,
+        other => return Err(SqlError::unsupported(format!("CAST to {other} is not supported"))),
+    })
+}
+
+/// Splits a condition into its AND-ed parts.
+pub fn conjuncts(e: SExpr, out: &mut Vec<SExpr>) {
+    match e {
+        SExpr::And(a, b) => {
+            conjuncts(*a, out);
+            conjuncts(*b, out);
+        }
+        other => out.push(other),
+    }
+}
+
+pub fn and_all(mut parts: Vec<SExpr>) -> Option<SExpr> {
+    let mut acc = parts.pop()?;
+    while let Some(p) = parts.pop() {
+        acc = SExpr::And(Box::new(p), Box::new(acc));
+    }
+    Some(acc)
+}
+
+/// Tables an expression reads.
+pub fn tables_of(e: &SExpr) -> u64 {
+    let mut mask = 0u64;
+    e.walk(&mut |x| {
+        if let SExpr::TableCol(t, _) = x {
+            mask |= 1 << (*t).min(63);
+        }
+    });
+    mask
+}

@@ -1,0 +1,865 @@
+//! Schema statements: CREATE/DROP DATABASE, CREATE/DROP/TRUNCATE/ALTER
+//! TABLE, CREATE/DROP INDEX; the SHOW family and DESCRIBE; and the
+//! information_schema tables connectors read.
+//!
+//! Databases are rows of `latsdb_system.sql_databases` (plus any database
+//! that has tables), so every SQL node sees the same ones.
+
+use crate::error::{SqlError, SqlResult};
+use crate::eval::to_text;
+use crate::plan::{table_name, VirtualTable};
+use crate::session::{default_variable, Response, ResultColumn, Session, Shared, SYSTEM_DATABASE};
+use latsdb_client::Op;
+use latsdb_types::schema::{validate_name, ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+use latsdb_types::{ErrorCode, Value};
+use sqlparser::ast::{self, ColumnOption, DataType, Statement, TableConstraint};
+
+const DATABASES_TABLE: &str = "sql_databases";
+
+fn text_col(name: &str) -> ColumnDef {
+    ColumnDef::new(name, ColumnType::VarChar(255))
+}
+fn int_col(name: &str) -> ColumnDef {
+    ColumnDef::new(name, ColumnType::int(IntWidth::Big))
+}
+
+pub async fn databases(shared: &Shared) -> SqlResult<Vec<String>> {
+    let mut names: Vec<String> = vec!["information_schema".into()];
+    let t = shared.client.table(SYSTEM_DATABASE, DATABASES_TABLE).await?;
+    for r in shared.client.scan(&t, latsdb_client::Scan::all()).await? {
+        names.push(to_text(&r.get(0)));
+    }
+    for def in shared.client.list_tables().await? {
+        names.push(def.database);
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+pub async fn database_exists(shared: &Shared, name: &str) -> SqlResult<bool> {
+    Ok(databases(shared).await?.iter().any(|d| d == name))
+}
+
+async fn tables_of(shared: &Shared, db: &str) -> SqlResult<Vec<TableDef>> {
+    let mut t: Vec<TableDef> = shared.client.list_tables().await?.into_iter().filter(|d| d.database == db).collect();
+    t.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(t)
+}
+
+fn rows_response(columns: Vec<ColumnDef>, rows: Vec<Vec<Value>>) -> Response {
+    Response::Rows { columns: columns.iter().map(|c| ResultColumn::typed(&c.name, c.ty)).collect(), rows }
+}
+
+fn like_filter(filter: &Option<ast::ShowStatementFilter>, name: &str) -> bool {
+    match filter {
+        Some(ast::ShowStatementFilter::Like(p)) | Some(ast::ShowStatementFilter::NoKeyword(p)) => {
+            latsdb_types::expr::like(name.to_lowercase().as_bytes(), p.to_lowercase().as_bytes())
+        }
+        _ => true,
+    }
+}
+
+fn show_filter(options: &ast::ShowStatementOptions) -> Option<ast::ShowStatementFilter> {
+    match &options.filter_position {
+        Some(ast::ShowStatementFilterPosition::Infix(f)) | Some(ast::ShowStatementFilterPosition::Suffix(f)) => {
+            Some(f.clone())
+        }
+        None => None,
+    }
+}
+
+fn show_in(options: &ast::ShowStatementOptions) -> Option<String> {
+    options.show_in.as_ref().and_then(|i| i.parent_name.as_ref()).map(|n| n.to_string().trim_matches('`').to_string())
+}
+
+pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> SqlResult<Response> {
+    let shared = session.shared.clone();
+    let need_db =
+        |d: Option<String>| -> SqlResult<String> { d.or_else(|| db.map(str::to_string)).ok_or_else(SqlError::no_db) };
+    match stmt {
+        Statement::CreateDatabase { db_name, if_not_exists, .. }
+        | Statement::CreateSchema { schema_name: ast::SchemaName::Simple(db_name), if_not_exists, .. } => {
+            let name = db_name.to_string().trim_matches('`').to_string();
+            validate_name("database", &name)?;
+            if database_exists(&shared, &name).await? {
+                if *if_not_exists {
+                    return Ok(Response::ok());
+                }
+                return Err(SqlError::new(
+                    crate::error::ER_DB_CREATE_EXISTS,
+                    "HY000",
+                    format!("Can't create database '{name}'; database exists"),
+                ));
+            }
+            let t = shared.client.table(SYSTEM_DATABASE, DATABASES_TABLE).await?;
+            shared.client.transaction().execute_commit(vec![Op::upsert(&t, vec![Value::Str(name)])?]).await?;
+            Ok(Response::Ok { affected: 1, last_insert_id: 0, info: String::new() })
+        }
+        Statement::Drop {
+            object_type: ast::ObjectType::Database | ast::ObjectType::Schema, if_exists, names, ..
+        } => {
+            let mut affected = 0;
+            for n in names {
+                let name = n.to_string().trim_matches('`').to_string();
+                if name == SYSTEM_DATABASE || name.eq_ignore_ascii_case("information_schema") {
+                    return Err(SqlError::new(
+                        1044,
+                        "42000",
+                        format!("Access denied: database '{name}' belongs to the system"),
+                    ));
+                }
+                if !database_exists(&shared, &name).await? {
+                    if *if_exists {
+                        continue;
+                    }
+                    return Err(SqlError::new(
+                        crate::error::ER_DB_DROP_EXISTS,
+                        "HY000",
+                        format!("Can't drop database '{name}'; database doesn't exist"),
+                    ));
+                }
+                for def in tables_of(&shared, &name).await? {
+                    drop_table(&shared, &def).await?;
+                    affected += 1;
+                }
+                let t = shared.client.table(SYSTEM_DATABASE, DATABASES_TABLE).await?;
+                shared.client.transaction().execute_commit(vec![Op::delete(&t, &[Value::Str(name.clone())])?]).await?;
+                if session.db.as_deref() == Some(&name) {
+                    session.db = None;
+                }
+            }
+            Ok(Response::Ok { affected, last_insert_id: 0, info: String::new() })
+        }
+        Statement::CreateTable(ct) => create_table(session, ct).await,
+        Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, .. } => {
+            for n in names {
+                let (d, t) = table_name(n)?;
+                let d = need_db(d)?;
+                match shared.client.table(&d, &t).await {
+                    Ok(table) => {
+                        let def = table.def().clone();
+                        drop_table(&shared, &def).await?;
+                    }
+                    Err(e) if e.code == ErrorCode::UnknownTable => {
+                        if !*if_exists {
+                            return Err(SqlError::new(1051, "42S02", format!("Unknown table '{d}.{t}'")));
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(Response::ok())
+        }
+        Statement::Drop { object_type: ast::ObjectType::Index, names, table: Some(table), .. } => {
+            let (d, t) = table_name(table)?;
+            let d = need_db(d)?;
+            for n in names {
+                shared.client.drop_index(&d, &t, n.to_string().trim_matches('`')).await?;
+            }
+            Ok(Response::ok())
+        }
+        Statement::CreateIndex(ci) => {
+            if ci.unique {
+                return Err(unique_unsupported());
+            }
+            let (d, t) = table_name(&ci.table_name)?;
+            let d = need_db(d)?;
+            let name = ci
+                .name
+                .as_ref()
+                .map(|n| n.to_string().trim_matches('`').to_string())
+                .ok_or_else(|| SqlError::parse("CREATE INDEX needs an index name"))?;
+            let cols: Vec<String> =
+                ci.columns.iter().map(|c| c.column.expr.to_string().trim_matches('`').to_string()).collect();
+            let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+            shared.client.create_index(&d, &t, &name, &refs).await?;
+            Ok(Response::ok())
+        }
+        Statement::Truncate(tr) => {
+            for target in &tr.table_names {
+                let (d, t) = table_name(&target.name)?;
+                let d = need_db(d)?;
+                let table = shared.client.table(&d, &t).await.map_err(|e| match e.code {
+                    ErrorCode::UnknownTable => SqlError::no_such_table(&d, &t),
+                    _ => e.into(),
+                })?;
+                let def = table.def().clone();
+                let auto = shared.auto_counter(def.id).await?;
+                drop_table(&shared, &def).await?;
+                let spec = TableSpec {
+                    database: def.database.clone(),
+                    name: def.name.clone(),
+                    columns: def.columns.clone(),
+                    primary_key: def.primary_key.iter().map(|&c| def.columns[c as usize].name.clone()).collect(),
+                    partitions: def.partitions,
+                };
+                let mut created = shared.client.create_table(spec).await?;
+                for index in def.indexes.iter().skip(1) {
+                    let names: Vec<&str> =
+                        index.columns.iter().map(|&c| def.columns[c as usize].name.as_str()).collect();
+                    created = shared.client.create_index(&def.database, &def.name, &index.name, &names).await?;
+                }
+                if let Some((column, _)) = auto {
+                    if let Ok(c) = created.def().column_id(&column) {
+                        shared.register_auto_column(&created, c, 1).await?;
+                    }
+                }
+            }
+            Ok(Response::ok())
+        }
+        Statement::AlterTable(at) => {
+            let (d, t) = table_name(&at.name)?;
+            let d = need_db(d)?;
+            for op in &at.operations {
+                match op {
+                    ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Index(ic), .. } => {
+                        let name = ic
+                            .name
+                            .as_ref()
+                            .map(|n| n.value.clone())
+                            .ok_or_else(|| SqlError::parse("ADD INDEX needs an index name"))?;
+                        let cols: Vec<String> = ic
+                            .columns
+                            .iter()
+                            .map(|c| c.column.expr.to_string().trim_matches('`').to_string())
+                            .collect();
+                        let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+                        shared.client.create_index(&d, &t, &name, &refs).await?;
+                    }
+                    ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(_), .. } => {
+                        return Err(unique_unsupported())
+                    }
+                    ast::AlterTableOperation::DropIndex { name } => {
+                        shared.client.drop_index(&d, &t, name.value.as_str()).await?;
+                    }
+                    ast::AlterTableOperation::AddColumn { .. } => {
+                        return Err(SqlError::unsupported(
+                            "ALTER TABLE ... ADD COLUMN is not supported yet; create a new table and copy the rows",
+                        ))
+                    }
+                    other => return Err(SqlError::unsupported(format!("ALTER TABLE {other} is not supported"))),
+                }
+            }
+            Ok(Response::ok())
+        }
+        Statement::ShowDatabases { show_options, .. } | Statement::ShowSchemas { show_options, .. } => {
+            let filter = show_filter(show_options);
+            let rows = databases(&shared)
+                .await?
+                .into_iter()
+                .filter(|d| d != SYSTEM_DATABASE && like_filter(&filter, d))
+                .map(|d| vec![Value::Str(d)])
+                .collect();
+            Ok(rows_response(vec![text_col("Database")], rows))
+        }
+        Statement::ShowTables { show_options, full, .. } => {
+            let d = need_db(show_in(show_options))?;
+            let filter = show_filter(show_options);
+            let mut rows = Vec::new();
+            for def in tables_of(&shared, &d).await? {
+                if like_filter(&filter, &def.name) {
+                    let mut r = vec![Value::Str(def.name)];
+                    if *full {
+                        r.push(Value::Str("BASE TABLE".into()));
+                    }
+                    rows.push(r);
+                }
+            }
+            let mut cols = vec![text_col(&format!("Tables_in_{d}"))];
+            if *full {
+                cols.push(text_col("Table_type"));
+            }
+            Ok(rows_response(cols, rows))
+        }
+        Statement::ShowColumns { show_options, full, .. } => {
+            let name = show_in(show_options).ok_or_else(|| SqlError::parse("SHOW COLUMNS needs FROM table"))?;
+            let obj = sqlparser::ast::ObjectName::from(
+                name.split('.').map(|p| ast::Ident::new(p.trim_matches('`'))).collect::<Vec<_>>(),
+            );
+            let (d, t) = table_name(&obj)?;
+            describe(&shared, &need_db(d)?, &t, *full).await
+        }
+        Statement::ExplainTable { table_name: n, .. } => {
+            let (d, t) = table_name(n)?;
+            describe(&shared, &need_db(d)?, &t, false).await
+        }
+        Statement::ShowCreate { obj_type: ast::ShowCreateObject::Table, obj_name } => {
+            let (d, t) = table_name(obj_name)?;
+            let d = need_db(d)?;
+            let table = shared.client.table(&d, &t).await.map_err(|e| match e.code {
+                ErrorCode::UnknownTable => SqlError::no_such_table(&d, &t),
+                _ => e.into(),
+            })?;
+            let auto = shared.auto_counter(table.def().id).await?;
+            let sql = show_create(table.def(), auto.as_ref().map(|(c, n)| (c.as_str(), *n)));
+            Ok(rows_response(
+                vec![text_col("Table"), text_col("Create Table")],
+                vec![vec![Value::Str(t), Value::Str(sql)]],
+            ))
+        }
+        Statement::ShowVariables { filter, .. } => {
+            let mut names: Vec<&str> = VARIABLE_NAMES.to_vec();
+            names.sort_unstable();
+            let rows = names
+                .into_iter()
+                .filter(|n| like_filter(filter, n))
+                .filter_map(|n| session.variable(n).map(|v| vec![Value::Str(n.into()), Value::Str(to_text(&v))]))
+                .collect();
+            Ok(rows_response(vec![text_col("Variable_name"), text_col("Value")], rows))
+        }
+        Statement::ShowStatus { filter, .. } => {
+            let status = [("Threads_connected", "1".to_string()), ("Uptime", "1".to_string())];
+            let rows = status
+                .iter()
+                .filter(|(n, _)| like_filter(filter, n))
+                .map(|(n, v)| vec![Value::Str(n.to_string()), Value::Str(v.clone())])
+                .collect();
+            Ok(rows_response(vec![text_col("Variable_name"), text_col("Value")], rows))
+        }
+        Statement::ShowCollation { .. } => Ok(rows_response(
+            vec![
+                text_col("Collation"),
+                text_col("Charset"),
+                int_col("Id"),
+                text_col("Default"),
+                text_col("Compiled"),
+                int_col("Sortlen"),
+            ],
+            vec![vec![
+                Value::Str("utf8mb4_bin".into()),
+                Value::Str("utf8mb4".into()),
+                Value::Int(46),
+                Value::Str("Yes".into()),
+                Value::Str("Yes".into()),
+                Value::Int(1),
+            ]],
+        )),
+        _ => {
+            let text = stmt.to_string();
+            let upper = text.to_ascii_uppercase();
+            if upper.starts_with("SHOW WARNINGS") || upper.starts_with("SHOW ERRORS") {
+                let rows = session
+                    .warnings
+                    .iter()
+                    .map(|(l, c, m)| vec![Value::Str(l.to_string()), Value::Int(*c as i64), Value::Str(m.clone())])
+                    .collect();
+                return Ok(rows_response(vec![text_col("Level"), int_col("Code"), text_col("Message")], rows));
+            }
+            if upper.starts_with("SHOW INDEX") || upper.starts_with("SHOW KEYS") || upper.starts_with("SHOW INDEXES") {
+                return Err(SqlError::unsupported("use SHOW INDEX FROM table"));
+            }
+            Err(SqlError::unsupported(format!("statement '{}' is not supported", first_words(&text))))
+        }
+    }
+}
+
+fn first_words(s: &str) -> String {
+    s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+fn unique_unsupported() -> SqlError {
+    SqlError::unsupported("UNIQUE indexes on columns other than the primary key are not supported yet; use the columns as the PRIMARY KEY or a non-unique INDEX")
+}
+
+/// Variables SHOW VARIABLES lists.
+const VARIABLE_NAMES: &[&str] = &[
+    "autocommit",
+    "version",
+    "version_comment",
+    "sql_mode",
+    "character_set_client",
+    "character_set_connection",
+    "character_set_results",
+    "character_set_server",
+    "character_set_database",
+    "collation_connection",
+    "collation_server",
+    "collation_database",
+    "transaction_isolation",
+    "tx_isolation",
+    "max_allowed_packet",
+    "net_buffer_length",
+    "net_write_timeout",
+    "wait_timeout",
+    "interactive_timeout",
+    "lower_case_table_names",
+    "auto_increment_increment",
+    "auto_increment_offset",
+    "time_zone",
+    "system_time_zone",
+    "license",
+    "init_connect",
+    "performance_schema",
+    "query_cache_size",
+    "query_cache_type",
+    "have_ssl",
+    "default_storage_engine",
+    "max_connections",
+    "innodb_lock_wait_timeout",
+    "lock_wait_timeout",
+];
+
+async fn drop_table(shared: &Shared, def: &TableDef) -> SqlResult<()> {
+    shared.client.drop_table(&def.database, &def.name).await?;
+    shared.forget_auto_column(def.id).await
+}
+
+/// Maps a SQL type to a column type (design.md section 2).
+pub fn column_type(t: &DataType) -> SqlResult<ColumnType> {
+    use DataType as D;
+    let len = |l: &Option<ast::CharacterLength>, default: u32| -> SqlResult<u32> {
+        match l {
+            None => Ok(default),
+            Some(ast::CharacterLength::IntegerLength { length, .. }) => {
+                u32::try_from(*length).map_err(|_| SqlError::parse(format!("length {length} is too large")))
+            }
+            Some(ast::CharacterLength::Max) => Err(SqlError::parse("MAX is not a MySQL length")),
+        }
+    };
+    Ok(match t {
+        D::TinyInt(_) => ColumnType::int(IntWidth::Tiny),
+        D::TinyIntUnsigned(_) => ColumnType::uint(IntWidth::Tiny),
+        D::SmallInt(_) => ColumnType::int(IntWidth::Small),
+        D::SmallIntUnsigned(_) => ColumnType::uint(IntWidth::Small),
+        D::MediumInt(_) => ColumnType::int(IntWidth::Medium),
+        D::MediumIntUnsigned(_) => ColumnType::uint(IntWidth::Medium),
+        D::Int(_) | D::Integer(_) => ColumnType::int(IntWidth::Int),
+        D::IntUnsigned(_) | D::IntegerUnsigned(_) => ColumnType::uint(IntWidth::Int),
+        D::BigInt(_) => ColumnType::int(IntWidth::Big),
+        D::BigIntUnsigned(_) => ColumnType::uint(IntWidth::Big),
+        D::Float(_) | D::FloatUnsigned(_) | D::Float4 => ColumnType::Float,
+        D::Double(_) | D::DoubleUnsigned(_) | D::DoublePrecision | D::Real | D::Float8 => ColumnType::Double,
+        D::Decimal(i) | D::Numeric(i) | D::Dec(i) | D::DecimalUnsigned(i) | D::DecUnsigned(i) => {
+            let (p, s) = match i {
+                ast::ExactNumberInfo::None => (10, 0),
+                ast::ExactNumberInfo::Precision(p) => (*p, 0),
+                ast::ExactNumberInfo::PrecisionAndScale(p, s) => (*p, (*s).max(0) as u64),
+            };
+            if p > 38 || s > p {
+                return Err(SqlError::new(
+                    1426,
+                    "42000",
+                    format!("DECIMAL({p},{s}) is out of range: precision at most 38, scale at most the precision"),
+                ));
+            }
+            ColumnType::Decimal { precision: p as u8, scale: s as u8 }
+        }
+        D::Char(l) | D::Character(l) => ColumnType::Char(len(l, 1)?),
+        D::Varchar(l) | D::CharVarying(l) | D::CharacterVarying(l) | D::Nvarchar(l) => match l {
+            None => return Err(SqlError::parse("VARCHAR needs a length, e.g. VARCHAR(255)")),
+            l => ColumnType::VarChar(len(l, 0)?),
+        },
+        D::Binary(l) => ColumnType::Binary(l.unwrap_or(1) as u32),
+        D::Varbinary(l) => match l {
+            Some(ast::BinaryLength::IntegerLength { length }) => ColumnType::VarBinary(*length as u32),
+            _ => return Err(SqlError::parse("VARBINARY needs a length")),
+        },
+        D::Text | D::TinyText | D::MediumText | D::LongText => ColumnType::Text,
+        D::Blob(_) | D::TinyBlob | D::MediumBlob | D::LongBlob => ColumnType::Blob,
+        D::Date => ColumnType::Date,
+        D::Datetime(_) => ColumnType::DateTime,
+        D::Timestamp(..) => ColumnType::Timestamp,
+        D::Bool | D::Boolean => ColumnType::Boolean,
+        other => return Err(SqlError::unsupported(format!("column type {other} is not supported"))),
+    })
+}
+
+async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult<Response> {
+    let shared = session.shared.clone();
+    if ct.query.is_some() || ct.like.is_some() {
+        return Err(SqlError::unsupported("CREATE TABLE ... SELECT / LIKE is not supported"));
+    }
+    let (d, t) = table_name(&ct.name)?;
+    let db = d.or_else(|| session.db.clone()).ok_or_else(SqlError::no_db)?;
+    if !database_exists(&shared, &db).await? {
+        return Err(SqlError::bad_db(&db));
+    }
+    let mut columns = Vec::new();
+    let mut primary: Vec<String> = Vec::new();
+    let mut auto: Option<String> = None;
+    let mut indexes: Vec<(String, Vec<String>)> = Vec::new();
+    for c in &ct.columns {
+        let ty = column_type(&c.data_type)?;
+        let mut def = ColumnDef::new(c.name.value.clone(), ty);
+        for o in &c.options {
+            match &o.option {
+                ColumnOption::NotNull => def.nullable = false,
+                ColumnOption::Null => def.nullable = true,
+                ColumnOption::Default(e) => {
+                    let bound = crate::bind::Binder::new(&[], "default").bind(e)?;
+                    if !bound.is_row_free() || matches!(bound, crate::eval::SExpr::Session(_)) {
+                        // DEFAULT CURRENT_TIMESTAMP and the like are not stored defaults.
+                        if matches!(bound, crate::eval::SExpr::Session(crate::eval::SessionValue::Now)) {
+                            continue;
+                        }
+                        return Err(SqlError::unsupported(format!(
+                            "default {e} of column '{}' is not a constant",
+                            c.name.value
+                        )));
+                    }
+                    let v = bound.eval(&[], &crate::eval::Env { params: &[], session: &crate::session::NoSession })?;
+                    let v = if v.is_null() { v } else { crate::eval::to_column(v, &def)? };
+                    def.default = Some(v);
+                }
+                ColumnOption::PrimaryKey(_) => primary = vec![c.name.value.clone()],
+                ColumnOption::Unique(_) => return Err(unique_unsupported()),
+                ColumnOption::DialectSpecific(tokens)
+                    if tokens.iter().any(|t| t.to_string().eq_ignore_ascii_case("AUTO_INCREMENT")) =>
+                {
+                    if !matches!(ty, ColumnType::Integer { .. }) {
+                        return Err(SqlError::new(
+                            1063,
+                            "42000",
+                            format!(
+                                "Incorrect column specifier for column '{}': AUTO_INCREMENT needs an integer column",
+                                c.name.value
+                            ),
+                        ));
+                    }
+                    if auto.is_some() {
+                        return Err(SqlError::new(
+                            1075,
+                            "42000",
+                            "Incorrect table definition; there can be only one auto column",
+                        ));
+                    }
+                    auto = Some(c.name.value.clone());
+                }
+                ColumnOption::Comment(_)
+                | ColumnOption::CharacterSet(_)
+                | ColumnOption::Collation(_)
+                | ColumnOption::OnUpdate(_) => {}
+                other => return Err(SqlError::unsupported(format!("column option {other} is not supported"))),
+            }
+        }
+        columns.push(def);
+    }
+    for constraint in &ct.constraints {
+        let names = |cols: &[ast::IndexColumn]| -> Vec<String> {
+            cols.iter().map(|c| c.column.expr.to_string().trim_matches('`').to_string()).collect()
+        };
+        match constraint {
+            TableConstraint::PrimaryKey(pk) => primary = names(&pk.columns),
+            TableConstraint::Index(ic) => {
+                let cols = names(&ic.columns);
+                let name = ic.name.as_ref().map(|n| n.value.clone()).unwrap_or_else(|| cols[0].clone());
+                indexes.push((name, cols));
+            }
+            TableConstraint::Unique(u) => {
+                if names(&u.columns) != primary {
+                    return Err(unique_unsupported());
+                }
+            }
+            TableConstraint::ForeignKey(_) => {
+                return Err(SqlError::unsupported("FOREIGN KEY constraints are not supported"))
+            }
+            other => return Err(SqlError::unsupported(format!("table constraint {other} is not supported"))),
+        }
+    }
+    if primary.is_empty() {
+        return Err(SqlError::new(
+            1173,
+            "42000",
+            format!("table '{t}' needs a PRIMARY KEY: latsdb distributes rows by their primary key"),
+        ));
+    }
+    if let Some(a) = &auto {
+        if !primary.iter().any(|p| p.eq_ignore_ascii_case(a))
+            && !indexes.iter().any(|(_, c)| c.first().is_some_and(|f| f.eq_ignore_ascii_case(a)))
+        {
+            return Err(SqlError::new(
+                1075,
+                "42000",
+                "Incorrect table definition; there can be only one auto column and it must be defined as a key",
+            ));
+        }
+    }
+    let spec = TableSpec { database: db.clone(), name: t.clone(), columns, primary_key: primary, partitions: 0 };
+    let mut table = match shared.client.create_table(spec).await {
+        Ok(t) => t,
+        Err(e) if e.code == ErrorCode::TableExists && ct.if_not_exists => return Ok(Response::ok()),
+        Err(e) if e.code == ErrorCode::TableExists => {
+            return Err(SqlError::new(crate::error::ER_TABLE_EXISTS, "42S01", format!("Table '{t}' already exists")))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for (name, cols) in &indexes {
+        let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+        table = shared.client.create_index(&db, &t, name, &refs).await?;
+    }
+    if let Some(a) = auto {
+        let c = table.def().column_id(&a)?;
+        shared.register_auto_column(&table, c, 1).await?;
+    }
+    Ok(Response::ok())
+}
+
+async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<Response> {
+    let table = shared.client.table(db, t).await.map_err(|e| match e.code {
+        ErrorCode::UnknownTable => SqlError::no_such_table(db, t),
+        _ => e.into(),
+    })?;
+    let def = table.def();
+    let auto = shared.auto_counter(def.id).await?.map(|(c, _)| c);
+    let mut rows = Vec::new();
+    for (i, c) in def.columns.iter().enumerate() {
+        let key = if def.primary_key.contains(&(i as u16)) {
+            "PRI"
+        } else if def.indexes.iter().any(|ix| ix.columns.first() == Some(&(i as u16))) {
+            "MUL"
+        } else {
+            ""
+        };
+        let extra =
+            if auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&c.name)) { "auto_increment" } else { "" };
+        let mut r = vec![Value::Str(c.name.clone()), Value::Str(c.ty.sql_name().to_lowercase())];
+        if full {
+            r.push(if c.ty.is_string() { Value::Str("utf8mb4_bin".into()) } else { Value::Null });
+        }
+        r.extend([
+            Value::Str(if c.nullable { "YES" } else { "NO" }.into()),
+            Value::Str(key.into()),
+            c.default.as_ref().map(|d| Value::Str(to_text(d))).unwrap_or(Value::Null),
+            Value::Str(extra.into()),
+        ]);
+        if full {
+            r.extend([Value::Str("select,insert,update,references".into()), Value::Str(String::new())]);
+        }
+        rows.push(r);
+    }
+    let mut cols = vec![text_col("Field"), text_col("Type")];
+    if full {
+        cols.push(text_col("Collation"));
+    }
+    cols.extend([text_col("Null"), text_col("Key"), text_col("Default"), text_col("Extra")]);
+    if full {
+        cols.extend([text_col("Privileges"), text_col("Comment")]);
+    }
+    Ok(rows_response(cols, rows))
+}
+
+fn quote(v: &Value) -> String {
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Int(_) | Value::UInt(_) | Value::Decimal(_) | Value::Float(_) => format!("'{}'", to_text(v)),
+        other => format!("'{}'", to_text(other).replace('\'', "''")),
+    }
+}
+
+pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
+    let mut lines = Vec::new();
+    for c in &def.columns {
+        let mut l = format!("  `{}` {}", c.name, c.ty.sql_name().to_lowercase());
+        if !c.nullable {
+            l.push_str(" NOT NULL");
+        }
+        if auto.is_some_and(|(a, _)| a.eq_ignore_ascii_case(&c.name)) {
+            l.push_str(" AUTO_INCREMENT");
+        } else if let Some(d) = &c.default {
+            l.push_str(&format!(" DEFAULT {}", quote(d)));
+        } else if c.nullable {
+            l.push_str(" DEFAULT NULL");
+        }
+        lines.push(l);
+    }
+    let col_list =
+        |ids: &[u16]| ids.iter().map(|&i| format!("`{}`", def.columns[i as usize].name)).collect::<Vec<_>>().join(",");
+    lines.push(format!("  PRIMARY KEY ({})", col_list(&def.primary_key)));
+    for ix in def.indexes.iter().skip(1) {
+        lines.push(format!("  KEY `{}` ({})", ix.name, col_list(&ix.columns)));
+    }
+    let auto_part = auto.map(|(_, n)| format!(" AUTO_INCREMENT={n}")).unwrap_or_default();
+    format!(
+        "CREATE TABLE `{}` (\n{}\n) ENGINE=ndbcluster{} DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        def.name,
+        lines.join(",\n"),
+        auto_part
+    )
+}
+
+/// information_schema tables: SCHEMATA, TABLES, COLUMNS, STATISTICS.
+pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<VirtualTable> {
+    let s = |v: &str| Value::Str(v.to_string());
+    let tables: Vec<TableDef> =
+        shared.client.list_tables().await?.into_iter().filter(|t| t.database != SYSTEM_DATABASE).collect();
+    Ok(match name.to_ascii_uppercase().as_str() {
+        "SCHEMATA" => VirtualTable {
+            columns: [
+                "CATALOG_NAME",
+                "SCHEMA_NAME",
+                "DEFAULT_CHARACTER_SET_NAME",
+                "DEFAULT_COLLATION_NAME",
+                "SQL_PATH",
+            ]
+            .iter()
+            .map(|c| text_col(c))
+            .collect(),
+            rows: databases(shared)
+                .await?
+                .into_iter()
+                .filter(|d| d != SYSTEM_DATABASE)
+                .map(|d| vec![s("def"), Value::Str(d), s("utf8mb4"), s("utf8mb4_bin"), Value::Null])
+                .collect(),
+        },
+        "TABLES" => VirtualTable {
+            columns: vec![
+                text_col("TABLE_CATALOG"),
+                text_col("TABLE_SCHEMA"),
+                text_col("TABLE_NAME"),
+                text_col("TABLE_TYPE"),
+                text_col("ENGINE"),
+                int_col("VERSION"),
+                text_col("ROW_FORMAT"),
+                int_col("TABLE_ROWS"),
+                int_col("AUTO_INCREMENT"),
+                text_col("TABLE_COLLATION"),
+                text_col("TABLE_COMMENT"),
+            ],
+            rows: tables
+                .iter()
+                .map(|t| {
+                    vec![
+                        s("def"),
+                        s(&t.database),
+                        s(&t.name),
+                        s("BASE TABLE"),
+                        s("ndbcluster"),
+                        Value::Int(10),
+                        s("Dynamic"),
+                        Value::Null,
+                        Value::Null,
+                        s("utf8mb4_bin"),
+                        s(""),
+                    ]
+                })
+                .collect(),
+        },
+        "COLUMNS" => {
+            let mut rows = Vec::new();
+            for t in &tables {
+                for (i, c) in t.columns.iter().enumerate() {
+                    let (data_type, max_len, precision, scale) = info_type(c.ty);
+                    rows.push(vec![
+                        s("def"),
+                        s(&t.database),
+                        s(&t.name),
+                        s(&c.name),
+                        Value::Int(i as i64 + 1),
+                        c.default.as_ref().map(|d| Value::Str(to_text(d))).unwrap_or(Value::Null),
+                        s(if c.nullable { "YES" } else { "NO" }),
+                        s(data_type),
+                        max_len,
+                        precision,
+                        scale,
+                        if c.ty.is_string() { s("utf8mb4") } else { Value::Null },
+                        if c.ty.is_string() { s("utf8mb4_bin") } else { Value::Null },
+                        s(&c.ty.sql_name().to_lowercase()),
+                        s(if t.primary_key.contains(&(i as u16)) { "PRI" } else { "" }),
+                        s(""),
+                        s(""),
+                    ]);
+                }
+            }
+            VirtualTable {
+                columns: vec![
+                    text_col("TABLE_CATALOG"),
+                    text_col("TABLE_SCHEMA"),
+                    text_col("TABLE_NAME"),
+                    text_col("COLUMN_NAME"),
+                    int_col("ORDINAL_POSITION"),
+                    text_col("COLUMN_DEFAULT"),
+                    text_col("IS_NULLABLE"),
+                    text_col("DATA_TYPE"),
+                    int_col("CHARACTER_MAXIMUM_LENGTH"),
+                    int_col("NUMERIC_PRECISION"),
+                    int_col("NUMERIC_SCALE"),
+                    text_col("CHARACTER_SET_NAME"),
+                    text_col("COLLATION_NAME"),
+                    text_col("COLUMN_TYPE"),
+                    text_col("COLUMN_KEY"),
+                    text_col("EXTRA"),
+                    text_col("COLUMN_COMMENT"),
+                ],
+                rows,
+            }
+        }
+        "STATISTICS" => {
+            let mut rows = Vec::new();
+            for t in &tables {
+                for ix in &t.indexes {
+                    for (seq, &c) in ix.columns.iter().enumerate() {
+                        rows.push(vec![
+                            s("def"),
+                            s(&t.database),
+                            s(&t.name),
+                            Value::Int((ix.id != 0) as i64),
+                            s(&t.database),
+                            s(&ix.name),
+                            Value::Int(seq as i64 + 1),
+                            s(&t.columns[c as usize].name),
+                            s("BTREE"),
+                        ]);
+                    }
+                }
+            }
+            VirtualTable {
+                columns: vec![
+                    text_col("TABLE_CATALOG"),
+                    text_col("TABLE_SCHEMA"),
+                    text_col("TABLE_NAME"),
+                    int_col("NON_UNIQUE"),
+                    text_col("INDEX_SCHEMA"),
+                    text_col("INDEX_NAME"),
+                    int_col("SEQ_IN_INDEX"),
+                    text_col("COLUMN_NAME"),
+                    text_col("INDEX_TYPE"),
+                ],
+                rows,
+            }
+        }
+        other => return Err(SqlError::no_such_table("information_schema", other)),
+    })
+}
+
+fn info_type(ty: ColumnType) -> (&'static str, Value, Value, Value) {
+    let n = |v: u32| Value::Int(v as i64);
+    match ty {
+        ColumnType::Integer { width, .. } => (
+            match width {
+                IntWidth::Tiny => "tinyint",
+                IntWidth::Small => "smallint",
+                IntWidth::Medium => "mediumint",
+                IntWidth::Int => "int",
+                IntWidth::Big => "bigint",
+            },
+            Value::Null,
+            n(match width {
+                IntWidth::Tiny => 3,
+                IntWidth::Small => 5,
+                IntWidth::Medium => 7,
+                IntWidth::Int => 10,
+                IntWidth::Big => 19,
+            }),
+            n(0),
+        ),
+        ColumnType::Float => ("float", Value::Null, n(12), Value::Null),
+        ColumnType::Double => ("double", Value::Null, n(22), Value::Null),
+        ColumnType::Decimal { precision, scale } => ("decimal", Value::Null, n(precision as u32), n(scale as u32)),
+        ColumnType::Char(l) => ("char", n(l), Value::Null, Value::Null),
+        ColumnType::VarChar(l) => ("varchar", n(l), Value::Null, Value::Null),
+        ColumnType::Binary(l) => ("binary", n(l), Value::Null, Value::Null),
+        ColumnType::VarBinary(l) => ("varbinary", n(l), Value::Null, Value::Null),
+        ColumnType::Text => ("text", n(65535), Value::Null, Value::Null),
+        ColumnType::Blob => ("blob", n(65535), Value::Null, Value::Null),
+        ColumnType::Date => ("date", Value::Null, Value::Null, Value::Null),
+        ColumnType::DateTime => ("datetime", Value::Null, Value::Null, Value::Null),
+        ColumnType::Timestamp => ("timestamp", Value::Null, Value::Null, Value::Null),
+        ColumnType::Boolean => ("tinyint", Value::Null, n(3), n(0)),
+    }
+}
+
+#[allow(dead_code)]
+fn is_default_variable(name: &str) -> bool {
+    default_variable(name).is_some()
+}

@@ -1,0 +1,565 @@
+//! INSERT, REPLACE, UPDATE and DELETE. Writes by primary key go straight
+//! to the key's partition in one round trip (`SET k = k + 1` is computed by
+//! the data node); other WHERE clauses find the rows first and then write
+//! each by key under its lock.
+
+use crate::bind::{Binder, ScopeTable};
+use crate::error::{SqlError, SqlResult};
+use crate::eval::{to_column, truth, Arith, Env, SExpr};
+use crate::exec::{run_select, Ctx};
+use crate::plan::{plan_select, table_name, Access, Catalog, SelectPlan, SourceKind};
+use latsdb_client::{Op, Outcome, Table};
+use latsdb_types::expr::{ArithOp, Expr};
+use latsdb_types::proto::LockMode;
+use latsdb_types::schema::ColumnId;
+use latsdb_types::Value;
+use sqlparser::ast::{self, AssignmentTarget, Statement};
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub enum InsertSource {
+    Values(Vec<Vec<SExpr>>),
+    Select(Box<SelectPlan>),
+}
+
+#[derive(Clone, Debug)]
+pub enum OnConflict {
+    Error,
+    Ignore,
+    Replace,
+    /// Assignments over `[existing row ++ new row]`.
+    Update(Vec<(ColumnId, SExpr)>),
+}
+
+#[derive(Clone, Debug)]
+pub struct InsertPlan {
+    pub table: Arc<Table>,
+    /// Target column of each value position.
+    pub columns: Vec<ColumnId>,
+    pub source: InsertSource,
+    pub conflict: OnConflict,
+}
+
+#[derive(Clone, Debug)]
+pub struct WritePlan {
+    pub table: Arc<Table>,
+    /// Finds the rows (all columns of the table, in order).
+    pub select: SelectPlan,
+    /// For UPDATE: assignments over the full current row.
+    pub sets: Vec<(ColumnId, SExpr)>,
+    /// Keys and assignments computed on the data node without reading
+    /// first, when the WHERE clause is exactly a key lookup.
+    pub direct: Option<Vec<Vec<SExpr>>>,
+}
+
+/// Something that needs auto-increment values.
+pub trait AutoIncrement {
+    /// The auto-increment column of a table, if any.
+    fn auto_column(&self, table: &Arc<Table>) -> impl std::future::Future<Output = SqlResult<Option<ColumnId>>> + Send;
+    /// `n` consecutive fresh values.
+    fn next_values(&self, table: &Arc<Table>, n: u64) -> impl std::future::Future<Output = SqlResult<u64>> + Send;
+    /// Makes sure later values are above an explicitly inserted one.
+    fn saw_value(&self, table: &Arc<Table>, v: u64) -> impl std::future::Future<Output = SqlResult<()>> + Send;
+}
+
+fn stored(kind: SourceKind, name: &str) -> SqlResult<Arc<Table>> {
+    match kind {
+        SourceKind::Stored(t) => Ok(t),
+        SourceKind::Virtual(_) => Err(SqlError::new(1036, "HY000", format!("Table '{name}' is read only"))),
+    }
+}
+
+fn scope_of(table: &Arc<Table>, alias: &str) -> ScopeTable {
+    let def = table.def();
+    ScopeTable {
+        alias: alias.to_string(),
+        db: def.database.clone(),
+        name: def.name.clone(),
+        columns: def.columns.clone(),
+    }
+}
+
+pub async fn plan_insert<C: Catalog>(catalog: &C, insert: &ast::Insert) -> SqlResult<InsertPlan> {
+    let ast::TableObject::TableName(name) = &insert.table else {
+        return Err(SqlError::unsupported("INSERT INTO a table function is not supported"));
+    };
+    let (db, tname) = table_name(name)?;
+    let (_, kind) = catalog.resolve(db.as_deref(), &tname).await?;
+    let table = stored(kind, &tname)?;
+    let def = table.def();
+    let columns: Vec<ColumnId> = if insert.columns.is_empty() && insert.assignments.is_empty() {
+        (0..def.columns.len() as ColumnId).collect()
+    } else if !insert.assignments.is_empty() {
+        insert.assignments.iter().map(|a| assignment_column(&table, &a.target)).collect::<SqlResult<_>>()?
+    } else {
+        insert
+            .columns
+            .iter()
+            .map(|c| {
+                let n = c.to_string();
+                let n = n.rsplit('.').next().unwrap_or(&n).trim_matches('`').to_string();
+                def.column_id(&n).map_err(|_| SqlError::bad_field(&n, "field list"))
+            })
+            .collect::<SqlResult<_>>()?
+    };
+    for (i, c) in columns.iter().enumerate() {
+        if columns[..i].contains(c) {
+            return Err(SqlError::new(
+                1110,
+                "42000",
+                format!("Column '{}' specified twice", def.columns[*c as usize].name),
+            ));
+        }
+    }
+    let source = if !insert.assignments.is_empty() {
+        let mut b = Binder::new(&[], "field list");
+        InsertSource::Values(vec![insert.assignments.iter().map(|a| b.bind(&a.value)).collect::<SqlResult<_>>()?])
+    } else {
+        let query = insert.source.as_ref().ok_or_else(|| SqlError::parse("INSERT needs VALUES, SET or SELECT"))?;
+        match query.body.as_ref() {
+            ast::SetExpr::Values(values) => {
+                let mut rows = Vec::with_capacity(values.rows.len());
+                let mut b = Binder::new(&[], "field list");
+                for (n, row) in values.rows.iter().enumerate() {
+                    if row.len() != columns.len() {
+                        return Err(SqlError::new(
+                            crate::error::ER_WRONG_VALUE_COUNT,
+                            "21S01",
+                            format!("Column count doesn't match value count at row {}", n + 1),
+                        ));
+                    }
+                    let mut bound = Vec::with_capacity(row.len());
+                    for (e, &c) in row.iter().zip(&columns) {
+                        bound.push(match e {
+                            ast::Expr::Identifier(id)
+                                if id.value.eq_ignore_ascii_case("DEFAULT") && id.quote_style.is_none() =>
+                            {
+                                SExpr::Const(def.columns[c as usize].default.clone().unwrap_or(Value::Null))
+                            }
+                            _ => b.bind(e)?,
+                        });
+                    }
+                    rows.push(bound);
+                }
+                InsertSource::Values(rows)
+            }
+            _ => {
+                let plan = plan_select(catalog, query).await?;
+                if plan.outputs.len() != columns.len() {
+                    return Err(SqlError::new(
+                        crate::error::ER_WRONG_VALUE_COUNT,
+                        "21S01",
+                        "Column count doesn't match value count at row 1",
+                    ));
+                }
+                InsertSource::Select(Box::new(plan))
+            }
+        }
+    };
+    let conflict = if insert.replace_into {
+        OnConflict::Replace
+    } else if let Some(on) = &insert.on {
+        match on {
+            ast::OnInsert::DuplicateKeyUpdate(assignments) => {
+                let n = def.columns.len();
+                let scope = [scope_of(&table, &def.name)];
+                let mut sets = Vec::new();
+                for a in assignments {
+                    let c = assignment_column(&table, &a.target)?;
+                    let value = bind_with_values(&scope, &a.value, n)?;
+                    sets.push((c, value));
+                }
+                OnConflict::Update(sets)
+            }
+            _ => return Err(SqlError::unsupported("ON CONFLICT is not MySQL syntax; use ON DUPLICATE KEY UPDATE")),
+        }
+    } else if insert.ignore {
+        OnConflict::Ignore
+    } else {
+        OnConflict::Error
+    };
+    Ok(InsertPlan { table, columns, source, conflict })
+}
+
+/// Binds an ON DUPLICATE KEY UPDATE value; `VALUES(col)` reads the row
+/// that was to be inserted (placed after the existing row).
+fn bind_with_values(scope: &[ScopeTable], e: &ast::Expr, n: usize) -> SqlResult<SExpr> {
+    let mut b = Binder::new(scope, "field list");
+    b.values_offset = Some(n);
+    let replaced = replace_values_calls(e, scope, n)?;
+    match replaced {
+        Some(x) => Ok(x),
+        None => b.bind(e),
+    }
+}
+
+/// Handles the common shapes `VALUES(c)` and `expr op VALUES(c)`.
+fn replace_values_calls(e: &ast::Expr, scope: &[ScopeTable], n: usize) -> SqlResult<Option<SExpr>> {
+    if let Some(col) = Binder::is_values_call(e) {
+        let c = scope[0]
+            .columns
+            .iter()
+            .position(|x| x.name.eq_ignore_ascii_case(&col))
+            .ok_or_else(|| SqlError::bad_field(&col, "field list"))?;
+        return Ok(Some(SExpr::Col(n + c)));
+    }
+    if let ast::Expr::BinaryOp { left, op, right } = e {
+        let l = replace_values_calls(left, scope, n)?;
+        let r = replace_values_calls(right, scope, n)?;
+        if l.is_some() || r.is_some() {
+            let mut b = Binder::new(scope, "field list");
+            let l = match l {
+                Some(x) => x,
+                None => b.bind(left)?,
+            };
+            let r = match r {
+                Some(x) => x,
+                None => b.bind(right)?,
+            };
+            let op = match op {
+                ast::BinaryOperator::Plus => Arith::Add,
+                ast::BinaryOperator::Minus => Arith::Sub,
+                ast::BinaryOperator::Multiply => Arith::Mul,
+                ast::BinaryOperator::Divide => Arith::Div,
+                other => return Err(SqlError::unsupported(format!("operator {other} with VALUES() is not supported"))),
+            };
+            return Ok(Some(SExpr::Arith(op, Box::new(l), Box::new(r))));
+        }
+    }
+    Ok(None)
+}
+
+fn assignment_column(table: &Arc<Table>, target: &AssignmentTarget) -> SqlResult<ColumnId> {
+    let AssignmentTarget::ColumnName(name) = target else {
+        return Err(SqlError::unsupported("tuple assignments are not supported"));
+    };
+    let n = name.to_string();
+    let n = n.rsplit('.').next().unwrap_or(&n).trim_matches('`').to_string();
+    table.def().column_id(&n).map_err(|_| SqlError::bad_field(&n, "field list"))
+}
+
+/// Binds the TableCol references of single-table expressions to the full
+/// row positions (column id = position).
+fn full_row(e: SExpr) -> SqlResult<SExpr> {
+    e.map(&mut |x| match x {
+        SExpr::TableCol(0, c) => Ok(SExpr::Col(c as usize)),
+        SExpr::TableCol(..) => Err(SqlError::unsupported("multi-table UPDATE/DELETE is not supported")),
+        other => Ok(other),
+    })
+}
+
+/// UPDATE and DELETE: the WHERE/ORDER BY/LIMIT become a SELECT of whole
+/// rows; a WHERE that is exactly a key lookup writes without reading.
+pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<WritePlan> {
+    let (name, alias, selection, order_by, limit, assignments): (
+        &ast::ObjectName,
+        Option<String>,
+        &Option<ast::Expr>,
+        &Vec<ast::OrderByExpr>,
+        &Option<ast::Expr>,
+        &[ast::Assignment],
+    ) = match stmt {
+        Statement::Update(u) => {
+            if u.from.is_some() || !u.table.joins.is_empty() {
+                return Err(SqlError::unsupported("multi-table UPDATE is not supported"));
+            }
+            let ast::TableFactor::Table { name, alias, .. } = &u.table.relation else {
+                return Err(SqlError::unsupported("UPDATE of a derived table is not supported"));
+            };
+            (name, alias.as_ref().map(|a| a.name.value.clone()), &u.selection, &u.order_by, &u.limit, &u.assignments)
+        }
+        Statement::Delete(d) => {
+            let from = match &d.from {
+                ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => f,
+            };
+            if from.len() != 1 || !from[0].joins.is_empty() || !d.tables.is_empty() || d.using.is_some() {
+                return Err(SqlError::unsupported("multi-table DELETE is not supported"));
+            }
+            let ast::TableFactor::Table { name, alias, .. } = &from[0].relation else {
+                return Err(SqlError::unsupported("DELETE from a derived table is not supported"));
+            };
+            (name, alias.as_ref().map(|a| a.name.value.clone()), &d.selection, &d.order_by, &d.limit, &[])
+        }
+        _ => return Err(SqlError::general("internal: not an UPDATE or DELETE")),
+    };
+    let (db, tname) = table_name(name)?;
+    let (db, kind) = catalog.resolve(db.as_deref(), &tname).await?;
+    let table = stored(kind, &tname)?;
+    // Reuse the SELECT planner: SELECT * FROM t WHERE ... ORDER BY ... LIMIT ... FOR UPDATE.
+    let alias_sql = alias.as_ref().map(|a| format!(" AS `{a}`")).unwrap_or_default();
+    let mut sql = format!("SELECT * FROM `{db}`.`{tname}`{alias_sql}");
+    if let Some(w) = selection {
+        sql.push_str(&format!(" WHERE {w}"));
+    }
+    if !order_by.is_empty() {
+        let list: Vec<String> = order_by.iter().map(|o| o.to_string()).collect();
+        sql.push_str(&format!(" ORDER BY {}", list.join(", ")));
+    }
+    if let Some(l) = limit {
+        sql.push_str(&format!(" LIMIT {l}"));
+    }
+    sql.push_str(" FOR UPDATE");
+    let parsed = crate::parse::parse(&sql)?;
+    let Some(Statement::Query(q)) = parsed.statements.first() else {
+        return Err(SqlError::general("internal: rewritten UPDATE/DELETE did not parse as a query"));
+    };
+    let select = plan_select(catalog, q).await?;
+    let scope = [scope_of(&table, alias.as_deref().unwrap_or(&tname))];
+    let mut sets = Vec::new();
+    for a in assignments {
+        let c = assignment_column(&table, &a.target)?;
+        let bound = Binder::new(&scope, "field list").bind(&a.value)?;
+        sets.push((c, bound));
+    }
+    let direct = match &select.access {
+        Access::Keys(keys) if select.filter.is_none() && select.order.is_empty() && select.limit.is_none() => {
+            let all_pushable = sets.iter().all(|(_, e)| data_node_expr(e).is_some());
+            all_pushable.then(|| keys.clone())
+        }
+        _ => None,
+    };
+    let sets = sets.into_iter().map(|(c, e)| Ok((c, full_row(e)?))).collect::<SqlResult<_>>()?;
+    Ok(WritePlan { table, select, sets, direct })
+}
+
+/// An assignment the data node computes from the current row, if the
+/// expression has that form (columns, constants, parameters, + - *).
+/// Parameters and constants stay SExprs and are filled in at execution.
+fn data_node_expr(e: &SExpr) -> Option<()> {
+    match e {
+        SExpr::TableCol(0, _) | SExpr::Const(_) | SExpr::Param(_) => Some(()),
+        SExpr::Arith(Arith::Add | Arith::Sub | Arith::Mul, a, b) => {
+            data_node_expr(a)?;
+            data_node_expr(b)
+        }
+        _ => None,
+    }
+}
+
+fn to_data_node(e: &SExpr, table: &Table, target: ColumnId, env: &Env) -> SqlResult<Expr> {
+    Ok(match e {
+        SExpr::Col(c) => Expr::Column(*c as ColumnId),
+        SExpr::Arith(op, a, b) => {
+            let op = match op {
+                Arith::Add => ArithOp::Add,
+                Arith::Sub => ArithOp::Sub,
+                Arith::Mul => ArithOp::Mul,
+                _ => return Err(SqlError::general("internal: operator not computed on data nodes")),
+            };
+            Expr::Arith(
+                op,
+                Box::new(to_data_node(a, table, target, env)?),
+                Box::new(to_data_node(b, table, target, env)?),
+            )
+        }
+        other => {
+            let v = other.eval(&[], env)?;
+            // A whole-value assignment is converted to the column's type here;
+            // an operand of arithmetic is only read as a number.
+            match v {
+                Value::Str(_) | Value::Bytes(_) if !matches!(e, SExpr::Const(_)) || true => {
+                    let column = &table.def().columns[target as usize];
+                    if column.ty.is_string() || column.ty.is_binary() {
+                        Expr::Const(v)
+                    } else {
+                        Expr::Const(crate::eval::numeric(&v))
+                    }
+                }
+                other => Expr::Const(other),
+            }
+        }
+    })
+}
+
+pub struct WriteResult {
+    pub affected: u64,
+    pub last_insert_id: Option<u64>,
+}
+
+pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, auto: &A) -> SqlResult<WriteResult> {
+    let table = &plan.table;
+    let def = table.def();
+    let n = def.columns.len();
+    let auto_col = auto.auto_column(table).await?;
+    // Values of each row, in target order.
+    let source_rows: Vec<Vec<Value>> = match &plan.source {
+        InsertSource::Values(rows) => {
+            let mut out = Vec::with_capacity(rows.len());
+            for r in rows {
+                out.push(r.iter().map(|e| e.eval(&[], &ctx.env)).collect::<SqlResult<Vec<_>>>()?);
+            }
+            out
+        }
+        InsertSource::Select(select) => run_select(select, ctx).await?,
+    };
+    let mut rows: Vec<Vec<Value>> = Vec::with_capacity(source_rows.len());
+    let mut need_auto = 0u64;
+    let mut explicit_max: Option<u64> = None;
+    for values in source_rows {
+        let mut row: Vec<Option<Value>> = vec![None; n];
+        for (v, &c) in values.into_iter().zip(&plan.columns) {
+            row[c as usize] = Some(v);
+        }
+        let mut full = Vec::with_capacity(n);
+        for (c, slot) in row.into_iter().enumerate() {
+            let column = &def.columns[c];
+            let is_auto = auto_col == Some(c as ColumnId);
+            let v = match slot {
+                // NULL or 0 asks for the next value, as MySQL does by default.
+                Some(v) if is_auto && (v.is_null() || crate::eval::numeric(&v).as_i64() == Some(0)) => Value::Null,
+                Some(v) => to_column(v, column)?,
+                None if is_auto => Value::Null,
+                None => match &column.default {
+                    Some(d) => d.clone(),
+                    None if column.nullable => Value::Null,
+                    None => {
+                        return Err(SqlError::new(
+                            1364,
+                            "HY000",
+                            format!("Field '{}' doesn't have a default value", column.name),
+                        ))
+                    }
+                },
+            };
+            if is_auto {
+                match &v {
+                    Value::Null => need_auto += 1,
+                    other => {
+                        if let Some(u) = other.as_u64() {
+                            explicit_max = Some(explicit_max.map_or(u, |m: u64| m.max(u)));
+                        }
+                    }
+                }
+            }
+            full.push(v);
+        }
+        rows.push(full);
+    }
+    let mut first_auto = None;
+    if let Some(c) = auto_col {
+        if need_auto > 0 {
+            let mut next = auto.next_values(table, need_auto).await?;
+            first_auto = Some(next);
+            for row in &mut rows {
+                if row[c as usize].is_null() {
+                    row[c as usize] = to_column(Value::UInt(next), &def.columns[c as usize])?;
+                    next += 1;
+                }
+            }
+        }
+        if let Some(m) = explicit_max {
+            auto.saw_value(table, m).await?;
+        }
+    }
+    let affected = match &plan.conflict {
+        OnConflict::Error => {
+            let ops = rows.into_iter().map(|r| Op::insert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
+            let count = ops.len() as u64;
+            ctx.run_ops(ops).await?;
+            count
+        }
+        OnConflict::Replace => {
+            let ops = rows.into_iter().map(|r| Op::upsert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
+            let count = ops.len() as u64;
+            ctx.run_ops(ops).await?;
+            count
+        }
+        OnConflict::Ignore | OnConflict::Update(_) => {
+            // Read each key under an exclusive lock, then insert or update.
+            let keys: Vec<Vec<Value>> =
+                rows.iter().map(|r| def.primary_key.iter().map(|&c| r[c as usize].clone()).collect()).collect();
+            let reads = keys
+                .iter()
+                .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
+                .collect::<latsdb_types::Result<Vec<_>>>()?;
+            let existing = ctx.run_ops(reads).await?;
+            let mut ops = Vec::new();
+            let mut affected = 0;
+            for ((row, key), found) in rows.into_iter().zip(&keys).zip(existing) {
+                match (found, &plan.conflict) {
+                    (Outcome::Row(_), OnConflict::Ignore) => {}
+                    (Outcome::Row(old), OnConflict::Update(sets)) => {
+                        let mut both = old.values();
+                        both.extend(row.iter().cloned());
+                        let mut assigned = Vec::with_capacity(sets.len());
+                        for (c, e) in sets {
+                            let v = to_column(e.eval(&both, &ctx.env)?, &def.columns[*c as usize])?;
+                            assigned.push((*c, Expr::Const(v)));
+                        }
+                        ops.push(Op::update_expr(table, key, assigned)?);
+                        affected += 2;
+                    }
+                    _ => {
+                        ops.push(Op::insert(table, row)?);
+                        affected += 1;
+                    }
+                }
+            }
+            ctx.run_ops(ops).await?;
+            affected
+        }
+    };
+    Ok(WriteResult { affected, last_insert_id: first_auto })
+}
+
+pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> SqlResult<u64> {
+    let table = &plan.table;
+    let def = table.def();
+    if let Some(keys) = &plan.direct {
+        let mut seen: Vec<Vec<Value>> = Vec::new();
+        for k in keys {
+            let mut key = Vec::with_capacity(k.len());
+            let mut ok = true;
+            for (e, &c) in k.iter().zip(&def.primary_key) {
+                let v = e.eval(&[], &ctx.env)?;
+                match to_column(v, &def.columns[c as usize]) {
+                    Ok(v) if !v.is_null() => key.push(v),
+                    _ => ok = false,
+                }
+            }
+            if ok && !seen.contains(&key) {
+                seen.push(key);
+            }
+        }
+        let mut ops = Vec::with_capacity(seen.len());
+        for key in &seen {
+            if delete {
+                ops.push(Op::delete(table, key)?);
+            } else {
+                let mut set = Vec::with_capacity(plan.sets.len());
+                for (c, e) in &plan.sets {
+                    let expr = match e {
+                        SExpr::Col(_) | SExpr::Arith(..) => to_data_node(e, table, *c, &ctx.env)?,
+                        other => Expr::Const(to_column(other.eval(&[], &ctx.env)?, &def.columns[*c as usize])?),
+                    };
+                    set.push((*c, expr));
+                }
+                ops.push(Op::update_expr(table, key, set)?);
+            }
+        }
+        let outcomes = ctx.run_ops(ops).await?;
+        return Ok(outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64);
+    }
+    let rows = run_select(&plan.select, ctx).await?;
+    let mut ops = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let key: Vec<Value> = def.primary_key.iter().map(|&c| row[c as usize].clone()).collect();
+        if delete {
+            ops.push(Op::delete(table, &key)?);
+            continue;
+        }
+        let mut set = Vec::with_capacity(plan.sets.len());
+        for (c, e) in &plan.sets {
+            let v = to_column(e.eval(row, &ctx.env)?, &def.columns[*c as usize])?;
+            set.push((*c, Expr::Const(v)));
+        }
+        ops.push(Op::update_expr(table, &key, set)?);
+    }
+    let outcomes = ctx.run_ops(ops).await?;
+    Ok(outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64)
+}
+
+/// Whether a condition value is true (used where a WHERE is re-checked).
+pub fn holds(e: &SExpr, row: &[Value], env: &Env) -> SqlResult<bool> {
+    Ok(truth(&e.eval(row, env)?) == Some(true))
+}

@@ -1,0 +1,921 @@
+//! Expressions as the SQL node evaluates them: bound to row positions,
+//! with MySQL's conversions (a string compared with a number is read as a
+//! number, `'0'` stored into an INT column is 0) and the scalar functions
+//! that drivers and ORMs send.
+
+use crate::error::{
+    SqlError, SqlResult, ER_DATA_TOO_LONG, ER_TRUNCATED_WRONG_VALUE_FOR_FIELD, ER_WARN_DATA_OUT_OF_RANGE,
+};
+use latsdb_types::expr::{arith, ArithOp};
+use latsdb_types::schema::{ColumnDef, ColumnType};
+use latsdb_types::value::{self, Decimal};
+use latsdb_types::{ErrorCode, Value};
+use std::cmp::Ordering;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// `<=>`: equality where NULL equals NULL.
+    NullSafeEq,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    IntDiv,
+    Mod,
+}
+
+/// Values that come from the session rather than the row.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SessionValue {
+    Database,
+    User,
+    ConnectionId,
+    LastInsertId,
+    RowCount,
+    FoundRows,
+    Now,
+    CurDate,
+    Variable(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Func {
+    IfNull,
+    Coalesce,
+    NullIf,
+    If,
+    Concat,
+    ConcatWs,
+    Length,
+    CharLength,
+    Upper,
+    Lower,
+    Substring,
+    Trim,
+    LTrim,
+    RTrim,
+    Replace,
+    Abs,
+    Ceil,
+    Floor,
+    Round,
+    Greatest,
+    Least,
+    Version,
+    Left,
+    Right,
+}
+
+/// Target of CAST/CONVERT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CastTo {
+    Signed,
+    Unsigned,
+    Char,
+    Binary,
+    Decimal(u8, u8),
+    Double,
+    Date,
+    DateTime,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SExpr {
+    /// A position in the input row.
+    Col(usize),
+    /// Column `column` of the `table`-th table of the FROM clause; replaced
+    /// by `Col` once every table's fetched columns are known.
+    TableCol(usize, u16),
+    Const(Value),
+    /// A `?` of a prepared statement.
+    Param(usize),
+    Session(SessionValue),
+    Not(Box<SExpr>),
+    And(Box<SExpr>, Box<SExpr>),
+    Or(Box<SExpr>, Box<SExpr>),
+    Xor(Box<SExpr>, Box<SExpr>),
+    Cmp(Cmp, Box<SExpr>, Box<SExpr>),
+    Arith(Arith, Box<SExpr>, Box<SExpr>),
+    Neg(Box<SExpr>),
+    IsNull(Box<SExpr>, bool),
+    /// IS [NOT] TRUE / IS [NOT] FALSE: (expr, truth, negated).
+    IsBool(Box<SExpr>, bool, bool),
+    In(Box<SExpr>, Vec<SExpr>, bool),
+    Between(Box<SExpr>, Box<SExpr>, Box<SExpr>, bool),
+    Like(Box<SExpr>, Box<SExpr>, bool),
+    Func(Func, Vec<SExpr>),
+    Case(Option<Box<SExpr>>, Vec<(SExpr, SExpr)>, Option<Box<SExpr>>),
+    Cast(Box<SExpr>, CastTo),
+    /// The value of the `n`-th aggregate of a grouped query.
+    Agg(usize),
+}
+
+/// What an expression needs besides its row.
+pub struct Env<'a> {
+    pub params: &'a [Value],
+    pub session: &'a (dyn SessionLookup + Sync),
+}
+
+pub trait SessionLookup {
+    fn session_value(&self, v: &SessionValue) -> SqlResult<Value>;
+}
+
+impl SExpr {
+    pub fn val(v: Value) -> SExpr {
+        SExpr::Const(v)
+    }
+
+    pub fn eval(&self, row: &[Value], env: &Env) -> SqlResult<Value> {
+        Ok(match self {
+            SExpr::Col(i) => row.get(*i).cloned().unwrap_or(Value::Null),
+            SExpr::TableCol(..) => return Err(SqlError::general("internal: expression evaluated before binding")),
+            SExpr::Agg(i) => {
+                return Err(SqlError::general(format!("internal: aggregate {i} evaluated outside grouping")))
+            }
+            SExpr::Const(v) => v.clone(),
+            SExpr::Param(i) => env
+                .params
+                .get(*i)
+                .cloned()
+                .ok_or_else(|| SqlError::wrong_args(format!("parameter {} was not bound", i + 1)))?,
+            SExpr::Session(v) => env.session.session_value(v)?,
+            SExpr::Not(e) => match truth(&e.eval(row, env)?) {
+                None => Value::Null,
+                Some(b) => Value::Int(!b as i64),
+            },
+            SExpr::And(a, b) => {
+                let x = truth(&a.eval(row, env)?);
+                if x == Some(false) {
+                    return Ok(Value::Int(0));
+                }
+                match (x, truth(&b.eval(row, env)?)) {
+                    (_, Some(false)) => Value::Int(0),
+                    (Some(true), Some(true)) => Value::Int(1),
+                    _ => Value::Null,
+                }
+            }
+            SExpr::Or(a, b) => {
+                let x = truth(&a.eval(row, env)?);
+                if x == Some(true) {
+                    return Ok(Value::Int(1));
+                }
+                match (x, truth(&b.eval(row, env)?)) {
+                    (_, Some(true)) => Value::Int(1),
+                    (Some(false), Some(false)) => Value::Int(0),
+                    _ => Value::Null,
+                }
+            }
+            SExpr::Xor(a, b) => match (truth(&a.eval(row, env)?), truth(&b.eval(row, env)?)) {
+                (Some(x), Some(y)) => Value::Int((x ^ y) as i64),
+                _ => Value::Null,
+            },
+            SExpr::Cmp(op, a, b) => compare_op(*op, &a.eval(row, env)?, &b.eval(row, env)?),
+            SExpr::Arith(op, a, b) => arith_op(*op, &a.eval(row, env)?, &b.eval(row, env)?)?,
+            SExpr::Neg(e) => {
+                let v = e.eval(row, env)?;
+                arith_op(Arith::Sub, &Value::Int(0), &v)?
+            }
+            SExpr::IsNull(e, negated) => Value::Int((e.eval(row, env)?.is_null() != *negated) as i64),
+            SExpr::IsBool(e, want, negated) => {
+                let t = truth(&e.eval(row, env)?);
+                Value::Int(((t == Some(*want)) != *negated) as i64)
+            }
+            SExpr::In(e, list, negated) => {
+                let v = e.eval(row, env)?;
+                if v.is_null() {
+                    return Ok(Value::Null);
+                }
+                let mut saw_null = false;
+                for item in list {
+                    let x = item.eval(row, env)?;
+                    match compare(&v, &x) {
+                        Some(Ordering::Equal) => return Ok(Value::Int(!*negated as i64)),
+                        None => saw_null = true,
+                        _ => {}
+                    }
+                }
+                if saw_null {
+                    Value::Null
+                } else {
+                    Value::Int(*negated as i64)
+                }
+            }
+            SExpr::Between(e, lo, hi, negated) => {
+                let v = e.eval(row, env)?;
+                let ge = compare_op(Cmp::Ge, &v, &lo.eval(row, env)?);
+                let le = compare_op(Cmp::Le, &v, &hi.eval(row, env)?);
+                let r = match (truth(&ge), truth(&le)) {
+                    (Some(false), _) | (_, Some(false)) => Some(false),
+                    (Some(true), Some(true)) => Some(true),
+                    _ => None,
+                };
+                match r {
+                    None => Value::Null,
+                    Some(b) => Value::Int((b != *negated) as i64),
+                }
+            }
+            SExpr::Like(e, pattern, negated) => {
+                let v = e.eval(row, env)?;
+                let p = pattern.eval(row, env)?;
+                if v.is_null() || p.is_null() {
+                    return Ok(Value::Null);
+                }
+                let text = to_text(&v);
+                let pat = to_text(&p);
+                let m = latsdb_types::expr::like(text.as_bytes(), pat.as_bytes());
+                Value::Int((m != *negated) as i64)
+            }
+            SExpr::Func(f, args) => {
+                let mut vals = Vec::with_capacity(args.len());
+                // IF and the NULL-handling functions evaluate lazily in MySQL,
+                // but none of ours has side effects, so eager is equivalent.
+                for a in args {
+                    vals.push(a.eval(row, env)?);
+                }
+                call(*f, vals, env)?
+            }
+            SExpr::Case(operand, whens, otherwise) => {
+                let base = match operand {
+                    Some(o) => Some(o.eval(row, env)?),
+                    None => None,
+                };
+                for (when, then) in whens {
+                    let w = when.eval(row, env)?;
+                    let hit = match &base {
+                        Some(b) => compare(b, &w) == Some(Ordering::Equal),
+                        None => truth(&w) == Some(true),
+                    };
+                    if hit {
+                        return then.eval(row, env);
+                    }
+                }
+                match otherwise {
+                    Some(e) => e.eval(row, env)?,
+                    None => Value::Null,
+                }
+            }
+            SExpr::Cast(e, to) => cast(e.eval(row, env)?, *to)?,
+        })
+    }
+
+    /// Whether the expression reads no row column (so it can be computed
+    /// before the rows are fetched, e.g. a key value or a bound).
+    pub fn is_row_free(&self) -> bool {
+        let mut free = true;
+        self.walk(&mut |e| {
+            if matches!(e, SExpr::Col(_) | SExpr::TableCol(..) | SExpr::Agg(_)) {
+                free = false;
+            }
+        });
+        free
+    }
+
+    pub fn walk(&self, f: &mut dyn FnMut(&SExpr)) {
+        f(self);
+        match self {
+            SExpr::Col(_)
+            | SExpr::TableCol(..)
+            | SExpr::Const(_)
+            | SExpr::Param(_)
+            | SExpr::Session(_)
+            | SExpr::Agg(_) => {}
+            SExpr::Not(e) | SExpr::Neg(e) | SExpr::IsNull(e, _) | SExpr::IsBool(e, ..) | SExpr::Cast(e, _) => e.walk(f),
+            SExpr::And(a, b)
+            | SExpr::Or(a, b)
+            | SExpr::Xor(a, b)
+            | SExpr::Cmp(_, a, b)
+            | SExpr::Arith(_, a, b)
+            | SExpr::Like(a, b, _) => {
+                a.walk(f);
+                b.walk(f);
+            }
+            SExpr::In(e, list, _) => {
+                e.walk(f);
+                list.iter().for_each(|x| x.walk(f));
+            }
+            SExpr::Between(a, b, c, _) => {
+                a.walk(f);
+                b.walk(f);
+                c.walk(f);
+            }
+            SExpr::Func(_, args) => args.iter().for_each(|x| x.walk(f)),
+            SExpr::Case(o, whens, e) => {
+                if let Some(o) = o {
+                    o.walk(f);
+                }
+                for (w, t) in whens {
+                    w.walk(f);
+                    t.walk(f);
+                }
+                if let Some(e) = e {
+                    e.walk(f);
+                }
+            }
+        }
+    }
+
+    pub fn map(self, f: &mut dyn FnMut(SExpr) -> SqlResult<SExpr>) -> SqlResult<SExpr> {
+        let b = |e: Box<SExpr>, f: &mut dyn FnMut(SExpr) -> SqlResult<SExpr>| -> SqlResult<Box<SExpr>> {
+            Ok(Box::new((*e).map(f)?))
+        };
+        let mapped = match self {
+            SExpr::Not(e) => SExpr::Not(b(e, f)?),
+            SExpr::Neg(e) => SExpr::Neg(b(e, f)?),
+            SExpr::IsNull(e, n) => SExpr::IsNull(b(e, f)?, n),
+            SExpr::IsBool(e, t, n) => SExpr::IsBool(b(e, f)?, t, n),
+            SExpr::Cast(e, t) => SExpr::Cast(b(e, f)?, t),
+            SExpr::And(x, y) => SExpr::And(b(x, f)?, b(y, f)?),
+            SExpr::Or(x, y) => SExpr::Or(b(x, f)?, b(y, f)?),
+            SExpr::Xor(x, y) => SExpr::Xor(b(x, f)?, b(y, f)?),
+            SExpr::Cmp(op, x, y) => SExpr::Cmp(op, b(x, f)?, b(y, f)?),
+            SExpr::Arith(op, x, y) => SExpr::Arith(op, b(x, f)?, b(y, f)?),
+            SExpr::Like(x, y, n) => SExpr::Like(b(x, f)?, b(y, f)?, n),
+            SExpr::In(e, list, n) => {
+                SExpr::In(b(e, f)?, list.into_iter().map(|x| x.map(f)).collect::<SqlResult<_>>()?, n)
+            }
+            SExpr::Between(x, y, z, n) => SExpr::Between(b(x, f)?, b(y, f)?, b(z, f)?, n),
+            SExpr::Func(func, args) => SExpr::Func(func, args.into_iter().map(|x| x.map(f)).collect::<SqlResult<_>>()?),
+            SExpr::Case(o, whens, e) => SExpr::Case(
+                match o {
+                    Some(o) => Some(b(o, f)?),
+                    None => None,
+                },
+                whens.into_iter().map(|(w, t)| Ok((w.map(f)?, t.map(f)?))).collect::<SqlResult<_>>()?,
+                match e {
+                    Some(e) => Some(b(e, f)?),
+                    None => None,
+                },
+            ),
+            leaf => leaf,
+        };
+        f(mapped)
+    }
+}
+
+/// SQL truth of a value: NULL is unknown, numbers are true when non-zero,
+/// strings are read as numbers.
+pub fn truth(v: &Value) -> Option<bool> {
+    match v {
+        Value::Null => None,
+        Value::Bool(b) => Some(*b),
+        Value::Int(i) => Some(*i != 0),
+        Value::UInt(u) => Some(*u != 0),
+        Value::Float(f) => Some(*f != 0.0),
+        Value::Decimal(d) => Some(d.unscaled != 0),
+        Value::Str(s) => Some(parse_number_prefix(s) != 0.0),
+        Value::Bytes(b) => Some(parse_number_prefix(&String::from_utf8_lossy(b)) != 0.0),
+        Value::Date(_) | Value::DateTime(_) | Value::Timestamp(_) => Some(true),
+    }
+}
+
+/// The leading number of a string, as MySQL reads `'12abc'` as 12.
+fn parse_number_prefix(s: &str) -> f64 {
+    let t = s.trim_start();
+    let mut end = 0;
+    let bytes = t.as_bytes();
+    let mut seen_digit = false;
+    let mut seen_dot = false;
+    let mut seen_e = false;
+    while end < bytes.len() {
+        let c = bytes[end];
+        let ok = match c {
+            b'0'..=b'9' => {
+                seen_digit = true;
+                true
+            }
+            b'+' | b'-' => end == 0 || (seen_e && matches!(bytes[end - 1], b'e' | b'E')),
+            b'.' if !seen_dot && !seen_e => {
+                seen_dot = true;
+                true
+            }
+            b'e' | b'E' if seen_digit && !seen_e => {
+                seen_e = true;
+                true
+            }
+            _ => false,
+        };
+        if !ok {
+            break;
+        }
+        end += 1;
+    }
+    let mut prefix = &t[..end];
+    while !prefix.is_empty() && prefix.parse::<f64>().is_err() {
+        prefix = &prefix[..prefix.len() - 1];
+    }
+    prefix.parse().unwrap_or(0.0)
+}
+
+fn is_number(v: &Value) -> bool {
+    matches!(v, Value::Int(_) | Value::UInt(_) | Value::Float(_) | Value::Decimal(_) | Value::Bool(_))
+}
+
+/// A string as a number for comparison and arithmetic: an exact integer or
+/// decimal when it is one, a double otherwise.
+pub fn numeric(v: &Value) -> Value {
+    match v {
+        Value::Str(s) => {
+            let t = s.trim();
+            if let Ok(i) = t.parse::<i64>() {
+                Value::Int(i)
+            } else if let Some(d) = Decimal::parse(t) {
+                Value::Decimal(d)
+            } else {
+                Value::Float(parse_number_prefix(t))
+            }
+        }
+        Value::Bytes(b) => numeric(&Value::Str(String::from_utf8_lossy(b).into_owned())),
+        Value::Bool(b) => Value::Int(*b as i64),
+        other => other.clone(),
+    }
+}
+
+/// MySQL comparison: None when either side is NULL.
+pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
+    if a.is_null() || b.is_null() {
+        return None;
+    }
+    match (a, b) {
+        (Value::Str(x), Value::Str(y)) => return Some(collate_cmp(x, y)),
+        (Value::Date(_) | Value::DateTime(_) | Value::Timestamp(_), Value::Str(s)) => {
+            if let Some(t) = temporal_from_str(s) {
+                return a.sql_cmp(&t);
+            }
+        }
+        (Value::Str(s), Value::Date(_) | Value::DateTime(_) | Value::Timestamp(_)) => {
+            if let Some(t) = temporal_from_str(s) {
+                return t.sql_cmp(b);
+            }
+        }
+        (Value::DateTime(x), Value::Timestamp(y)) | (Value::Timestamp(x), Value::DateTime(y)) => return Some(x.cmp(y)),
+        _ => {}
+    }
+    if let Some(o) = a.sql_cmp(b) {
+        return Some(o);
+    }
+    if is_number(a) || is_number(b) {
+        let (x, y) = (numeric(a), numeric(b));
+        if let Some(o) = x.sql_cmp(&y) {
+            return Some(o);
+        }
+        return x.as_f64()?.partial_cmp(&y.as_f64()?);
+    }
+    to_text(a).as_bytes().partial_cmp(to_text(b).as_bytes())
+}
+
+/// Strings compare byte by byte (utf8mb4_bin), exactly as the data nodes
+/// compare them in pushed-down filters and order them in indexes, so a
+/// condition means the same wherever it runs.
+fn collate_cmp(a: &str, b: &str) -> Ordering {
+    a.as_bytes().cmp(b.as_bytes())
+}
+
+fn temporal_from_str(s: &str) -> Option<Value> {
+    if let Some(d) = value::parse_date(s) {
+        return Some(Value::Date(d));
+    }
+    value::parse_datetime(s).map(Value::DateTime)
+}
+
+pub fn compare_op(op: Cmp, a: &Value, b: &Value) -> Value {
+    if op == Cmp::NullSafeEq {
+        return Value::Int(match (a.is_null(), b.is_null()) {
+            (true, true) => 1,
+            (false, false) => (compare(a, b) == Some(Ordering::Equal)) as i64,
+            _ => 0,
+        });
+    }
+    match compare(a, b) {
+        None => Value::Null,
+        Some(o) => Value::Int(
+            (match op {
+                Cmp::Eq => o == Ordering::Equal,
+                Cmp::Ne => o != Ordering::Equal,
+                Cmp::Lt => o == Ordering::Less,
+                Cmp::Le => o != Ordering::Greater,
+                Cmp::Gt => o == Ordering::Greater,
+                Cmp::Ge => o != Ordering::Less,
+                Cmp::NullSafeEq => unreachable!("handled above"),
+            }) as i64,
+        ),
+    }
+}
+
+fn arith_op(op: Arith, a: &Value, b: &Value) -> SqlResult<Value> {
+    if a.is_null() || b.is_null() {
+        return Ok(Value::Null);
+    }
+    let (a, b) = (numeric(a), numeric(b));
+    let simple = match op {
+        Arith::Add => Some(ArithOp::Add),
+        Arith::Sub => Some(ArithOp::Sub),
+        Arith::Mul => Some(ArithOp::Mul),
+        _ => None,
+    };
+    if let Some(op) = simple {
+        // Unsigned values beyond i64 and mixed cases go through decimal or float.
+        return Ok(arith(op, &a, &b));
+    }
+    let divisor_zero = b.as_f64() == Some(0.0);
+    if divisor_zero {
+        return Ok(Value::Null);
+    }
+    Ok(match op {
+        Arith::Div => {
+            let exact = |v: &Value| match v {
+                Value::Int(i) => Some(Decimal::new(*i as i128, 0)),
+                Value::UInt(u) => Some(Decimal::new(*u as i128, 0)),
+                Value::Decimal(d) => Some(*d),
+                _ => None,
+            };
+            match (exact(&a), exact(&b)) {
+                (Some(x), Some(y)) => {
+                    // MySQL's div_precision_increment: four more digits.
+                    let scale = (x.scale + 4).min(30);
+                    let shift = scale as i32 - x.scale as i32 + y.scale as i32;
+                    match x.unscaled.checked_mul(10i128.pow(shift.max(0) as u32)) {
+                        Some(n) => {
+                            let q = n / y.unscaled;
+                            let r = n % y.unscaled;
+                            let q = if (r.abs() * 2) >= y.unscaled.abs() {
+                                q + (n.signum() * y.unscaled.signum())
+                            } else {
+                                q
+                            };
+                            Value::Decimal(Decimal::new(q, scale))
+                        }
+                        None => Value::Float(x.to_f64() / y.to_f64()),
+                    }
+                }
+                _ => Value::Float(a.as_f64().unwrap_or(0.0) / b.as_f64().unwrap_or(1.0)),
+            }
+        }
+        Arith::IntDiv => match (a.as_i64(), b.as_i64()) {
+            (Some(x), Some(y)) => Value::Int(x.wrapping_div(y)),
+            _ => Value::Int((a.as_f64().unwrap_or(0.0) / b.as_f64().unwrap_or(1.0)).trunc() as i64),
+        },
+        Arith::Mod => match (a.as_i64(), b.as_i64()) {
+            (Some(x), Some(y)) => Value::Int(x.wrapping_rem(y)),
+            _ => Value::Float(a.as_f64().unwrap_or(0.0) % b.as_f64().unwrap_or(1.0)),
+        },
+        _ => unreachable!("simple operators handled above"),
+    })
+}
+
+/// A value as MySQL prints it in the text protocol.
+pub fn to_text(v: &Value) -> String {
+    match v {
+        Value::Str(s) => s.clone(),
+        Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::Float(f) => format_double(*f),
+        other => other.to_string(),
+    }
+}
+
+/// Doubles print without a trailing ".0" and in the shortest form that
+/// reads back to the same value, as MySQL does.
+pub fn format_double(f: f64) -> String {
+    if f.is_finite() && f == f.trunc() && f.abs() < 1e15 {
+        format!("{}", f as i64)
+    } else {
+        format!("{f}")
+    }
+}
+
+fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
+    let arg = |a: &Vec<Value>, i: usize| a.get(i).cloned().unwrap_or(Value::Null);
+    let any_null = |a: &Vec<Value>| a.iter().any(|v| v.is_null());
+    Ok(match f {
+        Func::IfNull => {
+            let x = arg(&a, 0);
+            if x.is_null() {
+                arg(&a, 1)
+            } else {
+                x
+            }
+        }
+        Func::Coalesce => a.into_iter().find(|v| !v.is_null()).unwrap_or(Value::Null),
+        Func::NullIf => {
+            let (x, y) = (arg(&a, 0), arg(&a, 1));
+            if compare(&x, &y) == Some(Ordering::Equal) {
+                Value::Null
+            } else {
+                x
+            }
+        }
+        Func::If => {
+            if truth(&arg(&a, 0)) == Some(true) {
+                arg(&a, 1)
+            } else {
+                arg(&a, 2)
+            }
+        }
+        Func::Concat => {
+            if any_null(&a) {
+                return Ok(Value::Null);
+            }
+            Value::Str(a.iter().map(to_text).collect())
+        }
+        Func::ConcatWs => {
+            if a.is_empty() || a[0].is_null() {
+                return Ok(Value::Null);
+            }
+            let sep = to_text(&a[0]);
+            Value::Str(a[1..].iter().filter(|v| !v.is_null()).map(to_text).collect::<Vec<_>>().join(&sep))
+        }
+        _ if any_null(&a) && !matches!(f, Func::Version) => Value::Null,
+        Func::Length => Value::Int(match &arg(&a, 0) {
+            Value::Bytes(b) => b.len(),
+            v => to_text(v).len(),
+        } as i64),
+        Func::CharLength => Value::Int(to_text(&arg(&a, 0)).chars().count() as i64),
+        Func::Upper => Value::Str(to_text(&arg(&a, 0)).to_uppercase()),
+        Func::Lower => Value::Str(to_text(&arg(&a, 0)).to_lowercase()),
+        Func::Substring => {
+            let s: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
+            let pos = numeric(&arg(&a, 1)).as_f64().unwrap_or(0.0) as i64;
+            let len = if a.len() > 2 { numeric(&arg(&a, 2)).as_f64().unwrap_or(0.0) as i64 } else { i64::MAX };
+            let n = s.len() as i64;
+            let start = if pos > 0 {
+                pos - 1
+            } else if pos < 0 {
+                n + pos
+            } else {
+                return Ok(Value::Str(String::new()));
+            };
+            if start < 0 || start >= n || len <= 0 {
+                return Ok(Value::Str(String::new()));
+            }
+            let end = start.saturating_add(len).min(n);
+            Value::Str(s[start as usize..end as usize].iter().collect())
+        }
+        Func::Left | Func::Right => {
+            let s: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
+            let n = (numeric(&arg(&a, 1)).as_f64().unwrap_or(0.0).max(0.0) as usize).min(s.len());
+            Value::Str(if f == Func::Left { s[..n].iter().collect() } else { s[s.len() - n..].iter().collect() })
+        }
+        Func::Trim => Value::Str(to_text(&arg(&a, 0)).trim_matches(' ').to_string()),
+        Func::LTrim => Value::Str(to_text(&arg(&a, 0)).trim_start_matches(' ').to_string()),
+        Func::RTrim => Value::Str(to_text(&arg(&a, 0)).trim_end_matches(' ').to_string()),
+        Func::Replace => {
+            let from = to_text(&arg(&a, 1));
+            let s = to_text(&arg(&a, 0));
+            Value::Str(if from.is_empty() { s } else { s.replace(&from, &to_text(&arg(&a, 2))) })
+        }
+        Func::Abs => match numeric(&arg(&a, 0)) {
+            Value::Int(i) => i.checked_abs().map(Value::Int).unwrap_or(Value::UInt(i.unsigned_abs())),
+            Value::Decimal(d) => Value::Decimal(Decimal::new(d.unscaled.abs(), d.scale)),
+            Value::UInt(u) => Value::UInt(u),
+            v => Value::Float(v.as_f64().unwrap_or(0.0).abs()),
+        },
+        Func::Ceil | Func::Floor => match numeric(&arg(&a, 0)) {
+            v @ (Value::Int(_) | Value::UInt(_)) => v,
+            v => {
+                let x = v.as_f64().unwrap_or(0.0);
+                let r = if f == Func::Ceil { x.ceil() } else { x.floor() };
+                if matches!(v, Value::Decimal(_)) && r.abs() < 9.2e18 {
+                    Value::Int(r as i64)
+                } else {
+                    Value::Float(r)
+                }
+            }
+        },
+        Func::Round => {
+            let digits = if a.len() > 1 { numeric(&arg(&a, 1)).as_i64().unwrap_or(0).clamp(0, 30) as u8 } else { 0 };
+            match numeric(&arg(&a, 0)) {
+                v @ (Value::Int(_) | Value::UInt(_)) => v,
+                Value::Decimal(d) => Value::Decimal(d.rescale(digits.min(d.scale)).unwrap_or(d)),
+                v => {
+                    let m = 10f64.powi(digits as i32);
+                    Value::Float((v.as_f64().unwrap_or(0.0) * m).round() / m)
+                }
+            }
+        }
+        Func::Greatest | Func::Least => {
+            let mut best = a.pop().unwrap_or(Value::Null);
+            for v in a {
+                let o = compare(&v, &best);
+                if (f == Func::Greatest && o == Some(Ordering::Greater))
+                    || (f == Func::Least && o == Some(Ordering::Less))
+                {
+                    best = v;
+                }
+            }
+            best
+        }
+        Func::Version => env.session.session_value(&SessionValue::Variable("version".into()))?,
+    })
+}
+
+fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
+    if v.is_null() {
+        return Ok(Value::Null);
+    }
+    Ok(match to {
+        CastTo::Signed => match numeric(&v) {
+            Value::Int(i) => Value::Int(i),
+            Value::UInt(u) => Value::Int(u as i64),
+            n => Value::Int(n.as_f64().unwrap_or(0.0).round() as i64),
+        },
+        CastTo::Unsigned => match numeric(&v) {
+            Value::Int(i) => Value::UInt(i as u64),
+            Value::UInt(u) => Value::UInt(u),
+            n => Value::UInt(n.as_f64().unwrap_or(0.0).round().max(0.0) as u64),
+        },
+        CastTo::Char => Value::Str(to_text(&v)),
+        CastTo::Binary => Value::Bytes(match v {
+            Value::Bytes(b) => b,
+            other => to_text(&other).into_bytes(),
+        }),
+        CastTo::Double => Value::Float(numeric(&v).as_f64().unwrap_or(0.0)),
+        CastTo::Decimal(p, s) => {
+            let column = ColumnDef::new("CAST", ColumnType::Decimal { precision: p.clamp(1, 38), scale: s.min(p) });
+            to_column(v, &column)?
+        }
+        CastTo::Date => match v {
+            Value::Date(d) => Value::Date(d),
+            Value::DateTime(us) | Value::Timestamp(us) => Value::Date(us.div_euclid(86_400_000_000) as i32),
+            other => value::parse_date(&to_text(&other)).map(Value::Date).unwrap_or(Value::Null),
+        },
+        CastTo::DateTime => match v {
+            Value::Date(d) => Value::DateTime(d as i64 * 86_400_000_000),
+            Value::DateTime(us) | Value::Timestamp(us) => Value::DateTime(us),
+            other => value::parse_datetime(&to_text(&other)).map(Value::DateTime).unwrap_or(Value::Null),
+        },
+    })
+}
+
+/// Converts a value for storing into a column as MySQL does in strict
+/// mode: numbers from strings, strings from numbers, dates from strings;
+/// anything that does not fit is an error naming the column.
+pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
+    let ty = column.ty;
+    let shown = v.clone();
+    let converted = match (&v, ty) {
+        (Value::Null, _) => v,
+        (Value::Str(s), ColumnType::Integer { .. }) => {
+            let t = s.trim();
+            if let Ok(i) = t.parse::<i64>() {
+                Value::Int(i)
+            } else if let Ok(u) = t.parse::<u64>() {
+                Value::UInt(u)
+            } else if let Some(d) = Decimal::parse(t) {
+                Value::Decimal(d.rescale(0).unwrap_or(d))
+            } else {
+                return Err(wrong_value(&v, column));
+            }
+        }
+        (Value::Float(f), ColumnType::Integer { .. }) => {
+            if !f.is_finite() || f.abs() > 1.9e19 {
+                return Err(out_of_range(&v, column));
+            }
+            let r = f.round();
+            if r < 0.0 {
+                Value::Int(r as i64)
+            } else {
+                Value::UInt(r as u64)
+            }
+        }
+        (Value::Decimal(d), ColumnType::Integer { .. }) => Value::Decimal(d.rescale(0).unwrap_or(*d)),
+        (Value::Str(s), ColumnType::Float | ColumnType::Double) => {
+            Value::Float(s.trim().parse::<f64>().map_err(|_| wrong_value(&v, column))?)
+        }
+        (
+            Value::Bool(b),
+            ColumnType::Integer { .. } | ColumnType::Float | ColumnType::Double | ColumnType::Decimal { .. },
+        ) => Value::Int(*b as i64),
+        (Value::Str(s), ColumnType::Boolean) => match s.trim().parse::<i64>() {
+            Ok(i) => Value::Bool(i != 0),
+            Err(_) => match s.trim().to_ascii_lowercase().as_str() {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                _ => return Err(wrong_value(&v, column)),
+            },
+        },
+        (Value::Float(f), ColumnType::Boolean) => Value::Bool(*f != 0.0),
+        (Value::Decimal(d), ColumnType::Boolean) => Value::Bool(d.unscaled != 0),
+        (Value::Bytes(b), ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text) => {
+            Value::Str(String::from_utf8(b.clone()).map_err(|_| wrong_value(&v, column))?)
+        }
+        (Value::Str(_) | Value::Bytes(_), _) => v,
+        (_, ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text) => Value::Str(to_text(&v)),
+        (_, ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob) => {
+            Value::Bytes(to_text(&v).into_bytes())
+        }
+        (Value::Int(i), ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp) => {
+            Value::Str(int_to_date_text(*i).ok_or_else(|| wrong_value(&v, column))?)
+        }
+        _ => v,
+    };
+    latsdb_types::value::coerce(converted, column).map_err(|e| match e.code {
+        ErrorCode::TypeError if e.message.contains("cannot be NULL") => {
+            SqlError::new(crate::error::ER_BAD_NULL, "23000", format!("Column '{}' cannot be null", column.name))
+        }
+        ErrorCode::TypeError if e.message.contains("too long") => SqlError::new(
+            ER_DATA_TOO_LONG,
+            "22001",
+            format!("Data too long for column '{}': {}", column.name, e.message),
+        ),
+        ErrorCode::TypeError if e.message.contains("out of range") => out_of_range(&shown, column),
+        _ => SqlError::new(
+            ER_TRUNCATED_WRONG_VALUE_FOR_FIELD,
+            "HY000",
+            format!("{} (column '{}')", e.message, column.name),
+        ),
+    })
+}
+
+/// `20240131` or `20240131123000` as a date(time) string.
+fn int_to_date_text(i: i64) -> Option<String> {
+    let s = i.to_string();
+    match s.len() {
+        8 => Some(format!("{}-{}-{}", &s[..4], &s[4..6], &s[6..8])),
+        14 => Some(format!("{}-{}-{} {}:{}:{}", &s[..4], &s[4..6], &s[6..8], &s[8..10], &s[10..12], &s[12..])),
+        _ => None,
+    }
+}
+
+fn wrong_value(v: &Value, column: &ColumnDef) -> SqlError {
+    SqlError::new(
+        ER_TRUNCATED_WRONG_VALUE_FOR_FIELD,
+        "HY000",
+        format!("Incorrect {} value: '{}' for column '{}'", column.ty.sql_name(), to_text(v), column.name),
+    )
+}
+
+fn out_of_range(v: &Value, column: &ColumnDef) -> SqlError {
+    SqlError::new(
+        ER_WARN_DATA_OUT_OF_RANGE,
+        "22003",
+        format!("Out of range value '{}' for column '{}' ({})", to_text(v), column.name, column.ty.sql_name()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latsdb_types::schema::IntWidth;
+
+    struct NoSession;
+    impl SessionLookup for NoSession {
+        fn session_value(&self, _: &SessionValue) -> SqlResult<Value> {
+            Ok(Value::Null)
+        }
+    }
+
+    fn eval(e: SExpr) -> Value {
+        e.eval(&[], &Env { params: &[], session: &NoSession }).unwrap()
+    }
+    fn c(v: impl Into<Value>) -> Box<SExpr> {
+        Box::new(SExpr::Const(v.into()))
+    }
+
+    #[test]
+    fn strings_compare_with_numbers_as_numbers() {
+        assert_eq!(eval(SExpr::Cmp(Cmp::Eq, c(5i64), c("5"))), Value::Int(1));
+        assert_eq!(eval(SExpr::Cmp(Cmp::Lt, c("10"), c(9i64))), Value::Int(0));
+        assert_eq!(eval(SExpr::Cmp(Cmp::Eq, c("abc"), c("ABC"))), Value::Int(0), "strings compare as utf8mb4_bin");
+    }
+
+    #[test]
+    fn null_follows_three_valued_logic() {
+        let null = || Box::new(SExpr::Const(Value::Null));
+        assert_eq!(eval(SExpr::Cmp(Cmp::Eq, null(), c(1i64))), Value::Null);
+        assert_eq!(eval(SExpr::And(null(), c(0i64))), Value::Int(0));
+        assert_eq!(eval(SExpr::Or(null(), c(1i64))), Value::Int(1));
+        assert_eq!(eval(SExpr::Cmp(Cmp::NullSafeEq, null(), null())), Value::Int(1));
+        assert_eq!(
+            eval(SExpr::In(c(3i64), vec![SExpr::Const(Value::Int(1)), SExpr::Const(Value::Null)], false)),
+            Value::Null
+        );
+    }
+
+    #[test]
+    fn division_is_decimal_with_four_more_digits_and_null_by_zero() {
+        assert_eq!(eval(SExpr::Arith(Arith::Div, c(1i64), c(3i64))).to_string(), "0.3333");
+        assert_eq!(eval(SExpr::Arith(Arith::Div, c(1i64), c(0i64))), Value::Null);
+        assert_eq!(eval(SExpr::Arith(Arith::Add, c("2"), c(3i64))), Value::Int(5));
+    }
+
+    #[test]
+    fn values_are_converted_into_column_types_with_mysql_errors() {
+        let int = ColumnDef::new("k", ColumnType::int(IntWidth::Int)).not_null();
+        assert_eq!(to_column(Value::Str("0".into()), &int).unwrap(), Value::Int(0));
+        assert_eq!(to_column(Value::Str("x".into()), &int).unwrap_err().code, ER_TRUNCATED_WRONG_VALUE_FOR_FIELD);
+        assert_eq!(to_column(Value::Int(1 << 40), &int).unwrap_err().code, ER_WARN_DATA_OUT_OF_RANGE);
+        assert_eq!(to_column(Value::Null, &int).unwrap_err().code, crate::error::ER_BAD_NULL);
+        let c = ColumnDef::new("c", ColumnType::Char(3));
+        assert_eq!(to_column(Value::Int(12), &c).unwrap(), Value::Str("12".into()));
+        assert_eq!(to_column(Value::Str("abcd".into()), &c).unwrap_err().code, ER_DATA_TOO_LONG);
+    }
+}

@@ -1,0 +1,660 @@
+//! Executing SELECT plans: fetching rows from the data nodes (batched key
+//! lookups, pushed-down scans and aggregates), then joins, grouping,
+//! ordering and limits on the SQL node.
+
+use crate::bind::{AggKind, AggSpec};
+use crate::error::{SqlError, SqlResult};
+use crate::eval::{compare, numeric, to_column, to_text, truth, Arith, Cmp, Env, SExpr};
+use crate::plan::{Access, AggMode, SelectPlan, Source, SourceKind};
+use latsdb_client::{Client, Op, Outcome, Row, Scan, Table, Transaction};
+use latsdb_types::expr::{Aggregate, CmpOp, Expr};
+use latsdb_types::proto::LockMode;
+use latsdb_types::schema::ColumnType;
+use latsdb_types::Value;
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// Where a statement's operations go: straight to the cluster, or through
+/// the session's open transaction (which sees its own writes and holds
+/// locks until commit).
+pub struct Ctx<'a> {
+    pub client: &'a Client,
+    pub tx: Option<&'a mut Transaction>,
+    pub env: Env<'a>,
+}
+
+impl Ctx<'_> {
+    /// Runs key operations; in a transaction a failed operation aborts it.
+    pub async fn run_ops(&mut self, ops: Vec<Op>) -> SqlResult<Vec<Outcome>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.tx.as_deref_mut() {
+            Some(tx) => Ok(tx.execute(ops).await?),
+            None => {
+                let results = self.client.batch(ops).await?;
+                results.into_iter().map(|r| r.map_err(SqlError::from)).collect()
+            }
+        }
+    }
+}
+
+fn row_values(row: &Row, out: &mut Vec<Value>) {
+    for i in 0..row.len() {
+        out.push(row.get(i));
+    }
+}
+
+/// Evaluates row-free key expressions and converts them to the key
+/// columns' types; None when a value cannot match any row.
+fn key_values(table: &Table, exprs: &[SExpr], row: &[Value], env: &Env) -> SqlResult<Option<Vec<Value>>> {
+    let def = table.def();
+    let mut key = Vec::with_capacity(exprs.len());
+    for (e, &c) in exprs.iter().zip(&def.primary_key) {
+        let v = e.eval(row, env)?;
+        if v.is_null() {
+            return Ok(None);
+        }
+        match to_column(v, &def.columns[c as usize]) {
+            Ok(v) => key.push(v),
+            Err(_) => return Ok(None),
+        }
+    }
+    Ok(Some(key))
+}
+
+pub async fn run_select(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<Value>>> {
+    let mut rows = fetch_first(plan, ctx).await?;
+    for step in &plan.joins {
+        rows = join(plan, step, rows, ctx).await?;
+    }
+    if let Some(f) = &plan.filter {
+        let mut kept = Vec::with_capacity(rows.len());
+        for r in rows {
+            if truth(&f.eval(&r, &ctx.env)?) == Some(true) {
+                kept.push(r);
+            }
+        }
+        rows = kept;
+    }
+    let rows = match &plan.agg {
+        AggMode::None => rows,
+        AggMode::Grouped { keys, aggs } => group(rows, keys, aggs, plan.row_width, &ctx.env)?,
+        AggMode::Pushed { .. } => rows,
+    };
+    finish_rows(plan, rows, &ctx.env)
+}
+
+async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<Value>>> {
+    let Some(src) = plan.sources.first() else {
+        return Ok(vec![Vec::new()]);
+    };
+    let table = match &src.kind {
+        SourceKind::Virtual(v) => return Ok(virtual_rows(src, &v.rows)),
+        SourceKind::Stored(t) => t.clone(),
+    };
+    let env = &ctx.env;
+    match &plan.access {
+        Access::Keys(keys) => {
+            let mut seen: Vec<Vec<Value>> = Vec::with_capacity(keys.len());
+            for k in keys {
+                if let Some(values) = key_values(&table, k, &[], env)? {
+                    if !seen.contains(&values) {
+                        seen.push(values);
+                    }
+                }
+            }
+            let mut ops = Vec::with_capacity(seen.len());
+            for k in &seen {
+                ops.push(key_read(&table, src, k, plan.lock)?);
+            }
+            let mut rows = Vec::with_capacity(ops.len());
+            for outcome in ctx.run_ops(ops).await? {
+                if let Outcome::Row(r) = outcome {
+                    let mut v = Vec::with_capacity(plan.row_width);
+                    row_values(&r, &mut v);
+                    rows.push(v);
+                }
+            }
+            Ok(rows)
+        }
+        access => {
+            let scan = build_scan(plan, src, &table, access, env)?;
+            let Some(scan) = scan else { return Ok(Vec::new()) };
+            if let AggMode::Pushed { pushed, specs } = &plan.agg {
+                let values = ctx.client.aggregate(&table, scan, pushed).await?;
+                return Ok(vec![finish_pushed(&values, specs)?]);
+            }
+            let found = ctx.client.scan(&table, scan).await?;
+            let mut rows = Vec::with_capacity(found.len());
+            for r in &found {
+                let mut v = Vec::with_capacity(plan.row_width);
+                row_values(r, &mut v);
+                rows.push(v);
+            }
+            if plan.lock != LockMode::Committed {
+                rows = relock(plan, src, &table, rows, ctx).await?;
+            }
+            Ok(rows)
+        }
+    }
+}
+
+fn key_read(table: &Arc<Table>, src: &Source, key: &[Value], lock: LockMode) -> SqlResult<Op> {
+    let op = Op::read_locked(table, key, lock)?;
+    Ok(match &src.projection {
+        Some(p) => op.with_projection(p),
+        None => op,
+    })
+}
+
+/// Reads the scanned rows again by key under the statement's lock (inside
+/// the transaction), so FOR UPDATE / LOCK IN SHARE MODE hold what they return.
+async fn relock(
+    plan: &SelectPlan,
+    src: &Source,
+    table: &Arc<Table>,
+    rows: Vec<Vec<Value>>,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<Vec<Vec<Value>>> {
+    let positions: Vec<usize> = table
+        .def()
+        .primary_key
+        .iter()
+        .map(|c| src.fetch.iter().position(|f| f == c))
+        .collect::<Option<_>>()
+        .ok_or_else(|| SqlError::general("internal: a locking scan did not fetch the primary key"))?;
+    let mut ops = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let key: Vec<Value> = positions.iter().map(|&p| r[p].clone()).collect();
+        ops.push(key_read(table, src, &key, plan.lock)?);
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    for outcome in ctx.run_ops(ops).await? {
+        if let Outcome::Row(r) = outcome {
+            let mut v = Vec::with_capacity(plan.row_width);
+            row_values(&r, &mut v);
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+fn virtual_rows(src: &Source, rows: &[Vec<Value>]) -> Vec<Vec<Value>> {
+    rows.iter()
+        .map(|r| src.fetch.iter().map(|&c| r.get(c as usize).cloned().unwrap_or(Value::Null)).collect())
+        .collect()
+}
+
+/// Turns the access path and pushed conditions into a scan; None when a
+/// bound is NULL (nothing can match).
+fn build_scan(plan: &SelectPlan, src: &Source, table: &Table, access: &Access, env: &Env) -> SqlResult<Option<Scan>> {
+    let def = table.def();
+    let names: Vec<&str> = src.fetch.iter().map(|&c| def.columns[c as usize].name.as_str()).collect();
+    let mut scan = Scan::all().columns(&names);
+    if let Access::Range { index, columns, eq, lower, upper } = access {
+        let mut prefix = Vec::with_capacity(eq.len() + 1);
+        for (e, &c) in eq.iter().zip(columns) {
+            let v = e.eval(&[], env)?;
+            if v.is_null() {
+                return Ok(None);
+            }
+            prefix.push(to_column(v, &def.columns[c as usize])?);
+        }
+        let next = columns.get(eq.len()).copied();
+        let bound = |b: &Option<(SExpr, bool)>| -> SqlResult<Option<Bound<Vec<Value>>>> {
+            Ok(Some(match (b, next) {
+                (Some((e, inclusive)), Some(c)) => {
+                    let v = e.eval(&[], env)?;
+                    if v.is_null() {
+                        return Ok(None);
+                    }
+                    let mut p = prefix.clone();
+                    p.push(to_column(v, &def.columns[c as usize])?);
+                    if *inclusive {
+                        Bound::Included(p)
+                    } else {
+                        Bound::Excluded(p)
+                    }
+                }
+                _ if prefix.is_empty() => Bound::Unbounded,
+                _ => Bound::Included(prefix.clone()),
+            }))
+        };
+        let (Some(lo), Some(hi)) = (bound(lower)?, bound(upper)?) else { return Ok(None) };
+        scan = scan.index(index).range(lo, hi);
+    }
+    if !plan.pushed.is_empty() {
+        let mut parts = Vec::with_capacity(plan.pushed.len());
+        for p in &plan.pushed {
+            parts.push(pushed_expr(p, table, env)?);
+        }
+        let filter = if parts.len() == 1 { parts.pop().unwrap_or(Expr::And(Vec::new())) } else { Expr::And(parts) };
+        scan = scan.filter(filter);
+    }
+    Ok(Some(scan))
+}
+
+/// A value compared with a column, converted so the data node compares it
+/// as the SQL node would (strings against numbers as numbers, and so on).
+fn for_column(v: Value, ty: ColumnType) -> Value {
+    if v.is_null() {
+        return v;
+    }
+    match ty {
+        ColumnType::Integer { .. }
+        | ColumnType::Float
+        | ColumnType::Double
+        | ColumnType::Decimal { .. }
+        | ColumnType::Boolean => numeric(&v),
+        ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text => match v {
+            Value::Str(_) | Value::Bytes(_) => v,
+            other => Value::Str(to_text(&other)),
+        },
+        ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp => match &v {
+            Value::Str(s) => latsdb_types::value::parse_date(s)
+                .map(|d| Value::Date(d))
+                .or_else(|| latsdb_types::value::parse_datetime(s).map(Value::DateTime))
+                .unwrap_or(v),
+            _ => v,
+        },
+        _ => v,
+    }
+}
+
+fn pushed_expr(e: &SExpr, table: &Table, env: &Env) -> SqlResult<Expr> {
+    let def = table.def();
+    let col_of = |e: &SExpr| match e {
+        SExpr::TableCol(0, c) => Some(*c),
+        _ => None,
+    };
+    let value =
+        |e: &SExpr, c: u16| -> SqlResult<Value> { Ok(for_column(e.eval(&[], env)?, def.columns[c as usize].ty)) };
+    Ok(match e {
+        SExpr::Cmp(op, a, b) => {
+            let (c, v, op) = match (col_of(a), col_of(b)) {
+                (Some(c), _) => (c, value(b, c)?, *op),
+                (None, Some(c)) => (
+                    c,
+                    value(a, c)?,
+                    match op {
+                        Cmp::Lt => Cmp::Gt,
+                        Cmp::Le => Cmp::Ge,
+                        Cmp::Gt => Cmp::Lt,
+                        Cmp::Ge => Cmp::Le,
+                        other => *other,
+                    },
+                ),
+                _ => return Err(SqlError::general("internal: pushed comparison without a column")),
+            };
+            let op = match op {
+                Cmp::Eq => CmpOp::Eq,
+                Cmp::Ne => CmpOp::Ne,
+                Cmp::Lt => CmpOp::Lt,
+                Cmp::Le => CmpOp::Le,
+                Cmp::Gt => CmpOp::Gt,
+                Cmp::Ge => CmpOp::Ge,
+                Cmp::NullSafeEq => return Err(SqlError::general("internal: <=> is not pushed")),
+            };
+            Expr::cmp(op, Expr::Column(c), Expr::Const(v))
+        }
+        SExpr::Between(x, lo, hi, negated) => {
+            let c = col_of(x).ok_or_else(|| SqlError::general("internal: pushed BETWEEN without a column"))?;
+            let inner = Expr::And(vec![Expr::Column(c).ge(value(lo, c)?), Expr::Column(c).le(value(hi, c)?)]);
+            if *negated {
+                Expr::Not(Box::new(inner))
+            } else {
+                inner
+            }
+        }
+        SExpr::In(x, list, negated) => {
+            let c = col_of(x).ok_or_else(|| SqlError::general("internal: pushed IN without a column"))?;
+            let values = list.iter().map(|v| value(v, c)).collect::<SqlResult<Vec<_>>>()?;
+            let inner = Expr::In(Box::new(Expr::Column(c)), values);
+            if *negated {
+                Expr::Not(Box::new(inner))
+            } else {
+                inner
+            }
+        }
+        SExpr::IsNull(x, negated) => {
+            let c = col_of(x).ok_or_else(|| SqlError::general("internal: pushed IS NULL without a column"))?;
+            let inner = Expr::Column(c).is_null();
+            if *negated {
+                Expr::Not(Box::new(inner))
+            } else {
+                inner
+            }
+        }
+        SExpr::Like(x, p, negated) => {
+            let c = col_of(x).ok_or_else(|| SqlError::general("internal: pushed LIKE without a column"))?;
+            let pattern = p.eval(&[], env)?;
+            if pattern.is_null() {
+                // NULL pattern: unknown for every row.
+                return Ok(Expr::IsNull(Box::new(Expr::Const(Value::Null))).and(Expr::Const(Value::Null)));
+            }
+            let inner = Expr::Column(c).like(&to_text(&pattern));
+            if *negated {
+                Expr::Not(Box::new(inner))
+            } else {
+                inner
+            }
+        }
+        SExpr::And(a, b) => Expr::And(vec![pushed_expr(a, table, env)?, pushed_expr(b, table, env)?]),
+        SExpr::Or(a, b) => Expr::Or(vec![pushed_expr(a, table, env)?, pushed_expr(b, table, env)?]),
+        SExpr::Not(a) => Expr::Not(Box::new(pushed_expr(a, table, env)?)),
+        _ => return Err(SqlError::general("internal: condition is not pushable")),
+    })
+}
+
+async fn join(
+    plan: &SelectPlan,
+    step: &crate::plan::JoinStep,
+    rows: Vec<Vec<Value>>,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<Vec<Vec<Value>>> {
+    let src = &plan.sources[step.table];
+    let width = src.fetch.len();
+    let mut out = Vec::with_capacity(rows.len());
+    let matches_on = |joined: &[Value], env: &Env| -> SqlResult<bool> {
+        Ok(match &step.on {
+            Some(on) => truth(&on.eval(joined, env)?) == Some(true),
+            None => true,
+        })
+    };
+    match (&src.kind, &step.lookup) {
+        (SourceKind::Stored(table), Some(key_exprs)) => {
+            let mut ops = Vec::new();
+            let mut which = Vec::with_capacity(rows.len());
+            for r in &rows {
+                match key_values(table, key_exprs, r, &ctx.env)? {
+                    Some(k) => {
+                        which.push(Some(ops.len()));
+                        ops.push(key_read(table, src, &k, plan.lock)?);
+                    }
+                    None => which.push(None),
+                }
+            }
+            let found = ctx.run_ops(ops).await?;
+            for (r, w) in rows.into_iter().zip(which) {
+                let right = w.and_then(|i| found.get(i)).and_then(|o| match o {
+                    Outcome::Row(row) => Some(row),
+                    _ => None,
+                });
+                let mut joined = r.clone();
+                let matched = match right {
+                    Some(row) => {
+                        row_values(row, &mut joined);
+                        matches_on(&joined, &ctx.env)?
+                    }
+                    None => false,
+                };
+                if matched {
+                    out.push(joined);
+                } else if step.left {
+                    let mut j = r;
+                    j.resize(j.len() + width, Value::Null);
+                    out.push(j);
+                }
+            }
+        }
+        (kind, _) => {
+            let right: Vec<Vec<Value>> = match kind {
+                SourceKind::Virtual(v) => virtual_rows(src, &v.rows),
+                SourceKind::Stored(table) => {
+                    let names: Vec<&str> =
+                        src.fetch.iter().map(|&c| table.def().columns[c as usize].name.as_str()).collect();
+                    let found = ctx.client.scan(table, Scan::all().columns(&names)).await?;
+                    found
+                        .iter()
+                        .map(|r| {
+                            let mut v = Vec::with_capacity(width);
+                            row_values(r, &mut v);
+                            v
+                        })
+                        .collect()
+                }
+            };
+            for r in rows {
+                let mut any = false;
+                for x in &right {
+                    let mut joined = r.clone();
+                    joined.extend(x.iter().cloned());
+                    if matches_on(&joined, &ctx.env)? {
+                        any = true;
+                        out.push(joined);
+                    }
+                }
+                if !any && step.left {
+                    let mut j = r;
+                    j.resize(j.len() + width, Value::Null);
+                    out.push(j);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A key under which equal values group together (5, 5.0 and '5' alike).
+fn group_key(values: &[Value], out: &mut String) {
+    out.clear();
+    for v in values {
+        match v {
+            Value::Null => out.push_str("\u{0}N"),
+            Value::Int(_) | Value::UInt(_) | Value::Decimal(_) | Value::Float(_) | Value::Bool(_) => {
+                out.push_str("\u{0}#");
+                let n = numeric(v);
+                match n {
+                    Value::Decimal(d) if d.scale > 0 && d.unscaled % 10i128.pow(d.scale as u32) == 0 => {
+                        out.push_str(&(d.unscaled / 10i128.pow(d.scale as u32)).to_string())
+                    }
+                    Value::Float(f) if f == f.trunc() && f.abs() < 1e18 => out.push_str(&(f as i64).to_string()),
+                    other => out.push_str(&to_text(&other)),
+                }
+            }
+            other => {
+                out.push_str("\u{0}s");
+                out.push_str(&to_text(other));
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Acc {
+    Count(u64),
+    Value(Value),
+    Avg(Value, u64),
+}
+
+fn group(
+    rows: Vec<Vec<Value>>,
+    keys: &[SExpr],
+    aggs: &[AggSpec],
+    width: usize,
+    env: &Env,
+) -> SqlResult<Vec<Vec<Value>>> {
+    let fresh = || -> Vec<Acc> {
+        aggs.iter()
+            .map(|a| match a.kind {
+                AggKind::CountRows | AggKind::Count => Acc::Count(0),
+                AggKind::Avg => Acc::Avg(Value::Null, 0),
+                _ => Acc::Value(Value::Null),
+            })
+            .collect()
+    };
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut groups: Vec<(Vec<Value>, Vec<Acc>, Vec<std::collections::HashSet<String>>)> = Vec::new();
+    let mut kbuf = String::new();
+    let mut dbuf = String::new();
+    for row in rows {
+        let key_vals = keys.iter().map(|k| k.eval(&row, env)).collect::<SqlResult<Vec<_>>>()?;
+        group_key(&key_vals, &mut kbuf);
+        let gi = match index.get(&kbuf) {
+            Some(&i) => i,
+            None => {
+                index.insert(kbuf.clone(), groups.len());
+                groups.push((row.clone(), fresh(), vec![Default::default(); aggs.len()]));
+                groups.len() - 1
+            }
+        };
+        let (_, accs, seen) = &mut groups[gi];
+        for (i, a) in aggs.iter().enumerate() {
+            let v = match &a.arg {
+                Some(e) => e.eval(&row, env)?,
+                None => Value::Int(1),
+            };
+            if v.is_null() && a.kind != AggKind::CountRows {
+                continue;
+            }
+            if a.distinct {
+                group_key(std::slice::from_ref(&v), &mut dbuf);
+                if !seen[i].insert(dbuf.clone()) {
+                    continue;
+                }
+            }
+            match (&mut accs[i], a.kind) {
+                (Acc::Count(n), _) => *n += 1,
+                (Acc::Value(acc), AggKind::Sum) => Aggregate::Sum(0).accumulate(acc, numeric(&v)),
+                (Acc::Value(acc), AggKind::Min) => {
+                    if acc.is_null() || compare(&v, acc) == Some(Ordering::Less) {
+                        *acc = v
+                    }
+                }
+                (Acc::Value(acc), AggKind::Max) => {
+                    if acc.is_null() || compare(&v, acc) == Some(Ordering::Greater) {
+                        *acc = v
+                    }
+                }
+                (Acc::Avg(sum, n), _) => {
+                    Aggregate::Sum(0).accumulate(sum, numeric(&v));
+                    *n += 1;
+                }
+                (Acc::Value(_), _) => return Err(SqlError::general("internal: aggregate state mismatch")),
+            }
+        }
+    }
+    if groups.is_empty() && keys.is_empty() {
+        // An aggregate over no rows still answers one row (COUNT(*) = 0).
+        groups.push((vec![Value::Null; width], fresh(), Vec::new()));
+    }
+    let mut out = Vec::with_capacity(groups.len());
+    for (first, accs, _) in groups {
+        let mut row = first;
+        row.resize(width, Value::Null);
+        for acc in accs {
+            row.push(match acc {
+                Acc::Count(n) => Value::Int(n as i64),
+                Acc::Value(v) => v,
+                Acc::Avg(sum, n) => avg(&sum, n)?,
+            });
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+fn avg(sum: &Value, n: u64) -> SqlResult<Value> {
+    if n == 0 || sum.is_null() {
+        return Ok(Value::Null);
+    }
+    SExpr::Arith(Arith::Div, Box::new(SExpr::Const(sum.clone())), Box::new(SExpr::Const(Value::Int(n as i64))))
+        .eval(&[], &Env { params: &[], session: &crate::session::NoSession })
+}
+
+fn finish_pushed(values: &[Value], specs: &[(AggKind, usize, Option<usize>)]) -> SqlResult<Vec<Value>> {
+    let mut row = Vec::with_capacity(specs.len());
+    for &(kind, a, b) in specs {
+        let v = values.get(a).cloned().unwrap_or(Value::Null);
+        row.push(match (kind, b) {
+            (AggKind::Avg, Some(b)) => {
+                let n = values.get(b).and_then(|n| n.as_u64()).unwrap_or(0);
+                avg(&v, n)?
+            }
+            (AggKind::CountRows | AggKind::Count, _) => Value::Int(v.as_i64().unwrap_or(0)),
+            _ => v,
+        });
+    }
+    Ok(row)
+}
+
+/// HAVING, the select list, ORDER BY, DISTINCT and LIMIT.
+fn finish_rows(plan: &SelectPlan, rows: Vec<Vec<Value>>, env: &Env) -> SqlResult<Vec<Vec<Value>>> {
+    let limit = match &plan.limit {
+        Some(e) => Some(count_arg(e, env)?),
+        None => None,
+    };
+    let offset = match &plan.offset {
+        Some(e) => count_arg(e, env)?,
+        None => 0,
+    };
+    let mut out: Vec<(Vec<Value>, Vec<Value>)> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        if let Some(h) = &plan.having {
+            if truth(&h.eval(r, env)?) != Some(true) {
+                continue;
+            }
+        }
+        let values = plan.outputs.iter().map(|o| o.expr.eval(r, env)).collect::<SqlResult<Vec<_>>>()?;
+        let keys = plan.order.iter().map(|(e, _)| e.eval(r, env)).collect::<SqlResult<Vec<_>>>()?;
+        out.push((values, keys));
+        // Without ordering or DISTINCT, stop as soon as the limit is reached.
+        if plan.order.is_empty() && !plan.distinct {
+            if let Some(l) = limit {
+                if out.len() as u64 >= offset.saturating_add(l) {
+                    break;
+                }
+            }
+        }
+    }
+    if !plan.order.is_empty() {
+        out.sort_by(|a, b| {
+            for (i, (_, desc)) in plan.order.iter().enumerate() {
+                let o = match (a.1[i].is_null(), b.1[i].is_null()) {
+                    (true, true) => Ordering::Equal,
+                    (true, false) => Ordering::Less,
+                    (false, true) => Ordering::Greater,
+                    _ => compare(&a.1[i], &b.1[i]).unwrap_or(Ordering::Equal),
+                };
+                let o = if *desc { o.reverse() } else { o };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            Ordering::Equal
+        });
+    }
+    let mut rows: Vec<Vec<Value>> = out.into_iter().map(|(v, _)| v).collect();
+    if plan.distinct {
+        let mut seen = std::collections::HashSet::new();
+        let mut buf = String::new();
+        rows.retain(|r| {
+            group_key(r, &mut buf);
+            seen.insert(buf.clone())
+        });
+    }
+    let start = (offset as usize).min(rows.len());
+    let end = match limit {
+        Some(l) => start.saturating_add(l as usize).min(rows.len()),
+        None => rows.len(),
+    };
+    if start > 0 || end < rows.len() {
+        rows = rows.drain(start..end).collect();
+    }
+    Ok(rows)
+}
+
+fn count_arg(e: &SExpr, env: &Env) -> SqlResult<u64> {
+    let v = e.eval(&[], env)?;
+    numeric(&v)
+        .as_u64()
+        .ok_or_else(|| SqlError::wrong_args(format!("LIMIT/OFFSET must be a non-negative integer, got {v}")))
+}
+
+/// Whether a comparison operator is an equality (used by the DML paths).
+pub fn is_eq(op: Cmp) -> bool {
+    op == Cmp::Eq
+}

@@ -1,0 +1,99 @@
+//! latsdb's SQL node: a stateless API node that speaks the MySQL
+//! client/server protocol and runs SQL through the native client, pushing
+//! key lookups, range scans, filters and aggregates down to the data nodes.
+//!
+//! Layers, outermost first: `wire` (packets), `conn` (handshake and
+//! commands), `session` (transactions, variables, statement dispatch),
+//! `parse` + `bind` + `plan` (SQL to plans), `exec` and `dml` (running
+//! plans), `catalog` (DDL, SHOW, information_schema), `eval` (expressions).
+
+pub mod auth;
+pub mod bind;
+pub mod catalog;
+pub mod conn;
+pub mod dml;
+pub mod error;
+pub mod eval;
+pub mod exec;
+pub mod parse;
+pub mod plan;
+pub mod session;
+pub mod wire;
+
+use latsdb_client::Client;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options of a SQL node process.
+#[derive(Clone, Debug)]
+pub struct SqlOptions {
+    pub mgmd: String,
+    pub listen: SocketAddr,
+    pub accounts: Vec<auth::Account>,
+    /// Worker threads (0: one per CPU).
+    pub threads: usize,
+    /// Largest packet a client may send.
+    pub max_packet: usize,
+    /// Written with the listening address once the node serves.
+    pub ready_file: Option<PathBuf>,
+}
+
+/// Runs a SQL node until SIGTERM or Ctrl-C.
+pub fn run(options: SqlOptions) -> Result<(), String> {
+    let threads = if options.threads == 0 {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+    } else {
+        options.threads
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("sql-worker")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(serve_until_stopped(options, threads))
+}
+
+async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), String> {
+    let client = Client::connect(&options.mgmd)
+        .await
+        .map_err(|e| format!("cannot reach the cluster through {}: {}", options.mgmd, e.message))?;
+    let shared = session::Shared::new(client, options.accounts.clone());
+    shared
+        .ensure_system_tables()
+        .await
+        .map_err(|e| format!("cannot create the SQL metadata tables in {}: {}", session::SYSTEM_DATABASE, e.message))?;
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}; pick another --port", options.listen))?;
+    let address = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let users: Vec<&str> = options.accounts.iter().map(|a| a.user.as_str()).collect();
+    println!(
+        "latsdb sql node listening on {address} (MySQL protocol, {threads} worker threads, users: {})",
+        users.join(", ")
+    );
+    if let Some(path) = &options.ready_file {
+        std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(conn::serve(shared.clone(), stream, options.max_packet));
+                }
+                Err(e) => {
+                    eprintln!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
+        }
+    }
+    println!("latsdb sql node stopped");
+    Ok(())
+}

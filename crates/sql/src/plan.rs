@@ -1,0 +1,790 @@
+//! Planning a SELECT: which rows each table delivers and how (primary-key
+//! lookups batched into one round trip, a range scan along an ordered
+//! index, or a full scan), which conditions run on the data nodes, and
+//! what the SQL node still computes (joins, grouping, ordering).
+//!
+//! A plan keeps `?` parameters as slots, so a prepared statement is planned
+//! once and executed many times.
+
+use crate::bind::{and_all, conjuncts, tables_of, AggKind, AggSpec, Binder, ScopeTable};
+use crate::error::{SqlError, SqlResult};
+use crate::eval::{Cmp, SExpr};
+use latsdb_client::{Projection, Table};
+use latsdb_types::expr::Aggregate;
+use latsdb_types::proto::LockMode;
+use latsdb_types::schema::{ColumnDef, PRIMARY_INDEX};
+use latsdb_types::Value;
+use sqlparser::ast::{self, Expr, SelectItem, SetExpr, TableFactor};
+use std::sync::Arc;
+
+/// Rows computed by the SQL node itself (information_schema, SHOW).
+#[derive(Clone, Debug)]
+pub struct VirtualTable {
+    pub columns: Vec<ColumnDef>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+#[derive(Clone, Debug)]
+pub enum SourceKind {
+    Stored(Arc<Table>),
+    Virtual(Arc<VirtualTable>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub scope: ScopeTable,
+    pub kind: SourceKind,
+    /// Columns fetched, in the order they appear in the joined row.
+    pub fetch: Vec<u16>,
+    pub projection: Option<Projection>,
+}
+
+impl Source {
+    pub fn stored(&self) -> Option<&Arc<Table>> {
+        match &self.kind {
+            SourceKind::Stored(t) => Some(t),
+            SourceKind::Virtual(_) => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Access {
+    /// Primary-key lookups; each inner list gives the key columns in order.
+    Keys(Vec<Vec<SExpr>>),
+    /// A range of an ordered index: equal values for a prefix of its
+    /// columns, then optional bounds on the next column (value, inclusive).
+    Range {
+        index: String,
+        columns: Vec<u16>,
+        eq: Vec<SExpr>,
+        lower: Option<(SExpr, bool)>,
+        upper: Option<(SExpr, bool)>,
+    },
+    Full,
+}
+
+#[derive(Clone, Debug)]
+pub struct JoinStep {
+    pub table: usize,
+    pub left: bool,
+    /// Key of the joined table computed from the row so far: one batched
+    /// lookup round for all rows.
+    pub lookup: Option<Vec<SExpr>>,
+    pub on: Option<SExpr>,
+}
+
+#[derive(Clone, Debug)]
+pub enum AggMode {
+    None,
+    /// Aggregates computed by the data nodes; `pushed[i]` feeds spec `i`
+    /// (AVG feeds from a SUM and a COUNT).
+    Pushed {
+        pushed: Vec<Aggregate>,
+        specs: Vec<(AggKind, usize, Option<usize>)>,
+    },
+    Grouped {
+        keys: Vec<SExpr>,
+        aggs: Vec<AggSpec>,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct OutputColumn {
+    pub name: String,
+    pub expr: SExpr,
+    /// The table column it shows unchanged, if any (for column metadata).
+    pub origin: Option<(usize, u16)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SelectPlan {
+    pub sources: Vec<Source>,
+    pub access: Access,
+    /// Conditions on the first table evaluated by the data nodes (columns
+    /// as `TableCol(0, c)`).
+    pub pushed: Vec<SExpr>,
+    pub joins: Vec<JoinStep>,
+    pub filter: Option<SExpr>,
+    pub agg: AggMode,
+    pub having: Option<SExpr>,
+    pub outputs: Vec<OutputColumn>,
+    pub order: Vec<(SExpr, bool)>,
+    pub distinct: bool,
+    pub limit: Option<SExpr>,
+    pub offset: Option<SExpr>,
+    pub lock: LockMode,
+    /// Width of the joined source row.
+    pub row_width: usize,
+}
+
+/// Looks up tables for the planner (the SQL node's catalog).
+pub trait Catalog {
+    fn resolve(
+        &self,
+        db: Option<&str>,
+        name: &str,
+    ) -> impl std::future::Future<Output = SqlResult<(String, SourceKind)>> + Send;
+}
+
+fn object_parts(name: &ast::ObjectName) -> Vec<String> {
+    name.0.iter().map(|p| p.as_ident().map(|i| i.value.clone()).unwrap_or_else(|| p.to_string())).collect()
+}
+
+/// Splits `db.table` or `table`.
+pub fn table_name(name: &ast::ObjectName) -> SqlResult<(Option<String>, String)> {
+    let parts = object_parts(name);
+    match parts.as_slice() {
+        [t] => Ok((None, t.clone())),
+        [d, t] => Ok((Some(d.clone()), t.clone())),
+        _ => Err(SqlError::parse(format!("'{name}' is not a table name"))),
+    }
+}
+
+pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResult<SelectPlan> {
+    if query.with.is_some() {
+        return Err(SqlError::unsupported("WITH (common table expressions) is not supported"));
+    }
+    let select = match query.body.as_ref() {
+        SetExpr::Select(s) => s,
+        SetExpr::Query(q) => return Box::pin(plan_select(catalog, q)).await,
+        _ => return Err(SqlError::unsupported("UNION and other set operations are not supported")),
+    };
+    if select.from.len() > 1 {
+        return Err(SqlError::unsupported("comma joins are not supported; write JOIN ... ON"));
+    }
+    // FROM: the first table and its joins.
+    let mut sources: Vec<Source> = Vec::new();
+    let mut join_specs: Vec<(bool, Option<&Expr>)> = Vec::new();
+    if let Some(twj) = select.from.first() {
+        sources.push(source(catalog, &twj.relation).await?);
+        for join in &twj.joins {
+            let (left, constraint) = match &join.join_operator {
+                ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) => (false, c),
+                ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => (true, c),
+                ast::JoinOperator::CrossJoin(c) => (false, c),
+                _ => return Err(SqlError::unsupported("only INNER, LEFT and CROSS joins are supported")),
+            };
+            let on = match constraint {
+                ast::JoinConstraint::On(e) => Some(e),
+                ast::JoinConstraint::None => None,
+                _ => {
+                    return Err(SqlError::unsupported("joins need ON conditions (USING and NATURAL are not supported)"))
+                }
+            };
+            sources.push(source(catalog, &join.relation).await?);
+            join_specs.push((left, on));
+        }
+    }
+    let scope: Vec<ScopeTable> = sources.iter().map(|s| s.scope.clone()).collect();
+    for (i, a) in scope.iter().enumerate() {
+        if scope[..i].iter().any(|b| b.alias.eq_ignore_ascii_case(&a.alias)) {
+            return Err(SqlError::new(1066, "42000", format!("Not unique table/alias: '{}'", a.alias)));
+        }
+    }
+
+    let mut aggs: Vec<AggSpec> = Vec::new();
+    // Select list (wildcards expand to every column).
+    let mut outputs: Vec<OutputColumn> = Vec::new();
+    for item in &select.projection {
+        match item {
+            SelectItem::Wildcard(_) => {
+                if scope.is_empty() {
+                    return Err(SqlError::new(1096, "HY000", "No tables used"));
+                }
+                for (t, s) in scope.iter().enumerate() {
+                    for (c, col) in s.columns.iter().enumerate() {
+                        outputs.push(OutputColumn {
+                            name: col.name.clone(),
+                            expr: SExpr::TableCol(t, c as u16),
+                            origin: Some((t, c as u16)),
+                        });
+                    }
+                }
+            }
+            SelectItem::QualifiedWildcard(kind, _) => {
+                let q = kind.to_string();
+                let q = q.rsplit('.').next().unwrap_or(&q).trim_matches('`').to_string();
+                let t = scope
+                    .iter()
+                    .position(|s| s.alias.eq_ignore_ascii_case(&q))
+                    .ok_or_else(|| SqlError::new(1051, "42S02", format!("Unknown table '{q}'")))?;
+                for (c, col) in scope[t].columns.iter().enumerate() {
+                    outputs.push(OutputColumn {
+                        name: col.name.clone(),
+                        expr: SExpr::TableCol(t, c as u16),
+                        origin: Some((t, c as u16)),
+                    });
+                }
+            }
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                let mut b = Binder::new(&scope, "field list");
+                b.aggs = Some(&mut aggs);
+                let bound = b.bind(e)?;
+                let name = match item {
+                    SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
+                    _ => match e {
+                        Expr::Identifier(i) => i.value.clone(),
+                        Expr::CompoundIdentifier(ids) => ids.last().map(|i| i.value.clone()).unwrap_or_default(),
+                        other => other.to_string(),
+                    },
+                };
+                let origin = match bound {
+                    SExpr::TableCol(t, c) => Some((t, c)),
+                    _ => None,
+                };
+                outputs.push(OutputColumn { name, expr: bound, origin });
+            }
+            other => return Err(SqlError::unsupported(format!("select item {other} is not supported"))),
+        }
+    }
+    let aliases: Vec<(String, SExpr)> = outputs.iter().map(|o| (o.name.clone(), o.expr.clone())).collect();
+
+    let mut where_parts = Vec::new();
+    if let Some(w) = &select.selection {
+        let bound = Binder::new(&scope, "where clause").bind(w)?;
+        conjuncts(bound, &mut where_parts);
+    }
+    let mut joins = Vec::new();
+    for (i, (left, on)) in join_specs.into_iter().enumerate() {
+        let on = match on {
+            Some(e) => {
+                let bound = Binder::new(&scope[..i + 2], "on clause").bind(e)?;
+                Some(bound)
+            }
+            None => None,
+        };
+        joins.push(JoinStep { table: i + 1, left, lookup: None, on });
+    }
+    let group_keys: Vec<SExpr> = match &select.group_by {
+        ast::GroupByExpr::Expressions(list, mods) if mods.is_empty() => {
+            let mut keys = Vec::new();
+            for e in list {
+                keys.push(bind_positional(e, &outputs, &scope, &aliases, "group statement")?);
+            }
+            keys
+        }
+        _ => return Err(SqlError::unsupported("GROUP BY ALL / WITH ROLLUP are not supported")),
+    };
+    let having = match &select.having {
+        Some(h) => {
+            let mut b = Binder::new(&scope, "having clause");
+            b.aggs = Some(&mut aggs);
+            b.aliases = &aliases;
+            Some(b.bind(h)?)
+        }
+        None => None,
+    };
+    let mut order = Vec::new();
+    if let Some(ob) = &query.order_by {
+        match &ob.kind {
+            ast::OrderByKind::Expressions(list) => {
+                for o in list {
+                    let mut b = Binder::new(&scope, "order clause");
+                    b.aggs = Some(&mut aggs);
+                    b.aliases = &aliases;
+                    let e = match positional(&o.expr, &outputs)? {
+                        Some(e) => e,
+                        None => b.bind(&o.expr)?,
+                    };
+                    order.push((e, o.options.sort == Some(ast::OrderBySort::Desc)));
+                }
+            }
+            ast::OrderByKind::All(_) => return Err(SqlError::unsupported("ORDER BY ALL is not supported")),
+        }
+    }
+    let (limit, offset) = match &query.limit_clause {
+        None => (None, None),
+        Some(ast::LimitClause::LimitOffset { limit, offset, limit_by }) => {
+            if !limit_by.is_empty() {
+                return Err(SqlError::unsupported("LIMIT BY is not supported"));
+            }
+            let l = match limit {
+                Some(e) => Some(Binder::new(&[], "limit").bind(e)?),
+                None => None,
+            };
+            let o = match offset {
+                Some(o) => Some(Binder::new(&[], "limit").bind(&o.value)?),
+                None => None,
+            };
+            (l, o)
+        }
+        Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => {
+            (Some(Binder::new(&[], "limit").bind(limit)?), Some(Binder::new(&[], "limit").bind(offset)?))
+        }
+    };
+    let lock = match query.locks.first().map(|l| l.lock_type) {
+        None => LockMode::Committed,
+        Some(ast::LockType::Share) => LockMode::Shared,
+        Some(ast::LockType::Update) => LockMode::Exclusive,
+    };
+    let distinct = match &select.distinct {
+        None | Some(ast::Distinct::All) => false,
+        Some(ast::Distinct::Distinct) => true,
+        Some(ast::Distinct::On(_)) => return Err(SqlError::unsupported("DISTINCT ON is not supported")),
+    };
+
+    // Access path of the first table from the conditions on it alone.
+    let mut residual = Vec::new();
+    let mut first_only = Vec::new();
+    for c in where_parts {
+        if !sources.is_empty() && tables_of(&c) == 1 {
+            first_only.push(c);
+        } else {
+            residual.push(c);
+        }
+    }
+    let (access, mut pushed) = match sources.first() {
+        Some(s) => choose_access(s, first_only, &mut residual),
+        None => {
+            residual.extend(first_only);
+            (Access::Full, Vec::new())
+        }
+    };
+    // A locking read of a range re-reads each row by key under its lock and
+    // checks the conditions again on the locked row.
+    if lock != LockMode::Committed && !matches!(access, Access::Keys(_)) {
+        residual.extend(pushed.iter().cloned());
+        if let Some(t) = sources.first().and_then(|s| s.stored()) {
+            for &c in &t.def().primary_key {
+                // Referenced so the key is fetched.
+                residual.push(SExpr::IsNull(Box::new(SExpr::TableCol(0, c)), true));
+            }
+        }
+    }
+    // Joins: a join on the whole primary key of the joined table becomes a
+    // batched lookup.
+    for step in &mut joins {
+        let Some(table) = sources[step.table].stored().cloned() else { continue };
+        let Some(on) = step.on.take() else { continue };
+        let mut parts = Vec::new();
+        conjuncts(on, &mut parts);
+        let earlier = (1u64 << step.table) - 1;
+        let mut key = Vec::new();
+        for &pk in &table.def().primary_key {
+            let found = parts.iter().position(|p| match p {
+                SExpr::Cmp(Cmp::Eq, a, b) => {
+                    (**a == SExpr::TableCol(step.table, pk) && tables_of(b) & !earlier == 0)
+                        || (**b == SExpr::TableCol(step.table, pk) && tables_of(a) & !earlier == 0)
+                }
+                _ => false,
+            });
+            match found {
+                Some(i) => {
+                    let SExpr::Cmp(_, a, b) = parts.remove(i) else { unreachable!("matched above") };
+                    key.push(if *a == SExpr::TableCol(step.table, pk) { *b } else { *a });
+                }
+                None => break,
+            }
+        }
+        if key.len() == table.def().primary_key.len() {
+            step.lookup = Some(key);
+        } else {
+            // Put the taken parts back: no lookup.
+            for (i, k) in key.into_iter().enumerate() {
+                parts.push(SExpr::Cmp(
+                    Cmp::Eq,
+                    Box::new(SExpr::TableCol(step.table, table.def().primary_key[i])),
+                    Box::new(k),
+                ));
+            }
+        }
+        step.on = and_all(parts);
+    }
+
+    // Aggregation.
+    let has_aggs = !aggs.is_empty() || !group_keys.is_empty();
+    let mut agg = AggMode::None;
+    if has_aggs {
+        let pushable = sources.len() == 1
+            && sources[0].stored().is_some()
+            && group_keys.is_empty()
+            && residual.is_empty()
+            && !matches!(access, Access::Keys(_))
+            && lock == LockMode::Committed
+            && outputs.iter().all(|o| tables_of(&o.expr) == 0)
+            && having.as_ref().is_none_or(|h| tables_of(h) == 0)
+            && order.iter().all(|(e, _)| tables_of(e) == 0)
+            && aggs.iter().all(|a| !a.distinct && matches!(a.arg, None | Some(SExpr::TableCol(0, _))));
+        if pushable {
+            let mut pushed_aggs = Vec::new();
+            let mut specs = Vec::new();
+            for a in &aggs {
+                let col = match a.arg {
+                    Some(SExpr::TableCol(0, c)) => c,
+                    _ => 0,
+                };
+                let mut push = |x: Aggregate| {
+                    pushed_aggs.push(x);
+                    pushed_aggs.len() - 1
+                };
+                let spec = match a.kind {
+                    AggKind::CountRows => (a.kind, push(Aggregate::CountRows), None),
+                    AggKind::Count => (a.kind, push(Aggregate::Count(col)), None),
+                    AggKind::Sum => (a.kind, push(Aggregate::Sum(col)), None),
+                    AggKind::Min => (a.kind, push(Aggregate::Min(col)), None),
+                    AggKind::Max => (a.kind, push(Aggregate::Max(col)), None),
+                    AggKind::Avg => {
+                        let s = push(Aggregate::Sum(col));
+                        let n = push(Aggregate::Count(col));
+                        (a.kind, s, Some(n))
+                    }
+                };
+                specs.push(spec);
+            }
+            agg = AggMode::Pushed { pushed: pushed_aggs, specs };
+        } else {
+            agg = AggMode::Grouped { keys: group_keys, aggs };
+        }
+    }
+
+    let mut plan = SelectPlan {
+        sources,
+        access,
+        pushed: Vec::new(),
+        joins,
+        filter: None,
+        agg,
+        having,
+        outputs,
+        order,
+        distinct,
+        limit,
+        offset,
+        lock,
+        row_width: 0,
+    };
+    pushed.retain(|_| true);
+    plan.pushed = pushed;
+    plan.filter = and_all(residual);
+    finish(&mut plan)?;
+    Ok(plan)
+}
+
+/// `ORDER BY 2` / `GROUP BY 1`: a position in the select list.
+fn positional(e: &Expr, outputs: &[OutputColumn]) -> SqlResult<Option<SExpr>> {
+    if let Expr::Value(v) = e {
+        if let ast::Value::Number(n, _) = &v.value {
+            let i: usize = n.parse().map_err(|_| SqlError::parse(format!("bad position {n}")))?;
+            if i == 0 || i > outputs.len() {
+                return Err(SqlError::new(1054, "42S22", format!("Unknown column '{n}' in 'order clause'")));
+            }
+            return Ok(Some(outputs[i - 1].expr.clone()));
+        }
+    }
+    Ok(None)
+}
+
+fn bind_positional(
+    e: &Expr,
+    outputs: &[OutputColumn],
+    scope: &[ScopeTable],
+    aliases: &[(String, SExpr)],
+    place: &'static str,
+) -> SqlResult<SExpr> {
+    if let Some(p) = positional(e, outputs)? {
+        return Ok(p);
+    }
+    let mut b = Binder::new(scope, place);
+    b.aliases = aliases;
+    b.bind(e)
+}
+
+async fn source<C: Catalog>(catalog: &C, factor: &TableFactor) -> SqlResult<Source> {
+    let TableFactor::Table { name, alias, .. } = factor else {
+        return Err(SqlError::unsupported("derived tables and table functions are not supported in FROM"));
+    };
+    let (db, table) = table_name(name)?;
+    let (db, kind) = catalog.resolve(db.as_deref(), &table).await?;
+    let columns = match &kind {
+        SourceKind::Stored(t) => t.def().columns.clone(),
+        SourceKind::Virtual(v) => v.columns.clone(),
+    };
+    let alias = alias.as_ref().map(|a| a.name.value.clone()).unwrap_or_else(|| table.clone());
+    Ok(Source { scope: ScopeTable { alias, db, name: table, columns }, kind, fetch: Vec::new(), projection: None })
+}
+
+/// Picks lookups, a range or a full scan for the first table, from the
+/// conditions that read only it. Returns the access and the conditions to
+/// push to the data nodes; the rest is added to `residual`.
+fn choose_access(src: &Source, parts: Vec<SExpr>, residual: &mut Vec<SExpr>) -> (Access, Vec<SExpr>) {
+    let Some(table) = src.stored() else {
+        residual.extend(parts);
+        return (Access::Full, Vec::new());
+    };
+    let def = table.def();
+    // Equality (or IN) on every key column: lookups.
+    let mut used = vec![false; parts.len()];
+    let mut key_choices: Vec<Vec<SExpr>> = Vec::new();
+    for &pk in &def.primary_key {
+        let mut found = None;
+        for (i, p) in parts.iter().enumerate() {
+            if used[i] {
+                continue;
+            }
+            if let Some(values) = eq_values(p, pk) {
+                found = Some((i, values));
+                break;
+            }
+        }
+        match found {
+            Some((i, values)) => {
+                used[i] = true;
+                key_choices.push(values);
+            }
+            None => break,
+        }
+    }
+    let combos: usize = key_choices.iter().map(|v| v.len().max(1)).product();
+    if key_choices.len() == def.primary_key.len() && combos <= 100_000 {
+        let mut keys: Vec<Vec<SExpr>> = vec![Vec::new()];
+        for choice in key_choices {
+            let mut next = Vec::with_capacity(keys.len() * choice.len());
+            for k in &keys {
+                for v in &choice {
+                    let mut k2 = k.clone();
+                    k2.push(v.clone());
+                    next.push(k2);
+                }
+            }
+            keys = next;
+        }
+        for (i, p) in parts.into_iter().enumerate() {
+            if !used[i] {
+                residual.push(p);
+            }
+        }
+        return (Access::Keys(keys), Vec::new());
+    }
+    // Longest usable prefix of an ordered index.
+    let mut best: Option<(usize, Access, Vec<usize>)> = None;
+    for index in &def.indexes {
+        let mut taken = Vec::new();
+        let mut eq = Vec::new();
+        let mut lower = None;
+        let mut upper = None;
+        for &col in &index.columns {
+            let single = parts.iter().enumerate().find_map(|(i, p)| {
+                if taken.contains(&i) {
+                    return None;
+                }
+                match eq_values(p, col) {
+                    Some(v) if v.len() == 1 => Some((i, v.into_iter().next())),
+                    _ => None,
+                }
+            });
+            if let Some((i, Some(v))) = single {
+                taken.push(i);
+                eq.push(v);
+                continue;
+            }
+            for (i, p) in parts.iter().enumerate() {
+                if taken.contains(&i) {
+                    continue;
+                }
+                if let Some((lo, hi)) = range_bounds(p, col) {
+                    if lo.is_some() && lower.is_none() || hi.is_some() && upper.is_none() {
+                        if lower.is_none() {
+                            lower = lo;
+                        }
+                        if upper.is_none() {
+                            upper = hi;
+                        }
+                        taken.push(i);
+                    }
+                }
+            }
+            break;
+        }
+        let score = eq.len() * 2 + lower.is_some() as usize + upper.is_some() as usize;
+        if score > 0 && best.as_ref().is_none_or(|(s, ..)| score > *s || (score == *s && index.id == PRIMARY_INDEX)) {
+            let access = Access::Range { index: index.name.clone(), columns: index.columns.clone(), eq, lower, upper };
+            best = Some((score, access, taken));
+        }
+    }
+    let (access, taken) = match best {
+        Some((_, a, t)) => (a, t),
+        None => (Access::Full, Vec::new()),
+    };
+    let mut pushed = Vec::new();
+    for (i, p) in parts.into_iter().enumerate() {
+        if taken.contains(&i) {
+            continue;
+        }
+        if pushable(&p) {
+            pushed.push(p);
+        } else {
+            residual.push(p);
+        }
+    }
+    (access, pushed)
+}
+
+/// `col = v` or `col IN (v, ...)` with row-free values.
+fn eq_values(p: &SExpr, col: u16) -> Option<Vec<SExpr>> {
+    let is_col = |e: &SExpr| *e == SExpr::TableCol(0, col);
+    match p {
+        SExpr::Cmp(Cmp::Eq, a, b) if is_col(a) && b.is_row_free() => Some(vec![(**b).clone()]),
+        SExpr::Cmp(Cmp::Eq, a, b) if is_col(b) && a.is_row_free() => Some(vec![(**a).clone()]),
+        SExpr::In(e, list, false) if is_col(e) && list.iter().all(|v| v.is_row_free()) && !list.is_empty() => {
+            Some(list.clone())
+        }
+        _ => None,
+    }
+}
+
+type Bound = Option<(SExpr, bool)>;
+
+/// Bounds on `col` from `BETWEEN` or a comparison with a row-free value.
+fn range_bounds(p: &SExpr, col: u16) -> Option<(Bound, Bound)> {
+    let is_col = |e: &SExpr| *e == SExpr::TableCol(0, col);
+    match p {
+        SExpr::Between(e, lo, hi, false) if is_col(e) && lo.is_row_free() && hi.is_row_free() => {
+            Some((Some(((**lo).clone(), true)), Some(((**hi).clone(), true))))
+        }
+        SExpr::Cmp(op, a, b) if is_col(a) && b.is_row_free() => bound_of(*op, (**b).clone()),
+        SExpr::Cmp(op, a, b) if is_col(b) && a.is_row_free() => {
+            let flipped = match op {
+                Cmp::Lt => Cmp::Gt,
+                Cmp::Le => Cmp::Ge,
+                Cmp::Gt => Cmp::Lt,
+                Cmp::Ge => Cmp::Le,
+                other => *other,
+            };
+            bound_of(flipped, (**a).clone())
+        }
+        _ => None,
+    }
+}
+
+fn bound_of(op: Cmp, v: SExpr) -> Option<(Bound, Bound)> {
+    match op {
+        Cmp::Gt => Some((Some((v, false)), None)),
+        Cmp::Ge => Some((Some((v, true)), None)),
+        Cmp::Lt => Some((None, Some((v, false)))),
+        Cmp::Le => Some((None, Some((v, true)))),
+        _ => None,
+    }
+}
+
+/// Whether a data node can evaluate the condition: comparisons of the
+/// first table's columns with row-free values, combined with AND/OR/NOT.
+pub fn pushable(e: &SExpr) -> bool {
+    let col = |e: &SExpr| matches!(e, SExpr::TableCol(0, _));
+    let val = |e: &SExpr| e.is_row_free() && !matches!(e, SExpr::Session(crate::eval::SessionValue::Variable(_)));
+    match e {
+        SExpr::Cmp(op, a, b) => *op != Cmp::NullSafeEq && ((col(a) && val(b)) || (val(a) && col(b))),
+        SExpr::Between(e, lo, hi, _) => col(e) && val(lo) && val(hi),
+        SExpr::In(e, list, _) => col(e) && list.iter().all(val),
+        SExpr::IsNull(e, _) => col(e),
+        SExpr::Like(e, p, _) => col(e) && val(p),
+        SExpr::And(a, b) | SExpr::Or(a, b) => pushable(a) && pushable(b),
+        SExpr::Not(a) => pushable(a),
+        _ => false,
+    }
+}
+
+/// Decides which columns each table fetches and rewrites column references
+/// into positions of the joined row (and of the grouped row).
+fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
+    let mut used: Vec<Vec<u16>> = vec![Vec::new(); plan.sources.len()];
+    {
+        let mut note = |e: &SExpr| {
+            e.walk(&mut |x| {
+                if let SExpr::TableCol(t, c) = x {
+                    if !used[*t].contains(c) {
+                        used[*t].push(*c);
+                    }
+                }
+            })
+        };
+        if let Some(f) = &plan.filter {
+            note(f);
+        }
+        for j in &plan.joins {
+            if let Some(on) = &j.on {
+                note(on);
+            }
+            for k in j.lookup.iter().flatten() {
+                note(k);
+            }
+        }
+        match &plan.agg {
+            AggMode::Grouped { keys, aggs } => {
+                keys.iter().for_each(&mut note);
+                aggs.iter().filter_map(|a| a.arg.as_ref()).for_each(&mut note);
+            }
+            AggMode::Pushed { .. } | AggMode::None => {}
+        }
+        plan.outputs.iter().for_each(|o| note(&o.expr));
+        plan.order.iter().for_each(|(e, _)| note(e));
+        if let Some(h) = &plan.having {
+            note(h);
+        }
+    }
+    let mut offsets = Vec::new();
+    let mut width = 0;
+    for (t, src) in plan.sources.iter_mut().enumerate() {
+        let mut cols = std::mem::take(&mut used[t]);
+        cols.sort_unstable();
+        if cols.is_empty() {
+            // Something must be fetched to count rows: the first key column.
+            cols.push(src.stored().map(|t| t.def().primary_key[0]).unwrap_or(0));
+        }
+        if let Some(table) = src.stored() {
+            let names: Vec<&str> = cols.iter().map(|&c| table.def().columns[c as usize].name.as_str()).collect();
+            src.projection = Some(Projection::new(table, &names)?);
+        }
+        offsets.push(width);
+        width += cols.len();
+        src.fetch = cols;
+    }
+    plan.row_width = width;
+    let sources = &plan.sources;
+    let agg_base = match &plan.agg {
+        AggMode::Pushed { .. } => 0,
+        _ => width,
+    };
+    let mut rewrite = |e: SExpr| -> SqlResult<SExpr> {
+        e.map(&mut |x| match x {
+            SExpr::TableCol(t, c) => {
+                let pos =
+                    sources[t].fetch.iter().position(|&f| f == c).ok_or_else(|| {
+                        SqlError::general(format!("internal: column {c} of table {t} is not fetched"))
+                    })?;
+                Ok(SExpr::Col(offsets[t] + pos))
+            }
+            SExpr::Agg(i) => Ok(SExpr::Col(agg_base + i)),
+            other => Ok(other),
+        })
+    };
+    if let Some(f) = plan.filter.take() {
+        plan.filter = Some(rewrite(f)?);
+    }
+    for j in &mut plan.joins {
+        if let Some(on) = j.on.take() {
+            j.on = Some(rewrite(on)?);
+        }
+        if let Some(keys) = j.lookup.take() {
+            j.lookup = Some(keys.into_iter().map(&mut rewrite).collect::<SqlResult<_>>()?);
+        }
+    }
+    if let AggMode::Grouped { keys, aggs } = &mut plan.agg {
+        *keys = std::mem::take(keys).into_iter().map(&mut rewrite).collect::<SqlResult<_>>()?;
+        for a in aggs.iter_mut() {
+            if let Some(arg) = a.arg.take() {
+                a.arg = Some(rewrite(arg)?);
+            }
+        }
+    }
+    for o in &mut plan.outputs {
+        o.expr = rewrite(std::mem::replace(&mut o.expr, SExpr::Const(Value::Null)))?;
+    }
+    for (e, _) in &mut plan.order {
+        *e = rewrite(std::mem::replace(e, SExpr::Const(Value::Null)))?;
+    }
+    if let Some(h) = plan.having.take() {
+        plan.having = Some(rewrite(h)?);
+    }
+    Ok(())
+}

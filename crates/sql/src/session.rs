@@ -1,0 +1,789 @@
+//! A client session: current database, autocommit and the open
+//! transaction, session variables, and the execution of every statement
+//! kind. The protocol layer (`conn`) turns the answers into packets.
+
+use crate::catalog;
+use crate::dml::{self, AutoIncrement, InsertPlan, WritePlan};
+use crate::error::{SqlError, SqlResult};
+use crate::eval::{to_text, Env, SExpr, SessionLookup, SessionValue};
+use crate::exec::{run_select, Ctx};
+use crate::plan::{plan_select, Catalog, SelectPlan, SourceKind};
+use latsdb_client::{Client, Op, Outcome, Table, Transaction};
+use latsdb_types::proto::LockMode;
+use latsdb_types::schema::{ColumnDef, ColumnId, ColumnType, IntWidth, TableSpec};
+use latsdb_types::{ErrorCode, Value};
+use sqlparser::ast::{self, Statement};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub const SERVER_VERSION: &str = "8.0.36-latsdb";
+pub const SYSTEM_DATABASE: &str = "latsdb_system";
+const DATABASES_TABLE: &str = "sql_databases";
+const AUTOINC_TABLE: &str = "sql_auto_increment";
+/// Auto-increment values reserved per round trip to the cluster.
+const AUTOINC_BATCH: u64 = 1000;
+
+/// Column metadata of a result set.
+#[derive(Clone, Debug)]
+pub struct ResultColumn {
+    pub name: String,
+    pub org_name: String,
+    pub table: String,
+    pub org_table: String,
+    pub db: String,
+    /// The declared type when the column shows a table column unchanged.
+    pub ty: Option<ColumnType>,
+    pub nullable: bool,
+    pub primary: bool,
+}
+
+impl ResultColumn {
+    pub fn computed(name: &str) -> Self {
+        ResultColumn {
+            name: name.to_string(),
+            org_name: String::new(),
+            table: String::new(),
+            org_table: String::new(),
+            db: String::new(),
+            ty: None,
+            nullable: true,
+            primary: false,
+        }
+    }
+    pub fn typed(name: &str, ty: ColumnType) -> Self {
+        ResultColumn { ty: Some(ty), ..Self::computed(name) }
+    }
+}
+
+#[derive(Debug)]
+pub enum Response {
+    Ok { affected: u64, last_insert_id: u64, info: String },
+    Rows { columns: Vec<ResultColumn>, rows: Vec<Vec<Value>> },
+}
+
+impl Response {
+    pub fn ok() -> Response {
+        Response::Ok { affected: 0, last_insert_id: 0, info: String::new() }
+    }
+    fn affected(n: u64) -> Response {
+        Response::Ok { affected: n, last_insert_id: 0, info: String::new() }
+    }
+}
+
+/// A statement planned once and kept by a prepared statement.
+#[derive(Clone, Debug)]
+pub enum Planned {
+    Select(Arc<SelectPlan>),
+    Insert(Arc<InsertPlan>),
+    Update(Arc<WritePlan>),
+    Delete(Arc<WritePlan>),
+}
+
+/// State shared by every session of one SQL node.
+pub struct Shared {
+    pub client: Client,
+    pub accounts: Vec<crate::auth::Account>,
+    next_connection: AtomicU32,
+    /// Per table id: the auto-increment column (None: the table has none).
+    auto_columns: Mutex<HashMap<u32, Option<ColumnId>>>,
+    /// Per table id: reserved values [next, end) and the counter last seen.
+    auto_ranges: tokio::sync::Mutex<HashMap<u32, AutoRange>>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct AutoRange {
+    next: u64,
+    end: u64,
+    /// The cluster counter is at least this (explicit values below it need
+    /// no update).
+    counter_floor: u64,
+}
+
+impl Shared {
+    pub fn new(client: Client, accounts: Vec<crate::auth::Account>) -> Arc<Shared> {
+        Arc::new(Shared {
+            client,
+            accounts,
+            next_connection: AtomicU32::new(1),
+            auto_columns: Mutex::new(HashMap::new()),
+            auto_ranges: tokio::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn connection_id(&self) -> u32 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    async fn system_table(&self, name: &str) -> SqlResult<Arc<Table>> {
+        Ok(self.client.table(SYSTEM_DATABASE, name).await?)
+    }
+
+    /// Creates the SQL node's metadata tables if they are missing.
+    pub async fn ensure_system_tables(&self) -> SqlResult<()> {
+        let specs = [
+            TableSpec::new(SYSTEM_DATABASE, DATABASES_TABLE)
+                .column(ColumnDef::new("name", ColumnType::VarChar(64)).not_null())
+                .primary_key(&["name"]),
+            TableSpec::new(SYSTEM_DATABASE, AUTOINC_TABLE)
+                .column(ColumnDef::new("table_id", ColumnType::uint(IntWidth::Int)).not_null())
+                .column(ColumnDef::new("column_name", ColumnType::VarChar(64)).not_null())
+                .column(ColumnDef::new("next_value", ColumnType::uint(IntWidth::Big)).not_null())
+                .primary_key(&["table_id"]),
+        ];
+        for spec in specs {
+            let name = spec.name.clone();
+            match self.client.create_table(spec).await {
+                Ok(_) => {}
+                Err(e) if e.code == ErrorCode::TableExists => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.system_table(&name).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn register_auto_column(&self, table: &Arc<Table>, column: ColumnId, start: u64) -> SqlResult<()> {
+        let t = self.system_table(AUTOINC_TABLE).await?;
+        let name = table.def().columns[column as usize].name.clone();
+        let op = Op::upsert(&t, vec![Value::UInt(table.def().id as u64), Value::Str(name), Value::UInt(start.max(1))])?;
+        self.client.transaction().execute_commit(vec![op]).await?;
+        self.auto_columns.lock().unwrap_or_else(|p| p.into_inner()).insert(table.def().id, Some(column));
+        Ok(())
+    }
+
+    pub async fn forget_auto_column(&self, table_id: u32) -> SqlResult<()> {
+        let t = self.system_table(AUTOINC_TABLE).await?;
+        self.client.transaction().execute_commit(vec![Op::delete(&t, &[Value::UInt(table_id as u64)])?]).await?;
+        self.auto_columns.lock().unwrap_or_else(|p| p.into_inner()).remove(&table_id);
+        self.auto_ranges.lock().await.remove(&table_id);
+        Ok(())
+    }
+
+    pub async fn auto_counter(&self, table_id: u32) -> SqlResult<Option<(String, u64)>> {
+        let t = self.system_table(AUTOINC_TABLE).await?;
+        let row = self.client.get(&t, &[Value::UInt(table_id as u64)]).await?;
+        Ok(row.map(|r| (to_text(&r.get(1)), r.get(2).as_u64().unwrap_or(1))))
+    }
+
+    /// Moves the cluster counter to at least `at_least`; returns the value
+    /// it had. `reserve` more values are taken for the caller.
+    async fn bump_counter(&self, table_id: u32, at_least: u64, reserve: u64) -> SqlResult<u64> {
+        let t = self.system_table(AUTOINC_TABLE).await?;
+        let key = [Value::UInt(table_id as u64)];
+        let mut tx = self.client.transaction();
+        let found = tx.execute(vec![Op::read_locked(&t, &key, LockMode::Exclusive)?]).await?;
+        let Some(Outcome::Row(row)) = found.into_iter().next() else {
+            let _ = tx.rollback().await;
+            return Err(SqlError::general(format!("the auto-increment counter of table id {table_id} is missing")));
+        };
+        let current = row.get(2).as_u64().unwrap_or(1).max(at_least);
+        let next = current.checked_add(reserve).ok_or_else(|| {
+            SqlError::new(
+                1467,
+                "HY000",
+                "Failed to read auto-increment value from storage engine (the counter is exhausted)",
+            )
+        })?;
+        let update = Op::update(&t, &key, &[("next_value", Value::UInt(next))])?;
+        tx.execute_commit(vec![update]).await?;
+        Ok(current)
+    }
+}
+
+impl AutoIncrement for Shared {
+    async fn auto_column(&self, table: &Arc<Table>) -> SqlResult<Option<ColumnId>> {
+        let id = table.def().id;
+        if let Some(c) = self.auto_columns.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            return Ok(*c);
+        }
+        let column = match self.auto_counter(id).await? {
+            Some((name, _)) => table.def().column_id(&name).ok(),
+            None => None,
+        };
+        self.auto_columns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, column);
+        Ok(column)
+    }
+
+    async fn next_values(&self, table: &Arc<Table>, n: u64) -> SqlResult<u64> {
+        let id = table.def().id;
+        let mut ranges = self.auto_ranges.lock().await;
+        let r = ranges.entry(id).or_default();
+        if r.end.saturating_sub(r.next) < n {
+            let reserve = n.max(AUTOINC_BATCH);
+            let start = self.bump_counter(id, 1, reserve).await?;
+            *r = AutoRange { next: start, end: start + reserve, counter_floor: start + reserve };
+        }
+        let first = r.next;
+        r.next += n;
+        Ok(first)
+    }
+
+    async fn saw_value(&self, table: &Arc<Table>, v: u64) -> SqlResult<()> {
+        let id = table.def().id;
+        let mut ranges = self.auto_ranges.lock().await;
+        let r = ranges.entry(id).or_default();
+        if v < r.counter_floor {
+            // Our own reserved range may contain it: skip past it.
+            if v >= r.next && v < r.end {
+                r.next = v + 1;
+            }
+            return Ok(());
+        }
+        let before = self.bump_counter(id, v.saturating_add(1), 0).await?;
+        r.counter_floor = before.max(v.saturating_add(1));
+        Ok(())
+    }
+}
+
+enum TxState {
+    None,
+    Open(Transaction),
+    /// The transaction failed and was rolled back by the cluster; the
+    /// client must end it (ROLLBACK, or COMMIT which reports the error).
+    Failed(SqlError),
+}
+
+pub struct Session {
+    pub shared: Arc<Shared>,
+    pub db: Option<String>,
+    pub user: String,
+    pub connection_id: u32,
+    pub autocommit: bool,
+    /// BEGIN was given (or autocommit is off and a statement ran).
+    pub in_transaction: bool,
+    tx: TxState,
+    pub last_insert_id: u64,
+    pub row_count: i64,
+    pub found_rows: u64,
+    vars: HashMap<String, Value>,
+    pub warnings: Vec<(&'static str, u16, String)>,
+}
+
+pub struct NoSession;
+impl SessionLookup for NoSession {
+    fn session_value(&self, v: &SessionValue) -> SqlResult<Value> {
+        Err(SqlError::general(format!("internal: {v:?} asked outside a session")))
+    }
+}
+
+/// What expressions see of the session (a copy, so the session itself can
+/// be borrowed for the transaction meanwhile).
+struct SessionView<'a> {
+    db: Option<&'a str>,
+    user: &'a str,
+    connection_id: u32,
+    last_insert_id: u64,
+    row_count: i64,
+    found_rows: u64,
+    autocommit: bool,
+    vars: &'a HashMap<String, Value>,
+}
+
+pub fn default_variable(name: &str) -> Option<Value> {
+    let s = |v: &str| Some(Value::Str(v.to_string()));
+    let i = |v: i64| Some(Value::Int(v));
+    match name {
+        "version" => s(SERVER_VERSION),
+        "version_comment" => s("latsdb"),
+        "version_compile_os" => s("Linux"),
+        "version_compile_machine" => s("x86_64"),
+        "sql_mode" => s("STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION"),
+        "character_set_client"
+        | "character_set_connection"
+        | "character_set_results"
+        | "character_set_server"
+        | "character_set_database"
+        | "character_set_system" => s("utf8mb4"),
+        "collation_connection" | "collation_server" | "collation_database" => s("utf8mb4_bin"),
+        "transaction_isolation" | "tx_isolation" => s("READ-COMMITTED"),
+        "transaction_read_only" | "tx_read_only" | "read_only" => i(0),
+        "max_allowed_packet" => i(64 << 20),
+        "net_buffer_length" => i(16384),
+        "net_write_timeout" => i(60),
+        "net_read_timeout" => i(30),
+        "wait_timeout" | "interactive_timeout" => i(28800),
+        "lower_case_table_names" => i(0),
+        "auto_increment_increment" | "auto_increment_offset" => i(1),
+        "time_zone" => s("SYSTEM"),
+        "system_time_zone" => s("UTC"),
+        "license" => s("Apache-2.0"),
+        "init_connect" => s(""),
+        "performance_schema" => i(0),
+        "query_cache_size" => i(0),
+        "query_cache_type" => s("OFF"),
+        "have_ssl" | "have_openssl" => s("DISABLED"),
+        "default_storage_engine" | "storage_engine" => s("ndbcluster"),
+        "innodb_lock_wait_timeout" | "lock_wait_timeout" => i(2),
+        "max_connections" => i(4096),
+        "port" => i(3306),
+        "hostname" => s("localhost"),
+        "sql_select_limit" => Some(Value::UInt(u64::MAX)),
+        "sql_auto_is_null" | "sql_safe_updates" | "foreign_key_checks" | "unique_checks" => i(0),
+        "warning_count" | "error_count" => i(0),
+        "default_authentication_plugin" => s(crate::auth::NATIVE),
+        "session_track_schema" | "session_track_state_change" => s("OFF"),
+        "explicit_defaults_for_timestamp" => i(1),
+        "div_precision_increment" => i(4),
+        "group_concat_max_len" => i(1024),
+        "last_insert_id" | "identity" => i(0),
+        "server_id" => i(1),
+        "protocol_version" => i(10),
+        _ => None,
+    }
+}
+
+impl SessionLookup for SessionView<'_> {
+    fn session_value(&self, v: &SessionValue) -> SqlResult<Value> {
+        Ok(match v {
+            SessionValue::Database => self.db.map(|d| Value::Str(d.to_string())).unwrap_or(Value::Null),
+            SessionValue::User => Value::Str(format!("{}@localhost", self.user)),
+            SessionValue::ConnectionId => Value::Int(self.connection_id as i64),
+            SessionValue::LastInsertId => Value::UInt(self.last_insert_id),
+            SessionValue::RowCount => Value::Int(self.row_count),
+            SessionValue::FoundRows => Value::UInt(self.found_rows),
+            SessionValue::Now => Value::DateTime(now_micros()),
+            SessionValue::CurDate => Value::Date(now_micros().div_euclid(86_400_000_000) as i32),
+            SessionValue::Variable(name) => {
+                if name.starts_with('@') {
+                    return Ok(self.vars.get(name).cloned().unwrap_or(Value::Null));
+                }
+                match name.as_str() {
+                    "autocommit" => Value::Int(self.autocommit as i64),
+                    "last_insert_id" | "identity" => Value::UInt(self.last_insert_id),
+                    _ => match self.vars.get(name).cloned().or_else(|| default_variable(name)) {
+                        Some(v) => v,
+                        None => {
+                            return Err(SqlError::new(
+                                crate::error::ER_UNKNOWN_SYSTEM_VARIABLE,
+                                "HY000",
+                                format!("Unknown system variable '{name}'"),
+                            ))
+                        }
+                    },
+                }
+            }
+        })
+    }
+}
+
+fn now_micros() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// Table lookup for the planner, in the session's current database.
+pub struct SessionCatalog<'a> {
+    pub shared: &'a Shared,
+    pub db: Option<&'a str>,
+}
+
+impl Catalog for SessionCatalog<'_> {
+    async fn resolve(&self, db: Option<&str>, name: &str) -> SqlResult<(String, SourceKind)> {
+        let db = match db.or(self.db) {
+            Some(d) => d.to_string(),
+            None => return Err(SqlError::no_db()),
+        };
+        if db.eq_ignore_ascii_case("information_schema") {
+            let v = catalog::information_schema(self.shared, name).await?;
+            return Ok(("information_schema".into(), SourceKind::Virtual(Arc::new(v))));
+        }
+        match self.shared.client.table(&db, name).await {
+            Ok(t) => Ok((db, SourceKind::Stored(t))),
+            Err(e) if e.code == ErrorCode::UnknownTable => Err(SqlError::no_such_table(&db, name)),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Session {
+    pub fn new(shared: Arc<Shared>, user: String, connection_id: u32) -> Session {
+        Session {
+            shared,
+            db: None,
+            user,
+            connection_id,
+            autocommit: true,
+            in_transaction: false,
+            tx: TxState::None,
+            last_insert_id: 0,
+            row_count: -1,
+            found_rows: 0,
+            vars: HashMap::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn catalog(&self) -> SessionCatalog<'_> {
+        SessionCatalog { shared: &self.shared, db: self.db.as_deref() }
+    }
+
+    pub fn status_in_transaction(&self) -> bool {
+        self.in_transaction
+    }
+
+    /// Plans what can be planned ahead (queries and writes).
+    pub async fn plan(&self, stmt: &Statement) -> SqlResult<Option<Planned>> {
+        let catalog = self.catalog();
+        Ok(Some(match stmt {
+            Statement::Query(q) => Planned::Select(Arc::new(plan_select(&catalog, q).await?)),
+            Statement::Insert(i) => Planned::Insert(Arc::new(dml::plan_insert(&catalog, i).await?)),
+            Statement::Update(_) => Planned::Update(Arc::new(dml::plan_write(&catalog, stmt).await?)),
+            Statement::Delete(_) => Planned::Delete(Arc::new(dml::plan_write(&catalog, stmt).await?)),
+            _ => return Ok(None),
+        }))
+    }
+
+    /// Runs a statement; `cached` is the prepared statement's plan (made on
+    /// first use and kept while the tables are unchanged).
+    pub async fn execute(
+        &mut self,
+        stmt: &Statement,
+        params: &[Value],
+        cached: Option<&mut Option<Planned>>,
+    ) -> SqlResult<Response> {
+        self.warnings.clear();
+        let planned = match cached {
+            Some(slot) => match slot {
+                Some(p) if self.plan_is_current(p).await => Some(p.clone()),
+                _ => {
+                    let p = self.plan(stmt).await?;
+                    slot.clone_from(&p);
+                    p
+                }
+            },
+            None => self.plan(stmt).await?,
+        };
+        let result = match planned {
+            Some(p) => self.run_planned(&p, params).await,
+            None => self.run_other(stmt).await,
+        };
+        match &result {
+            Ok(Response::Ok { affected, .. }) => self.row_count = *affected as i64,
+            Ok(Response::Rows { rows, .. }) => {
+                self.row_count = -1;
+                self.found_rows = rows.len() as u64;
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// A cached plan is stale when one of its tables changed or was dropped
+    /// and created again.
+    async fn plan_is_current(&self, p: &Planned) -> bool {
+        let tables: Vec<Arc<Table>> = match p {
+            Planned::Select(s) => s.sources.iter().filter_map(|s| s.stored().cloned()).collect(),
+            Planned::Insert(i) => vec![i.table.clone()],
+            Planned::Update(w) | Planned::Delete(w) => vec![w.table.clone()],
+        };
+        for t in tables {
+            match self.shared.client.table(&t.def().database, &t.def().name).await {
+                Ok(now) if Arc::ptr_eq(&now, &t) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    fn needs_tx(&self, p: &Planned) -> bool {
+        match p {
+            Planned::Select(s) => self.in_transaction || s.lock != LockMode::Committed,
+            _ => true,
+        }
+    }
+
+    async fn run_planned(&mut self, p: &Planned, params: &[Value]) -> SqlResult<Response> {
+        if let TxState::Failed(e) = &self.tx {
+            return Err(tx_failed(e));
+        }
+        if !self.autocommit && !self.in_transaction {
+            self.in_transaction = true;
+        }
+        let use_tx = self.needs_tx(p);
+        let mut tx = match std::mem::replace(&mut self.tx, TxState::None) {
+            TxState::Open(t) => Some(t),
+            _ if use_tx => Some(self.shared.client.transaction()),
+            _ => None,
+        };
+        let view = SessionView {
+            db: self.db.as_deref(),
+            user: &self.user,
+            connection_id: self.connection_id,
+            last_insert_id: self.last_insert_id,
+            row_count: self.row_count,
+            found_rows: self.found_rows,
+            autocommit: self.autocommit,
+            vars: &self.vars,
+        };
+        let mut ctx = Ctx {
+            client: &self.shared.client,
+            tx: if use_tx { tx.as_mut() } else { None },
+            env: Env { params, session: &view },
+        };
+        let result: SqlResult<(Response, Option<u64>)> = async {
+            Ok(match p {
+                Planned::Select(s) => {
+                    let rows = run_select(s, &mut ctx).await?;
+                    (Response::Rows { columns: result_columns_of(s), rows }, None)
+                }
+                Planned::Insert(i) => {
+                    let r = dml::run_insert(i, &mut ctx, self.shared.as_ref()).await?;
+                    (
+                        Response::Ok {
+                            affected: r.affected,
+                            last_insert_id: r.last_insert_id.unwrap_or(0),
+                            info: String::new(),
+                        },
+                        r.last_insert_id,
+                    )
+                }
+                Planned::Update(w) => (Response::affected(dml::run_update(w, &mut ctx, false).await?), None),
+                Planned::Delete(w) => (Response::affected(dml::run_update(w, &mut ctx, true).await?), None),
+            })
+        }
+        .await;
+        drop(ctx);
+        match result {
+            Ok((response, insert_id)) => {
+                if let Some(id) = insert_id {
+                    self.last_insert_id = id;
+                }
+                if let Some(t) = tx {
+                    if self.in_transaction {
+                        self.tx = TxState::Open(t);
+                    } else {
+                        t.commit().await?;
+                    }
+                }
+                Ok(response)
+            }
+            Err(e) => {
+                // A failed operation aborted the cluster transaction.
+                if let Some(t) = tx {
+                    let _ = t.rollback().await;
+                    if self.in_transaction {
+                        self.tx = TxState::Failed(e.clone());
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub async fn commit(&mut self) -> SqlResult<()> {
+        self.in_transaction = false;
+        match std::mem::replace(&mut self.tx, TxState::None) {
+            TxState::None => Ok(()),
+            TxState::Open(t) => Ok(t.commit().await?),
+            TxState::Failed(e) => Err(tx_failed(&e)),
+        }
+    }
+
+    pub async fn rollback(&mut self) -> SqlResult<()> {
+        self.in_transaction = false;
+        match std::mem::replace(&mut self.tx, TxState::None) {
+            TxState::Open(t) => Ok(t.rollback().await?),
+            _ => Ok(()),
+        }
+    }
+
+    async fn begin(&mut self) -> SqlResult<()> {
+        // MySQL commits an open transaction on BEGIN.
+        if self.in_transaction {
+            self.commit().await?;
+        }
+        self.in_transaction = true;
+        Ok(())
+    }
+
+    fn view(&self) -> SessionView<'_> {
+        SessionView {
+            db: self.db.as_deref(),
+            user: &self.user,
+            connection_id: self.connection_id,
+            last_insert_id: self.last_insert_id,
+            row_count: self.row_count,
+            found_rows: self.found_rows,
+            autocommit: self.autocommit,
+            vars: &self.vars,
+        }
+    }
+
+    /// Evaluates a constant expression (SET values, SELECT without FROM).
+    fn constant(&self, e: &ast::Expr) -> SqlResult<Value> {
+        let bound = crate::bind::Binder::new(&[], "field list").bind(e)?;
+        let view = self.view();
+        bound.eval(&[], &Env { params: &[], session: &view })
+    }
+
+    async fn run_other(&mut self, stmt: &Statement) -> SqlResult<Response> {
+        match stmt {
+            Statement::StartTransaction { .. } => {
+                self.begin().await?;
+                Ok(Response::ok())
+            }
+            Statement::Commit { .. } => {
+                self.commit().await?;
+                Ok(Response::ok())
+            }
+            Statement::Rollback { savepoint: None, .. } => {
+                self.rollback().await?;
+                Ok(Response::ok())
+            }
+            Statement::Rollback { .. } | Statement::Savepoint { .. } | Statement::ReleaseSavepoint { .. } => {
+                Err(SqlError::unsupported("savepoints are not supported"))
+            }
+            Statement::Set(set) => self.set(set).await,
+            Statement::Use(u) => {
+                let name = match u {
+                    ast::Use::Object(n) | ast::Use::Database(n) | ast::Use::Schema(n) => n.to_string(),
+                    _ => return Err(SqlError::parse("USE needs a database name")),
+                };
+                let name = name.trim_matches('`').to_string();
+                if !catalog::database_exists(&self.shared, &name).await? {
+                    return Err(SqlError::bad_db(&name));
+                }
+                self.db = Some(name);
+                Ok(Response::ok())
+            }
+            Statement::LockTables { .. } | Statement::UnlockTables | Statement::Flush { .. } => Ok(Response::ok()),
+            Statement::Explain { .. } => Err(SqlError::unsupported("EXPLAIN is not supported yet")),
+            _ => {
+                // DDL and SHOW/DESCRIBE implicitly end a transaction in MySQL.
+                if is_ddl(stmt) && self.in_transaction {
+                    self.commit().await?;
+                }
+                let db = self.db.clone();
+                catalog::run(self, db.as_deref(), stmt).await
+            }
+        }
+    }
+
+    async fn set(&mut self, set: &ast::Set) -> SqlResult<Response> {
+        let assignments: Vec<(String, &ast::Expr)> = match set {
+            ast::Set::SingleAssignment { variable, values, .. } => {
+                let [value] = values.as_slice() else {
+                    return Err(SqlError::parse("SET takes one value per variable"));
+                };
+                vec![(variable.to_string(), value)]
+            }
+            ast::Set::MultipleAssignments { assignments } => {
+                assignments.iter().map(|a| (a.name.to_string(), &a.value)).collect()
+            }
+            // SET NAMES / CHARACTER SET: the server speaks utf8mb4 only.
+            ast::Set::SetNames { .. } | ast::Set::SetNamesDefault {} => return Ok(Response::ok()),
+            ast::Set::SetTransaction { .. } => return Ok(Response::ok()),
+            ast::Set::SetTimeZone { .. } => return Ok(Response::ok()),
+            _ => return Err(SqlError::unsupported(format!("{set} is not supported"))),
+        };
+        for (name, value) in assignments {
+            let lower = name.to_ascii_lowercase();
+            let var = lower
+                .strip_prefix("@@session.")
+                .or_else(|| lower.strip_prefix("@@global."))
+                .or_else(|| lower.strip_prefix("@@local."))
+                .or_else(|| lower.strip_prefix("@@"))
+                .or_else(|| lower.strip_prefix("session."))
+                .or_else(|| lower.strip_prefix("global."))
+                .unwrap_or(&lower)
+                .to_string();
+            // ON/OFF and bare words are values, not column names.
+            let v = match value {
+                ast::Expr::Identifier(id) if id.quote_style.is_none() => match id.value.to_ascii_uppercase().as_str() {
+                    "ON" | "TRUE" => Value::Int(1),
+                    "OFF" | "FALSE" => Value::Int(0),
+                    "DEFAULT" => default_variable(&var).unwrap_or(Value::Null),
+                    other => Value::Str(other.to_string()),
+                },
+                e => self.constant(e)?,
+            };
+            if var.starts_with('@') {
+                self.vars.insert(var, v);
+                continue;
+            }
+            match var.as_str() {
+                "autocommit" => {
+                    let on = crate::eval::truth(&v).ok_or_else(|| {
+                        SqlError::new(
+                            crate::error::ER_WRONG_VALUE_FOR_VAR,
+                            "42000",
+                            "Variable 'autocommit' can't be set to the value of 'NULL'",
+                        )
+                    })?;
+                    if on && !self.autocommit && self.in_transaction {
+                        self.commit().await?;
+                    }
+                    self.autocommit = on;
+                }
+                "names" | "character set" => {}
+                _ => {
+                    if default_variable(&var).is_none() && !self.vars.contains_key(&var) {
+                        return Err(SqlError::new(
+                            crate::error::ER_UNKNOWN_SYSTEM_VARIABLE,
+                            "HY000",
+                            format!("Unknown system variable '{var}'"),
+                        ));
+                    }
+                    self.vars.insert(var, v);
+                }
+            }
+        }
+        Ok(Response::ok())
+    }
+
+    /// Session variables as SHOW VARIABLES lists them.
+    pub fn variable(&self, name: &str) -> Option<Value> {
+        self.view().session_value(&SessionValue::Variable(name.to_string())).ok()
+    }
+}
+
+fn tx_failed(e: &SqlError) -> SqlError {
+    SqlError::new(
+        crate::error::ER_LOCK_DEADLOCK,
+        "40001",
+        format!("the transaction was rolled back after an earlier error ({}); run ROLLBACK and retry it", e.message),
+    )
+}
+
+fn is_ddl(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::CreateTable(_)
+            | Statement::CreateIndex(_)
+            | Statement::Drop { .. }
+            | Statement::AlterTable(_)
+            | Statement::Truncate(_)
+            | Statement::CreateDatabase { .. }
+            | Statement::CreateSchema { .. }
+    )
+}
+
+/// Result-set columns of a SELECT plan.
+pub fn result_columns_of(plan: &SelectPlan) -> Vec<ResultColumn> {
+    plan.outputs
+        .iter()
+        .map(|o| match o.origin {
+            Some((t, c)) => {
+                let src = &plan.sources[t];
+                let col = &src.scope.columns[c as usize];
+                let primary = src.stored().is_some_and(|tb| tb.def().primary_key.contains(&c));
+                ResultColumn {
+                    name: o.name.clone(),
+                    org_name: col.name.clone(),
+                    table: src.scope.alias.clone(),
+                    org_table: src.scope.name.clone(),
+                    db: src.scope.db.clone(),
+                    ty: Some(col.ty),
+                    nullable: col.nullable,
+                    primary,
+                }
+            }
+            None => ResultColumn::computed(&o.name),
+        })
+        .collect()
+}
+
+/// Whether an expression tree is a plain constant (used by SHOW filters).
+pub fn is_constant(e: &SExpr) -> bool {
+    e.is_row_free()
+}
