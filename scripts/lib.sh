@@ -3,7 +3,7 @@
 # through it, and starts the embedded cluster.
 #
 #   source scripts/lib.sh
-#   start_latsdb REPLICAS [latsdb start flags...]   # sets MGMD, REST and LAUNCHER (pid)
+#   start_latsdb REPLICAS [latsdb start flags...]   # sets MGMD, REST, SQL and LAUNCHER (pid)
 #   stop_latsdb                # stops it (SIGTERM) and waits
 #   load_rows ROWS             # flex insert phase
 
@@ -21,13 +21,14 @@ start_latsdb() {
   shift
   echo "== starting latsdb (mgmd + 2 data nodes, $replicas replica(s)) $*"
   rm -rf "$WORK/latsdb"
-  $BIN start --dir "$WORK/latsdb" --mgmd-port 0 --rest-port 0 --replicas "$replicas" "$@" > "$WORK/start.log" 2>&1 &
+  $BIN start --dir "$WORK/latsdb" --mgmd-port 0 --rest-port 0 --sql-port 0 --replicas "$replicas" "$@" > "$WORK/start.log" 2>&1 &
   LAUNCHER=$!
   PIDS+=($LAUNCHER)
   for _ in $(seq 1 300); do grep -q "Press Ctrl-C" "$WORK/start.log" 2>/dev/null && break; sleep 0.1; done
   grep -q "Press Ctrl-C" "$WORK/start.log" || { cat "$WORK/start.log"; exit 1; }
   MGMD=$(cat "$WORK/latsdb/mgmd.addr")
   REST=$(cat "$WORK/latsdb/rest.addr" 2>/dev/null || true)
+  SQL=$(cat "$WORK/latsdb/sql.addr" 2>/dev/null || true)
 }
 
 stop_latsdb() {

@@ -17,6 +17,8 @@ pub struct TestCluster {
     pub mgmd: String,
     /// `host:port` of the REST node.
     pub rest: String,
+    /// `host:port` of the SQL node (MySQL protocol).
+    pub sql: String,
     pub output: mpsc::Receiver<String>,
     pub dir: tempfile::TempDir,
 }
@@ -25,7 +27,7 @@ impl TestCluster {
     pub fn start(extra: &[&str]) -> TestCluster {
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut child = Command::new(BIN)
-            .args(["start", "--mgmd-port", "0", "--rest-port", "0", "--dir"])
+            .args(["start", "--mgmd-port", "0", "--rest-port", "0", "--sql-port", "0", "--dir"])
             .arg(dir.path().join("data"))
             .args(extra)
             .stdin(Stdio::null())
@@ -42,7 +44,8 @@ impl TestCluster {
                 }
             }
         });
-        let mut cluster = TestCluster { child, mgmd: String::new(), rest: String::new(), output: rx, dir };
+        let mut cluster =
+            TestCluster { child, mgmd: String::new(), rest: String::new(), sql: String::new(), output: rx, dir };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -56,6 +59,9 @@ impl TestCluster {
             if let Some(url) = line.trim().strip_prefix("rest") {
                 let url = url.trim().trim_start_matches("http://");
                 cluster.rest = url.split('/').next().unwrap_or_default().to_string();
+            }
+            if let Some(rest) = line.trim().strip_prefix("sql ") {
+                cluster.sql = rest.split_whitespace().next().unwrap_or_default().to_string();
             }
             if line.starts_with("Press Ctrl-C") {
                 break;

@@ -1,0 +1,56 @@
+-- Run by tests/sql_clients.rs through Debian's mariadb client (batch mode);
+-- its output must equal cli_expected.txt.
+CREATE DATABASE shop;
+USE shop;
+CREATE TABLE customers (
+  id INT NOT NULL AUTO_INCREMENT,
+  name VARCHAR(40) NOT NULL,
+  city VARCHAR(40) DEFAULT NULL,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB COMMENT='people who buy';
+CREATE TABLE orders (
+  id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  customer_id INT NOT NULL,
+  amount DECIMAL(10,2) NOT NULL,
+  placed DATE NOT NULL,
+  note TEXT,
+  KEY by_customer (customer_id)
+);
+INSERT INTO customers (name, city) VALUES ('Ada', 'London'), ('Grace', 'New York'), ('Linus', NULL);
+SELECT LAST_INSERT_ID();
+INSERT INTO orders (customer_id, amount, placed) VALUES (1, 10.50, '2026-01-02'), (1, 4.25, '2026-01-03'), (2, 99.99, '2026-02-01');
+INSERT INTO orders SET customer_id = 3, amount = 1, placed = '2026-03-04', note = 'gift';
+SELECT * FROM customers ORDER BY id;
+SELECT id, customer_id, amount, placed, note FROM orders ORDER BY id;
+SELECT c.name, COUNT(o.id) AS n, SUM(o.amount) AS total FROM customers c LEFT JOIN orders o ON o.customer_id = c.id GROUP BY c.name ORDER BY total DESC;
+SELECT name FROM customers WHERE city IS NULL;
+SELECT name FROM customers WHERE name LIKE 'G%' OR id IN (3) ORDER BY name;
+SELECT DISTINCT customer_id FROM orders ORDER BY customer_id;
+SELECT customer_id, MAX(amount) FROM orders GROUP BY customer_id HAVING MAX(amount) > 5 ORDER BY 1;
+SELECT id FROM orders WHERE amount BETWEEN 4 AND 11 ORDER BY amount LIMIT 1, 1;
+UPDATE orders SET amount = amount + 1 WHERE customer_id = 1;
+SELECT ROW_COUNT();
+DELETE FROM orders WHERE placed < '2026-01-03';
+SELECT COUNT(*), SUM(amount), MIN(placed), MAX(placed) FROM orders;
+INSERT INTO customers (id, name) VALUES (2, 'Grace Hopper') ON DUPLICATE KEY UPDATE name = VALUES(name);
+REPLACE INTO customers (id, name, city) VALUES (3, 'Linus', 'Helsinki');
+SELECT id, name, city FROM customers ORDER BY id;
+START TRANSACTION;
+INSERT INTO customers (name) VALUES ('Rolled Back');
+ROLLBACK;
+BEGIN;
+UPDATE customers SET city = 'Paris' WHERE id = 1;
+SELECT city FROM customers WHERE id = 1 FOR UPDATE;
+COMMIT;
+SELECT COUNT(*) FROM customers;
+SELECT UPPER(name), CONCAT(name, '@', IFNULL(city, '?')), LENGTH(name), COALESCE(NULL, 7), 7 DIV 2, 7 / 2 FROM customers WHERE id = 1;
+SHOW TABLES;
+DESCRIBE customers;
+CREATE INDEX by_city ON customers (city);
+SELECT name FROM customers WHERE city = 'Paris';
+ALTER TABLE customers DROP INDEX by_city;
+TRUNCATE TABLE orders;
+SELECT COUNT(*) FROM orders;
+DROP TABLE orders;
+DROP DATABASE shop;
+SHOW DATABASES LIKE 'shop';

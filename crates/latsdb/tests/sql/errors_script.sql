@@ -1,0 +1,23 @@
+-- Run by tests/sql_clients.rs with `mariadb --force`: every statement that
+-- fails must fail with the error code MySQL gives, and the session must stay
+-- usable (the last SELECT answers).
+CREATE DATABASE errs;
+USE errs;
+CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(3) NOT NULL, n INT);
+INSERT INTO t VALUES (1, 'a', 1);
+SELEC 1;
+SELECT * FROM missing;
+SELECT nope FROM t;
+INSERT INTO t VALUES (1, 'b', 2);
+INSERT INTO t VALUES (2, 'toolong', 2);
+INSERT INTO t VALUES (3, NULL, 3);
+INSERT INTO t VALUES (4, 'x', 'not a number');
+INSERT INTO t (id) VALUES (5);
+INSERT INTO t VALUES (6, 'x');
+CREATE TABLE t (id INT PRIMARY KEY);
+USE nosuchdb;
+SELECT @@no_such_variable;
+SELECT NO_SUCH_FUNCTION(1);
+CREATE TABLE nokey (a INT);
+SELECT id, v, n FROM t;
+DROP DATABASE errs;

@@ -1,0 +1,198 @@
+//! The SQL node driven by real MySQL clients against `latsdb start`:
+//! sysbench (every OLTP workload, prepared and text protocol) with the rows
+//! checked afterwards, and Debian's mariadb command-line client running a
+//! script with expected output and a script of statements that must fail
+//! with MySQL's error codes. `scripts/install-deps.sh` installs both tools.
+
+mod common;
+
+use common::TestCluster;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs a command with a deadline; returns (success, stdout, stderr).
+fn run_bounded(cmd: &mut Command, input: Option<&str>, limit: Duration) -> (bool, String, String) {
+    let mut child = cmd
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?} ({e}); scripts/install-deps.sh installs it"));
+    if let Some(text) = input {
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        stdin.write_all(text.as_bytes()).expect("write the script");
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("wait for the client").is_some() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect output");
+            panic!(
+                "{cmd:?} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("collect output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn host_port(cluster: &TestCluster) -> (String, String) {
+    let (h, p) = cluster.sql.rsplit_once(':').expect("the launcher printed the SQL node's address");
+    (h.to_string(), p.to_string())
+}
+
+/// The mariadb client in batch mode; returns (success, stdout, stderr).
+fn mariadb(cluster: &TestCluster, extra: &[&str], script: &str) -> (bool, String, String) {
+    let (host, port) = host_port(cluster);
+    let mut cmd = Command::new("mariadb");
+    cmd.args(["-h", &host, "-P", &port, "-u", "root", "--batch", "--connect-timeout=10"]).args(extra);
+    run_bounded(&mut cmd, Some(script), Duration::from_secs(60))
+}
+
+fn query_one_row(cluster: &TestCluster, sql: &str) -> Vec<String> {
+    let (ok, out, err) = mariadb(cluster, &["--skip-column-names", "sbtest"], sql);
+    assert!(ok, "{sql} failed: {err}");
+    out.lines().next().unwrap_or_default().split('\t').map(str::to_string).collect()
+}
+
+fn count_and_sum(cluster: &TestCluster) -> (i64, i64) {
+    let row = query_one_row(cluster, "SELECT COUNT(*), SUM(k) FROM sbtest1");
+    let n = |s: &String| s.parse::<i64>().unwrap_or_else(|_| panic!("not a number: {row:?}"));
+    (n(&row[0]), n(&row[1]))
+}
+
+fn sysbench(cluster: &TestCluster, workload: &str, command: &str, ps_mode: &str) -> String {
+    let (host, port) = host_port(cluster);
+    let mut cmd = Command::new("sysbench");
+    cmd.args([
+        workload,
+        "--db-driver=mysql",
+        &format!("--mysql-host={host}"),
+        &format!("--mysql-port={port}"),
+        "--mysql-user=root",
+        "--mysql-db=sbtest",
+        "--tables=1",
+        "--table-size=5000",
+        &format!("--db-ps-mode={ps_mode}"),
+        "--threads=4",
+        "--time=3",
+        command,
+    ]);
+    let (ok, out, err) = run_bounded(&mut cmd, None, Duration::from_secs(120));
+    assert!(ok, "sysbench {workload} {command} --db-ps-mode={ps_mode} failed:\n{out}\n{err}");
+    out
+}
+
+/// "transactions: N" and "ignored errors: N" of a sysbench run.
+fn sysbench_counts(out: &str) -> (i64, i64) {
+    let field = |name: &str| -> i64 {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no '{name}' in sysbench output:\n{out}"))
+    };
+    (field("transactions:"), field("ignored errors:"))
+}
+
+#[test]
+fn sysbench_workloads_run_in_both_statement_modes_and_leave_consistent_rows() {
+    let cluster = TestCluster::start(&[]);
+    let (ok, _, err) = mariadb(&cluster, &[], "CREATE DATABASE sbtest");
+    assert!(ok, "{err}");
+    for ps_mode in ["auto", "disable"] {
+        for workload in [
+            "oltp_read_write",
+            "oltp_read_only",
+            "oltp_point_select",
+            "oltp_insert",
+            "oltp_update_index",
+            "oltp_delete",
+        ] {
+            sysbench(&cluster, workload, "prepare", ps_mode);
+            let (rows, sum) = count_and_sum(&cluster);
+            assert_eq!(rows, 5000, "{workload}: prepare loaded {rows} rows");
+            let max_id = query_one_row(&cluster, "SELECT MAX(id), MIN(id) FROM sbtest1");
+            assert_eq!(max_id, ["5000", "1"], "{workload}: AUTO_INCREMENT gave ids 1..=5000");
+            let out = sysbench(&cluster, workload, "run", ps_mode);
+            let (transactions, ignored) = sysbench_counts(&out);
+            assert!(transactions > 0, "{workload} ({ps_mode}) ran no transaction:\n{out}");
+            let (rows_after, sum_after) = count_and_sum(&cluster);
+            match workload {
+                // Each event inserts one row with a fresh AUTO_INCREMENT id.
+                "oltp_insert" => assert_eq!(rows_after, rows + transactions - ignored, "{workload} ({ps_mode})"),
+                // Each event adds 1 to k of one existing row.
+                "oltp_update_index" => {
+                    assert_eq!(rows_after, rows, "{workload} ({ps_mode})");
+                    assert_eq!(sum_after, sum + transactions - ignored, "{workload} ({ps_mode}): SUM(k)");
+                }
+                "oltp_read_only" | "oltp_point_select" => {
+                    assert_eq!((rows_after, sum_after), (rows, sum), "{workload} ({ps_mode}) changed rows")
+                }
+                // Each event deletes one random id (some twice): at most one
+                // row per transaction disappears.
+                "oltp_delete" => {
+                    let deleted = rows - rows_after;
+                    assert!(
+                        deleted > 0 && deleted <= transactions,
+                        "{workload} ({ps_mode}): {deleted} rows gone after {transactions} deletes"
+                    );
+                }
+                // Deletes are followed by inserts of the same ids inside one
+                // transaction: the count never changes.
+                _ => assert_eq!(rows_after, rows, "{workload} ({ps_mode})"),
+            }
+            eprintln!("{workload} --db-ps-mode={ps_mode}: {transactions} transactions, {ignored} ignored errors");
+            sysbench(&cluster, workload, "cleanup", ps_mode);
+            let (ok, _, err) = mariadb(&cluster, &["sbtest"], "SELECT * FROM sbtest1");
+            assert!(!ok && err.contains("1146"), "cleanup left the table behind: {err}");
+        }
+    }
+}
+
+#[test]
+fn the_mysql_cli_runs_a_script_with_the_expected_output() {
+    let cluster = TestCluster::start(&[]);
+    let script = include_str!("sql/cli_script.sql");
+    let (ok, out, err) = mariadb(&cluster, &[], script);
+    assert!(ok, "the script failed:\n{err}\noutput so far:\n{out}");
+    let expected = include_str!("sql/cli_expected.txt");
+    if out != expected {
+        for (i, (got, want)) in out.lines().zip(expected.lines()).enumerate() {
+            assert_eq!(got, want, "line {} of the output differs", i + 1);
+        }
+        assert_eq!(out.lines().count(), expected.lines().count(), "output has a different number of lines:\n{out}");
+    }
+}
+
+#[test]
+fn errors_carry_mysql_codes_and_the_session_stays_usable() {
+    let cluster = TestCluster::start(&[]);
+    let (_, out, err) = mariadb(&cluster, &["--force"], include_str!("sql/errors_script.sql"));
+    let codes: Vec<&str> =
+        err.lines().filter_map(|l| l.strip_prefix("ERROR ")).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(
+        codes,
+        [
+            "1064", "1146", "1054", "1062", "1406", "1048", "1366", "1364", "1136", "1050", "1049", "1193", "1305",
+            "1173"
+        ],
+        "error codes, in statement order:\n{err}"
+    );
+    assert!(err.contains("ERROR 1062 (23000)"), "duplicate keys carry SQLSTATE 23000:\n{err}");
+    assert_eq!(
+        out, "id\tv\tn\n1\ta\t1\n",
+        "after the errors the session still answers, and no failed insert left a row"
+    );
+}
