@@ -242,38 +242,8 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
 
     let mut buf = Vec::new();
     io.read_packet(&mut buf).await.ok()?;
-    let parsed = (|| -> Result<_, crate::wire::Truncated> {
-        let mut r = Reader::new(&buf);
-        let caps = r.u32()?;
-        if caps & PROTOCOL_41 == 0 {
-            return Ok(None);
-        }
-        let _max_packet = r.u32()?;
-        let _charset = r.u8()?;
-        r.bytes(23)?;
-        let user = String::from_utf8_lossy(r.nul_str()?).into_owned();
-        let response = if caps & PLUGIN_AUTH_LENENC != 0 {
-            r.lenenc_bytes()?.to_vec()
-        } else if caps & SECURE_CONNECTION != 0 {
-            let n = r.u8()? as usize;
-            r.bytes(n)?.to_vec()
-        } else {
-            r.nul_str()?.to_vec()
-        };
-        let db = if caps & CONNECT_WITH_DB != 0 && !r.is_empty() {
-            let d = String::from_utf8_lossy(r.nul_str()?).into_owned();
-            (!d.is_empty()).then_some(d)
-        } else {
-            None
-        };
-        let plugin = if caps & PLUGIN_AUTH != 0 && !r.is_empty() {
-            String::from_utf8_lossy(r.nul_str().unwrap_or(b"")).into_owned()
-        } else {
-            auth::NATIVE.to_string()
-        };
-        Ok(Some((caps, user, response, db, plugin)))
-    })();
-    let Ok(Some((caps, user, mut response, db, mut plugin))) = parsed else {
+    let parsed = parse_handshake_response(&buf);
+    let Some(HandshakeResponse { caps, user, mut response, db, mut plugin }) = parsed else {
         let e = SqlError::new(
             err::ER_MALFORMED_PACKET,
             "08S01",
@@ -318,6 +288,70 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     Some((user, caps & SERVER_CAPABILITIES, db))
 }
 
+/// What a client answers to the greeting.
+#[derive(Debug)]
+pub struct HandshakeResponse {
+    pub caps: u32,
+    pub user: String,
+    pub response: Vec<u8>,
+    pub db: Option<String>,
+    pub plugin: String,
+}
+
+/// Decodes a HandshakeResponse41; None when it is malformed or from a
+/// pre-4.1 client.
+pub fn parse_handshake_response(buf: &[u8]) -> Option<HandshakeResponse> {
+    let parsed = (|| -> Result<_, crate::wire::Truncated> {
+        let mut r = Reader::new(buf);
+        let caps = r.u32()?;
+        if caps & PROTOCOL_41 == 0 {
+            return Ok(None);
+        }
+        let _max_packet = r.u32()?;
+        let _charset = r.u8()?;
+        r.bytes(23)?;
+        let user = String::from_utf8_lossy(r.nul_str()?).into_owned();
+        let response = if caps & PLUGIN_AUTH_LENENC != 0 {
+            r.lenenc_bytes()?.to_vec()
+        } else if caps & SECURE_CONNECTION != 0 {
+            let n = r.u8()? as usize;
+            r.bytes(n)?.to_vec()
+        } else {
+            r.nul_str()?.to_vec()
+        };
+        let db = if caps & CONNECT_WITH_DB != 0 && !r.is_empty() {
+            let d = String::from_utf8_lossy(r.nul_str()?).into_owned();
+            (!d.is_empty()).then_some(d)
+        } else {
+            None
+        };
+        let plugin = if caps & PLUGIN_AUTH != 0 && !r.is_empty() {
+            String::from_utf8_lossy(r.nul_str().unwrap_or(b"")).into_owned()
+        } else {
+            auth::NATIVE.to_string()
+        };
+        Ok(Some(HandshakeResponse { caps, user, response, db, plugin }))
+    })();
+    parsed.ok().flatten()
+}
+
+/// Decodes the parameters of a COM_STMT_EXECUTE body for a statement with
+/// `params` parameters, whose types were `types` at the last execution.
+pub fn decode_execute(body: &[u8], params: usize, types: &mut Vec<u16>) -> Result<Vec<Value>, SqlError> {
+    let mut r = Reader::new(body);
+    r.u32().map_err(|_| SqlError::new(err::ER_MALFORMED_PACKET, "08S01", "malformed COM_STMT_EXECUTE"))?;
+    let mut stmt = PreparedStatement {
+        statement: Statement::Commit { chain: false, end: false, modifier: None },
+        params,
+        param_types: std::mem::take(types),
+        long_data: HashMap::new(),
+        plan: None,
+    };
+    let result = decode_params(&mut r, &mut stmt);
+    *types = stmt.param_types;
+    result
+}
+
 fn err_payload(e: &SqlError) -> Vec<u8> {
     let mut p = Vec::with_capacity(16 + e.message.len());
     p.push(0xff);
@@ -325,9 +359,7 @@ fn err_payload(e: &SqlError) -> Vec<u8> {
     p.push(b'#');
     let state = e.state.as_bytes();
     p.extend_from_slice(&state[..state.len().min(5)]);
-    for _ in state.len()..5 {
-        p.push(b'0');
-    }
+    p.resize(p.len() + 5 - state.len().min(5), b'0');
     // Keep messages bounded: a client shows them to a person.
     let msg = e.message.as_bytes();
     p.extend_from_slice(&msg[..msg.len().min(2000)]);

@@ -248,17 +248,20 @@ fn full_row(e: SExpr) -> SqlResult<SExpr> {
     })
 }
 
+/// Table, alias, WHERE, ORDER BY, LIMIT and SET of an UPDATE or DELETE.
+type WriteParts<'a> = (
+    &'a ast::ObjectName,
+    Option<String>,
+    &'a Option<ast::Expr>,
+    &'a Vec<ast::OrderByExpr>,
+    &'a Option<ast::Expr>,
+    &'a [ast::Assignment],
+);
+
 /// UPDATE and DELETE: the WHERE/ORDER BY/LIMIT become a SELECT of whole
 /// rows; a WHERE that is exactly a key lookup writes without reading.
 pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<WritePlan> {
-    let (name, alias, selection, order_by, limit, assignments): (
-        &ast::ObjectName,
-        Option<String>,
-        &Option<ast::Expr>,
-        &Vec<ast::OrderByExpr>,
-        &Option<ast::Expr>,
-        &[ast::Assignment],
-    ) = match stmt {
+    let (name, alias, selection, order_by, limit, assignments): WriteParts = match stmt {
         Statement::Update(u) => {
             if u.from.is_some() || !u.table.joins.is_empty() {
                 return Err(SqlError::unsupported("multi-table UPDATE is not supported"));
@@ -356,14 +359,10 @@ fn to_data_node(e: &SExpr, table: &Table, target: ColumnId, env: &Env) -> SqlRes
             let v = other.eval(&[], env)?;
             // A whole-value assignment is converted to the column's type here;
             // an operand of arithmetic is only read as a number.
+            let column = &table.def().columns[target as usize];
             match v {
-                Value::Str(_) | Value::Bytes(_) if !matches!(e, SExpr::Const(_)) || true => {
-                    let column = &table.def().columns[target as usize];
-                    if column.ty.is_string() || column.ty.is_binary() {
-                        Expr::Const(v)
-                    } else {
-                        Expr::Const(crate::eval::numeric(&v))
-                    }
+                Value::Str(_) | Value::Bytes(_) if !column.ty.is_string() && !column.ty.is_binary() => {
+                    Expr::Const(crate::eval::numeric(&v))
                 }
                 other => Expr::Const(other),
             }

@@ -255,7 +255,7 @@ fn for_column(v: Value, ty: ColumnType) -> Value {
         },
         ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp => match &v {
             Value::Str(s) => latsdb_types::value::parse_date(s)
-                .map(|d| Value::Date(d))
+                .map(Value::Date)
                 .or_else(|| latsdb_types::value::parse_datetime(s).map(Value::DateTime))
                 .unwrap_or(v),
             _ => v,
@@ -463,6 +463,10 @@ fn group_key(values: &[Value], out: &mut String) {
     }
 }
 
+/// A group's first row, its accumulators, and the values seen by each
+/// DISTINCT aggregate.
+type Group = (Vec<Value>, Vec<Acc>, Vec<std::collections::HashSet<String>>);
+
 #[derive(Clone)]
 enum Acc {
     Count(u64),
@@ -487,7 +491,7 @@ fn group(
             .collect()
     };
     let mut index: HashMap<String, usize> = HashMap::new();
-    let mut groups: Vec<(Vec<Value>, Vec<Acc>, Vec<std::collections::HashSet<String>>)> = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
     let mut kbuf = String::new();
     let mut dbuf = String::new();
     for row in rows {

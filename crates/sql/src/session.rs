@@ -542,7 +542,6 @@ impl Session {
             })
         }
         .await;
-        drop(ctx);
         match result {
             Ok((response, insert_id)) => {
                 if let Some(id) = insert_id {

@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""Drives the SQL node with the two Python MySQL drivers, PyMySQL and
+mysql-connector-python (pure Python, and its C extension where it loads).
+
+    python_clients.py HOST PORT
+
+Run by tests/sql_python.rs with the interpreter of target/pyenv
+(scripts/install-deps.sh installs scripts/requirements-sql-clients.txt
+there). For each driver: connect with the driver's default settings, create
+a database and a table of many column types, insert with executemany, read
+back typed values, update, delete, commit and roll back, prepared statements
+(mysql-connector-python), a duplicate key error after which the connection
+still works, and drop the database. Exits non-zero with a message at the
+first mismatch; prints one line per driver that passed.
+"""
+
+import datetime
+import sys
+import traceback
+from decimal import Decimal
+
+
+class Mismatch(Exception):
+    pass
+
+
+def check(what, got, want):
+    if got != want or type(got) is not type(want):
+        raise Mismatch(f"{what}: got {got!r} ({type(got).__name__}), want {want!r} ({type(want).__name__})")
+
+
+def check_rows(what, got, want):
+    got = [tuple(r) for r in got]
+    if len(got) != len(want):
+        raise Mismatch(f"{what}: got {len(got)} rows {got!r}, want {len(want)} rows {want!r}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if len(g) != len(w):
+            raise Mismatch(f"{what}: row {i} has {len(g)} columns {g!r}, want {len(w)} {w!r}")
+        for j, (gv, wv) in enumerate(zip(g, w)):
+            check(f"{what}: row {i} column {j}", gv, wv)
+
+
+CREATE_TABLE = """
+CREATE TABLE items (
+  id INT NOT NULL AUTO_INCREMENT,
+  big BIGINT NOT NULL,
+  name VARCHAR(40) NOT NULL,
+  code CHAR(4) NOT NULL,
+  price DECIMAL(10,2) NOT NULL,
+  score DOUBLE,
+  born DATE,
+  seen DATETIME,
+  flag BOOLEAN,
+  small TINYINT,
+  note TEXT,
+  raw VARBINARY(16),
+  blobby BLOB,
+  PRIMARY KEY (id)
+)
+"""
+
+COLUMNS = "big, name, code, price, score, born, seen, flag, small, note, raw, blobby"
+
+# The rows executemany inserts (ids 1..=3 from AUTO_INCREMENT).
+ROWS = [
+    (
+        9007199254740993,
+        "alpha",
+        "AB12",
+        Decimal("10.50"),
+        1.25,
+        datetime.date(2026, 1, 2),
+        datetime.datetime(2026, 1, 2, 3, 4, 5),
+        True,
+        -7,
+        "first note",
+        b"\x00\x01\xfe\xff",
+        b"\x00blob\xff",
+    ),
+    (
+        -42,
+        "bêta ünïcødé",
+        "CD",
+        Decimal("-0.99"),
+        -3.5e100,
+        datetime.date(1999, 12, 31),
+        datetime.datetime(1999, 12, 31, 23, 59, 59),
+        False,
+        127,
+        "it's \"quoted\" \\ and\nnew line",
+        b"",
+        b"",
+    ),
+    (0, "gamma", "EF", Decimal("12345678.90"), None, None, None, None, None, None, None, None),
+]
+
+
+def expected_row(i):
+    """ROWS[i] as SELECT returns it: BOOLEAN is TINYINT(1), so an int."""
+    r = list(ROWS[i])
+    if r[7] is not None:
+        r[7] = int(r[7])
+    return tuple([i + 1] + r)
+
+
+def set_autocommit(conn, on):
+    """PyMySQL has a method, mysql-connector-python a property."""
+    if callable(getattr(conn, "autocommit", None)):
+        conn.autocommit(on)
+    else:
+        conn.autocommit = on
+
+
+def exercise(name, errors, connect, prepared_cursor=None):
+    db = f"pyclient_{name}"
+    conn = connect(None)
+    cur = conn.cursor()
+
+    cur.execute("SELECT 1 + 1, 'x', NULL")
+    check_rows("SELECT 1 + 1, 'x', NULL", cur.fetchall(), [(2, "x", None)])
+
+    cur.execute(f"DROP DATABASE IF EXISTS {db}")
+    cur.execute(f"CREATE DATABASE {db}")
+    cur.execute(f"USE {db}")
+    cur.execute(CREATE_TABLE)
+
+    # Parameterised multi-row insert.
+    placeholders = ", ".join(["%s"] * 12)
+    cur.executemany(f"INSERT INTO items ({COLUMNS}) VALUES ({placeholders})", ROWS)
+    check("executemany rowcount", cur.rowcount, 3)
+    conn.commit()
+
+    # lastrowid of a single-row insert.
+    cur.execute(
+        "INSERT INTO items (big, name, code, price) VALUES (%s, %s, %s, %s)",
+        (1, "delta", "GH", Decimal("1.00")),
+    )
+    check("INSERT rowcount", cur.rowcount, 1)
+    check("lastrowid", cur.lastrowid, 4)
+    conn.commit()
+
+    # Typed values back, with parameters in the WHERE clause.
+    cur.execute(f"SELECT id, {COLUMNS} FROM items WHERE id <= %s ORDER BY id", (3,))
+    check_rows("SELECT all columns", cur.fetchall(), [expected_row(0), expected_row(1), expected_row(2)])
+    cur.execute("SELECT name FROM items WHERE name = %s", ("bêta ünïcødé",))
+    check_rows("SELECT by a non-ASCII string", cur.fetchall(), [("bêta ünïcødé",)])
+    cur.execute("SELECT id FROM items WHERE raw = %s", (b"\x00\x01\xfe\xff",))
+    check_rows("SELECT by binary", cur.fetchall(), [(1,)])
+    cur.execute("SELECT id, price FROM items WHERE price > %s AND seen < %s ORDER BY id", (Decimal("0"), datetime.datetime(2030, 1, 1)))
+    check_rows("SELECT by decimal and datetime", cur.fetchall(), [(1, Decimal("10.50"))])
+    cur.execute("SELECT COUNT(*), SUM(price) FROM items")
+    check_rows("COUNT and SUM", cur.fetchall(), [(4, Decimal("12345689.41"))])
+
+    # UPDATE and DELETE rowcounts.
+    cur.execute("UPDATE items SET score = %s WHERE big >= %s", (2.5, 0))
+    check("UPDATE rowcount", cur.rowcount, 3)
+    # Without CLIENT_FOUND_ROWS (neither driver asks for it) the count is of
+    # rows changed, not rows matched: rows 1 and 3 already hold 2.5 now.
+    cur.execute("UPDATE items SET score = %s WHERE id IN (1, 2, 3)", (2.5,))
+    check("UPDATE rowcount of rows changed", cur.rowcount, 1)
+    cur.execute("UPDATE items SET score = %s WHERE id = %s", (ROWS[0][4], 1))
+    cur.execute("UPDATE items SET score = %s WHERE id = %s", (ROWS[1][4], 2))
+    cur.execute("UPDATE items SET score = %s WHERE id = %s", (ROWS[2][4], 3))
+    cur.execute("DELETE FROM items WHERE id = %s", (4,))
+    check("DELETE rowcount", cur.rowcount, 1)
+    cur.execute("DELETE FROM items WHERE id = %s", (404,))
+    check("DELETE of no row rowcount", cur.rowcount, 0)
+    conn.commit()
+
+    # A transaction committed, one rolled back (autocommit is off).
+    set_autocommit(conn, False)
+    cur.execute("INSERT INTO items (big, name, code, price) VALUES (%s, %s, %s, %s)", (5, "kept", "K", Decimal("5")))
+    kept_id = cur.lastrowid
+    conn.commit()
+    cur.execute("INSERT INTO items (big, name, code, price) VALUES (%s, %s, %s, %s)", (6, "gone", "G", Decimal("6")))
+    cur.execute("UPDATE items SET name = %s WHERE id = %s", ("changed", 1))
+    cur.execute("SELECT name FROM items WHERE id = %s", (1,))
+    check_rows("uncommitted change seen in its own transaction", cur.fetchall(), [("changed",)])
+    conn.rollback()
+    cur.execute("SELECT id, name FROM items ORDER BY id")
+    check_rows(
+        "rows after commit and rollback",
+        cur.fetchall(),
+        [(1, "alpha"), (2, "bêta ünïcødé"), (3, "gamma"), (kept_id, "kept")],
+    )
+    # A second connection sees only what was committed.
+    other = connect(db)
+    ocur = other.cursor()
+    ocur.execute("SELECT COUNT(*) FROM items")
+    check_rows("COUNT from a second connection", ocur.fetchall(), [(4,)])
+    other.close()
+    conn.commit()
+
+    # Server-side prepared statements.
+    if prepared_cursor is not None:
+        pcur = prepared_cursor(conn)
+        pcur.execute(f"SELECT id, {COLUMNS} FROM items WHERE id = %s", (2,))
+        check_rows("prepared SELECT", pcur.fetchall(), [expected_row(1)])
+        pcur.execute(f"SELECT id, {COLUMNS} FROM items WHERE id = %s", (3,))
+        check_rows("prepared SELECT of NULLs", pcur.fetchall(), [expected_row(2)])
+        pcur.execute(
+            f"INSERT INTO items ({COLUMNS}) VALUES ({', '.join(['%s'] * 12)})",
+            (7, "prep", "PR", Decimal("7.77"), 0.5, datetime.date(2000, 2, 29),
+             datetime.datetime(2000, 2, 29, 12, 0, 1), True, 1, "p", b"\x01", b"\x02"),
+        )
+        check("prepared INSERT rowcount", pcur.rowcount, 1)
+        prep_id = pcur.lastrowid
+        # AUTO_INCREMENT values of rolled-back inserts are not handed out again.
+        if not isinstance(prep_id, int) or prep_id <= kept_id:
+            raise Mismatch(f"prepared INSERT lastrowid: got {prep_id!r}, want an int above {kept_id}")
+        pcur.execute("SELECT price, born, seen, raw FROM items WHERE id = %s", (prep_id,))
+        check_rows(
+            "prepared SELECT of a prepared INSERT",
+            pcur.fetchall(),
+            [(Decimal("7.77"), datetime.date(2000, 2, 29), datetime.datetime(2000, 2, 29, 12, 0, 1), b"\x01")],
+        )
+        pcur.execute("UPDATE items SET small = small + %s WHERE id = %s", (1, prep_id))
+        check("prepared UPDATE rowcount", pcur.rowcount, 1)
+        pcur.execute("DELETE FROM items WHERE id = %s", (prep_id,))
+        check("prepared DELETE rowcount", pcur.rowcount, 1)
+        pcur.close()
+        conn.commit()
+
+    # Duplicate key: IntegrityError 1062, and the connection still works.
+    try:
+        cur.execute("INSERT INTO items (id, big, name, code, price) VALUES (%s, %s, %s, %s, %s)", (1, 0, "dup", "D", 0))
+    except errors.IntegrityError as e:
+        code = e.args[0] if name == "pymysql" else e.errno
+        check("duplicate key errno", code, 1062)
+    else:
+        raise Mismatch("a duplicate key insert raised no IntegrityError")
+    conn.rollback()
+    cur.execute("SELECT COUNT(*) FROM items WHERE id = %s", (1,))
+    check_rows("after the error the connection answers", cur.fetchall(), [(1,)])
+    cur.execute("SELECT name FROM items WHERE id = 1")
+    check_rows("the duplicate left the row as it was", cur.fetchall(), [("alpha",)])
+
+    cur.execute(f"DROP DATABASE {db}")
+    conn.commit()
+    cur.close()
+    conn.close()
+
+
+def run_pymysql(host, port):
+    import pymysql
+
+    def connect(db):
+        return pymysql.connect(host=host, port=port, user="root", password="", database=db, charset="utf8mb4")
+
+    exercise("pymysql", pymysql.err, connect)
+    return f"PyMySQL {pymysql.VERSION_STRING}"
+
+
+def run_connector(host, port, use_pure):
+    import mysql.connector
+
+    def connect(db):
+        kw = dict(host=host, port=port, user="root", password="", use_pure=use_pure)
+        if db:
+            kw["database"] = db
+        return mysql.connector.connect(**kw)
+
+    name = "connector_pure" if use_pure else "connector_cext"
+    exercise(name, mysql.connector.errors, connect, prepared_cursor=lambda c: c.cursor(prepared=True))
+    return f"mysql-connector-python {mysql.connector.__version__} ({'pure Python' if use_pure else 'C extension'})"
+
+
+def main():
+    if len(sys.argv) != 3:
+        print("usage: python_clients.py HOST PORT", file=sys.stderr)
+        return 2
+    host, port = sys.argv[1], int(sys.argv[2])
+    runs = [("PyMySQL", lambda: run_pymysql(host, port)),
+            ("mysql-connector-python (pure)", lambda: run_connector(host, port, True))]
+    try:
+        import mysql.connector
+
+        if mysql.connector.HAVE_CEXT:
+            runs.append(("mysql-connector-python (C extension)", lambda: run_connector(host, port, False)))
+        else:
+            print("mysql-connector-python: C extension not available here, skipped")
+    except ImportError:
+        pass
+    for label, run in runs:
+        try:
+            print(f"ok {run()}", flush=True)
+        except Mismatch as e:
+            print(f"FAIL {label}: {e}", file=sys.stderr)
+            return 1
+        except Exception:
+            print(f"FAIL {label}: unexpected error", file=sys.stderr)
+            traceback.print_exc()
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
