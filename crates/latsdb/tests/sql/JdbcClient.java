@@ -41,11 +41,22 @@ public class JdbcClient {
     }
 
     static String step = "start";
+    static String mode = "";
     static int checks;
+    // --keep-going: report every mismatch and go on (an SQLException still
+    // ends the mode); the exit status is 1 all the same.
+    static boolean keepGoing;
+    static int failures;
+
+    static void fail(String what) {
+        if (!keepGoing) throw new Mismatch(what);
+        failures++;
+        System.err.println("MISMATCH [" + mode + "] at " + step + ": " + what);
+    }
 
     static void check(boolean ok, String what) {
         checks++;
-        if (!ok) throw new Mismatch(what);
+        if (!ok) fail(what);
     }
 
     static void eq(Object want, Object got, String what) {
@@ -53,7 +64,7 @@ public class JdbcClient {
         boolean same = want instanceof byte[] && got instanceof byte[]
                 ? Arrays.equals((byte[]) want, (byte[]) got)
                 : Objects.equals(want, got);
-        if (!same) throw new Mismatch(what + ": expected " + show(want) + ", got " + show(got));
+        if (!same) fail(what + ": expected " + show(want) + ", got " + show(got));
     }
 
     static String show(Object v) {
@@ -80,13 +91,16 @@ public class JdbcClient {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length < 2) {
-            System.err.println("usage: java -cp mysql-connector-j.jar JdbcClient.java HOST PORT [URL-OPTION...]");
+        List<String> rest = new ArrayList<>(Arrays.asList(args));
+        keepGoing = rest.remove("--keep-going");
+        if (rest.size() < 2) {
+            System.err.println(
+                    "usage: java -cp mysql-connector-j.jar JdbcClient.java [--keep-going] HOST PORT [URL-OPTION...]");
             System.exit(2);
         }
-        String base = "jdbc:mysql://" + args[0] + ":" + args[1] + "/";
+        String base = "jdbc:mysql://" + rest.get(0) + ":" + rest.get(1) + "/";
         StringBuilder extra = new StringBuilder();
-        for (int i = 2; i < args.length; i++) extra.append('&').append(args[i]);
+        for (int i = 2; i < rest.size(); i++) extra.append('&').append(rest.get(i));
         String common = "user=root&password=&sslMode=DISABLED&allowPublicKeyRetrieval=true"
                 + "&connectTimeout=10000&socketTimeout=60000";
         String[][] modes = {
@@ -97,26 +111,39 @@ public class JdbcClient {
                 "useServerPrepStmts=true&emulateUnsupportedPstmts=false"},
         };
         String pid = Long.toString(ProcessHandle.current().pid());
-        for (String[] mode : modes) {
+        boolean failed = false;
+        for (String[] m : modes) {
+            mode = m[0];
             checks = 0;
+            failures = 0;
             step = "start";
             try {
-                run(base, common + "&" + mode[2] + extra, "jdbc_" + mode[1] + "_" + pid, mode[1].equals("binary"));
+                run(base, common + "&" + m[2] + extra, "jdbc_" + m[1] + "_" + pid, m[1].equals("binary"));
             } catch (Mismatch e) {
-                System.err.println("FAIL [" + mode[0] + "] at " + step + ": " + e.getMessage());
+                System.err.println("FAIL [" + mode + "] at " + step + ": " + e.getMessage());
                 System.exit(1);
             } catch (SQLException e) {
-                System.err.println("FAIL [" + mode[0] + "] at " + step + ": SQLException error code "
+                System.err.println("FAIL [" + mode + "] at " + step + ": SQLException error code "
                         + e.getErrorCode() + ", SQLSTATE " + e.getSQLState() + ": " + e.getMessage());
                 e.printStackTrace();
-                System.exit(1);
+                if (!keepGoing) System.exit(1);
+                failed = true;
+                continue;
             } catch (Exception e) {
-                System.err.println("FAIL [" + mode[0] + "] at " + step + ": " + e);
+                System.err.println("FAIL [" + mode + "] at " + step + ": " + e);
                 e.printStackTrace();
-                System.exit(1);
+                if (!keepGoing) System.exit(1);
+                failed = true;
+                continue;
             }
-            System.out.println("ok: " + mode[0] + ": " + checks + " checks passed");
+            if (failures > 0) {
+                System.err.println("FAIL [" + mode + "]: " + failures + " of " + checks + " checks failed");
+                failed = true;
+            } else {
+                System.out.println("ok: " + mode + ": " + checks + " checks passed");
+            }
         }
+        if (failed) System.exit(1);
     }
 
     static void run(String base, String options, String db, boolean serverSide) throws SQLException {
