@@ -3,6 +3,7 @@
 pub mod flex;
 pub mod lookup;
 mod report;
+pub mod sysbench;
 
 use clap::{Args, Subcommand};
 
@@ -30,11 +31,14 @@ enum BenchCommand {
     Flex(flex::FlexArgs),
     /// REST batch key lookups over HTTP (closed loop; failed lookups reported apart).
     Lookup(lookup::LookupArgs),
+    /// sysbench OLTP against a MySQL-protocol server, over a list of thread counts (TPS and p95 plot).
+    Sysbench(sysbench::SysbenchArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
     match args.command {
         BenchCommand::Flex(a) => flex::run(a),
         BenchCommand::Lookup(a) => lookup::run(a),
+        BenchCommand::Sysbench(a) => sysbench::run(a),
     }
 }

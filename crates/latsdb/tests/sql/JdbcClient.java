@@ -156,7 +156,7 @@ public class JdbcClient {
             }
             step = "CREATE DATABASE " + db;
             try (Statement s = admin.createStatement()) {
-                s.execute("CREATE DATABASE " + db);
+                s.execute("CREATE DATABASE " + db + " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin");
             }
             step = "setCatalog (USE " + db + ")";
             admin.setCatalog(db);

@@ -29,8 +29,10 @@ def check(what, got, want):
         raise Mismatch(f"{what}: got {got!r} ({type(got).__name__}), want {want!r} ({type(want).__name__})")
 
 
-def check_rows(what, got, want):
-    got = [tuple(r) for r in got]
+def check_rows(what, got, want, bytearrays=False):
+    """bytearrays: binary values may come as bytearray (the C extension's
+    prepared cursor returns them so, whatever the server)."""
+    got = [tuple(bytes(v) if bytearrays and isinstance(v, bytearray) else v for v in r) for r in got]
     if len(got) != len(want):
         raise Mismatch(f"{what}: got {len(got)} rows {got!r}, want {len(want)} rows {want!r}")
     for i, (g, w) in enumerate(zip(got, want)):
@@ -111,7 +113,7 @@ def set_autocommit(conn, on):
         conn.autocommit = on
 
 
-def exercise(name, errors, connect, prepared_cursor=None):
+def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=False):
     db = f"pyclient_{name}"
     conn = connect(None)
     cur = conn.cursor()
@@ -195,9 +197,9 @@ def exercise(name, errors, connect, prepared_cursor=None):
     if prepared_cursor is not None:
         pcur = prepared_cursor(conn)
         pcur.execute(f"SELECT id, {COLUMNS} FROM items WHERE id = %s", (2,))
-        check_rows("prepared SELECT", pcur.fetchall(), [expected_row(1)])
+        check_rows("prepared SELECT", pcur.fetchall(), [expected_row(1)], prepared_bytearrays)
         pcur.execute(f"SELECT id, {COLUMNS} FROM items WHERE id = %s", (3,))
-        check_rows("prepared SELECT of NULLs", pcur.fetchall(), [expected_row(2)])
+        check_rows("prepared SELECT of NULLs", pcur.fetchall(), [expected_row(2)], prepared_bytearrays)
         pcur.execute(
             f"INSERT INTO items ({COLUMNS}) VALUES ({', '.join(['%s'] * 12)})",
             (7, "prep", "PR", Decimal("7.77"), 0.5, datetime.date(2000, 2, 29),
@@ -213,6 +215,7 @@ def exercise(name, errors, connect, prepared_cursor=None):
             "prepared SELECT of a prepared INSERT",
             pcur.fetchall(),
             [(Decimal("7.77"), datetime.date(2000, 2, 29), datetime.datetime(2000, 2, 29, 12, 0, 1), b"\x01")],
+            prepared_bytearrays,
         )
         pcur.execute("UPDATE items SET small = small + %s WHERE id = %s", (1, prep_id))
         check("prepared UPDATE rowcount", pcur.rowcount, 1)
@@ -261,7 +264,13 @@ def run_connector(host, port, use_pure):
         return mysql.connector.connect(**kw)
 
     name = "connector_pure" if use_pure else "connector_cext"
-    exercise(name, mysql.connector.errors, connect, prepared_cursor=lambda c: c.cursor(prepared=True))
+    exercise(
+        name,
+        mysql.connector.errors,
+        connect,
+        prepared_cursor=lambda c: c.cursor(prepared=True),
+        prepared_bytearrays=not use_pure,
+    )
     return f"mysql-connector-python {mysql.connector.__version__} ({'pure Python' if use_pure else 'C extension'})"
 
 
