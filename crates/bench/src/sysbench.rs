@@ -336,11 +336,10 @@ fn svg(title: &str, runs: &[RunResult]) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12"><rect width="{w}" height="{h}" fill="white"/><text x="{pad}" y="20">{}</text>"#,
         title.replace('&', "&amp;").replace('<', "&lt;")
     );
-    let series: [(&str, Box<dyn Fn(&RunResult) -> f64>); 2] =
-        [("TPS", Box::new(|r| r.tps)), ("p95 latency (ms)", Box::new(|r| r.p95_ms))];
+    let series: [(&str, fn(&RunResult) -> f64); 2] = [("TPS", |r| r.tps), ("p95 latency (ms)", |r| r.p95_ms)];
     for (i, (name, value)) in series.iter().enumerate() {
         let x0 = pad + i as f64 * (panel + pad);
-        let top = runs.iter().map(|r| value(r)).fold(0.0f64, f64::max).max(1e-9) * 1.1;
+        let top = runs.iter().map(value).fold(0.0f64, f64::max).max(1e-9) * 1.1;
         let n = runs.len().max(1);
         let x = |j: usize| x0 + (j as f64 + 0.5) * panel / n as f64;
         let y = |v: f64| h - pad - v / top * (h - 2.0 * pad);
