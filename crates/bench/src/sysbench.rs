@@ -328,6 +328,9 @@ fn tempfile_dir() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// A plotted quantity: its name and how to read it from a run.
+type Series = (&'static str, fn(&RunResult) -> f64);
+
 /// Two panels side by side: TPS and p95 latency against threads.
 fn svg(title: &str, runs: &[RunResult]) -> String {
     let (w, h, pad) = (900.0, 340.0, 55.0);
@@ -336,7 +339,7 @@ fn svg(title: &str, runs: &[RunResult]) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12"><rect width="{w}" height="{h}" fill="white"/><text x="{pad}" y="20">{}</text>"#,
         title.replace('&', "&amp;").replace('<', "&lt;")
     );
-    let series: [(&str, fn(&RunResult) -> f64); 2] = [("TPS", |r| r.tps), ("p95 latency (ms)", |r| r.p95_ms)];
+    let series: [Series; 2] = [("TPS", |r| r.tps), ("p95 latency (ms)", |r| r.p95_ms)];
     for (i, (name, value)) in series.iter().enumerate() {
         let x0 = pad + i as f64 * (panel + pad);
         let top = runs.iter().map(value).fold(0.0f64, f64::max).max(1e-9) * 1.1;
