@@ -166,6 +166,14 @@ public class JdbcClient {
             try (Connection c = connect(base, db, options)) {
                 eq(db, c.getCatalog(), "getCatalog of a connection opened with a database");
                 checkTable(c, admin, db, serverSide);
+            } catch (SQLException | RuntimeException e) {
+                // Leave no database behind on a server that lives on.
+                try (Statement s = admin.createStatement()) {
+                    s.execute("DROP DATABASE IF EXISTS " + db);
+                } catch (SQLException ignored) {
+                    // the failure that matters is e
+                }
+                throw e;
             }
 
             step = "DROP DATABASE " + db;
@@ -266,6 +274,34 @@ public class JdbcClient {
             ps.setNull(9, Types.LONGVARCHAR);
             ps.setNull(10, Types.VARBINARY);
             eq(1, ps.executeUpdate(), "executeUpdate count of the INSERT of NULLs");
+        }
+
+        step = "one statement executed with changing parameter types";
+        try (PreparedStatement ps = prepare(c, "INSERT INTO items (id, name, big) VALUES (?, ?, ?)", serverSide)) {
+            ps.setInt(1, 20);
+            ps.setString(2, "rebind");
+            ps.setNull(3, Types.BIGINT);
+            eq(1, ps.executeUpdate(), "INSERT with a NULL parameter");
+            ps.setLong(1, 21L);
+            ps.setString(2, "rebind");
+            ps.setLong(3, -1L);
+            eq(1, ps.executeUpdate(), "INSERT with the NULL parameter now a BIGINT");
+            ps.setString(1, "22");
+            ps.setString(2, "rebind");
+            ps.setString(3, "42");
+            eq(1, ps.executeUpdate(), "INSERT with every parameter a string");
+        }
+        try (PreparedStatement ps = prepare(c, "SELECT id, big FROM items WHERE name = ? ORDER BY id", serverSide)) {
+            ps.setString(1, "rebind");
+            try (ResultSet rs = ps.executeQuery()) {
+                StringBuilder got = new StringBuilder();
+                while (rs.next()) got.append(rs.getInt(1)).append('=').append(rs.getString(2)).append(' ');
+                eq("20=null 21=-1 22=42 ", got.toString(), "rows written with changing parameter types");
+            }
+        }
+        try (PreparedStatement ps = prepare(c, "DELETE FROM items WHERE id >= ?", serverSide)) {
+            ps.setInt(1, 20);
+            eq(3, ps.executeUpdate(), "DELETE of the rows 20..22");
         }
 
         step = "SELECT by parameter, row 1";
@@ -438,7 +474,9 @@ public class JdbcClient {
             ins.setInt(1, 10);
             ins.setString(2, "committed");
             eq(1, ins.executeUpdate(), "INSERT in a transaction");
-            eq(5L, countRows(c, count), "rows seen inside the transaction");
+            eq("committed", nameOf(c, 10, serverSide), "the transaction reads its own INSERT by key");
+            eq(5L, countRows(c, count), "COUNT(*) (a scan) inside the transaction after its INSERT");
+            eq(4L, countRows(other, count), "rows seen by another connection before COMMIT");
             c.commit();
             eq(5L, countRows(other, count), "rows seen by another connection after COMMIT");
 
@@ -450,7 +488,9 @@ public class JdbcClient {
                 del.setInt(1, 1);
                 eq(1, del.executeUpdate(), "DELETE in a transaction");
             }
-            eq(5L, countRows(c, count), "rows seen inside the transaction (one in, one out)");
+            eq(null, nameOf(c, 1, serverSide), "the transaction reads its own DELETE by key");
+            eq("rolled back", nameOf(c, 11, serverSide), "the transaction reads its own INSERT by key");
+            eq(5L, countRows(c, count), "COUNT(*) (a scan) inside the transaction after an INSERT and a DELETE");
             c.rollback();
             c.setAutoCommit(true);
             eq(true, c.getAutoCommit(), "getAutoCommit after setAutoCommit(true)");
@@ -500,6 +540,45 @@ public class JdbcClient {
             }
         }
         eq("[items]", tables.toString(), "tables of " + db);
+
+        step = "DatabaseMetaData.getPrimaryKeys";
+        try (ResultSet rs = meta.getPrimaryKeys(db, null, "items")) {
+            check(rs.next(), "getPrimaryKeys returned no row");
+            eq("id", rs.getString("COLUMN_NAME"), "primary key column");
+            eq((short) 1, rs.getShort("KEY_SEQ"), "KEY_SEQ");
+            check(!rs.next(), "getPrimaryKeys returned more than one column");
+        }
+
+        step = "DatabaseMetaData.getColumns";
+        List<String> columns = new ArrayList<>();
+        try (ResultSet rs = meta.getColumns(db, null, "items", "%")) {
+            while (rs.next()) {
+                String name = rs.getString("COLUMN_NAME");
+                columns.add(name + ":" + rs.getInt("DATA_TYPE") + ":" + rs.getString("TYPE_NAME"));
+                eq(columns.size(), rs.getInt("ORDINAL_POSITION"), "ORDINAL_POSITION of " + name);
+                eq(name.equals("id") || name.equals("name") ? DatabaseMetaData.columnNoNulls
+                        : DatabaseMetaData.columnNullable, rs.getInt("NULLABLE"), "NULLABLE of " + name);
+                eq(name.equals("id") ? "YES" : "NO", rs.getString("IS_AUTOINCREMENT"), "IS_AUTOINCREMENT of " + name);
+                if (name.equals("price")) {
+                    eq(10, rs.getInt("COLUMN_SIZE"), "COLUMN_SIZE of price");
+                    eq(2, rs.getInt("DECIMAL_DIGITS"), "DECIMAL_DIGITS of price");
+                }
+                if (name.equals("name")) eq(64, rs.getInt("COLUMN_SIZE"), "COLUMN_SIZE of name");
+            }
+        }
+        eq("[id:4:INT, big:-5:BIGINT, name:12:VARCHAR, code:1:CHAR, price:3:DECIMAL, ratio:8:DOUBLE, day:91:DATE,"
+                + " at:93:DATETIME, flag:-7:BIT, note:-1:TEXT, data:-3:VARBINARY]",
+                columns.toString(), "getColumns: name:java.sql.Types:TYPE_NAME of each column");
+    }
+
+    /** The name of row `id`, or null when there is no such row. */
+    static String nameOf(Connection c, int id, boolean serverSide) throws SQLException {
+        try (PreparedStatement ps = prepare(c, "SELECT name FROM items WHERE id = ?", serverSide)) {
+            ps.setInt(1, id);
+            try (ResultSet rs = ps.executeQuery()) {
+                return rs.next() ? rs.getString(1) : null;
+            }
+        }
     }
 
     static long countRows(Connection c, String sql) throws SQLException {

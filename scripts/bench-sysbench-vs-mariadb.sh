@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# sysbench against latsdb (`latsdb start`, 2 replicas) and, in the same run,
+# against Debian's MariaDB (InnoDB, innodb_flush_log_at_trx_commit=1, same
+# tables), alternating per workload. Prints a Markdown table with the ratio
+# and leaves JSON + SVG per system and workload in results/.
+#
+#   scripts/bench-sysbench-vs-mariadb.sh             # SIZE=100000 TIME=20 THREADS=1,4,16,32
+#   SIZE=10000 TIME=5 THREADS=4 scripts/bench-sysbench-vs-mariadb.sh   # quick
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh bench
+source scripts/lib.sh
+SIZE=${SIZE:-100000}
+TIME=${TIME:-20}
+THREADS=${THREADS:-1,4,16,32}
+
+echo "== starting MariaDB (throwaway datadir, flush at every commit)"
+MDB=$WORK/mariadb
+mariadb-install-db --user=root --datadir="$MDB" --skip-test-db > "$WORK/mariadb-install.log" 2>&1
+MPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mariadbd --user=root --datadir="$MDB" --port="$MPORT" --bind-address=127.0.0.1 --socket="$MDB/sock" \
+  --innodb-buffer-pool-size=2G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
+  --skip-name-resolve --max-connections=500 > "$WORK/mariadbd.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 100); do [[ -S "$MDB/sock" ]] && break; sleep 0.2; done
+mariadb --socket="$MDB/sock" -u root -e "CREATE USER sb@'%' IDENTIFIED BY 'sb'; GRANT ALL ON *.* TO sb@'%'; CREATE DATABASE sbtest"
+
+start_latsdb 2
+
+COMMON=(--table-size "$SIZE" --time "$TIME" --threads "$THREADS")
+NO_RANGES=(--simple-ranges 0 --order-ranges 0 --distinct-ranges 0 --sum-ranges 0)
+declare -A KNOBS=(
+  [oltp_read_write]="--workload rw"
+  [oltp_read_only]="--workload ro"
+  [oltp_point_select]="--workload ro --skip-trx --point-selects 1 ${NO_RANGES[*]}"
+  [key_lookups_10x100]="--workload ro --point-selects 0 --in-selects 10 --in-keys 100 ${NO_RANGES[*]}"
+  [filtered_ranges_10]="--workload ro --point-selects 0 --filtered-ranges 10 ${NO_RANGES[*]}"
+)
+ORDER=(oltp_read_write oltp_read_only oltp_point_select key_lookups_10x100 filtered_ranges_10)
+prepared_latsdb=0
+prepared_mariadb=0
+for w in "${ORDER[@]}"; do
+  for sys in latsdb mariadb; do
+    echo "== $w on $sys"
+    if [[ $sys == latsdb ]]; then
+      target=(--sql "$SQL" --label latsdb)
+      skip=(); [[ $prepared_latsdb == 1 ]] && skip=(--skip-prepare); prepared_latsdb=1
+    else
+      target=(--sql "127.0.0.1:$MPORT" --user sb --password sb --label mariadb)
+      skip=(); [[ $prepared_mariadb == 1 ]] && skip=(--skip-prepare); prepared_mariadb=1
+    fi
+    # shellcheck disable=SC2086
+    $BIN bench sysbench "${target[@]}" "${COMMON[@]}" "${skip[@]}" ${KNOBS[$w]} \
+      --output "results/sysbench-$w-$sys-$STAMP.json" | tee "$WORK/$w-$sys.txt"
+  done
+done
+
+python3 - "$STAMP" "${ORDER[@]}" <<'PY'
+import json, sys
+stamp, workloads = sys.argv[1], sys.argv[2:]
+print("\n| workload | threads | latsdb TPS | MariaDB TPS | ratio | latsdb p95 ms | MariaDB p95 ms |")
+print("|---|---|---|---|---|---|---|")
+for w in workloads:
+    a = json.load(open(f"results/sysbench-{w}-latsdb-{stamp}.json"))["runs"]
+    b = json.load(open(f"results/sysbench-{w}-mariadb-{stamp}.json"))["runs"]
+    for x, y in zip(a, b):
+        ratio = x["tps"] / y["tps"] if y["tps"] else float("inf")
+        print(f"| {w} | {x['threads']} | {x['tps']:,.0f} | {y['tps']:,.0f} | {ratio:.2f}x | {x['p95_ms']:.2f} | {y['p95_ms']:.2f} |")
+PY
