@@ -84,6 +84,12 @@ pub struct Table {
 }
 
 impl Table {
+    /// A table handle from a definition, for planning without a cluster
+    /// (tests, tools); operations built on it carry its version.
+    pub fn from_def(def: TableDef) -> Arc<Table> {
+        Self::new(def)
+    }
+
     fn new(def: TableDef) -> Arc<Table> {
         let meta = TableMeta::new(def);
         let layout = Arc::new(meta.layout.clone());

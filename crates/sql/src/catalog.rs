@@ -335,23 +335,144 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 Value::Int(1),
             ]],
         )),
+        Statement::ShowVariable { variable } => {
+            let words: Vec<String> = variable.iter().map(|i| i.value.clone()).collect();
+            let upper: Vec<String> = words.iter().map(|w| w.to_ascii_uppercase()).collect();
+            match upper.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+                ["WARNINGS", ..] | ["ERRORS", ..] | ["COUNT(*)", "WARNINGS"] => {
+                    let rows = session
+                        .warnings
+                        .iter()
+                        .map(|(l, c, m)| vec![Value::Str(l.to_string()), Value::Int(*c as i64), Value::Str(m.clone())])
+                        .collect();
+                    Ok(rows_response(vec![text_col("Level"), int_col("Code"), text_col("Message")], rows))
+                }
+                ["INDEX" | "INDEXES" | "KEYS", "FROM" | "IN", ..] => {
+                    let name = words.get(2).cloned().ok_or_else(|| SqlError::parse("SHOW INDEX needs FROM table"))?;
+                    let (mut d, t) = match name.split_once('.') {
+                        Some((d, t)) => (Some(d.to_string()), t.to_string()),
+                        None => (None, name.clone()),
+                    };
+                    if matches!(upper.get(3).map(String::as_str), Some("FROM" | "IN")) {
+                        d = words.get(4).cloned();
+                    }
+                    show_index(&shared, &need_db(d)?, &t).await
+                }
+                ["ENGINES"] => Ok(rows_response(
+                    vec![
+                        text_col("Engine"),
+                        text_col("Support"),
+                        text_col("Comment"),
+                        text_col("Transactions"),
+                        text_col("XA"),
+                        text_col("Savepoints"),
+                    ],
+                    vec![["ndbcluster", "DEFAULT", "latsdb: distributed, replicated, in-memory", "YES", "NO", "NO"]
+                        .iter()
+                        .map(|v| Value::Str(v.to_string()))
+                        .collect()],
+                )),
+                ["TABLE", "STATUS", rest @ ..] => {
+                    let d = match rest {
+                        ["FROM" | "IN", ..] => words.get(3).cloned(),
+                        _ => None,
+                    };
+                    let d = need_db(d)?;
+                    let rows = tables_of(&shared, &d)
+                        .await?
+                        .into_iter()
+                        .map(|t| {
+                            vec![
+                                Value::Str(t.name),
+                                Value::Str("ndbcluster".into()),
+                                Value::Int(10),
+                                Value::Str("Dynamic".into()),
+                                Value::Null,
+                                Value::Str("utf8mb4_bin".into()),
+                                Value::Str(String::new()),
+                            ]
+                        })
+                        .collect();
+                    Ok(rows_response(
+                        vec![
+                            text_col("Name"),
+                            text_col("Engine"),
+                            int_col("Version"),
+                            text_col("Row_format"),
+                            int_col("Rows"),
+                            text_col("Collation"),
+                            text_col("Comment"),
+                        ],
+                        rows,
+                    ))
+                }
+                _ => Err(SqlError::unsupported(format!("SHOW {} is not supported", words.join(" ")))),
+            }
+        }
         _ => {
             let text = stmt.to_string();
-            let upper = text.to_ascii_uppercase();
-            if upper.starts_with("SHOW WARNINGS") || upper.starts_with("SHOW ERRORS") {
-                let rows = session
-                    .warnings
-                    .iter()
-                    .map(|(l, c, m)| vec![Value::Str(l.to_string()), Value::Int(*c as i64), Value::Str(m.clone())])
-                    .collect();
-                return Ok(rows_response(vec![text_col("Level"), int_col("Code"), text_col("Message")], rows));
-            }
-            if upper.starts_with("SHOW INDEX") || upper.starts_with("SHOW KEYS") || upper.starts_with("SHOW INDEXES") {
-                return Err(SqlError::unsupported("use SHOW INDEX FROM table"));
-            }
             Err(SqlError::unsupported(format!("statement '{}' is not supported", first_words(&text))))
         }
     }
+}
+
+async fn show_index(shared: &Shared, db: &str, t: &str) -> SqlResult<Response> {
+    let table = shared.client.table(db, t).await.map_err(|e| match e.code {
+        ErrorCode::UnknownTable => SqlError::no_such_table(db, t),
+        _ => e.into(),
+    })?;
+    let def = table.def();
+    let mut rows = Vec::new();
+    for ix in &def.indexes {
+        for (seq, &c) in ix.columns.iter().enumerate() {
+            let col = &def.columns[c as usize];
+            rows.push(vec![
+                Value::Str(def.name.clone()),
+                Value::Int((ix.id != 0) as i64),
+                Value::Str(ix.name.clone()),
+                Value::Int(seq as i64 + 1),
+                Value::Str(col.name.clone()),
+                Value::Str("A".into()),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Str(if col.nullable { "YES" } else { "" }.into()),
+                Value::Str("BTREE".into()),
+                Value::Str(String::new()),
+                Value::Str(String::new()),
+                Value::Str("YES".into()),
+                Value::Null,
+            ]);
+        }
+    }
+    let cols = [
+        "Table",
+        "Non_unique",
+        "Key_name",
+        "Seq_in_index",
+        "Column_name",
+        "Collation",
+        "Cardinality",
+        "Sub_part",
+        "Packed",
+        "Null",
+        "Index_type",
+        "Comment",
+        "Index_comment",
+        "Visible",
+        "Expression",
+    ];
+    let columns = cols
+        .iter()
+        .map(|c| {
+            if matches!(*c, "Non_unique" | "Seq_in_index" | "Cardinality" | "Sub_part") {
+                int_col(c)
+            } else {
+                text_col(c)
+            }
+        })
+        .collect();
+    Ok(rows_response(columns, rows))
 }
 
 fn first_words(s: &str) -> String {

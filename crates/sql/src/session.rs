@@ -379,6 +379,11 @@ pub struct SessionCatalog<'a> {
 
 impl Catalog for SessionCatalog<'_> {
     async fn resolve(&self, db: Option<&str>, name: &str) -> SqlResult<(String, SourceKind)> {
+        if db.is_none() && name.eq_ignore_ascii_case("dual") {
+            // SELECT ... FROM DUAL: one row, no columns, no database needed.
+            let v = crate::plan::VirtualTable { columns: Vec::new(), rows: vec![Vec::new()] };
+            return Ok((String::new(), SourceKind::Virtual(Arc::new(v))));
+        }
         let db = match db.or(self.db) {
             Some(d) => d.to_string(),
             None => return Err(SqlError::no_db()),

@@ -9,10 +9,11 @@
 // useServerPrepStmts=true (COM_STMT_PREPARE/EXECUTE, binary protocol). Extra
 // arguments such as profileSQL=true are appended to the JDBC URL of both.
 // It stops at the first mismatch with a message naming the mode and the step
-// and exits 1; on success it prints one line per mode.
+// and exits 1; on success it prints one line per mode. With --keep-going
+// (before HOST) it reports every mismatch and still exits 1 if there was one;
+// an SQLException ends that mode all the same.
 
 import java.math.BigDecimal;
-import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.DatabaseMetaData;
 import java.sql.Date;

@@ -1,0 +1,92 @@
+//! What the planner pushes to the data nodes: key lookups for key
+//! equalities and IN-lists (one batched round trip), index ranges with the
+//! other conditions as scan filters, aggregates computed on the data nodes,
+//! joins on a primary key as batched lookups; and only the needed columns.
+
+use latsdb_client::Table;
+use latsdb_sql::error::{SqlError, SqlResult};
+use latsdb_sql::parse::parse;
+use latsdb_sql::plan::{plan_select, Access, AggMode, Catalog, SelectPlan, SourceKind};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+use std::sync::Arc;
+
+struct Tables(Vec<Arc<Table>>);
+
+impl Catalog for Tables {
+    async fn resolve(&self, _db: Option<&str>, name: &str) -> SqlResult<(String, SourceKind)> {
+        let t = self.0.iter().find(|t| t.def().name == name).ok_or_else(|| SqlError::no_such_table("db", name))?;
+        Ok(("db".into(), SourceKind::Stored(t.clone())))
+    }
+}
+
+fn catalog() -> Tables {
+    let sbtest = TableSpec::new("db", "sbtest1")
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)).not_null())
+        .column(ColumnDef::new("k", ColumnType::int(IntWidth::Int)).not_null())
+        .column(ColumnDef::new("c", ColumnType::Char(120)).not_null())
+        .column(ColumnDef::new("pad", ColumnType::Char(60)).not_null())
+        .primary_key(&["id"]);
+    let def = TableDef::from_spec(&sbtest, 1, 8).unwrap().with_index("k_1", &["k".to_string()]).unwrap();
+    let orders = TableSpec::new("db", "orders")
+        .column(ColumnDef::new("oid", ColumnType::int(IntWidth::Big)).not_null())
+        .column(ColumnDef::new("customer", ColumnType::int(IntWidth::Int)).not_null())
+        .primary_key(&["oid"]);
+    Tables(vec![Table::from_def(def), Table::from_def(TableDef::from_spec(&orders, 2, 8).unwrap())])
+}
+
+fn plan(sql: &str) -> SelectPlan {
+    let parsed = parse(sql).unwrap();
+    let sqlparser::ast::Statement::Query(q) = &parsed.statements[0] else { panic!("not a query: {sql}") };
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(plan_select(&catalog(), q)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+#[test]
+fn key_equality_and_in_lists_become_batched_lookups() {
+    let p = plan("SELECT c FROM sbtest1 WHERE id = ?");
+    assert!(matches!(&p.access, Access::Keys(k) if k.len() == 1));
+    assert!(p.filter.is_none() && p.pushed.is_empty());
+    assert_eq!(p.sources[0].fetch, vec![2], "only column c is fetched");
+    let p = plan("SELECT c FROM sbtest1 WHERE id IN (1, 2, 3, 4) AND k > 0");
+    assert!(matches!(&p.access, Access::Keys(k) if k.len() == 4));
+    assert!(p.filter.is_some(), "the other condition is checked on the fetched rows");
+}
+
+#[test]
+fn ranges_use_an_ordered_index_with_the_rest_pushed_down() {
+    let p = plan("SELECT c FROM sbtest1 WHERE id BETWEEN 5 AND 104 AND k < 1000");
+    match &p.access {
+        Access::Range { index, lower: Some(_), upper: Some(_), eq, .. } => {
+            assert_eq!(index, "PRIMARY");
+            assert!(eq.is_empty());
+        }
+        other => panic!("expected a PRIMARY range, got {other:?}"),
+    }
+    assert_eq!(p.pushed.len(), 1, "k < 1000 runs on the data nodes");
+    assert!(p.filter.is_none());
+    let p = plan("SELECT id FROM sbtest1 WHERE k = 7");
+    assert!(matches!(&p.access, Access::Range { index, eq, .. } if index == "k_1" && eq.len() == 1));
+    let p = plan("SELECT id FROM sbtest1 WHERE c LIKE 'ab%' OR k IS NULL");
+    assert!(matches!(p.access, Access::Full));
+    assert_eq!(p.pushed.len(), 1, "a pushable OR goes to the data nodes whole");
+    let p = plan("SELECT id FROM sbtest1 WHERE UPPER(c) = 'AB'");
+    assert!(p.pushed.is_empty() && p.filter.is_some(), "functions are evaluated on the SQL node");
+}
+
+#[test]
+fn single_table_aggregates_run_on_the_data_nodes() {
+    let p = plan("SELECT SUM(k), COUNT(*), AVG(k) FROM sbtest1 WHERE id BETWEEN 1 AND 100");
+    assert!(matches!(&p.agg, AggMode::Pushed { pushed, .. } if pushed.len() == 4), "{:?}", p.agg);
+    let p = plan("SELECT c, COUNT(*) FROM sbtest1 GROUP BY c");
+    assert!(matches!(p.agg, AggMode::Grouped { .. }));
+    let p = plan("SELECT COUNT(DISTINCT k) FROM sbtest1");
+    assert!(matches!(p.agg, AggMode::Grouped { .. }), "DISTINCT aggregates are computed on the SQL node");
+}
+
+#[test]
+fn a_join_on_the_whole_primary_key_is_a_batched_lookup() {
+    let p = plan("SELECT s.c, o.oid FROM orders o JOIN sbtest1 s ON s.id = o.customer WHERE o.oid < 10");
+    assert!(p.joins[0].lookup.is_some(), "{:?}", p.joins[0]);
+    let p = plan("SELECT s.c FROM sbtest1 s LEFT JOIN orders o ON o.customer = s.id");
+    assert!(p.joins[0].lookup.is_none(), "customer is not orders' key: scanned once, joined in memory");
+}
