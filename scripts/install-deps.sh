@@ -31,16 +31,22 @@ if ((${#want[@]})); then
 fi
 
 # Python tools of the test suite, pinned, in a virtual environment of the
-# project's own (target/pyenv), so nothing depends on what is installed by hand.
+# project's own (target/pyenv), so nothing depends on what is installed by hand:
+# schemathesis for the REST fuzz test, the MySQL drivers PyMySQL and
+# mysql-connector-python for the SQL node's client test. Each requirements
+# file is installed again only when it differs from the copy kept beside the
+# venv when it was last installed.
 VENV=target/pyenv
-REQ=scripts/requirements-rest-fuzz.txt
-if ! cmp -s "$REQ" "$VENV/installed-requirements.txt" 2>/dev/null; then
-  command -v python3 >/dev/null 2>&1 || { echo "python3 is needed for the REST fuzz test; install it" >&2; exit 1; }
-  echo "installing Python test tools into $VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
-  cp "$REQ" "$VENV/installed-requirements.txt"
-fi
+for REQ in scripts/requirements-rest-fuzz.txt scripts/requirements-sql-clients.txt; do
+  INSTALLED="$VENV/installed-$(basename "$REQ")"
+  if ! cmp -s "$REQ" "$INSTALLED" 2>/dev/null; then
+    command -v python3 >/dev/null 2>&1 || { echo "python3 is needed for the Python test tools ($REQ); install it" >&2; exit 1; }
+    echo "installing Python test tools of $REQ into $VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
+    cp "$REQ" "$INSTALLED"
+  fi
+done
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo is not installed: install Rust from your distribution or rustup, then run this again" >&2

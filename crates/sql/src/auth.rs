@@ -44,7 +44,9 @@ impl Account {
 
     /// Checks a client's answer to `nonce` for the given plugin.
     pub fn verify(&self, plugin: &str, nonce: &[u8; 20], response: &[u8]) -> bool {
-        if response.is_empty() {
+        // Some clients (Connector/J with caching_sha2_password) send one NUL
+        // byte for an empty password.
+        if response.is_empty() || response == [0] {
             return self.empty;
         }
         if self.empty {
@@ -137,6 +139,7 @@ mod tests {
         let n = nonce();
         assert!(account.verify(NATIVE, &n, b""));
         assert!(!account.verify(NATIVE, &n, &native_client("x", &n)));
+        assert!(account.verify(CACHING_SHA2, &n, &[0]), "a single NUL byte is an empty password");
         assert!(Account::parse(":pw").is_err());
     }
 

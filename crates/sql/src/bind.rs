@@ -49,14 +49,22 @@ pub struct Binder<'a> {
     pub values_offset: Option<usize>,
     /// Clause named in "unknown column" errors.
     pub place: &'static str,
+    /// A select-list alias wins over a table column of the same name (as
+    /// MySQL resolves ORDER BY and HAVING).
+    pub aliases_first: bool,
 }
 
 impl<'a> Binder<'a> {
     pub fn new(tables: &'a [ScopeTable], place: &'static str) -> Self {
-        Binder { tables, aggs: None, aliases: &[], values_offset: None, place }
+        Binder { tables, aggs: None, aliases: &[], values_offset: None, place, aliases_first: false }
     }
 
     fn column(&self, qualifier: Option<&str>, name: &str) -> SqlResult<SExpr> {
+        if self.aliases_first && qualifier.is_none() {
+            if let Some((_, e)) = self.aliases.iter().find(|(a, _)| a.eq_ignore_ascii_case(name)) {
+                return Ok(e.clone());
+            }
+        }
         let mut found = None;
         for (t, table) in self.tables.iter().enumerate() {
             if let Some(q) = qualifier {
@@ -203,6 +211,9 @@ impl<'a> Binder<'a> {
                 SExpr::Func(f, vec![self.bind(expr)?])
             }
             Expr::Function(f) => self.function(f)?,
+            // One collation (utf8mb4_bin) is all there is.
+            Expr::Collate { expr, .. } => self.bind(expr)?,
+            Expr::Position { expr, r#in } => SExpr::Func(Func::Locate, vec![self.bind(expr)?, self.bind(r#in)?]),
             Expr::Tuple(_) => return Err(SqlError::unsupported("row constructors (a, b) are not supported here")),
             Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => {
                 return Err(SqlError::unsupported("subqueries are not supported yet; use a join"))
@@ -443,6 +454,28 @@ impl<'a> Binder<'a> {
                     (Some(a), Some(b)) => Ok(SExpr::Arith(Arith::Mod, Box::new(a), Box::new(b))),
                     _ => Err(SqlError::parse("MOD takes two arguments")),
                 };
+            }
+            "LOCATE" => {
+                need(2, 3)?;
+                Func::Locate
+            }
+            "INSTR" => {
+                need(2, 2)?;
+                // INSTR(str, substr) is LOCATE(substr, str).
+                let mut it = args.into_iter();
+                let (a, b) = (it.next(), it.next());
+                return match (a, b) {
+                    (Some(a), Some(b)) => Ok(SExpr::Func(Func::Locate, vec![b, a])),
+                    _ => Err(SqlError::parse("INSTR takes two arguments")),
+                };
+            }
+            "UNIX_TIMESTAMP" => {
+                need(0, 1)?;
+                Func::UnixTimestamp
+            }
+            "UUID" => {
+                need(0, 0)?;
+                Func::Uuid
             }
             "GREATEST" => {
                 need(2, 255)?;

@@ -859,6 +859,13 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
         "COLUMNS" => {
             let mut rows = Vec::new();
             for t in &tables {
+                let auto = match shared.client.table(&t.database, &t.name).await {
+                    Ok(handle) => {
+                        use crate::dml::AutoIncrement;
+                        shared.auto_column(&handle).await?
+                    }
+                    Err(_) => None,
+                };
                 for (i, c) in t.columns.iter().enumerate() {
                     let (data_type, max_len, precision, scale) = info_type(c.ty);
                     rows.push(vec![
@@ -876,9 +883,28 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                         if c.ty.is_string() { s("utf8mb4") } else { Value::Null },
                         if c.ty.is_string() { s("utf8mb4_bin") } else { Value::Null },
                         s(&c.ty.sql_name().to_lowercase()),
-                        s(if t.primary_key.contains(&(i as u16)) { "PRI" } else { "" }),
+                        s(if t.primary_key.contains(&(i as u16)) {
+                            "PRI"
+                        } else if t.indexes.iter().any(|ix| ix.columns.first() == Some(&(i as u16))) {
+                            "MUL"
+                        } else {
+                            ""
+                        }),
+                        s(if auto == Some(i as u16) { "auto_increment" } else { "" }),
                         s(""),
-                        s(""),
+                        match c.ty {
+                            ColumnType::DateTime | ColumnType::Timestamp => Value::Int(6),
+                            ColumnType::Date => Value::Int(0),
+                            _ => Value::Null,
+                        },
+                        match c.ty {
+                            ColumnType::Char(n) | ColumnType::VarChar(n) => Value::Int(n as i64 * 4),
+                            ColumnType::Binary(n) | ColumnType::VarBinary(n) => Value::Int(n as i64),
+                            ColumnType::Text | ColumnType::Blob => Value::Int(65_535),
+                            _ => Value::Null,
+                        },
+                        s("select,insert,update,references"),
+                        Value::Null,
                     ]);
                 }
             }
@@ -901,6 +927,10 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                     text_col("COLUMN_KEY"),
                     text_col("EXTRA"),
                     text_col("COLUMN_COMMENT"),
+                    int_col("DATETIME_PRECISION"),
+                    int_col("CHARACTER_OCTET_LENGTH"),
+                    text_col("PRIVILEGES"),
+                    text_col("GENERATION_EXPRESSION"),
                 ],
                 rows,
             }
@@ -920,6 +950,13 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                             Value::Int(seq as i64 + 1),
                             s(&t.columns[c as usize].name),
                             s("BTREE"),
+                            s("A"),
+                            Value::Null,
+                            Value::Null,
+                            Value::Null,
+                            s(if t.columns[c as usize].nullable { "YES" } else { "" }),
+                            s(""),
+                            s(""),
                         ]);
                     }
                 }
@@ -935,10 +972,97 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                     int_col("SEQ_IN_INDEX"),
                     text_col("COLUMN_NAME"),
                     text_col("INDEX_TYPE"),
+                    text_col("COLLATION"),
+                    int_col("CARDINALITY"),
+                    int_col("SUB_PART"),
+                    text_col("PACKED"),
+                    text_col("NULLABLE"),
+                    text_col("COMMENT"),
+                    text_col("INDEX_COMMENT"),
                 ],
                 rows,
             }
         }
+        "KEY_COLUMN_USAGE" => {
+            let mut rows = Vec::new();
+            for t in &tables {
+                for (seq, &c) in t.primary_key.iter().enumerate() {
+                    rows.push(vec![
+                        s("def"),
+                        s(&t.database),
+                        s("PRIMARY"),
+                        s("def"),
+                        s(&t.database),
+                        s(&t.name),
+                        s(&t.columns[c as usize].name),
+                        Value::Int(seq as i64 + 1),
+                        Value::Null,
+                        Value::Null,
+                        Value::Null,
+                        Value::Null,
+                    ]);
+                }
+            }
+            let text = [
+                "CONSTRAINT_CATALOG",
+                "CONSTRAINT_SCHEMA",
+                "CONSTRAINT_NAME",
+                "TABLE_CATALOG",
+                "TABLE_SCHEMA",
+                "TABLE_NAME",
+                "COLUMN_NAME",
+            ];
+            let refs = ["REFERENCED_TABLE_SCHEMA", "REFERENCED_TABLE_NAME", "REFERENCED_COLUMN_NAME"];
+            VirtualTable {
+                columns: text
+                    .iter()
+                    .map(|c| text_col(c))
+                    .chain([int_col("ORDINAL_POSITION"), int_col("POSITION_IN_UNIQUE_CONSTRAINT")])
+                    .chain(refs.iter().map(|c| text_col(c)))
+                    .collect(),
+                rows,
+            }
+        }
+        "TABLE_CONSTRAINTS" => VirtualTable {
+            columns: [
+                "CONSTRAINT_CATALOG",
+                "CONSTRAINT_SCHEMA",
+                "CONSTRAINT_NAME",
+                "TABLE_SCHEMA",
+                "TABLE_NAME",
+                "CONSTRAINT_TYPE",
+                "ENFORCED",
+            ]
+            .iter()
+            .map(|c| text_col(c))
+            .collect(),
+            rows: tables
+                .iter()
+                .map(|t| {
+                    vec![s("def"), s(&t.database), s("PRIMARY"), s(&t.database), s(&t.name), s("PRIMARY KEY"), s("YES")]
+                })
+                .collect(),
+        },
+        // No foreign keys: the table exists and is empty.
+        "REFERENTIAL_CONSTRAINTS" => VirtualTable {
+            columns: [
+                "CONSTRAINT_CATALOG",
+                "CONSTRAINT_SCHEMA",
+                "CONSTRAINT_NAME",
+                "UNIQUE_CONSTRAINT_CATALOG",
+                "UNIQUE_CONSTRAINT_SCHEMA",
+                "UNIQUE_CONSTRAINT_NAME",
+                "MATCH_OPTION",
+                "UPDATE_RULE",
+                "DELETE_RULE",
+                "TABLE_NAME",
+                "REFERENCED_TABLE_NAME",
+            ]
+            .iter()
+            .map(|c| text_col(c))
+            .collect(),
+            rows: Vec::new(),
+        },
         other => return Err(SqlError::no_such_table("information_schema", other)),
     })
 }

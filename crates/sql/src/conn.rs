@@ -110,7 +110,10 @@ fn wire_of(ty: ColumnType) -> Wire {
         ColumnType::VarChar(n) => w(T_VAR_STRING, n * 4),
         ColumnType::Binary(n) => Wire { binary: true, ..w(T_STRING, n) },
         ColumnType::VarBinary(n) => Wire { binary: true, ..w(T_VAR_STRING, n) },
-        ColumnType::Text => w(T_BLOB, 65_535 * 4),
+        // MySQL sends 65535 for TEXT when results are not converted
+        // (Connector/J sets character_set_results = NULL and types BLOB
+        // columns by this length: 65535 reads as TEXT, more as MEDIUMTEXT).
+        ColumnType::Text => w(T_BLOB, 65_535),
         ColumnType::Blob => Wire { binary: true, ..w(T_BLOB, 65_535) },
         ColumnType::Date => w(T_DATE, 10),
         ColumnType::DateTime => Wire { decimals: 6, ..w(T_DATETIME, 26) },
@@ -281,7 +284,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         let _ = io.flush().await;
         return None;
     }
-    if plugin == auth::CACHING_SHA2 && !response.is_empty() {
+    if plugin == auth::CACHING_SHA2 && !response.is_empty() && response != [0] {
         // fast_auth_success: the scramble matched the known hash.
         io.write_packet(&[0x01, 0x03]);
     }
@@ -444,6 +447,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         }
         if w.ty == T_BLOB {
             flags |= 16;
+        }
+        if c.auto_increment {
+            flags |= 0x200;
         }
         if w.binary || !text {
             flags |= 128;
@@ -661,6 +667,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         ty: Some(c.ty),
                         nullable: c.nullable,
                         primary: def.primary_key.contains(&(i as u16)),
+                        auto_increment: false,
                     };
                     self.column_def(&rc, wire_of(c.ty));
                 }
@@ -708,7 +715,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
         };
         let columns: Vec<ResultColumn> = match &plan {
-            Some(Planned::Select(s)) => crate::session::result_columns_of(s),
+            Some(Planned::Select(s)) => crate::session::result_columns_of(s, &self.session.shared),
             _ => Vec::new(),
         };
         let id = self.next_statement;

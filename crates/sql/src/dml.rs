@@ -450,6 +450,10 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             auto.saw_value(table, m).await?;
         }
     }
+    for r in &rows {
+        let key: Vec<Value> = def.primary_key.iter().map(|&c| r[c as usize].clone()).collect();
+        ctx.note_write(table, &key);
+    }
     let affected = match &plan.conflict {
         OnConflict::Error => {
             let ops = rows.into_iter().map(|r| Op::insert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
@@ -522,6 +526,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         }
         let mut ops = Vec::with_capacity(seen.len());
         for key in &seen {
+            ctx.note_write(table, key);
             if delete {
                 ops.push(Op::delete(table, key)?);
             } else {
@@ -543,6 +548,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     let mut ops = Vec::with_capacity(rows.len());
     for row in &rows {
         let key: Vec<Value> = def.primary_key.iter().map(|&c| row[c as usize].clone()).collect();
+        ctx.note_write(table, &key);
         if delete {
             ops.push(Op::delete(table, &key)?);
             continue;

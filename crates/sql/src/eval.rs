@@ -74,6 +74,10 @@ pub enum Func {
     Version,
     Left,
     Right,
+    /// LOCATE(substr, str[, pos]): 1-based position, 0 when absent.
+    Locate,
+    UnixTimestamp,
+    Uuid,
 }
 
 /// Target of CAST/CONVERT.
@@ -633,7 +637,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             let sep = to_text(&a[0]);
             Value::Str(a[1..].iter().filter(|v| !v.is_null()).map(to_text).collect::<Vec<_>>().join(&sep))
         }
-        _ if any_null(&a) && !matches!(f, Func::Version) => Value::Null,
+        _ if any_null(&a) && !matches!(f, Func::Version | Func::UnixTimestamp | Func::Uuid) => Value::Null,
         Func::Length => Value::Int(match &arg(&a, 0) {
             Value::Bytes(b) => b.len(),
             v => to_text(v).len(),
@@ -714,6 +718,37 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             best
         }
         Func::Version => env.session.session_value(&SessionValue::Variable("version".into()))?,
+        Func::Locate => {
+            let needle: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
+            let hay: Vec<char> = to_text(&arg(&a, 1)).chars().collect();
+            let start = if a.len() > 2 { numeric(&arg(&a, 2)).as_i64().unwrap_or(1).max(1) as usize - 1 } else { 0 };
+            if needle.is_empty() {
+                return Ok(Value::Int(if start <= hay.len() { start as i64 + 1 } else { 0 }));
+            }
+            let found =
+                (start..hay.len().saturating_sub(needle.len() - 1)).find(|&i| hay[i..i + needle.len()] == needle[..]);
+            Value::Int(found.map(|i| i as i64 + 1).unwrap_or(0))
+        }
+        Func::UnixTimestamp => {
+            let micros = match a.first() {
+                None => env.session.session_value(&SessionValue::Now)?,
+                Some(v) => cast(v.clone(), CastTo::DateTime)?,
+            };
+            match micros {
+                Value::DateTime(us) | Value::Timestamp(us) => Value::Int(us.div_euclid(1_000_000)),
+                _ => Value::Null,
+            }
+        }
+        Func::Uuid => {
+            let mut b = [0u8; 16];
+            if getrandom::fill(&mut b).is_err() {
+                return Err(SqlError::general("no randomness available for UUID()"));
+            }
+            b[6] = (b[6] & 0x0f) | 0x40;
+            b[8] = (b[8] & 0x3f) | 0x80;
+            let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            Value::Str(format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]))
+        }
     })
 }
 

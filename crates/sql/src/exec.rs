@@ -12,7 +12,7 @@ use latsdb_types::proto::LockMode;
 use latsdb_types::schema::ColumnType;
 use latsdb_types::Value;
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -23,9 +23,33 @@ pub struct Ctx<'a> {
     pub client: &'a Client,
     pub tx: Option<&'a mut Transaction>,
     pub env: Env<'a>,
+    /// Keys the open transaction has written (None outside a transaction).
+    pub written: Option<&'a mut WrittenKeys>,
 }
 
+/// Keys an open transaction wrote, per table id: encoded key -> key values.
+pub type WrittenKeys = HashMap<u32, BTreeMap<Vec<u8>, Vec<Value>>>;
+
 impl Ctx<'_> {
+    /// Remembers a key the transaction writes, so its scans can show the
+    /// transaction's own version of the row.
+    pub fn note_write(&mut self, table: &Table, key: &[Value]) {
+        if self.tx.is_none() {
+            return;
+        }
+        if let Some(w) = self.written.as_deref_mut() {
+            if let Ok(encoded) = table.meta.encode_key(key) {
+                w.entry(table.def().id).or_default().insert(encoded, key.to_vec());
+            }
+        }
+    }
+
+    fn written_keys(&self, table: &Table) -> Option<Vec<(Vec<u8>, Vec<Value>)>> {
+        self.tx.as_ref()?;
+        let keys = self.written.as_deref()?.get(&table.def().id)?;
+        (!keys.is_empty()).then(|| keys.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
     /// Runs key operations; in a transaction a failed operation aborts it.
     pub async fn run_ops(&mut self, ops: Vec<Op>) -> SqlResult<Vec<Outcome>> {
         if ops.is_empty() {
@@ -66,6 +90,13 @@ fn key_values(table: &Table, exprs: &[SExpr], row: &[Value], env: &Env) -> SqlRe
 }
 
 pub async fn run_select(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<Value>>> {
+    if let (Some(unpushed), Some(t)) = (&plan.unpushed, plan.sources.first().and_then(|s| s.stored())) {
+        // Aggregates of the data nodes cannot count the transaction's own
+        // uncommitted rows: compute them here instead.
+        if ctx.written_keys(t).is_some() {
+            return Box::pin(run_select(unpushed, ctx)).await;
+        }
+    }
     let mut rows = fetch_first(plan, ctx).await?;
     for step in &plan.joins {
         rows = join(plan, step, rows, ctx).await?;
@@ -137,6 +168,9 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
             if plan.lock != LockMode::Committed {
                 rows = relock(plan, src, &table, rows, ctx).await?;
             }
+            if let Some(written) = ctx.written_keys(&table) {
+                rows = overlay_own_writes(plan, src, &table, rows, written, ctx).await?;
+            }
             Ok(rows)
         }
     }
@@ -180,6 +214,51 @@ async fn relock(
         }
     }
     Ok(out)
+}
+
+/// A scan sees committed rows only: replace the rows the transaction wrote
+/// by its own version of them (read by key through the transaction, which
+/// sees its staged writes), keeping those that match the conditions.
+async fn overlay_own_writes(
+    plan: &SelectPlan,
+    src: &Source,
+    table: &Arc<Table>,
+    mut rows: Vec<Vec<Value>>,
+    written: Vec<(Vec<u8>, Vec<Value>)>,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<Vec<Vec<Value>>> {
+    let def = table.def();
+    let positions: Vec<usize> = def
+        .primary_key
+        .iter()
+        .map(|c| src.fetch.iter().position(|f| f == c))
+        .collect::<Option<_>>()
+        .ok_or_else(|| SqlError::general("internal: a scan did not fetch the primary key"))?;
+    let mine: std::collections::HashSet<&[u8]> = written.iter().map(|(k, _)| k.as_slice()).collect();
+    rows.retain(|r| {
+        let values: Vec<Value> = positions.iter().map(|&p| r[p].clone()).collect();
+        match table.meta.encode_key(&values) {
+            Ok(k) => !mine.contains(k.as_slice()),
+            Err(_) => true,
+        }
+    });
+    let ops =
+        written.iter().map(|(_, k)| Op::read_locked(table, k, plan.lock)).collect::<latsdb_types::Result<Vec<_>>>()?;
+    for outcome in ctx.run_ops(ops).await? {
+        let Outcome::Row(r) = outcome else { continue };
+        let full = r.values();
+        let mut keep = true;
+        for c in &plan.first_conditions {
+            if truth(&c.eval(&full, &ctx.env)?) != Some(true) {
+                keep = false;
+                break;
+            }
+        }
+        if keep {
+            rows.push(src.fetch.iter().map(|&c| full.get(c as usize).cloned().unwrap_or(Value::Null)).collect());
+        }
+    }
+    Ok(rows)
 }
 
 fn virtual_rows(src: &Source, rows: &[Vec<Value>]) -> Vec<Vec<Value>> {

@@ -116,6 +116,13 @@ pub struct SelectPlan {
     pub lock: LockMode,
     /// Width of the joined source row.
     pub row_width: usize,
+    /// Every condition on the first table alone, over its whole row (column
+    /// id = position): checked on rows the open transaction wrote itself,
+    /// which a scan of committed rows cannot see.
+    pub first_conditions: Vec<SExpr>,
+    /// The same query without aggregates pushed down, run instead of this
+    /// plan when the transaction has written rows of the table.
+    pub unpushed: Option<Box<SelectPlan>>,
 }
 
 /// Looks up tables for the planner (the SQL node's catalog).
@@ -142,12 +149,16 @@ pub fn table_name(name: &ast::ObjectName) -> SqlResult<(Option<String>, String)>
 }
 
 pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResult<SelectPlan> {
+    plan_query(catalog, query, true).await
+}
+
+async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates: bool) -> SqlResult<SelectPlan> {
     if query.with.is_some() {
         return Err(SqlError::unsupported("WITH (common table expressions) is not supported"));
     }
     let select = match query.body.as_ref() {
         SetExpr::Select(s) => s,
-        SetExpr::Query(q) => return Box::pin(plan_select(catalog, q)).await,
+        SetExpr::Query(q) => return Box::pin(plan_query(catalog, q, push_aggregates)).await,
         _ => return Err(SqlError::unsupported("UNION and other set operations are not supported")),
     };
     if select.from.len() > 1 {
@@ -155,7 +166,7 @@ pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResu
     }
     // FROM: the first table and its joins.
     let mut sources: Vec<Source> = Vec::new();
-    let mut join_specs: Vec<(bool, Option<&Expr>)> = Vec::new();
+    let mut join_specs: Vec<(bool, JoinOn)> = Vec::new();
     if let Some(twj) = select.from.first() {
         sources.push(source(catalog, &twj.relation).await?);
         for join in &twj.joins {
@@ -166,10 +177,13 @@ pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResu
                 _ => return Err(SqlError::unsupported("only INNER, LEFT and CROSS joins are supported")),
             };
             let on = match constraint {
-                ast::JoinConstraint::On(e) => Some(e),
-                ast::JoinConstraint::None => None,
-                _ => {
-                    return Err(SqlError::unsupported("joins need ON conditions (USING and NATURAL are not supported)"))
+                ast::JoinConstraint::On(e) => JoinOn::On(e),
+                ast::JoinConstraint::Using(names) => {
+                    JoinOn::Using(names.iter().map(|n| n.to_string().trim_matches('`').to_string()).collect())
+                }
+                ast::JoinConstraint::None => JoinOn::None,
+                ast::JoinConstraint::Natural => {
+                    return Err(SqlError::unsupported("NATURAL joins are not supported; write JOIN ... ON or USING"))
                 }
             };
             sources.push(source(catalog, &join.relation).await?);
@@ -225,7 +239,12 @@ pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResu
                     SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
                     _ => match e {
                         Expr::Identifier(i) => i.value.clone(),
+                        Expr::CompoundIdentifier(ids) if ids[0].value.starts_with('@') => e.to_string(),
                         Expr::CompoundIdentifier(ids) => ids.last().map(|i| i.value.clone()).unwrap_or_default(),
+                        Expr::Value(v) => match &v.value {
+                            ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
+                            other => other.to_string(),
+                        },
                         other => other.to_string(),
                     },
                 };
@@ -247,12 +266,26 @@ pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResu
     }
     let mut joins = Vec::new();
     for (i, (left, on)) in join_specs.into_iter().enumerate() {
+        let right = i + 1;
         let on = match on {
-            Some(e) => {
-                let bound = Binder::new(&scope[..i + 2], "on clause").bind(e)?;
-                Some(bound)
+            JoinOn::On(e) => Some(Binder::new(&scope[..i + 2], "on clause").bind(e)?),
+            JoinOn::Using(names) => {
+                let mut parts = Vec::new();
+                for n in &names {
+                    let col = |t: usize| scope[t].columns.iter().position(|c| c.name.eq_ignore_ascii_case(n));
+                    let r = col(right).ok_or_else(|| SqlError::bad_field(n, "from clause"))?;
+                    let l = (0..right)
+                        .find_map(|t| col(t).map(|c| (t, c)))
+                        .ok_or_else(|| SqlError::bad_field(n, "from clause"))?;
+                    parts.push(SExpr::Cmp(
+                        Cmp::Eq,
+                        Box::new(SExpr::TableCol(l.0, l.1 as u16)),
+                        Box::new(SExpr::TableCol(right, r as u16)),
+                    ));
+                }
+                and_all(parts)
             }
-            None => None,
+            JoinOn::None => None,
         };
         joins.push(JoinStep { table: i + 1, left, lookup: None, on });
     }
@@ -271,6 +304,7 @@ pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResu
             let mut b = Binder::new(&scope, "having clause");
             b.aggs = Some(&mut aggs);
             b.aliases = &aliases;
+            b.aliases_first = true;
             Some(b.bind(h)?)
         }
         None => None,
@@ -283,6 +317,7 @@ pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResu
                     let mut b = Binder::new(&scope, "order clause");
                     b.aggs = Some(&mut aggs);
                     b.aliases = &aliases;
+                    b.aliases_first = true;
                     let e = match positional(&o.expr, &outputs)? {
                         Some(e) => e,
                         None => b.bind(&o.expr)?,
@@ -334,6 +369,15 @@ pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResu
             residual.push(c);
         }
     }
+    let first_conditions = first_only
+        .iter()
+        .map(|c| {
+            c.clone().map(&mut |x| match x {
+                SExpr::TableCol(0, col) => Ok(SExpr::Col(col as usize)),
+                other => Ok(other),
+            })
+        })
+        .collect::<SqlResult<Vec<_>>>()?;
     let (access, mut pushed) = match sources.first() {
         Some(s) => choose_access(s, first_only, &mut residual),
         None => {
@@ -396,7 +440,8 @@ pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResu
     let has_aggs = !aggs.is_empty() || !group_keys.is_empty();
     let mut agg = AggMode::None;
     if has_aggs {
-        let pushable = sources.len() == 1
+        let pushable = push_aggregates
+            && sources.len() == 1
             && sources[0].stored().is_some()
             && group_keys.is_empty()
             && residual.is_empty()
@@ -453,12 +498,23 @@ pub async fn plan_select<C: Catalog>(catalog: &C, query: &ast::Query) -> SqlResu
         offset,
         lock,
         row_width: 0,
+        first_conditions,
+        unpushed: None,
     };
+    if matches!(plan.agg, AggMode::Pushed { .. }) {
+        plan.unpushed = Some(Box::new(Box::pin(plan_query(catalog, query, false)).await?));
+    }
     pushed.retain(|_| true);
     plan.pushed = pushed;
     plan.filter = and_all(residual);
     finish(&mut plan)?;
     Ok(plan)
+}
+
+enum JoinOn<'a> {
+    On(&'a Expr),
+    Using(Vec<String>),
+    None,
 }
 
 /// `ORDER BY 2` / `GROUP BY 1`: a position in the select list.
@@ -720,6 +776,17 @@ fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
         plan.order.iter().for_each(|(e, _)| note(e));
         if let Some(h) = &plan.having {
             note(h);
+        }
+    }
+    // A scanned first table always brings its key: rows the transaction
+    // wrote itself replace the scanned ones by key.
+    if !matches!(plan.access, Access::Keys(_)) {
+        if let Some(t) = plan.sources.first().and_then(|s| s.stored()) {
+            for &c in &t.def().primary_key {
+                if !used[0].contains(&c) {
+                    used[0].push(c);
+                }
+            }
         }
     }
     let mut offsets = Vec::new();

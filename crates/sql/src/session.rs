@@ -36,6 +36,7 @@ pub struct ResultColumn {
     pub ty: Option<ColumnType>,
     pub nullable: bool,
     pub primary: bool,
+    pub auto_increment: bool,
 }
 
 impl ResultColumn {
@@ -49,6 +50,7 @@ impl ResultColumn {
             ty: None,
             nullable: true,
             primary: false,
+            auto_increment: false,
         }
     }
     pub fn typed(name: &str, ty: ColumnType) -> Self {
@@ -109,6 +111,11 @@ impl Shared {
             auto_columns: Mutex::new(HashMap::new()),
             auto_ranges: tokio::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The auto-increment column of a table if it is known already.
+    pub fn cached_auto_column(&self, table_id: u32) -> Option<ColumnId> {
+        self.auto_columns.lock().unwrap_or_else(|p| p.into_inner()).get(&table_id).copied().flatten()
     }
 
     pub fn connection_id(&self) -> u32 {
@@ -258,6 +265,12 @@ pub struct Session {
     pub found_rows: u64,
     vars: HashMap<String, Value>,
     pub warnings: Vec<(&'static str, u16, String)>,
+    /// SET SESSION TRANSACTION READ ONLY.
+    read_only_session: bool,
+    /// START TRANSACTION READ ONLY (this transaction only).
+    read_only_tx: bool,
+    /// Keys the open transaction wrote (its scans overlay them).
+    written: crate::exec::WrittenKeys,
 }
 
 pub struct NoSession;
@@ -277,6 +290,7 @@ struct SessionView<'a> {
     row_count: i64,
     found_rows: u64,
     autocommit: bool,
+    read_only: bool,
     vars: &'a HashMap<String, Value>,
 }
 
@@ -350,6 +364,7 @@ impl SessionLookup for SessionView<'_> {
                 }
                 match name.as_str() {
                     "autocommit" => Value::Int(self.autocommit as i64),
+                    "transaction_read_only" | "tx_read_only" => Value::Int(self.read_only as i64),
                     "last_insert_id" | "identity" => Value::UInt(self.last_insert_id),
                     _ => match self.vars.get(name).cloned().or_else(|| default_variable(name)) {
                         Some(v) => v,
@@ -415,6 +430,38 @@ impl Session {
             found_rows: 0,
             vars: HashMap::new(),
             warnings: Vec::new(),
+            read_only_session: false,
+            read_only_tx: false,
+            written: HashMap::new(),
+        }
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only_session || self.read_only_tx
+    }
+
+    /// Applies transaction modes; other isolation levels than READ
+    /// COMMITTED are accepted with a warning (latsdb runs READ COMMITTED).
+    fn transaction_modes(&mut self, modes: &[ast::TransactionMode], session_scope: bool) {
+        for m in modes {
+            match m {
+                ast::TransactionMode::AccessMode(a) => {
+                    let ro = matches!(a, ast::TransactionAccessMode::ReadOnly);
+                    if session_scope {
+                        self.read_only_session = ro;
+                    } else {
+                        self.read_only_tx = ro;
+                    }
+                }
+                ast::TransactionMode::IsolationLevel(
+                    ast::TransactionIsolationLevel::ReadCommitted | ast::TransactionIsolationLevel::ReadUncommitted,
+                ) => {}
+                ast::TransactionMode::IsolationLevel(level) => self.warnings.push((
+                    "Warning",
+                    crate::error::ER_NOT_SUPPORTED_YET,
+                    format!("isolation level {level} is not supported: latsdb runs READ COMMITTED"),
+                )),
+            }
         }
     }
 
@@ -430,7 +477,14 @@ impl Session {
     pub async fn plan(&self, stmt: &Statement) -> SqlResult<Option<Planned>> {
         let catalog = self.catalog();
         Ok(Some(match stmt {
-            Statement::Query(q) => Planned::Select(Arc::new(plan_select(&catalog, q).await?)),
+            Statement::Query(q) => {
+                let plan = plan_select(&catalog, q).await?;
+                // Known before the result's column flags are written.
+                for t in plan.sources.iter().filter_map(|s| s.stored()) {
+                    self.shared.auto_column(t).await?;
+                }
+                Planned::Select(Arc::new(plan))
+            }
             Statement::Insert(i) => Planned::Insert(Arc::new(dml::plan_insert(&catalog, i).await?)),
             Statement::Update(_) => Planned::Update(Arc::new(dml::plan_write(&catalog, stmt).await?)),
             Statement::Delete(_) => Planned::Delete(Arc::new(dml::plan_write(&catalog, stmt).await?)),
@@ -446,7 +500,11 @@ impl Session {
         params: &[Value],
         cached: Option<&mut Option<Planned>>,
     ) -> SqlResult<Response> {
-        self.warnings.clear();
+        let shows_warnings = matches!(stmt, Statement::ShowVariable { variable }
+            if variable.first().is_some_and(|w| w.value.eq_ignore_ascii_case("warnings") || w.value.eq_ignore_ascii_case("errors")));
+        if !shows_warnings {
+            self.warnings.clear();
+        }
         let planned = match cached {
             Some(slot) => match slot {
                 Some(p) if self.plan_is_current(p).await => Some(p.clone()),
@@ -501,6 +559,9 @@ impl Session {
         if let TxState::Failed(e) = &self.tx {
             return Err(tx_failed(e));
         }
+        if self.read_only() && !matches!(p, Planned::Select(_)) {
+            return Err(SqlError::new(1792, "25006", "Cannot execute statement in a READ ONLY transaction."));
+        }
         if !self.autocommit && !self.in_transaction {
             self.in_transaction = true;
         }
@@ -518,18 +579,21 @@ impl Session {
             row_count: self.row_count,
             found_rows: self.found_rows,
             autocommit: self.autocommit,
+            read_only: self.read_only(),
             vars: &self.vars,
         };
+        let written = if self.in_transaction { Some(&mut self.written) } else { None };
         let mut ctx = Ctx {
             client: &self.shared.client,
             tx: if use_tx { tx.as_mut() } else { None },
             env: Env { params, session: &view },
+            written,
         };
         let result: SqlResult<(Response, Option<u64>)> = async {
             Ok(match p {
                 Planned::Select(s) => {
                     let rows = run_select(s, &mut ctx).await?;
-                    (Response::Rows { columns: result_columns_of(s), rows }, None)
+                    (Response::Rows { columns: result_columns_of(s, &self.shared), rows }, None)
                 }
                 Planned::Insert(i) => {
                     let r = dml::run_insert(i, &mut ctx, self.shared.as_ref()).await?;
@@ -568,6 +632,7 @@ impl Session {
                     if self.in_transaction {
                         self.tx = TxState::Failed(e.clone());
                     }
+                    self.written.clear();
                 }
                 Err(e)
             }
@@ -576,6 +641,8 @@ impl Session {
 
     pub async fn commit(&mut self) -> SqlResult<()> {
         self.in_transaction = false;
+        self.read_only_tx = false;
+        self.written.clear();
         match std::mem::replace(&mut self.tx, TxState::None) {
             TxState::None => Ok(()),
             TxState::Open(t) => Ok(t.commit().await?),
@@ -585,6 +652,8 @@ impl Session {
 
     pub async fn rollback(&mut self) -> SqlResult<()> {
         self.in_transaction = false;
+        self.read_only_tx = false;
+        self.written.clear();
         match std::mem::replace(&mut self.tx, TxState::None) {
             TxState::Open(t) => Ok(t.rollback().await?),
             _ => Ok(()),
@@ -609,6 +678,7 @@ impl Session {
             row_count: self.row_count,
             found_rows: self.found_rows,
             autocommit: self.autocommit,
+            read_only: self.read_only(),
             vars: &self.vars,
         }
     }
@@ -622,8 +692,9 @@ impl Session {
 
     async fn run_other(&mut self, stmt: &Statement) -> SqlResult<Response> {
         match stmt {
-            Statement::StartTransaction { .. } => {
+            Statement::StartTransaction { modes, .. } => {
                 self.begin().await?;
+                self.transaction_modes(modes, false);
                 Ok(Response::ok())
             }
             Statement::Commit { .. } => {
@@ -676,7 +747,13 @@ impl Session {
             }
             // SET NAMES / CHARACTER SET: the server speaks utf8mb4 only.
             ast::Set::SetNames { .. } | ast::Set::SetNamesDefault {} => return Ok(Response::ok()),
-            ast::Set::SetTransaction { .. } => return Ok(Response::ok()),
+            ast::Set::SetTransaction { modes, session, .. } => {
+                // Without SESSION the modes apply to the next transaction;
+                // latsdb keeps them for the session either way.
+                let _ = session;
+                self.transaction_modes(modes, true);
+                return Ok(Response::ok());
+            }
             ast::Set::SetTimeZone { .. } => return Ok(Response::ok()),
             _ => return Err(SqlError::unsupported(format!("{set} is not supported"))),
         };
@@ -720,6 +797,19 @@ impl Session {
                     self.autocommit = on;
                 }
                 "names" | "character set" => {}
+                "transaction_read_only" | "tx_read_only" => {
+                    self.read_only_session = crate::eval::truth(&v) == Some(true)
+                }
+                "transaction_isolation" | "tx_isolation" => {
+                    let level = to_text(&v).to_ascii_uppercase().replace(['-', '_'], " ");
+                    if level != "READ COMMITTED" && level != "READ UNCOMMITTED" {
+                        self.warnings.push((
+                            "Warning",
+                            crate::error::ER_NOT_SUPPORTED_YET,
+                            format!("isolation level {level} is not supported: latsdb runs READ COMMITTED"),
+                        ));
+                    }
+                }
                 _ => {
                     if default_variable(&var).is_none() && !self.vars.contains_key(&var) {
                         return Err(SqlError::new(
@@ -763,7 +853,7 @@ fn is_ddl(stmt: &Statement) -> bool {
 }
 
 /// Result-set columns of a SELECT plan.
-pub fn result_columns_of(plan: &SelectPlan) -> Vec<ResultColumn> {
+pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn> {
     plan.outputs
         .iter()
         .map(|o| match o.origin {
@@ -771,6 +861,7 @@ pub fn result_columns_of(plan: &SelectPlan) -> Vec<ResultColumn> {
                 let src = &plan.sources[t];
                 let col = &src.scope.columns[c as usize];
                 let primary = src.stored().is_some_and(|tb| tb.def().primary_key.contains(&c));
+                let auto_increment = src.stored().is_some_and(|tb| shared.cached_auto_column(tb.def().id) == Some(c));
                 ResultColumn {
                     name: o.name.clone(),
                     org_name: col.name.clone(),
@@ -780,6 +871,7 @@ pub fn result_columns_of(plan: &SelectPlan) -> Vec<ResultColumn> {
                     ty: Some(col.ty),
                     nullable: col.nullable,
                     primary,
+                    auto_increment,
                 }
             }
             None => ResultColumn::computed(&o.name),

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """Drives the SQL node with the two Python MySQL drivers, PyMySQL and
-mysql-connector-python (pure Python, and its C extension where it loads).
+mysql-connector-python (its pure-Python implementation, and its C extension
+where that loads).
 
     python_clients.py HOST PORT
 
 Run by tests/sql_python.rs with the interpreter of target/pyenv
 (scripts/install-deps.sh installs scripts/requirements-sql-clients.txt
-there). For each driver: connect with the driver's default settings, create
-a database and a table of many column types, insert with executemany, read
-back typed values, update, delete, commit and roll back, prepared statements
-(mysql-connector-python), a duplicate key error after which the connection
-still works, and drop the database. Exits non-zero with a message at the
-first mismatch; prints one line per driver that passed.
+there). For each driver: connect with the driver's default settings
+(autocommit off for both), create a database and a table of many column
+types, insert with executemany, read typed values back, update, delete,
+commit and roll back, prepared statements (mysql-connector-python), a
+duplicate key after which the connection still works, and drop the
+database. Each driver stops at its first mismatch, which is printed to
+stderr; the program exits non-zero when any driver failed and prints one
+line per driver that passed.
 """
 
 import datetime
@@ -30,8 +33,9 @@ def check(what, got, want):
 
 
 def check_rows(what, got, want, bytearrays=False):
-    """bytearrays: binary values may come as bytearray (the C extension's
-    prepared cursor returns them so, whatever the server)."""
+    """Exact values and Python types, row by row. bytearrays: binary values
+    may come as bytearray (the C extension's prepared cursor returns them
+    so whatever the server sends)."""
     got = [tuple(bytes(v) if bytearrays and isinstance(v, bytearray) else v for v in r) for r in got]
     if len(got) != len(want):
         raise Mismatch(f"{what}: got {len(got)} rows {got!r}, want {len(want)} rows {want!r}")
@@ -57,13 +61,16 @@ CREATE TABLE items (
   note TEXT,
   raw VARBINARY(16),
   blobby BLOB,
+  stamp TIMESTAMP NULL,
   PRIMARY KEY (id)
 )
 """
 
-COLUMNS = "big, name, code, price, score, born, seen, flag, small, note, raw, blobby"
+COLUMNS = "big, name, code, price, score, born, seen, flag, small, note, raw, blobby, stamp"
+PLACEHOLDERS = ", ".join(["%s"] * len(COLUMNS.split(", ")))
 
-# The rows executemany inserts (ids 1..=3 from AUTO_INCREMENT).
+# The rows executemany inserts (ids 1..=3 from AUTO_INCREMENT). The binary
+# values hold bytes that are not UTF-8, as binary data does.
 ROWS = [
     (
         9007199254740993,
@@ -77,7 +84,8 @@ ROWS = [
         -7,
         "first note",
         b"\x00\x01\xfe\xff",
-        b"\x00blob\xff",
+        b"\x00blob\xff'\\",
+        datetime.datetime(2026, 1, 2, 3, 4, 5),
     ),
     (
         -42,
@@ -92,8 +100,9 @@ ROWS = [
         "it's \"quoted\" \\ and\nnew line",
         b"",
         b"",
+        datetime.datetime(1999, 12, 31, 23, 59, 59),
     ),
-    (0, "gamma", "EF", Decimal("12345678.90"), None, None, None, None, None, None, None, None),
+    (0, "gamma", "EF", Decimal("12345678.90"), None, None, None, None, None, None, None, None, None),
 ]
 
 
@@ -113,6 +122,10 @@ def set_autocommit(conn, on):
         conn.autocommit = on
 
 
+def duplicate_errno(name, e):
+    return e.args[0] if name == "pymysql" else e.errno
+
+
 def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=False):
     db = f"pyclient_{name}"
     conn = connect(None)
@@ -126,9 +139,9 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
     cur.execute(f"USE {db}")
     cur.execute(CREATE_TABLE)
 
-    # Parameterised multi-row insert.
-    placeholders = ", ".join(["%s"] * 12)
-    cur.executemany(f"INSERT INTO items ({COLUMNS}) VALUES ({placeholders})", ROWS)
+    # Parameterised multi-row insert (both drivers send one INSERT with
+    # three rows, the values inlined into the query text).
+    cur.executemany(f"INSERT INTO items ({COLUMNS}) VALUES ({PLACEHOLDERS})", ROWS)
     check("executemany rowcount", cur.rowcount, 3)
     conn.commit()
 
@@ -148,21 +161,32 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
     check_rows("SELECT by a non-ASCII string", cur.fetchall(), [("bêta ünïcødé",)])
     cur.execute("SELECT id FROM items WHERE raw = %s", (b"\x00\x01\xfe\xff",))
     check_rows("SELECT by binary", cur.fetchall(), [(1,)])
-    cur.execute("SELECT id, price FROM items WHERE price > %s AND seen < %s ORDER BY id", (Decimal("0"), datetime.datetime(2030, 1, 1)))
-    check_rows("SELECT by decimal and datetime", cur.fetchall(), [(1, Decimal("10.50"))])
-    cur.execute("SELECT COUNT(*), SUM(price) FROM items")
-    check_rows("COUNT and SUM", cur.fetchall(), [(4, Decimal("12345689.41"))])
+    cur.execute(
+        "SELECT id, price FROM items WHERE price > %s AND seen < %s AND born = %s ORDER BY id",
+        (Decimal("0"), datetime.datetime(2030, 1, 1), datetime.date(2026, 1, 2)),
+    )
+    check_rows("SELECT by decimal, datetime and date", cur.fetchall(), [(1, Decimal("10.50"))])
+    cur.execute("SELECT id FROM items WHERE stamp = %s", (datetime.datetime(2026, 1, 2, 3, 4, 5),))
+    check_rows("SELECT by a TIMESTAMP", cur.fetchall(), [(1,)])
+    cur.execute("SELECT id FROM items WHERE score IS NULL AND note IS NULL ORDER BY id")
+    check_rows("SELECT by NULL", cur.fetchall(), [(3,), (4,)])
+    cur.execute("SELECT COUNT(*), SUM(price), MAX(big) FROM items")
+    check_rows("COUNT, SUM and MAX", cur.fetchall(), [(4, Decimal("12345689.41"), 9007199254740993)])
+
+    # A DATETIME keeps whole seconds: fractions round (datetime.now() has them).
+    cur.execute("UPDATE items SET seen = %s WHERE id = %s", (datetime.datetime(2026, 5, 6, 7, 8, 9, 600000), 4))
+    cur.execute("SELECT seen FROM items WHERE id = %s", (4,))
+    check_rows("DATETIME rounds fractional seconds", cur.fetchall(), [(datetime.datetime(2026, 5, 6, 7, 8, 10),)])
 
     # UPDATE and DELETE rowcounts.
     cur.execute("UPDATE items SET score = %s WHERE big >= %s", (2.5, 0))
     check("UPDATE rowcount", cur.rowcount, 3)
     # Without CLIENT_FOUND_ROWS (neither driver asks for it) the count is of
-    # rows changed, not rows matched: rows 1 and 3 already hold 2.5 now.
+    # rows changed, not rows matched: rows 1 and 3 already hold 2.5.
     cur.execute("UPDATE items SET score = %s WHERE id IN (1, 2, 3)", (2.5,))
     check("UPDATE rowcount of rows changed", cur.rowcount, 1)
-    cur.execute("UPDATE items SET score = %s WHERE id = %s", (ROWS[0][4], 1))
-    cur.execute("UPDATE items SET score = %s WHERE id = %s", (ROWS[1][4], 2))
-    cur.execute("UPDATE items SET score = %s WHERE id = %s", (ROWS[2][4], 3))
+    for i, row in enumerate(ROWS):
+        cur.execute("UPDATE items SET score = %s WHERE id = %s", (row[4], i + 1))
     cur.execute("DELETE FROM items WHERE id = %s", (4,))
     check("DELETE rowcount", cur.rowcount, 1)
     cur.execute("DELETE FROM items WHERE id = %s", (404,))
@@ -171,13 +195,32 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
 
     # A transaction committed, one rolled back (autocommit is off).
     set_autocommit(conn, False)
+    if name.startswith("connector"):
+        # The driver's own API: reading the setting asks the server
+        # (SELECT @@session.autocommit); start_transaction() refuses when the
+        # server's status says a transaction is open. A SELECT of no table
+        # opens none.
+        check("conn.autocommit", conn.autocommit, False)
+        check("in_transaction after SELECT @@session.autocommit", conn.in_transaction, False)
+        conn.start_transaction()
+        check("in_transaction after start_transaction()", conn.in_transaction, True)
     cur.execute("INSERT INTO items (big, name, code, price) VALUES (%s, %s, %s, %s)", (5, "kept", "K", Decimal("5")))
     kept_id = cur.lastrowid
     conn.commit()
     cur.execute("INSERT INTO items (big, name, code, price) VALUES (%s, %s, %s, %s)", (6, "gone", "G", Decimal("6")))
     cur.execute("UPDATE items SET name = %s WHERE id = %s", ("changed", 1))
+    gone_id = cur.lastrowid
     cur.execute("SELECT name FROM items WHERE id = %s", (1,))
-    check_rows("uncommitted change seen in its own transaction", cur.fetchall(), [("changed",)])
+    check_rows("uncommitted change seen by a key lookup in its own transaction", cur.fetchall(), [("changed",)])
+    # Scans see the transaction's own changes too.
+    cur.execute("SELECT id, name FROM items ORDER BY id")
+    check_rows(
+        "uncommitted changes seen by a scan in their own transaction",
+        cur.fetchall(),
+        [(1, "changed"), (2, "bêta ünïcødé"), (3, "gamma"), (kept_id, "kept"), (gone_id, "gone")],
+    )
+    cur.execute("UPDATE items SET small = %s WHERE big = %s", (1, 6))
+    check("UPDATE by a scan of a row inserted in the same transaction: rowcount", cur.rowcount, 1)
     conn.rollback()
     cur.execute("SELECT id, name FROM items ORDER BY id")
     check_rows(
@@ -193,53 +236,71 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
     other.close()
     conn.commit()
 
-    # Server-side prepared statements.
+    # Server-side prepared statements (COM_STMT_PREPARE / EXECUTE, binary rows).
     if prepared_cursor is not None:
         pcur = prepared_cursor(conn)
+        pcur.execute(f"SELECT id, {COLUMNS} FROM items WHERE id = %s", (1,))
+        check_rows("prepared SELECT", pcur.fetchall(), [expected_row(0)], prepared_bytearrays)
         pcur.execute(f"SELECT id, {COLUMNS} FROM items WHERE id = %s", (2,))
-        check_rows("prepared SELECT", pcur.fetchall(), [expected_row(1)], prepared_bytearrays)
+        check_rows("prepared SELECT, executed again", pcur.fetchall(), [expected_row(1)], prepared_bytearrays)
         pcur.execute(f"SELECT id, {COLUMNS} FROM items WHERE id = %s", (3,))
         check_rows("prepared SELECT of NULLs", pcur.fetchall(), [expected_row(2)], prepared_bytearrays)
         pcur.execute(
-            f"INSERT INTO items ({COLUMNS}) VALUES ({', '.join(['%s'] * 12)})",
+            f"INSERT INTO items ({COLUMNS}) VALUES ({PLACEHOLDERS})",
             (7, "prep", "PR", Decimal("7.77"), 0.5, datetime.date(2000, 2, 29),
-             datetime.datetime(2000, 2, 29, 12, 0, 1), True, 1, "p", b"\x01", b"\x02"),
+             datetime.datetime(2000, 2, 29, 12, 0, 1), True, 1, "p", b"\x01\xff", b"\x02", None),
         )
         check("prepared INSERT rowcount", pcur.rowcount, 1)
         prep_id = pcur.lastrowid
         # AUTO_INCREMENT values of rolled-back inserts are not handed out again.
         if not isinstance(prep_id, int) or prep_id <= kept_id:
             raise Mismatch(f"prepared INSERT lastrowid: got {prep_id!r}, want an int above {kept_id}")
-        pcur.execute("SELECT price, born, seen, raw FROM items WHERE id = %s", (prep_id,))
+        pcur.execute("SELECT price, born, seen, raw, flag FROM items WHERE id = %s", (prep_id,))
         check_rows(
             "prepared SELECT of a prepared INSERT",
             pcur.fetchall(),
-            [(Decimal("7.77"), datetime.date(2000, 2, 29), datetime.datetime(2000, 2, 29, 12, 0, 1), b"\x01")],
+            [(Decimal("7.77"), datetime.date(2000, 2, 29), datetime.datetime(2000, 2, 29, 12, 0, 1), b"\x01\xff", 1)],
             prepared_bytearrays,
         )
+        pcur.execute("SELECT id FROM items WHERE raw = %s AND seen = %s", (b"\x01\xff", datetime.datetime(2000, 2, 29, 12, 0, 1)))
+        check_rows("prepared SELECT by binary and datetime", pcur.fetchall(), [(prep_id,)])
         pcur.execute("UPDATE items SET small = small + %s WHERE id = %s", (1, prep_id))
         check("prepared UPDATE rowcount", pcur.rowcount, 1)
         pcur.execute("DELETE FROM items WHERE id = %s", (prep_id,))
         check("prepared DELETE rowcount", pcur.rowcount, 1)
+        try:
+            pcur.execute("INSERT INTO items (id, big, name, code, price) VALUES (%s, %s, %s, %s, %s)", (2, 0, "d", "D", 0))
+        except errors.IntegrityError as e:
+            check("prepared duplicate key errno", duplicate_errno(name, e), 1062)
+        else:
+            raise Mismatch("a prepared duplicate key insert raised no IntegrityError")
+        conn.rollback()
         pcur.close()
-        conn.commit()
 
-    # Duplicate key: IntegrityError 1062, and the connection still works.
+    # Duplicate key: IntegrityError 1062, and the connection still works. As
+    # in MySQL, the error undoes the failed statement only: the transaction
+    # around it (autocommit is off) goes on and commits what came before.
+    cur.execute("INSERT INTO items (big, name, code, price) VALUES (%s, %s, %s, %s)", (8, "before", "B", Decimal("8")))
+    before_id = cur.lastrowid
     try:
         cur.execute("INSERT INTO items (id, big, name, code, price) VALUES (%s, %s, %s, %s, %s)", (1, 0, "dup", "D", 0))
     except errors.IntegrityError as e:
-        code = e.args[0] if name == "pymysql" else e.errno
-        check("duplicate key errno", code, 1062)
+        check("duplicate key errno", duplicate_errno(name, e), 1062)
     else:
         raise Mismatch("a duplicate key insert raised no IntegrityError")
-    conn.rollback()
     cur.execute("SELECT COUNT(*) FROM items WHERE id = %s", (1,))
-    check_rows("after the error the connection answers", cur.fetchall(), [(1,)])
-    cur.execute("SELECT name FROM items WHERE id = 1")
-    check_rows("the duplicate left the row as it was", cur.fetchall(), [("alpha",)])
+    check_rows("after the error the transaction goes on", cur.fetchall(), [(1,)])
+    conn.commit()
+    cur.execute("SELECT id, name FROM items WHERE id IN (%s, %s) ORDER BY id", (1, before_id))
+    check_rows("the duplicate left the row as it was and the insert before it committed", cur.fetchall(),
+               [(1, "alpha"), (before_id, "before")])
+    conn.commit()
 
     cur.execute(f"DROP DATABASE {db}")
     conn.commit()
+    cur.execute("SHOW DATABASES")
+    if (db,) in [tuple(r) for r in cur.fetchall()]:
+        raise Mismatch(f"DROP DATABASE left {db} behind")
     cur.close()
     conn.close()
 
@@ -263,9 +324,8 @@ def run_connector(host, port, use_pure):
             kw["database"] = db
         return mysql.connector.connect(**kw)
 
-    name = "connector_pure" if use_pure else "connector_cext"
     exercise(
-        name,
+        "connector_pure" if use_pure else "connector_cext",
         mysql.connector.errors,
         connect,
         prepared_cursor=lambda c: c.cursor(prepared=True),
@@ -279,28 +339,29 @@ def main():
         print("usage: python_clients.py HOST PORT", file=sys.stderr)
         return 2
     host, port = sys.argv[1], int(sys.argv[2])
-    runs = [("PyMySQL", lambda: run_pymysql(host, port)),
-            ("mysql-connector-python (pure)", lambda: run_connector(host, port, True))]
-    try:
-        import mysql.connector
+    runs = [
+        ("PyMySQL", lambda: run_pymysql(host, port)),
+        ("mysql-connector-python (pure Python)", lambda: run_connector(host, port, True)),
+    ]
+    import mysql.connector
 
-        if mysql.connector.HAVE_CEXT:
-            runs.append(("mysql-connector-python (C extension)", lambda: run_connector(host, port, False)))
-        else:
-            print("mysql-connector-python: C extension not available here, skipped")
-    except ImportError:
-        pass
+    if mysql.connector.HAVE_CEXT:
+        runs.append(("mysql-connector-python (C extension)", lambda: run_connector(host, port, False)))
+    else:
+        print("mysql-connector-python: its C extension does not load here; only the pure-Python one runs")
+    failed = 0
     for label, run in runs:
         try:
             print(f"ok {run()}", flush=True)
         except Mismatch as e:
-            print(f"FAIL {label}: {e}", file=sys.stderr)
-            return 1
+            print(f"FAIL {label}: {e}", file=sys.stderr, flush=True)
+            failed += 1
         except Exception:
             print(f"FAIL {label}: unexpected error", file=sys.stderr)
             traceback.print_exc()
-            return 1
-    return 0
+            sys.stderr.flush()
+            failed += 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
