@@ -734,7 +734,7 @@ async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<R
         };
         let extra =
             if auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&c.name)) { "auto_increment" } else { "" };
-        let mut r = vec![Value::Str(c.name.clone()), Value::Str(c.ty.sql_name().to_lowercase())];
+        let mut r = vec![Value::Str(c.name.clone()), Value::Str(column_type_text(c.ty))];
         if full {
             r.push(if c.ty.is_string() { Value::Str("utf8mb4_bin".into()) } else { Value::Null });
         }
@@ -760,6 +760,16 @@ async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<R
     Ok(rows_response(cols, rows))
 }
 
+/// A column's type as MySQL spells it in DESCRIBE, SHOW CREATE TABLE and
+/// information_schema.COLUMNS (BOOLEAN is stored as tinyint(1), which
+/// drivers map back to a boolean).
+fn column_type_text(ty: ColumnType) -> String {
+    match ty {
+        ColumnType::Boolean => "tinyint(1)".into(),
+        other => other.sql_name().to_lowercase(),
+    }
+}
+
 fn quote(v: &Value) -> String {
     match v {
         Value::Null => "NULL".into(),
@@ -771,7 +781,7 @@ fn quote(v: &Value) -> String {
 pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
     let mut lines = Vec::new();
     for c in &def.columns {
-        let mut l = format!("  `{}` {}", c.name, c.ty.sql_name().to_lowercase());
+        let mut l = format!("  `{}` {}", c.name, column_type_text(c.ty));
         if !c.nullable {
             l.push_str(" NOT NULL");
         }
@@ -882,7 +892,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                         scale,
                         if c.ty.is_string() { s("utf8mb4") } else { Value::Null },
                         if c.ty.is_string() { s("utf8mb4_bin") } else { Value::Null },
-                        s(&c.ty.sql_name().to_lowercase()),
+                        s(&column_type_text(c.ty)),
                         s(if t.primary_key.contains(&(i as u16)) {
                             "PRI"
                         } else if t.indexes.iter().any(|ix| ix.columns.first() == Some(&(i as u16))) {
