@@ -24,6 +24,12 @@ impl Transaction {
         self.id
     }
 
+    /// Whether the transaction has committed or aborted (an operation that
+    /// failed in the cluster aborts it).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
     /// Executes operations and keeps the transaction open.
     pub async fn execute(&mut self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
         self.exec(ops, false).await

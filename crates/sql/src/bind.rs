@@ -508,7 +508,7 @@ impl<'a> Binder<'a> {
 pub fn literal(v: &ast::Value) -> SqlResult<SExpr> {
     Ok(SExpr::Const(match v {
         ast::Value::Number(n, _) => number(n)?,
-        ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => Value::Str(s.clone()),
+        ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => crate::parse::literal_value(s),
         ast::Value::EscapedStringLiteral(s) | ast::Value::NationalStringLiteral(s) => Value::Str(s.clone()),
         ast::Value::HexStringLiteral(h) => Value::Bytes(hex(h)?),
         ast::Value::SingleQuotedByteStringLiteral(s) | ast::Value::DoubleQuotedByteStringLiteral(s) => {

@@ -204,6 +204,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
             }
         }
     }
+    session.found_rows_flag = caps & FOUND_ROWS != 0;
     let mut c = Connection { io, session, client_caps: caps, statements: HashMap::new(), next_statement: 1 };
     c.ok(0, 0, "");
     if c.io.flush().await.is_err() {
@@ -391,7 +392,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         put_lenenc_int(&mut p, insert_id);
         p.extend_from_slice(&self.status(more).to_le_bytes());
         p.extend_from_slice(&(self.session.warnings.len().min(65_535) as u16).to_le_bytes());
-        p.extend_from_slice(info.as_bytes());
+        // MySQL writes the info text length-encoded (net_store_data), and
+        // clients read it so.
+        if !info.is_empty() {
+            put_lenenc_str(&mut p, info.as_bytes());
+        }
         self.io.write_packet(&p);
     }
 
@@ -427,7 +432,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         put_lenenc_str(p, c.db.as_bytes());
         put_lenenc_str(p, c.table.as_bytes());
         put_lenenc_str(p, c.org_table.as_bytes());
-        put_lenenc_str(p, c.name.as_bytes());
+        // MySQL cuts a column name at 256 characters.
+        let name = match c.name.char_indices().nth(256) {
+            Some((end, _)) => &c.name[..end],
+            None => &c.name,
+        };
+        put_lenenc_str(p, name.as_bytes());
         put_lenenc_str(p, c.org_name.as_bytes());
         p.push(0x0c);
         let text = matches!(w.ty, T_STRING | T_VAR_STRING | T_BLOB) && !w.binary;
@@ -481,10 +491,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             if binary {
                 binary_row(p, r, &wires);
             } else {
-                for v in r {
-                    match text_value(v) {
-                        None => p.push(0xfb),
-                        Some(b) => put_lenenc_str(p, &b),
+                for (v, w) in r.iter().zip(&wires) {
+                    match (v, w.ty) {
+                        (Value::Float(f), T_FLOAT) => put_lenenc_str(p, format_float(*f as f32).as_bytes()),
+                        _ => match text_value(v) {
+                            None => p.push(0xfb),
+                            Some(b) => put_lenenc_str(p, &b),
+                        },
                     }
                 }
             }
@@ -597,8 +610,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 let shared = self.session.shared.clone();
                 let db = self.session.db.clone();
                 let user = self.session.user.clone();
+                let found_rows = self.session.found_rows_flag;
                 self.session = Session::new(shared, user, self.session.connection_id);
                 self.session.db = db;
+                self.session.found_rows_flag = found_rows;
                 self.statements.clear();
                 self.ok(0, 0, "");
             }
@@ -612,13 +627,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     async fn query(&mut self, body: &[u8]) {
-        let sql = match std::str::from_utf8(body) {
-            Ok(s) => s,
-            Err(_) => {
-                self.err(&SqlError::new(err::ER_TRUNCATED_WRONG_VALUE, "HY000", "the query is not valid UTF-8"));
-                return;
-            }
-        };
+        let text = crate::parse::decode_query(body);
+        let sql: &str = &text;
         let parsed = match parse(sql) {
             Ok(p) => p,
             Err(e) => {
@@ -678,13 +688,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     async fn prepare(&mut self, body: &[u8]) {
-        let sql = match std::str::from_utf8(body) {
-            Ok(s) => s,
-            Err(_) => {
-                self.err(&SqlError::new(err::ER_TRUNCATED_WRONG_VALUE, "HY000", "the statement is not valid UTF-8"));
-                return;
-            }
-        };
+        let text = crate::parse::decode_query(body);
+        let sql: &str = &text;
         let parsed = match parse(sql) {
             Ok(p) => p,
             Err(e) => {
@@ -944,6 +949,16 @@ fn text_value(v: &Value) -> Option<Cow<'_, [u8]>> {
         Value::Float(f) => Cow::Owned(format_double(*f).into_bytes()),
         other => Cow::Owned(to_text(other).into_bytes()),
     })
+}
+
+/// A FLOAT as MySQL prints it: the shortest text that reads back to the
+/// same single-precision value.
+fn format_float(f: f32) -> String {
+    if f.is_finite() && f == f.trunc() && f.abs() < 1e15 {
+        format!("{}", f as i64)
+    } else {
+        format!("{f}")
+    }
 }
 
 fn binary_row(p: &mut Vec<u8>, row: &[Value], wires: &[Wire]) {

@@ -370,6 +370,15 @@ fn to_data_node(e: &SExpr, table: &Table, target: ColumnId, env: &Env) -> SqlRes
     })
 }
 
+fn duplicate_entry(table: &Table, key: &[Value]) -> SqlError {
+    let shown: Vec<String> = key.iter().map(crate::eval::to_text).collect();
+    SqlError::new(
+        crate::error::ER_DUP_ENTRY,
+        "23000",
+        format!("Duplicate entry '{}' for key '{}.PRIMARY'", shown.join("-"), table.def().name),
+    )
+}
+
 pub struct WriteResult {
     pub affected: u64,
     pub last_insert_id: Option<u64>,
@@ -456,6 +465,28 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
     }
     let affected = match &plan.conflict {
         OnConflict::Error => {
+            if ctx.in_explicit_transaction() {
+                // A failed operation aborts the whole cluster transaction, but
+                // MySQL undoes only the failed statement: look for existing
+                // keys first (under exclusive locks, so nobody inserts them
+                // meanwhile) and fail the statement alone.
+                let keys: Vec<Vec<Value>> =
+                    rows.iter().map(|r| def.primary_key.iter().map(|&c| r[c as usize].clone()).collect()).collect();
+                let reads = keys
+                    .iter()
+                    .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
+                    .collect::<latsdb_types::Result<Vec<_>>>()?;
+                for (k, found) in keys.iter().zip(ctx.run_ops(reads).await?) {
+                    if matches!(found, Outcome::Row(_)) {
+                        return Err(duplicate_entry(table, k));
+                    }
+                }
+                for (i, k) in keys.iter().enumerate() {
+                    if keys[..i].contains(k) {
+                        return Err(duplicate_entry(table, k));
+                    }
+                }
+            }
             let ops = rows.into_iter().map(|r| Op::insert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
             let count = ops.len() as u64;
             ctx.run_ops(ops).await?;
@@ -505,10 +536,29 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
     Ok(WriteResult { affected, last_insert_id: first_auto })
 }
 
-pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> SqlResult<u64> {
+/// Rows an UPDATE or DELETE matched, and of those the rows it changed.
+pub struct Affected {
+    pub matched: u64,
+    pub changed: u64,
+}
+
+pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> SqlResult<Affected> {
     let table = &plan.table;
     let def = table.def();
-    if let Some(keys) = &plan.direct {
+    // Without CLIENT_FOUND_ROWS a client is told the rows changed, which an
+    // assignment of a constant needs the old row to know.
+    let direct = match &plan.direct {
+        Some(_) if !delete && !ctx.count_matched => {
+            let constant = plan.sets.iter().any(|(_, e)| e.is_row_free());
+            if constant {
+                None
+            } else {
+                plan.direct.as_ref()
+            }
+        }
+        other => other.as_ref(),
+    };
+    if let Some(keys) = direct {
         let mut seen: Vec<Vec<Value>> = Vec::new();
         for k in keys {
             let mut key = Vec::with_capacity(k.len());
@@ -542,26 +592,35 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
             }
         }
         let outcomes = ctx.run_ops(ops).await?;
-        return Ok(outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64);
+        let n = outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64;
+        return Ok(Affected { matched: n, changed: n });
     }
     let rows = run_select(&plan.select, ctx).await?;
     let mut ops = Vec::with_capacity(rows.len());
     for row in &rows {
         let key: Vec<Value> = def.primary_key.iter().map(|&c| row[c as usize].clone()).collect();
-        ctx.note_write(table, &key);
         if delete {
+            ctx.note_write(table, &key);
             ops.push(Op::delete(table, &key)?);
             continue;
         }
         let mut set = Vec::with_capacity(plan.sets.len());
+        let mut changes = false;
         for (c, e) in &plan.sets {
             let v = to_column(e.eval(row, &ctx.env)?, &def.columns[*c as usize])?;
+            let old = &row[*c as usize];
+            changes |= !(v == *old || (v.is_null() && old.is_null()));
             set.push((*c, Expr::Const(v)));
         }
-        ops.push(Op::update_expr(table, &key, set)?);
+        if changes {
+            ctx.note_write(table, &key);
+            ops.push(Op::update_expr(table, &key, set)?);
+        }
     }
+    let matched = rows.len() as u64;
     let outcomes = ctx.run_ops(ops).await?;
-    Ok(outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64)
+    let changed = outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64;
+    Ok(Affected { matched, changed })
 }
 
 /// Whether a condition value is true (used where a WHERE is re-checked).

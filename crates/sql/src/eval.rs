@@ -449,6 +449,14 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
     if a.is_null() || b.is_null() {
         return None;
     }
+    // TIMESTAMP and DATETIME hold the same microseconds.
+    if matches!(a, Value::Timestamp(_)) || matches!(b, Value::Timestamp(_)) {
+        let as_dt = |v: &Value| match v {
+            Value::Timestamp(t) => Value::DateTime(*t),
+            other => other.clone(),
+        };
+        return compare(&as_dt(a), &as_dt(b));
+    }
     match (a, b) {
         (Value::Str(x), Value::Str(y)) => return Some(collate_cmp(x, y)),
         (Value::Date(_) | Value::DateTime(_) | Value::Timestamp(_), Value::Str(s)) => {
@@ -842,6 +850,36 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
         (Value::Bytes(b), ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text) => {
             Value::Str(String::from_utf8(b.clone()).map_err(|_| wrong_value(&v, column))?)
         }
+        (Value::Str(t), ColumnType::Date) if value::parse_date(t).is_none() => {
+            let t = t.trim();
+            if let Some(us) = value::parse_datetime(t) {
+                Value::Date(us.div_euclid(86_400_000_000) as i32)
+            } else if t.len() == 8 && t.bytes().all(|b| b.is_ascii_digit()) {
+                Value::Str(format!("{}-{}-{}", &t[..4], &t[4..6], &t[6..]))
+            } else {
+                v
+            }
+        }
+        (Value::Str(t), ColumnType::DateTime | ColumnType::Timestamp)
+            if value::parse_datetime(t).is_none()
+                && t.trim().len() == 14
+                && t.trim().bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            let t = t.trim();
+            Value::Str(format!("{}-{}-{} {}:{}:{}", &t[..4], &t[4..6], &t[6..8], &t[8..10], &t[10..12], &t[12..]))
+        }
+        // BINARY(n) is padded with zero bytes to its length, as in MySQL.
+        (Value::Str(_) | Value::Bytes(_), ColumnType::Binary(n)) => {
+            let mut b = match &v {
+                Value::Str(s) => s.as_bytes().to_vec(),
+                Value::Bytes(b) => b.clone(),
+                _ => unreachable!("matched above"),
+            };
+            if b.len() < n as usize {
+                b.resize(n as usize, 0);
+            }
+            Value::Bytes(b)
+        }
         (Value::Str(_) | Value::Bytes(_), _) => v,
         (_, ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text) => Value::Str(to_text(&v)),
         (_, ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob) => {
@@ -849,6 +887,10 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
         }
         (Value::Int(i), ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp) => {
             Value::Str(int_to_date_text(*i).ok_or_else(|| wrong_value(&v, column))?)
+        }
+        // A DATE keeps the day of a datetime (MySQL notes the truncation).
+        (Value::DateTime(us) | Value::Timestamp(us), ColumnType::Date) => {
+            Value::Date(us.div_euclid(86_400_000_000) as i32)
         }
         _ => v,
     };

@@ -25,6 +25,8 @@ pub struct Ctx<'a> {
     pub env: Env<'a>,
     /// Keys the open transaction has written (None outside a transaction).
     pub written: Option<&'a mut WrittenKeys>,
+    /// UPDATE reports rows matched (CLIENT_FOUND_ROWS) instead of changed.
+    pub count_matched: bool,
 }
 
 /// Keys an open transaction wrote, per table id: encoded key -> key values.
@@ -42,6 +44,12 @@ impl Ctx<'_> {
                 w.entry(table.def().id).or_default().insert(encoded, key.to_vec());
             }
         }
+    }
+
+    /// Inside BEGIN ... COMMIT (or with autocommit off), as opposed to a
+    /// statement's own implicit transaction.
+    pub fn in_explicit_transaction(&self) -> bool {
+        self.tx.is_some() && self.written.is_some()
     }
 
     fn written_keys(&self, table: &Table) -> Option<Vec<(Vec<u8>, Vec<Value>)>> {
@@ -332,13 +340,22 @@ fn for_column(v: Value, ty: ColumnType) -> Value {
             Value::Str(_) | Value::Bytes(_) => v,
             other => Value::Str(to_text(&other)),
         },
-        ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp => match &v {
-            Value::Str(s) => latsdb_types::value::parse_date(s)
-                .map(Value::Date)
-                .or_else(|| latsdb_types::value::parse_datetime(s).map(Value::DateTime))
-                .unwrap_or(v),
-            _ => v,
-        },
+        ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp => {
+            let parsed = match &v {
+                Value::Str(s) => latsdb_types::value::parse_date(s)
+                    .map(Value::Date)
+                    .or_else(|| latsdb_types::value::parse_datetime(s).map(Value::DateTime)),
+                other => Some(other.clone()),
+            };
+            // The data node compares a TIMESTAMP column only with timestamps.
+            match (parsed, ty) {
+                (Some(Value::DateTime(us)), ColumnType::Timestamp) => Value::Timestamp(us),
+                (Some(Value::Date(d)), ColumnType::Timestamp) => Value::Timestamp(d as i64 * 86_400_000_000),
+                (Some(Value::Timestamp(us)), ColumnType::DateTime) => Value::DateTime(us),
+                (Some(p), _) => p,
+                (None, _) => v,
+            }
+        }
         _ => v,
     }
 }

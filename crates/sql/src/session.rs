@@ -271,6 +271,8 @@ pub struct Session {
     read_only_tx: bool,
     /// Keys the open transaction wrote (its scans overlay them).
     written: crate::exec::WrittenKeys,
+    /// The client asked for CLIENT_FOUND_ROWS: UPDATE counts matched rows.
+    pub found_rows_flag: bool,
 }
 
 pub struct NoSession;
@@ -433,6 +435,7 @@ impl Session {
             read_only_session: false,
             read_only_tx: false,
             written: HashMap::new(),
+            found_rows_flag: false,
         }
     }
 
@@ -562,7 +565,11 @@ impl Session {
         if self.read_only() && !matches!(p, Planned::Select(_)) {
             return Err(SqlError::new(1792, "25006", "Cannot execute statement in a READ ONLY transaction."));
         }
-        if !self.autocommit && !self.in_transaction {
+        let touches_tables = match p {
+            Planned::Select(s) => s.sources.iter().any(|src| src.stored().is_some()),
+            _ => true,
+        };
+        if !self.autocommit && !self.in_transaction && touches_tables {
             self.in_transaction = true;
         }
         let use_tx = self.needs_tx(p);
@@ -588,6 +595,7 @@ impl Session {
             tx: if use_tx { tx.as_mut() } else { None },
             env: Env { params, session: &view },
             written,
+            count_matched: self.found_rows_flag,
         };
         let result: SqlResult<(Response, Option<u64>)> = async {
             Ok(match p {
@@ -606,8 +614,13 @@ impl Session {
                         r.last_insert_id,
                     )
                 }
-                Planned::Update(w) => (Response::affected(dml::run_update(w, &mut ctx, false).await?), None),
-                Planned::Delete(w) => (Response::affected(dml::run_update(w, &mut ctx, true).await?), None),
+                Planned::Update(w) => {
+                    let a = dml::run_update(w, &mut ctx, false).await?;
+                    let affected = if ctx.count_matched { a.matched } else { a.changed };
+                    let info = format!("Rows matched: {}  Changed: {}  Warnings: 0", a.matched, a.changed);
+                    (Response::Ok { affected, last_insert_id: 0, info }, None)
+                }
+                Planned::Delete(w) => (Response::affected(dml::run_update(w, &mut ctx, true).await?.matched), None),
             })
         }
         .await;
@@ -626,13 +639,21 @@ impl Session {
                 Ok(response)
             }
             Err(e) => {
-                // A failed operation aborted the cluster transaction.
-                if let Some(t) = tx {
-                    let _ = t.rollback().await;
-                    if self.in_transaction {
-                        self.tx = TxState::Failed(e.clone());
+                match tx {
+                    // The SQL node refused the statement before the cluster
+                    // failed anything (a duplicate key found by the insert's
+                    // pre-check, a bad value): as in MySQL only the
+                    // statement fails and the transaction goes on.
+                    Some(t) if self.in_transaction && !t.is_finished() => self.tx = TxState::Open(t),
+                    // A failed operation aborted the cluster transaction.
+                    Some(t) => {
+                        let _ = t.rollback().await;
+                        if self.in_transaction {
+                            self.tx = TxState::Failed(e.clone());
+                        }
+                        self.written.clear();
                     }
-                    self.written.clear();
+                    None => {}
                 }
                 Err(e)
             }
@@ -745,8 +766,21 @@ impl Session {
             ast::Set::MultipleAssignments { assignments } => {
                 assignments.iter().map(|a| (a.name.to_string(), &a.value)).collect()
             }
-            // SET NAMES / CHARACTER SET: the server speaks utf8mb4 only.
-            ast::Set::SetNames { .. } | ast::Set::SetNamesDefault {} => return Ok(Response::ok()),
+            // SET NAMES: the server speaks utf8mb4 (and its subsets) only.
+            ast::Set::SetNames { charset_name, .. } => {
+                let cs = charset_name.value.to_ascii_lowercase();
+                if !matches!(cs.as_str(), "utf8mb4" | "utf8" | "utf8mb3" | "ascii" | "binary") {
+                    return Err(SqlError::new(
+                        1115,
+                        "42000",
+                        format!(
+                            "Unknown character set: '{cs}': latsdb speaks utf8mb4 only; connect with charset utf8mb4"
+                        ),
+                    ));
+                }
+                return Ok(Response::ok());
+            }
+            ast::Set::SetNamesDefault {} => return Ok(Response::ok()),
             ast::Set::SetTransaction { modes, session, .. } => {
                 // Without SESSION the modes apply to the next transaction;
                 // latsdb keeps them for the session either way.
@@ -784,6 +818,26 @@ impl Session {
             }
             match var.as_str() {
                 "autocommit" => {
+                    let valid = match &v {
+                        Value::Int(0 | 1) | Value::UInt(0 | 1) => true,
+                        Value::Str(t) => {
+                            matches!(t.to_ascii_uppercase().as_str(), "ON" | "OFF" | "0" | "1" | "TRUE" | "FALSE")
+                        }
+                        _ => false,
+                    };
+                    if !valid {
+                        return Err(SqlError::new(
+                            crate::error::ER_WRONG_VALUE_FOR_VAR,
+                            "42000",
+                            format!("Variable 'autocommit' can't be set to the value of '{}'", to_text(&v)),
+                        ));
+                    }
+                    let v = match &v {
+                        Value::Str(t) => {
+                            Value::Int(matches!(t.to_ascii_uppercase().as_str(), "ON" | "1" | "TRUE") as i64)
+                        }
+                        other => other.clone(),
+                    };
                     let on = crate::eval::truth(&v).ok_or_else(|| {
                         SqlError::new(
                             crate::error::ER_WRONG_VALUE_FOR_VAR,

@@ -173,10 +173,12 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
     cur.execute("SELECT COUNT(*), SUM(price), MAX(big) FROM items")
     check_rows("COUNT, SUM and MAX", cur.fetchall(), [(4, Decimal("12345689.41"), 9007199254740993)])
 
-    # A DATETIME keeps whole seconds: fractions round (datetime.now() has them).
+    # A DATETIME keeps microseconds: latsdb has no per-column fractional
+    # precision (MySQL would round DATETIME to whole seconds; see
+    # docs/ARCHITECTURE.md, SQL node, differences from MySQL).
     cur.execute("UPDATE items SET seen = %s WHERE id = %s", (datetime.datetime(2026, 5, 6, 7, 8, 9, 600000), 4))
     cur.execute("SELECT seen FROM items WHERE id = %s", (4,))
-    check_rows("DATETIME rounds fractional seconds", cur.fetchall(), [(datetime.datetime(2026, 5, 6, 7, 8, 10),)])
+    check_rows("DATETIME keeps microseconds", cur.fetchall(), [(datetime.datetime(2026, 5, 6, 7, 8, 9, 600000),)])
 
     # UPDATE and DELETE rowcounts.
     cur.execute("UPDATE items SET score = %s WHERE big >= %s", (2.5, 0))
@@ -208,8 +210,8 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
     kept_id = cur.lastrowid
     conn.commit()
     cur.execute("INSERT INTO items (big, name, code, price) VALUES (%s, %s, %s, %s)", (6, "gone", "G", Decimal("6")))
-    cur.execute("UPDATE items SET name = %s WHERE id = %s", ("changed", 1))
     gone_id = cur.lastrowid
+    cur.execute("UPDATE items SET name = %s WHERE id = %s", ("changed", 1))
     cur.execute("SELECT name FROM items WHERE id = %s", (1,))
     check_rows("uncommitted change seen by a key lookup in its own transaction", cur.fetchall(), [("changed",)])
     # Scans see the transaction's own changes too.
@@ -356,8 +358,8 @@ def main():
         except Mismatch as e:
             print(f"FAIL {label}: {e}", file=sys.stderr, flush=True)
             failed += 1
-        except Exception:
-            print(f"FAIL {label}: unexpected error", file=sys.stderr)
+        except Exception as e:
+            print(f"FAIL {label}: unexpected {type(e).__module__}.{type(e).__name__}: {e}", file=sys.stderr)
             traceback.print_exc()
             sys.stderr.flush()
             failed += 1
