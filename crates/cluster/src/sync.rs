@@ -100,6 +100,7 @@ pub struct SyncProgress {
     pub begun: bool,
     pub partitions: usize,
     pub partitions_left: usize,
+    /// Ranges with rows whose digests matched (so they were not copied).
     pub ranges_equal: u64,
     pub ranges_copied: u64,
     pub rows_copied: u64,
@@ -335,7 +336,10 @@ impl Shard {
         let part = self.sync_dst.parts.get_mut(&(table, partition)).expect("looked up above");
         part.ended = last;
         if mine == Some(digest) {
-            self.sync_dst.progress.ranges_equal += 1;
+            // Only ranges with rows count as compared and skipped.
+            if digest != latsdb_storage::empty_digest() {
+                self.sync_dst.progress.ranges_equal += 1;
+            }
         } else {
             part.fetching += 1;
             self.send_peer(from, PeerMsg::SyncFetch { table, partition, range }, out);

@@ -370,6 +370,11 @@ struct RowDigest {
     rows: u64,
 }
 
+/// The digest of a range without rows.
+pub fn empty_digest() -> u64 {
+    RowDigest { hasher: xxhash_rust::xxh3::Xxh3::new(), rows: 0 }.finish()
+}
+
 impl RowDigest {
     fn add(&mut self, key: &[u8], row: &[u8]) {
         self.hasher.update(&(key.len() as u32).to_le_bytes());
