@@ -316,8 +316,10 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
     }
     let direct = match &select.access {
         Access::Keys(keys) if select.filter.is_none() && select.order.is_empty() && select.limit.is_none() => {
+            // A new primary key moves the row: that needs the old row.
+            let moves_key = sets.iter().any(|(c, _)| table.def().primary_key.contains(c));
             let all_pushable = sets.iter().all(|(_, e)| data_node_expr(e).is_some());
-            all_pushable.then(|| keys.clone())
+            (all_pushable && !moves_key).then(|| keys.clone())
         }
         _ => None,
     };
@@ -597,6 +599,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     }
     let rows = run_select(&plan.select, ctx).await?;
     let mut ops = Vec::with_capacity(rows.len());
+    let mut moves = Vec::new();
     for row in &rows {
         let key: Vec<Value> = def.primary_key.iter().map(|&c| row[c as usize].clone()).collect();
         if delete {
@@ -606,21 +609,73 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         }
         let mut set = Vec::with_capacity(plan.sets.len());
         let mut changes = false;
+        let mut new_row = row.clone();
         for (c, e) in &plan.sets {
             let v = to_column(e.eval(row, &ctx.env)?, &def.columns[*c as usize])?;
             let old = &row[*c as usize];
             changes |= !(v == *old || (v.is_null() && old.is_null()));
+            new_row[*c as usize] = v.clone();
             set.push((*c, Expr::Const(v)));
         }
-        if changes {
-            ctx.note_write(table, &key);
-            ops.push(Op::update_expr(table, &key, set)?);
+        if !changes {
+            continue;
         }
+        ctx.note_write(table, &key);
+        let new_key: Vec<Value> = def.primary_key.iter().map(|&c| new_row[c as usize].clone()).collect();
+        if new_key != key {
+            // The key changes: the row moves (possibly to another partition).
+            ctx.note_write(table, &new_key);
+            moves.push((key, new_key, new_row));
+            continue;
+        }
+        ops.push(Op::update_expr(table, &key, set)?);
     }
     let matched = rows.len() as u64;
     let outcomes = ctx.run_ops(ops).await?;
-    let changed = outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64;
+    let mut changed = outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64;
+    if !moves.is_empty() {
+        changed += move_rows(table, moves, ctx).await?;
+    }
     Ok(Affected { matched, changed })
+}
+
+/// Rows whose primary key an UPDATE changes: deleted under their old key
+/// and inserted under the new one, in one request of the statement's
+/// transaction (a new key that exists already is a duplicate-key error).
+async fn move_rows(
+    table: &Arc<Table>,
+    moves: Vec<(Vec<Value>, Vec<Value>, Vec<Value>)>,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<u64> {
+    let leaving: Vec<&Vec<Value>> = moves.iter().map(|(old, _, _)| old).collect();
+    let mut targets: Vec<&Vec<Value>> = Vec::new();
+    for (_, new, _) in &moves {
+        if targets.contains(&new) {
+            return Err(duplicate_entry(table, new));
+        }
+        targets.push(new);
+    }
+    // New keys not vacated by this statement must not exist.
+    let probe: Vec<&Vec<Value>> = targets.iter().copied().filter(|k| !leaving.contains(k)).collect();
+    let reads = probe
+        .iter()
+        .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
+        .collect::<latsdb_types::Result<Vec<_>>>()?;
+    for (k, found) in probe.iter().zip(ctx.run_ops(reads).await?) {
+        if matches!(found, Outcome::Row(_)) {
+            return Err(duplicate_entry(table, k));
+        }
+    }
+    let n = moves.len() as u64;
+    let mut ops = Vec::with_capacity(moves.len() * 2);
+    for (old, _, _) in &moves {
+        ops.push(Op::delete(table, old)?);
+    }
+    for (_, _, row) in moves {
+        ops.push(Op::insert(table, row)?);
+    }
+    ctx.run_ops(ops).await?;
+    Ok(n)
 }
 
 /// Whether a condition value is true (used where a WHERE is re-checked).

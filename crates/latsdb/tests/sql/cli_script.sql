@@ -34,6 +34,7 @@ DELETE FROM orders WHERE placed < '2026-01-03';
 SELECT COUNT(*), SUM(amount), MIN(placed), MAX(placed) FROM orders;
 INSERT INTO customers (id, name) VALUES (2, 'Grace Hopper') ON DUPLICATE KEY UPDATE name = VALUES(name);
 REPLACE INTO customers (id, name, city) VALUES (3, 'Linus', 'Helsinki');
+UPDATE customers SET id = 30 WHERE id = 3;
 SELECT id, name, city FROM customers ORDER BY id;
 START TRANSACTION;
 INSERT INTO customers (name) VALUES ('Rolled Back');
