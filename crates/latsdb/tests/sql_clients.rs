@@ -6,46 +6,9 @@
 
 mod common;
 
-use common::TestCluster;
-use std::io::Write;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Runs a command with a deadline; returns (success, stdout, stderr).
-fn run_bounded(cmd: &mut Command, input: Option<&str>, limit: Duration) -> (bool, String, String) {
-    let mut child = cmd
-        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?} ({e}); scripts/install-deps.sh installs it"));
-    if let Some(text) = input {
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        stdin.write_all(text.as_bytes()).expect("write the script");
-    }
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("wait for the client").is_some() {
-            break;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collect output");
-            panic!(
-                "{cmd:?} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("collect output");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{run_bounded, TestCluster};
+use std::process::Command;
+use std::time::Duration;
 
 fn host_port(cluster: &TestCluster) -> (String, String) {
     let (h, p) = cluster.sql.rsplit_once(':').expect("the launcher printed the SQL node's address");
@@ -57,7 +20,8 @@ fn mariadb(cluster: &TestCluster, extra: &[&str], script: &str) -> (bool, String
     let (host, port) = host_port(cluster);
     let mut cmd = Command::new("mariadb");
     cmd.args(["-h", &host, "-P", &port, "-u", "root", "--batch", "--connect-timeout=10"]).args(extra);
-    run_bounded(&mut cmd, Some(script), Duration::from_secs(60))
+    let (status, out, err) = run_bounded(&mut cmd, Some(script), Duration::from_secs(60));
+    (status.success(), out, err)
 }
 
 fn query_one_row(cluster: &TestCluster, sql: &str) -> Vec<String> {
@@ -89,8 +53,8 @@ fn sysbench(cluster: &TestCluster, workload: &str, command: &str, ps_mode: &str)
         "--time=3",
         command,
     ]);
-    let (ok, out, err) = run_bounded(&mut cmd, None, Duration::from_secs(120));
-    assert!(ok, "sysbench {workload} {command} --db-ps-mode={ps_mode} failed:\n{out}\n{err}");
+    let (status, out, err) = run_bounded(&mut cmd, None, Duration::from_secs(120));
+    assert!(status.success(), "sysbench {workload} {command} --db-ps-mode={ps_mode} failed:\n{out}\n{err}");
     out
 }
 

@@ -8,16 +8,10 @@
 
 mod common;
 
-use common::TestCluster;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// The workspace root: this crate is `crates/latsdb`.
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use common::{run_bounded, workspace, TestCluster};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
 /// The driver jar install-deps.sh fetched (the newest, should there be more).
 fn driver_jar() -> PathBuf {
@@ -48,43 +42,6 @@ fn java() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("java"))
 }
 
-/// Runs a command with a deadline, reading its output as it comes; returns
-/// (success, stdout, stderr).
-fn run_bounded(cmd: &mut Command, limit: Duration) -> (bool, String, String) {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?} ({e}); scripts/install-deps.sh installs a JDK"));
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut text = Vec::new();
-            let _ = pipe.read_to_end(&mut text);
-            String::from_utf8_lossy(&text).into_owned()
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("stdout is piped")));
-    let stderr = drain(Box::new(child.stderr.take().expect("stderr is piped")));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for java") {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let (out, err) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
-    match status {
-        Some(status) => (status.success(), out, err),
-        None => panic!("{cmd:?} did not finish within {limit:?}\nstdout:\n{out}\nstderr:\n{err}"),
-    }
-}
-
 #[test]
 fn connector_j_passes_its_checks_with_client_and_server_prepared_statements() {
     let jar = driver_jar();
@@ -94,8 +51,8 @@ fn connector_j_passes_its_checks_with_client_and_server_prepared_statements() {
     let mut cmd = Command::new(java());
     // Java 11+ runs a single source file directly.
     cmd.arg("-cp").arg(&jar).arg(&source).args([host, port]);
-    let (ok, out, err) = run_bounded(&mut cmd, Duration::from_secs(180));
-    assert!(ok, "JdbcClient.java failed against {}:\nstdout:\n{out}\nstderr:\n{err}", cluster.sql);
+    let (status, out, err) = run_bounded(&mut cmd, None, Duration::from_secs(180));
+    assert!(status.success(), "JdbcClient.java failed against {}:\nstdout:\n{out}\nstderr:\n{err}", cluster.sql);
     let modes = out.lines().filter(|l| l.starts_with("ok: ")).count();
     assert_eq!(modes, 2, "one 'ok' line per statement mode:\nstdout:\n{out}\nstderr:\n{err}");
 }

@@ -372,6 +372,11 @@ fn to_data_node(e: &SExpr, table: &Table, target: ColumnId, env: &Env) -> SqlRes
     })
 }
 
+/// The primary-key values of a whole row (column id = position).
+fn key_of(def: &latsdb_types::schema::TableDef, row: &[Value]) -> Vec<Value> {
+    def.primary_key.iter().map(|&c| row[c as usize].clone()).collect()
+}
+
 fn duplicate_entry(table: &Table, key: &[Value]) -> SqlError {
     let shown: Vec<String> = key.iter().map(crate::eval::to_text).collect();
     SqlError::new(
@@ -462,7 +467,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         }
     }
     for r in &rows {
-        let key: Vec<Value> = def.primary_key.iter().map(|&c| r[c as usize].clone()).collect();
+        let key = key_of(def, r);
         ctx.note_write(table, &key);
     }
     let affected = match &plan.conflict {
@@ -472,8 +477,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                 // MySQL undoes only the failed statement: look for existing
                 // keys first (under exclusive locks, so nobody inserts them
                 // meanwhile) and fail the statement alone.
-                let keys: Vec<Vec<Value>> =
-                    rows.iter().map(|r| def.primary_key.iter().map(|&c| r[c as usize].clone()).collect()).collect();
+                let keys: Vec<Vec<Value>> = rows.iter().map(|r| key_of(def, r)).collect();
                 let reads = keys
                     .iter()
                     .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
@@ -502,8 +506,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         }
         OnConflict::Ignore | OnConflict::Update(_) => {
             // Read each key under an exclusive lock, then insert or update.
-            let keys: Vec<Vec<Value>> =
-                rows.iter().map(|r| def.primary_key.iter().map(|&c| r[c as usize].clone()).collect()).collect();
+            let keys: Vec<Vec<Value>> = rows.iter().map(|r| key_of(def, r)).collect();
             let reads = keys
                 .iter()
                 .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
@@ -601,7 +604,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     let mut ops = Vec::with_capacity(rows.len());
     let mut moves = Vec::new();
     for row in &rows {
-        let key: Vec<Value> = def.primary_key.iter().map(|&c| row[c as usize].clone()).collect();
+        let key = key_of(def, row);
         if delete {
             ctx.note_write(table, &key);
             ops.push(Op::delete(table, &key)?);
@@ -621,7 +624,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
             continue;
         }
         ctx.note_write(table, &key);
-        let new_key: Vec<Value> = def.primary_key.iter().map(|&c| new_row[c as usize].clone()).collect();
+        let new_key = key_of(def, &new_row);
         if new_key != key {
             // The key changes: the row moves (possibly to another partition).
             ctx.note_write(table, &new_key);

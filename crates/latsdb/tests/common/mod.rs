@@ -169,3 +169,61 @@ pub fn http(address: &str, method: &str, path: &str, headers: &[(&str, &str)], b
     let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status code");
     (status, body.to_string())
 }
+
+/// The workspace root (this crate is `crates/latsdb`).
+pub fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs a command with a deadline, feeding it `input` and reading its
+/// output as it comes (so a chatty program cannot block on a full pipe).
+/// Panics with the output so far when the deadline passes; returns the exit
+/// status, stdout and stderr otherwise.
+pub fn run_bounded(
+    cmd: &mut Command,
+    input: Option<&str>,
+    limit: Duration,
+) -> (std::process::ExitStatus, String, String) {
+    use std::io::{Read, Write};
+    let mut child = cmd
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?} ({e}); scripts/install-deps.sh installs the test tools"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = pipe.read_to_end(&mut text);
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout is piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr is piped")));
+    if let Some(text) = input {
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let text = text.to_string();
+        // Written from a thread: a program that answers before reading all
+        // of its input must not block us.
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(text.as_bytes());
+        });
+    }
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
+    match status {
+        Some(status) => (status, out, err),
+        None => panic!("{cmd:?} did not finish within {limit:?}\nstdout:\n{out}\nstderr:\n{err}"),
+    }
+}
