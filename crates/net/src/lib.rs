@@ -5,6 +5,8 @@
 //! requests costs one read. The writer gathers every frame queued while it
 //! was busy into one write, so answers to many requests share a syscall.
 
+pub mod serve;
+
 use latsdb_types::proto::{self, FRAME_HEADER};
 use latsdb_types::{DbError, ErrorCode, Result};
 use serde::{de::DeserializeOwned, Serialize};

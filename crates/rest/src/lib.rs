@@ -468,18 +468,8 @@ pub struct RestOptions {
 
 /// Runs a REST node until SIGTERM or Ctrl-C.
 pub fn run(options: RestOptions) -> Result<(), String> {
-    let threads = if options.threads == 0 {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
-    } else {
-        options.threads
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name("rest-worker")
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(serve_until_stopped(options, threads))
+    let threads = latsdb_net::serve::worker_threads(options.threads);
+    latsdb_net::serve::runtime(threads, "rest-worker")?.block_on(serve_until_stopped(options, threads))
 }
 
 async fn serve_until_stopped(options: RestOptions, threads: usize) -> Result<(), String> {
@@ -504,25 +494,7 @@ async fn serve_until_stopped(options: RestOptions, threads: usize) -> Result<(),
     if let Some(path) = &options.ready_file {
         std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve_connection(rest.clone(), stream));
-                }
-                // Out of file descriptors and the like: wait instead of spinning.
-                Err(e) => {
-                    eprintln!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            _ = tokio::signal::ctrl_c() => break,
-            _ = sigterm.recv() => break,
-        }
-    }
+    latsdb_net::serve::accept_until_stopped(listener, |stream| serve_connection(rest.clone(), stream)).await?;
     println!("latsdb rest node stopped");
     Ok(())
 }

@@ -23,7 +23,6 @@ pub mod wire;
 use latsdb_client::Client;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Options of a SQL node process.
 #[derive(Clone, Debug)]
@@ -41,18 +40,8 @@ pub struct SqlOptions {
 
 /// Runs a SQL node until SIGTERM or Ctrl-C.
 pub fn run(options: SqlOptions) -> Result<(), String> {
-    let threads = if options.threads == 0 {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
-    } else {
-        options.threads
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name("sql-worker")
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(serve_until_stopped(options, threads))
+    let threads = latsdb_net::serve::worker_threads(options.threads);
+    latsdb_net::serve::runtime(threads, "sql-worker")?.block_on(serve_until_stopped(options, threads))
 }
 
 async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), String> {
@@ -76,24 +65,8 @@ async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), 
     if let Some(path) = &options.ready_file {
         std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
-                    tokio::spawn(conn::serve(shared.clone(), stream, options.max_packet));
-                }
-                Err(e) => {
-                    eprintln!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            _ = tokio::signal::ctrl_c() => break,
-            _ = sigterm.recv() => break,
-        }
-    }
+    let max_packet = options.max_packet;
+    latsdb_net::serve::accept_until_stopped(listener, |stream| conn::serve(shared.clone(), stream, max_packet)).await?;
     println!("latsdb sql node stopped");
     Ok(())
 }

@@ -578,18 +578,10 @@ impl Session {
             _ if use_tx => Some(self.shared.client.transaction()),
             _ => None,
         };
-        let view = SessionView {
-            db: self.db.as_deref(),
-            user: &self.user,
-            connection_id: self.connection_id,
-            last_insert_id: self.last_insert_id,
-            row_count: self.row_count,
-            found_rows: self.found_rows,
-            autocommit: self.autocommit,
-            read_only: self.read_only(),
-            vars: &self.vars,
-        };
-        let written = if self.in_transaction { Some(&mut self.written) } else { None };
+        // Taken out so the session can be borrowed for its view meanwhile.
+        let mut written_keys = std::mem::take(&mut self.written);
+        let view = self.view();
+        let written = if self.in_transaction { Some(&mut written_keys) } else { None };
         let mut ctx = Ctx {
             client: &self.shared.client,
             tx: if use_tx { tx.as_mut() } else { None },
@@ -624,6 +616,7 @@ impl Session {
             })
         }
         .await;
+        self.written = written_keys;
         match result {
             Ok((response, insert_id)) => {
                 if let Some(id) = insert_id {
