@@ -14,6 +14,7 @@ need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 # The SQL node's tests drive it with real clients.
 need sysbench
 need mariadb-client
+need openssl
 # A JDK (javac, and java's source-file mode) for the JDBC test; only when none is there.
 command -v javac >/dev/null 2>&1 || need openjdk-17-jdk-headless
 

@@ -58,6 +58,12 @@ pub struct StartArgs {
     /// Do not start a SQL node.
     #[arg(long)]
     no_sql: bool,
+    /// TLS certificate (PEM) for the SQL node; with --sql-tls-key, clients may use TLS.
+    #[arg(long, requires = "sql_tls_key")]
+    sql_tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) for the SQL node.
+    #[arg(long, requires = "sql_tls_cert")]
+    sql_tls_key: Option<PathBuf>,
     /// How long to wait for the cluster to come up, in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
@@ -246,6 +252,9 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             let mut sql_args = vec!["sql".to_string(), "--mgmd".into(), address.clone(), "--port".into(), args.sql_port.to_string()];
             for u in &args.sql_users {
                 sql_args.extend(["--user".to_string(), u.clone()]);
+            }
+            if let (Some(cert), Some(key)) = (&args.sql_tls_cert, &args.sql_tls_key) {
+                sql_args.extend(["--tls-cert".to_string(), cert.display().to_string(), "--tls-key".into(), key.display().to_string()]);
             }
             Some(start_api_node("sql", "SQL", sql_args, &dir, &mut procs, deadline, args.timeout).await?)
         };

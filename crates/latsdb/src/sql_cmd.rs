@@ -30,6 +30,15 @@ pub struct SqlArgs {
     /// Write the listening address to this file once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// TLS certificate chain (PEM); with --tls-key, clients may connect with TLS.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Refuse clients that do not use TLS.
+    #[arg(long)]
+    require_secure_transport: bool,
 }
 
 pub fn run_sql(args: SqlArgs) -> Result<(), String> {
@@ -47,5 +56,7 @@ pub fn run_sql(args: SqlArgs) -> Result<(), String> {
         threads: args.threads,
         max_packet: args.max_allowed_packet,
         ready_file: args.ready_file,
+        tls: args.tls_cert.zip(args.tls_key),
+        require_tls: args.require_secure_transport,
     })
 }

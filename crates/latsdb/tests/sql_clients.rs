@@ -160,3 +160,30 @@ fn errors_carry_mysql_codes_and_the_session_stays_usable() {
         "after the errors the session still answers, and no failed insert left a row"
     );
 }
+
+#[test]
+fn clients_may_switch_to_tls_with_the_configured_certificate() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let mut openssl = Command::new("openssl");
+    openssl.args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "2", "-keyout"]);
+    openssl.arg(&key).arg("-out").arg(&cert);
+    let (status, _, err) = run_bounded(&mut openssl, None, Duration::from_secs(60));
+    assert!(status.success(), "openssl could not make a certificate: {err}");
+    let cluster = TestCluster::start(&[
+        "--sql-tls-cert",
+        cert.to_str().expect("utf-8 path"),
+        "--sql-tls-key",
+        key.to_str().expect("utf-8 path"),
+    ]);
+    // With TLS the client reports the cipher and the server sees it too.
+    let (ok, out, err) =
+        mariadb(&cluster, &["--ssl", "--ssl-verify-server-cert=0"], "status; SHOW STATUS LIKE 'Ssl_cipher';");
+    assert!(ok, "{err}");
+    assert!(out.contains("Cipher in use is TLS"), "the client did not use TLS:\n{out}");
+    assert!(out.lines().any(|l| l.starts_with("Ssl_cipher\tTLS")), "the server saw no TLS cipher:\n{out}");
+    // TLS is offered, not required: a plain connection still works.
+    let (ok, out, err) = mariadb(&cluster, &["--skip-ssl", "--skip-column-names"], "SHOW STATUS LIKE 'Ssl_cipher';");
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "Ssl_cipher", "a plain connection reports no cipher: {out:?}");
+}

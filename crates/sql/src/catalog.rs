@@ -309,7 +309,14 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             Ok(rows_response(vec![text_col("Variable_name"), text_col("Value")], rows))
         }
         Statement::ShowStatus { filter, .. } => {
-            let status = [("Threads_connected", "1".to_string()), ("Uptime", "1".to_string())];
+            let cipher = session.tls_cipher.clone().unwrap_or_default();
+            let version = if session.tls_cipher.is_some() { "TLS".to_string() } else { String::new() };
+            let status = [
+                ("Ssl_cipher", cipher),
+                ("Ssl_version", version),
+                ("Threads_connected", "1".to_string()),
+                ("Uptime", "1".to_string()),
+            ];
             let rows = status
                 .iter()
                 .filter(|(n, _)| like_filter(filter, n))

@@ -34,6 +34,9 @@ const PLUGIN_AUTH: u32 = 1 << 19;
 const CONNECT_ATTRS: u32 = 1 << 20;
 const PLUGIN_AUTH_LENENC: u32 = 1 << 21;
 const DEPRECATE_EOF: u32 = 1 << 24;
+const SSL: u32 = 2048;
+/// An SSLRequest: capabilities, max packet, charset and 23 filler bytes.
+const SSL_REQUEST_LEN: usize = 32;
 
 const SERVER_CAPABILITIES: u32 = LONG_PASSWORD
     | FOUND_ROWS
@@ -177,14 +180,79 @@ pub struct Connection<S> {
 }
 
 /// Serves one connection until the client quits or the socket fails.
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, stream: S, max_packet: usize) {
+/// TLS for client connections: the acceptor, and whether clients must use it.
+#[derive(Clone)]
+pub struct Tls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub required: bool,
+}
+
+/// Serves one connection until the client quits or the socket fails. With
+/// `tls`, the greeting offers CLIENT_SSL and a client that answers with an
+/// SSLRequest continues over TLS.
+pub async fn serve(shared: Arc<Shared>, stream: tokio::net::TcpStream, max_packet: usize, tls: Option<Tls>) {
     let connection_id = shared.connection_id();
     let mut io = PacketIo::new(stream, max_packet);
-    let (user, caps, db) = match handshake(&mut io, &shared, connection_id).await {
+    let nonce = auth::nonce();
+    let caps = SERVER_CAPABILITIES | if tls.is_some() { SSL } else { 0 };
+    if greet(&mut io, connection_id, &nonce, caps).await.is_none() {
+        return;
+    }
+    let mut buf = Vec::new();
+    if io.read_packet(&mut buf).await.is_err() {
+        return;
+    }
+    let asks_tls = buf.len() == SSL_REQUEST_LEN && Reader::new(&buf).u32().is_ok_and(|c| c & SSL != 0);
+    match tls {
+        Some(tls) if asks_tls => {
+            let seq = io.seq;
+            let tcp = io.into_inner();
+            let Ok(stream) = tls.acceptor.accept(tcp).await else { return };
+            let cipher = stream.get_ref().1.negotiated_cipher_suite().map(|c| format!("{:?}", c.suite()));
+            let mut io = PacketIo::new(stream, max_packet);
+            io.seq = seq;
+            if io.read_packet(&mut buf).await.is_err() {
+                return;
+            }
+            run_session(io, shared, connection_id, nonce, buf, cipher).await
+        }
+        Some(tls) if tls.required => {
+            let e = SqlError::new(
+                3159,
+                "HY000",
+                "Connections using insecure transport are prohibited while --require-secure-transport is on; connect with TLS (e.g. mysql --ssl)",
+            );
+            io.write_packet(&err_payload(&e));
+            let _ = io.flush().await;
+        }
+        _ if asks_tls => {
+            let e = SqlError::new(
+                err::ER_MALFORMED_PACKET,
+                "08S01",
+                "this SQL node has no TLS certificate; connect without TLS",
+            );
+            io.write_packet(&err_payload(&e));
+            let _ = io.flush().await;
+        }
+        _ => run_session(io, shared, connection_id, nonce, buf, None).await,
+    }
+}
+
+/// Authenticates the handshake response in `buf`, then runs the command loop.
+async fn run_session<S: AsyncRead + AsyncWrite + Unpin>(
+    mut io: PacketIo<S>,
+    shared: Arc<Shared>,
+    connection_id: u32,
+    nonce: [u8; 20],
+    mut buf: Vec<u8>,
+    tls_cipher: Option<String>,
+) {
+    let (user, caps, db) = match authenticate(&mut io, &shared, &nonce, &mut buf).await {
         Some(x) => x,
         None => return,
     };
     let mut session = Session::new(shared, user, connection_id);
+    session.tls_cipher = tls_cipher;
     if let Some(db) = db {
         match crate::catalog::database_exists(&session.shared, &db).await {
             Ok(true) => session.db = Some(db),
@@ -215,14 +283,13 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
     let _ = c.session.rollback().await;
 }
 
-/// Sends the greeting, reads the answer, checks the password. Returns the
-/// user, the client's capabilities and the database it asked for.
-async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+/// The v10 greeting with the nonce and our capabilities.
+async fn greet<S: AsyncRead + AsyncWrite + Unpin>(
     io: &mut PacketIo<S>,
-    shared: &Shared,
     connection_id: u32,
-) -> Option<(String, u32, Option<String>)> {
-    let nonce = auth::nonce();
+    nonce: &[u8; 20],
+    caps: u32,
+) -> Option<()> {
     let mut p = Vec::with_capacity(128);
     p.push(10);
     p.extend_from_slice(SERVER_VERSION.as_bytes());
@@ -230,10 +297,10 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     p.extend_from_slice(&connection_id.to_le_bytes());
     p.extend_from_slice(&nonce[..8]);
     p.push(0);
-    p.extend_from_slice(&(SERVER_CAPABILITIES as u16).to_le_bytes());
+    p.extend_from_slice(&(caps as u16).to_le_bytes());
     p.push(45); // utf8mb4_general_ci, known to every client
     p.extend_from_slice(&STATUS_AUTOCOMMIT.to_le_bytes());
-    p.extend_from_slice(&((SERVER_CAPABILITIES >> 16) as u16).to_le_bytes());
+    p.extend_from_slice(&((caps >> 16) as u16).to_le_bytes());
     p.push(21);
     p.extend_from_slice(&[0; 10]);
     p.extend_from_slice(&nonce[8..]);
@@ -242,11 +309,19 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     p.push(0);
     io.seq = 0;
     io.write_packet(&p);
-    io.flush().await.ok()?;
+    io.flush().await.ok()
+}
 
-    let mut buf = Vec::new();
-    io.read_packet(&mut buf).await.ok()?;
-    let parsed = parse_handshake_response(&buf);
+/// Checks the handshake response in `buf` (switching the client to
+/// mysql_native_password when it used another plugin). Returns the user,
+/// the client's capabilities and the database it asked for.
+async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut PacketIo<S>,
+    shared: &Shared,
+    nonce: &[u8; 20],
+    buf: &mut Vec<u8>,
+) -> Option<(String, u32, Option<String>)> {
+    let parsed = parse_handshake_response(buf);
     let Some(HandshakeResponse { caps, user, mut response, db, mut plugin }) = parsed else {
         let e = SqlError::new(
             err::ER_MALFORMED_PACKET,
@@ -262,16 +337,16 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         let mut p = vec![0xfe];
         p.extend_from_slice(auth::NATIVE.as_bytes());
         p.push(0);
-        p.extend_from_slice(&nonce);
+        p.extend_from_slice(nonce);
         p.push(0);
         io.write_packet(&p);
         io.flush().await.ok()?;
-        io.read_packet(&mut buf).await.ok()?;
+        io.read_packet(buf).await.ok()?;
         response = buf.clone();
         plugin = auth::NATIVE.to_string();
     }
     let account: Option<&Account> = shared.accounts.iter().find(|a| a.user == user);
-    let ok = account.is_some_and(|a| a.verify(&plugin, &nonce, &response));
+    let ok = account.is_some_and(|a| a.verify(&plugin, nonce, &response));
     if !ok {
         let e = SqlError::new(
             err::ER_ACCESS_DENIED,
@@ -289,7 +364,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         // fast_auth_success: the scramble matched the known hash.
         io.write_packet(&[0x01, 0x03]);
     }
-    Some((user, caps & SERVER_CAPABILITIES, db))
+    Some((user, caps & (SERVER_CAPABILITIES | SSL), db))
 }
 
 /// What a client answers to the greeting.

@@ -36,10 +36,40 @@ pub struct SqlOptions {
     pub max_packet: usize,
     /// Written with the listening address once the node serves.
     pub ready_file: Option<PathBuf>,
+    /// Certificate chain and private key (PEM) for TLS; None serves plain TCP only.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Refuse clients that do not switch to TLS.
+    pub require_tls: bool,
+}
+
+/// Loads the certificate chain and key into a TLS acceptor.
+pub fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio_rustls::TlsAcceptor, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| format!("cannot read the TLS certificate {}: {e}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("cannot read the TLS certificate {}: {e}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", cert.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("cannot read the TLS private key {}: {e}", key.display()))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup failed: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("the TLS certificate and key do not fit together: {e}"))?;
+    Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
 }
 
 /// Runs a SQL node until SIGTERM or Ctrl-C.
 pub fn run(options: SqlOptions) -> Result<(), String> {
+    if options.require_tls && options.tls.is_none() {
+        return Err("--require-secure-transport needs --tls-cert and --tls-key".into());
+    }
     let threads = latsdb_net::serve::worker_threads(options.threads);
     latsdb_net::serve::runtime(threads, "sql-worker")?.block_on(serve_until_stopped(options, threads))
 }
@@ -59,14 +89,26 @@ async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), 
     let address = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
     let users: Vec<&str> = options.accounts.iter().map(|a| a.user.as_str()).collect();
     println!(
-        "latsdb sql node listening on {address} (MySQL protocol, {threads} worker threads, users: {})",
+        "latsdb sql node listening on {address} (MySQL protocol{}, {threads} worker threads, users: {})",
+        match (&options.tls, options.require_tls) {
+            (Some(_), true) => ", TLS required",
+            (Some(_), false) => ", TLS offered",
+            (None, _) => "",
+        },
         users.join(", ")
     );
     if let Some(path) = &options.ready_file {
         std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    let tls = match &options.tls {
+        Some((cert, key)) => Some(conn::Tls { acceptor: tls_acceptor(cert, key)?, required: options.require_tls }),
+        None => None,
+    };
     let max_packet = options.max_packet;
-    latsdb_net::serve::accept_until_stopped(listener, |stream| conn::serve(shared.clone(), stream, max_packet)).await?;
+    latsdb_net::serve::accept_until_stopped(listener, |stream| {
+        conn::serve(shared.clone(), stream, max_packet, tls.clone())
+    })
+    .await?;
     println!("latsdb sql node stopped");
     Ok(())
 }

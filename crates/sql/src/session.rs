@@ -273,6 +273,8 @@ pub struct Session {
     written: crate::exec::WrittenKeys,
     /// The client asked for CLIENT_FOUND_ROWS: UPDATE counts matched rows.
     pub found_rows_flag: bool,
+    /// The TLS cipher suite of the connection, if it uses TLS.
+    pub tls_cipher: Option<String>,
 }
 
 pub struct NoSession;
@@ -436,6 +438,7 @@ impl Session {
             read_only_tx: false,
             written: HashMap::new(),
             found_rows_flag: false,
+            tls_cipher: None,
         }
     }
 
