@@ -75,6 +75,11 @@ pub fn run(options: SqlOptions) -> Result<(), String> {
 }
 
 async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), String> {
+    // A bad certificate is reported before anything else starts.
+    let tls = match &options.tls {
+        Some((cert, key)) => Some(conn::Tls { acceptor: tls_acceptor(cert, key)?, required: options.require_tls }),
+        None => None,
+    };
     let client = Client::connect(&options.mgmd)
         .await
         .map_err(|e| format!("cannot reach the cluster through {}: {}", options.mgmd, e.message))?;
@@ -100,10 +105,6 @@ async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), 
     if let Some(path) = &options.ready_file {
         std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    let tls = match &options.tls {
-        Some((cert, key)) => Some(conn::Tls { acceptor: tls_acceptor(cert, key)?, required: options.require_tls }),
-        None => None,
-    };
     let max_packet = options.max_packet;
     latsdb_net::serve::accept_until_stopped(listener, |stream| {
         conn::serve(shared.clone(), stream, max_packet, tls.clone())
