@@ -919,38 +919,10 @@ fn decode_params(r: &mut Reader, stmt: &mut PreparedStatement) -> Result<Vec<Val
         let unsigned = ty & 0x8000 != 0;
         let v = match (ty & 0xff) as u8 {
             T_NULL => Value::Null,
-            T_TINY => {
-                let b = r.u8().map_err(|_| malformed("TINY value"))?;
-                if unsigned {
-                    Value::UInt(b as u64)
-                } else {
-                    Value::Int(b as i8 as i64)
-                }
-            }
-            T_SHORT | T_YEAR => {
-                let v = r.u16().map_err(|_| malformed("SHORT value"))?;
-                if unsigned {
-                    Value::UInt(v as u64)
-                } else {
-                    Value::Int(v as i16 as i64)
-                }
-            }
-            T_LONG | T_INT24 => {
-                let v = r.u32().map_err(|_| malformed("LONG value"))?;
-                if unsigned {
-                    Value::UInt(v as u64)
-                } else {
-                    Value::Int(v as i32 as i64)
-                }
-            }
-            T_LONGLONG => {
-                let v = r.u64().map_err(|_| malformed("LONGLONG value"))?;
-                if unsigned {
-                    Value::UInt(v)
-                } else {
-                    Value::Int(v as i64)
-                }
-            }
+            T_TINY => int_param(r.u8().map_err(|_| malformed("TINY value"))? as u64, 8, unsigned),
+            T_SHORT | T_YEAR => int_param(r.u16().map_err(|_| malformed("SHORT value"))? as u64, 16, unsigned),
+            T_LONG | T_INT24 => int_param(r.u32().map_err(|_| malformed("LONG value"))? as u64, 32, unsigned),
+            T_LONGLONG => int_param(r.u64().map_err(|_| malformed("LONGLONG value"))?, 64, unsigned),
             T_FLOAT => Value::Float(f32::from_bits(r.u32().map_err(|_| malformed("FLOAT value"))?) as f64),
             T_DOUBLE => Value::Float(f64::from_bits(r.u64().map_err(|_| malformed("DOUBLE value"))?)),
             T_DATE | T_DATETIME | T_TIMESTAMP => {
@@ -973,6 +945,15 @@ fn decode_params(r: &mut Reader, stmt: &mut PreparedStatement) -> Result<Vec<Val
         out.push(v);
     }
     Ok(out)
+}
+
+/// An integer parameter of `bits` bits, sign-extended unless unsigned.
+fn int_param(raw: u64, bits: u32, unsigned: bool) -> Value {
+    if unsigned {
+        return Value::UInt(raw);
+    }
+    let shift = 64 - bits;
+    Value::Int(((raw << shift) as i64) >> shift)
 }
 
 fn bytes_value(b: &[u8]) -> Value {
@@ -1089,5 +1070,29 @@ fn binary_row(p: &mut Vec<u8>, row: &[Value], wires: &[Wire]) {
                 None => put_lenenc_str(p, b""),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_parameters_are_sign_extended_unless_unsigned() {
+        assert_eq!(int_param(0xff, 8, false), Value::Int(-1));
+        assert_eq!(int_param(0xff, 8, true), Value::UInt(255));
+        assert_eq!(int_param(0x8000, 16, false), Value::Int(-32768));
+        assert_eq!(int_param(0xffff_fffe, 32, false), Value::Int(-2));
+        assert_eq!(int_param(u64::MAX, 64, false), Value::Int(-1));
+        assert_eq!(int_param(u64::MAX, 64, true), Value::UInt(u64::MAX));
+    }
+
+    #[test]
+    fn date_and_datetime_parameters_decode_to_days_and_microseconds() {
+        // 2024-02-29
+        assert_eq!(temporal_param(&[0xe8, 0x07, 2, 29]), Some(Value::Date(days_from_civil(2024, 2, 29) as i32)));
+        // 1970-01-01 00:00:01.000002
+        assert_eq!(temporal_param(&[0xb2, 0x07, 1, 1, 0, 0, 1, 2, 0, 0, 0]), Some(Value::DateTime(1_000_002)));
+        assert_eq!(temporal_param(&[1, 2]), None, "a truncated date is malformed");
     }
 }
