@@ -671,7 +671,11 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
             TableConstraint::PrimaryKey(pk) => primary = names(&pk.columns),
             TableConstraint::Index(ic) => {
                 let cols = names(&ic.columns);
-                let name = ic.name.as_ref().map(|n| n.value.clone()).unwrap_or_else(|| cols[0].clone());
+                let name = match (&ic.name, cols.first()) {
+                    (Some(n), _) => n.value.clone(),
+                    (None, Some(first)) => first.clone(),
+                    (None, None) => return Err(SqlError::parse("an index needs at least one column")),
+                };
                 indexes.push((name, cols));
             }
             TableConstraint::Unique(u) => {
