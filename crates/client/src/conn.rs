@@ -25,7 +25,7 @@ impl ShardConn {
         let stream = latsdb_net::connect(address, opts.connect_timeout).await?;
         let (r, w) = stream.into_split();
         let (frames, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_frames(w, rx, latsdb_net::Coalesce::YieldOnce));
+        tokio::spawn(write_frames(w, rx, opts.coalesce));
         let conn = Arc::new(ShardConn {
             shard,
             frames,

@@ -62,6 +62,11 @@ pub struct ClientOptions {
     /// so it survives a crash of the whole cluster. Costs up to two epoch
     /// lengths of latency per commit.
     pub wait_durable: bool,
+    /// How requests to a data node are written: `YieldOnce` lets requests
+    /// of tasks ready in the same scheduler round share one write (best for
+    /// many requests in flight); `Never` writes at once (one request at a
+    /// time per caller, as a SQL session sends them).
+    pub coalesce: latsdb_net::Coalesce,
 }
 
 impl Default for ClientOptions {
@@ -72,6 +77,7 @@ impl Default for ClientOptions {
             request_timeout: Duration::from_secs(30),
             wait_for_cluster: Duration::from_secs(30),
             wait_durable: false,
+            coalesce: latsdb_net::Coalesce::YieldOnce,
         }
     }
 }

@@ -80,7 +80,16 @@ async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), 
         Some((cert, key)) => Some(conn::Tls { acceptor: tls_acceptor(cert, key)?, required: options.require_tls }),
         None => None,
     };
-    let client = Client::connect(&options.mgmd)
+    let client_options = latsdb_client::ClientOptions {
+        name: "latsdb-sql".into(),
+        // A session sends one request at a time: waiting a scheduler round
+        // for company only delays it (sysbench oltp_read_write, 16 threads,
+        // back to back: 1,137-1,174 TPS written at once vs 1,035-1,071 with
+        // YieldOnce, p95 19 vs 20-24 ms).
+        coalesce: latsdb_net::Coalesce::Never,
+        ..Default::default()
+    };
+    let client = Client::connect_with(&options.mgmd, client_options)
         .await
         .map_err(|e| format!("cannot reach the cluster through {}: {}", options.mgmd, e.message))?;
     let shared = session::Shared::new(client, options.accounts.clone());
