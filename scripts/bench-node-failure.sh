@@ -11,13 +11,11 @@ KILL_AT=${2:-8}
 ROWS=1000000
 source scripts/lib.sh
 start_latsdb 2
-VICTIM=$($BIN mgm --mgmd "$MGMD" show | awk '/^id=3 /{for(i=1;i<=NF;i++) if ($i ~ /^pid=/) {sub("pid=","",$i); print $i}}')
+VICTIM=$(datanode_pid 3)
 load_rows $ROWS
 CSV="results/node-failure-$STAMP.csv"
 echo "== mixed read/update load for $SECS s; data node 3 (pid $VICTIM) is killed at second $KILL_AT"
-$BIN bench flex --mgmd "$MGMD" --rows $ROWS --phases mixed --warmup 0 --duration "$SECS" --cooldown 0 \
-  --timeline "$CSV" --output "$WORK/mixed.json" > "$WORK/mixed.txt" 2>&1 &
-FLEX=$!
+start_mixed_timeline $ROWS "$SECS" "$CSV"
 sleep "$KILL_AT"
 kill -9 "$VICTIM"
 echo "killed data node 3 at $(date +%T)"

@@ -17,13 +17,11 @@ INITIAL_AT=${4:-25}
 ROWS=1000000
 source scripts/lib.sh
 start_latsdb 2
-VICTIM=$($BIN mgm --mgmd "$MGMD" show | awk '/^id=3 /{for(i=1;i<=NF;i++) if ($i ~ /^pid=/) {sub("pid=","",$i); print $i}}')
+VICTIM=$(datanode_pid 3)
 load_rows $ROWS
 CSV="results/node-restart-$STAMP.csv"
 echo "== mixed read/update load for $SECS s: SIGKILL of data node 3 at second $KILL_AT, mgm 3 start at $START_AT, mgm 3 restart --initial at $INITIAL_AT"
-$BIN bench flex --mgmd "$MGMD" --rows $ROWS --phases mixed --warmup 0 --duration "$SECS" --cooldown 0 \
-  --timeline "$CSV" --output "$WORK/mixed.json" > "$WORK/mixed.txt" 2>&1 &
-FLEX=$!
+start_mixed_timeline $ROWS "$SECS" "$CSV"
 T0=$(date +%s.%N)
 at() { sleep "$(python3 -c "import time,sys; print(max(0, $T0 + $1 - time.time()))")"; }
 at "$KILL_AT"; kill -9 "$VICTIM"; echo "killed data node 3"

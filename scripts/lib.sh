@@ -6,6 +6,9 @@
 #   start_latsdb REPLICAS [latsdb start flags...]   # sets MGMD, REST, SQL and LAUNCHER (pid)
 #   stop_latsdb                # stops it (SIGTERM) and waits
 #   load_rows ROWS             # flex insert phase
+#   datanode_pid ID            # pid of a data node, from `mgm show`
+#   start_mixed_timeline ROWS SECS CSV   # flex read/update mix in the background
+#                              # with a per-second CSV; sets FLEX (pid)
 
 cargo build --release -p latsdb --quiet
 BIN=target/release/latsdb
@@ -62,4 +65,14 @@ PY
 load_rows() {
   echo "== loading $1 rows of 100 bytes"
   $BIN bench flex --mgmd "$MGMD" --rows "$1" --phases insert --output "$WORK/load.json" | grep insert
+}
+
+datanode_pid() {
+  $BIN mgm --mgmd "$MGMD" show | awk -v id="$1" '$1 == "id=" id {for(i=1;i<=NF;i++) if ($i ~ /^pid=/) {sub("pid=","",$i); print $i}}'
+}
+
+start_mixed_timeline() {
+  $BIN bench flex --mgmd "$MGMD" --rows "$1" --phases mixed --warmup 0 --duration "$2" --cooldown 0 \
+    --timeline "$3" --output "$WORK/mixed.json" > "$WORK/mixed.txt" 2>&1 &
+  FLEX=$!
 }

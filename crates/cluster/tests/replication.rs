@@ -373,6 +373,19 @@ impl Net {
         assert!(self.shards[1].sync_progress().done(), "{:?}", self.shards[1].sync_progress());
     }
 
+    /// Rows 0..rows inserted through their primaries, then B killed.
+    fn loaded_then_b_killed(rows: i64) -> Net {
+        let mut n = Net::new();
+        for id in 0..rows {
+            let op = n.insert(id);
+            let tc = Router::new(&layout(true)).primary_of(op.partition).unwrap();
+            n.request(tc, id as u64, ClientRequest::Batch(vec![op]));
+            n.deliver_all();
+        }
+        n.kill_b();
+        n
+    }
+
     fn assert_replicas_equal(&self) {
         for p in 0..4 {
             let a = self.shards[0].partition_rows(1, p).unwrap();
@@ -385,14 +398,7 @@ impl Net {
 
 #[test]
 fn a_restarted_node_copies_what_changed_while_writes_continue() {
-    let mut n = Net::new();
-    for id in 0..300 {
-        let op = n.insert(id);
-        let tc = Router::new(&layout(true)).primary_of(op.partition).unwrap();
-        n.request(tc, id as u64, ClientRequest::Batch(vec![op]));
-        n.deliver_all();
-    }
-    n.kill_b();
+    let mut n = Net::loaded_then_b_killed(300);
     // While B is down: updates, deletes and inserts it misses.
     for id in 0..60 {
         n.write_at_a(1_000 + id as u64, vec![n.upsert(id, 7)]);
@@ -422,14 +428,7 @@ fn a_restarted_node_copies_what_changed_while_writes_continue() {
 
 #[test]
 fn an_initial_node_restart_copies_everything() {
-    let mut n = Net::new();
-    for id in 0..300 {
-        let op = n.insert(id);
-        let tc = Router::new(&layout(true)).primary_of(op.partition).unwrap();
-        n.request(tc, id as u64, ClientRequest::Batch(vec![op]));
-        n.deliver_all();
-    }
-    n.kill_b();
+    let mut n = Net::loaded_then_b_killed(300);
     // B restarts from an empty disk.
     let cfg = ShardConfig {
         me: B,

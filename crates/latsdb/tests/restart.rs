@@ -54,23 +54,10 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
     let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
     let durable_acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
     let mut tasks = Vec::new();
-    for w in 0..3i64 {
-        tasks.push(tokio::spawn(tagged::writer(
-            client.clone(),
-            table.clone(),
-            w * 1_000_000,
-            stop.clone(),
-            acked.clone(),
-        )));
-    }
-    for w in 3..5i64 {
-        tasks.push(tokio::spawn(tagged::writer(
-            durable_client.clone(),
-            table.clone(),
-            w * 1_000_000,
-            stop.clone(),
-            durable_acked.clone(),
-        )));
+    // Three writers acknowledged at commit, two only once durable.
+    for w in 0..5i64 {
+        let (c, set) = if w < 3 { (&client, &acked) } else { (&durable_client, &durable_acked) };
+        tasks.push(tokio::spawn(tagged::writer(c.clone(), table.clone(), w * 1_000_000, stop.clone(), set.clone())));
     }
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let durable_before = durable_acked.lock().unwrap().len();

@@ -44,9 +44,6 @@ pub struct Binder<'a> {
     pub aggs: Option<&'a mut Vec<AggSpec>>,
     /// Select-list aliases (ORDER BY and HAVING may name them).
     pub aliases: &'a [(String, SExpr)],
-    /// Extra row for `VALUES(col)` in ON DUPLICATE KEY UPDATE: offset of the
-    /// new row's columns.
-    pub values_offset: Option<usize>,
     /// Clause named in "unknown column" errors.
     pub place: &'static str,
     /// A select-list alias wins over a table column of the same name (as
@@ -56,7 +53,7 @@ pub struct Binder<'a> {
 
 impl<'a> Binder<'a> {
     pub fn new(tables: &'a [ScopeTable], place: &'static str) -> Self {
-        Binder { tables, aggs: None, aliases: &[], values_offset: None, place, aliases_first: false }
+        Binder { tables, aggs: None, aliases: &[], place, aliases_first: false }
     }
 
     fn column(&self, qualifier: Option<&str>, name: &str) -> SqlResult<SExpr> {
@@ -358,94 +355,6 @@ impl<'a> Binder<'a> {
                 return need(0, 1).and(session(SessionValue::Now))
             }
             "CURDATE" | "CURRENT_DATE" | "UTC_DATE" => return need(0, 0).and(session(SessionValue::CurDate)),
-            "VERSION" => {
-                need(0, 0)?;
-                Func::Version
-            }
-            "IFNULL" => {
-                need(2, 2)?;
-                Func::IfNull
-            }
-            "COALESCE" => {
-                need(1, 255)?;
-                Func::Coalesce
-            }
-            "NULLIF" => {
-                need(2, 2)?;
-                Func::NullIf
-            }
-            "IF" => {
-                need(3, 3)?;
-                Func::If
-            }
-            "CONCAT" => {
-                need(1, 255)?;
-                Func::Concat
-            }
-            "CONCAT_WS" => {
-                need(2, 255)?;
-                Func::ConcatWs
-            }
-            "LENGTH" | "OCTET_LENGTH" => {
-                need(1, 1)?;
-                Func::Length
-            }
-            "CHAR_LENGTH" | "CHARACTER_LENGTH" => {
-                need(1, 1)?;
-                Func::CharLength
-            }
-            "UPPER" | "UCASE" => {
-                need(1, 1)?;
-                Func::Upper
-            }
-            "LOWER" | "LCASE" => {
-                need(1, 1)?;
-                Func::Lower
-            }
-            "SUBSTRING" | "SUBSTR" | "MID" => {
-                need(2, 3)?;
-                Func::Substring
-            }
-            "LEFT" => {
-                need(2, 2)?;
-                Func::Left
-            }
-            "RIGHT" => {
-                need(2, 2)?;
-                Func::Right
-            }
-            "TRIM" => {
-                need(1, 1)?;
-                Func::Trim
-            }
-            "LTRIM" => {
-                need(1, 1)?;
-                Func::LTrim
-            }
-            "RTRIM" => {
-                need(1, 1)?;
-                Func::RTrim
-            }
-            "REPLACE" => {
-                need(3, 3)?;
-                Func::Replace
-            }
-            "ABS" => {
-                need(1, 1)?;
-                Func::Abs
-            }
-            "CEIL" | "CEILING" => {
-                need(1, 1)?;
-                Func::Ceil
-            }
-            "FLOOR" => {
-                need(1, 1)?;
-                Func::Floor
-            }
-            "ROUND" => {
-                need(1, 2)?;
-                Func::Round
-            }
             "MOD" => {
                 need(2, 2)?;
                 let mut it = args.into_iter();
@@ -454,10 +363,6 @@ impl<'a> Binder<'a> {
                     (Some(a), Some(b)) => Ok(SExpr::Arith(Arith::Mod, Box::new(a), Box::new(b))),
                     _ => Err(SqlError::parse("MOD takes two arguments")),
                 };
-            }
-            "LOCATE" => {
-                need(2, 3)?;
-                Func::Locate
             }
             "INSTR" => {
                 need(2, 2)?;
@@ -469,23 +374,15 @@ impl<'a> Binder<'a> {
                     _ => Err(SqlError::parse("INSTR takes two arguments")),
                 };
             }
-            "UNIX_TIMESTAMP" => {
-                need(0, 1)?;
-                Func::UnixTimestamp
+            _ => {
+                let (func, lo, hi) = SCALAR_FUNCTIONS
+                    .iter()
+                    .find(|(names, ..)| names.contains(&name.as_str()))
+                    .map(|(_, f, lo, hi)| (*f, *lo, *hi))
+                    .ok_or_else(|| SqlError::new(1305, "42000", format!("FUNCTION {name} does not exist")))?;
+                need(lo, hi)?;
+                func
             }
-            "UUID" => {
-                need(0, 0)?;
-                Func::Uuid
-            }
-            "GREATEST" => {
-                need(2, 255)?;
-                Func::Greatest
-            }
-            "LEAST" => {
-                need(2, 255)?;
-                Func::Least
-            }
-            _ => return Err(SqlError::new(1305, "42000", format!("FUNCTION {name} does not exist"))),
         };
         Ok(SExpr::Func(func, args))
     }
@@ -504,6 +401,38 @@ impl<'a> Binder<'a> {
         None
     }
 }
+
+/// Scalar functions evaluated by `eval`: their names and how many
+/// arguments they take (at least, at most).
+const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
+    (&["VERSION"], Func::Version, 0, 0),
+    (&["IFNULL"], Func::IfNull, 2, 2),
+    (&["COALESCE"], Func::Coalesce, 1, 255),
+    (&["NULLIF"], Func::NullIf, 2, 2),
+    (&["IF"], Func::If, 3, 3),
+    (&["CONCAT"], Func::Concat, 1, 255),
+    (&["CONCAT_WS"], Func::ConcatWs, 2, 255),
+    (&["LENGTH", "OCTET_LENGTH"], Func::Length, 1, 1),
+    (&["CHAR_LENGTH", "CHARACTER_LENGTH"], Func::CharLength, 1, 1),
+    (&["UPPER", "UCASE"], Func::Upper, 1, 1),
+    (&["LOWER", "LCASE"], Func::Lower, 1, 1),
+    (&["SUBSTRING", "SUBSTR", "MID"], Func::Substring, 2, 3),
+    (&["LEFT"], Func::Left, 2, 2),
+    (&["RIGHT"], Func::Right, 2, 2),
+    (&["TRIM"], Func::Trim, 1, 1),
+    (&["LTRIM"], Func::LTrim, 1, 1),
+    (&["RTRIM"], Func::RTrim, 1, 1),
+    (&["REPLACE"], Func::Replace, 3, 3),
+    (&["ABS"], Func::Abs, 1, 1),
+    (&["CEIL", "CEILING"], Func::Ceil, 1, 1),
+    (&["FLOOR"], Func::Floor, 1, 1),
+    (&["ROUND"], Func::Round, 1, 2),
+    (&["LOCATE"], Func::Locate, 2, 3),
+    (&["UNIX_TIMESTAMP"], Func::UnixTimestamp, 0, 1),
+    (&["UUID"], Func::Uuid, 0, 0),
+    (&["GREATEST"], Func::Greatest, 2, 255),
+    (&["LEAST"], Func::Least, 2, 255),
+];
 
 pub fn literal(v: &ast::Value) -> SqlResult<SExpr> {
     Ok(SExpr::Const(match v {

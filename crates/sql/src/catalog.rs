@@ -8,7 +8,7 @@
 use crate::error::{SqlError, SqlResult};
 use crate::eval::to_text;
 use crate::plan::{table_name, VirtualTable};
-use crate::session::{default_variable, Response, ResultColumn, Session, Shared, SYSTEM_DATABASE};
+use crate::session::{Response, ResultColumn, Session, Shared, SYSTEM_DATABASE};
 use latsdb_client::Op;
 use latsdb_types::schema::{validate_name, ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
 use latsdb_types::{ErrorCode, Value};
@@ -180,10 +180,7 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             for target in &tr.table_names {
                 let (d, t) = table_name(&target.name)?;
                 let d = need_db(d)?;
-                let table = shared.client.table(&d, &t).await.map_err(|e| match e.code {
-                    ErrorCode::UnknownTable => SqlError::no_such_table(&d, &t),
-                    _ => e.into(),
-                })?;
+                let table = shared.table(&d, &t).await?;
                 let def = table.def().clone();
                 let auto = shared.auto_counter(def.id).await?;
                 drop_table(&shared, &def).await?;
@@ -287,10 +284,7 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
         Statement::ShowCreate { obj_type: ast::ShowCreateObject::Table, obj_name } => {
             let (d, t) = table_name(obj_name)?;
             let d = need_db(d)?;
-            let table = shared.client.table(&d, &t).await.map_err(|e| match e.code {
-                ErrorCode::UnknownTable => SqlError::no_such_table(&d, &t),
-                _ => e.into(),
-            })?;
+            let table = shared.table(&d, &t).await?;
             let auto = shared.auto_counter(table.def().id).await?;
             let sql = show_create(table.def(), auto.as_ref().map(|(c, n)| (c.as_str(), *n)));
             Ok(rows_response(
@@ -424,10 +418,7 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
 }
 
 async fn show_index(shared: &Shared, db: &str, t: &str) -> SqlResult<Response> {
-    let table = shared.client.table(db, t).await.map_err(|e| match e.code {
-        ErrorCode::UnknownTable => SqlError::no_such_table(db, t),
-        _ => e.into(),
-    })?;
+    let table = shared.table(db, t).await?;
     let def = table.def();
     let mut rows = Vec::new();
     for ix in &def.indexes {
@@ -728,10 +719,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
 }
 
 async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<Response> {
-    let table = shared.client.table(db, t).await.map_err(|e| match e.code {
-        ErrorCode::UnknownTable => SqlError::no_such_table(db, t),
-        _ => e.into(),
-    })?;
+    let table = shared.table(db, t).await?;
     let def = table.def();
     let auto = shared.auto_counter(def.id).await?.map(|(c, _)| c);
     let mut rows = Vec::new();
@@ -1123,9 +1111,4 @@ fn info_type(ty: ColumnType) -> (&'static str, Value, Value, Value) {
         ColumnType::Timestamp => ("timestamp", Value::Null, Value::Null, Value::Null),
         ColumnType::Boolean => ("tinyint", Value::Null, n(3), n(0)),
     }
-}
-
-#[allow(dead_code)]
-fn is_default_variable(name: &str) -> bool {
-    default_variable(name).is_some()
 }

@@ -257,15 +257,13 @@ async fn run_session<S: AsyncRead + AsyncWrite + Unpin>(
         match crate::catalog::database_exists(&session.shared, &db).await {
             Ok(true) => session.db = Some(db),
             Ok(false) => {
-                let mut c =
-                    Connection { io, session, client_caps: caps, statements: HashMap::new(), next_statement: 1 };
+                let mut c = Connection::new(io, session, caps);
                 c.err(&SqlError::bad_db(&db));
                 let _ = c.io.flush().await;
                 return;
             }
             Err(e) => {
-                let mut c =
-                    Connection { io, session, client_caps: caps, statements: HashMap::new(), next_statement: 1 };
+                let mut c = Connection::new(io, session, caps);
                 c.err(&e);
                 let _ = c.io.flush().await;
                 return;
@@ -273,7 +271,7 @@ async fn run_session<S: AsyncRead + AsyncWrite + Unpin>(
         }
     }
     session.found_rows_flag = caps & FOUND_ROWS != 0;
-    let mut c = Connection { io, session, client_caps: caps, statements: HashMap::new(), next_statement: 1 };
+    let mut c = Connection::new(io, session, caps);
     c.ok(0, 0, "");
     if c.io.flush().await.is_err() {
         return;
@@ -419,16 +417,7 @@ pub fn parse_handshake_response(buf: &[u8]) -> Option<HandshakeResponse> {
 pub fn decode_execute(body: &[u8], params: usize, types: &mut Vec<u16>) -> Result<Vec<Value>, SqlError> {
     let mut r = Reader::new(body);
     r.u32().map_err(|_| SqlError::new(err::ER_MALFORMED_PACKET, "08S01", "malformed COM_STMT_EXECUTE"))?;
-    let mut stmt = PreparedStatement {
-        statement: Statement::Commit { chain: false, end: false, modifier: None },
-        params,
-        param_types: std::mem::take(types),
-        long_data: HashMap::new(),
-        plan: None,
-    };
-    let result = decode_params(&mut r, &mut stmt);
-    *types = stmt.param_types;
-    result
+    decode_params(&mut r, params, types, &HashMap::new())
 }
 
 fn err_payload(e: &SqlError) -> Vec<u8> {
@@ -446,6 +435,10 @@ fn err_payload(e: &SqlError) -> Vec<u8> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
+    fn new(io: PacketIo<S>, session: Session, client_caps: u32) -> Self {
+        Connection { io, session, client_caps, statements: HashMap::new(), next_statement: 1 }
+    }
+
     fn status(&self, more: bool) -> u16 {
         let mut s = 0;
         if self.session.autocommit {
@@ -568,7 +561,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             } else {
                 for (v, w) in r.iter().zip(&wires) {
                     match (v, w.ty) {
-                        (Value::Float(f), T_FLOAT) => put_lenenc_str(p, format_float(*f as f32).as_bytes()),
+                        (Value::Float(f), T_FLOAT) => {
+                            put_lenenc_str(p, crate::eval::format_number(*f as f32).as_bytes())
+                        }
                         _ => match text_value(v) {
                             None => p.push(0xfb),
                             Some(b) => put_lenenc_str(p, &b),
@@ -702,9 +697,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     async fn query(&mut self, body: &[u8]) {
-        let text = crate::parse::decode_query(body);
-        let sql: &str = &text;
-        let parsed = match parse(sql) {
+        let parsed = match parse(&crate::parse::decode_query(body)) {
             Ok(p) => p,
             Err(e) => {
                 self.err(&e);
@@ -739,7 +732,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.err(&SqlError::no_db());
             return;
         };
-        match self.session.shared.client.table(&db, &table).await {
+        match self.session.shared.table(&db, &table).await {
             Ok(t) => {
                 let def = t.def().clone();
                 for (i, c) in def.columns.iter().enumerate() {
@@ -758,24 +751,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 }
                 self.eof(false);
             }
-            Err(_) => self.err(&SqlError::no_such_table(&db, &table)),
+            Err(e) => self.err(&e),
         }
     }
 
     async fn prepare(&mut self, body: &[u8]) {
-        let text = crate::parse::decode_query(body);
-        let sql: &str = &text;
-        let parsed = match parse(sql) {
-            Ok(p) => p,
-            Err(e) => {
-                self.err(&e);
-                return;
-            }
-        };
-        if parsed.statements.len() != 1 {
-            self.err(&SqlError::parse("a prepared statement holds exactly one statement"));
-            return;
-        }
         if self.statements.len() >= MAX_PREPARED {
             self.err(&SqlError::new(
                 1461,
@@ -784,7 +764,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             ));
             return;
         }
-        let statement = parsed.statements.into_iter().next().expect("checked: exactly one statement");
+        let parsed = match parse(&crate::parse::decode_query(body)) {
+            Ok(p) => p,
+            Err(e) => {
+                self.err(&e);
+                return;
+            }
+        };
+        let mut statements = parsed.statements.into_iter();
+        let (Some(statement), None) = (statements.next(), statements.next()) else {
+            self.err(&SqlError::parse("a prepared statement holds exactly one statement"));
+            return;
+        };
         // Plan now when possible: errors (unknown table, ...) surface at
         // prepare as in MySQL, and the columns are known.
         let plan = match self.session.plan(&statement).await {
@@ -858,7 +849,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.err(&unknown_statement());
             return;
         };
-        let params = match decode_params(&mut r, &mut stmt) {
+        let params = match decode_params(&mut r, stmt.params, &mut stmt.param_types, &stmt.long_data) {
             Ok(p) => p,
             Err(e) => {
                 self.statements.insert(id, stmt);
@@ -884,25 +875,32 @@ fn unknown_statement() -> SqlError {
     )
 }
 
-fn decode_params(r: &mut Reader, stmt: &mut PreparedStatement) -> Result<Vec<Value>, SqlError> {
+/// The parameter values of a COM_STMT_EXECUTE body (after the statement
+/// id); `types` are the parameter types of the last execution and are
+/// replaced when the client sends new ones.
+fn decode_params(
+    r: &mut Reader,
+    n: usize,
+    types: &mut Vec<u16>,
+    long_data: &HashMap<u16, Vec<u8>>,
+) -> Result<Vec<Value>, SqlError> {
     let malformed =
         |what: &str| SqlError::new(err::ER_MALFORMED_PACKET, "08S01", format!("malformed COM_STMT_EXECUTE: {what}"));
     let _flags = r.u8().map_err(|_| malformed("flags"))?;
     let _iterations = r.u32().map_err(|_| malformed("iteration count"))?;
-    let n = stmt.params;
     if n == 0 {
         return Ok(Vec::new());
     }
     let nulls = r.bytes(n.div_ceil(8)).map_err(|_| malformed("NULL bitmap"))?.to_vec();
     let bound = r.u8().map_err(|_| malformed("new-params-bound flag"))?;
     if bound == 1 {
-        let mut types = Vec::with_capacity(n);
+        let mut new_types = Vec::with_capacity(n);
         for _ in 0..n {
-            types.push(r.u16().map_err(|_| malformed("parameter types"))?);
+            new_types.push(r.u16().map_err(|_| malformed("parameter types"))?);
         }
-        stmt.param_types = types;
+        *types = new_types;
     }
-    if stmt.param_types.len() != n {
+    if types.len() != n {
         return Err(SqlError::wrong_args("parameter types were never sent for this statement"));
     }
     let mut out = Vec::with_capacity(n);
@@ -911,11 +909,11 @@ fn decode_params(r: &mut Reader, stmt: &mut PreparedStatement) -> Result<Vec<Val
             out.push(Value::Null);
             continue;
         }
-        if let Some(data) = stmt.long_data.get(&(i as u16)) {
+        if let Some(data) = long_data.get(&(i as u16)) {
             out.push(bytes_value(data));
             continue;
         }
-        let ty = stmt.param_types[i];
+        let ty = types[i];
         let unsigned = ty & 0x8000 != 0;
         let v = match (ty & 0xff) as u8 {
             T_NULL => Value::Null,
@@ -1005,16 +1003,6 @@ fn text_value(v: &Value) -> Option<Cow<'_, [u8]>> {
         Value::Float(f) => Cow::Owned(format_double(*f).into_bytes()),
         other => Cow::Owned(to_text(other).into_bytes()),
     })
-}
-
-/// A FLOAT as MySQL prints it: the shortest text that reads back to the
-/// same single-precision value.
-fn format_float(f: f32) -> String {
-    if f.is_finite() && f == f.trunc() && f.abs() < 1e15 {
-        format!("{}", f as i64)
-    } else {
-        format!("{f}")
-    }
 }
 
 fn binary_row(p: &mut Vec<u8>, row: &[Value], wires: &[Wire]) {

@@ -5,7 +5,7 @@
 
 use crate::bind::{Binder, ScopeTable};
 use crate::error::{SqlError, SqlResult};
-use crate::eval::{to_column, truth, Arith, Env, SExpr};
+use crate::eval::{to_column, Arith, Env, SExpr};
 use crate::exec::{run_select, Ctx};
 use crate::plan::{plan_select, table_name, Access, Catalog, SelectPlan, SourceKind};
 use latsdb_client::{Op, Outcome, Table};
@@ -184,12 +184,9 @@ pub async fn plan_insert<C: Catalog>(catalog: &C, insert: &ast::Insert) -> SqlRe
 /// Binds an ON DUPLICATE KEY UPDATE value; `VALUES(col)` reads the row
 /// that was to be inserted (placed after the existing row).
 fn bind_with_values(scope: &[ScopeTable], e: &ast::Expr, n: usize) -> SqlResult<SExpr> {
-    let mut b = Binder::new(scope, "field list");
-    b.values_offset = Some(n);
-    let replaced = replace_values_calls(e, scope, n)?;
-    match replaced {
+    match replace_values_calls(e, scope, n)? {
         Some(x) => Ok(x),
-        None => b.bind(e),
+        None => Binder::new(scope, "field list").bind(e),
     }
 }
 
@@ -564,21 +561,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         other => other.as_ref(),
     };
     if let Some(keys) = direct {
-        let mut seen: Vec<Vec<Value>> = Vec::new();
-        for k in keys {
-            let mut key = Vec::with_capacity(k.len());
-            let mut ok = true;
-            for (e, &c) in k.iter().zip(&def.primary_key) {
-                let v = e.eval(&[], &ctx.env)?;
-                match to_column(v, &def.columns[c as usize]) {
-                    Ok(v) if !v.is_null() => key.push(v),
-                    _ => ok = false,
-                }
-            }
-            if ok && !seen.contains(&key) {
-                seen.push(key);
-            }
-        }
+        let seen = crate::exec::distinct_keys(table, keys, &ctx.env)?;
         let mut ops = Vec::with_capacity(seen.len());
         for key in &seen {
             ctx.note_write(table, key);
@@ -679,9 +662,4 @@ async fn move_rows(
     }
     ctx.run_ops(ops).await?;
     Ok(n)
-}
-
-/// Whether a condition value is true (used where a WHERE is re-checked).
-pub fn holds(e: &SExpr, row: &[Value], env: &Env) -> SqlResult<bool> {
-    Ok(truth(&e.eval(row, env)?) == Some(true))
 }

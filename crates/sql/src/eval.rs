@@ -6,7 +6,7 @@
 use crate::error::{
     SqlError, SqlResult, ER_DATA_TOO_LONG, ER_TRUNCATED_WRONG_VALUE_FOR_FIELD, ER_WARN_DATA_OUT_OF_RANGE,
 };
-use latsdb_types::expr::{arith, ArithOp};
+use latsdb_types::expr::{arith, ArithOp, CmpOp};
 use latsdb_types::schema::{ColumnDef, ColumnType};
 use latsdb_types::value::{self, Decimal};
 use latsdb_types::{ErrorCode, Value};
@@ -22,6 +22,32 @@ pub enum Cmp {
     Ge,
     /// `<=>`: equality where NULL equals NULL.
     NullSafeEq,
+}
+
+impl Cmp {
+    /// The operator with its operands swapped (`5 < c` is `c > 5`).
+    pub fn flip(self) -> Cmp {
+        match self {
+            Cmp::Lt => Cmp::Gt,
+            Cmp::Le => Cmp::Ge,
+            Cmp::Gt => Cmp::Lt,
+            Cmp::Ge => Cmp::Le,
+            other => other,
+        }
+    }
+
+    /// The data nodes' operator; None for `<=>`, which they do not have.
+    pub fn pushed(self) -> Option<CmpOp> {
+        Some(match self {
+            Cmp::Eq => CmpOp::Eq,
+            Cmp::Ne => CmpOp::Ne,
+            Cmp::Lt => CmpOp::Lt,
+            Cmp::Le => CmpOp::Le,
+            Cmp::Gt => CmpOp::Gt,
+            Cmp::Ge => CmpOp::Ge,
+            Cmp::NullSafeEq => return None,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,10 +161,6 @@ pub trait SessionLookup {
 }
 
 impl SExpr {
-    pub fn val(v: Value) -> SExpr {
-        SExpr::Const(v)
-    }
-
     pub fn eval(&self, row: &[Value], env: &Env) -> SqlResult<Value> {
         Ok(match self {
             SExpr::Col(i) => row.get(*i).cloned().unwrap_or(Value::Null),
@@ -597,8 +619,16 @@ pub fn to_text(v: &Value) -> String {
 /// Doubles print without a trailing ".0" and in the shortest form that
 /// reads back to the same value, as MySQL does.
 pub fn format_double(f: f64) -> String {
-    if f.is_finite() && f == f.trunc() && f.abs() < 1e15 {
-        format!("{}", f as i64)
+    format_number(f)
+}
+
+/// A FLOAT or DOUBLE as MySQL prints it: integral values without ".0",
+/// others in the shortest text that reads back to the same value of the
+/// type (so a FLOAT 0.1 prints as 0.1, not 0.10000000149011612).
+pub fn format_number<F: Into<f64> + Copy + std::fmt::Display>(f: F) -> String {
+    let x: f64 = f.into();
+    if x.is_finite() && x == x.trunc() && x.abs() < 1e15 {
+        format!("{}", x as i64)
     } else {
         format!("{f}")
     }

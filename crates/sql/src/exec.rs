@@ -4,10 +4,10 @@
 
 use crate::bind::{AggKind, AggSpec};
 use crate::error::{SqlError, SqlResult};
-use crate::eval::{compare, numeric, to_column, to_text, truth, Arith, Cmp, Env, SExpr};
+use crate::eval::{compare, numeric, to_column, to_text, truth, Arith, Env, SExpr};
 use crate::plan::{Access, AggMode, SelectPlan, Source, SourceKind};
 use latsdb_client::{Client, Op, Outcome, Row, Scan, Table, Transaction};
-use latsdb_types::expr::{Aggregate, CmpOp, Expr};
+use latsdb_types::expr::{Aggregate, Expr};
 use latsdb_types::proto::LockMode;
 use latsdb_types::schema::ColumnType;
 use latsdb_types::Value;
@@ -97,6 +97,20 @@ fn key_values(table: &Table, exprs: &[SExpr], row: &[Value], env: &Env) -> SqlRe
     Ok(Some(key))
 }
 
+/// The distinct keys of key-lookup expressions (row-free), converted to the
+/// key columns' types; keys that cannot match any row are left out.
+pub(crate) fn distinct_keys(table: &Table, keys: &[Vec<SExpr>], env: &Env) -> SqlResult<Vec<Vec<Value>>> {
+    let mut seen: Vec<Vec<Value>> = Vec::with_capacity(keys.len());
+    for k in keys {
+        if let Some(values) = key_values(table, k, &[], env)? {
+            if !seen.contains(&values) {
+                seen.push(values);
+            }
+        }
+    }
+    Ok(seen)
+}
+
 pub async fn run_select(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<Value>>> {
     if let (Some(unpushed), Some(t)) = (&plan.unpushed, plan.sources.first().and_then(|s| s.stored())) {
         // Aggregates of the data nodes cannot count the transaction's own
@@ -137,14 +151,7 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
     let env = &ctx.env;
     match &plan.access {
         Access::Keys(keys) => {
-            let mut seen: Vec<Vec<Value>> = Vec::with_capacity(keys.len());
-            for k in keys {
-                if let Some(values) = key_values(&table, k, &[], env)? {
-                    if !seen.contains(&values) {
-                        seen.push(values);
-                    }
-                }
-            }
+            let seen = distinct_keys(&table, keys, env)?;
             let mut ops = Vec::with_capacity(seen.len());
             for k in &seen {
                 ops.push(key_read(&table, src, k, plan.lock)?);
@@ -372,28 +379,10 @@ fn pushed_expr(e: &SExpr, table: &Table, env: &Env) -> SqlResult<Expr> {
         SExpr::Cmp(op, a, b) => {
             let (c, v, op) = match (col_of(a), col_of(b)) {
                 (Some(c), _) => (c, value(b, c)?, *op),
-                (None, Some(c)) => (
-                    c,
-                    value(a, c)?,
-                    match op {
-                        Cmp::Lt => Cmp::Gt,
-                        Cmp::Le => Cmp::Ge,
-                        Cmp::Gt => Cmp::Lt,
-                        Cmp::Ge => Cmp::Le,
-                        other => *other,
-                    },
-                ),
+                (None, Some(c)) => (c, value(a, c)?, op.flip()),
                 _ => return Err(SqlError::general("internal: pushed comparison without a column")),
             };
-            let op = match op {
-                Cmp::Eq => CmpOp::Eq,
-                Cmp::Ne => CmpOp::Ne,
-                Cmp::Lt => CmpOp::Lt,
-                Cmp::Le => CmpOp::Le,
-                Cmp::Gt => CmpOp::Gt,
-                Cmp::Ge => CmpOp::Ge,
-                Cmp::NullSafeEq => return Err(SqlError::general("internal: <=> is not pushed")),
-            };
+            let op = op.pushed().ok_or_else(|| SqlError::general("internal: <=> is not pushed"))?;
             Expr::cmp(op, Expr::Column(c), Expr::Const(v))
         }
         SExpr::Between(x, lo, hi, negated) => {
@@ -752,9 +741,4 @@ fn count_arg(e: &SExpr, env: &Env) -> SqlResult<u64> {
     numeric(&v)
         .as_u64()
         .ok_or_else(|| SqlError::wrong_args(format!("LIMIT/OFFSET must be a non-negative integer, got {v}")))
-}
-
-/// Whether a comparison operator is an equality (used by the DML paths).
-pub fn is_eq(op: Cmp) -> bool {
-    op == Cmp::Eq
 }

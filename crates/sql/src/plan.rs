@@ -378,7 +378,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             })
         })
         .collect::<SqlResult<Vec<_>>>()?;
-    let (access, mut pushed) = match sources.first() {
+    let (access, pushed) = match sources.first() {
         Some(s) => choose_access(s, first_only, &mut residual),
         None => {
             residual.extend(first_only);
@@ -486,9 +486,9 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
     let mut plan = SelectPlan {
         sources,
         access,
-        pushed: Vec::new(),
+        pushed,
         joins,
-        filter: None,
+        filter: and_all(residual),
         agg,
         having,
         outputs,
@@ -504,9 +504,6 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
     if matches!(plan.agg, AggMode::Pushed { .. }) {
         plan.unpushed = Some(Box::new(Box::pin(plan_query(catalog, query, false)).await?));
     }
-    pushed.retain(|_| true);
-    plan.pushed = pushed;
-    plan.filter = and_all(residual);
     finish(&mut plan)?;
     Ok(plan)
 }
@@ -699,16 +696,7 @@ fn range_bounds(p: &SExpr, col: u16) -> Option<(Bound, Bound)> {
             Some((Some(((**lo).clone(), true)), Some(((**hi).clone(), true))))
         }
         SExpr::Cmp(op, a, b) if is_col(a) && b.is_row_free() => bound_of(*op, (**b).clone()),
-        SExpr::Cmp(op, a, b) if is_col(b) && a.is_row_free() => {
-            let flipped = match op {
-                Cmp::Lt => Cmp::Gt,
-                Cmp::Le => Cmp::Ge,
-                Cmp::Gt => Cmp::Lt,
-                Cmp::Ge => Cmp::Le,
-                other => *other,
-            };
-            bound_of(flipped, (**a).clone())
-        }
+        SExpr::Cmp(op, a, b) if is_col(b) && a.is_row_free() => bound_of(op.flip(), (**a).clone()),
         _ => None,
     }
 }

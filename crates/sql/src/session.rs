@@ -5,7 +5,7 @@
 use crate::catalog;
 use crate::dml::{self, AutoIncrement, InsertPlan, WritePlan};
 use crate::error::{SqlError, SqlResult};
-use crate::eval::{to_text, Env, SExpr, SessionLookup, SessionValue};
+use crate::eval::{to_text, Env, SessionLookup, SessionValue};
 use crate::exec::{run_select, Ctx};
 use crate::plan::{plan_select, Catalog, SelectPlan, SourceKind};
 use latsdb_client::{Client, Op, Outcome, Table, Transaction};
@@ -120,6 +120,14 @@ impl Shared {
 
     pub fn connection_id(&self) -> u32 {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A table by name; an unknown one is MySQL's error 1146.
+    pub async fn table(&self, db: &str, name: &str) -> SqlResult<Arc<Table>> {
+        self.client.table(db, name).await.map_err(|e| match e.code {
+            ErrorCode::UnknownTable => SqlError::no_such_table(db, name),
+            _ => e.into(),
+        })
     }
 
     async fn system_table(&self, name: &str) -> SqlResult<Arc<Table>> {
@@ -411,11 +419,8 @@ impl Catalog for SessionCatalog<'_> {
             let v = catalog::information_schema(self.shared, name).await?;
             return Ok(("information_schema".into(), SourceKind::Virtual(Arc::new(v))));
         }
-        match self.shared.client.table(&db, name).await {
-            Ok(t) => Ok((db, SourceKind::Stored(t))),
-            Err(e) if e.code == ErrorCode::UnknownTable => Err(SqlError::no_such_table(&db, name)),
-            Err(e) => Err(e.into()),
-        }
+        let t = self.shared.table(&db, name).await?;
+        Ok((db, SourceKind::Stored(t)))
     }
 }
 
@@ -473,10 +478,6 @@ impl Session {
 
     pub fn catalog(&self) -> SessionCatalog<'_> {
         SessionCatalog { shared: &self.shared, db: self.db.as_deref() }
-    }
-
-    pub fn status_in_transaction(&self) -> bool {
-        self.in_transaction
     }
 
     /// Plans what can be planned ahead (queries and writes).
@@ -927,9 +928,4 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
             None => ResultColumn::computed(&o.name),
         })
         .collect()
-}
-
-/// Whether an expression tree is a plain constant (used by SHOW filters).
-pub fn is_constant(e: &SExpr) -> bool {
-    e.is_row_free()
 }

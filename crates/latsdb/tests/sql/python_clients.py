@@ -126,6 +126,16 @@ def duplicate_errno(name, e):
     return e.args[0] if name == "pymysql" else e.errno
 
 
+def expect_duplicate(name, errors, how, cursor, row):
+    """An insert of a taken key raises IntegrityError with errno 1062."""
+    try:
+        cursor.execute("INSERT INTO items (id, big, name, code, price) VALUES (%s, %s, %s, %s, %s)", row)
+    except errors.IntegrityError as e:
+        check(f"{how} duplicate key errno", duplicate_errno(name, e), 1062)
+    else:
+        raise Mismatch(f"a {how} duplicate key insert raised no IntegrityError")
+
+
 def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=False):
     db = f"pyclient_{name}"
     conn = connect(None)
@@ -270,12 +280,7 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
         check("prepared UPDATE rowcount", pcur.rowcount, 1)
         pcur.execute("DELETE FROM items WHERE id = %s", (prep_id,))
         check("prepared DELETE rowcount", pcur.rowcount, 1)
-        try:
-            pcur.execute("INSERT INTO items (id, big, name, code, price) VALUES (%s, %s, %s, %s, %s)", (2, 0, "d", "D", 0))
-        except errors.IntegrityError as e:
-            check("prepared duplicate key errno", duplicate_errno(name, e), 1062)
-        else:
-            raise Mismatch("a prepared duplicate key insert raised no IntegrityError")
+        expect_duplicate(name, errors, "prepared", pcur, (2, 0, "d", "D", 0))
         conn.rollback()
         pcur.close()
 
@@ -284,12 +289,7 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
     # around it (autocommit is off) goes on and commits what came before.
     cur.execute("INSERT INTO items (big, name, code, price) VALUES (%s, %s, %s, %s)", (8, "before", "B", Decimal("8")))
     before_id = cur.lastrowid
-    try:
-        cur.execute("INSERT INTO items (id, big, name, code, price) VALUES (%s, %s, %s, %s, %s)", (1, 0, "dup", "D", 0))
-    except errors.IntegrityError as e:
-        check("duplicate key errno", duplicate_errno(name, e), 1062)
-    else:
-        raise Mismatch("a duplicate key insert raised no IntegrityError")
+    expect_duplicate(name, errors, "text", cur, (1, 0, "dup", "D", 0))
     cur.execute("SELECT COUNT(*) FROM items WHERE id = %s", (1,))
     check_rows("after the error the transaction goes on", cur.fetchall(), [(1,)])
     conn.commit()
