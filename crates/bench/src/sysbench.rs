@@ -252,8 +252,9 @@ pub fn run(args: SysbenchArgs) -> Result<(), String> {
     if !matches!(args.ps_mode.as_str(), "auto" | "disable") {
         return Err(format!("--ps-mode {} must be auto or disable", args.ps_mode));
     }
-    let dir = tempfile_dir()?;
-    let script = dir.join("latsdb_oltp.lua");
+    // Removed when dropped, on errors too.
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
+    let script = dir.path().join("latsdb_oltp.lua");
     std::fs::write(&script, LUA).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
     let common = args.common(&script.display().to_string())?;
     if !args.skip_prepare {
@@ -318,14 +319,7 @@ pub fn run(args: SysbenchArgs) -> Result<(), String> {
     let mut f = std::fs::File::create(&plot).map_err(|e| format!("cannot write {}: {e}", plot.display()))?;
     f.write_all(svg(&title, &results).as_bytes()).map_err(|e| format!("cannot write {}: {e}", plot.display()))?;
     println!("results: {}  plot: {}", output.display(), plot.display());
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
-}
-
-fn tempfile_dir() -> Result<PathBuf, String> {
-    let dir = std::env::temp_dir().join(format!("latsdb-sysbench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    Ok(dir)
 }
 
 /// A plotted quantity: its name and how to read it from a run.

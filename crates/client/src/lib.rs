@@ -124,6 +124,8 @@ struct Inner {
     conns: Mutex<HashMap<ShardAddr, Arc<ShardConn>>>,
     connecting: tokio::sync::Mutex<()>,
     tables: RwLock<HashMap<(String, String), Arc<Table>>>,
+    /// Bumped whenever `tables` changes.
+    tables_generation: std::sync::atomic::AtomicU64,
     mgm: tokio::sync::Mutex<Option<RpcConn>>,
     /// Rotates committed-read batches over the replicas.
     read_rotation: std::sync::atomic::AtomicUsize,
@@ -185,6 +187,7 @@ impl Client {
                 conns: Mutex::new(HashMap::new()),
                 connecting: tokio::sync::Mutex::new(()),
                 tables: RwLock::new(HashMap::new()),
+                tables_generation: std::sync::atomic::AtomicU64::new(0),
                 mgm: tokio::sync::Mutex::new(Some(mgm)),
                 read_rotation: std::sync::atomic::AtomicUsize::new(0),
             }),
@@ -231,10 +234,18 @@ impl Client {
     pub async fn drop_table(&self, database: &str, name: &str) -> Result<()> {
         let request = MgmRequest::DropTable { database: database.into(), name: name.into() };
         self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).remove(&(database.to_string(), name.to_string()));
+        self.inner.tables_generation.fetch_add(1, std::sync::atomic::Ordering::Release);
         match self.mgm(request).await? {
             MgmResponse::Done => Ok(()),
             other => Err(unexpected("DropTable", other)),
         }
+    }
+
+    /// Changes whenever a cached table definition is added, replaced or
+    /// dropped: something built against cached tables is still current
+    /// while this stays the same.
+    pub fn tables_generation(&self) -> u64 {
+        self.inner.tables_generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The table's definition, from the cache or the management server.
@@ -287,6 +298,7 @@ impl Client {
         let key = (def.database.clone(), def.name.clone());
         let table = Table::new(def);
         self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).insert(key, table.clone());
+        self.inner.tables_generation.fetch_add(1, std::sync::atomic::Ordering::Release);
         table
     }
 

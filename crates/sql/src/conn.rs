@@ -168,7 +168,7 @@ struct PreparedStatement {
     params: usize,
     param_types: Vec<u16>,
     long_data: HashMap<u16, Vec<u8>>,
-    plan: Option<Planned>,
+    plan: crate::session::CachedPlan,
 }
 
 pub struct Connection<S> {
@@ -778,6 +778,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         };
         // Plan now when possible: errors (unknown table, ...) surface at
         // prepare as in MySQL, and the columns are known.
+        let generation = self.session.shared.client.tables_generation();
         let plan = match self.session.plan(&statement).await {
             Ok(p) => p,
             Err(e) => {
@@ -824,7 +825,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 params: parsed.params,
                 param_types: Vec::new(),
                 long_data: HashMap::new(),
-                plan,
+                plan: crate::session::CachedPlan { plan, generation },
             },
         );
     }

@@ -82,6 +82,14 @@ pub enum Planned {
     Delete(Arc<WritePlan>),
 }
 
+/// A prepared statement's plan and the client's table generation it was
+/// last known current at.
+#[derive(Clone, Debug, Default)]
+pub struct CachedPlan {
+    pub plan: Option<Planned>,
+    pub generation: u64,
+}
+
 /// State shared by every session of one SQL node.
 pub struct Shared {
     pub client: Client,
@@ -505,7 +513,7 @@ impl Session {
         &mut self,
         stmt: &Statement,
         params: &[Value],
-        cached: Option<&mut Option<Planned>>,
+        cached: Option<&mut CachedPlan>,
     ) -> SqlResult<Response> {
         let shows_warnings = matches!(stmt, Statement::ShowVariable { variable }
             if variable.first().is_some_and(|w| w.value.eq_ignore_ascii_case("warnings") || w.value.eq_ignore_ascii_case("errors")));
@@ -513,14 +521,22 @@ impl Session {
             self.warnings.clear();
         }
         let planned = match cached {
-            Some(slot) => match slot {
-                Some(p) if self.plan_is_current(p).await => Some(p.clone()),
-                _ => {
-                    let p = self.plan(stmt).await?;
-                    slot.clone_from(&p);
-                    p
+            Some(slot) => {
+                // No cached table changed since the plan was checked: no
+                // need to look its tables up again.
+                let generation = self.shared.client.tables_generation();
+                match &slot.plan {
+                    Some(p) if slot.generation == generation || self.plan_is_current(p).await => {
+                        slot.generation = generation;
+                        Some(p.clone())
+                    }
+                    _ => {
+                        let p = self.plan(stmt).await?;
+                        *slot = CachedPlan { plan: p.clone(), generation };
+                        p
+                    }
                 }
-            },
+            }
             None => self.plan(stmt).await?,
         };
         let result = match planned {
