@@ -73,6 +73,24 @@ impl Ctx<'_> {
     }
 }
 
+/// A fetched row as values, with room for the columns of joined tables.
+fn row_with_room(row: &Row, width: usize) -> Vec<Value> {
+    let mut v = Vec::with_capacity(width);
+    row_values(row, &mut v);
+    v
+}
+
+/// The rows key reads found (missing keys leave no row).
+fn found_rows(outcomes: Vec<Outcome>, width: usize) -> Vec<Vec<Value>> {
+    outcomes
+        .into_iter()
+        .filter_map(|o| match o {
+            Outcome::Row(r) => Some(row_with_room(&r, width)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn row_values(row: &Row, out: &mut Vec<Value>) {
     for i in 0..row.len() {
         out.push(row.get(i));
@@ -156,15 +174,7 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
             for k in &seen {
                 ops.push(key_read(&table, src, k, plan.lock)?);
             }
-            let mut rows = Vec::with_capacity(ops.len());
-            for outcome in ctx.run_ops(ops).await? {
-                if let Outcome::Row(r) = outcome {
-                    let mut v = Vec::with_capacity(plan.row_width);
-                    row_values(&r, &mut v);
-                    rows.push(v);
-                }
-            }
-            Ok(rows)
+            Ok(found_rows(ctx.run_ops(ops).await?, plan.row_width))
         }
         access => {
             let scan = build_scan(plan, src, &table, access, env)?;
@@ -174,12 +184,7 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
                 return Ok(vec![finish_pushed(&values, specs)?]);
             }
             let found = ctx.client.scan(&table, scan).await?;
-            let mut rows = Vec::with_capacity(found.len());
-            for r in &found {
-                let mut v = Vec::with_capacity(plan.row_width);
-                row_values(r, &mut v);
-                rows.push(v);
-            }
+            let mut rows: Vec<Vec<Value>> = found.iter().map(|r| row_with_room(r, plan.row_width)).collect();
             if plan.lock != LockMode::Committed {
                 rows = relock(plan, src, &table, rows, ctx).await?;
             }
@@ -220,15 +225,7 @@ async fn relock(
         let key: Vec<Value> = positions.iter().map(|&p| r[p].clone()).collect();
         ops.push(key_read(table, src, &key, plan.lock)?);
     }
-    let mut out = Vec::with_capacity(rows.len());
-    for outcome in ctx.run_ops(ops).await? {
-        if let Outcome::Row(r) = outcome {
-            let mut v = Vec::with_capacity(plan.row_width);
-            row_values(&r, &mut v);
-            out.push(v);
-        }
-    }
-    Ok(out)
+    Ok(found_rows(ctx.run_ops(ops).await?, plan.row_width))
 }
 
 /// A scan sees committed rows only: replace the rows the transaction wrote
@@ -492,14 +489,7 @@ async fn join(
                     let names: Vec<&str> =
                         src.fetch.iter().map(|&c| table.def().columns[c as usize].name.as_str()).collect();
                     let found = ctx.client.scan(table, Scan::all().columns(&names)).await?;
-                    found
-                        .iter()
-                        .map(|r| {
-                            let mut v = Vec::with_capacity(width);
-                            row_values(r, &mut v);
-                            v
-                        })
-                        .collect()
+                    found.iter().map(|r| row_with_room(r, width)).collect()
                 }
             };
             for r in rows {
