@@ -124,6 +124,8 @@ pub struct Shard {
     pub(crate) sync_dst: crate::sync::SyncTarget,
     /// This shard's node is starting (in the layout): it refuses clients.
     restarting: bool,
+    /// The layout version this shard last sent its takeover reports in.
+    pub(crate) reported_version: u64,
     local: VecDeque<PeerMsg>,
 }
 
@@ -146,6 +148,7 @@ impl Shard {
             sync_src: Default::default(),
             sync_dst: Default::default(),
             restarting,
+            reported_version: 0,
             local: VecDeque::new(),
         }
     }
@@ -159,6 +162,12 @@ impl Shard {
     /// aborted here.
     pub fn set_layout(&mut self, layout: ClusterLayout, now: Micros, out: &mut Outbox) {
         self.now = now;
+        if layout.version < self.layout.version {
+            // Stale: an older view (a restarting node hears of views both
+            // from the management server and from its own membership, which
+            // may lag behind). Layout versions only grow.
+            return;
+        }
         if layout.lock_wait_timeout_ms > 0 {
             self.cfg.lock_wait_timeout_us = layout.lock_wait_timeout_ms * 1000;
         }
@@ -167,6 +176,7 @@ impl Shard {
             before.iter().filter(|n| !after.contains(n)).copied().collect();
         let replica_joined = after.iter().any(|n| !before.contains(n));
         self.router = Router::new(&layout);
+        let was_starting = self.restarting;
         self.restarting = is_restarting(&layout, self.cfg.me);
         self.layout = layout;
         for table in self.tables.values_mut() {
@@ -174,20 +184,12 @@ impl Shard {
         }
         self.ldm_layout_changed(out);
         self.tc_layout_changed(out);
-        if !departed.is_empty() {
+        if !departed.is_empty() || self.layout.version != self.reported_version {
             self.takeover_layout_changed(out);
-            // Report on every node that ever left, not only the new ones: a
-            // takeover shard that left took its unfinished takeovers with
-            // it, and the next one starts them again from these reports.
-            let mut gone: Vec<latsdb_types::proto::NodeId> =
-                self.layout.datanodes.iter().filter(|d| !d.status.takes_writes()).map(|d| d.node_id).collect();
-            gone.sort_unstable();
-            for dead in gone {
-                self.takeover_report(dead, out);
-            }
+            self.takeover_report_all(out);
         }
         self.epoch_layout_changed(out);
-        self.sync_layout_changed(replica_joined, out);
+        self.sync_layout_changed(replica_joined, was_starting, out);
         self.finish_turn(out);
     }
 
@@ -285,9 +287,14 @@ impl Shard {
         self.now = now;
         // A node removed from the view is not listened to any more: what it
         // still sends could contradict what the takeover decided. (A copy
-        // request may come before the layout that lists its starting node:
-        // it waits for that layout.)
-        if !self.layout.takes_writes(from.node) && !matches!(msg, PeerMsg::SyncRequest { .. }) {
+        // request, or a takeover report made in a newer layout, may come
+        // before the layout that lists its starting node: it waits for it.)
+        let early = match &msg {
+            PeerMsg::SyncRequest { .. } => true,
+            PeerMsg::TakeoverReport(r) => r.version > self.layout.version,
+            _ => false,
+        };
+        if !early && !self.layout.takes_writes(from.node) {
             return;
         }
         self.dispatch_peer(from, msg, out);
@@ -298,6 +305,10 @@ impl Shard {
     pub fn on_tick(&mut self, now: Micros, out: &mut Outbox) {
         self.now = now;
         self.ldm_expire_waits(out);
+        if self.layout.version != self.reported_version {
+            // A shard created with its layout reports in that version too.
+            self.takeover_report_all(out);
+        }
         self.drain_local(out);
         self.epoch_tick(out);
         self.lcp_tick(out);
@@ -348,9 +359,7 @@ impl Shard {
             }
             PeerMsg::ReplicaCommitted { tx } => self.ldm_replica_committed(from, tx, out),
             PeerMsg::ReplicaAbort { tx } => self.replica_abort(tx, out),
-            PeerMsg::TakeoverReport { dead, prepared, committed } => {
-                self.takeover_on_report(from, dead, prepared, committed, out)
-            }
+            PeerMsg::TakeoverReport(report) => self.takeover_on_report(from, report, out),
             PeerMsg::TakeoverCommit { tx, epoch } => {
                 self.observe_epoch(epoch);
                 self.takeover_commit(tx, epoch, out)

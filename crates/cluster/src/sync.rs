@@ -82,6 +82,10 @@ pub(crate) struct SyncTarget {
     /// range arrived, and fetches outstanding.
     parts: BTreeMap<(TableId, u32), Part>,
     progress: SyncProgress,
+    /// Once admitted: partitions this shard became primary of, and the
+    /// other replicas that have not yet said they hold no lock there. No
+    /// lock is taken on them until all have (see `sync_confirm_primaries`).
+    confirming: BTreeMap<(TableId, u32), BTreeSet<ShardAddr>>,
 }
 
 struct Part {
@@ -126,7 +130,7 @@ impl Shard {
     /// A new layout: a primary holds copies back until the transactions
     /// open before a new replica joined are done; a starting shard begins
     /// its copy, or gives up when a primary it copies from left.
-    pub(crate) fn sync_layout_changed(&mut self, replica_joined: bool, out: &mut Outbox) {
+    pub(crate) fn sync_layout_changed(&mut self, replica_joined: bool, was_starting: bool, out: &mut Outbox) {
         if replica_joined {
             let open: Vec<TxId> = self.ldm.txs.keys().copied().collect();
             self.sync_src.barrier.extend(open);
@@ -135,6 +139,14 @@ impl Shard {
         self.sync_check_frozen(out);
         let me = self.cfg.me;
         let status = self.layout.datanode(me.node).map(|d| d.status);
+        if was_starting && status == Some(NodeStatus::Started) {
+            self.sync_confirm_primaries(out);
+        }
+        let layout = &self.layout;
+        self.sync_dst.confirming.retain(|_, waiting| {
+            waiting.retain(|s| layout.takes_writes(s.node));
+            !waiting.is_empty()
+        });
         let target = &self.sync_dst;
         if target.begun && target.progress.failed.is_none() && !target.parts.is_empty() {
             if status != Some(NodeStatus::Starting) && status != Some(NodeStatus::Started) {
@@ -187,6 +199,35 @@ impl Shard {
                 .parts
                 .insert((table, partition), Part { source, ended: false, fetching: 0, handing_over: false });
             self.send_peer(source, PeerMsg::SyncRequest { table, partition }, out);
+        }
+    }
+
+    /// Admitted, this shard is primary of its share of the partitions
+    /// again. The handover before admission made the primary of that time
+    /// stop locking, but the primary may have changed since (it failed and
+    /// another replica took over), and a primary that is not this shard
+    /// may still hold locks there. Two primaries must never lock the same
+    /// rows, so each other replica is asked to say when it holds no lock on
+    /// the partition (it takes no new primary locks there any more), and
+    /// this shard takes none until all have.
+    fn sync_confirm_primaries(&mut self, out: &mut Outbox) {
+        let me = self.cfg.me;
+        let mut asks = Vec::new();
+        for (id, table) in &self.tables {
+            for (p, replicas) in table.replicas.iter().enumerate() {
+                if table.partitions.get(p).is_none_or(Option::is_none) || !table.is_primary(p as u32, me) {
+                    continue;
+                }
+                let others: BTreeSet<ShardAddr> =
+                    replicas.iter().copied().filter(|s| *s != me && self.layout.takes_writes(s.node)).collect();
+                if !others.is_empty() {
+                    asks.extend(others.iter().map(|s| (*s, *id, p as u32)));
+                    self.sync_dst.confirming.insert((*id, p as u32), others);
+                }
+            }
+        }
+        for (to, table, partition) in asks {
+            self.send_peer(to, PeerMsg::SyncHandover { table, partition }, out);
         }
     }
 
@@ -413,14 +454,24 @@ impl Shard {
     }
 
     pub(crate) fn sync_on_handed_over(&mut self, from: ShardAddr, table: TableId, partition: u32) {
+        if let Some(waiting) = self.sync_dst.confirming.get_mut(&(table, partition)) {
+            waiting.remove(&from);
+            if waiting.is_empty() {
+                self.sync_dst.confirming.remove(&(table, partition));
+            }
+            return;
+        }
         if self.sync_dst.parts.get(&(table, partition)).is_some_and(|p| p.source == from && p.handing_over) {
             self.sync_part_done(table, partition);
         }
     }
 
-    /// Whether locks on this partition are held back for a handover.
+    /// Whether locks on this partition are held back for a handover (as
+    /// the primary handing it over, or as the new primary waiting for the
+    /// other replicas to drain their locks).
     pub(crate) fn sync_frozen(&self, table: TableId, partition: u32) -> bool {
         self.sync_src.frozen.contains_key(&(table, partition))
+            || self.sync_dst.confirming.contains_key(&(table, partition))
     }
 
     pub(crate) fn sync_on_handover(&mut self, from: ShardAddr, table: TableId, partition: u32, out: &mut Outbox) {
@@ -429,16 +480,17 @@ impl Shard {
     }
 
     /// Tells each restarted replica once no transaction holds a lock on a
-    /// partition handed to it; drops handovers that are over (this shard
-    /// is no longer the primary) or void (the replica left).
+    /// partition handed to it; drops handovers that are over (told, and
+    /// this shard is no longer the primary) or void (the replica left).
     fn sync_check_frozen(&mut self, out: &mut Outbox) {
         if self.sync_src.frozen.is_empty() {
             return;
         }
         let me = self.cfg.me;
         let mut frozen = std::mem::take(&mut self.sync_src.frozen);
-        frozen.retain(|(table, partition), (to, _)| {
-            self.layout.takes_writes(to.node) && self.tables.get(table).is_some_and(|t| t.is_primary(*partition, me))
+        frozen.retain(|(table, partition), (to, told)| {
+            self.layout.takes_writes(to.node)
+                && self.tables.get(table).is_some_and(|t| !*told || t.is_primary(*partition, me))
         });
         for ((table, partition), (to, told)) in frozen.iter_mut() {
             if *told {

@@ -11,6 +11,16 @@
 //! transaction is aborted everywhere. Participants hold their locks until
 //! the decision arrives.
 //!
+//! Reports belong to a layout version. Every shard reports on every failed
+//! node each time it installs a new layout, and the takeover shard counts
+//! a round per failed node and version: it decides once every shard live
+//! in that layout reported in it. A round of an older version is dropped
+//! when a newer layout arrives (its reporters report again in the new
+//! one), so a late or repeated report never completes, or blocks, the
+//! wrong round. Deciding again in a later round is harmless: a decision
+//! depends only on whether some shard saw the commit, and a takeover's own
+//! commit is logged like the coordinator's.
+//!
 //! ```text
 //! every live shard              takeover shard
 //!   |--TakeoverReport----------->|  (prepared, committed) per shard
@@ -19,13 +29,15 @@
 
 use crate::ldm::CommitReply;
 use crate::shard::{Outbox, Shard};
-use latsdb_types::proto::{NodeId, PeerMsg, ShardAddr, TxId};
+use latsdb_types::proto::{NodeId, PeerMsg, ShardAddr, TakeoverReport, TxId};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Default)]
 pub(crate) struct Takeover {
-    /// Live shards whose report is still missing.
-    waiting: BTreeSet<ShardAddr>,
+    /// The layout version the reports of this round were made in.
+    pub(crate) version: u64,
+    /// Shards that reported in this round.
+    pub(crate) reported: BTreeSet<ShardAddr>,
     prepared: BTreeMap<TxId, BTreeSet<ShardAddr>>,
     /// Transactions some shard saw committed, with their epoch.
     committed: std::collections::BTreeMap<TxId, latsdb_types::proto::CommitEpoch>,
@@ -44,57 +56,84 @@ impl Shard {
         shards
     }
 
-    /// Node `dead` left: report what this shard holds of its transactions.
-    pub(crate) fn takeover_report(&mut self, dead: NodeId, out: &mut Outbox) {
+    /// Reports on every node that is not started, not only on the ones
+    /// that just left, in every layout version: a takeover shard that left
+    /// took its unfinished takeovers with it, and the next one starts them
+    /// again from these reports; and a round counts the reports of one
+    /// version. A node that is starting again counts as failed too: it
+    /// coordinates nothing until admitted, so every transaction of its id
+    /// is one of its previous process, which only a takeover can finish.
+    pub(crate) fn takeover_report_all(&mut self, out: &mut Outbox) {
+        self.reported_version = self.layout.version;
+        let mut gone: Vec<NodeId> = self
+            .layout
+            .datanodes
+            .iter()
+            .filter(|d| d.status != latsdb_types::proto::NodeStatus::Started)
+            .map(|d| d.node_id)
+            .collect();
+        gone.sort_unstable();
+        for dead in gone {
+            self.takeover_report(dead, out);
+        }
+    }
+
+    /// Node `dead` is not live in this shard's layout: report what this
+    /// shard holds of its transactions, for this layout version.
+    fn takeover_report(&mut self, dead: NodeId, out: &mut Outbox) {
         let Some(&takeover) = self.live_shards(dead).first() else { return };
         let mut prepared: BTreeSet<TxId> = self.ldm.txs.keys().filter(|t| t.tc.node == dead).copied().collect();
         prepared.extend(self.ldm.replica_txs.keys().filter(|t| t.tc.node == dead));
         let committed = self.ldm.commit_log.coordinated_by(dead);
-        let msg = PeerMsg::TakeoverReport { dead, prepared: prepared.into_iter().collect(), committed };
+        let version = self.layout.version;
+        let msg =
+            PeerMsg::TakeoverReport(TakeoverReport { dead, version, prepared: prepared.into_iter().collect(), committed });
         self.send_peer(takeover, msg, out);
     }
 
-    pub(crate) fn takeover_on_report(
-        &mut self,
-        from: ShardAddr,
-        dead: NodeId,
-        prepared: Vec<TxId>,
-        committed: Vec<(TxId, latsdb_types::proto::CommitEpoch)>,
-        out: &mut Outbox,
-    ) {
-        if !self.takeovers.contains_key(&dead) {
-            // The report may come before this shard's own layout update:
-            // the dead node is excluded explicitly.
-            let waiting = self.live_shards(dead).into_iter().collect();
-            self.takeovers.insert(dead, Takeover { waiting, ..Default::default() });
+    pub(crate) fn takeover_on_report(&mut self, from: ShardAddr, report: TakeoverReport, out: &mut Outbox) {
+        let TakeoverReport { dead, version, prepared, committed } = report;
+        if version < self.layout.version {
+            // Made in a layout this shard left behind: the reporter reports
+            // again in the newer one.
+            return;
         }
-        let t = self.takeovers.get_mut(&dead).expect("inserted above");
-        if !t.waiting.remove(&from) {
+        let round = self.takeovers.entry(dead).or_insert_with(|| Takeover { version, ..Default::default() });
+        if round.version > version {
+            return;
+        }
+        if round.version < version {
+            *round = Takeover { version, ..Default::default() };
+        }
+        if !round.reported.insert(from) {
             return;
         }
         for tx in prepared {
-            t.prepared.entry(tx).or_default().insert(from);
+            round.prepared.entry(tx).or_default().insert(from);
         }
-        t.committed.extend(committed);
-        if t.waiting.is_empty() {
-            self.takeover_decide(dead, out);
+        round.committed.extend(committed);
+        self.takeover_try_decide(dead, out);
+    }
+
+    /// A new layout: rounds of older versions are void (everyone reports
+    /// again), and a round of this version may be complete already (reports
+    /// can arrive before the takeover shard's own layout update).
+    pub(crate) fn takeover_layout_changed(&mut self, out: &mut Outbox) {
+        let version = self.layout.version;
+        self.takeovers.retain(|_, round| round.version >= version);
+        let mut dead: Vec<NodeId> = self.takeovers.keys().copied().collect();
+        dead.sort_unstable();
+        for d in dead {
+            self.takeover_try_decide(d, out);
         }
     }
 
-    /// The layout changed again while takeovers ran: shards that left will
-    /// never report, so they are not waited for.
-    pub(crate) fn takeover_layout_changed(&mut self, out: &mut Outbox) {
-        let layout = &self.layout;
-        let started = |a: &ShardAddr| layout.takes_writes(a.node);
-        let mut done = Vec::new();
-        for (dead, t) in self.takeovers.iter_mut() {
-            t.waiting.retain(started);
-            if t.waiting.is_empty() {
-                done.push(*dead);
-            }
+    fn takeover_try_decide(&mut self, dead: NodeId, out: &mut Outbox) {
+        let Some(round) = self.takeovers.get(&dead) else { return };
+        if round.version != self.layout.version {
+            return;
         }
-        done.sort_unstable();
-        for dead in done {
+        if self.live_shards(dead).iter().all(|s| round.reported.contains(s)) {
             self.takeover_decide(dead, out);
         }
     }

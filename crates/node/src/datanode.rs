@@ -468,7 +468,7 @@ fn effective_layout(base: &ClusterLayout, view: Option<&(latsdb_types::proto::Ep
     let mut layout = base.clone();
     if let Some((epoch, members)) = view {
         layout.restrict_to_view(members);
-        layout.version = base.version + epoch;
+        layout.version = ClusterLayout::view_version(base.version, *epoch);
     }
     layout
 }

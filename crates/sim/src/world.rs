@@ -355,11 +355,22 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
     }
 }
 
+impl World {
+    /// Changes a node's status in the management server's layout, which
+    /// makes it a new version (as the management server does).
+    fn set_base_status(&mut self, n: usize, status: NodeStatus) {
+        if self.base_layout.datanodes[n].status != status {
+            self.base_layout.datanodes[n].status = status;
+            self.base_layout.version += 1;
+        }
+    }
+}
+
 /// The layout of a view: nodes outside it are not started.
 fn layout_of_view(base: &ClusterLayout, epoch: Epoch, members: &[NodeId]) -> ClusterLayout {
     let mut l = base.clone();
     l.restrict_to_view(members);
-    l.version = base.version + epoch;
+    l.version = ClusterLayout::view_version(base.version, epoch);
     l
 }
 
@@ -839,7 +850,7 @@ impl World {
         lease.set(m.serving_until());
         self.memberships[n] = m;
         self.leases[n] = lease.clone();
-        self.base_layout.datanodes[n].status = NodeStatus::Starting;
+        self.set_base_status(n, NodeStatus::Starting);
         let layout = self.mgmd_layout();
         for s in self.shards_of(n) {
             let shard_cfg = ShardConfig {
@@ -1002,7 +1013,7 @@ impl World {
         if self.joining.remove(&n).is_some() {
             // No member yet: the management server (which it reports to)
             // sees it go and tells the others.
-            self.base_layout.datanodes[n].status = NodeStatus::NotStarted;
+            self.set_base_status(n, NodeStatus::NotStarted);
             self.broadcast_layouts();
         }
         for c in 0..self.clients.len() {
@@ -1052,7 +1063,7 @@ impl World {
                 // records from now on.
                 let k = (*id - 2) as usize;
                 if self.base_layout.datanodes[k].status == NodeStatus::Starting && !self.joining.contains_key(&k) {
-                    self.base_layout.datanodes[k].status = NodeStatus::Started;
+                    self.set_base_status(k, NodeStatus::Started);
                 }
             }
             let layout = layout_of_view(&self.base_layout, epoch, &members);

@@ -197,6 +197,17 @@ pub enum ClientResponse {
     Error(DbError),
 }
 
+/// What a shard holds of the transactions coordinated on a failed node:
+/// those it holds prepared, and those it has seen committed, as of layout
+/// `version`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TakeoverReport {
+    pub dead: NodeId,
+    pub version: u64,
+    pub prepared: Vec<TxId>,
+    pub committed: Vec<(TxId, CommitEpoch)>,
+}
+
 /// Messages between shards (transaction coordinator <-> local data managers).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum PeerMsg {
@@ -254,14 +265,9 @@ pub enum PeerMsg {
     ReplicaAbort {
         tx: TxId,
     },
-    /// Every live shard -> the takeover shard, after node `dead` left: the
-    /// transactions coordinated there that this shard holds prepared, and
-    /// those it has seen committed.
-    TakeoverReport {
-        dead: NodeId,
-        prepared: Vec<TxId>,
-        committed: Vec<(TxId, CommitEpoch)>,
-    },
+    /// Every live shard -> the takeover shard, in each layout version in
+    /// which node `dead` is not live.
+    TakeoverReport(TakeoverReport),
     /// The takeover shard's decision for a transaction of a failed
     /// coordinator, in the epoch the coordinator decided.
     TakeoverCommit {
@@ -495,6 +501,15 @@ pub struct ClusterLayout {
 }
 
 impl ClusterLayout {
+    /// The version of the layout the shards use in membership view
+    /// `view_epoch` of the management server's layout version
+    /// `base_version`. Ordered by view first, then base version, so that
+    /// it grows with either and two different layouts never share one.
+    pub fn view_version(base_version: u64, view_epoch: u64) -> u64 {
+        debug_assert!(base_version < 1 << 32, "layout version {base_version} overflows 32 bits");
+        (view_epoch << 32) | (base_version & 0xFFFF_FFFF)
+    }
+
     pub fn datanode(&self, node: NodeId) -> Option<&DataNodeInfo> {
         self.datanodes.iter().find(|d| d.node_id == node)
     }
