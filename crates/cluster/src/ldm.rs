@@ -707,8 +707,7 @@ impl Shard {
             // shard staged as a backup commits too (its primary may have
             // failed; if not, its ReplicaCommit later finds nothing to do).
             if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
-                self.ldm_apply_staged(rtx.staged, epoch);
-                self.ldm_release_all(tx, rtx.locks, out);
+                self.replica_apply(tx, rtx, None, epoch, out);
             }
             self.ldm.commit_log.record(tx, epoch);
         }

@@ -28,7 +28,7 @@
 //! the primary's order, so their lock waits are short (a previous writer's
 //! commit still in flight) and cannot deadlock.
 
-use crate::ldm::{forget_wait, Origin, Pending, Prepared};
+use crate::ldm::{forget_wait, LdmTx, Origin, Pending, Prepared};
 use crate::locks::{Acquire, LockKey};
 use crate::shard::{owned_partition, unknown_table, Outbox, Shard};
 use latsdb_types::proto::{KeyOp, OpKind, PeerMsg, ShardAddr, TxId};
@@ -123,12 +123,51 @@ impl Shard {
         out: &mut Outbox,
     ) {
         if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
-            self.ldm_apply_staged(rtx.staged, epoch);
-            self.ldm_release_all(tx, rtx.locks, out);
+            self.replica_apply(tx, rtx, Some(primary), epoch, out);
         }
         // Evidence for a takeover that the commit decision was made.
         self.ldm.commit_log.record(tx, epoch);
         self.send_peer(primary, PeerMsg::ReplicaCommitted { tx }, out);
+    }
+
+    /// Commits what this shard staged as a backup of `tx`, on the word of
+    /// `from` (one of its primaries; `None`: its coordinator or a
+    /// takeover). While this shard copies a partition from its primary
+    /// (node restart), that partition's writes wait for that primary's own
+    /// commit: it travels on the link that carries the copy, after the
+    /// copied rows it must overwrite, while another shard's word may come
+    /// before them.
+    pub(crate) fn replica_apply(
+        &mut self,
+        tx: TxId,
+        mut rtx: LdmTx,
+        from: Option<ShardAddr>,
+        epoch: latsdb_types::proto::CommitEpoch,
+        out: &mut Outbox,
+    ) {
+        let mut held = LdmTx::default();
+        if self.sync_dst.copying() {
+            let keys: Vec<LockKey> = rtx
+                .staged
+                .iter()
+                .filter(|(key, (partition, _))| {
+                    self.sync_source_of(key.table, *partition).is_some_and(|source| Some(source) != from)
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in keys {
+                if let Some(staged) = rtx.staged.remove(&key) {
+                    rtx.locks.remove(&key);
+                    held.locks.insert(key.clone());
+                    held.staged.insert(key, staged);
+                }
+            }
+        }
+        self.ldm_apply_staged(rtx.staged, epoch);
+        self.ldm_release_all(tx, rtx.locks, out);
+        if !held.staged.is_empty() {
+            self.ldm.replica_txs.insert(tx, held);
+        }
     }
 
     pub(crate) fn replica_abort(&mut self, tx: TxId, out: &mut Outbox) {

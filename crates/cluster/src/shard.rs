@@ -307,6 +307,7 @@ impl Shard {
         self.ldm_expire_waits(out);
         if self.layout.version != self.reported_version {
             // A shard created with its layout reports in that version too.
+            self.takeover_layout_changed(out);
             self.takeover_report_all(out);
         }
         self.drain_local(out);

@@ -466,6 +466,11 @@ impl Shard {
         }
     }
 
+    /// The primary this shard still copies the partition from, if any.
+    pub(crate) fn sync_source_of(&self, table: TableId, partition: u32) -> Option<ShardAddr> {
+        self.sync_dst.parts.get(&(table, partition)).filter(|p| !p.handing_over).map(|p| p.source)
+    }
+
     /// Whether locks on this partition are held back for a handover (as
     /// the primary handing it over, or as the new primary waiting for the
     /// other replicas to drain their locks).

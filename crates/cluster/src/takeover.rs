@@ -11,15 +11,21 @@
 //! transaction is aborted everywhere. Participants hold their locks until
 //! the decision arrives.
 //!
-//! Reports belong to a layout version. Every shard reports on every failed
-//! node each time it installs a new layout, and the takeover shard counts
-//! a round per failed node and version: it decides once every shard live
-//! in that layout reported in it. A round of an older version is dropped
-//! when a newer layout arrives (its reporters report again in the new
-//! one), so a late or repeated report never completes, or blocks, the
-//! wrong round. Deciding again in a later round is harmless: a decision
-//! depends only on whether some shard saw the commit, and a takeover's own
-//! commit is logged like the coordinator's.
+//! A shard reports on every node that is not started each time it
+//! installs a new layout version, to the takeover shard of that layout, so
+//! a takeover shard that fails is replaced by the next one without losing
+//! anything. The takeover shard keeps one round per failed node for as long
+//! as the node stays failed (it is dropped once the node is started again),
+//! counting reports made in layout versions from the one in which it first
+//! saw the node failed: an older report may belong to an earlier failure of
+//! the same node and is ignored (its sender reports again). The round
+//! decides once every live shard reported; a report that comes later gets
+//! the decision for its transactions at once. Deciding again (a new
+//! takeover shard) is harmless: a decision depends only on whether some
+//! shard saw the commit, and every shard that could have seen one reported.
+//! A node that is starting again counts as failed: it coordinates nothing
+//! until admitted, so every transaction of its id is one of its previous
+//! process, which only a takeover can finish.
 //!
 //! ```text
 //! every live shard              takeover shard
@@ -29,18 +35,29 @@
 
 use crate::ldm::CommitReply;
 use crate::shard::{Outbox, Shard};
-use latsdb_types::proto::{NodeId, PeerMsg, ShardAddr, TakeoverReport, TxId};
+use latsdb_types::proto::{CommitEpoch, NodeId, NodeStatus, PeerMsg, ShardAddr, TakeoverReport, TxId};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Default)]
 pub(crate) struct Takeover {
-    /// The layout version the reports of this round were made in.
-    pub(crate) version: u64,
-    /// Shards that reported in this round.
-    pub(crate) reported: BTreeSet<ShardAddr>,
+    /// The layout version in which this shard first saw the node failed
+    /// (this time); `None` while its layout still shows it started.
+    since: Option<u64>,
+    /// Reports that came before this shard saw the failure.
+    early: Vec<(ShardAddr, TakeoverReport)>,
+    /// Shards whose report counted.
+    reported: BTreeSet<ShardAddr>,
     prepared: BTreeMap<TxId, BTreeSet<ShardAddr>>,
     /// Transactions some shard saw committed, with their epoch.
-    committed: std::collections::BTreeMap<TxId, latsdb_types::proto::CommitEpoch>,
+    committed: BTreeMap<TxId, CommitEpoch>,
+    decided: bool,
+}
+
+impl Takeover {
+    /// Whether the round still waits for reports (and so holds up epochs).
+    pub(crate) fn pending(&self) -> bool {
+        self.since.is_some() && !self.decided
+    }
 }
 
 impl Shard {
@@ -56,105 +73,129 @@ impl Shard {
         shards
     }
 
-    /// Reports on every node that is not started, not only on the ones
-    /// that just left, in every layout version: a takeover shard that left
-    /// took its unfinished takeovers with it, and the next one starts them
-    /// again from these reports; and a round counts the reports of one
-    /// version. A node that is starting again counts as failed too: it
-    /// coordinates nothing until admitted, so every transaction of its id
-    /// is one of its previous process, which only a takeover can finish.
+    fn failed_nodes(&self) -> Vec<NodeId> {
+        let mut gone: Vec<NodeId> =
+            self.layout.datanodes.iter().filter(|d| d.status != NodeStatus::Started).map(|d| d.node_id).collect();
+        gone.sort_unstable();
+        gone
+    }
+
+    /// Reports on every node that is not started, in this layout version.
     pub(crate) fn takeover_report_all(&mut self, out: &mut Outbox) {
         self.reported_version = self.layout.version;
-        let mut gone: Vec<NodeId> = self
-            .layout
-            .datanodes
-            .iter()
-            .filter(|d| d.status != latsdb_types::proto::NodeStatus::Started)
-            .map(|d| d.node_id)
-            .collect();
-        gone.sort_unstable();
-        for dead in gone {
+        for dead in self.failed_nodes() {
             self.takeover_report(dead, out);
         }
     }
 
-    /// Node `dead` is not live in this shard's layout: report what this
-    /// shard holds of its transactions, for this layout version.
+    /// What this shard holds of the transactions of node `dead`.
     fn takeover_report(&mut self, dead: NodeId, out: &mut Outbox) {
         let Some(&takeover) = self.live_shards(dead).first() else { return };
         let mut prepared: BTreeSet<TxId> = self.ldm.txs.keys().filter(|t| t.tc.node == dead).copied().collect();
         prepared.extend(self.ldm.replica_txs.keys().filter(|t| t.tc.node == dead));
         let committed = self.ldm.commit_log.coordinated_by(dead);
         let version = self.layout.version;
-        let msg =
-            PeerMsg::TakeoverReport(TakeoverReport { dead, version, prepared: prepared.into_iter().collect(), committed });
+        let msg = PeerMsg::TakeoverReport(TakeoverReport {
+            dead,
+            version,
+            prepared: prepared.into_iter().collect(),
+            committed,
+        });
         self.send_peer(takeover, msg, out);
     }
 
     pub(crate) fn takeover_on_report(&mut self, from: ShardAddr, report: TakeoverReport, out: &mut Outbox) {
-        let TakeoverReport { dead, version, prepared, committed } = report;
-        if version < self.layout.version {
-            // Made in a layout this shard left behind: the reporter reports
-            // again in the newer one.
+        let round = self.takeovers.entry(report.dead).or_default();
+        match round.since {
+            None => round.early.push((from, report)),
+            Some(since) if report.version < since => {}
+            Some(_) => self.takeover_count(from, report, out),
+        }
+    }
+
+    fn takeover_count(&mut self, from: ShardAddr, report: TakeoverReport, out: &mut Outbox) {
+        let TakeoverReport { dead, prepared, committed, .. } = report;
+        let Some(round) = self.takeovers.get_mut(&dead) else { return };
+        round.committed.extend(committed);
+        if round.decided {
+            // Late: the decision is made; this shard's share gets it now.
+            let decisions: Vec<(TxId, Option<CommitEpoch>)> =
+                prepared.into_iter().map(|tx| (tx, round.committed.get(&tx).copied())).collect();
+            for (tx, commit) in decisions {
+                self.takeover_send(from, tx, commit, out);
+            }
             return;
         }
-        let round = self.takeovers.entry(dead).or_insert_with(|| Takeover { version, ..Default::default() });
-        if round.version > version {
-            return;
-        }
-        if round.version < version {
-            *round = Takeover { version, ..Default::default() };
-        }
-        if !round.reported.insert(from) {
-            return;
-        }
+        round.reported.insert(from);
         for tx in prepared {
             round.prepared.entry(tx).or_default().insert(from);
         }
-        round.committed.extend(committed);
         self.takeover_try_decide(dead, out);
     }
 
-    /// A new layout: rounds of older versions are void (everyone reports
-    /// again), and a round of this version may be complete already (reports
-    /// can arrive before the takeover shard's own layout update).
+    /// A new layout: rounds of nodes started again are over; a failure seen
+    /// for the first time starts counting (with the reports that came
+    /// early, if made since); a round may be complete now that a shard
+    /// that never reported left.
     pub(crate) fn takeover_layout_changed(&mut self, out: &mut Outbox) {
+        let failed = self.failed_nodes();
         let version = self.layout.version;
-        self.takeovers.retain(|_, round| round.version >= version);
-        let mut dead: Vec<NodeId> = self.takeovers.keys().copied().collect();
-        dead.sort_unstable();
-        for d in dead {
-            self.takeover_try_decide(d, out);
+        self.takeovers.retain(|dead, round| {
+            if failed.contains(dead) {
+                return true;
+            }
+            // Started (again): the round is over, but reports made in newer
+            // layouts may be about a failure this shard has yet to see.
+            round.early.retain(|(_, r)| r.version > version);
+            *round = Takeover { early: std::mem::take(&mut round.early), ..Default::default() };
+            !round.early.is_empty()
+        });
+        for dead in failed {
+            let round = self.takeovers.entry(dead).or_default();
+            if round.since.is_none() {
+                round.since = Some(version);
+                let early = std::mem::take(&mut round.early);
+                for (from, report) in early {
+                    if report.version >= version {
+                        self.takeover_count(from, report, out);
+                    }
+                }
+            }
+            self.takeover_try_decide(dead, out);
         }
     }
 
     fn takeover_try_decide(&mut self, dead: NodeId, out: &mut Outbox) {
-        let Some(round) = self.takeovers.get(&dead) else { return };
-        if round.version != self.layout.version {
+        let live = self.live_shards(dead);
+        let Some(round) = self.takeovers.get_mut(&dead) else { return };
+        if !round.pending() || !live.iter().all(|s| round.reported.contains(s)) {
             return;
         }
-        if self.live_shards(dead).iter().all(|s| round.reported.contains(s)) {
-            self.takeover_decide(dead, out);
+        // Every live shard reported: commit what any of them saw committed,
+        // abort the rest.
+        round.decided = true;
+        let prepared = std::mem::take(&mut round.prepared);
+        let decisions: Vec<(ShardAddr, TxId, Option<CommitEpoch>)> = prepared
+            .into_iter()
+            .flat_map(|(tx, holders)| {
+                let commit = round.committed.get(&tx).copied();
+                holders.into_iter().map(move |h| (h, tx, commit))
+            })
+            .collect();
+        for (holder, tx, commit) in decisions {
+            self.takeover_send(holder, tx, commit, out);
         }
     }
 
-    /// Every live shard reported: commit what any of them saw committed,
-    /// abort the rest.
-    fn takeover_decide(&mut self, dead: NodeId, out: &mut Outbox) {
-        let Some(t) = self.takeovers.remove(&dead) else { return };
-        for (tx, holders) in t.prepared {
-            let commit = t.committed.get(&tx).copied();
-            for holder in holders {
-                let msg = match commit {
-                    Some(epoch) => PeerMsg::TakeoverCommit { tx, epoch },
-                    None => PeerMsg::TakeoverAbort { tx },
-                };
-                self.send_peer(holder, msg, out);
-            }
-        }
+    fn takeover_send(&mut self, to: ShardAddr, tx: TxId, commit: Option<CommitEpoch>, out: &mut Outbox) {
+        let msg = match commit {
+            Some(epoch) => PeerMsg::TakeoverCommit { tx, epoch },
+            None => PeerMsg::TakeoverAbort { tx },
+        };
+        self.send_peer(to, msg, out);
     }
 
-    pub(crate) fn takeover_commit(&mut self, tx: TxId, epoch: latsdb_types::proto::CommitEpoch, out: &mut Outbox) {
+    pub(crate) fn takeover_commit(&mut self, tx: TxId, epoch: CommitEpoch, out: &mut Outbox) {
         self.ldm_commit_with(tx, CommitReply::Nobody, epoch, out);
     }
 }

@@ -1502,7 +1502,9 @@ impl World {
                 return Err(format!("a replica of partition {partition} does not hold it ({replicas:?})"));
             }
             if copies.windows(2).any(|w| w[0] != w[1]) {
-                return Err(format!("the replicas {replicas:?} of partition {partition} hold different rows"));
+                return Err(format!(
+                    "the replicas {replicas:?} of partition {partition} hold different rows: {copies:?}"
+                ));
             }
         }
         for (i, shard) in self.shards.iter().enumerate() {
