@@ -218,7 +218,7 @@ impl Shard {
     /// Whether every commit this shard is responsible for in an epoch below
     /// `epoch` has reached all its replicas (see the module comment).
     fn completed_below(&self, epoch: CommitEpoch) -> bool {
-        if self.takeovers.values().any(|t| t.pending()) || !self.tc.all_committed_below(epoch) {
+        if self.takeover_pending() || !self.tc.all_committed_below(epoch) {
             return false;
         }
         if self.ldm.committing.values().any(|c| c.epoch < epoch) {

@@ -397,7 +397,9 @@ impl Shard {
         rows: Vec<SyncRow>,
         out: &mut Outbox,
     ) {
-        if self.sync_dst.parts.get(&(table, partition)).is_none_or(|p| p.source != from) {
+        if self.sync_dst.parts.get(&(table, partition)).is_none_or(|p| p.source != from || p.fetching == 0) {
+            // Not asked for by this process: the answer to a fetch of the
+            // node's previous process, restarted since.
             return;
         }
         if let Err(e) = self.sync_apply(table, partition, &range, &rows) {

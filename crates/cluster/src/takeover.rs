@@ -54,8 +54,7 @@ pub(crate) struct Takeover {
 }
 
 impl Takeover {
-    /// Whether the round still waits for reports (and so holds up epochs).
-    pub(crate) fn pending(&self) -> bool {
+    fn pending(&self) -> bool {
         self.since.is_some() && !self.decided
     }
 }
@@ -71,6 +70,13 @@ impl Shard {
             .collect();
         shards.sort_unstable();
         shards
+    }
+
+    /// Whether this shard, as the takeover shard, still waits for reports
+    /// on a failed node (which holds up epochs: the decision may commit).
+    pub(crate) fn takeover_pending(&self) -> bool {
+        let me = self.cfg.me;
+        self.takeovers.iter().any(|(dead, round)| round.pending() && self.live_shards(*dead).first() == Some(&me))
     }
 
     fn failed_nodes(&self) -> Vec<NodeId> {
