@@ -302,6 +302,10 @@ impl Shard {
         while budget > 0 {
             let Some(mut job) = self.sync_src.jobs.pop_front() else { return };
             if !self.layout.takes_writes(job.to.node) {
+                // The layout does not list the requester (any more, or not
+                // yet: its request may have overtaken the view that removed
+                // its previous process). The copy starts over once it does.
+                self.sync_src.waiting.push((job.to, job.table, job.partition));
                 continue;
             }
             let Some(p) = self.tables.get(&job.table).and_then(|t| t.partitions.get(job.partition as usize)) else {
