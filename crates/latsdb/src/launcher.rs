@@ -58,6 +58,12 @@ pub struct StartArgs {
     /// Do not start a SQL node.
     #[arg(long)]
     no_sql: bool,
+    /// TLS certificate (PEM) for the REST node; with --rest-tls-key it serves HTTPS only.
+    #[arg(long, requires = "rest_tls_key")]
+    rest_tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) for the REST node.
+    #[arg(long, requires = "rest_tls_cert")]
+    rest_tls_key: Option<PathBuf>,
     /// TLS certificate (PEM) for the SQL node; with --sql-tls-key, clients may use TLS.
     #[arg(long, requires = "sql_tls_key")]
     sql_tls_cert: Option<PathBuf>,
@@ -243,7 +249,10 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                 crate::rest_cmd::AuthArg::None => "none",
                 crate::rest_cmd::AuthArg::ApiKey => "api-key",
             };
-            let rest_args = vec!["rest".to_string(), "--mgmd".into(), address.clone(), "--port".into(), args.rest_port.to_string(), "--auth".into(), auth.into()];
+            let mut rest_args = vec!["rest".to_string(), "--mgmd".into(), address.clone(), "--port".into(), args.rest_port.to_string(), "--auth".into(), auth.into()];
+            if let (Some(cert), Some(key)) = (&args.rest_tls_cert, &args.rest_tls_key) {
+                rest_args.extend(["--tls-cert".to_string(), cert.display().to_string(), "--tls-key".into(), key.display().to_string()]);
+            }
             Some((start_api_node("rest", "REST", rest_args, &dir, &mut procs, deadline, args.timeout).await?, auth))
         };
         let sql_address = if args.no_sql {
@@ -268,7 +277,8 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             println!("  sql          {sql} (MySQL protocol; try: mysql -h {host} -P {port} -u root)");
         }
         if let Some((rest, auth)) = &rest_address {
-            println!("  rest         http://{rest}/{} (auth: {auth})", latsdb_rest::API_VERSION);
+            let scheme = if args.rest_tls_cert.is_some() { "https" } else { "http" };
+            println!("  rest         {scheme}://{rest}/{} (auth: {auth})", latsdb_rest::API_VERSION);
         }
         println!("  logs         {}", dir.display());
         println!("Try: latsdb mgm --mgmd {address} show");

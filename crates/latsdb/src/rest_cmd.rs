@@ -49,6 +49,12 @@ pub struct RestArgs {
     /// Most operations per batch (and entries per batch feature request).
     #[arg(long, default_value_t = 4096)]
     max_batch_ops: usize,
+    /// TLS certificate chain (PEM); with --tls-key the node serves HTTPS only.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Write the listening address to this file once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -71,6 +77,7 @@ pub fn run_rest(args: RestArgs) -> Result<(), String> {
             max_batch_ops: args.max_batch_ops,
         },
         threads: args.threads,
+        tls: args.tls_cert.zip(args.tls_key),
         ready_file: args.ready_file,
     })
 }

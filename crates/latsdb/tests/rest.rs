@@ -414,3 +414,36 @@ async fn api_keys_grant_databases() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// With a certificate the REST node serves HTTPS: a client that trusts the
+/// certificate gets the same answers, and a plain-HTTP request gets none
+/// (the node keeps serving TLS clients after it).
+#[test]
+fn the_rest_node_serves_https_with_the_configured_certificate() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (cert, key) = common::self_signed_certificate(dir.path());
+    let cluster = TestCluster::start(&[
+        "--rest-tls-cert",
+        cert.to_str().expect("utf-8 path"),
+        "--rest-tls-key",
+        key.to_str().expect("utf-8 path"),
+    ]);
+    let (status, body) = common::https(&cluster.rest, &cert, "GET", "/0.1.0/ping", b"");
+    assert_eq!((status, body.as_str()), (200, ""), "ping over TLS");
+    let (status, body) = common::https(&cluster.rest, &cert, "POST", "/0.1.0/batch", br#"{"operations":[]}"#);
+    assert_eq!(
+        (status, body.as_str()),
+        (400, r#"{"message":"'operations' is empty: give at least one operation"}"#),
+        "a bad batch over TLS"
+    );
+    // Plain HTTP to the TLS port: no HTTP answer, and no harm done.
+    use std::io::{Read, Write};
+    let mut plain = std::net::TcpStream::connect(&cluster.rest).expect("connect");
+    plain.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    plain.write_all(b"GET /0.1.0/ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("send");
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(!answer.starts_with(b"HTTP/"), "a plain request got an HTTP answer from the TLS port");
+    let (status, _) = common::https(&cluster.rest, &cert, "GET", "/0.1.0/health", b"");
+    assert_eq!(status, 200, "the node still serves TLS clients");
+}

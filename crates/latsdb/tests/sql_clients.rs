@@ -164,12 +164,7 @@ fn errors_carry_mysql_codes_and_the_session_stays_usable() {
 #[test]
 fn clients_may_switch_to_tls_with_the_configured_certificate() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let mut openssl = Command::new("openssl");
-    openssl.args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "2", "-keyout"]);
-    openssl.arg(&key).arg("-out").arg(&cert);
-    let (status, _, err) = run_bounded(&mut openssl, None, Duration::from_secs(60));
-    assert!(status.success(), "openssl could not make a certificate: {err}");
+    let (cert, key) = common::self_signed_certificate(dir.path());
     let cluster = TestCluster::start(&[
         "--sql-tls-cert",
         cert.to_str().expect("utf-8 path"),

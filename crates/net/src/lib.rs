@@ -6,6 +6,7 @@
 //! was busy into one write, so answers to many requests share a syscall.
 
 pub mod serve;
+pub mod tls;
 
 use latsdb_types::proto::{self, FRAME_HEADER};
 use latsdb_types::{DbError, ErrorCode, Result};

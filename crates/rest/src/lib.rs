@@ -462,6 +462,8 @@ pub struct RestOptions {
     pub config: RestConfig,
     /// Worker threads (0: one per CPU).
     pub threads: usize,
+    /// PEM certificate and private key: serve HTTPS instead of HTTP.
+    pub tls: Option<(PathBuf, PathBuf)>,
     /// Written with the listening address once the node serves.
     pub ready_file: Option<PathBuf>,
 }
@@ -479,13 +481,18 @@ async fn serve_until_stopped(options: RestOptions, threads: usize) -> Result<(),
     auth::ensure_system_tables(&client)
         .await
         .map_err(|e| format!("cannot create the metadata tables in {}: {}", auth::SYSTEM_DATABASE, e.message))?;
+    let tls = match &options.tls {
+        Some((cert, key)) => Some(latsdb_net::tls::acceptor(cert, key)?),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}; pick another --port", options.listen))?;
     let address = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
     let rest = Arc::new(Rest::new(client, options.config.clone()));
     println!(
-        "latsdb rest node listening on http://{address}/{API_VERSION}/ ({threads} worker threads, auth: {})",
+        "latsdb rest node listening on {}://{address}/{API_VERSION}/ ({threads} worker threads, auth: {})",
+        if tls.is_some() { "https" } else { "http" },
         match options.config.auth {
             AuthMode::None => "none",
             AuthMode::ApiKey => "api-key",
@@ -494,14 +501,32 @@ async fn serve_until_stopped(options: RestOptions, threads: usize) -> Result<(),
     if let Some(path) = &options.ready_file {
         std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    latsdb_net::serve::accept_until_stopped(listener, |stream| serve_connection(rest.clone(), stream)).await?;
+    latsdb_net::serve::accept_until_stopped(listener, |stream| {
+        let (rest, tls) = (rest.clone(), tls.clone());
+        async move {
+            match tls {
+                Some(tls) => {
+                    // A client that is not speaking TLS, or gives up during
+                    // the handshake, just loses its connection.
+                    if let Ok(stream) = tls.accept(stream).await {
+                        serve_connection(rest, stream).await
+                    }
+                }
+                None => serve_connection(rest, stream).await,
+            }
+        }
+    })
+    .await?;
     println!("latsdb rest node stopped");
     Ok(())
 }
 
 /// Serves one connection; public so tests and embedders can serve on
 /// their own listener.
-pub async fn serve_connection(rest: Arc<Rest>, stream: tokio::net::TcpStream) {
+pub async fn serve_connection<S>(rest: Arc<Rest>, stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let io = hyper_util::rt::TokioIo::new(stream);
     let service = hyper::service::service_fn(move |request| handle(rest.clone(), request));
     let mut builder = hyper::server::conn::http1::Builder::new();

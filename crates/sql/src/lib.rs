@@ -42,29 +42,6 @@ pub struct SqlOptions {
     pub require_tls: bool,
 }
 
-/// Loads the certificate chain and key into a TLS acceptor.
-pub fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio_rustls::TlsAcceptor, String> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| format!("cannot read the TLS certificate {}: {e}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("cannot read the TLS certificate {}: {e}", cert.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{} holds no PEM certificate", cert.display()));
-    }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("cannot read the TLS private key {}: {e}", key.display()))?;
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup failed: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("the TLS certificate and key do not fit together: {e}"))?;
-    Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
-}
-
 /// Runs a SQL node until SIGTERM or Ctrl-C.
 pub fn run(options: SqlOptions) -> Result<(), String> {
     if options.require_tls && options.tls.is_none() {
@@ -77,7 +54,9 @@ pub fn run(options: SqlOptions) -> Result<(), String> {
 async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), String> {
     // A bad certificate is reported before anything else starts.
     let tls = match &options.tls {
-        Some((cert, key)) => Some(conn::Tls { acceptor: tls_acceptor(cert, key)?, required: options.require_tls }),
+        Some((cert, key)) => {
+            Some(conn::Tls { acceptor: latsdb_net::tls::acceptor(cert, key)?, required: options.require_tls })
+        }
         None => None,
     };
     let client_options = latsdb_client::ClientOptions {

@@ -57,7 +57,7 @@ impl TestCluster {
                 cluster.mgmd = addr.trim().to_string();
             }
             if let Some(url) = line.trim().strip_prefix("rest") {
-                let url = url.trim().trim_start_matches("http://");
+                let url = url.trim().trim_start_matches("http://").trim_start_matches("https://");
                 cluster.rest = url.split('/').next().unwrap_or_default().to_string();
             }
             if let Some(rest) = line.trim().strip_prefix("sql ") {
@@ -168,6 +168,55 @@ pub fn http(address: &str, method: &str, path: &str, headers: &[(&str, &str)], b
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer head in {text:?}"));
     let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status code");
     (status, body.to_string())
+}
+
+/// Like `http`, over TLS, trusting only the certificate in `ca_pem`.
+pub fn https(address: &str, ca_pem: &std::path::Path, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    use rustls_pki_types::pem::PemObject;
+    use std::io::{Read, Write};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_file_iter(ca_pem).expect("read the certificate") {
+        roots.add(cert.expect("a PEM certificate")).expect("a usable certificate");
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let ip: std::net::SocketAddr = address.parse().expect("an ip:port address");
+    let name = rustls_pki_types::ServerName::IpAddress(ip.ip().into());
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("a TLS client");
+    let tcp = std::net::TcpStream::connect(address).expect("connect to the REST node");
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).expect("set a read timeout");
+    let mut stream = rustls::StreamOwned::new(conn, tcp);
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send the request over TLS");
+    stream.write_all(body).expect("send the body over TLS");
+    let mut answer = Vec::new();
+    // The server closes without a TLS close_notify after `Connection: close`.
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer head in {text:?}"));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status code");
+    (status, body.to_string())
+}
+
+/// A self-signed certificate for 127.0.0.1 and its key (by openssl).
+pub fn self_signed_certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let mut openssl = Command::new("openssl");
+    openssl.args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "2"]);
+    openssl.args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]);
+    // An end-entity certificate (webpki refuses a CA certificate as one).
+    openssl.args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"]);
+    openssl.arg(&key).arg("-out").arg(&cert);
+    let (status, _, err) = run_bounded(&mut openssl, None, Duration::from_secs(60));
+    assert!(status.success(), "openssl could not make a certificate: {err}");
+    (cert, key)
 }
 
 /// The workspace root (this crate is `crates/latsdb`).
