@@ -148,32 +148,14 @@ pub fn datanode_pids(show: &str) -> Vec<i32> {
 /// A minimal HTTP/1.1 client for the REST tests: one request per
 /// connection, whole answer read with a timeout.
 pub fn http(address: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).expect("connect to the REST node");
+    let stream = std::net::TcpStream::connect(address).expect("connect to the REST node");
     stream.set_read_timeout(Some(Duration::from_secs(30))).expect("set a read timeout");
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).expect("send the request head");
-    // A server may answer (413) before reading a large body; ignore a reset.
-    let _ = stream.write_all(body);
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer head in {text:?}"));
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status code");
-    (status, body.to_string())
+    exchange(stream, address, method, path, headers, body)
 }
 
 /// Like `http`, over TLS, trusting only the certificate in `ca_pem`.
 pub fn https(address: &str, ca_pem: &std::path::Path, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     use rustls_pki_types::pem::PemObject;
-    use std::io::{Read, Write};
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pki_types::CertificateDer::pem_file_iter(ca_pem).expect("read the certificate") {
         roots.add(cert.expect("a PEM certificate")).expect("a usable certificate");
@@ -189,15 +171,31 @@ pub fn https(address: &str, ca_pem: &std::path::Path, method: &str, path: &str, 
     let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("a TLS client");
     let tcp = std::net::TcpStream::connect(address).expect("connect to the REST node");
     tcp.set_read_timeout(Some(Duration::from_secs(30))).expect("set a read timeout");
-    let mut stream = rustls::StreamOwned::new(conn, tcp);
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+    exchange(rustls::StreamOwned::new(conn, tcp), address, method, path, &[], body)
+}
+
+/// Sends one request with `Connection: close` and reads the whole answer.
+fn exchange(
+    mut stream: impl std::io::Read + std::io::Write,
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
-    stream.write_all(request.as_bytes()).expect("send the request over TLS");
-    stream.write_all(body).expect("send the body over TLS");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).expect("send the request head");
+    // A server may answer (413) before reading a large body; ignore a reset.
+    let _ = stream.write_all(body);
     let mut answer = Vec::new();
-    // The server closes without a TLS close_notify after `Connection: close`.
+    // (Over TLS the server closes without a close_notify after the answer.)
     let _ = stream.read_to_end(&mut answer);
     let text = String::from_utf8_lossy(&answer).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer head in {text:?}"));
