@@ -6,21 +6,9 @@
 use latsdb_cluster::{Outbox, Shard, ShardConfig};
 use latsdb_types::expr::{Aggregate, CmpOp, Expr};
 use latsdb_types::proto::{self, *};
+use latsdb_types::rng::Rng;
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
 use latsdb_types::{TableMeta, Value};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 fn shard_and_meta() -> (Shard, TableMeta) {
     let spec = TableSpec::new("f", "t")
@@ -143,28 +131,28 @@ fn seeds(meta: &TableMeta) -> Vec<ClientRequest> {
 }
 
 fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>) {
-    match rng.below(5) {
+    match rng.index(5) {
         0 => {
-            for _ in 0..1 + rng.below(4) {
-                let i = rng.below(bytes.len());
-                bytes[i] ^= 1 << rng.below(8);
+            for _ in 0..1 + rng.index(4) {
+                let i = rng.index(bytes.len());
+                bytes[i] ^= 1 << rng.index(8);
             }
         }
         1 => {
-            let i = rng.below(bytes.len());
-            bytes[i] = [0, 1, 0x7F, 0x80, 0xFF][rng.below(5)];
+            let i = rng.index(bytes.len());
+            bytes[i] = [0, 1, 0x7F, 0x80, 0xFF][rng.index(5)];
         }
-        2 => bytes.truncate(rng.below(bytes.len())),
+        2 => bytes.truncate(rng.index(bytes.len())),
         3 => {
             // Overwrite a length-like field with a large value.
-            let i = rng.below(bytes.len().saturating_sub(8).max(1));
-            let v = [u64::MAX, 1 << 40, 65_536, 0][rng.below(4)].to_le_bytes();
+            let i = rng.index(bytes.len().saturating_sub(8).max(1));
+            let v = [u64::MAX, 1 << 40, 65_536, 0][rng.index(4)].to_le_bytes();
             let end = (i + 8).min(bytes.len());
             bytes[i..end].copy_from_slice(&v[..end - i]);
         }
         _ => {
-            let n = rng.below(64);
-            *bytes = (0..n).map(|_| rng.next() as u8).collect();
+            let n = rng.index(64);
+            *bytes = (0..n).map(|_| rng.next_u64() as u8).collect();
         }
     }
 }
@@ -175,12 +163,12 @@ fn mutated_requests_never_panic_a_shard() {
     let originals: Vec<Vec<u8>> = seeds(&meta).iter().map(|r| proto::frame(0, r)[12..].to_vec()).collect();
     // MUTATION_SEED and MUTATION_ITERATIONS run longer explorations locally.
     let seed = std::env::var("MUTATION_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5EED_1234_ABCD_0001u64);
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut decoded = 0;
     let mut now = 0;
     let iterations: u64 = std::env::var("MUTATION_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
     for i in 0..iterations {
-        let mut bytes = originals[rng.below(originals.len())].clone();
+        let mut bytes = originals[rng.index(originals.len())].clone();
         if i % 8 != 0 {
             mutate(&mut rng, &mut bytes);
         }

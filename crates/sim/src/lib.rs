@@ -26,8 +26,7 @@
 //! replication and failure handling (they need timeouts, retries and backups
 //! to be survivable).
 
-mod rng;
 mod world;
 
-pub use rng::Rng;
+pub use latsdb_types::rng::Rng;
 pub use world::{run, SimConfig, SimReport};

@@ -1,7 +1,6 @@
 //! The simulated world: data nodes (membership + shards), the management
 //! server's arbitrator, clients, network, virtual time, faults, checkers.
 
-use crate::rng::Rng;
 use latsdb_cluster::membership::{Arbiter, MemberOut, Membership, MembershipConfig, Voter};
 use latsdb_cluster::{Lease, Outbox, Shard, ShardConfig};
 use latsdb_types::expr::Expr;
@@ -9,6 +8,7 @@ use latsdb_types::proto::{
     ClientRequest, ClientResponse, ClusterLayout, DataNodeInfo, Epoch, KeyOp, LockMode, MemberMsg, NodeId, NodeStatus,
     OpKind, OpResult, PeerMsg, Router, SchemaChange, ShardAddr, TxId,
 };
+use latsdb_types::rng::Rng;
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
 use latsdb_types::{ErrorCode, TableMeta, Value};
 use std::cmp::Reverse;

@@ -9,25 +9,10 @@ use latsdb_sql::conn::{decode_execute, parse_handshake_response};
 use latsdb_sql::error::SqlResult;
 use latsdb_sql::parse::parse;
 use latsdb_sql::plan::{plan_select, Catalog, SourceKind, VirtualTable};
+use latsdb_types::rng::Rng;
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth};
 use latsdb_types::Value;
 use std::sync::Arc;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-}
 
 fn iterations(default: usize) -> usize {
     std::env::var("LATSDB_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -143,18 +128,18 @@ const TOKENS: &[&str] = &[
 #[test]
 fn sql_text_never_panics_the_parser_binder_or_planner() {
     let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let mut planned = 0;
     for i in 0..iterations(200_000) {
         let sql = if i % 2 == 0 {
-            let n = 1 + rng.below(25);
-            (0..n).map(|_| rng.pick(TOKENS)).collect::<Vec<_>>().join(" ")
+            let n = 1 + rng.index(25);
+            (0..n).map(|_| *rng.pick(TOKENS)).collect::<Vec<_>>().join(" ")
         } else {
             // Mutate a valid statement: cut, splice or flip a byte.
             let mut bytes = rng.pick(SEEDS).as_bytes().to_vec();
-            for _ in 0..1 + rng.below(3) {
-                let at = rng.below(bytes.len() + 1);
-                match rng.below(3) {
+            for _ in 0..1 + rng.index(3) {
+                let at = rng.index(bytes.len() + 1);
+                match rng.index(3) {
                     0 => bytes.truncate(at),
                     1 => {
                         let tok = rng.pick(TOKENS).as_bytes();
@@ -162,7 +147,7 @@ fn sql_text_never_panics_the_parser_binder_or_planner() {
                     }
                     _ => {
                         if at < bytes.len() {
-                            bytes[at] = (rng.next() & 0x7f) as u8;
+                            bytes[at] = (rng.next_u64() & 0x7f) as u8;
                         }
                     }
                 }
@@ -183,7 +168,7 @@ fn sql_text_never_panics_the_parser_binder_or_planner() {
 
 #[test]
 fn protocol_bytes_never_panic_the_decoders() {
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     // A well-formed handshake response and execute body to mutate.
     let mut handshake = Vec::new();
     handshake.extend_from_slice(&(0x00ff_f7ffu32 | (1 << 21)).to_le_bytes());
@@ -208,25 +193,25 @@ fn protocol_bytes_never_panic_the_decoders() {
     for _ in 0..iterations(300_000) {
         for (seed, which) in [(&handshake, 0), (&execute, 1)] {
             let mut b = seed.clone();
-            for _ in 0..1 + rng.below(4) {
-                let at = rng.below(b.len() + 1);
-                match rng.below(4) {
+            for _ in 0..1 + rng.index(4) {
+                let at = rng.index(b.len() + 1);
+                match rng.index(4) {
                     0 => b.truncate(at),
-                    1 => b.insert(at, rng.next() as u8),
-                    2 if at < b.len() => b[at] = rng.next() as u8,
-                    _ => b.extend((0..rng.below(8)).map(|_| rng.next() as u8)),
+                    1 => b.insert(at, rng.next_u64() as u8),
+                    2 if at < b.len() => b[at] = rng.next_u64() as u8,
+                    _ => b.extend((0..rng.index(8)).map(|_| rng.next_u64() as u8)),
                 }
             }
             if which == 0 {
                 let _ = parse_handshake_response(&b);
             } else {
-                let mut types = if rng.below(2) == 0 { vec![8, 253, 12, 246] } else { Vec::new() };
-                let _ = decode_execute(&b, rng.below(6), &mut types);
+                let mut types = if rng.index(2) == 0 { vec![8, 253, 12, 246] } else { Vec::new() };
+                let _ = decode_execute(&b, rng.index(6), &mut types);
             }
         }
         // Pure noise too.
-        let noise: Vec<u8> = (0..rng.below(64)).map(|_| rng.next() as u8).collect();
+        let noise: Vec<u8> = (0..rng.index(64)).map(|_| rng.next_u64() as u8).collect();
         let _ = parse_handshake_response(&noise);
-        let _ = decode_execute(&noise, rng.below(300), &mut Vec::new());
+        let _ = decode_execute(&noise, rng.index(300), &mut Vec::new());
     }
 }

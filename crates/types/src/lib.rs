@@ -12,6 +12,7 @@ pub mod expr;
 pub mod keycodec;
 pub mod meta;
 pub mod proto;
+pub mod rng;
 pub mod row;
 pub mod schema;
 pub mod value;

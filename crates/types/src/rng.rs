@@ -1,4 +1,5 @@
-//! The simulation's only source of randomness: SplitMix64, seeded.
+//! The one deterministic random source of the simulator and the fuzz
+//! tests: SplitMix64, seeded, so a seed replays exactly.
 
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
@@ -20,6 +21,16 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         assert!(n > 0, "below(0)");
         self.next_u64() % n
+    }
+
+    /// An index uniform in 0..n (n > 0).
+    pub fn index(&mut self, n: usize) -> usize {
+        self.below(n as u64) as usize
+    }
+
+    /// One of `items` (not empty).
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.index(items.len())]
     }
 
     /// True with probability `percent`/100.
