@@ -16,9 +16,11 @@
 //! a takeover shard that fails is replaced by the next one without losing
 //! anything. The takeover shard keeps one round per failed node for as long
 //! as the node stays failed (it is dropped once the node is started again),
-//! counting reports made in layout versions from the one in which it first
-//! saw the node failed: an older report may belong to an earlier failure of
-//! the same node and is ignored (its sender reports again). The round
+//! counting reports made in the membership view in which it first saw the
+//! node failed or a later one: an older report may belong to an earlier
+//! failure of the same node and is ignored (its sender reports again). (A
+//! node fails again only through a new view; layouts of one view may differ
+//! in the management server's part, so views are compared, not versions.) The round
 //! decides once every live shard reported; a report that comes later gets
 //! the decision for its transactions at once. Deciding again (a new
 //! takeover shard) is harmless: a decision depends only on whether some
@@ -57,6 +59,10 @@ impl Takeover {
     fn pending(&self) -> bool {
         self.since.is_some() && !self.decided
     }
+}
+
+fn view_of(layout_version: u64) -> u64 {
+    latsdb_types::proto::ClusterLayout::view_epoch_of(layout_version)
 }
 
 impl Shard {
@@ -114,7 +120,7 @@ impl Shard {
         let round = self.takeovers.entry(report.dead).or_default();
         match round.since {
             None => round.early.push((from, report)),
-            Some(since) if report.version < since => {}
+            Some(since) if view_of(report.version) < view_of(since) => {}
             Some(_) => self.takeover_count(from, report, out),
         }
     }
@@ -151,8 +157,8 @@ impl Shard {
                 return true;
             }
             // Started (again): the round is over, but reports made in newer
-            // layouts may be about a failure this shard has yet to see.
-            round.early.retain(|(_, r)| r.version > version);
+            // views may be about a failure this shard has yet to see.
+            round.early.retain(|(_, r)| view_of(r.version) > view_of(version));
             *round = Takeover { early: std::mem::take(&mut round.early), ..Default::default() };
             !round.early.is_empty()
         });
@@ -162,7 +168,7 @@ impl Shard {
                 round.since = Some(version);
                 let early = std::mem::take(&mut round.early);
                 for (from, report) in early {
-                    if report.version >= version {
+                    if view_of(report.version) >= view_of(version) {
                         self.takeover_count(from, report, out);
                     }
                 }

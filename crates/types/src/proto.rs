@@ -510,6 +510,11 @@ impl ClusterLayout {
         (view_epoch << 32) | (base_version & 0xFFFF_FFFF)
     }
 
+    /// The membership view epoch a layout version (`view_version`) is of.
+    pub fn view_epoch_of(version: u64) -> u64 {
+        version >> 32
+    }
+
     pub fn datanode(&self, node: NodeId) -> Option<&DataNodeInfo> {
         self.datanodes.iter().find(|d| d.node_id == node)
     }
