@@ -73,8 +73,8 @@ pub(crate) struct LdmTx {
     pub(crate) staged: BTreeMap<LockKey, Staged>,
     /// Writes (by operation index) whose backups have not all answered.
     pub(crate) replicating: BTreeMap<u32, Replicating>,
-    /// Backups that staged writes of this transaction: commit and abort
-    /// are forwarded to them.
+    /// Backups that were sent writes of this transaction (also ones that
+    /// left since): commit and abort are forwarded to them.
     pub(crate) backups: BTreeSet<ShardAddr>,
     /// For an implicit transaction: the independent writes of one client
     /// batch that it carries.
@@ -501,7 +501,6 @@ impl Shard {
         let alive = |a: &ShardAddr| layout.takes_writes(a.node);
         let mut replicated = Vec::new();
         for (tx, ltx) in self.ldm.txs.iter_mut() {
-            ltx.backups.retain(&alive);
             for (idx, rep) in ltx.replicating.iter_mut() {
                 rep.waiting.retain(&alive);
                 if rep.waiting.is_empty() {
@@ -547,6 +546,16 @@ impl Shard {
     }
 
     /// Operations of a transaction, sent by its coordinator.
+    /// Answers operations with a retriable error, executing none.
+    pub(crate) fn ldm_refuse_ops(&mut self, tx: TxId, indexes: Vec<u32>, out: &mut Outbox) {
+        let e = DbError::new(
+            ErrorCode::NotServing,
+            format!("shard {} does not yet see node {} as started; nothing was done, retry", self.cfg.me, tx.tc.node),
+        );
+        let results = indexes.into_iter().map(|idx| (idx, OpResult::Error(e.clone()))).collect();
+        self.ldm_report(tx, results, out);
+    }
+
     pub(crate) fn ldm_tx_ops(&mut self, tx: TxId, ops: Vec<(u32, KeyOp)>, out: &mut Outbox) {
         let mut results = Vec::with_capacity(ops.len());
         for (idx, op) in ops {
@@ -711,14 +720,20 @@ impl Shard {
             }
             self.ldm.commit_log.record(tx, epoch);
         }
-        if backups.is_empty() {
-            self.ldm_committed_everywhere(tx, reply, out);
-            return;
-        }
+        // Every backup that was sent the writes hears the commit, also one
+        // that left meanwhile: it may be back as a new process that staged
+        // them (a prepare can reach the restarted node), and must not hold
+        // them forever. Only live ones are waited for.
         for backup in &backups {
             self.send_peer(*backup, PeerMsg::ReplicaCommit { tx, epoch }, out);
         }
-        self.ldm.committing.insert(tx, Committing { waiting: backups, reply, epoch });
+        let layout = &self.layout;
+        let waiting: BTreeSet<ShardAddr> = backups.into_iter().filter(|b| layout.takes_writes(b.node)).collect();
+        if waiting.is_empty() {
+            self.ldm_committed_everywhere(tx, reply, out);
+            return;
+        }
+        self.ldm.committing.insert(tx, Committing { waiting, reply, epoch });
     }
 
     pub(crate) fn ldm_replica_committed(&mut self, from: ShardAddr, tx: TxId, out: &mut Outbox) {

@@ -297,6 +297,18 @@ impl Shard {
         if !early && !self.layout.takes_writes(from.node) {
             return;
         }
+        if let PeerMsg::TxOps { tx, ops } = &msg {
+            if self.layout.datanode(from.node).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting) {
+                // A starting node coordinates nothing: these operations come
+                // late from its previous process, which a takeover may have
+                // settled already, so they must not lock anything. (Or this
+                // layout lags behind the node's admission: the coordinator
+                // gets a retriable error.)
+                self.ldm_refuse_ops(*tx, ops.iter().map(|(idx, _)| *idx).collect(), out);
+                self.finish_turn(out);
+                return;
+            }
+        }
         self.dispatch_peer(from, msg, out);
         self.finish_turn(out);
     }
