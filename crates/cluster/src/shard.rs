@@ -394,7 +394,7 @@ impl Shard {
             }
             PeerMsg::SyncFetch { table, partition, range } => self.sync_on_fetch(from, table, partition, range, out),
             PeerMsg::SyncRows { table, partition, range, rows } => {
-                self.sync_on_rows(from, table, partition, range, rows, out)
+                self.sync_on_rows(from, table, partition, range, rows)
             }
             PeerMsg::SyncRefused { table, partition, error } => self.sync_on_refused(from, table, partition, error),
             PeerMsg::SyncHandover { table, partition } => self.sync_on_handover(from, table, partition, out),

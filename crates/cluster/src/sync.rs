@@ -36,9 +36,11 @@
 //! ```
 //!
 //! Once every partition is copied the node writes a local checkpoint (the
-//! copied rows are not in its REDO log), and once that checkpoint replaced
-//! its older one the node is admitted to the membership view: started,
-//! primary of its share of the partitions again.
+//! copied rows are not in its REDO log). Once that checkpoint replaced its
+//! older one, the partitions it will be primary of are handed over (their
+//! primaries stop taking locks there until it is admitted, so this stage
+//! is kept short: it comes last), and the node is admitted to the
+//! membership view: started, primary of its share of the partitions again.
 
 use crate::shard::{Outbox, Shard};
 use latsdb_types::proto::{NodeStatus, PeerMsg, ShardAddr, SyncRange, SyncRow, TxId};
@@ -82,6 +84,9 @@ pub(crate) struct SyncTarget {
     /// range arrived, and fetches outstanding.
     parts: BTreeMap<(TableId, u32), Part>,
     progress: SyncProgress,
+    /// Copied partitions this shard becomes primary of once admitted, and
+    /// the primary asked to hand each over (see `sync_hand_over`).
+    handovers: BTreeMap<(TableId, u32), ShardAddr>,
     /// Once admitted: partitions this shard became primary of, and the
     /// other replicas that have not yet said they hold no lock there. No
     /// lock is taken on them until all have (see `sync_confirm_primaries`).
@@ -92,9 +97,6 @@ struct Part {
     source: ShardAddr,
     ended: bool,
     fetching: u32,
-    /// Copied; waiting for the primary to hand it over (when this shard
-    /// becomes its primary once admitted).
-    handing_over: bool,
 }
 
 /// How a starting shard's copy goes, for its host to report.
@@ -108,6 +110,10 @@ pub struct SyncProgress {
     pub ranges_equal: u64,
     pub ranges_copied: u64,
     pub rows_copied: u64,
+    /// The handover has begun (`Shard::sync_hand_over`); partitions whose
+    /// primary has not yet said it holds no lock there.
+    pub handover_begun: bool,
+    pub handovers_left: usize,
     /// The copy cannot finish (a primary failed or refused): the node must
     /// be restarted again.
     pub failed: Option<String>,
@@ -121,8 +127,15 @@ impl SyncTarget {
 }
 
 impl SyncProgress {
+    /// Every partition is copied.
     pub fn done(&self) -> bool {
         self.begun && self.partitions_left == 0 && self.failed.is_none()
+    }
+
+    /// Copied, and the partitions this node will be primary of are handed
+    /// over: it can be admitted.
+    pub fn handed_over(&self) -> bool {
+        self.done() && self.handover_begun && self.handovers_left == 0
     }
 }
 
@@ -141,6 +154,11 @@ impl Shard {
         let status = self.layout.datanode(me.node).map(|d| d.status);
         if was_starting && status == Some(NodeStatus::Started) {
             self.sync_confirm_primaries(out);
+        }
+        if status == Some(NodeStatus::Starting) {
+            self.sync_handover_layout_changed(out);
+        } else {
+            self.sync_dst.handovers.clear();
         }
         let layout = &self.layout;
         self.sync_dst.confirming.retain(|_, waiting| {
@@ -195,9 +213,7 @@ impl Shard {
                 ));
                 return;
             };
-            self.sync_dst
-                .parts
-                .insert((table, partition), Part { source, ended: false, fetching: 0, handing_over: false });
+            self.sync_dst.parts.insert((table, partition), Part { source, ended: false, fetching: 0 });
             self.send_peer(source, PeerMsg::SyncRequest { table, partition }, out);
         }
     }
@@ -389,7 +405,7 @@ impl Shard {
             part.fetching += 1;
             self.send_peer(from, PeerMsg::SyncFetch { table, partition, range }, out);
         }
-        self.sync_part_check(table, partition, out);
+        self.sync_part_check(table, partition);
     }
 
     pub(crate) fn sync_on_rows(
@@ -399,7 +415,6 @@ impl Shard {
         partition: u32,
         range: SyncRange,
         rows: Vec<SyncRow>,
-        out: &mut Outbox,
     ) {
         if self.sync_dst.parts.get(&(table, partition)).is_none_or(|p| p.source != from || p.fetching == 0) {
             // Not asked for by this process: the answer to a fetch of the
@@ -416,7 +431,7 @@ impl Shard {
         if let Some(part) = self.sync_dst.parts.get_mut(&(table, partition)) {
             part.fetching -= 1;
         }
-        self.sync_part_check(table, partition, out);
+        self.sync_part_check(table, partition);
     }
 
     pub(crate) fn sync_on_refused(&mut self, from: ShardAddr, table: TableId, partition: u32, error: DbError) {
@@ -428,29 +443,71 @@ impl Shard {
         }
     }
 
-    /// A partition whose copy is complete is done, unless this shard is
-    /// to become its primary: then the primary first stops taking locks on
-    /// it (two primaries must never lock the same rows), and says when no
-    /// transaction holds one there any more.
-    fn sync_part_check(&mut self, table: TableId, partition: u32, out: &mut Outbox) {
-        let me = self.cfg.me;
+    /// A partition whose copy is complete is done.
+    fn sync_part_check(&mut self, table: TableId, partition: u32) {
         let Some(part) = self.sync_dst.parts.get(&(table, partition)) else { return };
-        if !part.ended || part.fetching > 0 || part.handing_over {
+        if part.ended && part.fetching == 0 {
+            self.sync_part_done(table, partition);
+        }
+    }
+
+    /// The last stage before admission (after the copy and its
+    /// checkpoint): each partition this shard will be primary of once
+    /// admitted is handed over. Its primary stops taking new locks there
+    /// (`NotServing`, retriable) and answers `SyncHandedOver` once no
+    /// transaction holds one: two primaries must never lock the same rows.
+    /// Clients meet the refusals only between now and the admission.
+    pub fn sync_hand_over(&mut self, out: &mut Outbox) {
+        let me = self.cfg.me;
+        if !self.sync_dst.progress.done() || self.sync_dst.progress.handover_begun {
             return;
         }
         // The layout once the starting nodes are admitted.
         let mut admitted = self.layout.clone();
         admitted.restrict_to_view(&self.layout.writer_nodes());
-        let future_primary = latsdb_types::proto::Router::new(&admitted).primary_of(partition) == Some(me);
-        if future_primary {
-            let source = part.source;
-            if let Some(p) = self.sync_dst.parts.get_mut(&(table, partition)) {
-                p.handing_over = true;
+        let future = latsdb_types::proto::Router::new(&admitted);
+        let mut asks = Vec::new();
+        for (id, table) in &self.tables {
+            for (p, slot) in table.partitions.iter().enumerate() {
+                let p = p as u32;
+                if slot.is_none() || future.primary_of(p) != Some(me) {
+                    continue;
+                }
+                match self.router.primary_of(p).filter(|s| *s != me) {
+                    Some(primary) => asks.push((*id, p, primary)),
+                    None => {
+                        return self.sync_fail(format!(
+                            "partition {p} of table id {id} has no started primary to hand it over; restart this node again"
+                        ))
+                    }
+                }
             }
-            self.send_peer(source, PeerMsg::SyncHandover { table, partition }, out);
-            return;
         }
-        self.sync_part_done(table, partition);
+        for (table, partition, primary) in asks {
+            self.sync_dst.handovers.insert((table, partition), primary);
+            self.send_peer(primary, PeerMsg::SyncHandover { table, partition }, out);
+        }
+        let progress = &mut self.sync_dst.progress;
+        progress.handover_begun = true;
+        progress.handovers_left = self.sync_dst.handovers.len();
+    }
+
+    /// A new layout during the handover: a partition whose primary changed
+    /// is asked of the new one (the old one may have failed).
+    fn sync_handover_layout_changed(&mut self, out: &mut Outbox) {
+        let mut asks = Vec::new();
+        for ((table, partition), asked) in self.sync_dst.handovers.iter_mut() {
+            match self.router.primary_of(*partition) {
+                Some(primary) if primary != *asked && primary != self.cfg.me => {
+                    *asked = primary;
+                    asks.push((*table, *partition, primary));
+                }
+                _ => {}
+            }
+        }
+        for (table, partition, primary) in asks {
+            self.send_peer(primary, PeerMsg::SyncHandover { table, partition }, out);
+        }
     }
 
     fn sync_part_done(&mut self, table: TableId, partition: u32) {
@@ -467,14 +524,15 @@ impl Shard {
             }
             return;
         }
-        if self.sync_dst.parts.get(&(table, partition)).is_some_and(|p| p.source == from && p.handing_over) {
-            self.sync_part_done(table, partition);
+        if self.sync_dst.handovers.get(&(table, partition)) == Some(&from) {
+            self.sync_dst.handovers.remove(&(table, partition));
+            self.sync_dst.progress.handovers_left = self.sync_dst.handovers.len();
         }
     }
 
     /// The primary this shard still copies the partition from, if any.
     pub(crate) fn sync_source_of(&self, table: TableId, partition: u32) -> Option<ShardAddr> {
-        self.sync_dst.parts.get(&(table, partition)).filter(|p| !p.handing_over).map(|p| p.source)
+        self.sync_dst.parts.get(&(table, partition)).map(|p| p.source)
     }
 
     /// Whether locks on this partition are held back for a handover (as

@@ -297,6 +297,10 @@ enum RestartStage {
     Copy,
     /// Per shard, the completed checkpoint count to wait for.
     Checkpoint(Vec<u64>),
+    /// The primaries of the partitions the node takes back stop locking
+    /// them and say when no lock is held there (kept short: clients get
+    /// retriable refusals there until the admission).
+    HandOver,
     /// Asked the management server to admit the node (when, and how often).
     Admit(std::time::Instant, u32),
 }
@@ -374,8 +378,26 @@ impl Restart {
                     settled &= ask(s, |tx| Control::CheckpointSettled(*target, tx)).await?;
                 }
                 if settled {
+                    for s in shards {
+                        s.control
+                            .send(Control::HandOver)
+                            .map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?;
+                    }
+                    self.next_stage("checkpoint", node_id, RestartStage::HandOver, String::new());
+                }
+            }
+            RestartStage::HandOver => {
+                let mut handed_over = true;
+                for s in shards {
+                    let p = ask(s, Control::SyncProgress).await?;
+                    if let Some(why) = p.failed {
+                        return Err(DbError::new(ErrorCode::NodeUnavailable, why));
+                    }
+                    handed_over &= p.handed_over();
+                }
+                if handed_over {
                     self.next_stage(
-                        "checkpoint",
+                        "handover",
                         node_id,
                         RestartStage::Admit(std::time::Instant::now(), 0),
                         String::new(),

@@ -35,6 +35,9 @@ pub enum Control {
     Admit(NodeId),
     /// How the copy of a restarting node's partitions goes.
     SyncProgress(oneshot::Sender<latsdb_cluster::SyncProgress>),
+    /// Hand over the partitions this restarted shard will be primary of
+    /// (the stage before admission); progress shows when it is done.
+    HandOver,
     /// Start a checkpoint now; answered with the completed count to wait for.
     Checkpoint(oneshot::Sender<u64>),
     /// Whether that many checkpoints completed and the newest replaced the older.
@@ -413,6 +416,11 @@ fn run_shard(
                 Control::Admit(node) => host.member_step(|m, now, out| m.admit(node, now, out)),
                 Control::SyncProgress(reply) => {
                     let _ = reply.send(host.shard.borrow().sync_progress());
+                }
+                Control::HandOver => {
+                    let mut out = Outbox::default();
+                    host.shard.borrow_mut().sync_hand_over(&mut out);
+                    host.dispatch(&mut out);
                 }
                 Control::Checkpoint(reply) => {
                     let _ = reply.send(host.shard.borrow_mut().checkpoint_now());

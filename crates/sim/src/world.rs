@@ -903,10 +903,12 @@ impl World {
     }
 
     /// A joining node's progress, checked on its membership timer: once
-    /// every shard copied its partitions, the president is asked to admit
-    /// it (again, if no view came of it for a while).
+    /// every shard copied its partitions they hand over those they will be
+    /// primary of, and then the president is asked to admit the node
+    /// (again, if no view came of it for a while).
     fn check_joining(&mut self, n: usize) {
         let Some(&asked) = self.joining.get(&n) else { return };
+        let mut copied = true;
         let mut done = true;
         for s in self.shards_of(n) {
             let p = self.shards[s].sync_progress();
@@ -914,7 +916,14 @@ impl World {
                 self.stop_node(n, format!("node restart failed: {why}"));
                 return;
             }
-            done &= p.done();
+            copied &= p.done();
+            done &= p.handed_over();
+        }
+        if copied && !done {
+            for s in self.shards_of(n) {
+                self.shard_step(s, |shard, _, out| shard.sync_hand_over(out));
+            }
+            return;
         }
         let retry = 20 * self.cfg.heartbeat_interval_us;
         if !done || (asked > 0 && self.now < asked + retry) {
@@ -1113,19 +1122,25 @@ impl World {
     }
 
     fn at_shard(&mut self, s: usize, payload: Payload) {
-        let mut out = Outbox::default();
-        let now = self.now;
         match payload {
-            Payload::Peer { from, msg } => self.shards[s].on_peer(from, msg, now, &mut out),
-            Payload::Request { conn, req_id, req } => self.shards[s].on_client(conn, req_id, req, now, &mut out),
-            Payload::Disconnect { conn } => self.shards[s].on_disconnect(conn, now, &mut out),
-            Payload::Tick => {
-                self.shards[s].on_tick(now, &mut out);
-                self.schedule(now + TICK_US, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
+            Payload::Peer { from, msg } => self.shard_step(s, |shard, now, out| shard.on_peer(from, msg, now, out)),
+            Payload::Request { conn, req_id, req } => {
+                self.shard_step(s, |shard, now, out| shard.on_client(conn, req_id, req, now, out))
             }
-            Payload::Layout(layout) => self.shards[s].set_layout(*layout, now, &mut out),
+            Payload::Disconnect { conn } => self.shard_step(s, |shard, now, out| shard.on_disconnect(conn, now, out)),
+            Payload::Tick => {
+                self.shard_step(s, |shard, now, out| shard.on_tick(now, out));
+                self.schedule(self.now + TICK_US, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
+            }
+            Payload::Layout(layout) => self.shard_step(s, |shard, now, out| shard.set_layout(*layout, now, out)),
             other => unreachable!("a shard got {other:?}"),
         }
+    }
+
+    /// Runs one step of shard `s` and sends what it produced.
+    fn shard_step(&mut self, s: usize, f: impl FnOnce(&mut Shard, u64, &mut Outbox)) {
+        let mut out = Outbox::default();
+        f(&mut self.shards[s], self.now, &mut out);
         let me = self.addrs[s];
         for (to, msg) in out.peer.drain(..) {
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
