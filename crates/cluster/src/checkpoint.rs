@@ -85,6 +85,13 @@ pub fn checkpoint_info(bytes: &[u8]) -> Option<CheckpointInfo> {
     None
 }
 
+/// The checkpoint to restore epoch `epoch` from: the newest (of those
+/// given, oldest first) that ends at or before it and starts within the
+/// REDO log kept (from LSN `redo_base`).
+pub fn checkpoint_for(checkpoints: &[CheckpointInfo], redo_base: u64, epoch: CommitEpoch) -> Option<CheckpointInfo> {
+    checkpoints.iter().rev().find(|c| c.end_epoch <= epoch && c.start_lsn >= redo_base).copied()
+}
+
 /// What a REDO log holds: how much of it is intact, the latest epoch it
 /// was synced through, and the highest epoch any record carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -234,6 +241,16 @@ impl Shard {
             return;
         };
         lcp.finished.retain(|f| f.0 > newest.0);
+        // The REDO about to go may hold the only marker of the epoch this
+        // log is saved through (the shard saved it before the checkpoint
+        // began): state it again behind the checkpoint's start, synced
+        // before anything is deleted. A restart must not find less saved
+        // than the cluster counted on.
+        let saved = self.dur.saved;
+        self.dur.append(&Record::Saved { epoch: saved });
+        self.flush_redo(out, true);
+        let token = self.dur.token();
+        out.disk.push(DiskOp::RedoSync { token });
         out.disk.push(DiskOp::Trim { keep_checkpoint: newest.0, redo_before: newest.2 });
     }
 
@@ -305,6 +322,7 @@ impl Shard {
         self.dur.lcp.last_start_lsn = replay_from;
         self.dur.current = first_epoch;
         self.dur.durable = restore_epoch;
+        self.dur.saved = restore_epoch;
         // Commits of epochs after the restore point that some log may hold
         // were lost with the cluster: void them for every later restart.
         if self.dur.enabled {
@@ -361,10 +379,14 @@ impl Shard {
 
     /// Whether `target` checkpoints completed and the newest one replaced
     /// the older ones (its end epoch is durable): a restart would now
-    /// restore from it.
+    /// restore from it. For a restarted node, also whether its log is saved
+    /// through the durable epoch: an epoch declared durable while it was
+    /// not yet saving (it joined the round late) must be restorable from
+    /// its disk too once it is a member, as a system restart relies on.
     pub fn checkpoint_settled(&self, target: u64) -> bool {
         let lcp = &self.dur.lcp;
-        !self.dur.enabled || (lcp.completed >= target && lcp.finished.is_empty() && !lcp.forced)
+        !self.dur.enabled
+            || (lcp.completed >= target && lcp.finished.is_empty() && !lcp.forced && self.dur.saved >= self.dur.durable)
     }
 
     /// Checkpoints completed since this shard started, and the REDO LSN.

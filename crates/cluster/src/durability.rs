@@ -111,6 +111,9 @@ pub(crate) struct Durability {
     pub(crate) current: CommitEpoch,
     /// Latest epoch known durable.
     pub(crate) durable: CommitEpoch,
+    /// The latest epoch this shard's log (with its checkpoint) holds every
+    /// commit of: the newest `Saved` marker appended, or the restored epoch.
+    pub(crate) saved: CommitEpoch,
     /// REDO records not yet handed to the host.
     redo: Vec<u8>,
     /// Log sequence number: REDO bytes produced so far, buffered or not.
@@ -132,6 +135,7 @@ impl Durability {
             enabled,
             current: 1,
             durable: 0,
+            saved: 0,
             redo: Vec::new(),
             lsn: 0,
             switch: None,
@@ -253,6 +257,7 @@ impl Shard {
             return;
         }
         self.dur.append(&Record::Saved { epoch });
+        self.dur.saved = self.dur.saved.max(epoch);
         self.flush_redo(out, true);
         let token = self.dur.token();
         out.disk.push(DiskOp::RedoSync { token });

@@ -393,8 +393,8 @@ impl Shard {
                 self.sync_on_digest(from, table, partition, range, digest, out)
             }
             PeerMsg::SyncFetch { table, partition, range } => self.sync_on_fetch(from, table, partition, range, out),
-            PeerMsg::SyncRows { table, partition, range, rows } => {
-                self.sync_on_rows(from, table, partition, range, rows)
+            PeerMsg::SyncRows { table, partition, range, rows, epoch } => {
+                self.sync_on_rows(from, table, partition, range, rows, epoch)
             }
             PeerMsg::SyncRefused { table, partition, error } => self.sync_on_refused(from, table, partition, error),
             PeerMsg::SyncHandover { table, partition } => self.sync_on_handover(from, table, partition, out),

@@ -369,7 +369,8 @@ impl Shard {
         p.rows_between(range.after.as_deref(), range.upto.as_deref(), |key, row| {
             rows.push(SyncRow { key: key.to_vec(), row: row.to_vec() })
         });
-        self.send_peer(from, PeerMsg::SyncRows { table, partition, range, rows }, out);
+        let epoch = self.dur.current;
+        self.send_peer(from, PeerMsg::SyncRows { table, partition, range, rows, epoch }, out);
     }
 
     // ---- starting shard ----
@@ -415,12 +416,16 @@ impl Shard {
         partition: u32,
         range: SyncRange,
         rows: Vec<SyncRow>,
+        epoch: latsdb_types::proto::CommitEpoch,
     ) {
         if self.sync_dst.parts.get(&(table, partition)).is_none_or(|p| p.source != from || p.fetching == 0) {
             // Not asked for by this process: the answer to a fetch of the
             // node's previous process, restarted since.
             return;
         }
+        // Copied rows carry no epochs: a checkpoint holding them must end
+        // no earlier than the epoch the primary had when it sent them.
+        self.observe_epoch(epoch);
         if let Err(e) = self.sync_apply(table, partition, &range, &rows) {
             self.sync_fail(format!("copying partition {partition} of table id {table} failed: {}", e.message));
             return;

@@ -111,10 +111,20 @@ struct SimArgs {
     /// until the cluster is stable and can survive it.
     #[arg(long, default_value_t = 0)]
     crashes: u32,
-    /// Crashed nodes to start again (an initial node restart each: the node
-    /// copies its partitions from the live replicas and rejoins).
+    /// Crashed nodes to start again (a node restart from the node's disk,
+    /// one in three an initial node restart from an empty disk: the node
+    /// copies what changed from the live replicas and rejoins).
     #[arg(long, default_value_t = 0)]
     restarts: u32,
+    /// Whole-cluster crashes (every data node loses power at once), each
+    /// followed by a system restart that must bring back exactly a prefix
+    /// of the commits, including every commit acknowledged as durable.
+    #[arg(long, default_value_t = 0)]
+    cluster_crashes: u32,
+    /// Failed syncs (each stops its data node, whose disk keeps only what
+    /// was synced); also lets syncs stall now and then (a slow disk).
+    #[arg(long, default_value_t = 0)]
+    disk_faults: u32,
     /// Network splits to inject; one side must be able to continue, the
     /// other shuts down.
     #[arg(long, default_value_t = 0)]
@@ -201,6 +211,8 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         replicas: args.replicas,
         crashes: args.crashes.max(u32::from(args.crash)),
         restarts: args.restarts,
+        cluster_crashes: args.cluster_crashes,
+        disk_faults: args.disk_faults,
         splits: args.splits,
         glitches: args.glitches,
         resets: args.resets,
@@ -243,7 +255,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
 /// The flags that reproduce a sweep's run (all but the seed range).
 fn replay_flags(args: &SimArgs) -> String {
     format!(
-        "--steps {} --nodes {} --shards {} --replicas {} --clients {} --crashes {} --restarts {} --splits {} --glitches {} --resets {} --member-faults {}",
+        "--steps {} --nodes {} --shards {} --replicas {} --clients {} --crashes {} --restarts {} --cluster-crashes {} --disk-faults {} --splits {} --glitches {} --resets {} --member-faults {}",
         args.steps,
         args.nodes,
         args.shards,
@@ -251,6 +263,8 @@ fn replay_flags(args: &SimArgs) -> String {
         args.clients,
         args.crashes.max(u32::from(args.crash)),
         args.restarts,
+        args.cluster_crashes,
+        args.disk_faults,
         args.splits,
         args.glitches,
         args.resets,

@@ -57,7 +57,7 @@ pub struct ShardImage {
 impl ShardImage {
     /// The newest checkpoint that can restore epoch `epoch`.
     pub fn checkpoint_for(&self, epoch: CommitEpoch) -> Option<CheckpointInfo> {
-        self.checkpoints.iter().rev().find(|c| c.end_epoch <= epoch && c.start_lsn >= self.redo_base).copied()
+        latsdb_cluster::checkpoint_for(&self.checkpoints, self.redo_base, epoch)
     }
 
     pub fn read_checkpoint(&self, id: u64) -> Result<Vec<u8>> {

@@ -26,6 +26,7 @@
 //! replication and failure handling (they need timeouts, retries and backups
 //! to be survivable).
 
+mod disk;
 mod world;
 
 pub use latsdb_types::rng::Rng;

@@ -1,12 +1,13 @@
 //! The simulated world: data nodes (membership + shards), the management
 //! server's arbitrator, clients, network, virtual time, faults, checkers.
 
+use crate::disk::{DiskImage, SimDisk, SyncDone};
 use latsdb_cluster::membership::{Arbiter, MemberOut, Membership, MembershipConfig, Voter};
-use latsdb_cluster::{Lease, Outbox, Shard, ShardConfig};
+use latsdb_cluster::{checkpoint_for, Lease, Outbox, Shard, ShardConfig};
 use latsdb_types::expr::Expr;
 use latsdb_types::proto::{
-    ClientRequest, ClientResponse, ClusterLayout, DataNodeInfo, Epoch, KeyOp, LockMode, MemberMsg, NodeId, NodeStatus,
-    OpKind, OpResult, PeerMsg, Router, SchemaChange, ShardAddr, TxId,
+    ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, DataNodeInfo, Epoch, KeyOp, LockMode, MemberMsg, NodeId,
+    NodeRecovery, NodeStatus, OpKind, OpResult, PeerMsg, Router, SchemaChange, ShardAddr, TxId,
 };
 use latsdb_types::rng::Rng;
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
@@ -36,10 +37,20 @@ pub struct SimConfig {
     /// cluster is stable and can survive it.
     pub crashes: u32,
     /// Crashed (or shut down) data nodes to start again, each once the
-    /// cluster is stable: an initial node restart (the simulation has no
-    /// disks), which copies every partition from the live replicas while
-    /// the workload runs, then is admitted to the view.
+    /// cluster is stable: a node restart from the node's disk (one in three
+    /// is an initial node restart from an empty disk), which copies every
+    /// partition from the live replicas while the workload runs, writes a
+    /// checkpoint, hands its primaries back and is admitted to the view.
     pub restarts: u32,
+    /// Whole-cluster crashes (every data node loses power at once), each
+    /// followed by a system restart from the disks: exactly the durable
+    /// prefix of the commits must come back. Each waits until every node
+    /// is a member (crashed nodes are started again for it).
+    pub cluster_crashes: u32,
+    /// Failed syncs (the node stops, as a real one does, and its disk
+    /// keeps only what was synced); also makes a sync now and then stall
+    /// for up to 200 ms (a slow disk).
+    pub disk_faults: u32,
     /// Network splits to inject (two random sides, the management server
     /// on one of them), each healed after a random time; one side must be
     /// able to continue.
@@ -74,6 +85,8 @@ impl Default for SimConfig {
             trace_lines: 60,
             crashes: 0,
             restarts: 0,
+            cluster_crashes: 0,
+            disk_faults: 0,
             splits: 0,
             glitches: 0,
             resets: 0,
@@ -112,6 +125,17 @@ pub struct SimReport {
     pub crashes: u32,
     /// Nodes started again (and admitted after copying their data).
     pub restarts: u32,
+    /// Of those, initial node restarts (from an empty disk).
+    pub initial_restarts: u32,
+    /// Whole-cluster crashes, each followed by a system restart.
+    pub system_restarts: u32,
+    /// Syncs that failed (each stopped its node).
+    pub failed_syncs: u32,
+    /// Commits acknowledged as durable (`WaitDurable`) and checked after
+    /// every system restart.
+    pub durable_acks: u64,
+    /// The highest epoch declared durable.
+    pub durable_epoch: CommitEpoch,
     /// Network splits injected (not counting glitches).
     pub splits: u32,
     pub glitches: u32,
@@ -174,6 +198,11 @@ enum Payload {
     },
     MemberTick,
     Heal,
+    /// A sync of the shard's disk completed.
+    DiskDone(SyncDone),
+    /// The management server starts every data node again after a
+    /// whole-cluster crash.
+    SystemRestart,
 }
 
 impl Payload {
@@ -211,6 +240,12 @@ enum Doing {
         req: u64,
         shard: usize,
     },
+    /// Waits until an acknowledged transfer's epoch is durable.
+    Durable {
+        req: u64,
+        shard: usize,
+        transfer: Transfer,
+    },
     /// `floor`: the newest version of the account acknowledged before the
     /// read was sent; the read must not return an older one.
     Reading {
@@ -227,6 +262,7 @@ impl Doing {
             Doing::Locking { shard, req, .. }
             | Doing::Writing { shard, req, .. }
             | Doing::Auditing { req, shard }
+            | Doing::Durable { req, shard, .. }
             | Doing::Reading { req, shard, .. } => Some((shard, req)),
             Doing::Idle => None,
         }
@@ -242,6 +278,15 @@ struct Client {
     own_versions: HashMap<i64, i64>,
 }
 
+/// An acknowledged transfer: the versions it wrote of its two accounts.
+#[derive(Clone, Copy, Debug)]
+struct Transfer {
+    a: i64,
+    version_a: i64,
+    b: i64,
+    version_b: i64,
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Fault {
     Crash,
@@ -249,6 +294,8 @@ enum Fault {
     Split,
     Glitch,
     Reset,
+    ClusterCrash,
+    DiskFailure,
 }
 
 struct Split {
@@ -294,6 +341,19 @@ struct World {
     /// Restarting nodes not admitted yet, and when their admission was
     /// last asked for (0: not yet).
     joining: BTreeMap<usize, u64>,
+    /// Restarting nodes' checkpoint stage: per shard, the completed
+    /// checkpoint count to wait for (empty once settled).
+    restart_checkpoints: BTreeMap<usize, Vec<(usize, u64)>>,
+    /// Each shard's disk.
+    disks: Vec<SimDisk>,
+    /// A node whose next sync fails.
+    failing_disk: Option<usize>,
+    /// No fault is injected before this time.
+    quiet_until: u64,
+    /// Every transfer acknowledged since the last system restart, and
+    /// those acknowledged as durable.
+    transfers: Vec<Transfer>,
+    durable_transfers: Vec<Transfer>,
     /// The table every shard holds.
     def: TableDef,
     /// Faults still to inject: (not before event number, kind).
@@ -350,7 +410,9 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
         heartbeat_interval_ms: cfg.heartbeat_interval_us / 1000,
         heartbeat_missed: cfg.heartbeat_missed,
         epoch_interval_ms: 100,
-        checkpoint_trigger_mb: 64,
+        // The simulation starts checkpoints itself (its REDO logs stay far
+        // below a megabyte).
+        checkpoint_trigger_mb: 0,
         durable_epoch: 0,
     }
 }
@@ -364,6 +426,31 @@ impl World {
             self.base_layout.version += 1;
         }
     }
+}
+
+/// A shard of a new data-node process (with its disk, the table applied).
+fn new_shard(
+    cfg: &SimConfig,
+    me: ShardAddr,
+    layout: &ClusterLayout,
+    def: &TableDef,
+    first_tx_seq: u64,
+    lease: &Lease,
+) -> Result<Shard, String> {
+    let shard_cfg = ShardConfig {
+        me,
+        lock_wait_timeout_us: cfg.lock_wait_timeout_us,
+        first_tx_seq,
+        data_memory_bytes: 0,
+        lease: lease.clone(),
+        durable: true,
+        node_shards: cfg.shards_per_node,
+    };
+    let mut shard = Shard::new(shard_cfg, layout.clone());
+    shard
+        .apply_schema(SchemaChange::CreateTable(def.clone()))
+        .map_err(|e| format!("a shard refused the schema: {e}"))?;
+    Ok(shard)
 }
 
 /// The layout of a view: nodes outside it are not started.
@@ -457,18 +544,7 @@ impl World {
             lease.set(m.serving_until());
             for s in 0..cfg.shards_per_node {
                 let me = ShardAddr { node: 2 + n, shard: s };
-                let shard_cfg = ShardConfig {
-                    me,
-                    lock_wait_timeout_us: cfg.lock_wait_timeout_us,
-                    first_tx_seq: 0,
-                    data_memory_bytes: 0,
-                    lease: lease.clone(),
-                    durable: false,
-                    node_shards: cfg.shards_per_node,
-                };
-                let mut shard = Shard::new(shard_cfg, layout.clone());
-                shard.apply_schema(SchemaChange::CreateTable(def.clone())).map_err(|e| e.to_string())?;
-                shards.push(shard);
+                shards.push(new_shard(&cfg, me, &layout, &def, 0, &lease)?);
                 addrs.push(me);
             }
             memberships.push(m);
@@ -479,6 +555,7 @@ impl World {
             .collect();
         let accounts = cfg.accounts as usize;
         let cfg_nodes = cfg.nodes as usize;
+        let shard_count = shards.len();
         let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
         let mut world = World {
             rng: Rng::new(cfg.seed),
@@ -505,6 +582,12 @@ impl World {
             dead: BTreeSet::new(),
             restarted_at: vec![0; cfg_nodes],
             joining: BTreeMap::new(),
+            restart_checkpoints: BTreeMap::new(),
+            disks: (0..shard_count).map(|_| SimDisk::default()).collect(),
+            failing_disk: None,
+            quiet_until: 0,
+            transfers: Vec::new(),
+            durable_transfers: Vec::new(),
             def,
             plan: Vec::new(),
             split: None,
@@ -529,6 +612,16 @@ impl World {
         for _ in 0..world.cfg.glitches {
             let at = world.rng.below(kinds.len() as u64 + 1) as usize;
             kinds.insert(at, Fault::Glitch);
+        }
+        // Whole-cluster crashes (each starts crashed nodes again first) and
+        // failed syncs fall anywhere among those.
+        let others = (0..world.cfg.cluster_crashes)
+            .map(|_| Fault::ClusterCrash)
+            .chain((0..world.cfg.disk_faults).map(|_| Fault::DiskFailure))
+            .collect::<Vec<_>>();
+        for kind in others {
+            let at = world.rng.below(kinds.len() as u64 + 1) as usize;
+            kinds.insert(at, kind);
         }
         // Restarts come last: each needs a node that crashed before.
         kinds.extend((0..world.cfg.restarts).map(|_| Fault::Restart));
@@ -587,6 +680,7 @@ impl World {
     fn request_now(&mut self, shard: usize, req: ClientRequest) -> Vec<ClientResponse> {
         let mut out = Outbox::default();
         self.shards[shard].on_client(u64::MAX, 0, req, self.now, &mut out);
+        self.run_disk_ops(shard, &mut out);
         let mut answers = Vec::new();
         let mut queue: VecDeque<(ShardAddr, ShardAddr, PeerMsg)> = VecDeque::new();
         loop {
@@ -599,6 +693,7 @@ impl World {
             }
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
             self.shards[t].on_peer(src, msg, self.now, &mut out);
+            self.run_disk_ops(t, &mut out);
             let from = self.addrs[t];
             queue.extend(out.peer.drain(..).map(|(to, msg)| (from, to, msg)));
         }
@@ -732,9 +827,17 @@ impl World {
                 continue;
             }
             if self.report.events > limit {
+                let work: Vec<String> = self
+                    .events
+                    .values()
+                    .filter(|(_, _, p, _)| !p.is_background())
+                    .take(3)
+                    .map(|(from, to, p, _)| format!("{from:?} -> {to:?}: {p:?}"))
+                    .collect();
                 return Err(format!(
-                    "no quiescence: {} clients still busy after {limit} events (a transaction hangs, or the membership never settles)",
-                    self.busy_clients()
+                    "no quiescence: {} clients still busy after {limit} events (a transaction hangs, or the membership never settles); stable: {}; work pending: {work:?}",
+                    self.busy_clients(),
+                    self.stable()
                 ));
             }
             if !matches!(payload, Payload::Tick | Payload::MemberTick) {
@@ -757,6 +860,7 @@ impl World {
             }
         }
         self.report.virtual_ms = self.now / 1000;
+        self.report.durable_acks += self.durable_transfers.len() as u64;
         self.final_check()
     }
 
@@ -766,7 +870,7 @@ impl World {
 
     fn maybe_inject_fault(&mut self) {
         let Some(&(at, kind)) = self.plan.last() else { return };
-        if self.report.events < at || !self.stable() {
+        if self.report.events < at || !self.stable() || self.failing_disk.is_some() || self.now < self.quiet_until {
             return;
         }
         if self.stopped {
@@ -780,6 +884,8 @@ impl World {
             Fault::Split => self.inject_split(false),
             Fault::Glitch => self.inject_split(true),
             Fault::Reset => self.inject_reset(),
+            Fault::ClusterCrash => self.inject_cluster_crash(),
+            Fault::DiskFailure => self.inject_disk_failure(),
         };
         if injected {
             self.plan.pop();
@@ -821,8 +927,119 @@ impl World {
         }
         let victim = candidates[self.rng.below(candidates.len() as u64) as usize];
         self.report.crashes += 1;
-        self.stop_node(victim, "crashed".into());
+        // The process dies (its writes are in the kernel's page cache), or
+        // the machine loses power.
+        let power = self.rng.chance(50);
+        if power {
+            self.lose_power(victim);
+        }
+        self.stop_node(victim, if power { "loses power".into() } else { "crashed".into() });
         true
+    }
+
+    /// Every disk of node `n` loses what a power loss loses.
+    fn lose_power(&mut self, n: usize) {
+        for s in self.shards_of(n) {
+            self.disks[s].lose_power(&mut self.rng);
+        }
+    }
+
+    /// The next sync of a node whose loss the cluster survives fails (no
+    /// other fault comes until it has).
+    fn inject_disk_failure(&mut self) -> bool {
+        let candidates = self.survivable_losses();
+        if candidates.is_empty() {
+            return false;
+        }
+        let victim = candidates[self.rng.below(candidates.len() as u64) as usize];
+        self.trace(format!("{:>9} node {}'s next sync will FAIL", self.now, node_id(victim)));
+        self.failing_disk = Some(victim);
+        true
+    }
+
+    /// Every data node loses power at once; the management server starts
+    /// them all again a little later (a system restart). Needs every node
+    /// to be a member: a crashed one is started again first.
+    fn inject_cluster_crash(&mut self) -> bool {
+        if !self.dead.is_empty() {
+            self.inject_restart();
+            return false;
+        }
+        if !self.joining.is_empty() {
+            return false;
+        }
+        self.trace(format!("{:>9} WHOLE-CLUSTER CRASH", self.now));
+        for n in self.live() {
+            self.lose_power(n);
+            self.stop_node(n, "loses power with the whole cluster".into());
+        }
+        let at = self.now + 1_000 + self.rng.below(50_000);
+        self.schedule(at, Endpoint::Mgmd, Endpoint::Mgmd, Payload::SystemRestart);
+        true
+    }
+
+    /// Reads the disks of node `n`'s shards (an initial start empties them
+    /// first), as a starting data node does: what each holds, and what it
+    /// reports to the management server (the epoch every shard synced
+    /// through and the highest epoch any record carries; None: no data).
+    fn scan_node(&mut self, n: usize, initial: bool) -> (Vec<(usize, DiskImage)>, Option<NodeRecovery>) {
+        let mut images = Vec::new();
+        for s in self.shards_of(n) {
+            if initial {
+                self.disks[s].wipe();
+            }
+            images.push((s, self.disks[s].scan()));
+        }
+        let has_data = images.iter().any(|(_, i)| i.summary.valid_len > 0 || !i.checkpoints.is_empty());
+        let recovery = has_data.then(|| NodeRecovery {
+            saved_epoch: images.iter().map(|(_, i)| i.summary.saved_epoch).min().unwrap_or(0),
+            max_epoch: images.iter().map(|(_, i)| i.summary.max_epoch).max().unwrap_or(0),
+        });
+        (images, recovery)
+    }
+
+    /// Starts a new process of shard `s` and restores it from its disk to
+    /// `restore_epoch` (None: empty), as the real host does.
+    fn restore_shard(
+        &mut self,
+        s: usize,
+        image: &DiskImage,
+        layout: &ClusterLayout,
+        lease: &Lease,
+        restore_epoch: Option<CommitEpoch>,
+        first_epoch: CommitEpoch,
+    ) {
+        // Transaction ids of the new process differ from the old one's.
+        let shard = new_shard(&self.cfg, self.addrs[s], layout, &self.def, self.now << 8, lease);
+        let mut shard = match shard {
+            Ok(shard) => shard,
+            Err(e) => {
+                self.violation.get_or_insert(e);
+                return;
+            }
+        };
+        let disk = &mut self.disks[s];
+        let (restored, keep) = match restore_epoch {
+            Some(epoch) => {
+                let (redo, base) = disk.redo();
+                let checkpoint = checkpoint_for(&image.checkpoints, base, epoch);
+                let bytes = checkpoint.and_then(|c| disk.checkpoint(c.id));
+                (shard.restore(bytes, redo, base, epoch, first_epoch), checkpoint.map(|c| c.id))
+            }
+            None => {
+                disk.wipe();
+                (shard.restore(None, &[], 0, 0, first_epoch), None)
+            }
+        };
+        if let Err(e) = restored {
+            self.violation
+                .get_or_insert(format!("shard {} cannot restore from its disk: {}", self.addrs[s], e.message));
+        }
+        let marker = shard.take_redo();
+        self.disks[s].restored(keep, &marker);
+        self.shards[s] = shard;
+        let at = self.now + self.rng.below(TICK_US);
+        self.schedule(at, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
     }
 
     /// Starts a crashed node again, empty: it joins as starting, copies its
@@ -836,7 +1053,7 @@ impl World {
         self.dead.remove(&n);
         self.restarted_at[n] = self.now;
         self.report.restarts += 1;
-        self.trace(format!("{:>9} node {} RESTARTS (empty)", self.now, node_id(n)));
+        self.trace(format!("{:>9} node {} RESTARTS", self.now, node_id(n)));
         let groups: BTreeMap<NodeId, u32> =
             self.base_layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect();
         let mut m = Membership::new(MembershipConfig {
@@ -852,24 +1069,16 @@ impl World {
         self.leases[n] = lease.clone();
         self.set_base_status(n, NodeStatus::Starting);
         let layout = self.mgmd_layout();
-        for s in self.shards_of(n) {
-            let shard_cfg = ShardConfig {
-                me: self.addrs[s],
-                lock_wait_timeout_us: self.cfg.lock_wait_timeout_us,
-                // Transaction ids of the new process differ from the old one's.
-                first_tx_seq: self.now << 8,
-                data_memory_bytes: 0,
-                lease: lease.clone(),
-                durable: false,
-                node_shards: self.cfg.shards_per_node,
-            };
-            let mut shard = Shard::new(shard_cfg, layout.clone());
-            if let Err(e) = shard.apply_schema(SchemaChange::CreateTable(self.def.clone())) {
-                self.violation.get_or_insert(format!("a restarted shard refused the schema: {e}"));
-            }
-            self.shards[s] = shard;
-            let at = self.now + self.rng.below(TICK_US);
-            self.schedule(at, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
+        // A node restart restores what the node's disk holds up to the
+        // epoch it synced through, then copies what changed.
+        let initial = self.rng.chance(33);
+        if initial {
+            self.report.initial_restarts += 1;
+        }
+        let (images, recovery) = self.scan_node(n, initial);
+        let first_epoch = recovery.as_ref().map_or(0, |r| r.max_epoch).max(self.report.durable_epoch) + 1;
+        for (s, image) in images {
+            self.restore_shard(s, &image, &layout, &lease, recovery.as_ref().map(|r| r.saved_epoch), first_epoch);
         }
         let at = self.now + self.rng.below(TICK_US);
         self.schedule(at, Endpoint::Node(n), Endpoint::Node(n), Payload::MemberTick);
@@ -902,10 +1111,12 @@ impl World {
         }
     }
 
-    /// A joining node's progress, checked on its membership timer: once
-    /// every shard copied its partitions they hand over those they will be
-    /// primary of, and then the president is asked to admit the node
-    /// (again, if no view came of it for a while).
+    /// A joining node's progress, checked on its membership timer, in the
+    /// stages of a real node restart: once every shard copied its
+    /// partitions each writes a checkpoint (the copied rows are not in its
+    /// REDO log) and waits until it replaced the older one; then they hand
+    /// over the partitions they will be primary of, and then the president
+    /// is asked to admit the node (again, if no view came of it for a while).
     fn check_joining(&mut self, n: usize) {
         let Some(&asked) = self.joining.get(&n) else { return };
         let mut copied = true;
@@ -919,7 +1130,24 @@ impl World {
             copied &= p.done();
             done &= p.handed_over();
         }
-        if copied && !done {
+        if !copied {
+            return;
+        }
+        match self.restart_checkpoints.get(&n) {
+            None => {
+                let targets = self.shards_of(n).into_iter().map(|s| (s, self.shards[s].checkpoint_now())).collect();
+                self.restart_checkpoints.insert(n, targets);
+                return;
+            }
+            Some(targets) if !targets.is_empty() => {
+                if targets.iter().all(|&(s, target)| self.shards[s].checkpoint_settled(target)) {
+                    self.restart_checkpoints.insert(n, Vec::new());
+                }
+                return;
+            }
+            Some(_) => {}
+        }
+        if !done {
             for s in self.shards_of(n) {
                 self.shard_step(s, |shard, _, out| shard.sync_hand_over(out));
             }
@@ -958,6 +1186,10 @@ impl World {
         ));
         self.report.resets += 1;
         self.member_step(observer, |m, now, out| m.on_link_lost(node_id(victim), now, out));
+        // The view change that may follow is not visible yet: the next
+        // fault waits for it (together they could take more nodes than
+        // the cluster survives).
+        self.quiet_until = self.now + 3 * self.cfg.heartbeat_interval_us * self.cfg.heartbeat_missed as u64;
         true
     }
 
@@ -1012,6 +1244,148 @@ impl World {
         }
     }
 
+    /// The management server starts every data node again after a
+    /// whole-cluster crash, as it plans a system restart: each node reports
+    /// what its disk holds; all restore epoch D, the latest epoch every
+    /// node synced through, and new commits begin above any epoch a log
+    /// holds. Then the restored data is checked.
+    fn system_restart(&mut self) {
+        let nodes: Vec<usize> = (0..self.memberships.len()).collect();
+        let mut scanned = Vec::new();
+        let mut restore = CommitEpoch::MAX;
+        let mut logged = 0;
+        let mut reports = Vec::new();
+        for &n in &nodes {
+            let (images, recovery) = self.scan_node(n, false);
+            let Some(NodeRecovery { saved_epoch: saved, max_epoch: max }) = recovery else {
+                self.violation.get_or_insert(format!(
+                    "system restart: data node {} was in the last view but its disk holds nothing",
+                    node_id(n)
+                ));
+                return;
+            };
+            restore = restore.min(saved);
+            logged = logged.max(max);
+            reports.push((node_id(n), saved, max));
+            scanned.push((n, images));
+        }
+        if restore < self.report.durable_epoch {
+            self.violation.get_or_insert(format!(
+                "system restart: the disks hold every epoch up to {restore} only, but epoch {} was declared durable (per node: synced through, highest logged: {reports:?})",
+                self.report.durable_epoch
+            ));
+            return;
+        }
+        let first_epoch = logged.max(self.report.durable_epoch) + 1;
+        self.report.system_restarts += 1;
+        self.trace(format!(
+            "{:>9} SYSTEM RESTART: restore epoch {restore}, new commits from epoch {first_epoch}",
+            self.now
+        ));
+        let ids: Vec<NodeId> = nodes.iter().map(|n| node_id(*n)).collect();
+        self.arbiter = Arbiter::new(ids.clone());
+        self.views.clear();
+        for &n in &nodes {
+            self.set_base_status(n, NodeStatus::Started);
+        }
+        self.base_layout.version += 1;
+        let layout = layout_of_view(&self.base_layout, 1, &ids);
+        let groups: BTreeMap<NodeId, u32> =
+            self.base_layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect();
+        for (n, images) in scanned {
+            self.dead.remove(&n);
+            self.restarted_at[n] = self.now;
+            let mut m = Membership::new(MembershipConfig {
+                me: node_id(n),
+                interval_us: self.cfg.heartbeat_interval_us,
+                detect_us: self.cfg.heartbeat_interval_us * self.cfg.heartbeat_missed as u64,
+                groups: groups.clone(),
+            });
+            m.activate(self.now);
+            let lease = Lease::unlimited();
+            lease.set(m.serving_until());
+            self.memberships[n] = m;
+            self.leases[n] = lease.clone();
+            for (s, image) in images {
+                self.restore_shard(s, &image, &layout, &lease, Some(restore), first_epoch);
+            }
+            let at = self.now + self.rng.below(TICK_US);
+            self.schedule(at, Endpoint::Node(n), Endpoint::Node(n), Payload::MemberTick);
+        }
+        self.router = Router::new(&layout);
+        if let Err(e) = self.check_restored(restore) {
+            self.violation.get_or_insert(e);
+        }
+    }
+
+    /// After a system restart exactly a prefix of the commits must be
+    /// back: each account holds a value some transfer wrote (or its
+    /// initial one), every transfer is wholly there or wholly gone, every
+    /// transfer acknowledged as durable is there, and the bank total holds.
+    /// The history is then cut to what came back (new transfers write the
+    /// lost versions again).
+    fn check_restored(&mut self, restored: CommitEpoch) -> Result<(), String> {
+        let mut accounts = Vec::new();
+        for id in 0..self.cfg.accounts {
+            let op = self.op(id, OpKind::Read { lock: LockMode::Committed });
+            let shard = self.owner(&op)?;
+            let acc = match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
+                Some(ClientResponse::Batch(r)) if r.len() == 1 => self.account_of(&r[0])?,
+                other => return Err(format!("reading account {id} after the system restart failed: {other:?}")),
+            };
+            let known = (acc.version == 0 && acc.balance == INITIAL_BALANCE)
+                || self.committed[id as usize].get(&acc.version) == Some(&acc.balance)
+                || self.maybe[id as usize].get(&acc.version).is_some_and(|b| b.contains(&acc.balance));
+            if !known {
+                return Err(format!(
+                    "after the system restart (epoch {restored}) account {id} holds version {} balance {}, which no (possibly) committed transfer wrote",
+                    acc.version, acc.balance
+                ));
+            }
+            accounts.push(acc);
+        }
+        let version = |id: i64| accounts[id as usize].version;
+        let present = |t: &Transfer| (version(t.a) >= t.version_a, version(t.b) >= t.version_b);
+        for t in &self.transfers {
+            let (a, b) = present(t);
+            if a != b {
+                return Err(format!(
+                    "after the system restart (epoch {restored}) transfer {t:?} is half there: the accounts hold versions {} and {}",
+                    version(t.a),
+                    version(t.b)
+                ));
+            }
+        }
+        for t in &self.durable_transfers {
+            if present(t) != (true, true) {
+                return Err(format!(
+                    "after the system restart (epoch {restored}) transfer {t:?}, acknowledged as durable, is lost: the accounts hold versions {} and {}",
+                    version(t.a),
+                    version(t.b)
+                ));
+            }
+        }
+        let total: i64 = accounts.iter().map(|a| a.balance).sum();
+        if total != INITIAL_BALANCE * self.cfg.accounts {
+            return Err(format!("after the system restart (epoch {restored}) the bank total is {total}"));
+        }
+        for (id, acc) in accounts.iter().enumerate() {
+            self.committed[id].retain(|v, _| *v <= acc.version);
+            self.maybe[id].retain(|v, _| *v <= acc.version);
+            self.acked_max[id] = acc.version;
+        }
+        self.written.retain(|(id, v, _)| *v <= accounts[*id as usize].version);
+        for c in &mut self.clients {
+            for (id, v) in c.own_versions.iter_mut() {
+                *v = (*v).min(accounts[*id as usize].version);
+            }
+        }
+        self.transfers.retain(|t| present(t).0);
+        self.report.durable_acks += self.durable_transfers.len() as u64;
+        self.durable_transfers.clear();
+        Ok(())
+    }
+
     /// A node stops (crash or shutdown): clients waiting on it see their
     /// connections break.
     fn stop_node(&mut self, n: usize, why: String) {
@@ -1019,6 +1393,10 @@ impl World {
             return;
         }
         self.trace(format!("{:>9} node {} STOPS: {why}", self.now, node_id(n)));
+        self.restart_checkpoints.remove(&n);
+        if self.failing_disk == Some(n) {
+            self.failing_disk = None;
+        }
         if self.joining.remove(&n).is_some() {
             // No member yet: the management server (which it reports to)
             // sees it go and tells the others.
@@ -1065,6 +1443,7 @@ impl World {
             }
             if self.joining.contains_key(&n) && members.contains(&node_id(n)) {
                 self.joining.remove(&n);
+                self.restart_checkpoints.remove(&n);
                 self.trace(format!("{:>9} node {} ADMITTED in view {epoch}", self.now, node_id(n)));
             }
             for id in &members {
@@ -1099,6 +1478,7 @@ impl World {
     fn at_mgmd(&mut self, from: Endpoint, payload: Payload) {
         match payload {
             Payload::Heal => self.heal(),
+            Payload::SystemRestart => self.system_restart(),
             Payload::Member { msg, .. } => {
                 let before = self.arbiter.view().0;
                 let answer = self.arbiter.on_message(msg);
@@ -1129,11 +1509,56 @@ impl World {
             }
             Payload::Disconnect { conn } => self.shard_step(s, |shard, now, out| shard.on_disconnect(conn, now, out)),
             Payload::Tick => {
+                let n = self.node_of_shard(s);
+                if !self.joining.contains_key(&n) && self.rng.below(150) == 0 {
+                    // The trigger is off: checkpoints start at random.
+                    self.shards[s].checkpoint_now();
+                }
                 self.shard_step(s, |shard, now, out| shard.on_tick(now, out));
                 self.schedule(self.now + TICK_US, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
             }
             Payload::Layout(layout) => self.shard_step(s, |shard, now, out| shard.set_layout(*layout, now, out)),
+            Payload::DiskDone(done) => {
+                let n = self.node_of_shard(s);
+                if self.failing_disk == Some(n) {
+                    self.failing_disk = None;
+                    self.report.failed_syncs += 1;
+                    // As a real data node does: a failed sync stops it (the
+                    // kernel may have dropped the unsynced pages).
+                    self.lose_power(n);
+                    self.stop_node(n, format!("a sync of shard {}'s disk failed", self.addrs[s]));
+                    return;
+                }
+                self.disks[s].complete(done);
+                self.shard_step(s, |shard, now, out| shard.on_disk_done(done.token, now, out));
+            }
             other => unreachable!("a shard got {other:?}"),
+        }
+    }
+
+    /// Carries out the disk work a step of shard `s` asked for: writes
+    /// land at once, each sync completes after a random latency (in order;
+    /// now and then a long stall when disk faults are on).
+    fn run_disk_ops(&mut self, s: usize, out: &mut Outbox) {
+        if let Some(epoch) = out.durable.take() {
+            self.report.durable_epoch = self.report.durable_epoch.max(epoch);
+        }
+        for op in out.disk.drain(..) {
+            match self.disks[s].execute(op) {
+                Err(e) => {
+                    self.violation.get_or_insert(format!("shard {}: {e}", self.addrs[s]));
+                }
+                Ok(None) => {}
+                Ok(Some(done)) => {
+                    let mut latency = 20 + self.rng.below(400);
+                    if self.cfg.disk_faults > 0 && self.rng.below(200) == 0 {
+                        latency += 20_000 + self.rng.below(180_000);
+                    }
+                    let at = (self.now + latency).max(self.disks[s].busy_until);
+                    self.disks[s].busy_until = at;
+                    self.schedule(at, Endpoint::Shard(s), Endpoint::Shard(s), Payload::DiskDone(done));
+                }
+            }
         }
     }
 
@@ -1141,6 +1566,7 @@ impl World {
     fn shard_step(&mut self, s: usize, f: impl FnOnce(&mut Shard, u64, &mut Outbox)) {
         let mut out = Outbox::default();
         f(&mut self.shards[s], self.now, &mut out);
+        self.run_disk_ops(s, &mut out);
         let me = self.addrs[s];
         for (to, msg) in out.peer.drain(..) {
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
@@ -1225,6 +1651,7 @@ impl World {
             Doing::Locking { req, .. }
             | Doing::Writing { req, .. }
             | Doing::Auditing { req, .. }
+            | Doing::Durable { req, .. }
             | Doing::Reading { req, .. }
                 if req == req_id => {}
             other => {
@@ -1361,7 +1788,20 @@ impl World {
                         }
                     }
                     self.report.committed_transfers += 1;
-                    self.wake_later(c);
+                    let transfer = Transfer {
+                        a: writes[0].0,
+                        version_a: writes[0].1.version,
+                        b: writes[1].0,
+                        version_b: writes[1].1.version,
+                    };
+                    self.transfers.push(transfer);
+                    if self.rng.chance(33) {
+                        // The client waits for its commit to be durable.
+                        let req = self.request(c, shard, ClientRequest::WaitDurable);
+                        self.clients[c].doing = Doing::Durable { req, shard, transfer };
+                    } else {
+                        self.wake_later(c);
+                    }
                     Ok(())
                 }
                 ClientResponse::TxExec { committed: false, .. } if abandon => {
@@ -1378,6 +1818,14 @@ impl World {
                     Ok(())
                 }
                 other => Err(format!("client {c}: transfer write step answered {other:?}")),
+            },
+            Doing::Durable { req, transfer, .. } if req == req_id => match resp {
+                ClientResponse::Durable(_) => {
+                    self.durable_transfers.push(transfer);
+                    self.wake_later(c);
+                    Ok(())
+                }
+                other => Err(format!("client {c}: the wait for durability answered {other:?}")),
             },
             Doing::Auditing { req, .. } if req == req_id => match resp {
                 ClientResponse::TxExec { results, committed: true, .. } => {

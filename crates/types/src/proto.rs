@@ -327,12 +327,16 @@ pub enum PeerMsg {
         partition: u32,
         range: SyncRange,
     },
-    /// Primary -> starting replica: every committed row of `range`.
+    /// Primary -> starting replica: every committed row of `range`, and
+    /// the primary's epoch, which no row's commit is later than (the
+    /// replica's next checkpoint must not claim an earlier end epoch than
+    /// the rows it holds).
     SyncRows {
         table: TableId,
         partition: u32,
         range: SyncRange,
         rows: Vec<SyncRow>,
+        epoch: CommitEpoch,
     },
     /// Starting replica (copy done) -> primary: I become this partition's
     /// primary when admitted; stop taking locks on it and tell me when no
