@@ -1,12 +1,14 @@
 //! The simulated disk of one shard: its REDO log and local checkpoints,
 //! and what a crash does to them.
 //!
-//! Writes land at once (in the page cache); a sync completes later (the
-//! world delivers its completion after a random latency, in order per
-//! disk) and only then are the bytes before it safe. A process crash keeps
-//! every write (the kernel still has them); a power loss keeps the synced
-//! bytes and a random part of the rest, possibly torn (a damaged byte, or
-//! garbage where a record was half written). A checkpoint is published
+//! Operations run in order, as on the real disk thread: writes land at
+//! once (in the page cache); a sync completes later (the world delivers
+//! its completion after a random latency) and only then are the bytes
+//! before it safe, and the operations queued behind it run. A crash loses
+//! the queued operations (they were still in the process); a process crash
+//! keeps every write (the kernel still has them); a power loss keeps the
+//! synced bytes and a random part of the rest, possibly torn (a damaged
+//! byte, or garbage where a record was half written). A checkpoint is published
 //! (renamed from its temporary file) when its sync completes. Files are
 //! modelled as they are seen through the REDO LSNs, which is what the
 //! shard's restore works with; the segment files of the real disk only
@@ -14,7 +16,7 @@
 
 use latsdb_cluster::{checkpoint_info, redo_summary, CheckpointInfo, DiskOp, RedoSummary};
 use latsdb_types::rng::Rng;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 #[derive(Default)]
 pub(crate) struct SimDisk {
@@ -27,8 +29,9 @@ pub(crate) struct SimDisk {
     checkpoints: BTreeMap<u64, Vec<u8>>,
     /// The checkpoint file being written.
     writing: Option<(u64, Vec<u8>)>,
-    /// When the last sync asked for completes (syncs complete in order).
-    pub(crate) busy_until: u64,
+    /// A sync is under way: what follows it waits.
+    syncing: bool,
+    queued: VecDeque<DiskOp>,
 }
 
 /// A sync the disk was asked for: completes at `at`; then REDO up to
@@ -52,9 +55,20 @@ impl SimDisk {
         self.base + self.redo.len() as u64
     }
 
-    /// Carries out one operation; a sync returns what completes later.
-    /// Err: the shard asked for something no real disk could do.
-    pub(crate) fn execute(&mut self, op: DiskOp) -> Result<Option<SyncDone>, String> {
+    /// Takes one operation: runs it, or queues it behind a sync under way.
+    /// A sync that starts is returned, to complete later. Err: the shard
+    /// asked for something no real disk could do.
+    pub(crate) fn submit(&mut self, op: DiskOp) -> Result<Option<SyncDone>, String> {
+        if self.syncing {
+            self.queued.push_back(op);
+            return Ok(None);
+        }
+        let done = self.execute(op)?;
+        self.syncing = done.is_some();
+        Ok(done)
+    }
+
+    fn execute(&mut self, op: DiskOp) -> Result<Option<SyncDone>, String> {
         match op {
             DiskOp::RedoAppend(bytes) => self.redo.extend_from_slice(&bytes),
             DiskOp::RedoSync { token } => return Ok(Some(SyncDone { token, redo_lsn: self.end(), publish: None })),
@@ -87,8 +101,20 @@ impl SimDisk {
         Ok(None)
     }
 
-    /// A sync completed.
-    pub(crate) fn complete(&mut self, done: SyncDone) {
+    /// A sync completed: the operations behind it run, up to the next sync
+    /// (returned).
+    pub(crate) fn complete(&mut self, done: SyncDone) -> Result<Option<SyncDone>, String> {
+        self.finish(done);
+        self.syncing = false;
+        while let Some(op) = self.queued.pop_front() {
+            if let Some(next) = self.submit(op)? {
+                return Ok(Some(next));
+            }
+        }
+        Ok(None)
+    }
+
+    fn finish(&mut self, done: SyncDone) {
         self.synced = self.synced.max(done.redo_lsn.min(self.end()));
         if let Some(id) = done.publish {
             if let Some((w, file)) = self.writing.take() {
@@ -104,6 +130,7 @@ impl SimDisk {
     /// The machine lost power: unsynced REDO is partly kept, maybe torn;
     /// an unpublished checkpoint is gone.
     pub(crate) fn lose_power(&mut self, rng: &mut Rng) {
+        self.kill();
         self.writing = None;
         let synced = (self.synced.max(self.base) - self.base) as usize;
         let unsynced = self.redo.len() - synced;
@@ -121,6 +148,12 @@ impl SimDisk {
         }
     }
 
+    /// The process died: what it had not handed to the kernel is gone.
+    pub(crate) fn kill(&mut self) {
+        self.syncing = false;
+        self.queued.clear();
+    }
+
     /// What a starting node finds: the damaged REDO tail is cut where it
     /// starts (never replayed as data), an unfinished checkpoint deleted.
     pub(crate) fn scan(&mut self) -> DiskImage {
@@ -135,7 +168,7 @@ impl SimDisk {
 
     /// An initial start: everything is deleted.
     pub(crate) fn wipe(&mut self) {
-        *self = SimDisk { busy_until: self.busy_until, ..SimDisk::default() };
+        *self = SimDisk::default();
     }
 
     pub(crate) fn redo(&self) -> (&[u8], u64) {

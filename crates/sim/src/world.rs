@@ -1189,7 +1189,7 @@ impl World {
         // The view change that may follow is not visible yet: the next
         // fault waits for it (together they could take more nodes than
         // the cluster survives).
-        self.quiet_until = self.now + 3 * self.cfg.heartbeat_interval_us * self.cfg.heartbeat_missed as u64;
+        self.quiet_until = self.now + self.cfg.heartbeat_interval_us * self.cfg.heartbeat_missed as u64;
         true
     }
 
@@ -1394,6 +1394,9 @@ impl World {
         }
         self.trace(format!("{:>9} node {} STOPS: {why}", self.now, node_id(n)));
         self.restart_checkpoints.remove(&n);
+        for s in self.shards_of(n) {
+            self.disks[s].kill();
+        }
         if self.failing_disk == Some(n) {
             self.failing_disk = None;
         }
@@ -1529,35 +1532,39 @@ impl World {
                     self.stop_node(n, format!("a sync of shard {}'s disk failed", self.addrs[s]));
                     return;
                 }
-                self.disks[s].complete(done);
+                let next = self.disks[s].complete(done);
+                self.sync_started(s, next);
                 self.shard_step(s, |shard, now, out| shard.on_disk_done(done.token, now, out));
             }
             other => unreachable!("a shard got {other:?}"),
         }
     }
 
-    /// Carries out the disk work a step of shard `s` asked for: writes
-    /// land at once, each sync completes after a random latency (in order;
-    /// now and then a long stall when disk faults are on).
+    /// Hands the disk work a step of shard `s` asked for to its disk.
     fn run_disk_ops(&mut self, s: usize, out: &mut Outbox) {
         if let Some(epoch) = out.durable.take() {
             self.report.durable_epoch = self.report.durable_epoch.max(epoch);
         }
         for op in out.disk.drain(..) {
-            match self.disks[s].execute(op) {
-                Err(e) => {
-                    self.violation.get_or_insert(format!("shard {}: {e}", self.addrs[s]));
+            let started = self.disks[s].submit(op);
+            self.sync_started(s, started);
+        }
+    }
+
+    /// A sync of shard `s`'s disk started: it completes after a random
+    /// latency (now and then a long stall when disk faults are on).
+    fn sync_started(&mut self, s: usize, started: Result<Option<SyncDone>, String>) {
+        match started {
+            Err(e) => {
+                self.violation.get_or_insert(format!("shard {}: {e}", self.addrs[s]));
+            }
+            Ok(None) => {}
+            Ok(Some(done)) => {
+                let mut latency = 20 + self.rng.below(400);
+                if self.cfg.disk_faults > 0 && self.rng.below(200) == 0 {
+                    latency += 20_000 + self.rng.below(180_000);
                 }
-                Ok(None) => {}
-                Ok(Some(done)) => {
-                    let mut latency = 20 + self.rng.below(400);
-                    if self.cfg.disk_faults > 0 && self.rng.below(200) == 0 {
-                        latency += 20_000 + self.rng.below(180_000);
-                    }
-                    let at = (self.now + latency).max(self.disks[s].busy_until);
-                    self.disks[s].busy_until = at;
-                    self.schedule(at, Endpoint::Shard(s), Endpoint::Shard(s), Payload::DiskDone(done));
-                }
+                self.schedule(self.now + latency, Endpoint::Shard(s), Endpoint::Shard(s), Payload::DiskDone(done));
             }
         }
     }
