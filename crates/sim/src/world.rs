@@ -965,7 +965,9 @@ impl World {
             self.inject_restart();
             return false;
         }
-        if !self.joining.is_empty() {
+        // The accounts were loaded in epoch 1: the checkers need them to
+        // survive (a crash before it is durable would rightly lose them).
+        if !self.joining.is_empty() || self.report.durable_epoch == 0 {
             return false;
         }
         self.trace(format!("{:>9} WHOLE-CLUSTER CRASH", self.now));
@@ -1196,11 +1198,11 @@ impl World {
     fn inject_split(&mut self, glitch: bool) -> bool {
         let live = self.live();
         for _ in 0..20 {
-            let side_a: BTreeSet<usize> = live.iter().copied().filter(|_| self.rng.chance(2)).collect();
+            let side_a: BTreeSet<usize> = live.iter().copied().filter(|_| self.rng.chance(50)).collect();
             if side_a.is_empty() || side_a.len() == live.len() {
                 continue;
             }
-            let mgmd_in_a = self.rng.chance(2);
+            let mgmd_in_a = self.rng.chance(50);
             let a: Vec<usize> = side_a.iter().copied().collect();
             let b: Vec<usize> = live.iter().copied().filter(|n| !side_a.contains(n)).collect();
             if !glitch && !self.viable(&a, mgmd_in_a) && !self.viable(&b, !mgmd_in_a) {
