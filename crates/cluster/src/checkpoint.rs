@@ -134,7 +134,14 @@ impl Shard {
         if !self.dur.enabled {
             return;
         }
-        let trigger = self.layout.checkpoint_trigger_mb << 20;
+        // A checkpoint rewrites every row: started only after at least as
+        // much REDO as the shard holds in rows, its writing stays below
+        // the REDO's own (as a log rewrite at 100% growth), and the disk
+        // keeps about two checkpoints plus twice that much REDO.
+        let trigger = match self.layout.checkpoint_trigger_mb << 20 {
+            0 => 0,
+            mb => mb.max(self.data_memory_used as u64),
+        };
         let lcp = &mut self.dur.lcp;
         if lcp.running.is_none() && lcp.ending.is_none() {
             // While its partitions are being copied the shard's rows are

@@ -38,9 +38,10 @@ pub struct ClusterSection {
     /// REDO log and the durable epoch advances this often. A crash of the
     /// whole cluster loses at most the last epoch or two.
     pub epoch_interval_ms: u64,
-    /// A shard starts a local checkpoint once this many MiB of REDO were
-    /// written since its last one started (REDO behind a completed
-    /// checkpoint is deleted); 0 disables checkpoints (REDO then grows).
+    /// A shard starts a local checkpoint once this many MiB of REDO (or,
+    /// if more, as much REDO as it holds data) were written since its last
+    /// one started (REDO behind a completed checkpoint is deleted); 0
+    /// disables checkpoints (REDO then grows).
     pub checkpoint_trigger_mb: u64,
 }
 
