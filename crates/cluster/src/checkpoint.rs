@@ -41,6 +41,8 @@ struct Running {
     partition: u32,
     resume: Option<Box<[u8]>>,
     rows: u64,
+    /// Bytes written so far.
+    bytes: u64,
 }
 
 #[derive(Default)]
@@ -55,6 +57,8 @@ pub(crate) struct Lcp {
     finished: Vec<(u64, CommitEpoch, u64)>,
     /// Checkpoints completed since the shard started (for reports).
     pub(crate) completed: u64,
+    /// Size of the last checkpoint written.
+    last_bytes: u64,
     /// Start one at the next tick, whatever the trigger says.
     forced: bool,
 }
@@ -134,15 +138,15 @@ impl Shard {
         if !self.dur.enabled {
             return;
         }
-        // A checkpoint rewrites every row: started only after at least as
-        // much REDO as the shard holds in rows, its writing stays below
-        // the REDO's own (as a log rewrite at 100% growth), and the disk
-        // keeps about two checkpoints plus twice that much REDO.
+        let lcp = &mut self.dur.lcp;
+        // A checkpoint rewrites every row: started only after as much REDO
+        // as the last one's size, it never writes more than the REDO does,
+        // and a load that grows the data from nothing takes a few
+        // checkpoints (the size doubles each time), not one per trigger.
         let trigger = match self.layout.checkpoint_trigger_mb << 20 {
             0 => 0,
-            mb => mb.max(self.data_memory_used as u64),
+            mb => mb.max(lcp.last_bytes),
         };
-        let lcp = &mut self.dur.lcp;
         if lcp.running.is_none() && lcp.ending.is_none() {
             // While its partitions are being copied the shard's rows are
             // incomplete: only the checkpoint after the copy counts.
@@ -158,7 +162,8 @@ impl Shard {
             lcp.last_start_lsn = start_lsn;
             let mut tables: Vec<TableId> = self.tables.keys().copied().collect();
             tables.sort_unstable();
-            lcp.running = Some(Running { id, start_lsn, tables, table: 0, partition: 0, resume: None, rows: 0 });
+            lcp.running =
+                Some(Running { id, start_lsn, tables, table: 0, partition: 0, resume: None, rows: 0, bytes: 0 });
             // Every REDO record before the start LSN must be on its way to
             // disk before the checkpoint can stand in for them.
             self.flush_redo(out, true);
@@ -215,11 +220,13 @@ impl Shard {
         let id = run.id;
         if run.table >= run.tables.len() {
             log::encode(&mut bytes, &Record::CheckpointTrailer { end_epoch: self.dur.current, rows: run.rows });
+            self.dur.lcp.last_bytes = run.bytes + bytes.len() as u64;
             out.disk.push(DiskOp::CheckpointAppend { id, bytes });
             let token = self.dur.token();
             out.disk.push(DiskOp::CheckpointEnd { id, token });
             self.dur.lcp.ending = Some((token, id, self.dur.current, run.start_lsn));
         } else {
+            run.bytes += bytes.len() as u64;
             if !bytes.is_empty() {
                 out.disk.push(DiskOp::CheckpointAppend { id, bytes });
             }

@@ -39,8 +39,8 @@ pub struct ClusterSection {
     /// whole cluster loses at most the last epoch or two.
     pub epoch_interval_ms: u64,
     /// A shard starts a local checkpoint once this many MiB of REDO (or,
-    /// if more, as much REDO as it holds data) were written since its last
-    /// one started (REDO behind a completed checkpoint is deleted); 0
+    /// if more, as much REDO as its last checkpoint's size) were written
+    /// since its last one started (REDO behind a completed checkpoint is deleted); 0
     /// disables checkpoints (REDO then grows).
     pub checkpoint_trigger_mb: u64,
 }
