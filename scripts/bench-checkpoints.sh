@@ -5,11 +5,12 @@
 # alternating rounds; prints each run, the medians and the ratio, and the
 # REDO and checkpoint bytes on disk at the end of each run.
 #
-#   scripts/bench-checkpoints.sh [rounds=3] [seconds=20]
+#   scripts/bench-checkpoints.sh [rounds=3] [seconds=20] [trigger_mb=64]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 SECS=${2:-20}
+TRIGGER=${3:-64}
 ROWS=1000000
 source scripts/lib.sh
 
@@ -43,7 +44,7 @@ declare -a OFF ON
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r of $ROUNDS"
   OFF[$r]=$(run 0 "$r"); echo "checkpoints off: insert/s update/s redo_MiB lcp_MiB = ${OFF[$r]}"
-  ON[$r]=$(run 64 "$r"); echo "checkpoints on:  insert/s update/s redo_MiB lcp_MiB = ${ON[$r]}"
+  ON[$r]=$(run "$TRIGGER" "$r"); echo "checkpoints on:  insert/s update/s redo_MiB lcp_MiB = ${ON[$r]}"
 done
 python3 - "${OFF[@]}" -- "${ON[@]}" <<'PY'
 import statistics, sys

@@ -161,7 +161,7 @@ impl Client {
                 MgmResponse::Layout(l) => l,
                 other => return Err(unexpected("GetLayout", other)),
             };
-            if layout.all_started() {
+            if layout.first_view > 0 {
                 break layout;
             }
             if tokio::time::Instant::now() >= deadline {

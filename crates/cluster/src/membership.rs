@@ -184,12 +184,21 @@ impl Membership {
     /// Starts the protocol with view 1 = every data node of the cluster
     /// (called once all of them have started).
     pub fn activate(&mut self, now: Micros) {
+        let all: Vec<NodeId> = self.cfg.groups.keys().copied().collect();
+        self.activate_with(now, &all, 1);
+    }
+
+    /// Starts the protocol with view `epoch` = `members` (the nodes that
+    /// formed the cluster: after a system restart, those of the last view,
+    /// in an epoch above every earlier one; a node that had left before
+    /// joins later, through `admit`).
+    pub fn activate_with(&mut self, now: Micros, members: &[NodeId], epoch: Epoch) {
         if self.active {
             return;
         }
         self.active = true;
-        self.epoch = 1;
-        self.members = self.cfg.groups.keys().copied().collect();
+        self.epoch = epoch;
+        self.members = members.iter().copied().filter(|n| self.cfg.groups.contains_key(n)).collect();
         self.reset_peers(now);
     }
 
@@ -682,7 +691,12 @@ pub struct Arbiter {
 impl Arbiter {
     /// View 1: every data node of the cluster.
     pub fn new(all_nodes: Vec<NodeId>) -> Arbiter {
-        Arbiter { epoch: 1, members: all_nodes, promised: None, accepted: None }
+        Arbiter::new_at(1, all_nodes)
+    }
+
+    /// The first view of a run of the cluster: `members` in `epoch`.
+    pub fn new_at(epoch: Epoch, members: Vec<NodeId>) -> Arbiter {
+        Arbiter { epoch, members, promised: None, accepted: None }
     }
 
     /// The newest view the arbitrator knows of.

@@ -41,6 +41,7 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         epoch_interval_ms: 100,
         checkpoint_trigger_mb: 64,
         durable_epoch: 0,
+        first_view: 1,
     };
     let cfg = ShardConfig {
         me: ShardAddr { node: 2, shard: 0 },

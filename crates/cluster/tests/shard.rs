@@ -38,6 +38,7 @@ fn layout() -> ClusterLayout {
         epoch_interval_ms: 100,
         checkpoint_trigger_mb: 64,
         durable_epoch: 0,
+        first_view: 1,
     }
 }
 

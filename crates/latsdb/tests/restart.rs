@@ -145,3 +145,103 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
     let results = client.batch(ops).await.unwrap();
     assert!(results[0].is_ok(), "{:?}", results[0]);
 }
+
+/// Writes `count` transactions tagged from `first`, each acknowledged only
+/// once durable; one that fails with a retriable error (a node just
+/// failed) is sent again (its upserts are idempotent).
+async fn write_durably(client: &Client, table: &Arc<latsdb_client::Table>, first: i64, count: i64) {
+    for tag in first..first + count {
+        let mut tries = 0;
+        loop {
+            let ops = (0..tagged::ROWS_PER_TX)
+                .map(|k| Op::upsert(table, vec![Value::Int(tag * 10 + k), Value::Int(tag)]).unwrap())
+                .collect();
+            match client.transaction().execute_commit(ops).await {
+                Ok(_) => break,
+                Err(e) if e.code.is_retriable() && tries < 100 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("transaction {tag} failed: {e:?}"),
+            }
+        }
+    }
+}
+
+/// Data node 3 fails and leaves the view; later every data node dies. At
+/// the system restart data node 2 (the last view) restores alone and the
+/// cluster forms without node 3, which joins by a node restart and copies
+/// what it missed: every durable commit is there and both replicas end
+/// with the same rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_left_before_the_last_view_rejoins_after_a_system_restart() {
+    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest"]);
+    let pids = common::datanode_pids(&cluster.mgm(&["show"]));
+    assert_eq!(pids.len(), 2);
+    let data_dir = cluster.dir.path().join("data");
+    let client =
+        Client::connect_with(&cluster.mgmd, ClientOptions { wait_durable: true, ..Default::default() }).await.unwrap();
+    let table = tagged::create_table(&client).await;
+    write_durably(&client, &table, 0, 50).await;
+
+    sigkill(pids[1]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while process_exists(pids[1]) || !cluster.mgm(&["show"]).contains("not started") {
+        assert!(Instant::now() < deadline, "data node 3 did not leave the view:\n{}", cluster.mgm(&["show"]));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Only data node 2 has these.
+    write_durably(&client, &table, 100, 50).await;
+    sigkill(pids[0]);
+    while process_exists(pids[0]) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let mut nodes = Restarted(Vec::new());
+    for node in ["3", "2"] {
+        let log = std::fs::File::create(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
+        let child = Command::new(BIN)
+            .args(["datanode", "--mgmd", &cluster.mgmd, "--node-id", node, "--data-dir"])
+            .arg(&data_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        nodes.0.push(child);
+    }
+    let client = Client::connect_with(
+        &cluster.mgmd,
+        ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    let table = client.refresh_table("r", "tagged").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let show = cluster.mgm(&["show"]);
+        if !show.contains("not started") && !show.contains("starting") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "data node 3 did not rejoin:\n{show}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log3 = std::fs::read_to_string(data_dir.join("datanode-3-restart.log")).unwrap();
+    assert!(log3.contains("copy stage done"), "data node 3 did not rejoin by a node restart:\n{log3}");
+
+    let rows = client.scan(&table, Scan::all()).await.unwrap();
+    let mut by_tag: BTreeMap<i64, i64> = BTreeMap::new();
+    for row in &rows {
+        *by_tag.entry(row.get(1).as_i64().unwrap()).or_default() += 1;
+    }
+    for tag in (0..50).chain(100..150) {
+        assert_eq!(by_tag.get(&tag), Some(&tagged::ROWS_PER_TX), "durable transaction {tag} is not wholly there");
+    }
+    let memory = cluster.mgm(&["report-memory"]);
+    let counts: Vec<&str> = memory.lines().filter_map(|l| l.split(", ").nth(1)).collect();
+    assert_eq!(counts.len(), 2, "{memory}");
+    assert_eq!(counts[0], counts[1], "replicas differ after the rejoin: {memory}");
+    let ops = vec![Op::upsert(&table, vec![Value::Int(-10), Value::Int(-1)]).unwrap()];
+    assert!(client.batch(ops).await.unwrap()[0].is_ok());
+}

@@ -104,6 +104,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         epoch_interval_ms: 100,
         checkpoint_trigger_mb: 64,
         durable_epoch: 0,
+        first_view: 0,
     };
     let mut shards: Vec<ShardHandle> = Vec::new();
     let lease = latsdb_cluster::Lease::unlimited();

@@ -42,8 +42,10 @@ struct Persisted {
     tables: Vec<TableDef>,
     next_table_id: u32,
     durable_epoch: latsdb_types::proto::CommitEpoch,
-    /// Data nodes of the last view while the cluster ran.
+    /// Data nodes of the last view while the cluster ran, and its epoch
+    /// (the next run's views come after it).
     last_view: Vec<NodeId>,
+    last_view_epoch: latsdb_types::proto::Epoch,
 }
 
 const STATE_FILE: &str = "mgmd-state.bin";
@@ -85,14 +87,17 @@ struct State {
     registering: HashSet<NodeId>,
     /// Data nodes that have been started at least once.
     ever_started: HashSet<NodeId>,
-    /// Every configured data node has started once: from then on the data
+    /// The cluster has formed (every configured data node started, or at a
+    /// system restart every one of the last view): from then on the data
     /// nodes decide membership among themselves, and this server only
     /// arbitrates between two halves and records the views they install.
     formed: bool,
     /// While the cluster starts: what each starting node found on its disk.
     recovery: HashMap<NodeId, Option<latsdb_types::proto::NodeRecovery>>,
-    /// Data nodes of the last view (their disks hold the latest data).
+    /// Data nodes of the last view (their disks hold the latest data), and
+    /// its epoch.
     last_view: Vec<NodeId>,
+    last_view_epoch: latsdb_types::proto::Epoch,
     arbiter: Arbiter,
     next_generation: u64,
     /// Data nodes to start (node, initial), for the process manager.
@@ -147,6 +152,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         epoch_interval_ms: config.cluster.epoch_interval_ms,
         checkpoint_trigger_mb: config.cluster.checkpoint_trigger_mb,
         durable_epoch: 0,
+        first_view: 0,
     };
     let persisted = match &opts.data_dir {
         Some(dir) => {
@@ -177,6 +183,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             formed: false,
             recovery: HashMap::new(),
             last_view: persisted.last_view,
+            last_view_epoch: persisted.last_view_epoch,
             arbiter,
             next_generation: 1,
             start_requests: Vec::new(),
@@ -287,6 +294,7 @@ impl Mgmd {
                 next_table_id: state.next_table_id,
                 durable_epoch: state.layout.durable_epoch,
                 last_view: state.last_view.clone(),
+                last_view_epoch: state.last_view_epoch,
             }
         };
         let bytes = proto::frame(0, &snapshot);
@@ -593,10 +601,18 @@ impl Mgmd {
                 d.pid = pid;
             }
             state.layout.version += 1;
-            if !state.formed && state.layout.all_started() {
+            let view = view_nodes(&state, &self.config);
+            let formed =
+                view.iter().all(|n| state.layout.datanode(*n).is_some_and(|d| d.status == NodeStatus::Started));
+            if !state.formed && formed {
                 state.formed = true;
+                // The first view is the nodes that formed the cluster, in
+                // an epoch after every view of an earlier run.
+                let first = state.last_view_epoch + 1;
+                state.layout.first_view = first;
                 state.recovery.clear();
-                log("mgmd", "every data node has started: the data nodes now watch each other (view 1)");
+                state.arbiter = Arbiter::new_at(first, view.clone());
+                log("mgmd", format!("the cluster has formed: data nodes {view:?} now watch each other (view {first})"));
             }
             generation
         };
@@ -650,42 +666,52 @@ impl Mgmd {
     }
 
     /// How a starting data node begins. While the cluster is not running,
-    /// every configured node reports what its disk holds before any is
-    /// answered: a system restart restores the latest epoch that every node
-    /// of the last view synced, and new commits begin above any epoch a log
-    /// holds.
+    /// every node of the last view reports what its disk holds before any
+    /// is answered: a system restart restores the latest epoch that every
+    /// node of the last view synced, and new commits begin above any epoch
+    /// a log holds. A node that had left before the last view waits until
+    /// the others formed the cluster and then joins it by a node restart.
     async fn start_plan(
         &self,
         node_id: NodeId,
         recovery: Option<latsdb_types::proto::NodeRecovery>,
     ) -> Result<latsdb_types::proto::StartPlan> {
-        {
-            let state = self.lock();
+        let stale = {
+            let mut state = self.lock();
             if state.formed {
-                // A node restart: the node restores what its own disk holds,
-                // then copies what changed from the live replicas.
-                let durable = state.layout.durable_epoch;
-                let first_epoch = recovery.as_ref().map_or(0, |r| r.max_epoch).max(durable) + 1;
-                return Ok(latsdb_types::proto::StartPlan {
-                    restore_epoch: recovery.map(|r| r.saved_epoch),
-                    first_epoch,
-                    join: true,
-                });
+                return Ok(node_restart_plan(&state, recovery));
             }
-        }
-        self.lock().recovery.insert(node_id, recovery);
+            let stale = !state.last_view.is_empty() && !state.last_view.contains(&node_id);
+            if !stale {
+                state.recovery.insert(node_id, recovery.clone());
+            }
+            stale
+        };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
         let mut told = false;
         loop {
             {
                 let state = self.lock();
-                let missing: Vec<NodeId> = self
-                    .config
-                    .datanodes
-                    .iter()
-                    .map(|d| d.node_id)
-                    .filter(|n| !state.recovery.contains_key(n))
-                    .collect();
+                if state.formed {
+                    // The node had left before the last view: its disk is
+                    // older than its peers', so it copies what changed.
+                    return Ok(node_restart_plan(&state, recovery));
+                }
+                if stale && !told {
+                    log(
+                        "mgmd",
+                        format!(
+                            "data node {node_id} had left before the last view {:?}; it joins by a node restart once they have started",
+                            state.last_view
+                        ),
+                    );
+                    told = true;
+                }
+                let missing: Vec<NodeId> = if stale {
+                    state.last_view.clone()
+                } else {
+                    view_nodes(&state, &self.config).into_iter().filter(|n| !state.recovery.contains_key(n)).collect()
+                };
                 if missing.is_empty() {
                     return plan_for(&state, node_id);
                 }
@@ -697,7 +723,7 @@ impl Mgmd {
             if tokio::time::Instant::now() >= deadline {
                 return Err(DbError::new(
                     ErrorCode::ClusterNotReady,
-                    "not every configured data node started within 600 s; start them all (a system restart needs every node's disk)",
+                    "the data nodes the cluster needs to form did not all start within 600 s (every configured one at the first start, every one of the last view at a system restart, whose disks hold the data); start them",
                 ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -890,7 +916,9 @@ impl Mgmd {
                     .map(|d| d.node_id)
                     .collect();
                 state.last_view = last_view.clone();
+                state.last_view_epoch = state.arbiter.view().0;
                 state.formed = false;
+                state.layout.first_view = 0;
                 state.ever_started.clear();
                 state.recovery.clear();
                 for d in state.layout.datanodes.iter_mut() {
@@ -934,7 +962,28 @@ impl Mgmd {
     }
 }
 
-/// The start plan once every configured node reported its disk.
+/// The nodes that must start for the cluster to form: the last view's
+/// (after every data node stopped), or every configured one.
+fn view_nodes(state: &State, config: &ClusterConfig) -> Vec<NodeId> {
+    if state.last_view.is_empty() {
+        config.datanodes.iter().map(|d| d.node_id).collect()
+    } else {
+        state.last_view.clone()
+    }
+}
+
+/// A node restart into the running cluster: the node restores what its own
+/// disk holds, then copies what changed from the live replicas.
+fn node_restart_plan(
+    state: &State,
+    recovery: Option<latsdb_types::proto::NodeRecovery>,
+) -> latsdb_types::proto::StartPlan {
+    let durable = state.layout.durable_epoch;
+    let first_epoch = recovery.as_ref().map_or(0, |r| r.max_epoch).max(durable) + 1;
+    latsdb_types::proto::StartPlan { restore_epoch: recovery.map(|r| r.saved_epoch), first_epoch, join: true }
+}
+
+/// The start plan once every node of the last view reported its disk.
 fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::StartPlan> {
     let reports: Vec<(NodeId, &latsdb_types::proto::NodeRecovery)> =
         state.recovery.iter().filter_map(|(n, r)| r.as_ref().map(|r| (*n, r))).collect();
@@ -948,12 +997,8 @@ fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::Start
     let view: Vec<NodeId> =
         if state.last_view.is_empty() { state.recovery.keys().copied().collect() } else { state.last_view.clone() };
     if !view.contains(&node_id) {
-        return Err(DbError::new(
-            ErrorCode::ClusterNotReady,
-            format!(
-                "data node {node_id} had left the cluster before the last data nodes stopped, so its disk is older than its peers'; a node restart that copies the data back from a peer is not built yet"
-            ),
-        ));
+        // `start_plan` sends such a node into a node restart instead.
+        return Err(DbError::internal(format!("data node {node_id} is not in the last view {view:?}")));
     }
     let mut saved = Vec::with_capacity(view.len());
     for n in &view {

@@ -11,7 +11,7 @@ use latsdb_cluster::{ConnId, Lease, Outbox, Shard, ShardConfig};
 use latsdb_net::{write_frames, FrameError, FrameReader};
 use latsdb_types::proto::{
     self, ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, Epoch, Hello, MemberMsg, MgmRequest, MgmResponse,
-    NodeId, PeerMsg, SchemaChange, ShardAddr, StartPlan, PROTOCOL_VERSION,
+    NodeId, NodeStatus, PeerMsg, SchemaChange, ShardAddr, StartPlan, PROTOCOL_VERSION,
 };
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::cell::{Cell, RefCell};
@@ -100,13 +100,14 @@ impl Host {
         process_clock()
     }
 
-    /// Starts the membership once the layout shows every data node started
-    /// (or at once on a node that restarts into a running cluster).
+    /// Starts the membership once the layout shows the cluster formed, with
+    /// view 1 = the started data nodes (or at once, waiting to be admitted,
+    /// on a node that restarts into a running cluster).
     fn maybe_start_membership(&self, layout: &ClusterLayout) {
         if self.node_events.borrow().is_none()
             || self.membership.borrow().is_some()
             || layout.datanodes.is_empty()
-            || !(layout.all_started() || self.joining.get())
+            || !(layout.first_view > 0 || self.joining.get())
         {
             return;
         }
@@ -121,13 +122,16 @@ impl Host {
         if self.joining.get() {
             m.activate_joining();
         } else {
-            m.activate(self.now());
+            let started: Vec<NodeId> =
+                layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).map(|d| d.node_id).collect();
+            m.activate_with(self.now(), &started, layout.first_view);
             crate::log(
                 "datanode",
                 format!(
-                    "node {}: every data node has started; watching them (heartbeat every {} ms, view 1 = {:?})",
+                    "node {}: the cluster has formed; watching its data nodes (heartbeat every {} ms, view {} = {:?})",
                     self.me.node,
                     interval_us / 1000,
+                    m.epoch(),
                     m.members()
                 ),
             );

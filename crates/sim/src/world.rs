@@ -43,9 +43,10 @@ pub struct SimConfig {
     /// checkpoint, hands its primaries back and is admitted to the view.
     pub restarts: u32,
     /// Whole-cluster crashes (every data node loses power at once), each
-    /// followed by a system restart from the disks: exactly the durable
-    /// prefix of the commits must come back. Each waits until every node
-    /// is a member (crashed nodes are started again for it).
+    /// followed by a system restart from the disks of the last view's
+    /// nodes: exactly a prefix of the commits, with every durable one, must
+    /// come back. Nodes that had left before stay down until a node restart
+    /// (a later `restarts` fault) brings them back.
     pub cluster_crashes: u32,
     /// Failed syncs (the node stops, as a real one does, and its disk
     /// keeps only what was synced); also makes a sync now and then stall
@@ -350,6 +351,8 @@ struct World {
     failing_disk: Option<usize>,
     /// No fault is injected before this time.
     quiet_until: u64,
+    /// The nodes live at a whole-cluster crash (their view).
+    last_view: Vec<usize>,
     /// Every transfer acknowledged since the last system restart, and
     /// those acknowledged as durable.
     transfers: Vec<Transfer>,
@@ -414,6 +417,7 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
         // below a megabyte).
         checkpoint_trigger_mb: 0,
         durable_epoch: 0,
+        first_view: 1,
     }
 }
 
@@ -586,6 +590,7 @@ impl World {
             disks: (0..shard_count).map(|_| SimDisk::default()).collect(),
             failing_disk: None,
             quiet_until: 0,
+            last_view: Vec::new(),
             transfers: Vec::new(),
             durable_transfers: Vec::new(),
             def,
@@ -958,19 +963,16 @@ impl World {
     }
 
     /// Every data node loses power at once; the management server starts
-    /// them all again a little later (a system restart). Needs every node
-    /// to be a member: a crashed one is started again first.
+    /// those of the last view again a little later (a system restart).
+    /// Nodes that had left before stay down until a node restart.
     fn inject_cluster_crash(&mut self) -> bool {
-        if !self.dead.is_empty() {
-            self.inject_restart();
-            return false;
-        }
         // The accounts were loaded in epoch 1: the checkers need them to
         // survive (a crash before it is durable would rightly lose them).
         if !self.joining.is_empty() || self.report.durable_epoch == 0 {
             return false;
         }
         self.trace(format!("{:>9} WHOLE-CLUSTER CRASH", self.now));
+        self.last_view = self.live();
         for n in self.live() {
             self.lose_power(n);
             self.stop_node(n, "loses power with the whole cluster".into());
@@ -1252,7 +1254,7 @@ impl World {
     /// node synced through, and new commits begin above any epoch a log
     /// holds. Then the restored data is checked.
     fn system_restart(&mut self) {
-        let nodes: Vec<usize> = (0..self.memberships.len()).collect();
+        let nodes = std::mem::take(&mut self.last_view);
         let mut scanned = Vec::new();
         let mut restore = CommitEpoch::MAX;
         let mut logged = 0;
@@ -1285,13 +1287,17 @@ impl World {
             self.now
         ));
         let ids: Vec<NodeId> = nodes.iter().map(|n| node_id(*n)).collect();
-        self.arbiter = Arbiter::new(ids.clone());
-        self.views.clear();
-        for &n in &nodes {
-            self.set_base_status(n, NodeStatus::Started);
+        // The first view of the new run comes after every earlier one (a
+        // late message of a dead process is then stale).
+        let first = self.views.keys().max().copied().unwrap_or(1).max(self.arbiter.view().0) + 1;
+        self.arbiter = Arbiter::new_at(first, ids.clone());
+        self.views.insert(first, ids.clone());
+        for n in 0..self.memberships.len() {
+            let status = if nodes.contains(&n) { NodeStatus::Started } else { NodeStatus::NotStarted };
+            self.set_base_status(n, status);
         }
         self.base_layout.version += 1;
-        let layout = layout_of_view(&self.base_layout, 1, &ids);
+        let layout = layout_of_view(&self.base_layout, first, &ids);
         let groups: BTreeMap<NodeId, u32> =
             self.base_layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect();
         for (n, images) in scanned {
@@ -1303,7 +1309,7 @@ impl World {
                 detect_us: self.cfg.heartbeat_interval_us * self.cfg.heartbeat_missed as u64,
                 groups: groups.clone(),
             });
-            m.activate(self.now);
+            m.activate_with(self.now, &ids, first);
             let lease = Lease::unlimited();
             lease.set(m.serving_until());
             self.memberships[n] = m;

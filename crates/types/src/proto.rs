@@ -502,6 +502,14 @@ pub struct ClusterLayout {
     /// The latest epoch every live data node has synced, as reported by the
     /// data nodes (0 before the first).
     pub durable_epoch: CommitEpoch,
+    /// 0 while the cluster has not formed; then the epoch of the first view
+    /// of this run, which the data nodes started at that moment form (at
+    /// the first start every configured node, at a system restart every
+    /// node of the last view; a node that had left before joins later by a
+    /// node restart). View epochs never repeat across system restarts, so a
+    /// late message of a process that died with the cluster is stale.
+    #[serde(default)]
+    pub first_view: Epoch,
 }
 
 impl ClusterLayout {
@@ -896,6 +904,7 @@ mod tests {
             epoch_interval_ms: 100,
             checkpoint_trigger_mb: 64,
             durable_epoch: 0,
+            first_view: 1,
         };
         let router = Router::new(&layout);
         let at = |n| ShardAddr { node: n, shard: 0 };
