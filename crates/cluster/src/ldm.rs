@@ -547,11 +547,7 @@ impl Shard {
 
     /// Operations of a transaction, sent by its coordinator.
     /// Answers operations with a retriable error, executing none.
-    pub(crate) fn ldm_refuse_ops(&mut self, tx: TxId, indexes: Vec<u32>, out: &mut Outbox) {
-        let e = DbError::new(
-            ErrorCode::NotServing,
-            format!("shard {} does not yet see node {} as started; nothing was done, retry", self.cfg.me, tx.tc.node),
-        );
+    pub(crate) fn ldm_refuse_ops(&mut self, tx: TxId, indexes: Vec<u32>, e: DbError, out: &mut Outbox) {
         let results = indexes.into_iter().map(|idx| (idx, OpResult::Error(e.clone()))).collect();
         self.ldm_report(tx, results, out);
     }

@@ -304,7 +304,23 @@ impl Shard {
                 // settled already, so they must not lock anything. (Or this
                 // layout lags behind the node's admission: the coordinator
                 // gets a retriable error.)
-                self.ldm_refuse_ops(*tx, ops.iter().map(|(idx, _)| *idx).collect(), out);
+                let e = DbError::new(
+                    ErrorCode::NotServing,
+                    format!(
+                        "shard {} does not yet see node {} as started; nothing was done, retry",
+                        self.cfg.me, tx.tc.node
+                    ),
+                );
+                self.ldm_refuse_ops(*tx, ops.iter().map(|(idx, _)| *idx).collect(), e, out);
+                self.finish_turn(out);
+                return;
+            }
+            if let Some(e) = self.not_serving(now) {
+                // The coordinator's layout may lag behind a view that left
+                // this node out (and made another replica primary): without
+                // a lease it takes no lock and reads nothing, as for a
+                // client of its own.
+                self.ldm_refuse_ops(*tx, ops.iter().map(|(idx, _)| *idx).collect(), e, out);
                 self.finish_turn(out);
                 return;
             }
