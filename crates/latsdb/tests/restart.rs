@@ -28,6 +28,25 @@ impl Drop for Restarted {
     }
 }
 
+/// Starts data nodes again from their data directories, each logging to
+/// `datanode-<id>-restart.log` there.
+fn start_datanodes(cluster: &TestCluster, data_dir: &std::path::Path, ids: &[&str]) -> Restarted {
+    let mut nodes = Restarted(Vec::new());
+    for node in ids {
+        let log = std::fs::File::create(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
+        let child = Command::new(BIN)
+            .args(["datanode", "--mgmd", &cluster.mgmd, "--node-id", node, "--data-dir"])
+            .arg(data_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        nodes.0.push(child);
+    }
+    nodes
+}
+
 fn sigkill(pid: i32) {
     // SAFETY: signalling a data node process this test's cluster started.
     unsafe {
@@ -84,19 +103,7 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
 
     // System restart: the same data nodes, from their disks.
     let started = Instant::now();
-    let mut nodes = Restarted(Vec::new());
-    for node in ["2", "3"] {
-        let log = std::fs::File::create(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
-        let child = Command::new(BIN)
-            .args(["datanode", "--mgmd", &cluster.mgmd, "--node-id", node, "--data-dir"])
-            .arg(&data_dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        nodes.0.push(child);
-    }
+    let _nodes = start_datanodes(&cluster, &data_dir, &["2", "3"]);
     let client = Client::connect_with(
         &cluster.mgmd,
         ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
@@ -198,19 +205,7 @@ async fn a_node_that_left_before_the_last_view_rejoins_after_a_system_restart() 
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let mut nodes = Restarted(Vec::new());
-    for node in ["3", "2"] {
-        let log = std::fs::File::create(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
-        let child = Command::new(BIN)
-            .args(["datanode", "--mgmd", &cluster.mgmd, "--node-id", node, "--data-dir"])
-            .arg(&data_dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        nodes.0.push(child);
-    }
+    let _nodes = start_datanodes(&cluster, &data_dir, &["3", "2"]);
     let client = Client::connect_with(
         &cluster.mgmd,
         ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },

@@ -3,6 +3,13 @@
 
 use latsdb_sim::{run, SimConfig};
 
+/// 8,000 steps on one shard per node with two crashes, two restarts and
+/// every network fault.
+fn every_fault(seed: u64, nodes: u16, replicas: u8) -> SimConfig {
+    SimConfig { seed, steps: 8_000, nodes, replicas, shards_per_node: 1, restarts: 2, ..Default::default() }
+        .with_faults(2)
+}
+
 #[test]
 fn two_hundred_seeds_pass_every_check() {
     let mut committed = 0;
@@ -121,17 +128,7 @@ fn two_hundred_seeds_with_restarts_and_every_fault_pass_every_check() {
     let mut restarts = 0;
     for (nodes, replicas) in [(6, 3), (4, 2)] {
         for seed in 0..200 {
-            let cfg = SimConfig {
-                seed,
-                steps: 8_000,
-                nodes,
-                replicas,
-                shards_per_node: 1,
-                restarts: 2,
-                ..Default::default()
-            }
-            .with_faults(2);
-            let report = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+            let report = run(&every_fault(seed, nodes, replicas)).unwrap_or_else(|e| panic!("{e}"));
             restarts += report.restarts;
         }
     }
@@ -153,18 +150,7 @@ fn two_hundred_seeds_with_disk_faults_and_a_whole_cluster_crash_pass_every_check
     let (mut system_restarts, mut failed_syncs, mut durable_acks) = (0, 0, 0);
     for (nodes, replicas) in [(6, 3), (4, 2)] {
         for seed in 0..200 {
-            let cfg = SimConfig {
-                seed,
-                steps: 8_000,
-                nodes,
-                replicas,
-                shards_per_node: 1,
-                restarts: 2,
-                cluster_crashes: 1,
-                disk_faults: 1,
-                ..Default::default()
-            }
-            .with_faults(2);
+            let cfg = SimConfig { cluster_crashes: 1, disk_faults: 1, ..every_fault(seed, nodes, replicas) };
             let report = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
             system_restarts += report.system_restarts;
             failed_syncs += report.failed_syncs;
