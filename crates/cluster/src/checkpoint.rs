@@ -123,6 +123,17 @@ pub fn redo_summary(bytes: &[u8]) -> RedoSummary {
     s
 }
 
+/// What a starting node reports of its shards' REDO logs: the latest epoch
+/// every one of them was saved through, and the highest epoch any record
+/// carries.
+pub fn node_recovery<'a>(summaries: impl IntoIterator<Item = &'a RedoSummary>) -> latsdb_types::proto::NodeRecovery {
+    let (saved_epoch, max_epoch) = summaries
+        .into_iter()
+        .fold((CommitEpoch::MAX, 0), |(saved, max), s| (saved.min(s.saved_epoch), max.max(s.max_epoch)));
+    let saved_epoch = if saved_epoch == CommitEpoch::MAX { 0 } else { saved_epoch };
+    latsdb_types::proto::NodeRecovery { saved_epoch, max_epoch }
+}
+
 /// What restoring a shard did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RestoreReport {

@@ -38,7 +38,9 @@ mod sync;
 mod takeover;
 mod tc;
 
-pub use checkpoint::{checkpoint_for, checkpoint_info, redo_summary, CheckpointInfo, RedoSummary, RestoreReport};
+pub use checkpoint::{
+    checkpoint_for, checkpoint_info, node_recovery, redo_summary, CheckpointInfo, RedoSummary, RestoreReport,
+};
 pub use durability::DiskOp;
 pub use shard::{ConnId, Lease, Micros, Outbox, Shard, ShardConfig};
 pub use sync::SyncProgress;

@@ -342,11 +342,7 @@ impl Restart {
             RestartStage::Copy => {
                 let mut all = latsdb_cluster::SyncProgress::default();
                 let mut done = true;
-                for s in shards {
-                    let p = ask(s, Control::SyncProgress).await?;
-                    if let Some(why) = p.failed {
-                        return Err(DbError::new(ErrorCode::NodeUnavailable, why));
-                    }
+                for p in sync_progress(shards).await? {
                     done &= p.done();
                     all.partitions += p.partitions;
                     all.partitions_left += p.partitions_left;
@@ -388,15 +384,7 @@ impl Restart {
                 }
             }
             RestartStage::HandOver => {
-                let mut handed_over = true;
-                for s in shards {
-                    let p = ask(s, Control::SyncProgress).await?;
-                    if let Some(why) = p.failed {
-                        return Err(DbError::new(ErrorCode::NodeUnavailable, why));
-                    }
-                    handed_over &= p.handed_over();
-                }
-                if handed_over {
+                if sync_progress(shards).await?.iter().all(|p| p.handed_over()) {
                     self.next_stage(
                         "handover",
                         node_id,
@@ -431,6 +419,20 @@ impl Restart {
         self.stage = RestartStage::Admit(std::time::Instant::now(), tries);
         Ok(())
     }
+}
+
+/// How each shard's part of a node restart goes; an error if one cannot
+/// finish (the node must be started again).
+async fn sync_progress(shards: &[ShardHandle]) -> Result<Vec<latsdb_cluster::SyncProgress>> {
+    let mut all = Vec::with_capacity(shards.len());
+    for s in shards {
+        let p = ask(s, Control::SyncProgress).await?;
+        if let Some(why) = p.failed {
+            return Err(DbError::new(ErrorCode::NodeUnavailable, why));
+        }
+        all.push(p);
+    }
+    Ok(all)
 }
 
 /// Sends a shard a control message that carries a reply channel, and waits
@@ -479,10 +481,7 @@ fn node_recovery(images: &[crate::disk::ShardImage]) -> Option<latsdb_types::pro
     if !images.iter().any(|i| i.has_data) {
         return None;
     }
-    Some(latsdb_types::proto::NodeRecovery {
-        saved_epoch: images.iter().map(|i| i.summary.saved_epoch).min().unwrap_or(0),
-        max_epoch: images.iter().map(|i| i.summary.max_epoch).max().unwrap_or(0),
-    })
+    Some(latsdb_cluster::node_recovery(images.iter().map(|i| &i.summary)))
 }
 
 /// The layout the shards use: the management server's, with the nodes the

@@ -697,26 +697,23 @@ impl Mgmd {
                     // older than its peers', so it copies what changed.
                     return Ok(node_restart_plan(&state, recovery));
                 }
-                if stale && !told {
-                    log(
-                        "mgmd",
-                        format!(
-                            "data node {node_id} had left before the last view {:?}; it joins by a node restart once they have started",
-                            state.last_view
-                        ),
-                    );
-                    told = true;
-                }
-                let missing: Vec<NodeId> = if stale {
-                    state.last_view.clone()
+                let why_waiting = if stale {
+                    format!(
+                        "data node {node_id} had left before the last view {:?}; it joins by a node restart once they have started",
+                        state.last_view
+                    )
                 } else {
-                    view_nodes(&state, &self.config).into_iter().filter(|n| !state.recovery.contains_key(n)).collect()
+                    let missing: Vec<NodeId> = view_nodes(&state, &self.config)
+                        .into_iter()
+                        .filter(|n| !state.recovery.contains_key(n))
+                        .collect();
+                    if missing.is_empty() {
+                        return plan_for(&state, node_id);
+                    }
+                    format!("data node {node_id} waits for data nodes {missing:?} to start")
                 };
-                if missing.is_empty() {
-                    return plan_for(&state, node_id);
-                }
                 if !told {
-                    log("mgmd", format!("data node {node_id} waits for data nodes {missing:?} to start"));
+                    log("mgmd", why_waiting);
                     told = true;
                 }
             }

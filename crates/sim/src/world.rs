@@ -3,7 +3,7 @@
 
 use crate::disk::{DiskImage, SimDisk, SyncDone};
 use latsdb_cluster::membership::{Arbiter, MemberOut, Membership, MembershipConfig, Voter};
-use latsdb_cluster::{checkpoint_for, Lease, Outbox, Shard, ShardConfig};
+use latsdb_cluster::{checkpoint_for, node_recovery, Lease, Outbox, Shard, ShardConfig};
 use latsdb_types::expr::Expr;
 use latsdb_types::proto::{
     ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, DataNodeInfo, Epoch, KeyOp, LockMode, MemberMsg, NodeId,
@@ -995,10 +995,7 @@ impl World {
             images.push((s, self.disks[s].scan()));
         }
         let has_data = images.iter().any(|(_, i)| i.summary.valid_len > 0 || !i.checkpoints.is_empty());
-        let recovery = has_data.then(|| NodeRecovery {
-            saved_epoch: images.iter().map(|(_, i)| i.summary.saved_epoch).min().unwrap_or(0),
-            max_epoch: images.iter().map(|(_, i)| i.summary.max_epoch).max().unwrap_or(0),
-        });
+        let recovery = has_data.then(|| node_recovery(images.iter().map(|(_, i)| &i.summary)));
         (images, recovery)
     }
 
@@ -1335,16 +1332,8 @@ impl World {
     fn check_restored(&mut self, restored: CommitEpoch) -> Result<(), String> {
         let mut accounts = Vec::new();
         for id in 0..self.cfg.accounts {
-            let op = self.op(id, OpKind::Read { lock: LockMode::Committed });
-            let shard = self.owner(&op)?;
-            let acc = match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
-                Some(ClientResponse::Batch(r)) if r.len() == 1 => self.account_of(&r[0])?,
-                other => return Err(format!("reading account {id} after the system restart failed: {other:?}")),
-            };
-            let known = (acc.version == 0 && acc.balance == INITIAL_BALANCE)
-                || self.committed[id as usize].get(&acc.version) == Some(&acc.balance)
-                || self.maybe[id as usize].get(&acc.version).is_some_and(|b| b.contains(&acc.balance));
-            if !known {
+            let acc = self.read_account_now(id, "after the system restart")?;
+            if !self.possibly_written(id, acc) {
                 return Err(format!(
                     "after the system restart (epoch {restored}) account {id} holds version {} balance {}, which no (possibly) committed transfer wrote",
                     acc.version, acc.balance
@@ -1904,6 +1893,25 @@ impl World {
         }
     }
 
+    /// A committed read of an account outside simulated time, from the
+    /// primary the clients' layout names.
+    fn read_account_now(&mut self, id: i64, when: &str) -> Result<Account, String> {
+        let op = self.op(id, OpKind::Read { lock: LockMode::Committed });
+        let shard = self.owner(&op)?;
+        match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
+            Some(ClientResponse::Batch(r)) if r.len() == 1 => self.account_of(&r[0]),
+            other => Err(format!("reading account {id} {when} failed: {other:?}")),
+        }
+    }
+
+    /// Whether an account's value is its initial one, or one an
+    /// acknowledged or possibly committed transfer wrote.
+    fn possibly_written(&self, id: i64, acc: Account) -> bool {
+        (acc.version == 0 && acc.balance == INITIAL_BALANCE)
+            || self.committed[id as usize].get(&acc.version) == Some(&acc.balance)
+            || self.maybe[id as usize].get(&acc.version).is_some_and(|b| b.contains(&acc.balance))
+    }
+
     fn final_check(&mut self) -> Result<(), String> {
         if !self.stable() {
             return Err("the run ended without a settled membership".into());
@@ -1915,12 +1923,7 @@ impl World {
         self.router = Router::new(&layout_of_view(&self.base_layout, m.epoch(), &m.members()));
         let mut total = 0;
         for id in 0..self.cfg.accounts {
-            let op = self.op(id, OpKind::Read { lock: LockMode::Committed });
-            let shard = self.owner(&op)?;
-            let acc = match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
-                Some(ClientResponse::Batch(r)) if r.len() == 1 => self.account_of(&r[0])?,
-                other => return Err(format!("final read of account {id} failed: {other:?}")),
-            };
+            let acc = self.read_account_now(id, "at the end")?;
             let versions = &self.committed[id as usize];
             let maybe = &self.maybe[id as usize];
             if !maybe.is_empty() {
@@ -1934,10 +1937,7 @@ impl World {
                         acc.version
                     ));
                 }
-                let known = (acc.version == 0 && acc.balance == INITIAL_BALANCE)
-                    || versions.get(&acc.version) == Some(&acc.balance)
-                    || maybe.get(&acc.version).is_some_and(|b| b.contains(&acc.balance));
-                if !known {
+                if !self.possibly_written(id, acc) {
                     return Err(format!(
                         "account {id} ends at version {} with balance {}, which no (possibly) committed transfer wrote",
                         acc.version, acc.balance
