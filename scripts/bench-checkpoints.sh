@@ -39,6 +39,7 @@ run() { # trigger round
   checkpoints=$(grep -c "" <(ls "$WORK"/latsdb/datanode-*/shard-*/lcp-*.ckpt 2>/dev/null) || true)
   local cpu
   cpu=$(cpu_seconds datanode)
+  { echo "   data-node CPU seconds by thread (name user system):"; thread_cpu datanode | sed 's/^/     /'; } >&2
   stop_latsdb >&2
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(str(p['ops_per_sec']) for p in d['phases']))" "$WORK/ckpt-$1-$2.json" | tr '\n' ' '
   # Data-node CPU microseconds per operation over the whole run (load,

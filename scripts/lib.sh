@@ -62,6 +62,40 @@ print(total)
 PY
 }
 
+# CPU seconds per thread kind (user/system) of the launcher's children whose
+# command line contains $1, summed over processes; thread names lose their
+# digits ("shard-3" and "shard-4" are both "shard-"). One "name user system"
+# line per kind.
+thread_cpu() {
+  python3 - "$LAUNCHER" "$1" <<'PY'
+import os, re, sys
+launcher, role = sys.argv[1], sys.argv[2]
+tick = os.sysconf("SC_CLK_TCK")
+kinds = {}
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+        cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+    except OSError:
+        continue
+    if stat[stat.rindex(")") + 2:].split()[1] != launcher or role not in f" {cmd} ":
+        continue
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            t = open(f"/proc/{pid}/task/{tid}/stat").read()
+        except OSError:
+            continue
+        name = re.sub(r"[0-9]+", "", t[t.index("(") + 1:t.rindex(")")])
+        f = t[t.rindex(")") + 2:].split()
+        u, s = kinds.get(name, (0.0, 0.0))
+        kinds[name] = (u + int(f[11]) / tick, s + int(f[12]) / tick)
+for name, (u, s) in sorted(kinds.items(), key=lambda kv: -sum(kv[1])):
+    print(f"{name} {u:.2f} {s:.2f}")
+PY
+}
+
 load_rows() {
   echo "== loading $1 rows of 100 bytes"
   $BIN bench flex --mgmd "$MGMD" --rows "$1" --phases insert --output "$WORK/load.json" | grep insert
