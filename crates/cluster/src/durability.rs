@@ -86,6 +86,8 @@ struct Driver {
     /// The epoch last switched to (or being switched to).
     epoch: CommitEpoch,
     phase: DriverPhase,
+    /// The shards asked in this phase, and those that have not answered.
+    asked: BTreeSet<ShardAddr>,
     waiting: BTreeSet<ShardAddr>,
     asked_at: Micros,
     started_at: Micros,
@@ -340,6 +342,7 @@ impl Shard {
         let driver = self.dur.driver.get_or_insert(Driver {
             epoch: current,
             phase: DriverPhase::Idle,
+            asked: BTreeSet::new(),
             waiting: BTreeSet::new(),
             asked_at: now,
             started_at: now,
@@ -372,6 +375,7 @@ impl Shard {
         let now = self.now;
         let Some(driver) = self.dur.driver.as_mut() else { return };
         driver.waiting = shards.clone();
+        driver.asked = shards.clone();
         driver.asked_at = now;
         let Some(msg) = driver.message() else { return };
         for s in shards {
@@ -425,10 +429,18 @@ impl Shard {
         out.durable = Some(epoch);
     }
 
-    /// A new layout: shards that left are not waited for.
+    /// A new layout: shards that left are not waited for. While switching,
+    /// a node leaving voids the answers already counted: they trusted that
+    /// node's coordinators to finish their commits, and a takeover may now
+    /// finish them, in an epoch below the new one, after those answers.
+    /// Everyone is asked again (and answers once the takeover is done).
     pub(crate) fn epoch_layout_changed(&mut self, out: &mut Outbox) {
         let shards = self.started_shards();
         let Some(driver) = self.dur.driver.as_mut() else { return };
+        if driver.phase == DriverPhase::Switching && !driver.asked.is_subset(&shards) {
+            self.driver_ask(out);
+            return;
+        }
         driver.waiting.retain(|s| shards.contains(s));
         if driver.phase != DriverPhase::Idle && driver.waiting.is_empty() {
             // Everyone left answered: finish the phase as if the last one had.

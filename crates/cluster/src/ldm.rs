@@ -53,8 +53,16 @@ pub(crate) struct Pending {
     pub(crate) prepared: Prepared,
 }
 
-/// A staged row image (None deletes) and the partition it belongs to.
-pub(crate) type Staged = (u32, Option<Box<[u8]>>);
+/// A staged row image.
+pub(crate) struct Staged {
+    pub(crate) partition: u32,
+    /// None deletes the row.
+    pub(crate) image: Option<Box<[u8]>>,
+    /// The primary whose write this is (this shard for its own): while
+    /// the partition is copied from it, its commit must come from it too
+    /// (see `Shard::replica_apply`).
+    pub(crate) primary: ShardAddr,
+}
 
 /// A write waiting for its backups to stage it.
 pub(crate) struct Replicating {
@@ -79,6 +87,10 @@ pub(crate) struct LdmTx {
     /// For an implicit transaction: the independent writes of one client
     /// batch that it carries.
     pub(crate) autocommit: Option<AutoBatch>,
+    /// As a backup: committed in this epoch, the writes kept here held back
+    /// until the primary they are copied from commits them too (see
+    /// `Shard::replica_apply`).
+    pub(crate) held: Option<latsdb_types::proto::CommitEpoch>,
 }
 
 /// The replicated independent writes of one client batch run as one implicit
@@ -405,7 +417,7 @@ impl Shard {
         }
         let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
         let ltx = self.ldm.txs.entry(tx).or_default();
-        let image = ltx.staged.get(&key).and_then(|(_, image)| image.as_ref().map(|i| i.to_vec()));
+        let image = ltx.staged.get(&key).and_then(|s| s.image.as_ref().map(|i| i.to_vec()));
         ltx.replicating.insert(idx, Replicating { waiting: backups.iter().copied().collect(), result });
         ltx.backups.extend(backups.iter().copied());
         for backup in backups {
@@ -759,7 +771,7 @@ impl Shard {
         staged: BTreeMap<LockKey, Staged>,
         epoch: latsdb_types::proto::CommitEpoch,
     ) {
-        for (key, (partition, row)) in staged {
+        for (key, Staged { partition, image: row, .. }) in staged {
             self.dur.log_write(epoch, key.table, partition, &key.key, row.as_deref());
             let Some(table) = self.tables.get_mut(&key.table) else {
                 continue;
@@ -836,7 +848,7 @@ impl Shard {
             _ => None,
         };
         let current: Option<&[u8]> = match staged {
-            Some((_, image)) => image.as_deref(),
+            Some(staged) => staged.image.as_deref(),
             None => partition.get_hashed(&op.key, prepared.hash),
         };
         let new_image: Option<Box<[u8]>> = match &op.kind {
@@ -899,7 +911,7 @@ impl Shard {
         match (tx, lock_key) {
             (Some(t), Some(k)) => {
                 let ltx = self.ldm.txs.entry(t).or_default();
-                ltx.staged.insert(k, (op.partition, new_image));
+                ltx.staged.insert(k, Staged { partition: op.partition, image: new_image, primary: me });
             }
             _ => {
                 let epoch = self.dur.current;

@@ -28,7 +28,7 @@
 //! the primary's order, so their lock waits are short (a previous writer's
 //! commit still in flight) and cannot deadlock.
 
-use crate::ldm::{forget_wait, LdmTx, Origin, Pending, Prepared};
+use crate::ldm::{forget_wait, LdmTx, Origin, Pending, Prepared, Staged};
 use crate::locks::{Acquire, LockKey};
 use crate::shard::{owned_partition, unknown_table, Outbox, Shard};
 use latsdb_types::proto::{KeyOp, OpKind, PeerMsg, ShardAddr, TxId};
@@ -111,7 +111,7 @@ impl Shard {
         let rtx = self.ldm.replica_txs.entry(tx).or_default();
         forget_wait(rtx, &key);
         rtx.locks.insert(key.clone());
-        rtx.staged.insert(key, (prepared.op.partition, prepared.new_row));
+        rtx.staged.insert(key, Staged { partition: prepared.op.partition, image: prepared.new_row, primary });
         self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: None }, out);
     }
 
@@ -133,10 +133,12 @@ impl Shard {
     /// Commits what this shard staged as a backup of `tx`, on the word of
     /// `from` (one of its primaries; `None`: its coordinator or a
     /// takeover). While this shard copies a partition from its primary
-    /// (node restart), that partition's writes wait for that primary's own
-    /// commit: it travels on the link that carries the copy, after the
-    /// copied rows it must overwrite, while another shard's word may come
-    /// before them.
+    /// (node restart), that primary's writes there wait for its own commit:
+    /// it travels on the link that carries the copy, after the copied rows
+    /// it must overwrite, while another shard's word may come before them.
+    /// (Writes of a primary the partition is no longer copied from commit
+    /// at once: the copy restarted from a primary that finished them before
+    /// it sent anything, see `Shard::sync_switch_source`.)
     pub(crate) fn replica_apply(
         &mut self,
         tx: TxId,
@@ -145,13 +147,14 @@ impl Shard {
         epoch: latsdb_types::proto::CommitEpoch,
         out: &mut Outbox,
     ) {
-        let mut held = LdmTx::default();
+        let mut held = LdmTx { held: Some(epoch), ..LdmTx::default() };
         if self.sync_dst.copying() {
             let keys: Vec<LockKey> = rtx
                 .staged
                 .iter()
-                .filter(|(key, (partition, _))| {
-                    self.sync_source_of(key.table, *partition).is_some_and(|source| Some(source) != from)
+                .filter(|(key, staged)| {
+                    Some(staged.primary) != from
+                        && self.sync_source_of(key.table, staged.partition) == Some(staged.primary)
                 })
                 .map(|(key, _)| key.clone())
                 .collect();

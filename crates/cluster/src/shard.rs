@@ -295,6 +295,31 @@ impl Shard {
             _ => false,
         };
         if !early && !self.layout.takes_writes(from.node) {
+            // Requests that wait for an answer get a refusal, not silence:
+            // the sender may be alive in a layout newer than this shard's
+            // (admitted a moment ago), and would otherwise wait for ever.
+            // A refusal cannot contradict a takeover: nothing is locked.
+            let refusal = || {
+                DbError::new(
+                    ErrorCode::NotServing,
+                    format!(
+                        "shard {} does not yet see node {} as started; nothing was done, retry",
+                        self.cfg.me, from.node
+                    ),
+                )
+            };
+            match msg {
+                PeerMsg::ReplicaPrepare { tx, idx, .. } => {
+                    let error = Some(refusal());
+                    self.send_peer(from, PeerMsg::ReplicaPrepared { tx, idx, error }, out);
+                }
+                PeerMsg::TxOps { tx, ops } => {
+                    let e = refusal();
+                    self.ldm_refuse_ops(tx, ops.iter().map(|(idx, _)| *idx).collect(), e, out);
+                }
+                _ => return,
+            }
+            self.finish_turn(out);
             return;
         }
         if let PeerMsg::TxOps { tx, ops } = &msg {
@@ -404,15 +429,21 @@ impl Shard {
             PeerMsg::EpochSave { epoch } => self.epoch_on_save(from, epoch, out),
             PeerMsg::EpochSaved { epoch } => self.driver_on_saved(from, epoch, out),
             PeerMsg::EpochDurable { epoch } => self.epoch_on_durable(epoch, out),
-            PeerMsg::SyncRequest { table, partition } => self.sync_on_request(from, table, partition, out),
-            PeerMsg::SyncDigest { table, partition, range, digest } => {
-                self.sync_on_digest(from, table, partition, range, digest, out)
+            PeerMsg::SyncRequest { table, partition, attempt } => {
+                self.sync_on_request((from, table, partition, attempt), out)
             }
-            PeerMsg::SyncFetch { table, partition, range } => self.sync_on_fetch(from, table, partition, range, out),
-            PeerMsg::SyncRows { table, partition, range, rows, epoch } => {
-                self.sync_on_rows(from, table, partition, range, rows, epoch)
+            PeerMsg::SyncDigest { table, partition, attempt, range, digest } => {
+                self.sync_on_digest((from, table, partition, attempt), range, digest, out)
             }
-            PeerMsg::SyncRefused { table, partition, error } => self.sync_on_refused(from, table, partition, error),
+            PeerMsg::SyncFetch { table, partition, attempt, range } => {
+                self.sync_on_fetch((from, table, partition, attempt), range, out)
+            }
+            PeerMsg::SyncRows { table, partition, attempt, range, rows, epoch } => {
+                self.sync_on_rows((from, table, partition, attempt), range, rows, epoch)
+            }
+            PeerMsg::SyncRefused { table, partition, attempt, error } => {
+                self.sync_on_refused((from, table, partition, attempt), error)
+            }
             PeerMsg::SyncHandover { table, partition } => self.sync_on_handover(from, table, partition, out),
             PeerMsg::SyncHandedOver { table, partition } => self.sync_on_handed_over(from, table, partition),
         }

@@ -45,7 +45,7 @@
 use crate::shard::{Outbox, Shard};
 use latsdb_types::proto::{NodeStatus, PeerMsg, ShardAddr, SyncRange, SyncRow, TxId};
 use latsdb_types::schema::TableId;
-use latsdb_types::{DbError, ErrorCode};
+use latsdb_types::DbError;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Rows (keys and values) per digest range: the unit that is compared,
@@ -57,8 +57,8 @@ const TICK_BYTES: usize = 1 << 20;
 /// The primary's side.
 #[derive(Default)]
 pub(crate) struct SyncSource {
-    /// Requests not started yet: (requester, table, partition).
-    waiting: Vec<(ShardAddr, TableId, u32)>,
+    /// Requests not started yet.
+    waiting: Vec<CopyOf>,
     /// Transactions that were open when a replica joined: copies wait for
     /// them to finish.
     barrier: BTreeSet<TxId>,
@@ -68,10 +68,12 @@ pub(crate) struct SyncSource {
     frozen: BTreeMap<(TableId, u32), (ShardAddr, bool)>,
 }
 
+/// One copy of a partition: (the other side, table, partition, the
+/// requester's attempt number).
+pub(crate) type CopyOf = (ShardAddr, TableId, u32, u64);
+
 struct Job {
-    to: ShardAddr,
-    table: TableId,
-    partition: u32,
+    copy: CopyOf,
     /// The last key digested so far.
     resume: Option<Box<[u8]>>,
 }
@@ -91,10 +93,13 @@ pub(crate) struct SyncTarget {
     /// other replicas that have not yet said they hold no lock there. No
     /// lock is taken on them until all have (see `sync_confirm_primaries`).
     confirming: BTreeMap<(TableId, u32), BTreeSet<ShardAddr>>,
+    /// Numbers this shard's copy requests (`PeerMsg::SyncRequest`).
+    attempts: u64,
 }
 
 struct Part {
     source: ShardAddr,
+    attempt: u64,
     ended: bool,
     fetching: u32,
 }
@@ -110,6 +115,9 @@ pub struct SyncProgress {
     pub ranges_equal: u64,
     pub ranges_copied: u64,
     pub rows_copied: u64,
+    /// Partitions whose copy started over from a new primary (the one it
+    /// was copied from failed or handed its role back).
+    pub sources_switched: u64,
     /// The handover has begun (`Shard::sync_hand_over`); partitions whose
     /// primary has not yet said it holds no lock there.
     pub handover_begun: bool,
@@ -171,17 +179,7 @@ impl Shard {
                 self.sync_fail(format!("data node {} was dropped from the cluster during its restart", me.node));
                 return;
             }
-            let lost: Option<ShardAddr> = target
-                .parts
-                .values()
-                .map(|p| p.source)
-                .find(|s| self.layout.datanode(s.node).is_none_or(|d| d.status != NodeStatus::Started));
-            if let Some(source) = lost {
-                self.sync_fail(format!(
-                    "data node {} left while shard {me} copied partitions from it; restart this node again",
-                    source.node
-                ));
-            }
+            self.sync_switch_sources(out);
             return;
         }
         if status == Some(NodeStatus::Starting) && !target.begun {
@@ -213,8 +211,65 @@ impl Shard {
                 ));
                 return;
             };
-            self.sync_dst.parts.insert((table, partition), Part { source, ended: false, fetching: 0 });
-            self.send_peer(source, PeerMsg::SyncRequest { table, partition }, out);
+            self.sync_copy_from(source, table, partition, out);
+        }
+    }
+
+    /// Asks `source` for a copy of the partition; what an earlier copy of
+    /// it still sends is ignored from now on.
+    fn sync_copy_from(&mut self, source: ShardAddr, table: TableId, partition: u32, out: &mut Outbox) {
+        let target = &mut self.sync_dst;
+        target.attempts += 1;
+        let attempt = target.attempts;
+        target.parts.insert((table, partition), Part { source, attempt, ended: false, fetching: 0 });
+        self.send_peer(source, PeerMsg::SyncRequest { table, partition, attempt }, out);
+    }
+
+    /// The partition copy these messages belong to, if it is still under way.
+    fn sync_part_of(&mut self, (from, table, partition, attempt): CopyOf) -> Option<&mut Part> {
+        self.sync_dst.parts.get_mut(&(table, partition)).filter(|p| p.source == from && p.attempt == attempt)
+    }
+
+    /// Partitions whose primary changed while this shard copied them (the
+    /// primary failed, or a restarted replica took its role back) are
+    /// copied again from the new primary. Their writes held back for the
+    /// old one's commit are applied now: the decision is known, and the new
+    /// primary sends nothing before every transaction it was part of when
+    /// asked has finished there, so what it sends already holds them
+    /// (`sync_on_request`).
+    fn sync_switch_sources(&mut self, out: &mut Outbox) {
+        let me = self.cfg.me;
+        let moved: Vec<((TableId, u32), Option<ShardAddr>)> = self
+            .sync_dst
+            .parts
+            .iter()
+            .filter_map(|(&(table, partition), part)| {
+                let primary = self.router.primary_of(partition).filter(|s| *s != me);
+                (primary != Some(part.source)).then_some(((table, partition), primary))
+            })
+            .collect();
+        if moved.is_empty() {
+            return;
+        }
+        for ((table, partition), primary) in moved {
+            let Some(primary) = primary else {
+                let old = self.sync_dst.parts[&(table, partition)].source;
+                return self.sync_fail(format!(
+                    "data node {} left while shard {me} copied partition {partition} of table id {table} from it, and no other replica of it is started; restart this node again once one is",
+                    old.node
+                ));
+            };
+            self.sync_dst.progress.sources_switched += 1;
+            self.sync_copy_from(primary, table, partition, out);
+        }
+        let mut held: Vec<TxId> =
+            self.ldm.replica_txs.iter().filter(|(_, t)| t.held.is_some()).map(|(tx, _)| *tx).collect();
+        held.sort_unstable();
+        for tx in held {
+            if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
+                let epoch = rtx.held.expect("filtered on held above");
+                self.replica_apply(tx, rtx, None, epoch, out);
+            }
         }
     }
 
@@ -262,51 +317,61 @@ impl Shard {
 
     // ---- primary ----
 
-    pub(crate) fn sync_on_request(&mut self, from: ShardAddr, table: TableId, partition: u32, out: &mut Outbox) {
-        // A node restarted again asks again: its earlier copy is void.
+    pub(crate) fn sync_on_request(&mut self, copy: CopyOf, out: &mut Outbox) {
+        // A node restarted again, or copying again, asks again: its
+        // earlier copy is void.
+        let (from, table, partition, _) = copy;
+        let same = |c: &CopyOf| (c.0, c.1, c.2) == (from, table, partition);
         let src = &mut self.sync_src;
-        src.waiting.retain(|w| *w != (from, table, partition));
-        src.jobs.retain(|j| (j.to, j.table, j.partition) != (from, table, partition));
-        src.waiting.push((from, table, partition));
+        src.waiting.retain(|c| !same(c));
+        src.jobs.retain(|j| !same(&j.copy));
+        src.waiting.push(copy);
+        // The requester may have staged writes of transactions this shard
+        // took part in under another primary (whose copy it gave up):
+        // nothing is sent before those are finished here.
+        self.sync_barrier_now();
         self.sync_admit(out);
     }
 
-    /// Starts the copies whose requester this shard lists as a replica,
-    /// once no transaction from before it joined is open.
+    /// Copies start only after every transaction open here now finished.
+    fn sync_barrier_now(&mut self) {
+        let ldm = &self.ldm;
+        self.sync_src.barrier.extend(ldm.txs.keys().chain(ldm.replica_txs.keys()).copied());
+    }
+
+    /// Starts the copies whose requester this shard lists as a replica and
+    /// that make it the primary, once no transaction from before the
+    /// requester joined (or asked) is open.
     fn sync_admit(&mut self, out: &mut Outbox) {
         if self.sync_src.waiting.is_empty() {
             return;
         }
-        let txs = &self.ldm.txs;
-        self.sync_src.barrier.retain(|tx| txs.contains_key(tx));
+        let ldm = &self.ldm;
+        self.sync_src.barrier.retain(|tx| ldm.txs.contains_key(tx) || ldm.replica_txs.contains_key(tx));
         if !self.sync_src.barrier.is_empty() {
             return;
         }
         let me = self.cfg.me;
         let waiting = std::mem::take(&mut self.sync_src.waiting);
-        for (to, table, partition) in waiting {
+        for copy in waiting {
+            let (to, table, partition, attempt) = copy;
             let Some(state) = self.tables.get(&table) else {
                 let error = crate::shard::unknown_table(table);
-                self.send_peer(to, PeerMsg::SyncRefused { table, partition, error }, out);
+                self.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
                 continue;
             };
-            let replicas = state.replicas.get(partition as usize);
-            if !replicas.is_some_and(|r| r.contains(&to)) {
-                // This shard's layout does not list it yet: wait for it. (A
-                // request of a node that failed again is replaced when it
-                // asks again.)
-                self.sync_src.waiting.push((to, table, partition));
+            let listed = state.replicas.get(partition as usize).is_some_and(|r| r.contains(&to));
+            if !listed || !state.is_primary(partition, me) {
+                // This shard's layout does not list the requester yet, or
+                // does not make this shard the primary yet (the requester
+                // saw a newer layout): wait for it. A request that is void
+                // by then (its node failed again, or copies from another
+                // primary) is replaced when it asks again, and what it
+                // would send is ignored.
+                self.sync_src.waiting.push(copy);
                 continue;
             }
-            if !state.is_primary(partition, me) {
-                let error = DbError::new(
-                    ErrorCode::WrongShard,
-                    format!("shard {me} is not the primary of partition {partition} of table id {table}"),
-                );
-                self.send_peer(to, PeerMsg::SyncRefused { table, partition, error }, out);
-                continue;
-            }
-            self.sync_src.jobs.push_back(Job { to, table, partition, resume: None });
+            self.sync_src.jobs.push_back(Job { copy, resume: None });
         }
     }
 
@@ -314,24 +379,30 @@ impl Shard {
     pub(crate) fn sync_tick(&mut self, out: &mut Outbox) {
         self.sync_admit(out);
         self.sync_check_frozen(out);
+        let me = self.cfg.me;
         let mut budget = TICK_BYTES;
         while budget > 0 {
             let Some(mut job) = self.sync_src.jobs.pop_front() else { return };
-            if !self.layout.takes_writes(job.to.node) {
+            let (to, table, partition, attempt) = job.copy;
+            let primary = self.tables.get(&table).is_some_and(|t| t.is_primary(partition, me));
+            if !self.layout.takes_writes(to.node) || !primary {
                 // The layout does not list the requester (any more, or not
                 // yet: its request may have overtaken the view that removed
-                // its previous process). The copy starts over once it does.
-                self.sync_src.waiting.push((job.to, job.table, job.partition));
+                // its previous process), or this shard is no longer the
+                // primary. The copy starts over (after the transactions
+                // open now) if both hold again.
+                self.sync_src.waiting.push(job.copy);
+                self.sync_barrier_now();
                 continue;
             }
-            let Some(p) = self.tables.get(&job.table).and_then(|t| t.partitions.get(job.partition as usize)) else {
-                let error = crate::shard::unknown_table(job.table);
-                self.send_peer(job.to, PeerMsg::SyncRefused { table: job.table, partition: job.partition, error }, out);
+            let Some(p) = self.tables.get(&table).and_then(|t| t.partitions.get(partition as usize)) else {
+                let error = crate::shard::unknown_table(table);
+                self.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
                 continue;
             };
             let Some(p) = p.as_ref() else {
-                let error = crate::shard::wrong_shard(job.partition, self.cfg.me);
-                self.send_peer(job.to, PeerMsg::SyncRefused { table: job.table, partition: job.partition, error }, out);
+                let error = crate::shard::wrong_shard(partition, me);
+                self.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
                 continue;
             };
             let chunk = RANGE_BYTES.min(budget);
@@ -341,8 +412,7 @@ impl Shard {
                 after: job.resume.as_deref().map(<[u8]>::to_vec),
                 upto: upto.as_deref().map(<[u8]>::to_vec),
             };
-            let (to, table, partition) = (job.to, job.table, job.partition);
-            self.send_peer(to, PeerMsg::SyncDigest { table, partition, range, digest }, out);
+            self.send_peer(to, PeerMsg::SyncDigest { table, partition, attempt, range, digest }, out);
             if let Some(next) = upto {
                 job.resume = Some(next);
                 self.sync_src.jobs.push_front(job);
@@ -350,19 +420,13 @@ impl Shard {
         }
     }
 
-    pub(crate) fn sync_on_fetch(
-        &mut self,
-        from: ShardAddr,
-        table: TableId,
-        partition: u32,
-        range: SyncRange,
-        out: &mut Outbox,
-    ) {
+    pub(crate) fn sync_on_fetch(&mut self, copy: CopyOf, range: SyncRange, out: &mut Outbox) {
+        let (from, table, partition, attempt) = copy;
         let Some(p) =
             self.tables.get(&table).and_then(|t| t.partitions.get(partition as usize)).and_then(|p| p.as_ref())
         else {
             let error = crate::shard::wrong_shard(partition, self.cfg.me);
-            self.send_peer(from, PeerMsg::SyncRefused { table, partition, error }, out);
+            self.send_peer(from, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
             return;
         };
         let mut rows = Vec::new();
@@ -370,22 +434,14 @@ impl Shard {
             rows.push(SyncRow { key: key.to_vec(), row: row.to_vec() })
         });
         let epoch = self.dur.current;
-        self.send_peer(from, PeerMsg::SyncRows { table, partition, range, rows, epoch }, out);
+        self.send_peer(from, PeerMsg::SyncRows { table, partition, attempt, range, rows, epoch }, out);
     }
 
     // ---- starting shard ----
 
-    pub(crate) fn sync_on_digest(
-        &mut self,
-        from: ShardAddr,
-        table: TableId,
-        partition: u32,
-        range: SyncRange,
-        digest: u64,
-        out: &mut Outbox,
-    ) {
-        let Some(part) = self.sync_dst.parts.get(&(table, partition)) else { return };
-        if part.source != from {
+    pub(crate) fn sync_on_digest(&mut self, copy: CopyOf, range: SyncRange, digest: u64, out: &mut Outbox) {
+        let (from, table, partition, attempt) = copy;
+        if self.sync_part_of(copy).is_none() {
             return;
         }
         let mine = self
@@ -395,7 +451,7 @@ impl Shard {
             .and_then(|p| p.as_ref())
             .map(|p| p.digest_between(range.after.as_deref(), range.upto.as_deref()));
         let last = range.upto.is_none();
-        let part = self.sync_dst.parts.get_mut(&(table, partition)).expect("looked up above");
+        let part = self.sync_part_of(copy).expect("looked up above");
         part.ended = last;
         if mine == Some(digest) {
             // Only ranges with rows count as compared and skipped.
@@ -404,23 +460,22 @@ impl Shard {
             }
         } else {
             part.fetching += 1;
-            self.send_peer(from, PeerMsg::SyncFetch { table, partition, range }, out);
+            self.send_peer(from, PeerMsg::SyncFetch { table, partition, attempt, range }, out);
         }
         self.sync_part_check(table, partition);
     }
 
     pub(crate) fn sync_on_rows(
         &mut self,
-        from: ShardAddr,
-        table: TableId,
-        partition: u32,
+        copy: CopyOf,
         range: SyncRange,
         rows: Vec<SyncRow>,
         epoch: latsdb_types::proto::CommitEpoch,
     ) {
-        if self.sync_dst.parts.get(&(table, partition)).is_none_or(|p| p.source != from || p.fetching == 0) {
-            // Not asked for by this process: the answer to a fetch of the
-            // node's previous process, restarted since.
+        let (_, table, partition, _) = copy;
+        if self.sync_part_of(copy).is_none_or(|p| p.fetching == 0) {
+            // Not asked for by this copy: the answer to a fetch of one
+            // given up, or of the node's previous process.
             return;
         }
         // Copied rows carry no epochs: a checkpoint holding them must end
@@ -433,14 +488,15 @@ impl Shard {
         let progress = &mut self.sync_dst.progress;
         progress.ranges_copied += 1;
         progress.rows_copied += rows.len() as u64;
-        if let Some(part) = self.sync_dst.parts.get_mut(&(table, partition)) {
+        if let Some(part) = self.sync_part_of(copy) {
             part.fetching -= 1;
         }
         self.sync_part_check(table, partition);
     }
 
-    pub(crate) fn sync_on_refused(&mut self, from: ShardAddr, table: TableId, partition: u32, error: DbError) {
-        if self.sync_dst.parts.get(&(table, partition)).is_some_and(|p| p.source == from) {
+    pub(crate) fn sync_on_refused(&mut self, copy: CopyOf, error: DbError) {
+        let (from, table, partition, _) = copy;
+        if self.sync_part_of(copy).is_some() {
             self.sync_fail(format!(
                 "shard {from} refused to copy partition {partition} of table id {table}: {}",
                 error.message

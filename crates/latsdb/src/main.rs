@@ -235,10 +235,27 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         .ok_or_else(|| format!("--seeds '{range}' must look like START..END with START < END"))?;
     let started = std::time::Instant::now();
     let bar = indicatif::ProgressBar::new(end - start);
+    // What the seeds injected and went through, summed.
+    let mut totals = [0u64; 7];
     for seed in start..end {
-        if let Err(e) = latsdb_sim::run(&config(seed)) {
-            bar.finish_and_clear();
-            return Err(format!("{e}\nreplay with: latsdb sim --seed {seed} {} --trace 1000", replay_flags(&args)));
+        let r = match latsdb_sim::run(&config(seed)) {
+            Ok(r) => r,
+            Err(e) => {
+                bar.finish_and_clear();
+                return Err(format!("{e}\nreplay with: latsdb sim --seed {seed} {} --trace 1000", replay_flags(&args)));
+            }
+        };
+        let counts = [
+            r.committed_transfers,
+            r.crashes.into(),
+            r.restarts.into(),
+            r.failed_restarts.into(),
+            r.copy_switches,
+            r.system_restarts.into(),
+            r.failed_syncs.into(),
+        ];
+        for (t, c) in totals.iter_mut().zip(counts) {
+            *t += c;
         }
         bar.inc(1);
     }
@@ -248,6 +265,10 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         "{} seeds passed in {secs:.1} s ({:.0} seeds per minute)",
         end - start,
         (end - start) as f64 * 60.0 / secs
+    );
+    let [committed, crashes, restarts, failed_restarts, switches, system_restarts, failed_syncs] = totals;
+    println!(
+        "totals: {committed} committed transfers, {crashes} crashes, {restarts} node restarts ({failed_restarts} gave up, {switches} partition copies switched to a new primary), {system_restarts} system restarts, {failed_syncs} failed syncs"
     );
     Ok(())
 }

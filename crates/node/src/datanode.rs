@@ -349,8 +349,9 @@ impl Restart {
                     all.ranges_equal += p.ranges_equal;
                     all.ranges_copied += p.ranges_copied;
                     all.rows_copied += p.rows_copied;
+                    all.sources_switched += p.sources_switched;
                 }
-                let summary = format!(
+                let mut summary = format!(
                     "{} of {} partitions, {} ranges equal, {} ranges copied ({} rows)",
                     all.partitions - all.partitions_left,
                     all.partitions,
@@ -358,6 +359,9 @@ impl Restart {
                     all.ranges_copied,
                     all.rows_copied
                 );
+                if all.sources_switched > 0 {
+                    summary += &format!(", {} partition copies started over from a new primary", all.sources_switched);
+                }
                 if done {
                     let mut targets = Vec::new();
                     for s in shards {

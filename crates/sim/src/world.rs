@@ -132,6 +132,11 @@ pub struct SimReport {
     pub system_restarts: u32,
     /// Syncs that failed (each stopped its node).
     pub failed_syncs: u32,
+    /// Node restarts that gave up (the node stopped).
+    pub failed_restarts: u32,
+    /// Partition copies of restarting nodes that started over from a new
+    /// primary (the one they copied from failed or handed its role back).
+    pub copy_switches: u64,
     /// Commits acknowledged as durable (`WaitDurable`) and checked after
     /// every system restart.
     pub durable_acks: u64,
@@ -1125,6 +1130,8 @@ impl World {
         for s in self.shards_of(n) {
             let p = self.shards[s].sync_progress();
             if let Some(why) = p.failed {
+                self.report.failed_restarts += 1;
+                self.report.copy_switches += p.sources_switched;
                 self.stop_node(n, format!("node restart failed: {why}"));
                 return;
             }
@@ -1136,6 +1143,9 @@ impl World {
         }
         match self.restart_checkpoints.get(&n) {
             None => {
+                for s in self.shards_of(n) {
+                    self.report.copy_switches += self.shards[s].sync_progress().sources_switched;
+                }
                 let targets = self.shards_of(n).into_iter().map(|s| (s, self.shards[s].checkpoint_now())).collect();
                 self.restart_checkpoints.insert(n, targets);
                 return;

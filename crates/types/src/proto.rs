@@ -307,10 +307,14 @@ pub enum PeerMsg {
         epoch: CommitEpoch,
     },
     /// Starting replica -> the partition's primary: copy the partition to
-    /// me (I already take part in its writes).
+    /// me (I already take part in its writes). `attempt` numbers the
+    /// requester's copies of it: the messages of a copy carry it, so those
+    /// of one given up (the requester switched to another primary) are
+    /// told apart.
     SyncRequest {
         table: TableId,
         partition: u32,
+        attempt: u64,
     },
     /// Primary -> starting replica: the committed rows with keys in
     /// `range` hash to `digest`. The range whose upper end is None is the
@@ -318,6 +322,7 @@ pub enum PeerMsg {
     SyncDigest {
         table: TableId,
         partition: u32,
+        attempt: u64,
         range: SyncRange,
         digest: u64,
     },
@@ -325,6 +330,7 @@ pub enum PeerMsg {
     SyncFetch {
         table: TableId,
         partition: u32,
+        attempt: u64,
         range: SyncRange,
     },
     /// Primary -> starting replica: every committed row of `range`, and
@@ -334,6 +340,7 @@ pub enum PeerMsg {
     SyncRows {
         table: TableId,
         partition: u32,
+        attempt: u64,
         range: SyncRange,
         rows: Vec<SyncRow>,
         epoch: CommitEpoch,
@@ -354,6 +361,7 @@ pub enum PeerMsg {
     SyncRefused {
         table: TableId,
         partition: u32,
+        attempt: u64,
         error: DbError,
     },
 }
