@@ -8,7 +8,7 @@
 
 use crate::locks::{Acquire, LockKey, LockTable};
 use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, FastMap, Outbox, Shard};
-use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ShardAddr, TxId};
+use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ReplicaWrite, ShardAddr, TxId};
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -421,14 +421,14 @@ impl Shard {
         ltx.replicating.insert(idx, Replicating { waiting: backups.iter().copied().collect(), result });
         ltx.backups.extend(backups.iter().copied());
         for backup in backups {
-            let msg = PeerMsg::ReplicaPrepare {
-                tx,
+            let write = ReplicaWrite {
                 idx,
                 table: prepared.op.table,
                 partition: prepared.op.partition,
                 key: prepared.op.key.clone(),
                 image: image.clone(),
             };
+            let msg = PeerMsg::ReplicaPrepare { tx, writes: vec![write] };
             self.send_peer(backup, msg, out);
         }
         None
@@ -670,7 +670,7 @@ impl Shard {
                         forget_wait(rtx, &key);
                     }
                     let OpResult::Error(e) = error else { unreachable!("built as an error above") };
-                    self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: Some(e) }, out);
+                    self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
                 }
                 Origin::Tx { tx, idx } => {
                     let key =

@@ -31,7 +31,7 @@
 use crate::ldm::{forget_wait, LdmTx, Origin, Pending, Prepared, Staged};
 use crate::locks::{Acquire, LockKey};
 use crate::shard::{owned_partition, unknown_table, Outbox, Shard};
-use latsdb_types::proto::{KeyOp, OpKind, PeerMsg, ShardAddr, TxId};
+use latsdb_types::proto::{KeyOp, OpKind, PeerMsg, ReplicaWrite, ShardAddr, TxId};
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode, Result};
 
@@ -40,28 +40,18 @@ use latsdb_types::{DbError, ErrorCode, Result};
 const REPLICA_WAIT_FACTOR: u64 = 10;
 
 impl Shard {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn replica_prepare(
-        &mut self,
-        primary: ShardAddr,
-        tx: TxId,
-        idx: u32,
-        table: TableId,
-        partition: u32,
-        key: Vec<u8>,
-        image: Option<Vec<u8>>,
-        out: &mut Outbox,
-    ) {
+    pub(crate) fn replica_prepare(&mut self, primary: ShardAddr, tx: TxId, write: ReplicaWrite, out: &mut Outbox) {
+        let ReplicaWrite { idx, table, partition, key, image } = write;
         if self.ldm.abort_log.contains(&tx) {
             // The coordinator's abort overtook this prepare.
             let e = DbError::new(ErrorCode::UnknownTransaction, format!("transaction {tx:?} was already aborted"));
-            self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: Some(e) }, out);
+            self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
             return;
         }
         let prepared = match self.replica_prepared_op(table, partition, key, image) {
             Ok(p) => p,
             Err(e) => {
-                self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: Some(e) }, out);
+                self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
                 return;
             }
         };
@@ -112,7 +102,7 @@ impl Shard {
         forget_wait(rtx, &key);
         rtx.locks.insert(key.clone());
         rtx.staged.insert(key, Staged { partition: prepared.op.partition, image: prepared.new_row, primary });
-        self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, idx, error: None }, out);
+        self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, None)] }, out);
     }
 
     pub(crate) fn replica_commit(

@@ -80,6 +80,28 @@ pub struct Outbox {
 }
 
 impl Outbox {
+    /// Queues a message to a peer. The replicated writes of one
+    /// transaction for one backup, and the backup's answers, join the
+    /// message of the same kind queued last for that peer: a batch of
+    /// writes costs one message each way, not one per write. (Only the
+    /// last message to the same peer is extended, so the order on each
+    /// link is kept.)
+    pub(crate) fn push_peer(&mut self, to: ShardAddr, msg: PeerMsg) {
+        const LOOK_BACK: usize = 4;
+        let last_to_peer = self.peer.iter_mut().rev().take(LOOK_BACK).find(|(t, _)| *t == to);
+        match (last_to_peer, msg) {
+            (
+                Some((_, PeerMsg::ReplicaPrepare { tx: queued, writes })),
+                PeerMsg::ReplicaPrepare { tx, writes: more },
+            ) if *queued == tx => writes.extend(more),
+            (
+                Some((_, PeerMsg::ReplicaPrepared { tx: queued, results })),
+                PeerMsg::ReplicaPrepared { tx, results: more },
+            ) if *queued == tx => results.extend(more),
+            (_, msg) => self.peer.push((to, msg)),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.client.is_empty() && self.peer.is_empty() && self.disk.is_empty() && self.durable.is_none()
     }
@@ -309,9 +331,10 @@ impl Shard {
                 )
             };
             match msg {
-                PeerMsg::ReplicaPrepare { tx, idx, .. } => {
-                    let error = Some(refusal());
-                    self.send_peer(from, PeerMsg::ReplicaPrepared { tx, idx, error }, out);
+                PeerMsg::ReplicaPrepare { tx, writes } => {
+                    let error = refusal();
+                    let results = writes.iter().map(|w| (w.idx, Some(error.clone()))).collect();
+                    self.send_peer(from, PeerMsg::ReplicaPrepared { tx, results }, out);
                 }
                 PeerMsg::TxOps { tx, ops } => {
                     let e = refusal();
@@ -403,10 +426,16 @@ impl Shard {
                 self.tc_op_results(from, tx, results, epoch, out)
             }
             PeerMsg::TxCommitted { tx } => self.tc_committed(from, tx, out),
-            PeerMsg::ReplicaPrepare { tx, idx, table, partition, key, image } => {
-                self.replica_prepare(from, tx, idx, table, partition, key, image, out)
+            PeerMsg::ReplicaPrepare { tx, writes } => {
+                for write in writes {
+                    self.replica_prepare(from, tx, write, out);
+                }
             }
-            PeerMsg::ReplicaPrepared { tx, idx, error } => self.ldm_replica_prepared(from, tx, idx, error, out),
+            PeerMsg::ReplicaPrepared { tx, results } => {
+                for (idx, error) in results {
+                    self.ldm_replica_prepared(from, tx, idx, error, out);
+                }
+            }
             PeerMsg::ReplicaCommit { tx, epoch } => {
                 self.observe_epoch(epoch);
                 self.replica_commit(from, tx, epoch, out)
@@ -454,7 +483,7 @@ impl Shard {
         if to == self.cfg.me {
             self.local.push_back(msg);
         } else {
-            out.peer.push((to, msg));
+            out.push_peer(to, msg);
         }
     }
 

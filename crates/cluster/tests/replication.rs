@@ -209,6 +209,43 @@ fn writes_reach_every_replica_and_backups_serve_committed_reads() {
     }
 }
 
+/// A batch of writes on the primary's partitions is prepared on the backup
+/// with one message each way, not one per write.
+#[test]
+fn a_batch_of_writes_is_prepared_on_the_backup_with_one_message_each_way() {
+    let mut n = Net::new();
+    let ids: std::collections::BTreeSet<i64> = (0..200).map(|skip| n.key_with_primary(A, skip)).collect();
+    let ops: Vec<KeyOp> = ids.iter().take(50).map(|&id| n.insert(id)).collect();
+    n.request(A, 1, ClientRequest::Batch(ops));
+    let prepares: Vec<usize> = n
+        .queue
+        .iter()
+        .filter_map(|(_, to, m)| match m {
+            PeerMsg::ReplicaPrepare { writes, .. } if *to == B => Some(writes.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(prepares, vec![50]);
+    n.deliver_until(|_, _, m| matches!(m, PeerMsg::ReplicaPrepared { .. }));
+    let answers: Vec<usize> = n
+        .queue
+        .iter()
+        .filter_map(|(_, _, m)| match m {
+            PeerMsg::ReplicaPrepared { results, .. } => Some(results.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers, vec![50]);
+    n.deliver_all();
+    match n.take(1) {
+        Some(ClientResponse::Batch(r)) => assert!(r.iter().all(|r| *r == OpResult::Done), "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    for p in 0..4 {
+        assert_eq!(n.shards[0].partition_rows(1, p), n.shards[1].partition_rows(1, p), "partition {p}");
+    }
+}
+
 #[test]
 fn a_write_completes_when_its_backup_dies() {
     let mut n = Net::new();

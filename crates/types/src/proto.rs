@@ -235,22 +235,18 @@ pub enum PeerMsg {
     TxAbort {
         tx: TxId,
     },
-    /// Primary -> backup: lock the row for `tx` and stage its new image
-    /// (None deletes the row). Answered with `ReplicaPrepared`.
+    /// Primary -> backup: for each write, lock the row for `tx` and stage
+    /// its new image. Answered with `ReplicaPrepared`. (The writes of one
+    /// turn for one transaction and backup travel in one message.)
     ReplicaPrepare {
         tx: TxId,
-        idx: u32,
-        table: TableId,
-        partition: u32,
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-        #[serde(with = "serde_bytes")]
-        image: Option<Vec<u8>>,
+        writes: Vec<ReplicaWrite>,
     },
+    /// Backup -> primary: per write (by its index in the transaction),
+    /// staged, or why not.
     ReplicaPrepared {
         tx: TxId,
-        idx: u32,
-        error: Option<DbError>,
+        results: Vec<(u32, Option<DbError>)>,
     },
     /// Primary -> backup: apply what `tx` staged and release its locks.
     ReplicaCommit {
@@ -374,6 +370,19 @@ pub struct SyncRange {
     pub after: Option<Vec<u8>>,
     #[serde(with = "serde_bytes")]
     pub upto: Option<Vec<u8>>,
+}
+
+/// One replicated write: the operation's index in its transaction, its
+/// row's key, and the row's new image (None deletes the row).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaWrite {
+    pub idx: u32,
+    pub table: TableId,
+    pub partition: u32,
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub image: Option<Vec<u8>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
