@@ -771,7 +771,36 @@ impl Shard {
         staged: BTreeMap<LockKey, Staged>,
         epoch: latsdb_types::proto::CommitEpoch,
     ) {
-        for (key, Staged { partition, image: row, .. }) in staged {
+        // A batch's rows are scattered over the index: load their slots,
+        // then their rows, before writing any, so the cache misses overlap
+        // instead of coming one after another.
+        const PREFETCH_FROM: usize = 4;
+        let hashes: Vec<u64> = if staged.len() >= PREFETCH_FROM {
+            let tables = &self.tables;
+            let partition_of = |key: &LockKey, s: &Staged| {
+                tables.get(&key.table).and_then(|t| t.partitions.get(s.partition as usize)).and_then(Option::as_ref)
+            };
+            let hashes: Vec<u64> = staged
+                .iter()
+                .map(|(key, s)| match partition_of(key, s) {
+                    Some(p) => {
+                        let hash = p.key_hash(&key.key);
+                        p.prefetch_slot(hash);
+                        hash
+                    }
+                    None => 0,
+                })
+                .collect();
+            for ((key, s), &hash) in staged.iter().zip(&hashes) {
+                if let Some(p) = partition_of(key, s) {
+                    p.prefetch_row(hash);
+                }
+            }
+            hashes
+        } else {
+            Vec::new()
+        };
+        for (i, (key, Staged { partition, image: row, .. })) in staged.into_iter().enumerate() {
             self.dur.log_write(epoch, key.table, partition, &key.key, row.as_deref());
             let Some(table) = self.tables.get_mut(&key.table) else {
                 continue;
@@ -782,7 +811,10 @@ impl Shard {
             };
             let before = p.memory();
             match row {
-                Some(row) => p.put(&meta, &key.key, &row),
+                Some(row) => {
+                    let hash = hashes.get(i).copied().unwrap_or_else(|| p.key_hash(&key.key));
+                    p.put_hashed(&meta, &key.key, &row, hash)
+                }
                 None => p.remove(&meta, &key.key),
             };
             self.data_memory_used = self.data_memory_used + p.memory() - before;

@@ -128,8 +128,15 @@ impl Partition {
     /// ordered index is touched only when the row's entry in it changes (never
     /// for PRIMARY, since a primary key cannot change).
     pub fn put(&mut self, meta: &TableMeta, key: &[u8], row: &[u8]) -> bool {
-        debug_assert_eq!(meta.key_of_row(row), key, "row and key disagree");
         let hash = self.rows.hash(key);
+        self.put_hashed(meta, key, row, hash)
+    }
+
+    /// [`Partition::put`] with the key's hash already computed (by
+    /// [`Partition::key_hash`], for a batch prefetched beforehand).
+    pub fn put_hashed(&mut self, meta: &TableMeta, key: &[u8], row: &[u8], hash: u64) -> bool {
+        debug_assert_eq!(meta.key_of_row(row), key, "row and key disagree");
+        debug_assert_eq!(hash, self.rows.hash(key), "hash of another key");
         if let Some(stored) = self.rows.get_mut(key, hash) {
             for index in self.indexes.iter_mut().filter(|i| i.id != 0) {
                 let (old_entry, _) = index.entry(meta, key, stored.row());
@@ -142,7 +149,7 @@ impl Partition {
             }
             self.row_bytes = self.row_bytes + row.len() - stored.row().len();
             let old_cost = 2 + key.len() + stored.row().len();
-            *stored = Entry::new(key, row);
+            stored.set_row(row);
             self.memory = self.memory + (2 + key.len() + row.len()) - old_cost;
             return true;
         }

@@ -26,6 +26,16 @@ impl Entry {
         bytes.extend_from_slice(row);
         Entry(bytes.into_boxed_slice())
     }
+    /// Replaces the row, in place when the new one is as long (an update
+    /// that changes no length allocates nothing).
+    pub(crate) fn set_row(&mut self, row: &[u8]) {
+        let start = 2 + self.key_len();
+        if self.0.len() - start == row.len() {
+            self.0[start..].copy_from_slice(row);
+        } else {
+            *self = Entry::new(self.key(), row);
+        }
+    }
     fn key_len(&self) -> usize {
         u16::from_le_bytes([self.0[0], self.0[1]]) as usize
     }
