@@ -83,6 +83,9 @@ impl Shard {
             }
         }
         let hash = p.key_hash(&key);
+        // The commit writes this row a round trip later: start loading its
+        // index slot now.
+        p.prefetch_slot(hash);
         let kind = if image.is_some() { OpKind::Upsert { row: Vec::new() } } else { OpKind::Delete };
         let op = KeyOp { table, table_version: meta.def.version, partition, key, kind, projection: None };
         Ok(Prepared { op, meta, new_row: image.map(Vec::into_boxed_slice), hash })
