@@ -66,8 +66,43 @@ pub(crate) struct Staged {
 
 /// A write waiting for its backups to stage it.
 pub(crate) struct Replicating {
-    pub(crate) waiting: BTreeSet<ShardAddr>,
+    pub(crate) waiting: Backups,
     pub(crate) result: OpResult,
+}
+
+/// The backups a write still waits for, kept inline: every replicated
+/// write has such a set, and a node group has at most four replicas.
+#[derive(Clone, Copy)]
+pub(crate) struct Backups {
+    addrs: [ShardAddr; 3],
+    len: u8,
+}
+
+impl Backups {
+    fn new(backups: &[ShardAddr]) -> Backups {
+        assert!(backups.len() <= 3, "a partition has {} backups; a node group has at most 4 replicas", backups.len());
+        let mut addrs = [ShardAddr { node: 0, shard: 0 }; 3];
+        addrs[..backups.len()].copy_from_slice(backups);
+        Backups { addrs, len: backups.len() as u8 }
+    }
+
+    /// Removes `a`; returns whether it was there.
+    pub(crate) fn remove(&mut self, a: &ShardAddr) -> bool {
+        let len = self.len as usize;
+        let Some(i) = self.addrs[..len].iter().position(|x| x == a) else { return false };
+        self.addrs.copy_within(i + 1..len, i);
+        self.len -= 1;
+        true
+    }
+
+    pub(crate) fn retain(&mut self, keep: impl Fn(&ShardAddr) -> bool) {
+        let kept: Vec<ShardAddr> = self.addrs[..self.len as usize].iter().copied().filter(|a| keep(a)).collect();
+        *self = Backups::new(&kept);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// Ordered sets and maps: the order in which locks are released decides
@@ -418,7 +453,7 @@ impl Shard {
         let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
         let ltx = self.ldm.txs.entry(tx).or_default();
         let image = ltx.staged.get(&key).and_then(|s| s.image.as_ref().map(|i| i.to_vec()));
-        ltx.replicating.insert(idx, Replicating { waiting: backups.iter().copied().collect(), result });
+        ltx.replicating.insert(idx, Replicating { waiting: Backups::new(&backups), result });
         ltx.backups.extend(backups.iter().copied());
         for backup in backups {
             let write = ReplicaWrite {
@@ -514,7 +549,7 @@ impl Shard {
         let mut replicated = Vec::new();
         for (tx, ltx) in self.ldm.txs.iter_mut() {
             for (idx, rep) in ltx.replicating.iter_mut() {
-                rep.waiting.retain(&alive);
+                rep.waiting.retain(alive);
                 if rep.waiting.is_empty() {
                     replicated.push((*tx, *idx));
                 }

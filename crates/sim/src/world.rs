@@ -519,7 +519,10 @@ impl World {
         if cfg.nodes == 0 || cfg.shards_per_node == 0 || cfg.clients == 0 || cfg.accounts < 2 {
             return Err("the simulation needs at least 1 node, 1 shard, 1 client and 2 accounts".into());
         }
-        if cfg.replicas == 0 || !cfg.nodes.is_multiple_of(cfg.replicas as u16) {
+        if !(1..=4).contains(&cfg.replicas) {
+            return Err(format!("--replicas is {}; a node group has 1 to 4 replicas", cfg.replicas));
+        }
+        if !cfg.nodes.is_multiple_of(cfg.replicas as u16) {
             return Err(format!("{} nodes cannot form node groups of {} replicas", cfg.nodes, cfg.replicas));
         }
         if (cfg.crashes > 0 || cfg.splits > 0) && cfg.replicas < 2 {
