@@ -7,10 +7,13 @@ use latsdb_types::proto::{LockMode, TxId};
 use latsdb_types::schema::TableId;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+/// A locked row: its table and primary key. Keys of up to 24 bytes (most
+/// primary keys) are kept inline: every write locks its row on every
+/// replica, and the key is held by the lock table and the transaction.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockKey {
     pub table: TableId,
-    pub key: Box<[u8]>,
+    pub key: smallvec::SmallVec<[u8; 24]>,
 }
 
 struct Waiter<P> {
