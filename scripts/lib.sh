@@ -39,39 +39,22 @@ stop_latsdb() {
   wait "$LAUNCHER" 2>/dev/null || true
 }
 
-# CPU seconds (user + system) used so far by the launcher's children whose
-# command line contains $1 (e.g. "datanode" or " rest "), summed.
-cpu_seconds() {
-  python3 - "$LAUNCHER" "$1" <<'PY'
-import os, sys
-launcher, role = sys.argv[1], sys.argv[2]
-tick = os.sysconf("SC_CLK_TCK")
-total = 0
-for pid in os.listdir("/proc"):
-    if not pid.isdigit():
-        continue
-    try:
-        stat = open(f"/proc/{pid}/stat").read()
-        cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
-    except OSError:
-        continue
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[1] == launcher and role in f" {cmd} ":
-        total += (int(fields[11]) + int(fields[12])) / tick
-print(total)
-PY
-}
-
-# CPU seconds per thread kind (user/system) of the launcher's children whose
-# command line contains $1, summed over processes; thread names lose their
-# digits ("shard-3" and "shard-4" are both "shard-"). One "name user system"
-# line per kind.
-thread_cpu() {
-  python3 - "$LAUNCHER" "$1" <<'PY'
+# CPU seconds used so far by the launcher's children whose command line
+# contains $2 (e.g. "datanode" or " rest "): with $1 = total, user + system
+# summed over the processes; with $1 = threads, per thread kind, one "name
+# user system" line each (thread names lose their digits: "shard-3" and
+# "shard-4" are both "shard-").
+proc_cpu() {
+  python3 - "$LAUNCHER" "$1" "$2" <<'PY'
 import os, re, sys
-launcher, role = sys.argv[1], sys.argv[2]
+launcher, mode, role = sys.argv[1:4]
 tick = os.sysconf("SC_CLK_TCK")
-kinds = {}
+
+def times(stat):
+    f = stat[stat.rindex(")") + 2:].split()
+    return f, int(f[11]) / tick, int(f[12]) / tick
+
+total, kinds = 0.0, {}
 for pid in os.listdir("/proc"):
     if not pid.isdigit():
         continue
@@ -80,21 +63,29 @@ for pid in os.listdir("/proc"):
         cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
     except OSError:
         continue
-    if stat[stat.rindex(")") + 2:].split()[1] != launcher or role not in f" {cmd} ":
+    fields, user, system = times(stat)
+    if fields[1] != launcher or role not in f" {cmd} ":
         continue
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    total += user + system
+    for tid in os.listdir(f"/proc/{pid}/task") if mode == "threads" else []:
         try:
             t = open(f"/proc/{pid}/task/{tid}/stat").read()
         except OSError:
             continue
         name = re.sub(r"[0-9]+", "", t[t.index("(") + 1:t.rindex(")")])
-        f = t[t.rindex(")") + 2:].split()
-        u, s = kinds.get(name, (0.0, 0.0))
-        kinds[name] = (u + int(f[11]) / tick, s + int(f[12]) / tick)
-for name, (u, s) in sorted(kinds.items(), key=lambda kv: -sum(kv[1])):
-    print(f"{name} {u:.2f} {s:.2f}")
+        _, u, s = times(t)
+        ku, ks = kinds.get(name, (0.0, 0.0))
+        kinds[name] = (ku + u, ks + s)
+if mode == "threads":
+    for name, (u, s) in sorted(kinds.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{name} {u:.2f} {s:.2f}")
+else:
+    print(total)
 PY
 }
+
+cpu_seconds() { proc_cpu total "$1"; }
+thread_cpu() { proc_cpu threads "$1"; }
 
 load_rows() {
   echo "== loading $1 rows of 100 bytes"

@@ -9,7 +9,8 @@ use latsdb_cluster::{Outbox, Shard, ShardConfig};
 use latsdb_types::proto::*;
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
 use latsdb_types::{TableMeta, Value};
-use std::collections::VecDeque;
+mod common;
+use common::Wire;
 
 const A: ShardAddr = ShardAddr { node: 2, shard: 0 };
 const C: ShardAddr = ShardAddr { node: 3, shard: 0 };
@@ -64,8 +65,7 @@ fn index(a: ShardAddr) -> usize {
 
 struct Net {
     shards: Vec<Shard>,
-    queue: VecDeque<(ShardAddr, ShardAddr, PeerMsg)>,
-    responses: Vec<(u64, ClientResponse)>,
+    wire: Wire,
     a_alive: bool,
     meta: TableMeta,
     now: u64,
@@ -98,14 +98,7 @@ impl Net {
                 s
             })
             .collect();
-        let mut n = Net {
-            shards,
-            queue: VecDeque::new(),
-            responses: Vec::new(),
-            a_alive: true,
-            meta: TableMeta::new(def),
-            now: 0,
-        };
+        let mut n = Net { shards, wire: Wire::default(), a_alive: true, meta: TableMeta::new(def), now: 0 };
         for id in 0..100 {
             let op = n.upsert(id, id);
             let primary = before.primary_of(op.partition).unwrap();
@@ -116,21 +109,16 @@ impl Net {
             n.set_layout(at, restarting());
         }
         n.deliver_all();
-        n.responses.clear();
+        n.wire.responses.clear();
         n
     }
 
     fn collect(&mut self, from: ShardAddr, out: &mut Outbox) {
-        self.responses.extend(out.client.drain(..).map(|(_, req, r)| (req, r)));
-        for (to, msg) in out.peer.drain(..) {
-            self.queue.push_back((from, to, msg));
-        }
+        self.wire.collect(from, out);
     }
 
     fn request(&mut self, at: ShardAddr, req_id: u64, req: ClientRequest) {
-        let mut out = Outbox::default();
-        self.shards[index(at)].on_client(1, req_id, req, self.now, &mut out);
-        self.collect(at, &mut out);
+        self.wire.request(&mut self.shards[index(at)], at, req_id, req, self.now);
     }
 
     fn set_layout(&mut self, at: ShardAddr, layout: ClusterLayout) {
@@ -140,7 +128,7 @@ impl Net {
     }
 
     fn deliver(&mut self, pos: usize) {
-        let (from, to, msg) = self.queue.remove(pos).unwrap();
+        let (from, to, msg) = self.wire.queue.remove(pos).unwrap();
         if !self.a_alive && (from == A || to == A) {
             return;
         }
@@ -152,7 +140,7 @@ impl Net {
     /// Delivers the queued messages that `pick` selects, in order, until
     /// none is left (also those they cause).
     fn deliver_only(&mut self, pick: impl Fn(&ShardAddr, &ShardAddr, &PeerMsg) -> bool) {
-        while let Some(pos) = self.queue.iter().position(|(f, t, m)| pick(f, t, m)) {
+        while let Some(pos) = self.wire.queue.iter().position(|(f, t, m)| pick(f, t, m)) {
             self.deliver(pos);
         }
     }
@@ -178,7 +166,7 @@ impl Net {
     /// learn the layout without it.
     fn kill_a(&mut self) {
         self.a_alive = false;
-        self.queue.retain(|(from, to, _)| *from != A && *to != A);
+        self.wire.queue.retain(|(from, to, _)| *from != A && *to != A);
         self.set_layout(C, a_failed());
     }
 
@@ -201,8 +189,7 @@ impl Net {
     }
 
     fn take(&mut self, req_id: u64) -> Option<ClientResponse> {
-        let pos = self.responses.iter().position(|(r, _)| *r == req_id)?;
-        Some(self.responses.remove(pos).1)
+        self.wire.take(req_id)
     }
 
     /// Runs until B's copy is done (ticking, everything delivered).

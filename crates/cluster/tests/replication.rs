@@ -9,7 +9,8 @@ use latsdb_cluster::{Outbox, Shard, ShardConfig};
 use latsdb_types::proto::*;
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
 use latsdb_types::{ErrorCode, TableMeta, Value};
-use std::collections::VecDeque;
+mod common;
+use common::Wire;
 
 const A: ShardAddr = ShardAddr { node: 2, shard: 0 };
 const B: ShardAddr = ShardAddr { node: 3, shard: 0 };
@@ -44,8 +45,7 @@ fn layout(b_started: bool) -> ClusterLayout {
 
 struct Net {
     shards: Vec<Shard>,
-    queue: VecDeque<(ShardAddr, ShardAddr, PeerMsg)>,
-    responses: Vec<(u64, ClientResponse)>,
+    wire: Wire,
     b_alive: bool,
     meta: TableMeta,
 }
@@ -78,30 +78,25 @@ impl Net {
                 s
             })
             .collect();
-        Net { shards, queue: VecDeque::new(), responses: Vec::new(), b_alive: true, meta: TableMeta::new(def) }
+        Net { shards, wire: Wire::default(), b_alive: true, meta: TableMeta::new(def) }
     }
 
     fn collect(&mut self, from: ShardAddr, out: &mut Outbox) {
-        self.responses.extend(out.client.drain(..).map(|(_, req, r)| (req, r)));
-        for (to, msg) in out.peer.drain(..) {
-            self.queue.push_back((from, to, msg));
-        }
+        self.wire.collect(from, out);
     }
 
     fn request(&mut self, at: ShardAddr, req_id: u64, req: ClientRequest) {
-        let mut out = Outbox::default();
-        self.shards[index(at)].on_client(1, req_id, req, 0, &mut out);
-        self.collect(at, &mut out);
+        self.wire.request(&mut self.shards[index(at)], at, req_id, req, 0);
     }
 
     /// Delivers queued messages in order until `stop` matches the next one
     /// (which stays queued) or nothing is left.
     fn deliver_until(&mut self, stop: impl Fn(&ShardAddr, &ShardAddr, &PeerMsg) -> bool) {
-        while let Some((from, to, msg)) = self.queue.front() {
+        while let Some((from, to, msg)) = self.wire.queue.front() {
             if stop(from, to, msg) {
                 return;
             }
-            let (from, to, msg) = self.queue.pop_front().unwrap();
+            let (from, to, msg) = self.wire.queue.pop_front().unwrap();
             if !self.b_alive && (to == B || from == B) {
                 continue;
             }
@@ -113,8 +108,8 @@ impl Net {
 
     /// Loses the first queued message matching `pred`.
     fn drop_first(&mut self, pred: impl Fn(&ShardAddr, &ShardAddr, &PeerMsg) -> bool) {
-        let pos = self.queue.iter().position(|(f, t, m)| pred(f, t, m)).expect("a matching message is queued");
-        self.queue.remove(pos);
+        let pos = self.wire.queue.iter().position(|(f, t, m)| pred(f, t, m)).expect("a matching message is queued");
+        self.wire.queue.remove(pos);
     }
 
     fn deliver_all(&mut self) {
@@ -124,7 +119,7 @@ impl Net {
     /// Node B fails: its queued messages are lost and A learns the new layout.
     fn kill_b(&mut self) {
         self.b_alive = false;
-        self.queue.retain(|(from, to, _)| *from != B && *to != B);
+        self.wire.queue.retain(|(from, to, _)| *from != B && *to != B);
         let mut out = Outbox::default();
         self.shards[index(A)].set_layout(layout(false), 0, &mut out);
         self.collect(A, &mut out);
@@ -147,8 +142,7 @@ impl Net {
     }
 
     fn take(&mut self, req_id: u64) -> Option<ClientResponse> {
-        let pos = self.responses.iter().position(|(r, _)| *r == req_id)?;
-        Some(self.responses.remove(pos).1)
+        self.wire.take(req_id)
     }
 
     fn read_at(&mut self, at: ShardAddr, id: i64) -> Option<i64> {
@@ -218,6 +212,7 @@ fn a_batch_of_writes_is_prepared_on_the_backup_with_one_message_each_way() {
     let ops: Vec<KeyOp> = ids.iter().take(50).map(|&id| n.insert(id)).collect();
     n.request(A, 1, ClientRequest::Batch(ops));
     let prepares: Vec<usize> = n
+        .wire
         .queue
         .iter()
         .filter_map(|(_, to, m)| match m {
@@ -228,6 +223,7 @@ fn a_batch_of_writes_is_prepared_on_the_backup_with_one_message_each_way() {
     assert_eq!(prepares, vec![50]);
     n.deliver_until(|_, _, m| matches!(m, PeerMsg::ReplicaPrepared { .. }));
     let answers: Vec<usize> = n
+        .wire
         .queue
         .iter()
         .filter_map(|(_, _, m)| match m {
@@ -393,7 +389,7 @@ impl Net {
             let op = if round % 3 == 0 { self.op(id, OpKind::Delete) } else { self.upsert(id, round as i64) };
             self.request(A, 100_000 + round, ClientRequest::Batch(vec![op]));
             for _ in 0..3 {
-                if let Some((from, to, msg)) = self.queue.pop_front() {
+                if let Some((from, to, msg)) = self.wire.queue.pop_front() {
                     let mut out = Outbox::default();
                     self.shards[index(to)].on_peer(from, msg, now, &mut out);
                     self.collect(to, &mut out);
