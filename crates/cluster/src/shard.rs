@@ -316,7 +316,23 @@ impl Shard {
             PeerMsg::TakeoverReport(r) => r.version > self.layout.version,
             _ => false,
         };
-        if !early && !self.layout.takes_writes(from.node) {
+        // A starting node is primary and coordinator of nothing: what it
+        // sends in those roles comes late from its previous process, whose
+        // transactions only a takeover may settle (or this layout lags
+        // behind the node's admission, and the sender gets a retriable
+        // refusal). A stray prepare staged here would hold its row lock for
+        // ever, and a stray commit could contradict the takeover.
+        let starting = self.layout.datanode(from.node).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting);
+        let primary_role = matches!(
+            msg,
+            PeerMsg::ReplicaPrepare { .. }
+                | PeerMsg::ReplicaCommit { .. }
+                | PeerMsg::ReplicaAbort { .. }
+                | PeerMsg::TxOps { .. }
+                | PeerMsg::TxCommit { .. }
+                | PeerMsg::TxAbort { .. }
+        );
+        if (!early && !self.layout.takes_writes(from.node)) || (starting && primary_role) {
             // Requests that wait for an answer get a refusal, not silence:
             // the sender may be alive in a layout newer than this shard's
             // (admitted a moment ago), and would otherwise wait for ever.
@@ -346,23 +362,6 @@ impl Shard {
             return;
         }
         if let PeerMsg::TxOps { tx, ops } = &msg {
-            if self.layout.datanode(from.node).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting) {
-                // A starting node coordinates nothing: these operations come
-                // late from its previous process, which a takeover may have
-                // settled already, so they must not lock anything. (Or this
-                // layout lags behind the node's admission: the coordinator
-                // gets a retriable error.)
-                let e = DbError::new(
-                    ErrorCode::NotServing,
-                    format!(
-                        "shard {} does not yet see node {} as started; nothing was done, retry",
-                        self.cfg.me, tx.tc.node
-                    ),
-                );
-                self.ldm_refuse_ops(*tx, ops.iter().map(|(idx, _)| *idx).collect(), e, out);
-                self.finish_turn(out);
-                return;
-            }
             if let Some(e) = self.not_serving(now) {
                 // The coordinator's layout may lag behind a view that left
                 // this node out (and made another replica primary): without
