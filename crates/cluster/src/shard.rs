@@ -322,7 +322,8 @@ impl Shard {
         // behind the node's admission, and the sender gets a retriable
         // refusal). A stray prepare staged here would hold its row lock for
         // ever, and a stray commit could contradict the takeover.
-        let starting = self.layout.datanode(from.node).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting);
+        let starting =
+            self.layout.datanode(from.node).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting);
         let primary_role = matches!(
             msg,
             PeerMsg::ReplicaPrepare { .. }
