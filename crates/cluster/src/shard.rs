@@ -322,8 +322,6 @@ impl Shard {
         // behind the node's admission, and the sender gets a retriable
         // refusal). A stray prepare staged here would hold its row lock for
         // ever, and a stray commit could contradict the takeover.
-        let starting =
-            self.layout.datanode(from.node).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting);
         let primary_role = matches!(
             msg,
             PeerMsg::ReplicaPrepare { .. }
@@ -333,7 +331,12 @@ impl Shard {
                 | PeerMsg::TxCommit { .. }
                 | PeerMsg::TxAbort { .. }
         );
-        if (!early && !self.layout.takes_writes(from.node)) || (starting && primary_role) {
+        let listened = match self.layout.datanode(from.node).map(|d| d.status) {
+            Some(latsdb_types::proto::NodeStatus::Started) => true,
+            Some(latsdb_types::proto::NodeStatus::Starting) => !primary_role,
+            _ => early,
+        };
+        if !listened {
             // Requests that wait for an answer get a refusal, not silence:
             // the sender may be alive in a layout newer than this shard's
             // (admitted a moment ago), and would otherwise wait for ever.
