@@ -96,8 +96,14 @@ impl Backups {
     }
 
     pub(crate) fn retain(&mut self, keep: impl Fn(&ShardAddr) -> bool) {
-        let kept: Vec<ShardAddr> = self.addrs[..self.len as usize].iter().copied().filter(|a| keep(a)).collect();
-        *self = Backups::new(&kept);
+        let mut kept = 0;
+        for i in 0..self.len as usize {
+            if keep(&self.addrs[i]) {
+                self.addrs[kept] = self.addrs[i];
+                kept += 1;
+            }
+        }
+        self.len = kept as u8;
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -128,6 +128,11 @@ pub struct SyncProgress {
 }
 
 impl SyncTarget {
+    /// The partition copy these messages belong to, if it is still under way.
+    fn part(&mut self, (from, table, partition, attempt): CopyOf) -> Option<&mut Part> {
+        self.parts.get_mut(&(table, partition)).filter(|p| p.source == from && p.attempt == attempt)
+    }
+
     /// The copy is under way (not done, not failed).
     pub(crate) fn copying(&self) -> bool {
         self.begun && !self.parts.is_empty()
@@ -223,11 +228,6 @@ impl Shard {
         let attempt = target.attempts;
         target.parts.insert((table, partition), Part { source, attempt, ended: false, fetching: 0 });
         self.send_peer(source, PeerMsg::SyncRequest { table, partition, attempt }, out);
-    }
-
-    /// The partition copy these messages belong to, if it is still under way.
-    fn sync_part_of(&mut self, (from, table, partition, attempt): CopyOf) -> Option<&mut Part> {
-        self.sync_dst.parts.get_mut(&(table, partition)).filter(|p| p.source == from && p.attempt == attempt)
     }
 
     /// Partitions whose primary changed while this shard copied them (the
@@ -441,18 +441,14 @@ impl Shard {
 
     pub(crate) fn sync_on_digest(&mut self, copy: CopyOf, range: SyncRange, digest: u64, out: &mut Outbox) {
         let (from, table, partition, attempt) = copy;
-        if self.sync_part_of(copy).is_none() {
-            return;
-        }
+        let Some(part) = self.sync_dst.part(copy) else { return };
         let mine = self
             .tables
             .get(&table)
             .and_then(|t| t.partitions.get(partition as usize))
             .and_then(|p| p.as_ref())
             .map(|p| p.digest_between(range.after.as_deref(), range.upto.as_deref()));
-        let last = range.upto.is_none();
-        let part = self.sync_part_of(copy).expect("looked up above");
-        part.ended = last;
+        part.ended = range.upto.is_none();
         if mine == Some(digest) {
             // Only ranges with rows count as compared and skipped.
             if digest != latsdb_storage::empty_digest() {
@@ -473,7 +469,7 @@ impl Shard {
         epoch: latsdb_types::proto::CommitEpoch,
     ) {
         let (_, table, partition, _) = copy;
-        if self.sync_part_of(copy).is_none_or(|p| p.fetching == 0) {
+        if self.sync_dst.part(copy).is_none_or(|p| p.fetching == 0) {
             // Not asked for by this copy: the answer to a fetch of one
             // given up, or of the node's previous process.
             return;
@@ -488,7 +484,7 @@ impl Shard {
         let progress = &mut self.sync_dst.progress;
         progress.ranges_copied += 1;
         progress.rows_copied += rows.len() as u64;
-        if let Some(part) = self.sync_part_of(copy) {
+        if let Some(part) = self.sync_dst.part(copy) {
             part.fetching -= 1;
         }
         self.sync_part_check(table, partition);
@@ -496,7 +492,7 @@ impl Shard {
 
     pub(crate) fn sync_on_refused(&mut self, copy: CopyOf, error: DbError) {
         let (from, table, partition, _) = copy;
-        if self.sync_part_of(copy).is_some() {
+        if self.sync_dst.part(copy).is_some() {
             self.sync_fail(format!(
                 "shard {from} refused to copy partition {partition} of table id {table}: {}",
                 error.message
