@@ -22,6 +22,7 @@ if [[ "${1:-}" == "bench" ]]; then
   need redis-server
   need redis-tools
   need mariadb-server
+  need linux-perf
 fi
 
 if ((${#want[@]})); then
