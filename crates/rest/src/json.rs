@@ -132,7 +132,11 @@ pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
         None => return Err("the request body is empty: send a JSON object".into()),
         Some(_) => return Err("the request body is not valid: it must be a JSON object".into()),
     }
-    serde_json::from_slice(body).map_err(|e| format!("the request body is not valid: {e}"))
+    // One UTF-8 check of the whole body is cheaper than one per string.
+    let text = std::str::from_utf8(body).map_err(|e| {
+        format!("the request body is not valid UTF-8 (at byte {}); send JSON text in UTF-8", e.valid_up_to())
+    })?;
+    serde_json::from_str(text).map_err(|e| format!("the request body is not valid: {e}"))
 }
 
 /// Writes JSON into a growing buffer.
@@ -160,6 +164,12 @@ impl JsonOut {
     pub fn str(&mut self, text: &str) {
         self.buf.push(b'"');
         let bytes = text.as_bytes();
+        // Names and most values need no escaping: check all bytes at once.
+        if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+            self.buf.extend_from_slice(bytes);
+            self.buf.push(b'"');
+            return;
+        }
         let mut start = 0;
         for (i, &b) in bytes.iter().enumerate() {
             let escape: &[u8] = match b {
@@ -309,6 +319,16 @@ mod tests {
         assert!(nested.contains("a number, string, boolean or null"), "{nested}");
         let twice = parse::<Fields>(br#"{"a": 1, "a": 2}"#).unwrap_err();
         assert!(twice.contains("'a' is given twice"), "{twice}");
+    }
+
+    #[test]
+    fn bodies_must_be_utf8_json_objects() {
+        let e = parse::<Fields>(b"{\"a\": \"\xff\"}").unwrap_err();
+        assert!(e.contains("not valid UTF-8 (at byte 7)"), "{e}");
+        assert!(parse::<Fields>(b"[1]").unwrap_err().contains("must be a JSON object"));
+        assert!(parse::<Fields>(b"  ").unwrap_err().contains("is empty"));
+        let e = parse::<Fields>(b"{\"a\": 1,}").unwrap_err();
+        assert!(e.contains("the request body is not valid: trailing comma"), "{e}");
     }
 
     #[test]

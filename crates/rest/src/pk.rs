@@ -189,6 +189,18 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
     match request.kind {
         PkKind::Read | PkKind::Delete => {
             let filters = request.body.filters.as_deref().unwrap_or_default();
+            // The usual lookup: one filter on a one-column key, without
+            // the general path's per-column bookkeeping.
+            if let ([filter], &[key_column]) = (filters, def.primary_key.as_slice()) {
+                let column = &def.columns[key_column as usize];
+                if column.name.eq_ignore_ascii_case(&filter.column) {
+                    let value = filter.value.to_column_value(column).map_err(HttpError::bad_request)?;
+                    if value.is_null() {
+                        return Err(HttpError::bad_request(format!("filter column '{}' is NULL", filter.column)));
+                    }
+                    return planned_key_op(rest, table, request, &[value]);
+                }
+            }
             let mut key: Vec<Option<Value>> = vec![None; def.primary_key.len()];
             for filter in filters {
                 let column = def.column_id(&filter.column).map_err(HttpError::from_db)?;
@@ -214,17 +226,7 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
                     def.database, def.name, table.key_names
                 ))
             })?;
-            if request.kind == PkKind::Delete {
-                return Op::delete(&table.table, &key).map_err(HttpError::from_db);
-            }
-            let op = Op::read(&table.table, &key).map_err(HttpError::from_db)?;
-            match &request.body.read_columns {
-                None => Ok(op),
-                Some(columns) => {
-                    let projection = rest.projection(table, columns)?;
-                    Ok(op.with_projection(&projection))
-                }
-            }
+            planned_key_op(rest, table, request, &key)
         }
         PkKind::Write => {
             let data = request.body.data.as_ref().map(|d| d.0.as_slice()).unwrap_or_default();
@@ -247,6 +249,26 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
                 .map(|(v, c)| v.unwrap_or_else(|| c.default.clone().unwrap_or(Value::Null)))
                 .collect();
             Op::upsert(&table.table, row).map_err(HttpError::from_db)
+        }
+    }
+}
+
+/// The read or delete of the row with primary key `key`.
+fn planned_key_op(
+    rest: &Rest,
+    table: &Arc<ResolvedTable>,
+    request: &PkRequest,
+    key: &[Value],
+) -> Result<Op, HttpError> {
+    if request.kind == PkKind::Delete {
+        return Op::delete(&table.table, key).map_err(HttpError::from_db);
+    }
+    let op = Op::read(&table.table, key).map_err(HttpError::from_db)?;
+    match &request.body.read_columns {
+        None => Ok(op),
+        Some(columns) => {
+            let projection = rest.projection(table, columns)?;
+            Ok(op.with_projection(&projection))
         }
     }
 }

@@ -1,5 +1,8 @@
-//! What a REST node shares between its connections: the cluster client,
-//! resolved tables (with their projections), API keys and metrics.
+//! What a REST node shares between its connections: resolved tables (with
+//! their projections), API keys, feature views and metrics. Each worker
+//! thread has its own cluster client (its own connections to the data
+//! nodes); everything else is shared by all workers, so a change made
+//! through one worker (a dropped view, a stale table) is seen by all.
 
 use crate::auth::ApiKeys;
 use crate::metrics::Metrics;
@@ -30,24 +33,40 @@ enum CachedTable {
     Missing(Instant, String),
 }
 
+type TableCache = RwLock<HashMap<String, HashMap<String, CachedTable>>>;
+
 pub struct Rest {
+    /// This worker's cluster client.
     pub client: Client,
     pub config: RestConfig,
-    pub keys: ApiKeys,
-    pub metrics: Metrics,
-    pub views: crate::features::ViewCache,
-    tables: RwLock<HashMap<String, HashMap<String, CachedTable>>>,
+    pub keys: Arc<ApiKeys>,
+    pub metrics: Arc<Metrics>,
+    pub views: Arc<crate::features::ViewCache>,
+    tables: Arc<TableCache>,
 }
 
 impl Rest {
     pub fn new(client: Client, config: RestConfig) -> Rest {
         Rest {
-            keys: ApiKeys::new(client.clone(), config.auth),
+            keys: Arc::new(ApiKeys::new(client.clone(), config.auth)),
             client,
             config,
-            metrics: Metrics::default(),
-            views: Default::default(),
-            tables: RwLock::new(HashMap::new()),
+            metrics: Arc::default(),
+            views: Arc::default(),
+            tables: Arc::default(),
+        }
+    }
+
+    /// Another worker's view of the same node: its own client, the same
+    /// caches, keys and metrics.
+    pub fn with_client(&self, client: Client) -> Rest {
+        Rest {
+            client,
+            config: self.config.clone(),
+            keys: self.keys.clone(),
+            metrics: self.metrics.clone(),
+            views: self.views.clone(),
+            tables: self.tables.clone(),
         }
     }
 
