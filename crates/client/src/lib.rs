@@ -123,12 +123,18 @@ struct Inner {
     router: RwLock<Arc<Router>>,
     conns: Mutex<HashMap<ShardAddr, Arc<ShardConn>>>,
     connecting: tokio::sync::Mutex<()>,
-    tables: RwLock<HashMap<(String, String), Arc<Table>>>,
-    /// Bumped whenever `tables` changes.
-    tables_generation: std::sync::atomic::AtomicU64,
+    tables: Arc<TableCache>,
     mgm: tokio::sync::Mutex<Option<RpcConn>>,
     /// Rotates committed-read batches over the replicas.
     read_rotation: std::sync::atomic::AtomicUsize,
+}
+
+/// Table definitions by (database, name); shared by sibling clients.
+#[derive(Default)]
+struct TableCache {
+    map: RwLock<HashMap<(String, String), Arc<Table>>>,
+    /// Bumped whenever `map` changes.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 /// A handle to a latsdb cluster; cheap to clone and share between tasks.
@@ -152,6 +158,19 @@ impl Client {
     }
 
     pub async fn connect_with(mgmd: &str, opts: ClientOptions) -> Result<Client> {
+        Self::connect_sharing(mgmd, opts, Arc::default()).await
+    }
+
+    /// Another client of the same cluster with its own connections (to the
+    /// management server and the data nodes, driven by the runtime this is
+    /// called on) but the same table definitions: a table this one creates
+    /// or drops is seen by the sibling at once. A server with a runtime per
+    /// thread gives each thread a sibling, so that no request crosses threads.
+    pub async fn connect_sibling(&self) -> Result<Client> {
+        Self::connect_sharing(&self.inner.mgmd, self.inner.opts.clone(), self.inner.tables.clone()).await
+    }
+
+    async fn connect_sharing(mgmd: &str, opts: ClientOptions, tables: Arc<TableCache>) -> Result<Client> {
         let mut mgm = RpcConn::connect(mgmd, opts.connect_timeout)
             .await
             .map_err(|e| DbError::new(e.code, format!("{}; is the management server running at {mgmd}?", e.message)))?;
@@ -186,12 +205,16 @@ impl Client {
                 layout: RwLock::new(Arc::new(layout)),
                 conns: Mutex::new(HashMap::new()),
                 connecting: tokio::sync::Mutex::new(()),
-                tables: RwLock::new(HashMap::new()),
-                tables_generation: std::sync::atomic::AtomicU64::new(0),
+                tables,
                 mgm: tokio::sync::Mutex::new(Some(mgm)),
                 read_rotation: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
+    }
+
+    /// The management server this client reaches the cluster through.
+    pub fn mgmd(&self) -> &str {
+        &self.inner.mgmd
     }
 
     pub fn layout(&self) -> Arc<ClusterLayout> {
@@ -233,8 +256,13 @@ impl Client {
 
     pub async fn drop_table(&self, database: &str, name: &str) -> Result<()> {
         let request = MgmRequest::DropTable { database: database.into(), name: name.into() };
-        self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).remove(&(database.to_string(), name.to_string()));
-        self.inner.tables_generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.inner
+            .tables
+            .map
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(database.to_string(), name.to_string()));
+        self.inner.tables.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
         match self.mgm(request).await? {
             MgmResponse::Done => Ok(()),
             other => Err(unexpected("DropTable", other)),
@@ -245,13 +273,13 @@ impl Client {
     /// dropped: something built against cached tables is still current
     /// while this stays the same.
     pub fn tables_generation(&self) -> u64 {
-        self.inner.tables_generation.load(std::sync::atomic::Ordering::Acquire)
+        self.inner.tables.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The table's definition, from the cache or the management server.
     pub async fn table(&self, database: &str, name: &str) -> Result<Arc<Table>> {
         let key = (database.to_string(), name.to_string());
-        if let Some(t) = self.inner.tables.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(t) = self.inner.tables.map.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return Ok(t.clone());
         }
         self.refresh_table(database, name).await
@@ -297,8 +325,8 @@ impl Client {
     fn cache_table(&self, def: TableDef) -> Arc<Table> {
         let key = (def.database.clone(), def.name.clone());
         let table = Table::new(def);
-        self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).insert(key, table.clone());
-        self.inner.tables_generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.inner.tables.map.write().unwrap_or_else(|p| p.into_inner()).insert(key, table.clone());
+        self.inner.tables.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
         table
     }
 

@@ -476,188 +476,56 @@ pub struct RestOptions {
     pub ready_file: Option<PathBuf>,
 }
 
-/// Runs a REST node until SIGTERM or Ctrl-C.
-///
-/// One thread per worker, each with its own single-threaded runtime and its
-/// own cluster client: a request is read, planned, sent to the data nodes,
-/// answered and written on one thread, with no cross-thread wake-ups or
-/// work stealing on the way (on a multi-threaded runtime these cost about a
-/// fifth of the node's CPU). The first worker accepts connections and deals
-/// them out in turn; caches, API keys and metrics are shared (`Rest`).
+/// Runs a REST node until SIGTERM or Ctrl-C: a thread per worker, each
+/// with its own runtime and its own cluster client (`serve_per_thread`);
+/// caches, API keys and metrics are shared (`Rest::with_client`).
 pub fn run(options: RestOptions) -> Result<(), String> {
     let threads = latsdb_net::serve::worker_threads(options.threads);
     let tls = match &options.tls {
         Some((cert, key)) => Some(latsdb_net::tls::acceptor(cert, key)?),
         None => None,
     };
-    let mut workers = Vec::with_capacity(threads);
-    let mut hand_offs = Vec::with_capacity(threads.saturating_sub(1));
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-    // The others first: each connects its client and waits for connections.
-    let (shared_tx, shared_rx) = std::sync::mpsc::channel::<Arc<Rest>>();
-    let shared_rx = Arc::new(std::sync::Mutex::new(shared_rx));
-    for index in 1..threads {
-        let (hand_off, streams) = tokio::sync::mpsc::unbounded_channel::<std::net::TcpStream>();
-        hand_offs.push(hand_off);
-        let (options, tls, ready, shared) = (options.clone(), tls.clone(), ready_tx.clone(), shared_rx.clone());
-        workers.push(spawn_worker(index, move || {
-            let shared = shared.lock().unwrap_or_else(|p| p.into_inner()).recv();
-            let Ok(shared) = shared else { return Ok(()) };
-            other_worker(options, shared, tls, streams, ready)
-        })?);
-    }
-    let accept_ready = ready_tx.clone();
-    let first = {
-        let (options, tls) = (options.clone(), tls.clone());
-        spawn_worker(0, move || first_worker(options, threads, tls, hand_offs, shared_tx, accept_ready))?
-    };
-    drop(ready_tx);
-    // Every worker reports once it serves, or why it cannot.
-    for _ in 0..threads {
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err("a REST worker thread stopped while starting; see the messages above".into()),
-        }
-    }
-    let mut result = join_worker(first);
-    for worker in workers {
-        let r = join_worker(worker);
-        if result.is_ok() {
-            result = r;
-        }
-    }
-    println!("latsdb rest node stopped");
-    result
-}
-
-fn spawn_worker(
-    index: usize,
-    body: impl FnOnce() -> Result<(), String> + Send + 'static,
-) -> Result<std::thread::JoinHandle<Result<(), String>>, String> {
-    std::thread::Builder::new()
-        .name(format!("rest-worker-{index}"))
-        .spawn(body)
-        .map_err(|e| format!("cannot start REST worker thread {index}: {e}"))
-}
-
-fn join_worker(worker: std::thread::JoinHandle<Result<(), String>>) -> Result<(), String> {
-    worker.join().unwrap_or_else(|_| Err("a REST worker thread panicked".into()))
-}
-
-fn worker_runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))
-}
-
-async fn connect_client(mgmd: &str) -> Result<Client, String> {
-    Client::connect(mgmd).await.map_err(|e| format!("cannot reach the cluster through {mgmd}: {}", e.message))
-}
-
-type Ready = std::sync::mpsc::Sender<Result<(), String>>;
-
-/// Connects, creates the metadata tables, listens and accepts; deals each
-/// connection to the next worker in turn (itself included).
-fn first_worker(
-    options: RestOptions,
-    threads: usize,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    hand_offs: Vec<tokio::sync::mpsc::UnboundedSender<std::net::TcpStream>>,
-    shared_tx: std::sync::mpsc::Sender<Arc<Rest>>,
-    ready: Ready,
-) -> Result<(), String> {
-    let report = |e: String| {
-        let _ = ready.send(Err(e.clone()));
-        e
-    };
-    let runtime = worker_runtime().map_err(report)?;
-    runtime.block_on(async {
-        let client = connect_client(&options.mgmd).await.map_err(report)?;
+    let (mgmd, config) = (options.mgmd.clone(), options.config.clone());
+    let init = move || async move {
+        let client = connect_client(&mgmd).await?;
         auth::ensure_system_tables(&client)
             .await
-            .map_err(|e| format!("cannot create the metadata tables in {}: {}", auth::SYSTEM_DATABASE, e.message))
-            .map_err(report)?;
-        let listener = tokio::net::TcpListener::bind(options.listen)
+            .map_err(|e| format!("cannot create the metadata tables in {}: {}", auth::SYSTEM_DATABASE, e.message))?;
+        Ok(Arc::new(Rest::new(client, config)))
+    };
+    let join = |first: Arc<Rest>| async move {
+        let client = first
+            .client
+            .connect_sibling()
             .await
-            .map_err(|e| format!("cannot listen on {}: {e}; pick another --port", options.listen))
-            .map_err(report)?;
-        let address =
-            listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}")).map_err(report)?;
-        let rest = Arc::new(Rest::new(client, options.config.clone()));
-        for _ in 1..threads {
-            let _ = shared_tx.send(rest.clone());
-        }
-        drop(shared_tx);
+            .map_err(|e| format!("cannot reach the cluster through {}: {}", first.client.mgmd(), e.message))?;
+        Ok(Arc::new(first.with_client(client)))
+    };
+    let https = tls.is_some();
+    let listening = |address: SocketAddr| {
         println!(
             "latsdb rest node listening on {}://{address}/{API_VERSION}/ ({threads} worker threads, auth: {})",
-            if tls.is_some() { "https" } else { "http" },
+            if https { "https" } else { "http" },
             match options.config.auth {
                 AuthMode::None => "none",
                 AuthMode::ApiKey => "api-key",
             }
         );
-        if let Some(path) = &options.ready_file {
-            std::fs::write(path, address.to_string())
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))
-                .map_err(report)?;
+        match &options.ready_file {
+            Some(path) => {
+                std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))
+            }
+            None => Ok(()),
         }
-        let _ = ready.send(Ok(()));
-        let mut next = 0usize;
-        latsdb_net::serve::accept_until_stopped(listener, |stream| {
-            next = next.wrapping_add(1);
-            let target = next % threads;
-            let mut local = Some(stream);
-            if target > 0 {
-                if let Some(stream) = local.take() {
-                    // A worker that is gone leaves its share to this one.
-                    local = match stream.into_std() {
-                        Ok(std_stream) => match hand_offs[target - 1].send(std_stream) {
-                            Ok(()) => None,
-                            Err(back) => tokio::net::TcpStream::from_std(back.0).ok(),
-                        },
-                        Err(_) => None,
-                    };
-                }
-            }
-            let (rest, tls) = (rest.clone(), tls.clone());
-            async move {
-                if let Some(stream) = local {
-                    serve_stream(rest, tls, stream).await
-                }
-            }
-        })
-        .await
-    })
+    };
+    let serve = move |rest: &Arc<Rest>, stream| serve_stream(rest.clone(), tls.clone(), stream);
+    latsdb_net::serve::serve_per_thread("rest-worker", threads, options.listen, init, join, listening, serve)?;
+    println!("latsdb rest node stopped");
+    Ok(())
 }
 
-/// Connects its own client, then serves the connections the first worker
-/// hands it until that worker stops.
-fn other_worker(
-    options: RestOptions,
-    shared: Arc<Rest>,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    mut streams: tokio::sync::mpsc::UnboundedReceiver<std::net::TcpStream>,
-    ready: Ready,
-) -> Result<(), String> {
-    let report = |e: String| {
-        let _ = ready.send(Err(e.clone()));
-        e
-    };
-    let runtime = worker_runtime().map_err(report)?;
-    runtime.block_on(async {
-        let client = connect_client(&options.mgmd).await.map_err(report)?;
-        let rest = Arc::new(shared.with_client(client));
-        drop(shared);
-        let _ = ready.send(Ok(()));
-        while let Some(stream) = streams.recv().await {
-            if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
-                tokio::spawn(serve_stream(rest.clone(), tls.clone(), stream));
-            }
-        }
-        Ok(())
-    })
+async fn connect_client(mgmd: &str) -> Result<Client, String> {
+    Client::connect(mgmd).await.map_err(|e| format!("cannot reach the cluster through {mgmd}: {}", e.message))
 }
 
 async fn serve_stream(rest: Arc<Rest>, tls: Option<tokio_rustls::TlsAcceptor>, stream: tokio::net::TcpStream) {

@@ -23,6 +23,7 @@ pub mod wire;
 use latsdb_client::Client;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Options of a SQL node process.
 #[derive(Clone, Debug)]
@@ -42,16 +43,14 @@ pub struct SqlOptions {
     pub require_tls: bool,
 }
 
-/// Runs a SQL node until SIGTERM or Ctrl-C.
+/// Runs a SQL node until SIGTERM or Ctrl-C: a thread per worker, each with
+/// its own runtime and its own cluster client (`serve_per_thread`), so a
+/// session's statements never cross threads.
 pub fn run(options: SqlOptions) -> Result<(), String> {
     if options.require_tls && options.tls.is_none() {
         return Err("--require-secure-transport needs --tls-cert and --tls-key".into());
     }
     let threads = latsdb_net::serve::worker_threads(options.threads);
-    latsdb_net::serve::runtime(threads, "sql-worker")?.block_on(serve_until_stopped(options, threads))
-}
-
-async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), String> {
     // A bad certificate is reported before anything else starts.
     let tls = match &options.tls {
         Some((cert, key)) => {
@@ -68,36 +67,47 @@ async fn serve_until_stopped(options: SqlOptions, threads: usize) -> Result<(), 
         coalesce: latsdb_net::Coalesce::Never,
         ..Default::default()
     };
-    let client = Client::connect_with(&options.mgmd, client_options)
-        .await
-        .map_err(|e| format!("cannot reach the cluster through {}: {}", options.mgmd, e.message))?;
-    let shared = session::Shared::new(client, options.accounts.clone());
-    shared
-        .ensure_system_tables()
-        .await
-        .map_err(|e| format!("cannot create the SQL metadata tables in {}: {}", session::SYSTEM_DATABASE, e.message))?;
-    let listener = tokio::net::TcpListener::bind(options.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}; pick another --port", options.listen))?;
-    let address = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
-    let users: Vec<&str> = options.accounts.iter().map(|a| a.user.as_str()).collect();
-    println!(
-        "latsdb sql node listening on {address} (MySQL protocol{}, {threads} worker threads, users: {})",
-        match (&options.tls, options.require_tls) {
-            (Some(_), true) => ", TLS required",
-            (Some(_), false) => ", TLS offered",
-            (None, _) => "",
-        },
-        users.join(", ")
-    );
-    if let Some(path) = &options.ready_file {
-        std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
+    let (mgmd, accounts) = (options.mgmd.clone(), options.accounts.clone());
+    let init = move || async move {
+        let client = Client::connect_with(&mgmd, client_options)
+            .await
+            .map_err(|e| format!("cannot reach the cluster through {mgmd}: {}", e.message))?;
+        let shared = session::Shared::new(client, accounts);
+        shared.ensure_system_tables().await.map_err(|e| {
+            format!("cannot create the SQL metadata tables in {}: {}", session::SYSTEM_DATABASE, e.message)
+        })?;
+        Ok(shared)
+    };
+    let join = |first: Arc<session::Shared>| async move {
+        let client = first
+            .client
+            .connect_sibling()
+            .await
+            .map_err(|e| format!("cannot reach the cluster through {}: {}", first.client.mgmd(), e.message))?;
+        Ok(first.with_client(client))
+    };
+    let listening = |address: SocketAddr| {
+        let users: Vec<&str> = options.accounts.iter().map(|a| a.user.as_str()).collect();
+        println!(
+            "latsdb sql node listening on {address} (MySQL protocol{}, {threads} worker threads, users: {})",
+            match (&options.tls, options.require_tls) {
+                (Some(_), true) => ", TLS required",
+                (Some(_), false) => ", TLS offered",
+                (None, _) => "",
+            },
+            users.join(", ")
+        );
+        match &options.ready_file {
+            Some(path) => {
+                std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))
+            }
+            None => Ok(()),
+        }
+    };
     let max_packet = options.max_packet;
-    latsdb_net::serve::accept_until_stopped(listener, |stream| {
-        conn::serve(shared.clone(), stream, max_packet, tls.clone())
-    })
-    .await?;
+    let serve =
+        move |shared: &Arc<session::Shared>, stream| conn::serve(shared.clone(), stream, max_packet, tls.clone());
+    latsdb_net::serve::serve_per_thread("sql-worker", threads, options.listen, init, join, listening, serve)?;
     println!("latsdb sql node stopped");
     Ok(())
 }

@@ -91,14 +91,17 @@ pub struct CachedPlan {
 }
 
 /// State shared by every session of one SQL node.
+/// What the sessions of a SQL node share. Each worker thread has its own
+/// `Shared` with its own cluster client (`with_client`); the rest is common
+/// to all workers of the node.
 pub struct Shared {
     pub client: Client,
     pub accounts: Vec<crate::auth::Account>,
-    next_connection: AtomicU32,
+    next_connection: Arc<AtomicU32>,
     /// Per table id: the auto-increment column (None: the table has none).
-    auto_columns: Mutex<HashMap<u32, Option<ColumnId>>>,
+    auto_columns: Arc<Mutex<HashMap<u32, Option<ColumnId>>>>,
     /// Per table id: reserved values [next, end) and the counter last seen.
-    auto_ranges: tokio::sync::Mutex<HashMap<u32, AutoRange>>,
+    auto_ranges: Arc<tokio::sync::Mutex<HashMap<u32, AutoRange>>>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -115,9 +118,22 @@ impl Shared {
         Arc::new(Shared {
             client,
             accounts,
-            next_connection: AtomicU32::new(1),
-            auto_columns: Mutex::new(HashMap::new()),
-            auto_ranges: tokio::sync::Mutex::new(HashMap::new()),
+            next_connection: Arc::new(AtomicU32::new(1)),
+            auto_columns: Arc::default(),
+            auto_ranges: Arc::default(),
+        })
+    }
+
+    /// Another worker's view of the same node: its own client (a sibling
+    /// of this one, sharing table definitions), the same connection ids
+    /// and AUTO_INCREMENT reservations.
+    pub fn with_client(&self, client: Client) -> Arc<Shared> {
+        Arc::new(Shared {
+            client,
+            accounts: self.accounts.clone(),
+            next_connection: self.next_connection.clone(),
+            auto_columns: self.auto_columns.clone(),
+            auto_ranges: self.auto_ranges.clone(),
         })
     }
 
