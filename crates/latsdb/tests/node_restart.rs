@@ -104,8 +104,12 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
     let log3 = std::fs::read_to_string(data_dir.join("datanode-3.log")).unwrap();
     assert!(log3.contains("initial start: emptied"), "{log3}");
     let (equal, copied) = copy_stage(&log3);
-    assert_eq!(equal, 0, "an empty node has nothing to compare");
-    assert!(copied > 0);
+    // An empty node copies the base rows. A range can still compare equal
+    // when it holds only rows the load wrote during the copy (replicated to
+    // the starting node as they were written), or rows copied before the
+    // copy started over from a new primary.
+    let line = log3.lines().rev().find(|l| l.contains("copy stage done")).unwrap_or_default();
+    assert!(copied > 0 && equal < copied, "an empty node must copy its rows: {line}");
     tokio::time::sleep(Duration::from_millis(1000)).await;
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
