@@ -15,16 +15,6 @@ pub fn worker_threads(threads: usize) -> usize {
     }
 }
 
-/// A multi-threaded runtime whose threads carry `name`.
-pub fn runtime(threads: usize, name: &str) -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name(name)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))
-}
-
 /// Accepts connections (with TCP_NODELAY) and spawns `handle` for each one
 /// until SIGTERM or Ctrl-C.
 pub async fn accept_until_stopped<F, Fut>(listener: TcpListener, mut handle: F) -> Result<(), String>
