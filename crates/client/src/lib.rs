@@ -137,6 +137,22 @@ struct TableCache {
     generation: std::sync::atomic::AtomicU64,
 }
 
+impl TableCache {
+    fn get(&self, key: &(String, String)) -> Option<Arc<Table>> {
+        self.map.read().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
+    }
+
+    fn insert(&self, key: (String, String), table: Arc<Table>) {
+        self.map.write().unwrap_or_else(|p| p.into_inner()).insert(key, table);
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    fn remove(&self, key: &(String, String)) {
+        self.map.write().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// A handle to a latsdb cluster; cheap to clone and share between tasks.
 #[derive(Clone)]
 pub struct Client {
@@ -256,13 +272,7 @@ impl Client {
 
     pub async fn drop_table(&self, database: &str, name: &str) -> Result<()> {
         let request = MgmRequest::DropTable { database: database.into(), name: name.into() };
-        self.inner
-            .tables
-            .map
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(database.to_string(), name.to_string()));
-        self.inner.tables.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.inner.tables.remove(&(database.to_string(), name.to_string()));
         match self.mgm(request).await? {
             MgmResponse::Done => Ok(()),
             other => Err(unexpected("DropTable", other)),
@@ -279,8 +289,8 @@ impl Client {
     /// The table's definition, from the cache or the management server.
     pub async fn table(&self, database: &str, name: &str) -> Result<Arc<Table>> {
         let key = (database.to_string(), name.to_string());
-        if let Some(t) = self.inner.tables.map.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok(t.clone());
+        if let Some(t) = self.inner.tables.get(&key) {
+            return Ok(t);
         }
         self.refresh_table(database, name).await
     }
@@ -325,8 +335,7 @@ impl Client {
     fn cache_table(&self, def: TableDef) -> Arc<Table> {
         let key = (def.database.clone(), def.name.clone());
         let table = Table::new(def);
-        self.inner.tables.map.write().unwrap_or_else(|p| p.into_inner()).insert(key, table.clone());
-        self.inner.tables.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.inner.tables.insert(key, table.clone());
         table
     }
 

@@ -91,10 +91,7 @@ where
         workers.push(spawn_worker(name, index, move || {
             // Worker 0 failed before sharing its state: nothing to do.
             let Ok(first) = state_rx.recv() else { return Ok(()) };
-            let report = |e: String| {
-                let _ = ready.send(Err(e.clone()));
-                e
-            };
+            let report = reporter(&ready);
             current_thread_runtime().map_err(report)?.block_on(async {
                 let state = join(first).await.map_err(report)?;
                 let _ = ready.send(Ok(()));
@@ -111,10 +108,7 @@ where
     workers.insert(
         0,
         spawn_worker(name, 0, move || {
-            let report = |e: String| {
-                let _ = ready.send(Err(e.clone()));
-                e
-            };
+            let report = reporter(&ready);
             current_thread_runtime().map_err(report)?.block_on(async {
                 let state = init().await.map_err(report)?;
                 let listener = TcpListener::bind(listen)
@@ -174,6 +168,24 @@ where
         }
     }
     result
+}
+
+/// Passes a worker's start-up error on to `run`'s caller (and returns it).
+fn reporter(ready: &std::sync::mpsc::Sender<Result<(), String>>) -> impl Fn(String) -> String + Copy + '_ {
+    move |e: String| {
+        let _ = ready.send(Err(e.clone()));
+        e
+    }
+}
+
+/// Writes the listening address to `path` (`--ready-file`), if given.
+pub fn write_ready_file(path: Option<&std::path::Path>, address: std::net::SocketAddr) -> Result<(), String> {
+    match path {
+        Some(path) => {
+            std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        }
+        None => Ok(()),
+    }
 }
 
 fn spawn_worker(

@@ -511,12 +511,7 @@ pub fn run(options: RestOptions) -> Result<(), String> {
                 AuthMode::ApiKey => "api-key",
             }
         );
-        match &options.ready_file {
-            Some(path) => {
-                std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))
-            }
-            None => Ok(()),
-        }
+        latsdb_net::serve::write_ready_file(options.ready_file.as_deref(), address)
     };
     let serve = move |rest: &Arc<Rest>, stream| serve_stream(rest.clone(), tls.clone(), stream);
     latsdb_net::serve::serve_per_thread("rest-worker", threads, options.listen, init, join, listening, serve)?;

@@ -194,11 +194,7 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
             if let ([filter], &[key_column]) = (filters, def.primary_key.as_slice()) {
                 let column = &def.columns[key_column as usize];
                 if column.name.eq_ignore_ascii_case(&filter.column) {
-                    let value = filter.value.to_column_value(column).map_err(HttpError::bad_request)?;
-                    if value.is_null() {
-                        return Err(HttpError::bad_request(format!("filter column '{}' is NULL", filter.column)));
-                    }
-                    return planned_key_op(rest, table, request, &[value]);
+                    return planned_key_op(rest, table, request, &[key_value(filter, column)?]);
                 }
             }
             let mut key: Vec<Option<Value>> = vec![None; def.primary_key.len()];
@@ -213,12 +209,7 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
                 if key[position].is_some() {
                     return Err(HttpError::bad_request(format!("filter column '{}' is given twice", filter.column)));
                 }
-                let value =
-                    filter.value.to_column_value(&def.columns[column as usize]).map_err(HttpError::bad_request)?;
-                if value.is_null() {
-                    return Err(HttpError::bad_request(format!("filter column '{}' is NULL", filter.column)));
-                }
-                key[position] = Some(value);
+                key[position] = Some(key_value(filter, &def.columns[column as usize])?);
             }
             let key: Vec<Value> = key.into_iter().collect::<Option<_>>().ok_or_else(|| {
                 HttpError::bad_request(format!(
@@ -251,6 +242,15 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
             Op::upsert(&table.table, row).map_err(HttpError::from_db)
         }
     }
+}
+
+/// A filter's value as its key column stores it; NULL is no key.
+fn key_value(filter: &Filter, column: &latsdb_types::schema::ColumnDef) -> Result<Value, HttpError> {
+    let value = filter.value.to_column_value(column).map_err(HttpError::bad_request)?;
+    if value.is_null() {
+        return Err(HttpError::bad_request(format!("filter column '{}' is NULL", filter.column)));
+    }
+    Ok(value)
 }
 
 /// The read or delete of the row with primary key `key`.

@@ -97,12 +97,7 @@ pub fn run(options: SqlOptions) -> Result<(), String> {
             },
             users.join(", ")
         );
-        match &options.ready_file {
-            Some(path) => {
-                std::fs::write(path, address.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))
-            }
-            None => Ok(()),
-        }
+        latsdb_net::serve::write_ready_file(options.ready_file.as_deref(), address)
     };
     let max_packet = options.max_packet;
     let serve =

@@ -221,22 +221,22 @@ impl RowLayout {
     pub fn project(&self, row: &[u8], columns: &[ColumnId], projected: &RowLayout) -> Vec<u8> {
         assert_eq!(columns.len(), projected.columns.len(), "project: the layout must be projection(columns)");
         let mut out = vec![0u8; projected.fixed_end];
-        let mut var_bytes = 0;
+        // The projected variable part is at most the row's.
+        out.reserve(row.len().saturating_sub(self.fixed_end));
         for (i, &c) in columns.iter().enumerate() {
             let c = c as usize;
             let null = self.is_null(row, c);
             if null {
                 out[i / 8] |= 1 << (i % 8);
             }
-            match (&self.slots[c], &projected.slots[i]) {
-                (&Slot::Fixed { offset, size }, &Slot::Fixed { offset: to, .. }) if !null => {
+            if let (&Slot::Fixed { offset, size }, &Slot::Fixed { offset: to, .. }) =
+                (&self.slots[c], &projected.slots[i])
+            {
+                if !null {
                     out[to..to + size].copy_from_slice(&row[offset..offset + size]);
                 }
-                (&Slot::Var { ordinal }, _) => var_bytes += 4 + self.var_bytes(row, ordinal).len(),
-                _ => {}
             }
         }
-        out.reserve(var_bytes);
         for &c in columns {
             if let Slot::Var { ordinal } = self.slots[c as usize] {
                 // A NULL is stored with length 0, as `encode` writes it.
