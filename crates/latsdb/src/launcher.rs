@@ -4,12 +4,18 @@
 
 use clap::Args;
 use latsdb_net::RpcConn;
-use latsdb_types::config::ClusterConfig;
+use latsdb_types::config::{ClusterConfig, CpuBind};
 use latsdb_types::proto::{ClusterLayout, MgmRequest, MgmResponse};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum CpuBindArg {
+    Auto,
+    Off,
+}
 
 #[derive(Args, Clone)]
 pub struct StartArgs {
@@ -31,6 +37,9 @@ pub struct StartArgs {
     /// Data memory per data node in MiB (0 = half the machine's memory, shared).
     #[arg(long, default_value_t = 0)]
     data_memory_mb: u64,
+    /// Bind shard threads to CPUs of their own when there are enough (auto), or leave them to the OS (off).
+    #[arg(long, value_enum, default_value = "auto")]
+    cpu_bind: CpuBindArg,
     /// Length of a commit epoch in ms (REDO sync interval; 0 = the default).
     #[arg(long, default_value_t = 0)]
     epoch_interval_ms: u64,
@@ -181,6 +190,10 @@ pub fn run(args: StartArgs) -> Result<(), String> {
     if args.config.is_none() {
         config.datanode_defaults.threads = args.threads;
         config.datanode_defaults.data_memory_mb = args.data_memory_mb;
+        config.datanode_defaults.cpu_bind = match args.cpu_bind {
+            CpuBindArg::Auto => CpuBind::Auto,
+            CpuBindArg::Off => CpuBind::Off,
+        };
         if args.epoch_interval_ms > 0 {
             config.cluster.epoch_interval_ms = args.epoch_interval_ms;
         }

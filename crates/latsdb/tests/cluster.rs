@@ -339,6 +339,7 @@ fn start_show_and_clean_stop() {
     assert_eq!(started.len(), 3, "mgmd and two data nodes must be started:\n{show}");
     let pids = common::datanode_pids(&show);
     assert_eq!(pids.len(), 2);
+    check_shard_cpus(&pids);
     let status = cluster.stop_with(libc::SIGINT);
     assert!(status.success(), "launcher exited with {status}");
     // No process is left behind.
@@ -347,4 +348,54 @@ fn start_show_and_clean_stop() {
         assert!(Instant::now() < deadline, "data node processes survived Ctrl-C");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `Cpus_allowed_list` of every shard thread of these processes.
+fn shard_cpu_lists(pids: &[i32]) -> Vec<String> {
+    let mut lists = Vec::new();
+    for pid in pids {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("data node tasks").flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if !comm.starts_with("shard-") {
+                continue;
+            }
+            let status = std::fs::read_to_string(task.path().join("status")).expect("task status");
+            let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list");
+            lists.push(list.trim().to_string());
+        }
+    }
+    lists
+}
+
+/// With `cpu_bind = "auto"` (the default), the data nodes' shard threads
+/// each get a CPU of their own when there are enough CPUs for all of them,
+/// and are left to the OS otherwise.
+fn check_shard_cpus(pids: &[i32]) {
+    let lists = shard_cpu_lists(pids);
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    assert!(lists.len() >= 2, "no shard threads found: {lists:?}");
+    if lists.len() <= cpus {
+        let mut distinct = lists.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), lists.len(), "shard threads share CPUs: {lists:?}");
+        assert!(lists.iter().all(|l| l.parse::<usize>().is_ok()), "a shard thread is not bound to one CPU: {lists:?}");
+    } else {
+        assert!(
+            lists.iter().all(|l| l.parse::<usize>().is_err()),
+            "{} shard threads on {cpus} CPUs were bound: {lists:?}",
+            lists.len()
+        );
+    }
+}
+
+#[test]
+fn cpu_bind_off_leaves_shard_threads_to_the_os() {
+    let cluster = TestCluster::start(&["--cpu-bind", "off", "--no-rest", "--no-sql"]);
+    let pids = common::datanode_pids(&cluster.mgm(&["show"]));
+    let lists = shard_cpu_lists(&pids);
+    // The data nodes inherit this process's CPUs through the launcher.
+    let status = std::fs::read_to_string("/proc/self/status").expect("own status");
+    let own = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list").trim();
+    assert!(lists.len() >= 2 && lists.iter().all(|l| l == own), "shard threads {lists:?}, this process {own}");
 }

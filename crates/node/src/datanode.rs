@@ -66,12 +66,21 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     };
     let register =
         MgmRequest::RegisterDataNode { node_id: opts.node_id, pid: std::process::id(), protocol: PROTOCOL_VERSION };
-    let (node_id, host, port, threads, data_memory_mb, nodes_on_host) = match mgm.call(&register).await? {
-        MgmResponse::Registered { node_id, host, port, threads, data_memory_mb, nodes_on_host } => {
-            (node_id, host, port, threads, data_memory_mb, nodes_on_host)
-        }
-        other => return Err(unexpected("registration", other)),
-    };
+    let (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus) =
+        match mgm.call(&register).await? {
+            MgmResponse::Registered {
+                node_id,
+                host,
+                port,
+                threads,
+                data_memory_mb,
+                nodes_on_host,
+                host_index,
+                cpu_bind,
+                cpus,
+            } => (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus),
+            other => return Err(unexpected("registration", other)),
+        };
     let threads = match opts.threads.unwrap_or(threads) {
         0 => auto_threads(),
         n => n,
@@ -80,11 +89,21 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         0 => auto_data_memory_mb(nodes_on_host),
         n => n,
     };
+    let allowed = crate::cpus::allowed();
+    let share = crate::cpus::HostShare {
+        bind: cpu_bind,
+        explicit: cpus.as_deref(),
+        host_index,
+        nodes_on_host,
+        allowed: &allowed,
+    };
+    let placement = crate::cpus::plan(threads, &share)
+        .map_err(|e| DbError::new(e.code, format!("data node {node_id}: {}", e.message)))?;
     log(
         "datanode",
         format!(
-            "node {node_id}: registered with {}; starting {threads} shard thread(s), {data_memory_mb} MiB data memory",
-            opts.mgmd
+            "node {node_id}: registered with {}; starting {threads} shard thread(s), {}, {data_memory_mb} MiB data memory",
+            opts.mgmd, placement.reason
         ),
     );
 
@@ -121,6 +140,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
         shards.push(spawn_shard(
             cfg,
+            placement.cpus[i as usize],
             &host,
             shard_port,
             placeholder.clone(),

@@ -4,6 +4,7 @@
 //!   runtime that owns a [`latsdb_cluster::Shard`] and its sockets. Requests
 //!   are handled on the thread that read them, with no hand-off to another
 //!   thread, and answers leave through a coalescing writer.
+//! - [`cpus`]: which CPU each shard thread is bound to.
 //! - [`datanode`]: the `latsdb datanode` process: registers with the
 //!   management server, starts its shards, applies schema changes.
 //! - [`disk`]: a shard's REDO log segments and checkpoint files, read at
@@ -11,6 +12,7 @@
 //! - [`mgmd`]: the `latsdb mgmd` process: configuration, node ids, cluster
 //!   layout, schema metadata, admin requests.
 
+pub mod cpus;
 pub mod datanode;
 pub mod disk;
 pub mod mgmd;

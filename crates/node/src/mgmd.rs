@@ -530,14 +530,19 @@ impl Mgmd {
         };
         let threads = section.threads.unwrap_or(self.config.datanode_defaults.threads);
         let data_memory_mb = section.data_memory_mb.unwrap_or(self.config.datanode_defaults.data_memory_mb);
-        let nodes_on_host = self.config.datanodes.iter().filter(|d| d.host == section.host).count() as u16;
+        let on_host: Vec<NodeId> =
+            self.config.datanodes.iter().filter(|d| d.host == section.host).map(|d| d.node_id).collect();
+        let host_index = on_host.iter().position(|&id| id == node_id).unwrap_or(0) as u16;
         let reply = MgmResponse::Registered {
             node_id,
             host: section.host.clone(),
             port: section.port,
             threads,
             data_memory_mb,
-            nodes_on_host,
+            nodes_on_host: on_host.len() as u16,
+            host_index,
+            cpu_bind: self.config.datanode_defaults.cpu_bind,
+            cpus: section.cpus.clone(),
         };
         if w.write_all(&proto::frame(request_id, &reply)).await.is_err() {
             self.lock().registering.remove(&node_id);

@@ -344,6 +344,7 @@ impl Host {
 /// Binds a shard's listener and starts its thread.
 pub fn spawn_shard(
     cfg: ShardConfig,
+    cpu: Option<usize>,
     host: &str,
     port: u16,
     layout: ClusterLayout,
@@ -361,7 +362,14 @@ pub fn spawn_shard(
     let me = cfg.me;
     let thread = std::thread::Builder::new()
         .name(format!("shard-{me}"))
-        .spawn(move || run_shard(cfg, listener, layout, max_frame, control_rx))
+        .spawn(move || {
+            if let Some(cpu) = cpu {
+                if let Err(e) = crate::cpus::bind_current_thread(cpu) {
+                    crate::log("datanode", format!("shard {me}: cannot bind to CPU {cpu}: {e}; the OS places it"));
+                }
+            }
+            run_shard(cfg, listener, layout, max_frame, control_rx)
+        })
         .map_err(|e| DbError::io("spawning a shard thread", e))?;
     Ok(ShardHandle { me, address, control, thread })
 }

@@ -84,6 +84,25 @@ pub struct DataNodeDefaults {
     /// Data memory per data node in MiB (rows and indexes); 0 chooses half
     /// of the machine's memory shared by the data nodes configured on it.
     pub data_memory_mb: u64,
+    /// Whether shard threads are bound to CPUs of their own.
+    pub cpu_bind: CpuBind,
+}
+
+/// How a data node places its shard threads on CPUs.
+///
+/// Shards of a replicated write wake each other over loopback TCP, and
+/// Linux puts a thread woken that way on the waker's CPU: unbound, two
+/// shards can end up taking turns on one CPU while another idles.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuBind {
+    /// Each shard thread of the data nodes configured on a host gets a CPU
+    /// of its own when there are enough CPUs for all of them; otherwise the
+    /// OS places them.
+    #[default]
+    Auto,
+    /// The OS places shard threads.
+    Off,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -102,6 +121,10 @@ pub struct DataNodeSection {
     /// Overrides `datanode_defaults.data_memory_mb`.
     #[serde(default)]
     pub data_memory_mb: Option<u64>,
+    /// CPUs for this node's shard threads, one per thread in shard order
+    /// (overrides `datanode_defaults.cpu_bind`).
+    #[serde(default)]
+    pub cpus: Option<Vec<u32>>,
 }
 
 fn default_host() -> String {
@@ -122,6 +145,7 @@ impl ClusterConfig {
                     port: 0,
                     threads: None,
                     data_memory_mb: None,
+                    cpus: None,
                 })
                 .collect(),
         }
@@ -180,6 +204,27 @@ impl ClusterConfig {
         if ids.contains(&0) {
             return bad("node id 0 is reserved".into());
         }
+        for d in &self.datanodes {
+            let Some(cpus) = &d.cpus else { continue };
+            let mut sorted = cpus.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            if cpus.is_empty() || sorted.len() != cpus.len() {
+                return bad(format!(
+                    "datanode {}: cpus must list distinct CPU numbers, one per shard thread (got {cpus:?}); remove it to let cpu_bind decide",
+                    d.node_id
+                ));
+            }
+            if let Some(threads) = d.threads.or(Some(self.datanode_defaults.threads)).filter(|&t| t > 0) {
+                if cpus.len() < threads as usize {
+                    return bad(format!(
+                        "datanode {}: cpus lists {} CPU(s) for {threads} shard threads; list one CPU per thread",
+                        d.node_id,
+                        cpus.len()
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -218,6 +263,23 @@ mod tests {
         assert!(err.message.contains("multiple of cluster.replicas"), "{}", err.message);
         let err = ClusterConfig::parse("[cluster]\nreplicaz = 2\n").unwrap_err();
         assert!(err.message.contains("replicaz"), "{}", err.message);
+    }
+
+    #[test]
+    fn cpu_binding_is_parsed_and_checked() {
+        let base = "[[datanode]]\nnode_id = 2\n";
+        let cfg = ClusterConfig::parse(base).unwrap();
+        assert_eq!(cfg.datanode_defaults.cpu_bind, CpuBind::Auto);
+        let cfg = ClusterConfig::parse(&format!("[datanode_defaults]\ncpu_bind = \"off\"\n{base}")).unwrap();
+        assert_eq!(cfg.datanode_defaults.cpu_bind, CpuBind::Off);
+        let err = ClusterConfig::parse(&format!("[datanode_defaults]\ncpu_bind = \"on\"\n{base}")).unwrap_err();
+        assert!(err.message.contains("auto") && err.message.contains("off"), "{}", err.message);
+        let cfg = ClusterConfig::parse(&format!("{base}cpus = [1, 0]\n")).unwrap();
+        assert_eq!(cfg.datanodes[0].cpus, Some(vec![1, 0]));
+        for (cpus, wanted) in [("[]", "distinct"), ("[1, 1]", "distinct"), ("[0]", "one CPU per thread")] {
+            let err = ClusterConfig::parse(&format!("{base}threads = 2\ncpus = {cpus}\n")).unwrap_err();
+            assert!(err.message.contains(wanted), "{cpus}: {}", err.message);
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::schema::{ColumnId, IndexId, TableDef, TableId, TableSpec};
 use crate::value::Value;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Bytes of the frame header: length (4) and request id (8).
 pub const FRAME_HEADER: usize = 12;
 /// Default largest frame a node accepts.
@@ -774,8 +774,14 @@ pub enum MgmResponse {
         threads: u16,
         /// 0 lets the node choose from its memory and `nodes_on_host`.
         data_memory_mb: u64,
-        /// Data nodes configured on the same host (they share its memory).
+        /// Data nodes configured on the same host (they share its memory
+        /// and CPUs).
         nodes_on_host: u16,
+        /// This node's position among them, in configuration order.
+        host_index: u16,
+        cpu_bind: crate::config::CpuBind,
+        /// Explicit CPUs for the shard threads, one per thread.
+        cpus: Option<Vec<u32>>,
     },
     Started {
         layout: ClusterLayout,
