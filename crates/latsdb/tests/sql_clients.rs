@@ -150,11 +150,12 @@ fn errors_carry_mysql_codes_and_the_session_stays_usable() {
         codes,
         [
             "1064", "1146", "1054", "1062", "1406", "1048", "1366", "1364", "1136", "1050", "1049", "1193", "1305",
-            "1173"
+            "1173", "1235", "1235", "1241"
         ],
         "error codes, in statement order:\n{err}"
     );
     assert!(err.contains("ERROR 1062 (23000)"), "duplicate keys carry SQLSTATE 23000:\n{err}");
+    assert!(err.contains("correlated subqueries are not supported"), "a correlated subquery says so:\n{err}");
     assert_eq!(
         out, "id\tv\tn\n1\ta\t1\n",
         "after the errors the session still answers, and no failed insert left a row"

@@ -779,11 +779,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         // Plan now when possible: errors (unknown table, ...) surface at
         // prepare as in MySQL, and the columns are known.
         let generation = self.session.shared.client.tables_generation();
-        let plan = match self.session.plan(&statement).await {
-            Ok(p) => p,
-            Err(e) => {
-                self.err(&e);
-                return;
+        // A statement with subqueries is planned at each execution, with
+        // their results: its columns are sent with its result sets only.
+        let plan = if !crate::subquery::outermost(&statement).is_empty() {
+            None
+        } else {
+            match self.session.plan(&statement).await {
+                Ok(p) => p,
+                Err(e) => {
+                    self.err(&e);
+                    return;
+                }
             }
         };
         let columns: Vec<ResultColumn> = match &plan {

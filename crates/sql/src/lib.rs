@@ -18,6 +18,7 @@ pub mod exec;
 pub mod parse;
 pub mod plan;
 pub mod session;
+pub mod subquery;
 pub mod wire;
 
 use latsdb_client::Client;

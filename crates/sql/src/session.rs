@@ -536,6 +536,14 @@ impl Session {
         if !shows_warnings {
             self.warnings.clear();
         }
+        // A statement with a cached plan has no subqueries (those are
+        // planned anew each time, with their results as parameters).
+        if cached.as_ref().is_none_or(|slot| slot.plan.is_none()) {
+            let subqueries = crate::subquery::outermost(stmt);
+            if !subqueries.is_empty() {
+                return self.execute_with_subqueries(stmt, params, subqueries).await;
+            }
+        }
         let planned = match cached {
             Some(slot) => {
                 // No cached table changed since the plan was checked: no
@@ -568,6 +576,38 @@ impl Session {
             Err(_) => {}
         }
         result
+    }
+
+    /// Runs a statement's uncorrelated subqueries, then the statement with
+    /// their results as parameters.
+    async fn execute_with_subqueries(
+        &mut self,
+        stmt: &Statement,
+        params: &[Value],
+        subqueries: Vec<(crate::subquery::Use, ast::Query)>,
+    ) -> SqlResult<Response> {
+        let mut results = Vec::with_capacity(subqueries.len());
+        for (kind, query) in subqueries {
+            let query = Statement::Query(Box::new(query));
+            let rows = match Box::pin(self.execute(&query, params, None)).await {
+                Ok(Response::Rows { rows, .. }) => rows,
+                Ok(Response::Ok { .. }) => {
+                    return Err(SqlError::new(crate::error::ER_INTERNAL, "HY000", "a subquery returned no result set"))
+                }
+                Err(e) if e.code == 1054 => {
+                    return Err(SqlError::unsupported(format!(
+                        "{}: a subquery cannot refer to columns of the outer query yet (correlated subqueries are not supported); use a join",
+                        e.message
+                    )))
+                }
+                Err(e) => return Err(e),
+            };
+            results.push((kind, rows));
+        }
+        let mut stmt = stmt.clone();
+        let mut all = params.to_vec();
+        crate::subquery::replace(&mut stmt, results, params.len(), &mut all)?;
+        Box::pin(self.execute(&stmt, &all, None)).await
     }
 
     /// A cached plan is stale when one of its tables changed or was dropped

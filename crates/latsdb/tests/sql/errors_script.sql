@@ -19,5 +19,8 @@ USE nosuchdb;
 SELECT @@no_such_variable;
 SELECT NO_SUCH_FUNCTION(1);
 CREATE TABLE nokey (a INT);
+SELECT id FROM t WHERE id = (SELECT id FROM t UNION SELECT 2);
+SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t AS u WHERE u.id = t.id + 1);
+SELECT id FROM t WHERE id IN (SELECT id, v FROM t);
 SELECT id, v, n FROM t;
 DROP DATABASE errs;

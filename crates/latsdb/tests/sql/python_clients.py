@@ -178,6 +178,8 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
     check_rows("SELECT by decimal, datetime and date", cur.fetchall(), [(1, Decimal("10.50"))])
     cur.execute("SELECT id FROM items WHERE stamp = %s", (datetime.datetime(2026, 1, 2, 3, 4, 5),))
     check_rows("SELECT by a TIMESTAMP", cur.fetchall(), [(1,)])
+    cur.execute("SELECT id FROM items WHERE id IN (SELECT id FROM items WHERE big <= %s) ORDER BY id", (0,))
+    check_rows("SELECT with a subquery", cur.fetchall(), [(2,), (3,)])
     cur.execute("SELECT id FROM items WHERE score IS NULL AND note IS NULL ORDER BY id")
     check_rows("SELECT by NULL", cur.fetchall(), [(3,), (4,)])
     cur.execute("SELECT COUNT(*), SUM(price), MAX(big) FROM items")
@@ -280,6 +282,13 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
         check("prepared UPDATE rowcount", pcur.rowcount, 1)
         pcur.execute("DELETE FROM items WHERE id = %s", (prep_id,))
         check("prepared DELETE rowcount", pcur.rowcount, 1)
+        # A parameter inside a subquery, and one after it.
+        pcur.execute(
+            "SELECT id FROM items WHERE id IN (SELECT id FROM items WHERE big <= %s) AND id < %s ORDER BY id", (0, 3)
+        )
+        check_rows("prepared SELECT with a subquery", pcur.fetchall(), [(2,)])
+        pcur.execute("SELECT name FROM items WHERE big = (SELECT MAX(big) FROM items WHERE id <= %s)", (3,))
+        check_rows("prepared SELECT with a scalar subquery", pcur.fetchall(), [("alpha",)], prepared_bytearrays)
         expect_duplicate(name, errors, "prepared", pcur, (2, 0, "d", "D", 0))
         conn.rollback()
         pcur.close()

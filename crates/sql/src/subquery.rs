@@ -1,0 +1,220 @@
+//! Uncorrelated subqueries: `x IN (SELECT ...)`, scalar `(SELECT ...)` and
+//! `EXISTS (SELECT ...)`.
+//!
+//! They are run before their statement, and their results go into it as
+//! parameters: `x IN (SELECT ...)` becomes `x IN (?, ?, ...)`, which the
+//! planner then treats like any IN-list (on a key: one batch of key
+//! lookups). A subquery that refers to columns of the outer query
+//! (correlated) fails to plan on its own and is reported as not supported.
+
+use crate::error::{SqlError, SqlResult};
+use latsdb_types::value::Value;
+use sqlparser::ast::{self, Expr, Query, Statement, Visit, VisitMut, Visitor, VisitorMut};
+use std::ops::ControlFlow;
+
+/// How a subquery's rows are used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// `IN (SELECT ...)`: every value of its one column.
+    In,
+    /// `(SELECT ...)`: its one value, NULL without rows.
+    Scalar,
+    /// `EXISTS (SELECT ...)`: whether it has rows.
+    Exists,
+}
+
+/// The outermost subqueries of a statement, in the order they are replaced.
+pub fn outermost(stmt: &Statement) -> Vec<(Use, Query)> {
+    let mut collect = Collect { depth: 0, found: Vec::new() };
+    let _ = stmt.visit(&mut collect);
+    collect.found
+}
+
+struct Collect {
+    depth: usize,
+    found: Vec<(Use, Query)>,
+}
+
+impl Visitor for Collect {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        if let Some(kind) = subquery_use(e) {
+            if self.depth == 0 {
+                let query = match e {
+                    Expr::InSubquery { subquery, .. } | Expr::Exists { subquery, .. } => subquery.as_ref().clone(),
+                    Expr::Subquery(q) => q.as_ref().clone(),
+                    _ => unreachable!("subquery_use matched"),
+                };
+                self.found.push((kind, query));
+            }
+            self.depth += 1;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        if subquery_use(e).is_some() {
+            self.depth -= 1;
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Replaces the outermost subqueries, in the order `outermost` listed
+/// them, by what they returned. New parameters are numbered from
+/// `first_param`; their values are appended to `params` in that order.
+pub fn replace(
+    stmt: &mut Statement,
+    results: Vec<(Use, Vec<Vec<Value>>)>,
+    first_param: usize,
+    params: &mut Vec<Value>,
+) -> SqlResult<()> {
+    let mut replacements = Vec::with_capacity(results.len());
+    let mut next = first_param;
+    for (kind, rows) in results {
+        if kind != Use::Exists {
+            if let Some(row) = rows.iter().find(|r| r.len() != 1) {
+                return Err(SqlError::new(
+                    1241,
+                    "21000",
+                    format!("Operand should contain 1 column(s), not {}", row.len()),
+                ));
+            }
+        }
+        let values: Vec<Value> = rows.into_iter().filter_map(|r| r.into_iter().next()).collect();
+        replacements.push(match kind {
+            Use::Exists => Replacement::Truth(!values.is_empty()),
+            Use::Scalar if values.len() > 1 => {
+                return Err(SqlError::new(1242, "21000", "Subquery returns more than 1 row"));
+            }
+            Use::Scalar => {
+                params.push(values.into_iter().next().unwrap_or(Value::Null));
+                next += 1;
+                Replacement::Params(next - 1, 1)
+            }
+            Use::In => {
+                let n = values.len();
+                params.extend(values);
+                next += n;
+                Replacement::Params(next - n, n)
+            }
+        });
+    }
+    replacements.reverse();
+    let mut walk = Walk { depth: 0, replacements };
+    let _ = VisitMut::visit(stmt, &mut walk);
+    Ok(())
+}
+
+enum Replacement {
+    /// Parameters `first..first + n`.
+    Params(usize, usize),
+    Truth(bool),
+}
+
+struct Walk {
+    depth: usize,
+    /// What replaces the outermost subqueries; the next one is last.
+    replacements: Vec<Replacement>,
+}
+
+fn subquery_use(e: &Expr) -> Option<Use> {
+    match e {
+        Expr::InSubquery { .. } => Some(Use::In),
+        Expr::Subquery(_) => Some(Use::Scalar),
+        Expr::Exists { .. } => Some(Use::Exists),
+        _ => None,
+    }
+}
+
+fn placeholder(n: usize) -> Expr {
+    Expr::Value(ast::Value::Placeholder(format!("?{n}")).with_empty_span())
+}
+
+fn truth(b: bool) -> Expr {
+    Expr::Value(ast::Value::Boolean(b).with_empty_span())
+}
+
+impl VisitorMut for Walk {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        if subquery_use(e).is_some() {
+            self.depth += 1;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        if subquery_use(e).is_none() {
+            return ControlFlow::Continue(());
+        }
+        self.depth -= 1;
+        if self.depth > 0 {
+            return ControlFlow::Continue(());
+        }
+        let Some(next) = self.replacements.pop() else { return ControlFlow::Continue(()) };
+        *e = match (std::mem::replace(e, truth(false)), next) {
+            (Expr::InSubquery { expr, negated, .. }, Replacement::Params(first, n)) => {
+                if n == 0 {
+                    // Nothing is IN an empty set; everything is NOT IN it.
+                    truth(negated)
+                } else {
+                    Expr::InList { expr, list: (first..first + n).map(placeholder).collect(), negated }
+                }
+            }
+            (Expr::Subquery(_), Replacement::Params(first, _)) => placeholder(first),
+            (Expr::Exists { negated, .. }, Replacement::Truth(found)) => truth(found != negated),
+            (other, _) => {
+                debug_assert!(false, "subquery {other} and its result do not match");
+                other
+            }
+        };
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(sql: &str) -> Statement {
+        crate::parse::parse(sql).unwrap().statements.remove(0)
+    }
+
+    #[test]
+    fn outermost_subqueries_are_found_in_order_and_replaced_by_parameters() {
+        let mut stmt = parse(
+            "SELECT a FROM t WHERE id IN (SELECT x FROM u WHERE y IN (SELECT z FROM v)) AND b > (SELECT MAX(c) FROM w) OR EXISTS (SELECT 1 FROM e)",
+        );
+        let found = outermost(&stmt);
+        let kinds: Vec<Use> = found.iter().map(|(k, _)| *k).collect();
+        assert_eq!(kinds, vec![Use::In, Use::Scalar, Use::Exists]);
+        assert!(found[0].1.to_string().contains("SELECT z FROM v"), "the nested one stays inside its parent");
+        let mut params = vec![Value::Int(0)];
+        let results = vec![
+            (Use::In, vec![vec![Value::Int(5)], vec![Value::Int(6)]]),
+            (Use::Scalar, vec![vec![Value::Int(9)]]),
+            (Use::Exists, vec![]),
+        ];
+        replace(&mut stmt, results, 1, &mut params).unwrap();
+        assert_eq!(params, vec![Value::Int(0), Value::Int(5), Value::Int(6), Value::Int(9)]);
+        assert_eq!(stmt.to_string(), "SELECT a FROM t WHERE id IN (?1, ?2) AND b > ?3 OR false");
+    }
+
+    #[test]
+    fn empty_sets_and_bad_shapes() {
+        let mut stmt = parse("DELETE FROM t WHERE id NOT IN (SELECT x FROM u) AND NOT EXISTS (SELECT 1 FROM u)");
+        let mut params = Vec::new();
+        replace(&mut stmt, vec![(Use::In, vec![]), (Use::Exists, vec![vec![Value::Int(1)]])], 0, &mut params).unwrap();
+        assert_eq!(stmt.to_string(), "DELETE FROM t WHERE true AND false");
+        let mut stmt = parse("SELECT (SELECT x FROM u)");
+        let e = replace(&mut stmt, vec![(Use::Scalar, vec![vec![Value::Int(1)], vec![Value::Int(2)]])], 0, &mut params)
+            .unwrap_err();
+        assert_eq!(e.code, 1242);
+        let e =
+            replace(&mut stmt, vec![(Use::In, vec![vec![Value::Int(1), Value::Int(2)]])], 0, &mut params).unwrap_err();
+        assert_eq!(e.code, 1241);
+    }
+}
