@@ -3,6 +3,7 @@
 //! MySQL types; `?` becomes a parameter slot; session functions and
 //! `@@variables` are looked up at execution time.
 
+use crate::dates::Part;
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{Arith, CastTo, Cmp, Func, SExpr, SessionValue};
 use latsdb_types::schema::ColumnDef;
@@ -184,6 +185,23 @@ impl<'a> Binder<'a> {
             }
             Expr::Convert { expr, data_type: None, .. } => SExpr::Cast(Box::new(self.bind(expr)?), CastTo::Char),
             Expr::Ceil { expr, .. } => SExpr::Func(Func::Ceil, vec![self.bind(expr)?]),
+            Expr::Extract { field, expr, .. } => {
+                use ast::DateTimeField as F;
+                let part = match field {
+                    F::Year => Part::Year,
+                    F::Quarter => Part::Quarter,
+                    F::Month => Part::Month,
+                    F::Day => Part::Day,
+                    F::Hour => Part::Hour,
+                    F::Minute => Part::Minute,
+                    F::Second => Part::Second,
+                    F::Microsecond => Part::Microsecond,
+                    F::DayOfWeek => Part::DayOfWeek,
+                    F::DayOfYear => Part::DayOfYear,
+                    other => return Err(SqlError::unsupported(format!("EXTRACT({other} FROM ...) is not supported"))),
+                };
+                SExpr::Func(Func::DatePart(part), vec![self.bind(expr)?])
+            }
             Expr::Floor { expr, .. } => SExpr::Func(Func::Floor, vec![self.bind(expr)?]),
             Expr::Substring { expr, substring_from, substring_for, .. } => {
                 let mut args = vec![self.bind(expr)?];
@@ -430,6 +448,20 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["LOCATE"], Func::Locate, 2, 3),
     (&["UNIX_TIMESTAMP"], Func::UnixTimestamp, 0, 1),
     (&["UUID"], Func::Uuid, 0, 0),
+    (&["YEAR"], Func::DatePart(Part::Year), 1, 1),
+    (&["QUARTER"], Func::DatePart(Part::Quarter), 1, 1),
+    (&["MONTH"], Func::DatePart(Part::Month), 1, 1),
+    (&["DAY", "DAYOFMONTH"], Func::DatePart(Part::Day), 1, 1),
+    (&["HOUR"], Func::DatePart(Part::Hour), 1, 1),
+    (&["MINUTE"], Func::DatePart(Part::Minute), 1, 1),
+    (&["SECOND"], Func::DatePart(Part::Second), 1, 1),
+    (&["MICROSECOND"], Func::DatePart(Part::Microsecond), 1, 1),
+    (&["DAYOFWEEK"], Func::DatePart(Part::DayOfWeek), 1, 1),
+    (&["WEEKDAY"], Func::DatePart(Part::Weekday), 1, 1),
+    (&["DAYOFYEAR"], Func::DatePart(Part::DayOfYear), 1, 1),
+    (&["DATE"], Func::DateOf, 1, 1),
+    (&["DATE_FORMAT"], Func::DateFormat, 2, 2),
+    (&["DATEDIFF"], Func::DateDiff, 2, 2),
     (&["GREATEST"], Func::Greatest, 2, 255),
     (&["LEAST"], Func::Least, 2, 255),
 ];

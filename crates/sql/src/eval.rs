@@ -104,6 +104,13 @@ pub enum Func {
     Locate,
     UnixTimestamp,
     Uuid,
+    /// YEAR(), MONTH(), EXTRACT(), ...
+    DatePart(crate::dates::Part),
+    /// DATE(x).
+    DateOf,
+    DateFormat,
+    /// DATEDIFF(a, b): days from b to a.
+    DateDiff,
 }
 
 /// Target of CAST/CONVERT.
@@ -767,6 +774,16 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
                 (start..hay.len().saturating_sub(needle.len() - 1)).find(|&i| hay[i..i + needle.len()] == needle[..]);
             Value::Int(found.map(|i| i as i64 + 1).unwrap_or(0))
         }
+        Func::DatePart(part) => civil(&a[0]).map_or(Value::Null, |c| Value::Int(c.part(part))),
+        Func::DateOf => civil(&a[0]).map_or(Value::Null, |c| Value::Date(c.days as i32)),
+        Func::DateFormat => match civil(&a[0]) {
+            Some(c) => Value::Str(crate::dates::format(&c, &to_text(&a[1]))),
+            None => Value::Null,
+        },
+        Func::DateDiff => match (civil(&a[0]), civil(&a[1])) {
+            (Some(x), Some(y)) => Value::Int(x.days - y.days),
+            _ => Value::Null,
+        },
         Func::UnixTimestamp => {
             let micros = match a.first() {
                 None => env.session.session_value(&SessionValue::Now)?,
@@ -788,6 +805,14 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Value::Str(format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]))
         }
     })
+}
+
+/// A date or datetime argument taken apart; None when it is not one.
+fn civil(v: &Value) -> Option<crate::dates::Civil> {
+    match cast(v.clone(), CastTo::DateTime) {
+        Ok(Value::DateTime(us)) => Some(crate::dates::Civil::from_micros(us)),
+        _ => None,
+    }
 }
 
 fn cast(v: Value, to: CastTo) -> SqlResult<Value> {

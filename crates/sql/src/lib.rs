@@ -11,6 +11,7 @@ pub mod auth;
 pub mod bind;
 pub mod catalog;
 pub mod conn;
+pub mod dates;
 pub mod dml;
 pub mod error;
 pub mod eval;

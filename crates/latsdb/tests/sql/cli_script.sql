@@ -50,6 +50,8 @@ SELECT COUNT(*) AS above_average FROM orders WHERE amount > (SELECT AVG(amount) 
 UPDATE orders SET amount = amount * 2 WHERE customer_id IN (SELECT id FROM customers WHERE city = 'Paris');
 SELECT customer_id, amount FROM orders ORDER BY id;
 SELECT COUNT(*) FROM customers WHERE EXISTS (SELECT 1 FROM orders WHERE amount > 1000);
+SELECT YEAR(placed), MONTH(placed), DAY(placed), DAYOFWEEK(placed), EXTRACT(MONTH FROM placed) AS m, DATEDIFF(placed, '2026-01-01') AS since_new_year, DATE_FORMAT(placed, '%W %D %M %Y') AS long_date FROM orders ORDER BY id;
+SELECT DATE('2026-05-06 07:08:09'), HOUR('2026-05-06 07:08:09'), DATE_FORMAT('2026-05-06 07:08:09', '%H:%i %p, week %v'), YEAR(NULL), DATE_FORMAT('not a date', '%Y');
 SELECT UPPER(name), CONCAT(name, '@', IFNULL(city, '?')), LENGTH(name), COALESCE(NULL, 7), 7 DIV 2, 7 / 2 FROM customers WHERE id = 1;
 SHOW TABLES;
 DESCRIBE customers;

@@ -1,0 +1,259 @@
+//! Date functions: YEAR() and the other parts of a date, DATE(),
+//! DATEDIFF() and DATE_FORMAT(), with MySQL's results (an argument that is
+//! not a date gives NULL).
+
+use latsdb_types::value::{civil_from_days, days_from_civil};
+
+/// A part of a date or datetime, as YEAR(), MONTH(), ... and EXTRACT()
+/// return it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Year,
+    Quarter,
+    Month,
+    Day,
+    Hour,
+    Minute,
+    Second,
+    Microsecond,
+    /// 1 = Sunday .. 7 = Saturday.
+    DayOfWeek,
+    /// 0 = Monday .. 6 = Sunday.
+    Weekday,
+    DayOfYear,
+}
+
+/// A datetime taken apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Civil {
+    pub days: i64,
+    pub year: i64,
+    pub month: u32,
+    pub day: u32,
+    pub hour: i64,
+    pub minute: i64,
+    pub second: i64,
+    pub micros: i64,
+}
+
+impl Civil {
+    /// From microseconds since 1970-01-01 00:00:00.
+    pub fn from_micros(us: i64) -> Civil {
+        let days = us.div_euclid(86_400_000_000);
+        let rest = us.rem_euclid(86_400_000_000);
+        let (year, month, day) = civil_from_days(days);
+        let secs = rest / 1_000_000;
+        Civil {
+            days,
+            year,
+            month,
+            day,
+            hour: secs / 3600,
+            minute: secs / 60 % 60,
+            second: secs % 60,
+            micros: rest % 1_000_000,
+        }
+    }
+
+    /// 0 = Sunday .. 6 = Saturday (1970-01-01 was a Thursday).
+    fn sunday_based(&self) -> i64 {
+        (self.days + 4).rem_euclid(7)
+    }
+
+    /// 1 = January 1st.
+    fn day_of_year(&self) -> i64 {
+        self.days - days_from_civil(self.year, 1, 1) + 1
+    }
+
+    pub fn part(&self, part: Part) -> i64 {
+        match part {
+            Part::Year => self.year,
+            Part::Quarter => (self.month as i64 - 1) / 3 + 1,
+            Part::Month => self.month as i64,
+            Part::Day => self.day as i64,
+            Part::Hour => self.hour,
+            Part::Minute => self.minute,
+            Part::Second => self.second,
+            Part::Microsecond => self.micros,
+            Part::DayOfWeek => self.sunday_based() + 1,
+            Part::Weekday => (self.sunday_based() + 6) % 7,
+            Part::DayOfYear => self.day_of_year(),
+        }
+    }
+
+    /// Week of the year with weeks starting on `first` (0 = Sunday, 1 =
+    /// Monday); days before the first such day of the year are week 0.
+    fn week_from_first(&self, first: i64) -> i64 {
+        let wday = (self.sunday_based() - first).rem_euclid(7);
+        (self.day_of_year() - 1 + 7 - wday) / 7
+    }
+
+    /// ISO 8601 week and its year (MySQL's %v and %x).
+    fn iso_week(&self) -> (i64, i64) {
+        let wday = (self.sunday_based() + 6) % 7 + 1; // 1 = Monday
+        let week = (self.day_of_year() - wday + 10) / 7;
+        if week < 1 {
+            let dec31 = Civil::from_micros((days_from_civil(self.year - 1, 12, 31)) * 86_400_000_000);
+            return (dec31.iso_week().0, self.year - 1);
+        }
+        let days_in_year = days_from_civil(self.year + 1, 1, 1) - days_from_civil(self.year, 1, 1);
+        if week == 53 && self.day_of_year() - wday > days_in_year - 4 {
+            return (1, self.year + 1);
+        }
+        (week, self.year)
+    }
+
+    /// Sunday-first week 1-53 and its year (MySQL's %V and %X): days before
+    /// the year's first Sunday belong to the last week of the year before.
+    fn sunday_week(&self) -> (i64, i64) {
+        match self.week_from_first(0) {
+            0 => {
+                let dec31 = Civil::from_micros((days_from_civil(self.year - 1, 12, 31)) * 86_400_000_000);
+                (dec31.week_from_first(0), self.year - 1)
+            }
+            w => (w, self.year),
+        }
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
+
+/// DATE_FORMAT(): `%` specifiers as MySQL documents them; an unknown one
+/// stands for the character after the `%`.
+pub fn format(c: &Civil, fmt: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(fmt.len() + 16);
+    let mut chars = fmt.chars();
+    let month = MONTHS[(c.month as usize).saturating_sub(1) % 12];
+    let day = DAYS[c.sunday_based() as usize];
+    let h12 = (c.hour + 11) % 12 + 1;
+    let am_pm = if c.hour < 12 { "AM" } else { "PM" };
+    while let Some(ch) = chars.next() {
+        if ch != '%' {
+            out.push(ch);
+            continue;
+        }
+        let Some(spec) = chars.next() else {
+            out.push('%');
+            break;
+        };
+        let _ = match spec {
+            'a' => write!(out, "{}", &day[..3]),
+            'b' => write!(out, "{}", &month[..3]),
+            'c' => write!(out, "{}", c.month),
+            'D' => {
+                let suffix = match (c.day % 10, c.day % 100) {
+                    (_, 11..=13) => "th",
+                    (1, _) => "st",
+                    (2, _) => "nd",
+                    (3, _) => "rd",
+                    _ => "th",
+                };
+                write!(out, "{}{suffix}", c.day)
+            }
+            'd' => write!(out, "{:02}", c.day),
+            'e' => write!(out, "{}", c.day),
+            'f' => write!(out, "{:06}", c.micros),
+            'H' => write!(out, "{:02}", c.hour),
+            'h' | 'I' => write!(out, "{h12:02}"),
+            'i' => write!(out, "{:02}", c.minute),
+            'j' => write!(out, "{:03}", c.day_of_year()),
+            'k' => write!(out, "{}", c.hour),
+            'l' => write!(out, "{h12}"),
+            'M' => write!(out, "{month}"),
+            'm' => write!(out, "{:02}", c.month),
+            'p' => write!(out, "{am_pm}"),
+            'r' => write!(out, "{h12:02}:{:02}:{:02} {am_pm}", c.minute, c.second),
+            'S' | 's' => write!(out, "{:02}", c.second),
+            'T' => write!(out, "{:02}:{:02}:{:02}", c.hour, c.minute, c.second),
+            'U' => write!(out, "{:02}", c.week_from_first(0)),
+            'u' => {
+                // Monday first; week 1 is the first with 4 or more days.
+                let (iso, iso_year) = c.iso_week();
+                let week = if iso_year < c.year {
+                    0
+                } else if iso_year > c.year {
+                    53
+                } else {
+                    iso
+                };
+                write!(out, "{week:02}")
+            }
+            'V' => write!(out, "{:02}", c.sunday_week().0),
+            'v' => write!(out, "{:02}", c.iso_week().0),
+            'W' => write!(out, "{day}"),
+            'w' => write!(out, "{}", c.sunday_based()),
+            'X' => write!(out, "{:04}", c.sunday_week().1),
+            'x' => write!(out, "{:04}", c.iso_week().1),
+            'Y' => write!(out, "{:04}", c.year),
+            'y' => write!(out, "{:02}", c.year.rem_euclid(100)),
+            other => write!(out, "{other}"),
+        };
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(y: i64, m: u32, d: u32, hms: (i64, i64, i64), micros: i64) -> Civil {
+        let us = (days_from_civil(y, m, d) * 86_400 + hms.0 * 3600 + hms.1 * 60 + hms.2) * 1_000_000 + micros;
+        Civil::from_micros(us)
+    }
+
+    #[test]
+    fn parts_of_a_datetime() {
+        let c = at(2024, 2, 29, (13, 5, 9), 250);
+        let parts = [
+            Part::Year,
+            Part::Quarter,
+            Part::Month,
+            Part::Day,
+            Part::Hour,
+            Part::Minute,
+            Part::Second,
+            Part::Microsecond,
+            Part::DayOfWeek,
+            Part::Weekday,
+            Part::DayOfYear,
+        ];
+        // 2024-02-29 was a Thursday.
+        assert_eq!(parts.map(|p| c.part(p)), [2024, 1, 2, 29, 13, 5, 9, 250, 5, 3, 60]);
+        assert_eq!(at(1969, 12, 31, (23, 59, 59), 0).part(Part::Year), 1969);
+    }
+
+    #[test]
+    fn date_format_specifiers_match_mysql() {
+        let c = at(2024, 2, 29, (13, 5, 9), 250);
+        assert_eq!(format(&c, "%Y-%m-%d %H:%i:%s.%f"), "2024-02-29 13:05:09.000250");
+        assert_eq!(
+            format(&c, "%a %b %c %D %e %j %k %l %p %r %T %W %w %y %M %%"),
+            "Thu Feb 2 29th 29 060 13 1 PM 01:05:09 PM 13:05:09 Thursday 4 24 February %"
+        );
+        assert_eq!(format(&at(2024, 1, 1, (0, 0, 0), 0), "%D %h %p"), "1st 12 AM");
+        assert_eq!(format(&at(2024, 1, 12, (0, 0, 0), 0), "%D"), "12th");
+        assert_eq!(format(&at(2024, 1, 22, (0, 0, 0), 0), "%D %q"), "22nd q");
+        // Weeks, checked against MySQL 8: 2021-01-01 was a Friday.
+        let c = at(2021, 1, 1, (0, 0, 0), 0);
+        assert_eq!(format(&c, "%U %u %V %v %X %x"), "00 00 52 53 2020 2020");
+        let c = at(2021, 1, 3, (0, 0, 0), 0);
+        assert_eq!(format(&c, "%U %u %V %v %X %x"), "01 00 01 53 2021 2020");
+        let c = at(2024, 12, 30, (0, 0, 0), 0);
+        assert_eq!(format(&c, "%U %u %V %v %X %x"), "52 53 52 01 2024 2025");
+    }
+}
