@@ -779,9 +779,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         // Plan now when possible: errors (unknown table, ...) surface at
         // prepare as in MySQL, and the columns are known.
         let generation = self.session.shared.client.tables_generation();
-        // A statement with subqueries is planned at each execution, with
-        // their results: its columns are sent with its result sets only.
-        let plan = if !crate::subquery::outermost(&statement).is_empty() {
+        // A union or a statement with subqueries is planned at each
+        // execution: its columns are sent with its result sets only.
+        let plan = if crate::session::Session::planned_at_execution(&statement) {
             None
         } else {
             match self.session.plan(&statement).await {

@@ -514,7 +514,7 @@ async fn join(
 }
 
 /// A key under which equal values group together (5, 5.0 and '5' alike).
-fn group_key(values: &[Value], out: &mut String) {
+pub(crate) fn group_key(values: &[Value], out: &mut String) {
     out.clear();
     for v in values {
         match v {

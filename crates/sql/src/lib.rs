@@ -20,6 +20,7 @@ pub mod parse;
 pub mod plan;
 pub mod session;
 pub mod subquery;
+pub mod union;
 pub mod wire;
 
 use latsdb_client::Client;

@@ -536,6 +536,16 @@ impl Session {
         if !shows_warnings {
             self.warnings.clear();
         }
+        if let Statement::Query(q) = stmt {
+            if crate::union::is_set_operation(q) {
+                let result = self.execute_union(q, params).await;
+                if let Ok(Response::Rows { rows, .. }) = &result {
+                    self.row_count = -1;
+                    self.found_rows = rows.len() as u64;
+                }
+                return result;
+            }
+        }
         // A statement with a cached plan has no subqueries (those are
         // planned anew each time, with their results as parameters).
         if cached.as_ref().is_none_or(|slot| slot.plan.is_none()) {
@@ -576,6 +586,37 @@ impl Session {
             Err(_) => {}
         }
         result
+    }
+
+    /// Whether a statement is planned at every execution instead of once
+    /// (a union, or a statement with subqueries).
+    pub fn planned_at_execution(stmt: &Statement) -> bool {
+        matches!(stmt, Statement::Query(q) if crate::union::is_set_operation(q))
+            || !crate::subquery::outermost(stmt).is_empty()
+    }
+
+    /// Runs each SELECT of a union, then puts their rows together.
+    async fn execute_union(&mut self, q: &ast::Query, params: &[Value]) -> SqlResult<Response> {
+        let (mut columns, mut rows) = (Vec::new(), Vec::new());
+        for (i, (branch, keep_duplicates)) in crate::union::branches(q)?.into_iter().enumerate() {
+            let branch = Statement::Query(Box::new(branch));
+            let (branch_columns, branch_rows) = match Box::pin(self.execute(&branch, params, None)).await? {
+                Response::Rows { columns, rows } => (columns, rows),
+                Response::Ok { .. } => {
+                    return Err(SqlError::new(
+                        crate::error::ER_INTERNAL,
+                        "HY000",
+                        "a SELECT of a UNION returned no result set",
+                    ))
+                }
+            };
+            crate::union::add_branch(&mut columns, &mut rows, i == 0, keep_duplicates, branch_columns, branch_rows)?;
+        }
+        let order = crate::union::order(q, &columns)?;
+        let view = self.view();
+        let (offset, limit) = crate::union::limits(q, &Env { params, session: &view })?;
+        crate::union::finish(&mut rows, &order, offset, limit);
+        Ok(Response::Rows { columns, rows })
     }
 
     /// Runs a statement's uncorrelated subqueries, then the statement with

@@ -289,6 +289,8 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
         check_rows("prepared SELECT with a subquery", pcur.fetchall(), [(2,)])
         pcur.execute("SELECT name FROM items WHERE big = (SELECT MAX(big) FROM items WHERE id <= %s)", (3,))
         check_rows("prepared SELECT with a scalar subquery", pcur.fetchall(), [("alpha",)], prepared_bytearrays)
+        pcur.execute("SELECT id FROM items WHERE id = %s UNION SELECT id FROM items WHERE id <= %s ORDER BY id DESC", (1, 2))
+        check_rows("prepared UNION", pcur.fetchall(), [(2,), (1,)])
         expect_duplicate(name, errors, "prepared", pcur, (2, 0, "d", "D", 0))
         conn.rollback()
         pcur.close()
