@@ -3,7 +3,7 @@
 //! MySQL types; `?` becomes a parameter slot; session functions and
 //! `@@variables` are looked up at execution time.
 
-use crate::dates::Part;
+use crate::dates::{Part, Unit};
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{Arith, CastTo, Cmp, Func, SExpr, SessionValue};
 use latsdb_types::schema::ColumnDef;
@@ -118,6 +118,24 @@ impl<'a> Binder<'a> {
                     UnaryOperator::Not | UnaryOperator::BangNot => SExpr::Not(Box::new(inner)),
                     other => return Err(SqlError::unsupported(format!("operator {other} is not supported"))),
                 }
+            }
+            Expr::BinaryOp { left, op: op @ (BinaryOperator::Plus | BinaryOperator::Minus), right }
+                if matches!(right.as_ref(), Expr::Interval(_))
+                    || (*op == BinaryOperator::Plus && matches!(left.as_ref(), Expr::Interval(_))) =>
+            {
+                let (date, interval) = match right.as_ref() {
+                    Expr::Interval(iv) => (left, iv),
+                    _ => match left.as_ref() {
+                        Expr::Interval(iv) => (right, iv),
+                        _ => unreachable!("one side is an interval"),
+                    },
+                };
+                self.date_add(date, interval, *op == BinaryOperator::Minus)?
+            }
+            Expr::Interval(_) => {
+                return Err(SqlError::parse(
+                    "INTERVAL can only be added to or subtracted from a date, or be DATE_ADD's argument",
+                ))
             }
             Expr::BinaryOp { left, op, right } => {
                 let (l, r) = (self.bind(left)?, self.bind(right)?);
@@ -347,6 +365,11 @@ impl<'a> Binder<'a> {
         }
         // Aggregates are not allowed inside scalar function arguments of an
         // aggregate, but are inside other functions: keep `aggs` available.
+        match name.as_str() {
+            "DATE_ADD" | "ADDDATE" => return self.date_add_call(f, false),
+            "DATE_SUB" | "SUBDATE" => return self.date_add_call(f, true),
+            _ => {}
+        }
         let (args, _, _) = self.args(f)?;
         let n = args.len();
         let need = |lo: usize, hi: usize| -> SqlResult<()> {
@@ -405,6 +428,44 @@ impl<'a> Binder<'a> {
         Ok(SExpr::Func(func, args))
     }
 
+    /// `date + INTERVAL n unit` and its DATE_ADD/DATE_SUB forms.
+    fn date_add(&mut self, date: &Expr, interval: &ast::Interval, subtract: bool) -> SqlResult<SExpr> {
+        if interval.last_field.is_some() {
+            return Err(SqlError::unsupported("compound INTERVAL units (such as DAY_HOUR) are not supported"));
+        }
+        let unit = match &interval.leading_field {
+            Some(field) => interval_unit(field)?,
+            None => return Err(SqlError::parse("INTERVAL needs a unit, such as INTERVAL 1 DAY")),
+        };
+        Ok(SExpr::Func(Func::DateAdd(unit, subtract), vec![self.bind(date)?, self.bind(&interval.value)?]))
+    }
+
+    /// DATE_ADD(d, INTERVAL ...), DATE_SUB, and ADDDATE/SUBDATE(d, days).
+    fn date_add_call(&mut self, f: &ast::Function, subtract: bool) -> SqlResult<SExpr> {
+        let args: Vec<&Expr> = match &f.args {
+            FunctionArguments::List(l) => l
+                .args
+                .iter()
+                .filter_map(|a| match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        match args.as_slice() {
+            [date, Expr::Interval(iv)] => self.date_add(date, iv, subtract),
+            [date, days] => {
+                Ok(SExpr::Func(Func::DateAdd(Unit::Day, subtract), vec![self.bind(date)?, self.bind(days)?]))
+            }
+            _ => Err(SqlError::new(
+                1582,
+                "42000",
+                format!("Incorrect parameter count in the call to native function '{}'", f.name),
+            )),
+        }
+    }
+
     /// `VALUES(col)` inside ON DUPLICATE KEY UPDATE.
     pub fn is_values_call(e: &Expr) -> Option<String> {
         if let Expr::Function(f) = e {
@@ -418,6 +479,22 @@ impl<'a> Binder<'a> {
         }
         None
     }
+}
+
+fn interval_unit(field: &ast::DateTimeField) -> SqlResult<Unit> {
+    let name = field.to_string().to_ascii_uppercase();
+    Ok(match name.trim_end_matches('S') {
+        "MICROSECOND" => Unit::Microsecond,
+        "SECOND" => Unit::Second,
+        "MINUTE" => Unit::Minute,
+        "HOUR" => Unit::Hour,
+        "DAY" => Unit::Day,
+        "WEEK" => Unit::Week,
+        "MONTH" => Unit::Month,
+        "QUARTER" => Unit::Quarter,
+        "YEAR" => Unit::Year,
+        _ => return Err(SqlError::unsupported(format!("INTERVAL unit {name} is not supported"))),
+    })
 }
 
 /// Scalar functions evaluated by `eval`: their names and how many

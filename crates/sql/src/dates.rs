@@ -23,6 +23,64 @@ pub enum Part {
     DayOfYear,
 }
 
+/// The unit of an INTERVAL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Microsecond,
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Quarter,
+    Year,
+}
+
+impl Unit {
+    fn micros(self) -> Option<i64> {
+        Some(match self {
+            Unit::Microsecond => 1,
+            Unit::Second => 1_000_000,
+            Unit::Minute => 60_000_000,
+            Unit::Hour => 3_600_000_000,
+            Unit::Day => 86_400_000_000,
+            Unit::Week => 7 * 86_400_000_000,
+            Unit::Month | Unit::Quarter | Unit::Year => return None,
+        })
+    }
+
+    /// Whether adding it to a date keeps a date (no time of day appears).
+    pub fn keeps_dates(self) -> bool {
+        !matches!(self, Unit::Microsecond | Unit::Second | Unit::Minute | Unit::Hour)
+    }
+}
+
+/// `us` (microseconds since 1970) plus `n` units, as DATE_ADD computes it:
+/// adding months keeps the day of the month, or takes the month's last day
+/// if it has fewer. None when the result is outside years 0-9999.
+pub fn add(us: i64, n: i64, unit: Unit) -> Option<i64> {
+    let out = match unit.micros() {
+        Some(step) => us.checked_add(n.checked_mul(step)?)?,
+        None => {
+            let months = match unit {
+                Unit::Quarter => n.checked_mul(3)?,
+                Unit::Year => n.checked_mul(12)?,
+                _ => n,
+            };
+            let c = Civil::from_micros(us);
+            let total = c.year.checked_mul(12)?.checked_add(c.month as i64 - 1)?.checked_add(months)?;
+            let (year, month) = (total.div_euclid(12), total.rem_euclid(12) as u32 + 1);
+            let next = if month == 12 { days_from_civil(year + 1, 1, 1) } else { days_from_civil(year, month + 1, 1) };
+            let last_day = (next - days_from_civil(year, month, 1)) as u32;
+            let days = days_from_civil(year, month, c.day.min(last_day));
+            days.checked_mul(86_400_000_000)?.checked_add(us.rem_euclid(86_400_000_000))?
+        }
+    };
+    let year = Civil::from_micros(out).year;
+    (0..=9999).contains(&year).then_some(out)
+}
+
 /// A datetime taken apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Civil {
@@ -235,6 +293,21 @@ mod tests {
         // 2024-02-29 was a Thursday.
         assert_eq!(parts.map(|p| c.part(p)), [2024, 1, 2, 29, 13, 5, 9, 250, 5, 3, 60]);
         assert_eq!(at(1969, 12, 31, (23, 59, 59), 0).part(Part::Year), 1969);
+    }
+
+    #[test]
+    fn intervals_add_as_mysql_does() {
+        let day = |y, m, d| days_from_civil(y, m, d) * 86_400_000_000;
+        assert_eq!(add(day(2024, 1, 31), 1, Unit::Month), Some(day(2024, 2, 29)));
+        assert_eq!(add(day(2024, 3, 31), -1, Unit::Quarter), Some(day(2023, 12, 31)));
+        assert_eq!(add(day(2024, 2, 29), 1, Unit::Year), Some(day(2025, 2, 28)));
+        assert_eq!(add(day(2024, 12, 31) + 1, 1, Unit::Day), Some(day(2025, 1, 1) + 1));
+        assert_eq!(
+            add(day(2024, 1, 1), -90, Unit::Minute),
+            Some(day(2023, 12, 31) + 22 * 3_600_000_000 + 30 * 60_000_000)
+        );
+        assert_eq!(add(day(9999, 12, 31), 1, Unit::Day), None);
+        assert_eq!(add(day(2024, 1, 1), i64::MAX, Unit::Year), None);
     }
 
     #[test]

@@ -111,6 +111,9 @@ pub enum Func {
     DateFormat,
     /// DATEDIFF(a, b): days from b to a.
     DateDiff,
+    /// DATE_ADD(date, INTERVAL n unit), `date + INTERVAL n unit`, ...;
+    /// `true` subtracts.
+    DateAdd(crate::dates::Unit, bool),
 }
 
 /// Target of CAST/CONVERT.
@@ -780,6 +783,28 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Some(c) => Value::Str(crate::dates::format(&c, &to_text(&a[1]))),
             None => Value::Null,
         },
+        Func::DateAdd(unit, subtract) => {
+            let Some(c) = civil(&a[0]) else { return Ok(Value::Null) };
+            let Some(n) = interval_count(&a[1], unit) else { return Ok(Value::Null) };
+            let n = if subtract { n.checked_neg().unwrap_or(i64::MAX) } else { n };
+            let (n, unit) = if unit == crate::dates::Unit::Second && !matches!(a[1], Value::Int(_) | Value::UInt(_)) {
+                // Fractional seconds count in microseconds.
+                (n, crate::dates::Unit::Microsecond)
+            } else {
+                (n, unit)
+            };
+            let us = c.days * 86_400_000_000 + ((c.hour * 60 + c.minute) * 60 + c.second) * 1_000_000 + c.micros;
+            let date_only = match &a[0] {
+                Value::Date(_) => true,
+                Value::Str(s) => value::parse_date(s).is_some() && s.trim().len() <= 10,
+                _ => false,
+            };
+            match crate::dates::add(us, n, unit) {
+                Some(out) if date_only && unit.keeps_dates() => Value::Date(out.div_euclid(86_400_000_000) as i32),
+                Some(out) => Value::DateTime(out),
+                None => Value::Null,
+            }
+        }
         Func::DateDiff => match (civil(&a[0]), civil(&a[1])) {
             (Some(x), Some(y)) => Value::Int(x.days - y.days),
             _ => Value::Null,
@@ -805,6 +830,18 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Value::Str(format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]))
         }
     })
+}
+
+/// How many units an INTERVAL's value stands for: whole units, except that
+/// seconds may have a fraction (then counted in microseconds).
+fn interval_count(v: &Value, unit: crate::dates::Unit) -> Option<i64> {
+    let n = numeric(v);
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::UInt(u) => i64::try_from(*u).ok(),
+        _ if unit == crate::dates::Unit::Second => n.as_f64().map(|f| (f * 1e6).round() as i64),
+        _ => n.as_f64().map(|f| f.round() as i64),
+    }
 }
 
 /// A date or datetime argument taken apart; None when it is not one.

@@ -52,6 +52,7 @@ SELECT customer_id, amount FROM orders ORDER BY id;
 SELECT COUNT(*) FROM customers WHERE EXISTS (SELECT 1 FROM orders WHERE amount > 1000);
 SELECT YEAR(placed), MONTH(placed), DAY(placed), DAYOFWEEK(placed), EXTRACT(MONTH FROM placed) AS m, DATEDIFF(placed, '2026-01-01') AS since_new_year, DATE_FORMAT(placed, '%W %D %M %Y') AS long_date FROM orders ORDER BY id;
 SELECT DATE('2026-05-06 07:08:09'), HOUR('2026-05-06 07:08:09'), DATE_FORMAT('2026-05-06 07:08:09', '%H:%i %p, week %v'), YEAR(NULL), DATE_FORMAT('not a date', '%Y');
+SELECT DATE_ADD(placed, INTERVAL 1 MONTH) AS next_month, placed - INTERVAL 1 DAY AS day_before, DATE_SUB('2026-03-31 10:00:00', INTERVAL 90 MINUTE) AS earlier, ADDDATE(placed, 7) AS week_on FROM orders WHERE placed >= '2026-01-01' - INTERVAL 1 YEAR ORDER BY id;
 SELECT name FROM customers UNION SELECT note FROM orders WHERE note IS NOT NULL ORDER BY name;
 SELECT customer_id FROM orders UNION ALL SELECT id FROM customers WHERE id < 3 ORDER BY 1 DESC LIMIT 3;
 SELECT UPPER(name), CONCAT(name, '@', IFNULL(city, '?')), LENGTH(name), COALESCE(NULL, 7), 7 DIV 2, 7 / 2 FROM customers WHERE id = 1;
