@@ -30,6 +30,8 @@ pub enum AggKind {
     Avg,
     Min,
     Max,
+    /// GROUP_CONCAT: the values as text, joined by `separator`.
+    GroupConcat,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +39,10 @@ pub struct AggSpec {
     pub kind: AggKind,
     pub arg: Option<SExpr>,
     pub distinct: bool,
+    /// GROUP_CONCAT's SEPARATOR (default ",").
+    pub separator: String,
+    /// GROUP_CONCAT's ORDER BY: (key, descending).
+    pub order: Vec<(SExpr, bool)>,
 }
 
 pub struct Binder<'a> {
@@ -323,6 +329,7 @@ impl<'a> Binder<'a> {
             "AVG" => Some(AggKind::Avg),
             "MIN" => Some(AggKind::Min),
             "MAX" => Some(AggKind::Max),
+            "GROUP_CONCAT" => Some(AggKind::GroupConcat),
             _ => None,
         };
         if let Some(kind) = agg {
@@ -337,9 +344,22 @@ impl<'a> Binder<'a> {
                     return Err(e);
                 }
             };
+            let (separator, order) = match self.concat_clauses(f, kind) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.aggs = Some(aggs);
+                    return Err(e);
+                }
+            };
             let spec = match (kind, star, args.len()) {
-                (AggKind::Count, true, 0) => AggSpec { kind: AggKind::CountRows, arg: None, distinct: false },
-                (_, false, 1) => AggSpec { kind, arg: args.into_iter().next(), distinct },
+                (AggKind::Count, true, 0) => {
+                    AggSpec { kind: AggKind::CountRows, arg: None, distinct: false, separator, order }
+                }
+                (_, false, 1) => AggSpec { kind, arg: args.into_iter().next(), distinct, separator, order },
+                // GROUP_CONCAT(a, b, ...) concatenates them per row.
+                (AggKind::GroupConcat, false, 2..) => {
+                    AggSpec { kind, arg: Some(SExpr::Func(Func::Concat, args)), distinct, separator, order }
+                }
                 _ => {
                     self.aggs = Some(aggs);
                     return Err(SqlError::parse(format!("{name} takes one argument")));
@@ -426,6 +446,31 @@ impl<'a> Binder<'a> {
             }
         };
         Ok(SExpr::Func(func, args))
+    }
+
+    /// GROUP_CONCAT's SEPARATOR and ORDER BY; other aggregates take no
+    /// clauses.
+    fn concat_clauses(&mut self, f: &ast::Function, kind: AggKind) -> SqlResult<(String, Vec<(SExpr, bool)>)> {
+        let mut separator = ",".to_string();
+        let mut order = Vec::new();
+        let FunctionArguments::List(list) = &f.args else { return Ok((separator, order)) };
+        for clause in &list.clauses {
+            match clause {
+                ast::FunctionArgumentClause::Separator(v) if kind == AggKind::GroupConcat => {
+                    separator = match &v.value {
+                        ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
+                        other => return Err(SqlError::parse(format!("SEPARATOR takes a string, not {other}"))),
+                    };
+                }
+                ast::FunctionArgumentClause::OrderBy(exprs) if kind == AggKind::GroupConcat => {
+                    for o in exprs {
+                        order.push((self.bind(&o.expr)?, o.options.sort == Some(ast::OrderBySort::Desc)));
+                    }
+                }
+                other => return Err(SqlError::unsupported(format!("'{other}' in {} is not supported", f.name))),
+            }
+        }
+        Ok((separator, order))
     }
 
     /// `date + INTERVAL n unit` and its DATE_ADD/DATE_SUB forms.

@@ -547,6 +547,8 @@ enum Acc {
     Count(u64),
     Value(Value),
     Avg(Value, u64),
+    /// GROUP_CONCAT: each value's ORDER BY keys and text.
+    Concat(Vec<(Vec<Value>, String)>),
 }
 
 fn group(
@@ -561,6 +563,7 @@ fn group(
             .map(|a| match a.kind {
                 AggKind::CountRows | AggKind::Count => Acc::Count(0),
                 AggKind::Avg => Acc::Avg(Value::Null, 0),
+                AggKind::GroupConcat => Acc::Concat(Vec::new()),
                 _ => Acc::Value(Value::Null),
             })
             .collect()
@@ -612,6 +615,10 @@ fn group(
                     Aggregate::Sum(0).accumulate(sum, numeric(&v));
                     *n += 1;
                 }
+                (Acc::Concat(items), _) => {
+                    let keys = a.order.iter().map(|(k, _)| k.eval(&row, env)).collect::<SqlResult<Vec<_>>>()?;
+                    items.push((keys, to_text(&v)));
+                }
                 (Acc::Value(_), _) => return Err(SqlError::general("internal: aggregate state mismatch")),
             }
         }
@@ -624,16 +631,43 @@ fn group(
     for (first, accs, _) in groups {
         let mut row = first;
         row.resize(width, Value::Null);
-        for acc in accs {
+        for (acc, spec) in accs.into_iter().zip(aggs) {
             row.push(match acc {
                 Acc::Count(n) => Value::Int(n as i64),
                 Acc::Value(v) => v,
                 Acc::Avg(sum, n) => avg(&sum, n)?,
+                Acc::Concat(items) => concat(items, spec),
             });
         }
         out.push(row);
     }
     Ok(out)
+}
+
+/// GROUP_CONCAT's result: the texts in its ORDER BY (else in row order),
+/// joined; NULL without any.
+fn concat(mut items: Vec<(Vec<Value>, String)>, spec: &AggSpec) -> Value {
+    if items.is_empty() {
+        return Value::Null;
+    }
+    if !spec.order.is_empty() {
+        items.sort_by(|a, b| {
+            for (i, (_, desc)) in spec.order.iter().enumerate() {
+                let o = match (a.0[i].is_null(), b.0[i].is_null()) {
+                    (true, true) => Ordering::Equal,
+                    (true, false) => Ordering::Less,
+                    (false, true) => Ordering::Greater,
+                    _ => compare(&a.0[i], &b.0[i]).unwrap_or(Ordering::Equal),
+                };
+                let o = if *desc { o.reverse() } else { o };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            Ordering::Equal
+        });
+    }
+    Value::Str(items.into_iter().map(|(_, text)| text).collect::<Vec<_>>().join(&spec.separator))
 }
 
 fn avg(sum: &Value, n: u64) -> SqlResult<Value> {

@@ -450,7 +450,9 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             && outputs.iter().all(|o| tables_of(&o.expr) == 0)
             && having.as_ref().is_none_or(|h| tables_of(h) == 0)
             && order.iter().all(|(e, _)| tables_of(e) == 0)
-            && aggs.iter().all(|a| !a.distinct && matches!(a.arg, None | Some(SExpr::TableCol(0, _))));
+            && aggs.iter().all(|a| {
+                !a.distinct && a.kind != AggKind::GroupConcat && matches!(a.arg, None | Some(SExpr::TableCol(0, _)))
+            });
         if pushable {
             let mut pushed_aggs = Vec::new();
             let mut specs = Vec::new();
@@ -469,6 +471,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     AggKind::Sum => (a.kind, push(Aggregate::Sum(col)), None),
                     AggKind::Min => (a.kind, push(Aggregate::Min(col)), None),
                     AggKind::Max => (a.kind, push(Aggregate::Max(col)), None),
+                    AggKind::GroupConcat => unreachable!("GROUP_CONCAT is never pushed down"),
                     AggKind::Avg => {
                         let s = push(Aggregate::Sum(col));
                         let n = push(Aggregate::Count(col));
@@ -757,6 +760,7 @@ fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
             AggMode::Grouped { keys, aggs } => {
                 keys.iter().for_each(&mut note);
                 aggs.iter().filter_map(|a| a.arg.as_ref()).for_each(&mut note);
+                aggs.iter().flat_map(|a| a.order.iter().map(|(k, _)| k)).for_each(&mut note);
             }
             AggMode::Pushed { .. } | AggMode::None => {}
         }
@@ -829,6 +833,9 @@ fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
         for a in aggs.iter_mut() {
             if let Some(arg) = a.arg.take() {
                 a.arg = Some(rewrite(arg)?);
+            }
+            for (k, _) in a.order.iter_mut() {
+                *k = rewrite(std::mem::replace(k, SExpr::Const(Value::Null)))?;
             }
         }
     }
