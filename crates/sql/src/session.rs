@@ -307,6 +307,10 @@ pub struct Session {
     pub found_rows_flag: bool,
     /// The TLS cipher suite of the connection, if it uses TLS.
     pub tls_cipher: Option<String>,
+    /// Rows of the derived tables of the statement being run, by the name
+    /// that stands for them.
+    derived: HashMap<String, Arc<crate::plan::VirtualTable>>,
+    next_derived: u64,
 }
 
 pub struct NoSession;
@@ -426,10 +430,15 @@ fn now_micros() -> i64 {
 pub struct SessionCatalog<'a> {
     pub shared: &'a Shared,
     pub db: Option<&'a str>,
+    /// Derived tables of the statement being planned.
+    pub derived: Option<&'a HashMap<String, Arc<crate::plan::VirtualTable>>>,
 }
 
 impl Catalog for SessionCatalog<'_> {
     async fn resolve(&self, db: Option<&str>, name: &str) -> SqlResult<(String, SourceKind)> {
+        if let Some(v) = self.derived.and_then(|d| if db.is_none() { d.get(name) } else { None }) {
+            return Ok((String::new(), SourceKind::Virtual(v.clone())));
+        }
         if db.is_none() && name.eq_ignore_ascii_case("dual") {
             // SELECT ... FROM DUAL: one row, no columns, no database needed.
             let v = crate::plan::VirtualTable { columns: Vec::new(), rows: vec![Vec::new()] };
@@ -468,6 +477,8 @@ impl Session {
             written: HashMap::new(),
             found_rows_flag: false,
             tls_cipher: None,
+            derived: HashMap::new(),
+            next_derived: 0,
         }
     }
 
@@ -501,7 +512,7 @@ impl Session {
     }
 
     pub fn catalog(&self) -> SessionCatalog<'_> {
-        SessionCatalog { shared: &self.shared, db: self.db.as_deref() }
+        SessionCatalog { shared: &self.shared, db: self.db.as_deref(), derived: Some(&self.derived) }
     }
 
     /// Plans what can be planned ahead (queries and writes).
@@ -554,6 +565,12 @@ impl Session {
                 return self.execute_with_subqueries(stmt, params, subqueries).await;
             }
         }
+        if cached.as_ref().is_none_or(|slot| slot.plan.is_none()) {
+            let derived = crate::subquery::derived_tables(stmt)?;
+            if !derived.is_empty() {
+                return self.execute_with_derived(stmt, params, derived).await;
+            }
+        }
         let planned = match cached {
             Some(slot) => {
                 // No cached table changed since the plan was checked: no
@@ -593,6 +610,64 @@ impl Session {
     pub fn planned_at_execution(stmt: &Statement) -> bool {
         matches!(stmt, Statement::Query(q) if crate::union::is_set_operation(q))
             || !crate::subquery::outermost(stmt).is_empty()
+            || crate::subquery::derived_tables(stmt).map_or(true, |d| !d.is_empty())
+    }
+
+    /// Runs the derived tables of a statement, then the statement over
+    /// their rows.
+    async fn execute_with_derived(
+        &mut self,
+        stmt: &Statement,
+        params: &[Value],
+        derived: Vec<ast::Query>,
+    ) -> SqlResult<Response> {
+        let mut names = Vec::with_capacity(derived.len());
+        let mut result = Ok(());
+        for query in derived {
+            let query = Statement::Query(Box::new(query));
+            let (columns, rows) = match Box::pin(self.execute(&query, params, None)).await {
+                Ok(Response::Rows { columns, rows }) => (columns, rows),
+                Ok(Response::Ok { .. }) => {
+                    result = Err(SqlError::new(
+                        crate::error::ER_INTERNAL,
+                        "HY000",
+                        "a derived table returned no result set",
+                    ));
+                    break;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            let mut defs: Vec<ColumnDef> = Vec::with_capacity(columns.len());
+            for (i, c) in columns.iter().enumerate() {
+                if defs.iter().any(|d| d.name.eq_ignore_ascii_case(&c.name)) {
+                    result = Err(SqlError::new(1060, "42S21", format!("Duplicate column name '{}'", c.name)));
+                    break;
+                }
+                defs.push(ColumnDef::new(c.name.clone(), c.ty.unwrap_or_else(|| column_type_of(&rows, i))));
+            }
+            if result.is_err() {
+                break;
+            }
+            self.next_derived += 1;
+            let name = format!("latsdb derived table {}", self.next_derived);
+            self.derived.insert(name.clone(), Arc::new(crate::plan::VirtualTable { columns: defs, rows }));
+            names.push(name);
+        }
+        let outcome = match result {
+            Ok(()) => {
+                let mut stmt = stmt.clone();
+                crate::subquery::replace_derived(&mut stmt, names.clone());
+                Box::pin(self.execute(&stmt, params, None)).await
+            }
+            Err(e) => Err(e),
+        };
+        for name in names {
+            self.derived.remove(&name);
+        }
+        outcome
     }
 
     /// Runs each SELECT of a union, then puts their rows together.
@@ -1017,6 +1092,22 @@ fn is_ddl(stmt: &Statement) -> bool {
 }
 
 /// Result-set columns of a SELECT plan.
+/// The type of a computed column of a derived table, from its values.
+fn column_type_of(rows: &[Vec<Value>], i: usize) -> ColumnType {
+    let first = rows.iter().filter_map(|r| r.get(i)).find(|v| !v.is_null());
+    match first {
+        Some(Value::Int(_) | Value::Bool(_) | Value::Null) | None => ColumnType::int(IntWidth::Big),
+        Some(Value::UInt(_)) => ColumnType::Integer { width: IntWidth::Big, unsigned: true },
+        Some(Value::Float(_)) => ColumnType::Double,
+        Some(Value::Decimal(d)) => ColumnType::Decimal { precision: 38, scale: d.scale },
+        Some(Value::Str(_)) => ColumnType::Text,
+        Some(Value::Bytes(_)) => ColumnType::Blob,
+        Some(Value::Date(_)) => ColumnType::Date,
+        Some(Value::DateTime(_)) => ColumnType::DateTime,
+        Some(Value::Timestamp(_)) => ColumnType::Timestamp,
+    }
+}
+
 pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn> {
     plan.outputs
         .iter()

@@ -1,5 +1,5 @@
-//! Uncorrelated subqueries: `x IN (SELECT ...)`, scalar `(SELECT ...)` and
-//! `EXISTS (SELECT ...)`.
+//! Uncorrelated subqueries: `x IN (SELECT ...)`, scalar `(SELECT ...)`,
+//! `EXISTS (SELECT ...)`, and derived tables `FROM (SELECT ...) AS t`.
 //!
 //! They are run before their statement, and their results go into it as
 //! parameters: `x IN (SELECT ...)` becomes `x IN (?, ?, ...)`, which the
@@ -9,7 +9,7 @@
 
 use crate::error::{SqlError, SqlResult};
 use latsdb_types::value::Value;
-use sqlparser::ast::{self, Expr, Query, Statement, Visit, VisitMut, Visitor, VisitorMut};
+use sqlparser::ast::{self, Expr, Query, Statement, TableFactor, Visit, VisitMut, Visitor, VisitorMut};
 use std::ops::ControlFlow;
 
 /// How a subquery's rows are used.
@@ -175,6 +175,93 @@ impl VisitorMut for Walk {
     }
 }
 
+/// The derived tables (`FROM (SELECT ...) AS t`) of a statement that are
+/// not inside another query, in the order `replace_derived` replaces them.
+/// A derived table without an alias is error 1248, as in MySQL.
+pub fn derived_tables(stmt: &Statement) -> SqlResult<Vec<Query>> {
+    let mut collect = Derived { depth: 0, found: Vec::new(), names: Vec::new(), missing_alias: false };
+    let _ = stmt.visit(&mut collect);
+    if collect.missing_alias {
+        return Err(SqlError::new(1248, "42000", "Every derived table must have its own alias"));
+    }
+    Ok(collect.found)
+}
+
+/// Puts tables named `names` (in `derived_tables` order) where the derived
+/// tables were, keeping their aliases.
+pub fn replace_derived(stmt: &mut Statement, names: Vec<String>) {
+    let mut names = names;
+    names.reverse();
+    let mut walk = Derived { depth: 0, found: Vec::new(), names, missing_alias: false };
+    let _ = VisitMut::visit(stmt, &mut walk);
+}
+
+struct Derived {
+    /// Queries entered.
+    depth: usize,
+    found: Vec<Query>,
+    /// Replacing: the next name is last.
+    names: Vec<String>,
+    missing_alias: bool,
+}
+
+/// `name AS alias` as a table of the FROM clause.
+fn named_table(name: &str, alias: &str) -> Option<TableFactor> {
+    let sql = format!("SELECT 1 FROM `{name}` AS `{}`", alias.replace('`', "``"));
+    let Statement::Query(q) = crate::parse::parse(&sql).ok()?.statements.pop()? else { return None };
+    let ast::SetExpr::Select(select) = *q.body else { return None };
+    select.from.into_iter().next().map(|t| t.relation)
+}
+
+impl Visitor for Derived {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, _: &Query) -> ControlFlow<()> {
+        self.depth += 1;
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _: &Query) -> ControlFlow<()> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+        if let TableFactor::Derived { subquery, alias, .. } = factor {
+            if self.depth <= 1 {
+                self.missing_alias |= alias.is_none();
+                self.found.push(subquery.as_ref().clone());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+impl VisitorMut for Derived {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, _: &mut Query) -> ControlFlow<()> {
+        self.depth += 1;
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _: &mut Query) -> ControlFlow<()> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if let TableFactor::Derived { alias: Some(alias), .. } = factor {
+            if self.depth <= 1 {
+                if let Some(table) = self.names.pop().and_then(|name| named_table(&name, &alias.name.value)) {
+                    *factor = table;
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +288,20 @@ mod tests {
         replace(&mut stmt, results, 1, &mut params).unwrap();
         assert_eq!(params, vec![Value::Int(0), Value::Int(5), Value::Int(6), Value::Int(9)]);
         assert_eq!(stmt.to_string(), "SELECT a FROM t WHERE id IN (?1, ?2) AND b > ?3 OR false");
+    }
+
+    #[test]
+    fn outermost_derived_tables_become_named_tables() {
+        let mut stmt = parse(
+            "SELECT COUNT(*) FROM (SELECT a FROM t WHERE a IN (SELECT b FROM (SELECT b FROM u) AS inner_u)) AS sub JOIN (SELECT 1 AS one) AS o",
+        );
+        let found = derived_tables(&stmt).unwrap();
+        assert_eq!(found.len(), 2, "the table derived inside a derived table is left to it");
+        assert!(found[0].to_string().contains("inner_u"));
+        replace_derived(&mut stmt, vec!["d0".into(), "d1".into()]);
+        assert_eq!(stmt.to_string(), "SELECT COUNT(*) FROM `d0` AS `sub` JOIN `d1` AS `o`");
+        let e = derived_tables(&parse("SELECT * FROM (SELECT 1)")).unwrap_err();
+        assert_eq!(e.code, 1248);
     }
 
     #[test]

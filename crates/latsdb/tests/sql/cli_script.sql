@@ -57,6 +57,8 @@ SELECT name FROM customers UNION SELECT note FROM orders WHERE note IS NOT NULL 
 SELECT customer_id FROM orders UNION ALL SELECT id FROM customers WHERE id < 3 ORDER BY 1 DESC LIMIT 3;
 SELECT GROUP_CONCAT(name ORDER BY name) AS names, GROUP_CONCAT(DISTINCT city ORDER BY city DESC SEPARATOR ' | ') AS cities, GROUP_CONCAT(id, ':', city ORDER BY id) AS pairs FROM customers;
 SELECT customer_id, GROUP_CONCAT(amount ORDER BY amount DESC) AS amounts, GROUP_CONCAT(note) AS notes FROM orders GROUP BY customer_id ORDER BY customer_id;
+SELECT COUNT(*) AS big_customers FROM (SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id) AS per_customer WHERE total > 5;
+SELECT c.name, t.total FROM customers c JOIN (SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id) AS t ON t.customer_id = c.id ORDER BY t.total DESC;
 SELECT UPPER(name), CONCAT(name, '@', IFNULL(city, '?')), LENGTH(name), COALESCE(NULL, 7), 7 DIV 2, 7 / 2 FROM customers WHERE id = 1;
 SHOW TABLES;
 DESCRIBE customers;

@@ -291,6 +291,9 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
         check_rows("prepared SELECT with a scalar subquery", pcur.fetchall(), [("alpha",)], prepared_bytearrays)
         pcur.execute("SELECT id FROM items WHERE id = %s UNION SELECT id FROM items WHERE id <= %s ORDER BY id DESC", (1, 2))
         check_rows("prepared UNION", pcur.fetchall(), [(2,), (1,)])
+        # What Django sends for count() of a sliced queryset.
+        pcur.execute("SELECT COUNT(*) FROM (SELECT id FROM items WHERE big <= %s LIMIT 5) subquery", (0,))
+        check_rows("prepared SELECT from a derived table", pcur.fetchall(), [(2,)])
         expect_duplicate(name, errors, "prepared", pcur, (2, 0, "d", "D", 0))
         conn.rollback()
         pcur.close()
