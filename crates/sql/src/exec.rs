@@ -644,6 +644,24 @@ fn group(
     Ok(out)
 }
 
+/// ORDER BY's comparison of two rows by the values at `keys` (position,
+/// descending): NULLs first, as in MySQL.
+pub(crate) fn order_rows(a: &[Value], b: &[Value], keys: impl IntoIterator<Item = (usize, bool)>) -> Ordering {
+    for (i, desc) in keys {
+        let o = match (a[i].is_null(), b[i].is_null()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Less,
+            (false, true) => Ordering::Greater,
+            _ => compare(&a[i], &b[i]).unwrap_or(Ordering::Equal),
+        };
+        let o = if desc { o.reverse() } else { o };
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    Ordering::Equal
+}
+
 /// GROUP_CONCAT's result: the texts in its ORDER BY (else in row order),
 /// joined; NULL without any.
 fn concat(mut items: Vec<(Vec<Value>, String)>, spec: &AggSpec) -> Value {
@@ -651,21 +669,7 @@ fn concat(mut items: Vec<(Vec<Value>, String)>, spec: &AggSpec) -> Value {
         return Value::Null;
     }
     if !spec.order.is_empty() {
-        items.sort_by(|a, b| {
-            for (i, (_, desc)) in spec.order.iter().enumerate() {
-                let o = match (a.0[i].is_null(), b.0[i].is_null()) {
-                    (true, true) => Ordering::Equal,
-                    (true, false) => Ordering::Less,
-                    (false, true) => Ordering::Greater,
-                    _ => compare(&a.0[i], &b.0[i]).unwrap_or(Ordering::Equal),
-                };
-                let o = if *desc { o.reverse() } else { o };
-                if o != Ordering::Equal {
-                    return o;
-                }
-            }
-            Ordering::Equal
-        });
+        items.sort_by(|a, b| order_rows(&a.0, &b.0, spec.order.iter().enumerate().map(|(i, (_, desc))| (i, *desc))));
     }
     Value::Str(items.into_iter().map(|(_, text)| text).collect::<Vec<_>>().join(&spec.separator))
 }
@@ -724,21 +728,7 @@ fn finish_rows(plan: &SelectPlan, rows: Vec<Vec<Value>>, env: &Env) -> SqlResult
         }
     }
     if !plan.order.is_empty() {
-        out.sort_by(|a, b| {
-            for (i, (_, desc)) in plan.order.iter().enumerate() {
-                let o = match (a.1[i].is_null(), b.1[i].is_null()) {
-                    (true, true) => Ordering::Equal,
-                    (true, false) => Ordering::Less,
-                    (false, true) => Ordering::Greater,
-                    _ => compare(&a.1[i], &b.1[i]).unwrap_or(Ordering::Equal),
-                };
-                let o = if *desc { o.reverse() } else { o };
-                if o != Ordering::Equal {
-                    return o;
-                }
-            }
-            Ordering::Equal
-        });
+        out.sort_by(|a, b| order_rows(&a.1, &b.1, plan.order.iter().enumerate().map(|(i, (_, desc))| (i, *desc))));
     }
     let mut rows: Vec<Vec<Value>> = out.into_iter().map(|(v, _)| v).collect();
     if plan.distinct {

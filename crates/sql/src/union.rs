@@ -4,12 +4,11 @@
 //! LIMIT/OFFSET apply.
 
 use crate::error::{SqlError, SqlResult};
-use crate::eval::{compare, to_text, Env};
-use crate::exec::group_key;
+use crate::eval::{to_text, Env};
+use crate::exec::{group_key, order_rows};
 use crate::session::ResultColumn;
 use latsdb_types::Value;
 use sqlparser::ast::{self, Expr, OrderByKind, Query, SetExpr, SetOperator, SetQuantifier};
-use std::cmp::Ordering;
 
 /// Whether a query is a set operation (its rows are put together here).
 pub fn is_set_operation(q: &Query) -> bool {
@@ -142,21 +141,7 @@ pub fn order(q: &Query, columns: &[ResultColumn]) -> SqlResult<Vec<(usize, bool)
 /// Sorts (NULLs first, as MySQL) and cuts to OFFSET/LIMIT.
 pub fn finish(rows: &mut Vec<Vec<Value>>, order: &[(usize, bool)], offset: u64, limit: Option<u64>) {
     if !order.is_empty() {
-        rows.sort_by(|a, b| {
-            for &(i, desc) in order {
-                let o = match (a[i].is_null(), b[i].is_null()) {
-                    (true, true) => Ordering::Equal,
-                    (true, false) => Ordering::Less,
-                    (false, true) => Ordering::Greater,
-                    _ => compare(&a[i], &b[i]).unwrap_or(Ordering::Equal),
-                };
-                let o = if desc { o.reverse() } else { o };
-                if o != Ordering::Equal {
-                    return o;
-                }
-            }
-            Ordering::Equal
-        });
+        rows.sort_by(|a, b| order_rows(a, b, order.iter().copied()));
     }
     let start = (offset as usize).min(rows.len());
     let end = limit.map_or(rows.len(), |l| start.saturating_add(l as usize).min(rows.len()));
