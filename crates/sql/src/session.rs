@@ -548,6 +548,14 @@ impl Session {
             self.warnings.clear();
         }
         if let Statement::Query(q) = stmt {
+            if q.with.is_some() {
+                let result = self.execute_with_ctes(q, params).await;
+                if let Ok(Response::Rows { rows, .. }) = &result {
+                    self.row_count = -1;
+                    self.found_rows = rows.len() as u64;
+                }
+                return result;
+            }
             if crate::union::is_set_operation(q) {
                 let result = self.execute_union(q, params).await;
                 if let Ok(Response::Rows { rows, .. }) = &result {
@@ -608,9 +616,73 @@ impl Session {
     /// Whether a statement is planned at every execution instead of once
     /// (a union, or a statement with subqueries).
     pub fn planned_at_execution(stmt: &Statement) -> bool {
-        matches!(stmt, Statement::Query(q) if crate::union::is_set_operation(q))
+        matches!(stmt, Statement::Query(q) if q.with.is_some() || crate::union::is_set_operation(q))
             || !crate::subquery::outermost(stmt).is_empty()
             || crate::subquery::derived_tables(stmt).map_or(true, |d| !d.is_empty())
+    }
+
+    /// Runs a query and keeps its rows as a table: a derived table or a
+    /// CTE. `names` renames its columns (a CTE's column list).
+    async fn materialize(
+        &mut self,
+        query: ast::Query,
+        params: &[Value],
+        names: &[String],
+    ) -> SqlResult<crate::plan::VirtualTable> {
+        let query = Statement::Query(Box::new(query));
+        let (columns, rows) = match Box::pin(self.execute(&query, params, None)).await? {
+            Response::Rows { columns, rows } => (columns, rows),
+            Response::Ok { .. } => {
+                return Err(SqlError::new(crate::error::ER_INTERNAL, "HY000", "a derived table returned no result set"))
+            }
+        };
+        if !names.is_empty() && names.len() != columns.len() {
+            return Err(SqlError::new(
+                1353,
+                "HY000",
+                format!(
+                    "In definition of a common table expression, {} column names are given for {} columns",
+                    names.len(),
+                    columns.len()
+                ),
+            ));
+        }
+        let mut defs: Vec<ColumnDef> = Vec::with_capacity(columns.len());
+        for (i, c) in columns.iter().enumerate() {
+            let name = names.get(i).unwrap_or(&c.name);
+            if defs.iter().any(|d| d.name.eq_ignore_ascii_case(name)) {
+                return Err(SqlError::new(1060, "42S21", format!("Duplicate column name '{name}'")));
+            }
+            defs.push(ColumnDef::new(name.clone(), c.ty.unwrap_or_else(|| column_type_of(&rows, i))));
+        }
+        Ok(crate::plan::VirtualTable { columns: defs, rows })
+    }
+
+    /// Runs a statement with `tables` (name, table) visible by name, then
+    /// forgets them.
+    async fn execute_over(
+        &mut self,
+        stmt: &Statement,
+        params: &[Value],
+        tables: Vec<(String, crate::plan::VirtualTable)>,
+    ) -> SqlResult<Response> {
+        let mut shadowed = Vec::new();
+        for (name, table) in tables {
+            shadowed.push((name.clone(), self.derived.insert(name, Arc::new(table))));
+        }
+        let result = Box::pin(self.execute(stmt, params, None)).await;
+        self.restore_tables(shadowed);
+        result
+    }
+
+    /// Undoes insertions into `derived`, latest first.
+    fn restore_tables(&mut self, shadowed: Vec<(String, Option<Arc<crate::plan::VirtualTable>>)>) {
+        for (name, before) in shadowed.into_iter().rev() {
+            match before {
+                Some(t) => self.derived.insert(name, t),
+                None => self.derived.remove(&name),
+            };
+        }
     }
 
     /// Runs the derived tables of a statement, then the statement over
@@ -621,53 +693,50 @@ impl Session {
         params: &[Value],
         derived: Vec<ast::Query>,
     ) -> SqlResult<Response> {
-        let mut names = Vec::with_capacity(derived.len());
-        let mut result = Ok(());
+        let mut tables = Vec::with_capacity(derived.len());
         for query in derived {
-            let query = Statement::Query(Box::new(query));
-            let (columns, rows) = match Box::pin(self.execute(&query, params, None)).await {
-                Ok(Response::Rows { columns, rows }) => (columns, rows),
-                Ok(Response::Ok { .. }) => {
-                    result = Err(SqlError::new(
-                        crate::error::ER_INTERNAL,
-                        "HY000",
-                        "a derived table returned no result set",
-                    ));
-                    break;
+            let table = self.materialize(query, params, &[]).await?;
+            self.next_derived += 1;
+            tables.push((format!("latsdb derived table {}", self.next_derived), table));
+        }
+        let mut stmt = stmt.clone();
+        crate::subquery::replace_derived(&mut stmt, tables.iter().map(|(name, _)| name.clone()).collect());
+        self.execute_over(&stmt, params, tables).await
+    }
+
+    /// WITH a AS (...), b AS (...) SELECT ...: each common table expression
+    /// runs in turn (seeing those before it), then the query over them.
+    async fn execute_with_ctes(&mut self, q: &ast::Query, params: &[Value]) -> SqlResult<Response> {
+        let Some(with) = &q.with else {
+            return Err(SqlError::new(crate::error::ER_INTERNAL, "HY000", "no WITH clause"));
+        };
+        if with.recursive {
+            return Err(SqlError::unsupported("WITH RECURSIVE is not supported"));
+        }
+        let mut main = q.clone();
+        main.with = None;
+        let main = Statement::Query(Box::new(main));
+        let mut shadowed = Vec::new();
+        let mut result = Ok(());
+        for cte in &with.cte_tables {
+            let names: Vec<String> = cte.alias.columns.iter().map(|c| c.name.value.clone()).collect();
+            match self.materialize(cte.query.as_ref().clone(), params, &names).await {
+                Ok(table) => {
+                    let name = cte.alias.name.value.clone();
+                    shadowed.push((name.clone(), self.derived.insert(name, Arc::new(table))));
                 }
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
-            };
-            let mut defs: Vec<ColumnDef> = Vec::with_capacity(columns.len());
-            for (i, c) in columns.iter().enumerate() {
-                if defs.iter().any(|d| d.name.eq_ignore_ascii_case(&c.name)) {
-                    result = Err(SqlError::new(1060, "42S21", format!("Duplicate column name '{}'", c.name)));
-                    break;
-                }
-                defs.push(ColumnDef::new(c.name.clone(), c.ty.unwrap_or_else(|| column_type_of(&rows, i))));
             }
-            if result.is_err() {
-                break;
-            }
-            self.next_derived += 1;
-            let name = format!("latsdb derived table {}", self.next_derived);
-            self.derived.insert(name.clone(), Arc::new(crate::plan::VirtualTable { columns: defs, rows }));
-            names.push(name);
         }
-        let outcome = match result {
-            Ok(()) => {
-                let mut stmt = stmt.clone();
-                crate::subquery::replace_derived(&mut stmt, names.clone());
-                Box::pin(self.execute(&stmt, params, None)).await
-            }
+        let response = match result {
+            Ok(()) => Box::pin(self.execute(&main, params, None)).await,
             Err(e) => Err(e),
         };
-        for name in names {
-            self.derived.remove(&name);
-        }
-        outcome
+        self.restore_tables(shadowed);
+        response
     }
 
     /// Runs each SELECT of a union, then puts their rows together.
