@@ -773,6 +773,15 @@ impl Session {
     ) -> SqlResult<Response> {
         let mut results = Vec::with_capacity(subqueries.len());
         for (kind, query) in subqueries {
+            // A correlated EXISTS of the simple kind runs once, without its
+            // link to the outer query, and becomes `outer IN (...)`.
+            let (query, outer) = match kind {
+                crate::subquery::Use::Exists => match crate::subquery::decorrelate(&query)? {
+                    Some((once, outer)) => (once, Some(outer)),
+                    None => (query, None),
+                },
+                _ => (query, None),
+            };
             let query = Statement::Query(Box::new(query));
             let rows = match Box::pin(self.execute(&query, params, None)).await {
                 Ok(Response::Rows { rows, .. }) => rows,
@@ -781,13 +790,19 @@ impl Session {
                 }
                 Err(e) if e.code == 1054 => {
                     return Err(SqlError::unsupported(format!(
-                        "{}: a subquery cannot refer to columns of the outer query yet (correlated subqueries are not supported); use a join",
+                        "{}: a subquery can refer to the outer query only as [NOT] EXISTS (SELECT ... WHERE inner_column = outer_table.column ...) (other correlated subqueries are not supported); use a join",
                         e.message
                     )))
                 }
                 Err(e) => return Err(e),
             };
-            results.push((kind, rows));
+            results.push(match outer {
+                Some(outer) => crate::subquery::Found::Semi {
+                    outer: Box::new(outer),
+                    values: rows.into_iter().filter_map(|r| r.into_iter().next()).collect(),
+                },
+                None => crate::subquery::Found::Rows(kind, rows),
+            });
         }
         let mut stmt = stmt.clone();
         let mut all = params.to_vec();

@@ -61,18 +61,38 @@ impl Visitor for Collect {
     }
 }
 
+/// What a subquery gave: its rows, or for a correlated EXISTS run once
+/// (see `decorrelate`), the outer expression and the inner values it must
+/// equal.
+pub enum Found {
+    Rows(Use, Vec<Vec<Value>>),
+    Semi { outer: Box<Expr>, values: Vec<Value> },
+}
+
 /// Replaces the outermost subqueries, in the order `outermost` listed
 /// them, by what they returned. New parameters are numbered from
 /// `first_param`; their values are appended to `params` in that order.
 pub fn replace(
     stmt: &mut Statement,
-    results: Vec<(Use, Vec<Vec<Value>>)>,
+    results: Vec<Found>,
     first_param: usize,
     params: &mut Vec<Value>,
 ) -> SqlResult<()> {
     let mut replacements = Vec::with_capacity(results.len());
     let mut next = first_param;
-    for (kind, rows) in results {
+    for found in results {
+        let (kind, rows) = match found {
+            Found::Rows(kind, rows) => (kind, rows),
+            Found::Semi { outer, values } => {
+                // `inner = outer` is never true for a NULL inner value.
+                let values: Vec<Value> = values.into_iter().filter(|v| !v.is_null()).collect();
+                let n = values.len();
+                params.extend(values);
+                next += n;
+                replacements.push(Replacement::Semi(outer, next - n, n));
+                continue;
+            }
+        };
         if kind != Use::Exists {
             if let Some(row) = rows.iter().find(|r| r.len() != 1) {
                 return Err(SqlError::new(
@@ -107,10 +127,109 @@ pub fn replace(
     Ok(())
 }
 
+/// A correlated `EXISTS (SELECT ... FROM ... WHERE inner = outer.col AND
+/// ...)`, as a query to run once: `SELECT DISTINCT inner FROM ... WHERE ...`
+/// (the conditions that do not read the outer query), and `outer.col`.
+/// Ok(None) when the subquery does not refer to the outer query by a
+/// qualified name; an error when it does in another way than one such
+/// equality.
+pub fn decorrelate(q: &Query) -> SqlResult<Option<(Query, Expr)>> {
+    let ast::SetExpr::Select(select) = q.body.as_ref() else { return Ok(None) };
+    let mut inner: Vec<String> = Vec::new();
+    for t in &select.from {
+        for factor in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
+            match factor {
+                TableFactor::Table { name, alias, .. } => inner.push(match alias {
+                    Some(a) => a.name.value.to_ascii_lowercase(),
+                    None => name
+                        .0
+                        .last()
+                        .and_then(|p| p.as_ident())
+                        .map(|i| i.value.to_ascii_lowercase())
+                        .unwrap_or_default(),
+                }),
+                TableFactor::Derived { alias: Some(a), .. } => inner.push(a.name.value.to_ascii_lowercase()),
+                _ => return Ok(None),
+            }
+        }
+    }
+    let outer_ref = |e: &Expr| -> bool {
+        let mut found = false;
+        let _ = ast::visit_expressions(e, |x| {
+            if let Expr::CompoundIdentifier(ids) = x {
+                if ids.len() >= 2 && !inner.contains(&ids[ids.len() - 2].value.to_ascii_lowercase()) {
+                    found = true;
+                }
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        found
+    };
+    let Some(selection) = &select.selection else { return Ok(None) };
+    let mut parts = Vec::new();
+    split_and(selection, &mut parts);
+    if !parts.iter().any(|p| outer_ref(p)) {
+        return Ok(None);
+    }
+    let unsupported = || {
+        SqlError::unsupported(
+            "a subquery that refers to the outer query is supported only as [NOT] EXISTS (SELECT ... WHERE inner_column = outer_table.column AND conditions on the inner tables only); use a join",
+        )
+    };
+    let grouped = !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+    if grouped || select.having.is_some() || q.limit_clause.is_some() {
+        return Err(unsupported());
+    }
+    let mut link = None;
+    let mut rest = Vec::new();
+    for p in parts {
+        if !outer_ref(p) {
+            rest.push(p.clone());
+            continue;
+        }
+        let Expr::BinaryOp { left, op: ast::BinaryOperator::Eq, right } = p else { return Err(unsupported()) };
+        let (inner_side, outer_side) = match (outer_ref(left), outer_ref(right)) {
+            (false, true) => (left, right),
+            (true, false) => (right, left),
+            _ => return Err(unsupported()),
+        };
+        if link.is_some() || !matches!(outer_side.as_ref(), Expr::CompoundIdentifier(_)) {
+            return Err(unsupported());
+        }
+        link = Some((inner_side.as_ref().clone(), outer_side.as_ref().clone()));
+    }
+    let Some((inner_expr, outer_expr)) = link else { return Err(unsupported()) };
+    let mut select = select.as_ref().clone();
+    select.distinct = Some(ast::Distinct::Distinct);
+    select.projection = vec![ast::SelectItem::UnnamedExpr(inner_expr)];
+    select.selection = rest.into_iter().reduce(|a, b| Expr::BinaryOp {
+        left: Box::new(a),
+        op: ast::BinaryOperator::And,
+        right: Box::new(b),
+    });
+    let mut query = q.clone();
+    query.body = Box::new(ast::SetExpr::Select(Box::new(select)));
+    query.order_by = None;
+    Ok(Some((query, outer_expr)))
+}
+
+fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+    match e {
+        Expr::BinaryOp { left, op: ast::BinaryOperator::And, right } => {
+            split_and(left, out);
+            split_and(right, out);
+        }
+        Expr::Nested(inner) => split_and(inner, out),
+        other => out.push(other),
+    }
+}
+
 enum Replacement {
     /// Parameters `first..first + n`.
     Params(usize, usize),
     Truth(bool),
+    /// A decorrelated EXISTS: `outer IN (parameters first..first + n)`.
+    Semi(Box<Expr>, usize, usize),
 }
 
 struct Walk {
@@ -166,6 +285,22 @@ impl VisitorMut for Walk {
             }
             (Expr::Subquery(_), Replacement::Params(first, _)) => placeholder(first),
             (Expr::Exists { negated, .. }, Replacement::Truth(found)) => truth(found != negated),
+            (Expr::Exists { negated, .. }, Replacement::Semi(_, _, 0)) => truth(negated),
+            (Expr::Exists { negated: false, .. }, Replacement::Semi(outer, first, n)) => {
+                Expr::InList { expr: outer, list: (first..first + n).map(placeholder).collect(), negated: false }
+            }
+            (Expr::Exists { negated: true, .. }, Replacement::Semi(outer, first, n)) => {
+                // NOT EXISTS holds for a NULL outer value, which NOT IN does not.
+                Expr::Nested(Box::new(Expr::BinaryOp {
+                    left: Box::new(Expr::IsNull(outer.clone())),
+                    op: ast::BinaryOperator::Or,
+                    right: Box::new(Expr::InList {
+                        expr: outer,
+                        list: (first..first + n).map(placeholder).collect(),
+                        negated: true,
+                    }),
+                }))
+            }
             (other, _) => {
                 debug_assert!(false, "subquery {other} and its result do not match");
                 other
@@ -281,9 +416,9 @@ mod tests {
         assert!(found[0].1.to_string().contains("SELECT z FROM v"), "the nested one stays inside its parent");
         let mut params = vec![Value::Int(0)];
         let results = vec![
-            (Use::In, vec![vec![Value::Int(5)], vec![Value::Int(6)]]),
-            (Use::Scalar, vec![vec![Value::Int(9)]]),
-            (Use::Exists, vec![]),
+            Found::Rows(Use::In, vec![vec![Value::Int(5)], vec![Value::Int(6)]]),
+            Found::Rows(Use::Scalar, vec![vec![Value::Int(9)]]),
+            Found::Rows(Use::Exists, vec![]),
         ];
         replace(&mut stmt, results, 1, &mut params).unwrap();
         assert_eq!(params, vec![Value::Int(0), Value::Int(5), Value::Int(6), Value::Int(9)]);
@@ -305,17 +440,40 @@ mod tests {
     }
 
     #[test]
+    fn a_correlated_exists_runs_once_and_becomes_an_in_list() {
+        let stmt =
+            parse("SELECT a.x FROM a WHERE NOT EXISTS (SELECT 1 FROM b AS bb WHERE bb.k > 0 AND bb.a_id = a.id)");
+        let (_, query) = outermost(&stmt).remove(0);
+        let (once, outer) = decorrelate(&query).unwrap().unwrap();
+        assert_eq!(once.to_string(), "SELECT DISTINCT bb.a_id FROM b AS bb WHERE bb.k > 0");
+        assert_eq!(outer.to_string(), "a.id");
+        let mut stmt = stmt;
+        let mut params = Vec::new();
+        let found = Found::Semi { outer: Box::new(outer), values: vec![Value::Int(4), Value::Null, Value::Int(5)] };
+        replace(&mut stmt, vec![found], 0, &mut params).unwrap();
+        assert_eq!(stmt.to_string(), "SELECT a.x FROM a WHERE (a.id IS NULL OR a.id NOT IN (?0, ?1))");
+        assert_eq!(params, vec![Value::Int(4), Value::Int(5)]);
+        // Uncorrelated: nothing to do; other correlations: said so.
+        let uncorrelated = parse("SELECT 1 FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k = 1)");
+        assert!(decorrelate(&outermost(&uncorrelated)[0].1).unwrap().is_none());
+        let other = parse("SELECT 1 FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k < a.k)");
+        assert_eq!(decorrelate(&outermost(&other)[0].1).unwrap_err().code, 1235);
+    }
+
+    #[test]
     fn empty_sets_and_bad_shapes() {
         let mut stmt = parse("DELETE FROM t WHERE id NOT IN (SELECT x FROM u) AND NOT EXISTS (SELECT 1 FROM u)");
         let mut params = Vec::new();
-        replace(&mut stmt, vec![(Use::In, vec![]), (Use::Exists, vec![vec![Value::Int(1)]])], 0, &mut params).unwrap();
+        let results = vec![Found::Rows(Use::In, vec![]), Found::Rows(Use::Exists, vec![vec![Value::Int(1)]])];
+        replace(&mut stmt, results, 0, &mut params).unwrap();
         assert_eq!(stmt.to_string(), "DELETE FROM t WHERE true AND false");
         let mut stmt = parse("SELECT (SELECT x FROM u)");
-        let e = replace(&mut stmt, vec![(Use::Scalar, vec![vec![Value::Int(1)], vec![Value::Int(2)]])], 0, &mut params)
-            .unwrap_err();
+        let two_rows = vec![vec![Value::Int(1)], vec![Value::Int(2)]];
+        let e = replace(&mut stmt, vec![Found::Rows(Use::Scalar, two_rows)], 0, &mut params).unwrap_err();
         assert_eq!(e.code, 1242);
         let e =
-            replace(&mut stmt, vec![(Use::In, vec![vec![Value::Int(1), Value::Int(2)]])], 0, &mut params).unwrap_err();
+            replace(&mut stmt, vec![Found::Rows(Use::In, vec![vec![Value::Int(1), Value::Int(2)]])], 0, &mut params)
+                .unwrap_err();
         assert_eq!(e.code, 1241);
     }
 }

@@ -60,6 +60,8 @@ SELECT customer_id, GROUP_CONCAT(amount ORDER BY amount DESC) AS amounts, GROUP_
 SELECT COUNT(*) AS big_customers FROM (SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id) AS per_customer WHERE total > 5;
 SELECT c.name, t.total FROM customers c JOIN (SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id) AS t ON t.customer_id = c.id ORDER BY t.total DESC;
 WITH totals AS (SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id), big (who, amount) AS (SELECT customer_id, total FROM totals WHERE total > 5) SELECT c.name, big.amount FROM big JOIN customers c ON c.id = big.who ORDER BY c.name;
+SELECT c.name FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id AND o.amount > 50) ORDER BY c.name;
+SELECT c.name FROM customers c WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id) ORDER BY c.name;
 SELECT UPPER(name), CONCAT(name, '@', IFNULL(city, '?')), LENGTH(name), COALESCE(NULL, 7), 7 DIV 2, 7 / 2 FROM customers WHERE id = 1;
 SHOW TABLES;
 DESCRIBE customers;
