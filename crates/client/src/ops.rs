@@ -110,6 +110,30 @@ impl Op {
         self.op.partition
     }
 
+    /// For a write: an exclusive read of the row it writes (whole row), to
+    /// learn what the write will replace.
+    pub fn before_image_read(&self) -> Option<Op> {
+        if !self.op.kind.is_write() {
+            return None;
+        }
+        let mut read = self.clone();
+        read.op.kind = OpKind::Read { lock: LockMode::Exclusive };
+        read.op.projection = None;
+        Some(read)
+    }
+
+    /// The write that puts the row this write touches back as it was:
+    /// `before` is the whole row it held (None: there was none).
+    pub fn undo(&self, before: Option<Vec<Value>>) -> Op {
+        let mut undo = self.clone();
+        undo.op.projection = None;
+        undo.op.kind = match before {
+            Some(row) => OpKind::Upsert { row },
+            None => OpKind::Delete,
+        };
+        undo
+    }
+
     fn keyed_row(table: &Arc<Table>, row: Vec<Value>) -> Result<(Vec<u8>, Vec<Value>)> {
         let row = table.meta.coerce_row(row)?;
         let key_values: Vec<Value> = table.def().primary_key.iter().map(|&c| row[c as usize].clone()).collect();

@@ -27,6 +27,9 @@ pub struct Ctx<'a> {
     pub written: Option<&'a mut WrittenKeys>,
     /// UPDATE reports rows matched (CLIENT_FOUND_ROWS) instead of changed.
     pub count_matched: bool,
+    /// While the transaction has savepoints: for each write, the write that
+    /// undoes it (ROLLBACK TO SAVEPOINT runs them backwards).
+    pub undo: Option<&'a mut Vec<Op>>,
 }
 
 /// Keys an open transaction wrote, per table id: encoded key -> key values.
@@ -64,7 +67,23 @@ impl Ctx<'_> {
             return Ok(Vec::new());
         }
         match self.tx.as_deref_mut() {
-            Some(tx) => Ok(tx.execute(ops).await?),
+            Some(tx) => {
+                if let Some(undo) = self.undo.as_deref_mut() {
+                    // What each write replaces, read under the lock it takes anyway.
+                    let (at, reads): (Vec<usize>, Vec<Op>) =
+                        ops.iter().enumerate().filter_map(|(i, op)| op.before_image_read().map(|r| (i, r))).unzip();
+                    if !reads.is_empty() {
+                        for (i, before) in at.into_iter().zip(tx.execute(reads).await?) {
+                            let before = match before {
+                                Outcome::Row(row) => Some(row.values()),
+                                _ => None,
+                            };
+                            undo.push(ops[i].undo(before));
+                        }
+                    }
+                }
+                Ok(tx.execute(ops).await?)
+            }
             None => {
                 let results = self.client.batch(ops).await?;
                 results.into_iter().map(|r| r.map_err(SqlError::from)).collect()

@@ -311,6 +311,11 @@ pub struct Session {
     /// that stands for them.
     derived: HashMap<String, Arc<crate::plan::VirtualTable>>,
     next_derived: u64,
+    /// Savepoints of the open transaction, oldest first, with the length
+    /// of `undo` when each was set.
+    savepoints: Vec<(String, usize)>,
+    /// Writes that undo the transaction's writes since its first savepoint.
+    undo: Vec<Op>,
 }
 
 pub struct NoSession;
@@ -479,6 +484,8 @@ impl Session {
             tls_cipher: None,
             derived: HashMap::new(),
             next_derived: 0,
+            savepoints: Vec::new(),
+            undo: Vec::new(),
         }
     }
 
@@ -856,14 +863,17 @@ impl Session {
         };
         // Taken out so the session can be borrowed for its view meanwhile.
         let mut written_keys = std::mem::take(&mut self.written);
+        let mut undo_log = std::mem::take(&mut self.undo);
         let view = self.view();
         let written = if self.in_transaction { Some(&mut written_keys) } else { None };
+        let undo = if self.in_transaction && !self.savepoints.is_empty() { Some(&mut undo_log) } else { None };
         let mut ctx = Ctx {
             client: &self.shared.client,
             tx: if use_tx { tx.as_mut() } else { None },
             env: Env { params, session: &view },
             written,
             count_matched: self.found_rows_flag,
+            undo,
         };
         let result: SqlResult<(Response, Option<u64>)> = async {
             Ok(match p {
@@ -893,6 +903,7 @@ impl Session {
         }
         .await;
         self.written = written_keys;
+        self.undo = undo_log;
         match result {
             Ok((response, insert_id)) => {
                 if let Some(id) = insert_id {
@@ -921,6 +932,8 @@ impl Session {
                             self.tx = TxState::Failed(e.clone());
                         }
                         self.written.clear();
+                        self.savepoints.clear();
+                        self.undo.clear();
                     }
                     None => {}
                 }
@@ -933,6 +946,8 @@ impl Session {
         self.in_transaction = false;
         self.read_only_tx = false;
         self.written.clear();
+        self.savepoints.clear();
+        self.undo.clear();
         match std::mem::replace(&mut self.tx, TxState::None) {
             TxState::None => Ok(()),
             TxState::Open(t) => Ok(t.commit().await?),
@@ -944,9 +959,44 @@ impl Session {
         self.in_transaction = false;
         self.read_only_tx = false;
         self.written.clear();
+        self.savepoints.clear();
+        self.undo.clear();
         match std::mem::replace(&mut self.tx, TxState::None) {
             TxState::Open(t) => Ok(t.rollback().await?),
             _ => Ok(()),
+        }
+    }
+
+    /// Position of a savepoint of the open transaction.
+    fn savepoint(&self, name: &str) -> SqlResult<usize> {
+        self.savepoints
+            .iter()
+            .position(|(n, _)| n.eq_ignore_ascii_case(name))
+            .ok_or_else(|| SqlError::new(1305, "42000", format!("SAVEPOINT {name} does not exist")))
+    }
+
+    /// ROLLBACK TO SAVEPOINT: the writes since it are undone, newest first,
+    /// inside the transaction (which keeps the row locks they took, as
+    /// InnoDB does); the savepoint stays, later ones go.
+    async fn rollback_to(&mut self, name: &str) -> SqlResult<()> {
+        let at = self.savepoint(name)?;
+        let mut undo = self.undo.split_off(self.savepoints[at].1);
+        self.savepoints.truncate(at + 1);
+        if undo.is_empty() {
+            return Ok(());
+        }
+        undo.reverse();
+        match &mut self.tx {
+            TxState::Open(t) => match t.execute(undo).await {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    let e = SqlError::from(e);
+                    self.tx = TxState::Failed(e.clone());
+                    Err(e)
+                }
+            },
+            TxState::Failed(e) => Err(tx_failed(e)),
+            TxState::None => Ok(()),
         }
     }
 
@@ -995,8 +1045,25 @@ impl Session {
                 self.rollback().await?;
                 Ok(Response::ok())
             }
-            Statement::Rollback { .. } | Statement::Savepoint { .. } | Statement::ReleaseSavepoint { .. } => {
-                Err(SqlError::unsupported("savepoints are not supported"))
+            Statement::Savepoint { name } => {
+                // Outside a transaction a savepoint has nothing to keep.
+                if self.in_transaction {
+                    self.savepoints.retain(|(n, _)| !n.eq_ignore_ascii_case(&name.value));
+                    self.savepoints.push((name.value.clone(), self.undo.len()));
+                }
+                Ok(Response::ok())
+            }
+            Statement::ReleaseSavepoint { name } => {
+                let at = self.savepoint(&name.value)?;
+                self.savepoints.truncate(at);
+                if self.savepoints.is_empty() {
+                    self.undo.clear();
+                }
+                Ok(Response::ok())
+            }
+            Statement::Rollback { savepoint: Some(name), .. } => {
+                self.rollback_to(&name.value).await?;
+                Ok(Response::ok())
             }
             Statement::Set(set) => self.set(set).await,
             Statement::Use(u) => {
