@@ -227,6 +227,11 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(_), .. } => {
                         return Err(unique_unsupported())
                     }
+                    ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::ForeignKey(_), .. } => {
+                        foreign_key_ignored(session)
+                    }
+                    // Foreign keys are never kept, so there is none to drop.
+                    ast::AlterTableOperation::DropForeignKey { .. } => {}
                     ast::AlterTableOperation::DropIndex { name } => {
                         shared.client.drop_index(&d, &t, name.value.as_str()).await?;
                     }
@@ -477,6 +482,16 @@ fn first_words(s: &str) -> String {
     s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
+/// FOREIGN KEY clauses are accepted and not enforced, as MySQL's MyISAM
+/// does, so that ORMs' schemas load; the client is warned.
+fn foreign_key_ignored(session: &mut Session) {
+    session.warnings.push((
+        "Warning",
+        crate::error::ER_NOT_SUPPORTED_YET,
+        "FOREIGN KEY constraints are accepted but not enforced: latsdb does not check references".into(),
+    ));
+}
+
 fn unique_unsupported() -> SqlError {
     SqlError::unsupported("UNIQUE indexes on columns other than the primary key are not supported yet; use the columns as the PRIMARY KEY or a non-unique INDEX")
 }
@@ -645,6 +660,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
                     }
                     auto = Some(c.name.value.clone());
                 }
+                ColumnOption::ForeignKey(_) => foreign_key_ignored(session),
                 ColumnOption::Comment(_)
                 | ColumnOption::CharacterSet(_)
                 | ColumnOption::Collation(_)
@@ -674,9 +690,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
                     return Err(unique_unsupported());
                 }
             }
-            TableConstraint::ForeignKey(_) => {
-                return Err(SqlError::unsupported("FOREIGN KEY constraints are not supported"))
-            }
+            TableConstraint::ForeignKey(_) => foreign_key_ignored(session),
             other => return Err(SqlError::unsupported(format!("table constraint {other} is not supported"))),
         }
     }
