@@ -114,6 +114,32 @@ pub enum Func {
     /// DATE_ADD(date, INTERVAL n unit), `date + INTERVAL n unit`, ...;
     /// `true` subtracts.
     DateAdd(crate::dates::Unit, bool),
+    LastDay,
+    DayName,
+    MonthName,
+    FromUnixTime,
+    LPad,
+    RPad,
+    Repeat,
+    Reverse,
+    Space,
+    Ascii,
+    Hex,
+    Unhex,
+    Md5,
+    Sha1,
+    Sha2,
+    Truncate,
+    Pow,
+    Sqrt,
+    Exp,
+    /// LN(x), and LOG(x) / LOG(base, x).
+    Log,
+    Log2,
+    Log10,
+    Sign,
+    Pi,
+    Rand,
 }
 
 /// Target of CAST/CONVERT.
@@ -686,6 +712,145 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Value::Str(a[1..].iter().filter(|v| !v.is_null()).map(to_text).collect::<Vec<_>>().join(&sep))
         }
         _ if any_null(&a) && !matches!(f, Func::Version | Func::UnixTimestamp | Func::Uuid) => Value::Null,
+        Func::LPad | Func::RPad => {
+            let s: Vec<char> = to_text(&a[0]).chars().collect();
+            let Some(len) = numeric(&a[1]).as_i64().filter(|&n| n >= 0).map(|n| n as usize) else {
+                return Ok(Value::Null);
+            };
+            if len <= s.len() {
+                return Ok(Value::Str(s[..len].iter().collect()));
+            }
+            let pad: Vec<char> = to_text(&a[2]).chars().collect();
+            if pad.is_empty() || len > MAX_STRING_CHARS {
+                return Ok(Value::Null);
+            }
+            let fill: String = pad.iter().cycle().take(len - s.len()).collect();
+            let s: String = s.into_iter().collect();
+            Value::Str(if f == Func::LPad { fill + &s } else { s + &fill })
+        }
+        Func::Repeat => {
+            let s = to_text(&a[0]);
+            let n = numeric(&a[1]).as_i64().unwrap_or(0).max(0) as usize;
+            if s.len().saturating_mul(n) > MAX_STRING_CHARS {
+                return Ok(Value::Null);
+            }
+            Value::Str(s.repeat(n))
+        }
+        Func::Reverse => Value::Str(to_text(&a[0]).chars().rev().collect()),
+        Func::Space => {
+            let n = numeric(&a[0]).as_i64().unwrap_or(0).max(0) as usize;
+            if n > MAX_STRING_CHARS {
+                return Ok(Value::Null);
+            }
+            Value::Str(" ".repeat(n))
+        }
+        Func::Ascii => Value::Int(match &a[0] {
+            Value::Bytes(b) => b.first().copied().unwrap_or(0),
+            v => to_text(v).bytes().next().unwrap_or(0),
+        } as i64),
+        Func::Hex => Value::Str(match &a[0] {
+            Value::Bytes(b) => b.iter().map(|x| format!("{x:02X}")).collect(),
+            Value::Str(s) => s.bytes().map(|x| format!("{x:02X}")).collect(),
+            v => match numeric(v) {
+                Value::UInt(u) => format!("{u:X}"),
+                n => format!("{:X}", n.as_f64().map_or(0, |x| x.round() as i64)),
+            },
+        }),
+        Func::Unhex => {
+            let text = to_text(&a[0]);
+            let digits: Option<Vec<u8>> = text.chars().map(|c| c.to_digit(16).map(|d| d as u8)).collect();
+            match digits {
+                Some(d) => {
+                    // An odd count has an implied leading zero.
+                    let d = if d.len() % 2 == 1 { std::iter::once(0).chain(d).collect() } else { d };
+                    Value::Bytes(d.chunks(2).map(|p| p[0] << 4 | p[1]).collect())
+                }
+                None => Value::Null,
+            }
+        }
+        Func::Md5 | Func::Sha1 | Func::Sha2 => {
+            use sha2::Digest;
+            let bytes = match &a[0] {
+                Value::Bytes(b) => b.clone(),
+                v => to_text(v).into_bytes(),
+            };
+            let digest: Vec<u8> = match f {
+                Func::Md5 => md5::Md5::digest(&bytes).to_vec(),
+                Func::Sha1 => sha1::Sha1::digest(&bytes).to_vec(),
+                _ => match numeric(&a[1]).as_i64() {
+                    Some(0 | 256) => sha2::Sha256::digest(&bytes).to_vec(),
+                    Some(224) => sha2::Sha224::digest(&bytes).to_vec(),
+                    Some(384) => sha2::Sha384::digest(&bytes).to_vec(),
+                    Some(512) => sha2::Sha512::digest(&bytes).to_vec(),
+                    _ => return Ok(Value::Null),
+                },
+            };
+            Value::Str(digest.iter().map(|x| format!("{x:02x}")).collect())
+        }
+        Func::Truncate => {
+            let digits = numeric(&a[1]).as_i64().unwrap_or(0).clamp(0, 30) as u8;
+            match numeric(&a[0]) {
+                v @ (Value::Int(_) | Value::UInt(_)) => v,
+                Value::Decimal(d) if d.scale > digits => {
+                    let cut = 10i128.pow((d.scale - digits) as u32);
+                    Value::Decimal(Decimal::new(d.unscaled / cut, digits))
+                }
+                v @ Value::Decimal(_) => v,
+                v => {
+                    let m = 10f64.powi(digits as i32);
+                    Value::Float((v.as_f64().unwrap_or(0.0) * m).trunc() / m)
+                }
+            }
+        }
+        Func::Pow => float_or_null(float(&a[0]).powf(float(&a[1]))),
+        Func::Sqrt => float_or_null(float(&a[0]).sqrt()),
+        Func::Exp => float_or_null(float(&a[0]).exp()),
+        Func::Log => {
+            let (base, x) = if a.len() > 1 { (float(&a[0]), float(&a[1])) } else { (std::f64::consts::E, float(&a[0])) };
+            if x <= 0.0 || base <= 0.0 || base == 1.0 {
+                Value::Null
+            } else {
+                float_or_null(x.ln() / base.ln())
+            }
+        }
+        Func::Log2 | Func::Log10 => {
+            let x = float(&a[0]);
+            if x <= 0.0 {
+                Value::Null
+            } else {
+                float_or_null(if f == Func::Log2 { x.log2() } else { x.log10() })
+            }
+        }
+        Func::Sign => Value::Int(match float(&a[0]) {
+            x if x > 0.0 => 1,
+            x if x < 0.0 => -1,
+            _ => 0,
+        }),
+        Func::Pi => Value::Float(std::f64::consts::PI),
+        Func::Rand => {
+            let mut b = [0u8; 8];
+            if getrandom::fill(&mut b).is_err() {
+                return Err(SqlError::general("no randomness available for RAND()"));
+            }
+            // 53 random bits: uniform in [0, 1).
+            Value::Float((u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64)
+        }
+        Func::LastDay => match civil(&a[0]) {
+            Some(c) => {
+                let next = crate::dates::add(c.days * 86_400_000_000, 1, crate::dates::Unit::Month);
+                match next.map(crate::dates::Civil::from_micros) {
+                    Some(n) => Value::Date((n.days - n.day as i64) as i32),
+                    None => Value::Null,
+                }
+            }
+            None => Value::Null,
+        },
+        Func::DayName => civil(&a[0]).map_or(Value::Null, |c| Value::Str(crate::dates::format(&c, "%W"))),
+        Func::MonthName => civil(&a[0]).map_or(Value::Null, |c| Value::Str(crate::dates::format(&c, "%M"))),
+        Func::FromUnixTime => match numeric(&a[0]).as_f64() {
+            Some(secs) if (0.0..=32_536_771_199.0).contains(&secs) => Value::DateTime((secs * 1e6).round() as i64),
+            _ => Value::Null,
+        },
         Func::Length => Value::Int(match &arg(&a, 0) {
             Value::Bytes(b) => b.len(),
             v => to_text(v).len(),
@@ -841,6 +1006,23 @@ fn interval_count(v: &Value, unit: crate::dates::Unit) -> Option<i64> {
         Value::UInt(u) => i64::try_from(*u).ok(),
         _ if unit == crate::dates::Unit::Second => n.as_f64().map(|f| (f * 1e6).round() as i64),
         _ => n.as_f64().map(|f| f.round() as i64),
+    }
+}
+
+/// Longest string the string functions build (MySQL's default
+/// max_allowed_packet, where it returns NULL too).
+const MAX_STRING_CHARS: usize = 64 << 20;
+
+fn float(v: &Value) -> f64 {
+    numeric(v).as_f64().unwrap_or(0.0)
+}
+
+/// NaN and infinities are NULL, as in MySQL.
+fn float_or_null(x: f64) -> Value {
+    if x.is_finite() {
+        Value::Float(x)
+    } else {
+        Value::Null
     }
 }
 
