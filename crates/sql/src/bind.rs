@@ -386,6 +386,7 @@ impl<'a> Binder<'a> {
         // Aggregates are not allowed inside scalar function arguments of an
         // aggregate, but are inside other functions: keep `aggs` available.
         match name.as_str() {
+            "TIMESTAMPDIFF" => return self.timestampdiff(f),
             "DATE_ADD" | "ADDDATE" => return self.date_add_call(f, false),
             "DATE_SUB" | "SUBDATE" => return self.date_add_call(f, true),
             _ => {}
@@ -485,6 +486,26 @@ impl<'a> Binder<'a> {
         Ok(SExpr::Func(Func::DateAdd(unit, subtract), vec![self.bind(date)?, self.bind(&interval.value)?]))
     }
 
+    /// TIMESTAMPDIFF(unit, a, b): the unit is a keyword, not a value.
+    fn timestampdiff(&mut self, f: &ast::Function) -> SqlResult<SExpr> {
+        let args: Vec<&Expr> = match &f.args {
+            FunctionArguments::List(l) => l
+                .args
+                .iter()
+                .filter_map(|a| match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let [Expr::Identifier(unit), a, b] = args.as_slice() else {
+            return Err(SqlError::parse("TIMESTAMPDIFF takes a unit and two dates: TIMESTAMPDIFF(DAY, a, b)"));
+        };
+        let unit = interval_unit_named(&unit.value)?;
+        Ok(SExpr::Func(Func::TimestampDiff(unit), vec![self.bind(a)?, self.bind(b)?]))
+    }
+
     /// DATE_ADD(d, INTERVAL ...), DATE_SUB, and ADDDATE/SUBDATE(d, days).
     fn date_add_call(&mut self, f: &ast::Function, subtract: bool) -> SqlResult<SExpr> {
         let args: Vec<&Expr> = match &f.args {
@@ -527,7 +548,11 @@ impl<'a> Binder<'a> {
 }
 
 fn interval_unit(field: &ast::DateTimeField) -> SqlResult<Unit> {
-    let name = field.to_string().to_ascii_uppercase();
+    interval_unit_named(&field.to_string())
+}
+
+fn interval_unit_named(name: &str) -> SqlResult<Unit> {
+    let name = name.to_ascii_uppercase();
     Ok(match name.trim_end_matches('S') {
         "MICROSECOND" => Unit::Microsecond,
         "SECOND" => Unit::Second,

@@ -81,6 +81,30 @@ pub fn add(us: i64, n: i64, unit: Unit) -> Option<i64> {
     (0..=9999).contains(&year).then_some(out)
 }
 
+/// TIMESTAMPDIFF(unit, a, b): whole units from `a` to `b` (microseconds
+/// since 1970), truncated toward zero; months count only when the day and
+/// time of the month are reached, as in MySQL.
+pub fn diff(a: i64, b: i64, unit: Unit) -> i64 {
+    if let Some(step) = unit.micros() {
+        return (b - a) / step;
+    }
+    let (ca, cb) = (Civil::from_micros(a), Civil::from_micros(b));
+    let months_of = |c: &Civil| c.year * 12 + c.month as i64 - 1;
+    // Where in its month each instant is: day, then time of day.
+    let within = |c: &Civil, us: i64| (c.day, us.rem_euclid(86_400_000_000));
+    let mut months = months_of(&cb) - months_of(&ca);
+    if months > 0 && within(&cb, b) < within(&ca, a) {
+        months -= 1;
+    } else if months < 0 && within(&cb, b) > within(&ca, a) {
+        months += 1;
+    }
+    match unit {
+        Unit::Quarter => months / 3,
+        Unit::Year => months / 12,
+        _ => months,
+    }
+}
+
 /// A datetime taken apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Civil {
@@ -111,6 +135,11 @@ impl Civil {
             second: secs % 60,
             micros: rest % 1_000_000,
         }
+    }
+
+    /// Back to microseconds since 1970-01-01 00:00:00.
+    pub fn micros_since_epoch(&self) -> i64 {
+        self.days * 86_400_000_000 + ((self.hour * 60 + self.minute) * 60 + self.second) * 1_000_000 + self.micros
     }
 
     /// 0 = Sunday .. 6 = Saturday (1970-01-01 was a Thursday).
@@ -308,6 +337,20 @@ mod tests {
         );
         assert_eq!(add(day(9999, 12, 31), 1, Unit::Day), None);
         assert_eq!(add(day(2024, 1, 1), i64::MAX, Unit::Year), None);
+    }
+
+    #[test]
+    fn timestampdiff_counts_whole_units() {
+        let day = |y, m, d| days_from_civil(y, m, d) * 86_400_000_000;
+        assert_eq!(diff(day(2024, 1, 1), day(2024, 1, 31), Unit::Day), 30);
+        assert_eq!(diff(day(2024, 1, 31), day(2024, 1, 1), Unit::Day), -30);
+        assert_eq!(diff(day(2024, 1, 1), day(2024, 1, 1) + 5_400_000_000, Unit::Hour), 1);
+        assert_eq!(diff(day(2024, 1, 31), day(2024, 2, 29), Unit::Month), 0);
+        assert_eq!(diff(day(2024, 1, 31), day(2024, 3, 31), Unit::Month), 2);
+        assert_eq!(diff(day(2023, 6, 15), day(2024, 6, 14), Unit::Year), 0);
+        assert_eq!(diff(day(2023, 6, 15), day(2024, 6, 15), Unit::Year), 1);
+        assert_eq!(diff(day(2024, 6, 15), day(2023, 6, 16), Unit::Year), 0);
+        assert_eq!(diff(day(2024, 1, 1), day(2024, 12, 31), Unit::Quarter), 3);
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub enum Func {
     /// DATE_ADD(date, INTERVAL n unit), `date + INTERVAL n unit`, ...;
     /// `true` subtracts.
     DateAdd(crate::dates::Unit, bool),
+    /// TIMESTAMPDIFF(unit, a, b).
+    TimestampDiff(crate::dates::Unit),
     LastDay,
     DayName,
     MonthName,
@@ -806,7 +808,8 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         Func::Sqrt => float_or_null(float(&a[0]).sqrt()),
         Func::Exp => float_or_null(float(&a[0]).exp()),
         Func::Log => {
-            let (base, x) = if a.len() > 1 { (float(&a[0]), float(&a[1])) } else { (std::f64::consts::E, float(&a[0])) };
+            let (base, x) =
+                if a.len() > 1 { (float(&a[0]), float(&a[1])) } else { (std::f64::consts::E, float(&a[0])) };
             if x <= 0.0 || base <= 0.0 || base == 1.0 {
                 Value::Null
             } else {
@@ -835,6 +838,10 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             // 53 random bits: uniform in [0, 1).
             Value::Float((u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64)
         }
+        Func::TimestampDiff(unit) => match (civil(&a[0]), civil(&a[1])) {
+            (Some(x), Some(y)) => Value::Int(crate::dates::diff(x.micros_since_epoch(), y.micros_since_epoch(), unit)),
+            _ => Value::Null,
+        },
         Func::LastDay => match civil(&a[0]) {
             Some(c) => {
                 let next = crate::dates::add(c.days * 86_400_000_000, 1, crate::dates::Unit::Month);
@@ -958,7 +965,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             } else {
                 (n, unit)
             };
-            let us = c.days * 86_400_000_000 + ((c.hour * 60 + c.minute) * 60 + c.second) * 1_000_000 + c.micros;
+            let us = c.micros_since_epoch();
             let date_only = match &a[0] {
                 Value::Date(_) => true,
                 Value::Str(s) => value::parse_date(s).is_some() && s.trim().len() <= 10,
