@@ -488,17 +488,7 @@ impl<'a> Binder<'a> {
 
     /// TIMESTAMPDIFF(unit, a, b): the unit is a keyword, not a value.
     fn timestampdiff(&mut self, f: &ast::Function) -> SqlResult<SExpr> {
-        let args: Vec<&Expr> = match &f.args {
-            FunctionArguments::List(l) => l
-                .args
-                .iter()
-                .filter_map(|a| match a {
-                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
+        let args = plain_args(f);
         let [Expr::Identifier(unit), a, b] = args.as_slice() else {
             return Err(SqlError::parse("TIMESTAMPDIFF takes a unit and two dates: TIMESTAMPDIFF(DAY, a, b)"));
         };
@@ -508,17 +498,7 @@ impl<'a> Binder<'a> {
 
     /// DATE_ADD(d, INTERVAL ...), DATE_SUB, and ADDDATE/SUBDATE(d, days).
     fn date_add_call(&mut self, f: &ast::Function, subtract: bool) -> SqlResult<SExpr> {
-        let args: Vec<&Expr> = match &f.args {
-            FunctionArguments::List(l) => l
-                .args
-                .iter()
-                .filter_map(|a| match a {
-                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
+        let args = plain_args(f);
         match args.as_slice() {
             [date, Expr::Interval(iv)] => self.date_add(date, iv, subtract),
             [date, days] => {
@@ -544,6 +524,22 @@ impl<'a> Binder<'a> {
             }
         }
         None
+    }
+}
+
+/// A call's arguments that are plain expressions, unbound (for functions
+/// whose arguments are not all values: units, intervals).
+fn plain_args(f: &ast::Function) -> Vec<&Expr> {
+    match &f.args {
+        FunctionArguments::List(l) => l
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
