@@ -572,15 +572,13 @@ impl Session {
                 return result;
             }
         }
-        // A statement with a cached plan has no subqueries (those are
-        // planned anew each time, with their results as parameters).
-        if cached.as_ref().is_none_or(|slot| slot.plan.is_none()) {
+        // A statement with a cached plan has no subqueries or derived
+        // tables (those are planned anew each time, over their results).
+        if cached.as_ref().is_none_or(|slot| slot.plan.is_none()) && crate::subquery::has_nested_query(stmt) {
             let subqueries = crate::subquery::outermost(stmt);
             if !subqueries.is_empty() {
                 return self.execute_with_subqueries(stmt, params, subqueries).await;
             }
-        }
-        if cached.as_ref().is_none_or(|slot| slot.plan.is_none()) {
             let derived = crate::subquery::derived_tables(stmt)?;
             if !derived.is_empty() {
                 return self.execute_with_derived(stmt, params, derived).await;
@@ -624,8 +622,7 @@ impl Session {
     /// (a union, or a statement with subqueries).
     pub fn planned_at_execution(stmt: &Statement) -> bool {
         matches!(stmt, Statement::Query(q) if q.with.is_some() || crate::union::is_set_operation(q))
-            || !crate::subquery::outermost(stmt).is_empty()
-            || crate::subquery::derived_tables(stmt).map_or(true, |d| !d.is_empty())
+            || crate::subquery::has_nested_query(stmt)
     }
 
     /// Runs a query and keeps its rows as a table: a derived table or a

@@ -23,6 +23,28 @@ pub enum Use {
     Exists,
 }
 
+/// Whether a statement holds a subquery or a derived table anywhere (one
+/// walk; most statements hold neither).
+pub fn has_nested_query(stmt: &Statement) -> bool {
+    struct Any;
+    impl Visitor for Any {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+            if subquery_use(e).is_some() {
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+            if matches!(factor, TableFactor::Derived { .. }) {
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    stmt.visit(&mut Any).is_break()
+}
+
 /// The outermost subqueries of a statement, in the order they are replaced.
 pub fn outermost(stmt: &Statement) -> Vec<(Use, Query)> {
     let mut collect = Collect { depth: 0, found: Vec::new() };
@@ -410,6 +432,8 @@ mod tests {
         let mut stmt = parse(
             "SELECT a FROM t WHERE id IN (SELECT x FROM u WHERE y IN (SELECT z FROM v)) AND b > (SELECT MAX(c) FROM w) OR EXISTS (SELECT 1 FROM e)",
         );
+        assert!(has_nested_query(&stmt));
+        assert!(!has_nested_query(&parse("SELECT a FROM t WHERE id IN (1, 2)")));
         let found = outermost(&stmt);
         let kinds: Vec<Use> = found.iter().map(|(k, _)| *k).collect();
         assert_eq!(kinds, vec![Use::In, Use::Scalar, Use::Exists]);
