@@ -125,25 +125,20 @@ impl<'a> Binder<'a> {
                     other => return Err(SqlError::unsupported(format!("operator {other} is not supported"))),
                 }
             }
-            Expr::BinaryOp { left, op: op @ (BinaryOperator::Plus | BinaryOperator::Minus), right }
-                if matches!(right.as_ref(), Expr::Interval(_))
-                    || (*op == BinaryOperator::Plus && matches!(left.as_ref(), Expr::Interval(_))) =>
-            {
-                let (date, interval) = match right.as_ref() {
-                    Expr::Interval(iv) => (left, iv),
-                    _ => match left.as_ref() {
-                        Expr::Interval(iv) => (right, iv),
-                        _ => unreachable!("one side is an interval"),
-                    },
-                };
-                self.date_add(date, interval, *op == BinaryOperator::Minus)?
-            }
             Expr::Interval(_) => {
                 return Err(SqlError::parse(
                     "INTERVAL can only be added to or subtracted from a date, or be DATE_ADD's argument",
                 ))
             }
             Expr::BinaryOp { left, op, right } => {
+                // `date + INTERVAL n unit`, `INTERVAL n unit + date`, `date - INTERVAL ...`.
+                match (op, left.as_ref(), right.as_ref()) {
+                    (BinaryOperator::Plus | BinaryOperator::Minus, date, Expr::Interval(iv))
+                    | (BinaryOperator::Plus, Expr::Interval(iv), date) => {
+                        return self.date_add(date, iv, *op == BinaryOperator::Minus)
+                    }
+                    _ => {}
+                }
                 let (l, r) = (self.bind(left)?, self.bind(right)?);
                 let b = |x| Box::new(x);
                 match op {
@@ -480,7 +475,7 @@ impl<'a> Binder<'a> {
             return Err(SqlError::unsupported("compound INTERVAL units (such as DAY_HOUR) are not supported"));
         }
         let unit = match &interval.leading_field {
-            Some(field) => interval_unit(field)?,
+            Some(field) => interval_unit(&field.to_string())?,
             None => return Err(SqlError::parse("INTERVAL needs a unit, such as INTERVAL 1 DAY")),
         };
         Ok(SExpr::Func(Func::DateAdd(unit, subtract), vec![self.bind(date)?, self.bind(&interval.value)?]))
@@ -492,7 +487,7 @@ impl<'a> Binder<'a> {
         let [Expr::Identifier(unit), a, b] = args.as_slice() else {
             return Err(SqlError::parse("TIMESTAMPDIFF takes a unit and two dates: TIMESTAMPDIFF(DAY, a, b)"));
         };
-        let unit = interval_unit_named(&unit.value)?;
+        let unit = interval_unit(&unit.value)?;
         Ok(SExpr::Func(Func::TimestampDiff(unit), vec![self.bind(a)?, self.bind(b)?]))
     }
 
@@ -543,11 +538,8 @@ fn plain_args(f: &ast::Function) -> Vec<&Expr> {
     }
 }
 
-fn interval_unit(field: &ast::DateTimeField) -> SqlResult<Unit> {
-    interval_unit_named(&field.to_string())
-}
-
-fn interval_unit_named(name: &str) -> SqlResult<Unit> {
+/// An INTERVAL unit by name (singular or plural).
+fn interval_unit(name: &str) -> SqlResult<Unit> {
     let name = name.to_ascii_uppercase();
     Ok(match name.trim_end_matches('S') {
         "MICROSECOND" => Unit::Microsecond,

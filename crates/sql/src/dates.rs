@@ -137,9 +137,9 @@ impl Civil {
         }
     }
 
-    /// Back to microseconds since 1970-01-01 00:00:00.
-    pub fn micros_since_epoch(&self) -> i64 {
-        self.days * 86_400_000_000 + ((self.hour * 60 + self.minute) * 60 + self.second) * 1_000_000 + self.micros
+    /// December 31st of the year before.
+    fn last_day_of_year_before(&self) -> Civil {
+        Civil::from_micros(days_from_civil(self.year - 1, 12, 31) * 86_400_000_000)
     }
 
     /// 0 = Sunday .. 6 = Saturday (1970-01-01 was a Thursday).
@@ -180,7 +180,7 @@ impl Civil {
         let wday = (self.sunday_based() + 6) % 7 + 1; // 1 = Monday
         let week = (self.day_of_year() - wday + 10) / 7;
         if week < 1 {
-            let dec31 = Civil::from_micros((days_from_civil(self.year - 1, 12, 31)) * 86_400_000_000);
+            let dec31 = self.last_day_of_year_before();
             return (dec31.iso_week().0, self.year - 1);
         }
         let days_in_year = days_from_civil(self.year + 1, 1, 1) - days_from_civil(self.year, 1, 1);
@@ -195,7 +195,7 @@ impl Civil {
     fn sunday_week(&self) -> (i64, i64) {
         match self.week_from_first(0) {
             0 => {
-                let dec31 = Civil::from_micros((days_from_civil(self.year - 1, 12, 31)) * 86_400_000_000);
+                let dec31 = self.last_day_of_year_before();
                 (dec31.week_from_first(0), self.year - 1)
             }
             w => (w, self.year),

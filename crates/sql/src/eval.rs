@@ -838,8 +838,8 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             // 53 random bits: uniform in [0, 1).
             Value::Float((u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64)
         }
-        Func::TimestampDiff(unit) => match (civil(&a[0]), civil(&a[1])) {
-            (Some(x), Some(y)) => Value::Int(crate::dates::diff(x.micros_since_epoch(), y.micros_since_epoch(), unit)),
+        Func::TimestampDiff(unit) => match (datetime_micros(&a[0]), datetime_micros(&a[1])) {
+            (Some(x), Some(y)) => Value::Int(crate::dates::diff(x, y, unit)),
             _ => Value::Null,
         },
         Func::LastDay => match civil(&a[0]) {
@@ -956,16 +956,9 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             None => Value::Null,
         },
         Func::DateAdd(unit, subtract) => {
-            let Some(c) = civil(&a[0]) else { return Ok(Value::Null) };
-            let Some(n) = interval_count(&a[1], unit) else { return Ok(Value::Null) };
+            let Some(us) = datetime_micros(&a[0]) else { return Ok(Value::Null) };
+            let Some((n, unit)) = interval_count(&a[1], unit) else { return Ok(Value::Null) };
             let n = if subtract { n.checked_neg().unwrap_or(i64::MAX) } else { n };
-            let (n, unit) = if unit == crate::dates::Unit::Second && !matches!(a[1], Value::Int(_) | Value::UInt(_)) {
-                // Fractional seconds count in microseconds.
-                (n, crate::dates::Unit::Microsecond)
-            } else {
-                (n, unit)
-            };
-            let us = c.micros_since_epoch();
             let date_only = match &a[0] {
                 Value::Date(_) => true,
                 Value::Str(s) => value::parse_date(s).is_some() && s.trim().len() <= 10,
@@ -1006,13 +999,15 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
 
 /// How many units an INTERVAL's value stands for: whole units, except that
 /// seconds may have a fraction (then counted in microseconds).
-fn interval_count(v: &Value, unit: crate::dates::Unit) -> Option<i64> {
+fn interval_count(v: &Value, unit: crate::dates::Unit) -> Option<(i64, crate::dates::Unit)> {
     let n = numeric(v);
     match v {
-        Value::Int(i) => Some(*i),
-        Value::UInt(u) => i64::try_from(*u).ok(),
-        _ if unit == crate::dates::Unit::Second => n.as_f64().map(|f| (f * 1e6).round() as i64),
-        _ => n.as_f64().map(|f| f.round() as i64),
+        Value::Int(i) => Some((*i, unit)),
+        Value::UInt(u) => i64::try_from(*u).ok().map(|n| (n, unit)),
+        _ if unit == crate::dates::Unit::Second => {
+            n.as_f64().map(|f| ((f * 1e6).round() as i64, crate::dates::Unit::Microsecond))
+        }
+        _ => n.as_f64().map(|f| (f.round() as i64, unit)),
     }
 }
 
@@ -1035,8 +1030,14 @@ fn float_or_null(x: f64) -> Value {
 
 /// A date or datetime argument taken apart; None when it is not one.
 fn civil(v: &Value) -> Option<crate::dates::Civil> {
+    datetime_micros(v).map(crate::dates::Civil::from_micros)
+}
+
+/// A date or datetime argument as microseconds since 1970; None when it is
+/// not one.
+fn datetime_micros(v: &Value) -> Option<i64> {
     match cast(v.clone(), CastTo::DateTime) {
-        Ok(Value::DateTime(us)) => Some(crate::dates::Civil::from_micros(us)),
+        Ok(Value::DateTime(us)) => Some(us),
         _ => None,
     }
 }

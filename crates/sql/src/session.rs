@@ -436,12 +436,12 @@ pub struct SessionCatalog<'a> {
     pub shared: &'a Shared,
     pub db: Option<&'a str>,
     /// Derived tables of the statement being planned.
-    pub derived: Option<&'a HashMap<String, Arc<crate::plan::VirtualTable>>>,
+    pub derived: &'a HashMap<String, Arc<crate::plan::VirtualTable>>,
 }
 
 impl Catalog for SessionCatalog<'_> {
     async fn resolve(&self, db: Option<&str>, name: &str) -> SqlResult<(String, SourceKind)> {
-        if let Some(v) = self.derived.and_then(|d| if db.is_none() { d.get(name) } else { None }) {
+        if let Some(v) = db.is_none().then(|| self.derived.get(name)).flatten() {
             return Ok((String::new(), SourceKind::Virtual(v.clone())));
         }
         if db.is_none() && name.eq_ignore_ascii_case("dual") {
@@ -519,7 +519,7 @@ impl Session {
     }
 
     pub fn catalog(&self) -> SessionCatalog<'_> {
-        SessionCatalog { shared: &self.shared, db: self.db.as_deref(), derived: Some(&self.derived) }
+        SessionCatalog { shared: &self.shared, db: self.db.as_deref(), derived: &self.derived }
     }
 
     /// Plans what can be planned ahead (queries and writes).
@@ -554,22 +554,31 @@ impl Session {
         if !shows_warnings {
             self.warnings.clear();
         }
+        let result = self.dispatch(stmt, params, cached).await;
+        match &result {
+            Ok(Response::Ok { affected, .. }) => self.row_count = *affected as i64,
+            Ok(Response::Rows { rows, .. }) => {
+                self.row_count = -1;
+                self.found_rows = rows.len() as u64;
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// `execute` without the bookkeeping of ROW_COUNT() and FOUND_ROWS().
+    async fn dispatch(
+        &mut self,
+        stmt: &Statement,
+        params: &[Value],
+        cached: Option<&mut CachedPlan>,
+    ) -> SqlResult<Response> {
         if let Statement::Query(q) = stmt {
             if q.with.is_some() {
-                let result = self.execute_with_ctes(q, params).await;
-                if let Ok(Response::Rows { rows, .. }) = &result {
-                    self.row_count = -1;
-                    self.found_rows = rows.len() as u64;
-                }
-                return result;
+                return self.execute_with_ctes(q, params).await;
             }
             if crate::union::is_set_operation(q) {
-                let result = self.execute_union(q, params).await;
-                if let Ok(Response::Rows { rows, .. }) = &result {
-                    self.row_count = -1;
-                    self.found_rows = rows.len() as u64;
-                }
-                return result;
+                return self.execute_union(q, params).await;
             }
         }
         // A statement with a cached plan has no subqueries or derived
@@ -603,23 +612,14 @@ impl Session {
             }
             None => self.plan(stmt).await?,
         };
-        let result = match planned {
+        match planned {
             Some(p) => self.run_planned(&p, params).await,
             None => self.run_other(stmt).await,
-        };
-        match &result {
-            Ok(Response::Ok { affected, .. }) => self.row_count = *affected as i64,
-            Ok(Response::Rows { rows, .. }) => {
-                self.row_count = -1;
-                self.found_rows = rows.len() as u64;
-            }
-            Err(_) => {}
         }
-        result
     }
 
     /// Whether a statement is planned at every execution instead of once
-    /// (a union, or a statement with subqueries).
+    /// (a CTE, a union, or a statement with subqueries or derived tables).
     pub fn planned_at_execution(stmt: &Statement) -> bool {
         matches!(stmt, Statement::Query(q) if q.with.is_some() || crate::union::is_set_operation(q))
             || crate::subquery::has_nested_query(stmt)
@@ -746,7 +746,7 @@ impl Session {
     /// Runs each SELECT of a union, then puts their rows together.
     async fn execute_union(&mut self, q: &ast::Query, params: &[Value]) -> SqlResult<Response> {
         let (mut columns, mut rows) = (Vec::new(), Vec::new());
-        for (i, (branch, keep_duplicates)) in crate::union::branches(q)?.into_iter().enumerate() {
+        for (branch, keep_duplicates) in crate::union::branches(q)? {
             let branch = Statement::Query(Box::new(branch));
             let (branch_columns, branch_rows) = match Box::pin(self.execute(&branch, params, None)).await? {
                 Response::Rows { columns, rows } => (columns, rows),
@@ -758,7 +758,7 @@ impl Session {
                     ))
                 }
             };
-            crate::union::add_branch(&mut columns, &mut rows, i == 0, keep_duplicates, branch_columns, branch_rows)?;
+            crate::union::add_branch(&mut columns, &mut rows, keep_duplicates, branch_columns, branch_rows)?;
         }
         let order = crate::union::order(q, &columns)?;
         let view = self.view();
@@ -810,7 +810,7 @@ impl Session {
         }
         let mut stmt = stmt.clone();
         let mut all = params.to_vec();
-        crate::subquery::replace(&mut stmt, results, params.len(), &mut all)?;
+        crate::subquery::replace(&mut stmt, results, &mut all)?;
         Box::pin(self.execute(&stmt, &all, None)).await
     }
 

@@ -1,11 +1,13 @@
-//! Uncorrelated subqueries: `x IN (SELECT ...)`, scalar `(SELECT ...)`,
+//! Subqueries: `x IN (SELECT ...)`, scalar `(SELECT ...)`,
 //! `EXISTS (SELECT ...)`, and derived tables `FROM (SELECT ...) AS t`.
 //!
 //! They are run before their statement, and their results go into it as
 //! parameters: `x IN (SELECT ...)` becomes `x IN (?, ?, ...)`, which the
 //! planner then treats like any IN-list (on a key: one batch of key
-//! lookups). A subquery that refers to columns of the outer query
-//! (correlated) fails to plan on its own and is reported as not supported.
+//! lookups). Of the subqueries that refer to columns of the outer query
+//! (correlated), `[NOT] EXISTS` linked by one equality runs once and
+//! becomes an IN-list (`decorrelate`); the others fail to plan on their
+//! own and are reported as not supported.
 
 use crate::error::{SqlError, SqlResult};
 use latsdb_types::value::Value;
@@ -30,7 +32,7 @@ pub fn has_nested_query(stmt: &Statement) -> bool {
     impl Visitor for Any {
         type Break = ();
         fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-            if subquery_use(e).is_some() {
+            if subquery_of(e).is_some() {
                 return ControlFlow::Break(());
             }
             ControlFlow::Continue(())
@@ -61,14 +63,9 @@ impl Visitor for Collect {
     type Break = ();
 
     fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-        if let Some(kind) = subquery_use(e) {
+        if let Some((kind, query)) = subquery_of(e) {
             if self.depth == 0 {
-                let query = match e {
-                    Expr::InSubquery { subquery, .. } | Expr::Exists { subquery, .. } => subquery.as_ref().clone(),
-                    Expr::Subquery(q) => q.as_ref().clone(),
-                    _ => unreachable!("subquery_use matched"),
-                };
-                self.found.push((kind, query));
+                self.found.push((kind, query.clone()));
             }
             self.depth += 1;
         }
@@ -76,7 +73,7 @@ impl Visitor for Collect {
     }
 
     fn post_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-        if subquery_use(e).is_some() {
+        if subquery_of(e).is_some() {
             self.depth -= 1;
         }
         ControlFlow::Continue(())
@@ -92,26 +89,19 @@ pub enum Found {
 }
 
 /// Replaces the outermost subqueries, in the order `outermost` listed
-/// them, by what they returned. New parameters are numbered from
-/// `first_param`; their values are appended to `params` in that order.
-pub fn replace(
-    stmt: &mut Statement,
-    results: Vec<Found>,
-    first_param: usize,
-    params: &mut Vec<Value>,
-) -> SqlResult<()> {
+/// them, by what they returned: their values are appended to `params` (the
+/// statement's own parameters) and stand in the statement as the new
+/// parameters' placeholders.
+pub fn replace(stmt: &mut Statement, results: Vec<Found>, params: &mut Vec<Value>) -> SqlResult<()> {
     let mut replacements = Vec::with_capacity(results.len());
-    let mut next = first_param;
     for found in results {
+        let first = params.len();
         let (kind, rows) = match found {
             Found::Rows(kind, rows) => (kind, rows),
             Found::Semi { outer, values } => {
                 // `inner = outer` is never true for a NULL inner value.
-                let values: Vec<Value> = values.into_iter().filter(|v| !v.is_null()).collect();
-                let n = values.len();
-                params.extend(values);
-                next += n;
-                replacements.push(Replacement::Semi(outer, next - n, n));
+                params.extend(values.into_iter().filter(|v| !v.is_null()));
+                replacements.push(Replacement::Semi(outer, first, params.len() - first));
                 continue;
             }
         };
@@ -132,14 +122,11 @@ pub fn replace(
             }
             Use::Scalar => {
                 params.push(values.into_iter().next().unwrap_or(Value::Null));
-                next += 1;
-                Replacement::Params(next - 1, 1)
+                Replacement::Params(first, 1)
             }
             Use::In => {
-                let n = values.len();
                 params.extend(values);
-                next += n;
-                Replacement::Params(next - n, n)
+                Replacement::Params(first, params.len() - first)
             }
         });
     }
@@ -260,11 +247,12 @@ struct Walk {
     replacements: Vec<Replacement>,
 }
 
-fn subquery_use(e: &Expr) -> Option<Use> {
+/// The subquery of an expression that is one, and how its rows are used.
+fn subquery_of(e: &Expr) -> Option<(Use, &Query)> {
     match e {
-        Expr::InSubquery { .. } => Some(Use::In),
-        Expr::Subquery(_) => Some(Use::Scalar),
-        Expr::Exists { .. } => Some(Use::Exists),
+        Expr::InSubquery { subquery, .. } => Some((Use::In, subquery)),
+        Expr::Subquery(q) => Some((Use::Scalar, q)),
+        Expr::Exists { subquery, .. } => Some((Use::Exists, subquery)),
         _ => None,
     }
 }
@@ -281,14 +269,14 @@ impl VisitorMut for Walk {
     type Break = ();
 
     fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
-        if subquery_use(e).is_some() {
+        if subquery_of(e).is_some() {
             self.depth += 1;
         }
         ControlFlow::Continue(())
     }
 
     fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
-        if subquery_use(e).is_none() {
+        if subquery_of(e).is_none() {
             return ControlFlow::Continue(());
         }
         self.depth -= 1;
@@ -444,7 +432,7 @@ mod tests {
             Found::Rows(Use::Scalar, vec![vec![Value::Int(9)]]),
             Found::Rows(Use::Exists, vec![]),
         ];
-        replace(&mut stmt, results, 1, &mut params).unwrap();
+        replace(&mut stmt, results, &mut params).unwrap();
         assert_eq!(params, vec![Value::Int(0), Value::Int(5), Value::Int(6), Value::Int(9)]);
         assert_eq!(stmt.to_string(), "SELECT a FROM t WHERE id IN (?1, ?2) AND b > ?3 OR false");
     }
@@ -474,7 +462,7 @@ mod tests {
         let mut stmt = stmt;
         let mut params = Vec::new();
         let found = Found::Semi { outer: Box::new(outer), values: vec![Value::Int(4), Value::Null, Value::Int(5)] };
-        replace(&mut stmt, vec![found], 0, &mut params).unwrap();
+        replace(&mut stmt, vec![found], &mut params).unwrap();
         assert_eq!(stmt.to_string(), "SELECT a.x FROM a WHERE (a.id IS NULL OR a.id NOT IN (?0, ?1))");
         assert_eq!(params, vec![Value::Int(4), Value::Int(5)]);
         // Uncorrelated: nothing to do; other correlations: said so.
@@ -489,15 +477,14 @@ mod tests {
         let mut stmt = parse("DELETE FROM t WHERE id NOT IN (SELECT x FROM u) AND NOT EXISTS (SELECT 1 FROM u)");
         let mut params = Vec::new();
         let results = vec![Found::Rows(Use::In, vec![]), Found::Rows(Use::Exists, vec![vec![Value::Int(1)]])];
-        replace(&mut stmt, results, 0, &mut params).unwrap();
+        replace(&mut stmt, results, &mut params).unwrap();
         assert_eq!(stmt.to_string(), "DELETE FROM t WHERE true AND false");
         let mut stmt = parse("SELECT (SELECT x FROM u)");
         let two_rows = vec![vec![Value::Int(1)], vec![Value::Int(2)]];
-        let e = replace(&mut stmt, vec![Found::Rows(Use::Scalar, two_rows)], 0, &mut params).unwrap_err();
+        let e = replace(&mut stmt, vec![Found::Rows(Use::Scalar, two_rows)], &mut params).unwrap_err();
         assert_eq!(e.code, 1242);
-        let e =
-            replace(&mut stmt, vec![Found::Rows(Use::In, vec![vec![Value::Int(1), Value::Int(2)]])], 0, &mut params)
-                .unwrap_err();
+        let e = replace(&mut stmt, vec![Found::Rows(Use::In, vec![vec![Value::Int(1), Value::Int(2)]])], &mut params)
+            .unwrap_err();
         assert_eq!(e.code, 1241);
     }
 }

@@ -19,9 +19,6 @@ pub fn is_set_operation(q: &Query) -> bool {
 /// after each but the first whether it keeps duplicates (ALL) when joined
 /// to everything before it.
 pub fn branches(q: &Query) -> SqlResult<Vec<(Query, bool)>> {
-    if q.with.is_some() {
-        return Err(SqlError::unsupported("WITH (common table expressions) is not supported"));
-    }
     let mut out = Vec::new();
     collect(q, &q.body, true, &mut out)?;
     Ok(out)
@@ -58,17 +55,17 @@ fn collect(outer: &Query, body: &SetExpr, all: bool, out: &mut Vec<(Query, bool)
     }
 }
 
-/// Adds a branch's rows: columns must match in number; a column whose type
-/// differs between branches is typed from its values.
+/// Adds a branch's rows (the first branch's columns are the union's; a
+/// SELECT has at least one): columns must match in number; a column whose
+/// type differs between branches is typed from its values.
 pub fn add_branch(
     columns: &mut Vec<ResultColumn>,
     rows: &mut Vec<Vec<Value>>,
-    first: bool,
     keep_duplicates: bool,
     branch_columns: Vec<ResultColumn>,
     branch_rows: Vec<Vec<Value>>,
 ) -> SqlResult<()> {
-    if first {
+    if columns.is_empty() {
         *columns = branch_columns;
         *rows = branch_rows;
         return Ok(());
@@ -207,18 +204,18 @@ mod tests {
         let (mut columns, mut rows) = (Vec::new(), Vec::new());
         let col = || vec![ResultColumn::computed("x")];
         let ints = |v: &[i64]| v.iter().map(|&i| vec![Value::Int(i)]).collect::<Vec<_>>();
-        add_branch(&mut columns, &mut rows, true, true, col(), ints(&[3, 1, 3])).unwrap();
-        add_branch(&mut columns, &mut rows, false, true, col(), ints(&[2])).unwrap();
+        add_branch(&mut columns, &mut rows, true, col(), ints(&[3, 1, 3])).unwrap();
+        add_branch(&mut columns, &mut rows, true, col(), ints(&[2])).unwrap();
         assert_eq!(rows.len(), 4, "UNION ALL keeps duplicates");
-        add_branch(&mut columns, &mut rows, false, false, col(), vec![vec![Value::Null]]).unwrap();
+        add_branch(&mut columns, &mut rows, false, col(), vec![vec![Value::Null]]).unwrap();
         assert_eq!(rows.len(), 4, "UNION drops them, over everything before it");
         finish(&mut rows, &[(0, false)], 1, Some(2));
         assert_eq!(rows, vec![vec![Value::Int(1)], vec![Value::Int(2)]]);
         let two = vec![ResultColumn::computed("x"), ResultColumn::computed("y")];
-        let e = add_branch(&mut columns, &mut rows, false, true, two, Vec::new()).unwrap_err();
+        let e = add_branch(&mut columns, &mut rows, true, two, Vec::new()).unwrap_err();
         assert_eq!(e.code, 1222);
         // Numbers and strings in one column: all strings, ordered as text.
-        add_branch(&mut columns, &mut rows, false, true, col(), vec![vec![Value::Str("10".into())]]).unwrap();
+        add_branch(&mut columns, &mut rows, true, col(), vec![vec![Value::Str("10".into())]]).unwrap();
         finish(&mut rows, &[(0, false)], 0, None);
         let texts: Vec<Value> = ["1", "10", "2"].iter().map(|s| Value::Str(s.to_string())).collect();
         assert_eq!(rows, texts.into_iter().map(|v| vec![v]).collect::<Vec<_>>());
