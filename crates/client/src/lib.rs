@@ -42,7 +42,7 @@ use latsdb_types::proto::{
     ClientRequest, ClientResponse, ClusterLayout, MgmRequest, MgmResponse, NodeStatus, Router, ShardAddr,
 };
 use latsdb_types::row::RowLayout;
-use latsdb_types::schema::{ColumnId, TableDef, TableSpec};
+use latsdb_types::schema::{ColumnDef, ColumnId, TableDef, TableSpec};
 use latsdb_types::TableMeta;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -329,6 +329,23 @@ impl Client {
         match self.mgm(request).await? {
             MgmResponse::Table(def) => Ok(self.cache_table(def)),
             other => Err(unexpected("DropIndex", other)),
+        }
+    }
+
+    /// Appends columns to a table and returns its new definition. Rows
+    /// already stored are not rewritten: their new columns read as `fill`
+    /// (one value per column, typically each column's default).
+    pub async fn add_columns(
+        &self,
+        database: &str,
+        table: &str,
+        columns: Vec<ColumnDef>,
+        fill: Vec<Value>,
+    ) -> Result<Arc<Table>> {
+        let request = MgmRequest::AddColumns { database: database.into(), table: table.into(), columns, fill };
+        match self.mgm(request).await? {
+            MgmResponse::Table(def) => Ok(self.cache_table(def)),
+            other => Err(unexpected("AddColumns", other)),
         }
     }
 

@@ -49,6 +49,60 @@ struct Persisted {
 }
 
 const STATE_FILE: &str = "mgmd-state.bin";
+/// Format of the state file, kept in its frame's request-id field. Format 0
+/// predates `TableDef::added_parts` (ALTER TABLE ADD COLUMN).
+const STATE_FORMAT: u64 = 1;
+
+/// The state file as format 0 wrote it.
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct PersistedV0 {
+    tables: Vec<TableDefV0>,
+    next_table_id: u32,
+    durable_epoch: latsdb_types::proto::CommitEpoch,
+    last_view: Vec<NodeId>,
+    last_view_epoch: latsdb_types::proto::Epoch,
+}
+
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct TableDefV0 {
+    id: latsdb_types::schema::TableId,
+    version: u32,
+    database: String,
+    name: String,
+    columns: Vec<latsdb_types::schema::ColumnDef>,
+    primary_key: Vec<latsdb_types::schema::ColumnId>,
+    partitions: u32,
+    indexes: Vec<latsdb_types::schema::IndexDef>,
+}
+
+impl From<PersistedV0> for Persisted {
+    fn from(old: PersistedV0) -> Persisted {
+        let tables = old
+            .tables
+            .into_iter()
+            .map(|t| TableDef {
+                id: t.id,
+                version: t.version,
+                database: t.database,
+                name: t.name,
+                columns: t.columns,
+                primary_key: t.primary_key,
+                partitions: t.partitions,
+                indexes: t.indexes,
+                added_parts: Vec::new(),
+            })
+            .collect();
+        Persisted {
+            tables,
+            next_table_id: old.next_table_id,
+            durable_epoch: old.durable_epoch,
+            last_view: old.last_view,
+            last_view_epoch: old.last_view_epoch,
+        }
+    }
+}
 
 fn load_state(dir: &std::path::Path) -> Result<Persisted> {
     let path = dir.join(STATE_FILE);
@@ -68,8 +122,20 @@ fn load_state(dir: &std::path::Path) -> Result<Persisted> {
             ),
         ));
     }
-    proto::decode_body(&bytes[12..])
-        .map_err(|e| DbError::new(ErrorCode::Io, format!("{} cannot be read: {}", path.display(), e.message)))
+    let unreadable =
+        |e: DbError| DbError::new(ErrorCode::Io, format!("{} cannot be read: {}", path.display(), e.message));
+    let format = u64::from_le_bytes(bytes[4..12].try_into().expect("the length check covers the header"));
+    match format {
+        0 => proto::decode_body::<PersistedV0>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
+        STATE_FORMAT => proto::decode_body(&bytes[12..]).map_err(unreadable),
+        newer => Err(DbError::new(
+            ErrorCode::Io,
+            format!(
+                "{} has format {newer}, newer than this latsdb understands ({STATE_FORMAT}); run the latsdb version that wrote it",
+                path.display()
+            ),
+        )),
+    }
 }
 
 type Command = (NodeCommand, oneshot::Sender<Result<NodeReply>>);
@@ -297,7 +363,7 @@ impl Mgmd {
                 last_view_epoch: state.last_view_epoch,
             }
         };
-        let bytes = proto::frame(0, &snapshot);
+        let bytes = proto::frame(STATE_FORMAT, &snapshot);
         let tmp = dir.join(format!("{STATE_FILE}.tmp"));
         let path = dir.join(STATE_FILE);
         let write = || -> std::io::Result<()> {
@@ -334,6 +400,13 @@ impl Mgmd {
             MgmRequest::DropIndex { database, table, index } => {
                 let _guard = self.schema_lock.lock().await;
                 let def = self.find_table(&database, &table)?.without_index(&index)?;
+                self.alter(def).await.map(MgmResponse::Table)
+            }
+            MgmRequest::AddColumns { database, table, columns, fill } => {
+                let _guard = self.schema_lock.lock().await;
+                let def = self.find_table(&database, &table)?.with_columns(&columns, &fill)?;
+                let added: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+                log("mgmd", format!("adding column(s) {} to table {}", added.join(", "), def.qualified_name()));
                 self.alter(def).await.map(MgmResponse::Table)
             }
             MgmRequest::ReportMemory => {
@@ -1027,4 +1100,67 @@ fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::Start
         );
     }
     Ok(latsdb_types::proto::StartPlan { restore_epoch: Some(restore_epoch), first_epoch, join: false })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth};
+    use latsdb_types::Value;
+
+    fn scratch_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("latsdb-mgmd-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn table() -> TableDef {
+        let spec = TableSpec::new("db", "t")
+            .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)))
+            .column(ColumnDef::new("v", ColumnType::VarChar(10)))
+            .primary_key(&["id"]);
+        TableDef::from_spec(&spec, 7, 4).unwrap()
+    }
+
+    #[test]
+    fn a_state_file_of_the_format_before_added_columns_still_loads() {
+        let dir = scratch_dir("v0");
+        let t = table();
+        let old = PersistedV0 {
+            tables: vec![TableDefV0 {
+                id: t.id,
+                version: 3,
+                database: t.database.clone(),
+                name: t.name.clone(),
+                columns: t.columns.clone(),
+                primary_key: t.primary_key.clone(),
+                partitions: t.partitions,
+                indexes: t.indexes.clone(),
+            }],
+            next_table_id: 8,
+            durable_epoch: 41,
+            last_view: vec![1, 2],
+            last_view_epoch: 5,
+        };
+        std::fs::write(dir.join(STATE_FILE), proto::frame(0, &old)).unwrap();
+        let loaded = load_state(&dir).unwrap();
+        assert_eq!(loaded.tables, vec![TableDef { version: 3, ..t }]);
+        assert_eq!((loaded.next_table_id, loaded.durable_epoch, loaded.last_view_epoch), (8, 41, 5));
+        assert_eq!(loaded.last_view, vec![1, 2]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_current_format_keeps_added_columns_and_a_newer_one_is_refused() {
+        let dir = scratch_dir("v1");
+        let t = table().with_columns(&[ColumnDef::new("n", ColumnType::Double)], &[Value::Float(0.5)]).unwrap();
+        let state = Persisted { tables: vec![t.clone()], next_table_id: 8, ..Persisted::default() };
+        std::fs::write(dir.join(STATE_FILE), proto::frame(STATE_FORMAT, &state)).unwrap();
+        assert_eq!(load_state(&dir).unwrap().tables, vec![t]);
+        std::fs::write(dir.join(STATE_FILE), proto::frame(STATE_FORMAT + 1, &state)).unwrap();
+        let refused = load_state(&dir).err().unwrap();
+        assert!(refused.message.contains("newer than this latsdb understands"), "{}", refused.message);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

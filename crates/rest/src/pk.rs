@@ -340,7 +340,7 @@ pub fn status_of(e: &DbError) -> u16 {
         | ErrorCode::UnknownIndex
         | ErrorCode::TypeError
         | ErrorCode::FrameTooLarge => 400,
-        ErrorCode::DuplicateKey | ErrorCode::TableExists | ErrorCode::IndexExists => 409,
+        ErrorCode::DuplicateKey | ErrorCode::TableExists | ErrorCode::IndexExists | ErrorCode::ColumnExists => 409,
         ErrorCode::LockWaitTimeout
         | ErrorCode::NodeUnavailable
         | ErrorCode::ClusterNotReady

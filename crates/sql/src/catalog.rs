@@ -208,6 +208,20 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
         Statement::AlterTable(at) => {
             let (d, t) = table_name(&at.name)?;
             let d = need_db(d)?;
+            // Columns first, so the statement may also index them.
+            let added: Vec<_> = at
+                .operations
+                .iter()
+                .filter_map(|op| match op {
+                    ast::AlterTableOperation::AddColumn { if_not_exists, column_def, column_position, .. } => {
+                        Some((column_def, *if_not_exists, column_position))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !added.is_empty() {
+                add_columns(session, &d, &t, &added).await?;
+            }
             for op in &at.operations {
                 match op {
                     ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Index(ic), .. } => {
@@ -235,11 +249,8 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     ast::AlterTableOperation::DropIndex { name } => {
                         shared.client.drop_index(&d, &t, name.value.as_str()).await?;
                     }
-                    ast::AlterTableOperation::AddColumn { .. } => {
-                        return Err(SqlError::unsupported(
-                            "ALTER TABLE ... ADD COLUMN is not supported yet; create a new table and copy the rows",
-                        ))
-                    }
+                    // Gathered below: all columns of one statement are one change.
+                    ast::AlterTableOperation::AddColumn { .. } => {}
                     other => return Err(SqlError::unsupported(format!("ALTER TABLE {other} is not supported"))),
                 }
             }
@@ -599,6 +610,150 @@ pub fn column_type(t: &DataType) -> SqlResult<ColumnType> {
     })
 }
 
+/// A column definition: the stored column and what it says beyond it.
+struct ColumnSpec {
+    def: ColumnDef,
+    primary_key: bool,
+    auto_increment: bool,
+    /// `DEFAULT CURRENT_TIMESTAMP` (or NOW()): filled in when rows are written.
+    default_now: bool,
+}
+
+fn column_spec(session: &mut Session, c: &ast::ColumnDef) -> SqlResult<ColumnSpec> {
+    let ty = column_type(&c.data_type)?;
+    let mut spec = ColumnSpec {
+        def: ColumnDef::new(c.name.value.clone(), ty),
+        primary_key: false,
+        auto_increment: false,
+        default_now: false,
+    };
+    for o in &c.options {
+        match &o.option {
+            ColumnOption::NotNull => spec.def.nullable = false,
+            ColumnOption::Null => spec.def.nullable = true,
+            ColumnOption::Default(e) => {
+                let bound = crate::bind::Binder::new(&[], "default").bind(e)?;
+                if !bound.is_row_free() || matches!(bound, crate::eval::SExpr::Session(_)) {
+                    // DEFAULT CURRENT_TIMESTAMP and the like are not stored defaults.
+                    if matches!(bound, crate::eval::SExpr::Session(crate::eval::SessionValue::Now)) {
+                        spec.default_now = true;
+                        continue;
+                    }
+                    return Err(SqlError::unsupported(format!(
+                        "default {e} of column '{}' is not a constant",
+                        c.name.value
+                    )));
+                }
+                let v = bound.eval(&[], &crate::eval::Env { params: &[], session: &crate::session::NoSession })?;
+                let v = if v.is_null() { v } else { crate::eval::to_column(v, &spec.def)? };
+                spec.def.default = Some(v);
+            }
+            ColumnOption::PrimaryKey(_) => spec.primary_key = true,
+            ColumnOption::Unique(_) => return Err(unique_unsupported()),
+            ColumnOption::DialectSpecific(tokens)
+                if tokens.iter().any(|t| t.to_string().eq_ignore_ascii_case("AUTO_INCREMENT")) =>
+            {
+                if !matches!(ty, ColumnType::Integer { .. }) {
+                    return Err(SqlError::new(
+                        1063,
+                        "42000",
+                        format!(
+                            "Incorrect column specifier for column '{}': AUTO_INCREMENT needs an integer column",
+                            c.name.value
+                        ),
+                    ));
+                }
+                spec.auto_increment = true;
+            }
+            ColumnOption::ForeignKey(_) => foreign_key_ignored(session),
+            ColumnOption::Comment(_)
+            | ColumnOption::CharacterSet(_)
+            | ColumnOption::Collation(_)
+            | ColumnOption::OnUpdate(_) => {}
+            other => return Err(SqlError::unsupported(format!("column option {other} is not supported"))),
+        }
+    }
+    Ok(spec)
+}
+
+/// `ALTER TABLE ... ADD [COLUMN] ...`: the new columns go after the existing
+/// ones, and rows already stored read each new column's DEFAULT (NULL
+/// without one; for NOT NULL columns the type's zero value, as MySQL fills
+/// them) without being rewritten.
+async fn add_columns(
+    session: &mut Session,
+    db: &str,
+    t: &str,
+    added: &[(&ast::ColumnDef, bool, &Option<ast::MySQLColumnPosition>)],
+) -> SqlResult<()> {
+    let shared = session.shared.clone();
+    let def = shared.client.table(db, t).await?.def().clone();
+    let mut columns: Vec<ColumnDef> = Vec::new();
+    let mut fill = Vec::new();
+    for &(c, if_not_exists, position) in added {
+        let name = &c.name.value;
+        let exists = def.columns.iter().chain(&columns).any(|d| d.name.eq_ignore_ascii_case(name));
+        if exists && if_not_exists {
+            session.warnings.push(("Note", crate::error::ER_DUP_FIELDNAME, format!("Duplicate column name '{name}'")));
+            continue;
+        }
+        if exists {
+            return Err(SqlError::new(crate::error::ER_DUP_FIELDNAME, "42S21", format!("Duplicate column name '{name}'")));
+        }
+        if position.is_some() {
+            return Err(SqlError::unsupported(format!(
+                "ADD COLUMN {name} FIRST/AFTER is not supported: new columns go after the existing ones (drop the position clause)"
+            )));
+        }
+        let spec = column_spec(session, c)?;
+        if spec.primary_key || spec.auto_increment {
+            return Err(SqlError::unsupported(format!(
+                "ADD COLUMN {name} with PRIMARY KEY or AUTO_INCREMENT is not supported: a table's primary key is fixed when it is created"
+            )));
+        }
+        let value = if spec.default_now {
+            crate::eval::to_column(Value::DateTime(crate::session::now_micros()), &spec.def)?
+        } else if let Some(default) = &spec.def.default {
+            default.clone()
+        } else if spec.def.nullable {
+            Value::Null
+        } else {
+            implicit_default(&spec.def)?
+        };
+        columns.push(spec.def);
+        fill.push(value);
+    }
+    if !columns.is_empty() {
+        shared.client.add_columns(db, t, columns, fill).await?;
+    }
+    Ok(())
+}
+
+/// What MySQL stores in existing rows for a new NOT NULL column without a
+/// DEFAULT.
+fn implicit_default(column: &ColumnDef) -> SqlResult<Value> {
+    let zero = match column.ty {
+        ColumnType::Integer { unsigned: true, .. } => Value::UInt(0),
+        ColumnType::Integer { .. } => Value::Int(0),
+        ColumnType::Float | ColumnType::Double => Value::Float(0.0),
+        ColumnType::Decimal { .. } => Value::Int(0),
+        ColumnType::Boolean => Value::Bool(false),
+        ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp => {
+            return Err(SqlError::new(
+                1292,
+                "22007",
+                format!(
+                    "Incorrect date value: '0000-00-00' for column '{}': give the new NOT NULL column a DEFAULT for existing rows",
+                    column.name
+                ),
+            ))
+        }
+        ty if ty.is_binary() => Value::Bytes(Vec::new()),
+        _ => Value::Str(String::new()),
+    };
+    Ok(crate::eval::to_column(zero, column)?)
+}
+
 async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult<Response> {
     let shared = session.shared.clone();
     if ct.query.is_some() || ct.like.is_some() {
@@ -614,61 +769,17 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     let mut auto: Option<String> = None;
     let mut indexes: Vec<(String, Vec<String>)> = Vec::new();
     for c in &ct.columns {
-        let ty = column_type(&c.data_type)?;
-        let mut def = ColumnDef::new(c.name.value.clone(), ty);
-        for o in &c.options {
-            match &o.option {
-                ColumnOption::NotNull => def.nullable = false,
-                ColumnOption::Null => def.nullable = true,
-                ColumnOption::Default(e) => {
-                    let bound = crate::bind::Binder::new(&[], "default").bind(e)?;
-                    if !bound.is_row_free() || matches!(bound, crate::eval::SExpr::Session(_)) {
-                        // DEFAULT CURRENT_TIMESTAMP and the like are not stored defaults.
-                        if matches!(bound, crate::eval::SExpr::Session(crate::eval::SessionValue::Now)) {
-                            continue;
-                        }
-                        return Err(SqlError::unsupported(format!(
-                            "default {e} of column '{}' is not a constant",
-                            c.name.value
-                        )));
-                    }
-                    let v = bound.eval(&[], &crate::eval::Env { params: &[], session: &crate::session::NoSession })?;
-                    let v = if v.is_null() { v } else { crate::eval::to_column(v, &def)? };
-                    def.default = Some(v);
-                }
-                ColumnOption::PrimaryKey(_) => primary = vec![c.name.value.clone()],
-                ColumnOption::Unique(_) => return Err(unique_unsupported()),
-                ColumnOption::DialectSpecific(tokens)
-                    if tokens.iter().any(|t| t.to_string().eq_ignore_ascii_case("AUTO_INCREMENT")) =>
-                {
-                    if !matches!(ty, ColumnType::Integer { .. }) {
-                        return Err(SqlError::new(
-                            1063,
-                            "42000",
-                            format!(
-                                "Incorrect column specifier for column '{}': AUTO_INCREMENT needs an integer column",
-                                c.name.value
-                            ),
-                        ));
-                    }
-                    if auto.is_some() {
-                        return Err(SqlError::new(
-                            1075,
-                            "42000",
-                            "Incorrect table definition; there can be only one auto column",
-                        ));
-                    }
-                    auto = Some(c.name.value.clone());
-                }
-                ColumnOption::ForeignKey(_) => foreign_key_ignored(session),
-                ColumnOption::Comment(_)
-                | ColumnOption::CharacterSet(_)
-                | ColumnOption::Collation(_)
-                | ColumnOption::OnUpdate(_) => {}
-                other => return Err(SqlError::unsupported(format!("column option {other} is not supported"))),
-            }
+        let column = column_spec(session, c)?;
+        if column.primary_key {
+            primary = vec![c.name.value.clone()];
         }
-        columns.push(def);
+        if column.auto_increment {
+            if auto.is_some() {
+                return Err(SqlError::new(1075, "42000", "Incorrect table definition; there can be only one auto column"));
+            }
+            auto = Some(c.name.value.clone());
+        }
+        columns.push(column.def);
     }
     for constraint in &ct.constraints {
         let names = |cols: &[ast::IndexColumn]| -> Vec<String> {

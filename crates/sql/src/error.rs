@@ -24,6 +24,8 @@ pub const ER_TABLE_EXISTS: u16 = 1050;
 pub const ER_BAD_FIELD: u16 = 1054;
 pub const ER_NON_UNIQ: u16 = 1052;
 pub const ER_DUP_KEYNAME: u16 = 1061;
+pub const ER_DUP_FIELDNAME: u16 = 1060;
+pub const ER_TABLE_DEF_CHANGED: u16 = 1412;
 pub const ER_DUP_ENTRY: u16 = 1062;
 pub const ER_PARSE: u16 = 1064;
 pub const ER_EMPTY_QUERY: u16 = 1065;
@@ -96,13 +98,14 @@ impl From<DbError> for SqlError {
             ErrorCode::UnknownIndex => (ER_CANT_DROP_KEY, "42000"),
             ErrorCode::TableExists => (ER_TABLE_EXISTS, "42S01"),
             ErrorCode::IndexExists => (ER_DUP_KEYNAME, "42000"),
+            ErrorCode::ColumnExists => (ER_DUP_FIELDNAME, "42S21"),
             ErrorCode::TypeError => (ER_TRUNCATED_WRONG_VALUE_FOR_FIELD, "HY000"),
             ErrorCode::LockWaitTimeout => (ER_LOCK_WAIT_TIMEOUT, "HY000"),
             // Aborted by a conflict or a failure: the client should run the
             // transaction again, which is what MySQL clients do on 1213.
             ErrorCode::TransactionAborted | ErrorCode::UnknownTransaction => (ER_LOCK_DEADLOCK, "40001"),
+            ErrorCode::SchemaVersionMismatch => (ER_TABLE_DEF_CHANGED, "HY000"),
             ErrorCode::WrongShard
-            | ErrorCode::SchemaVersionMismatch
             | ErrorCode::NodeUnavailable
             | ErrorCode::ClusterNotReady
             | ErrorCode::Timeout

@@ -427,7 +427,7 @@ impl SessionLookup for SessionView<'_> {
     }
 }
 
-fn now_micros() -> i64 {
+pub(crate) fn now_micros() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }
 
@@ -612,9 +612,27 @@ impl Session {
             }
             None => self.plan(stmt).await?,
         };
-        match planned {
-            Some(p) => self.run_planned(&p, params).await,
-            None => self.run_other(stmt).await,
+        let Some(p) = planned else { return self.run_other(stmt).await };
+        let result = self.run_planned(&p, params).await;
+        match result {
+            Err(e) if e.code == crate::error::ER_TABLE_DEF_CHANGED => {
+                // Another node changed a table of the plan: read the new
+                // definitions, so the next statement plans against them.
+                for t in tables_of(&p) {
+                    let def = t.def();
+                    let _ = self.shared.client.refresh_table(&def.database, &def.name).await;
+                }
+                if self.in_transaction {
+                    return Err(e);
+                }
+                // Alone in its transaction, which was rolled back whole: run
+                // it again, once, against the new definitions.
+                match self.plan(stmt).await? {
+                    Some(p) => self.run_planned(&p, params).await,
+                    None => Err(e),
+                }
+            }
+            other => other,
         }
     }
 
@@ -817,12 +835,7 @@ impl Session {
     /// A cached plan is stale when one of its tables changed or was dropped
     /// and created again.
     async fn plan_is_current(&self, p: &Planned) -> bool {
-        let tables: Vec<Arc<Table>> = match p {
-            Planned::Select(s) => s.sources.iter().filter_map(|s| s.stored().cloned()).collect(),
-            Planned::Insert(i) => vec![i.table.clone()],
-            Planned::Update(w) | Planned::Delete(w) => vec![w.table.clone()],
-        };
-        for t in tables {
+        for t in tables_of(p) {
             match self.shared.client.table(&t.def().database, &t.def().name).await {
                 Ok(now) if Arc::ptr_eq(&now, &t) => {}
                 _ => return false,
@@ -1224,6 +1237,15 @@ fn tx_failed(e: &SqlError) -> SqlError {
         "40001",
         format!("the transaction was rolled back after an earlier error ({}); run ROLLBACK and retry it", e.message),
     )
+}
+
+/// The stored tables a plan reads or writes.
+fn tables_of(p: &Planned) -> Vec<Arc<Table>> {
+    match p {
+        Planned::Select(s) => s.sources.iter().filter_map(|s| s.stored().cloned()).collect(),
+        Planned::Insert(i) => vec![i.table.clone()],
+        Planned::Update(w) | Planned::Delete(w) => vec![w.table.clone()],
+    }
 }
 
 fn is_ddl(stmt: &Statement) -> bool {

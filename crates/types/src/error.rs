@@ -47,6 +47,7 @@ pub enum ErrorCode {
     /// cannot confirm it is still a member of the cluster (its lease ran
     /// out) while the membership changes. Safe to retry, writes included.
     NotServing,
+    ColumnExists,
 }
 
 impl ErrorCode {

@@ -3,7 +3,7 @@
 
 use crate::error::{DbError, ErrorCode, Result};
 use crate::keycodec;
-use crate::row::RowLayout;
+use crate::row::{AddedPart, RowLayout};
 use crate::schema::{ColumnDef, ColumnId, IndexId, TableDef};
 use crate::value::{coerce, Value};
 
@@ -15,7 +15,12 @@ pub struct TableMeta {
 
 impl TableMeta {
     pub fn new(def: TableDef) -> TableMeta {
-        let layout = RowLayout::new(&def.columns);
+        let added: Vec<AddedPart> = def
+            .added_parts
+            .iter()
+            .map(|p| AddedPart { first_column: p.first_column as usize, fill: &p.fill })
+            .collect();
+        let layout = RowLayout::with_parts(&def.columns, &added);
         TableMeta { def, layout }
     }
 

@@ -11,11 +11,11 @@
 
 use crate::error::{DbError, Result};
 use crate::expr::{Aggregate, Expr};
-use crate::schema::{ColumnId, IndexId, TableDef, TableId, TableSpec};
+use crate::schema::{ColumnDef, ColumnId, IndexId, TableDef, TableId, TableSpec};
 use crate::value::Value;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// Bytes of the frame header: length (4) and request id (8).
 pub const FRAME_HEADER: usize = 12;
 /// Default largest frame a node accepts.
@@ -737,6 +737,13 @@ pub enum MgmRequest {
         database: String,
         table: String,
         index: String,
+    },
+    /// Appends columns; stored rows read `fill` in them (one value per column).
+    AddColumns {
+        database: String,
+        table: String,
+        columns: Vec<ColumnDef>,
+        fill: Vec<Value>,
     },
     /// Rows and data memory of every data node.
     ReportMemory,

@@ -271,6 +271,18 @@ pub struct TableDef {
     pub partitions: u32,
     /// Ordered indexes; index 0 is always the primary key's.
     pub indexes: Vec<IndexDef>,
+    /// Columns added after the table was created, one entry per
+    /// `ADD COLUMN` change, in order (see the row format in `row.rs`).
+    pub added_parts: Vec<RowPart>,
+}
+
+/// Columns appended to a table by one schema change: `first_column` and the
+/// ones after it (up to the next part), with the values they read as in rows
+/// stored before the change.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RowPart {
+    pub first_column: ColumnId,
+    pub fill: Vec<crate::Value>,
 }
 
 pub fn validate_name(kind: &str, name: &str) -> Result<()> {
@@ -350,7 +362,63 @@ impl TableDef {
             primary_key,
             partitions,
             indexes,
+            added_parts: Vec::new(),
         })
+    }
+
+    /// Appends columns (and bumps the version). Rows already stored keep
+    /// their bytes; their new columns read as `fill` (one value per column,
+    /// e.g. each column's default).
+    pub fn with_columns(&self, added: &[ColumnDef], fill: &[crate::Value]) -> Result<TableDef> {
+        if added.is_empty() {
+            return Err(DbError::bad_request("ADD COLUMN needs at least one column"));
+        }
+        if added.len() != fill.len() {
+            return Err(DbError::bad_request("ADD COLUMN needs one fill value per added column"));
+        }
+        if self.columns.len() + added.len() > MAX_COLUMNS {
+            return Err(DbError::bad_request(format!(
+                "a table may have at most {MAX_COLUMNS} columns; {} has {} and {} would be added",
+                self.qualified_name(),
+                self.columns.len(),
+                added.len()
+            )));
+        }
+        let mut def = self.clone();
+        let first_column = def.columns.len() as ColumnId;
+        let mut coerced = Vec::with_capacity(fill.len());
+        for (column, value) in added.iter().zip(fill) {
+            validate_name("column", &column.name)?;
+            column.ty.validate()?;
+            if def.columns.iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
+                return Err(DbError::new(
+                    crate::ErrorCode::ColumnExists,
+                    format!("table {} already has a column named '{}'", self.qualified_name(), column.name),
+                ));
+            }
+            if let Some(default) = &column.default {
+                crate::value::coerce(default.clone(), column).map_err(|e| {
+                    DbError::bad_request(format!("default of column '{}' is invalid: {}", column.name, e.message))
+                })?;
+            }
+            let value = crate::value::coerce(value.clone(), column).map_err(|e| {
+                DbError::bad_request(format!(
+                    "the value existing rows get in column '{}' is invalid: {}",
+                    column.name, e.message
+                ))
+            })?;
+            if value.is_null() && !column.nullable {
+                return Err(DbError::bad_request(format!(
+                    "column '{}' is NOT NULL, so existing rows need a value for it (give it a DEFAULT)",
+                    column.name
+                )));
+            }
+            coerced.push(value);
+            def.columns.push(column.clone());
+        }
+        def.added_parts.push(RowPart { first_column, fill: coerced });
+        def.version += 1;
+        Ok(def)
     }
 
     pub fn column_id(&self, name: &str) -> Result<ColumnId> {
