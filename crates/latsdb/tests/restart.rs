@@ -240,3 +240,114 @@ async fn a_node_that_left_before_the_last_view_rejoins_after_a_system_restart() 
     let ops = vec![Op::upsert(&table, vec![Value::Int(-10), Value::Int(-1)]).unwrap()];
     assert!(client.batch(ops).await.unwrap()[0].is_ok());
 }
+
+/// Columns added to a table with rows: the rows stored before read the fill
+/// values, a client holding the old definition is told to refresh it, and
+/// after every data node is killed and restarted from checkpoint and REDO
+/// (rows of both shapes) every row reads as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn added_columns_survive_a_system_restart() {
+    use latsdb_types::{ColumnDef, ColumnType, ErrorCode, IntWidth, TableSpec};
+    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
+    let show = cluster.mgm(&["show"]);
+    let pids = common::datanode_pids(&show);
+    let data_dir = cluster.dir.path().join("data");
+    let client =
+        Client::connect_with(&cluster.mgmd, ClientOptions { wait_durable: true, ..Default::default() }).await.unwrap();
+    let stale = Client::connect(&cluster.mgmd).await.unwrap();
+    let spec = TableSpec::new("r", "grown")
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+        .column(ColumnDef::new("body", ColumnType::VarChar(400)))
+        .primary_key(&["id"]);
+    let table = client.create_table(spec).await.unwrap();
+    // About 1.5 MiB of rows: a checkpoint starts before the change.
+    let body = |id: i64| Value::Str(format!("{id:>300}"));
+    for chunk in (0..4_000i64).collect::<Vec<_>>().chunks(200) {
+        let ops = chunk.iter().map(|&id| Op::upsert(&table, vec![Value::Int(id), body(id)]).unwrap()).collect();
+        client.transaction().execute_commit(ops).await.unwrap();
+    }
+    let old_def = stale.table("r", "grown").await.unwrap();
+    assert_eq!(stale.get(&old_def, &[Value::Int(1)]).await.unwrap().unwrap().len(), 2);
+
+    let table = client
+        .add_columns(
+            "r",
+            "grown",
+            vec![
+                ColumnDef::new("n", ColumnType::int(IntWidth::Int)).not_null().default_value(Value::Int(7)),
+                ColumnDef::new("s", ColumnType::VarChar(10)),
+            ],
+            vec![Value::Int(7), Value::Null],
+        )
+        .await
+        .unwrap();
+    let duplicate = client
+        .add_columns("r", "grown", vec![ColumnDef::new("N", ColumnType::Double)], vec![Value::Null])
+        .await
+        .unwrap_err();
+    assert_eq!(duplicate.code, ErrorCode::ColumnExists, "{duplicate:?}");
+
+    // The stale client's definition is refused, and refreshing it shows
+    // the fill values in the rows stored before.
+    let refused = stale.get(&old_def, &[Value::Int(1)]).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::SchemaVersionMismatch, "{refused:?}");
+    let fresh = stale.refresh_table("r", "grown").await.unwrap();
+    let row = stale.get(&fresh, &[Value::Int(1)]).await.unwrap().unwrap();
+    assert_eq!(row.values(), vec![Value::Int(1), body(1), Value::Int(7), Value::Null]);
+
+    // Rows of the new shape: updated old rows and new ones.
+    let mut ops = Vec::new();
+    for id in (0..4_000i64).step_by(10) {
+        ops.push(
+            Op::update(
+                &table,
+                &[Value::Int(id)],
+                &[("n", Value::Int(id as i32 as i64)), ("s", Value::Str("u".into()))],
+            )
+            .unwrap(),
+        );
+    }
+    for id in 4_000..4_100i64 {
+        ops.push(Op::upsert(&table, vec![Value::Int(id), body(id), Value::Int(-1), Value::Str("new".into())]).unwrap());
+    }
+    for batch in ops.chunks(100) {
+        client.transaction().execute_commit(batch.to_vec()).await.unwrap();
+    }
+    let expected = |id: i64| -> Vec<Value> {
+        match id {
+            4_000.. => vec![Value::Int(id), body(id), Value::Int(-1), Value::Str("new".into())],
+            _ if id % 10 == 0 => vec![Value::Int(id), body(id), Value::Int(id), Value::Str("u".into())],
+            _ => vec![Value::Int(id), body(id), Value::Int(7), Value::Null],
+        }
+    };
+    let check = |rows: Vec<latsdb_client::Row>| {
+        assert_eq!(rows.len(), 4_100);
+        for row in rows {
+            let id = row.get(0).as_i64().unwrap();
+            assert_eq!(row.values(), expected(id), "row {id}");
+        }
+    };
+    check(client.scan(&table, Scan::all()).await.unwrap());
+
+    for &pid in &pids {
+        sigkill(pid);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|&p| process_exists(p)) {
+        assert!(Instant::now() < deadline, "the data nodes did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _nodes = start_datanodes(&cluster, &data_dir, &["2", "3"]);
+    let client = Client::connect_with(
+        &cluster.mgmd,
+        ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    let table = client.refresh_table("r", "grown").await.unwrap();
+    check(client.scan(&table, Scan::all()).await.unwrap());
+    for node in ["2", "3"] {
+        let log = std::fs::read_to_string(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
+        eprintln!("node {node}: {}", log.lines().filter(|l| l.contains("restored")).collect::<Vec<_>>().join(" | "));
+    }
+}

@@ -698,7 +698,11 @@ async fn add_columns(
             continue;
         }
         if exists {
-            return Err(SqlError::new(crate::error::ER_DUP_FIELDNAME, "42S21", format!("Duplicate column name '{name}'")));
+            return Err(SqlError::new(
+                crate::error::ER_DUP_FIELDNAME,
+                "42S21",
+                format!("Duplicate column name '{name}'"),
+            ));
         }
         if position.is_some() {
             return Err(SqlError::unsupported(format!(
@@ -751,7 +755,7 @@ fn implicit_default(column: &ColumnDef) -> SqlResult<Value> {
         ty if ty.is_binary() => Value::Bytes(Vec::new()),
         _ => Value::Str(String::new()),
     };
-    Ok(crate::eval::to_column(zero, column)?)
+    crate::eval::to_column(zero, column)
 }
 
 async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult<Response> {
@@ -775,7 +779,11 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
         }
         if column.auto_increment {
             if auto.is_some() {
-                return Err(SqlError::new(1075, "42000", "Incorrect table definition; there can be only one auto column"));
+                return Err(SqlError::new(
+                    1075,
+                    "42000",
+                    "Incorrect table definition; there can be only one auto column",
+                ));
             }
             auto = Some(c.name.value.clone());
         }

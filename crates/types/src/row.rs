@@ -157,18 +157,18 @@ impl RowLayout {
         for part in &self.parts {
             let start = out.len();
             out.resize(start + part.fixed_end, 0);
-            for i in part.first..part.end {
-                let value = &values[i];
-                let local = i - part.first;
+            let columns = part.first..part.end;
+            let in_part = || values[columns.clone()].iter().zip(&self.slots[columns.clone()]);
+            for (local, ((value, slot), column)) in in_part().zip(&self.columns[columns.clone()]).enumerate() {
                 if value.is_null() {
                     out[start + local / 8] |= 1 << (local % 8);
-                } else if let Slot::Fixed { offset, size } = self.slots[i] {
-                    write_fixed(&mut out[start + offset..start + offset + size], self.columns[i].ty, value);
+                } else if let &Slot::Fixed { offset, size } = slot {
+                    write_fixed(&mut out[start + offset..start + offset + size], column.ty, value);
                 }
             }
-            for i in part.first..part.end {
-                if let Slot::Var { .. } = self.slots[i] {
-                    let bytes: &[u8] = match &values[i] {
+            for (value, slot) in in_part() {
+                if let Slot::Var { .. } = slot {
+                    let bytes: &[u8] = match value {
                         Value::Str(s) => s.as_bytes(),
                         Value::Bytes(b) => b,
                         Value::Null => &[],
