@@ -27,10 +27,12 @@ mod conn;
 mod ops;
 mod scan;
 mod tx;
+mod unique;
 
 pub use ops::{Op, Outcome, Projection, Row};
 pub use scan::Scan;
 pub use tx::Transaction;
+pub use unique::UniqueProbe;
 
 pub use latsdb_types::expr::{Aggregate, ArithOp, CmpOp, Expr};
 pub use latsdb_types::proto::LockMode;
@@ -87,6 +89,10 @@ impl Default for ClientOptions {
 pub struct Table {
     pub meta: TableMeta,
     pub(crate) layout: Arc<RowLayout>,
+    /// The hidden tables of its unique indexes (in `unique_indexes()`
+    /// order), read from the management server on first use by this
+    /// definition: a changed definition reads them again.
+    pub(crate) hidden: tokio::sync::OnceCell<Vec<Arc<Table>>>,
 }
 
 impl Table {
@@ -99,7 +105,7 @@ impl Table {
     fn new(def: TableDef) -> Arc<Table> {
         let meta = TableMeta::new(def);
         let layout = Arc::new(meta.layout.clone());
-        Arc::new(Table { meta, layout })
+        Arc::new(Table { meta, layout, hidden: tokio::sync::OnceCell::new() })
     }
 
     pub fn def(&self) -> &TableDef {
@@ -303,20 +309,33 @@ impl Client {
         }
     }
 
+    /// The tables of the cluster (without the hidden tables of unique indexes).
     pub async fn list_tables(&self) -> Result<Vec<TableDef>> {
         match self.mgm(MgmRequest::ListTables).await? {
-            MgmResponse::Tables(t) => Ok(t),
+            MgmResponse::Tables(t) => Ok(t.into_iter().filter(|t| !t.is_hidden()).collect()),
             other => Err(unexpected("ListTables", other)),
         }
     }
 
     /// Creates an ordered index and returns the table's new definition.
     pub async fn create_index(&self, database: &str, table: &str, index: &str, columns: &[&str]) -> Result<Arc<Table>> {
+        self.create_index_of_kind(database, table, index, columns, false).await
+    }
+
+    pub(crate) async fn create_index_of_kind(
+        &self,
+        database: &str,
+        table: &str,
+        index: &str,
+        columns: &[&str],
+        unique: bool,
+    ) -> Result<Arc<Table>> {
         let request = MgmRequest::CreateIndex {
             database: database.into(),
             table: table.into(),
             index: index.into(),
             columns: columns.iter().map(|c| c.to_string()).collect(),
+            unique,
         };
         match self.mgm(request).await? {
             MgmResponse::Table(def) => Ok(self.cache_table(def)),

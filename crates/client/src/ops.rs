@@ -15,11 +15,15 @@ pub struct Op {
     pub(crate) op: KeyOp,
     /// Layout of the row a read returns.
     pub(crate) layout: Arc<RowLayout>,
+    /// The table, when it has unique indexes: its writes also write their
+    /// hidden tables (`unique.rs`).
+    pub(crate) guarded: Option<Arc<Table>>,
 }
 
 impl Op {
-    fn new(table: &Arc<Table>, key: Vec<u8>, kind: OpKind) -> Op {
+    pub(crate) fn new(table: &Arc<Table>, key: Vec<u8>, kind: OpKind) -> Op {
         let partition = table.meta.partition_of(&key);
+        let guarded = (kind.is_write() && table.def().unique_indexes().next().is_some()).then(|| table.clone());
         Op {
             op: KeyOp {
                 table: table.def().id,
@@ -30,6 +34,7 @@ impl Op {
                 projection: None,
             },
             layout: table.layout.clone(),
+            guarded,
         }
     }
 
@@ -119,6 +124,7 @@ impl Op {
         let mut read = self.clone();
         read.op.kind = OpKind::Read { lock: LockMode::Exclusive };
         read.op.projection = None;
+        read.guarded = None;
         Some(read)
     }
 
@@ -202,6 +208,11 @@ impl Row {
         self.layout.decode(&self.bytes)
     }
 
+    /// The row's bytes in its layout.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     pub fn len(&self) -> usize {
         self.layout.len()
     }
@@ -253,7 +264,13 @@ impl Client {
     /// the outer error is only for failures that hit the whole call.
     pub async fn batch(&self, ops: Vec<Op>) -> Result<Vec<Result<Outcome>>> {
         let mut results: Vec<Option<Result<Outcome>>> = (0..ops.len()).map(|_| None).collect();
-        let mut todo: Vec<(usize, Op)> = ops.into_iter().enumerate().collect();
+        let (guarded, mut todo): (Vec<(usize, Op)>, Vec<(usize, Op)>) =
+            ops.into_iter().enumerate().partition(|(_, op)| op.guarded.is_some());
+        // A write to a table with unique indexes writes its hidden tables
+        // too: it runs as a transaction of its own.
+        for (i, op) in guarded {
+            results[i] = Some(self.transaction().execute_commit(vec![op]).await.map(|mut o| o.remove(0)));
+        }
         // All committed reads of this call go to the same replica position,
         // so a batch reaches one node per node group; calls rotate over them.
         let prefer = self.next_read_replica();
@@ -326,7 +343,7 @@ impl Client {
                                     if e.code == ErrorCode::WrongShard && attempt < STALE_LAYOUT_RETRIES =>
                                 {
                                     stale = true;
-                                    todo.push((i, Op { op, layout }));
+                                    todo.push((i, Op { op, layout, guarded: None }));
                                 }
                                 r => results[i] = Some(outcome(r, &layout)),
                             }
@@ -344,7 +361,7 @@ impl Client {
                         for ((i, op), layout) in slots.into_iter().zip(ops).zip(layouts) {
                             let is_committed_read = matches!(op.kind, OpKind::Read { lock: LockMode::Committed });
                             if refused || (lost && is_committed_read) {
-                                todo.push((i, Op { op, layout }));
+                                todo.push((i, Op { op, layout, guarded: None }));
                             } else {
                                 results[i] = Some(Err(e.clone()));
                             }

@@ -60,7 +60,20 @@ impl Transaction {
         }
     }
 
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     async fn exec(&mut self, ops: Vec<Op>, commit: bool) -> Result<Vec<Outcome>> {
+        if ops.iter().any(|op| op.guarded.is_some()) {
+            return self.exec_guarded(ops, commit).await;
+        }
+        self.exec_plain(ops, commit).await
+    }
+
+    /// Sends operations as they are (writes of tables with unique indexes
+    /// must come with their entries, see `unique.rs`).
+    pub(crate) async fn exec_plain(&mut self, ops: Vec<Op>, commit: bool) -> Result<Vec<Outcome>> {
         if self.finished {
             return Err(DbError::new(
                 ErrorCode::UnknownTransaction,

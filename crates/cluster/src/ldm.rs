@@ -948,16 +948,7 @@ impl Shard {
                 let Some(row) = current else {
                     return Ok(OpResult::NotFound);
                 };
-                let mut values = meta.layout.decode(row);
-                let mut assigned = Vec::with_capacity(set.len());
-                for (column, expr) in set {
-                    let v = expr.eval(&meta.layout, row);
-                    let v = latsdb_types::value::coerce(v, &meta.def.columns[*column as usize])?;
-                    assigned.push((*column as usize, v));
-                }
-                for (column, v) in assigned {
-                    values[column] = v;
-                }
+                let values = meta.updated_values(row, set)?;
                 Some(meta.layout.encode(&values).into_boxed_slice())
             }
             OpKind::Delete => {

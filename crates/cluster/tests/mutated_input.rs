@@ -18,7 +18,7 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         .column(ColumnDef::new("b", ColumnType::Blob))
         .column(ColumnDef::new("ts", ColumnType::Timestamp))
         .primary_key(&["id"]);
-    let def = TableDef::from_spec(&spec, 1, 1).unwrap().with_index("s_idx", &["s".into()]).unwrap();
+    let def = TableDef::from_spec(&spec, 1, 1).unwrap().with_index("s_idx", &["s".into()], false).unwrap();
     let layout = ClusterLayout {
         version: 1,
         cluster_name: "f".into(),

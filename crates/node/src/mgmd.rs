@@ -50,7 +50,8 @@ struct Persisted {
 
 const STATE_FILE: &str = "mgmd-state.bin";
 /// Format of the state file, kept in its frame's request-id field. Format 0
-/// predates `TableDef::added_parts` (ALTER TABLE ADD COLUMN).
+/// predates `TableDef::added_parts` (ALTER TABLE ADD COLUMN) and
+/// `IndexDef::unique`.
 const STATE_FORMAT: u64 = 1;
 
 /// The state file as format 0 wrote it.
@@ -74,7 +75,15 @@ struct TableDefV0 {
     columns: Vec<latsdb_types::schema::ColumnDef>,
     primary_key: Vec<latsdb_types::schema::ColumnId>,
     partitions: u32,
-    indexes: Vec<latsdb_types::schema::IndexDef>,
+    indexes: Vec<IndexDefV0>,
+}
+
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct IndexDefV0 {
+    id: latsdb_types::schema::IndexId,
+    name: String,
+    columns: Vec<latsdb_types::schema::ColumnId>,
 }
 
 impl From<PersistedV0> for Persisted {
@@ -90,7 +99,17 @@ impl From<PersistedV0> for Persisted {
                 columns: t.columns,
                 primary_key: t.primary_key,
                 partitions: t.partitions,
-                indexes: t.indexes,
+                indexes: t
+                    .indexes
+                    .into_iter()
+                    // Format 0 had no unique indexes but the primary key.
+                    .map(|i| latsdb_types::schema::IndexDef {
+                        unique: i.id == 0,
+                        id: i.id,
+                        name: i.name,
+                        columns: i.columns,
+                    })
+                    .collect(),
                 added_parts: Vec::new(),
             })
             .collect();
@@ -382,25 +401,51 @@ impl Mgmd {
             MgmRequest::GetLayout => Ok(MgmResponse::Layout(self.lock().layout.clone())),
             MgmRequest::ListTables => Ok(MgmResponse::Tables(self.lock().tables.clone())),
             MgmRequest::GetTable { database, name } => self.find_table(&database, &name).map(MgmResponse::Table),
-            MgmRequest::CreateTable(spec) => self.create_table(spec).await.map(MgmResponse::Table),
+            MgmRequest::CreateTable(spec) => {
+                if spec.name.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX) {
+                    return Err(DbError::bad_request(format!(
+                        "table names starting with '{}' are reserved for the hidden tables of unique indexes",
+                        latsdb_types::schema::HIDDEN_TABLE_PREFIX
+                    )));
+                }
+                let _guard = self.schema_lock.lock().await;
+                self.create_table(spec).await.map(MgmResponse::Table)
+            }
             MgmRequest::DropTable { database, name } => {
                 let _guard = self.schema_lock.lock().await;
                 let def = self.find_table(&database, &name)?;
-                self.apply_everywhere(SchemaChange::DropTable(def.id)).await?;
-                self.lock().tables.retain(|t| t.id != def.id);
-                self.persist()?;
-                log("mgmd", format!("dropped table {}", def.qualified_name()));
+                self.drop_table(&def).await?;
+                for index in def.unique_indexes() {
+                    self.drop_unique_table(&def, index).await?;
+                }
                 Ok(MgmResponse::Done)
             }
-            MgmRequest::CreateIndex { database, table, index, columns } => {
+            MgmRequest::CreateIndex { database, table, index, columns, unique } => {
                 let _guard = self.schema_lock.lock().await;
-                let def = self.find_table(&database, &table)?.with_index(&index, &columns)?;
-                self.alter(def).await.map(MgmResponse::Table)
+                let def = self.find_table(&database, &table)?.with_index(&index, &columns, unique)?;
+                if !unique {
+                    return self.alter(def).await.map(MgmResponse::Table);
+                }
+                // The hidden table first: once the index is in the table's
+                // definition, writers maintain it.
+                let created = def.indexes.last().expect("with_index added an index");
+                let hidden = self.create_table(def.unique_table_spec(created)).await?;
+                match self.alter(def).await {
+                    Ok(def) => Ok(MgmResponse::Table(def)),
+                    Err(e) => {
+                        let _ = self.drop_table(&hidden).await;
+                        Err(e)
+                    }
+                }
             }
             MgmRequest::DropIndex { database, table, index } => {
                 let _guard = self.schema_lock.lock().await;
-                let def = self.find_table(&database, &table)?.without_index(&index)?;
-                self.alter(def).await.map(MgmResponse::Table)
+                let old = self.find_table(&database, &table)?;
+                let def = self.alter(old.without_index(&index)?).await?;
+                if let Some(dropped) = old.unique_indexes().find(|i| i.name.eq_ignore_ascii_case(&index)) {
+                    self.drop_unique_table(&old, dropped).await?;
+                }
+                Ok(MgmResponse::Table(def))
             }
             MgmRequest::AddColumns { database, table, columns, fill } => {
                 let _guard = self.schema_lock.lock().await;
@@ -469,8 +514,8 @@ impl Mgmd {
             .ok_or_else(|| DbError::new(ErrorCode::UnknownTable, format!("table {database}.{name} does not exist")))
     }
 
+    /// Creates a table (the caller holds the schema lock).
     async fn create_table(&self, spec: TableSpec) -> Result<TableDef> {
-        let _guard = self.schema_lock.lock().await;
         let (id, partitions) = {
             let state = self.lock();
             if let Some(missing) = state.layout.datanodes.iter().find(|d| d.status != NodeStatus::Started) {
@@ -511,6 +556,24 @@ impl Mgmd {
         self.persist()?;
         log("mgmd", format!("created table {} (id {}, {} partitions)", def.qualified_name(), def.id, def.partitions));
         Ok(def)
+    }
+
+    async fn drop_table(&self, def: &TableDef) -> Result<()> {
+        self.apply_everywhere(SchemaChange::DropTable(def.id)).await?;
+        self.lock().tables.retain(|t| t.id != def.id);
+        self.persist()?;
+        log("mgmd", format!("dropped table {}", def.qualified_name()));
+        Ok(())
+    }
+
+    async fn drop_unique_table(&self, table: &TableDef, index: &latsdb_types::schema::IndexDef) -> Result<()> {
+        let name = latsdb_types::schema::unique_table_name(table.id, index.id);
+        match self.find_table(&table.database, &name) {
+            Ok(hidden) => self.drop_table(&hidden).await,
+            // Never created (an older definition) or already gone.
+            Err(e) if e.code == ErrorCode::UnknownTable => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     async fn alter(&self, def: TableDef) -> Result<TableDef> {
@@ -1136,7 +1199,11 @@ mod tests {
                 columns: t.columns.clone(),
                 primary_key: t.primary_key.clone(),
                 partitions: t.partitions,
-                indexes: t.indexes.clone(),
+                indexes: t
+                    .indexes
+                    .iter()
+                    .map(|i| IndexDefV0 { id: i.id, name: i.name.clone(), columns: i.columns.clone() })
+                    .collect(),
             }],
             next_table_id: 8,
             durable_epoch: 41,

@@ -160,9 +160,6 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             Ok(Response::ok())
         }
         Statement::CreateIndex(ci) => {
-            if ci.unique {
-                return Err(unique_unsupported());
-            }
             let (d, t) = table_name(&ci.table_name)?;
             let d = need_db(d)?;
             let name = ci
@@ -172,8 +169,7 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 .ok_or_else(|| SqlError::parse("CREATE INDEX needs an index name"))?;
             let cols: Vec<String> =
                 ci.columns.iter().map(|c| c.column.expr.to_string().trim_matches('`').to_string()).collect();
-            let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
-            shared.client.create_index(&d, &t, &name, &refs).await?;
+            create_index(&shared, &d, &t, &name, &cols, ci.unique).await?;
             Ok(Response::ok())
         }
         Statement::Truncate(tr) => {
@@ -193,9 +189,10 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 };
                 let mut created = shared.client.create_table(spec).await?;
                 for index in def.indexes.iter().skip(1) {
-                    let names: Vec<&str> =
-                        index.columns.iter().map(|&c| def.columns[c as usize].name.as_str()).collect();
-                    created = shared.client.create_index(&def.database, &def.name, &index.name, &names).await?;
+                    let names: Vec<String> =
+                        index.columns.iter().map(|&c| def.columns[c as usize].name.clone()).collect();
+                    created =
+                        create_index(&shared, &def.database, &def.name, &index.name, &names, index.unique).await?;
                 }
                 if let Some((column, _)) = auto {
                     if let Ok(c) = created.def().column_id(&column) {
@@ -238,8 +235,12 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                         let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
                         shared.client.create_index(&d, &t, &name, &refs).await?;
                     }
-                    ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(_), .. } => {
-                        return Err(unique_unsupported())
+                    ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(u), .. } => {
+                        let def = shared.client.table(&d, &t).await?.def().clone();
+                        let cols = index_column_names(&u.columns);
+                        let taken: Vec<String> = def.indexes.iter().map(|i| i.name.clone()).collect();
+                        let name = index_name(&taken, u.index_name.as_ref().or(u.name.as_ref()), &cols)?;
+                        create_index(&shared, &d, &t, &name, &cols, true).await?;
                     }
                     ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::ForeignKey(_), .. } => {
                         foreign_key_ignored(session)
@@ -442,7 +443,7 @@ async fn show_index(shared: &Shared, db: &str, t: &str) -> SqlResult<Response> {
             let col = &def.columns[c as usize];
             rows.push(vec![
                 Value::Str(def.name.clone()),
-                Value::Int((ix.id != 0) as i64),
+                Value::Int(!ix.unique as i64),
                 Value::Str(ix.name.clone()),
                 Value::Int(seq as i64 + 1),
                 Value::Str(col.name.clone()),
@@ -503,8 +504,42 @@ fn foreign_key_ignored(session: &mut Session) {
     ));
 }
 
-fn unique_unsupported() -> SqlError {
-    SqlError::unsupported("UNIQUE indexes on columns other than the primary key are not supported yet; use the columns as the PRIMARY KEY or a non-unique INDEX")
+/// Creates an index, unique or not, through the client.
+async fn create_index(
+    shared: &Shared,
+    db: &str,
+    t: &str,
+    name: &str,
+    cols: &[String],
+    unique: bool,
+) -> SqlResult<std::sync::Arc<latsdb_client::Table>> {
+    let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+    Ok(if unique {
+        shared.client.create_unique_index(db, t, name, &refs).await?
+    } else {
+        shared.client.create_index(db, t, name, &refs).await?
+    })
+}
+
+fn index_column_names(cols: &[ast::IndexColumn]) -> Vec<String> {
+    cols.iter().map(|c| c.column.expr.to_string().trim_matches('`').to_string()).collect()
+}
+
+/// An index's name: the one given, or as MySQL names it, after its first
+/// column (`col`, `col_2`, ... when taken).
+fn index_name(taken: &[String], given: Option<&ast::Ident>, cols: &[String]) -> SqlResult<String> {
+    if let Some(n) = given {
+        return Ok(n.value.clone());
+    }
+    let first = cols.first().ok_or_else(|| SqlError::parse("an index needs at least one column"))?;
+    let free = |n: &String| !taken.iter().any(|t| t.eq_ignore_ascii_case(n));
+    let mut name = first.clone();
+    let mut suffix = 2;
+    while !free(&name) {
+        name = format!("{first}_{suffix}");
+        suffix += 1;
+    }
+    Ok(name)
 }
 
 /// Variables SHOW VARIABLES lists.
@@ -614,6 +649,8 @@ pub fn column_type(t: &DataType) -> SqlResult<ColumnType> {
 struct ColumnSpec {
     def: ColumnDef,
     primary_key: bool,
+    /// `UNIQUE` on the column: a unique index of it alone.
+    unique: bool,
     auto_increment: bool,
     /// `DEFAULT CURRENT_TIMESTAMP` (or NOW()): filled in when rows are written.
     default_now: bool,
@@ -624,6 +661,7 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef) -> SqlResult<ColumnSpe
     let mut spec = ColumnSpec {
         def: ColumnDef::new(c.name.value.clone(), ty),
         primary_key: false,
+        unique: false,
         auto_increment: false,
         default_now: false,
     };
@@ -649,7 +687,7 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef) -> SqlResult<ColumnSpe
                 spec.def.default = Some(v);
             }
             ColumnOption::PrimaryKey(_) => spec.primary_key = true,
-            ColumnOption::Unique(_) => return Err(unique_unsupported()),
+            ColumnOption::Unique(_) => spec.unique = true,
             ColumnOption::DialectSpecific(tokens)
                 if tokens.iter().any(|t| t.to_string().eq_ignore_ascii_case("AUTO_INCREMENT")) =>
             {
@@ -690,6 +728,7 @@ async fn add_columns(
     let def = shared.client.table(db, t).await?.def().clone();
     let mut columns: Vec<ColumnDef> = Vec::new();
     let mut fill = Vec::new();
+    let mut unique = Vec::new();
     for &(c, if_not_exists, position) in added {
         let name = &c.name.value;
         let exists = def.columns.iter().chain(&columns).any(|d| d.name.eq_ignore_ascii_case(name));
@@ -724,11 +763,20 @@ async fn add_columns(
         } else {
             implicit_default(&spec.def)?
         };
+        if spec.unique {
+            unique.push(spec.def.name.clone());
+        }
         columns.push(spec.def);
         fill.push(value);
     }
     if !columns.is_empty() {
         shared.client.add_columns(db, t, columns, fill).await?;
+    }
+    let mut taken: Vec<String> = def.indexes.iter().map(|i| i.name.clone()).collect();
+    for column in unique {
+        let name = index_name(&taken, None, std::slice::from_ref(&column))?;
+        taken.push(name.clone());
+        create_index(&shared, db, t, &name, &[column], true).await?;
     }
     Ok(())
 }
@@ -771,11 +819,16 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     let mut columns = Vec::new();
     let mut primary: Vec<String> = Vec::new();
     let mut auto: Option<String> = None;
-    let mut indexes: Vec<(String, Vec<String>)> = Vec::new();
+    // (name, columns, unique), created in this order after the table.
+    let mut indexes: Vec<(String, Vec<String>, bool)> = Vec::new();
+    let mut unique_columns = Vec::new();
     for c in &ct.columns {
         let column = column_spec(session, c)?;
         if column.primary_key {
             primary = vec![c.name.value.clone()];
+        }
+        if column.unique {
+            unique_columns.push(c.name.value.clone());
         }
         if column.auto_increment {
             if auto.is_some() {
@@ -789,29 +842,36 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
         }
         columns.push(column.def);
     }
+    let mut uniques: Vec<(Option<&ast::Ident>, Vec<String>)> =
+        unique_columns.into_iter().map(|c| (None, vec![c])).collect();
+    let mut named: Vec<(Option<&ast::Ident>, Vec<String>)> = Vec::new();
     for constraint in &ct.constraints {
-        let names = |cols: &[ast::IndexColumn]| -> Vec<String> {
-            cols.iter().map(|c| c.column.expr.to_string().trim_matches('`').to_string()).collect()
-        };
         match constraint {
-            TableConstraint::PrimaryKey(pk) => primary = names(&pk.columns),
-            TableConstraint::Index(ic) => {
-                let cols = names(&ic.columns);
-                let name = match (&ic.name, cols.first()) {
-                    (Some(n), _) => n.value.clone(),
-                    (None, Some(first)) => first.clone(),
-                    (None, None) => return Err(SqlError::parse("an index needs at least one column")),
-                };
-                indexes.push((name, cols));
-            }
+            TableConstraint::PrimaryKey(pk) => primary = index_column_names(&pk.columns),
+            TableConstraint::Index(ic) => named.push((ic.name.as_ref(), index_column_names(&ic.columns))),
             TableConstraint::Unique(u) => {
-                if names(&u.columns) != primary {
-                    return Err(unique_unsupported());
-                }
+                uniques.push((u.index_name.as_ref().or(u.name.as_ref()), index_column_names(&u.columns)))
             }
             TableConstraint::ForeignKey(_) => foreign_key_ignored(session),
             other => return Err(SqlError::unsupported(format!("table constraint {other} is not supported"))),
         }
+    }
+    let mut taken: Vec<String> = vec!["PRIMARY".into()];
+    for (given, cols) in named {
+        let name = index_name(&taken, given, &cols)?;
+        taken.push(name.clone());
+        indexes.push((name, cols, false));
+    }
+    let same_columns =
+        |a: &[String], b: &[String]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.eq_ignore_ascii_case(y));
+    for (given, cols) in uniques {
+        // The primary key is unique already.
+        if same_columns(&cols, &primary) {
+            continue;
+        }
+        let name = index_name(&taken, given, &cols)?;
+        taken.push(name.clone());
+        indexes.push((name, cols, true));
     }
     if primary.is_empty() {
         return Err(SqlError::new(
@@ -822,7 +882,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     }
     if let Some(a) = &auto {
         if !primary.iter().any(|p| p.eq_ignore_ascii_case(a))
-            && !indexes.iter().any(|(_, c)| c.first().is_some_and(|f| f.eq_ignore_ascii_case(a)))
+            && !indexes.iter().any(|(_, c, _)| c.first().is_some_and(|f| f.eq_ignore_ascii_case(a)))
         {
             return Err(SqlError::new(
                 1075,
@@ -840,9 +900,8 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
         }
         Err(e) => return Err(e.into()),
     };
-    for (name, cols) in &indexes {
-        let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
-        table = shared.client.create_index(&db, &t, name, &refs).await?;
+    for (name, cols, unique) in &indexes {
+        table = create_index(&shared, &db, &t, name, cols, *unique).await?;
     }
     if let Some(a) = auto {
         let c = table.def().column_id(&a)?;
@@ -930,7 +989,8 @@ pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
         |ids: &[u16]| ids.iter().map(|&i| format!("`{}`", def.columns[i as usize].name)).collect::<Vec<_>>().join(",");
     lines.push(format!("  PRIMARY KEY ({})", col_list(&def.primary_key)));
     for ix in def.indexes.iter().skip(1) {
-        lines.push(format!("  KEY `{}` ({})", ix.name, col_list(&ix.columns)));
+        let kind = if ix.unique { "UNIQUE KEY" } else { "KEY" };
+        lines.push(format!("  {kind} `{}` ({})", ix.name, col_list(&ix.columns)));
     }
     let auto_part = auto.map(|(_, n)| format!(" AUTO_INCREMENT={n}")).unwrap_or_default();
     format!(
@@ -1086,7 +1146,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                             s("def"),
                             s(&t.database),
                             s(&t.name),
-                            Value::Int((ix.id != 0) as i64),
+                            Value::Int(!ix.unique as i64),
                             s(&t.database),
                             s(&ix.name),
                             Value::Int(seq as i64 + 1),
@@ -1128,21 +1188,23 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
         "KEY_COLUMN_USAGE" => {
             let mut rows = Vec::new();
             for t in &tables {
-                for (seq, &c) in t.primary_key.iter().enumerate() {
-                    rows.push(vec![
-                        s("def"),
-                        s(&t.database),
-                        s("PRIMARY"),
-                        s("def"),
-                        s(&t.database),
-                        s(&t.name),
-                        s(&t.columns[c as usize].name),
-                        Value::Int(seq as i64 + 1),
-                        Value::Null,
-                        Value::Null,
-                        Value::Null,
-                        Value::Null,
-                    ]);
+                for ix in t.indexes.iter().filter(|i| i.unique) {
+                    for (seq, &c) in ix.columns.iter().enumerate() {
+                        rows.push(vec![
+                            s("def"),
+                            s(&t.database),
+                            s(&ix.name),
+                            s("def"),
+                            s(&t.database),
+                            s(&t.name),
+                            s(&t.columns[c as usize].name),
+                            Value::Int(seq as i64 + 1),
+                            Value::Null,
+                            Value::Null,
+                            Value::Null,
+                            Value::Null,
+                        ]);
+                    }
                 }
             }
             let text = [
@@ -1180,8 +1242,10 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
             .collect(),
             rows: tables
                 .iter()
-                .map(|t| {
-                    vec![s("def"), s(&t.database), s("PRIMARY"), s(&t.database), s(&t.name), s("PRIMARY KEY"), s("YES")]
+                .flat_map(|t| t.indexes.iter().filter(|i| i.unique).map(move |i| (t, i)))
+                .map(|(t, i)| {
+                    let kind = if i.id == 0 { "PRIMARY KEY" } else { "UNIQUE" };
+                    vec![s("def"), s(&t.database), s(&i.name), s(&t.database), s(&t.name), s(kind), s("YES")]
                 })
                 .collect(),
         },

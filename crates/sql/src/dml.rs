@@ -383,6 +383,15 @@ fn duplicate_entry(table: &Table, key: &[Value]) -> SqlError {
     )
 }
 
+fn duplicate_unique(table: &Table, probe: &latsdb_client::UniqueProbe) -> SqlError {
+    let shown: Vec<String> = probe.values.iter().map(crate::eval::to_text).collect();
+    SqlError::new(
+        crate::error::ER_DUP_ENTRY,
+        "23000",
+        format!("Duplicate entry '{}' for key '{}.{}'", shown.join("-"), table.def().name, probe.index),
+    )
+}
+
 pub struct WriteResult {
     pub affected: u64,
     pub last_insert_id: Option<u64>,
@@ -488,6 +497,17 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                     if keys[..i].contains(k) {
                         return Err(duplicate_entry(table, k));
                     }
+                }
+                // And in the unique indexes (their entries locked as well).
+                let probes = ctx.client.unique_probes(table, &rows).await?;
+                for (i, p) in probes.iter().enumerate() {
+                    if probes[..i].iter().any(|q| q.index == p.index && q.values == p.values) {
+                        return Err(duplicate_unique(table, p));
+                    }
+                }
+                let found = ctx.run_ops(probes.iter().map(|p| p.read.clone()).collect()).await?;
+                if let Some(p) = probes.iter().zip(&found).find(|(p, f)| p.holds_other_row(f)).map(|(p, _)| p) {
+                    return Err(duplicate_unique(table, p));
                 }
             }
             let ops = rows.into_iter().map(|r| Op::insert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;

@@ -26,7 +26,7 @@ fn catalog() -> Tables {
         .column(ColumnDef::new("c", ColumnType::Char(120)).not_null())
         .column(ColumnDef::new("pad", ColumnType::Char(60)).not_null())
         .primary_key(&["id"]);
-    let def = TableDef::from_spec(&sbtest, 1, 8).unwrap().with_index("k_1", &["k".to_string()]).unwrap();
+    let def = TableDef::from_spec(&sbtest, 1, 8).unwrap().with_index("k_1", &["k".to_string()], false).unwrap();
     let orders = TableSpec::new("db", "orders")
         .column(ColumnDef::new("oid", ColumnType::int(IntWidth::Big)).not_null())
         .column(ColumnDef::new("customer", ColumnType::int(IntWidth::Int)).not_null())

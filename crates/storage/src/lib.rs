@@ -429,7 +429,7 @@ mod tests {
             .column(ColumnDef::new("c", ColumnType::VarChar(20)))
             .primary_key(&["id"]);
         let def = TableDef::from_spec(&spec, 1, 1).unwrap();
-        let def = def.with_index("k_idx", &["k".into()]).unwrap();
+        let def = def.with_index("k_idx", &["k".into()], false).unwrap();
         TableMeta::new(def)
     }
 

@@ -99,6 +99,21 @@ impl TableMeta {
             .collect())
     }
 
+    /// A stored row's values after an update's assignments, each computed
+    /// from the row as it was (as the data node applies them).
+    pub fn updated_values(&self, row: &[u8], set: &[(ColumnId, crate::expr::Expr)]) -> Result<Vec<Value>> {
+        let mut assigned = Vec::with_capacity(set.len());
+        for (column, expr) in set {
+            let v = expr.eval(&self.layout, row);
+            assigned.push((*column as usize, coerce(v, &self.def.columns[*column as usize])?));
+        }
+        let mut values = self.layout.decode(row);
+        for (column, v) in assigned {
+            values[column] = v;
+        }
+        Ok(values)
+    }
+
     pub fn validate_projection(&self, projection: &Option<Vec<ColumnId>>) -> Result<()> {
         if let Some(columns) = projection {
             if columns.is_empty() || columns.len() > self.def.columns.len() * 4 {

@@ -727,11 +727,14 @@ pub enum MgmRequest {
         name: String,
     },
     ListTables,
+    /// Creates an ordered index; a unique one also gets its hidden table
+    /// (which the caller fills from the rows already stored).
     CreateIndex {
         database: String,
         table: String,
         index: String,
         columns: Vec<String>,
+        unique: bool,
     },
     DropIndex {
         database: String,

@@ -219,6 +219,23 @@ pub struct IndexDef {
     pub id: IndexId,
     pub name: String,
     pub columns: Vec<ColumnId>,
+    /// No two rows may hold the same non-NULL values in the columns. The
+    /// data nodes keep the index as an ordered index like any other; the
+    /// uniqueness is kept by the hidden table `unique_table_name(..)`, which
+    /// writers maintain in their transactions (see `client/src/unique.rs`).
+    pub unique: bool,
+}
+
+/// Prefix of the names of hidden tables; user tables may not start with it.
+pub const HIDDEN_TABLE_PREFIX: &str = "$unique$";
+
+/// The hidden table that keeps a unique index of a table unique: one row per
+/// indexed row whose indexed values are all non-NULL, keyed by those values
+/// (columns `u0..`), holding the row's primary key (columns `k0..`). It lives
+/// in the table's database and is partitioned by the indexed values, so two
+/// writers of the same values meet on the same row lock.
+pub fn unique_table_name(table: TableId, index: IndexId) -> String {
+    format!("{HIDDEN_TABLE_PREFIX}{table}${index}")
 }
 
 /// What a user asks for when creating a table.
@@ -352,7 +369,7 @@ impl TableDef {
         if partitions == 0 || partitions > 65_536 {
             return Err(DbError::bad_request(format!("partition count {partitions} must be 1..=65536")));
         }
-        let indexes = vec![IndexDef { id: 0, name: "PRIMARY".into(), columns: primary_key.clone() }];
+        let indexes = vec![IndexDef { id: 0, name: "PRIMARY".into(), columns: primary_key.clone(), unique: true }];
         Ok(TableDef {
             id,
             version: 1,
@@ -447,8 +464,31 @@ impl TableDef {
         format!("{}.{}", self.database, self.name)
     }
 
-    /// Adds an ordered index and bumps the version.
-    pub fn with_index(&self, name: &str, columns: &[String]) -> Result<TableDef> {
+    /// Whether this is a hidden table of a unique index.
+    pub fn is_hidden(&self) -> bool {
+        self.name.starts_with(HIDDEN_TABLE_PREFIX)
+    }
+
+    /// The unique indexes other than the primary key.
+    pub fn unique_indexes(&self) -> impl Iterator<Item = &IndexDef> {
+        self.indexes.iter().filter(|i| i.unique && i.id != PRIMARY_INDEX)
+    }
+
+    /// The definition of the hidden table of a unique index.
+    pub fn unique_table_spec(&self, index: &IndexDef) -> TableSpec {
+        let mut spec = TableSpec::new(self.database.clone(), unique_table_name(self.id, index.id));
+        for (i, &c) in index.columns.iter().enumerate() {
+            spec = spec.column(ColumnDef::new(format!("u{i}"), self.columns[c as usize].ty).not_null());
+        }
+        for (i, &c) in self.primary_key.iter().enumerate() {
+            spec = spec.column(ColumnDef::new(format!("k{i}"), self.columns[c as usize].ty).not_null());
+        }
+        spec.primary_key = (0..index.columns.len()).map(|i| format!("u{i}")).collect();
+        spec
+    }
+
+    /// Adds an ordered index (unique or not) and bumps the version.
+    pub fn with_index(&self, name: &str, columns: &[String], unique: bool) -> Result<TableDef> {
         validate_name("index", name)?;
         if self.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(name)) {
             return Err(DbError::new(
@@ -469,7 +509,7 @@ impl TableDef {
         }
         let mut def = self.clone();
         let id = def.indexes.iter().map(|i| i.id).max().unwrap_or(0) + 1;
-        def.indexes.push(IndexDef { id, name: name.to_string(), columns: ids });
+        def.indexes.push(IndexDef { id, name: name.to_string(), columns: ids, unique });
         def.version += 1;
         Ok(def)
     }

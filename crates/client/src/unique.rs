@@ -1,0 +1,307 @@
+//! Unique indexes, kept by the writers.
+//!
+//! A unique index other than the primary key has a hidden table
+//! (`schema::unique_table_name`) keyed by the indexed values and holding the
+//! primary key of the row that has them. Every write to the table also
+//! writes the hidden table, in the same transaction: the entry of the old
+//! values goes, the entry of the new values comes, and an insert of an entry
+//! that exists fails with `DuplicateKey`. Two writers of the same values
+//! meet on the entry's row lock, wherever their rows live, which is how NDB
+//! keeps its unique hash indexes (as hidden tables maintained by triggers).
+//! Rows with a NULL in the indexed columns have no entry (NULLs never
+//! collide, as in MySQL).
+//!
+//! A write to such a table runs in up to three rounds of its transaction:
+//! exclusive reads of the rows that updates, upserts and deletes replace,
+//! then the removal of the entries that go, then the writes themselves with
+//! the new entries (removals first, so rows may trade values).
+
+use crate::ops::{Op, Outcome, Row};
+use crate::tx::Transaction;
+use crate::{Client, Table};
+use latsdb_types::proto::{LockMode, OpKind};
+use latsdb_types::schema::{unique_table_name, IndexDef, HIDDEN_TABLE_PREFIX};
+use latsdb_types::{DbError, ErrorCode, Result, Value};
+use std::sync::Arc;
+
+/// The entry writes that keep the unique indexes of `ops`' tables unique.
+struct EntryWrites {
+    removals: Vec<Op>,
+    inserts: Vec<Op>,
+    /// Each inserted entry: its hidden table, index name, table name and
+    /// values (for the message of a duplicate).
+    inserted: Vec<(String, String, String, Vec<Value>)>,
+}
+
+/// The indexed values of a row, or None if one of them is NULL.
+fn indexed(index: &IndexDef, values: &[Value]) -> Option<Vec<Value>> {
+    let v: Vec<Value> = index.columns.iter().map(|&c| values[c as usize].clone()).collect();
+    (!v.iter().any(Value::is_null)).then_some(v)
+}
+
+async fn hidden_table(client: &Client, table: &Table, index: &IndexDef) -> Result<Arc<Table>> {
+    let def = table.def();
+    let all = table
+        .hidden
+        .get_or_try_init(|| async {
+            let mut hidden = Vec::new();
+            for index in def.unique_indexes() {
+                hidden.push(client.refresh_table(&def.database, &unique_table_name(def.id, index.id)).await?);
+            }
+            Ok::<_, DbError>(hidden)
+        })
+        .await
+        .map_err(|e| {
+            DbError::new(
+                e.code,
+                format!(
+                    "the hidden tables of the unique indexes of {} cannot be read ({}); retry",
+                    def.qualified_name(),
+                    e.message
+                ),
+            )
+        })?;
+    let position = def.unique_indexes().position(|i| i.id == index.id).expect("the index is one of the table's");
+    Ok(all[position].clone())
+}
+
+impl Transaction {
+    /// `exec` for operations of which some write tables with unique indexes.
+    pub(crate) async fn exec_guarded(&mut self, ops: Vec<Op>, commit: bool) -> Result<Vec<Outcome>> {
+        // Round 1: the rows that updates, upserts and deletes replace.
+        let replaced: Vec<usize> = ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| op.guarded.is_some() && !matches!(op.op.kind, OpKind::Insert { .. }))
+            .map(|(i, _)| i)
+            .collect();
+        let mut before: Vec<Option<Row>> = vec![None; ops.len()];
+        if !replaced.is_empty() {
+            let reads: Vec<Op> = replaced
+                .iter()
+                .filter_map(|&i| {
+                    let table = ops[i].guarded.as_ref()?;
+                    Some(Op::new(table, ops[i].op.key.clone(), OpKind::Read { lock: LockMode::Exclusive }))
+                })
+                .collect();
+            for (&i, found) in replaced.iter().zip(self.exec_plain(reads, false).await?) {
+                before[i] = found.into_row();
+            }
+        }
+        let entries = self.entry_writes(&ops, &before).await?;
+        // Round 2: entries that go.
+        if !entries.removals.is_empty() {
+            self.exec_plain(entries.removals, false).await?;
+        }
+        // Round 3: the writes and the entries that come.
+        let n = ops.len();
+        let mut all = ops;
+        all.extend(entries.inserts);
+        match self.exec_plain(all, commit).await {
+            Ok(mut outcomes) => {
+                outcomes.truncate(n);
+                Ok(outcomes)
+            }
+            Err(e) if e.code == ErrorCode::DuplicateKey && e.message.contains(HIDDEN_TABLE_PREFIX) => {
+                // The data node names the hidden table; say it as MySQL does.
+                let candidates: Vec<&(String, String, String, Vec<Value>)> =
+                    entries.inserted.iter().filter(|(hidden, ..)| e.message.ends_with(&format!(".{hidden}"))).collect();
+                let message = match candidates.as_slice() {
+                    [(_, index, table, values)] => {
+                        let shown: Vec<String> = values.iter().map(Value::to_string).collect();
+                        format!("Duplicate entry '{}' for key '{table}.{index}'", shown.join("-"))
+                    }
+                    [(_, index, table, _), ..] => format!("Duplicate entry for key '{table}.{index}'"),
+                    [] => e.message.clone(),
+                };
+                Err(DbError::new(ErrorCode::DuplicateKey, message))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn entry_writes(&self, ops: &[Op], before: &[Option<Row>]) -> Result<EntryWrites> {
+        let client = self.client();
+        let mut out = EntryWrites { removals: Vec::new(), inserts: Vec::new(), inserted: Vec::new() };
+        for (op, old) in ops.iter().zip(before) {
+            let Some(table) = &op.guarded else { continue };
+            let meta = &table.meta;
+            let new: Option<Vec<Value>> = match (&op.op.kind, old) {
+                (OpKind::Insert { row } | OpKind::Upsert { row }, _) => Some(row.clone()),
+                // Evaluated as the data node will: over the row as it is
+                // now, which this transaction holds locked.
+                (OpKind::Update { set }, Some(old)) => Some(meta.updated_values(old.bytes(), set)?),
+                (OpKind::Update { .. } | OpKind::Delete, _) => None,
+                (OpKind::Read { .. }, _) => continue,
+            };
+            let old_values = old.as_ref().map(Row::values);
+            let key_of = |values: &[Value]| -> Vec<Value> {
+                meta.def.primary_key.iter().map(|&c| values[c as usize].clone()).collect()
+            };
+            for index in meta.def.unique_indexes() {
+                let was = old_values.as_deref().and_then(|v| indexed(index, v));
+                let will = new.as_deref().and_then(|v| indexed(index, v));
+                if was == will {
+                    continue;
+                }
+                let hidden = hidden_table(&client, table, index).await?;
+                if let Some(was) = was {
+                    out.removals.push(Op::delete(&hidden, &was)?);
+                }
+                if let (Some(will), Some(new)) = (will, &new) {
+                    let mut entry = will.clone();
+                    entry.extend(key_of(new));
+                    out.inserts.push(Op::insert(&hidden, entry)?);
+                    out.inserted.push((hidden.def().name.clone(), index.name.clone(), meta.def.name.clone(), will));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A read of the entry a new row would take in a unique index, to find a
+/// duplicate before writing (see `Client::unique_probes`).
+pub struct UniqueProbe {
+    pub index: String,
+    /// The row's values in the index's columns.
+    pub values: Vec<Value>,
+    /// An exclusive read of the entry: found and naming another primary key
+    /// (`holds_other_row`) means a duplicate.
+    pub read: Op,
+    key: Vec<Value>,
+}
+
+impl UniqueProbe {
+    /// Whether the entry the read found belongs to a row other than the one
+    /// probed for.
+    pub fn holds_other_row(&self, found: &Outcome) -> bool {
+        match found {
+            Outcome::Row(entry) => entry.values().split_off(self.values.len()) != self.key,
+            _ => false,
+        }
+    }
+}
+
+impl Client {
+    /// Reads that find, before writing, whether full rows (in column order,
+    /// coerced) would collide in a unique index of the table; two of the
+    /// rows colliding with each other show as equal `index` and `values`.
+    pub async fn unique_probes(&self, table: &Arc<Table>, rows: &[Vec<Value>]) -> Result<Vec<UniqueProbe>> {
+        let def = table.def();
+        let mut probes = Vec::new();
+        for index in def.unique_indexes() {
+            let hidden = hidden_table(self, table, index).await?;
+            for row in rows {
+                let Some(values) = indexed(index, row) else { continue };
+                probes.push(UniqueProbe {
+                    index: index.name.clone(),
+                    read: Op::read_locked(&hidden, &values, LockMode::Exclusive)?,
+                    key: def.primary_key.iter().map(|&c| row[c as usize].clone()).collect(),
+                    values,
+                });
+            }
+        }
+        Ok(probes)
+    }
+
+    /// Creates a unique index and fills its hidden table from the rows
+    /// already stored; if two of them share values, the index is dropped
+    /// again and the error says so. Writers that started meanwhile already
+    /// keep the index (their table definition changed first).
+    pub async fn create_unique_index(
+        &self,
+        database: &str,
+        table: &str,
+        index: &str,
+        columns: &[&str],
+    ) -> Result<Arc<Table>> {
+        let created = self.create_index_of_kind(database, table, index, columns, true).await?;
+        if let Err(e) = self.fill_unique_index(&created, index).await {
+            let _ = self.drop_index(database, table, index).await;
+            return Err(e);
+        }
+        Ok(created)
+    }
+
+    async fn fill_unique_index(&self, table: &Arc<Table>, name: &str) -> Result<()> {
+        let index = table.def().index(name)?.clone();
+        let hidden = hidden_table(self, table, &index).await?;
+        let rows = self.scan(table, crate::Scan::all()).await?;
+        let def = table.def();
+        for chunk in rows.chunks(100) {
+            let tx_result: Result<()> = async {
+                let mut tx = self.transaction();
+                // The rows as they are now, locked: a row deleted or changed
+                // since the scan is taken as it is (its writer kept the index).
+                let reads = chunk
+                    .iter()
+                    .map(|r| {
+                        let values = r.values();
+                        let key: Vec<Value> = def.primary_key.iter().map(|&c| values[c as usize].clone()).collect();
+                        Op::read_locked(table, &key, LockMode::Shared)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let current: Vec<Vec<Value>> =
+                    tx.execute(reads).await?.into_iter().filter_map(|o| o.into_row().map(|r| r.values())).collect();
+                let wanted: Vec<(Vec<Value>, Vec<Value>)> = current
+                    .iter()
+                    .filter_map(|values| {
+                        let key: Vec<Value> = def.primary_key.iter().map(|&c| values[c as usize].clone()).collect();
+                        indexed(&index, values).map(|v| (v, key))
+                    })
+                    .collect();
+                if wanted.is_empty() {
+                    return tx.commit().await;
+                }
+                let probes = wanted
+                    .iter()
+                    .map(|(v, _)| Op::read_locked(&hidden, v, LockMode::Exclusive))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut inserts = Vec::new();
+                for ((values, key), found) in wanted.iter().zip(tx.execute(probes).await?) {
+                    match found.into_row() {
+                        Some(entry) => {
+                            let holder = entry.values().split_off(values.len());
+                            if holder != *key {
+                                return Err(duplicate_values(def, &index, values));
+                            }
+                        }
+                        None => {
+                            let mut entry = values.clone();
+                            entry.extend(key.iter().cloned());
+                            inserts.push(Op::insert(&hidden, entry)?);
+                        }
+                    }
+                }
+                tx.execute_commit(inserts).await.map(|_| ()).map_err(|e| match e.code {
+                    ErrorCode::DuplicateKey => DbError::new(
+                        ErrorCode::DuplicateKey,
+                        format!(
+                            "cannot create unique index '{}': rows of {} share values in its columns",
+                            index.name,
+                            def.qualified_name()
+                        ),
+                    ),
+                    _ => e,
+                })
+            }
+            .await;
+            tx_result?;
+        }
+        Ok(())
+    }
+}
+
+fn duplicate_values(def: &latsdb_types::TableDef, index: &IndexDef, values: &[Value]) -> DbError {
+    let shown: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    DbError::new(
+        ErrorCode::DuplicateKey,
+        format!(
+            "cannot create unique index '{}': more than one row of {} has the value(s) {}",
+            index.name,
+            def.qualified_name(),
+            shown.join(", ")
+        ),
+    )
+}
