@@ -264,8 +264,15 @@ impl Client {
     /// the outer error is only for failures that hit the whole call.
     pub async fn batch(&self, ops: Vec<Op>) -> Result<Vec<Result<Outcome>>> {
         let mut results: Vec<Option<Result<Outcome>>> = (0..ops.len()).map(|_| None).collect();
-        let (guarded, mut todo): (Vec<(usize, Op)>, Vec<(usize, Op)>) =
-            ops.into_iter().enumerate().partition(|(_, op)| op.guarded.is_some());
+        let mut todo: Vec<(usize, Op)> = Vec::with_capacity(ops.len());
+        let mut guarded = Vec::new();
+        for (i, op) in ops.into_iter().enumerate() {
+            if op.guarded.is_some() {
+                guarded.push((i, op));
+            } else {
+                todo.push((i, op));
+            }
+        }
         // A write to a table with unique indexes writes its hidden tables
         // too: it runs as a transaction of its own.
         for (i, op) in guarded {
