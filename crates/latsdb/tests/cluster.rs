@@ -399,3 +399,122 @@ fn cpu_bind_off_leaves_shard_threads_to_the_os() {
     let own = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list").trim();
     assert!(lists.len() >= 2 && lists.iter().all(|l| l == own), "shard threads {lists:?}, this process {own}");
 }
+
+/// Every row's email, and the unique index's hidden table, agree: one
+/// entry per row with a non-NULL email, naming that row.
+async fn check_unique_emails(client: &Client, table: &Arc<latsdb_client::Table>) -> usize {
+    let rows = client.scan(table, Scan::all()).await.unwrap();
+    let mut owner = std::collections::BTreeMap::new();
+    for row in &rows {
+        if let Value::Str(email) = row.get(1) {
+            let id = row.get(0).as_i64().unwrap();
+            assert!(owner.insert(email.clone(), id).is_none(), "two rows have email {email}");
+        }
+    }
+    let index = table.def().index("by_email").unwrap();
+    let hidden_name = latsdb_types::schema::unique_table_name(table.def().id, index.id);
+    let hidden = client.refresh_table("test", &hidden_name).await.unwrap();
+    let entries = client.scan(&hidden, Scan::all()).await.unwrap();
+    let held: std::collections::BTreeMap<String, i64> = entries
+        .iter()
+        .map(|e| match e.get(0) {
+            Value::Str(email) => (email, e.get(1).as_i64().unwrap()),
+            other => panic!("entry {other:?}"),
+        })
+        .collect();
+    assert_eq!(held, owner, "the unique index's entries differ from the rows");
+    rows.len()
+}
+
+/// Writers racing for the same values of a unique index, through batches
+/// and transactions: each value ends up in exactly one row, NULLs never
+/// collide, and moving, swapping and deleting rows frees and takes values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_index_admits_one_row_per_value_under_concurrent_writers() {
+    let cluster = TestCluster::start(&["--no-rest"]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let spec = TableSpec::new("test", "accounts")
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+        .column(ColumnDef::new("email", ColumnType::VarChar(20)))
+        .primary_key(&["id"]);
+    let table = client.create_table(spec).await.unwrap();
+    let ops =
+        (0..10).map(|i| Op::insert(&table, vec![Value::Int(i), Value::Str(format!("old{i}"))]).unwrap()).collect();
+    client.transaction().execute_commit(ops).await.unwrap();
+    // Filled from the rows stored; refused while two rows share a value.
+    client.batch(vec![Op::insert(&table, vec![Value::Int(10), Value::Str("old1".into())]).unwrap()]).await.unwrap();
+    let refused = client.create_unique_index("test", "accounts", "by_email", &["email"]).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::DuplicateKey, "{refused:?}");
+    // The failed attempt changed the definition twice (index added, dropped).
+    let table = client.refresh_table("test", "accounts").await.unwrap();
+    client.batch(vec![Op::delete(&table, &[Value::Int(10)]).unwrap()]).await.unwrap().remove(0).unwrap();
+    let table = client.create_unique_index("test", "accounts", "by_email", &["email"]).await.unwrap();
+    assert_eq!(check_unique_emails(&client, &table).await, 10);
+
+    let won = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..6i64 {
+        let (client, table, won) = (client.clone(), table.clone(), won.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..40i64 {
+                let email = if i % 7 == 0 { Value::Null } else { Value::Str(format!("e{}", i % 20)) };
+                let op = Op::insert(&table, vec![Value::Int(1000 + t * 100 + i), email]).unwrap();
+                let result = if t % 2 == 0 {
+                    client.batch(vec![op]).await.unwrap().remove(0)
+                } else {
+                    client.transaction().execute_commit(vec![op]).await.map(|mut o| o.remove(0))
+                };
+                match result {
+                    Ok(_) => {
+                        won.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) if e.code == ErrorCode::DuplicateKey => {
+                        assert!(e.message.contains("for key 'accounts.by_email'"), "{e:?}")
+                    }
+                    Err(e) if e.code.is_retriable() => {}
+                    Err(e) => panic!("insert failed: {e:?}"),
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let rows = check_unique_emails(&client, &table).await;
+    assert_eq!(rows as u64, 10 + won.load(Ordering::Relaxed));
+    // Every NULL insert (6 writers x 6) went in, and at most one row per email.
+    let nulls = client.scan(&table, Scan::all()).await.unwrap().iter().filter(|r| r.get(1).is_null()).count();
+    assert_eq!(nulls, 36);
+    assert!(rows <= 10 + 36 + 20, "{rows} rows: 20 emails were raced for");
+
+    let set = |id: i64, email: &str| Op::update(&table, &[Value::Int(id)], &[("email", Value::Str(email.into()))]);
+    client.transaction().execute_commit(vec![set(1, "moved").unwrap()]).await.unwrap();
+    let taken = client.transaction().execute_commit(vec![set(2, "moved").unwrap()]).await.unwrap_err();
+    assert_eq!(taken.code, ErrorCode::DuplicateKey);
+    // Two rows trade values in one transaction.
+    client.transaction().execute_commit(vec![set(2, "old3").unwrap(), set(3, "old2").unwrap()]).await.unwrap();
+    client.batch(vec![Op::delete(&table, &[Value::Int(1)]).unwrap()]).await.unwrap();
+    client.transaction().execute_commit(vec![set(2, "moved").unwrap()]).await.unwrap();
+    let upsert = Op::upsert(&table, vec![Value::Int(4), Value::Str("old4b".into())]).unwrap();
+    client.batch(vec![upsert]).await.unwrap().remove(0).unwrap();
+    check_unique_emails(&client, &table).await;
+    let row = |id: i64| {
+        let client = client.clone();
+        let table = table.clone();
+        async move { client.get(&table, &[Value::Int(id)]).await.unwrap().unwrap().get(1) }
+    };
+    assert_eq!(row(2).await, Value::Str("moved".into()));
+    assert_eq!(row(3).await, Value::Str("old2".into()));
+
+    // Dropping the index drops its hidden table; writes no longer check.
+    let index = table.def().index("by_email").unwrap().id;
+    let table = client.drop_index("test", "accounts", "by_email").await.unwrap();
+    let hidden = latsdb_types::schema::unique_table_name(table.def().id, index);
+    assert_eq!(client.refresh_table("test", &hidden).await.unwrap_err().code, ErrorCode::UnknownTable);
+    client
+        .batch(vec![Op::insert(&table, vec![Value::Int(5000), Value::Str("moved".into())]).unwrap()])
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+}
