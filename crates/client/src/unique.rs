@@ -163,6 +163,8 @@ impl Transaction {
 /// A read of the entry a new row would take in a unique index, to find a
 /// duplicate before writing (see `Client::unique_probes`).
 pub struct UniqueProbe {
+    /// Which of the rows given.
+    pub row: usize,
     pub index: String,
     /// The row's values in the index's columns.
     pub values: Vec<Value>,
@@ -176,9 +178,14 @@ impl UniqueProbe {
     /// Whether the entry the read found belongs to a row other than the one
     /// probed for.
     pub fn holds_other_row(&self, found: &Outcome) -> bool {
+        self.other_row(found).is_some()
+    }
+
+    /// The primary key of the other row that holds the values, if one does.
+    pub fn other_row(&self, found: &Outcome) -> Option<Vec<Value>> {
         match found {
-            Outcome::Row(entry) => entry.values().split_off(self.values.len()) != self.key,
-            _ => false,
+            Outcome::Row(entry) => Some(entry.values().split_off(self.values.len())).filter(|k| *k != self.key),
+            _ => None,
         }
     }
 }
@@ -192,9 +199,10 @@ impl Client {
         let mut probes = Vec::new();
         for index in def.unique_indexes() {
             let hidden = hidden_table(self, table, index).await?;
-            for row in rows {
+            for (i, row) in rows.iter().enumerate() {
                 let Some(values) = indexed(index, row) else { continue };
                 probes.push(UniqueProbe {
+                    row: i,
                     index: index.name.clone(),
                     read: Op::read_locked(&hidden, &values, LockMode::Exclusive)?,
                     key: def.primary_key.iter().map(|&c| row[c as usize].clone()).collect(),

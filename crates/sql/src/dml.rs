@@ -383,6 +383,24 @@ fn duplicate_entry(table: &Table, key: &[Value]) -> SqlError {
     )
 }
 
+/// For each row, the primary key of another row that holds its values in a
+/// unique index (the first such index), read under exclusive locks.
+async fn unique_holders(
+    table: &Arc<Table>,
+    rows: &[Vec<Value>],
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<Vec<Option<Vec<Value>>>> {
+    let mut holders = vec![None; rows.len()];
+    let probes = ctx.client.unique_probes(table, rows).await?;
+    let found = ctx.run_ops(probes.iter().map(|p| p.read.clone()).collect()).await?;
+    for (p, f) in probes.iter().zip(&found) {
+        if holders[p.row].is_none() {
+            holders[p.row] = p.other_row(f);
+        }
+    }
+    Ok(holders)
+}
+
 fn duplicate_unique(table: &Table, probe: &latsdb_client::UniqueProbe) -> SqlError {
     let shown: Vec<String> = probe.values.iter().map(crate::eval::to_text).collect();
     SqlError::new(
@@ -516,10 +534,25 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             count
         }
         OnConflict::Replace => {
+            // As MySQL's REPLACE: other rows holding a new row's values in
+            // a unique index are deleted first.
+            let holders = unique_holders(table, &rows, ctx).await?;
+            let keys: Vec<Vec<Value>> = rows.iter().map(|r| key_of(def, r)).collect();
+            let mut gone: Vec<Vec<Value>> = Vec::new();
+            for k in holders.into_iter().flatten() {
+                if !gone.contains(&k) && !keys.contains(&k) {
+                    gone.push(k);
+                }
+            }
+            for k in &gone {
+                ctx.note_write(table, k);
+            }
+            let deletes = gone.iter().map(|k| Op::delete(table, k)).collect::<latsdb_types::Result<Vec<_>>>()?;
+            ctx.run_ops(deletes).await?;
             let ops = rows.into_iter().map(|r| Op::upsert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
             let count = ops.len() as u64;
             ctx.run_ops(ops).await?;
-            count
+            count + gone.len() as u64
         }
         OnConflict::Ignore | OnConflict::Update(_) => {
             // Read each key under an exclusive lock, then insert or update.
@@ -528,10 +561,25 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                 .iter()
                 .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
                 .collect::<latsdb_types::Result<Vec<_>>>()?;
-            let existing = ctx.run_ops(reads).await?;
+            let mut existing = ctx.run_ops(reads).await?;
+            // A row whose key is free may still collide in a unique index:
+            // then the row holding the values is the one that conflicts.
+            let holders = unique_holders(table, &rows, ctx).await?;
+            let mut conflicting = keys.clone();
+            let mut holder_reads = Vec::new();
+            for (i, holder) in holders.into_iter().enumerate() {
+                if let (Outcome::NotFound, Some(h)) = (&existing[i], holder) {
+                    holder_reads.push((i, Op::read_locked(table, &h, LockMode::Exclusive)?));
+                    conflicting[i] = h;
+                }
+            }
+            let (at, reads): (Vec<usize>, Vec<Op>) = holder_reads.into_iter().unzip();
+            for (i, found) in at.into_iter().zip(ctx.run_ops(reads).await?) {
+                existing[i] = found;
+            }
             let mut ops = Vec::new();
             let mut affected = 0;
-            for ((row, key), found) in rows.into_iter().zip(&keys).zip(existing) {
+            for ((row, key), found) in rows.into_iter().zip(&conflicting).zip(existing) {
                 match (found, &plan.conflict) {
                     (Outcome::Row(_), OnConflict::Ignore) => {}
                     (Outcome::Row(old), OnConflict::Update(sets)) => {
