@@ -397,6 +397,18 @@ impl Mgmd {
     }
 
     async fn handle(&self, request: MgmRequest) -> Result<MgmResponse> {
+        let changed = match &request {
+            MgmRequest::DropTable { name, .. } => Some(name),
+            MgmRequest::CreateIndex { table, .. }
+            | MgmRequest::DropIndex { table, .. }
+            | MgmRequest::AddColumns { table, .. } => Some(table),
+            _ => None,
+        };
+        if changed.is_some_and(|t| t.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX)) {
+            return Err(DbError::bad_request(
+                "the hidden tables of unique indexes change only with their tables; change the table or drop the index",
+            ));
+        }
         match request {
             MgmRequest::GetLayout => Ok(MgmResponse::Layout(self.lock().layout.clone())),
             MgmRequest::ListTables => Ok(MgmResponse::Tables(self.lock().tables.clone())),

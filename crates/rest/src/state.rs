@@ -95,6 +95,9 @@ impl Rest {
 
     async fn load_table(&self, database: &str, name: &str) -> Result<Arc<ResolvedTable>, HttpError> {
         let entry = match self.client.refresh_table(database, name).await {
+            // The hidden tables of unique indexes are written only with
+            // their tables.
+            Ok(table) if table.def().is_hidden() => Err(format!("table '{database}.{name}' does not exist")),
             Ok(table) => {
                 let key_names = table
                     .def()

@@ -148,6 +148,10 @@ impl Shared {
 
     /// A table by name; an unknown one is MySQL's error 1146.
     pub async fn table(&self, db: &str, name: &str) -> SqlResult<Arc<Table>> {
+        // The hidden tables of unique indexes are written only with their tables.
+        if name.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX) {
+            return Err(SqlError::no_such_table(db, name));
+        }
         self.client.table(db, name).await.map_err(|e| match e.code {
             ErrorCode::UnknownTable => SqlError::no_such_table(db, name),
             _ => e.into(),
