@@ -345,7 +345,19 @@ async fn added_columns_survive_a_system_restart() {
     .await
     .unwrap();
     let table = client.refresh_table("r", "grown").await.unwrap();
-    check(client.scan(&table, Scan::all()).await.unwrap());
+    // The client may have connected before both nodes reported started.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let rows = loop {
+        match client.scan(&table, Scan::all()).await {
+            Ok(rows) => break rows,
+            Err(e) if e.code.is_retriable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let _ = client.refresh_layout().await;
+            }
+            Err(e) => panic!("scan after the restart: {e:?}"),
+        }
+    };
+    check(rows);
     for node in ["2", "3"] {
         let log = std::fs::read_to_string(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
         eprintln!("node {node}: {}", log.lines().filter(|l| l.contains("restored")).collect::<Vec<_>>().join(" | "));
