@@ -406,7 +406,9 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
         };
         let took = sent.elapsed();
         // Reads, updates and deletes address rows that must exist.
-        let failed = outcomes.iter().filter(|o| !matches!(o, Ok(Outcome::Row(_)) | Ok(Outcome::Done))).count() as u64;
+        let failed =
+            outcomes.iter().filter(|o| !matches!(o, Ok(Outcome::Row(_) | Outcome::Done | Outcome::Unchanged))).count()
+                as u64;
         s.done_ops.fetch_add(n, Ordering::Relaxed);
         if s.args.timeline.is_some() {
             let second = s.start.elapsed().as_secs() as usize;

@@ -111,6 +111,10 @@ impl Op {
         self
     }
 
+    pub fn is_insert(&self) -> bool {
+        matches!(self.op.kind, OpKind::Insert { .. })
+    }
+
     pub fn partition(&self) -> u32 {
         self.op.partition
     }
@@ -234,6 +238,8 @@ pub enum Outcome {
     NotFound,
     /// A write took effect.
     Done,
+    /// An update found its row and left it as it was (nothing written).
+    Unchanged,
 }
 
 impl Outcome {
@@ -250,6 +256,7 @@ pub(crate) fn outcome(result: OpResult, layout: &Arc<RowLayout>) -> Result<Outco
         OpResult::Row(bytes) => Ok(Outcome::Row(Row::new(layout.clone(), bytes)?)),
         OpResult::NotFound => Ok(Outcome::NotFound),
         OpResult::Done => Ok(Outcome::Done),
+        OpResult::Unchanged => Ok(Outcome::Unchanged),
         OpResult::Error(e) => Err(e),
     }
 }

@@ -949,7 +949,11 @@ impl Shard {
                     return Ok(OpResult::NotFound);
                 };
                 let values = meta.updated_values(row, set)?;
-                Some(meta.layout.encode(&values).into_boxed_slice())
+                let updated = meta.layout.encode(&values);
+                if updated.as_slice() == row {
+                    return Ok(OpResult::Unchanged);
+                }
+                Some(updated.into_boxed_slice())
             }
             OpKind::Delete => {
                 if current.is_none() {

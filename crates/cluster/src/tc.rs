@@ -6,7 +6,9 @@
 //! staged: that is the prepare phase. On commit the coordinator sends
 //! `TxCommit` to every participant; each applies its staged writes, releases
 //! its locks and answers `TxCommitted`; the client hears "committed" when
-//! all have answered. Any failed operation aborts the whole transaction.
+//! all have answered. Any failed operation aborts the whole transaction,
+//! except inserts that find their key taken in a request that changed
+//! nothing else and does not commit.
 //!
 //! ```text
 //! client        TC shard            LDM shard(s)
@@ -230,8 +232,18 @@ impl Shard {
     fn tc_executed(&mut self, tx: TxId, out: &mut Outbox) {
         let t = self.tc.txs.get_mut(&tx).expect("transaction exists");
         if let Some(e) = t.error.take() {
-            self.tc_abort(tx, Some(e), out);
-            return;
+            // A request whose writes all found their keys taken changed
+            // nothing but took locks: its transaction goes on, and the client
+            // decides (a SQL node fails only the statement, as MySQL does).
+            let only_duplicates = t.results.iter().all(|r| match r {
+                Some(OpResult::Error(e)) => e.code == ErrorCode::DuplicateKey,
+                Some(OpResult::Done) => false,
+                _ => true,
+            });
+            if !(only_duplicates && !t.commit) {
+                self.tc_abort(tx, Some(e), out);
+                return;
+            }
         }
         if t.commit {
             if t.participants.is_empty() {

@@ -483,3 +483,67 @@ fn an_initial_node_restart_copies_everything() {
     assert_eq!(progress.ranges_equal, 0, "nothing was there to compare: {progress:?}");
     assert!(progress.rows_copied >= 300 - 400 / 3, "{progress:?}");
 }
+
+#[test]
+fn inserts_that_only_find_their_keys_taken_leave_the_transaction_open() {
+    let mut n = Net::new();
+    let taken = n.key_with_primary(A, 0);
+    let free = n.key_with_primary(B, 0);
+    let other = n.key_with_primary(A, taken.max(free) + 1);
+    n.request(A, 1, ClientRequest::TxExec { tx: None, ops: vec![n.insert(taken)], commit: true });
+    n.deliver_all();
+    assert!(matches!(n.take(1), Some(ClientResponse::TxExec { committed: true, .. })));
+
+    // A request whose one write finds its key taken changed nothing: the
+    // transaction goes on and commits what came after.
+    n.request(A, 2, ClientRequest::TxExec { tx: None, ops: vec![n.insert(taken)], commit: false });
+    n.deliver_all();
+    let tx = match n.take(2) {
+        Some(ClientResponse::TxExec { tx, results, committed: false }) => {
+            assert!(matches!(&results[..], [OpResult::Error(e)] if e.code == ErrorCode::DuplicateKey), "{results:?}");
+            tx
+        }
+        other => panic!("{other:?}"),
+    };
+    n.request(A, 3, ClientRequest::TxExec { tx: Some(tx), ops: vec![n.insert(free)], commit: true });
+    n.deliver_all();
+    assert!(matches!(n.take(3), Some(ClientResponse::TxExec { committed: true, .. })));
+    assert_eq!(n.read_at(A, free), Some(free * 10));
+
+    // One that also wrote, or that asked to commit, aborts as before.
+    for (req, ops, commit) in [(4, vec![n.insert(other), n.insert(taken)], false), (5, vec![n.insert(taken)], true)] {
+        n.request(A, req, ClientRequest::TxExec { tx: None, ops, commit });
+        n.deliver_all();
+        match n.take(req) {
+            Some(ClientResponse::TxAborted { error: Some(e), .. }) => assert_eq!(e.code, ErrorCode::DuplicateKey),
+            other => panic!("request {req}: {other:?}"),
+        }
+    }
+    assert_eq!(n.read_at(A, other), None, "the aborted insert is invisible");
+    assert_eq!(n.shards[0].activity(), (0, 0, 0), "no locks or transactions are left");
+}
+
+#[test]
+fn an_update_that_leaves_its_row_as_it_was_writes_nothing() {
+    let mut n = Net::new();
+    let id = n.key_with_primary(A, 0);
+    n.request(A, 1, ClientRequest::TxExec { tx: None, ops: vec![n.insert(id)], commit: true });
+    n.deliver_all();
+    assert!(matches!(n.take(1), Some(ClientResponse::TxExec { committed: true, .. })));
+    let set = |v: i64| OpKind::Update { set: vec![(1, latsdb_types::expr::Expr::Const(Value::Int(v)))] };
+    n.request(A, 2, ClientRequest::TxExec { tx: None, ops: vec![n.op(id, set(id * 10))], commit: true });
+    // Nothing to replicate: no message goes to the backup.
+    n.deliver_until(|_, _, msg| matches!(msg, PeerMsg::ReplicaPrepare { .. }));
+    assert!(n.wire.queue.is_empty(), "an unchanged row was sent to the backup");
+    match n.take(2) {
+        Some(ClientResponse::TxExec { results, committed: true, .. }) => assert_eq!(results, vec![OpResult::Unchanged]),
+        other => panic!("{other:?}"),
+    }
+    n.request(A, 3, ClientRequest::TxExec { tx: None, ops: vec![n.op(id, set(7))], commit: true });
+    n.deliver_all();
+    match n.take(3) {
+        Some(ClientResponse::TxExec { results, committed: true, .. }) => assert_eq!(results, vec![OpResult::Done]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(n.read_at(B, id), Some(7));
+}

@@ -288,10 +288,11 @@ pub fn item_result(outcome: latsdb_types::Result<Outcome>, kind: PkKind) -> Item
     match outcome {
         Ok(Outcome::Row(row)) => ItemResult::Row(row),
         Ok(Outcome::NotFound) => ItemResult::NotFound,
-        Ok(Outcome::Done) if kind == PkKind::Read => {
+        Ok(Outcome::Done | Outcome::Unchanged) if kind == PkKind::Read => {
             ItemResult::Error(HttpError::internal("a read returned no row and no not-found".into()))
         }
-        Ok(Outcome::Done) => ItemResult::Done,
+        // A write found its row as it would leave it: done all the same.
+        Ok(Outcome::Done | Outcome::Unchanged) => ItemResult::Done,
         Err(e) => ItemResult::Error(HttpError::from_db(e)),
     }
 }

@@ -496,6 +496,11 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
     }
     let affected = match &plan.conflict {
         OnConflict::Error => {
+            // One row: its insert alone fails on a taken key, and the
+            // cluster keeps the transaction open (nothing else changed).
+            // (A table with unique indexes writes their entries too.)
+            let single = rows.len() == 1 && table.def().unique_indexes().next().is_none();
+            let single_key = single.then(|| key_of(def, &rows[0]));
             if ctx.in_explicit_transaction() {
                 // A failed operation aborts the whole cluster transaction, but
                 // MySQL undoes only the failed statement: look for existing
@@ -504,6 +509,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                 let keys: Vec<Vec<Value>> = rows.iter().map(|r| key_of(def, r)).collect();
                 let reads = keys
                     .iter()
+                    .filter(|_| !single)
                     .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
                     .collect::<latsdb_types::Result<Vec<_>>>()?;
                 for (k, found) in keys.iter().zip(ctx.run_ops(reads).await?) {
@@ -530,7 +536,13 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             }
             let ops = rows.into_iter().map(|r| Op::insert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
             let count = ops.len() as u64;
-            ctx.run_ops(ops).await?;
+            ctx.run_ops(ops).await.map_err(|e| match &single_key {
+                // The data node names no key; MySQL's message does.
+                Some(key) if e.code == crate::error::ER_DUP_ENTRY && !e.message.starts_with("Duplicate entry") => {
+                    duplicate_entry(table, key)
+                }
+                _ => e,
+            })?;
             count
         }
         OnConflict::Replace => {
@@ -578,7 +590,6 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                 existing[i] = found;
             }
             let mut ops = Vec::new();
-            let mut affected = 0;
             for ((row, key), found) in rows.into_iter().zip(&conflicting).zip(existing) {
                 match (found, &plan.conflict) {
                     (Outcome::Row(_), OnConflict::Ignore) => {}
@@ -591,16 +602,23 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                             assigned.push((*c, Expr::Const(v)));
                         }
                         ops.push(Op::update_expr(table, key, assigned)?);
-                        affected += 2;
                     }
-                    _ => {
-                        ops.push(Op::insert(table, row)?);
-                        affected += 1;
-                    }
+                    _ => ops.push(Op::insert(table, row)?),
                 }
             }
-            ctx.run_ops(ops).await?;
-            affected
+            // As MySQL counts: 1 per inserted row, 2 per updated row, 0 per
+            // row the update left as it was.
+            let updates: Vec<bool> = ops.iter().map(|op| !op.is_insert()).collect();
+            let outcomes = ctx.run_ops(ops).await?;
+            updates
+                .into_iter()
+                .zip(outcomes)
+                .map(|(update, o)| match (update, o) {
+                    (true, Outcome::Done) => 2,
+                    (false, Outcome::Done) => 1,
+                    _ => 0,
+                })
+                .sum()
         }
     };
     Ok(WriteResult { affected, last_insert_id: first_auto })
@@ -615,20 +633,9 @@ pub struct Affected {
 pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> SqlResult<Affected> {
     let table = &plan.table;
     let def = table.def();
-    // Without CLIENT_FOUND_ROWS a client is told the rows changed, which an
-    // assignment of a constant needs the old row to know.
-    let direct = match &plan.direct {
-        Some(_) if !delete && !ctx.count_matched => {
-            let constant = plan.sets.iter().any(|(_, e)| e.is_row_free());
-            if constant {
-                None
-            } else {
-                plan.direct.as_ref()
-            }
-        }
-        other => other.as_ref(),
-    };
-    if let Some(keys) = direct {
+    // The data nodes tell an update that left its row as it was
+    // (`Unchanged`) from one that changed it, as MySQL counts them.
+    if let Some(keys) = &plan.direct {
         let seen = crate::exec::distinct_keys(table, keys, &ctx.env)?;
         let mut ops = Vec::with_capacity(seen.len());
         for key in &seen {
@@ -648,8 +655,9 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
             }
         }
         let outcomes = ctx.run_ops(ops).await?;
-        let n = outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64;
-        return Ok(Affected { matched: n, changed: n });
+        let changed = outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64;
+        let matched = changed + outcomes.iter().filter(|o| matches!(o, Outcome::Unchanged)).count() as u64;
+        return Ok(Affected { matched, changed });
     }
     let rows = run_select(&plan.select, ctx).await?;
     let mut ops = Vec::with_capacity(rows.len());

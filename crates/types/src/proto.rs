@@ -102,6 +102,9 @@ pub enum OpResult {
     /// A write took effect.
     Done,
     Error(DbError),
+    /// An update found its row and its assignments left it as it was:
+    /// nothing was written (the row stays locked in a transaction).
+    Unchanged,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
