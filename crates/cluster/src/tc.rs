@@ -240,7 +240,7 @@ impl Shard {
                 Some(OpResult::Done) => false,
                 _ => true,
             });
-            if !(only_duplicates && !t.commit) {
+            if !only_duplicates || t.commit {
                 self.tc_abort(tx, Some(e), out);
                 return;
             }
