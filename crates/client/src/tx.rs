@@ -7,7 +7,10 @@ use latsdb_types::{DbError, ErrorCode, Result};
 
 /// A transaction. Operations run under row locks (writes and locking reads)
 /// and stay invisible to others until `commit`. An operation that fails
-/// aborts the whole transaction. Dropping an unfinished transaction aborts it.
+/// aborts the whole transaction, except inserts that find their key taken
+/// in an `execute` whose other writes did nothing: the call returns the
+/// `DuplicateKey` error and the transaction stays open (`is_finished` tells).
+/// Dropping an unfinished transaction aborts it.
 pub struct Transaction {
     client: Client,
     tc: Option<ShardAddr>,
