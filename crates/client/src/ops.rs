@@ -111,6 +111,16 @@ impl Op {
         self
     }
 
+    /// A read that takes no lock (read committed).
+    pub fn is_committed_read(&self) -> bool {
+        matches!(self.op.kind, OpKind::Read { lock: LockMode::Committed })
+    }
+
+    /// The table id and the encoded primary key the operation addresses.
+    pub fn target(&self) -> (u32, &[u8]) {
+        (self.op.table, &self.op.key)
+    }
+
     pub fn is_insert(&self) -> bool {
         matches!(self.op.kind, OpKind::Insert { .. })
     }

@@ -581,6 +581,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             let mut holder_reads = Vec::new();
             for (i, holder) in holders.into_iter().enumerate() {
                 if let (Outcome::NotFound, Some(h)) = (&existing[i], holder) {
+                    ctx.note_write(table, &h);
                     holder_reads.push((i, Op::read_locked(table, &h, LockMode::Exclusive)?));
                     conflicting[i] = h;
                 }

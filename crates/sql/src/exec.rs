@@ -66,8 +66,25 @@ impl Ctx<'_> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
+        // Committed reads of rows the transaction has not written see the
+        // same committed version outside it: they go straight to a replica
+        // (one hop, no coordinator), as NDB's committed reads do.
+        let own_rows = |ops: &[Op], written: Option<&WrittenKeys>| {
+            ops.iter().any(|op| {
+                let (table, key) = op.target();
+                written.is_some_and(|w| w.get(&table).is_some_and(|keys| keys.contains_key(key)))
+            })
+        };
+        // The session tracks the keys of explicit transactions; a
+        // statement's own transaction has written nothing before it first
+        // runs an operation.
+        let tracked = self.written.is_some() || self.tx.as_ref().is_some_and(|t| t.id().is_none());
+        let outside = self.tx.is_some()
+            && tracked
+            && ops.iter().all(Op::is_committed_read)
+            && !own_rows(&ops, self.written.as_deref());
         match self.tx.as_deref_mut() {
-            Some(tx) => {
+            Some(tx) if !outside => {
                 if let Some(undo) = self.undo.as_deref_mut() {
                     // What each write replaces, read under the lock it takes anyway.
                     let (at, reads): (Vec<usize>, Vec<Op>) =
@@ -84,7 +101,7 @@ impl Ctx<'_> {
                 }
                 Ok(tx.execute(ops).await?)
             }
-            None => {
+            _ => {
                 let results = self.client.batch(ops).await?;
                 results.into_iter().map(|r| r.map_err(SqlError::from)).collect()
             }
