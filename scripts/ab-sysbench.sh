@@ -5,7 +5,8 @@
 # and of the data nodes per transaction.
 #
 #   scripts/ab-sysbench.sh OLD_BINARY NEW_BINARY
-#   env: ROUNDS (3), TIME (15 s measured), THREADS (16), WL (rw), SIZE (100000)
+#   env: ROUNDS (3), TIME (15 s measured), THREADS (16), WL (rw), SIZE (100000),
+#        ORDER ("old new"; "new old" to see whether the order matters)
 #
 # Build the old one from a worktree, e.g.
 #   git worktree add /tmp/old REV && (cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo build --release -p latsdb)
@@ -15,7 +16,7 @@ OLD=$(realpath "$1"); NEW=$(realpath "$2")
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 for r in $(seq 1 "${ROUNDS:-3}"); do
-  for v in old new; do
+  for v in ${ORDER:-old new}; do
     if [ $v = old ]; then BIN=$OLD; else BIN=$NEW; fi
     echo "== round $r: $v ($BIN)"
     start_latsdb 2 > /dev/null
