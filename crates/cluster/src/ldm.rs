@@ -930,7 +930,7 @@ impl Shard {
                     None => OpResult::NotFound,
                     Some(row) => OpResult::Row(match &op.projection {
                         None => row.to_vec(),
-                        Some(cols) => meta.layout.project(row, cols, &meta.layout.projection(cols)),
+                        Some(cols) => meta.layout.project(row, cols),
                     }),
                 });
             }

@@ -300,7 +300,7 @@ impl Partition {
             return Ok(page);
         };
         let range = index.entries.range::<[u8], _>((start.as_ref().map(|v| &v[..]), end.as_ref().map(|v| &v[..])));
-        let projected = req.projection.as_ref().map(|cols| (cols, meta.layout.projection(cols)));
+
         if !req.aggregates.is_empty() {
             let mut acc: Vec<_> = req.aggregates.iter().map(|a| a.initial()).collect();
             for (_, row) in self.rows_in_order(range) {
@@ -331,8 +331,8 @@ impl Partition {
             if req.filter.as_ref().is_some_and(|f| !f.matches(&meta.layout, row)) {
                 continue;
             }
-            let out = match &projected {
-                Some((cols, layout)) => meta.layout.project(row, cols, layout),
+            let out = match &req.projection {
+                Some(cols) => meta.layout.project(row, cols),
                 None => row.to_vec(),
             };
             bytes += out.len();

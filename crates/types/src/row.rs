@@ -314,32 +314,39 @@ impl RowLayout {
         }
     }
 
-    /// Copies the projected columns of `row` into a new row of the
-    /// projection's layout (`projection(columns)`), byte for byte: no value
-    /// is decoded (a scan projects every row it returns).
-    pub fn project(&self, row: &[u8], columns: &[ColumnId], projected: &RowLayout) -> Vec<u8> {
-        assert_eq!(columns.len(), projected.columns.len(), "project: the layout must be projection(columns)");
+    /// Copies the given columns of `row` into a new row of the layout
+    /// `projection(columns)` would have, byte for byte: no value is decoded
+    /// and no layout is built (a scan projects every row it returns, a
+    /// lookup with read columns every row it finds).
+    pub fn project(&self, row: &[u8], columns: &[ColumnId]) -> Vec<u8> {
         if self.parts.len() > 1 {
             // Rows of altered tables may lack parts: go through values.
             let values: Vec<Value> = columns.iter().map(|&c| self.get(row, c as usize)).collect();
-            return projected.encode(&values);
+            return self.projection(columns).encode(&values);
         }
-        let first = &self.parts[0];
-        let mut out = vec![0u8; projected.parts[0].fixed_end];
+        let null_bytes = columns.len().div_ceil(8);
+        let fixed: usize = columns
+            .iter()
+            .map(|&c| match self.slots[c as usize] {
+                Slot::Fixed { size, .. } => size,
+                Slot::Var { .. } => 0,
+            })
+            .sum();
+        let mut out = vec![0u8; null_bytes + fixed];
         // The projected variable part is at most the row's.
-        out.reserve(row.len().saturating_sub(first.fixed_end));
+        out.reserve(row.len().saturating_sub(self.parts[0].fixed_end));
+        let mut to = null_bytes;
         for (i, &c) in columns.iter().enumerate() {
             let c = c as usize;
             let null = row[c / 8] & (1 << (c % 8)) != 0;
             if null {
                 out[i / 8] |= 1 << (i % 8);
             }
-            if let (&Slot::Fixed { offset, size }, &Slot::Fixed { offset: to, .. }) =
-                (&self.slots[c], &projected.slots[i])
-            {
+            if let Slot::Fixed { offset, size } = self.slots[c] {
                 if !null {
                     out[to..to + size].copy_from_slice(&row[offset..offset + size]);
                 }
+                to += size;
             }
         }
         for &c in columns {
@@ -490,7 +497,7 @@ mod tests {
         values[7] = Value::Str("x".into());
         let row = layout.encode(&values);
         let projected = layout.projection(&[7, 2]);
-        let p = layout.project(&row, &[7, 2], &projected);
+        let p = layout.project(&row, &[7, 2]);
         assert_eq!(projected.decode(&p), vec![Value::Str("x".into()), Value::UInt(7)]);
     }
 
@@ -525,7 +532,7 @@ mod tests {
             for columns in [vec![0u16, 6, 7], vec![15, 11, 3, 10, 1], (0..cols.len() as u16).rev().collect()] {
                 let projected = layout.projection(&columns);
                 let expected: Vec<Value> = columns.iter().map(|&c| values[c as usize].clone()).collect();
-                let p = layout.project(&row, &columns, &projected);
+                let p = layout.project(&row, &columns);
                 assert_eq!(p, projected.encode(&expected), "columns {columns:?}, phase {phase}");
                 projected.validate(&p).unwrap();
             }
@@ -624,7 +631,7 @@ mod tests {
             for columns in [vec![0u16, 13, 7], vec![15, 2], (0..cols.len() as u16).rev().collect()] {
                 let projected = twice.projection(&columns);
                 let expected: Vec<Value> = columns.iter().map(|&c| values[c as usize].clone()).collect();
-                assert_eq!(twice.project(&row, &columns, &projected), projected.encode(&expected));
+                assert_eq!(twice.project(&row, &columns), projected.encode(&expected));
             }
             let mut key = Vec::new();
             twice.key_of(&row, &[14, 0], &mut key);
