@@ -47,6 +47,31 @@ fn start_datanodes(cluster: &TestCluster, data_dir: &std::path::Path, ids: &[&st
     nodes
 }
 
+/// Starts data nodes again and connects a client that waits for the
+/// cluster to form.
+async fn restart(cluster: &TestCluster, data_dir: &std::path::Path, ids: &[&str]) -> (Restarted, Client) {
+    let nodes = start_datanodes(cluster, data_dir, ids);
+    let client = Client::connect_with(
+        &cluster.mgmd,
+        ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    (nodes, client)
+}
+
+/// Kills data nodes with SIGKILL and waits until they are gone.
+fn kill_all(pids: &[i32]) {
+    for &pid in pids {
+        sigkill(pid);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|&p| process_exists(p)) {
+        assert!(Instant::now() < deadline, "the data nodes did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn sigkill(pid: i32) {
     // SAFETY: signalling a data node process this test's cluster started.
     unsafe {
@@ -85,14 +110,7 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
     assert!(plain_before > 200, "only {plain_before} transactions before the crash");
 
     // Kill every data node while the writers run.
-    for &pid in &pids {
-        sigkill(pid);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pids.iter().any(|&p| process_exists(p)) {
-        assert!(Instant::now() < deadline, "the data nodes did not die");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kill_all(&pids);
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -103,13 +121,7 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
 
     // System restart: the same data nodes, from their disks.
     let started = Instant::now();
-    let _nodes = start_datanodes(&cluster, &data_dir, &["2", "3"]);
-    let client = Client::connect_with(
-        &cluster.mgmd,
-        ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
-    )
-    .await
-    .unwrap();
+    let (_nodes, client) = restart(&cluster, &data_dir, &["2", "3"]).await;
     eprintln!("system restart took {} ms", started.elapsed().as_millis());
     for node in ["2", "3"] {
         let log = std::fs::read_to_string(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
@@ -205,13 +217,7 @@ async fn a_node_that_left_before_the_last_view_rejoins_after_a_system_restart() 
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let _nodes = start_datanodes(&cluster, &data_dir, &["3", "2"]);
-    let client = Client::connect_with(
-        &cluster.mgmd,
-        ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
-    )
-    .await
-    .unwrap();
+    let (_nodes, client) = restart(&cluster, &data_dir, &["3", "2"]).await;
     let table = client.refresh_table("r", "tagged").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -329,21 +335,8 @@ async fn added_columns_survive_a_system_restart() {
     };
     check(client.scan(&table, Scan::all()).await.unwrap());
 
-    for &pid in &pids {
-        sigkill(pid);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pids.iter().any(|&p| process_exists(p)) {
-        assert!(Instant::now() < deadline, "the data nodes did not die");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _nodes = start_datanodes(&cluster, &data_dir, &["2", "3"]);
-    let client = Client::connect_with(
-        &cluster.mgmd,
-        ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
-    )
-    .await
-    .unwrap();
+    kill_all(&pids);
+    let (_nodes, client) = restart(&cluster, &data_dir, &["2", "3"]).await;
     let table = client.refresh_table("r", "grown").await.unwrap();
     // The client may have connected before both nodes reported started.
     let deadline = Instant::now() + Duration::from_secs(30);
