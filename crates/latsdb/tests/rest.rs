@@ -335,13 +335,33 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
         post(c, "/0.1.0/rest/pairs/pk-read", r#"{"filters":[{"column":"a","value":1},{"column":"b","value":"x"}]}"#);
     assert_eq!((status, body.as_str()), (200, r#"{"data":{"a":1,"b":"x","v":10}}"#));
 
+    // A unique index made behind its back is kept by its writes: a taken
+    // value is that item's 409, and the hidden table is not reachable.
+    let pairs = client.create_unique_index("rest", "pairs", "unique_v", &["v"]).await.unwrap();
+    let batch = r#"{"operations":[
+        {"method":"POST","relative-url":"rest/pairs/pk-write","body":{"data":{"a":5,"b":"u","v":50}}},
+        {"method":"POST","relative-url":"rest/pairs/pk-write","body":{"data":{"a":6,"b":"u","v":10}}}
+    ]}"#;
+    let (status, body) = post(c, "/0.1.0/batch", batch);
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            200,
+            r#"{"result":[{"code":200,"body":{}},{"code":409,"body":{"message":"Duplicate entry '10' for key 'pairs.unique_v'"}}]}"#
+        )
+    );
+    let index = pairs.def().index("unique_v").unwrap().id;
+    let hidden = latsdb_types::schema::unique_table_name(pairs.def().id, index);
+    let (status, _) = post(c, &format!("/0.1.0/rest/{hidden}/pk-read"), r#"{"filters":[{"column":"u0","value":10}]}"#);
+    assert_eq!(status, 404);
+
     // Health, ping, metrics, OpenAPI; the server kept serving through all of the above.
     let (status, body) = http(&c.rest, "GET", "/0.1.0/health", &[], b"");
     assert_eq!((status, body.as_str()), (200, r#"{"status":"ok","datanodesStarted":2,"datanodes":2}"#));
     assert_eq!(http(&c.rest, "GET", "/0.1.0/ping", &[], b""), (200, String::new()));
     let (status, body) = http(&c.rest, "GET", "/metrics", &[], b"");
     assert_eq!(status, 200);
-    assert!(body.contains("latsdb_rest_requests_total{endpoint=\"batch\",status=\"2xx\"} 1"), "{body}");
+    assert!(body.contains("latsdb_rest_requests_total{endpoint=\"batch\",status=\"2xx\"} 2"), "{body}");
     assert!(body.contains("latsdb_rest_key_operations_total{outcome=\"not_found\"}"), "{body}");
     let (status, body) = http(&c.rest, "GET", "/0.1.0/openapi.json", &[], b"");
     assert_eq!(status, 200);
