@@ -401,6 +401,23 @@ async fn unique_holders(
     Ok(holders)
 }
 
+/// Fails with 1062 if rows (whole, new) would take values that other rows
+/// hold in a unique index, or that two of them share; the entries are read
+/// under exclusive locks, so the values stay free until the write.
+async fn check_unique(table: &Arc<Table>, rows: &[Vec<Value>], ctx: &mut Ctx<'_>) -> SqlResult<()> {
+    let probes = ctx.client.unique_probes(table, rows).await?;
+    for (i, p) in probes.iter().enumerate() {
+        if probes[..i].iter().any(|q| q.index == p.index && q.values == p.values) {
+            return Err(duplicate_unique(table, p));
+        }
+    }
+    let found = ctx.run_ops(probes.iter().map(|p| p.read.clone()).collect()).await?;
+    match probes.iter().zip(&found).find(|(p, f)| p.holds_other_row(f)) {
+        Some((p, _)) => Err(duplicate_unique(table, p)),
+        None => Ok(()),
+    }
+}
+
 fn duplicate_unique(table: &Table, probe: &latsdb_client::UniqueProbe) -> SqlError {
     let shown: Vec<String> = probe.values.iter().map(crate::eval::to_text).collect();
     SqlError::new(
@@ -523,16 +540,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                     }
                 }
                 // And in the unique indexes (their entries locked as well).
-                let probes = ctx.client.unique_probes(table, &rows).await?;
-                for (i, p) in probes.iter().enumerate() {
-                    if probes[..i].iter().any(|q| q.index == p.index && q.values == p.values) {
-                        return Err(duplicate_unique(table, p));
-                    }
-                }
-                let found = ctx.run_ops(probes.iter().map(|p| p.read.clone()).collect()).await?;
-                if let Some(p) = probes.iter().zip(&found).find(|(p, f)| p.holds_other_row(f)).map(|(p, _)| p) {
-                    return Err(duplicate_unique(table, p));
-                }
+                check_unique(table, &rows, ctx).await?;
             }
             let ops = rows.into_iter().map(|r| Op::insert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
             let count = ops.len() as u64;
@@ -634,9 +642,13 @@ pub struct Affected {
 pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> SqlResult<Affected> {
     let table = &plan.table;
     let def = table.def();
+    // Inside a transaction a duplicate in a unique index must fail the
+    // statement alone: the new values are checked before anything is
+    // written, which takes the rows (so no direct path).
+    let checks_unique = !delete && ctx.in_explicit_transaction() && def.unique_indexes().next().is_some();
     // The data nodes tell an update that left its row as it was
     // (`Unchanged`) from one that changed it, as MySQL counts them.
-    if let Some(keys) = &plan.direct {
+    if let Some(keys) = plan.direct.as_ref().filter(|_| !checks_unique) {
         let seen = crate::exec::distinct_keys(table, keys, &ctx.env)?;
         let mut ops = Vec::with_capacity(seen.len());
         for key in &seen {
@@ -662,6 +674,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     }
     let rows = run_select(&plan.select, ctx).await?;
     let mut ops = Vec::with_capacity(rows.len());
+    let mut updated = Vec::new();
     let mut moves = Vec::new();
     for row in &rows {
         let key = key_of(def, row);
@@ -692,7 +705,13 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
             continue;
         }
         ops.push(Op::update_expr(table, &key, set)?);
+        if checks_unique {
+            updated.push(new_row);
+        }
     }
+    // (A row whose key changes moves by a delete and an insert; a
+    // duplicate there ends the transaction.)
+    check_unique(table, &updated, ctx).await?;
     let matched = rows.len() as u64;
     let outcomes = ctx.run_ops(ops).await?;
     let mut changed = outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64;

@@ -43,6 +43,8 @@ CREATE UNIQUE INDEX wk ON w (k);
 BEGIN;
 INSERT INTO u VALUES (4, 'c');
 INSERT INTO u VALUES (5, 'c');
+UPDATE u SET e = 'a' WHERE id = 4;
+UPDATE u SET e = 'd' WHERE id = 4;
 COMMIT;
 BEGIN;
 INSERT INTO t VALUES (1, 'dup', 1);
