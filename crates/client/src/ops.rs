@@ -291,9 +291,11 @@ impl Client {
             }
         }
         // A write to a table with unique indexes writes its hidden tables
-        // too: it runs as a transaction of its own.
+        // too: it runs as a transaction of its own, all of them at once.
+        let mut own = tokio::task::JoinSet::new();
         for (i, op) in guarded {
-            results[i] = Some(self.transaction().execute_commit(vec![op]).await.map(|mut o| o.remove(0)));
+            let client = self.clone();
+            own.spawn(async move { (i, client.transaction().execute_commit(vec![op]).await.map(|mut o| o.remove(0))) });
         }
         // All committed reads of this call go to the same replica position,
         // so a batch reaches one node per node group; calls rotate over them.
@@ -419,6 +421,13 @@ impl Client {
             }
             if todo.is_empty() {
                 break;
+            }
+        }
+        while let Some(done) = own.join_next().await {
+            match done {
+                Ok((i, r)) => results[i] = Some(r),
+                // A panic in the task is a bug; its operation gets no result.
+                Err(e) => return Err(DbError::internal(format!("a write's transaction task failed: {e}"))),
             }
         }
         Ok(results
