@@ -6,7 +6,9 @@
 #
 #   scripts/ab-sysbench.sh OLD_BINARY NEW_BINARY
 #   env: ROUNDS (3), TIME (15 s measured), THREADS (16), WL (rw), SIZE (100000),
-#        ORDER ("old new"; "new old" to see whether the order matters)
+#        ORDER ("old new"; "new old" to see whether the order matters),
+#        EXTRA (more `latsdb bench sysbench` flags, e.g. for point selects:
+#        "--skip-trx --point-selects 1 --simple-ranges 0 --order-ranges 0 --distinct-ranges 0 --sum-ranges 0")
 #
 # Build the old one from a worktree, e.g.
 #   git worktree add /tmp/old REV && (cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo build --release -p latsdb)
@@ -20,7 +22,7 @@ for r in $(seq 1 "${ROUNDS:-3}"); do
     if [ $v = old ]; then BIN=$OLD; else BIN=$NEW; fi
     echo "== round $r: $v ($BIN)"
     start_latsdb 2 > /dev/null
-    common=(--sql "$SQL" --label $v --table-size "${SIZE:-100000}" --threads "${THREADS:-16}" --workload "${WL:-rw}")
+    common=(--sql "$SQL" --label $v --table-size "${SIZE:-100000}" --threads "${THREADS:-16}" --workload "${WL:-rw}" ${EXTRA:-})
     # Prepares the table and warms the caches for 3 s.
     $BIN bench sysbench "${common[@]}" --time 3 --output "$WORK/warm.json" > "$WORK/sb.txt" 2>&1 || { tail -5 "$WORK/sb.txt"; exit 1; }
     s0=$(cpu_seconds " sql "); d0=$(cpu_seconds datanode)
