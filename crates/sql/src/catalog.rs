@@ -205,6 +205,10 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
         Statement::AlterTable(at) => {
             let (d, t) = table_name(&at.name)?;
             let d = need_db(d)?;
+            // Nothing changes when part of the statement cannot be done.
+            if let Some(op) = at.operations.iter().find(|op| !alter_supported(op)) {
+                return Err(SqlError::unsupported(format!("ALTER TABLE {op} is not supported")));
+            }
             // Columns first, so the statement may also index them.
             let added: Vec<_> = at
                 .operations
@@ -222,24 +226,14 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             for op in &at.operations {
                 match op {
                     ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Index(ic), .. } => {
-                        let name = ic
-                            .name
-                            .as_ref()
-                            .map(|n| n.value.clone())
-                            .ok_or_else(|| SqlError::parse("ADD INDEX needs an index name"))?;
-                        let cols: Vec<String> = ic
-                            .columns
-                            .iter()
-                            .map(|c| c.column.expr.to_string().trim_matches('`').to_string())
-                            .collect();
-                        let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
-                        shared.client.create_index(&d, &t, &name, &refs).await?;
+                        let cols = index_column_names(&ic.columns);
+                        let name = index_name(&index_names(&shared, &d, &t).await?, ic.name.as_ref(), &cols)?;
+                        create_index(&shared, &d, &t, &name, &cols, false).await?;
                     }
                     ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(u), .. } => {
-                        let def = shared.client.table(&d, &t).await?.def().clone();
                         let cols = index_column_names(&u.columns);
-                        let taken: Vec<String> = def.indexes.iter().map(|i| i.name.clone()).collect();
-                        let name = index_name(&taken, u.index_name.as_ref().or(u.name.as_ref()), &cols)?;
+                        let given = u.index_name.as_ref().or(u.name.as_ref());
+                        let name = index_name(&index_names(&shared, &d, &t).await?, given, &cols)?;
                         create_index(&shared, &d, &t, &name, &cols, true).await?;
                     }
                     ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::ForeignKey(_), .. } => {
@@ -250,9 +244,8 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     ast::AlterTableOperation::DropIndex { name } => {
                         shared.client.drop_index(&d, &t, name.value.as_str()).await?;
                     }
-                    // Gathered below: all columns of one statement are one change.
-                    ast::AlterTableOperation::AddColumn { .. } => {}
-                    other => return Err(SqlError::unsupported(format!("ALTER TABLE {other} is not supported"))),
+                    // Added above: all columns of one statement are one change.
+                    _ => {}
                 }
             }
             Ok(Response::ok())
@@ -502,6 +495,25 @@ fn foreign_key_ignored(session: &mut Session) {
         crate::error::ER_NOT_SUPPORTED_YET,
         "FOREIGN KEY constraints are accepted but not enforced: latsdb does not check references".into(),
     ));
+}
+
+/// The ALTER TABLE operations latsdb carries out.
+fn alter_supported(op: &ast::AlterTableOperation) -> bool {
+    use ast::AlterTableOperation as Op;
+    matches!(
+        op,
+        Op::AddConstraint {
+            constraint: TableConstraint::Index(_) | TableConstraint::Unique(_) | TableConstraint::ForeignKey(_),
+            ..
+        } | Op::DropForeignKey { .. }
+            | Op::DropIndex { .. }
+            | Op::AddColumn { .. }
+    )
+}
+
+/// The names of a table's indexes, as they are now.
+async fn index_names(shared: &Shared, db: &str, t: &str) -> SqlResult<Vec<String>> {
+    Ok(shared.client.table(db, t).await?.def().indexes.iter().map(|i| i.name.clone()).collect())
 }
 
 /// Creates an index, unique or not, through the client.

@@ -106,7 +106,7 @@ SELECT ROW_COUNT();
 UPDATE grown SET name = 'old' WHERE id IN (1, 2);
 SELECT ROW_COUNT();
 SELECT SUM(score), COUNT(note) FROM grown;
-ALTER TABLE grown ADD COLUMN amount DECIMAL(10,2) DEFAULT 1.50;
+ALTER TABLE grown ADD COLUMN amount DECIMAL(10,2) DEFAULT 1.50, ADD INDEX (name);
 SELECT id, score, amount FROM grown ORDER BY id;
 SHOW CREATE TABLE grown;
 DROP TABLE grown;
