@@ -61,8 +61,9 @@ async fn hidden_table(client: &Client, table: &Table, index: &IndexDef) -> Resul
                 ),
             )
         })?;
-    let position = def.unique_indexes().position(|i| i.id == index.id).expect("the index is one of the table's");
-    Ok(all[position].clone())
+    def.unique_indexes().zip(all).find(|(i, _)| i.id == index.id).map(|(_, t)| t.clone()).ok_or_else(|| {
+        DbError::internal(format!("unique index '{}' is not one of {}'s", index.name, def.qualified_name()))
+    })
 }
 
 impl Transaction {

@@ -143,7 +143,8 @@ fn load_state(dir: &std::path::Path) -> Result<Persisted> {
     }
     let unreadable =
         |e: DbError| DbError::new(ErrorCode::Io, format!("{} cannot be read: {}", path.display(), e.message));
-    let format = u64::from_le_bytes(bytes[4..12].try_into().expect("the length check covers the header"));
+    // `whole` checked the 12-byte header is there.
+    let format = u64::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11]]);
     match format {
         0 => proto::decode_body::<PersistedV0>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
         STATE_FORMAT => proto::decode_body(&bytes[12..]).map_err(unreadable),
@@ -440,8 +441,7 @@ impl Mgmd {
                 }
                 // The hidden table first: once the index is in the table's
                 // definition, writers maintain it.
-                let created = def.indexes.last().expect("with_index added an index");
-                let hidden = self.create_table(def.unique_table_spec(created)).await?;
+                let hidden = self.create_table(def.unique_table_spec(def.index(&index)?)).await?;
                 match self.alter(def).await {
                     Ok(def) => Ok(MgmResponse::Table(def)),
                     Err(e) => {

@@ -429,6 +429,15 @@ mod tests {
     use super::*;
     use crate::value::coerce;
 
+    fn owned(v: ValueRef) -> Value {
+        match v {
+            ValueRef::Null => Value::Null,
+            ValueRef::Scalar(v) => v,
+            ValueRef::Str(s) => Value::Str(s.to_string()),
+            ValueRef::Bytes(b) => Value::Bytes(b.to_vec()),
+        }
+    }
+
     fn all_types() -> Vec<ColumnDef> {
         vec![
             ColumnDef::new("ti", ColumnType::int(IntWidth::Tiny)),
@@ -478,13 +487,7 @@ mod tests {
         assert_eq!(layout.decode(&row), coerced);
         assert!(layout.validate(&row[..row.len() - 1]).is_err());
         for (i, value) in coerced.iter().enumerate() {
-            let borrowed = match layout.get_ref(&row, i) {
-                ValueRef::Null => Value::Null,
-                ValueRef::Scalar(v) => v,
-                ValueRef::Str(s) => Value::Str(s.to_string()),
-                ValueRef::Bytes(b) => Value::Bytes(b.to_vec()),
-            };
-            assert_eq!(&borrowed, value, "column {}", cols[i].name);
+            assert_eq!(&owned(layout.get_ref(&row, i)), value, "column {}", cols[i].name);
         }
     }
 
@@ -513,19 +516,7 @@ mod tests {
                     if i % 2 == phase {
                         return Value::Null;
                     }
-                    let v = match cols[i].ty {
-                        ColumnType::Integer { unsigned: true, .. } => Value::UInt(i as u64 * 3),
-                        ColumnType::Integer { .. } => Value::Int(-(i as i64)),
-                        ColumnType::Float | ColumnType::Double => Value::Float(i as f64 + 0.5),
-                        ColumnType::Decimal { .. } => Value::Str("12.5".into()),
-                        ColumnType::Date => Value::Str("2021-02-03".into()),
-                        ColumnType::DateTime => Value::Str("2021-02-03 04:05:06".into()),
-                        ColumnType::Timestamp => Value::Timestamp(1_600_000_000_000_000),
-                        ColumnType::Boolean => Value::Bool(true),
-                        ty if ty.is_binary() => Value::Bytes(vec![i as u8; 3]),
-                        _ => Value::Str(format!("v{i}")),
-                    };
-                    coerce(v, &cols[i]).unwrap()
+                    value_of(&cols[i], i)
                 })
                 .collect();
             let row = layout.encode(&values);
@@ -568,21 +559,25 @@ mod tests {
         (cols, fill, created, once, twice)
     }
 
+    /// A non-NULL value of column `i`, coerced.
+    fn value_of(column: &ColumnDef, i: usize) -> Value {
+        let v = match column.ty {
+            ColumnType::Integer { unsigned: true, .. } => Value::UInt(100 + i as u64),
+            ColumnType::Integer { .. } => Value::Int(-(i as i64) - 1),
+            ColumnType::Float | ColumnType::Double => Value::Float(i as f64 + 0.25),
+            ColumnType::Decimal { .. } => Value::Str("3.5".into()),
+            ColumnType::Date => Value::Str("2024-05-06".into()),
+            ColumnType::DateTime => Value::Str("2024-05-06 07:08:09".into()),
+            ColumnType::Timestamp => Value::Timestamp(99),
+            ColumnType::Boolean => Value::Bool(false),
+            ty if ty.is_binary() => Value::Bytes(vec![9, i as u8]),
+            _ => Value::Str(format!("v{i}")),
+        };
+        coerce(v, column).unwrap()
+    }
+
     fn sample(cols: &[ColumnDef], n: usize) -> Vec<Value> {
-        (0..n)
-            .map(|i| match cols[i].ty {
-                ColumnType::Integer { unsigned: true, .. } => Value::UInt(100 + i as u64),
-                ColumnType::Integer { .. } => Value::Int(-(i as i64) - 1),
-                ColumnType::Float | ColumnType::Double => Value::Float(i as f64 + 0.25),
-                ColumnType::Decimal { .. } => coerce(Value::Str("3.5".into()), &cols[i]).unwrap(),
-                ColumnType::Date => coerce(Value::Str("2024-05-06".into()), &cols[i]).unwrap(),
-                ColumnType::DateTime => coerce(Value::Str("2024-05-06 07:08:09".into()), &cols[i]).unwrap(),
-                ColumnType::Timestamp => Value::Timestamp(99),
-                ColumnType::Boolean => Value::Bool(false),
-                ty if ty.is_binary() => coerce(Value::Bytes(vec![9, i as u8]), &cols[i]).unwrap(),
-                _ => Value::Str(format!("v{i}")),
-            })
-            .collect()
+        (0..n).map(|i| value_of(&cols[i], i)).collect()
     }
 
     #[test]
@@ -603,13 +598,7 @@ mod tests {
         assert_eq!(twice.decode(&new), sample(&cols, cols.len()));
         for (i, value) in expected_old.iter().enumerate() {
             assert_eq!(twice.is_null(&old, i), value.is_null(), "column {i}");
-            let borrowed = match twice.get_ref(&old, i) {
-                ValueRef::Null => Value::Null,
-                ValueRef::Scalar(v) => v,
-                ValueRef::Str(s) => Value::Str(s.to_string()),
-                ValueRef::Bytes(b) => Value::Bytes(b.to_vec()),
-            };
-            assert_eq!(&borrowed, value, "column {}", cols[i].name);
+            assert_eq!(&owned(twice.get_ref(&old, i)), value, "column {}", cols[i].name);
         }
         // A reader that has not seen the changes reads its own columns of a
         // newer row and ignores the rest.
