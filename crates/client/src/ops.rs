@@ -23,7 +23,7 @@ pub struct Op {
 impl Op {
     pub(crate) fn new(table: &Arc<Table>, key: Vec<u8>, kind: OpKind) -> Op {
         let partition = table.meta.partition_of(&key);
-        let guarded = (kind.is_write() && table.def().unique_indexes().next().is_some()).then(|| table.clone());
+        let guarded = (kind.is_write() && table.def().has_unique_indexes()).then(|| table.clone());
         Op {
             op: KeyOp {
                 table: table.def().id,

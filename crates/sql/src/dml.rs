@@ -391,8 +391,7 @@ async fn unique_holders(
     ctx: &mut Ctx<'_>,
 ) -> SqlResult<Vec<Option<Vec<Value>>>> {
     let mut holders = vec![None; rows.len()];
-    let probes = ctx.client.unique_probes(table, rows).await?;
-    let found = ctx.run_ops(probes.iter().map(|p| p.read.clone()).collect()).await?;
+    let (probes, found) = read_unique_entries(table, rows, ctx).await?;
     for (p, f) in probes.iter().zip(&found) {
         if holders[p.row].is_none() {
             holders[p.row] = p.other_row(f);
@@ -401,17 +400,27 @@ async fn unique_holders(
     Ok(holders)
 }
 
+/// The unique-index entries rows would take, read under exclusive locks.
+async fn read_unique_entries(
+    table: &Arc<Table>,
+    rows: &[Vec<Value>],
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<(Vec<latsdb_client::UniqueProbe>, Vec<Outcome>)> {
+    let probes = ctx.client.unique_probes(table, rows).await?;
+    let found = ctx.run_ops(probes.iter().map(|p| p.read.clone()).collect()).await?;
+    Ok((probes, found))
+}
+
 /// Fails with 1062 if rows (whole, new) would take values that other rows
 /// hold in a unique index, or that two of them share; the entries are read
 /// under exclusive locks, so the values stay free until the write.
 async fn check_unique(table: &Arc<Table>, rows: &[Vec<Value>], ctx: &mut Ctx<'_>) -> SqlResult<()> {
-    let probes = ctx.client.unique_probes(table, rows).await?;
+    let (probes, found) = read_unique_entries(table, rows, ctx).await?;
     for (i, p) in probes.iter().enumerate() {
         if probes[..i].iter().any(|q| q.index == p.index && q.values == p.values) {
             return Err(duplicate_unique(table, p));
         }
     }
-    let found = ctx.run_ops(probes.iter().map(|p| p.read.clone()).collect()).await?;
     match probes.iter().zip(&found).find(|(p, f)| p.holds_other_row(f)) {
         Some((p, _)) => Err(duplicate_unique(table, p)),
         None => Ok(()),
@@ -516,7 +525,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             // One row: its insert alone fails on a taken key, and the
             // cluster keeps the transaction open (nothing else changed).
             // (A table with unique indexes writes their entries too.)
-            let single = rows.len() == 1 && table.def().unique_indexes().next().is_none();
+            let single = rows.len() == 1 && !table.def().has_unique_indexes();
             let single_key = single.then(|| key_of(def, &rows[0]));
             if ctx.in_explicit_transaction() {
                 // A failed operation aborts the whole cluster transaction, but
@@ -645,7 +654,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     // Inside a transaction a duplicate in a unique index must fail the
     // statement alone: the new values are checked before anything is
     // written, which takes the rows (so no direct path).
-    let checks_unique = !delete && ctx.in_explicit_transaction() && def.unique_indexes().next().is_some();
+    let checks_unique = !delete && ctx.in_explicit_transaction() && def.has_unique_indexes();
     // The data nodes tell an update that left its row as it was
     // (`Unchanged`) from one that changed it, as MySQL counts them.
     if let Some(keys) = plan.direct.as_ref().filter(|_| !checks_unique) {

@@ -474,6 +474,10 @@ impl TableDef {
         self.indexes.iter().filter(|i| i.unique && i.id != PRIMARY_INDEX)
     }
 
+    pub fn has_unique_indexes(&self) -> bool {
+        self.unique_indexes().next().is_some()
+    }
+
     /// The definition of the hidden table of a unique index.
     pub fn unique_table_spec(&self, index: &IndexDef) -> TableSpec {
         let mut spec = TableSpec::new(self.database.clone(), unique_table_name(self.id, index.id));
