@@ -47,11 +47,16 @@ fn unexpected(what: &str, got: MgmResponse) -> DbError {
     }
 }
 
-pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + opts.connect_timeout;
-    let mut mgm = loop {
+/// How long a data node waits for the management server to notice that the
+/// previous process with its node id stopped: a node restarted right after a
+/// crash may register before the management server has seen its connection
+/// close or its heartbeats stop.
+const PREVIOUS_INSTANCE_WAIT: Duration = Duration::from_secs(10);
+
+async fn connect_mgmd(opts: &DataNodeOptions, deadline: tokio::time::Instant) -> Result<RpcConn> {
+    loop {
         match RpcConn::connect(&opts.mgmd, Duration::from_secs(2)).await {
-            Ok(c) => break c,
+            Ok(c) => return Ok(c),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(DbError::new(
                     ErrorCode::NodeUnavailable,
@@ -63,24 +68,53 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
-    };
+    }
+}
+
+/// Registers with the management server, waiting a bounded time while it
+/// still counts an earlier process with the same node id as running.
+async fn register(opts: &DataNodeOptions) -> Result<(RpcConn, MgmResponse)> {
+    let deadline = tokio::time::Instant::now() + opts.connect_timeout;
     let register =
         MgmRequest::RegisterDataNode { node_id: opts.node_id, pid: std::process::id(), protocol: PROTOCOL_VERSION };
-    let (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus) =
+    let mut in_use_since: Option<tokio::time::Instant> = None;
+    loop {
+        let mut mgm = connect_mgmd(opts, deadline).await?;
         match mgm.call(&register).await? {
-            MgmResponse::Registered {
-                node_id,
-                host,
-                port,
-                threads,
-                data_memory_mb,
-                nodes_on_host,
-                host_index,
-                cpu_bind,
-                cpus,
-            } => (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus),
-            other => return Err(unexpected("registration", other)),
-        };
+            MgmResponse::Error(e) if e.code == ErrorCode::NodeIdInUse => {
+                let since = *in_use_since.get_or_insert_with(|| {
+                    log(
+                        "datanode",
+                        format!("{}; waiting up to {PREVIOUS_INSTANCE_WAIT:?} in case it just stopped", e.message),
+                    );
+                    tokio::time::Instant::now()
+                });
+                if since.elapsed() >= PREVIOUS_INSTANCE_WAIT {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            answer => return Ok((mgm, answer)),
+        }
+    }
+}
+
+pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
+    let (mut mgm, registered) = register(&opts).await?;
+    let (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus) = match registered {
+        MgmResponse::Registered {
+            node_id,
+            host,
+            port,
+            threads,
+            data_memory_mb,
+            nodes_on_host,
+            host_index,
+            cpu_bind,
+            cpus,
+        } => (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus),
+        other => return Err(unexpected("registration", other)),
+    };
     let threads = match opts.threads.unwrap_or(threads) {
         0 => auto_threads(),
         n => n,

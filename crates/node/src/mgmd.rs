@@ -1002,7 +1002,14 @@ impl Mgmd {
                     )));
                 }
                 if !free(&state, id) {
-                    return Err(DbError::bad_request(format!("data node {id} is already started")));
+                    let pid = state.layout.datanode(id).map_or(0, |d| d.pid);
+                    let running = if pid != 0 { format!(" (pid {pid})") } else { String::new() };
+                    return Err(DbError::new(
+                        ErrorCode::NodeIdInUse,
+                        format!(
+                            "data node {id} is already started{running}; stop that process first, or pick another node id"
+                        ),
+                    ));
                 }
                 id
             }

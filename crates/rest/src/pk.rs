@@ -341,7 +341,11 @@ pub fn status_of(e: &DbError) -> u16 {
         | ErrorCode::UnknownIndex
         | ErrorCode::TypeError
         | ErrorCode::FrameTooLarge => 400,
-        ErrorCode::DuplicateKey | ErrorCode::TableExists | ErrorCode::IndexExists | ErrorCode::ColumnExists => 409,
+        ErrorCode::DuplicateKey
+        | ErrorCode::TableExists
+        | ErrorCode::IndexExists
+        | ErrorCode::ColumnExists
+        | ErrorCode::NodeIdInUse => 409,
         ErrorCode::LockWaitTimeout
         | ErrorCode::NodeUnavailable
         | ErrorCode::ClusterNotReady

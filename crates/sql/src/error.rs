@@ -111,7 +111,9 @@ impl From<DbError> for SqlError {
             | ErrorCode::Timeout
             | ErrorCode::NotServing
             | ErrorCode::OutOfMemory => (ER_GET_TEMPORARY_ERRMSG, "HY000"),
-            ErrorCode::Malformed | ErrorCode::BadRequest | ErrorCode::FrameTooLarge => (ER_UNKNOWN_ERROR, "HY000"),
+            ErrorCode::Malformed | ErrorCode::BadRequest | ErrorCode::FrameTooLarge | ErrorCode::NodeIdInUse => {
+                (ER_UNKNOWN_ERROR, "HY000")
+            }
             ErrorCode::Io | ErrorCode::Internal => (ER_INTERNAL, "HY000"),
         };
         let mut message = e.message;

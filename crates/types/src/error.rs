@@ -48,6 +48,9 @@ pub enum ErrorCode {
     /// out) while the membership changes. Safe to retry, writes included.
     NotServing,
     ColumnExists,
+    /// A data node asked for a node id whose previous process the
+    /// management server still counts as running (it may have just died).
+    NodeIdInUse,
 }
 
 impl ErrorCode {
