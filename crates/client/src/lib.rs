@@ -302,9 +302,16 @@ impl Client {
     }
 
     /// Re-reads a table's definition (after `SchemaVersionMismatch`).
+    /// A table that no longer exists under this name (dropped or renamed
+    /// elsewhere) leaves the cache, so a table created later under the same
+    /// name is found.
     pub async fn refresh_table(&self, database: &str, name: &str) -> Result<Arc<Table>> {
         match self.mgm(MgmRequest::GetTable { database: database.into(), name: name.into() }).await? {
             MgmResponse::Table(def) => Ok(self.cache_table(def)),
+            MgmResponse::Error(e) if e.code == ErrorCode::UnknownTable => {
+                self.inner.tables.remove(&(database.to_string(), name.to_string()));
+                Err(e)
+            }
             other => Err(unexpected("GetTable", other)),
         }
     }
@@ -365,6 +372,45 @@ impl Client {
         match self.mgm(request).await? {
             MgmResponse::Table(def) => Ok(self.cache_table(def)),
             other => Err(unexpected("AddColumns", other)),
+        }
+    }
+
+    /// Renames columns or changes their defaults. Stored rows are not
+    /// touched; other clients holding the old definition are told to
+    /// refresh it (`SchemaVersionMismatch`).
+    pub async fn change_columns(
+        &self,
+        database: &str,
+        table: &str,
+        changes: Vec<latsdb_types::schema::ColumnChange>,
+    ) -> Result<Arc<Table>> {
+        let request = MgmRequest::ChangeColumns { database: database.into(), table: table.into(), changes };
+        match self.mgm(request).await? {
+            MgmResponse::Table(def) => Ok(self.cache_table(def)),
+            other => Err(unexpected("ChangeColumns", other)),
+        }
+    }
+
+    /// Gives a table a new name (and possibly database). Clients that look
+    /// it up by its old name get `UnknownTable` once they refresh it.
+    pub async fn rename_table(
+        &self,
+        database: &str,
+        table: &str,
+        new_database: &str,
+        new_name: &str,
+    ) -> Result<Arc<Table>> {
+        let request = MgmRequest::RenameTable {
+            database: database.into(),
+            table: table.into(),
+            new_database: new_database.into(),
+            new_name: new_name.into(),
+        };
+        let answer = self.mgm(request).await?;
+        self.inner.tables.remove(&(database.to_string(), table.to_string()));
+        match answer {
+            MgmResponse::Table(def) => Ok(self.cache_table(def)),
+            other => Err(unexpected("RenameTable", other)),
         }
     }
 

@@ -518,3 +518,107 @@ async fn a_unique_index_admits_one_row_per_value_under_concurrent_writers() {
         .remove(0)
         .unwrap();
 }
+
+/// Renaming a table or its columns keeps every row, index and the UNIQUE
+/// guarantee; a client holding the old definition is refused, then finds
+/// nothing under the old name, and finds a table created under that name
+/// later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renamed_tables_and_columns_keep_their_rows_and_stale_clients_learn_of_it() {
+    use latsdb_types::schema::ColumnChange;
+    let cluster = TestCluster::start(&[]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let stale = Client::connect(&cluster.mgmd).await.unwrap();
+    let spec = TableSpec::new("r", "people")
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+        .column(ColumnDef::new("email", ColumnType::VarChar(40)))
+        .column(ColumnDef::new("age", ColumnType::int(IntWidth::Int)).not_null())
+        .primary_key(&["id"]);
+    client.create_table(spec).await.unwrap();
+    client.create_unique_index("r", "people", "by_email", &["email"]).await.unwrap();
+    let table = client.create_index("r", "people", "by_age", &["age"]).await.unwrap();
+    let ops = (0..200i64)
+        .map(|id| {
+            Op::insert(&table, vec![Value::Int(id), Value::Str(format!("p{id}@x")), Value::Int(id % 50)]).unwrap()
+        })
+        .collect();
+    client.transaction().execute_commit(ops).await.unwrap();
+    let old = stale.table("r", "people").await.unwrap();
+
+    let changed = client
+        .change_columns(
+            "r",
+            "people",
+            vec![
+                ColumnChange::Rename { from: "email".into(), to: "mail".into() },
+                ColumnChange::SetDefault { column: "age".into(), default: Some(Value::Int(18)) },
+                ColumnChange::AllowNull { column: "age".into() },
+            ],
+        )
+        .await
+        .unwrap();
+    let def = changed.def();
+    assert_eq!(def.columns[1].name, "mail");
+    assert_eq!(def.columns[2].default, Some(Value::Int(18)));
+    assert!(def.columns[2].nullable);
+    for (changes, code) in [
+        (vec![ColumnChange::Rename { from: "mail".into(), to: "AGE".into() }], ErrorCode::ColumnExists),
+        (vec![ColumnChange::Rename { from: "email".into(), to: "x".into() }], ErrorCode::UnknownColumn),
+        (vec![ColumnChange::AllowNull { column: "id".into() }], ErrorCode::BadRequest),
+        (
+            vec![ColumnChange::SetDefault { column: "age".into(), default: Some(Value::Str("x".into())) }],
+            ErrorCode::BadRequest,
+        ),
+    ] {
+        let e = client.change_columns("r", "people", changes.clone()).await.unwrap_err();
+        assert_eq!(e.code, code, "{changes:?}: {e:?}");
+    }
+
+    let renamed = client.rename_table("r", "people", "r", "humans").await.unwrap();
+    assert_eq!(renamed.def().id, table.def().id);
+    let e = client.rename_table("r", "humans", "r", "humans").await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::TableExists, "{e:?}");
+    let e = client.rename_table("r", "humans", "other", "humans").await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest, "a table with a unique index stays in its database: {e:?}");
+
+    // Rows, the ordered index on the kept column and the unique index all
+    // carry over.
+    let rows = client.scan(&renamed, Scan::all()).await.unwrap();
+    assert_eq!(rows.len(), 200);
+    let aged = client.scan(&renamed, Scan::all().index("by_age").equal(vec![Value::Int(7)])).await.unwrap();
+    assert_eq!(aged.len(), 4);
+    let dup = client
+        .transaction()
+        .execute_commit(vec![
+            Op::insert(&renamed, vec![Value::Int(500), Value::Str("p3@x".into()), Value::Null]).unwrap()
+        ])
+        .await
+        .unwrap_err();
+    assert_eq!(dup.code, ErrorCode::DuplicateKey, "{dup:?}");
+    client
+        .transaction()
+        .execute_commit(vec![
+            Op::insert(&renamed, vec![Value::Int(501), Value::Str("new@x".into()), Value::Null]).unwrap()
+        ])
+        .await
+        .unwrap();
+    let row = client.get(&renamed, &[Value::Int(501)]).await.unwrap().unwrap();
+    assert_eq!(row.get_by_name("mail").unwrap(), Value::Str("new@x".into()));
+    assert_eq!(row.get_by_name("age").unwrap(), Value::Null);
+
+    // The stale client: refused, then nothing under the old name, then a
+    // new table of that name.
+    let refused = stale.get(&old, &[Value::Int(1)]).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::SchemaVersionMismatch, "{refused:?}");
+    let gone = stale.refresh_table("r", "people").await.unwrap_err();
+    assert_eq!(gone.code, ErrorCode::UnknownTable, "{gone:?}");
+    let gone = stale.table("r", "people").await.unwrap_err();
+    assert_eq!(gone.code, ErrorCode::UnknownTable, "the old name left the cache: {gone:?}");
+    let mut again = items_spec();
+    again.database = "r".into();
+    again.name = "people".into();
+    client.create_table(again).await.unwrap();
+    let fresh = stale.table("r", "people").await.unwrap();
+    assert_ne!(fresh.def().id, table.def().id);
+    assert_eq!(stale.table("r", "humans").await.unwrap().def().columns[1].name, "mail");
+}

@@ -402,7 +402,9 @@ impl Mgmd {
             MgmRequest::DropTable { name, .. } => Some(name),
             MgmRequest::CreateIndex { table, .. }
             | MgmRequest::DropIndex { table, .. }
-            | MgmRequest::AddColumns { table, .. } => Some(table),
+            | MgmRequest::AddColumns { table, .. }
+            | MgmRequest::ChangeColumns { table, .. } => Some(table),
+            MgmRequest::RenameTable { table, .. } => Some(table),
             _ => None,
         };
         if changed.is_some_and(|t| t.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX)) {
@@ -464,6 +466,37 @@ impl Mgmd {
                 let def = self.find_table(&database, &table)?.with_columns(&columns, &fill)?;
                 let added: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
                 log("mgmd", format!("adding column(s) {} to table {}", added.join(", "), def.qualified_name()));
+                self.alter(def).await.map(MgmResponse::Table)
+            }
+            MgmRequest::ChangeColumns { database, table, changes } => {
+                let _guard = self.schema_lock.lock().await;
+                let def = self.find_table(&database, &table)?.with_changed_columns(&changes)?;
+                log("mgmd", format!("changing column(s) of table {}: {changes:?}", def.qualified_name()));
+                self.alter(def).await.map(MgmResponse::Table)
+            }
+            MgmRequest::RenameTable { database, table, new_database, new_name } => {
+                if new_name.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX) {
+                    return Err(DbError::bad_request(format!(
+                        "table names starting with '{}' are reserved for the hidden tables of unique indexes",
+                        latsdb_types::schema::HIDDEN_TABLE_PREFIX
+                    )));
+                }
+                let _guard = self.schema_lock.lock().await;
+                let old = self.find_table(&database, &table)?;
+                if self.find_table(&new_database, &new_name).is_ok() {
+                    return Err(DbError::new(
+                        ErrorCode::TableExists,
+                        format!("table {new_database}.{new_name} already exists"),
+                    ));
+                }
+                if new_database != database && old.has_unique_indexes() {
+                    return Err(DbError::bad_request(format!(
+                        "table {} has UNIQUE indexes, so it cannot move to another database; drop them first, or rename it within {database}",
+                        old.qualified_name()
+                    )));
+                }
+                let def = old.renamed(&new_database, &new_name)?;
+                log("mgmd", format!("renaming table {} to {}", old.qualified_name(), def.qualified_name()));
                 self.alter(def).await.map(MgmResponse::Table)
             }
             MgmRequest::ReportMemory => {

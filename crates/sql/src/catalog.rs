@@ -10,7 +10,7 @@ use crate::eval::to_text;
 use crate::plan::{table_name, VirtualTable};
 use crate::session::{Response, ResultColumn, Session, Shared, SYSTEM_DATABASE};
 use latsdb_client::Op;
-use latsdb_types::schema::{validate_name, ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+use latsdb_types::schema::{validate_name, ColumnChange, ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
 use latsdb_types::{ErrorCode, Value};
 use sqlparser::ast::{self, ColumnOption, DataType, Statement, TableConstraint};
 
@@ -220,8 +220,28 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     _ => None,
                 })
                 .collect();
+            // Checked before anything changes: column changes that would
+            // rewrite rows, and the new table name.
+            let before = shared.table(&d, &t).await?.def().clone();
+            let (changes, auto_renamed) = column_changes(session, &before, &at.operations).await?;
+            let renamed_to = match at.operations.iter().rev().find_map(|op| match op {
+                ast::AlterTableOperation::RenameTable { table_name } => Some(table_name),
+                _ => None,
+            }) {
+                Some(ast::RenameTableNameKind::As(n) | ast::RenameTableNameKind::To(n)) => {
+                    let (nd, nt) = table_name(n)?;
+                    Some(rename_target(&shared, &d, &t, nd.unwrap_or_else(|| d.clone()), nt).await?)
+                }
+                None => None,
+            };
             if !added.is_empty() {
                 add_columns(session, &d, &t, &added).await?;
+            }
+            if !changes.is_empty() {
+                shared.client.change_columns(&d, &t, changes).await?;
+                if let Some(new_name) = auto_renamed {
+                    shared.rename_auto_column(before.id, &new_name).await?;
+                }
             }
             for op in &at.operations {
                 match op {
@@ -244,9 +264,25 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     ast::AlterTableOperation::DropIndex { name } => {
                         shared.client.drop_index(&d, &t, name.value.as_str()).await?;
                     }
-                    // Added above: all columns of one statement are one change.
+                    // Added and changed above: all columns of one statement
+                    // are one change; the table is renamed last.
                     _ => {}
                 }
+            }
+            if let Some((nd, nt)) = renamed_to {
+                shared.client.rename_table(&d, &t, &nd, &nt).await?;
+            }
+            Ok(Response::ok())
+        }
+        Statement::RenameTable(renames) => {
+            // Each pair in turn, as MySQL does; a failing pair stops the rest.
+            for r in renames {
+                let (od, ot) = table_name(&r.old_name)?;
+                let od = need_db(od)?;
+                shared.table(&od, &ot).await?;
+                let (nd, nt) = table_name(&r.new_name)?;
+                let (nd, nt) = rename_target(&shared, &od, &ot, need_db(nd)?, nt).await?;
+                shared.client.rename_table(&od, &ot, &nd, &nt).await?;
             }
             Ok(Response::ok())
         }
@@ -508,7 +544,149 @@ fn alter_supported(op: &ast::AlterTableOperation) -> bool {
         } | Op::DropForeignKey { .. }
             | Op::DropIndex { .. }
             | Op::AddColumn { .. }
+            | Op::RenameColumn { .. }
+            | Op::ChangeColumn { .. }
+            | Op::ModifyColumn { .. }
+            | Op::AlterColumn {
+                op: ast::AlterColumnOperation::SetDefault { .. } | ast::AlterColumnOperation::DropDefault,
+                ..
+            }
+            | Op::RenameTable { .. }
     )
+}
+
+/// Where `RENAME` moves a table, checked: an existing database other than
+/// the system's, and a free name.
+async fn rename_target(
+    shared: &Shared,
+    db: &str,
+    table: &str,
+    new_db: String,
+    new_table: String,
+) -> SqlResult<(String, String)> {
+    for d in [db, new_db.as_str()] {
+        if d == SYSTEM_DATABASE || d.eq_ignore_ascii_case("information_schema") {
+            return Err(SqlError::new(1044, "42000", format!("Access denied: database '{d}' belongs to the system")));
+        }
+    }
+    validate_name("table", &new_table)?;
+    if new_db != db && !database_exists(shared, &new_db).await? {
+        return Err(SqlError::bad_db(&new_db));
+    }
+    if new_db == db && new_table == table {
+        return Ok((new_db, new_table));
+    }
+    if shared.client.table(&new_db, &new_table).await.is_ok() {
+        return Err(SqlError::new(
+            crate::error::ER_TABLE_EXISTS,
+            "42S01",
+            format!("Table '{new_table}' already exists"),
+        ));
+    }
+    Ok((new_db, new_table))
+}
+
+/// The column changes of an ALTER TABLE that leave stored rows as they are
+/// (renames, defaults, NOT NULL relaxed to NULL), and the auto-increment
+/// column's new name when it is renamed. A CHANGE or MODIFY that would
+/// change a column's type is refused before anything changes.
+async fn column_changes(
+    session: &mut Session,
+    def: &TableDef,
+    ops: &[ast::AlterTableOperation],
+) -> SqlResult<(Vec<ColumnChange>, Option<String>)> {
+    use ast::AlterTableOperation as AOp;
+    let shared = session.shared.clone();
+    let auto = shared.auto_counter(def.id).await?.map(|(c, _)| c);
+    // Names as they will be after the changes so far.
+    let mut names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
+    let find = |names: &[String], name: &str| -> SqlResult<usize> {
+        names.iter().position(|n| n.eq_ignore_ascii_case(name)).ok_or_else(|| SqlError::bad_field(name, &def.name))
+    };
+    let mut changes = Vec::new();
+    let mut auto_renamed = None;
+    let mut rename = |names: &mut Vec<String>, changes: &mut Vec<ColumnChange>, id: usize, to: &str| -> SqlResult<()> {
+        if names[id] == to {
+            return Ok(());
+        }
+        if names.iter().enumerate().any(|(i, n)| i != id && n.eq_ignore_ascii_case(to)) {
+            return Err(SqlError::new(
+                crate::error::ER_DUP_FIELDNAME,
+                "42S21",
+                format!("Duplicate column name '{to}'"),
+            ));
+        }
+        if auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&def.columns[id].name)) {
+            auto_renamed = Some(to.to_string());
+        }
+        changes.push(ColumnChange::Rename { from: names[id].clone(), to: to.to_string() });
+        names[id] = to.to_string();
+        Ok(())
+    };
+    for op in ops {
+        match op {
+            AOp::RenameColumn { old_column_name, new_column_name } => {
+                let id = find(&names, &old_column_name.value)?;
+                rename(&mut names, &mut changes, id, &new_column_name.value)?;
+            }
+            AOp::ChangeColumn { old_name, new_name, data_type, options, column_position }
+            | AOp::ModifyColumn { col_name: old_name @ new_name, data_type, options, column_position } => {
+                let id = find(&names, &old_name.value)?;
+                if column_position.is_some() {
+                    return Err(SqlError::unsupported(format!(
+                        "moving column '{}' with FIRST/AFTER is not supported: columns keep their order",
+                        old_name.value
+                    )));
+                }
+                let given = ast::ColumnDef {
+                    name: new_name.clone(),
+                    data_type: data_type.clone(),
+                    options: options.iter().map(|o| ast::ColumnOptionDef { name: None, option: o.clone() }).collect(),
+                };
+                let spec = column_spec(session, &given)?;
+                let current = &def.columns[id];
+                let is_auto = auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&current.name));
+                let in_key = def.primary_key.contains(&(id as latsdb_types::schema::ColumnId));
+                if spec.def.ty != current.ty {
+                    return Err(SqlError::unsupported(format!(
+                        "changing the type of column '{}' from {} to {} is not supported: only its name, DEFAULT and NULL can change (add a new column and copy the values)",
+                        current.name,
+                        current.ty.sql_name(),
+                        spec.def.ty.sql_name()
+                    )));
+                }
+                if spec.auto_increment != is_auto || spec.unique || (spec.primary_key && !in_key) {
+                    return Err(SqlError::unsupported(format!(
+                        "changing AUTO_INCREMENT, UNIQUE or PRIMARY KEY of column '{}' with CHANGE/MODIFY is not supported",
+                        current.name
+                    )));
+                }
+                if !spec.def.nullable && current.nullable {
+                    return Err(SqlError::unsupported(format!(
+                        "making column '{}' NOT NULL is not supported: existing rows may hold NULL",
+                        current.name
+                    )));
+                }
+                rename(&mut names, &mut changes, id, &new_name.value)?;
+                if spec.def.nullable && !current.nullable && !in_key {
+                    changes.push(ColumnChange::AllowNull { column: names[id].clone() });
+                }
+                if spec.def.default != current.default {
+                    changes.push(ColumnChange::SetDefault { column: names[id].clone(), default: spec.def.default });
+                }
+            }
+            AOp::AlterColumn { column_name, op } => {
+                let id = find(&names, &column_name.value)?;
+                let default = match op {
+                    ast::AlterColumnOperation::SetDefault { value } => constant_default(value, &def.columns[id])?,
+                    _ => None,
+                };
+                changes.push(ColumnChange::SetDefault { column: names[id].clone(), default });
+            }
+            _ => {}
+        }
+    }
+    Ok((changes, auto_renamed))
 }
 
 /// The names of a table's indexes, as they are now.
@@ -668,6 +846,20 @@ struct ColumnSpec {
     default_now: bool,
 }
 
+/// A column's DEFAULT as the value it stores, fitted to the column; `None`
+/// for DEFAULT CURRENT_TIMESTAMP and the like, which are not stored.
+fn constant_default(e: &ast::Expr, column: &ColumnDef) -> SqlResult<Option<Value>> {
+    let bound = crate::bind::Binder::new(&[], "default").bind(e)?;
+    if !bound.is_row_free() || matches!(bound, crate::eval::SExpr::Session(_)) {
+        if matches!(bound, crate::eval::SExpr::Session(crate::eval::SessionValue::Now)) {
+            return Ok(None);
+        }
+        return Err(SqlError::unsupported(format!("default {e} of column '{}' is not a constant", column.name)));
+    }
+    let v = bound.eval(&[], &crate::eval::Env { params: &[], session: &crate::session::NoSession })?;
+    Ok(Some(if v.is_null() { v } else { crate::eval::to_column(v, column)? }))
+}
+
 fn column_spec(session: &mut Session, c: &ast::ColumnDef) -> SqlResult<ColumnSpec> {
     let ty = column_type(&c.data_type)?;
     let mut spec = ColumnSpec {
@@ -681,23 +873,10 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef) -> SqlResult<ColumnSpe
         match &o.option {
             ColumnOption::NotNull => spec.def.nullable = false,
             ColumnOption::Null => spec.def.nullable = true,
-            ColumnOption::Default(e) => {
-                let bound = crate::bind::Binder::new(&[], "default").bind(e)?;
-                if !bound.is_row_free() || matches!(bound, crate::eval::SExpr::Session(_)) {
-                    // DEFAULT CURRENT_TIMESTAMP and the like are not stored defaults.
-                    if matches!(bound, crate::eval::SExpr::Session(crate::eval::SessionValue::Now)) {
-                        spec.default_now = true;
-                        continue;
-                    }
-                    return Err(SqlError::unsupported(format!(
-                        "default {e} of column '{}' is not a constant",
-                        c.name.value
-                    )));
-                }
-                let v = bound.eval(&[], &crate::eval::Env { params: &[], session: &crate::session::NoSession })?;
-                let v = if v.is_null() { v } else { crate::eval::to_column(v, &spec.def)? };
-                spec.def.default = Some(v);
-            }
+            ColumnOption::Default(e) => match constant_default(e, &spec.def)? {
+                Some(v) => spec.def.default = Some(v),
+                None => spec.default_now = true,
+            },
             ColumnOption::PrimaryKey(_) => spec.primary_key = true,
             ColumnOption::Unique(_) => spec.unique = true,
             ColumnOption::DialectSpecific(tokens)

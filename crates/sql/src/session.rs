@@ -195,6 +195,15 @@ impl Shared {
         Ok(())
     }
 
+    /// Records the auto-increment column's new name (the counter finds its
+    /// column by name when a SQL node first uses it).
+    pub async fn rename_auto_column(&self, table_id: u32, name: &str) -> SqlResult<()> {
+        let t = self.system_table(AUTOINC_TABLE).await?;
+        let op = Op::update(&t, &[Value::UInt(table_id as u64)], &[("column_name", Value::Str(name.to_string()))])?;
+        self.client.transaction().execute_commit(vec![op]).await?;
+        Ok(())
+    }
+
     pub async fn forget_auto_column(&self, table_id: u32) -> SqlResult<()> {
         let t = self.system_table(AUTOINC_TABLE).await?;
         self.client.transaction().execute_commit(vec![Op::delete(&t, &[Value::UInt(table_id as u64)])?]).await?;
@@ -619,9 +628,11 @@ impl Session {
         let Some(p) = planned else { return self.run_other(stmt).await };
         let result = self.run_planned(&p, params).await;
         match result {
-            Err(e) if e.code == crate::error::ER_TABLE_DEF_CHANGED => {
-                // Another node changed a table of the plan: read the new
-                // definitions, so the next statement plans against them.
+            Err(e) if e.code == crate::error::ER_TABLE_DEF_CHANGED || e.code == crate::error::ER_NO_SUCH_TABLE => {
+                // Another node changed, renamed or dropped a table of the
+                // plan: read the definitions again (a table gone under its
+                // name leaves the cache), so the statement plans against
+                // what is there now.
                 for t in tables_of(&p) {
                     let def = t.def();
                     let _ = self.shared.client.refresh_table(&def.database, &def.name).await;

@@ -775,6 +775,21 @@ pub enum MgmRequest {
         from: NodeId,
         msg: MemberMsg,
     },
+    /// Renames columns or changes their defaults: definition only, no row
+    /// is rewritten (answered with the new `Table`).
+    ChangeColumns {
+        database: String,
+        table: String,
+        changes: Vec<crate::schema::ColumnChange>,
+    },
+    /// Gives a table a new name, in the same or another database (answered
+    /// with the new `Table`).
+    RenameTable {
+        database: String,
+        table: String,
+        new_database: String,
+        new_name: String,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -191,6 +191,25 @@ impl ColumnType {
     }
 }
 
+/// A change to one column that leaves stored rows as they are.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum ColumnChange {
+    Rename {
+        from: String,
+        to: String,
+    },
+    /// `None` drops the default.
+    SetDefault {
+        column: String,
+        default: Option<crate::Value>,
+    },
+    /// A NOT NULL column starts to admit NULL (every row has a null bit
+    /// for every column, so stored rows stay valid).
+    AllowNull {
+        column: String,
+    },
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ColumnDef {
     pub name: String,
@@ -434,6 +453,76 @@ impl TableDef {
             def.columns.push(column.clone());
         }
         def.added_parts.push(RowPart { first_column, fill: coerced });
+        def.version += 1;
+        Ok(def)
+    }
+
+    /// Renames columns and changes defaults (and bumps the version). Stored
+    /// rows are positional, so nothing else changes: indexes, the primary
+    /// key and the fill values of added columns refer to columns by
+    /// position, and a changed DEFAULT applies to later inserts only.
+    pub fn with_changed_columns(&self, changes: &[ColumnChange]) -> Result<TableDef> {
+        if changes.is_empty() {
+            return Err(DbError::bad_request("a column change needs at least one change"));
+        }
+        let mut def = self.clone();
+        for change in changes {
+            match change {
+                ColumnChange::Rename { from, to } => {
+                    validate_name("column", to)?;
+                    let id = def.column_id(from)?;
+                    let taken = def
+                        .columns
+                        .iter()
+                        .enumerate()
+                        .any(|(i, c)| i != id as usize && c.name.eq_ignore_ascii_case(to));
+                    if taken {
+                        return Err(DbError::new(
+                            crate::ErrorCode::ColumnExists,
+                            format!("table {} already has a column named '{to}'", self.qualified_name()),
+                        ));
+                    }
+                    def.columns[id as usize].name = to.clone();
+                }
+                ColumnChange::SetDefault { column, default } => {
+                    let id = def.column_id(column)?;
+                    let c = &def.columns[id as usize];
+                    let default = match default {
+                        Some(v) => Some(crate::value::coerce(v.clone(), c).map_err(|e| {
+                            DbError::bad_request(format!("default of column '{}' is invalid: {}", c.name, e.message))
+                        })?),
+                        None => None,
+                    };
+                    if default.as_ref().is_some_and(|v| v.is_null()) && !c.nullable {
+                        return Err(DbError::bad_request(format!(
+                            "column '{}' is NOT NULL, so its default cannot be NULL",
+                            c.name
+                        )));
+                    }
+                    def.columns[id as usize].default = default;
+                }
+                ColumnChange::AllowNull { column } => {
+                    let id = def.column_id(column)?;
+                    if def.primary_key.contains(&id) {
+                        return Err(DbError::bad_request(format!(
+                            "column '{column}' is part of the primary key, which cannot hold NULL"
+                        )));
+                    }
+                    def.columns[id as usize].nullable = true;
+                }
+            }
+        }
+        def.version += 1;
+        Ok(def)
+    }
+
+    /// The same table under another name (and bumps the version).
+    pub fn renamed(&self, database: &str, name: &str) -> Result<TableDef> {
+        validate_name("database", database)?;
+        validate_name("table", name)?;
+        let mut def = self.clone();
+        def.database = database.to_string();
+        def.name = name.to_string();
         def.version += 1;
         Ok(def)
     }
