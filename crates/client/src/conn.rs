@@ -12,12 +12,27 @@ use tokio::sync::{mpsc, oneshot};
 
 type Waiter = oneshot::Sender<Result<ClientResponse>>;
 
+/// A request waiting for its answer, with the sweep tick it was sent in.
+struct Pending {
+    waiter: Waiter,
+    sent_at: u64,
+}
+
+/// Sweeps per request timeout: a request times out between 8 and 9 sweeps
+/// after it was sent.
+const SWEEPS_PER_TIMEOUT: u32 = 8;
+
 pub(crate) struct ShardConn {
     shard: ShardAddr,
     frames: mpsc::UnboundedSender<Vec<u8>>,
-    pending: Mutex<HashMap<u64, Waiter, foldhash::fast::RandomState>>,
+    pending: Mutex<HashMap<u64, Pending, foldhash::fast::RandomState>>,
     next_id: AtomicU64,
     alive: AtomicBool,
+    /// Advanced by the connection's sweeper. Requests carry the tick
+    /// instead of a timer each: arming a runtime timer per request cost a
+    /// wake-up of the runtime's driver (an eventfd write and an extra
+    /// epoll_wait) per request.
+    tick: AtomicU64,
 }
 
 impl ShardConn {
@@ -32,9 +47,11 @@ impl ShardConn {
             pending: Mutex::new(HashMap::default()),
             next_id: AtomicU64::new(1),
             alive: AtomicBool::new(true),
+            tick: AtomicU64::new(0),
         });
+        tokio::spawn(sweep(Arc::downgrade(&conn), opts.request_timeout));
         let (tx, hello_rx) = oneshot::channel();
-        conn.pending().insert(0, tx);
+        conn.pending().insert(0, Pending { waiter: tx, sent_at: 0 });
         let _ =
             conn.frames.send(proto::frame(0, &Hello::Client { protocol: PROTOCOL_VERSION, name: opts.name.clone() }));
         tokio::spawn(read_loop(conn.clone(), FrameReader::new(r, proto::DEFAULT_MAX_FRAME_BYTES)));
@@ -60,7 +77,7 @@ impl ShardConn {
         }
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter, foldhash::fast::RandomState>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending, foldhash::fast::RandomState>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -71,7 +88,7 @@ impl ShardConn {
     pub(crate) fn send<T: serde::Serialize>(&self, request: &T) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending().insert(id, tx);
+        self.pending().insert(id, Pending { waiter: tx, sent_at: self.tick.load(Ordering::Relaxed) });
         if !self.is_alive() || self.frames.send(proto::frame(id, request)).is_err() {
             self.pending().remove(&id);
             return Err(DbError::new(
@@ -84,7 +101,7 @@ impl ShardConn {
 
     fn fail_all(&self, why: &str) {
         self.alive.store(false, Ordering::Release);
-        let waiters: Vec<Waiter> = self.pending().drain().map(|(_, w)| w).collect();
+        let waiters: Vec<Waiter> = self.pending().drain().map(|(_, p)| p.waiter).collect();
         for w in waiters {
             let _ = w.send(Err(DbError::new(
                 ErrorCode::NodeUnavailable,
@@ -99,8 +116,8 @@ async fn read_loop(conn: Arc<ShardConn>, mut reader: FrameReader<tokio::net::tcp
         match reader.next().await {
             Ok(Some((id, body))) => {
                 let answer = proto::decode_body::<ClientResponse>(body);
-                if let Some(waiter) = conn.pending().remove(&id) {
-                    let _ = waiter.send(answer);
+                if let Some(p) = conn.pending().remove(&id) {
+                    let _ = p.waiter.send(answer);
                 }
             }
             Ok(None) => return conn.fail_all("closed by the data node"),
@@ -108,6 +125,35 @@ async fn read_loop(conn: Arc<ShardConn>, mut reader: FrameReader<tokio::net::tcp
                 return conn.fail_all(&format!("answer of {len} bytes exceeds the frame limit"))
             }
             Err(FrameError::Io(e)) => return conn.fail_all(&e.to_string()),
+        }
+    }
+}
+
+/// Fails the requests of a connection that have waited longer than
+/// `timeout` for an answer; ends with the connection.
+async fn sweep(conn: std::sync::Weak<ShardConn>, timeout: std::time::Duration) {
+    let period =
+        (timeout / SWEEPS_PER_TIMEOUT).clamp(std::time::Duration::from_millis(10), std::time::Duration::from_secs(1));
+    // Whole periods a request may wait, plus the one it was sent in.
+    let allowed = timeout.as_nanos().div_ceil(period.as_nanos().max(1)) as u64 + 1;
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(conn) = conn.upgrade() else { return };
+        if !conn.is_alive() {
+            return;
+        }
+        let now = conn.tick.fetch_add(1, Ordering::Relaxed) + 1;
+        let expired: Vec<Waiter> = {
+            let mut pending = conn.pending();
+            let ids: Vec<u64> =
+                pending.iter().filter(|(_, p)| now.saturating_sub(p.sent_at) > allowed).map(|(id, _)| *id).collect();
+            ids.into_iter().filter_map(|id| pending.remove(&id)).map(|p| p.waiter).collect()
+        };
+        for waiter in expired {
+            let _ = waiter.send(Err(DbError::new(
+                ErrorCode::Timeout,
+                format!("no answer from the data node within {timeout:?}"),
+            )));
         }
     }
 }

@@ -466,17 +466,14 @@ impl Client {
         conn.send(request)
     }
 
+    /// The answer to a request; a request unanswered for the request
+    /// timeout fails with `Timeout` (the connection's sweeper enforces it).
     pub(crate) async fn finish(&self, rx: oneshot::Receiver<Result<ClientResponse>>) -> Result<ClientResponse> {
-        let timeout = self.inner.opts.request_timeout;
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => {
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => {
                 Err(DbError::new(latsdb_types::ErrorCode::NodeUnavailable, "the connection to the data node closed"))
             }
-            Err(_) => Err(DbError::new(
-                latsdb_types::ErrorCode::Timeout,
-                format!("no answer from the data node within {timeout:?}"),
-            )),
         }
     }
 

@@ -247,6 +247,8 @@ async fn run_session<S: AsyncRead + AsyncWrite + Unpin>(
     mut buf: Vec<u8>,
     tls_cipher: Option<String>,
 ) {
+    // Past the SSLRequest: nothing else takes the stream over.
+    io.buffer_reads();
     let (user, caps, db) = match authenticate(&mut io, &shared, &nonce, &mut buf).await {
         Some(x) => x,
         None => return,

@@ -8,13 +8,25 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub const MAX_CHUNK: usize = 0xff_ffff;
 
+/// Bytes asked of the socket at a time once reads are buffered.
+const READ_CHUNK: usize = 16 * 1024;
+
 /// Reads packets from a stream and writes answers into one buffer that is
 /// flushed once per command (a result set goes out in one write).
+///
+/// Reads are exact (header, then payload) until [`PacketIo::buffer_reads`]:
+/// before TLS starts, no byte past the SSLRequest may be taken from the
+/// socket. Buffered, a command costs one `recv` instead of two, and a
+/// short read tells the runtime the socket is drained, so waiting for the
+/// next command costs no extra `recv` that finds nothing.
 pub struct PacketIo<S> {
     stream: S,
     pub seq: u8,
     out: Vec<u8>,
     max_packet: usize,
+    buffered: bool,
+    input: Vec<u8>,
+    consumed: usize,
 }
 
 #[derive(Debug)]
@@ -27,7 +39,58 @@ pub enum ReadError {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> PacketIo<S> {
     pub fn new(stream: S, max_packet: usize) -> Self {
-        PacketIo { stream, seq: 0, out: Vec::with_capacity(16 * 1024), max_packet }
+        PacketIo {
+            stream,
+            seq: 0,
+            out: Vec::with_capacity(16 * 1024),
+            max_packet,
+            buffered: false,
+            input: Vec::new(),
+            consumed: 0,
+        }
+    }
+
+    /// From now on reads take whatever the socket has, up to 16 KiB.
+    pub fn buffer_reads(&mut self) {
+        self.buffered = true;
+        self.input.reserve(READ_CHUNK);
+    }
+
+    /// Fills `out` exactly: from buffered bytes first, then the socket.
+    async fn read_exact(&mut self, out: &mut [u8]) -> std::io::Result<()> {
+        let have = &self.input[self.consumed..];
+        let n = have.len().min(out.len());
+        out[..n].copy_from_slice(&have[..n]);
+        self.consumed += n;
+        if self.consumed == self.input.len() {
+            self.input.clear();
+            self.consumed = 0;
+        }
+        let rest = &mut out[n..];
+        if rest.is_empty() {
+            return Ok(());
+        }
+        if !self.buffered || rest.len() >= READ_CHUNK {
+            // Large payloads go straight into place.
+            self.stream.read_exact(rest).await?;
+            return Ok(());
+        }
+        // The buffer is empty here: everything in it was taken above.
+        while self.input.len() < rest.len() {
+            if self.input.capacity() - self.input.len() < READ_CHUNK / 2 {
+                self.input.reserve(READ_CHUNK);
+            }
+            if self.stream.read_buf(&mut self.input).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        rest.copy_from_slice(&self.input[..rest.len()]);
+        self.consumed = rest.len();
+        if self.consumed == self.input.len() {
+            self.input.clear();
+            self.consumed = 0;
+        }
+        Ok(())
     }
 
     /// Reads one logical packet (joining continuation chunks) into `buf`.
@@ -35,7 +98,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketIo<S> {
         buf.clear();
         loop {
             let mut header = [0u8; 4];
-            match self.stream.read_exact(&mut header).await {
+            match self.read_exact(&mut header).await {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && buf.is_empty() => {
                     return Err(ReadError::Closed)
@@ -49,7 +112,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketIo<S> {
             }
             let start = buf.len();
             buf.resize(start + len, 0);
-            self.stream.read_exact(&mut buf[start..]).await.map_err(ReadError::Io)?;
+            self.read_exact(&mut buf[start..]).await.map_err(ReadError::Io)?;
             if len < MAX_CHUNK {
                 return Ok(());
             }
@@ -114,6 +177,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketIo<S> {
     }
 
     pub fn into_inner(self) -> S {
+        assert!(!self.buffered, "a buffered reader may hold bytes the stream's next owner needs");
         self.stream
     }
 }
@@ -251,5 +315,38 @@ mod tests {
         let mut got = Vec::new();
         reader.read_packet(&mut got).await.unwrap();
         assert_eq!(got, payload);
+    }
+
+    #[tokio::test]
+    async fn buffered_reads_return_the_same_packets_however_the_bytes_arrive() {
+        // Small packets sent back to back, one larger than the read chunk
+        // and one of several chunks, through a pipe that moves 7 bytes at a
+        // time and through one that moves everything at once.
+        let payloads: Vec<Vec<u8>> = [3usize, 0, 40, READ_CHUNK + 5, 1, MAX_CHUNK + 3, 2]
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| (0..n).map(|i| (i * 7 + k) as u8).collect())
+            .collect();
+        for pipe in [7, 64 << 20] {
+            let (a, b) = tokio::io::duplex(pipe);
+            let sent = payloads.clone();
+            let writer = tokio::spawn(async move {
+                let mut writer = PacketIo::new(a, 64 << 20);
+                for p in &sent {
+                    writer.write_packet(p);
+                }
+                writer.flush().await.unwrap();
+            });
+            let mut reader = PacketIo::new(b, 64 << 20);
+            reader.buffer_reads();
+            let mut got = Vec::new();
+            for (i, p) in payloads.iter().enumerate() {
+                reader.read_packet(&mut got).await.unwrap();
+                assert_eq!(got.len(), p.len(), "packet {i} through a pipe of {pipe}");
+                assert!(got == *p, "packet {i} through a pipe of {pipe}");
+            }
+            writer.await.unwrap();
+            assert!(matches!(reader.read_packet(&mut got).await, Err(ReadError::Closed)));
+        }
     }
 }
