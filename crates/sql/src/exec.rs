@@ -528,19 +528,31 @@ async fn join(
                     found.iter().map(|r| row_with_room(r, width)).collect()
                 }
             };
+            let mut right_matched = vec![false; if step.right { right.len() } else { 0 }];
             for r in rows {
                 let mut any = false;
-                for x in &right {
+                for (i, x) in right.iter().enumerate() {
                     let mut joined = r.clone();
                     joined.extend(x.iter().cloned());
                     if matches_on(&joined, &ctx.env)? {
                         any = true;
+                        if let Some(m) = right_matched.get_mut(i) {
+                            *m = true;
+                        }
                         out.push(joined);
                     }
                 }
                 if !any && step.left {
                     let mut j = r;
                     j.resize(j.len() + width, Value::Null);
+                    out.push(j);
+                }
+            }
+            if step.right {
+                let before: usize = plan.sources[..step.table].iter().map(|s| s.fetch.len()).sum();
+                for (x, _) in right.into_iter().zip(right_matched).filter(|(_, matched)| !matched) {
+                    let mut j = vec![Value::Null; before];
+                    j.extend(x);
                     out.push(j);
                 }
             }

@@ -68,6 +68,9 @@ pub enum Access {
 pub struct JoinStep {
     pub table: usize,
     pub left: bool,
+    /// RIGHT JOIN: every row of the joined table appears, with NULLs for
+    /// the tables before it when nothing matches.
+    pub right: bool,
     /// Key of the joined table computed from the row so far: one batched
     /// lookup round for all rows.
     pub lookup: Option<Vec<SExpr>>,
@@ -166,15 +169,16 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
     }
     // FROM: the first table and its joins.
     let mut sources: Vec<Source> = Vec::new();
-    let mut join_specs: Vec<(bool, JoinOn)> = Vec::new();
+    let mut join_specs: Vec<(bool, bool, JoinOn)> = Vec::new();
     if let Some(twj) = select.from.first() {
         sources.push(source(catalog, &twj.relation).await?);
         for join in &twj.joins {
-            let (left, constraint) = match &join.join_operator {
-                ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) => (false, c),
-                ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => (true, c),
-                ast::JoinOperator::CrossJoin(c) => (false, c),
-                _ => return Err(SqlError::unsupported("only INNER, LEFT and CROSS joins are supported")),
+            let (left, right, constraint) = match &join.join_operator {
+                ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) => (false, false, c),
+                ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => (true, false, c),
+                ast::JoinOperator::Right(c) | ast::JoinOperator::RightOuter(c) => (false, true, c),
+                ast::JoinOperator::CrossJoin(c) => (false, false, c),
+                _ => return Err(SqlError::unsupported("only INNER, LEFT, RIGHT and CROSS joins are supported")),
             };
             let on = match constraint {
                 ast::JoinConstraint::On(e) => JoinOn::On(e),
@@ -187,7 +191,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 }
             };
             sources.push(source(catalog, &join.relation).await?);
-            join_specs.push((left, on));
+            join_specs.push((left, right, on));
         }
     }
     let scope: Vec<ScopeTable> = sources.iter().map(|s| s.scope.clone()).collect();
@@ -265,7 +269,10 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         conjuncts(bound, &mut where_parts);
     }
     let mut joins = Vec::new();
-    for (i, (left, on)) in join_specs.into_iter().enumerate() {
+    // Behind a RIGHT JOIN the first table's rows may be NULL-extended, so no
+    // WHERE condition may narrow its access path.
+    let any_right = join_specs.iter().any(|(_, right, _)| *right);
+    for (i, (left, right_join, on)) in join_specs.into_iter().enumerate() {
         let right = i + 1;
         let on = match on {
             JoinOn::On(e) => Some(Binder::new(&scope[..i + 2], "on clause").bind(e)?),
@@ -287,7 +294,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             }
             JoinOn::None => None,
         };
-        joins.push(JoinStep { table: i + 1, left, lookup: None, on });
+        joins.push(JoinStep { table: i + 1, left, right: right_join, lookup: None, on });
     }
     let group_keys: Vec<SExpr> = match &select.group_by {
         ast::GroupByExpr::Expressions(list, mods) if mods.is_empty() => {
@@ -363,7 +370,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
     let mut residual = Vec::new();
     let mut first_only = Vec::new();
     for c in where_parts {
-        if !sources.is_empty() && tables_of(&c) == 1 {
+        if !sources.is_empty() && tables_of(&c) == 1 && !any_right {
             first_only.push(c);
         } else {
             residual.push(c);
@@ -398,7 +405,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
     }
     // Joins: a join on the whole primary key of the joined table becomes a
     // batched lookup.
-    for step in &mut joins {
+    for step in joins.iter_mut().filter(|s| !s.right) {
         let Some(table) = sources[step.table].stored().cloned() else { continue };
         let Some(on) = step.on.take() else { continue };
         let mut parts = Vec::new();

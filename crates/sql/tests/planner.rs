@@ -90,3 +90,20 @@ fn a_join_on_the_whole_primary_key_is_a_batched_lookup() {
     let p = plan("SELECT s.c FROM sbtest1 s LEFT JOIN orders o ON o.customer = s.id");
     assert!(p.joins[0].lookup.is_none(), "customer is not orders' key: scanned once, joined in memory");
 }
+
+#[test]
+fn a_right_join_scans_its_table_and_keeps_where_off_the_first_table() {
+    // Behind a RIGHT JOIN the first table's columns may be NULL-extended:
+    // a condition on them filters joined rows, not the first table's scan.
+    let p = plan("SELECT * FROM orders o RIGHT JOIN sbtest1 s ON s.id = o.customer WHERE o.oid = 7");
+    assert!(matches!(p.access, Access::Full), "no key lookup of orders: {:?}", p.access);
+    assert!(p.pushed.is_empty());
+    assert!(p.filter.is_some(), "o.oid = 7 is checked on the joined rows");
+    let step = &p.joins[0];
+    assert!(step.right && !step.left);
+    assert!(step.lookup.is_none(), "every sbtest1 row must appear, so the table is scanned");
+    // The same join written as LEFT JOIN looks the key up.
+    let p = plan("SELECT * FROM orders o LEFT JOIN sbtest1 s ON s.id = o.customer WHERE o.oid = 7");
+    assert!(matches!(&p.access, Access::Keys(k) if k.len() == 1));
+    assert!(p.joins[0].lookup.is_some());
+}
