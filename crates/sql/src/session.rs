@@ -776,23 +776,35 @@ impl Session {
         response
     }
 
-    /// Runs each SELECT of a union, then puts their rows together.
+    /// Runs each SELECT of a set operation, then puts their rows together.
     async fn execute_union(&mut self, q: &ast::Query, params: &[Value]) -> SqlResult<Response> {
-        let (mut columns, mut rows) = (Vec::new(), Vec::new());
-        for (branch, keep_duplicates) in crate::union::branches(q)? {
-            let branch = Statement::Query(Box::new(branch));
-            let (branch_columns, branch_rows) = match Box::pin(self.execute(&branch, params, None)).await? {
-                Response::Rows { columns, rows } => (columns, rows),
-                Response::Ok { .. } => {
-                    return Err(SqlError::new(
-                        crate::error::ER_INTERNAL,
-                        "HY000",
-                        "a SELECT of a UNION returned no result set",
-                    ))
+        let mut stack: Vec<crate::union::RowSet> = Vec::new();
+        for step in crate::union::steps(q)? {
+            match step {
+                crate::union::Step::Select(select) => {
+                    let select = Statement::Query(Box::new(select));
+                    match Box::pin(self.execute(&select, params, None)).await? {
+                        Response::Rows { columns, rows } => stack.push((columns, rows)),
+                        Response::Ok { .. } => {
+                            return Err(SqlError::new(
+                                crate::error::ER_INTERNAL,
+                                "HY000",
+                                "a SELECT of a set operation returned no result set",
+                            ))
+                        }
+                    }
                 }
-            };
-            crate::union::add_branch(&mut columns, &mut rows, keep_duplicates, branch_columns, branch_rows)?;
+                crate::union::Step::Combine { op, all } => {
+                    let (Some(right), Some(left)) = (stack.pop(), stack.pop()) else {
+                        return Err(SqlError::general("internal: a set operation is missing an operand"));
+                    };
+                    stack.push(crate::union::combine(op, all, left, right)?);
+                }
+            }
         }
+        let (Some((columns, mut rows)), true) = (stack.pop(), stack.is_empty()) else {
+            return Err(SqlError::general("internal: a set operation left other than one result"));
+        };
         let order = crate::union::order(q, &columns)?;
         let view = self.view();
         let (offset, limit) = crate::union::limits(q, &Env { params, session: &view })?;

@@ -1,7 +1,9 @@
-//! `SELECT ... UNION [ALL | DISTINCT] SELECT ...`: each SELECT runs as a
-//! statement of its own, and the rows are put together on the SQL node;
-//! then the union's own ORDER BY (result column names or positions) and
-//! LIMIT/OFFSET apply.
+//! Set operations: `SELECT ... UNION | INTERSECT | EXCEPT [ALL | DISTINCT]
+//! SELECT ...`. Each SELECT runs as a statement of its own, and the rows
+//! are put together on the SQL node, following the parser's tree (INTERSECT
+//! binds tighter than UNION and EXCEPT); then the operation's own ORDER BY
+//! (result column names or positions) and LIMIT/OFFSET apply. Rows compare
+//! as GROUP BY compares them (NULLs equal).
 
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{to_text, Env};
@@ -9,38 +11,50 @@ use crate::exec::{group_key, order_rows};
 use crate::session::ResultColumn;
 use latsdb_types::Value;
 use sqlparser::ast::{self, Expr, OrderByKind, Query, SetExpr, SetOperator, SetQuantifier};
+use std::collections::HashMap;
 
 /// Whether a query is a set operation (its rows are put together here).
 pub fn is_set_operation(q: &Query) -> bool {
     matches!(q.body.as_ref(), SetExpr::SetOperation { .. })
 }
 
-/// The branches of a union, left to right, each a query of its own, and
-/// after each but the first whether it keeps duplicates (ALL) when joined
-/// to everything before it.
-pub fn branches(q: &Query) -> SqlResult<Vec<(Query, bool)>> {
+/// One step of a set operation, in postfix order: run a SELECT and push its
+/// rows, or combine the two row sets on top of the stack.
+#[derive(Debug)]
+pub enum Step {
+    Select(Query),
+    Combine { op: SetOperator, all: bool },
+}
+
+/// The steps of a set operation, for a stack machine: every SELECT (a
+/// query of its own, with its own clauses when parenthesized) and every
+/// operator after its two operands.
+pub fn steps(q: &Query) -> SqlResult<Vec<Step>> {
     let mut out = Vec::new();
-    collect(q, &q.body, true, &mut out)?;
+    collect(q, &q.body, &mut out)?;
     Ok(out)
 }
 
-fn collect(outer: &Query, body: &SetExpr, all: bool, out: &mut Vec<(Query, bool)>) -> SqlResult<()> {
+fn collect(outer: &Query, body: &SetExpr, out: &mut Vec<Step>) -> SqlResult<()> {
     match body {
-        SetExpr::SetOperation { op: SetOperator::Union, set_quantifier, left, right } => {
-            collect(outer, left, all, out)?;
-            let keeps = match set_quantifier {
+        SetExpr::SetOperation { op, set_quantifier, left, right } => {
+            let op = match op {
+                SetOperator::Union | SetOperator::Intersect | SetOperator::Except => *op,
+                SetOperator::Minus => SetOperator::Except,
+            };
+            let all = match set_quantifier {
                 SetQuantifier::All => true,
                 SetQuantifier::None | SetQuantifier::Distinct => false,
-                other => return Err(SqlError::unsupported(format!("UNION {other} is not supported"))),
+                other => return Err(SqlError::unsupported(format!("{op} {other} is not supported"))),
             };
-            collect(outer, right, keeps, out)
-        }
-        SetExpr::SetOperation { op, .. } => {
-            Err(SqlError::unsupported(format!("{op} is not supported; of the set operations only UNION [ALL] is")))
+            collect(outer, left, out)?;
+            collect(outer, right, out)?;
+            out.push(Step::Combine { op, all });
+            Ok(())
         }
         // A parenthesized branch keeps its own ORDER BY and LIMIT.
         SetExpr::Query(q) => {
-            out.push((q.as_ref().clone(), all));
+            out.push(Step::Select(q.as_ref().clone()));
             Ok(())
         }
         other => {
@@ -49,36 +63,71 @@ fn collect(outer: &Query, body: &SetExpr, all: bool, out: &mut Vec<(Query, bool)
             q.order_by = None;
             q.limit_clause = None;
             q.fetch = None;
-            out.push((q, all));
+            out.push(Step::Select(q));
             Ok(())
         }
     }
 }
 
-/// Adds a branch's rows (the first branch's columns are the union's; a
-/// SELECT has at least one): columns must match in number; a column whose
-/// type differs between branches is typed from its values.
-pub fn add_branch(
-    columns: &mut Vec<ResultColumn>,
-    rows: &mut Vec<Vec<Value>>,
-    keep_duplicates: bool,
-    branch_columns: Vec<ResultColumn>,
-    branch_rows: Vec<Vec<Value>>,
-) -> SqlResult<()> {
-    if columns.is_empty() {
-        *columns = branch_columns;
-        *rows = branch_rows;
-        return Ok(());
-    }
-    if branch_columns.len() != columns.len() {
+/// Rows and their result columns.
+pub type RowSet = (Vec<ResultColumn>, Vec<Vec<Value>>);
+
+/// Puts two row sets together (the left one's columns name the result):
+/// columns must match in number; a column whose type differs between the
+/// sides is typed from its values.
+pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlResult<RowSet> {
+    let (mut columns, mut rows) = left;
+    let (right_columns, right_rows) = right;
+    if right_columns.len() != columns.len() {
         return Err(SqlError::new(1222, "21000", "The used SELECT statements have a different number of columns"));
     }
-    for (c, b) in columns.iter_mut().zip(&branch_columns) {
+    for (c, b) in columns.iter_mut().zip(&right_columns) {
         if c.ty != b.ty {
             *c = ResultColumn::computed(&c.name);
         }
     }
-    rows.extend(branch_rows);
+    let mut key = String::new();
+    let keyed = |rows: &[Vec<Value>], key: &mut String| -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for r in rows {
+            group_key(r, key);
+            *counts.entry(key.clone()).or_insert(0) += 1;
+        }
+        counts
+    };
+    match op {
+        SetOperator::Union => rows.extend(right_rows),
+        SetOperator::Intersect => {
+            // ALL: a row as often as it is on both sides (the fewer).
+            let mut on_right = keyed(&right_rows, &mut key);
+            rows.retain(|r| {
+                group_key(r, &mut key);
+                match on_right.get_mut(key.as_str()) {
+                    Some(n) if *n > 0 => {
+                        *n -= 1;
+                        true
+                    }
+                    _ => false,
+                }
+            });
+        }
+        _ => {
+            // EXCEPT ALL: a row as often as the left has it more.
+            let mut on_right = keyed(&right_rows, &mut key);
+            rows.retain(|r| {
+                group_key(r, &mut key);
+                match on_right.get_mut(key.as_str()) {
+                    Some(n) if *n > 0 => {
+                        if all {
+                            *n -= 1;
+                        }
+                        false
+                    }
+                    _ => true,
+                }
+            });
+        }
+    }
     // As in MySQL, a column that holds strings and other values in
     // different branches is a string column.
     for i in 0..columns.len() {
@@ -92,15 +141,14 @@ pub fn add_branch(
             }
         }
     }
-    if !keep_duplicates {
+    if !all {
         let mut seen = std::collections::HashSet::new();
-        let mut key = String::new();
         rows.retain(|r| {
             group_key(r, &mut key);
             seen.insert(key.clone())
         });
     }
-    Ok(())
+    Ok((columns, rows))
 }
 
 /// The union's ORDER BY as (result column, descending).
@@ -181,41 +229,80 @@ mod tests {
         }
     }
 
+    fn shown(steps: &[Step]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| match s {
+                Step::Select(q) => q.to_string(),
+                Step::Combine { op, all } => format!("{op}{}", if *all { " ALL" } else { "" }),
+            })
+            .collect()
+    }
+
     #[test]
-    fn branches_keep_their_own_clauses_and_the_union_its_own() {
+    fn selects_keep_their_own_clauses_and_the_operation_its_own() {
         let q = query("SELECT a FROM t UNION ALL (SELECT b FROM u ORDER BY b LIMIT 2) UNION SELECT c FROM v ORDER BY 1 DESC LIMIT 5");
-        let b = branches(&q).unwrap();
-        let shown: Vec<(String, bool)> = b.iter().map(|(q, all)| (q.to_string(), *all)).collect();
         assert_eq!(
-            shown,
-            vec![
-                ("SELECT a FROM t".to_string(), true),
-                ("SELECT b FROM u ORDER BY b LIMIT 2".to_string(), true),
-                ("SELECT c FROM v".to_string(), false),
-            ]
+            shown(&steps(&q).unwrap()),
+            vec!["SELECT a FROM t", "SELECT b FROM u ORDER BY b LIMIT 2", "UNION ALL", "SELECT c FROM v", "UNION"]
         );
         let columns = vec![ResultColumn::computed("a")];
         assert_eq!(order(&q, &columns).unwrap(), vec![(0, true)]);
-        assert!(branches(&query("SELECT a FROM t INTERSECT SELECT a FROM u")).is_err());
+        // INTERSECT binds tighter than UNION and EXCEPT.
+        let q = query("SELECT a FROM t EXCEPT SELECT a FROM u INTERSECT SELECT a FROM v");
+        assert_eq!(
+            shown(&steps(&q).unwrap()),
+            vec!["SELECT a FROM t", "SELECT a FROM u", "SELECT a FROM v", "INTERSECT", "EXCEPT"]
+        );
+    }
+
+    fn ints(v: &[i64]) -> RowSet {
+        (vec![ResultColumn::computed("x")], v.iter().map(|&i| vec![Value::Int(i)]).collect())
+    }
+
+    fn values(set: &RowSet) -> Vec<i64> {
+        let mut v: Vec<i64> = set.1.iter().map(|r| r[0].as_i64().unwrap_or(-1)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn intersect_and_except_count_rows_as_the_standard_says() {
+        let (l, r) = (&[1, 1, 1, 2, 3, 5][..], &[1, 1, 3, 3, 4][..]);
+        let run = |op, all| values(&combine(op, all, ints(l), ints(r)).unwrap());
+        assert_eq!(run(SetOperator::Intersect, false), vec![1, 3]);
+        assert_eq!(run(SetOperator::Intersect, true), vec![1, 1, 3]);
+        assert_eq!(run(SetOperator::Except, false), vec![2, 5]);
+        assert_eq!(run(SetOperator::Except, true), vec![1, 2, 5]);
+        assert_eq!(run(SetOperator::Union, false), vec![1, 2, 3, 4, 5]);
+        assert_eq!(run(SetOperator::Union, true).len(), 11);
+        // NULLs are equal to each other here.
+        let nulls = || (vec![ResultColumn::computed("x")], vec![vec![Value::Null], vec![Value::Int(1)]]);
+        let both = combine(SetOperator::Intersect, false, nulls(), nulls()).unwrap();
+        assert_eq!(both.1.len(), 2);
     }
 
     #[test]
     fn distinct_unions_drop_duplicates_and_finish_sorts_and_cuts() {
-        let (mut columns, mut rows) = (Vec::new(), Vec::new());
-        let col = || vec![ResultColumn::computed("x")];
-        let ints = |v: &[i64]| v.iter().map(|&i| vec![Value::Int(i)]).collect::<Vec<_>>();
-        add_branch(&mut columns, &mut rows, true, col(), ints(&[3, 1, 3])).unwrap();
-        add_branch(&mut columns, &mut rows, true, col(), ints(&[2])).unwrap();
-        assert_eq!(rows.len(), 4, "UNION ALL keeps duplicates");
-        add_branch(&mut columns, &mut rows, false, col(), vec![vec![Value::Null]]).unwrap();
+        let all = combine(SetOperator::Union, true, ints(&[3, 1, 3]), ints(&[2])).unwrap();
+        assert_eq!(all.1.len(), 4, "UNION ALL keeps duplicates");
+        let (columns, mut rows) =
+            combine(SetOperator::Union, false, all, (vec![ResultColumn::computed("x")], vec![vec![Value::Null]]))
+                .unwrap();
         assert_eq!(rows.len(), 4, "UNION drops them, over everything before it");
         finish(&mut rows, &[(0, false)], 1, Some(2));
         assert_eq!(rows, vec![vec![Value::Int(1)], vec![Value::Int(2)]]);
         let two = vec![ResultColumn::computed("x"), ResultColumn::computed("y")];
-        let e = add_branch(&mut columns, &mut rows, true, two, Vec::new()).unwrap_err();
+        let e = combine(SetOperator::Union, true, (columns.clone(), rows.clone()), (two, Vec::new())).unwrap_err();
         assert_eq!(e.code, 1222);
         // Numbers and strings in one column: all strings, ordered as text.
-        add_branch(&mut columns, &mut rows, true, col(), vec![vec![Value::Str("10".into())]]).unwrap();
+        let (_, mut rows) = combine(
+            SetOperator::Union,
+            true,
+            (columns, rows),
+            (vec![ResultColumn::computed("x")], vec![vec![Value::Str("10".into())]]),
+        )
+        .unwrap();
         finish(&mut rows, &[(0, false)], 0, None);
         let texts: Vec<Value> = ["1", "10", "2"].iter().map(|s| Value::Str(s.to_string())).collect();
         assert_eq!(rows, texts.into_iter().map(|v| vec![v]).collect::<Vec<_>>());

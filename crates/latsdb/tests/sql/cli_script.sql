@@ -56,6 +56,8 @@ SELECT DATE('2026-05-06 07:08:09'), HOUR('2026-05-06 07:08:09'), DATE_FORMAT('20
 SELECT DATE_ADD(placed, INTERVAL 1 MONTH) AS next_month, placed - INTERVAL 1 DAY AS day_before, DATE_SUB('2026-03-31 10:00:00', INTERVAL 90 MINUTE) AS earlier, ADDDATE(placed, 7) AS week_on FROM orders WHERE placed >= '2026-01-01' - INTERVAL 1 YEAR ORDER BY id;
 SELECT name FROM customers UNION SELECT note FROM orders WHERE note IS NOT NULL ORDER BY name;
 SELECT customer_id FROM orders UNION ALL SELECT id FROM customers WHERE id < 3 ORDER BY 1 DESC LIMIT 3;
+SELECT id FROM customers INTERSECT SELECT customer_id FROM orders WHERE amount > 5 ORDER BY id;
+SELECT customer_id FROM orders EXCEPT ALL SELECT id FROM customers WHERE id = 1 ORDER BY 1;
 SELECT GROUP_CONCAT(name ORDER BY name) AS names, GROUP_CONCAT(DISTINCT city ORDER BY city DESC SEPARATOR ' | ') AS cities, GROUP_CONCAT(id, ':', city ORDER BY id) AS pairs FROM customers;
 SELECT customer_id, GROUP_CONCAT(amount ORDER BY amount DESC) AS amounts, GROUP_CONCAT(note) AS notes FROM orders GROUP BY customer_id ORDER BY customer_id;
 SELECT COUNT(*) AS big_customers FROM (SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id) AS per_customer WHERE total > 5;
