@@ -782,7 +782,7 @@ impl Session {
         for step in crate::union::steps(q)? {
             match step {
                 crate::union::Step::Select(select) => {
-                    let select = Statement::Query(Box::new(select));
+                    let select = Statement::Query(select);
                     match Box::pin(self.execute(&select, params, None)).await? {
                         Response::Rows { columns, rows } => stack.push((columns, rows)),
                         Response::Ok { .. } => {

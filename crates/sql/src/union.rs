@@ -22,7 +22,7 @@ pub fn is_set_operation(q: &Query) -> bool {
 /// rows, or combine the two row sets on top of the stack.
 #[derive(Debug)]
 pub enum Step {
-    Select(Query),
+    Select(Box<Query>),
     Combine { op: SetOperator, all: bool },
 }
 
@@ -54,7 +54,7 @@ fn collect(outer: &Query, body: &SetExpr, out: &mut Vec<Step>) -> SqlResult<()> 
         }
         // A parenthesized branch keeps its own ORDER BY and LIMIT.
         SetExpr::Query(q) => {
-            out.push(Step::Select(q.as_ref().clone()));
+            out.push(Step::Select(q.clone()));
             Ok(())
         }
         other => {
@@ -63,7 +63,7 @@ fn collect(outer: &Query, body: &SetExpr, out: &mut Vec<Step>) -> SqlResult<()> 
             q.order_by = None;
             q.limit_clause = None;
             q.fetch = None;
-            out.push(Step::Select(q));
+            out.push(Step::Select(Box::new(q)));
             Ok(())
         }
     }
