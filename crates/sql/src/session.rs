@@ -398,6 +398,7 @@ pub fn default_variable(name: &str) -> Option<Value> {
         "explicit_defaults_for_timestamp" => i(1),
         "div_precision_increment" => i(4),
         "group_concat_max_len" => i(1024),
+        "cte_max_recursion_depth" => i(1000),
         "last_insert_id" | "identity" => i(0),
         "server_id" => i(1),
         "protocol_version" => i(10),
@@ -695,6 +696,81 @@ impl Session {
         Ok(crate::plan::VirtualTable { columns: defs, rows })
     }
 
+    /// A recursive common table expression: the anchor's rows, then the
+    /// recursive SELECT run again and again over the rows the previous
+    /// round added (visible under the CTE's name) until a round adds none.
+    /// UNION DISTINCT adds only rows not seen before. Column names and types
+    /// come from the anchor, as in MySQL.
+    async fn materialize_recursive(
+        &mut self,
+        name: &str,
+        anchor: ast::Query,
+        step: ast::Query,
+        all: bool,
+        params: &[Value],
+        names: &[String],
+    ) -> SqlResult<crate::plan::VirtualTable> {
+        let max_depth = self
+            .variable("cte_max_recursion_depth")
+            .and_then(|v| v.as_u64().or_else(|| v.as_i64().and_then(|i| u64::try_from(i).ok())))
+            .unwrap_or(1000);
+        let first = self.materialize(anchor, params, names).await?;
+        let columns = first.columns;
+        let mut seen = std::collections::HashSet::new();
+        let mut key = String::new();
+        let mut fresh = |rows: Vec<Vec<Value>>, seen: &mut std::collections::HashSet<String>| -> Vec<Vec<Value>> {
+            if all {
+                return rows;
+            }
+            rows.into_iter()
+                .filter(|r| {
+                    crate::exec::group_key(r, &mut key);
+                    seen.insert(key.clone())
+                })
+                .collect()
+        };
+        let mut working = fresh(first.rows, &mut seen);
+        let mut rows = working.clone();
+        let step = Statement::Query(Box::new(step));
+        let mut depth = 0u64;
+        while !working.is_empty() {
+            depth += 1;
+            if depth > max_depth {
+                return Err(SqlError::new(
+                    3636,
+                    "HY000",
+                    format!(
+                        "Recursive query aborted after {depth} iterations. Try increasing @@cte_max_recursion_depth to a larger value"
+                    ),
+                ));
+            }
+            let table = crate::plan::VirtualTable { columns: columns.clone(), rows: std::mem::take(&mut working) };
+            let shadowed = vec![(name.to_string(), self.derived.insert(name.to_string(), Arc::new(table)))];
+            let result = Box::pin(self.execute(&step, params, None)).await;
+            self.restore_tables(shadowed);
+            let added = match result? {
+                Response::Rows { rows, .. } => rows,
+                Response::Ok { .. } => {
+                    return Err(SqlError::new(
+                        crate::error::ER_INTERNAL,
+                        "HY000",
+                        "a recursive SELECT returned no rows",
+                    ))
+                }
+            };
+            if added.first().is_some_and(|r| r.len() != columns.len()) {
+                return Err(SqlError::new(
+                    1222,
+                    "21000",
+                    "The used SELECT statements have a different number of columns",
+                ));
+            }
+            working = fresh(added, &mut seen);
+            rows.extend(working.iter().cloned());
+        }
+        Ok(crate::plan::VirtualTable { columns, rows })
+    }
+
     /// Runs a statement with `tables` (name, table) visible by name, then
     /// forgets them.
     async fn execute_over(
@@ -747,9 +823,6 @@ impl Session {
         let Some(with) = &q.with else {
             return Err(SqlError::new(crate::error::ER_INTERNAL, "HY000", "no WITH clause"));
         };
-        if with.recursive {
-            return Err(SqlError::unsupported("WITH RECURSIVE is not supported"));
-        }
         let mut main = q.clone();
         main.with = None;
         let main = Statement::Query(Box::new(main));
@@ -757,7 +830,13 @@ impl Session {
         let mut result = Ok(());
         for cte in &with.cte_tables {
             let names: Vec<String> = cte.alias.columns.iter().map(|c| c.name.value.clone()).collect();
-            match self.materialize(cte.query.as_ref().clone(), params, &names).await {
+            let made = match recursive_parts(with.recursive, &cte.alias.name.value, &cte.query) {
+                Some((anchor, step, all)) => {
+                    self.materialize_recursive(&cte.alias.name.value, anchor, step, all, params, &names).await
+                }
+                None => self.materialize(cte.query.as_ref().clone(), params, &names).await,
+            };
+            match made {
                 Ok(table) => {
                     let name = cte.alias.name.value.clone();
                     shadowed.push((name.clone(), self.derived.insert(name, Arc::new(table))));
@@ -1329,4 +1408,34 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
             None => ResultColumn::computed(&o.name),
         })
         .collect()
+}
+
+/// The anchor SELECT, the recursive SELECT and UNION ALL (true) or
+/// DISTINCT of a common table expression that refers to itself; None when
+/// it is not recursive (it then runs once, like any other).
+fn recursive_parts(recursive: bool, name: &str, query: &ast::Query) -> Option<(ast::Query, ast::Query, bool)> {
+    use ast::{SetExpr, SetOperator, SetQuantifier};
+    if !recursive {
+        return None;
+    }
+    let SetExpr::SetOperation { op: SetOperator::Union, set_quantifier, left, right } = query.body.as_ref() else {
+        return None;
+    };
+    let part = |body: &SetExpr| {
+        let mut q = query.clone();
+        q.with = None;
+        q.body = Box::new(body.clone());
+        q.order_by = None;
+        q.limit_clause = None;
+        q
+    };
+    let step = part(right);
+    let mut refers = false;
+    let _ = sqlparser::ast::visit_relations(&step, |relation| {
+        if relation.0.last().and_then(|p| p.as_ident()).is_some_and(|i| i.value.eq_ignore_ascii_case(name)) {
+            refers = true;
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    refers.then(|| (part(left), step, matches!(set_quantifier, SetQuantifier::All)))
 }

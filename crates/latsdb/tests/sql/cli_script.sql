@@ -57,6 +57,8 @@ SELECT DATE_ADD(placed, INTERVAL 1 MONTH) AS next_month, placed - INTERVAL 1 DAY
 SELECT name FROM customers UNION SELECT note FROM orders WHERE note IS NOT NULL ORDER BY name;
 SELECT customer_id FROM orders UNION ALL SELECT id FROM customers WHERE id < 3 ORDER BY 1 DESC LIMIT 3;
 SELECT id FROM customers INTERSECT SELECT customer_id FROM orders WHERE amount > 5 ORDER BY id;
+WITH RECURSIVE seq (n, sq) AS (SELECT 1, 1 UNION ALL SELECT n + 1, (n + 1) * (n + 1) FROM seq WHERE n < 5) SELECT n, sq FROM seq ORDER BY n DESC;
+WITH RECURSIVE chain (id, depth) AS (SELECT id, 0 FROM customers WHERE id = 1 UNION SELECT o.customer_id + 1, c.depth + 1 FROM chain c JOIN orders o ON o.customer_id = c.id) SELECT id, depth FROM chain ORDER BY id;
 SELECT customer_id FROM orders EXCEPT ALL SELECT id FROM customers WHERE id = 1 ORDER BY 1;
 SELECT GROUP_CONCAT(name ORDER BY name) AS names, GROUP_CONCAT(DISTINCT city ORDER BY city DESC SEPARATOR ' | ') AS cities, GROUP_CONCAT(id, ':', city ORDER BY id) AS pairs FROM customers;
 SELECT customer_id, GROUP_CONCAT(amount ORDER BY amount DESC) AS amounts, GROUP_CONCAT(note) AS notes FROM orders GROUP BY customer_id ORDER BY customer_id;
