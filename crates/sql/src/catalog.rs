@@ -338,6 +338,35 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 vec![vec![Value::Str(t), Value::Str(sql)]],
             ))
         }
+        Statement::ShowProcessList { full } => {
+            let columns = vec![
+                int_col("Id"),
+                text_col("User"),
+                text_col("Host"),
+                text_col("db"),
+                text_col("Command"),
+                int_col("Time"),
+                text_col("State"),
+                text_col("Info"),
+            ];
+            Ok(rows_response(columns, processlist_rows(&shared, *full)))
+        }
+        Statement::Kill { modifier, id } => {
+            if matches!(modifier, Some(ast::KillType::Query | ast::KillType::Mutation)) {
+                return Err(SqlError::unsupported(
+                    "KILL QUERY is not supported: a statement cannot be stopped midway; KILL CONNECTION ends the connection once its current statement is done",
+                ));
+            }
+            let target = u32::try_from(*id)
+                .ok()
+                .and_then(|id| shared.processes.get(id))
+                .ok_or_else(|| SqlError::new(1094, "HY000", format!("Unknown thread id: {id}")))?;
+            if target.user != session.user && session.user != "root" {
+                return Err(SqlError::new(1095, "HY000", format!("You are not owner of thread {id}")));
+            }
+            target.kill();
+            Ok(Response::ok())
+        }
         Statement::ShowVariables { filter, .. } => {
             let mut names: Vec<&str> = VARIABLE_NAMES.to_vec();
             names.sort_unstable();
@@ -687,6 +716,36 @@ async fn column_changes(
         }
     }
     Ok((changes, auto_renamed))
+}
+
+/// The node's connections as SHOW PROCESSLIST lists them (`full`: whole
+/// statement texts).
+fn processlist_rows(shared: &Shared, full: bool) -> Vec<Vec<Value>> {
+    let text = |v: &str| Value::Str(v.to_string());
+    shared
+        .processes
+        .snapshot()
+        .into_iter()
+        .map(|p| {
+            let info = p.info.as_deref().map(|i| {
+                if full {
+                    text(i)
+                } else {
+                    Value::Str(i.chars().take(crate::process::SHORT_INFO_CHARS).collect())
+                }
+            });
+            vec![
+                Value::Int(p.id as i64),
+                text(&p.user),
+                text(&p.host),
+                p.db.as_deref().map_or(Value::Null, text),
+                text(p.command),
+                Value::Int(p.seconds as i64),
+                text(if p.command == "Sleep" { "" } else { "executing" }),
+                info.unwrap_or(Value::Null),
+            ]
+        })
+        .collect()
 }
 
 /// The names of a table's indexes, as they are now.
@@ -1418,6 +1477,19 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                 rows,
             }
         }
+        "PROCESSLIST" => VirtualTable {
+            columns: vec![
+                int_col("ID"),
+                text_col("USER"),
+                text_col("HOST"),
+                text_col("DB"),
+                text_col("COMMAND"),
+                int_col("TIME"),
+                text_col("STATE"),
+                ColumnDef::new("INFO", ColumnType::Text),
+            ],
+            rows: processlist_rows(shared, true),
+        },
         "TABLE_CONSTRAINTS" => VirtualTable {
             columns: [
                 "CONSTRAINT_CATALOG",

@@ -165,6 +165,8 @@ fn infer_wire(rows: &[Vec<Value>], i: usize) -> Wire {
 
 struct PreparedStatement {
     statement: Statement,
+    /// The statement's text, for SHOW PROCESSLIST.
+    text: Arc<str>,
     params: usize,
     param_types: Vec<u16>,
     long_data: HashMap<u16, Vec<u8>>,
@@ -174,6 +176,7 @@ struct PreparedStatement {
 pub struct Connection<S> {
     io: PacketIo<S>,
     session: Session,
+    process: Arc<crate::process::Process>,
     client_caps: u32,
     statements: HashMap<u32, PreparedStatement>,
     next_statement: u32,
@@ -192,6 +195,7 @@ pub struct Tls {
 /// SSLRequest continues over TLS.
 pub async fn serve(shared: Arc<Shared>, stream: tokio::net::TcpStream, max_packet: usize, tls: Option<Tls>) {
     let connection_id = shared.connection_id();
+    let host = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let mut io = PacketIo::new(stream, max_packet);
     let nonce = auth::nonce();
     let caps = SERVER_CAPABILITIES | if tls.is_some() { SSL } else { 0 };
@@ -214,7 +218,7 @@ pub async fn serve(shared: Arc<Shared>, stream: tokio::net::TcpStream, max_packe
             if io.read_packet(&mut buf).await.is_err() {
                 return;
             }
-            run_session(io, shared, connection_id, nonce, buf, cipher).await
+            run_session(io, shared, connection_id, host, nonce, buf, cipher).await
         }
         Some(tls) if tls.required => {
             let e = SqlError::new(
@@ -234,7 +238,7 @@ pub async fn serve(shared: Arc<Shared>, stream: tokio::net::TcpStream, max_packe
             io.write_packet(&err_payload(&e));
             let _ = io.flush().await;
         }
-        _ => run_session(io, shared, connection_id, nonce, buf, None).await,
+        _ => run_session(io, shared, connection_id, host, nonce, buf, None).await,
     }
 }
 
@@ -243,6 +247,7 @@ async fn run_session<S: AsyncRead + AsyncWrite + Unpin>(
     mut io: PacketIo<S>,
     shared: Arc<Shared>,
     connection_id: u32,
+    host: String,
     nonce: [u8; 20],
     mut buf: Vec<u8>,
     tls_cipher: Option<String>,
@@ -253,19 +258,21 @@ async fn run_session<S: AsyncRead + AsyncWrite + Unpin>(
         Some(x) => x,
         None => return,
     };
+    let registered = shared.processes.register(connection_id, &user, &host, db.as_deref());
+    let process = registered.process.clone();
     let mut session = Session::new(shared, user, connection_id);
     session.tls_cipher = tls_cipher;
     if let Some(db) = db {
         match crate::catalog::database_exists(&session.shared, &db).await {
             Ok(true) => session.db = Some(db),
             Ok(false) => {
-                let mut c = Connection::new(io, session, caps);
+                let mut c = Connection::new(io, session, process.clone(), caps);
                 c.err(&SqlError::bad_db(&db));
                 let _ = c.io.flush().await;
                 return;
             }
             Err(e) => {
-                let mut c = Connection::new(io, session, caps);
+                let mut c = Connection::new(io, session, process.clone(), caps);
                 c.err(&e);
                 let _ = c.io.flush().await;
                 return;
@@ -273,14 +280,15 @@ async fn run_session<S: AsyncRead + AsyncWrite + Unpin>(
         }
     }
     session.found_rows_flag = caps & FOUND_ROWS != 0;
-    let mut c = Connection::new(io, session, caps);
+    let mut c = Connection::new(io, session, process.clone(), caps);
     c.ok(0, 0, "");
     if c.io.flush().await.is_err() {
         return;
     }
     c.run().await;
-    // An open transaction of a vanished client is rolled back.
+    // An open transaction of a vanished (or killed) client is rolled back.
     let _ = c.session.rollback().await;
+    drop(registered);
 }
 
 /// The v10 greeting with the nonce and our capabilities.
@@ -437,8 +445,8 @@ fn err_payload(e: &SqlError) -> Vec<u8> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
-    fn new(io: PacketIo<S>, session: Session, client_caps: u32) -> Self {
-        Connection { io, session, client_caps, statements: HashMap::new(), next_statement: 1 }
+    fn new(io: PacketIo<S>, session: Session, process: Arc<crate::process::Process>, client_caps: u32) -> Self {
+        Connection { io, session, process, client_caps, statements: HashMap::new(), next_statement: 1 }
     }
 
     fn status(&self, more: bool) -> u16 {
@@ -588,7 +596,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     async fn run(&mut self) {
         let mut packet = Vec::new();
         loop {
-            match self.io.read_packet(&mut packet).await {
+            let process = self.process.clone();
+            let read = tokio::select! {
+                // A killed connection answers nothing more.
+                biased;
+                () = process.killed() => return,
+                r = self.io.read_packet(&mut packet) => r,
+            };
+            match read {
                 Ok(()) => {}
                 Err(ReadError::TooLarge(n)) => {
                     let e = SqlError::new(
@@ -610,8 +625,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 continue;
             };
             let body = body.to_vec();
+            self.process.begin(command_name(command), None);
             let keep_going = self.command(command, &body).await;
-            if !keep_going {
+            self.process.idle(self.session.db.as_deref());
+            if !keep_going || self.process.is_killed() {
+                let _ = self.io.flush().await;
                 return;
             }
             if self.io.pending() > 0 && self.io.flush().await.is_err() {
@@ -699,7 +717,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     async fn query(&mut self, body: &[u8]) {
-        let parsed = match parse(&crate::parse::decode_query(body)) {
+        let text = crate::parse::decode_query(body);
+        self.process.begin("Query", Some(Arc::from(text.as_ref())));
+        let parsed = match parse(&text) {
             Ok(p) => p,
             Err(e) => {
                 self.err(&e);
@@ -766,7 +786,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             ));
             return;
         }
-        let parsed = match parse(&crate::parse::decode_query(body)) {
+        let text = crate::parse::decode_query(body);
+        let parsed = match parse(&text) {
             Ok(p) => p,
             Err(e) => {
                 self.err(&e);
@@ -830,6 +851,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             id,
             PreparedStatement {
                 statement,
+                text: Arc::from(text.as_ref()),
                 params: parsed.params,
                 param_types: Vec::new(),
                 long_data: HashMap::new(),
@@ -867,12 +889,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
         };
         stmt.long_data.clear();
+        self.process.begin("Execute", Some(stmt.text.clone()));
         let result = self.session.execute(&stmt.statement, &params, Some(&mut stmt.plan)).await;
         self.statements.insert(id, stmt);
         match result {
             Ok(r) => self.respond(r, true, false),
             Err(e) => self.err(&e),
         }
+    }
+}
+
+/// A command as SHOW PROCESSLIST names it.
+fn command_name(command: u8) -> &'static str {
+    match command {
+        0x01 => "Quit",
+        0x02 => "Init DB",
+        0x03 => "Query",
+        0x04 => "Field List",
+        0x09 => "Statistics",
+        0x0e => "Ping",
+        0x16 => "Prepare",
+        0x17 => "Execute",
+        0x18 => "Long Data",
+        0x19 => "Close stmt",
+        0x1a => "Reset stmt",
+        0x1b => "Set option",
+        0x1f => "Reset connection",
+        _ => "Error",
     }
 }
 

@@ -18,6 +18,7 @@ pub mod eval;
 pub mod exec;
 pub mod parse;
 pub mod plan;
+pub mod process;
 pub mod session;
 pub mod subquery;
 pub mod union;

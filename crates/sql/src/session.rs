@@ -98,6 +98,8 @@ pub struct Shared {
     pub client: Client,
     pub accounts: Vec<crate::auth::Account>,
     next_connection: Arc<AtomicU32>,
+    /// The node's connections (SHOW PROCESSLIST, KILL).
+    pub processes: Arc<crate::process::ProcessList>,
     /// Per table id: the auto-increment column (None: the table has none).
     auto_columns: Arc<Mutex<HashMap<u32, Option<ColumnId>>>>,
     /// Per table id: reserved values [next, end) and the counter last seen.
@@ -119,6 +121,7 @@ impl Shared {
             client,
             accounts,
             next_connection: Arc::new(AtomicU32::new(1)),
+            processes: Arc::default(),
             auto_columns: Arc::default(),
             auto_ranges: Arc::default(),
         })
@@ -132,6 +135,7 @@ impl Shared {
             client,
             accounts: self.accounts.clone(),
             next_connection: self.next_connection.clone(),
+            processes: self.processes.clone(),
             auto_columns: self.auto_columns.clone(),
             auto_ranges: self.auto_ranges.clone(),
         })

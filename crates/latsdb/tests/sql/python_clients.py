@@ -250,6 +250,39 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
     other.close()
     conn.commit()
 
+    # SHOW PROCESSLIST lists the connections; KILL ends another one, and
+    # its open transaction rolls back.
+    other = connect(db)
+    set_autocommit(other, False)
+    ocur = other.cursor()
+    ocur.execute("INSERT INTO items (big, name, code, price) VALUES (%s, %s, %s, %s)", (9, "killed", "K", Decimal("9")))
+    ocur.execute("SELECT CONNECTION_ID()")
+    other_id = ocur.fetchall()[0][0]
+    cur.execute("SELECT CONNECTION_ID()")
+    own_id = cur.fetchall()[0][0]
+    cur.execute("SHOW PROCESSLIST")
+    listed = {row[0]: tuple(row) for row in cur.fetchall()}
+    if other_id not in listed or own_id not in listed:
+        raise Mismatch(f"SHOW PROCESSLIST lacks connection {other_id} or {own_id}: {listed}")
+    check("the other connection in SHOW PROCESSLIST (user, db, command, info)",
+          tuple(listed[other_id][i] for i in (1, 3, 4, 7)), ("root", db, "Sleep", None))
+    check("this connection in SHOW PROCESSLIST (command, info)",
+          tuple(listed[own_id][i] for i in (4, 7)), ("Query", "SHOW PROCESSLIST"))
+    cur.execute("KILL %s", (other_id,))
+    try:
+        ocur.execute("SELECT 1")
+        ocur.fetchall()
+    except Exception as e:  # the drivers' "lost connection" errors differ
+        if isinstance(e, Mismatch):
+            raise
+    else:
+        raise Mismatch("a killed connection still answered")
+    cur.execute("SELECT COUNT(*) FROM items WHERE name = 'killed'")
+    check_rows("the killed connection's insert rolled back", cur.fetchall(), [(0,)])
+    cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (other_id,))
+    check_rows("a killed connection leaves the process list", cur.fetchall(), [(0,)])
+    conn.commit()
+
     # Server-side prepared statements (COM_STMT_PREPARE / EXECUTE, binary rows).
     if prepared_cursor is not None:
         pcur = prepared_cursor(conn)
