@@ -45,10 +45,36 @@ pub struct AggSpec {
     pub order: Vec<(SExpr, bool)>,
 }
 
+/// What a window function computes over its partition.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum WindowKind {
+    RowNumber,
+    Rank,
+    DenseRank,
+    /// LAG / LEAD: the value `offset` rows before / after in the partition.
+    Lag,
+    Lead,
+    /// An aggregate over the partition (running, up to the current row's
+    /// peers, when the window is ordered).
+    Agg(AggKind),
+}
+
+/// `f(args) OVER (PARTITION BY ... ORDER BY ...)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowSpec {
+    pub kind: WindowKind,
+    pub args: Vec<SExpr>,
+    pub partition: Vec<SExpr>,
+    pub order: Vec<(SExpr, bool)>,
+}
+
 pub struct Binder<'a> {
     pub tables: &'a [ScopeTable],
     /// Aggregates found while binding; None where they are not allowed.
     pub aggs: Option<&'a mut Vec<AggSpec>>,
+    /// Window functions found while binding; None where they are not
+    /// allowed (anywhere but the select list and ORDER BY).
+    pub windows: Option<&'a mut Vec<WindowSpec>>,
     /// Select-list aliases (ORDER BY and HAVING may name them).
     pub aliases: &'a [(String, SExpr)],
     /// Clause named in "unknown column" errors.
@@ -60,7 +86,7 @@ pub struct Binder<'a> {
 
 impl<'a> Binder<'a> {
     pub fn new(tables: &'a [ScopeTable], place: &'static str) -> Self {
-        Binder { tables, aggs: None, aliases: &[], place, aliases_first: false }
+        Binder { tables, aggs: None, windows: None, aliases: &[], place, aliases_first: false }
     }
 
     fn column(&self, qualifier: Option<&str>, name: &str) -> SqlResult<SExpr> {
@@ -313,10 +339,86 @@ impl<'a> Binder<'a> {
         Ok((out, star, distinct))
     }
 
+    /// A window function: its arguments and clauses are bound here (they
+    /// may hold aggregates of a grouped query, but no other window).
+    fn window(&mut self, f: &ast::Function, name: &str, over: &ast::WindowType) -> SqlResult<SExpr> {
+        let Some(windows) = self.windows.take() else {
+            return Err(SqlError::new(
+                3593,
+                "HY000",
+                format!("You cannot use the window function '{name}' in this context (only in the select list and ORDER BY)"),
+            ));
+        };
+        let bound = self.window_spec(f, name, over);
+        self.windows = Some(windows);
+        let spec = bound?;
+        let windows = self.windows.as_mut().expect("put back above");
+        let idx = match windows.iter().position(|w| *w == spec) {
+            Some(i) => i,
+            None => {
+                windows.push(spec);
+                windows.len() - 1
+            }
+        };
+        Ok(SExpr::Window(idx))
+    }
+
+    fn window_spec(&mut self, f: &ast::Function, name: &str, over: &ast::WindowType) -> SqlResult<WindowSpec> {
+        let ast::WindowType::WindowSpec(w) = over else {
+            return Err(SqlError::unsupported("named windows (WINDOW w AS ...) are not supported; write OVER (...)"));
+        };
+        if w.window_frame.is_some() {
+            return Err(SqlError::unsupported(
+                "window frames (ROWS/RANGE BETWEEN ...) are not supported; the default frame applies",
+            ));
+        }
+        if w.window_name.is_some() {
+            return Err(SqlError::unsupported("named windows are not supported; write OVER (...)"));
+        }
+        let (args, star, distinct) = self.args(f)?;
+        if distinct {
+            return Err(SqlError::unsupported(format!("{name}(DISTINCT ...) OVER is not supported")));
+        }
+        let arity = |lo: usize, hi: usize| -> SqlResult<()> {
+            if args.len() < lo || args.len() > hi || star {
+                return Err(SqlError::new(
+                    1582,
+                    "42000",
+                    format!("Incorrect parameter count in the call to native function '{name}'"),
+                ));
+            }
+            Ok(())
+        };
+        let kind = match name {
+            "ROW_NUMBER" => arity(0, 0).map(|_| WindowKind::RowNumber)?,
+            "RANK" => arity(0, 0).map(|_| WindowKind::Rank)?,
+            "DENSE_RANK" => arity(0, 0).map(|_| WindowKind::DenseRank)?,
+            "LAG" => arity(1, 3).map(|_| WindowKind::Lag)?,
+            "LEAD" => arity(1, 3).map(|_| WindowKind::Lead)?,
+            "COUNT" if star && args.is_empty() => WindowKind::Agg(AggKind::CountRows),
+            "COUNT" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Count))?,
+            "SUM" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Sum))?,
+            "AVG" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Avg))?,
+            "MIN" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Min))?,
+            "MAX" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Max))?,
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "window function {other} is not supported (ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD, COUNT, SUM, AVG, MIN and MAX are)"
+                )))
+            }
+        };
+        let partition = w.partition_by.iter().map(|e| self.bind(e)).collect::<SqlResult<Vec<_>>>()?;
+        let mut order = Vec::with_capacity(w.order_by.len());
+        for o in &w.order_by {
+            order.push((self.bind(&o.expr)?, o.options.sort == Some(ast::OrderBySort::Desc)));
+        }
+        Ok(WindowSpec { kind, args, partition, order })
+    }
+
     fn function(&mut self, f: &ast::Function) -> SqlResult<SExpr> {
         let name = f.name.to_string().to_ascii_uppercase();
-        if f.over.is_some() {
-            return Err(SqlError::unsupported("window functions are not supported"));
+        if let Some(over) = &f.over {
+            return self.window(f, &name, over);
         }
         let agg = match name.as_str() {
             "COUNT" => Some(AggKind::Count),

@@ -186,6 +186,8 @@ pub enum SExpr {
     Cast(Box<SExpr>, CastTo),
     /// The value of the `n`-th aggregate of a grouped query.
     Agg(usize),
+    /// The value of the `n`-th window function of the query.
+    Window(usize),
 }
 
 /// What an expression needs besides its row.
@@ -205,6 +207,9 @@ impl SExpr {
             SExpr::TableCol(..) => return Err(SqlError::general("internal: expression evaluated before binding")),
             SExpr::Agg(i) => {
                 return Err(SqlError::general(format!("internal: aggregate {i} evaluated outside grouping")))
+            }
+            SExpr::Window(i) => {
+                return Err(SqlError::general(format!("internal: window function {i} evaluated before its rows")))
             }
             SExpr::Const(v) => v.clone(),
             SExpr::Param(i) => env
@@ -337,7 +342,7 @@ impl SExpr {
     pub fn is_row_free(&self) -> bool {
         let mut free = true;
         self.walk(&mut |e| {
-            if matches!(e, SExpr::Col(_) | SExpr::TableCol(..) | SExpr::Agg(_)) {
+            if matches!(e, SExpr::Col(_) | SExpr::TableCol(..) | SExpr::Agg(_) | SExpr::Window(_)) {
                 free = false;
             }
         });
@@ -352,7 +357,8 @@ impl SExpr {
             | SExpr::Const(_)
             | SExpr::Param(_)
             | SExpr::Session(_)
-            | SExpr::Agg(_) => {}
+            | SExpr::Agg(_)
+            | SExpr::Window(_) => {}
             SExpr::Not(e) | SExpr::Neg(e) | SExpr::IsNull(e, _) | SExpr::IsBool(e, ..) | SExpr::Cast(e, _) => e.walk(f),
             SExpr::And(a, b)
             | SExpr::Or(a, b)

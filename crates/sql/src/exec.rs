@@ -722,7 +722,7 @@ fn concat(mut items: Vec<(Vec<Value>, String)>, spec: &AggSpec) -> Value {
     Value::Str(items.into_iter().map(|(_, text)| text).collect::<Vec<_>>().join(&spec.separator))
 }
 
-fn avg(sum: &Value, n: u64) -> SqlResult<Value> {
+pub(crate) fn avg(sum: &Value, n: u64) -> SqlResult<Value> {
     if n == 0 || sum.is_null() {
         return Ok(Value::Null);
     }
@@ -755,6 +755,18 @@ fn finish_rows(plan: &SelectPlan, rows: Vec<Vec<Value>>, env: &Env) -> SqlResult
     let offset = match &plan.offset {
         Some(e) => count_arg(e, env)?,
         None => 0,
+    };
+    let rows = if plan.windows.is_empty() {
+        rows
+    } else {
+        // Window functions see the rows HAVING keeps.
+        let mut kept = Vec::with_capacity(rows.len());
+        for r in rows {
+            if plan.having.as_ref().map_or(Ok(true), |h| h.eval(&r, env).map(|v| truth(&v) == Some(true)))? {
+                kept.push(r);
+            }
+        }
+        crate::window::compute(&plan.windows, kept, env)?
     };
     let mut out: Vec<(Vec<Value>, Vec<Value>)> = Vec::with_capacity(rows.len());
     for r in &rows {

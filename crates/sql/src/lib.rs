@@ -22,6 +22,7 @@ pub mod process;
 pub mod session;
 pub mod subquery;
 pub mod union;
+pub mod window;
 pub mod wire;
 
 use latsdb_client::Client;

@@ -126,6 +126,9 @@ pub struct SelectPlan {
     /// The same query without aggregates pushed down, run instead of this
     /// plan when the transaction has written rows of the table.
     pub unpushed: Option<Box<SelectPlan>>,
+    /// Window functions, computed after HAVING; `SExpr::Window(i)` reads
+    /// the `i`-th one's value, appended to each row.
+    pub windows: Vec<crate::bind::WindowSpec>,
 }
 
 /// Looks up tables for the planner (the SQL node's catalog).
@@ -202,6 +205,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
     }
 
     let mut aggs: Vec<AggSpec> = Vec::new();
+    let mut windows: Vec<crate::bind::WindowSpec> = Vec::new();
     // Select list (wildcards expand to every column).
     let mut outputs: Vec<OutputColumn> = Vec::new();
     for item in &select.projection {
@@ -238,6 +242,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
                 let mut b = Binder::new(&scope, "field list");
                 b.aggs = Some(&mut aggs);
+                b.windows = Some(&mut windows);
                 let bound = b.bind(e)?;
                 let name = match item {
                     SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
@@ -323,6 +328,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 for o in list {
                     let mut b = Binder::new(&scope, "order clause");
                     b.aggs = Some(&mut aggs);
+                    b.windows = Some(&mut windows);
                     b.aliases = &aliases;
                     b.aliases_first = true;
                     let e = match positional(&o.expr, &outputs)? {
@@ -448,6 +454,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
     let mut agg = AggMode::None;
     if has_aggs {
         let pushable = push_aggregates
+            && windows.is_empty()
             && sources.len() == 1
             && sources[0].stored().is_some()
             && group_keys.is_empty()
@@ -510,6 +517,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         row_width: 0,
         first_conditions,
         unpushed: None,
+        windows,
     };
     if matches!(plan.agg, AggMode::Pushed { .. }) {
         plan.unpushed = Some(Box::new(Box::pin(plan_query(catalog, query, false)).await?));
@@ -773,6 +781,9 @@ fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
         }
         plan.outputs.iter().for_each(|o| note(&o.expr));
         plan.order.iter().for_each(|(e, _)| note(e));
+        for w in &plan.windows {
+            w.args.iter().chain(&w.partition).chain(w.order.iter().map(|(k, _)| k)).for_each(&mut note);
+        }
         if let Some(h) = &plan.having {
             note(h);
         }
@@ -811,6 +822,12 @@ fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
         AggMode::Pushed { .. } => 0,
         _ => width,
     };
+    // Window values follow the row as grouping leaves it.
+    let window_base = match &plan.agg {
+        AggMode::Pushed { specs, .. } => specs.len(),
+        AggMode::Grouped { aggs, .. } => width + aggs.len(),
+        AggMode::None => width,
+    };
     let mut rewrite = |e: SExpr| -> SqlResult<SExpr> {
         e.map(&mut |x| match x {
             SExpr::TableCol(t, c) => {
@@ -821,9 +838,21 @@ fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
                 Ok(SExpr::Col(offsets[t] + pos))
             }
             SExpr::Agg(i) => Ok(SExpr::Col(agg_base + i)),
+            SExpr::Window(i) => Ok(SExpr::Col(window_base + i)),
             other => Ok(other),
         })
     };
+    let mut windows = std::mem::take(&mut plan.windows);
+    for w in &mut windows {
+        let take = |e: &mut SExpr| std::mem::replace(e, SExpr::Const(Value::Null));
+        for a in w.args.iter_mut().chain(w.partition.iter_mut()) {
+            *a = rewrite(take(a))?;
+        }
+        for (k, _) in w.order.iter_mut() {
+            *k = rewrite(take(k))?;
+        }
+    }
+    plan.windows = windows;
     if let Some(f) = plan.filter.take() {
         plan.filter = Some(rewrite(f)?);
     }

@@ -57,6 +57,8 @@ SELECT DATE_ADD(placed, INTERVAL 1 MONTH) AS next_month, placed - INTERVAL 1 DAY
 SELECT name FROM customers UNION SELECT note FROM orders WHERE note IS NOT NULL ORDER BY name;
 SELECT customer_id FROM orders UNION ALL SELECT id FROM customers WHERE id < 3 ORDER BY 1 DESC LIMIT 3;
 SELECT id FROM customers INTERSECT SELECT customer_id FROM orders WHERE amount > 5 ORDER BY id;
+SELECT customer_id, amount, SUM(amount) OVER (PARTITION BY customer_id ORDER BY id) AS running, RANK() OVER (ORDER BY amount DESC) AS r, LAG(amount, 1, 0) OVER (ORDER BY id) AS prev FROM orders ORDER BY id;
+SELECT customer_id, COUNT(*) AS n, ROW_NUMBER() OVER (ORDER BY COUNT(*) DESC, customer_id) AS place FROM orders GROUP BY customer_id ORDER BY place;
 WITH RECURSIVE seq (n, sq) AS (SELECT 1, 1 UNION ALL SELECT n + 1, (n + 1) * (n + 1) FROM seq WHERE n < 5) SELECT n, sq FROM seq ORDER BY n DESC;
 WITH RECURSIVE chain (id, depth) AS (SELECT id, 0 FROM customers WHERE id = 1 UNION SELECT o.customer_id + 1, c.depth + 1 FROM chain c JOIN orders o ON o.customer_id = c.id) SELECT id, depth FROM chain ORDER BY id;
 SELECT customer_id FROM orders EXCEPT ALL SELECT id FROM customers WHERE id = 1 ORDER BY 1;
