@@ -224,6 +224,7 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             // rewrite rows, and the new table name.
             let before = shared.table(&d, &t).await?.def().clone();
             let (changes, auto_renamed) = column_changes(session, &before, &at.operations).await?;
+            check_index_clauses(&before, &changes, &added, &at.operations)?;
             let renamed_to = match at.operations.iter().rev().find_map(|op| match op {
                 ast::AlterTableOperation::RenameTable { table_name } => Some(table_name),
                 _ => None,
@@ -582,6 +583,63 @@ fn alter_supported(op: &ast::AlterTableOperation) -> bool {
             }
             | Op::RenameTable { .. }
     )
+}
+
+/// Checks the index clauses of an ALTER TABLE against the table as the
+/// statement's column clauses leave it, before anything changes: indexed
+/// columns must exist, dropped indexes must exist, new index names must be
+/// free. (What only the cluster can find, such as values a new unique
+/// index finds twice, still fails after the earlier clauses are done.)
+fn check_index_clauses(
+    before: &TableDef,
+    changes: &[ColumnChange],
+    added: &[(&ast::ColumnDef, bool, &Option<ast::MySQLColumnPosition>)],
+    ops: &[ast::AlterTableOperation],
+) -> SqlResult<()> {
+    use ast::AlterTableOperation as AOp;
+    let mut columns: Vec<String> = before.columns.iter().map(|c| c.name.clone()).collect();
+    for change in changes {
+        if let ColumnChange::Rename { from, to } = change {
+            if let Some(c) = columns.iter_mut().find(|c| c.eq_ignore_ascii_case(from)) {
+                *c = to.clone();
+            }
+        }
+    }
+    columns.extend(added.iter().map(|(c, _, _)| c.name.value.clone()));
+    let mut indexes: Vec<String> = before.indexes.iter().map(|i| i.name.clone()).collect();
+    for op in ops {
+        let (given, cols) = match op {
+            AOp::AddConstraint { constraint: TableConstraint::Index(ic), .. } => {
+                (ic.name.as_ref(), index_column_names(&ic.columns))
+            }
+            AOp::AddConstraint { constraint: TableConstraint::Unique(u), .. } => {
+                (u.index_name.as_ref().or(u.name.as_ref()), index_column_names(&u.columns))
+            }
+            AOp::DropIndex { name } => {
+                let at = indexes.iter().position(|i| i.eq_ignore_ascii_case(&name.value)).ok_or_else(|| {
+                    SqlError::new(
+                        crate::error::ER_CANT_DROP_KEY,
+                        "42000",
+                        format!("Can't DROP '{}'; check that column/key exists", name.value),
+                    )
+                })?;
+                indexes.remove(at);
+                continue;
+            }
+            _ => continue,
+        };
+        for c in &cols {
+            if !columns.iter().any(|n| n.eq_ignore_ascii_case(c)) {
+                return Err(SqlError::new(1072, "42000", format!("Key column '{c}' doesn't exist in table")));
+            }
+        }
+        let name = index_name(&indexes, given, &cols)?;
+        if indexes.iter().any(|i| i.eq_ignore_ascii_case(&name)) {
+            return Err(SqlError::new(crate::error::ER_DUP_KEYNAME, "42000", format!("Duplicate key name '{name}'")));
+        }
+        indexes.push(name);
+    }
+    Ok(())
 }
 
 /// Where `RENAME` moves a table, checked: an existing database other than
