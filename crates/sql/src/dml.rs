@@ -258,10 +258,15 @@ type WriteParts<'a> = (
 /// UPDATE and DELETE: the WHERE/ORDER BY/LIMIT become a SELECT of whole
 /// rows; a WHERE that is exactly a key lookup writes without reading.
 pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<WritePlan> {
+    if let Some(plan) = plan_joined_write(catalog, stmt).await? {
+        return Ok(plan);
+    }
     let (name, alias, selection, order_by, limit, assignments): WriteParts = match stmt {
         Statement::Update(u) => {
-            if u.from.is_some() || !u.table.joins.is_empty() {
-                return Err(SqlError::unsupported("multi-table UPDATE is not supported"));
+            if u.from.is_some() {
+                return Err(SqlError::unsupported(
+                    "UPDATE ... FROM is not supported; write UPDATE t JOIN u ON ... SET",
+                ));
             }
             let ast::TableFactor::Table { name, alias, .. } = &u.table.relation else {
                 return Err(SqlError::unsupported("UPDATE of a derived table is not supported"));
@@ -322,6 +327,117 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
     };
     let sets = sets.into_iter().map(|(c, e)| Ok((c, full_row(e)?))).collect::<SqlResult<_>>()?;
     Ok(WritePlan { table, select, sets, direct })
+}
+
+/// A multi-table UPDATE or DELETE (`UPDATE t JOIN u ON ... SET t.c = ...`,
+/// `DELETE t FROM t JOIN u ON ...`, `DELETE FROM t USING t JOIN u ...`):
+/// one target table, whose rows the join matches are read under exclusive
+/// locks (`SELECT DISTINCT t.* ... FOR UPDATE`) and then written by key.
+/// SET values may use the target's columns only. None for a single-table
+/// statement.
+async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<Option<WritePlan>> {
+    let (source, target, selection, order_limit, assignments): (
+        &ast::TableWithJoins,
+        Option<&ast::ObjectName>,
+        _,
+        bool,
+        &[ast::Assignment],
+    ) = match stmt {
+        Statement::Update(u) if !u.table.joins.is_empty() => {
+            (&u.table, None, &u.selection, !u.order_by.is_empty() || u.limit.is_some(), &u.assignments)
+        }
+        Statement::Delete(d) => {
+            let from = match &d.from {
+                ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => f,
+            };
+            let source = match &d.using {
+                Some(using) => using,
+                None => from,
+            };
+            if d.tables.is_empty() && d.using.is_none() && from.len() == 1 && from[0].joins.is_empty() {
+                return Ok(None);
+            }
+            if d.tables.len() > 1 || (d.using.is_some() && from.len() != 1) {
+                return Err(SqlError::unsupported(
+                    "DELETE from several tables at once is not supported; delete from one table per statement",
+                ));
+            }
+            if source.len() != 1 {
+                return Err(SqlError::unsupported("comma joins are not supported; write JOIN ... ON"));
+            }
+            let target = d.tables.first().or(match &from[0].relation {
+                ast::TableFactor::Table { name, .. } if d.using.is_some() => Some(name),
+                _ => None,
+            });
+            (&source[0], target, &d.selection, !d.order_by.is_empty() || d.limit.is_some(), &[])
+        }
+        _ => return Ok(None),
+    };
+    if order_limit {
+        return Err(SqlError::new(1221, "HY000", "Incorrect usage of multi-table UPDATE/DELETE and ORDER BY or LIMIT"));
+    }
+    // The target: named by DELETE, else UPDATE's first table; by alias or name.
+    let relations: Vec<&ast::TableFactor> =
+        std::iter::once(&source.relation).chain(source.joins.iter().map(|j| &j.relation)).collect();
+    let named = |f: &ast::TableFactor, n: &str| match f {
+        ast::TableFactor::Table { name, alias, .. } => match alias {
+            Some(a) => a.name.value.eq_ignore_ascii_case(n),
+            None => table_name(name).is_ok_and(|(_, t)| t.eq_ignore_ascii_case(n)),
+        },
+        _ => false,
+    };
+    let factor = match target {
+        Some(t) => {
+            let (_, n) = table_name(t)?;
+            *relations
+                .iter()
+                .find(|f| named(f, &n))
+                .ok_or_else(|| SqlError::new(1109, "42S02", format!("Unknown table '{n}' in MULTI DELETE")))?
+        }
+        None => relations[0],
+    };
+    let ast::TableFactor::Table { name, alias, .. } = factor else {
+        return Err(SqlError::unsupported("writing a derived table is not supported"));
+    };
+    let (db, tname) = table_name(name)?;
+    let (_, kind) = catalog.resolve(db.as_deref(), &tname).await?;
+    let table = stored(kind, &tname)?;
+    let shown = alias.as_ref().map_or(tname.clone(), |a| a.name.value.clone());
+    let mut sql = format!("SELECT DISTINCT `{shown}`.* FROM {source}");
+    if let Some(w) = selection {
+        sql.push_str(&format!(" WHERE {w}"));
+    }
+    sql.push_str(" FOR UPDATE");
+    let parsed = crate::parse::parse(&sql)?;
+    let Some(Statement::Query(q)) = parsed.statements.first() else {
+        return Err(SqlError::general("internal: rewritten UPDATE/DELETE did not parse as a query"));
+    };
+    let select = plan_select(catalog, q).await?;
+    let scope = [scope_of(&table, &shown)];
+    let mut sets = Vec::new();
+    for a in assignments {
+        if let AssignmentTarget::ColumnName(n) = &a.target {
+            let parts = crate::plan::object_parts(n);
+            if parts.len() > 1 && !parts[parts.len() - 2].eq_ignore_ascii_case(&shown) {
+                return Err(SqlError::unsupported(format!(
+                    "a multi-table UPDATE writes one table ({shown}); SET {n} names another"
+                )));
+            }
+        }
+        let c = assignment_column(&table, &a.target)?;
+        let bound = Binder::new(&scope, "field list").bind(&a.value).map_err(|e| {
+            if e.code == crate::error::ER_BAD_FIELD {
+                SqlError::unsupported(format!(
+                    "a multi-table UPDATE sets values from {shown}'s own columns only ({})",
+                    e.message
+                ))
+            } else {
+                e
+            }
+        })?;
+        sets.push((c, full_row(bound)?));
+    }
+    Ok(Some(WritePlan { table, select, sets, direct: None }))
 }
 
 /// An assignment the data node computes from the current row, if the

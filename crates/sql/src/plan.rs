@@ -140,7 +140,7 @@ pub trait Catalog {
     ) -> impl std::future::Future<Output = SqlResult<(String, SourceKind)>> + Send;
 }
 
-fn object_parts(name: &ast::ObjectName) -> Vec<String> {
+pub(crate) fn object_parts(name: &ast::ObjectName) -> Vec<String> {
     name.0.iter().map(|p| p.as_ident().map(|i| i.value.clone()).unwrap_or_else(|| p.to_string())).collect()
 }
 
@@ -225,8 +225,12 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 }
             }
             SelectItem::QualifiedWildcard(kind, _) => {
-                let q = kind.to_string();
-                let q = q.rsplit('.').next().unwrap_or(&q).trim_matches('`').to_string();
+                let q = match kind {
+                    ast::SelectItemQualifiedWildcardKind::ObjectName(name) => {
+                        object_parts(name).pop().unwrap_or_default()
+                    }
+                    other => return Err(SqlError::unsupported(format!("select item {other} is not supported"))),
+                };
                 let t = scope
                     .iter()
                     .position(|s| s.alias.eq_ignore_ascii_case(&q))
