@@ -303,12 +303,7 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
     if let Some(l) = limit {
         sql.push_str(&format!(" LIMIT {l}"));
     }
-    sql.push_str(" FOR UPDATE");
-    let parsed = crate::parse::parse(&sql)?;
-    let Some(Statement::Query(q)) = parsed.statements.first() else {
-        return Err(SqlError::general("internal: rewritten UPDATE/DELETE did not parse as a query"));
-    };
-    let select = plan_select(catalog, q).await?;
+    let select = plan_locking_select(catalog, sql).await?;
     let scope = [scope_of(&table, alias.as_deref().unwrap_or(&tname))];
     let mut sets = Vec::new();
     for a in assignments {
@@ -327,6 +322,17 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
     };
     let sets = sets.into_iter().map(|(c, e)| Ok((c, full_row(e)?))).collect::<SqlResult<_>>()?;
     Ok(WritePlan { table, select, sets, direct })
+}
+
+/// Plans the SELECT an UPDATE or DELETE was rewritten into, reading its
+/// rows under exclusive locks.
+async fn plan_locking_select<C: Catalog>(catalog: &C, mut sql: String) -> SqlResult<crate::plan::SelectPlan> {
+    sql.push_str(" FOR UPDATE");
+    let parsed = crate::parse::parse(&sql)?;
+    let Some(Statement::Query(q)) = parsed.statements.first() else {
+        return Err(SqlError::general("internal: rewritten UPDATE/DELETE did not parse as a query"));
+    };
+    plan_select(catalog, q).await
 }
 
 /// A multi-table UPDATE or DELETE (`UPDATE t JOIN u ON ... SET t.c = ...`,
@@ -407,12 +413,7 @@ async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResu
     if let Some(w) = selection {
         sql.push_str(&format!(" WHERE {w}"));
     }
-    sql.push_str(" FOR UPDATE");
-    let parsed = crate::parse::parse(&sql)?;
-    let Some(Statement::Query(q)) = parsed.statements.first() else {
-        return Err(SqlError::general("internal: rewritten UPDATE/DELETE did not parse as a query"));
-    };
-    let select = plan_select(catalog, q).await?;
+    let select = plan_locking_select(catalog, sql).await?;
     let scope = [scope_of(&table, &shown)];
     let mut sets = Vec::new();
     for a in assignments {
