@@ -349,18 +349,15 @@ impl<'a> Binder<'a> {
                 format!("You cannot use the window function '{name}' in this context (only in the select list and ORDER BY)"),
             ));
         };
-        let bound = self.window_spec(f, name, over);
-        self.windows = Some(windows);
-        let spec = bound?;
-        let windows = self.windows.as_mut().expect("put back above");
-        let idx = match windows.iter().position(|w| *w == spec) {
+        let idx = self.window_spec(f, name, over).map(|spec| match windows.iter().position(|w| *w == spec) {
             Some(i) => i,
             None => {
                 windows.push(spec);
                 windows.len() - 1
             }
-        };
-        Ok(SExpr::Window(idx))
+        });
+        self.windows = Some(windows);
+        idx.map(SExpr::Window)
     }
 
     fn window_spec(&mut self, f: &ast::Function, name: &str, over: &ast::WindowType) -> SqlResult<WindowSpec> {
