@@ -270,10 +270,7 @@ impl Client {
     }
 
     pub async fn create_table(&self, spec: TableSpec) -> Result<Arc<Table>> {
-        match self.mgm(MgmRequest::CreateTable(spec)).await? {
-            MgmResponse::Table(def) => Ok(self.cache_table(def)),
-            other => Err(unexpected("CreateTable", other)),
-        }
+        self.table_answer("CreateTable", MgmRequest::CreateTable(spec)).await
     }
 
     pub async fn drop_table(&self, database: &str, name: &str) -> Result<()> {
@@ -344,18 +341,12 @@ impl Client {
             columns: columns.iter().map(|c| c.to_string()).collect(),
             unique,
         };
-        match self.mgm(request).await? {
-            MgmResponse::Table(def) => Ok(self.cache_table(def)),
-            other => Err(unexpected("CreateIndex", other)),
-        }
+        self.table_answer("CreateIndex", request).await
     }
 
     pub async fn drop_index(&self, database: &str, table: &str, index: &str) -> Result<Arc<Table>> {
         let request = MgmRequest::DropIndex { database: database.into(), table: table.into(), index: index.into() };
-        match self.mgm(request).await? {
-            MgmResponse::Table(def) => Ok(self.cache_table(def)),
-            other => Err(unexpected("DropIndex", other)),
-        }
+        self.table_answer("DropIndex", request).await
     }
 
     /// Appends columns to a table and returns its new definition. Rows
@@ -369,10 +360,7 @@ impl Client {
         fill: Vec<Value>,
     ) -> Result<Arc<Table>> {
         let request = MgmRequest::AddColumns { database: database.into(), table: table.into(), columns, fill };
-        match self.mgm(request).await? {
-            MgmResponse::Table(def) => Ok(self.cache_table(def)),
-            other => Err(unexpected("AddColumns", other)),
-        }
+        self.table_answer("AddColumns", request).await
     }
 
     /// Renames columns or changes their defaults. Stored rows are not
@@ -385,10 +373,7 @@ impl Client {
         changes: Vec<latsdb_types::schema::ColumnChange>,
     ) -> Result<Arc<Table>> {
         let request = MgmRequest::ChangeColumns { database: database.into(), table: table.into(), changes };
-        match self.mgm(request).await? {
-            MgmResponse::Table(def) => Ok(self.cache_table(def)),
-            other => Err(unexpected("ChangeColumns", other)),
-        }
+        self.table_answer("ChangeColumns", request).await
     }
 
     /// Gives a table a new name (and possibly database). Clients that look
@@ -406,11 +391,17 @@ impl Client {
             new_database: new_database.into(),
             new_name: new_name.into(),
         };
-        let answer = self.mgm(request).await?;
+        let renamed = self.table_answer("RenameTable", request).await;
         self.inner.tables.remove(&(database.to_string(), table.to_string()));
-        match answer {
+        renamed
+    }
+
+    /// Sends a schema request the management server answers with the
+    /// table's (new) definition, and caches that.
+    async fn table_answer(&self, what: &str, request: MgmRequest) -> Result<Arc<Table>> {
+        match self.mgm(request).await? {
             MgmResponse::Table(def) => Ok(self.cache_table(def)),
-            other => Err(unexpected("RenameTable", other)),
+            other => Err(unexpected(what, other)),
         }
     }
 

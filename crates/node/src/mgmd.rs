@@ -403,8 +403,8 @@ impl Mgmd {
             MgmRequest::CreateIndex { table, .. }
             | MgmRequest::DropIndex { table, .. }
             | MgmRequest::AddColumns { table, .. }
-            | MgmRequest::ChangeColumns { table, .. } => Some(table),
-            MgmRequest::RenameTable { table, .. } => Some(table),
+            | MgmRequest::ChangeColumns { table, .. }
+            | MgmRequest::RenameTable { table, .. } => Some(table),
             _ => None,
         };
         if changed.is_some_and(|t| t.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX)) {

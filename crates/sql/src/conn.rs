@@ -595,8 +595,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     async fn run(&mut self) {
         let mut packet = Vec::new();
+        let process = self.process.clone();
         loop {
-            let process = self.process.clone();
             let read = tokio::select! {
                 // A killed connection answers nothing more.
                 biased;
@@ -625,7 +625,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 continue;
             };
             let body = body.to_vec();
-            self.process.begin(command_name(command), None);
+            // COM_QUERY and COM_STMT_EXECUTE register with their statement
+            // text themselves.
+            if !matches!(command, COM_QUERY | COM_STMT_EXECUTE) {
+                self.process.begin(command_name(command), None);
+            }
             let keep_going = self.command(command, &body).await;
             self.process.idle(self.session.db.as_deref());
             if !keep_going || self.process.is_killed() {
@@ -654,7 +658,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     Err(e) => self.err(&e),
                 }
             }
-            0x03 => self.query(body).await,
+            COM_QUERY => self.query(body).await,
             0x04 => self.field_list(body).await,
             0x09 => {
                 let stats = b"Uptime: 1  Threads: 1  Questions: 0  Slow queries: 0  Opens: 0  Open tables: 0";
@@ -662,7 +666,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             0x0e => self.ok(0, 0, ""), // COM_PING
             0x16 => self.prepare(body).await,
-            0x17 => self.execute(body).await,
+            COM_STMT_EXECUTE => self.execute(body).await,
             0x18 => self.send_long_data(body),
             0x19 => {
                 // COM_STMT_CLOSE: no answer.
@@ -899,17 +903,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 }
 
+const COM_QUERY: u8 = 0x03;
+const COM_STMT_EXECUTE: u8 = 0x17;
+
 /// A command as SHOW PROCESSLIST names it.
 fn command_name(command: u8) -> &'static str {
     match command {
         0x01 => "Quit",
         0x02 => "Init DB",
-        0x03 => "Query",
+        COM_QUERY => "Query",
         0x04 => "Field List",
         0x09 => "Statistics",
         0x0e => "Ping",
         0x16 => "Prepare",
-        0x17 => "Execute",
+        COM_STMT_EXECUTE => "Execute",
         0x18 => "Long Data",
         0x19 => "Close stmt",
         0x1a => "Reset stmt",

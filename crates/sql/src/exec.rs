@@ -756,21 +756,21 @@ fn finish_rows(plan: &SelectPlan, rows: Vec<Vec<Value>>, env: &Env) -> SqlResult
         Some(e) => count_arg(e, env)?,
         None => 0,
     };
-    let rows = if plan.windows.is_empty() {
-        rows
+    // Window functions see the rows HAVING keeps: then HAVING runs first.
+    let (rows, having) = if plan.windows.is_empty() {
+        (rows, plan.having.as_ref())
     } else {
-        // Window functions see the rows HAVING keeps.
         let mut kept = Vec::with_capacity(rows.len());
         for r in rows {
             if plan.having.as_ref().map_or(Ok(true), |h| h.eval(&r, env).map(|v| truth(&v) == Some(true)))? {
                 kept.push(r);
             }
         }
-        crate::window::compute(&plan.windows, kept, env)?
+        (crate::window::compute(&plan.windows, kept, env)?, None)
     };
     let mut out: Vec<(Vec<Value>, Vec<Value>)> = Vec::with_capacity(rows.len());
     for r in &rows {
-        if let Some(h) = &plan.having {
+        if let Some(h) = having {
             if truth(&h.eval(r, env)?) != Some(true) {
                 continue;
             }

@@ -749,10 +749,7 @@ impl Session {
                 ));
             }
             let table = crate::plan::VirtualTable { columns: columns.clone(), rows: std::mem::take(&mut working) };
-            let shadowed = vec![(name.to_string(), self.derived.insert(name.to_string(), Arc::new(table)))];
-            let result = Box::pin(self.execute(&step, params, None)).await;
-            self.restore_tables(shadowed);
-            let added = match result? {
+            let added = match self.execute_over(&step, params, vec![(name.to_string(), table)]).await? {
                 Response::Rows { rows, .. } => rows,
                 Response::Ok { .. } => {
                     return Err(SqlError::new(
@@ -1425,15 +1422,7 @@ fn recursive_parts(recursive: bool, name: &str, query: &ast::Query) -> Option<(a
     let SetExpr::SetOperation { op: SetOperator::Union, set_quantifier, left, right } = query.body.as_ref() else {
         return None;
     };
-    let part = |body: &SetExpr| {
-        let mut q = query.clone();
-        q.with = None;
-        q.body = Box::new(body.clone());
-        q.order_by = None;
-        q.limit_clause = None;
-        q
-    };
-    let step = part(right);
+    let step = crate::union::operand(query, right);
     let mut refers = false;
     let _ = sqlparser::ast::visit_relations(&step, |relation| {
         if relation.0.last().and_then(|p| p.as_ident()).is_some_and(|i| i.value.eq_ignore_ascii_case(name)) {
@@ -1441,5 +1430,5 @@ fn recursive_parts(recursive: bool, name: &str, query: &ast::Query) -> Option<(a
         }
         std::ops::ControlFlow::<()>::Continue(())
     });
-    refers.then(|| (part(left), step, matches!(set_quantifier, SetQuantifier::All)))
+    refers.then(|| (crate::union::operand(query, left), step, matches!(set_quantifier, SetQuantifier::All)))
 }

@@ -58,15 +58,22 @@ fn collect(outer: &Query, body: &SetExpr, out: &mut Vec<Step>) -> SqlResult<()> 
             Ok(())
         }
         other => {
-            let mut q = outer.clone();
-            q.body = Box::new(other.clone());
-            q.order_by = None;
-            q.limit_clause = None;
-            q.fetch = None;
-            out.push(Step::Select(Box::new(q)));
+            out.push(Step::Select(Box::new(operand(outer, other))));
             Ok(())
         }
     }
+}
+
+/// One operand of a set operation as a query of its own: the operation's
+/// WITH, ORDER BY and LIMIT belong to the whole, not to it.
+pub fn operand(outer: &Query, body: &SetExpr) -> Query {
+    let mut q = outer.clone();
+    q.with = None;
+    q.body = Box::new(body.clone());
+    q.order_by = None;
+    q.limit_clause = None;
+    q.fetch = None;
+    q
 }
 
 /// Rows and their result columns.
