@@ -133,6 +133,7 @@ impl<'a> Binder<'a> {
             Expr::Identifier(id) => self.identifier(std::slice::from_ref(id))?,
             Expr::CompoundIdentifier(ids) => self.identifier(ids)?,
             Expr::Value(v) => literal(&v.value)?,
+            Expr::TypedString(ts) => typed_literal(&ts.data_type, &ts.value.value)?,
             Expr::Nested(inner) => self.bind(inner)?,
             Expr::UnaryOp { op, expr } => {
                 let inner = self.bind(expr)?;
@@ -746,6 +747,24 @@ pub fn literal(v: &ast::Value) -> SqlResult<SExpr> {
         }
         other => return Err(SqlError::unsupported(format!("literal {other} is not supported"))),
     }))
+}
+
+/// `DATE '2024-01-05'`, `TIMESTAMP '2024-01-05 10:00:00'` (and `DATETIME`,
+/// `TIME` is not a type here): the string must be a valid value of the type.
+fn typed_literal(t: &DataType, v: &ast::Value) -> SqlResult<SExpr> {
+    let (ast::Value::SingleQuotedString(text) | ast::Value::DoubleQuotedString(text)) = v else {
+        return Err(SqlError::parse(format!("{t} must be followed by a quoted string, not {v}")));
+    };
+    let (value, shown) = match t {
+        DataType::Date => (latsdb_types::value::parse_date(text).map(Value::Date), "DATE"),
+        DataType::Datetime(_) | DataType::Timestamp(..) => {
+            (latsdb_types::value::parse_datetime(text).map(Value::DateTime), "DATETIME")
+        }
+        other => return Err(SqlError::unsupported(format!("{other} '...' literals are not supported"))),
+    };
+    value.map(SExpr::Const).ok_or_else(|| {
+        SqlError::new(crate::error::ER_WRONG_VALUE, "HY000", format!("Incorrect {shown} value: '{text}'"))
+    })
 }
 
 fn number(n: &str) -> SqlResult<Value> {

@@ -125,6 +125,14 @@ fn wire_of(ty: ColumnType) -> Wire {
     }
 }
 
+fn is_number(ty: u8) -> bool {
+    matches!(ty, T_LONGLONG | T_DOUBLE | T_NEWDECIMAL)
+}
+
+fn is_temporal(ty: u8) -> bool {
+    matches!(ty, T_DATE | T_DATETIME)
+}
+
 /// The wire type of a computed column, from the values it holds.
 fn infer_wire(rows: &[Vec<Value>], i: usize) -> Wire {
     let mut kind = None::<Wire>;
@@ -153,6 +161,14 @@ fn infer_wire(rows: &[Vec<Value>], i: usize) -> Wire {
             Some(k) if k.ty == w.ty => {
                 Wire { unsigned: k.unsigned && w.unsigned, decimals: k.decimals.max(w.decimals), ..k }
             }
+            // Numbers of different kinds, as MySQL types an expression over
+            // them: integers and decimals are DECIMAL, with a float DOUBLE.
+            Some(k) if is_number(k.ty) && is_number(w.ty) => {
+                let ty = if k.ty == T_DOUBLE || w.ty == T_DOUBLE { T_DOUBLE } else { T_NEWDECIMAL };
+                let decimals = if ty == T_DOUBLE { 31 } else { k.decimals.max(w.decimals) };
+                Wire { ty, unsigned: false, binary: false, decimals, length: 66 }
+            }
+            Some(k) if is_temporal(k.ty) && is_temporal(w.ty) => wire_of(ColumnType::DateTime),
             // Mixed kinds: send text.
             Some(_) => Wire { ty: T_VAR_STRING, unsigned: false, binary: false, decimals: 31, length: 65_535 * 4 },
         });

@@ -162,7 +162,7 @@ pub async fn plan_insert<C: Catalog>(catalog: &C, insert: &ast::Insert) -> SqlRe
         match on {
             ast::OnInsert::DuplicateKeyUpdate(assignments) => {
                 let n = def.columns.len();
-                let scope = [scope_of(&table, &def.name)];
+                let scope = scope_of(&table, &def.name);
                 let mut sets = Vec::new();
                 for a in assignments {
                     let c = assignment_column(&table, &a.target)?;
@@ -181,49 +181,38 @@ pub async fn plan_insert<C: Catalog>(catalog: &C, insert: &ast::Insert) -> SqlRe
     Ok(InsertPlan { table, columns, source, conflict })
 }
 
-/// Binds an ON DUPLICATE KEY UPDATE value; `VALUES(col)` reads the row
-/// that was to be inserted (placed after the existing row).
-fn bind_with_values(scope: &[ScopeTable], e: &ast::Expr, n: usize) -> SqlResult<SExpr> {
-    match replace_values_calls(e, scope, n)? {
-        Some(x) => Ok(x),
-        None => Binder::new(scope, "field list").bind(e),
-    }
-}
-
-/// Handles the common shapes `VALUES(c)` and `expr op VALUES(c)`.
-fn replace_values_calls(e: &ast::Expr, scope: &[ScopeTable], n: usize) -> SqlResult<Option<SExpr>> {
-    if let Some(col) = Binder::is_values_call(e) {
-        let c = scope[0]
-            .columns
-            .iter()
-            .position(|x| x.name.eq_ignore_ascii_case(&col))
-            .ok_or_else(|| SqlError::bad_field(&col, "field list"))?;
-        return Ok(Some(SExpr::Col(n + c)));
-    }
-    if let ast::Expr::BinaryOp { left, op, right } = e {
-        let l = replace_values_calls(left, scope, n)?;
-        let r = replace_values_calls(right, scope, n)?;
-        if l.is_some() || r.is_some() {
-            let mut b = Binder::new(scope, "field list");
-            let l = match l {
-                Some(x) => x,
-                None => b.bind(left)?,
-            };
-            let r = match r {
-                Some(x) => x,
-                None => b.bind(right)?,
-            };
-            let op = match op {
-                ast::BinaryOperator::Plus => Arith::Add,
-                ast::BinaryOperator::Minus => Arith::Sub,
-                ast::BinaryOperator::Multiply => Arith::Mul,
-                ast::BinaryOperator::Divide => Arith::Div,
-                other => return Err(SqlError::unsupported(format!("operator {other} with VALUES() is not supported"))),
-            };
-            return Ok(Some(SExpr::Arith(op, Box::new(l), Box::new(r))));
+/// Binds an ON DUPLICATE KEY UPDATE value over `[existing row ++ new
+/// row]`: a column reads the existing row, `VALUES(col)` the row that was
+/// to be inserted, anywhere in the expression.
+fn bind_with_values(scope: &ScopeTable, e: &ast::Expr, n: usize) -> SqlResult<SExpr> {
+    // VALUES(c) becomes a reference to column "\0c" of a second table that
+    // only VALUES() can name, so a plain `c` still means the existing row.
+    let mut e = e.clone();
+    let mut unknown = None;
+    let _ = ast::visit_expressions_mut(&mut e, |x| {
+        if let Some(col) = Binder::is_values_call(x) {
+            if scope.columns.iter().any(|c| c.name.eq_ignore_ascii_case(&col)) {
+                *x = ast::Expr::Identifier(ast::Ident::new(format!("\0{col}")));
+            } else {
+                unknown.get_or_insert(col);
+            }
         }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    if let Some(col) = unknown {
+        return Err(SqlError::bad_field(&col, "field list"));
     }
-    Ok(None)
+    let mut new_row = scope.clone();
+    new_row.alias = "\0".into();
+    for c in &mut new_row.columns {
+        c.name = format!("\0{}", c.name);
+    }
+    let tables = [scope.clone(), new_row];
+    Binder::new(&tables, "field list").bind(&e)?.map(&mut |x| match x {
+        SExpr::TableCol(0, c) => Ok(SExpr::Col(c as usize)),
+        SExpr::TableCol(_, c) => Ok(SExpr::Col(n + c as usize)),
+        other => Ok(other),
+    })
 }
 
 fn assignment_column(table: &Arc<Table>, target: &AssignmentTarget) -> SqlResult<ColumnId> {
@@ -491,6 +480,35 @@ fn key_of(def: &latsdb_types::schema::TableDef, row: &[Value]) -> Vec<Value> {
     def.primary_key.iter().map(|&c| row[c as usize].clone()).collect()
 }
 
+/// The data node's duplicate-key error names no key; MySQL's does. Nothing
+/// of the failed INSERT was written (its writes commit together), so the
+/// key to name is one the rows share or one already stored.
+async fn name_duplicate(
+    table: &Arc<Table>,
+    e: SqlError,
+    single_key: Option<&[Value]>,
+    keys: &[Vec<Value>],
+    ctx: &mut Ctx<'_>,
+) -> SqlError {
+    if e.code != crate::error::ER_DUP_ENTRY || e.message.starts_with("Duplicate entry") {
+        return e;
+    }
+    if let Some(key) = single_key {
+        return duplicate_entry(table, key);
+    }
+    if let Some((_, k)) = keys.iter().enumerate().find(|(i, k)| keys[..*i].contains(k)) {
+        return duplicate_entry(table, k);
+    }
+    let Ok(reads) = keys.iter().map(|k| Op::read(table, k)).collect::<latsdb_types::Result<Vec<_>>>() else {
+        return e;
+    };
+    let found = ctx.run_ops(reads).await.unwrap_or_default();
+    match keys.iter().zip(found).find(|(_, f)| matches!(f, Outcome::Row(_))) {
+        Some((k, _)) => duplicate_entry(table, k),
+        None => e,
+    }
+}
+
 fn duplicate_entry(table: &Table, key: &[Value]) -> SqlError {
     let shown: Vec<String> = key.iter().map(crate::eval::to_text).collect();
     SqlError::new(
@@ -668,16 +686,14 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                 // And in the unique indexes (their entries locked as well).
                 check_unique(table, &rows, ctx).await?;
             }
+            let all_keys: Vec<Vec<Value>> =
+                if single { Vec::new() } else { rows.iter().map(|r| key_of(def, r)).collect() };
             let ops = rows.into_iter().map(|r| Op::insert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
             let count = ops.len() as u64;
-            ctx.run_ops(ops).await.map_err(|e| match &single_key {
-                // The data node names no key; MySQL's message does.
-                Some(key) if e.code == crate::error::ER_DUP_ENTRY && !e.message.starts_with("Duplicate entry") => {
-                    duplicate_entry(table, key)
-                }
-                _ => e,
-            })?;
-            count
+            match ctx.run_ops(ops).await {
+                Ok(_) => count,
+                Err(e) => return Err(name_duplicate(table, e, single_key.as_deref(), &all_keys, ctx).await),
+            }
         }
         OnConflict::Replace => {
             // As MySQL's REPLACE: other rows holding a new row's values in
@@ -695,10 +711,22 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             }
             let deletes = gone.iter().map(|k| Op::delete(table, k)).collect::<latsdb_types::Result<Vec<_>>>()?;
             ctx.run_ops(deletes).await?;
+            // MySQL counts 1 per row inserted and 1 more per row it
+            // replaced (a key stored before, or taken earlier in the same
+            // statement), so which keys exist is read first, under locks.
+            let reads = keys
+                .iter()
+                .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
+                .collect::<latsdb_types::Result<Vec<_>>>()?;
+            let existing = ctx.run_ops(reads).await?;
+            let mut count = gone.len() as u64;
+            for (i, (k, found)) in keys.iter().zip(&existing).enumerate() {
+                let replaced = matches!(found, Outcome::Row(_)) || keys[..i].contains(k);
+                count += if replaced { 2 } else { 1 };
+            }
             let ops = rows.into_iter().map(|r| Op::upsert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
-            let count = ops.len() as u64;
             ctx.run_ops(ops).await?;
-            count + gone.len() as u64
+            count
         }
         OnConflict::Ignore | OnConflict::Update(_) => {
             // Read each key under an exclusive lock, then insert or update.
@@ -724,39 +752,99 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             for (i, found) in at.into_iter().zip(ctx.run_ops(reads).await?) {
                 existing[i] = found;
             }
-            let mut ops = Vec::new();
-            for ((row, key), found) in rows.into_iter().zip(&conflicting).zip(existing) {
-                match (found, &plan.conflict) {
-                    (Outcome::Row(_), OnConflict::Ignore) => {}
-                    (Outcome::Row(old), OnConflict::Update(sets)) => {
-                        let mut both = old.values();
-                        both.extend(row.iter().cloned());
-                        let mut assigned = Vec::with_capacity(sets.len());
-                        for (c, e) in sets {
-                            let v = to_column(e.eval(&both, &ctx.env)?, &def.columns[*c as usize])?;
-                            assigned.push((*c, Expr::Const(v)));
-                        }
-                        ops.push(Op::update_expr(table, key, assigned)?);
-                    }
-                    _ => ops.push(Op::insert(table, row)?),
-                }
-            }
-            // As MySQL counts: 1 per inserted row, 2 per updated row, 0 per
-            // row the update left as it was.
-            let updates: Vec<bool> = ops.iter().map(|op| !op.is_insert()).collect();
-            let outcomes = ctx.run_ops(ops).await?;
-            updates
+            let (writes, affected) = resolve_conflicts(def, &plan.conflict, rows, conflicting, existing, &ctx.env)?;
+            let ops = writes
                 .into_iter()
-                .zip(outcomes)
-                .map(|(update, o)| match (update, o) {
-                    (true, Outcome::Done) => 2,
-                    (false, Outcome::Done) => 1,
-                    _ => 0,
+                .map(|w| match w.assigned {
+                    None => Op::insert(table, w.row),
+                    Some(assigned) => Op::update_expr(
+                        table,
+                        &w.key,
+                        assigned.into_iter().map(|(c, v)| (c, Expr::Const(v))).collect(),
+                    ),
                 })
-                .sum()
+                .collect::<latsdb_types::Result<Vec<_>>>()?;
+            ctx.run_ops(ops).await?;
+            affected
         }
     };
     Ok(WriteResult { affected, last_insert_id: first_auto })
+}
+
+/// One key's write after INSERT IGNORE or ON DUPLICATE KEY UPDATE rows
+/// were applied in order: an insert of `row`, or (`assigned`) an update of
+/// the stored row `key`.
+struct ResolvedWrite {
+    key: Vec<Value>,
+    row: Vec<Value>,
+    assigned: Option<Vec<(ColumnId, Value)>>,
+}
+
+/// Applies the rows of an INSERT IGNORE or ON DUPLICATE KEY UPDATE in
+/// order, as MySQL does: a row meets the stored row of its key (`existing`,
+/// read under lock) or the row an earlier row of the statement left there.
+/// Returns the writes, one per key, and MySQL's affected-row count: 1 per
+/// row inserted, 2 per row an update changed, 0 per row left as it was.
+fn resolve_conflicts(
+    def: &latsdb_types::schema::TableDef,
+    conflict: &OnConflict,
+    rows: Vec<Vec<Value>>,
+    keys: Vec<Vec<Value>>,
+    existing: Vec<Outcome>,
+    env: &Env,
+) -> SqlResult<(Vec<ResolvedWrite>, u64)> {
+    let mut writes: Vec<ResolvedWrite> = Vec::new();
+    let mut affected = 0;
+    for ((row, key), found) in rows.into_iter().zip(keys).zip(existing) {
+        let earlier = writes.iter().position(|w| w.key == key);
+        let current = match (earlier, found) {
+            (Some(i), _) => Some(writes[i].row.clone()),
+            (None, Outcome::Row(old)) => Some(old.values()),
+            (None, _) => None,
+        };
+        let (old, sets) = match (current, conflict) {
+            (None, _) => {
+                affected += 1;
+                writes.push(ResolvedWrite { key, row, assigned: None });
+                continue;
+            }
+            (Some(old), OnConflict::Update(sets)) => (old, sets),
+            _ => continue,
+        };
+        // Assignments run left to right, each seeing the ones before it.
+        let mut both = old.clone();
+        both.extend(row);
+        let mut assigned: Vec<(ColumnId, Value)> = Vec::with_capacity(sets.len());
+        for (c, e) in sets {
+            let v = to_column(e.eval(&both, env)?, &def.columns[*c as usize])?;
+            both[*c as usize] = v.clone();
+            match assigned.iter_mut().find(|(a, _)| a == c) {
+                Some(slot) => slot.1 = v,
+                None => assigned.push((*c, v)),
+            }
+        }
+        both.truncate(old.len());
+        if both == old {
+            continue;
+        }
+        affected += 2;
+        match earlier {
+            Some(i) => {
+                let w = &mut writes[i];
+                w.row = both;
+                if let Some(prior) = w.assigned.as_mut() {
+                    for (c, v) in assigned {
+                        match prior.iter_mut().find(|(a, _)| *a == c) {
+                            Some(slot) => slot.1 = v,
+                            None => prior.push((c, v)),
+                        }
+                    }
+                }
+            }
+            None => writes.push(ResolvedWrite { key, row: both, assigned: Some(assigned) }),
+        }
+    }
+    Ok((writes, affected))
 }
 
 /// Rows an UPDATE or DELETE matched, and of those the rows it changed.

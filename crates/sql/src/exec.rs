@@ -214,7 +214,14 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
         }
         access => {
             let scan = build_scan(plan, src, &table, access, env)?;
-            let Some(scan) = scan else { return Ok(Vec::new()) };
+            let Some(scan) = scan else {
+                // Nothing can match; aggregates without GROUP BY still answer one row.
+                if let AggMode::Pushed { pushed, specs } = &plan.agg {
+                    let values: Vec<Value> = pushed.iter().map(|a| a.initial()).collect();
+                    return Ok(vec![finish_pushed(&values, specs)?]);
+                }
+                return Ok(Vec::new());
+            };
             if let AggMode::Pushed { pushed, specs } = &plan.agg {
                 let values = ctx.client.aggregate(&table, scan, pushed).await?;
                 return Ok(vec![finish_pushed(&values, specs)?]);
@@ -350,7 +357,16 @@ fn build_scan(plan: &SelectPlan, src: &Source, table: &Table, access: &Access, e
                 _ => Bound::Included(prefix.clone()),
             }))
         };
-        let (Some(lo), Some(hi)) = (bound(lower)?, bound(upper)?) else { return Ok(None) };
+        let (Some(mut lo), Some(hi)) = (bound(lower)?, bound(upper)?) else { return Ok(None) };
+        // NULL sorts first in an index, and `col < v` is not true for NULL:
+        // an upper bound alone must not reach down into the NULLs.
+        if let (None, Some(_), Some(c)) = (lower, upper, next) {
+            if def.columns[c as usize].nullable {
+                let mut p = prefix;
+                p.push(Value::Null);
+                lo = Bound::Excluded(p);
+            }
+        }
         scan = scan.index(index).range(lo, hi);
     }
     if !plan.pushed.is_empty() {

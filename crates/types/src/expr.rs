@@ -242,12 +242,18 @@ pub fn arith(op: ArithOp, a: &Value, b: &Value) -> Value {
             v => v.as_i64().map(|i| Decimal::new(i as i128, 0)),
         };
         if let (Some(x), Some(y)) = (dec(a), dec(b)) {
+            if op == ArithOp::Mul {
+                // MySQL: the product's scale is the sum of the factors' scales.
+                if let Some(u) = x.unscaled.checked_mul(y.unscaled).filter(|_| x.scale + y.scale <= 30) {
+                    return Value::Decimal(Decimal::new(u, x.scale + y.scale));
+                }
+            }
             let scale = x.scale.max(y.scale);
             if let (Some(x), Some(y)) = (x.rescale(scale), y.rescale(scale)) {
                 let r = match op {
                     ArithOp::Add => x.unscaled.checked_add(y.unscaled).map(|u| Decimal::new(u, scale)),
                     ArithOp::Sub => x.unscaled.checked_sub(y.unscaled).map(|u| Decimal::new(u, scale)),
-                    ArithOp::Mul => x.unscaled.checked_mul(y.unscaled).map(|u| Decimal::new(u, x.scale + y.scale)),
+                    ArithOp::Mul => None,
                 };
                 if let Some(r) = r {
                     return Value::Decimal(r);

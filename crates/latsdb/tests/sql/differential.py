@@ -1,0 +1,501 @@
+"""Differential SQL test: the same random schema, data, queries and writes
+against latsdb's SQL node and against MariaDB, compared answer by answer.
+
+    differential.py LATSDB_HOST:PORT MARIADB_HOST:PORT [--seed S] [--queries N]
+        [--writes N] [--mariadb-user U] [--mariadb-password P] [--verbose]
+
+Queries are drawn from a grammar of what applications send (expressions of
+every column type, NULLs, predicates, joins, grouping, DISTINCT, ORDER BY
+with LIMIT, subqueries, set operations); writes are INSERT, UPDATE,
+DELETE, REPLACE and INSERT ... ON DUPLICATE KEY UPDATE, after each of which
+the tables are compared whole. A result is compared as a multiset of rows,
+or as a sequence when the query orders by every column it returns. Numbers
+compare by value (a DECIMAL 2.5000 equals 2.5), so a difference in display
+scale alone is not reported.
+
+Exit status 0 when every answer matched; 1 with each mismatch printed
+(the seed, the statement, both answers) otherwise. A statement latsdb
+refuses that MariaDB runs is reported apart ("unsupported") and fails the
+run only with --strict.
+"""
+
+import argparse
+import datetime
+import decimal
+import random
+import sys
+
+import pymysql
+
+INT_COLS = {"t1": ["id", "a", "b"], "t2": ["id", "t1_id", "x"]}
+STR_COLS = {"t1": ["s"], "t2": ["s"]}
+DEC_COLS = {"t1": ["d"], "t2": []}
+DATE_COLS = {"t1": ["dt"], "t2": []}
+
+SCHEMA = [
+    "CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, a INT, b BIGINT, s VARCHAR(20), d DECIMAL(10,2),"
+    " dt DATE, KEY ka (a), KEY ks (s))",
+    "CREATE TABLE t2 (id INT NOT NULL PRIMARY KEY, t1_id INT, x INT NOT NULL DEFAULT 7, s VARCHAR(20),"
+    " KEY kt (t1_id))",
+]
+
+WORDS = ["apple", "Apple", "banana", "cherry", "date", "elder", "fig", "grape", "", "a_b", "x%y", "kiwi"]
+
+
+class Gen:
+    def __init__(self, rng):
+        self.r = rng
+
+    def chance(self, p):
+        return self.r.random() < p
+
+    def pick(self, xs):
+        return self.r.choice(xs)
+
+    # ---- literals ----
+    def int_lit(self):
+        return str(self.r.choice([0, 1, 2, 3, 5, 7, 10, -1, -4, 42, 100]))
+
+    def str_lit(self):
+        return "'" + self.pick(WORDS).replace("'", "''") + "'"
+
+    def dec_lit(self):
+        return self.pick(["1.50", "0.25", "-3.75", "10.00", "2"])
+
+    def date_lit(self):
+        return "DATE '%s'" % (datetime.date(2024, 1, 1) + datetime.timedelta(days=self.r.randrange(0, 60)))
+
+    # ---- expressions, by type ----
+    def col(self, tables, kind):
+        pools = {"int": INT_COLS, "str": STR_COLS, "dec": DEC_COLS, "date": DATE_COLS}[kind]
+        options = [f"{t}.{c}" for t in tables for c in pools[t]]
+        return self.pick(options) if options else None
+
+    def expr(self, tables, kind, depth=0):
+        leaf = depth >= 2 or self.chance(0.45)
+        c = self.col(tables, kind)
+        if leaf:
+            if c and self.chance(0.75):
+                return c
+            return {"int": self.int_lit, "str": self.str_lit, "dec": self.dec_lit, "date": self.date_lit}[kind]()
+        d = depth + 1
+        e = lambda k=kind: self.expr(tables, k, d)  # noqa: E731
+        if kind == "int":
+            return self.pick(
+                [
+                    lambda: f"({e()} + {e()})",
+                    lambda: f"({e()} - {e()})",
+                    lambda: f"({e()} * {self.int_lit()})",
+                    lambda: f"ABS({e()})",
+                    lambda: f"-{e()}",
+                    lambda: f"COALESCE({e()}, {self.int_lit()})",
+                    lambda: f"IFNULL({e()}, {e()})",
+                    lambda: f"CASE WHEN {self.pred(tables, d)} THEN {e()} ELSE {e()} END",
+                    lambda: f"IF({self.pred(tables, d)}, {e()}, {e()})",
+                    lambda: f"LENGTH({e('str')})",
+                    lambda: f"CHAR_LENGTH({e('str')})",
+                    lambda: f"MOD({e()}, {self.pick(['3', '7', '-2'])})",
+                    lambda: f"({e()} % {self.pick(['4', '5'])})",
+                    lambda: f"({e()} DIV {self.pick(['2', '3', '-5'])})",
+                    lambda: f"GREATEST({e()}, {e()})",
+                    lambda: f"LEAST({e()}, {e()})",
+                    lambda: f"FLOOR({e('dec')})",
+                    lambda: f"CEIL({e('dec')})",
+                    lambda: f"YEAR({e('date')})",
+                    lambda: f"MONTH({e('date')})",
+                    lambda: f"DAY({e('date')})",
+                    lambda: f"SIGN({e()})",
+                    lambda: f"NULLIF({e()}, {self.int_lit()})",
+                    lambda: f"DATEDIFF({e('date')}, {self.date_lit()})",
+                ]
+            )()
+        if kind == "str":
+            return self.pick(
+                [
+                    lambda: f"CONCAT({e()}, {e()})",
+                    lambda: f"UPPER({e()})",
+                    lambda: f"LOWER({e()})",
+                    lambda: f"SUBSTRING({e()}, {self.r.randint(1, 3)}, {self.r.randint(1, 3)})",
+                    lambda: f"SUBSTRING({e()}, {self.r.randint(-3, 3)})",
+                    lambda: f"LEFT({e()}, {self.r.randint(0, 3)})",
+                    lambda: f"RIGHT({e()}, {self.r.randint(0, 3)})",
+                    lambda: f"TRIM({e()})",
+                    lambda: f"REPLACE({e()}, 'a', 'o')",
+                    lambda: f"COALESCE({e()}, {self.str_lit()})",
+                    lambda: f"IF({self.pred(tables, d)}, {e()}, {e()})",
+                    lambda: f"CAST({e('int')} AS CHAR)",
+                    lambda: f"LPAD({e()}, {self.r.randint(0, 8)}, '*')",
+                    lambda: f"REVERSE({e()})",
+                    lambda: f"CONCAT_WS('-', {e()}, {e()})",
+                ]
+            )()
+        if kind == "dec":
+            return self.pick(
+                [
+                    lambda: f"({e()} + {e('int')})",
+                    lambda: f"({e()} - {e()})",
+                    lambda: f"({e()} * {self.int_lit()})",
+                    lambda: f"ROUND({e()}, {self.r.randint(0, 2)})",
+                    lambda: f"TRUNCATE({e()}, {self.r.randint(0, 1)})",
+                    lambda: f"ABS({e()})",
+                    lambda: f"COALESCE({e()}, {self.dec_lit()})",
+                    lambda: f"({e('int')} / {self.pick(['2', '3', '4', '7'])})",
+                ]
+            )()
+        return self.pick(
+            [
+                lambda: f"DATE_ADD({e()}, INTERVAL {self.r.randint(-40, 40)} DAY)",
+                lambda: f"DATE_SUB({e()}, INTERVAL {self.r.randint(0, 3)} MONTH)",
+                lambda: f"COALESCE({e()}, {self.date_lit()})",
+            ]
+        )()
+
+    def pred(self, tables, depth=0):
+        d = depth + 1
+        kind = self.pick(["int", "int", "str", "dec", "date"])
+        if kind not in ("int", "str") and not any(self.col(tables, kind) for _ in [0]):
+            kind = "int"
+        e = lambda k=kind: self.expr(tables, k, d)  # noqa: E731
+        lit = {"int": self.int_lit, "str": self.str_lit, "dec": self.dec_lit, "date": self.date_lit}[kind]
+        simple = [
+            lambda: f"{e()} {self.pick(['=', '<>', '<', '<=', '>', '>=', '<=>'])} {e()}",
+            lambda: f"{e()} {self.pick(['=', '<', '>='])} {lit()}",
+            lambda: f"{e()} IS {self.pick(['', 'NOT '])}NULL",
+            lambda: f"{e()} {self.pick(['', 'NOT '])}IN ({', '.join(lit() for _ in range(self.r.randint(1, 4)))})",
+            lambda: f"{e()} {self.pick(['', 'NOT '])}BETWEEN {lit()} AND {lit()}",
+        ]
+        if kind == "str":
+            pattern = self.pick(["'a%'", "'%e'", "'%an%'", "'_i%'", "'A%'", "'%\\_%'", "'%'", "'fig'"])
+            simple.append(lambda: f"{e()} {self.pick(['', 'NOT '])}LIKE {pattern}")
+        if depth < 2:
+            simple += [
+                lambda: f"({self.pred(tables, d)} AND {self.pred(tables, d)})",
+                lambda: f"({self.pred(tables, d)} OR {self.pred(tables, d)})",
+                lambda: f"NOT ({self.pred(tables, d)})",
+            ]
+        if depth == 0 and "t2" not in tables and self.chance(0.15):
+            simple += [
+                lambda: f"t1.a {self.pick(['', 'NOT '])}IN (SELECT t2.x FROM t2 WHERE {self.pred(['t2'], 2)})",
+                lambda: f"{self.pick(['', 'NOT '])}EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id"
+                f" AND {self.pred(['t2'], 2)})",
+                lambda: f"t1.a > (SELECT {self.pick(['MIN', 'MAX', 'COUNT'])}(t2.x) FROM t2"
+                f" WHERE {self.pred(['t2'], 2)})",
+            ]
+        return self.pick(simple)()
+
+    def any_expr(self, tables):
+        kind = self.pick(["int", "int", "str", "dec", "date"])
+        if not self.col(tables, kind):
+            kind = "int"
+        return self.expr(tables, kind)
+
+    # ---- queries ----
+    def from_clause(self):
+        if self.chance(0.35):
+            join = self.pick(["JOIN", "LEFT JOIN", "JOIN"])
+            on = "t2.t1_id = t1.id"
+            if self.chance(0.3):
+                on += f" AND {self.pred(['t2'], 1)}"
+            return ["t1", "t2"], f"t1 {join} t2 ON {on}"
+        t = self.pick(["t1", "t1", "t2"])
+        return [t], t
+
+    def query(self):
+        tables, frm = self.from_clause()
+        where = f" WHERE {self.pred(tables)}" if self.chance(0.8) else ""
+        shape = self.r.random()
+        if shape < 0.3:
+            return self.grouped(tables, frm, where)
+        n = self.r.randint(1, 4)
+        cols = [self.any_expr(tables) for _ in range(n)]
+        distinct = "DISTINCT " if self.chance(0.15) else ""
+        sql = f"SELECT {distinct}{', '.join(cols)} FROM {frm}{where}"
+        if self.chance(0.35):
+            order = ", ".join(f"{i + 1}{self.pick(['', ' DESC'])}" for i in range(n))
+            sql += f" ORDER BY {order}"
+            ordered = True
+            if self.chance(0.6):
+                sql += f" LIMIT {self.r.randint(0, 8)}"
+                if self.chance(0.4):
+                    sql += f" OFFSET {self.r.randint(0, 5)}"
+            return sql, ordered
+        if self.chance(0.1) and len(tables) == 1:
+            other = self.pick(["t1", "t2"])
+            sel2 = [self.any_expr([other]) for _ in range(n)]
+            op = self.pick(["UNION", "UNION ALL"])
+            # Set operations line columns up by position; both sides' kinds may differ, which MySQL allows.
+            return f"{sql} {op} SELECT {', '.join(sel2)} FROM {other} WHERE {self.pred([other])}", False
+        return sql, False
+
+    def grouped(self, tables, frm, where):
+        groups = [self.col(tables, self.pick(["int", "str"])) for _ in range(self.r.randint(0, 2))]
+        groups = [g for g in dict.fromkeys(groups) if g]
+        aggs = []
+        for _ in range(self.r.randint(1, 3)):
+            kind = self.pick(["int", "dec", "str", "int"])
+            if not self.col(tables, kind):
+                kind = "int"
+            arg = self.expr(tables, kind, 1)
+            f = self.pick(["COUNT", "SUM", "MIN", "MAX", "AVG", "COUNT(*)", "COUNT_DISTINCT"])
+            if kind == "str" and f in ("SUM", "AVG"):
+                f = "MAX"
+            if f == "COUNT(*)":
+                aggs.append("COUNT(*)")
+            elif f == "COUNT_DISTINCT":
+                aggs.append(f"COUNT(DISTINCT {arg})")
+            else:
+                aggs.append(f"{f}({arg})")
+        sql = f"SELECT {', '.join(groups + aggs)} FROM {frm}{where}"
+        if groups:
+            sql += f" GROUP BY {', '.join(groups)}"
+            if self.chance(0.3):
+                sql += f" HAVING {self.pick(['COUNT(*) > 1', aggs[0] + ' IS NOT NULL', 'COUNT(*) < 3'])}"
+        return sql, False
+
+    # ---- writes ----
+    def t1_values(self, id_):
+        a = self.pick(["NULL", self.int_lit(), str(self.r.randint(-20, 20))])
+        b = self.pick(["NULL", str(self.r.randint(-(10**12), 10**12)), self.int_lit()])
+        s = self.pick(["NULL", self.str_lit(), self.str_lit()])
+        d = self.pick(["NULL", self.dec_lit(), "%.2f" % (self.r.randint(-99999, 99999) / 100)])
+        dt = self.pick(["NULL", self.date_lit(), self.date_lit()])
+        return f"({id_}, {a}, {b}, {s}, {d}, {dt})"
+
+    def t2_values(self, id_):
+        t1_id = self.pick(["NULL", str(self.r.randint(1, 45))])
+        x = str(self.r.randint(-5, 30))
+        s = self.pick(["NULL", self.str_lit()])
+        return f"({id_}, {t1_id}, {x}, {s})"
+
+    def write(self):
+        t = self.pick(["t1", "t1", "t2"])
+        values = self.t1_values if t == "t1" else self.t2_values
+        top = 50 if t == "t1" else 80
+        k = self.r.random()
+        if k < 0.25:
+            rows = ", ".join(values(self.r.randint(1, top)) for _ in range(self.r.randint(1, 3)))
+            verb = self.pick(["INSERT", "INSERT IGNORE", "REPLACE"])
+            return f"{verb} INTO {t} VALUES {rows}"
+        if k < 0.4:
+            col = self.pick([c for c in INT_COLS[t] if c != "id"])
+            return (
+                f"INSERT INTO {t} VALUES {values(self.r.randint(1, top))} ON DUPLICATE KEY UPDATE "
+                f"{col} = {self.expr([t], 'int', 1)}"
+            )
+        if k < 0.8:
+            kind = self.pick(["int", "str", "dec", "date"] if t == "t1" else ["int", "str"])
+            col = self.pick([c for c in {"int": INT_COLS, "str": STR_COLS, "dec": DEC_COLS, "date": DATE_COLS}[kind][t]
+                             if c not in ("id", "x")] or ["s"])
+            if col == "s":
+                kind = "str"
+            sql = f"UPDATE {t} SET {col} = {self.expr([t], kind, 1)} WHERE {self.pred([t])}"
+            if self.chance(0.2):
+                sql += f" ORDER BY id LIMIT {self.r.randint(0, 4)}"
+            return sql
+        sql = f"DELETE FROM {t} WHERE {self.pred([t])}"
+        if self.chance(0.2):
+            sql += f" ORDER BY id DESC LIMIT {self.r.randint(0, 3)}"
+        return sql
+
+
+def norm_value(v):
+    if v is None:
+        return ("null",)
+    if isinstance(v, bool):
+        v = int(v)
+    if isinstance(v, (int, decimal.Decimal)):
+        return ("num", decimal.Decimal(v).normalize() if v != 0 else decimal.Decimal(0))
+    if isinstance(v, float):
+        return ("num", decimal.Decimal(repr(round(v, 9))).normalize())
+    if isinstance(v, (bytes, bytearray)):
+        v = v.decode("utf-8", "replace")
+    if isinstance(v, (datetime.date, datetime.datetime, datetime.timedelta)):
+        return ("text", str(v))
+    return ("text", str(v))
+
+
+def norm_rows(rows, ordered):
+    out = [tuple(norm_value(v) for v in row) for row in rows]
+    return out if ordered else sorted(out, key=repr)
+
+
+def loosen(rows):
+    """The rows with text that reads as a number made a number: two answers
+    equal only this way hold the same values typed differently (MySQL types
+    a column of a UNION or a CASE by all its branches, latsdb by the values
+    it holds)."""
+
+    def value(v):
+        if v[0] == "text":
+            try:
+                d = decimal.Decimal(v[1])
+                return ("num", d.normalize()) if d.is_finite() else v
+            except decimal.InvalidOperation:
+                return v
+        return v
+
+    return sorted((tuple(value(v) for v in row) for row in rows), key=repr)
+
+
+def run(conn, sql):
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return ("ok", cur.fetchall() if cur.description else cur.rowcount)
+    except pymysql.err.Error as e:
+        code = e.args[0] if e.args else 0
+        return ("error", code, str(e.args[1] if len(e.args) > 1 else e))
+
+
+def connect(addr, user, password, db=None):
+    host, port = addr.rsplit(":", 1)
+    return pymysql.connect(host=host, port=int(port), user=user, password=password, database=db, autocommit=True)
+
+
+def table_dump(conn, t):
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {t} ORDER BY id")
+        return norm_rows(cur.fetchall(), True)
+
+
+def show(result):
+    if result[0] == "error":
+        return f"error {result[1]}: {result[2]}"
+    if isinstance(result[1], int):
+        return f"{result[1]} rows affected"
+    rows = list(result[1])
+    text = "\n      ".join(repr(r) for r in rows[:12])
+    more = f"\n      ... {len(rows) - 12} more" if len(rows) > 12 else ""
+    return f"{len(rows)} rows:\n      {text}{more}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("latsdb")
+    ap.add_argument("mariadb")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--writes", type=int, default=100)
+    ap.add_argument("--user", default="root")
+    ap.add_argument("--password", default="")
+    ap.add_argument("--mariadb-user", default="root")
+    ap.add_argument("--mariadb-password", default="")
+    ap.add_argument("--strict", action="store_true", help="fail on statements latsdb refuses and MariaDB runs")
+    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="leave the database diff_SEED behind for a closer look")
+    args = ap.parse_args()
+
+    rng = random.Random(args.seed)
+    gen = Gen(rng)
+    db = f"diff_{args.seed}"
+    systems = {
+        "latsdb": connect(args.latsdb, args.user, args.password),
+        "mariadb": connect(args.mariadb, args.mariadb_user, args.mariadb_password),
+    }
+    # latsdb has one collation, utf8mb4_bin: MariaDB is told to use it too,
+    # for columns and for literals, so string comparisons mean the same.
+    with systems["mariadb"].cursor() as cur:
+        cur.execute("SET NAMES utf8mb4 COLLATE utf8mb4_bin")
+    for conn in systems.values():
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {db}")
+            cur.execute(f"CREATE DATABASE {db}" + (" COLLATE utf8mb4_bin" if conn is systems["mariadb"] else ""))
+            cur.execute(f"USE {db}")
+            for stmt in SCHEMA:
+                cur.execute(stmt)
+    data = [f"INSERT INTO t1 VALUES {', '.join(gen.t1_values(i) for i in range(1, 41))}"]
+    data.append(f"INSERT INTO t2 VALUES {', '.join(gen.t2_values(i) for i in range(1, 61))}")
+    for stmt in data:
+        for name, conn in systems.items():
+            r = run(conn, stmt)
+            if r[0] != "ok":
+                print(f"setup failed on {name}: {stmt}\n  {show(r)}")
+                return 2
+
+    mismatches, unsupported, typed_differently, checked = [], {}, [], 0
+
+    def compare(sql, ordered):
+        nonlocal checked
+        lat = run(systems["latsdb"], sql)
+        mdb = run(systems["mariadb"], sql)
+        checked += 1
+        if args.verbose:
+            print(sql)
+        if lat[0] == "error" and mdb[0] == "ok":
+            key = lat[2][:70]
+            unsupported.setdefault(key, (sql, lat))
+            return
+        if lat[0] == "error" and mdb[0] == "error":
+            return
+        if lat[0] == "ok" and mdb[0] == "error":
+            mismatches.append((sql, lat, mdb))
+            return
+        a, b = lat[1], mdb[1]
+        if isinstance(a, int) or isinstance(b, int):
+            if a != b:
+                mismatches.append((sql, lat, mdb))
+            return
+        if len(a) and len(b) and len(a[0]) != len(b[0]):
+            mismatches.append((sql, lat, mdb))
+            return
+        na, nb = norm_rows(a, ordered), norm_rows(b, ordered)
+        if na != nb:
+            if loosen(na) == loosen(nb):
+                typed_differently.append(sql)
+            else:
+                mismatches.append((sql, lat, mdb))
+
+    for _ in range(args.queries):
+        sql, ordered = gen.query()
+        compare(sql, ordered)
+    for i in range(args.writes):
+        sql = gen.write()
+        compare(sql, False)
+        for t in ("t1", "t2"):
+            da, dm = table_dump(systems["latsdb"], t), table_dump(systems["mariadb"], t)
+            if da != dm:
+                print(f"after write {i + 1} ({sql}), table {t} differs:")
+                only_l = [r for r in da if r not in dm]
+                only_m = [r for r in dm if r not in da]
+                print(f"  only in latsdb:  {only_l[:6]}\n  only in MariaDB: {only_m[:6]}")
+                mismatches.append((f"-- table {t} after: {sql}", ("ok", da), ("ok", dm)))
+                # Bring latsdb back in line so later writes are compared from the same state.
+                for stmt in [f"DELETE FROM {t}"]:
+                    run(systems["latsdb"], stmt)
+                with systems["mariadb"].cursor() as cur:
+                    cur.execute(f"SELECT * FROM {t} ORDER BY id")
+                    rows = cur.fetchall()
+                for row in rows:
+                    vals = ", ".join("NULL" if v is None else pymysql.converters.escape_item(v, "utf8mb4")
+                                     for v in row)
+                    run(systems["latsdb"], f"INSERT INTO {t} VALUES ({vals})")
+        if args.verbose:
+            print(sql)
+        sql, ordered = gen.query()
+        compare(sql, ordered)
+
+    for sql, lat, mdb in mismatches:
+        print(f"MISMATCH (seed {args.seed}): {sql}\n  latsdb:  {show(lat)}\n  MariaDB: {show(mdb)}")
+        if lat[0] == mdb[0] == "ok" and not isinstance(lat[1], int) and not isinstance(mdb[1], int):
+            a, b = loosen(norm_rows(lat[1], False)), loosen(norm_rows(mdb[1], False))
+            print(f"  only latsdb's:  {[r for r in a if r not in b][:5]}")
+            print(f"  only MariaDB's: {[r for r in b if r not in a][:5]}")
+    for key, (sql, lat) in sorted(unsupported.items()):
+        print(f"unsupported (seed {args.seed}): {sql}\n  latsdb: {show(lat)}")
+    for sql in typed_differently[:5]:
+        print(f"typed differently (seed {args.seed}): {sql}")
+    print(
+        f"seed {args.seed}: {checked} statements compared, {len(mismatches)} mismatches, "
+        f"{len(unsupported)} kinds of statements latsdb refused, {len(typed_differently)} answers typed differently"
+    )
+    for conn in systems.values():
+        with conn.cursor() as cur:
+            if not args.keep:
+                cur.execute(f"DROP DATABASE IF EXISTS {db}")
+    if mismatches or (args.strict and unsupported):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
