@@ -234,6 +234,24 @@ fn full_row(e: SExpr) -> SqlResult<SExpr> {
     })
 }
 
+/// MySQL runs an UPDATE's assignments left to right, each seeing the
+/// values the ones before it gave (`SET a = a + 1, b = a` sets b to the new
+/// a): a column an earlier assignment set is replaced by that assignment's
+/// expression, so the sets can then be evaluated against the old row alone
+/// (here or on the data node).
+fn after_earlier_sets(e: SExpr, earlier: &[(ColumnId, SExpr)]) -> SqlResult<SExpr> {
+    if earlier.is_empty() {
+        return Ok(e);
+    }
+    e.map(&mut |x| match x {
+        SExpr::TableCol(0, c) => match earlier.iter().rev().find(|(set, _)| *set == c) {
+            Some((_, value)) => Ok(value.clone()),
+            None => Ok(x),
+        },
+        other => Ok(other),
+    })
+}
+
 /// Table, alias, WHERE, ORDER BY, LIMIT and SET of an UPDATE or DELETE.
 type WriteParts<'a> = (
     &'a ast::ObjectName,
@@ -298,7 +316,7 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
     for a in assignments {
         let c = assignment_column(&table, &a.target)?;
         let bound = Binder::new(&scope, "field list").bind(&a.value)?;
-        sets.push((c, bound));
+        sets.push((c, after_earlier_sets(bound, &sets)?));
     }
     let direct = match &select.access {
         Access::Keys(keys) if select.filter.is_none() && select.order.is_empty() && select.limit.is_none() => {
@@ -425,8 +443,10 @@ async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResu
                 e
             }
         })?;
-        sets.push((c, full_row(bound)?));
+        let bound = after_earlier_sets(bound, &sets)?;
+        sets.push((c, bound));
     }
+    let sets = sets.into_iter().map(|(c, e)| Ok((c, full_row(e)?))).collect::<SqlResult<_>>()?;
     Ok(Some(WritePlan { table, select, sets, direct: None }))
 }
 

@@ -1369,20 +1369,53 @@ fn is_ddl(stmt: &Statement) -> bool {
 }
 
 /// Result-set columns of a SELECT plan.
-/// The type of a computed column of a derived table, from its values.
+/// The type of a computed column of a derived table, from all its values:
+/// integers with decimals are DECIMAL, numbers with a float DOUBLE, dates
+/// with datetimes DATETIME, and anything else mixed TEXT.
 fn column_type_of(rows: &[Vec<Value>], i: usize) -> ColumnType {
-    let first = rows.iter().filter_map(|r| r.get(i)).find(|v| !v.is_null());
-    match first {
-        Some(Value::Int(_) | Value::Bool(_) | Value::Null) | None => ColumnType::int(IntWidth::Big),
-        Some(Value::UInt(_)) => ColumnType::Integer { width: IntWidth::Big, unsigned: true },
-        Some(Value::Float(_)) => ColumnType::Double,
-        Some(Value::Decimal(d)) => ColumnType::Decimal { precision: 38, scale: d.scale },
-        Some(Value::Str(_)) => ColumnType::Text,
-        Some(Value::Bytes(_)) => ColumnType::Blob,
-        Some(Value::Date(_)) => ColumnType::Date,
-        Some(Value::DateTime(_)) => ColumnType::DateTime,
-        Some(Value::Timestamp(_)) => ColumnType::Timestamp,
+    let kind = |v: &Value| match v {
+        Value::Int(_) | Value::Bool(_) | Value::Null => ColumnType::int(IntWidth::Big),
+        Value::UInt(_) => ColumnType::Integer { width: IntWidth::Big, unsigned: true },
+        Value::Float(_) => ColumnType::Double,
+        Value::Decimal(d) => ColumnType::Decimal { precision: 38, scale: d.scale },
+        Value::Str(_) => ColumnType::Text,
+        Value::Bytes(_) => ColumnType::Blob,
+        Value::Date(_) => ColumnType::Date,
+        Value::DateTime(_) => ColumnType::DateTime,
+        Value::Timestamp(_) => ColumnType::Timestamp,
+    };
+    let mut merged: Option<ColumnType> = None;
+    for v in rows.iter().filter_map(|r| r.get(i)).filter(|v| !v.is_null()) {
+        let k = kind(v);
+        merged = Some(match (merged, k) {
+            (None, k) => k,
+            (Some(m), k) if m == k => m,
+            (Some(ColumnType::Decimal { scale: a, .. }), ColumnType::Decimal { scale: b, .. }) => {
+                ColumnType::Decimal { precision: 38, scale: a.max(b) }
+            }
+            (Some(ColumnType::Integer { .. }), ColumnType::Integer { .. }) => ColumnType::Decimal { precision: 38, scale: 0 },
+            (Some(ColumnType::Decimal { scale, .. }), ColumnType::Integer { .. })
+            | (Some(ColumnType::Integer { .. }), ColumnType::Decimal { scale, .. }) => {
+                ColumnType::Decimal { precision: 38, scale }
+            }
+            (Some(m), k) if is_numeric(m) && is_numeric(k) => ColumnType::Double,
+            (Some(m), k) if is_temporal(m) && is_temporal(k) => ColumnType::DateTime,
+            (Some(ColumnType::Blob), _) | (_, ColumnType::Blob) => ColumnType::Blob,
+            _ => ColumnType::Text,
+        });
+        if merged == Some(ColumnType::Text) {
+            break;
+        }
     }
+    merged.unwrap_or(ColumnType::int(IntWidth::Big))
+}
+
+fn is_numeric(t: ColumnType) -> bool {
+    matches!(t, ColumnType::Integer { .. } | ColumnType::Decimal { .. } | ColumnType::Double)
+}
+
+fn is_temporal(t: ColumnType) -> bool {
+    matches!(t, ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp)
 }
 
 pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn> {
