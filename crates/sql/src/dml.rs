@@ -731,18 +731,28 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             }
             let deletes = gone.iter().map(|k| Op::delete(table, k)).collect::<latsdb_types::Result<Vec<_>>>()?;
             ctx.run_ops(deletes).await?;
-            // MySQL counts 1 per row inserted and 1 more per row it
-            // replaced (a key stored before, or taken earlier in the same
-            // statement), so which keys exist is read first, under locks.
+            // MySQL counts 1 per row inserted and 2 per row that replaced a
+            // different one (stored before, or written earlier in the same
+            // statement); a row replaced by an identical one counts 1. So
+            // the stored rows are read first, under locks.
             let reads = keys
                 .iter()
                 .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
                 .collect::<latsdb_types::Result<Vec<_>>>()?;
             let existing = ctx.run_ops(reads).await?;
             let mut count = gone.len() as u64;
-            for (i, (k, found)) in keys.iter().zip(&existing).enumerate() {
-                let replaced = matches!(found, Outcome::Row(_)) || keys[..i].contains(k);
-                count += if replaced { 2 } else { 1 };
+            for (i, (k, found)) in keys.iter().zip(existing).enumerate() {
+                let before = match keys[..i].iter().rposition(|e| e == k) {
+                    Some(j) => Some(rows[j].clone()),
+                    None => match found {
+                        Outcome::Row(old) => Some(old.values()),
+                        _ => None,
+                    },
+                };
+                count += match before {
+                    Some(old) if old != rows[i] => 2,
+                    _ => 1,
+                };
             }
             let ops = rows.into_iter().map(|r| Op::upsert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
             ctx.run_ops(ops).await?;

@@ -658,13 +658,19 @@ fn choose_access(src: &Source, parts: Vec<SExpr>, residual: &mut Vec<SExpr>) -> 
                     continue;
                 }
                 if let Some((lo, hi)) = range_bounds(p, col) {
-                    if lo.is_some() && lower.is_none() || hi.is_some() && upper.is_none() {
-                        if lower.is_none() {
-                            lower = lo;
-                        }
-                        if upper.is_none() {
-                            upper = hi;
-                        }
+                    let use_lo = lo.is_some() && lower.is_none();
+                    let use_hi = hi.is_some() && upper.is_none();
+                    // A condition whose bounds are not all used (`a BETWEEN
+                    // 1 AND 5` after `a < 9` gave the upper bound) still
+                    // has to be checked on each row.
+                    let whole = (lo.is_none() || use_lo) && (hi.is_none() || use_hi);
+                    if use_lo {
+                        lower = lo;
+                    }
+                    if use_hi {
+                        upper = hi;
+                    }
+                    if (use_lo || use_hi) && whole {
                         taken.push(i);
                     }
                 }

@@ -9,6 +9,7 @@ use crate::error::{SqlError, SqlResult};
 use crate::eval::{to_text, Env};
 use crate::exec::{group_key, order_rows};
 use crate::session::ResultColumn;
+use latsdb_types::value::Decimal;
 use latsdb_types::Value;
 use sqlparser::ast::{self, Expr, OrderByKind, Query, SetExpr, SetOperator, SetQuantifier};
 use std::collections::HashMap;
@@ -84,7 +85,7 @@ pub type RowSet = (Vec<ResultColumn>, Vec<Vec<Value>>);
 /// sides is typed from its values.
 pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlResult<RowSet> {
     let (mut columns, mut rows) = left;
-    let (right_columns, right_rows) = right;
+    let (right_columns, mut right_rows) = right;
     if right_columns.len() != columns.len() {
         return Err(SqlError::new(1222, "21000", "The used SELECT statements have a different number of columns"));
     }
@@ -92,6 +93,9 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
         if c.ty != b.ty {
             *c = ResultColumn::computed(&c.name);
         }
+    }
+    for i in 0..columns.len() {
+        unify_column(&mut rows, &mut right_rows, i);
     }
     let mut key = String::new();
     let keyed = |rows: &[Vec<Value>], key: &mut String| -> HashMap<String, usize> {
@@ -135,19 +139,6 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
             });
         }
     }
-    // As in MySQL, a column that holds strings and other values in
-    // different branches is a string column.
-    for i in 0..columns.len() {
-        let mut kinds = rows.iter().map(|r| &r[i]).filter(|v| !v.is_null()).map(|v| matches!(v, Value::Str(_)));
-        let first = kinds.next();
-        if first.is_some_and(|f| kinds.any(|k| k != f)) {
-            for r in rows.iter_mut() {
-                if !r[i].is_null() && !matches!(r[i], Value::Str(_)) {
-                    r[i] = Value::Str(to_text(&r[i]));
-                }
-            }
-        }
-    }
     if !all {
         let mut seen = std::collections::HashSet::new();
         rows.retain(|r| {
@@ -156,6 +147,44 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
         });
     }
     Ok((columns, rows))
+}
+
+/// Gives a column's values on both sides one type, as MySQL types a set
+/// operation's column by all its branches (so rows compare as MySQL
+/// compares them): strings with other values make a string column, and
+/// integers with decimals a decimal column at the largest scale (1.5 and
+/// 1.50 are then one value).
+fn unify_column(left: &mut [Vec<Value>], right: &mut [Vec<Value>], i: usize) {
+    let values = || left.iter().chain(right.iter()).map(|r| &r[i]).filter(|v| !v.is_null());
+    let strings = values().filter(|v| matches!(v, Value::Str(_))).count();
+    let all = values().count();
+    if strings > 0 && strings < all {
+        for v in left.iter_mut().chain(right.iter_mut()).map(|r| &mut r[i]) {
+            if !v.is_null() && !matches!(v, Value::Str(_)) {
+                *v = Value::Str(to_text(v));
+            }
+        }
+        return;
+    }
+    let exact = |v: &Value| matches!(v, Value::Int(_) | Value::UInt(_) | Value::Decimal(_));
+    let Some(scale) = values().filter_map(|v| if let Value::Decimal(d) = v { Some(d.scale) } else { None }).max()
+    else {
+        return;
+    };
+    if !values().all(exact) {
+        return;
+    }
+    for v in left.iter_mut().chain(right.iter_mut()).map(|r| &mut r[i]) {
+        let d = match v {
+            Value::Int(n) => Decimal::new(*n as i128, 0),
+            Value::UInt(n) => Decimal::new(*n as i128, 0),
+            Value::Decimal(d) => *d,
+            _ => continue,
+        };
+        if let Some(d) = d.rescale(scale) {
+            *v = Value::Decimal(d);
+        }
+    }
 }
 
 /// The union's ORDER BY as (result column, descending).

@@ -45,6 +45,9 @@ WORDS = ["apple", "Apple", "banana", "cherry", "date", "elder", "fig", "grape", 
 class Gen:
     def __init__(self, rng):
         self.r = rng
+        # Off for set operations: MariaDB shows all nine digits it keeps of
+        # a quotient when a UNION column is typed as text.
+        self.division = True
 
     def chance(self, p):
         return self.r.random() < p
@@ -134,7 +137,8 @@ class Gen:
                 [
                     lambda: f"({e()} + {e('int')})",
                     lambda: f"({e()} - {e()})",
-                    lambda: f"({e()} * {self.int_lit()})",
+                    # (not by 0: MariaDB shows a negative decimal times 0 as -0.00 in text)
+                    lambda: f"({e()} * {self.pick(['1', '2', '3', '-2', '10'])})",
                     lambda: f"ROUND({e()}, {self.r.randint(0, 2)})",
                     lambda: f"TRUNCATE({e()}, {self.r.randint(0, 1)})",
                     lambda: f"ABS({e()})",
@@ -142,7 +146,7 @@ class Gen:
                 ]
                 # MySQL keeps more digits of a quotient than it shows, and
                 # uses them in enclosing arithmetic: division stays outermost.
-                + ([lambda: f"({e('int')} / {self.pick(['2', '3', '4', '7'])})"] if depth == 0 else [])
+                + ([lambda: f"({e('int')} / {self.pick(['2', '3', '4', '7'])})"] if depth == 0 and self.division else [])
             )()
         return self.pick(
             [
@@ -233,10 +237,20 @@ class Gen:
     def simple_query(self, tables, frm, alias_cols=False):
         where = f" WHERE {self.pred(tables)}" if self.chance(0.8) else ""
         n = self.r.randint(1, 4)
+        union = not alias_cols and len(tables) == 1 and self.chance(0.1)
+        self.division = not union
         cols = [self.any_expr(tables) for _ in range(n)]
         if alias_cols:
             cols = [f"{c} AS c{i}" for i, c in enumerate(cols)]
             return f"SELECT {', '.join(cols)} FROM {frm}{where}", False
+        if union:
+            other = self.pick(["t1", "t2"])
+            sel2 = [self.any_expr([other]) for _ in range(n)]
+            op = self.pick(["UNION", "UNION ALL"])
+            self.division = True
+            # Set operations line columns up by position; both sides' kinds may differ, which MySQL allows.
+            return f"SELECT {', '.join(cols)} FROM {frm}{where} {op} SELECT {', '.join(sel2)} FROM {other}" \
+                f" WHERE {self.pred([other])}", False
         return self.finish_query(tables, frm, where, cols)
 
     def finish_query(self, tables, frm, where, cols):
@@ -254,12 +268,6 @@ class Gen:
                 if self.chance(0.4) and not distinct:
                     sql += f" OFFSET {self.r.randint(0, 5)}"
             return sql, ordered
-        if self.chance(0.1) and len(tables) == 1:
-            other = self.pick(["t1", "t2"])
-            sel2 = [self.any_expr([other]) for _ in range(n)]
-            op = self.pick(["UNION", "UNION ALL"])
-            # Set operations line columns up by position; both sides' kinds may differ, which MySQL allows.
-            return f"{sql} {op} SELECT {', '.join(sel2)} FROM {other} WHERE {self.pred([other])}", False
         return sql, False
 
     def grouped(self, tables, frm, where):
