@@ -14,6 +14,8 @@ need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 # The SQL node's tests drive it with real clients.
 need sysbench
 need mariadb-client
+# tests/sql_differential.rs compares the SQL node's answers with MariaDB's.
+need mariadb-server
 need openssl
 # A JDK (javac, and java's source-file mode) for the JDBC test; only when none is there.
 command -v javac >/dev/null 2>&1 || need openjdk-17-jdk-headless
@@ -21,7 +23,6 @@ command -v javac >/dev/null 2>&1 || need openjdk-17-jdk-headless
 if [[ "${1:-}" == "bench" ]]; then
   need redis-server
   need redis-tools
-  need mariadb-server
   need linux-perf
 fi
 
