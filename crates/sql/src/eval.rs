@@ -796,19 +796,8 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Value::Str(digest.iter().map(|x| format!("{x:02x}")).collect())
         }
         Func::Truncate => {
-            let digits = numeric(&a[1]).as_i64().unwrap_or(0).clamp(0, 30) as u8;
-            match numeric(&a[0]) {
-                v @ (Value::Int(_) | Value::UInt(_)) => v,
-                Value::Decimal(d) if d.scale > digits => {
-                    let cut = 10i128.pow((d.scale - digits) as u32);
-                    Value::Decimal(Decimal::new(d.unscaled / cut, digits))
-                }
-                v @ Value::Decimal(_) => v,
-                v => {
-                    let m = 10f64.powi(digits as i32);
-                    Value::Float((v.as_f64().unwrap_or(0.0) * m).trunc() / m)
-                }
-            }
+            let digits = numeric(&a[1]).as_i64().unwrap_or(0);
+            round_to(numeric(&a[0]), digits, true)
         }
         Func::Pow => float_or_null(float(&a[0]).powf(float(&a[1]))),
         Func::Sqrt => float_or_null(float(&a[0]).sqrt()),
@@ -921,15 +910,8 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             }
         },
         Func::Round => {
-            let digits = if a.len() > 1 { numeric(&arg(&a, 1)).as_i64().unwrap_or(0).clamp(0, 30) as u8 } else { 0 };
-            match numeric(&arg(&a, 0)) {
-                v @ (Value::Int(_) | Value::UInt(_)) => v,
-                Value::Decimal(d) => Value::Decimal(d.rescale(digits.min(d.scale)).unwrap_or(d)),
-                v => {
-                    let m = 10f64.powi(digits as i32);
-                    Value::Float((v.as_f64().unwrap_or(0.0) * m).round() / m)
-                }
-            }
+            let digits = if a.len() > 1 { numeric(&arg(&a, 1)).as_i64().unwrap_or(0) } else { 0 };
+            round_to(numeric(&arg(&a, 0)), digits, false)
         }
         Func::Greatest | Func::Least => {
             let mut best = a.pop().unwrap_or(Value::Null);
@@ -1045,6 +1027,57 @@ fn datetime_micros(v: &Value) -> Option<i64> {
     match cast(v.clone(), CastTo::DateTime) {
         Ok(Value::DateTime(us)) => Some(us),
         _ => None,
+    }
+}
+
+/// ROUND (half away from zero; floats half to even, as MySQL) and TRUNCATE
+/// to `digits` places, left of the point when negative. An integer stays
+/// an integer; a decimal takes `digits` as its scale (ROUND(1.2, 3) is
+/// 1.200).
+fn round_to(v: Value, digits: i64, truncate: bool) -> Value {
+    let digits = digits.clamp(-38, 30);
+    let whole = |n: i128| -> i128 {
+        if digits >= 0 {
+            return n;
+        }
+        let Some(p) = 10i128.checked_pow((-digits) as u32) else { return 0 };
+        let q = n / p;
+        let r = n % p;
+        let q = if !truncate && r.abs() * 2 >= p { q + n.signum() } else { q };
+        q.saturating_mul(p)
+    };
+    match v {
+        Value::Int(i) => {
+            let n = whole(i as i128);
+            i64::try_from(n).map(Value::Int).unwrap_or(Value::Decimal(Decimal::new(n, 0)))
+        }
+        Value::UInt(u) => {
+            let n = whole(u as i128);
+            u64::try_from(n).map(Value::UInt).unwrap_or(Value::Decimal(Decimal::new(n, 0)))
+        }
+        Value::Decimal(d) if digits < 0 => {
+            // Straight from the unscaled value: rounding to an integer
+            // first would round twice.
+            let places = d.scale as u32 + (-digits) as u32;
+            let Some(p) = 10i128.checked_pow(places) else { return Value::Decimal(Decimal::new(0, 0)) };
+            let (q, r) = (d.unscaled / p, d.unscaled % p);
+            let q = if !truncate && r.abs() * 2 >= p { q + d.unscaled.signum() } else { q };
+            Value::Decimal(Decimal::new(q.saturating_mul(10i128.pow((-digits) as u32)), 0))
+        }
+        Value::Decimal(d) => {
+            let scale = digits as u8;
+            let cut = if scale < d.scale && truncate {
+                Some(Decimal::new(d.unscaled / 10i128.pow((d.scale - scale) as u32), scale))
+            } else {
+                d.rescale(scale)
+            };
+            Value::Decimal(cut.unwrap_or(d))
+        }
+        v => {
+            let x = v.as_f64().unwrap_or(0.0);
+            let m = 10f64.powi(digits as i32);
+            Value::Float(if truncate { (x * m).trunc() / m } else { (x * m).round_ties_even() / m })
+        }
     }
 }
 

@@ -316,6 +316,55 @@ async fn overlay_own_writes(
     Ok(rows)
 }
 
+/// Every row of a joined table (its fetched columns). The scan reads
+/// committed rows, so inside a transaction that wrote the table its own
+/// versions of the rows it wrote replace them (the scan then also fetches
+/// the primary key, to tell which rows those are).
+async fn joined_table_rows(
+    plan: &SelectPlan,
+    src: &Source,
+    table: &Arc<Table>,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<Vec<Vec<Value>>> {
+    let def = table.def();
+    let width = src.fetch.len();
+    let name = |c: &u16| def.columns[*c as usize].name.as_str();
+    let Some(written) = ctx.written_keys(table) else {
+        let names: Vec<&str> = src.fetch.iter().map(name).collect();
+        let found = ctx.client.scan(table, Scan::all().columns(&names)).await?;
+        return Ok(found.iter().map(|r| row_with_room(r, width)).collect());
+    };
+    let mut columns = src.fetch.clone();
+    columns.extend(def.primary_key.iter().filter(|c| !src.fetch.contains(c)));
+    let names: Vec<&str> = columns.iter().map(name).collect();
+    let found = ctx.client.scan(table, Scan::all().columns(&names)).await?;
+    let positions: Vec<usize> = def
+        .primary_key
+        .iter()
+        .map(|c| columns.iter().position(|f| f == c).unwrap_or(0))
+        .collect();
+    let mine: std::collections::HashSet<&[u8]> = written.iter().map(|(k, _)| k.as_slice()).collect();
+    let mut rows = Vec::with_capacity(found.len());
+    for r in found.iter() {
+        let mut values = row_with_room(r, columns.len());
+        let key: Vec<Value> = positions.iter().map(|&p| values[p].clone()).collect();
+        if table.meta.encode_key(&key).is_ok_and(|k| mine.contains(k.as_slice())) {
+            continue;
+        }
+        values.truncate(width);
+        rows.push(values);
+    }
+    let ops =
+        written.iter().map(|(_, k)| Op::read_locked(table, k, plan.lock)).collect::<latsdb_types::Result<Vec<_>>>()?;
+    for outcome in ctx.run_ops(ops).await? {
+        if let Outcome::Row(r) = outcome {
+            let full = r.values();
+            rows.push(src.fetch.iter().map(|&c| full.get(c as usize).cloned().unwrap_or(Value::Null)).collect());
+        }
+    }
+    Ok(rows)
+}
+
 fn virtual_rows(src: &Source, rows: &[Vec<Value>]) -> Vec<Vec<Value>> {
     rows.iter()
         .map(|r| src.fetch.iter().map(|&c| r.get(c as usize).cloned().unwrap_or(Value::Null)).collect())
@@ -537,12 +586,7 @@ async fn join(
         (kind, _) => {
             let right: Vec<Vec<Value>> = match kind {
                 SourceKind::Virtual(v) => virtual_rows(src, &v.rows),
-                SourceKind::Stored(table) => {
-                    let names: Vec<&str> =
-                        src.fetch.iter().map(|&c| table.def().columns[c as usize].name.as_str()).collect();
-                    let found = ctx.client.scan(table, Scan::all().columns(&names)).await?;
-                    found.iter().map(|r| row_with_room(r, width)).collect()
-                }
+                SourceKind::Stored(table) => joined_table_rows(plan, src, table, ctx).await?,
             };
             let mut right_matched = vec![false; if step.right { right.len() } else { 0 }];
             for r in rows {

@@ -39,6 +39,7 @@ SCHEMA = [
     " KEY kt (t1_id, x))",
 ]
 
+NEEDLES = ["'a'", "'pp'", "''", "'an'"]
 WORDS = ["apple", "Apple", "banana", "cherry", "date", "elder", "fig", "grape", "", "a_b", "x%y", "kiwi"]
 
 
@@ -48,6 +49,7 @@ class Gen:
         # Off for set operations: MariaDB shows all nine digits it keeps of
         # a quotient when a UNION column is typed as text.
         self.division = True
+        self.writing = False
 
     def chance(self, p):
         return self.r.random() < p
@@ -110,7 +112,17 @@ class Gen:
                     lambda: f"SIGN({e()})",
                     lambda: f"NULLIF({e()}, {self.int_lit()})",
                     lambda: f"DATEDIFF({e('date')}, {self.date_lit()})",
+                    lambda: f"({self.pred(tables, d)})",
                 ]
+                # MariaDB's strict mode turns the warning of comparing a
+                # word with a number into an error in writes only.
+                + ([lambda: f"({e('str')} = {self.int_lit()})"] if not self.writing else [])
+                + [
+                    lambda: f"INSTR({e('str')}, {self.pick(NEEDLES)})",
+                    lambda: f"LOCATE({self.pick(NEEDLES)}, {e('str')})",
+                    lambda: f"({e()} IN ({self.int_lit()}, NULL))",
+                ]
+                + ([lambda: f"(SELECT COUNT(*) FROM t2 WHERE t2.t1_id = t1.id)"] if "t1" in tables and "t2" not in tables and not self.writing else [])
             )()
         if kind == "str":
             return self.pick(
@@ -139,7 +151,7 @@ class Gen:
                     lambda: f"({e()} - {e()})",
                     # (not by 0: MariaDB shows a negative decimal times 0 as -0.00 in text)
                     lambda: f"({e()} * {self.pick(['1', '2', '3', '-2', '10'])})",
-                    lambda: f"ROUND({e()}, {self.r.randint(0, 2)})",
+                    lambda: f"ROUND({e()}, {self.r.randint(-1, 3)})",
                     lambda: f"TRUNCATE({e()}, {self.r.randint(0, 1)})",
                     lambda: f"ABS({e()})",
                     lambda: f"COALESCE({e()}, {self.dec_lit()})",
@@ -278,14 +290,24 @@ class Gen:
             kind = self.pick(["int", "dec", "str", "int"])
             if not self.col(tables, kind):
                 kind = "int"
+            # An argument with a column: MariaDB types AVG of a constant too
+            # narrowly (AVG(ABS(100)) is 99.9999 there).
             arg = self.expr(tables, kind, 1)
-            f = self.pick(["COUNT", "SUM", "MIN", "MAX", "AVG", "COUNT(*)", "COUNT_DISTINCT"])
+            while not any(c in arg for c in ("t1.", "t2.")):
+                arg = self.expr(tables, kind, 1)
+            f = self.pick(["COUNT", "SUM", "MIN", "MAX", "AVG", "COUNT(*)", "COUNT_DISTINCT", "GROUP_CONCAT"])
             if kind == "str" and f in ("SUM", "AVG"):
                 f = "MAX"
             if f == "COUNT(*)":
                 aggs.append("COUNT(*)")
             elif f == "COUNT_DISTINCT":
                 aggs.append(f"COUNT(DISTINCT {arg})")
+            elif f == "GROUP_CONCAT":
+                # Of a column, ordered by the value itself, so the text is the
+                # same in both (latsdb types a computed value by itself, MariaDB
+                # by the expression: COALESCE(d, 2) shows 2 as 2.00 there).
+                arg = self.col(tables, kind)
+                aggs.append(f"GROUP_CONCAT({arg} ORDER BY {arg} SEPARATOR ',')")
             else:
                 aggs.append(f"{f}({arg})")
         sql = f"SELECT {', '.join(groups + aggs)} FROM {frm}{where}"
@@ -316,6 +338,13 @@ class Gen:
         return f"({id_}, {t1_id}, {x}, {s})"
 
     def write(self):
+        self.writing = True
+        try:
+            return self.write_statement()
+        finally:
+            self.writing = False
+
+    def write_statement(self):
         t = self.pick(["t1", "t1", "t2"])
         values = self.t1_values if t == "t1" else self.t2_values
         top = 50 if t == "t1" else 80
@@ -466,8 +495,12 @@ def main():
 
     mismatches, unsupported, typed_differently, checked = [], {}, [], 0
 
+    in_transaction = False
+
     def compare(sql, ordered):
         nonlocal checked
+        if in_transaction:
+            sql = f"{sql} /* inside a transaction */"
         if args.verbose:
             print(sql, flush=True)
         lat = run(systems["latsdb"], sql)
@@ -500,29 +533,48 @@ def main():
     for _ in range(args.queries):
         sql, ordered = gen.query()
         compare(sql, ordered)
-    for i in range(args.writes):
-        sql = gen.write()
-        compare(sql, False)
+    def check_tables(after):
         for t in ("t1", "t2"):
             da, dm = table_dump(systems["latsdb"], t), table_dump(systems["mariadb"], t)
-            if da != dm:
-                print(f"after write {i + 1} ({sql}), table {t} differs:")
-                only_l = [r for r in da if r not in dm]
-                only_m = [r for r in dm if r not in da]
-                print(f"  only in latsdb:  {only_l[:6]}\n  only in MariaDB: {only_m[:6]}")
-                mismatches.append((f"-- table {t} after: {sql}", ("ok", da), ("ok", dm)))
-                # Bring latsdb back in line so later writes are compared from the same state.
-                for stmt in [f"DELETE FROM {t}"]:
-                    run(systems["latsdb"], stmt)
-                with systems["mariadb"].cursor() as cur:
-                    cur.execute(f"SELECT * FROM {t} ORDER BY id")
-                    rows = cur.fetchall()
-                for row in rows:
-                    vals = ", ".join("NULL" if v is None else pymysql.converters.escape_item(v, "utf8mb4")
-                                     for v in row)
-                    run(systems["latsdb"], f"INSERT INTO {t} VALUES ({vals})")
-        sql, ordered = gen.query()
-        compare(sql, ordered)
+            if da == dm:
+                continue
+            print(f"after {after}, table {t} differs:")
+            only_l = [r for r in da if r not in dm]
+            only_m = [r for r in dm if r not in da]
+            print(f"  only in latsdb:  {only_l[:6]}\n  only in MariaDB: {only_m[:6]}")
+            mismatches.append((f"-- table {t} after: {after}", ("ok", da), ("ok", dm)))
+            # Bring latsdb back in line so later writes are compared from the same state.
+            run(systems["latsdb"], f"DELETE FROM {t}")
+            with systems["mariadb"].cursor() as cur:
+                cur.execute(f"SELECT * FROM {t} ORDER BY id")
+                rows = cur.fetchall()
+            for row in rows:
+                vals = ", ".join("NULL" if v is None else pymysql.converters.escape_item(v, "utf8mb4") for v in row)
+                run(systems["latsdb"], f"INSERT INTO {t} VALUES ({vals})")
+
+    def write_and_look():
+        sql = gen.write()
+        compare(sql, False)
+        check_tables(sql)
+        compare(*gen.query())
+
+    done = 0
+    while done < args.writes:
+        if rng.random() < 0.15:
+            # A transaction: its reads see its own writes, and a statement
+            # that fails inside it fails alone (the transaction goes on).
+            compare("BEGIN", False)
+            in_transaction = True
+            for _ in range(rng.randint(1, 4)):
+                write_and_look()
+                done += 1
+            end = rng.choice(["COMMIT", "ROLLBACK"])
+            compare(end, False)
+            in_transaction = False
+            check_tables(f"the transaction's {end}")
+        else:
+            write_and_look()
+            done += 1
 
     for sql, lat, mdb in mismatches:
         print(f"MISMATCH (seed {args.seed}): {sql}\n  latsdb:  {show(lat)}\n  MariaDB: {show(mdb)}")
