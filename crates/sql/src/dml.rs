@@ -787,11 +787,9 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                 .into_iter()
                 .map(|w| match w.assigned {
                     None => Op::insert(table, w.row),
-                    Some(assigned) => Op::update_expr(
-                        table,
-                        &w.key,
-                        assigned.into_iter().map(|(c, v)| (c, Expr::Const(v))).collect(),
-                    ),
+                    Some(assigned) => {
+                        Op::update_expr(table, &w.key, assigned.into_iter().map(|(c, v)| (c, Expr::Const(v))).collect())
+                    }
                 })
                 .collect::<latsdb_types::Result<Vec<_>>>()?;
             ctx.run_ops(ops).await?;

@@ -338,11 +338,8 @@ async fn joined_table_rows(
     columns.extend(def.primary_key.iter().filter(|c| !src.fetch.contains(c)));
     let names: Vec<&str> = columns.iter().map(name).collect();
     let found = ctx.client.scan(table, Scan::all().columns(&names)).await?;
-    let positions: Vec<usize> = def
-        .primary_key
-        .iter()
-        .map(|c| columns.iter().position(|f| f == c).unwrap_or(0))
-        .collect();
+    let positions: Vec<usize> =
+        def.primary_key.iter().map(|c| columns.iter().position(|f| f == c).unwrap_or(0)).collect();
     let mine: std::collections::HashSet<&[u8]> = written.iter().map(|(k, _)| k.as_slice()).collect();
     let mut rows = Vec::with_capacity(found.len());
     for r in found.iter() {

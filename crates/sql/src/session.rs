@@ -1393,7 +1393,9 @@ fn column_type_of(rows: &[Vec<Value>], i: usize) -> ColumnType {
             (Some(ColumnType::Decimal { scale: a, .. }), ColumnType::Decimal { scale: b, .. }) => {
                 ColumnType::Decimal { precision: 38, scale: a.max(b) }
             }
-            (Some(ColumnType::Integer { .. }), ColumnType::Integer { .. }) => ColumnType::Decimal { precision: 38, scale: 0 },
+            (Some(ColumnType::Integer { .. }), ColumnType::Integer { .. }) => {
+                ColumnType::Decimal { precision: 38, scale: 0 }
+            }
             (Some(ColumnType::Decimal { scale, .. }), ColumnType::Integer { .. })
             | (Some(ColumnType::Integer { .. }), ColumnType::Decimal { scale, .. }) => {
                 ColumnType::Decimal { precision: 38, scale }
