@@ -902,6 +902,14 @@ impl Session {
     ) -> SqlResult<Response> {
         let mut results = Vec::with_capacity(subqueries.len());
         for (kind, query) in subqueries {
+            // A correlated scalar subquery linked by one equality runs once
+            // for all outer values and becomes a CASE over them.
+            if kind == crate::subquery::Use::Scalar {
+                if let Some(lookup) = crate::subquery::decorrelate_scalar(&query)? {
+                    results.push(self.scalar_lookup(lookup, params).await?);
+                    continue;
+                }
+            }
             // A correlated EXISTS of the simple kind runs once, without its
             // link to the outer query, and becomes `outer IN (...)`.
             let (query, outer) = match kind {
@@ -937,6 +945,44 @@ impl Session {
         let mut all = params.to_vec();
         crate::subquery::replace(&mut stmt, results, &mut all)?;
         Box::pin(self.execute(&stmt, &all, None)).await
+    }
+
+    async fn scalar_lookup(
+        &mut self,
+        lookup: crate::subquery::ScalarLookup,
+        params: &[Value],
+    ) -> SqlResult<crate::subquery::Found> {
+        let rows_of = async |session: &mut Self, q: ast::Query| -> SqlResult<Vec<Vec<Value>>> {
+            match Box::pin(session.execute(&Statement::Query(Box::new(q)), params, None)).await? {
+                Response::Rows { rows, .. } => Ok(rows),
+                _ => Err(SqlError::new(crate::error::ER_INTERNAL, "HY000", "a subquery returned no result set")),
+            }
+        };
+        let rows = rows_of(self, lookup.per_key).await?;
+        let mut pairs: Vec<(Value, Value)> = Vec::with_capacity(rows.len());
+        let (mut seen, mut key) = (std::collections::HashSet::new(), String::new());
+        for row in rows {
+            let mut row = row.into_iter();
+            let (Some(k), Some(v)) = (row.next(), row.next()) else {
+                return Err(SqlError::new(crate::error::ER_INTERNAL, "HY000", "a subquery lookup row lacks a column"));
+            };
+            // Without an aggregate, a key with two rows is a subquery that
+            // returns more than one row for that outer value.
+            if !lookup.aggregate && !k.is_null() {
+                crate::exec::group_key(std::slice::from_ref(&k), &mut key);
+                if !seen.insert(key.clone()) {
+                    return Err(SqlError::new(1242, "21000", "Subquery returns more than 1 row"));
+                }
+            }
+            pairs.push((k, v));
+        }
+        let otherwise = rows_of(self, lookup.empty)
+            .await?
+            .into_iter()
+            .next()
+            .and_then(|r| r.into_iter().next())
+            .unwrap_or(Value::Null);
+        Ok(crate::subquery::Found::Lookup { outer: Box::new(lookup.outer), pairs, otherwise })
     }
 
     /// A cached plan is stale when one of its tables changed or was dropped

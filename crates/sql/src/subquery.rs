@@ -85,7 +85,17 @@ impl Visitor for Collect {
 /// equal.
 pub enum Found {
     Rows(Use, Vec<Vec<Value>>),
-    Semi { outer: Box<Expr>, values: Vec<Value> },
+    Semi {
+        outer: Box<Expr>,
+        values: Vec<Value>,
+    },
+    /// A correlated scalar subquery run once: the value for each outer
+    /// value, and the value for the others.
+    Lookup {
+        outer: Box<Expr>,
+        pairs: Vec<(Value, Value)>,
+        otherwise: Value,
+    },
 }
 
 /// Replaces the outermost subqueries, in the order `outermost` listed
@@ -102,6 +112,16 @@ pub fn replace(stmt: &mut Statement, results: Vec<Found>, params: &mut Vec<Value
                 // `inner = outer` is never true for a NULL inner value.
                 params.extend(values.into_iter().filter(|v| !v.is_null()));
                 replacements.push(Replacement::Semi(outer, first, params.len() - first));
+                continue;
+            }
+            Found::Lookup { outer, pairs, otherwise } => {
+                let n = pairs.iter().filter(|(k, _)| !k.is_null()).count();
+                for (k, v) in pairs.into_iter().filter(|(k, _)| !k.is_null()) {
+                    params.push(k);
+                    params.push(v);
+                }
+                params.push(otherwise);
+                replacements.push(Replacement::Lookup(outer, first, n));
                 continue;
             }
         };
@@ -136,13 +156,12 @@ pub fn replace(stmt: &mut Statement, results: Vec<Found>, params: &mut Vec<Value
     Ok(())
 }
 
-/// A correlated `EXISTS (SELECT ... FROM ... WHERE inner = outer.col AND
-/// ...)`, as a query to run once: `SELECT DISTINCT inner FROM ... WHERE ...`
-/// (the conditions that do not read the outer query), and `outer.col`.
-/// Ok(None) when the subquery does not refer to the outer query by a
-/// qualified name; an error when it does in another way than one such
-/// equality.
-pub fn decorrelate(q: &Query) -> SqlResult<Option<(Query, Expr)>> {
+/// A correlated subquery's SELECT with its link to the outer query taken
+/// out: `SELECT ... FROM ... WHERE inner = outer.col AND rest` gives the
+/// SELECT with `WHERE rest`, `inner` and `outer.col`. Ok(None) when the
+/// subquery does not refer to the outer query by a qualified name; an
+/// error when it does in another way than one such equality.
+fn split_link(q: &Query) -> SqlResult<Option<Link>> {
     let ast::SetExpr::Select(select) = q.body.as_ref() else { return Ok(None) };
     let mut inner: Vec<String> = Vec::new();
     for t in &select.from {
@@ -182,7 +201,7 @@ pub fn decorrelate(q: &Query) -> SqlResult<Option<(Query, Expr)>> {
     }
     let unsupported = || {
         SqlError::unsupported(
-            "a subquery that refers to the outer query is supported only as [NOT] EXISTS (SELECT ... WHERE inner_column = outer_table.column AND conditions on the inner tables only); use a join",
+            "a subquery that refers to the outer query is supported only as [NOT] EXISTS (SELECT ... WHERE inner_column = outer_table.column AND conditions on the inner tables only) or as a scalar (SELECT one value ... WHERE inner_column = outer_table.column AND ...); use a join",
         )
     };
     let grouped = !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
@@ -209,17 +228,124 @@ pub fn decorrelate(q: &Query) -> SqlResult<Option<(Query, Expr)>> {
     }
     let Some((inner_expr, outer_expr)) = link else { return Err(unsupported()) };
     let mut select = select.as_ref().clone();
-    select.distinct = Some(ast::Distinct::Distinct);
-    select.projection = vec![ast::SelectItem::UnnamedExpr(inner_expr)];
     select.selection = rest.into_iter().reduce(|a, b| Expr::BinaryOp {
         left: Box::new(a),
         op: ast::BinaryOperator::And,
         right: Box::new(b),
     });
+    let value_reads_outer = select.projection.iter().filter_map(select_item_expr).any(outer_ref);
+    Ok(Some(Link { select, inner: inner_expr, outer: outer_expr, value_reads_outer }))
+}
+
+struct Link {
+    /// The subquery's SELECT without the linking equality.
+    select: ast::Select,
+    inner: Expr,
+    outer: Expr,
+    /// The select list reads the outer query too.
+    value_reads_outer: bool,
+}
+
+fn select_item_expr(item: &ast::SelectItem) -> Option<&Expr> {
+    match item {
+        ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } => Some(e),
+        _ => None,
+    }
+}
+
+fn with_select(q: &Query, select: ast::Select) -> Query {
     let mut query = q.clone();
     query.body = Box::new(ast::SetExpr::Select(Box::new(select)));
     query.order_by = None;
-    Ok(Some((query, outer_expr)))
+    query
+}
+
+/// A correlated `EXISTS (SELECT ... FROM ... WHERE inner = outer.col AND
+/// ...)`, as a query to run once: `SELECT DISTINCT inner FROM ... WHERE ...`
+/// (the conditions that do not read the outer query), and `outer.col`.
+pub fn decorrelate(q: &Query) -> SqlResult<Option<(Query, Expr)>> {
+    let Some(Link { mut select, inner: inner_expr, outer: outer_expr, .. }) = split_link(q)? else { return Ok(None) };
+    select.distinct = Some(ast::Distinct::Distinct);
+    select.projection = vec![ast::SelectItem::UnnamedExpr(inner_expr)];
+    Ok(Some((with_select(q, select), outer_expr)))
+}
+
+/// A correlated scalar subquery `(SELECT value FROM ... WHERE inner =
+/// outer.col AND ...)`, to run once for every outer value at the same time.
+pub struct ScalarLookup {
+    /// `SELECT inner, value FROM ... WHERE ...` (grouped by `inner` when
+    /// `value` aggregates): one row per value of `inner`.
+    pub per_key: Query,
+    /// `SELECT value FROM ... WHERE FALSE`: what an outer value without
+    /// inner rows gets (0 for COUNT, NULL without rows).
+    pub empty: Query,
+    /// Whether `value` aggregates (one row per key is then certain).
+    pub aggregate: bool,
+    pub outer: Expr,
+}
+
+pub fn decorrelate_scalar(q: &Query) -> SqlResult<Option<ScalarLookup>> {
+    let Some(Link { select, inner: inner_expr, outer: outer_expr, value_reads_outer }) = split_link(q)? else {
+        return Ok(None);
+    };
+    if value_reads_outer {
+        return Err(SqlError::unsupported(
+            "a scalar subquery's value cannot read the outer query (only its WHERE may, by one equality); use a join",
+        ));
+    }
+    let [item] = select.projection.as_slice() else {
+        return Err(SqlError::new(1241, "21000", "Operand should contain 1 column(s)"));
+    };
+    let Some(value) = select_item_expr(item).cloned() else {
+        return Err(SqlError::new(1241, "21000", "Operand should contain 1 column(s)"));
+    };
+    let aggregate = has_aggregate(&value);
+    let mut per_key = select.clone();
+    per_key.projection = vec![ast::SelectItem::UnnamedExpr(inner_expr.clone()), ast::SelectItem::UnnamedExpr(value)];
+    if aggregate {
+        per_key.group_by = ast::GroupByExpr::Expressions(vec![inner_expr], Vec::new());
+    }
+    let mut empty = select;
+    empty.selection = Some(Expr::Value(ast::Value::Boolean(false).with_empty_span()));
+    Ok(Some(ScalarLookup {
+        per_key: with_select(q, per_key),
+        empty: with_select(q, empty),
+        aggregate,
+        outer: outer_expr,
+    }))
+}
+
+/// Whether an expression calls an aggregate function (outside a window).
+fn has_aggregate(e: &Expr) -> bool {
+    const AGGREGATES: [&str; 16] = [
+        "COUNT",
+        "SUM",
+        "AVG",
+        "MIN",
+        "MAX",
+        "GROUP_CONCAT",
+        "STD",
+        "STDDEV",
+        "STDDEV_POP",
+        "STDDEV_SAMP",
+        "VARIANCE",
+        "VAR_POP",
+        "VAR_SAMP",
+        "BIT_AND",
+        "BIT_OR",
+        "BIT_XOR",
+    ];
+    let mut found = false;
+    let _ = ast::visit_expressions(e, |x| {
+        if let Expr::Function(f) = x {
+            let name = f.name.to_string();
+            if f.over.is_none() && AGGREGATES.iter().any(|a| a.eq_ignore_ascii_case(&name)) {
+                found = true;
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    found
 }
 
 fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
@@ -239,6 +365,9 @@ enum Replacement {
     Truth(bool),
     /// A decorrelated EXISTS: `outer IN (parameters first..first + n)`.
     Semi(Box<Expr>, usize, usize),
+    /// A decorrelated scalar subquery: `CASE outer WHEN ?k THEN ?v ...
+    /// ELSE ?otherwise END` over n (key, value) parameter pairs from `first`.
+    Lookup(Box<Expr>, usize, usize),
 }
 
 struct Walk {
@@ -294,6 +423,19 @@ impl VisitorMut for Walk {
                 }
             }
             (Expr::Subquery(_), Replacement::Params(first, _)) => placeholder(first),
+            (Expr::Subquery(_), Replacement::Lookup(_, first, 0)) => placeholder(first),
+            (Expr::Subquery(_), Replacement::Lookup(outer, first, n)) => Expr::Case {
+                case_token: ast::helpers::attached_token::AttachedToken::empty(),
+                end_token: ast::helpers::attached_token::AttachedToken::empty(),
+                operand: Some(outer),
+                conditions: (0..n)
+                    .map(|i| ast::CaseWhen {
+                        condition: placeholder(first + 2 * i),
+                        result: placeholder(first + 2 * i + 1),
+                    })
+                    .collect(),
+                else_result: Some(Box::new(placeholder(first + 2 * n))),
+            },
             (Expr::Exists { negated, .. }, Replacement::Truth(found)) => truth(found != negated),
             (Expr::Exists { negated, .. }, Replacement::Semi(_, _, 0)) => truth(negated),
             (Expr::Exists { negated: false, .. }, Replacement::Semi(outer, first, n)) => {

@@ -122,7 +122,9 @@ class Gen:
                     lambda: f"LOCATE({self.pick(NEEDLES)}, {e('str')})",
                     lambda: f"({e()} IN ({self.int_lit()}, NULL))",
                 ]
-                + ([lambda: f"(SELECT COUNT(*) FROM t2 WHERE t2.t1_id = t1.id)"] if "t1" in tables and "t2" not in tables and not self.writing else [])
+                + ([lambda: f"(SELECT {self.pick(['COUNT(*)', 'MAX(t2.x)', 'SUM(t2.x) + 1', 'MIN(t2.s) IS NULL'])}"
+                    f" FROM t2 WHERE t2.t1_id = t1.id{self.pick(['', ' AND t2.x > 5'])})",
+                    lambda: f"(SELECT t2.x FROM t2 WHERE t2.id = t1.a)"] if "t1" in tables and "t2" not in tables else [])
             )()
         if kind == "str":
             return self.pick(
