@@ -6,9 +6,14 @@ against latsdb's SQL node and against MariaDB, compared answer by answer.
 
 Queries are drawn from a grammar of what applications send (expressions of
 every column type, NULLs, predicates, joins, grouping, DISTINCT, ORDER BY
-with LIMIT, subqueries, set operations); writes are INSERT, UPDATE,
-DELETE, REPLACE and INSERT ... ON DUPLICATE KEY UPDATE, after each of which
-the tables are compared whole. A result is compared as a multiset of rows,
+with LIMIT, subqueries, set operations); a quarter of the queries run as
+server-side prepared statements on latsdb (mysql-connector-python, literals
+as parameters, binary rows) against the same text on MariaDB. Writes are
+INSERT, UPDATE, DELETE, REPLACE and INSERT ... ON DUPLICATE KEY UPDATE, some
+inside transactions that commit or roll back, and after each the tables are
+compared whole. A write that fails inside a transaction ends latsdb's
+transaction (as in NDB) but only the statement in MariaDB: both then roll
+back, and it is counted apart. A result is compared as a multiset of rows,
 or as a sequence when the query orders by every column it returns. Numbers
 compare by value (a DECIMAL 2.5000 equals 2.5), so a difference in display
 scale alone is not reported.
@@ -23,8 +28,10 @@ import argparse
 import datetime
 import decimal
 import random
+import re
 import sys
 
+import mysql.connector
 import pymysql
 
 INT_COLS = {"t1": ["id", "a", "b"], "t2": ["id", "t1_id", "x"]}
@@ -50,6 +57,9 @@ class Gen:
         # a quotient when a UNION column is typed as text.
         self.division = True
         self.writing = False
+        # While a prepared statement is generated: the values its literals
+        # became parameters of (None otherwise).
+        self.params = None
 
     def chance(self, p):
         return self.r.random() < p
@@ -59,10 +69,18 @@ class Gen:
 
     # ---- literals ----
     def int_lit(self):
-        return str(self.r.choice([0, 1, 2, 3, 5, 7, 10, -1, -4, 42, 100]))
+        v = self.r.choice([0, 1, 2, 3, 5, 7, 10, -1, -4, 42, 100])
+        if self.params is not None and self.chance(0.5):
+            self.params.append(v)
+            return f"\x00{len(self.params) - 1}\x00"
+        return str(v)
 
     def str_lit(self):
-        return "'" + self.pick(WORDS).replace("'", "''") + "'"
+        w = self.pick(WORDS)
+        if self.params is not None and self.chance(0.5):
+            self.params.append(w)
+            return f"\x00{len(self.params) - 1}\x00"
+        return "'" + w.replace("'", "''") + "'"
 
     def dec_lit(self):
         return self.pick(["1.50", "0.25", "-3.75", "10.00", "2"])
@@ -212,10 +230,11 @@ class Gen:
             ]
         return self.pick(simple)()
 
-    def any_expr(self, tables):
-        kind = self.pick(["int", "int", "str", "dec", "date"])
+    def any_expr(self, tables, kind=None):
+        kind = kind or self.pick(["int", "int", "str", "dec", "date"])
         if not self.col(tables, kind):
             kind = "int"
+        self.last_kind = kind
         return self.expr(tables, kind)
 
     # ---- queries ----
@@ -253,16 +272,21 @@ class Gen:
         n = self.r.randint(1, 4)
         union = not alias_cols and len(tables) == 1 and self.chance(0.1)
         self.division = not union
-        cols = [self.any_expr(tables) for _ in range(n)]
+        cols, kinds = [], []
+        for _ in range(n):
+            cols.append(self.any_expr(tables))
+            kinds.append(self.last_kind)
         if alias_cols:
             cols = [f"{c} AS c{i}" for i, c in enumerate(cols)]
             return f"SELECT {', '.join(cols)} FROM {frm}{where}", False
         if union:
             other = self.pick(["t1", "t2"])
-            sel2 = [self.any_expr([other]) for _ in range(n)]
+            # Columns of the same kinds on both sides: MariaDB 10.11 cuts a
+            # number to the width of a short string column of the first
+            # branch ('-2' under RIGHT(s, 1) becomes '-').
+            sel2 = [self.any_expr([other], k) for k in kinds]
             op = self.pick(["UNION", "UNION ALL"])
             self.division = True
-            # Set operations line columns up by position; both sides' kinds may differ, which MySQL allows.
             return f"SELECT {', '.join(cols)} FROM {frm}{where} {op} SELECT {', '.join(sel2)} FROM {other}" \
                 f" WHERE {self.pred([other])}", False
         return self.finish_query(tables, frm, where, cols)
@@ -420,14 +444,35 @@ def loosen(rows):
     return sorted((tuple(value(v) for v in row) for row in rows), key=repr)
 
 
-def run(conn, sql):
+def run(conn, sql, params=None):
     try:
         with conn.cursor() as cur:
-            cur.execute(sql)
+            cur.execute(sql, params)
             return ("ok", cur.fetchall() if cur.description else cur.rowcount)
     except pymysql.err.Error as e:
         code = e.args[0] if e.args else 0
         return ("error", code, str(e.args[1] if len(e.args) > 1 else e))
+
+
+def run_prepared(conn, sql, params):
+    """Runs a statement as a server-side prepared statement (COM_STMT_PREPARE
+    and EXECUTE, binary rows) with mysql-connector-python."""
+    try:
+        cur = conn.cursor(prepared=True)
+        try:
+            cur.execute(sql, params)
+            return ("ok", cur.fetchall() if cur.description else cur.rowcount)
+        finally:
+            cur.close()
+    except mysql.connector.Error as e:
+        return ("error", e.errno, e.msg)
+
+
+def connect_prepared(addr, user, password, db):
+    host, port = addr.rsplit(":", 1)
+    return mysql.connector.connect(
+        host=host, port=int(port), user=user, password=password, database=db, autocommit=True, use_pure=True
+    )
 
 
 def connect(addr, user, password, db=None):
@@ -498,15 +543,17 @@ def main():
     mismatches, unsupported, typed_differently, checked = [], {}, [], 0
 
     in_transaction = False
+    ended_by_error = 0
 
     def compare(sql, ordered):
-        nonlocal checked
         if in_transaction:
             sql = f"{sql} /* inside a transaction */"
         if args.verbose:
             print(sql, flush=True)
-        lat = run(systems["latsdb"], sql)
-        mdb = run(systems["mariadb"], sql)
+        checked_pair(sql, run(systems["latsdb"], sql), run(systems["mariadb"], sql), ordered)
+
+    def checked_pair(sql, lat, mdb, ordered):
+        nonlocal checked
         checked += 1
         if lat[0] == "error" and mdb[0] == "ok":
             key = lat[2][:70]
@@ -532,7 +579,41 @@ def main():
             else:
                 mismatches.append((sql, lat, mdb))
 
-    for _ in range(args.queries):
+    # (MariaDB is asked the same with the parameters filled in by PyMySQL:
+    # mysql-connector-python's prepared statements hang on MariaDB 10.11
+    # for some joins.)
+    latsdb_prepared = connect_prepared(args.latsdb, args.user, args.password, db)
+
+    def compare_prepared():
+        nonlocal checked
+        checked += 1
+        # Literals become parameters; the rows come back in the binary protocol.
+        gen.params = []
+        sql, ordered = gen.query()
+        # Parameters in the order their placeholders stand in the text (the
+        # generator writes a WHERE before the select list).
+        values, gen.params = gen.params, None
+        params = [values[int(n)] for n in re.findall("\x00([0-9]+)\x00", sql)]
+        sql = re.sub("\x00[0-9]+\x00", "?", sql)
+        if args.verbose:
+            print(f"{sql} /* prepared, parameters {params} */", flush=True)
+        lat = run_prepared(latsdb_prepared, sql, params)
+        # PyMySQL fills in %s and reads other % signs as formats.
+        mdb = run(systems["mariadb"], sql.replace("%", "%%").replace("?", "%s"), params)
+        shown = f"{sql} /* prepared, parameters {params} */"
+        if lat[0] == "error" and mdb[0] == "ok":
+            unsupported.setdefault(lat[2][:70], (shown, lat))
+        elif lat[0] != mdb[0]:
+            mismatches.append((shown, lat, mdb))
+        elif lat[0] == "ok":
+            na, nb = norm_rows(lat[1], ordered), norm_rows(mdb[1], ordered)
+            if na != nb and loosen(na) != loosen(nb):
+                mismatches.append((shown, lat, mdb))
+
+    for i in range(args.queries):
+        if i % 4 == 3:
+            compare_prepared()
+            continue
         sql, ordered = gen.query()
         compare(sql, ordered)
     def check_tables(after):
@@ -555,10 +636,28 @@ def main():
                 run(systems["latsdb"], f"INSERT INTO {t} VALUES ({vals})")
 
     def write_and_look():
+        """Returns False when the write failed inside a transaction: latsdb
+        then ends the whole transaction (as NDB does), where MariaDB undoes
+        the statement alone, so both roll back and the difference is
+        counted apart."""
+        nonlocal ended_by_error
         sql = gen.write()
-        compare(sql, False)
+        if in_transaction:
+            lat = run(systems["latsdb"], sql)
+            if lat[0] == "error":
+                run(systems["mariadb"], sql)
+                for conn in systems.values():
+                    run(conn, "ROLLBACK")
+                ended_by_error += 1
+                check_tables(f"a failed write ended the transaction ({sql})")
+                return False
+            mdb = run(systems["mariadb"], sql)
+            checked_pair(f"{sql} /* inside a transaction */", lat, mdb, False)
+        else:
+            compare(sql, False)
         check_tables(sql)
         compare(*gen.query())
+        return True
 
     done = 0
     while done < args.writes:
@@ -567,12 +666,17 @@ def main():
             # that fails inside it fails alone (the transaction goes on).
             compare("BEGIN", False)
             in_transaction = True
+            going = True
             for _ in range(rng.randint(1, 4)):
-                write_and_look()
                 done += 1
+                going = write_and_look()
+                if not going:
+                    break
+            in_transaction = False
+            if not going:
+                continue
             end = rng.choice(["COMMIT", "ROLLBACK"])
             compare(end, False)
-            in_transaction = False
             check_tables(f"the transaction's {end}")
         else:
             write_and_look()
@@ -590,7 +694,8 @@ def main():
         print(f"typed differently (seed {args.seed}): {sql}")
     print(
         f"seed {args.seed}: {checked} statements compared, {len(mismatches)} mismatches, "
-        f"{len(unsupported)} kinds of statements latsdb refused, {len(typed_differently)} answers typed differently"
+        f"{len(unsupported)} kinds of statements latsdb refused, {len(typed_differently)} answers typed differently, "
+        f"{ended_by_error} transactions ended by a failed write"
     )
     for conn in systems.values():
         with conn.cursor() as cur:
