@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{run_bounded, workspace, TestCluster};
+use common::{run_bounded, terminate, workspace, TestCluster};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -77,18 +77,7 @@ impl MariaDb {
 
 impl Drop for MariaDb {
     fn drop(&mut self) {
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child, Duration::from_secs(30));
     }
 }
 

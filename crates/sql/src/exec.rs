@@ -232,7 +232,7 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
                 rows = relock(plan, src, &table, rows, ctx).await?;
             }
             if let Some(written) = ctx.written_keys(&table) {
-                rows = overlay_own_writes(plan, src, &table, rows, written, ctx).await?;
+                rows = overlay_own_writes(plan, &src.fetch, &table, rows, written, &plan.first_conditions, ctx).await?;
             }
             Ok(rows)
         }
@@ -276,17 +276,18 @@ async fn relock(
 /// sees its staged writes), keeping those that match the conditions.
 async fn overlay_own_writes(
     plan: &SelectPlan,
-    src: &Source,
+    columns: &[u16],
     table: &Arc<Table>,
     mut rows: Vec<Vec<Value>>,
     written: Vec<(Vec<u8>, Vec<Value>)>,
+    conditions: &[SExpr],
     ctx: &mut Ctx<'_>,
 ) -> SqlResult<Vec<Vec<Value>>> {
     let def = table.def();
     let positions: Vec<usize> = def
         .primary_key
         .iter()
-        .map(|c| src.fetch.iter().position(|f| f == c))
+        .map(|c| columns.iter().position(|f| f == c))
         .collect::<Option<_>>()
         .ok_or_else(|| SqlError::general("internal: a scan did not fetch the primary key"))?;
     let mine: std::collections::HashSet<&[u8]> = written.iter().map(|(k, _)| k.as_slice()).collect();
@@ -303,14 +304,14 @@ async fn overlay_own_writes(
         let Outcome::Row(r) = outcome else { continue };
         let full = r.values();
         let mut keep = true;
-        for c in &plan.first_conditions {
+        for c in conditions {
             if truth(&c.eval(&full, &ctx.env)?) != Some(true) {
                 keep = false;
                 break;
             }
         }
         if keep {
-            rows.push(src.fetch.iter().map(|&c| full.get(c as usize).cloned().unwrap_or(Value::Null)).collect());
+            rows.push(columns.iter().map(|&c| full.get(c as usize).cloned().unwrap_or(Value::Null)).collect());
         }
     }
     Ok(rows)
@@ -338,26 +339,10 @@ async fn joined_table_rows(
     columns.extend(def.primary_key.iter().filter(|c| !src.fetch.contains(c)));
     let names: Vec<&str> = columns.iter().map(name).collect();
     let found = ctx.client.scan(table, Scan::all().columns(&names)).await?;
-    let positions: Vec<usize> =
-        def.primary_key.iter().map(|c| columns.iter().position(|f| f == c).unwrap_or(0)).collect();
-    let mine: std::collections::HashSet<&[u8]> = written.iter().map(|(k, _)| k.as_slice()).collect();
-    let mut rows = Vec::with_capacity(found.len());
-    for r in found.iter() {
-        let mut values = row_with_room(r, columns.len());
-        let key: Vec<Value> = positions.iter().map(|&p| values[p].clone()).collect();
-        if table.meta.encode_key(&key).is_ok_and(|k| mine.contains(k.as_slice())) {
-            continue;
-        }
-        values.truncate(width);
-        rows.push(values);
-    }
-    let ops =
-        written.iter().map(|(_, k)| Op::read_locked(table, k, plan.lock)).collect::<latsdb_types::Result<Vec<_>>>()?;
-    for outcome in ctx.run_ops(ops).await? {
-        if let Outcome::Row(r) = outcome {
-            let full = r.values();
-            rows.push(src.fetch.iter().map(|&c| full.get(c as usize).cloned().unwrap_or(Value::Null)).collect());
-        }
+    let rows = found.iter().map(|r| row_with_room(r, columns.len())).collect();
+    let mut rows = overlay_own_writes(plan, &columns, table, rows, written, &[], ctx).await?;
+    for r in &mut rows {
+        r.truncate(width);
     }
     Ok(rows)
 }

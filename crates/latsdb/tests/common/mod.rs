@@ -114,22 +114,29 @@ impl Drop for TestCluster {
                 }
             }
         }
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: signalling our own child process.
-            unsafe {
-                libc::kill(self.child.id() as i32, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        terminate(&mut self.child, Duration::from_secs(15));
     }
+}
+
+/// Stops a child process the test started: SIGTERM, then SIGKILL if it has
+/// not exited within `grace`.
+pub fn terminate(child: &mut Child, grace: Duration) {
+    if !matches!(child.try_wait(), Ok(None)) {
+        return;
+    }
+    // SAFETY: signalling our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 pub fn process_exists(pid: i32) -> bool {
