@@ -149,6 +149,9 @@ impl<'a> Binder<'a> {
                     },
                     UnaryOperator::Plus => inner,
                     UnaryOperator::Not | UnaryOperator::BangNot => SExpr::Not(Box::new(inner)),
+                    UnaryOperator::BitwiseNot => {
+                        SExpr::Arith(Arith::BitXor, Box::new(inner), Box::new(SExpr::Const(Value::UInt(u64::MAX))))
+                    }
                     other => return Err(SqlError::unsupported(format!("operator {other} is not supported"))),
                 }
             }
@@ -185,6 +188,11 @@ impl<'a> Binder<'a> {
                     BinaryOperator::Divide => SExpr::Arith(Arith::Div, b(l), b(r)),
                     BinaryOperator::Modulo => SExpr::Arith(Arith::Mod, b(l), b(r)),
                     BinaryOperator::MyIntegerDivide => SExpr::Arith(Arith::IntDiv, b(l), b(r)),
+                    BinaryOperator::BitwiseAnd => SExpr::Arith(Arith::BitAnd, b(l), b(r)),
+                    BinaryOperator::BitwiseOr => SExpr::Arith(Arith::BitOr, b(l), b(r)),
+                    BinaryOperator::BitwiseXor => SExpr::Arith(Arith::BitXor, b(l), b(r)),
+                    BinaryOperator::PGBitwiseShiftLeft => SExpr::Arith(Arith::ShiftLeft, b(l), b(r)),
+                    BinaryOperator::PGBitwiseShiftRight => SExpr::Arith(Arith::ShiftRight, b(l), b(r)),
                     other => return Err(SqlError::unsupported(format!("operator {other} is not supported"))),
                 }
             }
@@ -695,6 +703,7 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["WEEKDAY"], Func::DatePart(Part::Weekday), 1, 1),
     (&["DAYOFYEAR"], Func::DatePart(Part::DayOfYear), 1, 1),
     (&["DATE"], Func::DateOf, 1, 1),
+    (&["TIME"], Func::TimeOf, 1, 1),
     (&["DATE_FORMAT"], Func::DateFormat, 2, 2),
     (&["DATEDIFF"], Func::DateDiff, 2, 2),
     (&["LAST_DAY"], Func::LastDay, 1, 1),
@@ -721,6 +730,7 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["LOG2"], Func::Log2, 1, 1),
     (&["LOG10"], Func::Log10, 1, 1),
     (&["SIGN"], Func::Sign, 1, 1),
+    (&["BIT_COUNT"], Func::BitCount, 1, 1),
     (&["PI"], Func::Pi, 0, 0),
     (&["RAND"], Func::Rand, 0, 0),
     (&["GREATEST"], Func::Greatest, 2, 255),

@@ -58,6 +58,11 @@ pub enum Arith {
     Div,
     IntDiv,
     Mod,
+    BitAnd,
+    BitOr,
+    BitXor,
+    ShiftLeft,
+    ShiftRight,
 }
 
 /// Values that come from the session rather than the row.
@@ -108,6 +113,7 @@ pub enum Func {
     DatePart(crate::dates::Part),
     /// DATE(x).
     DateOf,
+    TimeOf,
     DateFormat,
     /// DATEDIFF(a, b): days from b to a.
     DateDiff,
@@ -140,6 +146,7 @@ pub enum Func {
     Log2,
     Log10,
     Sign,
+    BitCount,
     Pi,
     Rand,
 }
@@ -506,6 +513,24 @@ pub fn numeric(v: &Value) -> Value {
         }
         Value::Bytes(b) => numeric(&Value::Str(String::from_utf8_lossy(b).into_owned())),
         Value::Bool(b) => Value::Int(*b as i64),
+        // Dates in arithmetic are their digits, as in MySQL: 2024-03-07 is
+        // 20240307, 2024-03-07 09:45:27 is 20240307094527.
+        Value::Date(d) => {
+            let c = crate::dates::Civil::from_micros(*d as i64 * 86_400_000_000);
+            Value::Int(c.year * 10_000 + c.month as i64 * 100 + c.day as i64)
+        }
+        Value::DateTime(us) | Value::Timestamp(us) => {
+            let c = crate::dates::Civil::from_micros(*us);
+            let whole = (c.year * 10_000 + c.month as i64 * 100 + c.day as i64) * 1_000_000
+                + c.hour * 10_000
+                + c.minute * 100
+                + c.second;
+            if c.micros == 0 {
+                Value::Int(whole)
+            } else {
+                Value::Decimal(Decimal::new(whole as i128 * 1_000_000 + c.micros as i128, 6))
+            }
+        }
         other => other.clone(),
     }
 }
@@ -551,11 +576,12 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
     to_text(a).as_bytes().partial_cmp(to_text(b).as_bytes())
 }
 
-/// Strings compare byte by byte (utf8mb4_bin), exactly as the data nodes
-/// compare them in pushed-down filters and order them in indexes, so a
-/// condition means the same wherever it runs.
+/// Strings compare as utf8mb4_bin (bytes, PAD SPACE), exactly as the data
+/// nodes compare them in pushed-down filters, so a condition means the same
+/// wherever it runs. (Indexes order the bytes themselves: only text ending
+/// in characters below the space sorts differently there.)
 fn collate_cmp(a: &str, b: &str) -> Ordering {
-    a.as_bytes().cmp(b.as_bytes())
+    value::pad_space_cmp(a.as_bytes(), b.as_bytes())
 }
 
 fn temporal_from_str(s: &str) -> Option<Value> {
@@ -592,6 +618,12 @@ pub fn compare_op(op: Cmp, a: &Value, b: &Value) -> Value {
 fn arith_op(op: Arith, a: &Value, b: &Value) -> SqlResult<Value> {
     if a.is_null() || b.is_null() {
         return Ok(Value::Null);
+    }
+    if let Some(exact) = integer_arith(op, a, b) {
+        return exact;
+    }
+    if let Some(bits) = bit_op(op, a, b) {
+        return Ok(bits);
     }
     let (a, b) = (numeric(a), numeric(b));
     let simple = match op {
@@ -638,16 +670,91 @@ fn arith_op(op: Arith, a: &Value, b: &Value) -> SqlResult<Value> {
                 _ => Value::Float(a.as_f64().unwrap_or(0.0) / b.as_f64().unwrap_or(1.0)),
             }
         }
-        Arith::IntDiv => match (a.as_i64(), b.as_i64()) {
-            (Some(x), Some(y)) => Value::Int(x.wrapping_div(y)),
-            _ => Value::Int((a.as_f64().unwrap_or(0.0) / b.as_f64().unwrap_or(1.0)).trunc() as i64),
-        },
-        Arith::Mod => match (a.as_i64(), b.as_i64()) {
-            (Some(x), Some(y)) => Value::Int(x.wrapping_rem(y)),
-            _ => Value::Float(a.as_f64().unwrap_or(0.0) % b.as_f64().unwrap_or(1.0)),
-        },
+        Arith::IntDiv | Arith::Mod if wide_int(&a).is_some() && wide_int(&b).is_some() => {
+            let (x, y) = (wide_int(&a).unwrap_or(0), wide_int(&b).unwrap_or(1));
+            let r = if op == Arith::IntDiv { x / y } else { x % y };
+            let unsigned = matches!(a, Value::UInt(_)) || matches!(b, Value::UInt(_));
+            match (unsigned, i64::try_from(r)) {
+                (false, Ok(i)) => Value::Int(i),
+                _ if r >= 0 => Value::UInt(u64::try_from(r).unwrap_or(u64::MAX)),
+                _ => Value::Int(i64::try_from(r).unwrap_or(i64::MIN)),
+            }
+        }
+        Arith::IntDiv => Value::Int((a.as_f64().unwrap_or(0.0) / b.as_f64().unwrap_or(1.0)).trunc() as i64),
+        Arith::Mod => Value::Float(a.as_f64().unwrap_or(0.0) % b.as_f64().unwrap_or(1.0)),
         _ => unreachable!("simple operators handled above"),
     })
+}
+
+/// An integer of either signedness, widened so both fit.
+fn wide_int(v: &Value) -> Option<i128> {
+    match v {
+        Value::Int(i) => Some(*i as i128),
+        Value::UInt(u) => Some(*u as i128),
+        Value::Bool(b) => Some(*b as i128),
+        _ => None,
+    }
+}
+
+/// +, - and * of two integers, exactly: a result beyond BIGINT (or BIGINT
+/// UNSIGNED when an operand is unsigned) is error 1690 as in MySQL, never a
+/// rounded double. None for other operands and operators. (MySQL also
+/// refuses a negative result when an operand is unsigned; latsdb returns it.)
+fn integer_arith(op: Arith, a: &Value, b: &Value) -> Option<SqlResult<Value>> {
+    let (x, y) = (wide_int(a)?, wide_int(b)?);
+    let r = match op {
+        Arith::Add => x + y,
+        Arith::Sub => x - y,
+        // Both fit in 64 bits, so the product fits in 128.
+        Arith::Mul => x * y,
+        _ => return None,
+    };
+    let unsigned = matches!(a, Value::UInt(_)) || matches!(b, Value::UInt(_));
+    Some(if let (true, Ok(u)) = (unsigned, u64::try_from(r)) {
+        // Unsigned stays unsigned, so later arithmetic may go past BIGINT.
+        Ok(Value::UInt(u))
+    } else if let Ok(i) = i64::try_from(r) {
+        Ok(Value::Int(i))
+    } else {
+        let sign = match op {
+            Arith::Add => "+",
+            Arith::Sub => "-",
+            _ => "*",
+        };
+        let kind = if unsigned { "BIGINT UNSIGNED" } else { "BIGINT" };
+        Err(SqlError::new(1690, "22003", format!("{kind} value is out of range in '{x} {sign} {y}'")))
+    })
+}
+
+/// A value as the 64 bits MySQL's bit operators work on: integers as two's
+/// complement, other numbers rounded to an integer and held within
+/// BIGINT UNSIGNED.
+fn bits_of(v: &Value) -> u64 {
+    match numeric(v) {
+        Value::Int(i) => i as u64,
+        Value::UInt(u) => u,
+        Value::Decimal(d) => match d.rescale(0).map(|d| d.unscaled) {
+            Some(i) if i < 0 => i64::try_from(i).unwrap_or(i64::MIN) as u64,
+            Some(i) => u64::try_from(i).unwrap_or(u64::MAX),
+            None => u64::MAX,
+        },
+        Value::Float(f) if f < 0.0 => f.round() as i64 as u64,
+        Value::Float(f) => f.round() as u64,
+        other => other.as_i64().unwrap_or(0) as u64,
+    }
+}
+
+/// &, |, ^, << and >> (and ~ as ^ with all ones): BIGINT UNSIGNED results.
+fn bit_op(op: Arith, a: &Value, b: &Value) -> Option<Value> {
+    let (x, y) = (bits_of(a), bits_of(b));
+    Some(Value::UInt(match op {
+        Arith::BitAnd => x & y,
+        Arith::BitOr => x | y,
+        Arith::BitXor => x ^ y,
+        Arith::ShiftLeft => x.checked_shl(u32::try_from(y).unwrap_or(u32::MAX)).unwrap_or(0),
+        Arith::ShiftRight => x.checked_shr(u32::try_from(y).unwrap_or(u32::MAX)).unwrap_or(0),
+        _ => return None,
+    }))
 }
 
 /// A value as MySQL prints it in the text protocol.
@@ -660,9 +767,21 @@ pub fn to_text(v: &Value) -> String {
     }
 }
 
-/// Doubles print without a trailing ".0" and in the shortest form that
-/// reads back to the same value, as MySQL does.
+/// Doubles print in the shortest form that reads back to the same value,
+/// as MySQL does: without a trailing ".0", and in exponent form ("1e15",
+/// "1.5e-16") when the decimal point would sit more than 15 places left of
+/// an integral value's last digit or right of the first digit.
 pub fn format_double(f: f64) -> String {
+    if f.is_finite() && f != 0.0 {
+        let e = format!("{f:e}");
+        if let Some((mantissa, exp)) = e.split_once('e') {
+            let exp: i32 = exp.parse().unwrap_or(0);
+            let digits = mantissa.bytes().filter(u8::is_ascii_digit).count() as i32;
+            if exp <= -16 || (exp >= 15 && digits <= exp + 1) {
+                return e;
+            }
+        }
+    }
     format_number(f)
 }
 
@@ -939,6 +1058,14 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         }
         Func::DatePart(part) => civil(&a[0]).map_or(Value::Null, |c| Value::Int(c.part(part))),
         Func::DateOf => civil(&a[0]).map_or(Value::Null, |c| Value::Date(c.days as i32)),
+        Func::TimeOf => civil(&a[0]).map_or(Value::Null, |c| {
+            let format = if c.micros != 0 { "%H:%i:%s.%f" } else { "%H:%i:%s" };
+            Value::Str(crate::dates::format(&c, format))
+        }),
+        Func::BitCount => match &a[0] {
+            Value::Null => Value::Null,
+            v => Value::Int(bits_of(v).count_ones() as i64),
+        },
         Func::DateFormat => match civil(&a[0]) {
             Some(c) => Value::Str(crate::dates::format(&c, &to_text(&a[1]))),
             None => Value::Null,
@@ -1283,6 +1410,74 @@ mod tests {
         assert_eq!(eval(SExpr::Cmp(Cmp::Eq, c(5i64), c("5"))), Value::Int(1));
         assert_eq!(eval(SExpr::Cmp(Cmp::Lt, c("10"), c(9i64))), Value::Int(0));
         assert_eq!(eval(SExpr::Cmp(Cmp::Eq, c("abc"), c("ABC"))), Value::Int(0), "strings compare as utf8mb4_bin");
+    }
+
+    #[test]
+    fn text_compares_pad_space() {
+        assert_eq!(eval(SExpr::Cmp(Cmp::Eq, c("a"), c("a  "))), Value::Int(1));
+        assert_eq!(eval(SExpr::Cmp(Cmp::Lt, c("a\t"), c("a"))), Value::Int(1));
+    }
+
+    #[test]
+    fn integer_arithmetic_is_exact_or_an_error() {
+        let try_eval = |e: SExpr| e.eval(&[], &Env { params: &[], session: &NoSession });
+        let over = try_eval(SExpr::Arith(Arith::Add, c(i64::MAX), c(1i64))).unwrap_err();
+        assert_eq!((over.code, over.message.contains("BIGINT value is out of range")), (1690, true));
+        let over = try_eval(SExpr::Arith(Arith::Mul, c(u64::MAX), c(2i64))).unwrap_err();
+        assert!(over.message.contains("BIGINT UNSIGNED"), "{}", over.message);
+        // An unsigned operand keeps the result unsigned, so it may pass i64.
+        assert_eq!(eval(SExpr::Arith(Arith::Add, c(i64::MAX as u64), c(1i64))), Value::UInt(1 << 63));
+        let half = SExpr::Arith(Arith::IntDiv, c(u64::MAX), c(2i64));
+        assert_eq!(eval(SExpr::Arith(Arith::Add, Box::new(half), c(1i64))), Value::UInt(1 << 63));
+        assert_eq!(eval(SExpr::Arith(Arith::Mod, c(u64::MAX), c(1000i64))), Value::UInt(615));
+        // Text in arithmetic stays a double, as in MySQL.
+        assert_eq!(
+            eval(SExpr::Arith(Arith::Add, c("9223372036854775807"), c(1i64))),
+            Value::Float(9.223372036854776e18)
+        );
+    }
+
+    #[test]
+    fn bit_operators_work_on_64_unsigned_bits() {
+        let bits = |op, a: Value, b: Value| eval(SExpr::Arith(op, c(a), c(b)));
+        assert_eq!(bits(Arith::BitAnd, Value::Int(-1), Value::Int(255)), Value::UInt(255));
+        assert_eq!(bits(Arith::BitXor, Value::Int(0), Value::UInt(u64::MAX)), Value::UInt(u64::MAX));
+        assert_eq!(bits(Arith::ShiftLeft, Value::Int(1), Value::Int(64)), Value::UInt(0));
+        assert_eq!(bits(Arith::ShiftRight, Value::Int(16), Value::Int(2)), Value::UInt(4));
+        assert_eq!(bits(Arith::BitOr, Value::Float(2.5), Value::Int(0)), Value::UInt(3));
+        assert_eq!(bits(Arith::BitOr, Value::Null, Value::Int(0)), Value::Null);
+    }
+
+    #[test]
+    fn dates_in_arithmetic_are_their_digits() {
+        assert_eq!(numeric(&Value::Date(19_724)), Value::Int(20240102));
+        let us = 19_724i64 * 86_400_000_000 + 3_723_000_000;
+        assert_eq!(numeric(&Value::DateTime(us)), Value::Int(20240102010203));
+        assert_eq!(numeric(&Value::DateTime(us + 500_000)).to_string(), "20240102010203.500000");
+    }
+
+    #[test]
+    fn doubles_print_as_mysql_prints_them() {
+        let shown: Vec<String> =
+            [1e15, 1e14, 1.5e-16, 1.5e-15, 1234567890123456.0, 1000000000000000.5, -1e16, 0.1, 0.0, 2.5]
+                .into_iter()
+                .map(format_double)
+                .collect();
+        assert_eq!(
+            shown,
+            [
+                "1e15",
+                "100000000000000",
+                "1.5e-16",
+                "0.0000000000000015",
+                "1.234567890123456e15",
+                "1000000000000000.5",
+                "-1e16",
+                "0.1",
+                "0",
+                "2.5"
+            ]
+        );
     }
 
     #[test]

@@ -258,7 +258,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                             ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
                             other => other.to_string(),
                         },
-                        other => other.to_string(),
+                        other => shown_name(other),
                     },
                 };
                 let origin = match bound {
@@ -895,4 +895,19 @@ fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
         plan.having = Some(rewrite(h)?);
     }
     Ok(())
+}
+
+/// The name of an unaliased computed column: the expression as written, with
+/// its parameters shown as `?` (the parser numbers them `?0`, `?1`, ...).
+fn shown_name(e: &Expr) -> String {
+    let mut e = e.clone();
+    let _ = ast::visit_expressions_mut(&mut e, |x| {
+        if let Expr::Value(v) = x {
+            if let ast::Value::Placeholder(p) = &mut v.value {
+                p.truncate(1);
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    e.to_string()
 }

@@ -221,7 +221,7 @@ impl Value {
             (UInt(a), UInt(b)) => Some(a.cmp(b)),
             (Int(a), UInt(b)) => Some((*a as i128).cmp(&(*b as i128))),
             (UInt(a), Int(b)) => Some((*a as i128).cmp(&(*b as i128))),
-            (Str(a), Str(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
+            (Str(a), Str(b)) => Some(pad_space_cmp(a.as_bytes(), b.as_bytes())),
             (Bytes(a), Bytes(b)) => Some(a.cmp(b)),
             (Str(a), Bytes(b)) => Some(a.as_bytes().cmp(b)),
             (Bytes(a), Str(b)) => Some(a.as_slice().cmp(b.as_bytes())),
@@ -241,6 +241,22 @@ impl Value {
             }
             _ => None,
         }
+    }
+}
+
+/// Text as MySQL's utf8mb4_bin compares it: byte by byte, the shorter
+/// side read as padded with spaces (PAD SPACE), so 'a' = 'a  '.
+pub fn pad_space_cmp(a: &[u8], b: &[u8]) -> Ordering {
+    let n = a.len().min(b.len());
+    match a[..n].cmp(&b[..n]) {
+        Ordering::Equal => {}
+        other => return other,
+    }
+    let beyond = |rest: &[u8]| rest.iter().find(|&&c| c != b' ').map_or(Ordering::Equal, |c| c.cmp(&b' '));
+    if a.len() > n {
+        beyond(&a[n..])
+    } else {
+        beyond(&b[n..]).reverse()
     }
 }
 
@@ -450,8 +466,17 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
             Ok(Value::Decimal(d))
         }
         ColumnType::Char(n) | ColumnType::VarChar(n) => match value {
-            Value::Str(s) => {
-                let chars = s.chars().count();
+            Value::Str(mut s) => {
+                // MySQL returns a CHAR without its trailing spaces, and cuts
+                // spaces beyond a VARCHAR's length without complaint.
+                if matches!(column.ty, ColumnType::Char(_)) {
+                    s.truncate(s.trim_end_matches(' ').len());
+                }
+                let mut chars = s.chars().count();
+                if chars > n as usize && s[s.trim_end_matches(' ').len()..].len() >= chars - n as usize {
+                    s.truncate(s.len() - (chars - n as usize));
+                    chars = n as usize;
+                }
                 if chars > n as usize {
                     return Err(DbError::type_error(format!(
                         "value of {chars} characters is too long for column '{}' ({})",
@@ -567,6 +592,18 @@ mod tests {
     use crate::schema::{ColumnType, IntWidth};
 
     #[test]
+    fn char_drops_trailing_spaces_and_varchar_cuts_extra_ones() {
+        let char3 = ColumnDef::new("c", ColumnType::Char(3));
+        assert_eq!(coerce(Value::Str("ab   ".into()), &char3).unwrap(), Value::Str("ab".into()));
+        assert_eq!(coerce(Value::Str(" a ".into()), &char3).unwrap(), Value::Str(" a".into()));
+        assert!(coerce(Value::Str("abcd".into()), &char3).is_err());
+        let varchar3 = ColumnDef::new("v", ColumnType::VarChar(3));
+        assert_eq!(coerce(Value::Str("ab ".into()), &varchar3).unwrap(), Value::Str("ab ".into()));
+        assert_eq!(coerce(Value::Str("ab    ".into()), &varchar3).unwrap(), Value::Str("ab ".into()));
+        assert!(coerce(Value::Str("ab  x".into()), &varchar3).is_err());
+    }
+
+    #[test]
     fn integer_ranges_are_enforced() {
         let col = ColumnDef::new("a", ColumnType::int(IntWidth::Tiny));
         assert_eq!(coerce(Value::Int(127), &col).unwrap(), Value::Int(127));
@@ -618,5 +655,12 @@ mod tests {
         assert_eq!(Value::Int(-1).sql_cmp(&Value::UInt(0)), Some(Ordering::Less));
         assert_eq!(Value::Decimal(Decimal::new(150, 2)).sql_cmp(&Value::Int(1)), Some(Ordering::Greater));
         assert_eq!(Value::Null.sql_cmp(&Value::Int(1)), None);
+        let text = |a: &str, b: &str| Value::Str(a.into()).sql_cmp(&Value::Str(b.into()));
+        assert_eq!(text("a", "a  "), Some(Ordering::Equal));
+        assert_eq!(text("a ", "a"), Some(Ordering::Equal));
+        assert_eq!(text("a\t", "a"), Some(Ordering::Less));
+        assert_eq!(text("a", "a\t"), Some(Ordering::Greater));
+        assert_eq!(text("ab", "a "), Some(Ordering::Greater));
+        assert_eq!(text("a b", "a"), Some(Ordering::Greater));
     }
 }

@@ -44,9 +44,17 @@ SCHEMA = [
     " dt DATE, KEY ka (a), KEY ks (s))",
     "CREATE TABLE t2 (id INT NOT NULL PRIMARY KEY, t1_id INT, x INT NOT NULL DEFAULT 7, s VARCHAR(20),"
     " KEY kt (t1_id, x))",
+    # The other column types, queried by their own grammar (`Gen.t3_query`).
+    "CREATE TABLE t3 (id INT NOT NULL PRIMARY KEY, u INT UNSIGNED, ti TINYINT, f DOUBLE, c CHAR(6), ts DATETIME,"
+    " flag BOOLEAN, big BIGINT UNSIGNED, KEY kf (f), KEY kts (ts), KEY kc (c))",
 ]
+TABLES = ["t1", "t2", "t3"]
+# Doubles that binary fractions hold exactly, so sums do not depend on order.
+DOUBLES = ["1.5", "-2.25", "0.5", "100", "-0.125", "3e3", "1e6", "0"]
 
 NEEDLES = ["'a'", "'pp'", "''", "'an'"]
+# CHAR(6) values, some with trailing spaces (which a CHAR drops).
+CHARS = ["ab", "abc ", "b", "", "a ", "zz", "Ab", "a_b", "bab"]
 WORDS = ["apple", "Apple", "banana", "cherry", "date", "elder", "fig", "grape", "", "a_b", "x%y", "kiwi"]
 
 
@@ -249,6 +257,8 @@ class Gen:
         return [t], t
 
     def query(self):
+        if self.params is None and self.chance(0.15):
+            return self.t3_query()
         k = self.r.random()
         if k < 0.05:
             inner, _ = self.simple_query(["t1"], "t1", alias_cols=True)
@@ -348,6 +358,125 @@ class Gen:
                 return sql, True
         return sql, False
 
+    # ---- t3: unsigned, tiny and big integers, doubles, CHAR, DATETIME, BOOLEAN ----
+    def t3_expr(self, depth=0):
+        """An expression over t3 and its kind ("int", "dbl", "str", "dt")."""
+        if depth >= 2 or self.chance(0.4):
+            return self.pick([("t3.u", "int"), ("t3.ti", "int"), ("t3.f", "dbl"), ("t3.c", "str"), ("t3.ts", "dt"),
+                              ("t3.flag", "int"), ("t3.big", "int"), ("t3.id", "int")])
+        d = depth + 1
+        sub = lambda: self.t3_expr(d)[0]  # noqa: E731
+        return self.pick([
+            # (No subtraction from an unsigned column: MySQL refuses a
+            # negative result, latsdb returns it.)
+            lambda: (f"(t3.u + {self.pick(['1', '7', '4294967295'])})", "int"),
+            lambda: (f"(t3.ti * {self.pick(['2', '-3', '100'])})", "int"),
+            lambda: (f"(t3.ti - t3.id)", "int"),
+            # (Nothing that overflows BIGINT UNSIGNED: MySQL evaluates the
+            # select list only for the rows a LIMIT keeps, latsdb for all.)
+            lambda: (f"(t3.big {self.pick(['DIV 2 + 1', '+ 0', '% 1000', 'DIV 3'])})", "int"),
+            lambda: (f"(t3.{self.pick(['u', 'ti', 'id', 'flag', 'big'])} {self.pick(['&', '|', '^'])}"
+                     f" {self.pick(['5', '255', '-1'])})", "int"),
+            lambda: (f"(t3.{self.pick(['u', 'ti', 'id'])} {self.pick(['<<', '>>'])} {self.pick(['1', '3', '63', '64'])})", "int"),
+            lambda: (f"~t3.{self.pick(['ti', 'u', 'flag'])}", "int"),
+            lambda: (f"BIT_COUNT(t3.{self.pick(['u', 'ti', 'big'])})", "int"),
+            lambda: (f"(t3.f {self.pick(['+', '-', '*'])} {self.pick(DOUBLES)})", "dbl"),
+            lambda: (f"(t3.f * t3.ti)", "dbl"),
+            lambda: (f"ABS(t3.f)", "dbl"),
+            lambda: (f"FLOOR(t3.f)", "dbl"),
+            lambda: (f"ROUND(t3.f, {self.pick(['0', '1', '-1'])})", "dbl"),
+            lambda: (f"(t3.f > {self.pick(DOUBLES)})", "int"),
+            lambda: (f"CONCAT('[', t3.c, ']')", "str"),
+            lambda: (f"LENGTH(t3.c)", "int"),
+            lambda: (f"UPPER(t3.c)", "str"),
+            lambda: (f"CONCAT(t3.c, {sub()})", "str"),
+            lambda: (f"DATE(t3.ts)", "dt"),
+            lambda: (f"TIME(t3.ts)", "str"),
+            lambda: (f"HOUR(t3.ts)", "int"),
+            lambda: (f"DATE_FORMAT(t3.ts, '%Y-%m-%d %H.%i.%s %a')", "str"),
+            lambda: (f"DATE_ADD(t3.ts, INTERVAL {self.r.randint(-50, 50)} {self.pick(['HOUR', 'MINUTE', 'DAY', 'MONTH'])})", "dt"),
+            lambda: (f"TIMESTAMPDIFF({self.pick(['HOUR', 'DAY', 'MINUTE'])}, t3.ts, '2024-03-01 12:00:00')", "int"),
+            lambda: (f"(t3.ts {self.pick(['<', '>=', '='])} '{self.t3_datetime()}')", "int"),
+            # (Both branches of one kind: MySQL types the result by both.)
+            lambda: (f"IF(t3.flag, {self.pick(['t3.c, UPPER(t3.c)', 't3.ti, t3.u', 't3.f, ABS(t3.f)', 't3.ts, DATE_ADD(t3.ts, INTERVAL 1 DAY)'])})", "str"),
+            lambda: (f"(NOT t3.flag)", "int"),
+            lambda: (f"(t3.flag IS {self.pick(['TRUE', 'FALSE', 'NOT TRUE'])})", "int"),
+            lambda: (f"COALESCE(t3.f, t3.ti, -1)", "dbl"),
+        ])()
+
+    def t3_datetime(self):
+        return str(datetime.datetime(2024, 2, 27, 0, 0) + datetime.timedelta(minutes=self.r.randrange(0, 6000) * 7))
+
+    def t3_pred(self, depth=0):
+        preds = [
+            lambda: f"t3.f {self.pick(['<', '<=', '>', '>=', '='])} {self.pick(DOUBLES)}",
+            lambda: f"t3.f BETWEEN {self.pick(DOUBLES)} AND {self.pick(DOUBLES)}",
+            lambda: f"t3.ts {self.pick(['<', '>=', '='])} '{self.t3_datetime()}'",
+            lambda: f"t3.ts BETWEEN '{self.t3_datetime()}' AND '{self.t3_datetime()}'",
+            lambda: f"t3.ts {self.pick(['<', '>='])} '{self.t3_datetime()[:10]}'",
+            lambda: f"t3.c {self.pick(['=', '<', '>=', '<>'])} '{self.pick(CHARS)}'",
+            lambda: f"t3.c LIKE '{self.pick(['a%', '%b', '_', '%'])}'",
+            lambda: f"t3.c IN ('{self.pick(CHARS)}', '{self.pick(CHARS)}')",
+            lambda: f"t3.u {self.pick(['<', '>', '='])} {self.pick(['0', '7', '4294967295', '-1'])}",
+            lambda: f"t3.ti {self.pick(['<', '>', '='])} {self.pick(['0', '-128', '127', '5'])}",
+            lambda: f"t3.big {self.pick(['<', '>', '='])} {self.pick(['0', '9223372036854775808', '18446744073709551615', '-1'])}",
+            lambda: f"t3.flag",
+            lambda: f"NOT t3.flag",
+            lambda: f"t3.{self.pick(['u', 'f', 'c', 'ts', 'flag', 'big'])} IS {self.pick(['', 'NOT '])}NULL",
+            lambda: f"{self.t3_expr(1)[0]} IS NOT NULL",
+        ]
+        if depth < 1:
+            preds += [
+                lambda: f"({self.t3_pred(1)} AND {self.t3_pred(1)})",
+                lambda: f"({self.t3_pred(1)} OR {self.t3_pred(1)})",
+            ]
+        return self.pick(preds)()
+
+    def t3_query(self):
+        where = f" WHERE {self.t3_pred()}" if self.chance(0.8) else ""
+        if self.chance(0.25):
+            group = self.pick(["t3.c", "t3.flag", "t3.ti", "DATE(t3.ts)"])
+            aggs = [self.pick(["COUNT(*)", "SUM(t3.f)", "MIN(t3.f)", "MAX(t3.ts)", "MIN(t3.ts)", "SUM(t3.u)",
+                               "MAX(t3.big)", "AVG(t3.ti)", "COUNT(DISTINCT t3.c)", "MAX(t3.c)", "SUM(t3.flag)"])
+                    for _ in range(self.r.randint(1, 3))]
+            return f"SELECT {group}, {', '.join(aggs)} FROM t3{where} GROUP BY {group}", False
+        cols = [self.t3_expr()[0] for _ in range(self.r.randint(1, 4))]
+        sql = f"SELECT t3.id, {', '.join(cols)} FROM t3{where}"
+        if self.chance(0.4):
+            key = self.pick(["t3.f", "t3.ts", "t3.c", "t3.u", "t3.big"])
+            sql += f" ORDER BY {key}{self.pick(['', ' DESC'])}, t3.id LIMIT {self.r.randint(1, 10)}"
+            return sql, True
+        return sql, False
+
+    def t3_values(self, id_):
+        u = self.pick(["NULL", "0", "7", "4294967295", str(self.r.randint(0, 1000))])
+        ti = self.pick(["NULL", "-128", "127", "0", str(self.r.randint(-20, 20))])
+        f = self.pick(["NULL"] + DOUBLES)
+        c = self.pick(["NULL"] + [f"'{w}'" for w in CHARS])
+        ts = self.pick(["NULL", f"'{self.t3_datetime()}'"])
+        flag = self.pick(["NULL", "TRUE", "FALSE", "0", "1"])
+        big = self.pick(["NULL", "0", "9223372036854775808", "18446744073709551615", str(self.r.randint(0, 10**15))])
+        return f"({id_}, {u}, {ti}, {f}, {c}, {ts}, {flag}, {big})"
+
+    def t3_write(self):
+        k = self.r.random()
+        if k < 0.3:
+            rows = ", ".join(self.t3_values(self.r.randint(1, 40)) for _ in range(self.r.randint(1, 3)))
+            return f"{self.pick(['INSERT IGNORE', 'REPLACE'])} INTO t3 VALUES {rows}"
+        if k < 0.7:
+            col, value = self.pick([
+                ("f", lambda: f"t3.f * {self.pick(['2', '-1', '0.5'])}"),
+                ("f", lambda: self.pick(DOUBLES)),
+                ("c", lambda: f"'{self.pick(CHARS)}'"),
+                ("ts", lambda: f"DATE_ADD(t3.ts, INTERVAL {self.r.randint(-90, 90)} MINUTE)"),
+                ("flag", lambda: "NOT t3.flag"),
+                ("u", lambda: f"t3.u + {self.r.randint(0, 9)}"),
+                ("ti", lambda: f"t3.ti DIV 2"),
+                ("big", lambda: f"t3.big DIV {self.pick(['2', '3'])}"),
+            ])
+            return f"UPDATE t3 SET {col} = {value()} WHERE {self.t3_pred()}"
+        return f"DELETE FROM t3 WHERE {self.t3_pred()}"
+
     # ---- writes ----
     def t1_values(self, id_):
         a = self.pick(["NULL", self.int_lit(), str(self.r.randint(-20, 20))])
@@ -371,6 +500,8 @@ class Gen:
             self.writing = False
 
     def write_statement(self):
+        if self.chance(0.15):
+            return self.t3_write()
         t = self.pick(["t1", "t1", "t2"])
         values = self.t1_values if t == "t1" else self.t2_values
         top = 50 if t == "t1" else 80
@@ -416,7 +547,13 @@ def norm_value(v):
         return ("num", decimal.Decimal(repr(round(v, 9))).normalize())
     if isinstance(v, (bytes, bytearray)):
         v = v.decode("utf-8", "replace")
-    if isinstance(v, (datetime.date, datetime.datetime, datetime.timedelta)):
+    if isinstance(v, datetime.timedelta):
+        # A TIME as MySQL prints it (Python shows 0:28:00).
+        whole = int(v.total_seconds())
+        sign, whole = ("-", -whole) if whole < 0 else ("", whole)
+        text = f"{sign}{whole // 3600:02}:{whole % 3600 // 60:02}:{whole % 60:02}"
+        return ("text", text + (f".{v.microseconds:06}" if v.microseconds else ""))
+    if isinstance(v, (datetime.date, datetime.datetime)):
         return ("text", str(v))
     return ("text", str(v))
 
@@ -533,6 +670,7 @@ def main():
                 cur.execute(stmt)
     data = [f"INSERT INTO t1 VALUES {', '.join(gen.t1_values(i) for i in range(1, 41))}"]
     data.append(f"INSERT INTO t2 VALUES {', '.join(gen.t2_values(i) for i in range(1, 61))}")
+    data.append(f"INSERT INTO t3 VALUES {', '.join(gen.t3_values(i) for i in range(1, 31))}")
     for stmt in data:
         for name, conn in systems.items():
             r = run(conn, stmt)
@@ -617,7 +755,7 @@ def main():
         sql, ordered = gen.query()
         compare(sql, ordered)
     def check_tables(after):
-        for t in ("t1", "t2"):
+        for t in TABLES:
             da, dm = table_dump(systems["latsdb"], t), table_dump(systems["mariadb"], t)
             if da == dm:
                 continue
