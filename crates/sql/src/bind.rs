@@ -128,6 +128,33 @@ impl<'a> Binder<'a> {
         Err(SqlError::bad_field(&shown, self.place))
     }
 
+    /// `(a, b) = (x, y)` as `a = x AND b = y` (NULLs as SQL has them); rows
+    /// of different widths are error 1241, as in MySQL.
+    fn row_equal(&mut self, left: &Expr, right: &Expr) -> SqlResult<SExpr> {
+        let unnest = |e: &Expr| -> Option<Vec<Expr>> {
+            match e {
+                Expr::Tuple(items) => Some(items.clone()),
+                Expr::Nested(inner) => Some(vec![inner.as_ref().clone()]),
+                _ => None,
+            }
+        };
+        let (Some(l), Some(r)) = (unnest(left), unnest(right)) else {
+            return Err(SqlError::unsupported("a row (a, b) compares only with another row of values"));
+        };
+        if l.len() != r.len() {
+            return Err(SqlError::new(1241, "21000", format!("Operand should contain {} column(s)", l.len())));
+        }
+        let mut all: Option<SExpr> = None;
+        for (x, y) in l.iter().zip(&r) {
+            let eq = SExpr::Cmp(Cmp::Eq, Box::new(self.bind(x)?), Box::new(self.bind(y)?));
+            all = Some(match all {
+                None => eq,
+                Some(prev) => SExpr::And(Box::new(prev), Box::new(eq)),
+            });
+        }
+        all.ok_or_else(|| SqlError::parse("an empty row () is not a value"))
+    }
+
     pub fn bind(&mut self, e: &Expr) -> SqlResult<SExpr> {
         Ok(match e {
             Expr::Identifier(id) => self.identifier(std::slice::from_ref(id))?,
@@ -159,6 +186,16 @@ impl<'a> Binder<'a> {
                 return Err(SqlError::parse(
                     "INTERVAL can only be added to or subtracted from a date, or be DATE_ADD's argument",
                 ))
+            }
+            Expr::BinaryOp { left, op: op @ (BinaryOperator::Eq | BinaryOperator::NotEq), right }
+                if matches!(left.as_ref(), Expr::Tuple(_)) =>
+            {
+                let equal = self.row_equal(left, right)?;
+                if *op == BinaryOperator::Eq {
+                    equal
+                } else {
+                    SExpr::Not(Box::new(equal))
+                }
             }
             Expr::BinaryOp { left, op, right } => {
                 // `date + INTERVAL n unit`, `INTERVAL n unit + date`, `date - INTERVAL ...`.
@@ -202,6 +239,19 @@ impl<'a> Binder<'a> {
             Expr::IsNotTrue(x) => SExpr::IsBool(Box::new(self.bind(x)?), true, true),
             Expr::IsFalse(x) => SExpr::IsBool(Box::new(self.bind(x)?), false, false),
             Expr::IsNotFalse(x) => SExpr::IsBool(Box::new(self.bind(x)?), false, true),
+            Expr::InList { expr, list, negated } if matches!(expr.as_ref(), Expr::Tuple(_)) => {
+                // (a, b) IN ((1, 2), (3, 4)): (a = 1 AND b = 2) OR (a = 3 AND b = 4).
+                let mut any = SExpr::Const(Value::Int(0));
+                for (i, item) in list.iter().enumerate() {
+                    let row = self.row_equal(expr, item)?;
+                    any = if i == 0 { row } else { SExpr::Or(Box::new(any), Box::new(row)) };
+                }
+                if *negated {
+                    SExpr::Not(Box::new(any))
+                } else {
+                    any
+                }
+            }
             Expr::InList { expr, list, negated } => SExpr::In(
                 Box::new(self.bind(expr)?),
                 list.iter().map(|x| self.bind(x)).collect::<SqlResult<_>>()?,
@@ -214,10 +264,11 @@ impl<'a> Binder<'a> {
                 *negated,
             ),
             Expr::Like { negated, expr, pattern, escape_char, .. } => {
-                if escape_char.is_some() {
-                    return Err(SqlError::unsupported("LIKE ... ESCAPE is not supported; '\\' escapes by default"));
+                let mut pattern = self.bind(pattern)?;
+                if let Some(escape) = escape_char {
+                    pattern = with_backslash_escapes(pattern, self.bind(escape)?)?;
                 }
-                SExpr::Like(Box::new(self.bind(expr)?), Box::new(self.bind(pattern)?), *negated)
+                SExpr::Like(Box::new(self.bind(expr)?), Box::new(pattern), *negated)
             }
             Expr::Case { operand, conditions, else_result, .. } => SExpr::Case(
                 match operand {
@@ -663,6 +714,35 @@ fn interval_unit(name: &str) -> SqlResult<Unit> {
     })
 }
 
+/// A constant LIKE pattern with `ESCAPE 'c'` rewritten to the `\` escapes
+/// LIKE itself reads (on the SQL node and on the data nodes alike).
+fn with_backslash_escapes(pattern: SExpr, escape: SExpr) -> SqlResult<SExpr> {
+    let (SExpr::Const(Value::Str(p)), SExpr::Const(Value::Str(e))) = (&pattern, &escape) else {
+        return Err(SqlError::unsupported("LIKE ... ESCAPE needs a constant pattern and escape character"));
+    };
+    let mut chars = e.chars();
+    let esc = match (chars.next(), chars.next()) {
+        (Some(c), None) => c,
+        (None, _) => return Ok(pattern),
+        _ => return Err(SqlError::new(1210, "HY000", "Incorrect arguments to ESCAPE")),
+    };
+    let mut out = String::with_capacity(p.len());
+    let mut it = p.chars();
+    while let Some(c) = it.next() {
+        if c == esc {
+            // The escaped character is literal; an escape at the end stands for itself.
+            let literal = it.next().unwrap_or(esc);
+            out.push('\\');
+            out.push(literal);
+        } else if c == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(SExpr::Const(Value::Str(out)))
+}
+
 /// Scalar functions evaluated by `eval`: their names and how many
 /// arguments they take (at least, at most).
 const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
@@ -731,6 +811,13 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["LOG10"], Func::Log10, 1, 1),
     (&["SIGN"], Func::Sign, 1, 1),
     (&["BIT_COUNT"], Func::BitCount, 1, 1),
+    (&["SUBSTRING_INDEX"], Func::SubstringIndex, 3, 3),
+    (&["FIND_IN_SET"], Func::FindInSet, 2, 2),
+    (&["FIELD"], Func::Field, 2, 255),
+    (&["ELT"], Func::Elt, 2, 255),
+    (&["STRCMP"], Func::Strcmp, 2, 2),
+    (&["INSERT"], Func::InsertStr, 4, 4),
+    (&["QUOTE"], Func::Quote, 1, 1),
     (&["PI"], Func::Pi, 0, 0),
     (&["RAND"], Func::Rand, 0, 0),
     (&["GREATEST"], Func::Greatest, 2, 255),

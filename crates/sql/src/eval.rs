@@ -147,6 +147,13 @@ pub enum Func {
     Log10,
     Sign,
     BitCount,
+    SubstringIndex,
+    FindInSet,
+    Field,
+    Elt,
+    Strcmp,
+    InsertStr,
+    Quote,
     Pi,
     Rand,
 }
@@ -838,7 +845,79 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             let sep = to_text(&a[0]);
             Value::Str(a[1..].iter().filter(|v| !v.is_null()).map(to_text).collect::<Vec<_>>().join(&sep))
         }
+        Func::Field => {
+            let x = arg(&a, 0);
+            if x.is_null() {
+                return Ok(Value::Int(0));
+            }
+            let at = a[1..].iter().position(|v| compare(&x, v) == Some(Ordering::Equal));
+            Value::Int(at.map_or(0, |i| i as i64 + 1))
+        }
+        Func::Elt => match numeric(&arg(&a, 0)).as_i64() {
+            Some(n) if n >= 1 && (n as usize) < a.len() => a.swap_remove(n as usize),
+            _ => Value::Null,
+        },
+        Func::Quote => match &a[0] {
+            Value::Null => Value::Str("NULL".into()),
+            v => {
+                let mut out = String::from("'");
+                for ch in to_text(v).chars() {
+                    match ch {
+                        '\\' => out.push_str("\\\\"),
+                        '\'' => out.push_str("\\'"),
+                        '\0' => out.push_str("\\0"),
+                        '\x1a' => out.push_str("\\Z"),
+                        c => out.push(c),
+                    }
+                }
+                out.push('\'');
+                Value::Str(out)
+            }
+        },
         _ if any_null(&a) && !matches!(f, Func::Version | Func::UnixTimestamp | Func::Uuid) => Value::Null,
+        Func::SubstringIndex => {
+            let (text, delim) = (to_text(&a[0]), to_text(&a[1]));
+            let count = numeric(&a[2]).as_i64().unwrap_or(0);
+            if delim.is_empty() || count == 0 {
+                return Ok(Value::Str(String::new()));
+            }
+            let cut = if count > 0 {
+                text.match_indices(delim.as_str()).nth(count as usize - 1).map(|(i, _)| text[..i].to_string())
+            } else {
+                text.rmatch_indices(delim.as_str())
+                    .nth(count.unsigned_abs() as usize - 1)
+                    .map(|(i, _)| text[i + delim.len()..].to_string())
+            };
+            Value::Str(cut.unwrap_or(text))
+        }
+        Func::FindInSet => {
+            let (needle, list) = (to_text(&a[0]), to_text(&a[1]));
+            if needle.contains(',') || list.is_empty() {
+                return Ok(Value::Int(0));
+            }
+            Value::Int(list.split(',').position(|item| item == needle).map_or(0, |i| i as i64 + 1))
+        }
+        Func::Strcmp => Value::Int(match collate_cmp(&to_text(&a[0]), &to_text(&a[1])) {
+            Ordering::Less => -1,
+            Ordering::Equal => 0,
+            Ordering::Greater => 1,
+        }),
+        Func::InsertStr => {
+            let text: Vec<char> = to_text(&a[0]).chars().collect();
+            let (pos, len) = (numeric(&a[1]).as_i64().unwrap_or(0), numeric(&a[2]).as_i64().unwrap_or(0));
+            if pos < 1 || pos as usize > text.len() {
+                return Ok(Value::Str(text.into_iter().collect()));
+            }
+            let start = pos as usize - 1;
+            let end = if len < 0 { text.len() } else { start.saturating_add(len as usize).min(text.len()) };
+            let mut out: String = text[..start].iter().collect();
+            out.push_str(&to_text(&a[3]));
+            out.extend(&text[end..]);
+            if out.len() > MAX_STRING_CHARS {
+                return Ok(Value::Null);
+            }
+            Value::Str(out)
+        }
         Func::LPad | Func::RPad => {
             let s: Vec<char> = to_text(&a[0]).chars().collect();
             let Some(len) = numeric(&a[1]).as_i64().filter(|&n| n >= 0).map(|n| n as usize) else {
@@ -1446,6 +1525,26 @@ mod tests {
         assert_eq!(bits(Arith::ShiftRight, Value::Int(16), Value::Int(2)), Value::UInt(4));
         assert_eq!(bits(Arith::BitOr, Value::Float(2.5), Value::Int(0)), Value::UInt(3));
         assert_eq!(bits(Arith::BitOr, Value::Null, Value::Int(0)), Value::Null);
+    }
+
+    #[test]
+    fn string_functions_of_mysql() {
+        let f = |func, args: Vec<Value>| call(func, args, &Env { params: &[], session: &NoSession }).unwrap();
+        let s = |x: &str| Value::Str(x.into());
+        assert_eq!(f(Func::SubstringIndex, vec![s("a.b.c"), s("."), Value::Int(2)]), s("a.b"));
+        assert_eq!(f(Func::SubstringIndex, vec![s("a.b.c"), s("."), Value::Int(-1)]), s("c"));
+        assert_eq!(f(Func::SubstringIndex, vec![s("a.b"), s("."), Value::Int(5)]), s("a.b"));
+        assert_eq!(f(Func::FindInSet, vec![s("b"), s("a,b,c")]), Value::Int(2));
+        assert_eq!(f(Func::FindInSet, vec![s("b,c"), s("a,b,c")]), Value::Int(0));
+        assert_eq!(f(Func::Field, vec![Value::Null, Value::Null]), Value::Int(0));
+        assert_eq!(f(Func::Field, vec![s("b"), s("a"), s("b")]), Value::Int(2));
+        assert_eq!(f(Func::Elt, vec![Value::Int(2), s("x"), Value::Null]), Value::Null);
+        assert_eq!(f(Func::Elt, vec![Value::Int(3), s("x"), s("y")]), Value::Null);
+        assert_eq!(f(Func::Strcmp, vec![s("a"), s("a  ")]), Value::Int(0));
+        assert_eq!(f(Func::InsertStr, vec![s("abcdef"), Value::Int(2), Value::Int(3), s("XY")]), s("aXYef"));
+        assert_eq!(f(Func::InsertStr, vec![s("abc"), Value::Int(2), Value::Int(-1), s("z")]), s("az"));
+        assert_eq!(f(Func::Quote, vec![s("it's \\")]), s("'it\\'s \\\\'"));
+        assert_eq!(f(Func::Quote, vec![Value::Null]), s("NULL"));
     }
 
     #[test]

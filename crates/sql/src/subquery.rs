@@ -382,8 +382,37 @@ fn subquery_of(e: &Expr) -> Option<(Use, &Query)> {
         Expr::InSubquery { subquery, .. } => Some((Use::In, subquery)),
         Expr::Subquery(q) => Some((Use::Scalar, q)),
         Expr::Exists { subquery, .. } => Some((Use::Exists, subquery)),
+        // `x > ANY (SELECT ...)`, `x = ALL (SELECT ...)`: all its values, as
+        // for IN (the inner subquery is not a scalar one).
+        Expr::AnyOp { right, .. } | Expr::AllOp { right, .. } => match right.as_ref() {
+            Expr::Subquery(q) => Some((Use::In, q)),
+            _ => None,
+        },
         _ => None,
     }
+}
+
+/// `x op ANY (values)` as `(x op ?a OR x op ?b ...)`, `x op ALL (values)` as
+/// the same with AND: NULLs among the values and on the left give the
+/// three-valued answer SQL wants. Empty: ANY is false, ALL true. The terms
+/// form a balanced tree, so thousands of values do not nest deeply.
+fn quantified(left: &Expr, op: &ast::BinaryOperator, first: usize, n: usize, all: bool) -> Expr {
+    if n == 0 {
+        return truth(all);
+    }
+    if n == 1 {
+        return Expr::Nested(Box::new(Expr::BinaryOp {
+            left: Box::new(left.clone()),
+            op: op.clone(),
+            right: Box::new(placeholder(first)),
+        }));
+    }
+    let half = n / 2;
+    Expr::Nested(Box::new(Expr::BinaryOp {
+        left: Box::new(quantified(left, op, first, half, all)),
+        op: if all { ast::BinaryOperator::And } else { ast::BinaryOperator::Or },
+        right: Box::new(quantified(left, op, first + half, n - half, all)),
+    }))
 }
 
 fn placeholder(n: usize) -> Expr {
@@ -421,6 +450,12 @@ impl VisitorMut for Walk {
                 } else {
                     Expr::InList { expr, list: (first..first + n).map(placeholder).collect(), negated }
                 }
+            }
+            (Expr::AnyOp { left, compare_op, .. }, Replacement::Params(first, n)) => {
+                quantified(&left, &compare_op, first, n, false)
+            }
+            (Expr::AllOp { left, compare_op, .. }, Replacement::Params(first, n)) => {
+                quantified(&left, &compare_op, first, n, true)
             }
             (Expr::Subquery(_), Replacement::Params(first, _)) => placeholder(first),
             (Expr::Subquery(_), Replacement::Lookup(_, first, 0)) => placeholder(first),

@@ -147,7 +147,11 @@ class Gen:
                     lambda: f"INSTR({e('str')}, {self.pick(NEEDLES)})",
                     lambda: f"LOCATE({self.pick(NEEDLES)}, {e('str')})",
                     lambda: f"({e()} IN ({self.int_lit()}, NULL))",
+                    lambda: f"FIND_IN_SET({e('str')}, 'apple,fig,,kiwi')",
+                    lambda: f"STRCMP({e('str')}, {e('str')})",
                 ]
+                # (Not under an outer join: see ELT.)
+                + ([lambda: f"FIELD({e('str')}, 'apple', 'fig', '')"] if len(tables) == 1 else [])
                 + ([lambda: f"(SELECT {self.pick(['COUNT(*)', 'MAX(t2.x)', 'SUM(t2.x) + 1', 'MIN(t2.s) IS NULL'])}"
                     f" FROM t2 WHERE t2.t1_id = t1.id{self.pick(['', ' AND t2.x > 5'])})",
                     lambda: f"(SELECT t2.x FROM t2 WHERE t2.id = t1.a)"] if "t1" in tables and "t2" not in tables else [])
@@ -170,7 +174,12 @@ class Gen:
                     lambda: f"LPAD({e()}, {self.r.randint(0, 8)}, '*')",
                     lambda: f"REVERSE({e()})",
                     lambda: f"CONCAT_WS('-', {e()}, {e()})",
+                    lambda: f"SUBSTRING_INDEX({e()}, {self.pick(['a', 'p', '_'])!r}, {self.pick(['1', '2', '-1', '0'])})",
+                    lambda: f"INSERT({e()}, {self.r.randint(0, 4)}, {self.r.randint(-1, 3)}, 'XY')",
                 ]
+                # (FIELD and ELT not under an outer join: MariaDB 10.11 takes them to
+                # be NULL when a column of the NULL-extended table is, and drops rows.)
+                + ([lambda: f"ELT({e('int')}, {e()}, {e()})"] if len(tables) == 1 else [])
             )()
         if kind == "dec":
             return self.pick(
@@ -219,9 +228,12 @@ class Gen:
             ]
             if t == "t2":
                 simple.append(lambda: f"t2.t1_id = {self.r.randint(0, 20)} AND t2.x {self.pick(['<', '>'])} 10")
+                simple.append(lambda: f"(t2.t1_id, t2.x) {self.pick(['', 'NOT '])}IN ("
+                              + ", ".join(f"({self.r.randint(0, 20)}, {self.r.randint(-5, 30)})" for _ in range(3)) + ")")
         if kind == "str":
             pattern = self.pick(["'a%'", "'%e'", "'%an%'", "'_i%'", "'A%'", "'%\\_%'", "'%'", "'fig'"])
             simple.append(lambda: f"{e()} {self.pick(['', 'NOT '])}LIKE {pattern}")
+            simple.append(lambda: f"{e()} LIKE {self.pick(['a|_%', '%|%%', '|a%', 'x|%y'])!r} ESCAPE '|'")
         if depth < 2:
             simple += [
                 lambda: f"({self.pred(tables, d)} AND {self.pred(tables, d)})",
@@ -235,6 +247,8 @@ class Gen:
                 f" AND {self.pred(['t2'], 2)})",
                 lambda: f"t1.a > (SELECT {self.pick(['MIN', 'MAX', 'COUNT'])}(t2.x) FROM t2"
                 f" WHERE {self.pred(['t2'], 2)})",
+                lambda: f"t1.a {self.pick(['=', '<>', '<', '>='])} {self.pick(['ANY', 'ALL', 'SOME'])}"
+                f" (SELECT t2.{self.pick(['x', 't1_id'])} FROM t2 WHERE {self.pred(['t2'], 2)})",
             ]
         return self.pick(simple)()
 
@@ -389,7 +403,8 @@ class Gen:
             lambda: (f"CONCAT('[', t3.c, ']')", "str"),
             lambda: (f"LENGTH(t3.c)", "int"),
             lambda: (f"UPPER(t3.c)", "str"),
-            lambda: (f"CONCAT(t3.c, {sub()})", "str"),
+            # (Not of a rounded double: MySQL shows ROUND(3000e0, 1) as 3000.0.)
+            lambda: (f"CONCAT(t3.c, {self.pick(['t3.ti', 't3.u', 'DATE(t3.ts)', 't3.flag'])})", "str"),
             lambda: (f"DATE(t3.ts)", "dt"),
             lambda: (f"TIME(t3.ts)", "str"),
             lambda: (f"HOUR(t3.ts)", "int"),
