@@ -144,15 +144,12 @@ impl<'a> Binder<'a> {
         if l.len() != r.len() {
             return Err(SqlError::new(1241, "21000", format!("Operand should contain {} column(s)", l.len())));
         }
-        let mut all: Option<SExpr> = None;
-        for (x, y) in l.iter().zip(&r) {
-            let eq = SExpr::Cmp(Cmp::Eq, Box::new(self.bind(x)?), Box::new(self.bind(y)?));
-            all = Some(match all {
-                None => eq,
-                Some(prev) => SExpr::And(Box::new(prev), Box::new(eq)),
-            });
-        }
-        all.ok_or_else(|| SqlError::parse("an empty row () is not a value"))
+        let equalities = l
+            .iter()
+            .zip(&r)
+            .map(|(x, y)| Ok(SExpr::Cmp(Cmp::Eq, Box::new(self.bind(x)?), Box::new(self.bind(y)?))))
+            .collect::<SqlResult<Vec<_>>>()?;
+        and_all(equalities).ok_or_else(|| SqlError::parse("an empty row () is not a value"))
     }
 
     pub fn bind(&mut self, e: &Expr) -> SqlResult<SExpr> {
@@ -241,11 +238,8 @@ impl<'a> Binder<'a> {
             Expr::IsNotFalse(x) => SExpr::IsBool(Box::new(self.bind(x)?), false, true),
             Expr::InList { expr, list, negated } if matches!(expr.as_ref(), Expr::Tuple(_)) => {
                 // (a, b) IN ((1, 2), (3, 4)): (a = 1 AND b = 2) OR (a = 3 AND b = 4).
-                let mut any = SExpr::Const(Value::Int(0));
-                for (i, item) in list.iter().enumerate() {
-                    let row = self.row_equal(expr, item)?;
-                    any = if i == 0 { row } else { SExpr::Or(Box::new(any), Box::new(row)) };
-                }
+                let rows = list.iter().map(|item| self.row_equal(expr, item)).collect::<SqlResult<Vec<_>>>()?;
+                let any = any_of(rows).ok_or_else(|| SqlError::parse("IN () needs at least one row"))?;
                 if *negated {
                     SExpr::Not(Box::new(any))
                 } else {
@@ -928,6 +922,16 @@ pub fn and_all(mut parts: Vec<SExpr>) -> Option<SExpr> {
         acc = SExpr::And(Box::new(p), Box::new(acc));
     }
     Some(acc)
+}
+
+/// The parts joined by OR as a balanced tree, so a list of thousands of
+/// rows does not nest thousands deep.
+fn any_of(mut parts: Vec<SExpr>) -> Option<SExpr> {
+    if parts.len() <= 1 {
+        return parts.pop();
+    }
+    let right = parts.split_off(parts.len() / 2);
+    Some(SExpr::Or(Box::new(any_of(parts)?), Box::new(any_of(right)?)))
 }
 
 /// Tables an expression reads.

@@ -647,6 +647,10 @@ fn arith_op(op: Arith, a: &Value, b: &Value) -> SqlResult<Value> {
     if divisor_zero {
         return Ok(Value::Null);
     }
+    // Text that reads as an integer ('7' % 2) is one by now.
+    if let Some(exact) = integer_arith(op, &a, &b) {
+        return exact;
+    }
     Ok(match op {
         Arith::Div => {
             let exact = |v: &Value| match v {
@@ -677,16 +681,6 @@ fn arith_op(op: Arith, a: &Value, b: &Value) -> SqlResult<Value> {
                 _ => Value::Float(a.as_f64().unwrap_or(0.0) / b.as_f64().unwrap_or(1.0)),
             }
         }
-        Arith::IntDiv | Arith::Mod if wide_int(&a).is_some() && wide_int(&b).is_some() => {
-            let (x, y) = (wide_int(&a).unwrap_or(0), wide_int(&b).unwrap_or(1));
-            let r = if op == Arith::IntDiv { x / y } else { x % y };
-            let unsigned = matches!(a, Value::UInt(_)) || matches!(b, Value::UInt(_));
-            match (unsigned, i64::try_from(r)) {
-                (false, Ok(i)) => Value::Int(i),
-                _ if r >= 0 => Value::UInt(u64::try_from(r).unwrap_or(u64::MAX)),
-                _ => Value::Int(i64::try_from(r).unwrap_or(i64::MIN)),
-            }
-        }
         Arith::IntDiv => Value::Int((a.as_f64().unwrap_or(0.0) / b.as_f64().unwrap_or(1.0)).trunc() as i64),
         Arith::Mod => Value::Float(a.as_f64().unwrap_or(0.0) % b.as_f64().unwrap_or(1.0)),
         _ => unreachable!("simple operators handled above"),
@@ -703,7 +697,7 @@ fn wide_int(v: &Value) -> Option<i128> {
     }
 }
 
-/// +, - and * of two integers, exactly: a result beyond BIGINT (or BIGINT
+/// +, -, *, DIV and % of two integers, exactly: a result beyond BIGINT (or BIGINT
 /// UNSIGNED when an operand is unsigned) is error 1690 as in MySQL, never a
 /// rounded double. None for other operands and operators. (MySQL also
 /// refuses a negative result when an operand is unsigned; latsdb returns it.)
@@ -714,6 +708,10 @@ fn integer_arith(op: Arith, a: &Value, b: &Value) -> Option<SqlResult<Value>> {
         Arith::Sub => x - y,
         // Both fit in 64 bits, so the product fits in 128.
         Arith::Mul => x * y,
+        // By zero: NULL, answered by the caller.
+        Arith::IntDiv | Arith::Mod if y == 0 => return None,
+        Arith::IntDiv => x / y,
+        Arith::Mod => x % y,
         _ => return None,
     };
     let unsigned = matches!(a, Value::UInt(_)) || matches!(b, Value::UInt(_));
@@ -726,7 +724,9 @@ fn integer_arith(op: Arith, a: &Value, b: &Value) -> Option<SqlResult<Value>> {
         let sign = match op {
             Arith::Add => "+",
             Arith::Sub => "-",
-            _ => "*",
+            Arith::Mul => "*",
+            Arith::Mod => "%",
+            _ => "DIV",
         };
         let kind = if unsigned { "BIGINT UNSIGNED" } else { "BIGINT" };
         Err(SqlError::new(1690, "22003", format!("{kind} value is out of range in '{x} {sign} {y}'")))
