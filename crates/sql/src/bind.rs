@@ -32,6 +32,45 @@ pub enum AggKind {
     Max,
     /// GROUP_CONCAT: the values as text, joined by `separator`.
     GroupConcat,
+    /// VAR_POP (VARIANCE), VAR_SAMP, STDDEV_POP (STD, STDDEV) and
+    /// STDDEV_SAMP: doubles, NULL without values (the sample forms also
+    /// with one value).
+    VarPop,
+    VarSamp,
+    StdPop,
+    StdSamp,
+    /// BIT_AND, BIT_OR and BIT_XOR over 64 unsigned bits; without values
+    /// all ones (BIT_AND) or 0, as in MySQL.
+    BitAnd,
+    BitOr,
+    BitXor,
+}
+
+impl AggKind {
+    /// The aggregate named `name` (upper case), if it is one.
+    pub fn named(name: &str) -> Option<AggKind> {
+        Some(match name {
+            "COUNT" => AggKind::Count,
+            "SUM" => AggKind::Sum,
+            "AVG" => AggKind::Avg,
+            "MIN" => AggKind::Min,
+            "MAX" => AggKind::Max,
+            "GROUP_CONCAT" => AggKind::GroupConcat,
+            "VARIANCE" | "VAR_POP" => AggKind::VarPop,
+            "VAR_SAMP" => AggKind::VarSamp,
+            "STD" | "STDDEV" | "STDDEV_POP" => AggKind::StdPop,
+            "STDDEV_SAMP" => AggKind::StdSamp,
+            "BIT_AND" => AggKind::BitAnd,
+            "BIT_OR" => AggKind::BitOr,
+            "BIT_XOR" => AggKind::BitXor,
+            _ => return None,
+        })
+    }
+
+    /// Whether the data nodes can compute it (over a stored column).
+    pub fn pushable(self) -> bool {
+        matches!(self, AggKind::CountRows | AggKind::Count | AggKind::Sum | AggKind::Avg | AggKind::Min | AggKind::Max)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -447,16 +486,15 @@ impl<'a> Binder<'a> {
             "LAG" => arity(1, 3).map(|_| WindowKind::Lag)?,
             "LEAD" => arity(1, 3).map(|_| WindowKind::Lead)?,
             "COUNT" if star && args.is_empty() => WindowKind::Agg(AggKind::CountRows),
-            "COUNT" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Count))?,
-            "SUM" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Sum))?,
-            "AVG" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Avg))?,
-            "MIN" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Min))?,
-            "MAX" => arity(1, 1).map(|_| WindowKind::Agg(AggKind::Max))?,
-            other => {
-                return Err(SqlError::unsupported(format!(
-                    "window function {other} is not supported (ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD, COUNT, SUM, AVG, MIN and MAX are)"
-                )))
-            }
+            other => match AggKind::named(other) {
+                Some(kind) if kind != AggKind::GroupConcat => arity(1, 1).map(|_| WindowKind::Agg(kind))?,
+                _ => {
+                    return Err(SqlError::unsupported(format!(
+                        "window function {other} is not supported (ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD and the \
+                         aggregates but GROUP_CONCAT are)"
+                    )))
+                }
+            },
         };
         let partition = w.partition_by.iter().map(|e| self.bind(e)).collect::<SqlResult<Vec<_>>>()?;
         let mut order = Vec::with_capacity(w.order_by.len());
@@ -471,16 +509,7 @@ impl<'a> Binder<'a> {
         if let Some(over) = &f.over {
             return self.window(f, &name, over);
         }
-        let agg = match name.as_str() {
-            "COUNT" => Some(AggKind::Count),
-            "SUM" => Some(AggKind::Sum),
-            "AVG" => Some(AggKind::Avg),
-            "MIN" => Some(AggKind::Min),
-            "MAX" => Some(AggKind::Max),
-            "GROUP_CONCAT" => Some(AggKind::GroupConcat),
-            _ => None,
-        };
-        if let Some(kind) = agg {
+        if let Some(kind) = AggKind::named(&name) {
             let Some(aggs) = self.aggs.take() else {
                 return Err(SqlError::new(1111, "HY000", format!("Invalid use of group function {name}")));
             };

@@ -699,8 +699,9 @@ fn wide_int(v: &Value) -> Option<i128> {
 
 /// +, -, *, DIV and % of two integers, exactly: a result beyond BIGINT (or BIGINT
 /// UNSIGNED when an operand is unsigned) is error 1690 as in MySQL, never a
-/// rounded double. None for other operands and operators. (MySQL also
-/// refuses a negative result when an operand is unsigned; latsdb returns it.)
+/// rounded double; so is a negative result when an operand is unsigned
+/// (`u - 1` at u = 0), as MySQL refuses it. None for other operands and
+/// operators.
 fn integer_arith(op: Arith, a: &Value, b: &Value) -> Option<SqlResult<Value>> {
     let (x, y) = (wide_int(a)?, wide_int(b)?);
     let r = match op {
@@ -714,11 +715,12 @@ fn integer_arith(op: Arith, a: &Value, b: &Value) -> Option<SqlResult<Value>> {
         Arith::Mod => x % y,
         _ => return None,
     };
-    let unsigned = matches!(a, Value::UInt(_)) || matches!(b, Value::UInt(_));
+    // MOD takes the dividend's signedness (its sign is the dividend's).
+    let unsigned = matches!(a, Value::UInt(_)) || (op != Arith::Mod && matches!(b, Value::UInt(_)));
     Some(if let (true, Ok(u)) = (unsigned, u64::try_from(r)) {
         // Unsigned stays unsigned, so later arithmetic may go past BIGINT.
         Ok(Value::UInt(u))
-    } else if let Ok(i) = i64::try_from(r) {
+    } else if let (false, Ok(i)) = (unsigned, i64::try_from(r)) {
         Ok(Value::Int(i))
     } else {
         let sign = match op {
@@ -736,7 +738,7 @@ fn integer_arith(op: Arith, a: &Value, b: &Value) -> Option<SqlResult<Value>> {
 /// A value as the 64 bits MySQL's bit operators work on: integers as two's
 /// complement, other numbers rounded to an integer and held within
 /// BIGINT UNSIGNED.
-fn bits_of(v: &Value) -> u64 {
+pub(crate) fn bits_of(v: &Value) -> u64 {
     match numeric(v) {
         Value::Int(i) => i as u64,
         Value::UInt(u) => u,
@@ -1509,6 +1511,12 @@ mod tests {
         let half = SExpr::Arith(Arith::IntDiv, c(u64::MAX), c(2i64));
         assert_eq!(eval(SExpr::Arith(Arith::Add, Box::new(half), c(1i64))), Value::UInt(1 << 63));
         assert_eq!(eval(SExpr::Arith(Arith::Mod, c(u64::MAX), c(1000i64))), Value::UInt(615));
+        // A negative result of an unsigned operand is refused, as in MySQL.
+        let below = try_eval(SExpr::Arith(Arith::Sub, c(0u64), c(1i64))).unwrap_err();
+        assert_eq!((below.code, below.message.contains("BIGINT UNSIGNED")), (1690, true), "{}", below.message);
+        assert!(try_eval(SExpr::Arith(Arith::Mul, c(-2i64), c(3u64))).is_err());
+        assert_eq!(eval(SExpr::Arith(Arith::Sub, c(5u64), c(2i64))), Value::UInt(3));
+        assert_eq!(eval(SExpr::Arith(Arith::Mod, c(-7i64), c(2u64))), Value::Int(-1));
         // Text in arithmetic stays a double, as in MySQL.
         assert_eq!(
             eval(SExpr::Arith(Arith::Add, c("9223372036854775807"), c(1i64))),

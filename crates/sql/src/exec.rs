@@ -4,7 +4,7 @@
 
 use crate::bind::{AggKind, AggSpec};
 use crate::error::{SqlError, SqlResult};
-use crate::eval::{compare, numeric, to_column, to_text, truth, Arith, Env, SExpr};
+use crate::eval::{bits_of, compare, numeric, to_column, to_text, truth, Arith, Env, SExpr};
 use crate::plan::{Access, AggMode, SelectPlan, Source, SourceKind};
 use latsdb_client::{Client, Op, Outcome, Row, Scan, Table, Transaction};
 use latsdb_types::expr::{Aggregate, Expr};
@@ -639,6 +639,56 @@ enum Acc {
     Avg(Value, u64),
     /// GROUP_CONCAT: each value's ORDER BY keys and text.
     Concat(Vec<(Vec<Value>, String)>),
+    Spread(Spread),
+    Bits(u64),
+}
+
+/// Count, mean and sum of squared deviations from the mean, updated one
+/// value at a time (Welford's method, which does not lose the variance of
+/// large values to cancellation), for VARIANCE and STDDEV in all forms.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Spread {
+    n: u64,
+    mean: f64,
+    m2: f64,
+}
+
+impl Spread {
+    pub(crate) fn add(&mut self, v: &Value) {
+        let x = numeric(v).as_f64().unwrap_or(0.0);
+        self.n += 1;
+        let delta = x - self.mean;
+        self.mean += delta / self.n as f64;
+        self.m2 += delta * (x - self.mean);
+    }
+
+    /// The variance or standard deviation `kind` asks for.
+    pub(crate) fn value(&self, kind: AggKind) -> Value {
+        let sample = matches!(kind, AggKind::VarSamp | AggKind::StdSamp);
+        if self.n == 0 || (sample && self.n < 2) {
+            return Value::Null;
+        }
+        let variance = self.m2 / (self.n - sample as u64) as f64;
+        Value::Float(if matches!(kind, AggKind::StdPop | AggKind::StdSamp) { variance.sqrt() } else { variance })
+    }
+}
+
+/// BIT_AND, BIT_OR or BIT_XOR's state before any value (all ones for AND).
+pub(crate) fn bits_start(kind: AggKind) -> u64 {
+    if kind == AggKind::BitAnd {
+        u64::MAX
+    } else {
+        0
+    }
+}
+
+pub(crate) fn fold_bits(kind: AggKind, acc: u64, v: &Value) -> u64 {
+    let x = bits_of(v);
+    match kind {
+        AggKind::BitAnd => acc & x,
+        AggKind::BitOr => acc | x,
+        _ => acc ^ x,
+    }
 }
 
 fn group(
@@ -654,7 +704,11 @@ fn group(
                 AggKind::CountRows | AggKind::Count => Acc::Count(0),
                 AggKind::Avg => Acc::Avg(Value::Null, 0),
                 AggKind::GroupConcat => Acc::Concat(Vec::new()),
-                _ => Acc::Value(Value::Null),
+                AggKind::VarPop | AggKind::VarSamp | AggKind::StdPop | AggKind::StdSamp => {
+                    Acc::Spread(Spread::default())
+                }
+                AggKind::BitAnd | AggKind::BitOr | AggKind::BitXor => Acc::Bits(bits_start(a.kind)),
+                AggKind::Sum | AggKind::Min | AggKind::Max => Acc::Value(Value::Null),
             })
             .collect()
     };
@@ -709,6 +763,8 @@ fn group(
                     let keys = a.order.iter().map(|(k, _)| k.eval(&row, env)).collect::<SqlResult<Vec<_>>>()?;
                     items.push((keys, to_text(&v)));
                 }
+                (Acc::Spread(spread), _) => spread.add(&v),
+                (Acc::Bits(bits), kind) => *bits = fold_bits(kind, *bits, &v),
                 (Acc::Value(_), _) => return Err(SqlError::general("internal: aggregate state mismatch")),
             }
         }
@@ -727,6 +783,8 @@ fn group(
                 Acc::Value(v) => v,
                 Acc::Avg(sum, n) => avg(&sum, n)?,
                 Acc::Concat(items) => concat(items, spec),
+                Acc::Spread(spread) => spread.value(spec.kind),
+                Acc::Bits(bits) => Value::UInt(bits),
             });
         }
         out.push(row);
@@ -857,4 +915,60 @@ fn count_arg(e: &SExpr, env: &Env) -> SqlResult<u64> {
     numeric(&v)
         .as_u64()
         .ok_or_else(|| SqlError::wrong_args(format!("LIMIT/OFFSET must be a non-negative integer, got {v}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agg(kind: AggKind, distinct: bool) -> AggSpec {
+        AggSpec { kind, arg: Some(SExpr::Col(1)), distinct, separator: ",".into(), order: Vec::new() }
+    }
+
+    /// One row per group: (group key, aggregates...) as `group` leaves them
+    /// after the first row's `width` values.
+    fn grouped(rows: &[(i64, Option<i64>)], kinds: &[(AggKind, bool)]) -> Vec<Vec<Value>> {
+        let rows = rows.iter().map(|&(g, v)| vec![Value::Int(g), v.map_or(Value::Null, Value::Int)]).collect();
+        let aggs: Vec<AggSpec> = kinds.iter().map(|&(k, d)| agg(k, d)).collect();
+        let env = Env { params: &[], session: &crate::session::NoSession };
+        let keys = [SExpr::Col(0)];
+        let mut out = group(rows, &keys, &aggs, 2, &env).unwrap();
+        out.sort_by(|a, b| order_rows(a, b, [(0, false)]));
+        out.into_iter().map(|r| r[2..].to_vec()).collect()
+    }
+
+    #[test]
+    fn variance_and_standard_deviation_skip_nulls() {
+        use AggKind::*;
+        let rows = [(1, Some(2)), (1, Some(4)), (1, None), (1, Some(4)), (1, Some(6)), (2, Some(7)), (3, None)];
+        let kinds = [(VarPop, false), (VarSamp, false), (StdPop, false), (StdSamp, false), (VarPop, true)];
+        let got = grouped(&rows, &kinds);
+        let f = Value::Float;
+        // 2, 4, 4, 6: mean 4, squared deviations 4 + 0 + 0 + 4.
+        assert_eq!(got[0], vec![f(2.0), f(8.0 / 3.0), f(2f64.sqrt()), f((8.0f64 / 3.0).sqrt()), f(8.0 / 3.0)]);
+        // One value: no spread, and no sample to estimate one from.
+        assert_eq!(got[1], vec![f(0.0), Value::Null, f(0.0), Value::Null, f(0.0)]);
+        // Only NULLs: NULL.
+        assert_eq!(got[2], vec![Value::Null; 5]);
+    }
+
+    #[test]
+    fn variance_of_large_close_values_keeps_its_digits() {
+        let base = 1_000_000_000_000i64;
+        let rows: Vec<(i64, Option<i64>)> = (0..4).map(|i| (1, Some(base + 2 * i))).collect();
+        // 0, 2, 4, 6 above the base: mean 3, squared deviations 9 + 1 + 1 + 9.
+        assert_eq!(grouped(&rows, &[(AggKind::VarPop, false)])[0], vec![Value::Float(5.0)]);
+    }
+
+    #[test]
+    fn bit_aggregates_fold_64_unsigned_bits() {
+        use AggKind::*;
+        let rows = [(1, Some(12)), (1, Some(10)), (1, None), (2, Some(-1)), (3, None)];
+        let got = grouped(&rows, &[(BitAnd, false), (BitOr, false), (BitXor, false)]);
+        let u = Value::UInt;
+        assert_eq!(got[0], vec![u(8), u(14), u(6)]);
+        assert_eq!(got[1], vec![u(u64::MAX), u(u64::MAX), u(u64::MAX)]);
+        // No values: BIT_AND is all ones, the others 0 (as in MySQL).
+        assert_eq!(got[2], vec![u(u64::MAX), u(0), u(0)]);
+    }
 }

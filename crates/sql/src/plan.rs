@@ -468,9 +468,9 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             && outputs.iter().all(|o| tables_of(&o.expr) == 0)
             && having.as_ref().is_none_or(|h| tables_of(h) == 0)
             && order.iter().all(|(e, _)| tables_of(e) == 0)
-            && aggs.iter().all(|a| {
-                !a.distinct && a.kind != AggKind::GroupConcat && matches!(a.arg, None | Some(SExpr::TableCol(0, _)))
-            });
+            && aggs
+                .iter()
+                .all(|a| !a.distinct && a.kind.pushable() && matches!(a.arg, None | Some(SExpr::TableCol(0, _))));
         if pushable {
             let mut pushed_aggs = Vec::new();
             let mut specs = Vec::new();
@@ -489,12 +489,12 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     AggKind::Sum => (a.kind, push(Aggregate::Sum(col)), None),
                     AggKind::Min => (a.kind, push(Aggregate::Min(col)), None),
                     AggKind::Max => (a.kind, push(Aggregate::Max(col)), None),
-                    AggKind::GroupConcat => unreachable!("GROUP_CONCAT is never pushed down"),
                     AggKind::Avg => {
                         let s = push(Aggregate::Sum(col));
                         let n = push(Aggregate::Count(col));
                         (a.kind, s, Some(n))
                     }
+                    other => unreachable!("{other:?} is never pushed down"),
                 };
                 specs.push(spec);
             }

@@ -7,7 +7,7 @@
 use crate::bind::{AggKind, WindowKind, WindowSpec};
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{compare, numeric, Env};
-use crate::exec::{avg, order_rows};
+use crate::exec::{avg, bits_start, fold_bits, order_rows, Spread};
 use latsdb_types::expr::Aggregate;
 use latsdb_types::Value;
 use std::cmp::Ordering;
@@ -149,11 +149,13 @@ struct Accumulator {
     kind: AggKind,
     value: Value,
     count: u64,
+    spread: Spread,
+    bits: u64,
 }
 
 impl Accumulator {
     fn new(kind: AggKind) -> Self {
-        Accumulator { kind, value: Value::Null, count: 0 }
+        Accumulator { kind, value: Value::Null, count: 0, spread: Spread::default(), bits: bits_start(kind) }
     }
 
     fn add(&mut self, v: Value) {
@@ -171,6 +173,8 @@ impl Accumulator {
             AggKind::Max if self.value.is_null() || compare(&v, &self.value) == Some(Ordering::Greater) => {
                 self.value = v
             }
+            AggKind::VarPop | AggKind::VarSamp | AggKind::StdPop | AggKind::StdSamp => self.spread.add(&v),
+            AggKind::BitAnd | AggKind::BitOr | AggKind::BitXor => self.bits = fold_bits(self.kind, self.bits, &v),
             _ => {}
         }
     }
@@ -179,6 +183,8 @@ impl Accumulator {
         Ok(match self.kind {
             AggKind::Count | AggKind::CountRows => Value::Int(self.count as i64),
             AggKind::Avg => avg(&self.value, self.count)?,
+            AggKind::VarPop | AggKind::VarSamp | AggKind::StdPop | AggKind::StdSamp => self.spread.value(self.kind),
+            AggKind::BitAnd | AggKind::BitOr | AggKind::BitXor => Value::UInt(self.bits),
             _ => self.value.clone(),
         })
     }
