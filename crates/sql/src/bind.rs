@@ -303,6 +303,14 @@ impl<'a> Binder<'a> {
                 }
                 SExpr::Like(Box::new(self.bind(expr)?), Box::new(pattern), *negated)
             }
+            Expr::RLike { negated, expr, pattern, .. } => {
+                let matches = SExpr::Func(Func::RegexpLike, vec![self.bind(expr)?, self.bind(pattern)?]);
+                if *negated {
+                    SExpr::Not(Box::new(matches))
+                } else {
+                    matches
+                }
+            }
             Expr::Case { operand, conditions, else_result, .. } => SExpr::Case(
                 match operand {
                     Some(o) => Some(Box::new(self.bind(o)?)),
@@ -770,6 +778,10 @@ fn with_backslash_escapes(pattern: SExpr, escape: SExpr) -> SqlResult<SExpr> {
 /// arguments they take (at least, at most).
 const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["VERSION"], Func::Version, 0, 0),
+    (&["REGEXP_LIKE"], Func::RegexpLike, 2, 3),
+    (&["REGEXP_INSTR"], Func::RegexpInstr, 2, 6),
+    (&["REGEXP_SUBSTR"], Func::RegexpSubstr, 2, 5),
+    (&["REGEXP_REPLACE"], Func::RegexpReplace, 3, 6),
     (&["IFNULL"], Func::IfNull, 2, 2),
     (&["COALESCE"], Func::Coalesce, 1, 255),
     (&["NULLIF"], Func::NullIf, 2, 2),

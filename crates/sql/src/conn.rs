@@ -1020,10 +1020,13 @@ fn decode_params(
     Ok(out)
 }
 
-/// An integer parameter of `bits` bits, sign-extended unless unsigned.
+/// An integer parameter of `bits` bits, sign-extended unless unsigned. An
+/// unsigned one that fits BIGINT is a plain integer: drivers flag every
+/// non-negative number unsigned (mysql-connector-python does), and an
+/// unsigned operand would make `-7 * ?` an out-of-range error.
 fn int_param(raw: u64, bits: u32, unsigned: bool) -> Value {
     if unsigned {
-        return Value::UInt(raw);
+        return i64::try_from(raw).map_or(Value::UInt(raw), Value::Int);
     }
     let shift = 64 - bits;
     Value::Int(((raw << shift) as i64) >> shift)
@@ -1142,8 +1145,9 @@ mod tests {
 
     #[test]
     fn integer_parameters_are_sign_extended_unless_unsigned() {
+        assert_eq!(int_param(1 << 63, 64, true), Value::UInt(1 << 63));
         assert_eq!(int_param(0xff, 8, false), Value::Int(-1));
-        assert_eq!(int_param(0xff, 8, true), Value::UInt(255));
+        assert_eq!(int_param(0xff, 8, true), Value::Int(255));
         assert_eq!(int_param(0x8000, 16, false), Value::Int(-32768));
         assert_eq!(int_param(0xffff_fffe, 32, false), Value::Int(-2));
         assert_eq!(int_param(u64::MAX, 64, false), Value::Int(-1));

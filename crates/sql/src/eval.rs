@@ -156,6 +156,10 @@ pub enum Func {
     Quote,
     Pi,
     Rand,
+    RegexpLike,
+    RegexpInstr,
+    RegexpSubstr,
+    RegexpReplace,
 }
 
 /// Target of CAST/CONVERT.
@@ -1126,6 +1130,10 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             best
         }
         Func::Version => env.session.session_value(&SessionValue::Variable("version".into()))?,
+        Func::RegexpLike => crate::regexp::like(&a)?,
+        Func::RegexpInstr => crate::regexp::instr(&a)?,
+        Func::RegexpSubstr => crate::regexp::substr(&a)?,
+        Func::RegexpReplace => crate::regexp::replace(&a)?,
         Func::Locate => {
             let needle: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
             let hay: Vec<char> = to_text(&arg(&a, 1)).chars().collect();

@@ -19,6 +19,7 @@ pub mod exec;
 pub mod parse;
 pub mod plan;
 pub mod process;
+pub mod regexp;
 pub mod session;
 pub mod subquery;
 pub mod union;

@@ -53,6 +53,8 @@ TABLES = ["t1", "t2", "t3"]
 DOUBLES = ["1.5", "-2.25", "0.5", "100", "-0.125", "3e3", "1e6", "0"]
 
 NEEDLES = ["'a'", "'pp'", "''", "'an'"]
+# Patterns MySQL's ICU, MariaDB's PCRE and latsdb's engine read alike.
+REGEXPS = ["'^a'", "'e$'", "'an+'", "'^$'", "'p|g'", "'^[A-Z]'", "'[aeiou]{2}'", "'_'", "'^.{4}$'", "'(an)+a'"]
 # CHAR(6) values, some with trailing spaces (which a CHAR drops).
 CHARS = ["ab", "abc ", "b", "", "a ", "zz", "Ab", "a_b", "bab"]
 WORDS = ["apple", "Apple", "banana", "cherry", "date", "elder", "fig", "grape", "", "a_b", "x%y", "kiwi"]
@@ -149,6 +151,7 @@ class Gen:
                     lambda: f"({e()} IN ({self.int_lit()}, NULL))",
                     lambda: f"FIND_IN_SET({e('str')}, 'apple,fig,,kiwi')",
                     lambda: f"STRCMP({e('str')}, {e('str')})",
+                    lambda: f"REGEXP_INSTR({e('str')}, {self.pick(REGEXPS)})",
                 ]
                 # (Not under an outer join: see ELT.)
                 + ([lambda: f"FIELD({e('str')}, 'apple', 'fig', '')"] if len(tables) == 1 else [])
@@ -176,6 +179,9 @@ class Gen:
                     lambda: f"CONCAT_WS('-', {e()}, {e()})",
                     lambda: f"SUBSTRING_INDEX({e()}, {self.pick(['a', 'p', '_'])!r}, {self.pick(['1', '2', '-1', '0'])})",
                     lambda: f"INSERT({e()}, {self.r.randint(0, 4)}, {self.r.randint(-1, 3)}, 'XY')",
+                    lambda: f"REGEXP_REPLACE({e()}, {self.pick(REGEXPS)}, {self.pick(['', '#', '-'])!r})",
+                    # MariaDB answers '' where MySQL (and latsdb) answer NULL for no match.
+                    lambda: f"NULLIF(REGEXP_SUBSTR({e()}, {self.pick(REGEXPS)}), '')",
                 ]
                 # (FIELD and ELT not under an outer join: MariaDB 10.11 takes them to
                 # be NULL when a column of the NULL-extended table is, and drops rows.)
@@ -234,6 +240,7 @@ class Gen:
             pattern = self.pick(["'a%'", "'%e'", "'%an%'", "'_i%'", "'A%'", "'%\\_%'", "'%'", "'fig'"])
             simple.append(lambda: f"{e()} {self.pick(['', 'NOT '])}LIKE {pattern}")
             simple.append(lambda: f"{e()} LIKE {self.pick(['a|_%', '%|%%', '|a%', 'x|%y'])!r} ESCAPE '|'")
+            simple.append(lambda: f"{e()} {self.pick(['', 'NOT '])}{self.pick(['REGEXP', 'RLIKE'])} {self.pick(REGEXPS)}")
         if depth < 2:
             simple += [
                 lambda: f"({self.pred(tables, d)} AND {self.pred(tables, d)})",
@@ -283,9 +290,14 @@ class Gen:
         if k < 0.15:
             t = self.pick(["t1", "t2"])
             part = self.col([t], self.pick(["int", "str"]))
-            f = self.pick(["ROW_NUMBER()", "RANK()", "DENSE_RANK()", f"SUM({t}.id)", "COUNT(*)"])
+            f = self.pick(["ROW_NUMBER()", "RANK()", "DENSE_RANK()", f"SUM({t}.id)", "COUNT(*)", f"BIT_XOR({t}.id)",
+                           f"BIT_OR({t}.id)", f"VAR_POP({t}.id)", f"STDDEV_SAMP({t}.id)"])
             order = f"{t}.id" if f in ("ROW_NUMBER()",) else f"{part}, {t}.id"
-            return f"SELECT {t}.id, {f} OVER (PARTITION BY {part} ORDER BY {order}) FROM {t}", False
+            window = f"{f} OVER (PARTITION BY {part} ORDER BY {order})"
+            # Rounded: MariaDB shows a variance of integers with 4 decimals.
+            if f.startswith(("VAR", "STD")):
+                window = f"ROUND({window}, 4)"
+            return f"SELECT {t}.id, {window} FROM {t}", False
         tables, frm = self.from_clause()
         if self.chance(0.3):
             return self.grouped(tables, frm, f" WHERE {self.pred(tables)}" if self.chance(0.8) else "")
@@ -345,13 +357,22 @@ class Gen:
             arg = self.expr(tables, kind, 1)
             while not any(c in arg for c in ("t1.", "t2.")):
                 arg = self.expr(tables, kind, 1)
-            f = self.pick(["COUNT", "SUM", "MIN", "MAX", "AVG", "COUNT(*)", "COUNT_DISTINCT", "GROUP_CONCAT"])
-            if kind == "str" and f in ("SUM", "AVG"):
+            f = self.pick(["COUNT", "SUM", "MIN", "MAX", "AVG", "COUNT(*)", "COUNT_DISTINCT", "GROUP_CONCAT",
+                           "BIT_OR", "BIT_AND", "BIT_XOR", "STDDEV_POP", "VAR_SAMP", "STD", "VARIANCE"])
+            if kind == "str" and f in ("SUM", "AVG", "STDDEV_POP", "VAR_SAMP", "STD", "VARIANCE"):
                 f = "MAX"
+            if kind != "int" and f.startswith("BIT_"):
+                f = "MIN"
             if f == "COUNT(*)":
                 aggs.append("COUNT(*)")
             elif f == "COUNT_DISTINCT":
                 aggs.append(f"COUNT(DISTINCT {arg})")
+            elif f in ("STDDEV_POP", "VAR_SAMP", "STD", "VARIANCE"):
+                # Of a column of small values (the last bits of a variance of
+                # BIGINTs depend on the order rows come in), rounded: MariaDB
+                # shows a variance with the argument's decimals plus 4.
+                small = [c for c in ("t1.a", "t1.d", "t2.x", "t2.t1_id") if c.split(".")[0] in tables]
+                aggs.append(f"ROUND({f}({self.pick(small)}), 4)" if small else "COUNT(*)")
             elif f == "GROUP_CONCAT":
                 # Of a column, ordered by the value itself, so the text is the
                 # same in both (latsdb types a computed value by itself, MariaDB
@@ -384,6 +405,8 @@ class Gen:
             # (No subtraction from an unsigned column: MySQL refuses a
             # negative result, latsdb returns it.)
             lambda: (f"(t3.u + {self.pick(['1', '7', '4294967295'])})", "int"),
+            # Below zero for some rows: error 1690 on both sides.
+            lambda: (f"(t3.u - {self.pick(['1', '7'])})", "int"),
             lambda: (f"(t3.ti * {self.pick(['2', '-3', '100'])})", "int"),
             lambda: (f"(t3.ti - t3.id)", "int"),
             # (Nothing that overflows BIGINT UNSIGNED: MySQL evaluates the
@@ -452,7 +475,9 @@ class Gen:
         if self.chance(0.25):
             group = self.pick(["t3.c", "t3.flag", "t3.ti", "DATE(t3.ts)"])
             aggs = [self.pick(["COUNT(*)", "SUM(t3.f)", "MIN(t3.f)", "MAX(t3.ts)", "MIN(t3.ts)", "SUM(t3.u)",
-                               "MAX(t3.big)", "AVG(t3.ti)", "COUNT(DISTINCT t3.c)", "MAX(t3.c)", "SUM(t3.flag)"])
+                               "MAX(t3.big)", "AVG(t3.ti)", "COUNT(DISTINCT t3.c)", "MAX(t3.c)", "SUM(t3.flag)",
+                               "BIT_AND(t3.big)", "BIT_OR(t3.u)", "BIT_XOR(t3.ti)", "ROUND(STDDEV_SAMP(t3.ti), 4)",
+                               "ROUND(VAR_POP(t3.ti), 4)"])
                     for _ in range(self.r.randint(1, 3))]
             return f"SELECT {group}, {', '.join(aggs)} FROM t3{where} GROUP BY {group}", False
         cols = [self.t3_expr()[0] for _ in range(self.r.randint(1, 4))]
