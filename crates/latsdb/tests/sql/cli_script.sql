@@ -64,6 +64,10 @@ WITH RECURSIVE chain (id, depth) AS (SELECT id, 0 FROM customers WHERE id = 1 UN
 SELECT customer_id FROM orders EXCEPT ALL SELECT id FROM customers WHERE id = 1 ORDER BY 1;
 SELECT GROUP_CONCAT(name ORDER BY name) AS names, GROUP_CONCAT(DISTINCT city ORDER BY city DESC SEPARATOR ' | ') AS cities, GROUP_CONCAT(id, ':', city ORDER BY id) AS pairs FROM customers;
 SELECT customer_id, GROUP_CONCAT(amount ORDER BY amount DESC) AS amounts, GROUP_CONCAT(note) AS notes FROM orders GROUP BY customer_id ORDER BY customer_id;
+SELECT id, amount FROM orders ORDER BY id;
+SELECT COUNT(*) AS n, ROUND(STDDEV_POP(amount), 6) AS sd, ROUND(STDDEV_SAMP(amount), 6) AS sd_s, ROUND(VAR_POP(amount), 6) AS var_p, BIT_OR(id) AS ids, BIT_AND(id) AS common, BIT_XOR(id) AS x FROM orders;
+SELECT id, STDDEV_POP(amount) OVER (ORDER BY id) AS running_sd, BIT_OR(id) OVER (ORDER BY id) AS running_ids FROM orders ORDER BY id;
+SELECT name, name REGEXP '^[A-G]' AS early, name NOT RLIKE 'a' AS no_a, REGEXP_REPLACE(name, '[aeiou]', '') AS consonants, REGEXP_INSTR(name, 'r') AS r_at, REGEXP_SUBSTR(name, '[A-Z][a-z]+', 1, 2) AS second_word FROM customers ORDER BY id;
 SELECT COUNT(*) AS big_customers FROM (SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id) AS per_customer WHERE total > 5;
 SELECT c.name, t.total FROM customers c JOIN (SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id) AS t ON t.customer_id = c.id ORDER BY t.total DESC;
 WITH totals AS (SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id), big (who, amount) AS (SELECT customer_id, total FROM totals WHERE total > 5) SELECT c.name, big.amount FROM big JOIN customers c ON c.id = big.who ORDER BY c.name;
