@@ -572,6 +572,7 @@ impl<'a> Binder<'a> {
         // aggregate, but are inside other functions: keep `aggs` available.
         match name.as_str() {
             "TIMESTAMPDIFF" => return self.timestampdiff(f),
+            "TIMESTAMPADD" => return self.timestampadd(f),
             "DATE_ADD" | "ADDDATE" => return self.date_add_call(f, false),
             "DATE_SUB" | "SUBDATE" => return self.date_add_call(f, true),
             _ => {}
@@ -679,6 +680,16 @@ impl<'a> Binder<'a> {
         };
         let unit = interval_unit(&unit.value)?;
         Ok(SExpr::Func(Func::TimestampDiff(unit), vec![self.bind(a)?, self.bind(b)?]))
+    }
+
+    /// TIMESTAMPADD(unit, n, d): DATE_ADD(d, INTERVAL n unit).
+    fn timestampadd(&mut self, f: &ast::Function) -> SqlResult<SExpr> {
+        let args = plain_args(f);
+        let [Expr::Identifier(unit), n, date] = args.as_slice() else {
+            return Err(SqlError::parse("TIMESTAMPADD takes a unit, a count and a date: TIMESTAMPADD(DAY, 1, d)"));
+        };
+        let unit = interval_unit(&unit.value)?;
+        Ok(SExpr::Func(Func::DateAdd(unit, false), vec![self.bind(date)?, self.bind(n)?]))
     }
 
     /// DATE_ADD(d, INTERVAL ...), DATE_SUB, and ADDDATE/SUBDATE(d, days).
@@ -821,6 +832,10 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["TIME"], Func::TimeOf, 1, 1),
     (&["DATE_FORMAT"], Func::DateFormat, 2, 2),
     (&["DATEDIFF"], Func::DateDiff, 2, 2),
+    (&["WEEK"], Func::Week, 1, 2),
+    (&["WEEKOFYEAR"], Func::WeekOfYear, 1, 1),
+    (&["YEARWEEK"], Func::YearWeek, 1, 2),
+    (&["MAKEDATE"], Func::MakeDate, 2, 2),
     (&["LAST_DAY"], Func::LastDay, 1, 1),
     (&["DAYNAME"], Func::DayName, 1, 1),
     (&["MONTHNAME"], Func::MonthName, 1, 1),

@@ -137,11 +137,6 @@ impl Civil {
         }
     }
 
-    /// December 31st of the year before.
-    fn last_day_of_year_before(&self) -> Civil {
-        Civil::from_micros(days_from_civil(self.year - 1, 12, 31) * 86_400_000_000)
-    }
-
     /// 0 = Sunday .. 6 = Saturday (1970-01-01 was a Thursday).
     fn sunday_based(&self) -> i64 {
         (self.days + 4).rem_euclid(7)
@@ -168,38 +163,62 @@ impl Civil {
         }
     }
 
-    /// Week of the year with weeks starting on `first` (0 = Sunday, 1 =
-    /// Monday); days before the first such day of the year are week 0.
-    fn week_from_first(&self, first: i64) -> i64 {
-        let wday = (self.sunday_based() - first).rem_euclid(7);
-        (self.day_of_year() - 1 + 7 - wday) / 7
-    }
-
-    /// ISO 8601 week and its year (MySQL's %v and %x).
-    fn iso_week(&self) -> (i64, i64) {
-        let wday = (self.sunday_based() + 6) % 7 + 1; // 1 = Monday
-        let week = (self.day_of_year() - wday + 10) / 7;
-        if week < 1 {
-            let dec31 = self.last_day_of_year_before();
-            return (dec31.iso_week().0, self.year - 1);
-        }
-        let days_in_year = days_from_civil(self.year + 1, 1, 1) - days_from_civil(self.year, 1, 1);
-        if week == 53 && self.day_of_year() - wday > days_in_year - 4 {
-            return (1, self.year + 1);
-        }
-        (week, self.year)
-    }
-
-    /// Sunday-first week 1-53 and its year (MySQL's %V and %X): days before
-    /// the year's first Sunday belong to the last week of the year before.
-    fn sunday_week(&self) -> (i64, i64) {
-        match self.week_from_first(0) {
-            0 => {
-                let dec31 = self.last_day_of_year_before();
-                (dec31.week_from_first(0), self.year - 1)
+    /// The week number and its year as MySQL's `calc_week` counts them,
+    /// for WEEK(d, mode) and the week specifiers of DATE_FORMAT: weeks
+    /// start on Monday or Sunday; week 1 is the first with a first weekday
+    /// in the year or the first with 4 or more days in it; with
+    /// `Week::YEAR` the days before it belong to the year before's last
+    /// week (else they are week 0), and the year's last days may be week 1
+    /// of the next one.
+    pub fn week(&self, behaviour: u8) -> (i64, i64) {
+        let monday_first = behaviour & Week::MONDAY_FIRST != 0;
+        let mut week_year = behaviour & Week::YEAR != 0;
+        let first_weekday = behaviour & Week::FIRST_WEEKDAY != 0;
+        let days_in = |y: i64| days_from_civil(y + 1, 1, 1) - days_from_civil(y, 1, 1);
+        // 0 is the first day of the week.
+        let weekday_of = |day: i64| (day + if monday_first { 3 } else { 4 }).rem_euclid(7);
+        let mut year = self.year;
+        let mut first = days_from_civil(year, 1, 1);
+        let mut weekday = weekday_of(first);
+        let starts_late = |weekday: i64| if first_weekday { weekday != 0 } else { weekday >= 4 };
+        if self.month == 1 && (self.day as i64) <= 7 - weekday {
+            if !week_year && starts_late(weekday) {
+                return (0, year);
             }
-            w => (w, self.year),
+            week_year = true;
+            year -= 1;
+            first -= days_in(year);
+            weekday = weekday_of(first);
         }
+        let days = if starts_late(weekday) { self.days - (first + 7 - weekday) } else { self.days - (first - weekday) };
+        if week_year && days >= 52 * 7 {
+            let next = (weekday + days_in(year)) % 7;
+            if !starts_late(next) {
+                return (1, year + 1);
+            }
+        }
+        (days / 7 + 1, year)
+    }
+}
+
+/// The bits of MySQL's week behaviour (`WEEK(d, mode)` turns its mode into
+/// them with `Week::of_mode`).
+pub struct Week;
+
+impl Week {
+    pub const MONDAY_FIRST: u8 = 1;
+    pub const YEAR: u8 = 2;
+    pub const FIRST_WEEKDAY: u8 = 4;
+
+    /// WEEK()'s mode 0-7 as behaviour bits (a Sunday-first mode counts from
+    /// the first Sunday, a Monday-first one from the first 4-day week,
+    /// unless bit 4 turns that around).
+    pub fn of_mode(mode: i64) -> u8 {
+        let mut b = (mode & 7) as u8;
+        if b & Week::MONDAY_FIRST == 0 {
+            b ^= Week::FIRST_WEEKDAY;
+        }
+        b
     }
 }
 
@@ -267,25 +286,14 @@ pub fn format(c: &Civil, fmt: &str) -> String {
             'r' => write!(out, "{h12:02}:{:02}:{:02} {am_pm}", c.minute, c.second),
             'S' | 's' => write!(out, "{:02}", c.second),
             'T' => write!(out, "{:02}:{:02}:{:02}", c.hour, c.minute, c.second),
-            'U' => write!(out, "{:02}", c.week_from_first(0)),
-            'u' => {
-                // Monday first; week 1 is the first with 4 or more days.
-                let (iso, iso_year) = c.iso_week();
-                let week = if iso_year < c.year {
-                    0
-                } else if iso_year > c.year {
-                    53
-                } else {
-                    iso
-                };
-                write!(out, "{week:02}")
-            }
-            'V' => write!(out, "{:02}", c.sunday_week().0),
-            'v' => write!(out, "{:02}", c.iso_week().0),
+            'U' => write!(out, "{:02}", c.week(Week::FIRST_WEEKDAY).0),
+            'u' => write!(out, "{:02}", c.week(Week::MONDAY_FIRST).0),
+            'V' => write!(out, "{:02}", c.week(Week::YEAR | Week::FIRST_WEEKDAY).0),
+            'v' => write!(out, "{:02}", c.week(Week::YEAR | Week::MONDAY_FIRST).0),
             'W' => write!(out, "{day}"),
             'w' => write!(out, "{}", c.sunday_based()),
-            'X' => write!(out, "{:04}", c.sunday_week().1),
-            'x' => write!(out, "{:04}", c.iso_week().1),
+            'X' => write!(out, "{:04}", c.week(Week::YEAR | Week::FIRST_WEEKDAY).1),
+            'x' => write!(out, "{:04}", c.week(Week::YEAR | Week::MONDAY_FIRST).1),
             'Y' => write!(out, "{:04}", c.year),
             'y' => write!(out, "{:02}", c.year.rem_euclid(100)),
             other => write!(out, "{other}"),

@@ -123,6 +123,11 @@ pub enum Func {
     /// TIMESTAMPDIFF(unit, a, b).
     TimestampDiff(crate::dates::Unit),
     LastDay,
+    /// WEEK(d[, mode]), WEEKOFYEAR(d) (mode 3) and YEARWEEK(d[, mode]).
+    Week,
+    WeekOfYear,
+    YearWeek,
+    MakeDate,
     DayName,
     MonthName,
     FromUnixTime,
@@ -1041,6 +1046,45 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             (Some(x), Some(y)) => Value::Int(crate::dates::diff(x, y, unit)),
             _ => Value::Null,
         },
+        Func::Week | Func::WeekOfYear | Func::YearWeek => {
+            use crate::dates::Week;
+            let Some(c) = civil(&a[0]) else { return Ok(Value::Null) };
+            let mode = match (f, a.get(1)) {
+                (Func::WeekOfYear, _) => 3,
+                (_, None) => 0,
+                (_, Some(m)) => match numeric(m).as_i64() {
+                    Some(m) => m,
+                    None => return Ok(Value::Null),
+                },
+            };
+            let behaviour = Week::of_mode(mode);
+            if f == Func::YearWeek {
+                let (week, year) = c.week(behaviour | Week::YEAR);
+                Value::Int(year * 100 + week)
+            } else {
+                Value::Int(c.week(behaviour).0)
+            }
+        }
+        Func::MakeDate => {
+            // MAKEDATE(year, day_of_year): years 0-69 are 2000-2069 and
+            // 70-99 are 1970-1999, as for two-digit years.
+            let (Some(year), Some(day)) = (numeric(&a[0]).as_i64(), numeric(&a[1]).as_i64()) else {
+                return Ok(Value::Null);
+            };
+            let year = match year {
+                0..=69 => year + 2000,
+                70..=99 => year + 1900,
+                _ => year,
+            };
+            if day < 1 || !(0..=9999).contains(&year) {
+                return Ok(Value::Null);
+            }
+            let days = value::days_from_civil(year, 1, 1) + day - 1;
+            if days >= value::days_from_civil(10000, 1, 1) {
+                return Ok(Value::Null);
+            }
+            Value::Date(days as i32)
+        }
         Func::LastDay => match civil(&a[0]) {
             Some(c) => {
                 let next = crate::dates::add(c.days * 86_400_000_000, 1, crate::dates::Unit::Month);
@@ -1561,6 +1605,31 @@ mod tests {
         assert_eq!(f(Func::InsertStr, vec![s("abc"), Value::Int(2), Value::Int(-1), s("z")]), s("az"));
         assert_eq!(f(Func::Quote, vec![s("it's \\")]), s("'it\\'s \\\\'"));
         assert_eq!(f(Func::Quote, vec![Value::Null]), s("NULL"));
+    }
+
+    #[test]
+    fn weeks_and_makedate_match_mysqls_examples() {
+        let f = |func, args: Vec<Value>| call(func, args, &Env { params: &[], session: &NoSession }).unwrap();
+        let d = |x: &str| Value::Str(x.into());
+        let i = Value::Int;
+        assert_eq!(f(Func::Week, vec![d("2008-02-20")]), i(7));
+        assert_eq!(f(Func::Week, vec![d("2008-02-20"), i(1)]), i(8));
+        assert_eq!(f(Func::Week, vec![d("2008-12-31"), i(1)]), i(53));
+        assert_eq!(f(Func::Week, vec![d("2000-01-01"), i(0)]), i(0));
+        assert_eq!(f(Func::Week, vec![d("2000-01-01"), i(2)]), i(52));
+        assert_eq!(f(Func::YearWeek, vec![d("1987-01-01")]), i(198652));
+        assert_eq!(f(Func::WeekOfYear, vec![d("2008-02-20")]), i(8));
+        // ISO weeks (mode 3): 2024-12-30 is in week 1 of 2025.
+        assert_eq!(f(Func::YearWeek, vec![d("2024-12-30"), i(3)]), i(202501));
+        assert_eq!(f(Func::Week, vec![d("2021-01-03"), i(3)]), i(53));
+        assert_eq!(f(Func::Week, vec![d("not a date")]), Value::Null);
+        let date = |x: &str| Value::Date(value::parse_date(x).unwrap());
+        assert_eq!(f(Func::MakeDate, vec![i(2011), i(31)]), date("2011-01-31"));
+        assert_eq!(f(Func::MakeDate, vec![i(2011), i(32)]), date("2011-02-01"));
+        assert_eq!(f(Func::MakeDate, vec![i(2014), i(365)]), date("2014-12-31"));
+        assert_eq!(f(Func::MakeDate, vec![i(24), i(60)]), date("2024-02-29"));
+        assert_eq!(f(Func::MakeDate, vec![i(2011), i(0)]), Value::Null);
+        assert_eq!(f(Func::MakeDate, vec![i(9999), i(366)]), Value::Null);
     }
 
     #[test]
