@@ -541,6 +541,10 @@ impl<'a> Binder<'a> {
                     AggSpec { kind: AggKind::CountRows, arg: None, distinct: false, separator, order }
                 }
                 (_, false, 1) => AggSpec { kind, arg: args.into_iter().next(), distinct, separator, order },
+                // COUNT(DISTINCT a, b, ...) counts the distinct tuples without a NULL.
+                (AggKind::Count, false, 2..) if distinct => {
+                    AggSpec { kind, arg: Some(SExpr::Func(Func::Tuple, args)), distinct, separator, order }
+                }
                 // GROUP_CONCAT(a, b, ...) concatenates them per row.
                 (AggKind::GroupConcat, false, 2..) => {
                     AggSpec { kind, arg: Some(SExpr::Func(Func::Concat, args)), distinct, separator, order }
@@ -836,6 +840,7 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["WEEKOFYEAR"], Func::WeekOfYear, 1, 1),
     (&["YEARWEEK"], Func::YearWeek, 1, 2),
     (&["MAKEDATE"], Func::MakeDate, 2, 2),
+    (&["STR_TO_DATE"], Func::StrToDate, 2, 2),
     (&["LAST_DAY"], Func::LastDay, 1, 1),
     (&["DAYNAME"], Func::DayName, 1, 1),
     (&["MONTHNAME"], Func::MonthName, 1, 1),

@@ -302,6 +302,178 @@ pub fn format(c: &Civil, fmt: &str) -> String {
     out
 }
 
+/// What STR_TO_DATE read: a DATE, a DATETIME (microseconds since 1970) or
+/// a TIME of day (as its text), by the specifiers its format has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Parsed {
+    Date(i64),
+    DateTime(i64),
+    Time(String),
+}
+
+/// STR_TO_DATE(text, format): the inverse of DATE_FORMAT, as MySQL reads
+/// it: spaces before each part of the text are skipped, numbers take up to
+/// their specifier's digits, and text left over at the end is ignored.
+/// None (NULL in SQL) when the text does not fit the format or names no
+/// valid date (MySQL's NO_ZERO_DATE and NO_ZERO_IN_DATE: a zero month or
+/// day is not one).
+pub fn parse(text: &str, fmt: &str) -> Option<Parsed> {
+    let (mut year, mut month, mut day, mut yday) = (0i64, 0i64, 0i64, 0i64);
+    let (mut hour, mut minute, mut second, mut micros) = (0i64, 0i64, 0i64, 0i64);
+    let (mut has_date, mut has_time) = (false, false);
+    let mut pm: Option<bool> = None;
+    let mut twelve_hour = false;
+    let mut val = text.as_bytes();
+    let skip_spaces = |v: &mut &[u8]| {
+        while let Some((c, rest)) = v.split_first() {
+            if !c.is_ascii_whitespace() {
+                break;
+            }
+            *v = rest;
+        }
+    };
+    let number = |v: &mut &[u8], max_digits: usize| -> Option<(i64, usize)> {
+        let n = v.iter().take(max_digits).take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 {
+            return None;
+        }
+        let x = std::str::from_utf8(&v[..n]).ok()?.parse().ok()?;
+        *v = &v[n..];
+        Some((x, n))
+    };
+    let word = |v: &mut &[u8], names: &[&str], short: bool| -> Option<i64> {
+        for (i, name) in names.iter().enumerate() {
+            let name = if short { &name[..3] } else { name };
+            if v.len() >= name.len() && v[..name.len()].eq_ignore_ascii_case(name.as_bytes()) {
+                *v = &v[name.len()..];
+                return Some(i as i64);
+            }
+        }
+        None
+    };
+    // %T and %r are shorthands.
+    let fmt = fmt.replace("%T", "%H:%i:%s").replace("%r", "%I:%i:%S %p");
+    let mut spec = fmt.chars().peekable();
+    while let Some(f) = spec.next() {
+        skip_spaces(&mut val);
+        if f != '%' || spec.peek().is_none() {
+            if f.is_whitespace() {
+                continue;
+            }
+            let mut buf = [0u8; 4];
+            let lit = f.encode_utf8(&mut buf).as_bytes();
+            val = val.strip_prefix(lit)?;
+            continue;
+        }
+        let Some(s) = spec.next() else { break };
+        match s {
+            'Y' => {
+                let (y, digits) = number(&mut val, 4)?;
+                year = if digits <= 2 { two_digit_year(y) } else { y };
+                has_date = true;
+            }
+            'y' => {
+                year = two_digit_year(number(&mut val, 2)?.0);
+                has_date = true;
+            }
+            'm' | 'c' => {
+                month = number(&mut val, 2)?.0;
+                has_date = true;
+            }
+            'M' | 'b' => {
+                month = word(&mut val, &MONTHS, s == 'b')? + 1;
+                has_date = true;
+            }
+            'd' | 'e' => {
+                day = number(&mut val, 2)?.0;
+                has_date = true;
+            }
+            'D' => {
+                day = number(&mut val, 2)?.0;
+                val = val.get(2..)?;
+                has_date = true;
+            }
+            'j' => {
+                yday = number(&mut val, 3)?.0;
+                has_date = true;
+            }
+            'W' | 'a' => {
+                word(&mut val, &DAYS, s == 'a')?;
+            }
+            'H' | 'k' => {
+                hour = number(&mut val, 2)?.0;
+                has_time = true;
+            }
+            'h' | 'I' | 'l' => {
+                hour = number(&mut val, 2)?.0;
+                twelve_hour = true;
+                has_time = true;
+            }
+            'i' => {
+                minute = number(&mut val, 2)?.0;
+                has_time = true;
+            }
+            's' | 'S' => {
+                second = number(&mut val, 2)?.0;
+                has_time = true;
+            }
+            'f' => {
+                let (x, digits) = number(&mut val, 6)?;
+                micros = x * 10i64.pow(6 - digits as u32);
+                has_time = true;
+            }
+            'p' => {
+                pm = Some(word(&mut val, &["AM", "PM"], false)? == 1);
+                has_time = true;
+            }
+            '%' => val = val.strip_prefix(b"%")?,
+            // Week numbers and the rest: not read.
+            _ => return None,
+        }
+    }
+    if let Some(pm) = pm {
+        if !twelve_hour || !(1..=12).contains(&hour) {
+            return None;
+        }
+        hour = hour % 12 + if pm { 12 } else { 0 };
+    }
+    if hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let time = ((hour * 60 + minute) * 60 + second) * 1_000_000 + micros;
+    if !has_date {
+        let c = Civil::from_micros(time);
+        let format = if micros != 0 { "%H:%i:%s.%f" } else { "%H:%i:%s" };
+        return has_time.then(|| Parsed::Time(self::format(&c, format)));
+    }
+    let days = if yday > 0 {
+        if !(1..=days_from_civil(year + 1, 1, 1) - days_from_civil(year, 1, 1)).contains(&yday) {
+            return None;
+        }
+        days_from_civil(year, 1, 1) + yday - 1
+    } else {
+        if !(1..=12).contains(&month) || day < 1 || !(0..=9999).contains(&year) {
+            return None;
+        }
+        let days = days_from_civil(year, month as u32, day as u32);
+        // A day past the month's end would roll into the next month.
+        if civil_from_days(days).2 != day as u32 {
+            return None;
+        }
+        days
+    };
+    Some(if has_time { Parsed::DateTime(days * 86_400_000_000 + time) } else { Parsed::Date(days) })
+}
+
+/// A year written with two digits: 70-99 are 1970-1999, 0-69 2000-2069.
+fn two_digit_year(y: i64) -> i64 {
+    match y {
+        0..=69 => y + 2000,
+        70..=99 => y + 1900,
+        _ => y,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +531,38 @@ mod tests {
         assert_eq!(diff(day(2023, 6, 15), day(2024, 6, 15), Unit::Year), 1);
         assert_eq!(diff(day(2024, 6, 15), day(2023, 6, 16), Unit::Year), 0);
         assert_eq!(diff(day(2024, 1, 1), day(2024, 12, 31), Unit::Quarter), 3);
+    }
+
+    #[test]
+    fn str_to_date_reads_what_date_format_writes() {
+        let date = |y, m, d| Some(Parsed::Date(days_from_civil(y, m, d)));
+        let at = |y, m, d, h: i64, mi: i64, s: i64| {
+            Some(Parsed::DateTime(days_from_civil(y, m, d) * 86_400_000_000 + ((h * 60 + mi) * 60 + s) * 1_000_000))
+        };
+        assert_eq!(parse("01,5,2013", "%d,%m,%Y"), date(2013, 5, 1));
+        assert_eq!(parse("May 1, 2013", "%M %d,%Y"), date(2013, 5, 1));
+        assert_eq!(parse("a09:30:17", "a%h:%i:%s"), Some(Parsed::Time("09:30:17".into())));
+        assert_eq!(parse("9:30:17 PM", "%h:%i:%s %p"), Some(Parsed::Time("21:30:17".into())));
+        assert_eq!(parse("12:00:00 AM", "%r"), Some(Parsed::Time("00:00:00".into())));
+        assert_eq!(parse("2024-02-29 13:05:09", "%Y-%m-%d %T"), at(2024, 2, 29, 13, 5, 9));
+        assert_eq!(parse("  24-2-9", "%y-%c-%e"), date(2024, 2, 9));
+        assert_eq!(parse("2024-060", "%Y-%j"), date(2024, 2, 29));
+        assert_eq!(parse("Thu, 29th Feb 2024", "%a, %D %b %Y"), date(2024, 2, 29));
+        assert_eq!(parse("2024-02-29 trailing", "%Y-%m-%d"), date(2024, 2, 29));
+        assert_eq!(
+            parse("2024-01-02 03:04:05.5", "%Y-%m-%d %H:%i:%s.%f"),
+            at(2024, 1, 2, 3, 4, 5).map(|p| match p {
+                Parsed::DateTime(us) => Parsed::DateTime(us + 500_000),
+                other => other,
+            })
+        );
+        // Not dates: NULL.
+        assert_eq!(parse("2024-02-30", "%Y-%m-%d"), None);
+        assert_eq!(parse("2024-13-01", "%Y-%m-%d"), None);
+        assert_eq!(parse("2024", "%Y"), None);
+        assert_eq!(parse("x2024-01-01", "%Y-%m-%d"), None);
+        assert_eq!(parse("13:00 PM", "%h:%i %p"), None);
+        assert_eq!(parse("25:00", "%H:%i"), None);
     }
 
     #[test]

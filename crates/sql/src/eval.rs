@@ -128,6 +128,10 @@ pub enum Func {
     WeekOfYear,
     YearWeek,
     MakeDate,
+    StrToDate,
+    /// The arguments as one value that tells tuples apart (NULL when any
+    /// is NULL): COUNT(DISTINCT a, b)'s argument.
+    Tuple,
     DayName,
     MonthName,
     FromUnixTime,
@@ -1063,6 +1067,28 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
                 Value::Int(year * 100 + week)
             } else {
                 Value::Int(c.week(behaviour).0)
+            }
+        }
+        Func::Tuple => {
+            if any_null(&a) {
+                return Ok(Value::Null);
+            }
+            let mut key = String::new();
+            crate::exec::group_key(&a, &mut key);
+            Value::Str(key)
+        }
+        Func::StrToDate => {
+            if any_null(&a) {
+                return Ok(Value::Null);
+            }
+            match crate::dates::parse(&to_text(&a[0]), &to_text(&a[1])) {
+                Some(crate::dates::Parsed::Date(days)) => match i32::try_from(days) {
+                    Ok(d) => Value::Date(d),
+                    Err(_) => Value::Null,
+                },
+                Some(crate::dates::Parsed::DateTime(us)) => Value::DateTime(us),
+                Some(crate::dates::Parsed::Time(t)) => Value::Str(t),
+                None => Value::Null,
             }
         }
         Func::MakeDate => {

@@ -961,6 +961,22 @@ mod tests {
     }
 
     #[test]
+    fn count_distinct_of_several_columns_counts_tuples_without_nulls() {
+        let rows = [(1, Some(1)), (1, Some(1)), (2, Some(1)), (1, None), (12, Some(1)), (1, Some(21))]
+            .iter()
+            .map(|&(a, b)| vec![Value::Int(a), b.map_or(Value::Null, Value::Int)])
+            .collect();
+        let arg = SExpr::Func(crate::eval::Func::Tuple, vec![SExpr::Col(0), SExpr::Col(1)]);
+        let spec =
+            AggSpec { kind: AggKind::Count, arg: Some(arg), distinct: true, separator: ",".into(), order: Vec::new() };
+        let env = Env { params: &[], session: &crate::session::NoSession };
+        let out = group(rows, &[], &[spec], 2, &env).unwrap();
+        // (1,1), (2,1), (12,1) and (1,21): (1,NULL) is not counted, and
+        // (12,1) is not (1,21).
+        assert_eq!(out[0][2], Value::Int(4));
+    }
+
+    #[test]
     fn bit_aggregates_fold_64_unsigned_bits() {
         use AggKind::*;
         let rows = [(1, Some(12)), (1, Some(10)), (1, None), (2, Some(-1)), (3, None)];

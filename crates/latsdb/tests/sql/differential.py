@@ -53,11 +53,31 @@ TABLES = ["t1", "t2", "t3"]
 DOUBLES = ["1.5", "-2.25", "0.5", "100", "-0.125", "3e3", "1e6", "0"]
 
 NEEDLES = ["'a'", "'pp'", "''", "'an'"]
+# Date formats STR_TO_DATE reads back, and texts some of them fit (no empty
+# text or February 30th: MariaDB makes them the zero date and a date that
+# does not exist, where MySQL 8 and latsdb answer NULL).
+DATE_FORMATS = ["%d/%m/%Y", "%Y-%m-%d", "%M %e, %Y", "%y%m%d", "%Y-%j", "%b %D %Y"]
+DATE_TEXTS = ["01/02/2024", "February 29, 2024", "240229", "2024-060", "Mar 3rd 2024", "13/13/2024", "2024-02-28"]
 # Patterns MySQL's ICU, MariaDB's PCRE and latsdb's engine read alike.
 REGEXPS = ["'^a'", "'e$'", "'an+'", "'^$'", "'p|g'", "'^[A-Z]'", "'[aeiou]{2}'", "'_'", "'^.{4}$'", "'(an)+a'"]
 # CHAR(6) values, some with trailing spaces (which a CHAR drops).
 CHARS = ["ab", "abc ", "b", "", "a ", "zz", "Ab", "a_b", "bab"]
 WORDS = ["apple", "Apple", "banana", "cherry", "date", "elder", "fig", "grape", "", "a_b", "x%y", "kiwi"]
+
+
+def exact_spread(f, col, over=""):
+    """A variance or standard deviation of `col` (integers, or DECIMALs of
+    two places) as the integer it is times the count squared (or times
+    count * (count - 1) for the sample forms) and 10,000: MariaDB shows a
+    variance with only 4 more decimals than its argument, and the last bits
+    of a double depend on the order the rows come in, which a rounding of
+    the plain value can tip either way."""
+    count = f"COUNT({col}){' ' + over if over else ''}"
+    value = f"{f}({col}){' ' + over if over else ''}"
+    if f.startswith("STD"):
+        value = f"POW({value}, 2)"
+    scale = f"{count} * ({count} - 1)" if f.endswith("SAMP") else f"{count} * {count}"
+    return f"ROUND({value} * {scale} * 10000)"
 
 
 class Gen:
@@ -140,6 +160,9 @@ class Gen:
                     lambda: f"SIGN({e()})",
                     lambda: f"NULLIF({e()}, {self.int_lit()})",
                     lambda: f"DATEDIFF({e('date')}, {self.date_lit()})",
+                    lambda: f"WEEK({e('date')}, {self.r.randint(0, 7)})",
+                    lambda: f"YEARWEEK({e('date')}{self.pick(['', ', 1', ', 3', ', 6'])})",
+                    lambda: f"WEEKOFYEAR({e('date')})",
                     lambda: f"({self.pred(tables, d)})",
                 ]
                 # MariaDB's strict mode turns the warning of comparing a
@@ -208,7 +231,15 @@ class Gen:
                 lambda: f"DATE_ADD({e()}, INTERVAL {self.r.randint(-40, 40)} DAY)",
                 lambda: f"DATE_SUB({e()}, INTERVAL {self.r.randint(0, 3)} MONTH)",
                 lambda: f"COALESCE({e()}, {self.date_lit()})",
+                lambda: f"TIMESTAMPADD({self.pick(['DAY', 'WEEK', 'MONTH'])}, {self.int_lit()}, {e()})",
+                lambda: f"MAKEDATE({self.pick(['2024', '24', '1999'])}, {e('int')})",
             ]
+            # Not in writes: MariaDB's strict mode makes a text that does not
+            # fit an error there, where latsdb (as in a SELECT) gives NULL.
+            + ([] if self.writing else [
+                lambda: (lambda fmt: f"STR_TO_DATE(DATE_FORMAT({e()}, {fmt!r}), {fmt!r})")(self.pick(DATE_FORMATS)),
+                lambda: f"STR_TO_DATE({self.pick(DATE_TEXTS)!r}, {self.pick(DATE_FORMATS)!r})",
+            ])
         )()
 
     def pred(self, tables, depth=0):
@@ -293,10 +324,10 @@ class Gen:
             f = self.pick(["ROW_NUMBER()", "RANK()", "DENSE_RANK()", f"SUM({t}.id)", "COUNT(*)", f"BIT_XOR({t}.id)",
                            f"BIT_OR({t}.id)", f"VAR_POP({t}.id)", f"STDDEV_SAMP({t}.id)"])
             order = f"{t}.id" if f in ("ROW_NUMBER()",) else f"{part}, {t}.id"
-            window = f"{f} OVER (PARTITION BY {part} ORDER BY {order})"
-            # Rounded: MariaDB shows a variance of integers with 4 decimals.
+            over = f"OVER (PARTITION BY {part} ORDER BY {order})"
+            window = f"{f} {over}"
             if f.startswith(("VAR", "STD")):
-                window = f"ROUND({window}, 4)"
+                window = exact_spread(f.split("(")[0], f"{t}.id", over)
             return f"SELECT {t}.id, {window} FROM {t}", False
         tables, frm = self.from_clause()
         if self.chance(0.3):
@@ -366,13 +397,13 @@ class Gen:
             if f == "COUNT(*)":
                 aggs.append("COUNT(*)")
             elif f == "COUNT_DISTINCT":
-                aggs.append(f"COUNT(DISTINCT {arg})")
+                if self.chance(0.3):
+                    aggs.append(f"COUNT(DISTINCT {arg}, {self.expr(tables, self.pick(['int', 'str']), 1)})")
+                else:
+                    aggs.append(f"COUNT(DISTINCT {arg})")
             elif f in ("STDDEV_POP", "VAR_SAMP", "STD", "VARIANCE"):
-                # Of a column of small values (the last bits of a variance of
-                # BIGINTs depend on the order rows come in), rounded: MariaDB
-                # shows a variance with the argument's decimals plus 4.
                 small = [c for c in ("t1.a", "t1.d", "t2.x", "t2.t1_id") if c.split(".")[0] in tables]
-                aggs.append(f"ROUND({f}({self.pick(small)}), 4)" if small else "COUNT(*)")
+                aggs.append(exact_spread(f, self.pick(small)) if small else "COUNT(*)")
             elif f == "GROUP_CONCAT":
                 # Of a column, ordered by the value itself, so the text is the
                 # same in both (latsdb types a computed value by itself, MariaDB
@@ -476,8 +507,8 @@ class Gen:
             group = self.pick(["t3.c", "t3.flag", "t3.ti", "DATE(t3.ts)"])
             aggs = [self.pick(["COUNT(*)", "SUM(t3.f)", "MIN(t3.f)", "MAX(t3.ts)", "MIN(t3.ts)", "SUM(t3.u)",
                                "MAX(t3.big)", "AVG(t3.ti)", "COUNT(DISTINCT t3.c)", "MAX(t3.c)", "SUM(t3.flag)",
-                               "BIT_AND(t3.big)", "BIT_OR(t3.u)", "BIT_XOR(t3.ti)", "ROUND(STDDEV_SAMP(t3.ti), 4)",
-                               "ROUND(VAR_POP(t3.ti), 4)"])
+                               "BIT_AND(t3.big)", "BIT_OR(t3.u)", "BIT_XOR(t3.ti)", exact_spread("STDDEV_SAMP", "t3.ti"),
+                               exact_spread("VAR_POP", "t3.ti")])
                     for _ in range(self.r.randint(1, 3))]
             return f"SELECT {group}, {', '.join(aggs)} FROM t3{where} GROUP BY {group}", False
         cols = [self.t3_expr()[0] for _ in range(self.r.randint(1, 4))]
