@@ -4,11 +4,13 @@
 //! `LOCK IN SHARE MODE` becomes the equivalent `FOR SHARE`.
 
 use crate::error::{SqlError, SqlResult, ER_EMPTY_QUERY};
-use sqlparser::ast::Statement;
+use sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr, Statement, VisitMut, VisitorMut};
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
-use sqlparser::tokenizer::{Token, Tokenizer, Word};
+use sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer, Word};
+use std::collections::HashMap;
+use std::ops::ControlFlow;
 
 /// First code point of the range that carries bytes of a query that are
 /// not UTF-8 (a binary string literal sent raw, as mysql-connector-python
@@ -67,16 +69,19 @@ fn word(kw: &str, keyword: Keyword) -> Token {
 
 pub fn parse(sql: &str) -> SqlResult<Parsed> {
     let dialect = MySqlDialect {};
-    let tokens = Tokenizer::new(&dialect, sql)
-        .tokenize()
+    let spanned = Tokenizer::new(&dialect, sql)
+        .tokenize_with_location()
         .map_err(|e| SqlError::parse(format!("You have an error in your SQL syntax: {e}")))?;
-    let mut out: Vec<Token> = Vec::with_capacity(tokens.len());
+    let tokens: Vec<&Token> = spanned.iter().map(|t| &t.token).collect();
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
     let mut params = 0;
     let mut i = 0;
     while i < tokens.len() {
-        let t = &tokens[i];
+        let t = tokens[i];
+        // Rewritten tokens keep the place of what they replace.
+        let at = |token: Token| TokenWithSpan { token, span: spanned[i].span };
         if matches!(t, Token::Placeholder(p) if p == "?") {
-            out.push(Token::Placeholder(format!("?{params}")));
+            out.push(at(Token::Placeholder(format!("?{params}"))));
             params += 1;
             i += 1;
             continue;
@@ -97,30 +102,175 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
             let significant: Vec<usize> =
                 (i..tokens.len()).filter(|&j| !matches!(tokens[j], Token::Whitespace(_))).take(4).collect();
             if significant.len() == 4
-                && is_word(&tokens[significant[1]], Keyword::IN)
-                && is_word(&tokens[significant[2]], Keyword::SHARE)
-                && is_word(&tokens[significant[3]], Keyword::MODE)
+                && is_word(tokens[significant[1]], Keyword::IN)
+                && is_word(tokens[significant[2]], Keyword::SHARE)
+                && is_word(tokens[significant[3]], Keyword::MODE)
             {
-                out.push(word("FOR", Keyword::FOR));
-                out.push(Token::Whitespace(sqlparser::tokenizer::Whitespace::Space));
-                out.push(word("SHARE", Keyword::SHARE));
+                out.push(at(word("FOR", Keyword::FOR)));
+                out.push(at(Token::Whitespace(sqlparser::tokenizer::Whitespace::Space)));
+                out.push(at(word("SHARE", Keyword::SHARE)));
                 i = significant[3] + 1;
                 continue;
             }
         }
-        out.push(t.clone());
+        out.push(spanned[i].clone());
         i += 1;
     }
-    let meaningful = out.iter().any(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon | Token::EOF));
+    let meaningful = out.iter().any(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon | Token::EOF));
     if !meaningful {
         return Err(SqlError::new(ER_EMPTY_QUERY, "42000", "Query was empty"));
     }
-    let statements = Parser::new(&dialect)
+    let mut statements = Parser::new(&dialect)
         .with_recursion_limit(64)
-        .with_tokens(out)
+        .with_tokens_with_locations(out)
         .parse_statements()
         .map_err(|e| SqlError::parse(format!("You have an error in your SQL syntax: {e}")))?;
+    if tokens.iter().any(|t| is_word(t, Keyword::SELECT)) {
+        let items = ItemTexts { by_select: select_item_texts(sql, &spanned) };
+        let _ = statements.visit(&mut { items });
+    }
     Ok(Parsed { statements, params })
+}
+
+/// The text of every select-list item as written, by the place of its
+/// SELECT keyword. MySQL names an unaliased computed column by that text
+/// (`a+1`, `count(*)`), not by the expression printed back.
+struct ItemTexts {
+    by_select: HashMap<Location, Vec<String>>,
+}
+
+impl VisitorMut for ItemTexts {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        self.name_items(&mut query.body);
+        ControlFlow::Continue(())
+    }
+}
+
+impl ItemTexts {
+    /// Gives each unaliased computed item of the SELECTs of `body` its text
+    /// as an alias (columns, literals and variables keep the names the
+    /// planner gives them).
+    fn name_items(&self, body: &mut SetExpr) {
+        match body {
+            SetExpr::Select(select) => {
+                let Some(texts) = self.by_select.get(&select.select_token.0.span.start) else { return };
+                if texts.len() != select.projection.len() {
+                    return;
+                }
+                for (item, text) in select.projection.iter_mut().zip(texts) {
+                    let SelectItem::UnnamedExpr(expr) = item else { continue };
+                    if matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Value(_)) {
+                        continue;
+                    }
+                    let expr = std::mem::replace(expr, Expr::Value(sqlparser::ast::Value::Null.into()));
+                    *item = SelectItem::ExprWithAlias { expr, alias: Ident::with_quote('`', text.clone()) };
+                }
+            }
+            SetExpr::SetOperation { left, right, .. } => {
+                self.name_items(left);
+                self.name_items(right);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Splits the select list after every SELECT keyword of `tokens` into its
+/// items' source text: items end at a comma outside parentheses, and the
+/// list at the clause that follows it (or a closing parenthesis, `;` or
+/// the end).
+fn select_item_texts(sql: &str, tokens: &[TokenWithSpan]) -> HashMap<Location, Vec<String>> {
+    const MODIFIERS: &[&str] = &[
+        "DISTINCT",
+        "DISTINCTROW",
+        "ALL",
+        "HIGH_PRIORITY",
+        "STRAIGHT_JOIN",
+        "SQL_SMALL_RESULT",
+        "SQL_BIG_RESULT",
+        "SQL_BUFFER_RESULT",
+        "SQL_NO_CACHE",
+        "SQL_CACHE",
+        "SQL_CALC_FOUND_ROWS",
+    ];
+    const ENDS: &[Keyword] = &[
+        Keyword::FROM,
+        Keyword::WHERE,
+        Keyword::GROUP,
+        Keyword::HAVING,
+        Keyword::ORDER,
+        Keyword::LIMIT,
+        Keyword::INTO,
+        Keyword::UNION,
+        Keyword::EXCEPT,
+        Keyword::INTERSECT,
+        Keyword::WINDOW,
+        Keyword::FOR,
+        Keyword::LOCK,
+    ];
+    let line_starts: Vec<usize> = std::iter::once(0).chain(sql.match_indices('\n').map(|(i, _)| i + 1)).collect();
+    let offset = |loc: Location| -> Option<usize> {
+        let start = *line_starts.get((loc.line as usize).checked_sub(1)?)?;
+        let col = (loc.column as usize).checked_sub(1)?;
+        match sql[start..].char_indices().nth(col) {
+            Some((i, _)) => Some(start + i),
+            None => Some(sql.len()),
+        }
+    };
+    let text = |from: &TokenWithSpan, to: &TokenWithSpan| -> Option<String> {
+        Some(sql.get(offset(from.span.start)?..offset(to.span.end)?)?.to_string())
+    };
+    let mut out = HashMap::new();
+    for (i, t) in tokens.iter().enumerate() {
+        if !is_word(&t.token, Keyword::SELECT) {
+            continue;
+        }
+        let mut items = Vec::new();
+        let mut depth = 0i32;
+        let (mut first, mut last): (Option<usize>, Option<usize>) = (None, None);
+        let mut complete = true;
+        for (j, u) in tokens.iter().enumerate().skip(i + 1) {
+            match &u.token {
+                Token::Whitespace(_) => continue,
+                Token::Word(w)
+                    if depth == 0
+                        && first.is_none()
+                        && items.is_empty()
+                        && w.quote_style.is_none()
+                        && MODIFIERS.iter().any(|m| w.value.eq_ignore_ascii_case(m)) =>
+                {
+                    continue
+                }
+                Token::Word(w) if depth == 0 && w.quote_style.is_none() && ENDS.contains(&w.keyword) => break,
+                Token::SemiColon | Token::EOF => break,
+                Token::RParen if depth == 0 => break,
+                Token::Comma if depth == 0 => {
+                    match (first, last) {
+                        (Some(a), Some(b)) => items.push(text(&tokens[a], &tokens[b])),
+                        _ => complete = false,
+                    }
+                    (first, last) = (None, None);
+                    continue;
+                }
+                Token::LParen => depth += 1,
+                Token::RParen => depth -= 1,
+                _ => {}
+            }
+            first.get_or_insert(j);
+            last = Some(j);
+        }
+        if let (Some(a), Some(b)) = (first, last) {
+            items.push(text(&tokens[a], &tokens[b]));
+        }
+        if complete {
+            if let Some(items) = items.into_iter().collect::<Option<Vec<String>>>() {
+                out.insert(t.span.start, items);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -149,6 +299,24 @@ mod tests {
         let literal = shown.split('\'').nth(1).unwrap();
         assert_eq!(literal_value(literal), latsdb_types::Value::Bytes(vec![0xfe, 0xff]));
         assert_eq!(literal_value("plain"), latsdb_types::Value::Str("plain".into()));
+    }
+
+    #[test]
+    fn computed_columns_are_named_as_written() {
+        let p = parse("SELECT a+1, id, count(*)  ,  CONCAT( 'x', ?), x AS y, 'lit', (SELECT b*2 FROM u) FROM t\nWHERE a IN (SELECT 1 UNION SELECT c  +  1)").unwrap();
+        let shown = p.statements[0].to_string();
+        assert!(shown.contains("a + 1 AS `a+1`"), "{shown}");
+        assert!(shown.contains("count(*) AS `count(*)`"), "{shown}");
+        assert!(shown.contains("CONCAT('x', ?0) AS `CONCAT( 'x', ?)`"), "{shown}");
+        assert!(shown.contains("b * 2 AS `b*2`"), "{shown}");
+        assert!(shown.contains("c + 1 AS `c  +  1`"), "{shown}");
+        assert!(shown.contains("SELECT 1 UNION"), "{shown}");
+        assert!(shown.contains("x AS y, 'lit', (SELECT"), "{shown}");
+        assert!(shown.contains("t WHERE"), "{shown}");
+        let p =
+            parse("SELECT DISTINCT SQL_CALC_FOUND_ROWS\n  SUBSTRING(s FROM 2 FOR 3), 1+1 FROM t FOR UPDATE").unwrap();
+        let shown = p.statements[0].to_string();
+        assert!(shown.contains("AS `SUBSTRING(s FROM 2 FOR 3)`") && shown.contains("AS `1+1`"), "{shown}");
     }
 
     #[test]

@@ -623,7 +623,7 @@ mod tests {
         assert_eq!(found.len(), 2, "the table derived inside a derived table is left to it");
         assert!(found[0].to_string().contains("inner_u"));
         replace_derived(&mut stmt, vec!["d0".into(), "d1".into()]);
-        assert_eq!(stmt.to_string(), "SELECT COUNT(*) FROM `d0` AS `sub` JOIN `d1` AS `o`");
+        assert_eq!(stmt.to_string(), "SELECT COUNT(*) AS `COUNT(*)` FROM `d0` AS `sub` JOIN `d1` AS `o`");
         let e = derived_tables(&parse("SELECT * FROM (SELECT 1)")).unwrap_err();
         assert_eq!(e.code, 1248);
     }

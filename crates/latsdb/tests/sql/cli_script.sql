@@ -25,6 +25,7 @@ SELECT id, customer_id, amount, placed, note FROM orders ORDER BY id;
 SELECT c.name, COUNT(o.id) AS n, SUM(o.amount) AS total FROM customers c LEFT JOIN orders o ON o.customer_id = c.id GROUP BY c.name ORDER BY total DESC;
 SELECT c.name, o.id FROM orders o RIGHT JOIN customers c ON o.customer_id = c.id WHERE o.id IS NULL OR o.amount > 5 ORDER BY c.name, o.id;
 SELECT name FROM customers WHERE city IS NULL;
+SELECT id+1, UPPER( name ), count(*) FROM customers WHERE id = 1 GROUP BY id, name;
 SELECT name FROM customers WHERE name LIKE 'G%' OR id IN (3) ORDER BY name;
 SELECT DISTINCT customer_id FROM orders ORDER BY customer_id;
 SELECT customer_id, MAX(amount) FROM orders GROUP BY customer_id HAVING MAX(amount) > 5 ORDER BY 1;
