@@ -224,6 +224,11 @@ mod tests {
         let e = like(&[s("a"), s("(a")]).unwrap_err();
         assert_eq!(e.code, ER_REGEXP_ILLEGAL_ARGUMENT);
         assert_eq!(like(&[s("a"), s("a"), s("x")]).unwrap_err().code, crate::error::ER_WRONG_ARGUMENTS);
+        // A pattern too big to compile is refused, not built for minutes.
+        assert_eq!(like(&[s("a"), s("((a{1000}){1000}){1000}")]).unwrap_err().code, ER_REGEXP_ILLEGAL_ARGUMENT);
+        // Look-around is not in the engine: a clear error.
+        let e = like(&[s("ab"), s("a(?=b)")]).unwrap_err();
+        assert!(e.message.contains("Illegal argument"), "{}", e.message);
         assert_eq!(substr(&[s("abc"), s("b"), Value::Int(5)]).unwrap_err().code, ER_REGEXP_INDEX_OUTOFBOUNDS);
         assert_eq!(substr(&[s("abc"), s("b"), Value::Int(0)]).unwrap_err().code, ER_REGEXP_INDEX_OUTOFBOUNDS);
     }
