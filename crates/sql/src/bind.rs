@@ -666,14 +666,22 @@ impl<'a> Binder<'a> {
 
     /// `date + INTERVAL n unit` and its DATE_ADD/DATE_SUB forms.
     fn date_add(&mut self, date: &Expr, interval: &ast::Interval, subtract: bool) -> SqlResult<SExpr> {
-        if interval.last_field.is_some() {
-            return Err(SqlError::unsupported("compound INTERVAL units (such as DAY_HOUR) are not supported"));
-        }
         let unit = match &interval.leading_field {
             Some(field) => interval_unit(&field.to_string())?,
             None => return Err(SqlError::parse("INTERVAL needs a unit, such as INTERVAL 1 DAY")),
         };
-        Ok(SExpr::Func(Func::DateAdd(unit, subtract), vec![self.bind(date)?, self.bind(&interval.value)?]))
+        let args = vec![self.bind(date)?, self.bind(&interval.value)?];
+        match &interval.last_field {
+            None => Ok(SExpr::Func(Func::DateAdd(unit, subtract), args)),
+            // HOUR_MINUTE and the others, read as `HOUR TO MINUTE`.
+            Some(last) => {
+                let last = interval_unit(&last.to_string())?;
+                match crate::dates::Compound::new(unit, last) {
+                    Some(c) => Ok(SExpr::Func(Func::DateAddCompound(c, subtract), args)),
+                    None => Err(SqlError::parse(format!("{unit:?} TO {last:?} is not an INTERVAL unit MySQL has"))),
+                }
+            }
+        }
     }
 
     /// TIMESTAMPDIFF(unit, a, b): the unit is a keyword, not a value.

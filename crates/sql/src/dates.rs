@@ -56,6 +56,92 @@ impl Unit {
     }
 }
 
+/// A compound INTERVAL unit: YEAR_MONTH, or a run of DAY, HOUR, MINUTE,
+/// SECOND and MICROSECOND from `first` to `last`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compound {
+    first: Unit,
+    last: Unit,
+}
+
+impl Compound {
+    /// The units MySQL has (YEAR_MONTH, DAY_HOUR, ... SECOND_MICROSECOND,
+    /// which the parser hands over as MICROSECOND TO SECOND).
+    pub fn new(first: Unit, last: Unit) -> Option<Compound> {
+        if (first, last) == (Unit::Microsecond, Unit::Second) {
+            return Some(Compound { first: Unit::Second, last: Unit::Microsecond });
+        }
+        let rank = |u: Unit| match u {
+            Unit::Day => Some(0),
+            Unit::Hour => Some(1),
+            Unit::Minute => Some(2),
+            Unit::Second => Some(3),
+            Unit::Microsecond => Some(4),
+            _ => None,
+        };
+        let ok = (first, last) == (Unit::Year, Unit::Month)
+            || matches!((rank(first), rank(last)), (Some(a), Some(b)) if a < b);
+        ok.then_some(Compound { first, last })
+    }
+
+    /// The amount `text` ('1:30', '-1 2:03:04.5', '2-6') stands for, as a
+    /// count of months or of microseconds: its numbers are read from the
+    /// right (missing leading parts are 0, as in MySQL), any non-digit
+    /// separates them, a leading '-' makes it negative and the microsecond
+    /// part is a fraction of a second. None when it has no number or more
+    /// parts than the unit.
+    pub fn amount(&self, text: &str) -> Option<(i64, Unit)> {
+        let text = text.trim();
+        let (negative, text) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let numbers: Vec<&str> = text.split(|c: char| !c.is_ascii_digit()).filter(|p| !p.is_empty()).collect();
+        let units: &[Unit] = if self.first == Unit::Year {
+            &[Unit::Year, Unit::Month]
+        } else {
+            let all = [Unit::Day, Unit::Hour, Unit::Minute, Unit::Second, Unit::Microsecond];
+            let from = all.iter().position(|u| *u == self.first)?;
+            let to = all.iter().position(|u| *u == self.last)?;
+            match (from, to) {
+                (0, 4) => &[Unit::Day, Unit::Hour, Unit::Minute, Unit::Second, Unit::Microsecond],
+                (0, 3) => &[Unit::Day, Unit::Hour, Unit::Minute, Unit::Second],
+                (0, 2) => &[Unit::Day, Unit::Hour, Unit::Minute],
+                (0, 1) => &[Unit::Day, Unit::Hour],
+                (1, 4) => &[Unit::Hour, Unit::Minute, Unit::Second, Unit::Microsecond],
+                (1, 3) => &[Unit::Hour, Unit::Minute, Unit::Second],
+                (1, 2) => &[Unit::Hour, Unit::Minute],
+                (2, 4) => &[Unit::Minute, Unit::Second, Unit::Microsecond],
+                (2, 3) => &[Unit::Minute, Unit::Second],
+                (3, 4) => &[Unit::Second, Unit::Microsecond],
+                _ => return None,
+            }
+        };
+        if numbers.is_empty() || numbers.len() > units.len() {
+            return None;
+        }
+        let mut total: i64 = 0;
+        let skipped = units.len() - numbers.len();
+        for (unit, digits) in units[skipped..].iter().zip(&numbers) {
+            let value: i64 = if *unit == Unit::Microsecond {
+                // A fraction of a second: '5' is 500,000 microseconds.
+                let kept = &digits[..digits.len().min(6)];
+                kept.parse::<i64>().ok()? * 10i64.pow(6 - kept.len() as u32)
+            } else {
+                digits.parse().ok()?
+            };
+            let scale = match unit {
+                Unit::Year => 12,
+                Unit::Month => 1,
+                other => other.micros()?,
+            };
+            total = total.checked_add(value.checked_mul(scale)?)?;
+        }
+        let unit = if self.first == Unit::Year { Unit::Month } else { Unit::Microsecond };
+        Some((if negative { -total } else { total }, unit))
+    }
+}
+
 /// `us` (microseconds since 1970) plus `n` units, as DATE_ADD computes it:
 /// adding months keeps the day of the month, or takes the month's last day
 /// if it has fewer. None when the result is outside years 0-9999.
@@ -531,6 +617,23 @@ mod tests {
         assert_eq!(diff(day(2023, 6, 15), day(2024, 6, 15), Unit::Year), 1);
         assert_eq!(diff(day(2024, 6, 15), day(2023, 6, 16), Unit::Year), 0);
         assert_eq!(diff(day(2024, 1, 1), day(2024, 12, 31), Unit::Quarter), 3);
+    }
+
+    #[test]
+    fn compound_intervals_read_their_parts_from_the_right() {
+        let c = |a, b| Compound::new(a, b).unwrap();
+        assert_eq!(c(Unit::Year, Unit::Month).amount("2-6"), Some((30, Unit::Month)));
+        assert_eq!(c(Unit::Hour, Unit::Minute).amount("1:30"), Some((90 * 60_000_000, Unit::Microsecond)));
+        assert_eq!(c(Unit::Hour, Unit::Minute).amount("30"), Some((30 * 60_000_000, Unit::Microsecond)));
+        assert_eq!(
+            c(Unit::Day, Unit::Microsecond).amount("-1 2:03:04.5"),
+            Some((-(((26 * 60 + 3) * 60 + 4) * 1_000_000 + 500_000), Unit::Microsecond))
+        );
+        assert_eq!(c(Unit::Microsecond, Unit::Second).amount("1.999999"), Some((1_999_999, Unit::Microsecond)));
+        assert_eq!(c(Unit::Minute, Unit::Second).amount("1:2:3"), None);
+        assert_eq!(c(Unit::Minute, Unit::Second).amount("x"), None);
+        assert_eq!(Compound::new(Unit::Minute, Unit::Hour), None);
+        assert_eq!(Compound::new(Unit::Year, Unit::Day), None);
     }
 
     #[test]

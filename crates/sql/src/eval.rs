@@ -120,6 +120,8 @@ pub enum Func {
     /// DATE_ADD(date, INTERVAL n unit), `date + INTERVAL n unit`, ...;
     /// `true` subtracts.
     DateAdd(crate::dates::Unit, bool),
+    /// `d + INTERVAL 'text' HOUR_MINUTE` and the other compound units.
+    DateAddCompound(crate::dates::Compound, bool),
     /// TIMESTAMPDIFF(unit, a, b).
     TimestampDiff(crate::dates::Unit),
     LastDay,
@@ -1229,6 +1231,20 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Some(c) => Value::Str(crate::dates::format(&c, &to_text(&a[1]))),
             None => Value::Null,
         },
+        Func::DateAddCompound(compound, subtract) => {
+            let Some(us) = datetime_micros(&a[0]) else { return Ok(Value::Null) };
+            if a[1].is_null() {
+                return Ok(Value::Null);
+            }
+            let Some((n, unit)) = compound.amount(&to_text(&a[1])) else { return Ok(Value::Null) };
+            let n = if subtract { n.checked_neg().unwrap_or(i64::MAX) } else { n };
+            let date_only = matches!(&a[0], Value::Date(_)) && unit.keeps_dates();
+            match crate::dates::add(us, n, unit) {
+                Some(out) if date_only => Value::Date(out.div_euclid(86_400_000_000) as i32),
+                Some(out) => Value::DateTime(out),
+                None => Value::Null,
+            }
+        }
         Func::DateAdd(unit, subtract) => {
             let Some(us) = datetime_micros(&a[0]) else { return Ok(Value::Null) };
             let Some((n, unit)) = interval_count(&a[1], unit) else { return Ok(Value::Null) };

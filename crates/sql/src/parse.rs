@@ -97,6 +97,17 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
                 continue;
             }
         }
+        if let Token::Word(w) = t {
+            // MySQL's compound INTERVAL units (HOUR_MINUTE, ...) as the
+            // standard's `HOUR TO MINUTE`, which the parser reads.
+            if let Some((first, last)) = compound_unit(w) {
+                let space = || Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
+                let unit = |name: &str| Token::make_keyword(name);
+                out.extend([unit(first), space(), word("TO", Keyword::TO), space(), unit(last)].map(at));
+                i += 1;
+                continue;
+            }
+        }
         if is_word(t, Keyword::LOCK) {
             // LOCK <ws> IN <ws> SHARE <ws> MODE
             let significant: Vec<usize> =
@@ -130,6 +141,28 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
         let _ = statements.visit(&mut { items });
     }
     Ok(Parsed { statements, params })
+}
+
+/// MySQL's compound interval unit `w` as its first and last unit.
+fn compound_unit(w: &Word) -> Option<(&'static str, &'static str)> {
+    if w.quote_style.is_some() {
+        return None;
+    }
+    const UNITS: &[(&str, &str, &str)] = &[
+        ("YEAR_MONTH", "YEAR", "MONTH"),
+        ("DAY_HOUR", "DAY", "HOUR"),
+        ("DAY_MINUTE", "DAY", "MINUTE"),
+        ("DAY_SECOND", "DAY", "SECOND"),
+        ("DAY_MICROSECOND", "DAY", "MICROSECOND"),
+        ("HOUR_MINUTE", "HOUR", "MINUTE"),
+        ("HOUR_SECOND", "HOUR", "SECOND"),
+        ("HOUR_MICROSECOND", "HOUR", "MICROSECOND"),
+        ("MINUTE_SECOND", "MINUTE", "SECOND"),
+        ("MINUTE_MICROSECOND", "MINUTE", "MICROSECOND"),
+        // Turned around: the parser takes nothing after `SECOND TO`.
+        ("SECOND_MICROSECOND", "MICROSECOND", "SECOND"),
+    ];
+    UNITS.iter().find(|(name, ..)| w.value.eq_ignore_ascii_case(name)).map(|&(_, first, last)| (first, last))
 }
 
 /// The text of every select-list item as written, by the place of its

@@ -233,6 +233,8 @@ class Gen:
                 lambda: f"COALESCE({e()}, {self.date_lit()})",
                 lambda: f"TIMESTAMPADD({self.pick(['DAY', 'WEEK', 'MONTH'])}, {self.int_lit()}, {e()})",
                 lambda: f"MAKEDATE({self.pick(['2024', '24', '1999'])}, {e('int')})",
+                lambda: f"DATE_ADD({e()}, INTERVAL {self.pick(['1-2', '-0-13', '3'])!r} YEAR_MONTH)",
+                lambda: f"DATE(DATE_SUB({e()}, INTERVAL {self.pick(['1 12', '-2 30', '40'])!r} DAY_HOUR))",
             ]
             # Not in writes: MariaDB's strict mode makes a text that does not
             # fit an error there, where latsdb (as in a SELECT) gives NULL.
