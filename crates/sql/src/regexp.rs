@@ -124,9 +124,6 @@ pub fn instr(args: &[Value]) -> SqlResult<Value> {
     if args.iter().any(Value::is_null) {
         return Ok(Value::Null);
     }
-    let (text, pattern) = (to_text(&args[0]), to_text(&args[1]));
-    let start = args.get(2).map_or(Ok(0), |p| byte_offset(&text, p))?;
-    let nth = occurrence(args.get(3));
     let after = match args.get(4).map(|v| numeric(v).as_i64()) {
         None | Some(Some(0)) => false,
         Some(Some(1)) => true,
@@ -138,13 +135,9 @@ pub fn instr(args: &[Value]) -> SqlResult<Value> {
             ))
         }
     };
-    let found = with_regex(&pattern, flags(args.get(5))?, |re| {
-        re.find_iter(&text[start..])
-            .nth(nth.max(1) as usize - 1)
-            .map(|m| start + if after { m.end() } else { m.start() })
-    })?;
+    let (text, found) = nth_match(args, args.get(5))?;
     Ok(Value::Int(match found {
-        Some(byte) => text[..byte].chars().count() as i64 + 1,
+        Some((from, to)) => text[..if after { to } else { from }].chars().count() as i64 + 1,
         None => 0,
     }))
 }
@@ -155,12 +148,21 @@ pub fn substr(args: &[Value]) -> SqlResult<Value> {
     if args.iter().any(Value::is_null) {
         return Ok(Value::Null);
     }
+    let (text, found) = nth_match(args, args.get(4))?;
+    Ok(found.map_or(Value::Null, |(from, to)| Value::Str(text[from..to].into())))
+}
+
+/// The text (argument 0) and the byte range of the pattern's (argument 1)
+/// `occurrence`-th match (argument 3, default 1) from character position
+/// `pos` on (argument 2, default 1), for REGEXP_INSTR and REGEXP_SUBSTR.
+fn nth_match(args: &[Value], match_type: Option<&Value>) -> SqlResult<(String, Option<(usize, usize)>)> {
     let (text, pattern) = (to_text(&args[0]), to_text(&args[1]));
     let start = args.get(2).map_or(Ok(0), |p| byte_offset(&text, p))?;
-    let nth = occurrence(args.get(3));
-    with_regex(&pattern, flags(args.get(4))?, |re| {
-        re.find_iter(&text[start..]).nth(nth.max(1) as usize - 1).map_or(Value::Null, |m| Value::Str(m.as_str().into()))
-    })
+    let nth = occurrence(args.get(3)).max(1) as usize - 1;
+    let found = with_regex(&pattern, flags(match_type)?, |re| {
+        re.find_iter(&text[start..]).nth(nth).map(|m| (start + m.start(), start + m.end()))
+    })?;
+    Ok((text, found))
 }
 
 /// REGEXP_REPLACE(text, pattern, replacement [, pos [, occurrence [,
