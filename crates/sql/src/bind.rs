@@ -577,6 +577,7 @@ impl<'a> Binder<'a> {
         match name.as_str() {
             "TIMESTAMPDIFF" => return self.timestampdiff(f),
             "TIMESTAMPADD" => return self.timestampadd(f),
+            _ if name.starts_with(crate::parse::EXTRACT_COMPOUND) => return self.extract_compound(f, &name),
             "DATE_ADD" | "ADDDATE" => return self.date_add_call(f, false),
             "DATE_SUB" | "SUBDATE" => return self.date_add_call(f, true),
             _ => {}
@@ -692,6 +693,23 @@ impl<'a> Binder<'a> {
         };
         let unit = interval_unit(&unit.value)?;
         Ok(SExpr::Func(Func::TimestampDiff(unit), vec![self.bind(a)?, self.bind(b)?]))
+    }
+
+    /// EXTRACT(DAY_MINUTE FROM d) and the other compound units, which the
+    /// parser hands over as EXTRACT_DAY_MINUTE(d).
+    fn extract_compound(&mut self, f: &ast::Function, name: &str) -> SqlResult<SExpr> {
+        let unit = &name[crate::parse::EXTRACT_COMPOUND.len()..];
+        let (first, last) =
+            unit.split_once('_').ok_or_else(|| SqlError::parse(format!("FUNCTION {name} does not exist")))?;
+        let compound = match unit {
+            "SECOND_MICROSECOND" => crate::dates::Compound::new(Unit::Microsecond, Unit::Second),
+            _ => crate::dates::Compound::new(interval_unit(first)?, interval_unit(last)?),
+        }
+        .ok_or_else(|| SqlError::parse(format!("{unit} is not a unit EXTRACT takes")))?;
+        let [date] = plain_args(f)[..] else {
+            return Err(SqlError::parse(format!("EXTRACT({unit} FROM d) takes one date")));
+        };
+        Ok(SExpr::Func(Func::ExtractCompound(compound), vec![self.bind(date)?]))
     }
 
     /// TIMESTAMPADD(unit, n, d): DATE_ADD(d, INTERVAL n unit).

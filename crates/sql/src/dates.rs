@@ -90,6 +90,37 @@ impl Compound {
     /// separates them, a leading '-' makes it negative and the microsecond
     /// part is a fraction of a second. None when it has no number or more
     /// parts than the unit.
+    /// Its units, largest first.
+    fn units(&self) -> Option<&'static [Unit]> {
+        static YEAR_MONTH: [Unit; 2] = [Unit::Year, Unit::Month];
+        static TIME: [Unit; 5] = [Unit::Day, Unit::Hour, Unit::Minute, Unit::Second, Unit::Microsecond];
+        if self.first == Unit::Year {
+            return Some(&YEAR_MONTH);
+        }
+        let from = TIME.iter().position(|u| *u == self.first)?;
+        let to = TIME.iter().position(|u| *u == self.last)?;
+        TIME.get(from..=to)
+    }
+
+    /// EXTRACT(unit FROM d): the parts' digits side by side (YEAR_MONTH of
+    /// 2019-07-02 is 201907, DAY_MINUTE of 02 01:02 is 20102), six digits
+    /// for microseconds.
+    pub fn extract(&self, c: &Civil) -> Option<i64> {
+        let mut out: i64 = 0;
+        for unit in self.units()? {
+            out = match unit {
+                Unit::Year => c.year,
+                Unit::Month => out * 100 + c.month as i64,
+                Unit::Day => c.day as i64,
+                Unit::Hour => out * 100 + c.hour,
+                Unit::Minute => out * 100 + c.minute,
+                Unit::Second => out * 100 + c.second,
+                _ => out * 1_000_000 + c.micros,
+            };
+        }
+        Some(out)
+    }
+
     pub fn amount(&self, text: &str) -> Option<(i64, Unit)> {
         let text = text.trim();
         let (negative, text) = match text.strip_prefix('-') {
@@ -97,26 +128,7 @@ impl Compound {
             None => (false, text),
         };
         let numbers: Vec<&str> = text.split(|c: char| !c.is_ascii_digit()).filter(|p| !p.is_empty()).collect();
-        let units: &[Unit] = if self.first == Unit::Year {
-            &[Unit::Year, Unit::Month]
-        } else {
-            let all = [Unit::Day, Unit::Hour, Unit::Minute, Unit::Second, Unit::Microsecond];
-            let from = all.iter().position(|u| *u == self.first)?;
-            let to = all.iter().position(|u| *u == self.last)?;
-            match (from, to) {
-                (0, 4) => &[Unit::Day, Unit::Hour, Unit::Minute, Unit::Second, Unit::Microsecond],
-                (0, 3) => &[Unit::Day, Unit::Hour, Unit::Minute, Unit::Second],
-                (0, 2) => &[Unit::Day, Unit::Hour, Unit::Minute],
-                (0, 1) => &[Unit::Day, Unit::Hour],
-                (1, 4) => &[Unit::Hour, Unit::Minute, Unit::Second, Unit::Microsecond],
-                (1, 3) => &[Unit::Hour, Unit::Minute, Unit::Second],
-                (1, 2) => &[Unit::Hour, Unit::Minute],
-                (2, 4) => &[Unit::Minute, Unit::Second, Unit::Microsecond],
-                (2, 3) => &[Unit::Minute, Unit::Second],
-                (3, 4) => &[Unit::Second, Unit::Microsecond],
-                _ => return None,
-            }
-        };
+        let units = self.units()?;
         if numbers.is_empty() || numbers.len() > units.len() {
             return None;
         }
@@ -632,6 +644,13 @@ mod tests {
         assert_eq!(c(Unit::Microsecond, Unit::Second).amount("1.999999"), Some((1_999_999, Unit::Microsecond)));
         assert_eq!(c(Unit::Minute, Unit::Second).amount("1:2:3"), None);
         assert_eq!(c(Unit::Minute, Unit::Second).amount("x"), None);
+        // EXTRACT of them, MySQL's documented examples.
+        let d = Civil::from_micros(days_from_civil(2019, 7, 2) * 86_400_000_000 + 3_723_000_250);
+        assert_eq!(c(Unit::Year, Unit::Month).extract(&d), Some(201907));
+        assert_eq!(c(Unit::Day, Unit::Minute).extract(&d), Some(20102));
+        assert_eq!(c(Unit::Hour, Unit::Second).extract(&d), Some(10203));
+        assert_eq!(c(Unit::Microsecond, Unit::Second).extract(&d), Some(3_000_250));
+        assert_eq!(c(Unit::Day, Unit::Microsecond).extract(&d), Some(2_010_203_000_250));
         assert_eq!(Compound::new(Unit::Minute, Unit::Hour), None);
         assert_eq!(Compound::new(Unit::Year, Unit::Day), None);
     }

@@ -122,6 +122,7 @@ pub enum Func {
     DateAdd(crate::dates::Unit, bool),
     /// `d + INTERVAL 'text' HOUR_MINUTE` and the other compound units.
     DateAddCompound(crate::dates::Compound, bool),
+    ExtractCompound(crate::dates::Compound),
     /// TIMESTAMPDIFF(unit, a, b).
     TimestampDiff(crate::dates::Unit),
     LastDay,
@@ -1229,6 +1230,10 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         },
         Func::DateFormat => match civil(&a[0]) {
             Some(c) => Value::Str(crate::dates::format(&c, &to_text(&a[1]))),
+            None => Value::Null,
+        },
+        Func::ExtractCompound(compound) => match civil(&a[0]).and_then(|c| compound.extract(&c)) {
+            Some(n) => Value::Int(n),
             None => Value::Null,
         },
         Func::DateAddCompound(compound, subtract) => {

@@ -97,6 +97,23 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
                 continue;
             }
         }
+        if is_word(t, Keyword::EXTRACT) {
+            // EXTRACT(YEAR_MONTH FROM d), which the parser does not read,
+            // as the call EXTRACT_YEAR_MONTH(d) only the binder knows.
+            let significant: Vec<usize> =
+                (i + 1..tokens.len()).filter(|&j| !matches!(tokens[j], Token::Whitespace(_))).take(3).collect();
+            if let [open, unit, from] = significant[..] {
+                if let (Token::LParen, Token::Word(w)) = (tokens[open], tokens[unit]) {
+                    if compound_unit(w).is_some() && is_word(tokens[from], Keyword::FROM) {
+                        let name = format!("{EXTRACT_COMPOUND}{}", w.value.to_ascii_uppercase());
+                        out.push(at(Token::make_word(&name, None)));
+                        out.push(at(Token::LParen));
+                        i = from + 1;
+                        continue;
+                    }
+                }
+            }
+        }
         if let Token::Word(w) = t {
             // MySQL's compound INTERVAL units (HOUR_MINUTE, ...) as the
             // standard's `HOUR TO MINUTE`, which the parser reads.
@@ -142,6 +159,9 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
     }
     Ok(Parsed { statements, params })
 }
+
+/// Prefix of the function EXTRACT(<compound unit> FROM d) is read as.
+pub const EXTRACT_COMPOUND: &str = "EXTRACT_";
 
 /// MySQL's compound interval unit `w` as its first and last unit.
 fn compound_unit(w: &Word) -> Option<(&'static str, &'static str)> {
@@ -350,6 +370,17 @@ mod tests {
             parse("SELECT DISTINCT SQL_CALC_FOUND_ROWS\n  SUBSTRING(s FROM 2 FOR 3), 1+1 FROM t FOR UPDATE").unwrap();
         let shown = p.statements[0].to_string();
         assert!(shown.contains("AS `SUBSTRING(s FROM 2 FOR 3)`") && shown.contains("AS `1+1`"), "{shown}");
+    }
+
+    #[test]
+    fn extract_of_a_compound_unit_is_a_call() {
+        let p =
+            parse("SELECT EXTRACT( day_minute FROM d), EXTRACT(YEAR FROM d), d + INTERVAL '1:2' HOUR_MINUTE FROM t")
+                .unwrap();
+        let shown = p.statements[0].to_string();
+        assert!(shown.contains("EXTRACT_DAY_MINUTE(d)"), "{shown}");
+        assert!(shown.contains("EXTRACT(YEAR FROM d)"), "{shown}");
+        assert!(shown.contains("INTERVAL '1:2' HOUR TO MINUTE"), "{shown}");
     }
 
     #[test]

@@ -165,6 +165,7 @@ class Gen:
                     # quotient of it, and shows 202401 / 2 as 99999.9999.)
                     lambda: f"(YEARWEEK({e('date')}{self.pick(['', ', 1', ', 3', ', 6'])}) % 1000)",
                     lambda: f"WEEKOFYEAR({e('date')})",
+                    lambda: f"EXTRACT({self.pick(['YEAR_MONTH', 'DAY_HOUR', 'DAY_MINUTE'])} FROM {e('date')})",
                     lambda: f"({self.pred(tables, d)})",
                 ]
                 # MariaDB's strict mode turns the warning of comparing a
