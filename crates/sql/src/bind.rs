@@ -699,13 +699,10 @@ impl<'a> Binder<'a> {
     /// parser hands over as EXTRACT_DAY_MINUTE(d).
     fn extract_compound(&mut self, f: &ast::Function, name: &str) -> SqlResult<SExpr> {
         let unit = &name[crate::parse::EXTRACT_COMPOUND.len()..];
-        let (first, last) =
-            unit.split_once('_').ok_or_else(|| SqlError::parse(format!("FUNCTION {name} does not exist")))?;
-        let compound = match unit {
-            "SECOND_MICROSECOND" => crate::dates::Compound::new(Unit::Microsecond, Unit::Second),
-            _ => crate::dates::Compound::new(interval_unit(first)?, interval_unit(last)?),
-        }
-        .ok_or_else(|| SqlError::parse(format!("{unit} is not a unit EXTRACT takes")))?;
+        let (first, last) = crate::parse::compound_unit(unit)
+            .ok_or_else(|| SqlError::new(1305, "42000", format!("FUNCTION {name} does not exist")))?;
+        let compound = crate::dates::Compound::new(interval_unit(first)?, interval_unit(last)?)
+            .ok_or_else(|| SqlError::parse(format!("{unit} is not a unit EXTRACT takes")))?;
         let [date] = plain_args(f)[..] else {
             return Err(SqlError::parse(format!("EXTRACT({unit} FROM d) takes one date")));
         };

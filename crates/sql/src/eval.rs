@@ -1236,23 +1236,15 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Some(n) => Value::Int(n),
             None => Value::Null,
         },
-        Func::DateAddCompound(compound, subtract) => {
+        Func::DateAdd(..) | Func::DateAddCompound(..) => {
             let Some(us) = datetime_micros(&a[0]) else { return Ok(Value::Null) };
-            if a[1].is_null() {
-                return Ok(Value::Null);
-            }
-            let Some((n, unit)) = compound.amount(&to_text(&a[1])) else { return Ok(Value::Null) };
-            let n = if subtract { n.checked_neg().unwrap_or(i64::MAX) } else { n };
-            let date_only = matches!(&a[0], Value::Date(_)) && unit.keeps_dates();
-            match crate::dates::add(us, n, unit) {
-                Some(out) if date_only => Value::Date(out.div_euclid(86_400_000_000) as i32),
-                Some(out) => Value::DateTime(out),
-                None => Value::Null,
-            }
-        }
-        Func::DateAdd(unit, subtract) => {
-            let Some(us) = datetime_micros(&a[0]) else { return Ok(Value::Null) };
-            let Some((n, unit)) = interval_count(&a[1], unit) else { return Ok(Value::Null) };
+            let (amount, subtract) = match f {
+                Func::DateAdd(unit, subtract) => (interval_count(&a[1], unit), subtract),
+                Func::DateAddCompound(_, subtract) if a[1].is_null() => (None, subtract),
+                Func::DateAddCompound(compound, subtract) => (compound.amount(&to_text(&a[1])), subtract),
+                _ => (None, false),
+            };
+            let Some((n, unit)) = amount else { return Ok(Value::Null) };
             let n = if subtract { n.checked_neg().unwrap_or(i64::MAX) } else { n };
             let date_only = match &a[0] {
                 Value::Date(_) => true,

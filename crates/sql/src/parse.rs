@@ -104,7 +104,7 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
                 (i + 1..tokens.len()).filter(|&j| !matches!(tokens[j], Token::Whitespace(_))).take(3).collect();
             if let [open, unit, from] = significant[..] {
                 if let (Token::LParen, Token::Word(w)) = (tokens[open], tokens[unit]) {
-                    if compound_unit(w).is_some() && is_word(tokens[from], Keyword::FROM) {
+                    if compound_word(w).is_some() && is_word(tokens[from], Keyword::FROM) {
                         let name = format!("{EXTRACT_COMPOUND}{}", w.value.to_ascii_uppercase());
                         out.push(at(Token::make_word(&name, None)));
                         out.push(at(Token::LParen));
@@ -117,7 +117,7 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
         if let Token::Word(w) = t {
             // MySQL's compound INTERVAL units (HOUR_MINUTE, ...) as the
             // standard's `HOUR TO MINUTE`, which the parser reads.
-            if let Some((first, last)) = compound_unit(w) {
+            if let Some((first, last)) = compound_word(w) {
                 let space = || Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
                 let unit = |name: &str| Token::make_keyword(name);
                 out.extend([unit(first), space(), word("TO", Keyword::TO), space(), unit(last)].map(at));
@@ -163,11 +163,18 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
 /// Prefix of the function EXTRACT(<compound unit> FROM d) is read as.
 pub const EXTRACT_COMPOUND: &str = "EXTRACT_";
 
-/// MySQL's compound interval unit `w` as its first and last unit.
-fn compound_unit(w: &Word) -> Option<(&'static str, &'static str)> {
+/// MySQL's compound interval unit `w` (an unquoted word) as its first and
+/// last unit.
+fn compound_word(w: &Word) -> Option<(&'static str, &'static str)> {
     if w.quote_style.is_some() {
         return None;
     }
+    compound_unit(&w.value)
+}
+
+/// MySQL's compound interval unit `name` as the first and last unit the
+/// parser and `dates::Compound::new` take.
+pub fn compound_unit(name: &str) -> Option<(&'static str, &'static str)> {
     const UNITS: &[(&str, &str, &str)] = &[
         ("YEAR_MONTH", "YEAR", "MONTH"),
         ("DAY_HOUR", "DAY", "HOUR"),
@@ -182,7 +189,7 @@ fn compound_unit(w: &Word) -> Option<(&'static str, &'static str)> {
         // Turned around: the parser takes nothing after `SECOND TO`.
         ("SECOND_MICROSECOND", "MICROSECOND", "SECOND"),
     ];
-    UNITS.iter().find(|(name, ..)| w.value.eq_ignore_ascii_case(name)).map(|&(_, first, last)| (first, last))
+    UNITS.iter().find(|(unit, ..)| name.eq_ignore_ascii_case(unit)).map(|&(_, first, last)| (first, last))
 }
 
 /// The text of every select-list item as written, by the place of its
