@@ -564,7 +564,7 @@ pub fn parse(text: &str, fmt: &str) -> Option<Parsed> {
 }
 
 /// A year written with two digits: 70-99 are 1970-1999, 0-69 2000-2069.
-fn two_digit_year(y: i64) -> i64 {
+pub fn two_digit_year(y: i64) -> i64 {
     match y {
         0..=69 => y + 2000,
         70..=99 => y + 1900,

@@ -1100,11 +1100,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             let (Some(year), Some(day)) = (numeric(&a[0]).as_i64(), numeric(&a[1]).as_i64()) else {
                 return Ok(Value::Null);
             };
-            let year = match year {
-                0..=69 => year + 2000,
-                70..=99 => year + 1900,
-                _ => year,
-            };
+            let year = crate::dates::two_digit_year(year);
             if day < 1 || !(0..=9999).contains(&year) {
                 return Ok(Value::Null);
             }
