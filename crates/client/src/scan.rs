@@ -235,8 +235,8 @@ impl Client {
                 .into_iter()
                 .map(|row| {
                     let mut key = Vec::new();
-                    for &(pos, ty) in &positions {
-                        keycodec::encode_value(&mut key, ty, &row.get(pos));
+                    for &(pos, ty, collation) in &positions {
+                        keycodec::encode_value(&mut key, ty, collation, &row.get(pos));
                     }
                     (key, row)
                 })
@@ -287,7 +287,7 @@ fn is_stale(e: &DbError) -> bool {
 
 /// Positions (in the returned rows) and types of the index columns followed
 /// by the primary-key columns, for ordering rows across partitions.
-fn order_positions(plan: &Plan) -> Result<Vec<(usize, latsdb_types::ColumnType)>> {
+fn order_positions(plan: &Plan) -> Result<Vec<(usize, latsdb_types::ColumnType, latsdb_types::Collation)>> {
     let position = |c: ColumnId| -> Option<usize> {
         match &plan.projection {
             None => Some(c as usize),
@@ -299,7 +299,8 @@ fn order_positions(plan: &Plan) -> Result<Vec<(usize, latsdb_types::ColumnType)>
         let pos = position(c).ok_or_else(|| {
             DbError::bad_request("an ordered scan must return the index's columns; add them to columns()")
         })?;
-        out.push((pos, plan.layout.columns()[pos].ty));
+        let column = &plan.layout.columns()[pos];
+        out.push((pos, column.ty, column.collation));
     }
     Ok(out)
 }

@@ -11,7 +11,7 @@ use crate::plan::{table_name, VirtualTable};
 use crate::session::{Response, ResultColumn, Session, Shared, SYSTEM_DATABASE};
 use latsdb_client::Op;
 use latsdb_types::schema::{validate_name, ColumnChange, ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
-use latsdb_types::{ErrorCode, Value};
+use latsdb_types::{Collation, ErrorCode, Value};
 use sqlparser::ast::{self, ColumnOption, DataType, Statement, TableConstraint};
 
 const DATABASES_TABLE: &str = "sql_databases";
@@ -403,14 +403,19 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 text_col("Compiled"),
                 int_col("Sortlen"),
             ],
-            vec![vec![
-                Value::Str("utf8mb4_bin".into()),
-                Value::Str("utf8mb4".into()),
-                Value::Int(46),
-                Value::Str("Yes".into()),
-                Value::Str("Yes".into()),
-                Value::Int(1),
-            ]],
+            [("utf8mb4_general_ci", 45, "Yes"), ("utf8mb4_bin", 46, "")]
+                .into_iter()
+                .map(|(name, id, default)| {
+                    vec![
+                        Value::Str(name.into()),
+                        Value::Str("utf8mb4".into()),
+                        Value::Int(id),
+                        Value::Str(default.into()),
+                        Value::Str("Yes".into()),
+                        Value::Int(1),
+                    ]
+                })
+                .collect(),
         )),
         Statement::ShowVariable { variable } => {
             let words: Vec<String> = variable.iter().map(|i| i.value.clone()).collect();
@@ -459,13 +464,14 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                         .await?
                         .into_iter()
                         .map(|t| {
+                            let collation = shown_table_collation(&t);
                             vec![
                                 Value::Str(t.name),
                                 Value::Str("ndbcluster".into()),
                                 Value::Int(10),
                                 Value::Str("Dynamic".into()),
                                 Value::Null,
-                                Value::Str("utf8mb4_bin".into()),
+                                Value::Str(collation.name().into()),
                                 Value::Str(String::new()),
                             ]
                         })
@@ -730,7 +736,7 @@ async fn column_changes(
                     data_type: data_type.clone(),
                     options: options.iter().map(|o| ast::ColumnOptionDef { name: None, option: o.clone() }).collect(),
                 };
-                let spec = column_spec(session, &given)?;
+                let spec = column_spec(session, &given, def.columns[id].collation)?;
                 let current = &def.columns[id];
                 let is_auto = auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&current.name));
                 let in_key = def.primary_key.contains(&(id as latsdb_types::schema::ColumnId));
@@ -740,6 +746,14 @@ async fn column_changes(
                         current.name,
                         current.ty.sql_name(),
                         spec.def.ty.sql_name()
+                    )));
+                }
+                if spec.def.collation != current.collation {
+                    return Err(SqlError::unsupported(format!(
+                        "changing the collation of column '{}' from {} to {} is not supported: keys and indexes are built on it (add a new column and copy the values)",
+                        current.name,
+                        current.collation.name(),
+                        spec.def.collation.name()
                     )));
                 }
                 if spec.auto_increment != is_auto || spec.unique || (spec.primary_key && !in_key) {
@@ -977,10 +991,71 @@ fn constant_default(e: &ast::Expr, column: &ColumnDef) -> SqlResult<Option<Value
     Ok(Some(if v.is_null() { v } else { crate::eval::to_column(v, column)? }))
 }
 
-fn column_spec(session: &mut Session, c: &ast::ColumnDef) -> SqlResult<ColumnSpec> {
+/// The collation a COLLATE clause names; error 1273 for one latsdb lacks.
+pub fn collation_named(name: &str) -> SqlResult<Collation> {
+    let name = name.trim_matches(|c| matches!(c, '\'' | '"' | '`'));
+    Collation::named(name).ok_or_else(|| {
+        SqlError::new(
+            1273,
+            "HY000",
+            format!("Unknown collation: '{name}' (latsdb offers utf8mb4_bin and the case-insensitive utf8mb4_general_ci, which every _ci name maps to)"),
+        )
+    })
+}
+
+fn charset_collation(name: &str) -> SqlResult<Collation> {
+    let name = name.trim_matches(|c| matches!(c, '\'' | '"' | '`'));
+    Collation::of_charset(name).ok_or_else(|| {
+        SqlError::new(
+            1115,
+            "42000",
+            format!("Unknown character set: '{name}' (latsdb stores text as utf8mb4; use utf8mb4, utf8mb3, latin1, ascii or binary)"),
+        )
+    })
+}
+
+/// The collation a new table gives text columns that name none: its
+/// `[DEFAULT] COLLATE` option, else the default collation of its `[DEFAULT]
+/// CHARSET` (case-insensitive for utf8mb4, as in MySQL), else the server's
+/// default, utf8mb4_bin.
+fn table_collation(options: &ast::CreateTableOptions) -> SqlResult<Collation> {
+    let list = match options {
+        ast::CreateTableOptions::None => return Ok(Collation::Bin),
+        ast::CreateTableOptions::With(l)
+        | ast::CreateTableOptions::Options(l)
+        | ast::CreateTableOptions::Plain(l)
+        | ast::CreateTableOptions::TableProperties(l) => l,
+    };
+    let (mut collate, mut charset) = (None, None);
+    for option in list {
+        if let ast::SqlOption::KeyValue { key, value } = option {
+            match key.value.to_ascii_uppercase().as_str() {
+                "COLLATE" | "DEFAULT COLLATE" => collate = Some(collation_named(&value.to_string())?),
+                "CHARSET" | "DEFAULT CHARSET" | "CHARACTER SET" | "DEFAULT CHARACTER SET" => {
+                    charset = Some(charset_collation(&value.to_string())?)
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(collate.or(charset).unwrap_or(Collation::Bin))
+}
+
+/// The collation SHOW CREATE TABLE names for a table: that of its text
+/// columns when they all share one, else utf8mb4_bin (and each text column
+/// of another collation names its own).
+pub fn shown_table_collation(def: &TableDef) -> Collation {
+    let mut texts = def.columns.iter().filter(|c| c.ty.is_string());
+    match texts.next() {
+        Some(first) if texts.all(|c| c.collation == first.collation) => first.collation,
+        _ => Collation::Bin,
+    }
+}
+
+fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) -> SqlResult<ColumnSpec> {
     let ty = column_type(&c.data_type)?;
     let mut spec = ColumnSpec {
-        def: ColumnDef::new(c.name.value.clone(), ty),
+        def: ColumnDef::new(c.name.value.clone(), ty).collated(collation),
         primary_key: false,
         unique: false,
         auto_increment: false,
@@ -1012,10 +1087,26 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef) -> SqlResult<ColumnSpe
                 spec.auto_increment = true;
             }
             ColumnOption::ForeignKey(_) => foreign_key_ignored(session),
-            ColumnOption::Comment(_)
-            | ColumnOption::CharacterSet(_)
-            | ColumnOption::Collation(_)
-            | ColumnOption::OnUpdate(_) => {}
+            ColumnOption::Collation(name) => {
+                let collation = collation_named(&name.to_string())?;
+                if !ty.is_string() {
+                    return Err(SqlError::new(
+                        1253,
+                        "42000",
+                        format!("COLLATE '{name}' is not valid for column '{}': only text columns have a collation", c.name.value),
+                    ));
+                }
+                spec.def.collation = collation;
+            }
+            ColumnOption::CharacterSet(name) => {
+                // A COLLATE clause, before or after, takes precedence.
+                let named_collation = c.options.iter().any(|o| matches!(o.option, ColumnOption::Collation(_)));
+                let collation = charset_collation(&name.to_string())?;
+                if !named_collation {
+                    spec.def = spec.def.collated(collation);
+                }
+            }
+            ColumnOption::Comment(_) | ColumnOption::OnUpdate(_) => {}
             other => return Err(SqlError::unsupported(format!("column option {other} is not supported"))),
         }
     }
@@ -1056,7 +1147,7 @@ async fn add_columns(
                 "ADD COLUMN {name} FIRST/AFTER is not supported: new columns go after the existing ones (drop the position clause)"
             )));
         }
-        let spec = column_spec(session, c)?;
+        let spec = column_spec(session, c, shown_table_collation(&def))?;
         if spec.primary_key || spec.auto_increment {
             return Err(SqlError::unsupported(format!(
                 "ADD COLUMN {name} with PRIMARY KEY or AUTO_INCREMENT is not supported: a table's primary key is fixed when it is created"
@@ -1130,8 +1221,9 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     // (name, columns, unique), created in this order after the table.
     let mut indexes: Vec<(String, Vec<String>, bool)> = Vec::new();
     let mut unique_columns = Vec::new();
+    let collation = table_collation(&ct.table_options)?;
     for c in &ct.columns {
-        let column = column_spec(session, c)?;
+        let column = column_spec(session, c, collation)?;
         if column.primary_key {
             primary = vec![c.name.value.clone()];
         }
@@ -1235,7 +1327,7 @@ async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<R
             if auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&c.name)) { "auto_increment" } else { "" };
         let mut r = vec![Value::Str(c.name.clone()), Value::Str(column_type_text(c.ty))];
         if full {
-            r.push(if c.ty.is_string() { Value::Str("utf8mb4_bin".into()) } else { Value::Null });
+            r.push(if c.ty.is_string() { Value::Str(c.collation.name().into()) } else { Value::Null });
         }
         r.extend([
             Value::Str(if c.nullable { "YES" } else { "NO" }.into()),
@@ -1279,8 +1371,12 @@ fn quote(v: &Value) -> String {
 
 pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
     let mut lines = Vec::new();
+    let collation = shown_table_collation(def);
     for c in &def.columns {
         let mut l = format!("  `{}` {}", c.name, column_type_text(c.ty));
+        if c.ty.is_string() && c.collation != collation {
+            l.push_str(&format!(" COLLATE {}", c.collation.name()));
+        }
         if !c.nullable {
             l.push_str(" NOT NULL");
         }
@@ -1302,10 +1398,11 @@ pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
     }
     let auto_part = auto.map(|(_, n)| format!(" AUTO_INCREMENT={n}")).unwrap_or_default();
     format!(
-        "CREATE TABLE `{}` (\n{}\n) ENGINE=ndbcluster{} DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE `{}` (\n{}\n) ENGINE=ndbcluster{} DEFAULT CHARSET=utf8mb4 COLLATE={}",
         def.name,
         lines.join(",\n"),
-        auto_part
+        auto_part,
+        collation.name()
     )
 }
 
@@ -1360,7 +1457,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                         s("Dynamic"),
                         Value::Null,
                         Value::Null,
-                        s("utf8mb4_bin"),
+                        s(shown_table_collation(t).name()),
                         s(""),
                     ]
                 })
@@ -1391,7 +1488,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                         precision,
                         scale,
                         if c.ty.is_string() { s("utf8mb4") } else { Value::Null },
-                        if c.ty.is_string() { s("utf8mb4_bin") } else { Value::Null },
+                        if c.ty.is_string() { s(c.collation.name()) } else { Value::Null },
                         s(&column_type_text(c.ty)),
                         s(if t.primary_key.contains(&(i as u16)) {
                             "PRI"

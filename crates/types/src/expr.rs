@@ -4,6 +4,7 @@
 //! Evaluation follows SQL three-valued logic: a comparison with NULL is
 //! unknown (NULL), and a filter keeps a row only when it evaluates to true.
 
+use crate::collation::Collation;
 use crate::error::{DbError, Result};
 use crate::row::RowLayout;
 use crate::schema::ColumnId;
@@ -45,6 +46,10 @@ pub enum Expr {
     /// SQL LIKE with `%` and `_` wildcards and `\` escapes.
     Like(Box<Expr>, String),
     Arith(ArithOp, Box<Expr>, Box<Expr>),
+    /// Text folded to its utf8mb4_general_ci weight (`Collation::fold`), so
+    /// comparisons and LIKE over it are case- and accent-insensitive; other
+    /// values pass unchanged.
+    Fold(Box<Expr>),
 }
 
 impl Expr {
@@ -121,7 +126,9 @@ impl Expr {
                 b.validate_at(columns, d)
             }
             Expr::And(list) | Expr::Or(list) => list.iter().try_for_each(|e| e.validate_at(columns, d)),
-            Expr::Not(e) | Expr::IsNull(e) | Expr::In(e, _) | Expr::Like(e, _) => e.validate_at(columns, d),
+            Expr::Not(e) | Expr::IsNull(e) | Expr::In(e, _) | Expr::Like(e, _) | Expr::Fold(e) => {
+                e.validate_at(columns, d)
+            }
         }
     }
 
@@ -205,6 +212,13 @@ impl Expr {
                 },
             },
             Expr::Arith(op, a, b) => arith(*op, &a.eval(layout, row), &b.eval(layout, row)),
+            Expr::Fold(e) => match e.eval(layout, row) {
+                Value::Str(s) => match Collation::GeneralCi.fold(&s) {
+                    std::borrow::Cow::Borrowed(_) => Value::Str(s),
+                    std::borrow::Cow::Owned(folded) => Value::Str(folded),
+                },
+                other => other,
+            },
         }
     }
 
@@ -423,6 +437,10 @@ mod tests {
         assert!(!Expr::Not(Box::new(a_gt_1.clone())).matches(&layout, &row));
         assert!(Expr::Or(vec![a_gt_1, Expr::Like(Box::new(Expr::col(1)), "hel%o_w%".into())]).matches(&layout, &row));
         assert!(like(b"50%", b"50\\%"));
+        let folded = |e: Expr| Expr::Fold(Box::new(e));
+        assert!(folded(Expr::col(1)).eq(Value::Str("HELLO WORLD".into())).matches(&layout, &row));
+        assert!(Expr::Like(Box::new(folded(Expr::col(1))), "HEL%".into()).matches(&layout, &row));
+        assert!(!Expr::col(1).eq(Value::Str("HELLO WORLD".into())).matches(&layout, &row));
         assert!(!like(b"abc", b"a_"));
     }
 

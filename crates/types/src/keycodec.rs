@@ -18,9 +18,13 @@
 //!   16 bytes big-endian;
 //! - booleans: one byte;
 //! - strings and binaries: the bytes with every 0x00 written as 0x00 0xFF,
-//!   closed by 0x00 0x01.
+//!   closed by 0x00 0x01; text of a case-insensitive column is folded first
+//!   (`Collation::fold`) and loses its trailing spaces, so the key holds the
+//!   value's weight, not the value, and equal-comparing texts share a key
+//!   (decoding such a key gives the folded text).
 
 use crate::error::{DbError, Result};
+use crate::collation::Collation;
 use crate::schema::{ColumnDef, ColumnType};
 use crate::value::{coerce, Decimal, Value};
 
@@ -37,8 +41,9 @@ pub fn partition_of(key: &[u8], partitions: u32) -> u32 {
     (partition_hash(key) % partitions as u64) as u32
 }
 
-/// Appends the encoding of an already-coerced value of type `ty`.
-pub fn encode_value(out: &mut Vec<u8>, ty: ColumnType, value: &Value) {
+/// Appends the encoding of an already-coerced value of type `ty` (and
+/// `collation`, for text).
+pub fn encode_value(out: &mut Vec<u8>, ty: ColumnType, collation: Collation, value: &Value) {
     let v = match value {
         Value::Null => {
             out.push(TAG_NULL);
@@ -65,6 +70,9 @@ pub fn encode_value(out: &mut Vec<u8>, ty: ColumnType, value: &Value) {
             out.extend_from_slice(&((*t as u64) ^ (1 << 63)).to_be_bytes())
         }
         (ColumnType::Boolean, Value::Bool(b)) => out.push(*b as u8),
+        (_, Value::Str(s)) if collation.is_case_insensitive() => {
+            encode_bytes(out, collation.fold(s).trim_end_matches(' ').as_bytes())
+        }
         (_, Value::Str(s)) => encode_bytes(out, s.as_bytes()),
         (_, Value::Bytes(b)) => encode_bytes(out, b),
         (ty, v) => panic!("encode_value: value {v:?} was not coerced to {ty:?}"),
@@ -94,7 +102,7 @@ pub fn encode_key(columns: &[&ColumnDef], values: &[Value]) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(columns.len() * 9);
     for (column, value) in columns.iter().zip(values) {
         let v = coerce(value.clone(), column)?;
-        encode_value(&mut out, column.ty, &v);
+        encode_value(&mut out, column.ty, column.collation, &v);
     }
     Ok(out)
 }
@@ -118,7 +126,7 @@ pub fn encode_prefix(columns: &[&ColumnDef], values: &[Value]) -> Result<Vec<u8>
             nullable.nullable = true;
             coerce(value.clone(), &nullable)?
         };
-        encode_value(&mut out, column.ty, &v);
+        encode_value(&mut out, column.ty, column.collation, &v);
     }
     Ok(out)
 }
@@ -335,6 +343,24 @@ mod tests {
                 "{w:?}"
             );
         }
+    }
+
+    #[test]
+    fn case_insensitive_keys_are_weights() {
+        let ci = ColumnDef::new("name", ColumnType::VarChar(20)).collated(Collation::GeneralCi);
+        let key = |s: &str| encode_key(&[&ci], &[Value::Str(s.into())]).unwrap();
+        assert_eq!(key("Alice"), key("ALICE  "));
+        assert_eq!(key("crème"), key("CREME"));
+        assert_ne!(key("Alice"), key("Alicia"));
+        let sorted = ["a", "B", "c", "Ö", "z"];
+        for w in sorted.windows(2) {
+            assert!(key(w[0]) < key(w[1]), "{w:?}");
+        }
+        let bin = ColumnDef::new("name", ColumnType::VarChar(20));
+        assert_ne!(
+            encode_key(&[&bin], &[Value::Str("Alice".into())]).unwrap(),
+            encode_key(&[&bin], &[Value::Str("ALICE".into())]).unwrap()
+        );
     }
 
     #[test]

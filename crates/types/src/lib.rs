@@ -6,6 +6,8 @@
 //! This crate does no I/O and depends on no async runtime, so the storage
 //! engine, the sans-I/O state machines and the simulator build quickly.
 
+pub mod collation;
+mod collation_table;
 pub mod config;
 pub mod error;
 pub mod expr;
@@ -17,6 +19,7 @@ pub mod row;
 pub mod schema;
 pub mod value;
 
+pub use collation::Collation;
 pub use error::{DbError, ErrorCode, Result};
 pub use meta::TableMeta;
 pub use schema::{ColumnDef, ColumnType, IndexDef, IntWidth, TableDef, TableSpec};

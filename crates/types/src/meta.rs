@@ -47,7 +47,7 @@ impl TableMeta {
         for (&c, value) in pk.iter().zip(key) {
             let column = &self.def.columns[c as usize];
             let v = coerce(value.clone(), column)?;
-            keycodec::encode_value(&mut out, column.ty, &v);
+            keycodec::encode_value(&mut out, column.ty, column.collation, &v);
         }
         Ok(out)
     }

@@ -310,7 +310,8 @@ impl RowLayout {
     pub fn key_of(&self, row: &[u8], columns: &[ColumnId], out: &mut Vec<u8>) {
         for &c in columns {
             let value = self.get(row, c as usize);
-            keycodec::encode_value(out, self.columns[c as usize].ty, &value);
+            let column = &self.columns[c as usize];
+            keycodec::encode_value(out, column.ty, column.collation, &value);
         }
     }
 
@@ -625,8 +626,8 @@ mod tests {
             let mut key = Vec::new();
             twice.key_of(&row, &[14, 0], &mut key);
             let mut direct = Vec::new();
-            keycodec::encode_value(&mut direct, cols[14].ty, &values[14]);
-            keycodec::encode_value(&mut direct, cols[0].ty, &values[0]);
+            keycodec::encode_value(&mut direct, cols[14].ty, cols[14].collation, &values[14]);
+            keycodec::encode_value(&mut direct, cols[0].ty, cols[0].collation, &values[0]);
             assert_eq!(key, direct);
         }
     }

@@ -217,11 +217,21 @@ pub struct ColumnDef {
     pub nullable: bool,
     /// Value used when an insert does not name the column.
     pub default: Option<crate::Value>,
+    /// How values of a text column compare (and are keyed); `Bin` for
+    /// every other type.
+    pub collation: crate::Collation,
 }
 
 impl ColumnDef {
     pub fn new(name: impl Into<String>, ty: ColumnType) -> Self {
-        ColumnDef { name: name.into(), ty, nullable: true, default: None }
+        ColumnDef { name: name.into(), ty, nullable: true, default: None, collation: crate::Collation::Bin }
+    }
+    /// Text columns only: other types ignore collations.
+    pub fn collated(mut self, collation: crate::Collation) -> Self {
+        if self.ty.is_string() {
+            self.collation = collation;
+        }
+        self
     }
     pub fn not_null(mut self) -> Self {
         self.nullable = false;
@@ -571,10 +581,12 @@ impl TableDef {
     pub fn unique_table_spec(&self, index: &IndexDef) -> TableSpec {
         let mut spec = TableSpec::new(self.database.clone(), unique_table_name(self.id, index.id));
         for (i, &c) in index.columns.iter().enumerate() {
-            spec = spec.column(ColumnDef::new(format!("u{i}"), self.columns[c as usize].ty).not_null());
+            let column = &self.columns[c as usize];
+            spec = spec.column(ColumnDef::new(format!("u{i}"), column.ty).collated(column.collation).not_null());
         }
         for (i, &c) in self.primary_key.iter().enumerate() {
-            spec = spec.column(ColumnDef::new(format!("k{i}"), self.columns[c as usize].ty).not_null());
+            let column = &self.columns[c as usize];
+            spec = spec.column(ColumnDef::new(format!("k{i}"), column.ty).collated(column.collation).not_null());
         }
         spec.primary_key = (0..index.columns.len()).map(|i| format!("u{i}")).collect();
         spec
