@@ -112,6 +112,12 @@ impl Table {
         &self.meta.def
     }
 
+    /// The encoded primary key of `key` (values in key order): equal for
+    /// two keys that find the same row.
+    pub fn encode_key(&self, key: &[Value]) -> Result<Vec<u8>> {
+        self.meta.encode_key(key)
+    }
+
     pub fn column(&self, name: &str) -> Result<ColumnId> {
         self.meta.def.column_id(name)
     }

@@ -8,7 +8,7 @@ use crate::error::{SqlError, SqlResult};
 use crate::eval::{Arith, CastTo, Cmp, Func, SExpr, SessionValue};
 use latsdb_types::schema::ColumnDef;
 use latsdb_types::value::Decimal;
-use latsdb_types::Value;
+use latsdb_types::{Collation, Value};
 use sqlparser::ast::{
     self, BinaryOperator, DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator,
 };
@@ -82,6 +82,8 @@ pub struct AggSpec {
     pub separator: String,
     /// GROUP_CONCAT's ORDER BY: (key, descending).
     pub order: Vec<(SExpr, bool)>,
+    /// How DISTINCT and MIN/MAX compare the argument's values.
+    pub collation: Collation,
 }
 
 /// What a window function computes over its partition.
@@ -186,7 +188,7 @@ impl<'a> Binder<'a> {
         let equalities = l
             .iter()
             .zip(&r)
-            .map(|(x, y)| Ok(SExpr::Cmp(Cmp::Eq, Box::new(self.bind(x)?), Box::new(self.bind(y)?))))
+            .map(|(x, y)| Ok(compare(self.tables, Cmp::Eq, self.bind(x)?, self.bind(y)?)))
             .collect::<SqlResult<Vec<_>>>()?;
         and_all(equalities).ok_or_else(|| SqlError::parse("an empty row () is not a value"))
     }
@@ -248,13 +250,13 @@ impl<'a> Binder<'a> {
                     BinaryOperator::And => SExpr::And(b(l), b(r)),
                     BinaryOperator::Or => SExpr::Or(b(l), b(r)),
                     BinaryOperator::Xor => SExpr::Xor(b(l), b(r)),
-                    BinaryOperator::Eq => SExpr::Cmp(Cmp::Eq, b(l), b(r)),
-                    BinaryOperator::NotEq => SExpr::Cmp(Cmp::Ne, b(l), b(r)),
-                    BinaryOperator::Lt => SExpr::Cmp(Cmp::Lt, b(l), b(r)),
-                    BinaryOperator::LtEq => SExpr::Cmp(Cmp::Le, b(l), b(r)),
-                    BinaryOperator::Gt => SExpr::Cmp(Cmp::Gt, b(l), b(r)),
-                    BinaryOperator::GtEq => SExpr::Cmp(Cmp::Ge, b(l), b(r)),
-                    BinaryOperator::Spaceship => SExpr::Cmp(Cmp::NullSafeEq, b(l), b(r)),
+                    BinaryOperator::Eq => compare(self.tables, Cmp::Eq, l, r),
+                    BinaryOperator::NotEq => compare(self.tables, Cmp::Ne, l, r),
+                    BinaryOperator::Lt => compare(self.tables, Cmp::Lt, l, r),
+                    BinaryOperator::LtEq => compare(self.tables, Cmp::Le, l, r),
+                    BinaryOperator::Gt => compare(self.tables, Cmp::Gt, l, r),
+                    BinaryOperator::GtEq => compare(self.tables, Cmp::Ge, l, r),
+                    BinaryOperator::Spaceship => compare(self.tables, Cmp::NullSafeEq, l, r),
                     BinaryOperator::Plus => SExpr::Arith(Arith::Add, b(l), b(r)),
                     BinaryOperator::Minus => SExpr::Arith(Arith::Sub, b(l), b(r)),
                     BinaryOperator::Multiply => SExpr::Arith(Arith::Mul, b(l), b(r)),
@@ -285,23 +287,32 @@ impl<'a> Binder<'a> {
                     any
                 }
             }
-            Expr::InList { expr, list, negated } => SExpr::In(
-                Box::new(self.bind(expr)?),
-                list.iter().map(|x| self.bind(x)).collect::<SqlResult<_>>()?,
-                *negated,
-            ),
-            Expr::Between { expr, negated, low, high } => SExpr::Between(
-                Box::new(self.bind(expr)?),
-                Box::new(self.bind(low)?),
-                Box::new(self.bind(high)?),
-                *negated,
-            ),
+            Expr::InList { expr, list, negated } => {
+                let mut items = vec![self.bind(expr)?];
+                for x in list {
+                    items.push(self.bind(x)?);
+                }
+                let mut items = collated(self.tables, items).into_iter();
+                let e = items.next().ok_or_else(|| SqlError::general("internal: IN lost its operand"))?;
+                SExpr::In(Box::new(e), items.collect(), *negated)
+            }
+            Expr::Between { expr, negated, low, high } => {
+                let (mut e, mut low, mut high) = (self.bind(expr)?, self.bind(low)?, self.bind(high)?);
+                if comparison_collation(self.tables, [&e, &low, &high]).is_case_insensitive() {
+                    (e, low, high) = (folded(e), folded(low), folded(high));
+                }
+                SExpr::Between(Box::new(e), Box::new(low), Box::new(high), *negated)
+            }
             Expr::Like { negated, expr, pattern, escape_char, .. } => {
                 let mut pattern = self.bind(pattern)?;
                 if let Some(escape) = escape_char {
                     pattern = with_backslash_escapes(pattern, self.bind(escape)?)?;
                 }
-                SExpr::Like(Box::new(self.bind(expr)?), Box::new(pattern), *negated)
+                let mut e = self.bind(expr)?;
+                if comparison_collation(self.tables, [&e, &pattern]).is_case_insensitive() {
+                    (e, pattern) = (folded(e), folded(pattern));
+                }
+                SExpr::Like(Box::new(e), Box::new(pattern), *negated)
             }
             Expr::RLike { negated, expr, pattern, .. } => {
                 let matches = SExpr::Func(Func::RegexpLike, vec![self.bind(expr)?, self.bind(pattern)?]);
@@ -372,8 +383,10 @@ impl<'a> Binder<'a> {
                 SExpr::Func(f, vec![self.bind(expr)?])
             }
             Expr::Function(f) => self.function(f)?,
-            // One collation (utf8mb4_bin) is all there is.
-            Expr::Collate { expr, .. } => self.bind(expr)?,
+            Expr::Collate { expr, collation } => SExpr::Func(
+                Func::Collate(crate::catalog::collation_named(&collation.to_string())?),
+                vec![self.bind(expr)?],
+            ),
             Expr::Position { expr, r#in } => SExpr::Func(Func::Locate, vec![self.bind(expr)?, self.bind(r#in)?]),
             Expr::Tuple(_) => return Err(SqlError::unsupported("row constructors (a, b) are not supported here")),
             Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => {
@@ -504,10 +517,15 @@ impl<'a> Binder<'a> {
                 }
             },
         };
-        let partition = w.partition_by.iter().map(|e| self.bind(e)).collect::<SqlResult<Vec<_>>>()?;
+        let mut partition = Vec::with_capacity(w.partition_by.len());
+        for e in &w.partition_by {
+            let key = self.bind(e)?;
+            partition.push(sort_key(self.tables, key));
+        }
         let mut order = Vec::with_capacity(w.order_by.len());
         for o in &w.order_by {
-            order.push((self.bind(&o.expr)?, o.options.sort == Some(ast::OrderBySort::Desc)));
+            let key = self.bind(&o.expr)?;
+            order.push((sort_key(self.tables, key), o.options.sort == Some(ast::OrderBySort::Desc)));
         }
         Ok(WindowSpec { kind, args, partition, order })
     }
@@ -536,18 +554,28 @@ impl<'a> Binder<'a> {
                     return Err(e);
                 }
             };
+            let collation = comparison_collation(self.tables, &args);
             let spec = match (kind, star, args.len()) {
-                (AggKind::Count, true, 0) => {
-                    AggSpec { kind: AggKind::CountRows, arg: None, distinct: false, separator, order }
-                }
-                (_, false, 1) => AggSpec { kind, arg: args.into_iter().next(), distinct, separator, order },
-                // COUNT(DISTINCT a, b, ...) counts the distinct tuples without a NULL.
+                (AggKind::Count, true, 0) => AggSpec {
+                    kind: AggKind::CountRows,
+                    arg: None,
+                    distinct: false,
+                    separator,
+                    order,
+                    collation,
+                },
+                (_, false, 1) => AggSpec { kind, arg: args.into_iter().next(), distinct, separator, order, collation },
+                // COUNT(DISTINCT a, b, ...) counts the distinct tuples without
+                // a NULL (each member compared under its own collation).
                 (AggKind::Count, false, 2..) if distinct => {
-                    AggSpec { kind, arg: Some(SExpr::Func(Func::Tuple, args)), distinct, separator, order }
+                    let args = args.into_iter().map(|a| sort_key(self.tables, a)).collect();
+                    let arg = Some(SExpr::Func(Func::Tuple, args));
+                    AggSpec { kind, arg, distinct, separator, order, collation: Collation::Bin }
                 }
                 // GROUP_CONCAT(a, b, ...) concatenates them per row.
                 (AggKind::GroupConcat, false, 2..) => {
-                    AggSpec { kind, arg: Some(SExpr::Func(Func::Concat, args)), distinct, separator, order }
+                    let arg = Some(SExpr::Func(Func::Concat, args));
+                    AggSpec { kind, arg, distinct, separator, order, collation }
                 }
                 _ => {
                     self.aggs = Some(aggs);
@@ -987,6 +1015,84 @@ fn cast_target(t: &DataType) -> SqlResult<CastTo> {
         DataType::Datetime(_) | DataType::Timestamp(..) => CastTo::DateTime,
         other => return Err(SqlError::unsupported(format!("CAST to {other} is not supported"))),
     })
+}
+
+/// A text expression's collation, and whether a COLLATE clause named it
+/// (which wins over a column's); None for text of the connection's
+/// collation (literals, parameters, casts) and for other types.
+pub fn collation_of(tables: &[ScopeTable], e: &SExpr) -> Option<(Collation, bool)> {
+    match e {
+        SExpr::Func(Func::Collate(c), _) => Some((*c, true)),
+        SExpr::Func(Func::Fold, _) => Some((Collation::GeneralCi, false)),
+        SExpr::TableCol(t, c) => {
+            tables.get(*t)?.columns.get(*c as usize).filter(|d| d.ty.is_string()).map(|d| (d.collation, false))
+        }
+        // A function of a text column keeps its collation (CONCAT, LOWER,
+        // IFNULL, ...); folding a number is harmless where it does not.
+        SExpr::Func(_, args) => args.iter().find_map(|a| collation_of(tables, a)),
+        SExpr::Case(_, whens, other) => {
+            whens.iter().map(|(_, r)| r).chain(other.as_deref()).find_map(|r| collation_of(tables, r))
+        }
+        _ => None,
+    }
+}
+
+/// The collation operands compare under, as MySQL derives it: a COLLATE
+/// clause first, then a column's (case-insensitive if either column is),
+/// else the connection's, utf8mb4_bin.
+pub fn comparison_collation<'e>(tables: &[ScopeTable], items: impl IntoIterator<Item = &'e SExpr>) -> Collation {
+    let found: Vec<(Collation, bool)> = items.into_iter().filter_map(|e| collation_of(tables, e)).collect();
+    found
+        .iter()
+        .find(|(_, explicit)| *explicit)
+        .or_else(|| found.iter().find(|(c, _)| c.is_case_insensitive()))
+        .map_or(Collation::Bin, |(c, _)| *c)
+}
+
+/// `e` as a case-insensitive comparison sees it: its weight.
+pub fn folded(e: SExpr) -> SExpr {
+    let e = match e {
+        SExpr::Func(Func::Collate(_), args) if args.len() == 1 => match args.into_iter().next() {
+            Some(inner) => inner,
+            None => SExpr::Const(Value::Null),
+        },
+        other => other,
+    };
+    match e {
+        SExpr::Const(Value::Str(s)) => SExpr::Const(Value::Str(Collation::GeneralCi.fold(&s).into_owned())),
+        e @ SExpr::Func(Func::Fold, _) => e,
+        e => SExpr::Func(Func::Fold, vec![e]),
+    }
+}
+
+/// Operands compared with one another (IN, BETWEEN, LIKE), folded when
+/// their collation is case-insensitive.
+pub fn collated(tables: &[ScopeTable], items: Vec<SExpr>) -> Vec<SExpr> {
+    if comparison_collation(tables, &items).is_case_insensitive() {
+        items.into_iter().map(folded).collect()
+    } else {
+        items
+    }
+}
+
+/// `a op b` under the operands' collation.
+pub fn compare(tables: &[ScopeTable], op: Cmp, a: SExpr, b: SExpr) -> SExpr {
+    let (a, b) = if comparison_collation(tables, [&a, &b]).is_case_insensitive() {
+        (folded(a), folded(b))
+    } else {
+        (a, b)
+    };
+    SExpr::Cmp(op, Box::new(a), Box::new(b))
+}
+
+/// A sort or grouping key under its collation: folded when
+/// case-insensitive, so 'a' and 'A' sort and group together.
+pub fn sort_key(tables: &[ScopeTable], e: SExpr) -> SExpr {
+    if comparison_collation(tables, [&e]).is_case_insensitive() {
+        folded(e)
+    } else {
+        e
+    }
 }
 
 /// Splits a condition into its AND-ed parts.

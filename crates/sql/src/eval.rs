@@ -172,6 +172,14 @@ pub enum Func {
     RegexpInstr,
     RegexpSubstr,
     RegexpReplace,
+    /// Text as its utf8mb4_general_ci weight: the binder wraps both sides
+    /// of a comparison under a case-insensitive collation in it (and
+    /// ORDER BY and GROUP BY keys), so comparing the results as bytes
+    /// compares case- and accent-insensitively.
+    Fold,
+    /// `x COLLATE name`: the value unchanged, with the collation the binder
+    /// gives comparisons of it.
+    Collate(latsdb_types::Collation),
 }
 
 /// Target of CAST/CONVERT.
@@ -1131,6 +1139,14 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             v => to_text(v).len(),
         } as i64),
         Func::CharLength => Value::Int(to_text(&arg(&a, 0)).chars().count() as i64),
+        Func::Fold => match arg(&a, 0) {
+            Value::Str(s) => match latsdb_types::Collation::GeneralCi.fold(&s) {
+                std::borrow::Cow::Borrowed(_) => Value::Str(s),
+                std::borrow::Cow::Owned(folded) => Value::Str(folded),
+            },
+            other => other,
+        },
+        Func::Collate(_) => arg(&a, 0),
         Func::Upper => Value::Str(to_text(&arg(&a, 0)).to_uppercase()),
         Func::Lower => Value::Str(to_text(&arg(&a, 0)).to_lowercase()),
         Func::Substring => {

@@ -10,7 +10,7 @@ use latsdb_client::{Client, Op, Outcome, Row, Scan, Table, Transaction};
 use latsdb_types::expr::{Aggregate, Expr};
 use latsdb_types::proto::LockMode;
 use latsdb_types::schema::ColumnType;
-use latsdb_types::Value;
+use latsdb_types::{Collation, Value};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -154,15 +154,17 @@ fn key_values(table: &Table, exprs: &[SExpr], row: &[Value], env: &Env) -> SqlRe
 /// The distinct keys of key-lookup expressions (row-free), converted to the
 /// key columns' types; keys that cannot match any row are left out.
 pub(crate) fn distinct_keys(table: &Table, keys: &[Vec<SExpr>], env: &Env) -> SqlResult<Vec<Vec<Value>>> {
-    let mut seen: Vec<Vec<Value>> = Vec::with_capacity(keys.len());
+    let mut out: Vec<Vec<Value>> = Vec::with_capacity(keys.len());
+    // By encoded key: 'a' and 'A ' are one key of a case-insensitive column.
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
     for k in keys {
         if let Some(values) = key_values(table, k, &[], env)? {
-            if !seen.contains(&values) {
-                seen.push(values);
+            if seen.insert(table.encode_key(&values)?) {
+                out.push(values);
             }
         }
     }
-    Ok(seen)
+    Ok(out)
 }
 
 pub async fn run_select(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<Value>>> {
@@ -449,25 +451,29 @@ fn for_column(v: Value, ty: ColumnType) -> Value {
 
 fn pushed_expr(e: &SExpr, table: &Table, env: &Env) -> SqlResult<Expr> {
     let def = table.def();
-    let col_of = |e: &SExpr| match e {
-        SExpr::TableCol(0, c) => Some(*c),
-        _ => None,
+    // A column read as its weight (case-insensitive comparison) is pushed
+    // as `Fold(column)`; the values were folded by the binder.
+    let col_of = |e: &SExpr| crate::plan::pushed_column(e).map(|(c, _)| c);
+    let column = |e: &SExpr| match crate::plan::pushed_column(e) {
+        Some((c, true)) => Expr::Fold(Box::new(Expr::Column(c))),
+        Some((c, false)) => Expr::Column(c),
+        None => Expr::Const(Value::Null),
     };
     let value =
         |e: &SExpr, c: u16| -> SqlResult<Value> { Ok(for_column(e.eval(&[], env)?, def.columns[c as usize].ty)) };
     Ok(match e {
         SExpr::Cmp(op, a, b) => {
-            let (c, v, op) = match (col_of(a), col_of(b)) {
-                (Some(c), _) => (c, value(b, c)?, *op),
-                (None, Some(c)) => (c, value(a, c)?, op.flip()),
+            let (v, op, side) = match (col_of(a), col_of(b)) {
+                (Some(c), _) => (value(b, c)?, *op, a),
+                (None, Some(c)) => (value(a, c)?, op.flip(), b),
                 _ => return Err(SqlError::general("internal: pushed comparison without a column")),
             };
             let op = op.pushed().ok_or_else(|| SqlError::general("internal: <=> is not pushed"))?;
-            Expr::cmp(op, Expr::Column(c), Expr::Const(v))
+            Expr::cmp(op, column(side), Expr::Const(v))
         }
         SExpr::Between(x, lo, hi, negated) => {
             let c = col_of(x).ok_or_else(|| SqlError::general("internal: pushed BETWEEN without a column"))?;
-            let inner = Expr::And(vec![Expr::Column(c).ge(value(lo, c)?), Expr::Column(c).le(value(hi, c)?)]);
+            let inner = Expr::And(vec![column(x).ge(value(lo, c)?), column(x).le(value(hi, c)?)]);
             if *negated {
                 Expr::Not(Box::new(inner))
             } else {
@@ -477,7 +483,7 @@ fn pushed_expr(e: &SExpr, table: &Table, env: &Env) -> SqlResult<Expr> {
         SExpr::In(x, list, negated) => {
             let c = col_of(x).ok_or_else(|| SqlError::general("internal: pushed IN without a column"))?;
             let values = list.iter().map(|v| value(v, c)).collect::<SqlResult<Vec<_>>>()?;
-            let inner = Expr::In(Box::new(Expr::Column(c)), values);
+            let inner = Expr::In(Box::new(column(x)), values);
             if *negated {
                 Expr::Not(Box::new(inner))
             } else {
@@ -485,8 +491,8 @@ fn pushed_expr(e: &SExpr, table: &Table, env: &Env) -> SqlResult<Expr> {
             }
         }
         SExpr::IsNull(x, negated) => {
-            let c = col_of(x).ok_or_else(|| SqlError::general("internal: pushed IS NULL without a column"))?;
-            let inner = Expr::Column(c).is_null();
+            col_of(x).ok_or_else(|| SqlError::general("internal: pushed IS NULL without a column"))?;
+            let inner = column(x).is_null();
             if *negated {
                 Expr::Not(Box::new(inner))
             } else {
@@ -494,13 +500,13 @@ fn pushed_expr(e: &SExpr, table: &Table, env: &Env) -> SqlResult<Expr> {
             }
         }
         SExpr::Like(x, p, negated) => {
-            let c = col_of(x).ok_or_else(|| SqlError::general("internal: pushed LIKE without a column"))?;
+            col_of(x).ok_or_else(|| SqlError::general("internal: pushed LIKE without a column"))?;
             let pattern = p.eval(&[], env)?;
             if pattern.is_null() {
                 // NULL pattern: unknown for every row.
                 return Ok(Expr::IsNull(Box::new(Expr::Const(Value::Null))).and(Expr::Const(Value::Null)));
             }
-            let inner = Expr::Column(c).like(&to_text(&pattern));
+            let inner = column(x).like(&to_text(&pattern));
             if *negated {
                 Expr::Not(Box::new(inner))
             } else {
@@ -628,6 +634,21 @@ pub(crate) fn group_key(values: &[Value], out: &mut String) {
     }
 }
 
+/// A value as `collation` compares it: text folded to its weight.
+pub(crate) fn weight(v: &Value, collation: Collation) -> std::borrow::Cow<'_, Value> {
+    match v {
+        Value::Str(s) if collation.is_case_insensitive() => match collation.fold(s) {
+            std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(v),
+            std::borrow::Cow::Owned(folded) => std::borrow::Cow::Owned(Value::Str(folded)),
+        },
+        _ => std::borrow::Cow::Borrowed(v),
+    }
+}
+
+fn collated_compare(a: &Value, b: &Value, collation: Collation) -> Option<Ordering> {
+    compare(&weight(a, collation), &weight(b, collation))
+}
+
 /// A group's first row, its accumulators, and the values seen by each
 /// DISTINCT aggregate.
 type Group = (Vec<Value>, Vec<Acc>, Vec<std::collections::HashSet<String>>);
@@ -737,7 +758,7 @@ fn group(
                 continue;
             }
             if a.distinct {
-                group_key(std::slice::from_ref(&v), &mut dbuf);
+                group_key(std::slice::from_ref(&weight(&v, a.collation)), &mut dbuf);
                 if !seen[i].insert(dbuf.clone()) {
                     continue;
                 }
@@ -746,12 +767,12 @@ fn group(
                 (Acc::Count(n), _) => *n += 1,
                 (Acc::Value(acc), AggKind::Sum) => Aggregate::Sum(0).accumulate(acc, numeric(&v)),
                 (Acc::Value(acc), AggKind::Min) => {
-                    if acc.is_null() || compare(&v, acc) == Some(Ordering::Less) {
+                    if acc.is_null() || collated_compare(&v, acc, a.collation) == Some(Ordering::Less) {
                         *acc = v
                     }
                 }
                 (Acc::Value(acc), AggKind::Max) => {
-                    if acc.is_null() || compare(&v, acc) == Some(Ordering::Greater) {
+                    if acc.is_null() || collated_compare(&v, acc, a.collation) == Some(Ordering::Greater) {
                         *acc = v
                     }
                 }
@@ -895,7 +916,20 @@ fn finish_rows(plan: &SelectPlan, rows: Vec<Vec<Value>>, env: &Env) -> SqlResult
         let mut seen = std::collections::HashSet::new();
         let mut buf = String::new();
         rows.retain(|r| {
-            group_key(r, &mut buf);
+            if plan.folded_outputs.is_empty() {
+                group_key(r, &mut buf);
+            } else {
+                let weights: Vec<Value> = r
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let collation =
+                            if plan.folded_outputs.contains(&i) { Collation::GeneralCi } else { Collation::Bin };
+                        weight(v, collation).into_owned()
+                    })
+                    .collect();
+                group_key(&weights, &mut buf);
+            }
             seen.insert(buf.clone())
         });
     }
@@ -922,7 +956,14 @@ mod tests {
     use super::*;
 
     fn agg(kind: AggKind, distinct: bool) -> AggSpec {
-        AggSpec { kind, arg: Some(SExpr::Col(1)), distinct, separator: ",".into(), order: Vec::new() }
+        AggSpec {
+            kind,
+            arg: Some(SExpr::Col(1)),
+            distinct,
+            separator: ",".into(),
+            order: Vec::new(),
+            collation: Collation::Bin,
+        }
     }
 
     /// One row per group: (group key, aggregates...) as `group` leaves them
@@ -968,7 +1009,14 @@ mod tests {
             .collect();
         let arg = SExpr::Func(crate::eval::Func::Tuple, vec![SExpr::Col(0), SExpr::Col(1)]);
         let spec =
-            AggSpec { kind: AggKind::Count, arg: Some(arg), distinct: true, separator: ",".into(), order: Vec::new() };
+            AggSpec {
+                kind: AggKind::Count,
+                arg: Some(arg),
+                distinct: true,
+                separator: ",".into(),
+                order: Vec::new(),
+                collation: Collation::Bin,
+            };
         let env = Env { params: &[], session: &crate::session::NoSession };
         let out = group(rows, &[], &[spec], 2, &env).unwrap();
         // (1,1), (2,1), (12,1) and (1,21): (1,NULL) is not counted, and

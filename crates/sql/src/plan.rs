@@ -8,11 +8,11 @@
 
 use crate::bind::{and_all, conjuncts, tables_of, AggKind, AggSpec, Binder, ScopeTable};
 use crate::error::{SqlError, SqlResult};
-use crate::eval::{Cmp, SExpr};
+use crate::eval::{Cmp, Func, SExpr};
 use latsdb_client::{Projection, Table};
 use latsdb_types::expr::Aggregate;
 use latsdb_types::proto::LockMode;
-use latsdb_types::schema::{ColumnDef, PRIMARY_INDEX};
+use latsdb_types::schema::{ColumnDef, TableDef, PRIMARY_INDEX};
 use latsdb_types::Value;
 use sqlparser::ast::{self, Expr, SelectItem, SetExpr, TableFactor};
 use std::sync::Arc;
@@ -114,6 +114,8 @@ pub struct SelectPlan {
     pub outputs: Vec<OutputColumn>,
     pub order: Vec<(SExpr, bool)>,
     pub distinct: bool,
+    /// Outputs that DISTINCT compares by weight (case-insensitive text).
+    pub folded_outputs: Vec<usize>,
     pub limit: Option<SExpr>,
     pub offset: Option<SExpr>,
     pub lock: LockMode,
@@ -293,10 +295,11 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     let l = (0..right)
                         .find_map(|t| col(t).map(|c| (t, c)))
                         .ok_or_else(|| SqlError::bad_field(n, "from clause"))?;
-                    parts.push(SExpr::Cmp(
+                    parts.push(crate::bind::compare(
+                        &scope,
                         Cmp::Eq,
-                        Box::new(SExpr::TableCol(l.0, l.1 as u16)),
-                        Box::new(SExpr::TableCol(right, r as u16)),
+                        SExpr::TableCol(l.0, l.1 as u16),
+                        SExpr::TableCol(right, r as u16),
                     ));
                 }
                 and_all(parts)
@@ -309,7 +312,8 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         ast::GroupByExpr::Expressions(list, mods) if mods.is_empty() => {
             let mut keys = Vec::new();
             for e in list {
-                keys.push(bind_positional(e, &outputs, &scope, &aliases, "group statement")?);
+                let key = bind_positional(e, &outputs, &scope, &aliases, "group statement")?;
+                keys.push(crate::bind::sort_key(&scope, key));
             }
             keys
         }
@@ -339,7 +343,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                         Some(e) => e,
                         None => b.bind(&o.expr)?,
                     };
-                    order.push((e, o.options.sort == Some(ast::OrderBySort::Desc)));
+                    order.push((crate::bind::sort_key(&scope, e), o.options.sort == Some(ast::OrderBySort::Desc)));
                 }
             }
             ast::OrderByKind::All(_) => return Err(SqlError::unsupported("ORDER BY ALL is not supported")),
@@ -422,18 +426,30 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         conjuncts(on, &mut parts);
         let earlier = (1u64 << step.table) - 1;
         let mut key = Vec::new();
+        // The key column as a condition reads it: its weight when it is
+        // case-insensitive (the key holds weights).
+        let key_column = |pk: u16| {
+            let column = SExpr::TableCol(step.table, pk);
+            match table.def().columns.get(pk as usize) {
+                Some(c) if c.collation.is_case_insensitive() => SExpr::Func(Func::Fold, vec![column]),
+                _ => column,
+            }
+        };
+        let mut taken = Vec::new();
         for &pk in &table.def().primary_key {
+            let column = key_column(pk);
             let found = parts.iter().position(|p| match p {
                 SExpr::Cmp(Cmp::Eq, a, b) => {
-                    (**a == SExpr::TableCol(step.table, pk) && tables_of(b) & !earlier == 0)
-                        || (**b == SExpr::TableCol(step.table, pk) && tables_of(a) & !earlier == 0)
+                    (**a == column && tables_of(b) & !earlier == 0) || (**b == column && tables_of(a) & !earlier == 0)
                 }
                 _ => false,
             });
             match found {
                 Some(i) => {
-                    let SExpr::Cmp(_, a, b) = parts.remove(i) else { unreachable!("matched above") };
-                    key.push(if *a == SExpr::TableCol(step.table, pk) { *b } else { *a });
+                    let condition = parts.remove(i);
+                    let SExpr::Cmp(_, a, b) = &condition else { unreachable!("matched above") };
+                    key.push(if **a == column { (**b).clone() } else { (**a).clone() });
+                    taken.push(condition);
                 }
                 None => break,
             }
@@ -442,13 +458,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             step.lookup = Some(key);
         } else {
             // Put the taken parts back: no lookup.
-            for (i, k) in key.into_iter().enumerate() {
-                parts.push(SExpr::Cmp(
-                    Cmp::Eq,
-                    Box::new(SExpr::TableCol(step.table, table.def().primary_key[i])),
-                    Box::new(k),
-                ));
-            }
+            parts.extend(taken);
         }
         step.on = and_all(parts);
     }
@@ -470,7 +480,13 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             && order.iter().all(|(e, _)| tables_of(e) == 0)
             && aggs
                 .iter()
-                .all(|a| !a.distinct && a.kind.pushable() && matches!(a.arg, None | Some(SExpr::TableCol(0, _))));
+                .all(|a| {
+                    !a.distinct
+                        && a.kind.pushable()
+                        && matches!(a.arg, None | Some(SExpr::TableCol(0, _)))
+                        // The data nodes' MIN and MAX compare text as bytes.
+                        && !(matches!(a.kind, AggKind::Min | AggKind::Max) && a.collation.is_case_insensitive())
+                });
         if pushable {
             let mut pushed_aggs = Vec::new();
             let mut specs = Vec::new();
@@ -504,6 +520,12 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         }
     }
 
+    let folded_outputs = outputs
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| crate::bind::comparison_collation(&scope, [&o.expr]).is_case_insensitive())
+        .map(|(i, _)| i)
+        .collect();
     let mut plan = SelectPlan {
         sources,
         access,
@@ -515,6 +537,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         outputs,
         order,
         distinct,
+        folded_outputs,
         limit,
         offset,
         lock,
@@ -597,7 +620,7 @@ fn choose_access(src: &Source, parts: Vec<SExpr>, residual: &mut Vec<SExpr>) -> 
             if used[i] {
                 continue;
             }
-            if let Some(values) = eq_values(p, pk) {
+            if let Some(values) = eq_values(p, def, pk) {
                 found = Some((i, values));
                 break;
             }
@@ -643,7 +666,7 @@ fn choose_access(src: &Source, parts: Vec<SExpr>, residual: &mut Vec<SExpr>) -> 
                 if taken.contains(&i) {
                     return None;
                 }
-                match eq_values(p, col) {
+                match eq_values(p, def, col) {
                     Some(v) if v.len() == 1 => Some((i, v.into_iter().next())),
                     _ => None,
                 }
@@ -657,7 +680,7 @@ fn choose_access(src: &Source, parts: Vec<SExpr>, residual: &mut Vec<SExpr>) -> 
                 if taken.contains(&i) {
                     continue;
                 }
-                if let Some((lo, hi)) = range_bounds(p, col) {
+                if let Some((lo, hi)) = range_bounds(p, def, col) {
                     let use_lo = lo.is_some() && lower.is_none();
                     let use_hi = hi.is_some() && upper.is_none();
                     // A condition whose bounds are not all used (`a BETWEEN
@@ -701,9 +724,35 @@ fn choose_access(src: &Source, parts: Vec<SExpr>, residual: &mut Vec<SExpr>) -> 
     (access, pushed)
 }
 
+/// Whether `e` reads column `col` of the first table as its keys and
+/// indexes order it: the column itself, or the weight of a case-insensitive
+/// column (whose keys hold weights). A case-insensitive column compared as
+/// bytes (`COLLATE utf8mb4_bin`) cannot use them.
+fn reads_key_column(e: &SExpr, def: &TableDef, col: u16) -> bool {
+    let ci = def.columns.get(col as usize).is_some_and(|c| c.collation.is_case_insensitive());
+    match e {
+        SExpr::TableCol(0, c) => *c == col && !ci,
+        SExpr::Func(Func::Fold, args) if ci => matches!(args.as_slice(), [SExpr::TableCol(0, c)] if *c == col),
+        _ => false,
+    }
+}
+
+/// The first table's column a pushed condition reads, with whether it reads
+/// the column's weight (`Fold(col)`) rather than the column.
+pub fn pushed_column(e: &SExpr) -> Option<(u16, bool)> {
+    match e {
+        SExpr::TableCol(0, c) => Some((*c, false)),
+        SExpr::Func(Func::Fold, args) => match args.as_slice() {
+            [SExpr::TableCol(0, c)] => Some((*c, true)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// `col = v` or `col IN (v, ...)` with row-free values.
-fn eq_values(p: &SExpr, col: u16) -> Option<Vec<SExpr>> {
-    let is_col = |e: &SExpr| *e == SExpr::TableCol(0, col);
+fn eq_values(p: &SExpr, def: &TableDef, col: u16) -> Option<Vec<SExpr>> {
+    let is_col = |e: &SExpr| reads_key_column(e, def, col);
     match p {
         SExpr::Cmp(Cmp::Eq, a, b) if is_col(a) && b.is_row_free() => Some(vec![(**b).clone()]),
         SExpr::Cmp(Cmp::Eq, a, b) if is_col(b) && a.is_row_free() => Some(vec![(**a).clone()]),
@@ -717,8 +766,8 @@ fn eq_values(p: &SExpr, col: u16) -> Option<Vec<SExpr>> {
 type Bound = Option<(SExpr, bool)>;
 
 /// Bounds on `col` from `BETWEEN` or a comparison with a row-free value.
-fn range_bounds(p: &SExpr, col: u16) -> Option<(Bound, Bound)> {
-    let is_col = |e: &SExpr| *e == SExpr::TableCol(0, col);
+fn range_bounds(p: &SExpr, def: &TableDef, col: u16) -> Option<(Bound, Bound)> {
+    let is_col = |e: &SExpr| reads_key_column(e, def, col);
     match p {
         SExpr::Between(e, lo, hi, false) if is_col(e) && lo.is_row_free() && hi.is_row_free() => {
             Some((Some(((**lo).clone(), true)), Some(((**hi).clone(), true))))
@@ -742,7 +791,7 @@ fn bound_of(op: Cmp, v: SExpr) -> Option<(Bound, Bound)> {
 /// Whether a data node can evaluate the condition: comparisons of the
 /// first table's columns with row-free values, combined with AND/OR/NOT.
 pub fn pushable(e: &SExpr) -> bool {
-    let col = |e: &SExpr| matches!(e, SExpr::TableCol(0, _));
+    let col = |e: &SExpr| pushed_column(e).is_some();
     let val = |e: &SExpr| e.is_row_free() && !matches!(e, SExpr::Session(crate::eval::SessionValue::Variable(_)));
     match e {
         SExpr::Cmp(op, a, b) => *op != Cmp::NullSafeEq && ((col(a) && val(b)) || (val(a) && col(b))),
