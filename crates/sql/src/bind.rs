@@ -1029,24 +1029,29 @@ pub fn collation_of(tables: &[ScopeTable], e: &SExpr) -> Option<(Collation, bool
         }
         // A function of a text column keeps its collation (CONCAT, LOWER,
         // IFNULL, ...); folding a number is harmless where it does not.
-        SExpr::Func(_, args) => args.iter().find_map(|a| collation_of(tables, a)),
-        SExpr::Case(_, whens, other) => {
-            whens.iter().map(|(_, r)| r).chain(other.as_deref()).find_map(|r| collation_of(tables, r))
-        }
+        SExpr::Func(_, args) => derived(tables, args),
+        SExpr::Case(_, whens, other) => derived(tables, whens.iter().map(|(_, r)| r).chain(other.as_deref())),
         _ => None,
     }
 }
 
-/// The collation operands compare under, as MySQL derives it: a COLLATE
-/// clause first, then a column's (case-insensitive if either column is),
-/// else the connection's, utf8mb4_bin.
-pub fn comparison_collation<'e>(tables: &[ScopeTable], items: impl IntoIterator<Item = &'e SExpr>) -> Collation {
+/// The collation of operands taken together, as MySQL derives it: a COLLATE
+/// clause first; then the columns', where utf8mb4_bin wins over a
+/// case-insensitive collation; None when no operand has one.
+fn derived<'e>(tables: &[ScopeTable], items: impl IntoIterator<Item = &'e SExpr>) -> Option<(Collation, bool)> {
     let found: Vec<(Collation, bool)> = items.into_iter().filter_map(|e| collation_of(tables, e)).collect();
     found
         .iter()
         .find(|(_, explicit)| *explicit)
-        .or_else(|| found.iter().find(|(c, _)| c.is_case_insensitive()))
-        .map_or(Collation::Bin, |(c, _)| *c)
+        .or_else(|| found.iter().find(|(c, _)| !c.is_case_insensitive()))
+        .or(found.first())
+        .copied()
+}
+
+/// The collation operands compare under (`derived`), else the
+/// connection's, utf8mb4_bin.
+pub fn comparison_collation<'e>(tables: &[ScopeTable], items: impl IntoIterator<Item = &'e SExpr>) -> Collation {
+    derived(tables, items).map_or(Collation::Bin, |(c, _)| c)
 }
 
 /// `e` as a case-insensitive comparison sees it: its weight.
@@ -1086,10 +1091,11 @@ pub fn compare(tables: &[ScopeTable], op: Cmp, a: SExpr, b: SExpr) -> SExpr {
 }
 
 /// A sort or grouping key under its collation: folded when
-/// case-insensitive, so 'a' and 'A' sort and group together.
+/// case-insensitive, and without trailing spaces (PAD SPACE), so 'a', 'A'
+/// and 'a ' sort and group together.
 pub fn sort_key(tables: &[ScopeTable], e: SExpr) -> SExpr {
     if comparison_collation(tables, [&e]).is_case_insensitive() {
-        folded(e)
+        SExpr::Func(Func::RTrim, vec![folded(e)])
     } else {
         e
     }

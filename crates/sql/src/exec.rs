@@ -634,12 +634,13 @@ pub(crate) fn group_key(values: &[Value], out: &mut String) {
     }
 }
 
-/// A value as `collation` compares it: text folded to its weight.
+/// A value as `collation` compares it: text folded to its weight, without
+/// trailing spaces (PAD SPACE), for grouping keys.
 pub(crate) fn weight(v: &Value, collation: Collation) -> std::borrow::Cow<'_, Value> {
     match v {
         Value::Str(s) if collation.is_case_insensitive() => match collation.fold(s) {
-            std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(v),
-            std::borrow::Cow::Owned(folded) => std::borrow::Cow::Owned(Value::Str(folded)),
+            std::borrow::Cow::Borrowed(t) if !t.ends_with(' ') => std::borrow::Cow::Borrowed(v),
+            folded => std::borrow::Cow::Owned(Value::Str(folded.trim_end_matches(' ').to_string())),
         },
         _ => std::borrow::Cow::Borrowed(v),
     }

@@ -47,8 +47,13 @@ SCHEMA = [
     # The other column types, queried by their own grammar (`Gen.t3_query`).
     "CREATE TABLE t3 (id INT NOT NULL PRIMARY KEY, u INT UNSIGNED, ti TINYINT, f DOUBLE, c CHAR(6), ts DATETIME,"
     " flag BOOLEAN, big BIGINT UNSIGNED, KEY kf (f), KEY kts (ts), KEY kc (c))",
+    # Case-insensitive text (the table's collation; `note` is compared as
+    # bytes), keyed by a text primary key and a unique index; queried by
+    # `Gen.t4_query`.
+    "CREATE TABLE t4 (code VARCHAR(12) NOT NULL PRIMARY KEY, id INT NOT NULL, name VARCHAR(16), n INT,"
+    " note VARCHAR(10) COLLATE utf8mb4_bin, UNIQUE KEY uid (id), KEY kn (name)) COLLATE utf8mb4_general_ci",
 ]
-TABLES = ["t1", "t2", "t3"]
+TABLES = ["t1", "t2", "t3", "t4"]
 # Doubles that binary fractions hold exactly, so sums do not depend on order.
 DOUBLES = ["1.5", "-2.25", "0.5", "100", "-0.125", "3e3", "1e6", "0"]
 
@@ -60,6 +65,11 @@ DATE_FORMATS = ["%d/%m/%Y", "%Y-%m-%d", "%M %e, %Y", "%y%m%d", "%Y-%j", "%b %D %
 DATE_TEXTS = ["01/02/2024", "February 29, 2024", "240229", "2024-060", "Mar 3rd 2024", "13/13/2024", "2024-02-28"]
 # Patterns MySQL's ICU, MariaDB's PCRE and latsdb's engine read alike.
 REGEXPS = ["'^a'", "'e$'", "'an+'", "'^$'", "'p|g'", "'^[A-Z]'", "'[aeiou]{2}'", "'_'", "'^.{4}$'", "'(an)+a'"]
+# t4's texts: words whose case and accents vary between rows and literals.
+# Names repeat, so they vary in case only: UPPER shows two names that weigh
+# the same alike, whichever of them a system keeps for a group.
+CI_WORDS = ["apple", "Banana", "cherry", "crème", "Über", "zoë", "fig", "date"]
+CI_NAMES = ["ann", "Ann", "ANN", "bob", "BoB", "zoe", "ZOE", ""]
 # CHAR(6) values, some with trailing spaces (which a CHAR drops).
 CHARS = ["ab", "abc ", "b", "", "a ", "zz", "Ab", "a_b", "bab"]
 WORDS = ["apple", "Apple", "banana", "cherry", "date", "elder", "fig", "grape", "", "a_b", "x%y", "kiwi"]
@@ -316,6 +326,8 @@ class Gen:
     def query(self):
         if self.params is None and self.chance(0.15):
             return self.t3_query()
+        if self.params is None and self.chance(0.12):
+            return self.t4_query()
         k = self.r.random()
         if k < 0.05:
             inner, _ = self.simple_query(["t1"], "t1", alias_cols=True)
@@ -524,6 +536,93 @@ class Gen:
             return sql, True
         return sql, False
 
+    # ---- t4: case-insensitive text ----
+    def ci_word(self, words, space=True):
+        """A word of `words` in a random case, sometimes without its accents
+        or with a trailing space (which the comparison ignores; not in
+        stored names, which a group may show either way)."""
+        w = self.pick(words)
+        if self.chance(0.2):
+            w = w.translate(str.maketrans("èÜë", "eUe"))
+        w = self.pick([w, w.upper(), w.lower(), w.capitalize()])
+        if space and self.chance(0.1):
+            w += " "
+        return "'" + w + "'"
+
+    def t4_pred(self, depth=0):
+        preds = [
+            lambda: f"t4.code {self.pick(['=', '<>', '<', '>=', '<=>'])} {self.ci_word(CI_WORDS)}",
+            lambda: f"t4.code IN ({self.ci_word(CI_WORDS)}, {self.ci_word(CI_WORDS)}, {self.ci_word(CI_WORDS)})",
+            lambda: f"t4.code BETWEEN {self.ci_word(CI_WORDS)} AND {self.ci_word(CI_WORDS)}",
+            lambda: f"t4.code LIKE '{self.pick(['A%', '%E', '%r%', 'c_E%', '_'])}'",
+            lambda: f"t4.name {self.pick(['=', '<>', '>', '<'])} {self.ci_word(CI_NAMES)}",
+            lambda: f"t4.name IN ({self.ci_word(CI_NAMES)}, {self.ci_word(CI_NAMES)})",
+            lambda: f"t4.name LIKE '{self.pick(['a%', '%B', 'Z%', '%o%'])}'",
+            lambda: f"t4.name COLLATE utf8mb4_bin = {self.ci_word(CI_NAMES)}",
+            lambda: f"t4.note = {self.ci_word(CI_NAMES)}",
+            lambda: f"t4.note = t4.name",
+            lambda: f"t4.name IS {self.pick(['', 'NOT '])}NULL",
+            lambda: f"t4.n {self.pick(['<', '>', '='])} {self.r.randint(0, 9)}",
+        ]
+        if depth < 1:
+            preds += [
+                lambda: f"({self.t4_pred(1)} AND {self.t4_pred(1)})",
+                lambda: f"({self.t4_pred(1)} OR {self.t4_pred(1)})",
+                lambda: f"NOT ({self.t4_pred(1)})",
+            ]
+        return self.pick(preds)()
+
+    def t4_query(self):
+        """Queries whose answers do not depend on which of two equal texts
+        a system shows: a case-insensitive value is shown where its weight
+        is unique (code), folded (UPPER), or ordered with a tie-breaker."""
+        where = f" WHERE {self.t4_pred()}" if self.chance(0.8) else ""
+        k = self.r.random()
+        if k < 0.25:
+            aggs = [self.pick(["COUNT(*)", "COUNT(DISTINCT t4.name)", "MAX(t4.code)", "MIN(t4.code)",
+                               "UPPER(MIN(t4.name))", "UPPER(MAX(t4.name))", "SUM(t4.n)", "MIN(t4.id)"])
+                    for _ in range(self.r.randint(1, 3))]
+            if self.chance(0.7):
+                return f"SELECT UPPER(t4.name), {', '.join(aggs)} FROM t4{where} GROUP BY t4.name", False
+            return f"SELECT {', '.join(aggs)} FROM t4{where}", False
+        if k < 0.35:
+            return f"SELECT DISTINCT UPPER(t4.name) FROM t4{where}", False
+        if k < 0.45:
+            return f"SELECT COUNT(*) FROM (SELECT DISTINCT t4.name FROM t4{where}) AS d", False
+        if k < 0.55:
+            # A join on the case-insensitive primary key.
+            return (f"SELECT t4.id, o.id FROM t4 JOIN t4 AS o ON o.code = {self.pick(['t4.name', 't4.note', 't4.code'])}"
+                    f"{where}"), False
+        sql = f"SELECT t4.id, t4.code, t4.name, t4.n, t4.note FROM t4{where}"
+        if self.chance(0.5):
+            key = self.pick(["t4.code", "t4.name", "t4.note", "UPPER(t4.name)"])
+            sql += f" ORDER BY {key}{self.pick(['', ' DESC'])}, t4.id LIMIT {self.r.randint(1, 10)}"
+            return sql, True
+        return sql, False
+
+    def t4_values(self, id_):
+        name = self.pick(["NULL", self.ci_word(CI_NAMES, space=False)])
+        note = self.pick(["NULL", self.ci_word(CI_NAMES, space=False)])
+        n = self.pick(["NULL", str(self.r.randint(0, 9))])
+        return f"({self.ci_word(CI_WORDS)}, {id_}, {name}, {n}, {note})"
+
+    def t4_write(self):
+        k = self.r.random()
+        if k < 0.35:
+            rows = ", ".join(self.t4_values(self.r.randint(1, 40)) for _ in range(self.r.randint(1, 3)))
+            return f"{self.pick(['INSERT IGNORE', 'REPLACE', 'INSERT'])} INTO t4 VALUES {rows}"
+        if k < 0.45:
+            return (f"INSERT INTO t4 VALUES {self.t4_values(self.r.randint(1, 40))} ON DUPLICATE KEY UPDATE "
+                    f"n = {self.r.randint(0, 9)}")
+        if k < 0.8:
+            col, value = self.pick([
+                ("name", lambda: self.ci_word(CI_NAMES, space=False)),
+                ("n", lambda: f"t4.n + {self.r.randint(1, 3)}"),
+                ("note", lambda: self.pick(["t4.name", self.ci_word(CI_NAMES, space=False)])),
+            ])
+            return f"UPDATE t4 SET {col} = {value()} WHERE {self.t4_pred()}"
+        return f"DELETE FROM t4 WHERE {self.t4_pred()}"
+
     def t3_values(self, id_):
         u = self.pick(["NULL", "0", "7", "4294967295", str(self.r.randint(0, 1000))])
         ti = self.pick(["NULL", "-128", "127", "0", str(self.r.randint(-20, 20))])
@@ -578,6 +677,8 @@ class Gen:
     def write_statement(self):
         if self.chance(0.15):
             return self.t3_write()
+        if self.chance(0.12):
+            return self.t4_write()
         t = self.pick(["t1", "t1", "t2"])
         values = self.t1_values if t == "t1" else self.t2_values
         top = 50 if t == "t1" else 80
@@ -733,8 +834,9 @@ def main():
         "latsdb": connect(args.latsdb, args.user, args.password),
         "mariadb": connect(args.mariadb, args.mariadb_user, args.mariadb_password),
     }
-    # latsdb has one collation, utf8mb4_bin: MariaDB is told to use it too,
-    # for columns and for literals, so string comparisons mean the same.
+    # latsdb's default collation is utf8mb4_bin: MariaDB is told to use it
+    # too, for columns and for literals, so string comparisons mean the same
+    # (t4 names utf8mb4_general_ci on both).
     with systems["mariadb"].cursor() as cur:
         cur.execute("SET NAMES utf8mb4 COLLATE utf8mb4_bin")
     for conn in systems.values():
@@ -747,6 +849,7 @@ def main():
     data = [f"INSERT INTO t1 VALUES {', '.join(gen.t1_values(i) for i in range(1, 41))}"]
     data.append(f"INSERT INTO t2 VALUES {', '.join(gen.t2_values(i) for i in range(1, 61))}")
     data.append(f"INSERT INTO t3 VALUES {', '.join(gen.t3_values(i) for i in range(1, 31))}")
+    data += [f"INSERT IGNORE INTO t4 VALUES {gen.t4_values(i)}" for i in range(1, 21)]
     for stmt in data:
         for name, conn in systems.items():
             r = run(conn, stmt)
