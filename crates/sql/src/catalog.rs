@@ -1041,14 +1041,17 @@ fn table_collation(options: &ast::CreateTableOptions) -> SqlResult<Collation> {
     Ok(collate.or(charset).unwrap_or(Collation::Bin))
 }
 
-/// The collation SHOW CREATE TABLE names for a table: that of its text
-/// columns when they all share one, else utf8mb4_bin (and each text column
-/// of another collation names its own).
+/// The collation SHOW CREATE TABLE names for a table, and ALTER TABLE ADD
+/// COLUMN gives new text columns: that of most of its text columns (a
+/// table keeps no default of its own; each text column of another
+/// collation names its own, so the statement recreates the table exactly).
 pub fn shown_table_collation(def: &TableDef) -> Collation {
-    let mut texts = def.columns.iter().filter(|c| c.ty.is_string());
-    match texts.next() {
-        Some(first) if texts.all(|c| c.collation == first.collation) => first.collation,
-        _ => Collation::Bin,
+    let texts = def.columns.iter().filter(|c| c.ty.is_string());
+    let insensitive = texts.clone().filter(|c| c.collation.is_case_insensitive()).count();
+    if insensitive * 2 > texts.count() {
+        Collation::GeneralCi
+    } else {
+        Collation::Bin
     }
 }
 

@@ -8,6 +8,7 @@ use latsdb_sql::error::{SqlError, SqlResult};
 use latsdb_sql::parse::parse;
 use latsdb_sql::plan::{plan_select, Access, AggMode, Catalog, SelectPlan, SourceKind};
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+use latsdb_types::Collation;
 use std::sync::Arc;
 
 struct Tables(Vec<Arc<Table>>);
@@ -31,7 +32,17 @@ fn catalog() -> Tables {
         .column(ColumnDef::new("oid", ColumnType::int(IntWidth::Big)).not_null())
         .column(ColumnDef::new("customer", ColumnType::int(IntWidth::Int)).not_null())
         .primary_key(&["oid"]);
-    Tables(vec![Table::from_def(def), Table::from_def(TableDef::from_spec(&orders, 2, 8).unwrap())])
+    let users = TableSpec::new("db", "users")
+        .column(ColumnDef::new("email", ColumnType::VarChar(40)).collated(Collation::GeneralCi).not_null())
+        .column(ColumnDef::new("name", ColumnType::VarChar(20)).collated(Collation::GeneralCi))
+        .column(ColumnDef::new("note", ColumnType::VarChar(20)))
+        .primary_key(&["email"]);
+    let users = TableDef::from_spec(&users, 3, 8).unwrap().with_index("by_name", &["name".to_string()], false).unwrap();
+    Tables(vec![
+        Table::from_def(def),
+        Table::from_def(TableDef::from_spec(&orders, 2, 8).unwrap()),
+        Table::from_def(users),
+    ])
 }
 
 fn plan(sql: &str) -> SelectPlan {
@@ -106,4 +117,32 @@ fn a_right_join_scans_its_table_and_keeps_where_off_the_first_table() {
     let p = plan("SELECT * FROM orders o LEFT JOIN sbtest1 s ON s.id = o.customer WHERE o.oid = 7");
     assert!(matches!(&p.access, Access::Keys(k) if k.len() == 1));
     assert!(p.joins[0].lookup.is_some());
+}
+
+#[test]
+fn case_insensitive_keys_and_indexes_serve_case_insensitive_comparisons() {
+    // The keys of a case-insensitive column hold weights: a comparison
+    // under its collation still finds rows by key, index range or filter.
+    let p = plan("SELECT name FROM users WHERE email = 'Alice@X.com'");
+    assert!(matches!(&p.access, Access::Keys(k) if k.len() == 1), "{:?}", p.access);
+    assert!(p.filter.is_none() && p.pushed.is_empty());
+    let p = plan("SELECT name FROM users WHERE email IN (?, ?)");
+    assert!(matches!(&p.access, Access::Keys(k) if k.len() == 2), "{:?}", p.access);
+    let p = plan("SELECT email FROM users WHERE name > 'b' AND name < 'D'");
+    assert!(matches!(&p.access, Access::Range { index, .. } if index == "by_name"), "{:?}", p.access);
+    let p = plan("SELECT email FROM users WHERE note = 'x' AND name LIKE 'a%'");
+    assert!(matches!(p.access, Access::Full));
+    assert_eq!(p.pushed.len(), 2, "both comparisons run on the data nodes, the second on weights");
+    // Compared as bytes, a case-insensitive column cannot use its key.
+    let p = plan("SELECT name FROM users WHERE email COLLATE utf8mb4_bin = 'alice@x.com'");
+    assert!(matches!(p.access, Access::Full), "{:?}", p.access);
+    assert!(p.filter.is_some());
+    // MIN/MAX of case-insensitive text are computed on the SQL node (the
+    // data nodes compare bytes); COUNT still goes down.
+    let p = plan("SELECT MAX(name) FROM users");
+    assert!(matches!(p.agg, AggMode::Grouped { .. }), "{:?}", p.agg);
+    let p = plan("SELECT COUNT(name) FROM users");
+    assert!(matches!(p.agg, AggMode::Pushed { .. }), "{:?}", p.agg);
+    let p = plan("SELECT u.note FROM users u JOIN users v ON v.email = u.name");
+    assert!(p.joins[0].lookup.is_some(), "a join on a case-insensitive key is a batched lookup");
 }
