@@ -556,14 +556,9 @@ impl<'a> Binder<'a> {
             };
             let collation = comparison_collation(self.tables, &args);
             let spec = match (kind, star, args.len()) {
-                (AggKind::Count, true, 0) => AggSpec {
-                    kind: AggKind::CountRows,
-                    arg: None,
-                    distinct: false,
-                    separator,
-                    order,
-                    collation,
-                },
+                (AggKind::Count, true, 0) => {
+                    AggSpec { kind: AggKind::CountRows, arg: None, distinct: false, separator, order, collation }
+                }
                 (_, false, 1) => AggSpec { kind, arg: args.into_iter().next(), distinct, separator, order, collation },
                 // COUNT(DISTINCT a, b, ...) counts the distinct tuples without
                 // a NULL (each member compared under its own collation).
@@ -1082,11 +1077,8 @@ pub fn collated(tables: &[ScopeTable], items: Vec<SExpr>) -> Vec<SExpr> {
 
 /// `a op b` under the operands' collation.
 pub fn compare(tables: &[ScopeTable], op: Cmp, a: SExpr, b: SExpr) -> SExpr {
-    let (a, b) = if comparison_collation(tables, [&a, &b]).is_case_insensitive() {
-        (folded(a), folded(b))
-    } else {
-        (a, b)
-    };
+    let (a, b) =
+        if comparison_collation(tables, [&a, &b]).is_case_insensitive() { (folded(a), folded(b)) } else { (a, b) };
     SExpr::Cmp(op, Box::new(a), Box::new(b))
 }
 

@@ -37,6 +37,17 @@ pub async fn databases(shared: &Shared) -> SqlResult<Vec<String>> {
     Ok(names)
 }
 
+/// The collation a database gives new tables' text: the one CREATE
+/// DATABASE named, else the server's default, utf8mb4_bin.
+async fn database_collation(shared: &Shared, name: &str) -> SqlResult<Collation> {
+    let t = shared.client.table(SYSTEM_DATABASE, DATABASES_TABLE).await?;
+    let row = shared.client.get(&t, &[Value::Str(name.to_string())]).await?;
+    Ok(match row.and_then(|r| r.get(1).as_str().map(str::to_string)) {
+        Some(named) => Collation::named(&named).unwrap_or(Collation::Bin),
+        None => Collation::Bin,
+    })
+}
+
 pub async fn database_exists(shared: &Shared, name: &str) -> SqlResult<bool> {
     Ok(databases(shared).await?.iter().any(|d| d == name))
 }
@@ -82,6 +93,11 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
         | Statement::CreateSchema { schema_name: ast::SchemaName::Simple(db_name), if_not_exists, .. } => {
             let name = db_name.to_string().trim_matches('`').to_string();
             validate_name("database", &name)?;
+            let collation = match stmt {
+                Statement::CreateDatabase { default_collation: Some(c), .. } => Some(collation_named(c)?),
+                Statement::CreateDatabase { default_charset: Some(c), .. } => Some(charset_collation(c)?),
+                _ => None,
+            };
             if database_exists(&shared, &name).await? {
                 if *if_not_exists {
                     return Ok(Response::ok());
@@ -93,7 +109,12 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 ));
             }
             let t = shared.client.table(SYSTEM_DATABASE, DATABASES_TABLE).await?;
-            shared.client.transaction().execute_commit(vec![Op::upsert(&t, vec![Value::Str(name)])?]).await?;
+            let collation = collation.map_or(Value::Null, |c| Value::Str(c.name().into()));
+            shared
+                .client
+                .transaction()
+                .execute_commit(vec![Op::upsert(&t, vec![Value::Str(name), collation])?])
+                .await?;
             Ok(Response::Ok { affected: 1, last_insert_id: 0, info: String::new() })
         }
         Statement::Drop {
@@ -1016,11 +1037,11 @@ fn charset_collation(name: &str) -> SqlResult<Collation> {
 
 /// The collation a new table gives text columns that name none: its
 /// `[DEFAULT] COLLATE` option, else the default collation of its `[DEFAULT]
-/// CHARSET` (case-insensitive for utf8mb4, as in MySQL), else the server's
-/// default, utf8mb4_bin.
-fn table_collation(options: &ast::CreateTableOptions) -> SqlResult<Collation> {
+/// CHARSET` (case-insensitive for utf8mb4, as in MySQL); None when it names
+/// neither (its database's then applies).
+fn table_collation(options: &ast::CreateTableOptions) -> SqlResult<Option<Collation>> {
     let list = match options {
-        ast::CreateTableOptions::None => return Ok(Collation::Bin),
+        ast::CreateTableOptions::None => return Ok(None),
         ast::CreateTableOptions::With(l)
         | ast::CreateTableOptions::Options(l)
         | ast::CreateTableOptions::Plain(l)
@@ -1038,7 +1059,7 @@ fn table_collation(options: &ast::CreateTableOptions) -> SqlResult<Collation> {
             }
         }
     }
-    Ok(collate.or(charset).unwrap_or(Collation::Bin))
+    Ok(collate.or(charset))
 }
 
 /// The collation SHOW CREATE TABLE names for a table, and ALTER TABLE ADD
@@ -1096,7 +1117,10 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) 
                     return Err(SqlError::new(
                         1253,
                         "42000",
-                        format!("COLLATE '{name}' is not valid for column '{}': only text columns have a collation", c.name.value),
+                        format!(
+                            "COLLATE '{name}' is not valid for column '{}': only text columns have a collation",
+                            c.name.value
+                        ),
                     ));
                 }
                 spec.def.collation = collation;
@@ -1224,7 +1248,10 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     // (name, columns, unique), created in this order after the table.
     let mut indexes: Vec<(String, Vec<String>, bool)> = Vec::new();
     let mut unique_columns = Vec::new();
-    let collation = table_collation(&ct.table_options)?;
+    let collation = match table_collation(&ct.table_options)? {
+        Some(c) => c,
+        None => database_collation(&shared, &db).await?,
+    };
     for c in &ct.columns {
         let column = column_spec(session, c, collation)?;
         if column.primary_key {
@@ -1426,12 +1453,14 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
             .iter()
             .map(|c| text_col(c))
             .collect(),
-            rows: databases(shared)
-                .await?
-                .into_iter()
-                .filter(|d| d != SYSTEM_DATABASE)
-                .map(|d| vec![s("def"), Value::Str(d), s("utf8mb4"), s("utf8mb4_bin"), Value::Null])
-                .collect(),
+            rows: {
+                let mut rows = Vec::new();
+                for d in databases(shared).await?.into_iter().filter(|d| d != SYSTEM_DATABASE) {
+                    let collation = database_collation(shared, &d).await?;
+                    rows.push(vec![s("def"), Value::Str(d), s("utf8mb4"), s(collation.name()), Value::Null]);
+                }
+                rows
+            },
         },
         "TABLES" => VirtualTable {
             columns: vec![

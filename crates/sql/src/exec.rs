@@ -1009,15 +1009,14 @@ mod tests {
             .map(|&(a, b)| vec![Value::Int(a), b.map_or(Value::Null, Value::Int)])
             .collect();
         let arg = SExpr::Func(crate::eval::Func::Tuple, vec![SExpr::Col(0), SExpr::Col(1)]);
-        let spec =
-            AggSpec {
-                kind: AggKind::Count,
-                arg: Some(arg),
-                distinct: true,
-                separator: ",".into(),
-                order: Vec::new(),
-                collation: Collation::Bin,
-            };
+        let spec = AggSpec {
+            kind: AggKind::Count,
+            arg: Some(arg),
+            distinct: true,
+            separator: ",".into(),
+            order: Vec::new(),
+            collation: Collation::Bin,
+        };
         let env = Env { params: &[], session: &crate::session::NoSession };
         let out = group(rows, &[], &[spec], 2, &env).unwrap();
         // (1,1), (2,1), (12,1) and (1,21): (1,NULL) is not counted, and

@@ -478,15 +478,13 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             && outputs.iter().all(|o| tables_of(&o.expr) == 0)
             && having.as_ref().is_none_or(|h| tables_of(h) == 0)
             && order.iter().all(|(e, _)| tables_of(e) == 0)
-            && aggs
-                .iter()
-                .all(|a| {
-                    !a.distinct
+            && aggs.iter().all(|a| {
+                !a.distinct
                         && a.kind.pushable()
                         && matches!(a.arg, None | Some(SExpr::TableCol(0, _)))
                         // The data nodes' MIN and MAX compare text as bytes.
                         && !(matches!(a.kind, AggKind::Min | AggKind::Max) && a.collation.is_case_insensitive())
-                });
+            });
         if pushable {
             let mut pushed_aggs = Vec::new();
             let mut specs = Vec::new();

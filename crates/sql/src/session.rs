@@ -171,6 +171,8 @@ impl Shared {
         let specs = [
             TableSpec::new(SYSTEM_DATABASE, DATABASES_TABLE)
                 .column(ColumnDef::new("name", ColumnType::VarChar(64)).not_null())
+                // The default collation of its tables' text (NULL: the server's).
+                .column(ColumnDef::new("collation", ColumnType::VarChar(64)))
                 .primary_key(&["name"]),
             TableSpec::new(SYSTEM_DATABASE, AUTOINC_TABLE)
                 .column(ColumnDef::new("table_id", ColumnType::uint(IntWidth::Int)).not_null())

@@ -141,6 +141,8 @@ mod tests {
     #[test]
     fn the_table_is_sorted_for_binary_search() {
         assert!(GENERAL_CI.windows(2).all(|w| w[0].0 < w[1].0));
-        assert!(GENERAL_CI.iter().all(|&(c, w)| char::from_u32(c as u32).is_some() && char::from_u32(w as u32).is_some()));
+        assert!(GENERAL_CI
+            .iter()
+            .all(|&(c, w)| char::from_u32(c as u32).is_some() && char::from_u32(w as u32).is_some()));
     }
 }

@@ -23,8 +23,8 @@
 //!   value's weight, not the value, and equal-comparing texts share a key
 //!   (decoding such a key gives the folded text).
 
-use crate::error::{DbError, Result};
 use crate::collation::Collation;
+use crate::error::{DbError, Result};
 use crate::schema::{ColumnDef, ColumnType};
 use crate::value::{coerce, Decimal, Value};
 

@@ -842,7 +842,7 @@ def main():
     for conn in systems.values():
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {db}")
-            cur.execute(f"CREATE DATABASE {db}" + (" COLLATE utf8mb4_bin" if conn is systems["mariadb"] else ""))
+            cur.execute(f"CREATE DATABASE {db} COLLATE utf8mb4_bin")
             cur.execute(f"USE {db}")
             for stmt in SCHEMA:
                 cur.execute(stmt)
