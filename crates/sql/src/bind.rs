@@ -315,27 +315,42 @@ impl<'a> Binder<'a> {
                 SExpr::Like(Box::new(e), Box::new(pattern), *negated)
             }
             Expr::RLike { negated, expr, pattern, .. } => {
-                let matches = SExpr::Func(Func::RegexpLike, vec![self.bind(expr)?, self.bind(pattern)?]);
+                let mut args = vec![self.bind(expr)?, self.bind(pattern)?];
+                if comparison_collation(self.tables, &args).is_case_insensitive() {
+                    args.push(SExpr::Const(Value::Str("i".into())));
+                }
+                let matches = SExpr::Func(Func::RegexpLike, args);
                 if *negated {
                     SExpr::Not(Box::new(matches))
                 } else {
                     matches
                 }
             }
-            Expr::Case { operand, conditions, else_result, .. } => SExpr::Case(
-                match operand {
-                    Some(o) => Some(Box::new(self.bind(o)?)),
+            Expr::Case { operand, conditions, else_result, .. } => {
+                let mut operand = match operand {
+                    Some(o) => Some(self.bind(o)?),
                     None => None,
-                },
-                conditions
+                };
+                let mut whens = conditions
                     .iter()
                     .map(|w| Ok((self.bind(&w.condition)?, self.bind(&w.result)?)))
-                    .collect::<SqlResult<_>>()?,
-                match else_result {
+                    .collect::<SqlResult<Vec<_>>>()?;
+                // `CASE x WHEN v`: x and each v compare under their collation.
+                if let Some(o) = operand.take() {
+                    let compared = std::iter::once(&o).chain(whens.iter().map(|(v, _)| v));
+                    if comparison_collation(self.tables, compared).is_case_insensitive() {
+                        whens = whens.into_iter().map(|(v, r)| (folded(v), r)).collect();
+                        operand = Some(folded(o));
+                    } else {
+                        operand = Some(o);
+                    }
+                }
+                let other = match else_result {
                     Some(e) => Some(Box::new(self.bind(e)?)),
                     None => None,
-                },
-            ),
+                };
+                SExpr::Case(operand.map(Box::new), whens, other)
+            }
             Expr::Cast { expr, data_type, .. } => SExpr::Cast(Box::new(self.bind(expr)?), cast_target(data_type)?),
             Expr::Convert { expr, data_type: Some(data_type), .. } => {
                 SExpr::Cast(Box::new(self.bind(expr)?), cast_target(data_type)?)
@@ -660,6 +675,16 @@ impl<'a> Binder<'a> {
                 func
             }
         };
+        let mut args = args;
+        if comparison_collation(self.tables, &args).is_case_insensitive() {
+            match func {
+                // Answers about equality or order, not the text itself.
+                Func::Strcmp | Func::Field | Func::FindInSet => args = args.into_iter().map(folded).collect(),
+                // `'i'` as the match type: the collation's case rules.
+                Func::RegexpLike if args.len() == 2 => args.push(SExpr::Const(Value::Str("i".into()))),
+                _ => {}
+            }
+        }
         Ok(SExpr::Func(func, args))
     }
 

@@ -28,11 +28,13 @@ pub enum Collation {
 
 impl Collation {
     /// The collation a name given in SQL stands for: `binary` and every
-    /// `_bin` collation compare bytes, and every case-insensitive (`_ci`)
-    /// collation of utf8mb4, utf8mb3, latin1 or ascii is `GeneralCi` (their
-    /// differences lie beyond Latin, Greek and Cyrillic case and accents;
-    /// text is stored as utf8mb4 whatever the character set). Case-sensitive
-    /// language collations (`_cs`) are not offered.
+    /// `_bin` collation of a character set latsdb accepts compare bytes;
+    /// the general and Unicode case-insensitive ones of utf8mb4 and utf8mb3
+    /// (and latin1's and ascii's defaults) are `GeneralCi`, whose rules
+    /// they share for Latin, Greek and Cyrillic case and accents (text is
+    /// stored as utf8mb4 whatever the character set). Language collations
+    /// (swedish, turkish, ...) and accent- or case-sensitive ones are not
+    /// offered: their rules differ.
     pub fn named(name: &str) -> Option<Collation> {
         let name = name.to_ascii_lowercase();
         if name == "binary" {
@@ -42,12 +44,13 @@ impl Collation {
         if Collation::of_charset(charset).is_none() || charset == "binary" {
             return None;
         }
-        if rest == "bin" || rest.ends_with("_bin") {
-            Some(Collation::Bin)
-        } else if rest.ends_with("_ci") || rest == "ci" {
-            Some(Collation::GeneralCi)
-        } else {
-            None
+        let unicode = matches!(charset, "utf8mb4" | "utf8mb3" | "utf8");
+        match rest {
+            "bin" => Some(Collation::Bin),
+            "general_ci" => Some(Collation::GeneralCi),
+            "unicode_ci" | "unicode_520_ci" | "0900_ai_ci" | "uca1400_ai_ci" if unicode => Some(Collation::GeneralCi),
+            "swedish_ci" if charset == "latin1" => Some(Collation::GeneralCi),
+            _ => None,
         }
     }
 
@@ -121,6 +124,8 @@ mod tests {
         assert_eq!(Collation::named("latin1_swedish_ci"), Some(Collation::GeneralCi));
         assert_eq!(Collation::named("binary"), Some(Collation::Bin));
         assert_eq!(Collation::named("utf8mb4_0900_as_cs"), None);
+        assert_eq!(Collation::named("utf8mb4_turkish_ci"), None, "a language's own rules are not general_ci's");
+        assert_eq!(Collation::named("utf8mb4_klingon_ci"), None);
         assert_eq!(Collation::named("koi8r_general_ci"), None);
         assert_eq!(Collation::of_charset("UTF8MB4"), Some(Collation::GeneralCi));
     }

@@ -562,6 +562,10 @@ class Gen:
             lambda: f"t4.note = {self.ci_word(CI_NAMES)}",
             lambda: f"t4.note = t4.name",
             lambda: f"t4.name IS {self.pick(['', 'NOT '])}NULL",
+            lambda: f"STRCMP(t4.name, {self.ci_word(CI_NAMES)}) {self.pick(['=', '<', '>'])} 0",
+            lambda: f"FIELD(t4.name, {self.ci_word(CI_NAMES)}, {self.ci_word(CI_NAMES)}) > 0",
+            lambda: f"t4.code REGEXP '{self.pick(['^a', 'E$', '^[b-d]', 'an'])}'",
+            lambda: f"CASE t4.name WHEN {self.ci_word(CI_NAMES)} THEN 1 WHEN {self.ci_word(CI_NAMES)} THEN 2 ELSE 0 END > 0",
             lambda: f"t4.n {self.pick(['<', '>', '='])} {self.r.randint(0, 9)}",
         ]
         if depth < 1:
