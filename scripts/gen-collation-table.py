@@ -40,6 +40,7 @@ lines = [
     "//! the Basic Multilingual Plane whose weight is another character, as",
     "//! (character, weight) sorted by character. Do not edit by hand.",
     "",
+    "#[rustfmt::skip]",
     f"pub(crate) const GENERAL_CI: [(u16, u16); {len(pairs)}] = [",
 ]
 for i in range(0, len(pairs), 6):
