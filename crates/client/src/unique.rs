@@ -172,7 +172,12 @@ pub struct UniqueProbe {
     /// An exclusive read of the entry: found and naming another primary key
     /// (`holds_other_row`) means a duplicate.
     pub read: Op,
-    key: Vec<Value>,
+    /// The entry's encoded key: equal for two probes of values the index
+    /// treats as one (case-insensitive text).
+    pub entry: Vec<u8>,
+    /// The probed row's table and encoded primary key.
+    table: Arc<Table>,
+    key: Vec<u8>,
 }
 
 impl UniqueProbe {
@@ -185,7 +190,15 @@ impl UniqueProbe {
     /// The primary key of the other row that holds the values, if one does.
     pub fn other_row(&self, found: &Outcome) -> Option<Vec<Value>> {
         match found {
-            Outcome::Row(entry) => Some(entry.values().split_off(self.values.len())).filter(|k| *k != self.key),
+            Outcome::Row(entry) => {
+                let holder = entry.values().split_off(self.values.len());
+                // Compared encoded: 'Alice' and 'ALICE' are one key of a
+                // case-insensitive column.
+                match self.table.encode_key(&holder) {
+                    Ok(k) if k == self.key => None,
+                    _ => Some(holder),
+                }
+            }
             _ => None,
         }
     }
@@ -202,11 +215,14 @@ impl Client {
             let hidden = hidden_table(self, table, index).await?;
             for (i, row) in rows.iter().enumerate() {
                 let Some(values) = indexed(index, row) else { continue };
+                let key: Vec<Value> = def.primary_key.iter().map(|&c| row[c as usize].clone()).collect();
                 probes.push(UniqueProbe {
                     row: i,
                     index: index.name.clone(),
                     read: Op::read_locked(&hidden, &values, LockMode::Exclusive)?,
-                    key: def.primary_key.iter().map(|&c| row[c as usize].clone()).collect(),
+                    entry: hidden.encode_key(&values)?,
+                    table: table.clone(),
+                    key: table.encode_key(&key)?,
                     values,
                 });
             }

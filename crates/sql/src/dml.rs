@@ -495,9 +495,22 @@ fn to_data_node(e: &SExpr, table: &Table, target: ColumnId, env: &Env) -> SqlRes
     })
 }
 
-/// The primary-key values of a whole row (column id = position).
+/// The primary-key values of a whole row (column id = position), as the
+/// key compares them: text of a case-insensitive column as its weight, so
+/// two rows of one statement that share a key compare equal here.
 fn key_of(def: &latsdb_types::schema::TableDef, row: &[Value]) -> Vec<Value> {
-    def.primary_key.iter().map(|&c| row[c as usize].clone()).collect()
+    weighed_key(def, def.primary_key.iter().map(|&c| row[c as usize].clone()).collect())
+}
+
+/// A primary key (values in key order) with case-insensitive text as its
+/// weight; it finds the same row.
+fn weighed_key(def: &latsdb_types::schema::TableDef, mut key: Vec<Value>) -> Vec<Value> {
+    for (v, &c) in key.iter_mut().zip(&def.primary_key) {
+        if let Some(column) = def.columns.get(c as usize) {
+            *v = crate::exec::weight(v, column.collation).into_owned();
+        }
+    }
+    key
 }
 
 /// The data node's duplicate-key error names no key; MySQL's does. Nothing
@@ -539,18 +552,30 @@ fn duplicate_entry(table: &Table, key: &[Value]) -> SqlError {
 }
 
 /// For each row, the primary key of another row that holds its values in a
-/// unique index (the first such index), read under exclusive locks.
+/// unique index (the first such index), read under exclusive locks: a
+/// stored row, or an earlier row of the statement taking the same values
+/// (MySQL writes the rows one by one). `statement_first`: the earlier row
+/// wins over a stored one (REPLACE, whose earlier row has deleted the
+/// stored one by then); else the stored one does (IGNORE and ON DUPLICATE
+/// KEY UPDATE, whose earlier row met it first).
 async fn unique_holders(
     table: &Arc<Table>,
     rows: &[Vec<Value>],
+    statement_first: bool,
     ctx: &mut Ctx<'_>,
 ) -> SqlResult<Vec<Option<Vec<Value>>>> {
     let mut holders = vec![None; rows.len()];
     let (probes, found) = read_unique_entries(table, rows, ctx).await?;
-    for (p, f) in probes.iter().zip(&found) {
-        if holders[p.row].is_none() {
-            holders[p.row] = p.other_row(f);
+    for (i, (p, f)) in probes.iter().zip(&found).enumerate() {
+        if holders[p.row].is_some() {
+            continue;
         }
+        let earlier = probes[..i]
+            .iter()
+            .find(|q| q.index == p.index && q.entry == p.entry && q.row < p.row)
+            .map(|q| key_of(table.def(), &rows[q.row]));
+        let stored = p.other_row(f).map(|k| weighed_key(table.def(), k));
+        holders[p.row] = if statement_first { earlier.or(stored) } else { stored.or(earlier) };
     }
     Ok(holders)
 }
@@ -572,7 +597,7 @@ async fn read_unique_entries(
 async fn check_unique(table: &Arc<Table>, rows: &[Vec<Value>], ctx: &mut Ctx<'_>) -> SqlResult<()> {
     let (probes, found) = read_unique_entries(table, rows, ctx).await?;
     for (i, p) in probes.iter().enumerate() {
-        if probes[..i].iter().any(|q| q.index == p.index && q.values == p.values) {
+        if probes[..i].iter().any(|q| q.index == p.index && q.entry == p.entry) {
             return Err(duplicate_unique(table, p));
         }
     }
@@ -718,12 +743,20 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         OnConflict::Replace => {
             // As MySQL's REPLACE: other rows holding a new row's values in
             // a unique index are deleted first.
-            let holders = unique_holders(table, &rows, ctx).await?;
+            let holders = unique_holders(table, &rows, true, ctx).await?;
             let keys: Vec<Vec<Value>> = rows.iter().map(|r| key_of(def, r)).collect();
             let mut gone: Vec<Vec<Value>> = Vec::new();
-            for k in holders.into_iter().flatten() {
-                if !gone.contains(&k) && !keys.contains(&k) {
-                    gone.push(k);
+            // Earlier rows of the statement that a later one replaces
+            // through a unique index: never written (their key is deleted
+            // unless another row of the statement takes it).
+            let mut dropped: Vec<usize> = Vec::new();
+            for (i, k) in holders.iter().enumerate() {
+                let Some(k) = k else { continue };
+                match keys[..i].iter().rposition(|e| e == k) {
+                    Some(j) if *k != keys[i] => dropped.push(j),
+                    Some(_) => {}
+                    None if !gone.contains(k) && !keys.contains(k) => gone.push(k.clone()),
+                    None => {}
                 }
             }
             for k in &gone {
@@ -754,7 +787,25 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                     _ => 1,
                 };
             }
-            let ops = rows.into_iter().map(|r| Op::upsert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
+            // Each dropped row was deleted again by the row after it.
+            count += dropped.len() as u64;
+            // A dropped row took the place of the earlier rows with its key;
+            // its key ends deleted unless a later row takes it again.
+            let mut unwritten = vec![false; rows.len()];
+            let mut ops = Vec::with_capacity(rows.len());
+            for &j in &dropped {
+                for (m, k) in keys[..=j].iter().enumerate() {
+                    unwritten[m] |= *k == keys[j];
+                }
+                if !keys[j + 1..].contains(&keys[j]) {
+                    ops.push(Op::delete(table, &keys[j])?);
+                }
+            }
+            for (r, skip) in rows.into_iter().zip(unwritten) {
+                if !skip {
+                    ops.push(Op::upsert(table, r)?);
+                }
+            }
             ctx.run_ops(ops).await?;
             count
         }
@@ -768,7 +819,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             let mut existing = ctx.run_ops(reads).await?;
             // A row whose key is free may still collide in a unique index:
             // then the row holding the values is the one that conflicts.
-            let holders = unique_holders(table, &rows, ctx).await?;
+            let holders = unique_holders(table, &rows, false, ctx).await?;
             let mut conflicting = keys.clone();
             let mut holder_reads = Vec::new();
             for (i, holder) in holders.into_iter().enumerate() {
@@ -946,7 +997,13 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
             moves.push((key, new_key, new_row));
             continue;
         }
-        ops.push(Op::update_expr(table, &key, set)?);
+        if def.primary_key.iter().any(|&c| row[c as usize] != new_row[c as usize]) {
+            // A case-insensitive key written another way ('alice' ->
+            // 'Alice'): the same key, so the row is rewritten in place.
+            ops.push(Op::upsert(table, new_row.clone())?);
+        } else {
+            ops.push(Op::update_expr(table, &key, set)?);
+        }
         if checks_unique {
             updated.push(new_row);
         }
