@@ -626,6 +626,11 @@ pub(crate) fn group_key(values: &[Value], out: &mut String) {
                     other => out.push_str(&to_text(&other)),
                 }
             }
+            // Text PAD SPACEs in both collations: 'a' and 'a ' group together.
+            Value::Str(s) => {
+                out.push_str("\u{0}s");
+                out.push_str(s.trim_end_matches(' '));
+            }
             other => {
                 out.push_str("\u{0}s");
                 out.push_str(&to_text(other));
@@ -1022,6 +1027,23 @@ mod tests {
         // (1,1), (2,1), (12,1) and (1,21): (1,NULL) is not counted, and
         // (12,1) is not (1,21).
         assert_eq!(out[0][2], Value::Int(4));
+    }
+
+    #[test]
+    fn text_groups_pad_space_and_case_insensitive_text_groups_by_weight() {
+        let key = |v: &Value| {
+            let mut k = String::new();
+            group_key(std::slice::from_ref(v), &mut k);
+            k
+        };
+        let text = |s: &str| Value::Str(s.into());
+        assert_eq!(key(&text("a")), key(&text("a  ")), "trailing spaces do not count");
+        assert_ne!(key(&text("a")), key(&text("A")), "utf8mb4_bin tells case apart");
+        assert_ne!(key(&Value::Bytes(b"a".to_vec())), key(&Value::Bytes(b"a ".to_vec())), "binary strings do not pad");
+        let ci = |s: &str| key(&weight(&text(s), Collation::GeneralCi));
+        assert_eq!(ci("crème"), ci("CREME "));
+        let ordered = collated_compare(&text("apple"), &text("Banana"), Collation::GeneralCi);
+        assert_eq!(ordered, Some(Ordering::Less), "MIN/MAX of _ci text compare weights");
     }
 
     #[test]
