@@ -1043,7 +1043,7 @@ fn cast_target(t: &DataType) -> SqlResult<CastTo> {
 pub fn collation_of(tables: &[ScopeTable], e: &SExpr) -> Option<(Collation, bool)> {
     match e {
         SExpr::Func(Func::Collate(c), _) => Some((*c, true)),
-        SExpr::Func(Func::Fold, _) => Some((Collation::GeneralCi, false)),
+        SExpr::Func(Func::Fold | Func::Weight, _) => Some((Collation::GeneralCi, false)),
         SExpr::TableCol(t, c) => {
             tables.get(*t)?.columns.get(*c as usize).filter(|d| d.ty.is_string()).map(|d| (d.collation, false))
         }
@@ -1112,7 +1112,11 @@ pub fn compare(tables: &[ScopeTable], op: Cmp, a: SExpr, b: SExpr) -> SExpr {
 /// and 'a ' sort and group together.
 pub fn sort_key(tables: &[ScopeTable], e: SExpr) -> SExpr {
     if comparison_collation(tables, [&e]).is_case_insensitive() {
-        SExpr::Func(Func::RTrim, vec![folded(e)])
+        let inner = match folded(e) {
+            SExpr::Func(Func::Fold, args) => args.into_iter().next().unwrap_or(SExpr::Const(Value::Null)),
+            other => other,
+        };
+        SExpr::Func(Func::Weight, vec![inner])
     } else {
         e
     }

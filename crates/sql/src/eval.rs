@@ -177,6 +177,9 @@ pub enum Func {
     /// ORDER BY and GROUP BY keys), so comparing the results as bytes
     /// compares case- and accent-insensitively.
     Fold,
+    /// Fold's result without trailing spaces (PAD SPACE): the ORDER BY and
+    /// GROUP BY key of case-insensitive text; other values pass unchanged.
+    Weight,
     /// `x COLLATE name`: the value unchanged, with the collation the binder
     /// gives comparisons of it.
     Collate(latsdb_types::Collation),
@@ -1146,6 +1149,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             },
             other => other,
         },
+        Func::Weight => crate::exec::weight(&arg(&a, 0), latsdb_types::Collation::GeneralCi).into_owned(),
         Func::Collate(_) => arg(&a, 0),
         Func::Upper => Value::Str(to_text(&arg(&a, 0)).to_uppercase()),
         Func::Lower => Value::Str(to_text(&arg(&a, 0)).to_lowercase()),

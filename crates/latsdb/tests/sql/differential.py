@@ -599,7 +599,8 @@ class Gen:
                     f"{where}"), False
         sql = f"SELECT t4.id, t4.code, t4.name, t4.n, t4.note FROM t4{where}"
         if self.chance(0.5):
-            key = self.pick(["t4.code", "t4.name", "t4.note", "UPPER(t4.name)"])
+            # (A number computed from text keeps sorting as a number.)
+            key = self.pick(["t4.code", "t4.name", "t4.note", "UPPER(t4.name)", "CHAR_LENGTH(CONCAT(t4.name, t4.code))"])
             sql += f" ORDER BY {key}{self.pick(['', ' DESC'])}, t4.id LIMIT {self.r.randint(1, 10)}"
             return sql, True
         return sql, False
