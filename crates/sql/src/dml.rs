@@ -506,8 +506,11 @@ fn key_of(def: &latsdb_types::schema::TableDef, row: &[Value]) -> Vec<Value> {
 /// weight; it finds the same row.
 fn weighed_key(def: &latsdb_types::schema::TableDef, mut key: Vec<Value>) -> Vec<Value> {
     for (v, &c) in key.iter_mut().zip(&def.primary_key) {
-        if let Some(column) = def.columns.get(c as usize) {
-            *v = crate::exec::weight(v, column.collation).into_owned();
+        match def.columns.get(c as usize) {
+            Some(column) if column.collation.is_case_insensitive() => {
+                *v = crate::exec::weight(v, column.collation).into_owned()
+            }
+            _ => {}
         }
     }
     key
