@@ -297,10 +297,7 @@ impl<'a> Binder<'a> {
                 SExpr::In(Box::new(e), items.collect(), *negated)
             }
             Expr::Between { expr, negated, low, high } => {
-                let (mut e, mut low, mut high) = (self.bind(expr)?, self.bind(low)?, self.bind(high)?);
-                if comparison_collation(self.tables, [&e, &low, &high]).is_case_insensitive() {
-                    (e, low, high) = (folded(e), folded(low), folded(high));
-                }
+                let [e, low, high] = collated_pair(self.tables, [self.bind(expr)?, self.bind(low)?, self.bind(high)?]);
                 SExpr::Between(Box::new(e), Box::new(low), Box::new(high), *negated)
             }
             Expr::Like { negated, expr, pattern, escape_char, .. } => {
@@ -308,17 +305,12 @@ impl<'a> Binder<'a> {
                 if let Some(escape) = escape_char {
                     pattern = with_backslash_escapes(pattern, self.bind(escape)?)?;
                 }
-                let mut e = self.bind(expr)?;
-                if comparison_collation(self.tables, [&e, &pattern]).is_case_insensitive() {
-                    (e, pattern) = (folded(e), folded(pattern));
-                }
+                let [e, pattern] = collated_pair(self.tables, [self.bind(expr)?, pattern]);
                 SExpr::Like(Box::new(e), Box::new(pattern), *negated)
             }
             Expr::RLike { negated, expr, pattern, .. } => {
-                let mut args = vec![self.bind(expr)?, self.bind(pattern)?];
-                if comparison_collation(self.tables, &args).is_case_insensitive() {
-                    args.push(SExpr::Const(Value::Str("i".into())));
-                }
+                let args = vec![self.bind(expr)?, self.bind(pattern)?];
+                let args = self.regexp_case(args);
                 let matches = SExpr::Func(Func::RegexpLike, args);
                 if *negated {
                     SExpr::Not(Box::new(matches))
@@ -675,17 +667,22 @@ impl<'a> Binder<'a> {
                 func
             }
         };
-        let mut args = args;
-        if comparison_collation(self.tables, &args).is_case_insensitive() {
-            match func {
-                // Answers about equality or order, not the text itself.
-                Func::Strcmp | Func::Field | Func::FindInSet => args = args.into_iter().map(folded).collect(),
-                // `'i'` as the match type: the collation's case rules.
-                Func::RegexpLike if args.len() == 2 => args.push(SExpr::Const(Value::Str("i".into()))),
-                _ => {}
-            }
-        }
+        let args = match func {
+            // Answers about equality or order, not the text itself.
+            Func::Strcmp | Func::Field | Func::FindInSet => collated(self.tables, args),
+            Func::RegexpLike => self.regexp_case(args),
+            _ => args,
+        };
         Ok(SExpr::Func(func, args))
+    }
+
+    /// REGEXP_LIKE's arguments with the match type 'i' when the text is
+    /// case-insensitive and no match type is given.
+    fn regexp_case(&self, mut args: Vec<SExpr>) -> Vec<SExpr> {
+        if args.len() == 2 && comparison_collation(self.tables, &args).is_case_insensitive() {
+            args.push(SExpr::Const(Value::Str("i".into())));
+        }
+        args
     }
 
     /// GROUP_CONCAT's SEPARATOR and ORDER BY; other aggregates take no
@@ -1074,24 +1071,28 @@ pub fn comparison_collation<'e>(tables: &[ScopeTable], items: impl IntoIterator<
     derived(tables, items).map_or(Collation::Bin, |(c, _)| c)
 }
 
+/// `x COLLATE name` as the value it names (the clause has done its work
+/// once the collation is derived).
+fn without_collate(e: SExpr) -> SExpr {
+    match e {
+        SExpr::Func(Func::Collate(_), args) if args.len() == 1 => {
+            args.into_iter().next().unwrap_or(SExpr::Const(Value::Null))
+        }
+        other => other,
+    }
+}
+
 /// `e` as a case-insensitive comparison sees it: its weight.
 pub fn folded(e: SExpr) -> SExpr {
-    let e = match e {
-        SExpr::Func(Func::Collate(_), args) if args.len() == 1 => match args.into_iter().next() {
-            Some(inner) => inner,
-            None => SExpr::Const(Value::Null),
-        },
-        other => other,
-    };
-    match e {
+    match without_collate(e) {
         SExpr::Const(Value::Str(s)) => SExpr::Const(Value::Str(Collation::GeneralCi.fold(&s).into_owned())),
         e @ SExpr::Func(Func::Fold, _) => e,
         e => SExpr::Func(Func::Fold, vec![e]),
     }
 }
 
-/// Operands compared with one another (IN, BETWEEN, LIKE), folded when
-/// their collation is case-insensitive.
+/// Operands compared with one another (IN, BETWEEN, LIKE, STRCMP, ...),
+/// folded when their collation is case-insensitive.
 pub fn collated(tables: &[ScopeTable], items: Vec<SExpr>) -> Vec<SExpr> {
     if comparison_collation(tables, &items).is_case_insensitive() {
         items.into_iter().map(folded).collect()
@@ -1102,21 +1103,25 @@ pub fn collated(tables: &[ScopeTable], items: Vec<SExpr>) -> Vec<SExpr> {
 
 /// `a op b` under the operands' collation.
 pub fn compare(tables: &[ScopeTable], op: Cmp, a: SExpr, b: SExpr) -> SExpr {
-    let (a, b) =
-        if comparison_collation(tables, [&a, &b]).is_case_insensitive() { (folded(a), folded(b)) } else { (a, b) };
+    let [a, b] = collated_pair(tables, [a, b]);
     SExpr::Cmp(op, Box::new(a), Box::new(b))
 }
 
-/// A sort or grouping key under its collation: folded when
-/// case-insensitive, and without trailing spaces (PAD SPACE), so 'a', 'A'
-/// and 'a ' sort and group together.
+/// `collated` for a fixed number of operands.
+fn collated_pair<const N: usize>(tables: &[ScopeTable], items: [SExpr; N]) -> [SExpr; N] {
+    if comparison_collation(tables, &items).is_case_insensitive() {
+        items.map(folded)
+    } else {
+        items
+    }
+}
+
+/// A sort or grouping key under its collation: its weight when
+/// case-insensitive (folded, without trailing spaces, numbers unchanged),
+/// so 'a', 'A' and 'a ' sort and group together.
 pub fn sort_key(tables: &[ScopeTable], e: SExpr) -> SExpr {
     if comparison_collation(tables, [&e]).is_case_insensitive() {
-        let inner = match folded(e) {
-            SExpr::Func(Func::Fold, args) => args.into_iter().next().unwrap_or(SExpr::Const(Value::Null)),
-            other => other,
-        };
-        SExpr::Func(Func::Weight, vec![inner])
+        SExpr::Func(Func::Weight, vec![without_collate(e)])
     } else {
         e
     }

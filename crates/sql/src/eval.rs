@@ -1142,13 +1142,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             v => to_text(v).len(),
         } as i64),
         Func::CharLength => Value::Int(to_text(&arg(&a, 0)).chars().count() as i64),
-        Func::Fold => match arg(&a, 0) {
-            Value::Str(s) => match latsdb_types::Collation::GeneralCi.fold(&s) {
-                std::borrow::Cow::Borrowed(_) => Value::Str(s),
-                std::borrow::Cow::Owned(folded) => Value::Str(folded),
-            },
-            other => other,
-        },
+        Func::Fold => latsdb_types::Collation::GeneralCi.fold_value(arg(&a, 0)),
         Func::Weight => crate::exec::weight(&arg(&a, 0), latsdb_types::Collation::GeneralCi).into_owned(),
         Func::Collate(_) => arg(&a, 0),
         Func::Upper => Value::Str(to_text(&arg(&a, 0)).to_uppercase()),

@@ -643,9 +643,9 @@ pub(crate) fn group_key(values: &[Value], out: &mut String) {
 /// trailing spaces (PAD SPACE), for grouping keys.
 pub(crate) fn weight(v: &Value, collation: Collation) -> std::borrow::Cow<'_, Value> {
     match v {
-        Value::Str(s) if collation.is_case_insensitive() => match collation.fold(s) {
-            std::borrow::Cow::Borrowed(t) if !t.ends_with(' ') => std::borrow::Cow::Borrowed(v),
-            folded => std::borrow::Cow::Owned(Value::Str(folded.trim_end_matches(' ').to_string())),
+        Value::Str(s) if collation.is_case_insensitive() => match collation.weight(s) {
+            std::borrow::Cow::Borrowed(t) if t.len() == s.len() => std::borrow::Cow::Borrowed(v),
+            weight => std::borrow::Cow::Owned(Value::Str(weight.into_owned())),
         },
         _ => std::borrow::Cow::Borrowed(v),
     }

@@ -426,21 +426,12 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         conjuncts(on, &mut parts);
         let earlier = (1u64 << step.table) - 1;
         let mut key = Vec::new();
-        // The key column as a condition reads it: its weight when it is
-        // case-insensitive (the key holds weights).
-        let key_column = |pk: u16| {
-            let column = SExpr::TableCol(step.table, pk);
-            match table.def().columns.get(pk as usize) {
-                Some(c) if c.collation.is_case_insensitive() => SExpr::Func(Func::Fold, vec![column]),
-                _ => column,
-            }
-        };
         let mut taken = Vec::new();
         for &pk in &table.def().primary_key {
-            let column = key_column(pk);
+            let is_key = |e: &SExpr| reads_key_column(e, table.def(), step.table, pk);
             let found = parts.iter().position(|p| match p {
                 SExpr::Cmp(Cmp::Eq, a, b) => {
-                    (**a == column && tables_of(b) & !earlier == 0) || (**b == column && tables_of(a) & !earlier == 0)
+                    (is_key(a) && tables_of(b) & !earlier == 0) || (is_key(b) && tables_of(a) & !earlier == 0)
                 }
                 _ => false,
             });
@@ -448,7 +439,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 Some(i) => {
                     let condition = parts.remove(i);
                     let SExpr::Cmp(_, a, b) = &condition else { unreachable!("matched above") };
-                    key.push(if **a == column { (**b).clone() } else { (**a).clone() });
+                    key.push(if is_key(a) { (**b).clone() } else { (**a).clone() });
                     taken.push(condition);
                 }
                 None => break,
@@ -722,16 +713,16 @@ fn choose_access(src: &Source, parts: Vec<SExpr>, residual: &mut Vec<SExpr>) -> 
     (access, pushed)
 }
 
-/// Whether `e` reads column `col` of the first table as its keys and
+/// Whether `e` reads column `col` of the `table`-th table as its keys and
 /// indexes order it: the column itself, or the weight of a case-insensitive
 /// column (whose keys hold weights). A case-insensitive column compared as
 /// bytes (`COLLATE utf8mb4_bin`) cannot use them.
-fn reads_key_column(e: &SExpr, def: &TableDef, col: u16) -> bool {
+fn reads_key_column(e: &SExpr, def: &TableDef, table: usize, col: u16) -> bool {
     let ci = def.columns.get(col as usize).is_some_and(|c| c.collation.is_case_insensitive());
+    let is_column = |e: &SExpr| *e == SExpr::TableCol(table, col);
     match e {
-        SExpr::TableCol(0, c) => *c == col && !ci,
-        SExpr::Func(Func::Fold, args) if ci => matches!(args.as_slice(), [SExpr::TableCol(0, c)] if *c == col),
-        _ => false,
+        SExpr::Func(Func::Fold, args) if ci => matches!(args.as_slice(), [c] if is_column(c)),
+        e => !ci && is_column(e),
     }
 }
 
@@ -750,7 +741,7 @@ pub fn pushed_column(e: &SExpr) -> Option<(u16, bool)> {
 
 /// `col = v` or `col IN (v, ...)` with row-free values.
 fn eq_values(p: &SExpr, def: &TableDef, col: u16) -> Option<Vec<SExpr>> {
-    let is_col = |e: &SExpr| reads_key_column(e, def, col);
+    let is_col = |e: &SExpr| reads_key_column(e, def, 0, col);
     match p {
         SExpr::Cmp(Cmp::Eq, a, b) if is_col(a) && b.is_row_free() => Some(vec![(**b).clone()]),
         SExpr::Cmp(Cmp::Eq, a, b) if is_col(b) && a.is_row_free() => Some(vec![(**a).clone()]),
@@ -765,7 +756,7 @@ type Bound = Option<(SExpr, bool)>;
 
 /// Bounds on `col` from `BETWEEN` or a comparison with a row-free value.
 fn range_bounds(p: &SExpr, def: &TableDef, col: u16) -> Option<(Bound, Bound)> {
-    let is_col = |e: &SExpr| reads_key_column(e, def, col);
+    let is_col = |e: &SExpr| reads_key_column(e, def, 0, col);
     match p {
         SExpr::Between(e, lo, hi, false) if is_col(e) && lo.is_row_free() && hi.is_row_free() => {
             Some((Some(((**lo).clone(), true)), Some(((**hi).clone(), true))))

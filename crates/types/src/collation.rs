@@ -86,6 +86,32 @@ impl Collation {
     }
 }
 
+impl Collation {
+    /// A value as comparisons under this collation see it: text folded
+    /// (`fold`), other values unchanged.
+    pub fn fold_value(self, value: crate::Value) -> crate::Value {
+        match value {
+            crate::Value::Str(s) => match self.fold(&s) {
+                Cow::Borrowed(_) => crate::Value::Str(s),
+                Cow::Owned(folded) => crate::Value::Str(folded),
+            },
+            other => other,
+        }
+    }
+
+    /// The text every text comparing equal to `text` shares: folded and
+    /// without trailing spaces (PAD SPACE); a key's and a group's form.
+    pub fn weight(self, text: &str) -> Cow<'_, str> {
+        match self.fold(text) {
+            Cow::Borrowed(t) => Cow::Borrowed(t.trim_end_matches(' ')),
+            Cow::Owned(mut t) => {
+                t.truncate(t.trim_end_matches(' ').len());
+                Cow::Owned(t)
+            }
+        }
+    }
+}
+
 fn fold_general_ci(text: &str) -> Cow<'_, str> {
     let unchanged = |c: char| if c.is_ascii() { !c.is_ascii_lowercase() } else { weight(c) == c };
     match text.char_indices().find(|&(_, c)| !unchanged(c)) {
@@ -141,6 +167,8 @@ mod tests {
         assert_eq!(ci.fold("ÆØǼ"), "ÆØÆ");
         assert_eq!(ci.fold("a😀"), "A😀", "beyond the BMP a character weighs as itself");
         assert_eq!(Collation::Bin.fold("Alice"), "Alice");
+        assert_eq!(ci.weight("Crème  "), "CREME");
+        assert_eq!(Collation::Bin.weight("a  "), "a");
     }
 
     #[test]

@@ -212,13 +212,7 @@ impl Expr {
                 },
             },
             Expr::Arith(op, a, b) => arith(*op, &a.eval(layout, row), &b.eval(layout, row)),
-            Expr::Fold(e) => match e.eval(layout, row) {
-                Value::Str(s) => match Collation::GeneralCi.fold(&s) {
-                    std::borrow::Cow::Borrowed(_) => Value::Str(s),
-                    std::borrow::Cow::Owned(folded) => Value::Str(folded),
-                },
-                other => other,
-            },
+            Expr::Fold(e) => Collation::GeneralCi.fold_value(e.eval(layout, row)),
         }
     }
 

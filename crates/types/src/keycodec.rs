@@ -70,9 +70,7 @@ pub fn encode_value(out: &mut Vec<u8>, ty: ColumnType, collation: Collation, val
             out.extend_from_slice(&((*t as u64) ^ (1 << 63)).to_be_bytes())
         }
         (ColumnType::Boolean, Value::Bool(b)) => out.push(*b as u8),
-        (_, Value::Str(s)) if collation.is_case_insensitive() => {
-            encode_bytes(out, collation.fold(s).trim_end_matches(' ').as_bytes())
-        }
+        (_, Value::Str(s)) if collation.is_case_insensitive() => encode_bytes(out, collation.weight(s).as_bytes()),
         (_, Value::Str(s)) => encode_bytes(out, s.as_bytes()),
         (_, Value::Bytes(b)) => encode_bytes(out, b),
         (ty, v) => panic!("encode_value: value {v:?} was not coerced to {ty:?}"),
