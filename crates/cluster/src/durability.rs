@@ -39,6 +39,9 @@ use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode};
 use std::collections::BTreeSet;
 
+/// Largest buffer a turn's REDO starts with (see `take_redo`).
+const REDO_BUFFER_HINT_MAX: usize = 256 * 1024;
+
 /// REDO bytes are handed to the host once this much is buffered (and at
 /// every tick and sync).
 const REDO_FLUSH_BYTES: usize = 256 << 10;
@@ -172,7 +175,11 @@ impl Durability {
     }
 
     pub(crate) fn take_redo(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.redo)
+        // The next turn likely logs about as much as this one: starting its
+        // buffer at that size saves growing (and copying) it eight times
+        // on the way to a 100-row batch's 15 KiB.
+        let next = Vec::with_capacity(self.redo.len().min(REDO_BUFFER_HINT_MAX));
+        std::mem::replace(&mut self.redo, next)
     }
 
     pub(crate) fn token(&mut self) -> u64 {

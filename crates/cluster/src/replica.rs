@@ -152,8 +152,8 @@ impl Shard {
                 .map(|(key, _)| key.clone())
                 .collect();
             for key in keys {
-                if let Some(staged) = rtx.staged.remove(&key) {
-                    rtx.locks.remove(&key);
+                if let Some(staged) = rtx.staged.shift_remove(&key) {
+                    rtx.locks.shift_remove(&key);
                     held.locks.insert(key.clone());
                     held.staged.insert(key, staged);
                 }
