@@ -39,9 +39,6 @@ use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode};
 use std::collections::BTreeSet;
 
-/// Largest buffer a turn's REDO starts with (see `take_redo`).
-const REDO_BUFFER_HINT_MAX: usize = 256 * 1024;
-
 /// REDO bytes are handed to the host once this much is buffered (and at
 /// every tick and sync).
 const REDO_FLUSH_BYTES: usize = 256 << 10;
@@ -175,10 +172,11 @@ impl Durability {
     }
 
     pub(crate) fn take_redo(&mut self) -> Vec<u8> {
-        // The next turn likely logs about as much as this one: starting its
-        // buffer at that size saves growing (and copying) it eight times
-        // on the way to a 100-row batch's 15 KiB.
-        let next = Vec::with_capacity(self.redo.len().min(REDO_BUFFER_HINT_MAX));
+        // The next buffer likely fills as far as this one did: starting it
+        // at that size (and a record or two more, for the one that crosses
+        // the flush size) saves growing and copying it a dozen times.
+        let expected = self.redo.len().min(REDO_FLUSH_BYTES);
+        let next = Vec::with_capacity(expected + expected / 8);
         std::mem::replace(&mut self.redo, next)
     }
 

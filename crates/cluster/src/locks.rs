@@ -27,7 +27,9 @@ struct Waiter<P> {
 struct RowLock<P> {
     /// Exclusive, or shared by every holder.
     mode: LockMode,
-    holders: Vec<TxId>,
+    /// Inline: nearly every lock has one holder, and a write takes one on
+    /// every replica.
+    holders: smallvec::SmallVec<[TxId; 1]>,
     queue: VecDeque<Waiter<P>>,
 }
 
@@ -74,7 +76,7 @@ impl<P> LockTable<P> {
     ) -> (Acquire, Option<P>) {
         debug_assert!(mode != LockMode::Committed, "committed reads take no lock");
         let Some(lock) = self.rows.get_mut(key) else {
-            self.rows.insert(key.clone(), RowLock { mode, holders: vec![owner], queue: VecDeque::new() });
+            self.rows.insert(key.clone(), RowLock { mode, holders: smallvec::smallvec![owner], queue: VecDeque::new() });
             return (Acquire::Granted, Some(payload));
         };
         // A later request of an owner that already waits here queues behind
@@ -116,6 +118,13 @@ impl<P> LockTable<P> {
             return Vec::new();
         };
         lock.holders.retain(|h| *h != owner);
+        if lock.queue.is_empty() {
+            // Nobody waits (the common case): no second lookup to grant.
+            if lock.holders.is_empty() {
+                self.rows.remove(key);
+            }
+            return Vec::new();
+        }
         self.grant_waiters(key)
     }
 
