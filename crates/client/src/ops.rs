@@ -292,10 +292,15 @@ impl Client {
         }
         // A write to a table with unique indexes writes its hidden tables
         // too: it runs as a transaction of its own, all of them at once.
-        let mut own = tokio::task::JoinSet::new();
+        // (A JoinSet allocates: made only when there is such a write.)
+        let mut own = (!guarded.is_empty()).then(tokio::task::JoinSet::new);
         for (i, op) in guarded {
             let client = self.clone();
-            own.spawn(async move { (i, client.transaction().execute_commit(vec![op]).await.map(|mut o| o.remove(0))) });
+            if let Some(own) = own.as_mut() {
+                own.spawn(
+                    async move { (i, client.transaction().execute_commit(vec![op]).await.map(|mut o| o.remove(0))) },
+                );
+            }
         }
         // All committed reads of this call go to the same replica position,
         // so a batch reaches one node per node group; calls rotate over them.
@@ -303,6 +308,8 @@ impl Client {
         for attempt in 0..=STALE_LAYOUT_RETRIES {
             let router = self.router();
             let mut groups: Vec<ShardGroup> = Vec::new();
+            // Sized for the common case of one shard taking the whole batch.
+            let routed = todo.len();
             for (i, op) in todo.drain(..) {
                 let route = if matches!(op.op.kind, OpKind::Read { lock: LockMode::Committed }) {
                     router.read_replica_of(op.op.partition, prefer).ok_or_else(|| {
@@ -321,9 +328,9 @@ impl Client {
                             None => {
                                 groups.push(ShardGroup {
                                     shard,
-                                    slots: Vec::new(),
-                                    ops: Vec::new(),
-                                    layouts: Vec::new(),
+                                    slots: Vec::with_capacity(routed),
+                                    ops: Vec::with_capacity(routed),
+                                    layouts: Vec::with_capacity(routed),
                                 });
                                 groups.last_mut().expect("just pushed")
                             }
@@ -423,7 +430,10 @@ impl Client {
                 break;
             }
         }
-        while let Some(done) = own.join_next().await {
+        while let Some(done) = match own.as_mut() {
+            Some(own) => own.join_next().await,
+            None => None,
+        } {
             match done {
                 Ok((i, r)) => results[i] = Some(r),
                 // A panic in the task is a bug; its operation gets no result.

@@ -814,11 +814,7 @@ impl Shard {
     }
 
     /// Makes staged row images the committed rows, logged in `epoch`.
-    pub(crate) fn ldm_apply_staged(
-        &mut self,
-        staged: KeyMap<Staged>,
-        epoch: latsdb_types::proto::CommitEpoch,
-    ) {
+    pub(crate) fn ldm_apply_staged(&mut self, staged: KeyMap<Staged>, epoch: latsdb_types::proto::CommitEpoch) {
         // A batch's rows are scattered over the index: load their slots,
         // then their rows, before writing any, so the cache misses overlap
         // instead of coming one after another.
@@ -916,7 +912,7 @@ impl Shard {
                 "the table changed while the operation waited; retry",
             ));
         }
-        let meta = table.meta.clone();
+        let meta = &table.meta;
         let partition = table
             .partitions
             .get_mut(op.partition as usize)

@@ -76,7 +76,8 @@ impl<P> LockTable<P> {
     ) -> (Acquire, Option<P>) {
         debug_assert!(mode != LockMode::Committed, "committed reads take no lock");
         let Some(lock) = self.rows.get_mut(key) else {
-            self.rows.insert(key.clone(), RowLock { mode, holders: smallvec::smallvec![owner], queue: VecDeque::new() });
+            self.rows
+                .insert(key.clone(), RowLock { mode, holders: smallvec::smallvec![owner], queue: VecDeque::new() });
             return (Acquire::Granted, Some(payload));
         };
         // A later request of an owner that already waits here queues behind
