@@ -989,8 +989,8 @@ impl Shard {
                 self.dur.log_write(epoch, op.table, op.partition, &op.key, new_image.as_deref());
                 let before = partition.memory();
                 match new_image {
-                    Some(row) => partition.put(&meta, &op.key, &row),
-                    None => partition.remove(&meta, &op.key),
+                    Some(row) => partition.put(meta, &op.key, &row),
+                    None => partition.remove(meta, &op.key),
                 };
                 self.data_memory_used = self.data_memory_used + partition.memory() - before;
             }
