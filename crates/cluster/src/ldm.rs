@@ -456,8 +456,8 @@ impl Shard {
         if result != OpResult::Done || !prepared.op.kind.is_write() {
             return Some(result);
         }
-        let backups: Vec<ShardAddr> = match self.tables.get(&prepared.op.table) {
-            Some(t) => t.backups(prepared.op.partition).to_vec(),
+        let backups: smallvec::SmallVec<[ShardAddr; 3]> = match self.tables.get(&prepared.op.table) {
+            Some(t) => t.backups(prepared.op.partition).into(),
             None => return Some(result),
         };
         if backups.is_empty() {
@@ -468,13 +468,17 @@ impl Shard {
         let image = ltx.staged.get(&key).and_then(|s| s.image.as_ref().map(|i| i.to_vec()));
         ltx.replicating.insert(idx, Replicating { waiting: Backups::new(&backups), result });
         ltx.backups.extend(backups.iter().copied());
-        for backup in backups {
+        let last = backups.len() - 1;
+        let mut image = image;
+        for (i, backup) in backups.into_iter().enumerate() {
+            // The last backup (with two replicas, the only one) takes the copy.
+            let image = if i == last { image.take() } else { image.clone() };
             let write = ReplicaWrite {
                 idx,
                 table: prepared.op.table,
                 partition: prepared.op.partition,
                 key: prepared.op.key.clone(),
-                image: image.clone(),
+                image,
             };
             let msg = PeerMsg::ReplicaPrepare { tx, writes: vec![write] };
             self.send_peer(backup, msg, out);
