@@ -673,6 +673,14 @@ impl<'a> Binder<'a> {
             Func::RegexpLike => self.regexp_case(args),
             _ => args,
         };
+        // These return one of their arguments as written, so the collation
+        // travels with the function instead of folding the arguments.
+        let func = match func {
+            Func::NullIf(_) => Func::NullIf(comparison_collation(self.tables, &args)),
+            Func::Greatest(_) => Func::Greatest(comparison_collation(self.tables, &args)),
+            Func::Least(_) => Func::Least(comparison_collation(self.tables, &args)),
+            f => f,
+        };
         Ok(SExpr::Func(func, args))
     }
 
@@ -867,7 +875,7 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["REGEXP_REPLACE"], Func::RegexpReplace, 3, 6),
     (&["IFNULL"], Func::IfNull, 2, 2),
     (&["COALESCE"], Func::Coalesce, 1, 255),
-    (&["NULLIF"], Func::NullIf, 2, 2),
+    (&["NULLIF"], Func::NullIf(Collation::Bin), 2, 2),
     (&["IF"], Func::If, 3, 3),
     (&["CONCAT"], Func::Concat, 1, 255),
     (&["CONCAT_WS"], Func::ConcatWs, 2, 255),
@@ -943,8 +951,8 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["QUOTE"], Func::Quote, 1, 1),
     (&["PI"], Func::Pi, 0, 0),
     (&["RAND"], Func::Rand, 0, 0),
-    (&["GREATEST"], Func::Greatest, 2, 255),
-    (&["LEAST"], Func::Least, 2, 255),
+    (&["GREATEST"], Func::Greatest(Collation::Bin), 2, 255),
+    (&["LEAST"], Func::Least(Collation::Bin), 2, 255),
 ];
 
 pub fn literal(v: &ast::Value) -> SqlResult<SExpr> {

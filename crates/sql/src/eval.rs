@@ -83,7 +83,9 @@ pub enum SessionValue {
 pub enum Func {
     IfNull,
     Coalesce,
-    NullIf,
+    /// NULLIF, GREATEST and LEAST compare under the collation the binder
+    /// derives for their arguments, and return one of them unchanged.
+    NullIf(latsdb_types::Collation),
     If,
     Concat,
     ConcatWs,
@@ -100,8 +102,8 @@ pub enum Func {
     Ceil,
     Floor,
     Round,
-    Greatest,
-    Least,
+    Greatest(latsdb_types::Collation),
+    Least(latsdb_types::Collation),
     Version,
     Left,
     Right,
@@ -614,6 +616,16 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
 /// nodes compare them in pushed-down filters, so a condition means the same
 /// wherever it runs. (Indexes order the bytes themselves: only text ending
 /// in characters below the space sorts differently there.)
+/// `compare`, with text compared by its weight under `collation`.
+pub fn compare_under(collation: latsdb_types::Collation, a: &Value, b: &Value) -> Option<Ordering> {
+    match (a, b) {
+        (Value::Str(x), Value::Str(y)) if collation.is_case_insensitive() => {
+            Some(collation.weight(x).cmp(&collation.weight(y)))
+        }
+        _ => compare(a, b),
+    }
+}
+
 fn collate_cmp(a: &str, b: &str) -> Ordering {
     value::pad_space_cmp(a.as_bytes(), b.as_bytes())
 }
@@ -846,9 +858,9 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             }
         }
         Func::Coalesce => a.into_iter().find(|v| !v.is_null()).unwrap_or(Value::Null),
-        Func::NullIf => {
+        Func::NullIf(collation) => {
             let (x, y) = (arg(&a, 0), arg(&a, 1));
-            if compare(&x, &y) == Some(Ordering::Equal) {
+            if compare_under(collation, &x, &y) == Some(Ordering::Equal) {
                 Value::Null
             } else {
                 x
@@ -1200,13 +1212,14 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             let digits = if a.len() > 1 { numeric(&arg(&a, 1)).as_i64().unwrap_or(0) } else { 0 };
             round_to(numeric(&arg(&a, 0)), digits, false)
         }
-        Func::Greatest | Func::Least => {
-            let mut best = a.pop().unwrap_or(Value::Null);
-            for v in a {
-                let o = compare(&v, &best);
-                if (f == Func::Greatest && o == Some(Ordering::Greater))
-                    || (f == Func::Least && o == Some(Ordering::Less))
-                {
+        Func::Greatest(collation) | Func::Least(collation) => {
+            // Of equal arguments ('b' and 'B' under a case-insensitive
+            // collation, 'a' and 'a ' under any) the first wins, as in MySQL.
+            let wanted = if matches!(f, Func::Greatest(_)) { Ordering::Greater } else { Ordering::Less };
+            let mut args = a.into_iter();
+            let mut best = args.next().unwrap_or(Value::Null);
+            for v in args {
+                if compare_under(collation, &v, &best) == Some(wanted) {
                     best = v;
                 }
             }
@@ -1598,6 +1611,21 @@ mod tests {
     fn text_compares_pad_space() {
         assert_eq!(eval(SExpr::Cmp(Cmp::Eq, c("a"), c("a  "))), Value::Int(1));
         assert_eq!(eval(SExpr::Cmp(Cmp::Lt, c("a\t"), c("a"))), Value::Int(1));
+    }
+
+    #[test]
+    fn nullif_greatest_and_least_compare_under_their_collation_and_return_the_first_of_equals() {
+        use latsdb_types::Collation::{Bin, GeneralCi};
+        let call =
+            |f: Func, args: &[&str]| eval(SExpr::Func(f, args.iter().map(|a| SExpr::Const((*a).into())).collect()));
+        assert_eq!(call(Func::NullIf(GeneralCi), &["Crème ", "CREME"]), Value::Null);
+        assert_eq!(call(Func::NullIf(Bin), &["a", "A"]), Value::Str("a".into()));
+        assert_eq!(call(Func::NullIf(Bin), &["a ", "a"]), Value::Null, "PAD SPACE");
+        assert_eq!(call(Func::Greatest(GeneralCi), &["b", "B", "a"]), Value::Str("b".into()));
+        assert_eq!(call(Func::Greatest(GeneralCi), &["B", "b"]), Value::Str("B".into()));
+        assert_eq!(call(Func::Greatest(Bin), &["B", "b"]), Value::Str("b".into()));
+        assert_eq!(call(Func::Least(GeneralCi), &["b", "A", "a"]), Value::Str("A".into()));
+        assert_eq!(call(Func::Least(Bin), &["a ", "a"]), Value::Str("a ".into()));
     }
 
     #[test]

@@ -597,6 +597,12 @@ class Gen:
             # A join on the case-insensitive primary key.
             return (f"SELECT t4.id, o.id FROM t4 JOIN t4 AS o ON o.code = {self.pick(['t4.name', 't4.note', 't4.code'])}"
                     f"{where}"), False
+        if k < 0.62:
+            # These return one argument as written: of equal ones, the first.
+            w = lambda: self.ci_word(self.pick([CI_NAMES, CI_WORDS]))
+            col = lambda: self.pick(["t4.name", "t4.code", "t4.note"])
+            return (f"SELECT t4.id, NULLIF({col()}, {w()}), GREATEST({col()}, {w()}), "
+                    f"LEAST({w()}, {col()}, {w()}) FROM t4{where}"), False
         sql = f"SELECT t4.id, t4.code, t4.name, t4.n, t4.note FROM t4{where}"
         if self.chance(0.5):
             # (A number computed from text keeps sorting as a number.)
