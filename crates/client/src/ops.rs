@@ -430,14 +430,13 @@ impl Client {
                 break;
             }
         }
-        while let Some(done) = match own.as_mut() {
-            Some(own) => own.join_next().await,
-            None => None,
-        } {
-            match done {
-                Ok((i, r)) => results[i] = Some(r),
-                // A panic in the task is a bug; its operation gets no result.
-                Err(e) => return Err(DbError::internal(format!("a write's transaction task failed: {e}"))),
+        if let Some(mut own) = own {
+            while let Some(done) = own.join_next().await {
+                match done {
+                    Ok((i, r)) => results[i] = Some(r),
+                    // A panic in the task is a bug; its operation gets no result.
+                    Err(e) => return Err(DbError::internal(format!("a write's transaction task failed: {e}"))),
+                }
             }
         }
         Ok(results

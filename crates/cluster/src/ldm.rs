@@ -465,11 +465,10 @@ impl Shard {
         }
         let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
         let ltx = self.ldm.txs.entry(tx).or_default();
-        let image = ltx.staged.get(&key).and_then(|s| s.image.as_ref().map(|i| i.to_vec()));
+        let mut image = ltx.staged.get(&key).and_then(|s| s.image.as_ref().map(|i| i.to_vec()));
         ltx.replicating.insert(idx, Replicating { waiting: Backups::new(&backups), result });
         ltx.backups.extend(backups.iter().copied());
         let last = backups.len() - 1;
-        let mut image = image;
         for (i, backup) in backups.into_iter().enumerate() {
             // The last backup (with two replicas, the only one) takes the copy.
             let image = if i == last { image.take() } else { image.clone() };

@@ -612,12 +612,8 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
     to_text(a).as_bytes().partial_cmp(to_text(b).as_bytes())
 }
 
-/// Strings compare as utf8mb4_bin (bytes, PAD SPACE), exactly as the data
-/// nodes compare them in pushed-down filters, so a condition means the same
-/// wherever it runs. (Indexes order the bytes themselves: only text ending
-/// in characters below the space sorts differently there.)
 /// `compare`, with text compared by its weight under `collation`.
-pub fn compare_under(collation: latsdb_types::Collation, a: &Value, b: &Value) -> Option<Ordering> {
+fn compare_under(collation: latsdb_types::Collation, a: &Value, b: &Value) -> Option<Ordering> {
     match (a, b) {
         (Value::Str(x), Value::Str(y)) if collation.is_case_insensitive() => {
             Some(collation.weight(x).cmp(&collation.weight(y)))
@@ -626,6 +622,10 @@ pub fn compare_under(collation: latsdb_types::Collation, a: &Value, b: &Value) -
     }
 }
 
+/// Strings compare as utf8mb4_bin (bytes, PAD SPACE), exactly as the data
+/// nodes compare them in pushed-down filters, so a condition means the same
+/// wherever it runs. (Indexes order the bytes themselves: only text ending
+/// in characters below the space sorts differently there.)
 fn collate_cmp(a: &str, b: &str) -> Ordering {
     value::pad_space_cmp(a.as_bytes(), b.as_bytes())
 }
