@@ -954,8 +954,7 @@ impl Shard {
                 let Some(row) = current else {
                     return Ok(OpResult::NotFound);
                 };
-                let values = meta.updated_values(row, set)?;
-                let updated = meta.layout.encode(&values);
+                let updated = meta.updated_row(row, set)?;
                 if updated.as_slice() == row {
                     return Ok(OpResult::Unchanged);
                 }
