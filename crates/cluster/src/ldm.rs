@@ -954,7 +954,8 @@ impl Shard {
                 let Some(row) = current else {
                     return Ok(OpResult::NotFound);
                 };
-                let updated = meta.updated_row(row, set)?;
+                let values = meta.updated_values(row, set)?;
+                let updated = meta.layout.encode(&values);
                 if updated.as_slice() == row {
                     return Ok(OpResult::Unchanged);
                 }

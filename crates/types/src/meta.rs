@@ -102,36 +102,16 @@ impl TableMeta {
     /// A stored row's values after an update's assignments, each computed
     /// from the row as it was (as the data node applies them).
     pub fn updated_values(&self, row: &[u8], set: &[(ColumnId, crate::expr::Expr)]) -> Result<Vec<Value>> {
-        let assigned = self.assigned(row, set)?;
-        let mut values = self.layout.decode(row);
-        for (column, v) in assigned {
-            values[column] = v;
-        }
-        Ok(values)
-    }
-
-    /// The encoded row after an update: `updated_values`, encoded.
-    pub fn updated_row(&self, row: &[u8], set: &[(ColumnId, crate::expr::Expr)]) -> Result<Vec<u8>> {
-        let assigned = self.assigned(row, set)?;
-        if let Some(updated) = self.layout.with_assigned(row, &assigned) {
-            return Ok(updated);
-        }
-        let mut values = self.layout.decode(row);
-        for (column, v) in assigned {
-            values[column] = v;
-        }
-        Ok(self.layout.encode(&values))
-    }
-
-    /// The values an update assigns, each computed from the row as it was
-    /// and coerced to its column.
-    fn assigned(&self, row: &[u8], set: &[(ColumnId, crate::expr::Expr)]) -> Result<Vec<(usize, Value)>> {
         let mut assigned = Vec::with_capacity(set.len());
         for (column, expr) in set {
             let v = expr.eval(&self.layout, row);
             assigned.push((*column as usize, coerce(v, &self.def.columns[*column as usize])?));
         }
-        Ok(assigned)
+        let mut values = self.layout.decode(row);
+        for (column, v) in assigned {
+            values[column] = v;
+        }
+        Ok(values)
     }
 
     pub fn validate_projection(&self, projection: &Option<Vec<ColumnId>>) -> Result<()> {

@@ -182,55 +182,6 @@ impl RowLayout {
         out
     }
 
-    /// `encode` of the row's values with the `assigned` (already coerced)
-    /// values in place of their columns', made by splicing them into a copy
-    /// of the row instead of decoding and encoding it (an update's hot
-    /// path). None when the row is not exactly one whole part of this
-    /// layout (a table that gained columns): decode and encode instead.
-    pub fn with_assigned(&self, row: &[u8], assigned: &[(usize, Value)]) -> Option<Vec<u8>> {
-        let [part] = self.parts.as_slice() else { return None };
-        if row.len() < part.fixed_end || checked_var_end(row, part.fixed_end, part.var_columns) != Some(row.len()) {
-            return None;
-        }
-        let growth: usize = assigned
-            .iter()
-            .map(|(_, v)| match v {
-                Value::Str(s) => s.len(),
-                Value::Bytes(b) => b.len(),
-                _ => 0,
-            })
-            .sum();
-        let mut out = Vec::with_capacity(row.len() + growth);
-        out.extend_from_slice(row);
-        for (column, value) in assigned {
-            let (byte, bit) = (column / 8, 1u8 << (column % 8));
-            if value.is_null() {
-                out[byte] |= bit;
-            } else {
-                out[byte] &= !bit;
-            }
-            match self.slots[*column] {
-                Slot::Fixed { offset, size } if value.is_null() => out[offset..offset + size].fill(0),
-                Slot::Fixed { offset, size } => {
-                    write_fixed(&mut out[offset..offset + size], self.columns[*column].ty, value)
-                }
-                Slot::Var { ordinal } => {
-                    let bytes: &[u8] = match value {
-                        Value::Str(s) => s.as_bytes(),
-                        Value::Bytes(b) => b,
-                        Value::Null => &[],
-                        other => panic!("with_assigned: {other:?} in a variable-size column was not coerced"),
-                    };
-                    let pos = var_end(&out, part.fixed_end, ordinal);
-                    let old = u32::from_le_bytes([out[pos], out[pos + 1], out[pos + 2], out[pos + 3]]) as usize;
-                    let length = (bytes.len() as u32).to_le_bytes();
-                    out.splice(pos..pos + 4 + old, length.iter().chain(bytes).copied());
-                }
-            }
-        }
-        Some(out)
-    }
-
     /// Where a part starts in `row`, or None when the row was stored before
     /// the part existed.
     fn part_start(&self, row: &[u8], part: usize) -> Option<usize> {
@@ -420,15 +371,6 @@ fn var_end(row: &[u8], mut pos: usize, count: usize) -> usize {
     pos
 }
 
-/// `var_end` of bytes that may end early: None when they do.
-fn checked_var_end(row: &[u8], mut pos: usize, count: usize) -> Option<usize> {
-    for _ in 0..count {
-        let len = row.get(pos..pos + 4)?;
-        pos = pos.checked_add(4 + u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize)?;
-    }
-    (pos <= row.len()).then_some(pos)
-}
-
 fn write_fixed(out: &mut [u8], ty: ColumnType, value: &Value) {
     match (ty, value) {
         (ColumnType::Integer { width, .. }, v) => {
@@ -548,60 +490,6 @@ mod tests {
         for (i, value) in coerced.iter().enumerate() {
             assert_eq!(&owned(layout.get_ref(&row, i)), value, "column {}", cols[i].name);
         }
-    }
-
-    #[test]
-    fn assigning_columns_in_place_encodes_as_decoding_and_encoding_does() {
-        let cols = all_types();
-        let layout = RowLayout::new(&cols);
-        let base: Vec<Value> = [
-            Value::Int(5),
-            Value::Null,
-            Value::UInt(9),
-            Value::Float(1.5),
-            Value::Null,
-            Value::Str("1.25".into()),
-            Value::Str("abc".into()),
-            Value::Str("some text".into()),
-            Value::Null,
-            Value::Bytes(vec![1, 2]),
-            Value::Null,
-            Value::Bytes(vec![7; 40]),
-            Value::Str("2020-01-31".into()),
-            Value::Null,
-            Value::Timestamp(1),
-            Value::Bool(false),
-        ]
-        .into_iter()
-        .zip(&cols)
-        .map(|(v, c)| coerce(v, c).unwrap())
-        .collect();
-        let row = layout.encode(&base);
-        let sets: Vec<Vec<(usize, Value)>> = vec![
-            vec![(0, Value::Int(-3))],
-            vec![(1, Value::Int(77)), (4, Value::Float(2.0))],
-            vec![(0, Value::Null), (3, Value::Null), (15, Value::Null)],
-            // Variable-size columns that grow, shrink, turn NULL and back.
-            vec![(7, Value::Str("a much longer text than before".into()))],
-            vec![(7, Value::Str(String::new())), (11, Value::Null)],
-            vec![(8, Value::Bytes(vec![1, 2, 3, 4])), (10, Value::Str("t".into())), (9, Value::Null)],
-            vec![(9, Value::Bytes(vec![5; 10])), (11, Value::Bytes(vec![])), (7, Value::Null)],
-            // The same column twice: the last assignment wins.
-            vec![(7, Value::Str("first".into())), (2, Value::UInt(1)), (7, Value::Str("second".into()))],
-        ];
-        for set in sets {
-            let set: Vec<(usize, Value)> = set.into_iter().map(|(c, v)| (c, coerce(v, &cols[c]).unwrap())).collect();
-            let mut values = base.clone();
-            for (c, v) in &set {
-                values[*c] = v.clone();
-            }
-            assert_eq!(layout.with_assigned(&row, &set), Some(layout.encode(&values)), "{set:?}");
-        }
-        // Rows that are not one whole part are left to decode and encode.
-        assert_eq!(layout.with_assigned(&row[..row.len() - 1], &[(0, Value::Int(1))]), None);
-        let fill = vec![Value::Null; cols.len()];
-        let grown = RowLayout::with_parts(&cols, &[AddedPart { first_column: 12, fill: &fill[12..] }]);
-        assert_eq!(grown.with_assigned(&row, &[(0, Value::Int(1))]), None);
     }
 
     #[test]
