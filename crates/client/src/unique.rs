@@ -207,7 +207,7 @@ impl UniqueProbe {
 impl Client {
     /// Reads that find, before writing, whether full rows (in column order,
     /// coerced) would collide in a unique index of the table; two of the
-    /// rows colliding with each other show as equal `index` and `values`.
+    /// rows colliding with each other show as equal `index` and `entry`.
     pub async fn unique_probes(&self, table: &Arc<Table>, rows: &[Vec<Value>]) -> Result<Vec<UniqueProbe>> {
         let def = table.def();
         let mut probes = Vec::new();
@@ -216,11 +216,13 @@ impl Client {
             for (i, row) in rows.iter().enumerate() {
                 let Some(values) = indexed(index, row) else { continue };
                 let key: Vec<Value> = def.primary_key.iter().map(|&c| row[c as usize].clone()).collect();
+                let read = Op::read_locked(&hidden, &values, LockMode::Exclusive)?;
                 probes.push(UniqueProbe {
                     row: i,
                     index: index.name.clone(),
-                    read: Op::read_locked(&hidden, &values, LockMode::Exclusive)?,
-                    entry: hidden.encode_key(&values)?,
+                    // The read's key is the entry's, encoded once.
+                    entry: read.target().1.to_vec(),
+                    read,
                     table: table.clone(),
                     key: table.encode_key(&key)?,
                     values,

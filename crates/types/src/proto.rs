@@ -915,7 +915,7 @@ pub fn frame<T: Serialize>(request_id: u64, message: &T) -> Vec<u8> {
     // Sized up front: a batch answer of 100 rows would otherwise grow (and
     // copy) its buffer eight times on the way to 12 KiB.
     let body = codec().serialized_size(message).unwrap_or(0) as usize;
-    let mut out = Vec::with_capacity(12 + body);
+    let mut out = Vec::with_capacity(FRAME_HEADER + body);
     encode_frame(&mut out, request_id, message);
     out
 }
