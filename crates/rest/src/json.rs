@@ -6,7 +6,7 @@
 //! intermediate document. Both are on the lookup hot path.
 
 use base64::Engine;
-use latsdb_types::row::ValueRef;
+use latsdb_types::row::{RowLayout, ValueRef};
 use latsdb_types::schema::{ColumnDef, ColumnType};
 use latsdb_types::value::{coerce, format_date, format_datetime};
 use latsdb_types::Value;
@@ -139,6 +139,42 @@ pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
     serde_json::from_str(text).map_err(|e| format!("the request body is not valid: {e}"))
 }
 
+/// The `"name":` keys of one row layout's columns, escaped once and reused
+/// for every row of an answer that has that layout (the rows of a batch
+/// nearly always share one), instead of escaping each name again per row.
+#[derive(Default)]
+pub struct ColumnKeys {
+    /// Address of the layout the keys were rendered for; only compared,
+    /// never followed. The rows being written hold that layout alive, so
+    /// no other layout can take its address while they are written.
+    layout: usize,
+    text: JsonOut,
+    ends: Vec<usize>,
+}
+
+impl ColumnKeys {
+    /// Makes the keys those of `layout` (rendering them if they are not).
+    pub fn use_layout(&mut self, layout: &RowLayout) {
+        let address = layout as *const RowLayout as usize;
+        if self.layout == address {
+            return;
+        }
+        self.layout = address;
+        self.text.buf.clear();
+        self.ends.clear();
+        for column in layout.columns() {
+            self.text.key(&column.name);
+            self.ends.push(self.text.buf.len());
+        }
+    }
+
+    /// The rendered key of column `i` of the layout last used.
+    pub fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.text.buf[start..self.ends[i]]
+    }
+}
+
 /// Writes JSON into a growing buffer.
 #[derive(Default)]
 pub struct JsonOut {
@@ -158,6 +194,10 @@ impl JsonOut {
 
     pub fn byte(&mut self, b: u8) {
         self.buf.push(b);
+    }
+
+    pub fn bytes(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
     }
 
     /// A quoted, escaped JSON string.

@@ -316,6 +316,8 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, Ht
         )));
     }
     let mut requests = Vec::with_capacity(batch.operations.len());
+    // Batches mostly repeat one relative-url: split it once.
+    let mut last_url: Option<(&'a str, (&'a str, &'a str, PkKind))> = None;
     for (i, item) in batch.operations.into_iter().enumerate() {
         if item.method != "POST" {
             return Err(HttpError::bad_request(format!(
@@ -326,7 +328,14 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, Ht
         // Unescaped URLs (the usual case) lend the names straight from the body.
         let (database, table, kind): (Cow<'a, str>, Cow<'a, str>, PkKind) = match item.relative_url {
             Cow::Borrowed(url) => {
-                let (d, t, kind) = locate(i, url)?;
+                let (d, t, kind) = match last_url {
+                    Some((previous, located)) if previous == url => located,
+                    _ => {
+                        let located = locate(i, url)?;
+                        last_url = Some((url, located));
+                        located
+                    }
+                };
                 (Cow::Borrowed(d), Cow::Borrowed(t), kind)
             }
             Cow::Owned(url) => {
@@ -439,7 +448,7 @@ async fn single(rest: &Rest, request: PkRequest<'_>) -> Answer {
         .pop()
         .ok_or_else(|| HttpError::internal("a request got no answer".into()))?;
     let mut out = JsonOut::with_capacity(256);
-    pk::write_item(&mut out, &planned, &result);
+    pk::write_item(&mut out, &mut json::ColumnKeys::default(), &planned, &result);
     Ok((result.status(), out.buf))
 }
 
@@ -450,11 +459,12 @@ async fn batch(rest: &Rest, grant: &Grant, requests: Vec<PkRequest<'_>>) -> Answ
     let answers = execute(rest, requests).await;
     let mut out = JsonOut::with_capacity(64 + answers.len() * 128);
     out.raw("{\"result\":[");
+    let mut keys = json::ColumnKeys::default();
     for (planned, result) in &answers {
         out.raw("{\"code\":");
         out.uint(result.status() as u64);
         out.raw(",\"body\":");
-        pk::write_item(&mut out, planned, result);
+        pk::write_item(&mut out, &mut keys, planned, result);
         out.raw("},");
     }
     out.trim_comma();

@@ -7,7 +7,7 @@
 //! all shards in parallel), and the answers are written into one buffer in
 //! request order.
 
-use crate::json::{Fields, JsonOut, Scalar};
+use crate::json::{ColumnKeys, Fields, JsonOut, Scalar};
 use crate::state::{ResolvedTable, Rest};
 use crate::HttpError;
 use latsdb_client::{Op, Outcome, Projection};
@@ -298,7 +298,8 @@ pub fn item_result(outcome: latsdb_types::Result<Outcome>, kind: PkKind) -> Item
 }
 
 /// Writes an item's answer body (its status is `result.status()`).
-pub fn write_item(out: &mut JsonOut, planned: &Planned, result: &ItemResult) {
+/// `keys` carries the rendered column names from one item to the next.
+pub fn write_item(out: &mut JsonOut, keys: &mut ColumnKeys, planned: &Planned, result: &ItemResult) {
     out.byte(b'{');
     if let Some(id) = &planned.operation_id {
         out.key("operationId");
@@ -310,8 +311,9 @@ pub fn write_item(out: &mut JsonOut, planned: &Planned, result: &ItemResult) {
             out.key("data");
             out.byte(b'{');
             let layout = row.layout();
+            keys.use_layout(layout);
             for (i, column) in layout.columns().iter().enumerate() {
-                out.key(&column.name);
+                out.bytes(keys.key(i));
                 out.value_ref(&row.get_ref(i), column.ty);
                 out.byte(b',');
             }
