@@ -1065,6 +1065,13 @@ pub fn collation_of(tables: &[ScopeTable], e: &SExpr) -> Option<(Collation, bool
 /// case-insensitive collation; None when no operand has one.
 fn derived<'e>(tables: &[ScopeTable], items: impl IntoIterator<Item = &'e SExpr>) -> Option<(Collation, bool)> {
     let found: Vec<(Collation, bool)> = items.into_iter().filter_map(|e| collation_of(tables, e)).collect();
+    strongest(&found)
+}
+
+/// Which of several derived collations (`collation_of`'s) operands
+/// together take: a COLLATE clause's, then utf8mb4_bin over a
+/// case-insensitive one, else the first.
+pub fn strongest(found: &[(Collation, bool)]) -> Option<(Collation, bool)> {
     found
         .iter()
         .find(|(_, explicit)| *explicit)

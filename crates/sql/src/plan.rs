@@ -13,7 +13,7 @@ use latsdb_client::{Projection, Table};
 use latsdb_types::expr::Aggregate;
 use latsdb_types::proto::LockMode;
 use latsdb_types::schema::{ColumnDef, TableDef, PRIMARY_INDEX};
-use latsdb_types::Value;
+use latsdb_types::{Collation, Value};
 use sqlparser::ast::{self, Expr, SelectItem, SetExpr, TableFactor};
 use std::sync::Arc;
 
@@ -116,6 +116,9 @@ pub struct SelectPlan {
     pub distinct: bool,
     /// Outputs that DISTINCT compares by weight (case-insensitive text).
     pub folded_outputs: Vec<usize>,
+    /// Each output's text collation and whether COLLATE named it (None: it
+    /// has none of its own, as a literal), for the result's metadata.
+    pub output_collations: Vec<Option<(Collation, bool)>>,
     pub limit: Option<SExpr>,
     pub offset: Option<SExpr>,
     pub lock: LockMode,
@@ -509,10 +512,12 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         }
     }
 
-    let folded_outputs = outputs
+    let output_collations: Vec<Option<(Collation, bool)>> =
+        outputs.iter().map(|o| crate::bind::collation_of(&scope, &o.expr)).collect();
+    let folded_outputs = output_collations
         .iter()
         .enumerate()
-        .filter(|(_, o)| crate::bind::comparison_collation(&scope, [&o.expr]).is_case_insensitive())
+        .filter(|(_, c)| c.is_some_and(|(c, _)| c.is_case_insensitive()))
         .map(|(i, _)| i)
         .collect();
     let mut plan = SelectPlan {
@@ -527,6 +532,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         order,
         distinct,
         folded_outputs,
+        output_collations,
         limit,
         offset,
         lock,

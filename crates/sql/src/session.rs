@@ -11,7 +11,7 @@ use crate::plan::{plan_select, Catalog, SelectPlan, SourceKind};
 use latsdb_client::{Client, Op, Outcome, Table, Transaction};
 use latsdb_types::proto::LockMode;
 use latsdb_types::schema::{ColumnDef, ColumnId, ColumnType, IntWidth, TableSpec};
-use latsdb_types::{ErrorCode, Value};
+use latsdb_types::{Collation, ErrorCode, Value};
 use sqlparser::ast::{self, Statement};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -37,6 +37,10 @@ pub struct ResultColumn {
     pub nullable: bool,
     pub primary: bool,
     pub auto_increment: bool,
+    /// The column's text collation and whether COLLATE named it; None when
+    /// it has none of its own (a literal's), so that in a set operation the
+    /// other branches' decides how its text compares.
+    pub collation: Option<(Collation, bool)>,
 }
 
 impl ResultColumn {
@@ -51,6 +55,7 @@ impl ResultColumn {
             nullable: true,
             primary: false,
             auto_increment: false,
+            collation: None,
         }
     }
     pub fn typed(name: &str, ty: ColumnType) -> Self {
@@ -890,7 +895,7 @@ impl Session {
         let order = crate::union::order(q, &columns)?;
         let view = self.view();
         let (offset, limit) = crate::union::limits(q, &Env { params, session: &view })?;
-        crate::union::finish(&mut rows, &order, offset, limit);
+        crate::union::finish(&mut rows, &columns, &order, offset, limit);
         Ok(Response::Rows { columns, rows })
     }
 
@@ -1469,9 +1474,11 @@ fn is_temporal(t: ColumnType) -> bool {
 }
 
 pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn> {
+    let collation_of = |i: usize| plan.output_collations.get(i).copied().flatten();
     plan.outputs
         .iter()
-        .map(|o| match o.origin {
+        .enumerate()
+        .map(|(i, o)| match o.origin {
             Some((t, c)) => {
                 let src = &plan.sources[t];
                 let col = &src.scope.columns[c as usize];
@@ -1487,9 +1494,10 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
                     nullable: col.nullable,
                     primary,
                     auto_increment,
+                    collation: collation_of(i),
                 }
             }
-            None => ResultColumn::computed(&o.name),
+            None => ResultColumn { collation: collation_of(i), ..ResultColumn::computed(&o.name) },
         })
         .collect()
 }

@@ -7,10 +7,10 @@
 
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{to_text, Env};
-use crate::exec::{group_key, order_rows};
+use crate::exec::{group_key, order_rows, weight};
 use crate::session::ResultColumn;
 use latsdb_types::value::Decimal;
-use latsdb_types::Value;
+use latsdb_types::{Collation, Value};
 use sqlparser::ast::{self, Expr, OrderByKind, Query, SetExpr, SetOperator, SetQuantifier};
 use std::collections::HashMap;
 
@@ -90,18 +90,26 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
         return Err(SqlError::new(1222, "21000", "The used SELECT statements have a different number of columns"));
     }
     for (c, b) in columns.iter_mut().zip(&right_columns) {
+        // The two sides' collations together decide how the column's text
+        // compares, as in a comparison: a literal takes the other side's,
+        // utf8mb4_bin wins over a case-insensitive column (MariaDB's
+        // choice; MySQL would refuse two explicit COLLATE clauses that differ).
+        let both: Vec<(Collation, bool)> = [c.collation, b.collation].into_iter().flatten().collect();
+        let collation = crate::bind::strongest(&both);
         if c.ty != b.ty {
             *c = ResultColumn::computed(&c.name);
         }
+        c.collation = collation;
     }
     for i in 0..columns.len() {
         unify_column(&mut rows, &mut right_rows, i);
     }
+    let collations: Vec<Collation> = columns.iter().map(|c| c.collation.map_or(Collation::Bin, |(c, _)| c)).collect();
     let mut key = String::new();
     let keyed = |rows: &[Vec<Value>], key: &mut String| -> HashMap<String, usize> {
         let mut counts = HashMap::new();
         for r in rows {
-            group_key(r, key);
+            row_key(r, &collations, key);
             *counts.entry(key.clone()).or_insert(0) += 1;
         }
         counts
@@ -112,7 +120,7 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
             // ALL: a row as often as it is on both sides (the fewer).
             let mut on_right = keyed(&right_rows, &mut key);
             rows.retain(|r| {
-                group_key(r, &mut key);
+                row_key(r, &collations, &mut key);
                 match on_right.get_mut(key.as_str()) {
                     Some(n) if *n > 0 => {
                         *n -= 1;
@@ -126,7 +134,7 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
             // EXCEPT ALL: a row as often as the left has it more.
             let mut on_right = keyed(&right_rows, &mut key);
             rows.retain(|r| {
-                group_key(r, &mut key);
+                row_key(r, &collations, &mut key);
                 match on_right.get_mut(key.as_str()) {
                     Some(n) if *n > 0 => {
                         if all {
@@ -142,11 +150,22 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
     if !all {
         let mut seen = std::collections::HashSet::new();
         rows.retain(|r| {
-            group_key(r, &mut key);
+            row_key(r, &collations, &mut key);
             seen.insert(key.clone())
         });
     }
     Ok((columns, rows))
+}
+
+/// The key two rows of a set operation share when they are duplicates:
+/// text of a case-insensitive column by its weight ('a' and 'A' are one).
+fn row_key(row: &[Value], collations: &[Collation], key: &mut String) {
+    if collations.iter().all(|c| !c.is_case_insensitive()) {
+        group_key(row, key);
+        return;
+    }
+    let weights: Vec<Value> = row.iter().zip(collations).map(|(v, &c)| weight(v, c).into_owned()).collect();
+    group_key(&weights, key);
 }
 
 /// Gives a column's values on both sides one type, as MySQL types a set
@@ -219,9 +238,28 @@ pub fn order(q: &Query, columns: &[ResultColumn]) -> SqlResult<Vec<(usize, bool)
     Ok(out)
 }
 
-/// Sorts (NULLs first, as MySQL) and cuts to OFFSET/LIMIT.
-pub fn finish(rows: &mut Vec<Vec<Value>>, order: &[(usize, bool)], offset: u64, limit: Option<u64>) {
-    if !order.is_empty() {
+/// Sorts (NULLs first, as MySQL; text of a case-insensitive column by its
+/// weight) and cuts to OFFSET/LIMIT.
+pub fn finish(
+    rows: &mut Vec<Vec<Value>>,
+    columns: &[ResultColumn],
+    order: &[(usize, bool)],
+    offset: u64,
+    limit: Option<u64>,
+) {
+    let collation = |i: usize| columns.get(i).and_then(|c| c.collation).map_or(Collation::Bin, |(c, _)| c);
+    let folded = |i: usize| collation(i).is_case_insensitive();
+    if order.iter().any(|&(i, _)| folded(i)) {
+        let mut keyed: Vec<(Vec<Value>, Vec<Value>)> = rows
+            .drain(..)
+            .map(|r| {
+                let weights = order.iter().map(|&(i, _)| weight(&r[i], collation(i)).into_owned()).collect();
+                (weights, r)
+            })
+            .collect();
+        keyed.sort_by(|a, b| order_rows(&a.0, &b.0, order.iter().enumerate().map(|(k, &(_, desc))| (k, desc))));
+        rows.extend(keyed.into_iter().map(|(_, r)| r));
+    } else if !order.is_empty() {
         rows.sort_by(|a, b| order_rows(a, b, order.iter().copied()));
     }
     let start = (offset as usize).min(rows.len());
@@ -326,21 +364,44 @@ mod tests {
             combine(SetOperator::Union, false, all, (vec![ResultColumn::computed("x")], vec![vec![Value::Null]]))
                 .unwrap();
         assert_eq!(rows.len(), 4, "UNION drops them, over everything before it");
-        finish(&mut rows, &[(0, false)], 1, Some(2));
+        finish(&mut rows, &columns, &[(0, false)], 1, Some(2));
         assert_eq!(rows, vec![vec![Value::Int(1)], vec![Value::Int(2)]]);
         let two = vec![ResultColumn::computed("x"), ResultColumn::computed("y")];
         let e = combine(SetOperator::Union, true, (columns.clone(), rows.clone()), (two, Vec::new())).unwrap_err();
         assert_eq!(e.code, 1222);
         // Numbers and strings in one column: all strings, ordered as text.
-        let (_, mut rows) = combine(
+        let (columns, mut rows) = combine(
             SetOperator::Union,
             true,
             (columns, rows),
             (vec![ResultColumn::computed("x")], vec![vec![Value::Str("10".into())]]),
         )
         .unwrap();
-        finish(&mut rows, &[(0, false)], 0, None);
+        finish(&mut rows, &columns, &[(0, false)], 0, None);
         let texts: Vec<Value> = ["1", "10", "2"].iter().map(|s| Value::Str(s.to_string())).collect();
         assert_eq!(rows, texts.into_iter().map(|v| vec![v]).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn case_insensitive_columns_make_one_row_of_a_and_capital_a() {
+        let text = |v: &[&str], collation: Option<Collation>| {
+            let column = ResultColumn { collation: collation.map(|c| (c, false)), ..ResultColumn::computed("s") };
+            (vec![column], v.iter().map(|s| vec![Value::Str(s.to_string())]).collect::<Vec<_>>())
+        };
+        // The left branch's column is case-insensitive; the right one literals.
+        let ci = Some(Collation::GeneralCi);
+        let (columns, mut rows) =
+            combine(SetOperator::Union, false, text(&["b", "A"], ci), text(&["a", "B ", "c"], None)).unwrap();
+        assert_eq!(columns[0].collation, Some((Collation::GeneralCi, false)));
+        finish(&mut rows, &columns, &[(0, false)], 0, None);
+        let shown: Vec<String> = rows.iter().map(|r| to_text(&r[0])).collect();
+        assert_eq!(shown, ["A", "b", "c"], "first of equals kept, ordered by weight");
+        let (_, rows) = combine(SetOperator::Intersect, false, text(&["x", "Y"], None), text(&["X"], ci)).unwrap();
+        assert_eq!(rows, vec![vec![Value::Str("x".into())]]);
+        // A binary column against a case-insensitive one: bytes decide.
+        let (columns, rows) =
+            combine(SetOperator::Union, false, text(&["a"], ci), text(&["A"], Some(Collation::Bin))).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(columns[0].collation, Some((Collation::Bin, false)));
     }
 }
