@@ -33,6 +33,16 @@ struct EntryWrites {
     inserted: Vec<(String, String, String, Vec<Value>)>,
 }
 
+/// The position of the first write to a table with unique indexes whose
+/// row an earlier write of `ops` also writes.
+fn second_write_of_a_row(ops: &[Op]) -> Option<usize> {
+    let mut written: std::collections::HashSet<(latsdb_types::schema::TableId, &[u8])> =
+        std::collections::HashSet::new();
+    ops.iter().position(|op| {
+        op.guarded.is_some() && op.op.kind.is_write() && !written.insert((op.op.table, op.op.key.as_slice()))
+    })
+}
+
 /// The indexed values of a row, or None if one of them is NULL.
 fn indexed(index: &IndexDef, values: &[Value]) -> Option<Vec<Value>> {
     let v: Vec<Value> = index.columns.iter().map(|&c| values[c as usize].clone()).collect();
@@ -68,7 +78,17 @@ async fn hidden_table(client: &Client, table: &Table, index: &IndexDef) -> Resul
 
 impl Transaction {
     /// `exec` for operations of which some write tables with unique indexes.
-    pub(crate) async fn exec_guarded(&mut self, ops: Vec<Op>, commit: bool) -> Result<Vec<Outcome>> {
+    pub(crate) async fn exec_guarded(&mut self, mut ops: Vec<Op>, commit: bool) -> Result<Vec<Outcome>> {
+        // A row written twice: the second write replaces what the first
+        // wrote, whose entries it must find. The rounds below read rows as
+        // they were before the batch, so the batch runs in pieces (in order,
+        // in the transaction), each writing a row at most once.
+        if let Some(at) = second_write_of_a_row(&ops) {
+            let rest = ops.split_off(at);
+            let mut outcomes = Box::pin(self.exec_guarded(ops, false)).await?;
+            outcomes.extend(Box::pin(self.exec_guarded(rest, commit)).await?);
+            return Ok(outcomes);
+        }
         // Round 1: the rows that updates, upserts and deletes replace.
         let replaced: Vec<usize> = ops
             .iter()

@@ -310,7 +310,7 @@ impl<'a> Binder<'a> {
             }
             Expr::RLike { negated, expr, pattern, .. } => {
                 let args = vec![self.bind(expr)?, self.bind(pattern)?];
-                let args = self.regexp_case(args);
+                let args = self.regexp_case(&Func::RegexpLike, args);
                 let matches = SExpr::Func(Func::RegexpLike, args);
                 if *negated {
                     SExpr::Not(Box::new(matches))
@@ -670,7 +670,9 @@ impl<'a> Binder<'a> {
         let args = match func {
             // Answers about equality or order, not the text itself.
             Func::Strcmp | Func::Field | Func::FindInSet => collated(self.tables, args),
-            Func::RegexpLike => self.regexp_case(args),
+            Func::RegexpLike | Func::RegexpInstr | Func::RegexpSubstr | Func::RegexpReplace => {
+                self.regexp_case(&func, args)
+            }
             _ => args,
         };
         // These return one of their arguments as written, so the collation
@@ -684,12 +686,31 @@ impl<'a> Binder<'a> {
         Ok(SExpr::Func(func, args))
     }
 
-    /// REGEXP_LIKE's arguments with the match type 'i' when the text is
-    /// case-insensitive and no match type is given.
-    fn regexp_case(&self, mut args: Vec<SExpr>) -> Vec<SExpr> {
-        if args.len() == 2 && comparison_collation(self.tables, &args).is_case_insensitive() {
-            args.push(SExpr::Const(Value::Str("i".into())));
+    /// A REGEXP function's arguments with the match type 'i' when the text
+    /// and pattern are case-insensitive and no match type is given: the
+    /// positional arguments before the match type are filled in with their
+    /// defaults (position 1, occurrence 1 or, for REGEXP_REPLACE, 0 for
+    /// every match; REGEXP_INSTR's return option 0).
+    fn regexp_case(&self, func: &Func, mut args: Vec<SExpr>) -> Vec<SExpr> {
+        let int = |i: i64| SExpr::Const(Value::Int(i));
+        let defaults: Vec<SExpr> = match func {
+            Func::RegexpLike => Vec::new(),
+            Func::RegexpInstr => vec![int(1), int(1), int(0)],
+            Func::RegexpSubstr => vec![int(1), int(1)],
+            Func::RegexpReplace => vec![int(1), int(0)],
+            _ => return args,
+        };
+        let first_optional = if matches!(func, Func::RegexpReplace) { 3 } else { 2 };
+        let match_type_at = first_optional + defaults.len();
+        if args.len() > match_type_at || args.len() < first_optional {
+            return args;
         }
+        if !comparison_collation(self.tables, &args[..2]).is_case_insensitive() {
+            return args;
+        }
+        let given = args.len() - first_optional;
+        args.extend(defaults.into_iter().skip(given));
+        args.push(SExpr::Const(Value::Str("i".into())));
         args
     }
 

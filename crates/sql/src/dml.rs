@@ -560,13 +560,14 @@ fn duplicate_entry(table: &Table, key: &[Value]) -> SqlError {
 /// (MySQL writes the rows one by one). `statement_first`: the earlier row
 /// wins over a stored one (REPLACE, whose earlier row has deleted the
 /// stored one by then); else the stored one does (IGNORE and ON DUPLICATE
-/// KEY UPDATE, whose earlier row met it first).
+/// KEY UPDATE, whose earlier row met it first). Each holder comes with
+/// whether it is a row of the statement (else a stored one).
 async fn unique_holders(
     table: &Arc<Table>,
     rows: &[Vec<Value>],
     statement_first: bool,
     ctx: &mut Ctx<'_>,
-) -> SqlResult<Vec<Option<Vec<Value>>>> {
+) -> SqlResult<Vec<Option<(Vec<Value>, bool)>>> {
     let mut holders = vec![None; rows.len()];
     let (probes, found) = read_unique_entries(table, rows, ctx).await?;
     for (i, (p, f)) in probes.iter().zip(&found).enumerate() {
@@ -576,8 +577,8 @@ async fn unique_holders(
         let earlier = probes[..i]
             .iter()
             .find(|q| q.index == p.index && q.entry == p.entry && q.row < p.row)
-            .map(|q| key_of(table.def(), &rows[q.row]));
-        let stored = p.other_row(f).map(|k| weighed_key(table.def(), k));
+            .map(|q| (key_of(table.def(), &rows[q.row]), true));
+        let stored = p.other_row(f).map(|k| (weighed_key(table.def(), k), false));
         holders[p.row] = if statement_first { earlier.or(stored) } else { stored.or(earlier) };
     }
     Ok(holders)
@@ -748,17 +749,24 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             // a unique index are deleted first.
             let holders = unique_holders(table, &rows, true, ctx).await?;
             let keys: Vec<Vec<Value>> = rows.iter().map(|r| key_of(def, r)).collect();
+            // Keys as the table compares them ('fig' and 'FIG' are one key of
+            // a case-insensitive column).
+            let weighed: Vec<Vec<Value>> = keys.iter().map(|k| weighed_key(def, k.clone())).collect();
             let mut gone: Vec<Vec<Value>> = Vec::new();
             // Earlier rows of the statement that a later one replaces
             // through a unique index: never written (their key is deleted
             // unless another row of the statement takes it).
             let mut dropped: Vec<usize> = Vec::new();
-            for (i, k) in holders.iter().enumerate() {
-                let Some(k) = k else { continue };
-                match keys[..i].iter().rposition(|e| e == k) {
-                    Some(j) if *k != keys[i] => dropped.push(j),
+            for (i, holder) in holders.iter().enumerate() {
+                let Some((k, in_statement)) = holder else { continue };
+                let k = weighed_key(def, k.clone());
+                match weighed[..i].iter().rposition(|e| *e == k) {
+                    Some(j) if *in_statement && k != weighed[i] => dropped.push(j),
+                    // A stored holder that an earlier row of the statement
+                    // rewrote (same key) holds the values no more: that row
+                    // would be the holder if it had taken them again.
                     Some(_) => {}
-                    None if !gone.contains(k) && !keys.contains(k) => gone.push(k.clone()),
+                    None if !gone.contains(&k) && !weighed.contains(&k) => gone.push(k),
                     None => {}
                 }
             }
@@ -777,8 +785,8 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                 .collect::<latsdb_types::Result<Vec<_>>>()?;
             let existing = ctx.run_ops(reads).await?;
             let mut count = gone.len() as u64;
-            for (i, (k, found)) in keys.iter().zip(existing).enumerate() {
-                let before = match keys[..i].iter().rposition(|e| e == k) {
+            for (i, (k, found)) in weighed.iter().zip(existing).enumerate() {
+                let before = match weighed[..i].iter().rposition(|e| e == k) {
                     Some(j) => Some(rows[j].clone()),
                     None => match found {
                         Outcome::Row(old) => Some(old.values()),
@@ -797,10 +805,10 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             let mut unwritten = vec![false; rows.len()];
             let mut ops = Vec::with_capacity(rows.len());
             for &j in &dropped {
-                for (m, k) in keys[..=j].iter().enumerate() {
-                    unwritten[m] |= *k == keys[j];
+                for (m, k) in weighed[..=j].iter().enumerate() {
+                    unwritten[m] |= *k == weighed[j];
                 }
-                if !keys[j + 1..].contains(&keys[j]) {
+                if !weighed[j + 1..].contains(&weighed[j]) {
                     ops.push(Op::delete(table, &keys[j])?);
                 }
             }
@@ -826,7 +834,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             let mut conflicting = keys.clone();
             let mut holder_reads = Vec::new();
             for (i, holder) in holders.into_iter().enumerate() {
-                if let (Outcome::NotFound, Some(h)) = (&existing[i], holder) {
+                if let (Outcome::NotFound, Some((h, _))) = (&existing[i], holder) {
                     ctx.note_write(table, &h);
                     holder_reads.push((i, Op::read_locked(table, &h, LockMode::Exclusive)?));
                     conflicting[i] = h;

@@ -603,6 +603,20 @@ class Gen:
             col = lambda: self.pick(["t4.name", "t4.code", "t4.note"])
             return (f"SELECT t4.id, NULLIF({col()}, {w()}), GREATEST({col()}, {w()}), "
                     f"LEAST({w()}, {col()}, {w()}) FROM t4{where}"), False
+        if k < 0.68:
+            # Set operations drop duplicates under the columns' collation; of
+            # equal texts the first branch's shows (the key is unique there).
+            w = lambda: self.ci_word(CI_WORDS)
+            op = self.pick(["UNION", "UNION", "INTERSECT", "EXCEPT"])
+            if self.chance(0.3):
+                return (f"SELECT COUNT(*) FROM (SELECT t4.name FROM t4{where} UNION SELECT {self.ci_word(CI_NAMES)}) AS d"), False
+            return f"SELECT t4.code FROM t4{where} {op} SELECT {w()} {self.pick(['UNION', 'UNION ALL'])} SELECT {w()}", False
+        if k < 0.74:
+            # REGEXP functions match case-insensitive text regardless of case.
+            pat = lambda: "'" + self.pick(["a", "E", "^[b-d]", "an", "R$", "[A-C]"]) + "'"
+            col = lambda: self.pick(["t4.name", "t4.code", "t4.note"])
+            return (f"SELECT t4.id, REGEXP_INSTR({col()}, {pat()}), REGEXP_REPLACE({col()}, {pat()}, '#'), "
+                    f"NULLIF(REGEXP_SUBSTR({col()}, {pat()}), '') FROM t4{where}"), False
         sql = f"SELECT t4.id, t4.code, t4.name, t4.n, t4.note FROM t4{where}"
         if self.chance(0.5):
             # (A number computed from text keeps sorting as a number.)
