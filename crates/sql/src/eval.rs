@@ -894,7 +894,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             let at = a[1..].iter().position(|v| compare(&x, v) == Some(Ordering::Equal));
             Value::Int(at.map_or(0, |i| i as i64 + 1))
         }
-        Func::Elt => match numeric(&arg(&a, 0)).as_i64() {
+        Func::Elt => match int_arg(&arg(&a, 0)) {
             Some(n) if n >= 1 && (n as usize) < a.len() => a.swap_remove(n as usize),
             _ => Value::Null,
         },
@@ -918,7 +918,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         _ if any_null(&a) && !matches!(f, Func::Version | Func::UnixTimestamp | Func::Uuid) => Value::Null,
         Func::SubstringIndex => {
             let (text, delim) = (to_text(&a[0]), to_text(&a[1]));
-            let count = numeric(&a[2]).as_i64().unwrap_or(0);
+            let count = int_arg(&a[2]).unwrap_or(0);
             if delim.is_empty() || count == 0 {
                 return Ok(Value::Str(String::new()));
             }
@@ -945,7 +945,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         }),
         Func::InsertStr => {
             let text: Vec<char> = to_text(&a[0]).chars().collect();
-            let (pos, len) = (numeric(&a[1]).as_i64().unwrap_or(0), numeric(&a[2]).as_i64().unwrap_or(0));
+            let (pos, len) = (int_arg(&a[1]).unwrap_or(0), int_arg(&a[2]).unwrap_or(0));
             if pos < 1 || pos as usize > text.len() {
                 return Ok(Value::Str(text.into_iter().collect()));
             }
@@ -961,7 +961,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         }
         Func::LPad | Func::RPad => {
             let s: Vec<char> = to_text(&a[0]).chars().collect();
-            let Some(len) = numeric(&a[1]).as_i64().filter(|&n| n >= 0).map(|n| n as usize) else {
+            let Some(len) = int_arg(&a[1]).filter(|&n| n >= 0).map(|n| n as usize) else {
                 return Ok(Value::Null);
             };
             if len <= s.len() {
@@ -977,7 +977,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         }
         Func::Repeat => {
             let s = to_text(&a[0]);
-            let n = numeric(&a[1]).as_i64().unwrap_or(0).max(0) as usize;
+            let n = int_arg(&a[1]).unwrap_or(0).max(0) as usize;
             if s.len().saturating_mul(n) > MAX_STRING_CHARS {
                 return Ok(Value::Null);
             }
@@ -985,7 +985,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         }
         Func::Reverse => Value::Str(to_text(&a[0]).chars().rev().collect()),
         Func::Space => {
-            let n = numeric(&a[0]).as_i64().unwrap_or(0).max(0) as usize;
+            let n = int_arg(&a[0]).unwrap_or(0).max(0) as usize;
             if n > MAX_STRING_CHARS {
                 return Ok(Value::Null);
             }
@@ -1024,7 +1024,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             let digest: Vec<u8> = match f {
                 Func::Md5 => md5::Md5::digest(&bytes).to_vec(),
                 Func::Sha1 => sha1::Sha1::digest(&bytes).to_vec(),
-                _ => match numeric(&a[1]).as_i64() {
+                _ => match int_arg(&a[1]) {
                     Some(0 | 256) => sha2::Sha256::digest(&bytes).to_vec(),
                     Some(224) => sha2::Sha224::digest(&bytes).to_vec(),
                     Some(384) => sha2::Sha384::digest(&bytes).to_vec(),
@@ -1035,7 +1035,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Value::Str(digest.iter().map(|x| format!("{x:02x}")).collect())
         }
         Func::Truncate => {
-            let digits = numeric(&a[1]).as_i64().unwrap_or(0);
+            let digits = int_arg(&a[1]).unwrap_or(0);
             round_to(numeric(&a[0]), digits, true)
         }
         Func::Pow => float_or_null(float(&a[0]).powf(float(&a[1]))),
@@ -1082,7 +1082,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             let mode = match (f, a.get(1)) {
                 (Func::WeekOfYear, _) => 3,
                 (_, None) => 0,
-                (_, Some(m)) => match numeric(m).as_i64() {
+                (_, Some(m)) => match int_arg(m) {
                     Some(m) => m,
                     None => return Ok(Value::Null),
                 },
@@ -1120,11 +1120,11 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         Func::MakeDate => {
             // MAKEDATE(year, day_of_year): years 0-69 are 2000-2069 and
             // 70-99 are 1970-1999, as for two-digit years.
-            let (Some(year), Some(day)) = (numeric(&a[0]).as_i64(), numeric(&a[1]).as_i64()) else {
+            let (Some(year), Some(day)) = (int_arg(&a[0]), int_arg(&a[1])) else {
                 return Ok(Value::Null);
             };
             let year = crate::dates::two_digit_year(year);
-            if day < 1 || !(0..=9999).contains(&year) {
+            if !(1..=3_660_000).contains(&day) || !(0..=9999).contains(&year) {
                 return Ok(Value::Null);
             }
             let days = value::days_from_civil(year, 1, 1) + day - 1;
@@ -1161,8 +1161,8 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         Func::Lower => Value::Str(to_text(&arg(&a, 0)).to_lowercase()),
         Func::Substring => {
             let s: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
-            let pos = numeric(&arg(&a, 1)).as_f64().unwrap_or(0.0) as i64;
-            let len = if a.len() > 2 { numeric(&arg(&a, 2)).as_f64().unwrap_or(0.0) as i64 } else { i64::MAX };
+            let pos = int_arg(&arg(&a, 1)).unwrap_or(0);
+            let len = if a.len() > 2 { int_arg(&arg(&a, 2)).unwrap_or(0) } else { i64::MAX };
             let n = s.len() as i64;
             let start = if pos > 0 {
                 pos - 1
@@ -1179,7 +1179,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         }
         Func::Left | Func::Right => {
             let s: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
-            let n = (numeric(&arg(&a, 1)).as_f64().unwrap_or(0.0).max(0.0) as usize).min(s.len());
+            let n = (int_arg(&arg(&a, 1)).unwrap_or(0).max(0) as usize).min(s.len());
             Value::Str(if f == Func::Left { s[..n].iter().collect() } else { s[s.len() - n..].iter().collect() })
         }
         Func::Trim => Value::Str(to_text(&arg(&a, 0)).trim_matches(' ').to_string()),
@@ -1209,7 +1209,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             }
         },
         Func::Round => {
-            let digits = if a.len() > 1 { numeric(&arg(&a, 1)).as_i64().unwrap_or(0) } else { 0 };
+            let digits = if a.len() > 1 { int_arg(&arg(&a, 1)).unwrap_or(0) } else { 0 };
             round_to(numeric(&arg(&a, 0)), digits, false)
         }
         Func::Greatest(collation) | Func::Least(collation) => {
@@ -1233,7 +1233,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         Func::Locate => {
             let needle: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
             let hay: Vec<char> = to_text(&arg(&a, 1)).chars().collect();
-            let start = if a.len() > 2 { numeric(&arg(&a, 2)).as_i64().unwrap_or(1).max(1) as usize - 1 } else { 0 };
+            let start = if a.len() > 2 { int_arg(&arg(&a, 2)).unwrap_or(1).max(1) as usize - 1 } else { 0 };
             if needle.is_empty() {
                 return Ok(Value::Int(if start <= hay.len() { start as i64 + 1 } else { 0 }));
             }
@@ -1327,6 +1327,24 @@ const MAX_STRING_CHARS: usize = 64 << 20;
 
 fn float(v: &Value) -> f64 {
     numeric(v).as_f64().unwrap_or(0.0)
+}
+
+/// An integer argument (a length, position, count or number of digits) as
+/// MySQL takes it: decimals and floats rounded half away from zero, text
+/// by its number; None when it has no integer value in range.
+fn int_arg(v: &Value) -> Option<i64> {
+    match numeric(v) {
+        Value::Decimal(d) => {
+            let p = 10i128.pow(d.scale as u32);
+            let (q, r) = (d.unscaled / p, d.unscaled % p);
+            let q = if r.abs() * 2 >= p { q + r.signum() } else { q };
+            i64::try_from(q).ok()
+        }
+        Value::Float(f) if f.is_finite() && f.abs() < 9.2e18 => Some(f.round() as i64),
+        // Past i64: as large as a length or count gets.
+        Value::UInt(u) => Some(i64::try_from(u).unwrap_or(i64::MAX)),
+        other => other.as_i64(),
+    }
 }
 
 /// NaN and infinities are NULL, as in MySQL.
@@ -1703,6 +1721,16 @@ mod tests {
         let date = |x: &str| Value::Date(value::parse_date(x).unwrap());
         assert_eq!(f(Func::MakeDate, vec![i(2011), i(31)]), date("2011-01-31"));
         assert_eq!(f(Func::MakeDate, vec![i(2011), i(32)]), date("2011-02-01"));
+        // Integer arguments round, as MySQL takes them (SUM is a DECIMAL).
+        let s = |x: &str| Value::Str(x.into());
+        let dec = |unscaled: i128, scale: u8| Value::Decimal(latsdb_types::value::Decimal::new(unscaled, scale));
+        assert_eq!(f(Func::MakeDate, vec![i(2024), dec(235, 1)]), date("2024-01-24"));
+        assert_eq!(f(Func::MakeDate, vec![i(2024), Value::UInt(u64::MAX)]), Value::Null);
+        assert_eq!(f(Func::Left, vec![s("abcdef"), dec(25, 1)]), s("abc"));
+        assert_eq!(f(Func::Substring, vec![s("abcdef"), dec(25, 1), Value::Float(1.5)]), s("cd"));
+        assert_eq!(f(Func::Substring, vec![s("abc"), i(1), Value::UInt(u64::MAX)]), s("abc"));
+        assert_eq!(f(Func::Repeat, vec![s("x"), dec(-25, 1)]), s(""));
+        assert_eq!(f(Func::Repeat, vec![s("x"), Value::UInt(u64::MAX)]), Value::Null);
         assert_eq!(f(Func::MakeDate, vec![i(2014), i(365)]), date("2014-12-31"));
         assert_eq!(f(Func::MakeDate, vec![i(24), i(60)]), date("2024-02-29"));
         assert_eq!(f(Func::MakeDate, vec![i(2011), i(0)]), Value::Null);

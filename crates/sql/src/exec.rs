@@ -622,6 +622,15 @@ pub(crate) fn group_key(values: &[Value], out: &mut String) {
                     Value::Decimal(d) if d.scale > 0 && d.unscaled % 10i128.pow(d.scale as u32) == 0 => {
                         out.push_str(&(d.unscaled / 10i128.pow(d.scale as u32)).to_string())
                     }
+                    // 1.50 and 1.500 are one value (their scales differ when
+                    // the branches of a COALESCE, IF or CASE differ).
+                    Value::Decimal(mut d) if d.scale > 0 && d.unscaled % 10 == 0 => {
+                        while d.scale > 0 && d.unscaled % 10 == 0 {
+                            d.unscaled /= 10;
+                            d.scale -= 1;
+                        }
+                        out.push_str(&to_text(&Value::Decimal(d)))
+                    }
                     Value::Float(f) if f == f.trunc() && f.abs() < 1e18 => out.push_str(&(f as i64).to_string()),
                     other => out.push_str(&to_text(&other)),
                 }
@@ -1044,6 +1053,21 @@ mod tests {
         assert_eq!(ci("crème"), ci("CREME "));
         let ordered = collated_compare(&text("apple"), &text("Banana"), Collation::GeneralCi);
         assert_eq!(ordered, Some(Ordering::Less), "MIN/MAX of _ci text compare weights");
+    }
+
+    #[test]
+    fn numbers_group_by_value_whatever_their_scale() {
+        let key = |v: Value| {
+            let mut k = String::new();
+            group_key(&[v], &mut k);
+            k
+        };
+        let dec = |unscaled: i128, scale: u8| Value::Decimal(latsdb_types::value::Decimal::new(unscaled, scale));
+        assert_eq!(key(dec(150, 2)), key(dec(1500, 3)));
+        assert_eq!(key(dec(150, 2)), key(Value::Float(1.5)));
+        assert_eq!(key(dec(-20, 1)), key(Value::Int(-2)));
+        assert_ne!(key(dec(150, 2)), key(dec(151, 2)));
+        assert_ne!(key(dec(10, 2)), key(Value::Int(1)), "0.10 is not 1");
     }
 
     #[test]
