@@ -904,6 +904,27 @@ fn finish_rows(plan: &SelectPlan, rows: Vec<Vec<Value>>, env: &Env) -> SqlResult
         }
         (crate::window::compute(&plan.windows, kept, env)?, None)
     };
+    if let (Some(l), false, false) = (limit, plan.order.is_empty(), plan.distinct) {
+        // ORDER BY ... LIMIT: sort by the keys, then compute the select list
+        // of the rows kept only, as MySQL does (an expression that fails on
+        // a row the LIMIT drops raises no error there, and costs nothing).
+        let mut keyed: Vec<(Vec<Value>, usize)> = Vec::with_capacity(rows.len());
+        for (i, r) in rows.iter().enumerate() {
+            if let Some(h) = having {
+                if truth(&h.eval(r, env)?) != Some(true) {
+                    continue;
+                }
+            }
+            keyed.push((plan.order.iter().map(|(e, _)| e.eval(r, env)).collect::<SqlResult<Vec<_>>>()?, i));
+        }
+        keyed.sort_by(|a, b| order_rows(&a.0, &b.0, plan.order.iter().enumerate().map(|(i, (_, desc))| (i, *desc))));
+        let start = (offset as usize).min(keyed.len());
+        let end = start.saturating_add(l as usize).min(keyed.len());
+        return keyed[start..end]
+            .iter()
+            .map(|(_, i)| plan.outputs.iter().map(|o| o.expr.eval(&rows[*i], env)).collect::<SqlResult<Vec<_>>>())
+            .collect();
+    }
     let mut out: Vec<(Vec<Value>, Vec<Value>)> = Vec::with_capacity(rows.len());
     for r in &rows {
         if let Some(h) = having {

@@ -582,6 +582,12 @@ class Gen:
         is unique (code), folded (UPPER), or ordered with a tie-breaker."""
         where = f" WHERE {self.t4_pred()}" if self.chance(0.8) else ""
         k = self.r.random()
+        if k < 0.45 and "COLLATE" in where:
+            # MariaDB 10.11 groups (GROUP BY, COUNT(DISTINCT)) t4.name
+            # through its index kn and then loses the rows a COLLATE
+            # utf8mb4_bin condition on it keeps (0 or no rows; right with
+            # IGNORE INDEX (kn)).
+            where = ""
         if k < 0.25:
             aggs = [self.pick(["COUNT(*)", "COUNT(DISTINCT t4.name)", "MAX(t4.code)", "MIN(t4.code)",
                                "UPPER(MIN(t4.name))", "UPPER(MAX(t4.name))", "SUM(t4.n)", "MIN(t4.id)"])
