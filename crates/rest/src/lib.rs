@@ -13,6 +13,7 @@
 //! CPU. A request's key operations go to the data nodes in one batch.
 
 pub mod auth;
+mod fastpath;
 pub mod features;
 pub mod json;
 pub mod metrics;
@@ -304,7 +305,11 @@ fn locate(i: usize, url: &str) -> Result<(&str, &str, PkKind), HttpError> {
 
 /// Parses and checks a whole batch; any malformed item rejects all of it.
 fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, HttpError> {
-    let batch: pk::BatchBody = json::parse(body).map_err(HttpError::bad_request)?;
+    // The usual shape by the fast path; anything else (and every error) by serde.
+    let batch = match std::str::from_utf8(body).ok().and_then(fastpath::parse_batch) {
+        Some(batch) => batch,
+        None => json::parse::<pk::BatchBody>(body).map_err(HttpError::bad_request)?,
+    };
     if batch.operations.is_empty() {
         return Err(HttpError::bad_request("'operations' is empty: give at least one operation"));
     }

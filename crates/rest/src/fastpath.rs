@@ -1,0 +1,263 @@
+//! The usual `batch` body (pk-reads with filters, optionally readColumns
+//! and operationId; strings without escapes; integer filter values) read by
+//! a small parser made for that shape. serde_json's derived parsers spend
+//! a fifth of the REST node's CPU on a lookup batch, mostly in their
+//! general machinery (field-name dispatch, `Option` visitors). Anything
+//! outside the shape (an escape, a float, a `null` where a field could be
+//! left out, a `data` object, an unknown or repeated field, trailing text)
+//! makes `parse_batch` return None, and the caller parses the body with
+//! serde, which then also words any error. Where it answers, it answers
+//! exactly what serde would (checked by the tests below).
+
+use crate::json::Scalar;
+use crate::pk::{BatchBody, BatchItem, Filter, OpBody, ReadColumn};
+use std::borrow::Cow;
+
+pub fn parse_batch(text: &str) -> Option<BatchBody<'_>> {
+    let mut c = Cursor { text, at: 0 };
+    let mut operations = None;
+    c.object(|c, key| match key {
+        "operations" if operations.is_none() => {
+            operations = Some(c.array(|c| c.item())?);
+            Some(())
+        }
+        _ => None,
+    })?;
+    c.skip_space();
+    (c.at == text.len()).then_some(())?;
+    Some(BatchBody { operations: operations? })
+}
+
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn skip_space(&mut self) {
+        let bytes = self.text.as_bytes();
+        while self.at < bytes.len() && matches!(bytes[self.at], b' ' | b'\t' | b'\n' | b'\r') {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte after spaces, not consumed.
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_space();
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// A string without escapes or control characters, borrowed.
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let rest = &self.text.as_bytes()[start..];
+        let len = rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        if rest[len] != b'"' {
+            return None;
+        }
+        self.at = start + len + 1;
+        // Both ends are ASCII quotes: the slice is on character boundaries.
+        self.text.get(start..start + len)
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        self.text[self.at..].starts_with(word).then(|| self.at += word.len())
+    }
+
+    /// A filter value: a string, an integer, true, false or null.
+    fn scalar(&mut self) -> Option<Scalar<'a>> {
+        match self.peek()? {
+            b'"' => Some(Scalar::Str(Cow::Borrowed(self.string()?))),
+            b't' => self.literal("true").map(|_| Scalar::Bool(true)),
+            b'f' => self.literal("false").map(|_| Scalar::Bool(false)),
+            b'n' => self.literal("null").map(|_| Scalar::Null),
+            b'-' | b'0'..=b'9' => self.integer(),
+            _ => None,
+        }
+    }
+
+    /// An integer as serde_json reads it: non-negative ones as u64,
+    /// negative ones as i64. Fractions, exponents, leading zeros, -0 and
+    /// out-of-range values are left to serde_json.
+    fn integer(&mut self) -> Option<Scalar<'a>> {
+        let bytes = self.text.as_bytes();
+        let negative = bytes[self.at] == b'-';
+        let digits_from = self.at + negative as usize;
+        let digits = bytes[digits_from..].iter().take_while(|b| b.is_ascii_digit()).count();
+        let end = digits_from + digits;
+        if digits == 0 || (bytes[digits_from] == b'0' && (digits > 1 || negative)) {
+            return None;
+        }
+        if matches!(bytes.get(end), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        let text = &self.text[self.at..end];
+        let value = if negative { Scalar::Int(text.parse().ok()?) } else { Scalar::UInt(text.parse().ok()?) };
+        self.at = end;
+        Some(value)
+    }
+
+    /// An object: `field` reads the value of each key (and says None for a
+    /// key it does not take, or takes a second time).
+    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            field(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn array<T>(&mut self, mut element: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+        self.eat(b'[')?;
+        let mut out = Vec::new();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(out);
+        }
+        loop {
+            out.push(element(self)?);
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(out);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn item(&mut self) -> Option<BatchItem<'a>> {
+        let (mut method, mut url, mut body) = (None, None, None);
+        self.object(|c, key| {
+            match key {
+                "method" if method.is_none() => method = Some(c.string()?),
+                "relative-url" if url.is_none() => url = Some(c.string()?),
+                "body" if body.is_none() => body = Some(c.body()?),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        Some(BatchItem { method: Cow::Borrowed(method?), relative_url: Cow::Borrowed(url?), body: body? })
+    }
+
+    fn body(&mut self) -> Option<OpBody<'a>> {
+        let mut body = OpBody::default();
+        self.object(|c, key| {
+            match key {
+                "filters" if body.filters.is_none() => body.filters = Some(c.array(|c| c.filter())?),
+                "readColumns" if body.read_columns.is_none() => body.read_columns = Some(c.array(|c| c.read_column())?),
+                "operationId" if body.operation_id.is_none() => body.operation_id = Some(Cow::Borrowed(c.string()?)),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        Some(body)
+    }
+
+    fn filter(&mut self) -> Option<Filter<'a>> {
+        let (mut column, mut value) = (None, None);
+        self.object(|c, key| {
+            match key {
+                "column" if column.is_none() => column = Some(c.string()?),
+                "value" if value.is_none() => value = Some(c.scalar()?),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        Some(Filter { column: Cow::Borrowed(column?), value: value? })
+    }
+
+    fn read_column(&mut self) -> Option<ReadColumn<'a>> {
+        let (mut column, mut data_return_type) = (None, None);
+        self.object(|c, key| {
+            match key {
+                "column" if column.is_none() => column = Some(c.string()?),
+                "dataReturnType" if data_return_type.is_none() => data_return_type = Some(c.string()?),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        Some(ReadColumn { column: Cow::Borrowed(column?), data_return_type: data_return_type.map(Cow::Borrowed) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serde(text: &str) -> Option<String> {
+        serde_json::from_str::<BatchBody>(text).ok().map(|b| format!("{b:?}"))
+    }
+
+    #[test]
+    fn answers_as_serde_does_or_not_at_all() {
+        let item = r#"{"method":"POST","relative-url":"db/t/pk-read","body":{"filters":[{"column":"id","value":7}]}}"#;
+        let batch = |items: &str| format!(r#"{{"operations":[{items}]}}"#);
+        let taken = [
+            batch(item),
+            batch(&[item, item, item].join(",")),
+            batch(""),
+            format!(" \n{{ \"operations\" : [ {item} ] }}\t"),
+            batch(
+                r#"{"body":{"filters":[{"value":-12,"column":"k"}],"operationId":"x1"},"relative-url":"d/t/pk-read","method":"POST"}"#,
+            ),
+            batch(
+                r#"{"method":"POST","relative-url":"d/t/pk-read","body":{"filters":[{"column":"a","value":"é ü"},{"column":"b","value":0}],"readColumns":[{"column":"c"},{"column":"d","dataReturnType":"default"}]}}"#,
+            ),
+            batch(
+                r#"{"method":"GET","relative-url":"d/t/pk-read","body":{"filters":[{"column":"a","value":true},{"column":"b","value":null},{"column":"c","value":18446744073709551615},{"column":"d","value":-9223372036854775808}]}}"#,
+            ),
+            batch(r#"{"method":"POST","relative-url":"d/t/pk-read","body":{}}"#),
+        ];
+        for text in &taken {
+            let fast = parse_batch(text).map(|b| format!("{b:?}"));
+            assert!(fast.is_some(), "the fast path should take {text}");
+            assert_eq!(fast, serde(text), "{text}");
+        }
+        // Left to serde: it either reads them (floats, escapes, nulls for
+        // absent fields, pk-write data) or words the error.
+        let left = [
+            batch(&item.replace("7", "7.5")),
+            batch(&item.replace("7", "1e3")),
+            batch(&item.replace("7", "07")),
+            batch(&item.replace("7", "-0")),
+            batch(&item.replace("7", "18446744073709551616")),
+            batch(&item.replace("7", "-9223372036854775809")),
+            batch(&item.replace("id", "i\\u0064")),
+            batch(&item.replace("\"filters\"", "\"readColumns\":null,\"filters\"")),
+            batch(&item.replace("\"filters\"", "\"data\":{\"a\":1},\"filters\"")),
+            batch(&item.replace("\"method\":\"POST\",", "\"method\":\"POST\",\"method\":\"POST\",")),
+            batch(&item.replace("\"method\":\"POST\",", "\"extra\":1,\"method\":\"POST\",")),
+            batch(&item.replace("\"method\":\"POST\",", "")),
+            batch(&item.replace("7", "[7]")),
+            format!("{} x", batch(item)),
+            batch(item).replace("]}", "],}"),
+            batch(&format!("{item},")),
+            batch(item)[..40].to_string(),
+            "{\"operations\":[{\"method\":\"PO\u{1}ST\"}]}".to_string(),
+            String::new(),
+        ];
+        for text in &left {
+            assert_eq!(parse_batch(text).map(|b| format!("{b:?}")), None, "{text}");
+        }
+    }
+}
