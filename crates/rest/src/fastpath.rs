@@ -173,29 +173,33 @@ impl<'a> Cursor<'a> {
         Some(body)
     }
 
-    fn filter(&mut self) -> Option<Filter<'a>> {
-        let (mut column, mut value) = (None, None);
+    /// An object of at most the fields `first` and `second`, each once.
+    fn two_fields<A, B>(
+        &mut self,
+        (first, mut read_first): (&str, impl FnMut(&mut Self) -> Option<A>),
+        (second, mut read_second): (&str, impl FnMut(&mut Self) -> Option<B>),
+    ) -> Option<(Option<A>, Option<B>)> {
+        let (mut a, mut b) = (None, None);
         self.object(|c, key| {
-            match key {
-                "column" if column.is_none() => column = Some(c.string()?),
-                "value" if value.is_none() => value = Some(c.scalar()?),
-                _ => return None,
+            if key == first && a.is_none() {
+                a = Some(read_first(c)?);
+            } else if key == second && b.is_none() {
+                b = Some(read_second(c)?);
+            } else {
+                return None;
             }
             Some(())
         })?;
+        Some((a, b))
+    }
+
+    fn filter(&mut self) -> Option<Filter<'a>> {
+        let (column, value) = self.two_fields(("column", Self::string), ("value", Self::scalar))?;
         Some(Filter { column: Cow::Borrowed(column?), value: value? })
     }
 
     fn read_column(&mut self) -> Option<ReadColumn<'a>> {
-        let (mut column, mut data_return_type) = (None, None);
-        self.object(|c, key| {
-            match key {
-                "column" if column.is_none() => column = Some(c.string()?),
-                "dataReturnType" if data_return_type.is_none() => data_return_type = Some(c.string()?),
-                _ => return None,
-            }
-            Some(())
-        })?;
+        let (column, data_return_type) = self.two_fields(("column", Self::string), ("dataReturnType", Self::string))?;
         Some(ReadColumn { column: Cow::Borrowed(column?), data_return_type: data_return_type.map(Cow::Borrowed) })
     }
 }
