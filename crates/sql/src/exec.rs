@@ -648,6 +648,17 @@ pub(crate) fn group_key(values: &[Value], out: &mut String) {
     }
 }
 
+/// `group_key` of a row whose columns compare under `collations`: text of
+/// a case-insensitive column by its weight ('a' and 'A' are one).
+pub(crate) fn collated_group_key(row: &[Value], collations: &[Collation], out: &mut String) {
+    if collations.iter().all(|c| !c.is_case_insensitive()) {
+        group_key(row, out);
+        return;
+    }
+    let weights: Vec<Value> = row.iter().zip(collations).map(|(v, &c)| weight(v, c).into_owned()).collect();
+    group_key(&weights, out);
+}
+
 /// A value as `collation` compares it: text folded to its weight, without
 /// trailing spaces (PAD SPACE), for grouping keys.
 pub(crate) fn weight(v: &Value, collation: Collation) -> std::borrow::Cow<'_, Value> {
@@ -951,21 +962,10 @@ fn finish_rows(plan: &SelectPlan, rows: Vec<Vec<Value>>, env: &Env) -> SqlResult
     if plan.distinct {
         let mut seen = std::collections::HashSet::new();
         let mut buf = String::new();
+        let collations: Vec<Collation> =
+            plan.output_collations.iter().map(|c| c.map_or(Collation::Bin, |(c, _)| c)).collect();
         rows.retain(|r| {
-            if plan.folded_outputs.is_empty() {
-                group_key(r, &mut buf);
-            } else {
-                let weights: Vec<Value> = r
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| {
-                        let collation =
-                            if plan.folded_outputs.contains(&i) { Collation::GeneralCi } else { Collation::Bin };
-                        weight(v, collation).into_owned()
-                    })
-                    .collect();
-                group_key(&weights, &mut buf);
-            }
+            collated_group_key(r, &collations, &mut buf);
             seen.insert(buf.clone())
         });
     }

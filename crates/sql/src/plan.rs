@@ -114,10 +114,9 @@ pub struct SelectPlan {
     pub outputs: Vec<OutputColumn>,
     pub order: Vec<(SExpr, bool)>,
     pub distinct: bool,
-    /// Outputs that DISTINCT compares by weight (case-insensitive text).
-    pub folded_outputs: Vec<usize>,
     /// Each output's text collation and whether COLLATE named it (None: it
-    /// has none of its own, as a literal), for the result's metadata.
+    /// has none of its own, as a literal): DISTINCT compares case-insensitive
+    /// text by weight, and the result's metadata carries it.
     pub output_collations: Vec<Option<(Collation, bool)>>,
     pub limit: Option<SExpr>,
     pub offset: Option<SExpr>,
@@ -514,12 +513,6 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
 
     let output_collations: Vec<Option<(Collation, bool)>> =
         outputs.iter().map(|o| crate::bind::collation_of(&scope, &o.expr)).collect();
-    let folded_outputs = output_collations
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.is_some_and(|(c, _)| c.is_case_insensitive()))
-        .map(|(i, _)| i)
-        .collect();
     let mut plan = SelectPlan {
         sources,
         access,
@@ -531,7 +524,6 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         outputs,
         order,
         distinct,
-        folded_outputs,
         output_collations,
         limit,
         offset,

@@ -7,7 +7,7 @@
 
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{to_text, Env};
-use crate::exec::{group_key, order_rows, weight};
+use crate::exec::{collated_group_key, order_rows, weight};
 use crate::session::ResultColumn;
 use latsdb_types::value::Decimal;
 use latsdb_types::{Collation, Value};
@@ -109,7 +109,7 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
     let keyed = |rows: &[Vec<Value>], key: &mut String| -> HashMap<String, usize> {
         let mut counts = HashMap::new();
         for r in rows {
-            row_key(r, &collations, key);
+            collated_group_key(r, &collations, key);
             *counts.entry(key.clone()).or_insert(0) += 1;
         }
         counts
@@ -120,7 +120,7 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
             // ALL: a row as often as it is on both sides (the fewer).
             let mut on_right = keyed(&right_rows, &mut key);
             rows.retain(|r| {
-                row_key(r, &collations, &mut key);
+                collated_group_key(r, &collations, &mut key);
                 match on_right.get_mut(key.as_str()) {
                     Some(n) if *n > 0 => {
                         *n -= 1;
@@ -134,7 +134,7 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
             // EXCEPT ALL: a row as often as the left has it more.
             let mut on_right = keyed(&right_rows, &mut key);
             rows.retain(|r| {
-                row_key(r, &collations, &mut key);
+                collated_group_key(r, &collations, &mut key);
                 match on_right.get_mut(key.as_str()) {
                     Some(n) if *n > 0 => {
                         if all {
@@ -150,22 +150,11 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
     if !all {
         let mut seen = std::collections::HashSet::new();
         rows.retain(|r| {
-            row_key(r, &collations, &mut key);
+            collated_group_key(r, &collations, &mut key);
             seen.insert(key.clone())
         });
     }
     Ok((columns, rows))
-}
-
-/// The key two rows of a set operation share when they are duplicates:
-/// text of a case-insensitive column by its weight ('a' and 'A' are one).
-fn row_key(row: &[Value], collations: &[Collation], key: &mut String) {
-    if collations.iter().all(|c| !c.is_case_insensitive()) {
-        group_key(row, key);
-        return;
-    }
-    let weights: Vec<Value> = row.iter().zip(collations).map(|(v, &c)| weight(v, c).into_owned()).collect();
-    group_key(&weights, key);
 }
 
 /// Gives a column's values on both sides one type, as MySQL types a set
