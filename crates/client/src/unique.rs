@@ -28,9 +28,19 @@ use std::sync::Arc;
 struct EntryWrites {
     removals: Vec<Op>,
     inserts: Vec<Op>,
-    /// Each inserted entry: its hidden table, index name, table name and
-    /// values (for the message of a duplicate).
-    inserted: Vec<(String, String, String, Vec<Value>)>,
+    /// Each inserted entry, in the order of `inserts`, for the message of
+    /// a duplicate.
+    inserted: Vec<InsertedEntry>,
+}
+
+struct InsertedEntry {
+    hidden: Arc<Table>,
+    index: String,
+    table: String,
+    /// The row's values in the index's columns, as written.
+    values: Vec<Value>,
+    /// The entry's key (its weight, for `_ci` columns).
+    key: Vec<u8>,
 }
 
 /// The position of the first write to a table with unique indexes whose
@@ -124,20 +134,47 @@ impl Transaction {
                 Ok(outcomes)
             }
             Err(e) if e.code == ErrorCode::DuplicateKey && e.message.contains(HIDDEN_TABLE_PREFIX) => {
-                // The data node names the hidden table; say it as MySQL does.
-                let candidates: Vec<&(String, String, String, Vec<Value>)> =
-                    entries.inserted.iter().filter(|(hidden, ..)| e.message.ends_with(&format!(".{hidden}"))).collect();
-                let message = match candidates.as_slice() {
-                    [(_, index, table, values)] => {
-                        let shown: Vec<String> = values.iter().map(Value::to_string).collect();
-                        format!("Duplicate entry '{}' for key '{table}.{index}'", shown.join("-"))
-                    }
-                    [(_, index, table, _), ..] => format!("Duplicate entry for key '{table}.{index}'"),
-                    [] => e.message.clone(),
-                };
-                Err(DbError::new(ErrorCode::DuplicateKey, message))
+                Err(self.name_duplicate_entry(e, &entries.inserted).await)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// The data node names the hidden table whose entry was taken; MySQL
+    /// names the index and the value written: the later of two rows of the
+    /// batch that take one entry, else the row whose entry a stored row
+    /// holds (read committed, after the fact: the batch wrote nothing).
+    async fn name_duplicate_entry(&self, e: DbError, inserted: &[InsertedEntry]) -> DbError {
+        let candidates: Vec<&InsertedEntry> =
+            inserted.iter().filter(|c| e.message.ends_with(&format!(".{}", c.hidden.def().name))).collect();
+        let named = |c: &InsertedEntry| {
+            let shown: Vec<String> = c.values.iter().map(Value::to_string).collect();
+            DbError::new(
+                ErrorCode::DuplicateKey,
+                format!("Duplicate entry '{}' for key '{}.{}'", shown.join("-"), c.table, c.index),
+            )
+        };
+        if let [only] = candidates.as_slice() {
+            return named(only);
+        }
+        if let Some(i) = (0..candidates.len()).find(|&i| candidates[..i].iter().any(|c| c.key == candidates[i].key)) {
+            return named(candidates[i]);
+        }
+        let reads: Vec<Op> = candidates
+            .iter()
+            .map(|c| Op::new(&c.hidden, c.key.clone(), OpKind::Read { lock: LockMode::Committed }))
+            .collect();
+        // A transaction of its own: this one has failed.
+        if let Ok(found) = Box::pin(self.client().transaction().exec_plain(reads, true)).await {
+            if let Some((c, _)) = candidates.iter().zip(found).find(|(_, f)| matches!(f, Outcome::Row(_))) {
+                return named(c);
+            }
+        }
+        match candidates.first() {
+            Some(c) => {
+                DbError::new(ErrorCode::DuplicateKey, format!("Duplicate entry for key '{}.{}'", c.table, c.index))
+            }
+            None => e,
         }
     }
 
@@ -172,8 +209,15 @@ impl Transaction {
                 if let (Some(will), Some(new)) = (will, &new) {
                     let mut entry = will.clone();
                     entry.extend(key_of(new));
-                    out.inserts.push(Op::insert(&hidden, entry)?);
-                    out.inserted.push((hidden.def().name.clone(), index.name.clone(), meta.def.name.clone(), will));
+                    let insert = Op::insert(&hidden, entry)?;
+                    out.inserted.push(InsertedEntry {
+                        key: insert.op.key.clone(),
+                        hidden,
+                        index: index.name.clone(),
+                        table: meta.def.name.clone(),
+                        values: will,
+                    });
+                    out.inserts.push(insert);
                 }
             }
         }

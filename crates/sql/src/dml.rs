@@ -518,35 +518,41 @@ fn weighed_key(def: &latsdb_types::schema::TableDef, mut key: Vec<Value>) -> Vec
 
 /// The data node's duplicate-key error names no key; MySQL's does. Nothing
 /// of the failed INSERT was written (its writes commit together), so the
-/// key to name is one the rows share or one already stored.
-async fn name_duplicate(
-    table: &Arc<Table>,
-    e: SqlError,
-    single_key: Option<&[Value]>,
-    keys: &[Vec<Value>],
-    ctx: &mut Ctx<'_>,
-) -> SqlError {
+/// key to name is one the rows share or one already stored. `written`: the
+/// primary keys of the statement's rows as written (`written_key`); the
+/// comparisons use their weights.
+async fn name_duplicate(table: &Arc<Table>, e: SqlError, written: Vec<Vec<Value>>, ctx: &mut Ctx<'_>) -> SqlError {
     if e.code != crate::error::ER_DUP_ENTRY || e.message.starts_with("Duplicate entry") {
         return e;
     }
-    if let Some(key) = single_key {
+    if let [key] = written.as_slice() {
         return duplicate_entry(table, key);
     }
-    if let Some((_, k)) = keys.iter().enumerate().find(|(i, k)| keys[..*i].contains(k)) {
-        return duplicate_entry(table, k);
+    let def = table.def();
+    let keys: Vec<Vec<Value>> = written.iter().map(|k| weighed_key(def, k.clone())).collect();
+    if let Some(i) = (0..keys.len()).find(|&i| keys[..i].contains(&keys[i])) {
+        return duplicate_entry(table, &written[i]);
     }
     let Ok(reads) = keys.iter().map(|k| Op::read(table, k)).collect::<latsdb_types::Result<Vec<_>>>() else {
         return e;
     };
     let found = ctx.run_ops(reads).await.unwrap_or_default();
-    match keys.iter().zip(found).find(|(_, f)| matches!(f, Outcome::Row(_))) {
-        Some((k, _)) => duplicate_entry(table, k),
+    match written.iter().zip(found).find(|(_, f)| matches!(f, Outcome::Row(_))) {
+        Some((key, _)) => duplicate_entry(table, key),
         None => e,
     }
 }
 
-fn duplicate_entry(table: &Table, key: &[Value]) -> SqlError {
-    let shown: Vec<String> = key.iter().map(crate::eval::to_text).collect();
+/// The primary key of `row` as written (`key_of` gives its weight).
+fn written_key(def: &latsdb_types::schema::TableDef, row: &[Value]) -> Vec<Value> {
+    def.primary_key.iter().map(|&c| row[c as usize].clone()).collect()
+}
+
+/// Error 1062 naming a primary key as the new row has it: MySQL shows the
+/// value written, not the stored row's nor a collation weight ('Creme'
+/// against a stored 'crème' is "Duplicate entry 'Creme'").
+fn duplicate_entry(table: &Table, written: &[Value]) -> SqlError {
+    let shown: Vec<String> = written.iter().map(crate::eval::to_text).collect();
     SqlError::new(
         crate::error::ER_DUP_ENTRY,
         "23000",
@@ -710,7 +716,6 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             // cluster keeps the transaction open (nothing else changed).
             // (A table with unique indexes writes their entries too.)
             let single = rows.len() == 1 && !table.def().has_unique_indexes();
-            let single_key = single.then(|| key_of(def, &rows[0]));
             if ctx.in_explicit_transaction() {
                 // A failed operation aborts the whole cluster transaction, but
                 // MySQL undoes only the failed statement: look for existing
@@ -722,26 +727,25 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                     .filter(|_| !single)
                     .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
                     .collect::<latsdb_types::Result<Vec<_>>>()?;
-                for (k, found) in keys.iter().zip(ctx.run_ops(reads).await?) {
+                for (row, found) in rows.iter().zip(ctx.run_ops(reads).await?) {
                     if matches!(found, Outcome::Row(_)) {
-                        return Err(duplicate_entry(table, k));
+                        return Err(duplicate_entry(table, &written_key(def, row)));
                     }
                 }
                 for (i, k) in keys.iter().enumerate() {
                     if keys[..i].contains(k) {
-                        return Err(duplicate_entry(table, k));
+                        return Err(duplicate_entry(table, &written_key(def, &rows[i])));
                     }
                 }
                 // And in the unique indexes (their entries locked as well).
                 check_unique(table, &rows, ctx).await?;
             }
-            let all_keys: Vec<Vec<Value>> =
-                if single { Vec::new() } else { rows.iter().map(|r| key_of(def, r)).collect() };
+            let written: Vec<Vec<Value>> = rows.iter().map(|r| written_key(def, r)).collect();
             let ops = rows.into_iter().map(|r| Op::insert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
             let count = ops.len() as u64;
             match ctx.run_ops(ops).await {
                 Ok(_) => count,
-                Err(e) => return Err(name_duplicate(table, e, single_key.as_deref(), &all_keys, ctx).await),
+                Err(e) => return Err(name_duplicate(table, e, written, ctx).await),
             }
         }
         OnConflict::Replace => {
@@ -1041,21 +1045,22 @@ async fn move_rows(
 ) -> SqlResult<u64> {
     let leaving: Vec<&Vec<Value>> = moves.iter().map(|(old, _, _)| old).collect();
     let mut targets: Vec<&Vec<Value>> = Vec::new();
-    for (_, new, _) in &moves {
+    for (_, new, new_row) in &moves {
         if targets.contains(&new) {
-            return Err(duplicate_entry(table, new));
+            return Err(duplicate_entry(table, &written_key(table.def(), new_row)));
         }
         targets.push(new);
     }
     // New keys not vacated by this statement must not exist.
-    let probe: Vec<&Vec<Value>> = targets.iter().copied().filter(|k| !leaving.contains(k)).collect();
+    let probe: Vec<(&Vec<Value>, &Vec<Value>)> =
+        moves.iter().filter(|(_, new, _)| !leaving.contains(&new)).map(|(_, new, row)| (new, row)).collect();
     let reads = probe
         .iter()
-        .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
+        .map(|(k, _)| Op::read_locked(table, k, LockMode::Exclusive))
         .collect::<latsdb_types::Result<Vec<_>>>()?;
-    for (k, found) in probe.iter().zip(ctx.run_ops(reads).await?) {
+    for ((_, row), found) in probe.iter().zip(ctx.run_ops(reads).await?) {
         if matches!(found, Outcome::Row(_)) {
-            return Err(duplicate_entry(table, k));
+            return Err(duplicate_entry(table, &written_key(table.def(), row)));
         }
     }
     let n = moves.len() as u64;
