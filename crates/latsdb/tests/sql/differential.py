@@ -11,9 +11,11 @@ server-side prepared statements on latsdb (mysql-connector-python, literals
 as parameters, binary rows) against the same text on MariaDB. Writes are
 INSERT, UPDATE, DELETE, REPLACE and INSERT ... ON DUPLICATE KEY UPDATE, some
 inside transactions that commit or roll back, and after each the tables are
-compared whole. A write that fails inside a transaction ends latsdb's
-transaction (as in NDB) but only the statement in MariaDB: both then roll
-back, and it is counted apart. A result is compared as a multiset of rows,
+compared whole. A write that both refuse inside a transaction fails
+alone and the transaction goes on (the tables, each as its transaction sees
+them, are compared); one that ends latsdb's transaction (an error from the
+cluster, as in NDB) where MariaDB undoes the statement alone makes both
+roll back, and it is counted apart. A result is compared as a multiset of rows,
 or as a sequence when the query orders by every column it returns. Numbers
 compare by value (a DECIMAL 2.5000 equals 2.5), so a difference in display
 scale alone is not reported.
@@ -892,6 +894,7 @@ def main():
 
     in_transaction = False
     ended_by_error = 0
+    failed_alone = 0
 
     def compare(sql, ordered):
         if in_transaction:
@@ -984,16 +987,28 @@ def main():
                 run(systems["latsdb"], f"INSERT INTO {t} VALUES ({vals})")
 
     def write_and_look():
-        """Returns False when the write failed inside a transaction: latsdb
-        then ends the whole transaction (as NDB does), where MariaDB undoes
-        the statement alone, so both roll back and the difference is
-        counted apart."""
-        nonlocal ended_by_error
+        """Returns False when the write failed inside a transaction and
+        latsdb ended the whole transaction (as NDB does for errors from the
+        cluster), where MariaDB undoes the statement alone: both roll back
+        and the difference is counted apart. A statement both refuse with
+        the same error while latsdb's transaction stays open (a duplicate
+        key, a value out of range) fails alone, and the transaction goes on."""
+        nonlocal ended_by_error, failed_alone
         sql = gen.write()
         if in_transaction:
             lat = run(systems["latsdb"], sql)
             if lat[0] == "error":
-                run(systems["mariadb"], sql)
+                mdb = run(systems["mariadb"], sql)
+                shown = f"{sql} /* inside a transaction */"
+                probe = run(systems["latsdb"], "SELECT COUNT(*) FROM t1")
+                if mdb[0] == "error" and mdb[1] == lat[1] and probe[0] == "ok":
+                    failed_alone += 1
+                    checked_pair(shown, lat, mdb, False)
+                    check_tables(f"{sql}, which failed alone inside a transaction")
+                    compare(*gen.query())
+                    return True
+                # MariaDB ran it: latsdb refused a statement (reported).
+                checked_pair(shown, lat, mdb, False)
                 for conn in systems.values():
                     run(conn, "ROLLBACK")
                 ended_by_error += 1
@@ -1009,17 +1024,31 @@ def main():
 
     done = 0
     while done < args.writes:
-        if rng.random() < 0.15:
+        if rng.random() < 0.25:
             # A transaction: its reads see its own writes, and a statement
             # that fails inside it fails alone (the transaction goes on).
             compare("BEGIN", False)
             in_transaction = True
             going = True
-            for _ in range(rng.randint(1, 4)):
+            # Savepoints (what ORMs send for nested transactions): a
+            # ROLLBACK TO undoes the writes since, on both.
+            savepoints = []
+            for _ in range(rng.randint(1, 5)):
+                if rng.random() < 0.25:
+                    savepoints.append(f"sp{len(savepoints)}")
+                    compare(f"SAVEPOINT {savepoints[-1]}", False)
                 done += 1
                 going = write_and_look()
                 if not going:
                     break
+                if savepoints and rng.random() < 0.3:
+                    at = rng.randrange(len(savepoints))
+                    verb = rng.choice(["ROLLBACK TO SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT"])
+                    statement = f"{verb} {savepoints[at]}"
+                    compare(statement, False)
+                    # Savepoints after it are gone; RELEASE drops it too.
+                    del savepoints[at if verb.startswith("RELEASE") else at + 1:]
+                    check_tables(statement)
             in_transaction = False
             if not going:
                 continue
@@ -1043,7 +1072,7 @@ def main():
     print(
         f"seed {args.seed}: {checked} statements compared, {len(mismatches)} mismatches, "
         f"{len(unsupported)} kinds of statements latsdb refused, {len(typed_differently)} answers typed differently, "
-        f"{ended_by_error} transactions ended by a failed write"
+        f"{failed_alone} writes failed alone inside a transaction, {ended_by_error} transactions ended by a failed write"
     )
     for conn in systems.values():
         with conn.cursor() as cur:
