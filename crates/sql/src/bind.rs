@@ -390,10 +390,14 @@ impl<'a> Binder<'a> {
                 SExpr::Func(f, vec![self.bind(expr)?])
             }
             Expr::Function(f) => self.function(f)?,
-            Expr::Collate { expr, collation } => SExpr::Func(
-                Func::Collate(crate::catalog::collation_named(&collation.to_string())?),
-                vec![self.bind(expr)?],
-            ),
+            Expr::Collate { expr, collation } => {
+                let name = collation.to_string();
+                let func = match name.strip_prefix(crate::subquery::IMPLICIT_COLLATION) {
+                    Some(implicit) => Func::Implicit(crate::catalog::collation_named(implicit)?),
+                    None => Func::Collate(crate::catalog::collation_named(&name)?),
+                };
+                SExpr::Func(func, vec![self.bind(expr)?])
+            }
             Expr::Position { expr, r#in } => SExpr::Func(Func::Locate, vec![self.bind(expr)?, self.bind(r#in)?]),
             Expr::Tuple(_) => return Err(SqlError::unsupported("row constructors (a, b) are not supported here")),
             Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => {
@@ -1069,6 +1073,7 @@ fn cast_target(t: &DataType) -> SqlResult<CastTo> {
 pub fn collation_of(tables: &[ScopeTable], e: &SExpr) -> Option<(Collation, bool)> {
     match e {
         SExpr::Func(Func::Collate(c), _) => Some((*c, true)),
+        SExpr::Func(Func::Implicit(c), _) => Some((*c, false)),
         SExpr::Func(Func::Fold | Func::Weight, _) => Some((Collation::GeneralCi, false)),
         SExpr::TableCol(t, c) => {
             tables.get(*t)?.columns.get(*c as usize).filter(|d| d.ty.is_string()).map(|d| (d.collation, false))
@@ -1111,7 +1116,7 @@ pub fn comparison_collation<'e>(tables: &[ScopeTable], items: impl IntoIterator<
 /// once the collation is derived).
 fn without_collate(e: SExpr) -> SExpr {
     match e {
-        SExpr::Func(Func::Collate(_), args) if args.len() == 1 => {
+        SExpr::Func(Func::Collate(_) | Func::Implicit(_), args) if args.len() == 1 => {
             args.into_iter().next().unwrap_or(SExpr::Const(Value::Null))
         }
         other => other,
@@ -1132,8 +1137,28 @@ pub fn folded(e: SExpr) -> SExpr {
 pub fn collated(tables: &[ScopeTable], items: Vec<SExpr>) -> Vec<SExpr> {
     if comparison_collation(tables, &items).is_case_insensitive() {
         items.into_iter().map(folded).collect()
-    } else {
+    } else if any_case_insensitive(tables, &items) {
         items
+    } else {
+        items.into_iter().map(without_implicit).collect()
+    }
+}
+
+/// Whether an operand's own collation is case-insensitive: then a
+/// comparison under utf8mb4_bin keeps the operands' collation marks, so
+/// that the planner does not look the `_ci` column's rows up by weight.
+fn any_case_insensitive(tables: &[ScopeTable], items: &[SExpr]) -> bool {
+    items.iter().any(|e| collation_of(tables, e).is_some_and(|(c, _)| c.is_case_insensitive()))
+}
+
+/// A subquery's value as the parameter it is, once its collation has had
+/// its say (an IN-list of parameters is a batch of key lookups).
+fn without_implicit(e: SExpr) -> SExpr {
+    match e {
+        SExpr::Func(Func::Implicit(_), args) if args.len() == 1 => {
+            args.into_iter().next().unwrap_or(SExpr::Const(Value::Null))
+        }
+        other => other,
     }
 }
 
@@ -1147,8 +1172,10 @@ pub fn compare(tables: &[ScopeTable], op: Cmp, a: SExpr, b: SExpr) -> SExpr {
 fn collated_pair<const N: usize>(tables: &[ScopeTable], items: [SExpr; N]) -> [SExpr; N] {
     if comparison_collation(tables, &items).is_case_insensitive() {
         items.map(folded)
-    } else {
+    } else if any_case_insensitive(tables, &items) {
         items
+    } else {
+        items.map(without_implicit)
     }
 }
 

@@ -565,27 +565,46 @@ fn duplicate_entry(table: &Table, written: &[Value]) -> SqlError {
 /// stored row, or an earlier row of the statement taking the same values
 /// (MySQL writes the rows one by one). `statement_first`: the earlier row
 /// wins over a stored one (REPLACE, whose earlier row has deleted the
-/// stored one by then); else the stored one does (IGNORE and ON DUPLICATE
-/// KEY UPDATE, whose earlier row met it first). Each holder comes with
-/// whether it is a row of the statement (else a stored one).
+/// stored one by then, and which writes every row); else the stored one
+/// does (IGNORE and ON DUPLICATE KEY UPDATE, whose earlier row met it
+/// first), and an earlier row takes its values only when it is inserted:
+/// its key is free (`key_taken` says which are stored), no earlier
+/// inserted row has it, and nothing holds its unique values. Each holder
+/// comes with whether it is a row of the statement (else a stored one).
 async fn unique_holders(
     table: &Arc<Table>,
     rows: &[Vec<Value>],
     statement_first: bool,
+    key_taken: &[bool],
     ctx: &mut Ctx<'_>,
 ) -> SqlResult<Vec<Option<(Vec<Value>, bool)>>> {
+    let def = table.def();
     let mut holders = vec![None; rows.len()];
     let (probes, found) = read_unique_entries(table, rows, ctx).await?;
-    for (i, (p, f)) in probes.iter().zip(&found).enumerate() {
-        if holders[p.row].is_some() {
-            continue;
+    let keys: Vec<Vec<Value>> = rows.iter().map(|r| key_of(def, r)).collect();
+    let mut by_row: Vec<usize> = (0..probes.len()).collect();
+    by_row.sort_by_key(|&i| probes[i].row);
+    let mut inserted = vec![statement_first; rows.len()];
+    let mut at = 0;
+    for row in 0..rows.len() {
+        while let Some(&i) = by_row.get(at).filter(|&&i| probes[i].row == row) {
+            at += 1;
+            let p = &probes[i];
+            if holders[row].is_some() {
+                continue;
+            }
+            let earlier = probes
+                .iter()
+                .find(|q| q.index == p.index && q.entry == p.entry && q.row < row && inserted[q.row])
+                .map(|q| (keys[q.row].clone(), true));
+            let stored = p.other_row(&found[i]).map(|k| (weighed_key(def, k), false));
+            holders[row] = if statement_first { earlier.or(stored) } else { stored.or(earlier) };
         }
-        let earlier = probes[..i]
-            .iter()
-            .find(|q| q.index == p.index && q.entry == p.entry && q.row < p.row)
-            .map(|q| (key_of(table.def(), &rows[q.row]), true));
-        let stored = p.other_row(f).map(|k| (weighed_key(table.def(), k), false));
-        holders[p.row] = if statement_first { earlier.or(stored) } else { stored.or(earlier) };
+        if !statement_first {
+            inserted[row] = !key_taken.get(row).copied().unwrap_or(false)
+                && holders[row].is_none()
+                && !(0..row).any(|e| inserted[e] && keys[e] == keys[row]);
+        }
     }
     Ok(holders)
 }
@@ -751,7 +770,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         OnConflict::Replace => {
             // As MySQL's REPLACE: other rows holding a new row's values in
             // a unique index are deleted first.
-            let holders = unique_holders(table, &rows, true, ctx).await?;
+            let holders = unique_holders(table, &rows, true, &[], ctx).await?;
             let keys: Vec<Vec<Value>> = rows.iter().map(|r| key_of(def, r)).collect();
             // Keys as the table compares them ('fig' and 'FIG' are one key of
             // a case-insensitive column).
@@ -834,7 +853,8 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             let mut existing = ctx.run_ops(reads).await?;
             // A row whose key is free may still collide in a unique index:
             // then the row holding the values is the one that conflicts.
-            let holders = unique_holders(table, &rows, false, ctx).await?;
+            let key_taken: Vec<bool> = existing.iter().map(|e| matches!(e, Outcome::Row(_))).collect();
+            let holders = unique_holders(table, &rows, false, &key_taken, ctx).await?;
             let mut conflicting = keys.clone();
             let mut holder_reads = Vec::new();
             for (i, holder) in holders.into_iter().enumerate() {

@@ -185,6 +185,9 @@ pub enum Func {
     /// `x COLLATE name`: the value unchanged, with the collation the binder
     /// gives comparisons of it.
     Collate(latsdb_types::Collation),
+    /// A value of a subquery's column: unchanged, with the column's
+    /// collation as its own (implicit, as a column's is).
+    Implicit(latsdb_types::Collation),
 }
 
 /// Target of CAST/CONVERT.
@@ -1156,7 +1159,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         Func::CharLength => Value::Int(to_text(&arg(&a, 0)).chars().count() as i64),
         Func::Fold => latsdb_types::Collation::GeneralCi.fold_value(arg(&a, 0)),
         Func::Weight => crate::exec::weight(&arg(&a, 0), latsdb_types::Collation::GeneralCi).into_owned(),
-        Func::Collate(_) => arg(&a, 0),
+        Func::Collate(_) | Func::Implicit(_) => arg(&a, 0),
         Func::Upper => Value::Str(to_text(&arg(&a, 0)).to_uppercase()),
         Func::Lower => Value::Str(to_text(&arg(&a, 0)).to_lowercase()),
         Func::Substring => {

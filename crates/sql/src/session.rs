@@ -927,8 +927,8 @@ impl Session {
                 _ => (query, None),
             };
             let query = Statement::Query(Box::new(query));
-            let rows = match Box::pin(self.execute(&query, params, None)).await {
-                Ok(Response::Rows { rows, .. }) => rows,
+            let (rows, collation) = match Box::pin(self.execute(&query, params, None)).await {
+                Ok(Response::Rows { rows, columns }) => (rows, columns.first().and_then(|c| c.collation)),
                 Ok(Response::Ok { .. }) => {
                     return Err(SqlError::new(crate::error::ER_INTERNAL, "HY000", "a subquery returned no result set"))
                 }
@@ -941,11 +941,21 @@ impl Session {
                 Err(e) => return Err(e),
             };
             results.push(match outer {
-                Some(outer) => crate::subquery::Found::Semi {
-                    outer: Box::new(outer),
-                    values: rows.into_iter().filter_map(|r| r.into_iter().next()).collect(),
-                },
-                None => crate::subquery::Found::Rows(kind, rows),
+                Some(outer) => {
+                    // Each value once, as written (a byte-for-byte equal one
+                    // adds nothing to `outer IN (...)`).
+                    let (mut seen, mut key) = (std::collections::HashSet::new(), String::new());
+                    let values = rows
+                        .into_iter()
+                        .filter_map(|r| r.into_iter().next())
+                        .filter(|v| {
+                            crate::exec::group_key(std::slice::from_ref(v), &mut key);
+                            seen.insert(key.clone())
+                        })
+                        .collect();
+                    crate::subquery::Found::Semi { outer: Box::new(outer), values, collation }
+                }
+                None => crate::subquery::Found::Rows(kind, rows, collation),
             });
         }
         let mut stmt = stmt.clone();

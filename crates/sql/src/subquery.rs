@@ -11,6 +11,7 @@
 
 use crate::error::{SqlError, SqlResult};
 use latsdb_types::value::Value;
+use latsdb_types::Collation;
 use sqlparser::ast::{self, Expr, Query, Statement, TableFactor, Visit, VisitMut, Visitor, VisitorMut};
 use std::ops::ControlFlow;
 
@@ -84,10 +85,12 @@ impl Visitor for Collect {
 /// (see `decorrelate`), the outer expression and the inner values it must
 /// equal.
 pub enum Found {
-    Rows(Use, Vec<Vec<Value>>),
+    /// With the collation of the subquery's column (see `ResultColumn`).
+    Rows(Use, Vec<Vec<Value>>, Option<(Collation, bool)>),
     Semi {
         outer: Box<Expr>,
         values: Vec<Value>,
+        collation: Option<(Collation, bool)>,
     },
     /// A correlated scalar subquery run once: the value for each outer
     /// value, and the value for the others.
@@ -106,12 +109,12 @@ pub fn replace(stmt: &mut Statement, results: Vec<Found>, params: &mut Vec<Value
     let mut replacements = Vec::with_capacity(results.len());
     for found in results {
         let first = params.len();
-        let (kind, rows) = match found {
-            Found::Rows(kind, rows) => (kind, rows),
-            Found::Semi { outer, values } => {
+        let (kind, rows, collation) = match found {
+            Found::Rows(kind, rows, collation) => (kind, rows, collation),
+            Found::Semi { outer, values, collation } => {
                 // `inner = outer` is never true for a NULL inner value.
                 params.extend(values.into_iter().filter(|v| !v.is_null()));
-                replacements.push(Replacement::Semi(outer, first, params.len() - first));
+                replacements.push(Replacement::Semi(outer, first, params.len() - first, collation));
                 continue;
             }
             Found::Lookup { outer, pairs, otherwise } => {
@@ -142,11 +145,11 @@ pub fn replace(stmt: &mut Statement, results: Vec<Found>, params: &mut Vec<Value
             }
             Use::Scalar => {
                 params.push(values.into_iter().next().unwrap_or(Value::Null));
-                Replacement::Params(first, 1)
+                Replacement::Params(first, 1, collation)
             }
             Use::In => {
                 params.extend(values);
-                Replacement::Params(first, params.len() - first)
+                Replacement::Params(first, params.len() - first, collation)
             }
         });
     }
@@ -261,11 +264,14 @@ fn with_select(q: &Query, select: ast::Select) -> Query {
 }
 
 /// A correlated `EXISTS (SELECT ... FROM ... WHERE inner = outer.col AND
-/// ...)`, as a query to run once: `SELECT DISTINCT inner FROM ... WHERE ...`
-/// (the conditions that do not read the outer query), and `outer.col`.
+/// ...)`, as a query to run once: `SELECT inner FROM ... WHERE ...` (the
+/// conditions that do not read the outer query), and `outer.col`. Not
+/// DISTINCT: under a `_ci` collation that keeps one of 'ann' and 'Ann',
+/// where a utf8mb4_bin outer column needs both (the caller drops equal
+/// values itself).
 pub fn decorrelate(q: &Query) -> SqlResult<Option<(Query, Expr)>> {
     let Some(Link { mut select, inner: inner_expr, outer: outer_expr, .. }) = split_link(q)? else { return Ok(None) };
-    select.distinct = Some(ast::Distinct::Distinct);
+    select.distinct = None;
     select.projection = vec![ast::SelectItem::UnnamedExpr(inner_expr)];
     Ok(Some((with_select(q, select), outer_expr)))
 }
@@ -360,11 +366,11 @@ fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
 }
 
 enum Replacement {
-    /// Parameters `first..first + n`.
-    Params(usize, usize),
+    /// Parameters `first..first + n`, values of a column of that collation.
+    Params(usize, usize, Option<(Collation, bool)>),
     Truth(bool),
     /// A decorrelated EXISTS: `outer IN (parameters first..first + n)`.
-    Semi(Box<Expr>, usize, usize),
+    Semi(Box<Expr>, usize, usize, Option<(Collation, bool)>),
     /// A decorrelated scalar subquery: `CASE outer WHEN ?k THEN ?v ...
     /// ELSE ?otherwise END` over n (key, value) parameter pairs from `first`.
     Lookup(Box<Expr>, usize, usize),
@@ -396,7 +402,13 @@ fn subquery_of(e: &Expr) -> Option<(Use, &Query)> {
 /// the same with AND: NULLs among the values and on the left give the
 /// three-valued answer SQL wants. Empty: ANY is false, ALL true. The terms
 /// form a balanced tree, so thousands of values do not nest deeply.
-fn quantified(left: &Expr, op: &ast::BinaryOperator, first: usize, n: usize, all: bool) -> Expr {
+fn quantified(
+    left: &Expr,
+    op: &ast::BinaryOperator,
+    (first, n): (usize, usize),
+    collation: Option<(Collation, bool)>,
+    all: bool,
+) -> Expr {
     if n == 0 {
         return truth(all);
     }
@@ -404,19 +416,39 @@ fn quantified(left: &Expr, op: &ast::BinaryOperator, first: usize, n: usize, all
         return Expr::Nested(Box::new(Expr::BinaryOp {
             left: Box::new(left.clone()),
             op: op.clone(),
-            right: Box::new(placeholder(first)),
+            right: Box::new(value_of(first, collation)),
         }));
     }
     let half = n / 2;
     Expr::Nested(Box::new(Expr::BinaryOp {
-        left: Box::new(quantified(left, op, first, half, all)),
+        left: Box::new(quantified(left, op, (first, half), collation, all)),
         op: if all { ast::BinaryOperator::And } else { ast::BinaryOperator::Or },
-        right: Box::new(quantified(left, op, first + half, n - half, all)),
+        right: Box::new(quantified(left, op, (first + half, n - half), collation, all)),
     }))
 }
 
 fn placeholder(n: usize) -> Expr {
     Expr::Value(ast::Value::Placeholder(format!("?{n}")).with_empty_span())
+}
+
+/// What marks a collation as the implicit one of a subquery's column in
+/// `x COLLATE name`. It survives the statement's text form, which UPDATE
+/// and DELETE parse again; someone writing it gets a column's collation
+/// for a value, no more.
+pub const IMPLICIT_COLLATION: &str = "latsdb_implicit_";
+
+/// Parameter `n` standing for a value of a subquery's column: text keeps
+/// the column's collation, so `x IN (SELECT bin_col ...)` compares as
+/// `x = bin_col` does (utf8mb4_bin over a `_ci` x, a `_ci` column over
+/// a literal x), and a COLLATE in the subquery's select list stays explicit.
+fn value_of(n: usize, collation: Option<(Collation, bool)>) -> Expr {
+    let Some((c, explicit)) = collation else { return placeholder(n) };
+    let name = if explicit { c.name().to_string() } else { format!("{IMPLICIT_COLLATION}{}", c.name()) };
+    Expr::Collate { expr: Box::new(placeholder(n)), collation: ast::ObjectName::from(vec![ast::Ident::new(name)]) }
+}
+
+fn values_of(first: usize, n: usize, collation: Option<(Collation, bool)>) -> Vec<Expr> {
+    (first..first + n).map(|i| value_of(i, collation)).collect()
 }
 
 fn truth(b: bool) -> Expr {
@@ -443,21 +475,21 @@ impl VisitorMut for Walk {
         }
         let Some(next) = self.replacements.pop() else { return ControlFlow::Continue(()) };
         *e = match (std::mem::replace(e, truth(false)), next) {
-            (Expr::InSubquery { expr, negated, .. }, Replacement::Params(first, n)) => {
+            (Expr::InSubquery { expr, negated, .. }, Replacement::Params(first, n, collation)) => {
                 if n == 0 {
                     // Nothing is IN an empty set; everything is NOT IN it.
                     truth(negated)
                 } else {
-                    Expr::InList { expr, list: (first..first + n).map(placeholder).collect(), negated }
+                    Expr::InList { expr, list: values_of(first, n, collation), negated }
                 }
             }
-            (Expr::AnyOp { left, compare_op, .. }, Replacement::Params(first, n)) => {
-                quantified(&left, &compare_op, first, n, false)
+            (Expr::AnyOp { left, compare_op, .. }, Replacement::Params(first, n, collation)) => {
+                quantified(&left, &compare_op, (first, n), collation, false)
             }
-            (Expr::AllOp { left, compare_op, .. }, Replacement::Params(first, n)) => {
-                quantified(&left, &compare_op, first, n, true)
+            (Expr::AllOp { left, compare_op, .. }, Replacement::Params(first, n, collation)) => {
+                quantified(&left, &compare_op, (first, n), collation, true)
             }
-            (Expr::Subquery(_), Replacement::Params(first, _)) => placeholder(first),
+            (Expr::Subquery(_), Replacement::Params(first, _, collation)) => value_of(first, collation),
             (Expr::Subquery(_), Replacement::Lookup(_, first, 0)) => placeholder(first),
             (Expr::Subquery(_), Replacement::Lookup(outer, first, n)) => Expr::Case {
                 case_token: ast::helpers::attached_token::AttachedToken::empty(),
@@ -472,20 +504,16 @@ impl VisitorMut for Walk {
                 else_result: Some(Box::new(placeholder(first + 2 * n))),
             },
             (Expr::Exists { negated, .. }, Replacement::Truth(found)) => truth(found != negated),
-            (Expr::Exists { negated, .. }, Replacement::Semi(_, _, 0)) => truth(negated),
-            (Expr::Exists { negated: false, .. }, Replacement::Semi(outer, first, n)) => {
-                Expr::InList { expr: outer, list: (first..first + n).map(placeholder).collect(), negated: false }
+            (Expr::Exists { negated, .. }, Replacement::Semi(_, _, 0, _)) => truth(negated),
+            (Expr::Exists { negated: false, .. }, Replacement::Semi(outer, first, n, collation)) => {
+                Expr::InList { expr: outer, list: values_of(first, n, collation), negated: false }
             }
-            (Expr::Exists { negated: true, .. }, Replacement::Semi(outer, first, n)) => {
+            (Expr::Exists { negated: true, .. }, Replacement::Semi(outer, first, n, collation)) => {
                 // NOT EXISTS holds for a NULL outer value, which NOT IN does not.
                 Expr::Nested(Box::new(Expr::BinaryOp {
                     left: Box::new(Expr::IsNull(outer.clone())),
                     op: ast::BinaryOperator::Or,
-                    right: Box::new(Expr::InList {
-                        expr: outer,
-                        list: (first..first + n).map(placeholder).collect(),
-                        negated: true,
-                    }),
+                    right: Box::new(Expr::InList { expr: outer, list: values_of(first, n, collation), negated: true }),
                 }))
             }
             (other, _) => {
@@ -605,9 +633,9 @@ mod tests {
         assert!(found[0].1.to_string().contains("SELECT z FROM v"), "the nested one stays inside its parent");
         let mut params = vec![Value::Int(0)];
         let results = vec![
-            Found::Rows(Use::In, vec![vec![Value::Int(5)], vec![Value::Int(6)]]),
-            Found::Rows(Use::Scalar, vec![vec![Value::Int(9)]]),
-            Found::Rows(Use::Exists, vec![]),
+            Found::Rows(Use::In, vec![vec![Value::Int(5)], vec![Value::Int(6)]], None),
+            Found::Rows(Use::Scalar, vec![vec![Value::Int(9)]], None),
+            Found::Rows(Use::Exists, vec![], None),
         ];
         replace(&mut stmt, results, &mut params).unwrap();
         assert_eq!(params, vec![Value::Int(0), Value::Int(5), Value::Int(6), Value::Int(9)]);
@@ -634,11 +662,15 @@ mod tests {
             parse("SELECT a.x FROM a WHERE NOT EXISTS (SELECT 1 FROM b AS bb WHERE bb.k > 0 AND bb.a_id = a.id)");
         let (_, query) = outermost(&stmt).remove(0);
         let (once, outer) = decorrelate(&query).unwrap().unwrap();
-        assert_eq!(once.to_string(), "SELECT DISTINCT bb.a_id FROM b AS bb WHERE bb.k > 0");
+        assert_eq!(once.to_string(), "SELECT bb.a_id FROM b AS bb WHERE bb.k > 0");
         assert_eq!(outer.to_string(), "a.id");
         let mut stmt = stmt;
         let mut params = Vec::new();
-        let found = Found::Semi { outer: Box::new(outer), values: vec![Value::Int(4), Value::Null, Value::Int(5)] };
+        let found = Found::Semi {
+            outer: Box::new(outer),
+            values: vec![Value::Int(4), Value::Null, Value::Int(5)],
+            collation: None,
+        };
         replace(&mut stmt, vec![found], &mut params).unwrap();
         assert_eq!(stmt.to_string(), "SELECT a.x FROM a WHERE (a.id IS NULL OR a.id NOT IN (?0, ?1))");
         assert_eq!(params, vec![Value::Int(4), Value::Int(5)]);
@@ -653,15 +685,17 @@ mod tests {
     fn empty_sets_and_bad_shapes() {
         let mut stmt = parse("DELETE FROM t WHERE id NOT IN (SELECT x FROM u) AND NOT EXISTS (SELECT 1 FROM u)");
         let mut params = Vec::new();
-        let results = vec![Found::Rows(Use::In, vec![]), Found::Rows(Use::Exists, vec![vec![Value::Int(1)]])];
+        let results =
+            vec![Found::Rows(Use::In, vec![], None), Found::Rows(Use::Exists, vec![vec![Value::Int(1)]], None)];
         replace(&mut stmt, results, &mut params).unwrap();
         assert_eq!(stmt.to_string(), "DELETE FROM t WHERE true AND false");
         let mut stmt = parse("SELECT (SELECT x FROM u)");
         let two_rows = vec![vec![Value::Int(1)], vec![Value::Int(2)]];
-        let e = replace(&mut stmt, vec![Found::Rows(Use::Scalar, two_rows)], &mut params).unwrap_err();
+        let e = replace(&mut stmt, vec![Found::Rows(Use::Scalar, two_rows, None)], &mut params).unwrap_err();
         assert_eq!(e.code, 1242);
-        let e = replace(&mut stmt, vec![Found::Rows(Use::In, vec![vec![Value::Int(1), Value::Int(2)]])], &mut params)
-            .unwrap_err();
+        let e =
+            replace(&mut stmt, vec![Found::Rows(Use::In, vec![vec![Value::Int(1), Value::Int(2)]], None)], &mut params)
+                .unwrap_err();
         assert_eq!(e.code, 1241);
     }
 }

@@ -571,6 +571,35 @@ class Gen:
             lambda: f"t4.n {self.pick(['<', '>', '='])} {self.r.randint(0, 9)}",
         ]
         if depth < 1:
+            # A subquery's values keep their column's collation: a literal
+            # takes the column's. (Text of both collations on the two
+            # sides is left out: MariaDB 10.11 answers its semi-joins and
+            # NOT IN under the `_ci` collation and IN under utf8mb4_bin in
+            # one state; tests/sql/cli_script.sql checks those cases.)
+            same = {"name": ["o.name", "o.code", "UPPER(o.name)"], "code": ["o.name", "o.code"],
+                    "note": ["o.note", "UPPER(o.note)"]}
+            outer = lambda: self.pick(["name", "code", "note"])
+            sub_col = lambda: self.pick(["o.name", "o.note", "o.code", "UPPER(o.note)"])
+
+            def in_subquery():
+                col = outer()
+                return (f"t4.{col} {self.pick(['', 'NOT '])}IN (SELECT {self.pick(same[col])} FROM t4 AS o "
+                        f"WHERE {self.pick(same[col])} IS NOT NULL)")
+
+            def any_subquery():
+                col = outer()
+                return f"t4.{col} = ANY (SELECT {self.pick(same[col])} FROM t4 AS o WHERE o.n > 4)"
+
+            def exists():
+                col = outer()
+                return f"EXISTS (SELECT 1 FROM t4 AS o WHERE {self.pick(same[col])} = t4.{col})"
+
+            preds += [
+                in_subquery,
+                lambda: f"{self.ci_word(CI_NAMES)} IN (SELECT {sub_col()} FROM t4 AS o)",
+                any_subquery,
+                exists,
+            ]
             preds += [
                 lambda: f"({self.t4_pred(1)} AND {self.t4_pred(1)})",
                 lambda: f"({self.t4_pred(1)} OR {self.t4_pred(1)})",
