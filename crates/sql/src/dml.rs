@@ -798,10 +798,14 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             }
             let deletes = gone.iter().map(|k| Op::delete(table, k)).collect::<latsdb_types::Result<Vec<_>>>()?;
             ctx.run_ops(deletes).await?;
-            // MySQL counts 1 per row inserted and 2 per row that replaced a
-            // different one (stored before, or written earlier in the same
-            // statement); a row replaced by an identical one counts 1. So
-            // the stored rows are read first, under locks.
+            // MySQL counts 1 per row inserted and 2 per row that replaced
+            // another (stored before, or written earlier in the same
+            // statement). A row replaced by an identical one counts 1, but
+            // only in a table without unique secondary indexes: with one,
+            // the primary key is not the last unique key, and MySQL deletes
+            // and inserts even an identical row. So the stored rows are
+            // read first, under locks.
+            let delete_and_insert = def.has_unique_indexes();
             let reads = keys
                 .iter()
                 .map(|k| Op::read_locked(table, k, LockMode::Exclusive))
@@ -817,7 +821,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                     },
                 };
                 count += match before {
-                    Some(old) if old != rows[i] => 2,
+                    Some(old) if delete_and_insert || old != rows[i] => 2,
                     _ => 1,
                 };
             }
