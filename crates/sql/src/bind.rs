@@ -6,7 +6,7 @@
 use crate::dates::{Part, Unit};
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{Arith, CastTo, Cmp, Func, SExpr, SessionValue};
-use latsdb_types::schema::ColumnDef;
+use latsdb_types::schema::{ColumnDef, ColumnType};
 use latsdb_types::value::Decimal;
 use latsdb_types::{Collation, Value};
 use sqlparser::ast::{
@@ -341,7 +341,9 @@ impl<'a> Binder<'a> {
                     Some(e) => Some(Box::new(self.bind(e)?)),
                     None => None,
                 };
-                SExpr::Case(operand.map(Box::new), whens, other)
+                let branches: Vec<&SExpr> = whens.iter().map(|(_, r)| r).chain(other.as_deref()).collect();
+                let scale = self.decimal_scale(&branches);
+                with_decimal_scale(SExpr::Case(operand.map(Box::new), whens, other), scale)
             }
             Expr::Cast { expr, data_type, .. } => SExpr::Cast(Box::new(self.bind(expr)?), cast_target(data_type)?),
             Expr::Convert { expr, data_type: Some(data_type), .. } => {
@@ -687,7 +689,79 @@ impl<'a> Binder<'a> {
             Func::Least(_) => Func::Least(comparison_collation(self.tables, &args)),
             f => f,
         };
-        Ok(SExpr::Func(func, args))
+        // Functions that return one of their arguments: a DECIMAL result
+        // shows the largest scale of them (COALESCE(SUM(price), 0) is 0.00).
+        let scale = match func {
+            Func::Coalesce | Func::IfNull | Func::Greatest(_) | Func::Least(_) => {
+                self.decimal_scale(&args.iter().collect::<Vec<_>>())
+            }
+            Func::If => self.decimal_scale(&args.iter().skip(1).collect::<Vec<_>>()),
+            _ => None,
+        };
+        Ok(with_decimal_scale(SExpr::Func(func, args), scale))
+    }
+
+    /// The scale a function returning one of `branches` gives its DECIMAL
+    /// result, as MySQL types it: the largest of theirs, when one is a
+    /// DECIMAL and the others integers or NULL; None when the result is no
+    /// DECIMAL or a branch's type is not known before it runs (a parameter).
+    fn decimal_scale(&self, branches: &[&SExpr]) -> Option<u8> {
+        let mut scale = None;
+        for b in branches {
+            match self.numeric_kind(b) {
+                NumericKind::Null | NumericKind::Int => {}
+                NumericKind::Decimal(s) => scale = Some(scale.map_or(s, |t: u8| t.max(s))),
+                NumericKind::Other => return None,
+            }
+        }
+        scale
+    }
+
+    /// What kind of number an expression gives, as far as its type says.
+    fn numeric_kind(&self, e: &SExpr) -> NumericKind {
+        use NumericKind::*;
+        let combine = |a: NumericKind, b: NumericKind, scale: fn(u8, u8) -> u8| match (a, b) {
+            (Int, Int) => Int,
+            (Null, _) | (_, Null) => Null,
+            (Decimal(x), Int) => Decimal(scale(x, 0)),
+            (Int, Decimal(y)) => Decimal(scale(0, y)),
+            (Decimal(x), Decimal(y)) => Decimal(scale(x, y)),
+            _ => Other,
+        };
+        match e {
+            SExpr::Const(Value::Null) => Null,
+            SExpr::Const(Value::Int(_) | Value::UInt(_) | Value::Bool(_)) => Int,
+            SExpr::Const(Value::Decimal(d)) => Decimal(d.scale),
+            SExpr::TableCol(t, c) => {
+                match self.tables.get(*t).and_then(|t| t.columns.get(*c as usize)).map(|c| &c.ty) {
+                    Some(ColumnType::Integer { .. } | ColumnType::Boolean) => Int,
+                    Some(ColumnType::Decimal { scale, .. }) => Decimal(*scale),
+                    _ => Other,
+                }
+            }
+            SExpr::Neg(x) => self.numeric_kind(x),
+            SExpr::Arith(Arith::Add | Arith::Sub, a, b) => {
+                combine(self.numeric_kind(a), self.numeric_kind(b), |x, y| x.max(y))
+            }
+            SExpr::Arith(Arith::Mul, a, b) => {
+                combine(self.numeric_kind(a), self.numeric_kind(b), |x, y| x.saturating_add(y).min(30))
+            }
+            SExpr::Func(Func::DecimalScale(s), _) => Decimal(*s),
+            SExpr::Agg(i) => {
+                let Some(spec) = self.aggs.as_deref().and_then(|a| a.get(*i)) else { return Other };
+                let arg = spec.arg.as_ref().map_or(Other, |a| self.numeric_kind(a));
+                match (spec.kind, arg) {
+                    (AggKind::Count | AggKind::CountRows, _) => Int,
+                    (AggKind::Sum, Int) => Decimal(0),
+                    (AggKind::Sum | AggKind::Min | AggKind::Max, Decimal(s)) => Decimal(s),
+                    (AggKind::Min | AggKind::Max, Int) => Int,
+                    (AggKind::Avg, Int) => Decimal(4),
+                    (AggKind::Avg, Decimal(s)) => Decimal(s.saturating_add(4).min(30)),
+                    _ => Other,
+                }
+            }
+            _ => Other,
+        }
     }
 
     /// A REGEXP function's arguments with the match type 'i' when the text
@@ -979,6 +1053,23 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["GREATEST"], Func::Greatest(Collation::Bin), 2, 255),
     (&["LEAST"], Func::Least(Collation::Bin), 2, 255),
 ];
+
+/// The kind of number an expression gives, for typing DECIMAL results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NumericKind {
+    Null,
+    Int,
+    Decimal(u8),
+    /// Not a number, a double, or not known before it runs.
+    Other,
+}
+
+fn with_decimal_scale(e: SExpr, scale: Option<u8>) -> SExpr {
+    match scale {
+        Some(s) => SExpr::Func(Func::DecimalScale(s), vec![e]),
+        None => e,
+    }
+}
 
 pub fn literal(v: &ast::Value) -> SqlResult<SExpr> {
     Ok(SExpr::Const(match v {

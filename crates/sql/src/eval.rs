@@ -188,6 +188,9 @@ pub enum Func {
     /// A value of a subquery's column: unchanged, with the column's
     /// collation as its own (implicit, as a column's is).
     Implicit(latsdb_types::Collation),
+    /// A DECIMAL result shown with this scale (see `Binder::decimal_scale`);
+    /// integers become DECIMALs of it, other values pass unchanged.
+    DecimalScale(u8),
 }
 
 /// Target of CAST/CONVERT.
@@ -1160,6 +1163,12 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         Func::Fold => latsdb_types::Collation::GeneralCi.fold_value(arg(&a, 0)),
         Func::Weight => crate::exec::weight(&arg(&a, 0), latsdb_types::Collation::GeneralCi).into_owned(),
         Func::Collate(_) | Func::Implicit(_) => arg(&a, 0),
+        Func::DecimalScale(scale) => match arg(&a, 0) {
+            Value::Decimal(d) => d.rescale(scale).map_or(Value::Decimal(d), Value::Decimal),
+            Value::Int(i) => Decimal::new(i as i128, 0).rescale(scale).map_or(Value::Int(i), Value::Decimal),
+            Value::UInt(u) => Decimal::new(u as i128, 0).rescale(scale).map_or(Value::UInt(u), Value::Decimal),
+            other => other,
+        },
         Func::Upper => Value::Str(to_text(&arg(&a, 0)).to_uppercase()),
         Func::Lower => Value::Str(to_text(&arg(&a, 0)).to_lowercase()),
         Func::Substring => {
