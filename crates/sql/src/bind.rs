@@ -717,6 +717,22 @@ impl<'a> Binder<'a> {
         scale
     }
 
+    fn branches_kind<'e>(&self, branches: impl Iterator<Item = &'e SExpr>) -> NumericKind {
+        let mut kind = NumericKind::Null;
+        for b in branches {
+            kind = match (kind, self.numeric_kind(b)) {
+                (NumericKind::Null, k) | (k, NumericKind::Null) => k,
+                (NumericKind::Int, NumericKind::Int) => NumericKind::Int,
+                (NumericKind::Decimal(x), NumericKind::Decimal(y)) => NumericKind::Decimal(x.max(y)),
+                (NumericKind::Decimal(x), NumericKind::Int) | (NumericKind::Int, NumericKind::Decimal(x)) => {
+                    NumericKind::Decimal(x)
+                }
+                _ => return NumericKind::Other,
+            };
+        }
+        kind
+    }
+
     /// What kind of number an expression gives, as far as its type says.
     fn numeric_kind(&self, e: &SExpr) -> NumericKind {
         use NumericKind::*;
@@ -746,7 +762,41 @@ impl<'a> Binder<'a> {
             SExpr::Arith(Arith::Mul, a, b) => {
                 combine(self.numeric_kind(a), self.numeric_kind(b), |x, y| x.saturating_add(y).min(30))
             }
+            SExpr::Arith(Arith::Div, a, b) => {
+                // MySQL's div_precision_increment: 4 more digits.
+                match (self.numeric_kind(a), self.numeric_kind(b)) {
+                    (Null, _) | (_, Null) => Null,
+                    (Int, Int | Decimal(_)) => Decimal(4),
+                    (Decimal(x), Int | Decimal(_)) => Decimal(x.saturating_add(4).min(30)),
+                    _ => Other,
+                }
+            }
             SExpr::Func(Func::DecimalScale(s), _) => Decimal(*s),
+            SExpr::Func(Func::Abs, args) if args.len() == 1 => self.numeric_kind(&args[0]),
+            SExpr::Func(Func::Ceil | Func::Floor, args) if args.len() == 1 => match self.numeric_kind(&args[0]) {
+                Int | Decimal(_) => Int,
+                other => other,
+            },
+            SExpr::Func(Func::Round | Func::Truncate, args) => {
+                let digits = match args.get(1) {
+                    None => Some(0),
+                    Some(SExpr::Const(Value::Int(n))) => Some(*n),
+                    _ => None,
+                };
+                match (args.first().map(|a| self.numeric_kind(a)), digits) {
+                    (Some(Decimal(_)), Some(n)) if n > 0 => Decimal(n.min(30) as u8),
+                    (Some(Decimal(_)), Some(_)) | (Some(Int), Some(_)) => Int,
+                    (Some(Null), _) => Null,
+                    _ => Other,
+                }
+            }
+            // The ones that return an argument: the branches' common kind
+            // (a DECIMAL among them is wrapped in DecimalScale above).
+            SExpr::Func(Func::Coalesce | Func::IfNull | Func::Greatest(_) | Func::Least(_), args) => {
+                self.branches_kind(args.iter())
+            }
+            SExpr::Func(Func::If, args) => self.branches_kind(args.iter().skip(1)),
+            SExpr::Case(_, whens, other) => self.branches_kind(whens.iter().map(|(_, r)| r).chain(other.as_deref())),
             SExpr::Agg(i) => {
                 let Some(spec) = self.aggs.as_deref().and_then(|a| a.get(*i)) else { return Other };
                 let arg = spec.arg.as_ref().map_or(Other, |a| self.numeric_kind(a));
