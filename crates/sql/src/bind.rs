@@ -341,8 +341,7 @@ impl<'a> Binder<'a> {
                     Some(e) => Some(Box::new(self.bind(e)?)),
                     None => None,
                 };
-                let branches: Vec<&SExpr> = whens.iter().map(|(_, r)| r).chain(other.as_deref()).collect();
-                let scale = self.decimal_scale(&branches);
+                let scale = self.decimal_scale(whens.iter().map(|(_, r)| r).chain(other.as_deref()));
                 with_decimal_scale(SExpr::Case(operand.map(Box::new), whens, other), scale)
             }
             Expr::Cast { expr, data_type, .. } => SExpr::Cast(Box::new(self.bind(expr)?), cast_target(data_type)?),
@@ -692,10 +691,8 @@ impl<'a> Binder<'a> {
         // Functions that return one of their arguments: a DECIMAL result
         // shows the largest scale of them (COALESCE(SUM(price), 0) is 0.00).
         let scale = match func {
-            Func::Coalesce | Func::IfNull | Func::Greatest(_) | Func::Least(_) => {
-                self.decimal_scale(&args.iter().collect::<Vec<_>>())
-            }
-            Func::If => self.decimal_scale(&args.iter().skip(1).collect::<Vec<_>>()),
+            Func::Coalesce | Func::IfNull | Func::Greatest(_) | Func::Least(_) => self.decimal_scale(args.iter()),
+            Func::If => self.decimal_scale(args.iter().skip(1)),
             _ => None,
         };
         Ok(with_decimal_scale(SExpr::Func(func, args), scale))
@@ -705,18 +702,14 @@ impl<'a> Binder<'a> {
     /// result, as MySQL types it: the largest of theirs, when one is a
     /// DECIMAL and the others integers or NULL; None when the result is no
     /// DECIMAL or a branch's type is not known before it runs (a parameter).
-    fn decimal_scale(&self, branches: &[&SExpr]) -> Option<u8> {
-        let mut scale = None;
-        for b in branches {
-            match self.numeric_kind(b) {
-                NumericKind::Null | NumericKind::Int => {}
-                NumericKind::Decimal(s) => scale = Some(scale.map_or(s, |t: u8| t.max(s))),
-                NumericKind::Other => return None,
-            }
+    fn decimal_scale<'e>(&self, branches: impl Iterator<Item = &'e SExpr>) -> Option<u8> {
+        match self.branches_kind(branches) {
+            NumericKind::Decimal(s) => Some(s),
+            _ => None,
         }
-        scale
     }
 
+    /// The kind of number a function returning one of `branches` gives.
     fn branches_kind<'e>(&self, branches: impl Iterator<Item = &'e SExpr>) -> NumericKind {
         let mut kind = NumericKind::Null;
         for b in branches {
@@ -1278,22 +1271,15 @@ pub fn folded(e: SExpr) -> SExpr {
 pub fn collated(tables: &[ScopeTable], items: Vec<SExpr>) -> Vec<SExpr> {
     if comparison_collation(tables, &items).is_case_insensitive() {
         items.into_iter().map(folded).collect()
-    } else if any_case_insensitive(tables, &items) {
-        items
     } else {
         items.into_iter().map(without_implicit).collect()
     }
 }
 
-/// Whether an operand's own collation is case-insensitive: then a
-/// comparison under utf8mb4_bin keeps the operands' collation marks, so
-/// that the planner does not look the `_ci` column's rows up by weight.
-fn any_case_insensitive(tables: &[ScopeTable], items: &[SExpr]) -> bool {
-    items.iter().any(|e| collation_of(tables, e).is_some_and(|(c, _)| c.is_case_insensitive()))
-}
-
 /// A subquery's value as the parameter it is, once its collation has had
-/// its say (an IN-list of parameters is a batch of key lookups).
+/// its say (an IN-list of parameters is a batch of key lookups). Unlike a
+/// COLLATE on a column, it marks a value: a `_ci` column compared as bytes
+/// stays unfolded, which keeps the planner off its weight-keyed index.
 fn without_implicit(e: SExpr) -> SExpr {
     match e {
         SExpr::Func(Func::Implicit(_), args) if args.len() == 1 => {
@@ -1313,8 +1299,6 @@ pub fn compare(tables: &[ScopeTable], op: Cmp, a: SExpr, b: SExpr) -> SExpr {
 fn collated_pair<const N: usize>(tables: &[ScopeTable], items: [SExpr; N]) -> [SExpr; N] {
     if comparison_collation(tables, &items).is_case_insensitive() {
         items.map(folded)
-    } else if any_case_insensitive(tables, &items) {
-        items
     } else {
         items.map(without_implicit)
     }
