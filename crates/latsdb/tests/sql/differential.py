@@ -9,8 +9,10 @@ every column type, NULLs, predicates, joins, grouping, DISTINCT, ORDER BY
 with LIMIT, subqueries, set operations); a quarter of the queries run as
 server-side prepared statements on latsdb (mysql-connector-python, literals
 as parameters, binary rows) against the same text on MariaDB. Writes are
-INSERT, UPDATE, DELETE, REPLACE and INSERT ... ON DUPLICATE KEY UPDATE, some
-inside transactions that commit or roll back, and after each the tables are
+INSERT, UPDATE, DELETE, REPLACE and INSERT ... ON DUPLICATE KEY UPDATE
+(also from a SELECT), multi-table UPDATE and DELETE, some inside
+transactions with savepoints that commit or roll back, a quarter of the
+others as prepared statements, and after each the tables are
 compared whole. A write that both refuse inside a transaction fails
 alone and the transaction goes on (the tables, each as its transaction sees
 them, are compared); one that ends latsdb's transaction (an error from the
@@ -1062,7 +1064,26 @@ def main():
         the same error while latsdb's transaction stays open (a duplicate
         key, a value out of range) fails alone, and the transaction goes on."""
         nonlocal ended_by_error, failed_alone
+        # A quarter of the writes outside transactions run as server-side
+        # prepared statements on latsdb (literals as parameters), as
+        # sysbench and Connector/J with useServerPrepStmts send them.
+        prepared = not in_transaction and rng.random() < 0.25
+        if prepared:
+            gen.params = []
         sql = gen.write()
+        if prepared:
+            values, gen.params = gen.params, None
+            params = [values[int(n)] for n in re.findall("\x00([0-9]+)\x00", sql)]
+            sql = re.sub("\x00[0-9]+\x00", "?", sql)
+            shown = f"{sql} /* prepared, parameters {params} */"
+            if args.verbose:
+                print(shown, flush=True)
+            lat = run_prepared(latsdb_prepared, sql, params)
+            mdb = run(systems["mariadb"], sql.replace("%", "%%").replace("?", "%s"), params)
+            checked_pair(shown, lat, mdb, False)
+            check_tables(shown)
+            compare(*gen.query())
+            return True
         if in_transaction:
             lat = run(systems["latsdb"], sql)
             if lat[0] == "error":
