@@ -702,7 +702,7 @@ impl<'a> Binder<'a> {
     /// result, as MySQL types it: the largest of theirs, when one is a
     /// DECIMAL and the others integers or NULL; None when the result is no
     /// DECIMAL or a branch's type is not known before it runs (a parameter).
-    fn decimal_scale<'e>(&self, branches: impl Iterator<Item = &'e SExpr>) -> Option<u8> {
+    pub(crate) fn decimal_scale<'e>(&self, branches: impl Iterator<Item = &'e SExpr>) -> Option<u8> {
         match self.branches_kind(branches) {
             NumericKind::Decimal(s) => Some(s),
             _ => None,
@@ -749,6 +749,17 @@ impl<'a> Binder<'a> {
                 }
             }
             SExpr::Neg(x) => self.numeric_kind(x),
+            // Truth values are integers (1, 0 or NULL).
+            SExpr::Cmp(..)
+            | SExpr::In(..)
+            | SExpr::Between(..)
+            | SExpr::Like(..)
+            | SExpr::IsNull(..)
+            | SExpr::IsBool(..)
+            | SExpr::Not(_)
+            | SExpr::And(..)
+            | SExpr::Or(..)
+            | SExpr::Xor(..) => Int,
             SExpr::Arith(Arith::Add | Arith::Sub, a, b) => {
                 combine(self.numeric_kind(a), self.numeric_kind(b), |x, y| x.max(y))
             }

@@ -789,6 +789,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         primary: def.primary_key.contains(&(i as u16)),
                         auto_increment: false,
                         collation: c.ty.is_string().then_some((c.collation, false)),
+                        decimal_scale: None,
                     };
                     self.column_def(&rc, wire_of(c.ty));
                 }

@@ -98,6 +98,9 @@ pub struct OutputColumn {
     pub expr: SExpr,
     /// The table column it shows unchanged, if any (for column metadata).
     pub origin: Option<(usize, u16)>,
+    /// The scale its type gives a DECIMAL result (`Binder::decimal_scale`),
+    /// for a set operation whose other branches give integers.
+    pub decimal_scale: Option<u8>,
 }
 
 #[derive(Clone, Debug)]
@@ -224,6 +227,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                             name: col.name.clone(),
                             expr: SExpr::TableCol(t, c as u16),
                             origin: Some((t, c as u16)),
+                            decimal_scale: None,
                         });
                     }
                 }
@@ -244,6 +248,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                         name: col.name.clone(),
                         expr: SExpr::TableCol(t, c as u16),
                         origin: Some((t, c as u16)),
+                        decimal_scale: None,
                     });
                 }
             }
@@ -252,6 +257,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 b.aggs = Some(&mut aggs);
                 b.windows = Some(&mut windows);
                 let bound = b.bind(e)?;
+                let decimal_scale = b.decimal_scale(std::iter::once(&bound));
                 let name = match item {
                     SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
                     _ => match e {
@@ -269,7 +275,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     SExpr::TableCol(t, c) => Some((t, c)),
                     _ => None,
                 };
-                outputs.push(OutputColumn { name, expr: bound, origin });
+                outputs.push(OutputColumn { name, expr: bound, origin, decimal_scale });
             }
             other => return Err(SqlError::unsupported(format!("select item {other} is not supported"))),
         }

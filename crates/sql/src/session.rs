@@ -41,6 +41,9 @@ pub struct ResultColumn {
     /// it has none of its own (a literal's), so that in a set operation the
     /// other branches' decides how its text compares.
     pub collation: Option<(Collation, bool)>,
+    /// A computed column's DECIMAL scale by its type (a table column's is
+    /// in `ty`): a set operation shows the other branches' integers with it.
+    pub decimal_scale: Option<u8>,
 }
 
 impl ResultColumn {
@@ -56,6 +59,7 @@ impl ResultColumn {
             primary: false,
             auto_increment: false,
             collation: None,
+            decimal_scale: None,
         }
     }
     pub fn typed(name: &str, ty: ColumnType) -> Self {
@@ -1505,9 +1509,14 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
                     primary,
                     auto_increment,
                     collation: collation_of(i),
+                    decimal_scale: None,
                 }
             }
-            None => ResultColumn { collation: collation_of(i), ..ResultColumn::computed(&o.name) },
+            None => ResultColumn {
+                collation: collation_of(i),
+                decimal_scale: o.decimal_scale,
+                ..ResultColumn::computed(&o.name)
+            },
         })
         .collect()
 }

@@ -96,13 +96,15 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
         // choice; MySQL would refuse two explicit COLLATE clauses that differ).
         let both: Vec<(Collation, bool)> = [c.collation, b.collation].into_iter().flatten().collect();
         let collation = crate::bind::strongest(&both);
+        let decimal_scale = decimal_scale_of(c).max(decimal_scale_of(b));
         if c.ty != b.ty {
             *c = ResultColumn::computed(&c.name);
         }
         c.collation = collation;
+        c.decimal_scale = decimal_scale;
     }
-    for i in 0..columns.len() {
-        unify_column(&mut rows, &mut right_rows, i);
+    for (i, c) in columns.iter().enumerate() {
+        unify_column(&mut rows, &mut right_rows, i, c.decimal_scale);
     }
     let collations: Vec<Collation> = columns.iter().map(|c| c.collation.map_or(Collation::Bin, |(c, _)| c)).collect();
     let mut key = String::new();
@@ -162,7 +164,17 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
 /// compares them): strings with other values make a string column, and
 /// integers with decimals a decimal column at the largest scale (1.5 and
 /// 1.50 are then one value).
-fn unify_column(left: &mut [Vec<Value>], right: &mut [Vec<Value>], i: usize) {
+/// The scale a branch's column type gives DECIMAL values.
+fn decimal_scale_of(c: &ResultColumn) -> Option<u8> {
+    match c.ty {
+        Some(latsdb_types::schema::ColumnType::Decimal { scale, .. }) => Some(scale),
+        _ => c.decimal_scale,
+    }
+}
+
+/// `typed_scale`: the largest DECIMAL scale the branches' types give the
+/// column (a branch may have no rows to show it).
+fn unify_column(left: &mut [Vec<Value>], right: &mut [Vec<Value>], i: usize, typed_scale: Option<u8>) {
     let values = || left.iter().chain(right.iter()).map(|r| &r[i]).filter(|v| !v.is_null());
     let strings = values().filter(|v| matches!(v, Value::Str(_))).count();
     let all = values().count();
@@ -175,7 +187,8 @@ fn unify_column(left: &mut [Vec<Value>], right: &mut [Vec<Value>], i: usize) {
         return;
     }
     let exact = |v: &Value| matches!(v, Value::Int(_) | Value::UInt(_) | Value::Decimal(_));
-    let Some(scale) = values().filter_map(|v| if let Value::Decimal(d) = v { Some(d.scale) } else { None }).max()
+    let Some(scale) =
+        values().filter_map(|v| if let Value::Decimal(d) = v { Some(d.scale) } else { None }).max().max(typed_scale)
     else {
         return;
     };

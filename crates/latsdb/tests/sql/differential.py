@@ -843,6 +843,20 @@ def norm_rows(rows, ordered):
     return out if ordered else sorted(out, key=repr)
 
 
+def decimal_scales(rows, ordered):
+    """Where two DECIMALs stand in the same place of equal answers, their
+    scales (a COALESCE(SUM(price), 0) shows 0.00); None elsewhere, so that
+    a value typed as an integer on one side is no difference here."""
+    keyed = [(tuple(norm_value(v) for v in row), row) for row in rows]
+    if not ordered:
+        keyed.sort(key=lambda k: repr(k[0]))
+    return [tuple(v.as_tuple().exponent if isinstance(v, decimal.Decimal) else None for v in row) for _, row in keyed]
+
+
+def same_scales(a, b):
+    return all(x == y for ra, rb in zip(a, b) for x, y in zip(ra, rb) if x is not None and y is not None)
+
+
 def loosen(rows):
     """The rows with text that reads as a number made a number: two answers
     equal only this way hold the same values typed differently (MySQL types
@@ -999,6 +1013,8 @@ def main():
                 typed_differently.append(sql)
             else:
                 mismatches.append((sql, lat, mdb))
+        elif not same_scales(decimal_scales(a, ordered), decimal_scales(b, ordered)):
+            mismatches.append((f"{sql} /* DECIMAL scales differ */", lat, mdb))
 
     # (MariaDB is asked the same with the parameters filled in by PyMySQL:
     # mysql-connector-python's prepared statements hang on MariaDB 10.11
