@@ -650,6 +650,16 @@ pub(crate) fn group_key(values: &[Value], out: &mut String) {
 
 /// `group_key` of a row whose columns compare under `collations`: text of
 /// a case-insensitive column by its weight ('a' and 'A' are one).
+/// Keeps the first of rows equal under `collations` (an empty list
+/// compares bytes): DISTINCT, UNION, the values of a decorrelated EXISTS.
+pub(crate) fn retain_distinct(rows: &mut Vec<Vec<Value>>, collations: &[Collation]) {
+    let (mut seen, mut key) = (std::collections::HashSet::new(), String::new());
+    rows.retain(|r| {
+        collated_group_key(r, collations, &mut key);
+        seen.insert(key.clone())
+    });
+}
+
 pub(crate) fn collated_group_key(row: &[Value], collations: &[Collation], out: &mut String) {
     if collations.iter().all(|c| !c.is_case_insensitive()) {
         group_key(row, out);
@@ -960,14 +970,9 @@ fn finish_rows(plan: &SelectPlan, rows: Vec<Vec<Value>>, env: &Env) -> SqlResult
     }
     let mut rows: Vec<Vec<Value>> = out.into_iter().map(|(v, _)| v).collect();
     if plan.distinct {
-        let mut seen = std::collections::HashSet::new();
-        let mut buf = String::new();
         let collations: Vec<Collation> =
             plan.output_collations.iter().map(|c| c.map_or(Collation::Bin, |(c, _)| c)).collect();
-        rows.retain(|r| {
-            collated_group_key(r, &collations, &mut buf);
-            seen.insert(buf.clone())
-        });
+        retain_distinct(&mut rows, &collations);
     }
     let start = (offset as usize).min(rows.len());
     let end = match limit {

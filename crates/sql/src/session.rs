@@ -948,15 +948,9 @@ impl Session {
                 Some(outer) => {
                     // Each value once, as written (a byte-for-byte equal one
                     // adds nothing to `outer IN (...)`).
-                    let (mut seen, mut key) = (std::collections::HashSet::new(), String::new());
-                    let values = rows
-                        .into_iter()
-                        .filter_map(|r| r.into_iter().next())
-                        .filter(|v| {
-                            crate::exec::group_key(std::slice::from_ref(v), &mut key);
-                            seen.insert(key.clone())
-                        })
-                        .collect();
+                    let mut rows = rows;
+                    crate::exec::retain_distinct(&mut rows, &[]);
+                    let values = rows.into_iter().filter_map(|r| r.into_iter().next()).collect();
                     crate::subquery::Found::Semi { outer: Box::new(outer), values, collation }
                 }
                 None => crate::subquery::Found::Rows(kind, rows, collation),

@@ -150,11 +150,7 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
         }
     }
     if !all {
-        let mut seen = std::collections::HashSet::new();
-        rows.retain(|r| {
-            collated_group_key(r, &collations, &mut key);
-            seen.insert(key.clone())
-        });
+        crate::exec::retain_distinct(&mut rows, &collations);
     }
     Ok((columns, rows))
 }
