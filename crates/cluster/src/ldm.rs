@@ -128,7 +128,7 @@ pub(crate) struct LdmTx {
     /// Staged row images: None deletes. Keyed like locks.
     pub(crate) staged: KeyMap<Staged>,
     /// Writes (by operation index) whose backups have not all answered.
-    pub(crate) replicating: BTreeMap<u32, Replicating>,
+    pub(crate) replicating: indexmap::IndexMap<u32, Replicating, foldhash::fast::RandomState>,
     /// Backups that were sent writes of this transaction (also ones that
     /// left since): commit and abort are forwarded to them.
     pub(crate) backups: BTreeSet<ShardAddr>,
@@ -139,6 +139,14 @@ pub(crate) struct LdmTx {
     /// until the primary they are copied from commits them too (see
     /// `Shard::replica_apply`).
     pub(crate) held: Option<latsdb_types::proto::CommitEpoch>,
+}
+
+impl LdmTx {
+    /// Room for `rows` more locked and staged rows.
+    pub(crate) fn reserve(&mut self, rows: usize) {
+        self.locks.reserve(rows);
+        self.staged.reserve(rows);
+    }
 }
 
 /// The replicated independent writes of one client batch run as one implicit
@@ -359,6 +367,7 @@ impl Shard {
         let mut deferred = Vec::new();
         let mut batch_tx: Option<TxId> = None;
         let batch = self.ldm.next_batch;
+        let ops_left = ops.len();
         let prepared: Vec<Result<Prepared>> = ops.into_iter().map(|op| self.ldm_prepare(op)).collect();
         for p in prepared.iter().flatten() {
             self.ldm_prefetch_row(p);
@@ -384,13 +393,14 @@ impl Shard {
                     self.ldm.next_implicit += 1;
                     implicit_tx(self.cfg.me, self.ldm.next_implicit)
                 });
-                self.ldm
-                    .txs
-                    .entry(tx)
-                    .or_default()
-                    .autocommit
-                    .get_or_insert_with(|| AutoBatch { batch, ..Default::default() })
-                    .open += 1;
+                let ltx = self.ldm.txs.entry(tx).or_default();
+                if ltx.autocommit.is_none() {
+                    // The rest of the batch is likely replicated writes too:
+                    // size the maps once instead of growing them write by write.
+                    ltx.reserve(ops_left - idx);
+                    ltx.replicating.reserve(ops_left - idx);
+                }
+                ltx.autocommit.get_or_insert_with(|| AutoBatch { batch, ..Default::default() }).open += 1;
                 let deadline = self.now + self.cfg.lock_wait_timeout_us;
                 let pending = Pending { origin: Origin::Implicit { tx, batch, idx: idx as u32 }, prepared };
                 results.push(None);
@@ -510,7 +520,7 @@ impl Shard {
     /// Every live backup answered for write `idx` of `tx`.
     fn ldm_replicated(&mut self, tx: TxId, idx: u32, out: &mut Outbox) {
         let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
-        let Some(rep) = ltx.replicating.remove(&idx) else { return };
+        let Some(rep) = ltx.replicating.swap_remove(&idx) else { return };
         let result = rep.result;
         match ltx.autocommit.as_mut() {
             Some(auto) => {

@@ -430,6 +430,9 @@ impl Shard {
             }
             PeerMsg::TxCommitted { tx } => self.tc_committed(from, tx, out),
             PeerMsg::ReplicaPrepare { tx, writes } => {
+                if writes.len() > 1 {
+                    self.ldm.replica_txs.entry(tx).or_default().reserve(writes.len());
+                }
                 for write in writes {
                     self.replica_prepare(from, tx, write, out);
                 }
