@@ -11,7 +11,7 @@ use crate::plan::{plan_select, table_name, Access, Catalog, SelectPlan, SourceKi
 use latsdb_client::{Op, Outcome, Table};
 use latsdb_types::expr::{ArithOp, Expr};
 use latsdb_types::proto::LockMode;
-use latsdb_types::schema::ColumnId;
+use latsdb_types::schema::{ColumnDef, ColumnId, ColumnType};
 use latsdb_types::Value;
 use sqlparser::ast::{self, AssignmentTarget, Statement};
 use std::sync::Arc;
@@ -50,6 +50,10 @@ pub struct WritePlan {
     /// Keys and assignments computed on the data node without reading
     /// first, when the WHERE clause is exactly a key lookup.
     pub direct: Option<Vec<Vec<SExpr>>>,
+    /// A multi-table UPDATE's values from the other tables: this many
+    /// follow the table's columns in each selected row (which may then
+    /// repeat a row; the first of each key counts).
+    pub joined_values: usize,
 }
 
 /// Something that needs auto-increment values.
@@ -328,7 +332,7 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
         _ => None,
     };
     let sets = sets.into_iter().map(|(c, e)| Ok((c, full_row(e)?))).collect::<SqlResult<_>>()?;
-    Ok(WritePlan { table, select, sets, direct })
+    Ok(WritePlan { table, select, sets, direct, joined_values: 0 })
 }
 
 /// Plans the SELECT an UPDATE or DELETE was rewritten into, reading its
@@ -350,15 +354,19 @@ async fn plan_locking_select<C: Catalog>(catalog: &C, mut sql: String) -> SqlRes
 /// statement.
 async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<Option<WritePlan>> {
     let (source, target, selection, order_limit, assignments): (
-        &ast::TableWithJoins,
+        &[ast::TableWithJoins],
         Option<&ast::ObjectName>,
         _,
         bool,
         &[ast::Assignment],
     ) = match stmt {
-        Statement::Update(u) if !u.table.joins.is_empty() => {
-            (&u.table, None, &u.selection, !u.order_by.is_empty() || u.limit.is_some(), &u.assignments)
-        }
+        Statement::Update(u) if !u.table.joins.is_empty() => (
+            std::slice::from_ref(&u.table),
+            None,
+            &u.selection,
+            !u.order_by.is_empty() || u.limit.is_some(),
+            &u.assignments,
+        ),
         Statement::Delete(d) => {
             let from = match &d.from {
                 ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => f,
@@ -375,14 +383,11 @@ async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResu
                     "DELETE from several tables at once is not supported; delete from one table per statement",
                 ));
             }
-            if source.len() != 1 {
-                return Err(SqlError::unsupported("comma joins are not supported; write JOIN ... ON"));
-            }
             let target = d.tables.first().or(match &from[0].relation {
                 ast::TableFactor::Table { name, .. } if d.using.is_some() => Some(name),
                 _ => None,
             });
-            (&source[0], target, &d.selection, !d.order_by.is_empty() || d.limit.is_some(), &[])
+            (source.as_slice(), target, &d.selection, !d.order_by.is_empty() || d.limit.is_some(), &[])
         }
         _ => return Ok(None),
     };
@@ -390,8 +395,10 @@ async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResu
         return Err(SqlError::new(1221, "HY000", "Incorrect usage of multi-table UPDATE/DELETE and ORDER BY or LIMIT"));
     }
     // The target: named by DELETE, else UPDATE's first table; by alias or name.
-    let relations: Vec<&ast::TableFactor> =
-        std::iter::once(&source.relation).chain(source.joins.iter().map(|j| &j.relation)).collect();
+    let relations: Vec<&ast::TableFactor> = source
+        .iter()
+        .flat_map(|item| std::iter::once(&item.relation).chain(item.joins.iter().map(|j| &j.relation)))
+        .collect();
     let named = |f: &ast::TableFactor, n: &str| match f {
         ast::TableFactor::Table { name, alias, .. } => match alias {
             Some(a) => a.name.value.eq_ignore_ascii_case(n),
@@ -416,12 +423,30 @@ async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResu
     let (_, kind) = catalog.resolve(db.as_deref(), &tname).await?;
     let table = stored(kind, &tname)?;
     let shown = alias.as_ref().map_or(tname.clone(), |a| a.name.value.clone());
-    let mut sql = format!("SELECT DISTINCT `{shown}`.* FROM {source}");
+    let scope = [scope_of(&table, &shown)];
+    // A SET value that reads the other tables (`SET t.c = u.c`) is computed
+    // by the SELECT, as a value after the target's columns, from the first
+    // joined row of each target row (MySQL updates a row once).
+    let mut from_join = Vec::new();
+    for a in assignments {
+        if let Err(e) = Binder::new(&scope, "field list").bind(&a.value) {
+            if e.code == crate::error::ER_BAD_FIELD {
+                from_join.push(a.value.to_string());
+            }
+        }
+    }
+    let from = source.iter().map(|item| item.to_string()).collect::<Vec<_>>().join(", ");
+    let mut sql = format!("SELECT DISTINCT `{shown}`.*");
+    for value in &from_join {
+        sql.push_str(&format!(", ({value})"));
+    }
+    sql.push_str(&format!(" FROM {from}"));
     if let Some(w) = selection {
         sql.push_str(&format!(" WHERE {w}"));
     }
     let select = plan_locking_select(catalog, sql).await?;
-    let scope = [scope_of(&table, &shown)];
+    let columns = table.def().columns.len();
+    let mut extra = 0;
     let mut sets = Vec::new();
     for a in assignments {
         if let AssignmentTarget::ColumnName(n) = &a.target {
@@ -433,21 +458,17 @@ async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResu
             }
         }
         let c = assignment_column(&table, &a.target)?;
-        let bound = Binder::new(&scope, "field list").bind(&a.value).map_err(|e| {
-            if e.code == crate::error::ER_BAD_FIELD {
-                SqlError::unsupported(format!(
-                    "a multi-table UPDATE sets values from {shown}'s own columns only ({})",
-                    e.message
-                ))
-            } else {
-                e
+        let bound = match Binder::new(&scope, "field list").bind(&a.value) {
+            Err(e) if e.code == crate::error::ER_BAD_FIELD => {
+                extra += 1;
+                SExpr::TableCol(0, (columns + extra - 1) as u16)
             }
-        })?;
-        let bound = after_earlier_sets(bound, &sets)?;
+            other => after_earlier_sets(other?, &sets)?,
+        };
         sets.push((c, bound));
     }
     let sets = sets.into_iter().map(|(c, e)| Ok((c, full_row(e)?))).collect::<SqlResult<_>>()?;
-    Ok(Some(WritePlan { table, select, sets, direct: None }))
+    Ok(Some(WritePlan { table, select, sets, direct: None, joined_values: extra }))
 }
 
 /// An assignment the data node computes from the current row, if the
@@ -462,6 +483,54 @@ fn data_node_expr(e: &SExpr) -> Option<()> {
         }
         _ => None,
     }
+}
+
+/// Whether the data nodes compute every assignment of a key-addressed
+/// UPDATE as MySQL does: integer arithmetic into an integer column, integer
+/// and DECIMAL arithmetic into a DECIMAL column, over signed operands, and a
+/// column copied into a column of the same type. Anything else (text read
+/// as a number, DOUBLE, unsigned subtraction, conversions) reads the row
+/// and computes here.
+fn data_nodes_compute_alike(plan: &WritePlan, env: &Env) -> SqlResult<bool> {
+    let columns = &plan.table.def().columns;
+    for (target, e) in &plan.sets {
+        let target_ty = columns[*target as usize].ty;
+        let alike = match e {
+            SExpr::Col(c) => columns[*c].ty == target_ty,
+            SExpr::Arith(..) => match target_ty {
+                ColumnType::Integer { .. } => operands_alike(e, columns, false, false, env)?,
+                ColumnType::Decimal { .. } => operands_alike(e, columns, true, false, env)?,
+                _ => false,
+            },
+            _ => true,
+        };
+        if !alike {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// `under_sub`: below a subtraction, where an unsigned operand makes MySQL
+/// compute unsigned (and refuse a negative result).
+fn operands_alike(e: &SExpr, columns: &[ColumnDef], decimal: bool, under_sub: bool, env: &Env) -> SqlResult<bool> {
+    Ok(match e {
+        SExpr::Arith(op, a, b) => {
+            let under_sub = under_sub || matches!(op, Arith::Sub);
+            operands_alike(a, columns, decimal, under_sub, env)? && operands_alike(b, columns, decimal, under_sub, env)?
+        }
+        SExpr::Col(c) => match columns[*c].ty {
+            ColumnType::Integer { unsigned, .. } => !(unsigned && under_sub),
+            ColumnType::Decimal { .. } => decimal,
+            _ => false,
+        },
+        other => match other.eval(&[], env)? {
+            Value::Int(_) => true,
+            Value::UInt(_) => !under_sub,
+            Value::Decimal(_) => decimal,
+            _ => false,
+        },
+    })
 }
 
 fn to_data_node(e: &SExpr, table: &Table, target: ColumnId, env: &Env) -> SqlResult<Expr> {
@@ -980,7 +1049,11 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     let checks_unique = !delete && ctx.in_explicit_transaction() && def.has_unique_indexes();
     // The data nodes tell an update that left its row as it was
     // (`Unchanged`) from one that changed it, as MySQL counts them.
-    if let Some(keys) = plan.direct.as_ref().filter(|_| !checks_unique) {
+    let direct = match &plan.direct {
+        Some(keys) if !checks_unique && data_nodes_compute_alike(plan, &ctx.env)? => Some(keys),
+        _ => None,
+    };
+    if let Some(keys) = direct {
         let seen = crate::exec::distinct_keys(table, keys, &ctx.env)?;
         let mut ops = Vec::with_capacity(seen.len());
         for key in &seen {
@@ -1004,7 +1077,18 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         let matched = changed + outcomes.iter().filter(|o| matches!(o, Outcome::Unchanged)).count() as u64;
         return Ok(Affected { matched, changed });
     }
-    let rows = run_select(&plan.select, ctx).await?;
+    let mut rows = run_select(&plan.select, ctx).await?;
+    if plan.joined_values > 0 {
+        // By encoded key: 'a' and 'A ' are one key of a case-insensitive column.
+        let mut seen = std::collections::HashSet::with_capacity(rows.len());
+        let mut first = Vec::with_capacity(rows.len());
+        for row in rows {
+            if seen.insert(table.encode_key(&key_of(def, &row))?) {
+                first.push(row);
+            }
+        }
+        rows = first;
+    }
     let mut ops = Vec::with_capacity(rows.len());
     let mut updated = Vec::new();
     let mut moves = Vec::new();
@@ -1017,7 +1101,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         }
         let mut set = Vec::with_capacity(plan.sets.len());
         let mut changes = false;
-        let mut new_row = row.clone();
+        let mut new_row = row[..def.columns.len()].to_vec();
         for (c, e) in &plan.sets {
             let v = to_column(e.eval(row, &ctx.env)?, &def.columns[*c as usize])?;
             let old = &row[*c as usize];

@@ -100,6 +100,10 @@ impl From<DbError> for SqlError {
             ErrorCode::TableExists => (ER_TABLE_EXISTS, "42S01"),
             ErrorCode::IndexExists => (ER_DUP_KEYNAME, "42000"),
             ErrorCode::ColumnExists => (ER_DUP_FIELDNAME, "42S21"),
+            // A value a data node computed (`SET c = c + 1`) that the
+            // column cannot hold.
+            ErrorCode::TypeError if e.message.contains("out of range") => (ER_WARN_DATA_OUT_OF_RANGE, "22003"),
+            ErrorCode::TypeError if e.message.contains("cannot be NULL") => (ER_BAD_NULL, "23000"),
             ErrorCode::TypeError => (ER_TRUNCATED_WRONG_VALUE_FOR_FIELD, "HY000"),
             ErrorCode::LockWaitTimeout => (ER_LOCK_WAIT_TIMEOUT, "HY000"),
             // Aborted by a conflict or a failure: the client should run the

@@ -677,7 +677,13 @@ fn arith_op(op: Arith, a: &Value, b: &Value) -> SqlResult<Value> {
     if let Some(bits) = bit_op(op, a, b) {
         return Ok(bits);
     }
-    let (a, b) = (numeric(a), numeric(b));
+    // Text in arithmetic is a DOUBLE, as in MySQL: '7' / 2 is 3.5 and
+    // '0.1' + '0.2' is 0.30000000000000004.
+    let operand = |v: &Value| match v {
+        Value::Str(_) | Value::Bytes(_) => Value::Float(numeric(v).as_f64().unwrap_or(0.0)),
+        other => numeric(other),
+    };
+    let (a, b) = (operand(a), operand(b));
     let simple = match op {
         Arith::Add => Some(ArithOp::Add),
         Arith::Sub => Some(ArithOp::Sub),
@@ -1495,7 +1501,8 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
             if !f.is_finite() || f.abs() > 1.9e19 {
                 return Err(out_of_range(&v, column));
             }
-            let r = f.round();
+            // Stored as MySQL does, by rint(): halves to even (2.5 -> 2).
+            let r = f.round_ties_even();
             if r < 0.0 {
                 Value::Int(r as i64)
             } else {
@@ -1798,7 +1805,10 @@ mod tests {
     fn division_is_decimal_with_four_more_digits_and_null_by_zero() {
         assert_eq!(eval(SExpr::Arith(Arith::Div, c(1i64), c(3i64))).to_string(), "0.3333");
         assert_eq!(eval(SExpr::Arith(Arith::Div, c(1i64), c(0i64))), Value::Null);
-        assert_eq!(eval(SExpr::Arith(Arith::Add, c("2"), c(3i64))), Value::Int(5));
+        // Text is a DOUBLE in arithmetic, as in MySQL.
+        assert_eq!(eval(SExpr::Arith(Arith::Add, c("2"), c(3i64))), Value::Float(5.0));
+        assert_eq!(eval(SExpr::Arith(Arith::Div, c("7"), c(2i64))), Value::Float(3.5));
+        assert_eq!(eval(SExpr::Arith(Arith::Add, c("0.1"), c("0.2"))), Value::Float(0.1 + 0.2));
     }
 
     #[test]

@@ -125,6 +125,41 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
                 continue;
             }
         }
+        if is_word(t, Keyword::UPDATE) && starts_statement(&tokens[..i]) {
+            // MySQL's multi-table `UPDATE a, b SET ...`, which the parser
+            // does not read, as `UPDATE a CROSS JOIN b SET ...` (the same
+            // join: a comma is a cross join).
+            out.push(spanned[i].clone());
+            let mut depth = 0usize;
+            i += 1;
+            while i < tokens.len() {
+                let at = |token: Token| TokenWithSpan { token, span: spanned[i].span };
+                match tokens[i] {
+                    Token::LParen => depth += 1,
+                    Token::RParen => depth = depth.saturating_sub(1),
+                    Token::SemiColon | Token::EOF => break,
+                    t if depth == 0 && is_word(t, Keyword::SET) => break,
+                    Token::Comma if depth == 0 => {
+                        let space = || Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
+                        out.extend(
+                            [space(), word("CROSS", Keyword::CROSS), space(), word("JOIN", Keyword::JOIN), space()]
+                                .map(at),
+                        );
+                        i += 1;
+                        continue;
+                    }
+                    _ => {}
+                }
+                if matches!(tokens[i], Token::Placeholder(p) if p == "?") {
+                    out.push(at(Token::Placeholder(format!("?{params}"))));
+                    params += 1;
+                } else {
+                    out.push(spanned[i].clone());
+                }
+                i += 1;
+            }
+            continue;
+        }
         if is_word(t, Keyword::LOCK) {
             // LOCK <ws> IN <ws> SHARE <ws> MODE
             let significant: Vec<usize> =
@@ -158,6 +193,12 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
         let _ = statements.visit(&mut { items });
     }
     Ok(Parsed { statements, params })
+}
+
+/// Whether the next token starts a statement: only whitespace and
+/// comments, or a `;`, come before it.
+fn starts_statement(before: &[&Token]) -> bool {
+    before.iter().rev().find(|t| !matches!(t, Token::Whitespace(_))).is_none_or(|t| matches!(t, Token::SemiColon))
 }
 
 /// Prefix of the function EXTRACT(<compound unit> FROM d) is read as.

@@ -174,14 +174,18 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         SetExpr::Query(q) => return Box::pin(plan_query(catalog, q, push_aggregates)).await,
         _ => return Err(SqlError::unsupported("UNION and other set operations are not supported")),
     };
-    if select.from.len() > 1 {
-        return Err(SqlError::unsupported("comma joins are not supported; write JOIN ... ON"));
-    }
-    // FROM: the first table and its joins.
+    // FROM: the first table and its joins; each further comma-separated
+    // item joins the tables before it as a CROSS JOIN (its WHERE conditions
+    // then act as join conditions). A comma binds less tightly than JOIN,
+    // so an item's ON conditions see only that item's own tables.
     let mut sources: Vec<Source> = Vec::new();
-    let mut join_specs: Vec<(bool, bool, JoinOn)> = Vec::new();
-    if let Some(twj) = select.from.first() {
+    let mut join_specs: Vec<JoinSpec> = Vec::new();
+    for (item, twj) in select.from.iter().enumerate() {
+        let item_start = sources.len();
         sources.push(source(catalog, &twj.relation).await?);
+        if item > 0 {
+            join_specs.push(JoinSpec { left: false, right: false, on: JoinOn::None, item_start: 0 });
+        }
         for join in &twj.joins {
             let (left, right, constraint) = match &join.join_operator {
                 ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) => (false, false, c),
@@ -190,6 +194,11 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 ast::JoinOperator::CrossJoin(c) => (false, false, c),
                 _ => return Err(SqlError::unsupported("only INNER, LEFT, RIGHT and CROSS joins are supported")),
             };
+            if right && item > 0 {
+                return Err(SqlError::unsupported(
+                    "a RIGHT JOIN after a comma is not supported; write the comma as CROSS JOIN, or the RIGHT JOIN as a LEFT JOIN",
+                ));
+            }
             let on = match constraint {
                 ast::JoinConstraint::On(e) => JoinOn::On(e),
                 ast::JoinConstraint::Using(names) => {
@@ -201,7 +210,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 }
             };
             sources.push(source(catalog, &join.relation).await?);
-            join_specs.push((left, right, on));
+            join_specs.push(JoinSpec { left, right, on, item_start });
         }
     }
     let scope: Vec<ScopeTable> = sources.iter().map(|s| s.scope.clone()).collect();
@@ -289,18 +298,24 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
     }
     let mut joins = Vec::new();
     // Behind a RIGHT JOIN the first table's rows may be NULL-extended, so no
-    // WHERE condition may narrow its access path.
-    let any_right = join_specs.iter().any(|(_, right, _)| *right);
-    for (i, (left, right_join, on)) in join_specs.into_iter().enumerate() {
+    // WHERE condition may narrow its access path (`any_right`, below).
+    let any_right = join_specs.iter().any(|j| j.right);
+    for (i, JoinSpec { left, right: right_join, on, item_start }) in join_specs.into_iter().enumerate() {
         let right = i + 1;
+        // The tables of earlier comma items are out of an ON clause's reach.
+        let visible: Vec<ScopeTable> = scope[..i + 2]
+            .iter()
+            .enumerate()
+            .map(|(t, s)| if t < item_start { hidden_table() } else { s.clone() })
+            .collect();
         let on = match on {
-            JoinOn::On(e) => Some(Binder::new(&scope[..i + 2], "on clause").bind(e)?),
+            JoinOn::On(e) => Some(Binder::new(&visible, "on clause").bind(e)?),
             JoinOn::Using(names) => {
                 let mut parts = Vec::new();
                 for n in &names {
                     let col = |t: usize| scope[t].columns.iter().position(|c| c.name.eq_ignore_ascii_case(n));
                     let r = col(right).ok_or_else(|| SqlError::bad_field(n, "from clause"))?;
-                    let l = (0..right)
+                    let l = (item_start..right)
                         .find_map(|t| col(t).map(|c| (t, c)))
                         .ok_or_else(|| SqlError::bad_field(n, "from clause"))?;
                     parts.push(crate::bind::compare(
@@ -425,6 +440,28 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             }
         }
     }
+    // A WHERE condition on tables up to an inner join's table is that join's
+    // condition too (no join after it can bring rows back, without RIGHT
+    // joins), so `FROM a, b WHERE a.x = b.key` joins by key rather than
+    // filtering a cross product.
+    if !any_right {
+        for step in joins.iter_mut().filter(|s| !s.left && !s.right) {
+            let upto = (2u64 << step.table) - 1;
+            let mut moved = Vec::new();
+            residual.retain(|c| {
+                let t = tables_of(c);
+                let belongs = t & (1 << step.table) != 0 && t & !upto == 0;
+                if belongs {
+                    moved.push(c.clone());
+                }
+                !belongs
+            });
+            if !moved.is_empty() {
+                moved.extend(step.on.take());
+                step.on = and_all(moved);
+            }
+        }
+    }
     // Joins: a join on the whole primary key of the joined table becomes a
     // batched lookup.
     for step in joins.iter_mut().filter(|s| !s.right) {
@@ -544,6 +581,21 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
     }
     finish(&mut plan)?;
     Ok(plan)
+}
+
+/// One join of the FROM clause, in the order written.
+struct JoinSpec<'a> {
+    left: bool,
+    right: bool,
+    on: JoinOn<'a>,
+    /// The first table of the comma-separated FROM item this join is in.
+    item_start: usize,
+}
+
+/// Stands in for a table an ON clause may not name: it has no columns and
+/// no name a query can write.
+fn hidden_table() -> ScopeTable {
+    ScopeTable { alias: String::new(), db: String::new(), name: String::new(), columns: Vec::new() }
 }
 
 enum JoinOn<'a> {

@@ -454,7 +454,16 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
                     if !f.is_finite() {
                         return Err(out_of_range(&value));
                     }
-                    Decimal::parse(&format!("{f:.*}", scale as usize)).ok_or_else(|| out_of_range(&value))?
+                    // MySQL converts a DOUBLE through its shortest decimal
+                    // text (0.25, not 0.2499999...), then rounds half away
+                    // from zero like any DECIMAL: 0.25 into DECIMAL(4,1) is 0.3.
+                    match Decimal::parse(&format!("{f}")) {
+                        Some(d) => d,
+                        None if f.abs() < 1.0 => {
+                            Decimal::parse(&format!("{f:.*}", scale as usize)).ok_or_else(|| out_of_range(&value))?
+                        }
+                        None => return Err(out_of_range(&value)),
+                    }
                 }
                 Value::Str(s) => Decimal::parse(s).ok_or_else(|| mismatch(&value, column))?,
                 other => other.as_decimal().ok_or_else(|| mismatch(&value, column))?,

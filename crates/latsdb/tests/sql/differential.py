@@ -101,6 +101,8 @@ class Gen:
         # a quotient when a UNION column is typed as text.
         self.division = True
         self.writing = False
+        # A comma join's link condition, ANDed into the query's WHERE.
+        self.link = None
         # While a prepared statement is generated: the values its literals
         # became parameters of (None otherwise).
         self.params = None
@@ -318,6 +320,10 @@ class Gen:
 
     # ---- queries ----
     def from_clause(self):
+        self.link = None
+        if self.chance(0.08):
+            self.link = "t2.t1_id = t1.id"
+            return ["t1", "t2"], self.pick(["t1, t2", "t2, t1"])
         if self.chance(0.35):
             join = self.pick(["JOIN", "LEFT JOIN", "JOIN"])
             on = "t2.t1_id = t1.id"
@@ -352,11 +358,19 @@ class Gen:
             return f"SELECT {t}.id, {window} FROM {t}", False
         tables, frm = self.from_clause()
         if self.chance(0.3):
-            return self.grouped(tables, frm, f" WHERE {self.pred(tables)}" if self.chance(0.8) else "")
+            where = f" WHERE {self.pred(tables)}" if self.chance(0.8) else ""
+            return self.grouped(tables, frm, self.linked(where))
         return self.simple_query(tables, frm)
 
+    def linked(self, where):
+        """`where` with the comma join's link condition, if any (once)."""
+        link, self.link = self.link, None
+        if link is None:
+            return where
+        return f" WHERE {link} AND ({where[len(' WHERE '):]})" if where else f" WHERE {link}"
+
     def simple_query(self, tables, frm, alias_cols=False):
-        where = f" WHERE {self.pred(tables)}" if self.chance(0.8) else ""
+        where = self.linked(f" WHERE {self.pred(tables)}" if self.chance(0.8) else "")
         n = self.r.randint(1, 4)
         union = not alias_cols and len(tables) == 1 and self.chance(0.1)
         self.division = not union
@@ -757,13 +771,26 @@ class Gen:
         if k < 0.6:
             return (f"INSERT IGNORE INTO t1 (id, a, s) SELECT t2.id + {off}, t2.x, t2.s FROM t2 "
                     f"WHERE {self.pred(['t2'])}")
-        if k < 0.8:
+        if k < 0.7:
             col = self.pick(["a", "b"])
             value = self.pick([f"t1.{col} + 1", str(self.r.randint(-5, 5)), "NULL", f"t1.{col} * 2"])
             return f"UPDATE t1 JOIN t2 ON t2.t1_id = t1.id SET t1.{col} = {value} WHERE {self.pred(['t1', 't2'])}"
+        if k < 0.8:
+            # Values from the other table, one joined row per target row (by
+            # id), in the comma form or with JOIN; one assignment, since
+            # MariaDB gives later ones the old values where MySQL's order is
+            # unspecified.
+            col = self.pick(["a", "b", "d"])
+            value = self.pick([f"t2.x + t1.{col}", "t2.x", f"t2.x * 2 - 1", f"COALESCE(t2.t1_id, t1.{col})",
+                               "CHAR_LENGTH(t2.s)"])
+            frm = self.pick(["t1, t2 WHERE t2.id = t1.id AND", "t1 JOIN t2 ON t2.id = t1.id WHERE"])
+            return f"UPDATE {frm.replace(' WHERE', ' SET t1.' + col + ' = ' + value + ' WHERE', 1)} " \
+                f"{self.pred(['t1', 't2'])}"
         # (No subquery reading t2 in the WHERE: MariaDB refuses it with 1093
         # for a multi-table DELETE of t2; latsdb runs it first, as MariaDB
         # does for a single-table one.)
+        if self.chance(0.3):
+            return f"DELETE t2 FROM t2, t1 WHERE t1.id = t2.t1_id AND {self.pred(['t1', 't2'])}"
         return f"DELETE t2 FROM t2 JOIN t1 ON t1.id = t2.t1_id WHERE {self.pred(['t1', 't2'])}"
 
     def write(self):
@@ -780,6 +807,12 @@ class Gen:
             return self.t3_write()
         if self.chance(0.12):
             return self.t4_write()
+        if self.chance(0.05):
+            # By key, arithmetic the data nodes may compute: with DECIMAL,
+            # DOUBLE and text operands MySQL's types and rounding decide.
+            col = self.pick(["a", "b", "d"])
+            value = self.pick(["2.5", "'3'", "'1.5'", "0.5e0", "3", "-1.25"])
+            return f"UPDATE t1 SET {col} = {col} {self.pick(['+', '-', '*'])} {value} WHERE id = {self.r.randint(1, 50)}"
         t = self.pick(["t1", "t1", "t2"])
         values = self.t1_values if t == "t1" else self.t2_values
         top = 50 if t == "t1" else 80
