@@ -341,8 +341,8 @@ impl<'a> Binder<'a> {
                     Some(e) => Some(Box::new(self.bind(e)?)),
                     None => None,
                 };
-                let scale = self.decimal_scale(whens.iter().map(|(_, r)| r).chain(other.as_deref()));
-                with_decimal_scale(SExpr::Case(operand.map(Box::new), whens, other), scale)
+                let kind = self.branches_kind(whens.iter().map(|(_, r)| r).chain(other.as_deref()));
+                typed_as(SExpr::Case(operand.map(Box::new), whens, other), kind)
             }
             Expr::Cast { expr, data_type, .. } => SExpr::Cast(Box::new(self.bind(expr)?), cast_target(data_type)?),
             Expr::Convert { expr, data_type: Some(data_type), .. } => {
@@ -380,15 +380,16 @@ impl<'a> Binder<'a> {
                 SExpr::Func(Func::Substring, args)
             }
             Expr::Trim { expr, trim_where, trim_what, .. } => {
-                if trim_what.is_some() {
-                    return Err(SqlError::unsupported("TRIM(... FROM ...) with characters is not supported"));
-                }
                 let f = match trim_where {
                     Some(ast::TrimWhereField::Leading) => Func::LTrim,
                     Some(ast::TrimWhereField::Trailing) => Func::RTrim,
                     _ => Func::Trim,
                 };
-                SExpr::Func(f, vec![self.bind(expr)?])
+                let mut args = vec![self.bind(expr)?];
+                if let Some(what) = trim_what {
+                    args.push(self.bind(what)?);
+                }
+                SExpr::Func(f, args)
             }
             Expr::Function(f) => self.function(f)?,
             Expr::Collate { expr, collation } => {
@@ -689,13 +690,14 @@ impl<'a> Binder<'a> {
             f => f,
         };
         // Functions that return one of their arguments: a DECIMAL result
-        // shows the largest scale of them (COALESCE(SUM(price), 0) is 0.00).
-        let scale = match func {
-            Func::Coalesce | Func::IfNull | Func::Greatest(_) | Func::Least(_) => self.decimal_scale(args.iter()),
-            Func::If => self.decimal_scale(args.iter().skip(1)),
-            _ => None,
+        // shows the largest scale of them (COALESCE(SUM(price), 0) is 0.00),
+        // and with a DOUBLE among them the result is a DOUBLE.
+        let kind = match func {
+            Func::Coalesce | Func::IfNull | Func::Greatest(_) | Func::Least(_) => self.branches_kind(args.iter()),
+            Func::If => self.branches_kind(args.iter().skip(1)),
+            _ => NumericKind::Other,
         };
-        Ok(with_decimal_scale(SExpr::Func(func, args), scale))
+        Ok(typed_as(SExpr::Func(func, args), kind))
     }
 
     /// The scale a function returning one of `branches` gives its DECIMAL
@@ -720,6 +722,8 @@ impl<'a> Binder<'a> {
                 (NumericKind::Decimal(x), NumericKind::Int) | (NumericKind::Int, NumericKind::Decimal(x)) => {
                     NumericKind::Decimal(x)
                 }
+                (NumericKind::Double, NumericKind::Int | NumericKind::Decimal(_) | NumericKind::Double)
+                | (NumericKind::Int | NumericKind::Decimal(_), NumericKind::Double) => NumericKind::Double,
                 _ => return NumericKind::Other,
             };
         }
@@ -735,16 +739,19 @@ impl<'a> Binder<'a> {
             (Decimal(x), Int) => Decimal(scale(x, 0)),
             (Int, Decimal(y)) => Decimal(scale(0, y)),
             (Decimal(x), Decimal(y)) => Decimal(scale(x, y)),
+            (Double, Int | Decimal(_) | Double) | (Int | Decimal(_), Double) => Double,
             _ => Other,
         };
         match e {
             SExpr::Const(Value::Null) => Null,
             SExpr::Const(Value::Int(_) | Value::UInt(_) | Value::Bool(_)) => Int,
             SExpr::Const(Value::Decimal(d)) => Decimal(d.scale),
+            SExpr::Const(Value::Float(_)) | SExpr::Cast(_, CastTo::Double) => Double,
             SExpr::TableCol(t, c) => {
                 match self.tables.get(*t).and_then(|t| t.columns.get(*c as usize)).map(|c| &c.ty) {
                     Some(ColumnType::Integer { .. } | ColumnType::Boolean) => Int,
                     Some(ColumnType::Decimal { scale, .. }) => Decimal(*scale),
+                    Some(ColumnType::Float | ColumnType::Double) => Double,
                     _ => Other,
                 }
             }
@@ -772,6 +779,7 @@ impl<'a> Binder<'a> {
                     (Null, _) | (_, Null) => Null,
                     (Int, Int | Decimal(_)) => Decimal(4),
                     (Decimal(x), Int | Decimal(_)) => Decimal(x.saturating_add(4).min(30)),
+                    (Double, Int | Decimal(_) | Double) | (Int | Decimal(_), Double) => Double,
                     _ => Other,
                 }
             }
@@ -1081,6 +1089,12 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["SPACE"], Func::Space, 1, 1),
     (&["ASCII", "ORD"], Func::Ascii, 1, 1),
     (&["HEX"], Func::Hex, 1, 1),
+    (&["CHAR"], Func::Char, 1, 255),
+    (&["FORMAT"], Func::Format, 2, 3),
+    (&["CONV"], Func::Conv, 3, 3),
+    (&["CRC32"], Func::Crc32, 1, 1),
+    (&["TO_DAYS"], Func::ToDays, 1, 1),
+    (&["FROM_DAYS"], Func::FromDays, 1, 1),
     (&["UNHEX"], Func::Unhex, 1, 1),
     (&["MD5"], Func::Md5, 1, 1),
     (&["SHA1", "SHA"], Func::Sha1, 1, 1),
@@ -1114,14 +1128,19 @@ enum NumericKind {
     Null,
     Int,
     Decimal(u8),
-    /// Not a number, a double, or not known before it runs.
+    Double,
+    /// Not a number, or not known before it runs.
     Other,
 }
 
-fn with_decimal_scale(e: SExpr, scale: Option<u8>) -> SExpr {
-    match scale {
-        Some(s) => SExpr::Func(Func::DecimalScale(s), vec![e]),
-        None => e,
+/// A function returning one of its arguments, typed as MySQL types it from
+/// them: a DECIMAL shows the largest scale, a DOUBLE among numbers makes
+/// the value a DOUBLE.
+fn typed_as(e: SExpr, kind: NumericKind) -> SExpr {
+    match kind {
+        NumericKind::Decimal(s) => SExpr::Func(Func::DecimalScale(s), vec![e]),
+        NumericKind::Double => SExpr::Cast(Box::new(e), CastTo::Double),
+        _ => e,
     }
 }
 

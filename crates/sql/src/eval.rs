@@ -148,6 +148,14 @@ pub enum Func {
     Ascii,
     Hex,
     Unhex,
+    /// CHAR(n, ...): the bytes of the integers.
+    Char,
+    /// FORMAT(x, d): x rounded to d decimals with thousands separators.
+    Format,
+    Conv,
+    Crc32,
+    ToDays,
+    FromDays,
     Md5,
     Sha1,
     Sha2,
@@ -927,7 +935,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
                 Value::Str(out)
             }
         },
-        _ if any_null(&a) && !matches!(f, Func::Version | Func::UnixTimestamp | Func::Uuid) => Value::Null,
+        _ if any_null(&a) && !matches!(f, Func::Version | Func::UnixTimestamp | Func::Uuid | Func::Char) => Value::Null,
         Func::SubstringIndex => {
             let (text, delim) = (to_text(&a[0]), to_text(&a[1]));
             let count = int_arg(&a[2]).unwrap_or(0);
@@ -1007,6 +1015,56 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Value::Bytes(b) => b.first().copied().unwrap_or(0),
             v => to_text(v).bytes().next().unwrap_or(0),
         } as i64),
+        Func::Char => {
+            // Each integer's bytes, most significant first, without leading
+            // zero bytes; NULLs are skipped.
+            let mut bytes = Vec::new();
+            for v in a.iter().filter(|v| !v.is_null()) {
+                let n = match numeric(v) {
+                    Value::UInt(u) => u,
+                    n => n.as_f64().map_or(0, |x| x.round() as i64 as u64),
+                };
+                let be = (n as u32).to_be_bytes();
+                let skip = be.iter().take_while(|b| **b == 0).count().min(3);
+                bytes.extend_from_slice(&be[skip..]);
+            }
+            match String::from_utf8(bytes) {
+                Ok(s) => Value::Str(s),
+                Err(e) => Value::Bytes(e.into_bytes()),
+            }
+        }
+        Func::Format => {
+            let digits = int_arg(&a[1]).unwrap_or(0).clamp(0, 30) as u8;
+            let number = match numeric(&a[0]) {
+                Value::Float(f) if f.is_finite() => Decimal::parse(&format!("{f}")),
+                Value::Float(_) => None,
+                Value::Decimal(d) => Some(d),
+                Value::Int(i) => Some(Decimal::new(i as i128, 0)),
+                Value::UInt(u) => Some(Decimal::new(u as i128, 0)),
+                _ => None,
+            };
+            match number.and_then(|d| d.rescale(digits)) {
+                Some(d) => Value::Str(thousands(&d.to_string())),
+                None => Value::Null,
+            }
+        }
+        Func::Conv => conv(&a[0], int_arg(&a[1]).unwrap_or(0), int_arg(&a[2]).unwrap_or(0)),
+        Func::Crc32 => Value::Int(match &a[0] {
+            Value::Bytes(b) => crc32fast::hash(b),
+            v => crc32fast::hash(to_text(v).as_bytes()),
+        } as i64),
+        Func::ToDays => match civil(&a[0]) {
+            Some(c) => Value::Int(c.days + DAYS_BEFORE_1970),
+            None => Value::Null,
+        },
+        Func::FromDays => match int_arg(&a[0]) {
+            // MySQL's day numbers count from year 0; before year 1 is no date.
+            Some(n) if n >= 366 && n - DAYS_BEFORE_1970 <= i32::MAX as i64 => {
+                Value::Date((n - DAYS_BEFORE_1970) as i32)
+            }
+            Some(_) => Value::Null,
+            None => Value::Null,
+        },
         Func::Hex => Value::Str(match &a[0] {
             Value::Bytes(b) => b.iter().map(|x| format!("{x:02X}")).collect(),
             Value::Str(s) => s.bytes().map(|x| format!("{x:02X}")).collect(),
@@ -1200,9 +1258,26 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             let n = (int_arg(&arg(&a, 1)).unwrap_or(0).max(0) as usize).min(s.len());
             Value::Str(if f == Func::Left { s[..n].iter().collect() } else { s[s.len() - n..].iter().collect() })
         }
-        Func::Trim => Value::Str(to_text(&arg(&a, 0)).trim_matches(' ').to_string()),
-        Func::LTrim => Value::Str(to_text(&arg(&a, 0)).trim_start_matches(' ').to_string()),
-        Func::RTrim => Value::Str(to_text(&arg(&a, 0)).trim_end_matches(' ').to_string()),
+        Func::Trim | Func::LTrim | Func::RTrim => {
+            // TRIM([BOTH | LEADING | TRAILING] [r] FROM s) takes whole
+            // copies of r (a space by default) off the ends.
+            let s = to_text(&arg(&a, 0));
+            let r = if a.len() > 1 { to_text(&a[1]) } else { " ".to_string() };
+            let mut t = s.as_str();
+            if !r.is_empty() {
+                if f != Func::RTrim {
+                    while let Some(rest) = t.strip_prefix(r.as_str()) {
+                        t = rest;
+                    }
+                }
+                if f != Func::LTrim {
+                    while let Some(rest) = t.strip_suffix(r.as_str()) {
+                        t = rest;
+                    }
+                }
+            }
+            Value::Str(t.to_string())
+        }
         Func::Replace => {
             let from = to_text(&arg(&a, 1));
             let s = to_text(&arg(&a, 0));
@@ -1375,6 +1450,68 @@ fn float_or_null(x: f64) -> Value {
 }
 
 /// A date or datetime argument taken apart; None when it is not one.
+/// TO_DAYS('1970-01-01'): MySQL numbers days from year 0.
+const DAYS_BEFORE_1970: i64 = 719_528;
+
+/// "1234567.891" as "1,234,567.891".
+fn thousands(plain: &str) -> String {
+    let (sign, rest) = plain.strip_prefix('-').map_or(("", plain), |r| ("-", r));
+    let (int, frac) = rest.split_once('.').map_or((rest, None), |(i, f)| (i, Some(f)));
+    let mut out = String::with_capacity(plain.len() + int.len() / 3);
+    out.push_str(sign);
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if let Some(f) = frac {
+        out.push('.');
+        out.push_str(f);
+    }
+    out
+}
+
+/// CONV(n, from, to): n's digits in base |from| (2 to 36) written in base
+/// |to|, as 64-bit unsigned values; a negative base reads or writes signed.
+fn conv(n: &Value, from: i64, to: i64) -> Value {
+    let (from_abs, to_abs) = (from.unsigned_abs(), to.unsigned_abs());
+    if !(2..=36).contains(&from_abs) || !(2..=36).contains(&to_abs) {
+        return Value::Null;
+    }
+    let text = to_text(n);
+    let text = text.trim();
+    if text.is_empty() {
+        return Value::Null;
+    }
+    let (negative, digits) = text.strip_prefix('-').map_or((false, text), |d| (true, d));
+    let mut value: u64 = 0;
+    for c in digits.chars() {
+        match c.to_digit(from_abs as u32) {
+            Some(d) => value = value.saturating_mul(from_abs).saturating_add(d as u64),
+            None => break,
+        }
+    }
+    if negative {
+        value = value.wrapping_neg();
+    }
+    let (minus, mut magnitude) =
+        if to < 0 && (value as i64) < 0 { (true, (value as i64).unsigned_abs()) } else { (false, value) };
+    let mut out = Vec::new();
+    loop {
+        let d = (magnitude % to_abs) as u32;
+        out.push(std::char::from_digit(d, to_abs as u32).unwrap_or('0').to_ascii_uppercase());
+        magnitude /= to_abs;
+        if magnitude == 0 {
+            break;
+        }
+    }
+    if minus {
+        out.push('-');
+    }
+    Value::Str(out.into_iter().rev().collect())
+}
+
 fn civil(v: &Value) -> Option<crate::dates::Civil> {
     datetime_micros(v).map(crate::dates::Civil::from_micros)
 }
