@@ -767,7 +767,35 @@ impl<'a> Binder<'a> {
             | SExpr::And(..)
             | SExpr::Or(..)
             | SExpr::Xor(..) => Int,
-            SExpr::Arith(Arith::Add | Arith::Sub, a, b) => {
+            SExpr::Arith(Arith::IntDiv, a, b) => match (self.numeric_kind(a), self.numeric_kind(b)) {
+                (Null, _) | (_, Null) => Null,
+                (Other, _) | (_, Other) => Other,
+                _ => Int,
+            },
+            SExpr::Func(
+                Func::Length
+                | Func::CharLength
+                | Func::Locate
+                | Func::DatePart(_)
+                | Func::DateDiff
+                | Func::ExtractCompound(_)
+                | Func::TimestampDiff(_)
+                | Func::Week
+                | Func::WeekOfYear
+                | Func::YearWeek
+                | Func::Ascii
+                | Func::ToDays
+                | Func::Crc32
+                | Func::Sign
+                | Func::BitCount
+                | Func::FindInSet
+                | Func::Field
+                | Func::Strcmp
+                | Func::RegexpInstr
+                | Func::RegexpLike,
+                _,
+            ) => Int,
+            SExpr::Arith(Arith::Add | Arith::Sub | Arith::Mod, a, b) => {
                 combine(self.numeric_kind(a), self.numeric_kind(b), |x, y| x.max(y))
             }
             SExpr::Arith(Arith::Mul, a, b) => {
