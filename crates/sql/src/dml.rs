@@ -750,11 +750,16 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             let v = match slot {
                 // NULL or 0 asks for the next value, as MySQL does by default.
                 Some(v) if is_auto && (v.is_null() || crate::eval::numeric(&v).as_i64() == Some(0)) => Value::Null,
+                Some(v) if matches!(plan.conflict, OnConflict::Ignore) => crate::eval::to_column_ignoring(v, column)?,
                 Some(v) => to_column(v, column)?,
                 None if is_auto => Value::Null,
                 None => match &column.default {
                     Some(d) => d.clone(),
                     None if column.nullable => Value::Null,
+                    // IGNORE: the type's zero, as MySQL gives with a warning.
+                    None if matches!(plan.conflict, OnConflict::Ignore) => {
+                        crate::eval::to_column_ignoring(Value::Null, column)?
+                    }
                     None => {
                         return Err(SqlError::new(
                             1364,

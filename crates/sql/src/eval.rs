@@ -1721,6 +1721,9 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
             format!("Data too long for column '{}': {}", column.name, e.message),
         ),
         ErrorCode::TypeError if e.message.contains("out of range") => out_of_range(&shown, column),
+        _ if matches!(column.ty, ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp) => {
+            wrong_value(&shown, column)
+        }
         _ => SqlError::new(
             ER_TRUNCATED_WRONG_VALUE_FOR_FIELD,
             "HY000",
@@ -1740,11 +1743,92 @@ fn int_to_date_text(i: i64) -> Option<String> {
 }
 
 fn wrong_value(v: &Value, column: &ColumnDef) -> SqlError {
-    SqlError::new(
-        ER_TRUNCATED_WRONG_VALUE_FOR_FIELD,
-        "HY000",
-        format!("Incorrect {} value: '{}' for column '{}'", column.ty.sql_name(), to_text(v), column.name),
-    )
+    match column.ty {
+        // MySQL's code for a date it cannot read ('2023-02-29').
+        ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp => SqlError::new(
+            crate::error::ER_TRUNCATED_WRONG_VALUE,
+            "22007",
+            format!(
+                "Incorrect {} value: '{}' for column '{}'",
+                if column.ty == ColumnType::Date { "date" } else { "datetime" },
+                to_text(v),
+                column.name
+            ),
+        ),
+        _ => SqlError::new(
+            ER_TRUNCATED_WRONG_VALUE_FOR_FIELD,
+            "HY000",
+            format!("Incorrect {} value: '{}' for column '{}'", column.ty.sql_name(), to_text(v), column.name),
+        ),
+    }
+}
+
+/// [`to_column`] for INSERT IGNORE and UPDATE IGNORE, where MySQL turns
+/// a value the column cannot hold into the nearest one it can (and warns):
+/// a number out of range is clamped to the range, text too long is cut,
+/// text that is no number is the number its prefix reads as, NULL in a NOT
+/// NULL column is the type's zero. Other errors stay errors.
+pub fn to_column_ignoring(v: Value, column: &ColumnDef) -> SqlResult<Value> {
+    let e = match to_column(v.clone(), column) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    let ty = column.ty;
+    let nearest = match (e.code, ty) {
+        (crate::error::ER_BAD_NULL, _) if v.is_null() => match ty {
+            ColumnType::Integer { .. } | ColumnType::Boolean => Value::Int(0),
+            ColumnType::Float | ColumnType::Double => Value::Float(0.0),
+            ColumnType::Decimal { .. } => Value::Int(0),
+            ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text => Value::Str(String::new()),
+            ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob => Value::Bytes(Vec::new()),
+            _ => return Err(e),
+        },
+        (ER_DATA_TOO_LONG, ColumnType::Char(n) | ColumnType::VarChar(n)) => {
+            Value::Str(to_text(&v).chars().take(n as usize).collect())
+        }
+        (ER_DATA_TOO_LONG, ColumnType::Binary(n) | ColumnType::VarBinary(n)) => match v {
+            Value::Bytes(mut b) => {
+                b.truncate(n as usize);
+                Value::Bytes(b)
+            }
+            other => Value::Bytes(to_text(&other).into_bytes().into_iter().take(n as usize).collect()),
+        },
+        (
+            ER_WARN_DATA_OUT_OF_RANGE | ER_TRUNCATED_WRONG_VALUE_FOR_FIELD | crate::error::ER_TRUNCATED_WRONG_VALUE,
+            _,
+        ) => {
+            let x = numeric(&v).as_f64().unwrap_or(0.0);
+            match ty {
+                ColumnType::Integer { width, unsigned: false } => {
+                    let (lo, hi) = width.signed_range();
+                    Value::Int(if x.is_nan() { 0 } else { x.clamp(lo as f64, hi as f64).round_ties_even() as i64 })
+                }
+                ColumnType::Integer { width, unsigned: true } => Value::UInt(if x.is_nan() {
+                    0
+                } else {
+                    x.clamp(0.0, width.unsigned_max() as f64).round_ties_even() as u64
+                }),
+                ColumnType::Decimal { precision, scale } => {
+                    // The largest value of DECIMAL(p, s): p - s nines, s more after the point.
+                    let nines = 10i128.pow(precision as u32) - 1;
+                    let max = Decimal::new(nines, scale);
+                    if x >= max.to_f64() {
+                        Value::Decimal(max)
+                    } else if x <= -max.to_f64() {
+                        Value::Decimal(Decimal::new(-nines, scale))
+                    } else {
+                        Value::Float(x)
+                    }
+                }
+                ColumnType::Float => Value::Float(x.clamp(-(f32::MAX as f64), f32::MAX as f64)),
+                ColumnType::Double if x.is_finite() => Value::Float(x),
+                ColumnType::Double => Value::Float(if x > 0.0 { f64::MAX } else { -f64::MAX }),
+                _ => return Err(e),
+            }
+        }
+        _ => return Err(e),
+    };
+    to_column(nearest, column).map_err(|_| e)
 }
 
 fn out_of_range(v: &Value, column: &ColumnDef) -> SqlError {
