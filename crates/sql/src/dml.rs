@@ -717,6 +717,25 @@ fn duplicate_unique(table: &Table, probe: &latsdb_client::UniqueProbe) -> SqlErr
 pub struct WriteResult {
     pub affected: u64,
     pub last_insert_id: Option<u64>,
+    /// MySQL's warnings: values INSERT IGNORE stored in place of ones the
+    /// columns could not hold (level "Warning", code, message).
+    pub warnings: Warnings,
+}
+
+/// MySQL warnings of a statement: code and message.
+pub type Warnings = Vec<(u16, String)>;
+
+/// The warning MySQL gives where IGNORE stored a nearest value instead of
+/// failing with `e`, for row `row` (from 1).
+fn ignored_warning(e: SqlError, column: &latsdb_types::schema::ColumnDef, row: usize) -> (u16, String) {
+    match e.code {
+        crate::error::ER_DATA_TOO_LONG => (1265, format!("Data truncated for column '{}' at row {row}", column.name)),
+        crate::error::ER_WARN_DATA_OUT_OF_RANGE => {
+            (e.code, format!("Out of range value for column '{}' at row {row}", column.name))
+        }
+        crate::error::ER_BAD_NULL => (e.code, e.message),
+        _ => (e.code, format!("{} at row {row}", e.message)),
+    }
 }
 
 pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, auto: &A) -> SqlResult<WriteResult> {
@@ -736,6 +755,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         InsertSource::Select(select) => run_select(select, ctx).await?,
     };
     let mut rows: Vec<Vec<Value>> = Vec::with_capacity(source_rows.len());
+    let mut warnings = Vec::new();
     let mut need_auto = 0u64;
     let mut explicit_max: Option<u64> = None;
     for values in source_rows {
@@ -750,7 +770,13 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             let v = match slot {
                 // NULL or 0 asks for the next value, as MySQL does by default.
                 Some(v) if is_auto && (v.is_null() || crate::eval::numeric(&v).as_i64() == Some(0)) => Value::Null,
-                Some(v) if matches!(plan.conflict, OnConflict::Ignore) => crate::eval::to_column_ignoring(v, column)?,
+                Some(v) if matches!(plan.conflict, OnConflict::Ignore) => {
+                    let (v, replaced) = crate::eval::to_column_ignoring(v, column)?;
+                    if let Some(e) = replaced {
+                        warnings.push(ignored_warning(e, column, rows.len() + 1));
+                    }
+                    v
+                }
                 Some(v) => to_column(v, column)?,
                 None if is_auto => Value::Null,
                 None => match &column.default {
@@ -758,7 +784,8 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                     None if column.nullable => Value::Null,
                     // IGNORE: the type's zero, as MySQL gives with a warning.
                     None if matches!(plan.conflict, OnConflict::Ignore) => {
-                        crate::eval::to_column_ignoring(Value::Null, column)?
+                        warnings.push((1364, format!("Field '{}' doesn't have a default value", column.name)));
+                        crate::eval::to_column_ignoring(Value::Null, column)?.0
                     }
                     None => {
                         return Err(SqlError::new(
@@ -960,7 +987,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             affected
         }
     };
-    Ok(WriteResult { affected, last_insert_id: first_auto })
+    Ok(WriteResult { affected, last_insert_id: first_auto, warnings })
 }
 
 /// One key's write after INSERT IGNORE or ON DUPLICATE KEY UPDATE rows

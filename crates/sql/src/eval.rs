@@ -1768,9 +1768,10 @@ fn wrong_value(v: &Value, column: &ColumnDef) -> SqlError {
 /// a number out of range is clamped to the range, text too long is cut,
 /// text that is no number is the number its prefix reads as, NULL in a NOT
 /// NULL column is the type's zero. Other errors stay errors.
-pub fn to_column_ignoring(v: Value, column: &ColumnDef) -> SqlResult<Value> {
+/// With the value, the error it stands in for (MySQL's warning), if any.
+pub fn to_column_ignoring(v: Value, column: &ColumnDef) -> SqlResult<(Value, Option<SqlError>)> {
     let e = match to_column(v.clone(), column) {
-        Ok(v) => return Ok(v),
+        Ok(v) => return Ok((v, None)),
         Err(e) => e,
     };
     let ty = column.ty;
@@ -1828,7 +1829,10 @@ pub fn to_column_ignoring(v: Value, column: &ColumnDef) -> SqlResult<Value> {
         }
         _ => return Err(e),
     };
-    to_column(nearest, column).map_err(|_| e)
+    match to_column(nearest, column) {
+        Ok(v) => Ok((v, Some(e))),
+        Err(_) => Err(e),
+    }
 }
 
 fn out_of_range(v: &Value, column: &ColumnDef) -> SqlError {

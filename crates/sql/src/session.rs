@@ -325,6 +325,8 @@ pub struct Session {
     pub found_rows: u64,
     vars: HashMap<String, Value>,
     pub warnings: Vec<(&'static str, u16, String)>,
+    /// How many warnings and errors the statement before this one left.
+    previous_warnings: (usize, usize),
     /// SET SESSION TRANSACTION READ ONLY.
     read_only_session: bool,
     /// START TRANSACTION READ ONLY (this transaction only).
@@ -365,6 +367,9 @@ struct SessionView<'a> {
     autocommit: bool,
     read_only: bool,
     vars: &'a HashMap<String, Value>,
+    /// Warnings and errors of the previous statement (@@warning_count).
+    warning_count: usize,
+    error_count: usize,
 }
 
 pub fn default_variable(name: &str) -> Option<Value> {
@@ -440,6 +445,8 @@ impl SessionLookup for SessionView<'_> {
                     "autocommit" => Value::Int(self.autocommit as i64),
                     "transaction_read_only" | "tx_read_only" => Value::Int(self.read_only as i64),
                     "last_insert_id" | "identity" => Value::UInt(self.last_insert_id),
+                    "warning_count" => Value::UInt(self.warning_count as u64),
+                    "error_count" => Value::UInt(self.error_count as u64),
                     _ => match self.vars.get(name).cloned().or_else(|| default_variable(name)) {
                         Some(v) => v,
                         None => {
@@ -506,6 +513,7 @@ impl Session {
             found_rows: 0,
             vars: HashMap::new(),
             warnings: Vec::new(),
+            previous_warnings: (0, 0),
             read_only_session: false,
             read_only_tx: false,
             written: HashMap::new(),
@@ -581,6 +589,8 @@ impl Session {
         let shows_warnings = matches!(stmt, Statement::ShowVariable { variable }
             if variable.first().is_some_and(|w| w.value.eq_ignore_ascii_case("warnings") || w.value.eq_ignore_ascii_case("errors")));
         if !shows_warnings {
+            let errors = self.warnings.iter().filter(|(level, ..)| *level == "Error").count();
+            self.previous_warnings = (self.warnings.len(), errors);
             self.warnings.clear();
         }
         let result = self.dispatch(stmt, params, cached).await;
@@ -1053,11 +1063,11 @@ impl Session {
             count_matched: self.found_rows_flag,
             undo,
         };
-        let result: SqlResult<(Response, Option<u64>)> = async {
+        let result: SqlResult<(Response, Option<u64>, dml::Warnings)> = async {
             Ok(match p {
                 Planned::Select(s) => {
                     let rows = run_select(s, &mut ctx).await?;
-                    (Response::Rows { columns: result_columns_of(s, &self.shared), rows }, None)
+                    (Response::Rows { columns: result_columns_of(s, &self.shared), rows }, None, Vec::new())
                 }
                 Planned::Insert(i) => {
                     let r = dml::run_insert(i, &mut ctx, self.shared.as_ref()).await?;
@@ -1068,25 +1078,29 @@ impl Session {
                             info: String::new(),
                         },
                         r.last_insert_id,
+                        r.warnings,
                     )
                 }
                 Planned::Update(w) => {
                     let a = dml::run_update(w, &mut ctx, false).await?;
                     let affected = if ctx.count_matched { a.matched } else { a.changed };
                     let info = format!("Rows matched: {}  Changed: {}  Warnings: 0", a.matched, a.changed);
-                    (Response::Ok { affected, last_insert_id: 0, info }, None)
+                    (Response::Ok { affected, last_insert_id: 0, info }, None, Vec::new())
                 }
-                Planned::Delete(w) => (Response::affected(dml::run_update(w, &mut ctx, true).await?.matched), None),
+                Planned::Delete(w) => {
+                    (Response::affected(dml::run_update(w, &mut ctx, true).await?.matched), None, Vec::new())
+                }
             })
         }
         .await;
         self.written = written_keys;
         self.undo = undo_log;
         match result {
-            Ok((response, insert_id)) => {
+            Ok((response, insert_id, warnings)) => {
                 if let Some(id) = insert_id {
                     self.last_insert_id = id;
                 }
+                self.warnings.extend(warnings.into_iter().map(|(code, message)| ("Warning", code, message)));
                 if let Some(t) = tx {
                     if self.in_transaction {
                         self.tx = TxState::Open(t);
@@ -1198,6 +1212,8 @@ impl Session {
             autocommit: self.autocommit,
             read_only: self.read_only(),
             vars: &self.vars,
+            warning_count: self.previous_warnings.0,
+            error_count: self.previous_warnings.1,
         }
     }
 
