@@ -1008,7 +1008,8 @@ fn constant_default(e: &ast::Expr, column: &ColumnDef) -> SqlResult<Option<Value
         }
         return Err(SqlError::unsupported(format!("default {e} of column '{}' is not a constant", column.name)));
     }
-    let v = bound.eval(&[], &crate::eval::Env { params: &[], session: &crate::session::NoSession })?;
+    let v = bound
+        .eval(&[], &crate::eval::Env { params: &[], session: &crate::session::NoSession, strict_numbers: false })?;
     Ok(Some(if v.is_null() { v } else { crate::eval::to_column(v, column)? }))
 }
 

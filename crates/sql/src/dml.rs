@@ -739,6 +739,9 @@ fn ignored_warning(e: SqlError, column: &latsdb_types::schema::ColumnDef, row: u
 }
 
 pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, auto: &A) -> SqlResult<WriteResult> {
+    // Strict mode: text that is no number fails the write (IGNORE turns
+    // that into warnings, which latsdb does not do for arithmetic yet).
+    ctx.env.strict_numbers = !matches!(plan.conflict, OnConflict::Ignore);
     let table = &plan.table;
     let def = table.def();
     let n = def.columns.len();
@@ -1073,6 +1076,9 @@ pub struct Affected {
 }
 
 pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> SqlResult<Affected> {
+    // Strict mode for the values written (SET), not for the WHERE, which
+    // reads text's numeric prefix as MariaDB does.
+    ctx.env.strict_numbers = false;
     let table = &plan.table;
     let def = table.def();
     // Inside a transaction a duplicate in a unique index must fail the
@@ -1087,6 +1093,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     };
     if let Some(keys) = direct {
         let seen = crate::exec::distinct_keys(table, keys, &ctx.env)?;
+        ctx.env.strict_numbers = true;
         let mut ops = Vec::with_capacity(seen.len());
         for key in &seen {
             ctx.note_write(table, key);
@@ -1121,6 +1128,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         }
         rows = first;
     }
+    ctx.env.strict_numbers = true;
     let mut ops = Vec::with_capacity(rows.len());
     let mut updated = Vec::new();
     let mut moves = Vec::new();

@@ -251,6 +251,10 @@ pub enum SExpr {
 pub struct Env<'a> {
     pub params: &'a [Value],
     pub session: &'a (dyn SessionLookup + Sync),
+    /// Inside INSERT, UPDATE and DELETE (MySQL's strict mode): text in
+    /// arithmetic that is not wholly a number is error 1292, where a
+    /// SELECT reads its numeric prefix.
+    pub strict_numbers: bool,
 }
 
 pub trait SessionLookup {
@@ -306,10 +310,10 @@ impl SExpr {
                 _ => Value::Null,
             },
             SExpr::Cmp(op, a, b) => compare_op(*op, &a.eval(row, env)?, &b.eval(row, env)?),
-            SExpr::Arith(op, a, b) => arith_op(*op, &a.eval(row, env)?, &b.eval(row, env)?)?,
+            SExpr::Arith(op, a, b) => arith_op(*op, &a.eval(row, env)?, &b.eval(row, env)?, env.strict_numbers)?,
             SExpr::Neg(e) => {
                 let v = e.eval(row, env)?;
-                arith_op(Arith::Sub, &Value::Int(0), &v)?
+                arith_op(Arith::Sub, &Value::Int(0), &v, env.strict_numbers)?
             }
             SExpr::IsNull(e, negated) => Value::Int((e.eval(row, env)?.is_null() != *negated) as i64),
             SExpr::IsBool(e, want, negated) => {
@@ -675,7 +679,7 @@ pub fn compare_op(op: Cmp, a: &Value, b: &Value) -> Value {
     }
 }
 
-fn arith_op(op: Arith, a: &Value, b: &Value) -> SqlResult<Value> {
+fn arith_op(op: Arith, a: &Value, b: &Value, strict: bool) -> SqlResult<Value> {
     if a.is_null() || b.is_null() {
         return Ok(Value::Null);
     }
@@ -688,10 +692,15 @@ fn arith_op(op: Arith, a: &Value, b: &Value) -> SqlResult<Value> {
     // Text in arithmetic is a DOUBLE, as in MySQL: '7' / 2 is 3.5 and
     // '0.1' + '0.2' is 0.30000000000000004.
     let operand = |v: &Value| match v {
-        Value::Str(_) | Value::Bytes(_) => Value::Float(numeric(v).as_f64().unwrap_or(0.0)),
-        other => numeric(other),
+        Value::Str(s) if strict && !is_number_text(s) => Err(SqlError::new(
+            crate::error::ER_TRUNCATED_WRONG_VALUE,
+            "22007",
+            format!("Truncated incorrect DOUBLE value: '{s}'"),
+        )),
+        Value::Str(_) | Value::Bytes(_) => Ok(Value::Float(numeric(v).as_f64().unwrap_or(0.0))),
+        other => Ok(numeric(other)),
     };
-    let (a, b) = (operand(a), operand(b));
+    let (a, b) = (operand(a)?, operand(b)?);
     let simple = match op {
         Arith::Add => Some(ArithOp::Add),
         Arith::Sub => Some(ArithOp::Sub),
@@ -744,6 +753,41 @@ fn arith_op(op: Arith, a: &Value, b: &Value) -> SqlResult<Value> {
         Arith::Mod => Value::Float(a.as_f64().unwrap_or(0.0) % b.as_f64().unwrap_or(1.0)),
         _ => unreachable!("simple operators handled above"),
     })
+}
+
+/// Whether text reads wholly as a number (spaces around it allowed):
+/// `-1.5e3` does, `12abc`, `abc` and `` do not.
+fn is_number_text(s: &str) -> bool {
+    let t = s.trim_matches(' ').as_bytes();
+    let mut i = 0;
+    if i < t.len() && (t[i] == b'+' || t[i] == b'-') {
+        i += 1;
+    }
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while *i < t.len() && t[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i - start
+    };
+    let mut mantissa = digits(&mut i);
+    if i < t.len() && t[i] == b'.' {
+        i += 1;
+        mantissa += digits(&mut i);
+    }
+    if mantissa == 0 {
+        return false;
+    }
+    if i < t.len() && (t[i] == b'e' || t[i] == b'E') {
+        i += 1;
+        if i < t.len() && (t[i] == b'+' || t[i] == b'-') {
+            i += 1;
+        }
+        if digits(&mut i) == 0 {
+            return false;
+        }
+    }
+    i == t.len()
 }
 
 /// An integer of either signedness, widened so both fit.
@@ -1856,7 +1900,7 @@ mod tests {
     }
 
     fn eval(e: SExpr) -> Value {
-        e.eval(&[], &Env { params: &[], session: &NoSession }).unwrap()
+        e.eval(&[], &Env { params: &[], session: &NoSession, strict_numbers: false }).unwrap()
     }
     fn c(v: impl Into<Value>) -> Box<SExpr> {
         Box::new(SExpr::Const(v.into()))
@@ -1892,7 +1936,7 @@ mod tests {
 
     #[test]
     fn integer_arithmetic_is_exact_or_an_error() {
-        let try_eval = |e: SExpr| e.eval(&[], &Env { params: &[], session: &NoSession });
+        let try_eval = |e: SExpr| e.eval(&[], &Env { params: &[], session: &NoSession, strict_numbers: false });
         let over = try_eval(SExpr::Arith(Arith::Add, c(i64::MAX), c(1i64))).unwrap_err();
         assert_eq!((over.code, over.message.contains("BIGINT value is out of range")), (1690, true));
         let over = try_eval(SExpr::Arith(Arith::Mul, c(u64::MAX), c(2i64))).unwrap_err();
@@ -1928,7 +1972,9 @@ mod tests {
 
     #[test]
     fn string_functions_of_mysql() {
-        let f = |func, args: Vec<Value>| call(func, args, &Env { params: &[], session: &NoSession }).unwrap();
+        let f = |func, args: Vec<Value>| {
+            call(func, args, &Env { params: &[], session: &NoSession, strict_numbers: false }).unwrap()
+        };
         let s = |x: &str| Value::Str(x.into());
         assert_eq!(f(Func::SubstringIndex, vec![s("a.b.c"), s("."), Value::Int(2)]), s("a.b"));
         assert_eq!(f(Func::SubstringIndex, vec![s("a.b.c"), s("."), Value::Int(-1)]), s("c"));
@@ -1948,7 +1994,9 @@ mod tests {
 
     #[test]
     fn weeks_and_makedate_match_mysqls_examples() {
-        let f = |func, args: Vec<Value>| call(func, args, &Env { params: &[], session: &NoSession }).unwrap();
+        let f = |func, args: Vec<Value>| {
+            call(func, args, &Env { params: &[], session: &NoSession, strict_numbers: false }).unwrap()
+        };
         let d = |x: &str| Value::Str(x.into());
         let i = Value::Int;
         assert_eq!(f(Func::Week, vec![d("2008-02-20")]), i(7));
@@ -2024,6 +2072,21 @@ mod tests {
             eval(SExpr::In(c(3i64), vec![SExpr::Const(Value::Int(1)), SExpr::Const(Value::Null)], false)),
             Value::Null
         );
+    }
+
+    #[test]
+    fn writes_refuse_text_that_is_no_number_in_arithmetic() {
+        let env = |strict_numbers| Env { params: &[], session: &NoSession, strict_numbers };
+        let plus = |s: &str| SExpr::Arith(Arith::Add, c(s), c(1i64));
+        for text in ["7", " -1.5e3 ", "+.5", "2."] {
+            assert!(plus(text).eval(&[], &env(true)).is_ok(), "{text:?} is a number");
+        }
+        for text in ["abc", "12abc", "", "1e", ".", "- 1"] {
+            let e = plus(text).eval(&[], &env(true)).unwrap_err();
+            assert_eq!((e.code, e.message.contains("Truncated incorrect DOUBLE value")), (1292, true), "{text:?}");
+            // A query reads the numeric prefix instead.
+            assert!(plus(text).eval(&[], &env(false)).is_ok());
+        }
     }
 
     #[test]

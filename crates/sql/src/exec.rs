@@ -884,7 +884,7 @@ pub(crate) fn avg(sum: &Value, n: u64) -> SqlResult<Value> {
         return Ok(Value::Null);
     }
     SExpr::Arith(Arith::Div, Box::new(SExpr::Const(sum.clone())), Box::new(SExpr::Const(Value::Int(n as i64))))
-        .eval(&[], &Env { params: &[], session: &crate::session::NoSession })
+        .eval(&[], &Env { params: &[], session: &crate::session::NoSession, strict_numbers: false })
 }
 
 fn finish_pushed(values: &[Value], specs: &[(AggKind, usize, Option<usize>)]) -> SqlResult<Vec<Value>> {
@@ -1012,7 +1012,7 @@ mod tests {
     fn grouped(rows: &[(i64, Option<i64>)], kinds: &[(AggKind, bool)]) -> Vec<Vec<Value>> {
         let rows = rows.iter().map(|&(g, v)| vec![Value::Int(g), v.map_or(Value::Null, Value::Int)]).collect();
         let aggs: Vec<AggSpec> = kinds.iter().map(|&(k, d)| agg(k, d)).collect();
-        let env = Env { params: &[], session: &crate::session::NoSession };
+        let env = Env { params: &[], session: &crate::session::NoSession, strict_numbers: false };
         let keys = [SExpr::Col(0)];
         let mut out = group(rows, &keys, &aggs, 2, &env).unwrap();
         out.sort_by(|a, b| order_rows(a, b, [(0, false)]));
@@ -1057,7 +1057,7 @@ mod tests {
             order: Vec::new(),
             collation: Collation::Bin,
         };
-        let env = Env { params: &[], session: &crate::session::NoSession };
+        let env = Env { params: &[], session: &crate::session::NoSession, strict_numbers: false };
         let out = group(rows, &[], &[spec], 2, &env).unwrap();
         // (1,1), (2,1), (12,1) and (1,21): (1,NULL) is not counted, and
         // (12,1) is not (1,21).

@@ -908,7 +908,7 @@ impl Session {
         };
         let order = crate::union::order(q, &columns)?;
         let view = self.view();
-        let (offset, limit) = crate::union::limits(q, &Env { params, session: &view })?;
+        let (offset, limit) = crate::union::limits(q, &Env { params, session: &view, strict_numbers: false })?;
         crate::union::finish(&mut rows, &columns, &order, offset, limit);
         Ok(Response::Rows { columns, rows })
     }
@@ -1058,7 +1058,7 @@ impl Session {
         let mut ctx = Ctx {
             client: &self.shared.client,
             tx: if use_tx { tx.as_mut() } else { None },
-            env: Env { params, session: &view },
+            env: Env { params, session: &view, strict_numbers: false },
             written,
             count_matched: self.found_rows_flag,
             undo,
@@ -1221,7 +1221,7 @@ impl Session {
     fn constant(&self, e: &ast::Expr) -> SqlResult<Value> {
         let bound = crate::bind::Binder::new(&[], "field list").bind(e)?;
         let view = self.view();
-        bound.eval(&[], &Env { params: &[], session: &view })
+        bound.eval(&[], &Env { params: &[], session: &view, strict_numbers: false })
     }
 
     async fn run_other(&mut self, stmt: &Statement) -> SqlResult<Response> {

@@ -196,7 +196,7 @@ mod tests {
     use crate::eval::SExpr;
 
     fn env() -> Env<'static> {
-        Env { params: &[], session: &crate::session::NoSession }
+        Env { params: &[], session: &crate::session::NoSession, strict_numbers: false }
     }
 
     fn spec(kind: WindowKind, args: Vec<SExpr>, partition: Vec<SExpr>, order: Vec<(SExpr, bool)>) -> WindowSpec {

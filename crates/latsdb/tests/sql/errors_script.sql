@@ -83,4 +83,5 @@ SELECT id, v, n FROM t ORDER BY id;
 SELECT id, e FROM u ORDER BY id;
 CREATE TABLE days (id INT PRIMARY KEY, d DATE);
 INSERT INTO days VALUES (1, '2023-02-29');
+UPDATE t SET n = n + 'abc';
 DROP DATABASE errs;
