@@ -95,18 +95,47 @@ pub enum WindowKind {
     /// LAG / LEAD: the value `offset` rows before / after in the partition.
     Lag,
     Lead,
-    /// An aggregate over the partition (running, up to the current row's
-    /// peers, when the window is ordered).
+    /// An aggregate over the frame.
     Agg(AggKind),
+    /// NTILE(n): the row's bucket of n nearly equal ones.
+    Ntile,
+    PercentRank,
+    CumeDist,
+    /// FIRST_VALUE / LAST_VALUE / NTH_VALUE(x, n) of the frame.
+    FirstValue,
+    LastValue,
+    NthValue,
 }
 
-/// `f(args) OVER (PARTITION BY ... ORDER BY ...)`.
+/// Which rows of its partition a window function sees for a row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Frame {
+    /// No frame clause: with ORDER BY from the partition's start to the
+    /// row's last peer, else the whole partition.
+    Default,
+    /// `ROWS BETWEEN a AND b`: positions relative to the row.
+    Rows(FrameBound, FrameBound),
+    /// `RANGE BETWEEN a AND b` with UNBOUNDED and CURRENT ROW bounds only
+    /// (CURRENT ROW meaning the row's peers).
+    Range(FrameBound, FrameBound),
+}
+
+/// A frame bound as an offset from the current row: `Preceding(None)` is
+/// UNBOUNDED PRECEDING, `Preceding(Some(0))` CURRENT ROW.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FrameBound {
+    Preceding(Option<u64>),
+    Following(Option<u64>),
+}
+
+/// `f(args) OVER (PARTITION BY ... ORDER BY ... [frame])`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WindowSpec {
     pub kind: WindowKind,
     pub args: Vec<SExpr>,
     pub partition: Vec<SExpr>,
     pub order: Vec<(SExpr, bool)>,
+    pub frame: Frame,
 }
 
 pub struct Binder<'a> {
@@ -491,11 +520,10 @@ impl<'a> Binder<'a> {
         let ast::WindowType::WindowSpec(w) = over else {
             return Err(SqlError::unsupported("named windows (WINDOW w AS ...) are not supported; write OVER (...)"));
         };
-        if w.window_frame.is_some() {
-            return Err(SqlError::unsupported(
-                "window frames (ROWS/RANGE BETWEEN ...) are not supported; the default frame applies",
-            ));
-        }
+        let frame = match &w.window_frame {
+            None => Frame::Default,
+            Some(f) => window_frame(f)?,
+        };
         if w.window_name.is_some() {
             return Err(SqlError::unsupported("named windows are not supported; write OVER (...)"));
         }
@@ -519,13 +547,20 @@ impl<'a> Binder<'a> {
             "DENSE_RANK" => arity(0, 0).map(|_| WindowKind::DenseRank)?,
             "LAG" => arity(1, 3).map(|_| WindowKind::Lag)?,
             "LEAD" => arity(1, 3).map(|_| WindowKind::Lead)?,
+            "NTILE" => arity(1, 1).map(|_| WindowKind::Ntile)?,
+            "PERCENT_RANK" => arity(0, 0).map(|_| WindowKind::PercentRank)?,
+            "CUME_DIST" => arity(0, 0).map(|_| WindowKind::CumeDist)?,
+            "FIRST_VALUE" => arity(1, 1).map(|_| WindowKind::FirstValue)?,
+            "LAST_VALUE" => arity(1, 1).map(|_| WindowKind::LastValue)?,
+            "NTH_VALUE" => arity(2, 2).map(|_| WindowKind::NthValue)?,
             "COUNT" if star && args.is_empty() => WindowKind::Agg(AggKind::CountRows),
             other => match AggKind::named(other) {
                 Some(kind) if kind != AggKind::GroupConcat => arity(1, 1).map(|_| WindowKind::Agg(kind))?,
                 _ => {
                     return Err(SqlError::unsupported(format!(
-                        "window function {other} is not supported (ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD and the \
-                         aggregates but GROUP_CONCAT are)"
+                        "window function {other} is not supported (ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD, NTILE, \
+                         PERCENT_RANK, CUME_DIST, FIRST_VALUE, LAST_VALUE, NTH_VALUE and the aggregates but \
+                         GROUP_CONCAT are)"
                     )))
                 }
             },
@@ -540,7 +575,7 @@ impl<'a> Binder<'a> {
             let key = self.bind(&o.expr)?;
             order.push((sort_key(self.tables, key), o.options.sort == Some(ast::OrderBySort::Desc)));
         }
-        Ok(WindowSpec { kind, args, partition, order })
+        Ok(WindowSpec { kind, args, partition, order, frame })
     }
 
     fn function(&mut self, f: &ast::Function) -> SqlResult<SExpr> {
@@ -1149,6 +1184,50 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["GREATEST"], Func::Greatest(Collation::Bin), 2, 255),
     (&["LEAST"], Func::Least(Collation::Bin), 2, 255),
 ];
+
+/// A frame clause: ROWS with any bounds, RANGE with UNBOUNDED and CURRENT
+/// ROW ones (MySQL's value offsets over dates and numbers are refused).
+fn window_frame(f: &ast::WindowFrame) -> SqlResult<Frame> {
+    let bound = |b: &ast::WindowFrameBound, rows: bool| -> SqlResult<FrameBound> {
+        let offset = |e: &Option<Box<Expr>>| -> SqlResult<Option<u64>> {
+            match e.as_deref() {
+                None => Ok(None),
+                Some(Expr::Value(v)) if rows => match &v.value {
+                    ast::Value::Number(n, _) => n.parse::<u64>().map(Some).map_err(|_| {
+                        SqlError::parse(format!("a ROWS frame offset must be a non-negative integer, not {n}"))
+                    }),
+                    other => Err(SqlError::parse(format!("a ROWS frame offset must be an integer, not {other}"))),
+                },
+                Some(_) if rows => Err(SqlError::parse("a ROWS frame offset must be an integer literal")),
+                Some(_) => Err(SqlError::unsupported(
+                    "RANGE frames with offsets are not supported; use ROWS, or UNBOUNDED/CURRENT ROW bounds",
+                )),
+            }
+        };
+        Ok(match b {
+            ast::WindowFrameBound::CurrentRow => FrameBound::Preceding(Some(0)),
+            ast::WindowFrameBound::Preceding(e) => FrameBound::Preceding(offset(e)?),
+            ast::WindowFrameBound::Following(e) => FrameBound::Following(offset(e)?),
+        })
+    };
+    let rows = match f.units {
+        ast::WindowFrameUnits::Rows => true,
+        ast::WindowFrameUnits::Range => false,
+        ast::WindowFrameUnits::Groups => return Err(SqlError::unsupported("GROUPS frames are not MySQL's")),
+    };
+    let start = bound(&f.start_bound, rows)?;
+    // `ROWS n PRECEDING` alone ends at the current row.
+    let end = match &f.end_bound {
+        Some(b) => bound(b, rows)?,
+        None => FrameBound::Preceding(Some(0)),
+    };
+    if start == FrameBound::Following(None) || end == FrameBound::Preceding(None) {
+        return Err(SqlError::parse(
+            "a window frame cannot start at UNBOUNDED FOLLOWING or end at UNBOUNDED PRECEDING",
+        ));
+    }
+    Ok(if rows { Frame::Rows(start, end) } else { Frame::Range(start, end) })
+}
 
 /// The kind of number an expression gives, for typing DECIMAL results.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,12 @@
-//! Window functions (`f(...) OVER (PARTITION BY ... ORDER BY ...)`) over
-//! the rows a query keeps after grouping and HAVING. Each function's value
-//! is appended to every row. With ORDER BY the frame is MySQL's default,
-//! from the partition's first row to the current row's last peer (rows
-//! with equal ORDER BY values); without it, the whole partition.
+//! Window functions (`f(...) OVER (PARTITION BY ... ORDER BY ... [frame])`)
+//! over the rows a query keeps after grouping and HAVING. Each function's
+//! value is appended to every row. Without a frame clause, with ORDER BY
+//! the frame is MySQL's default, from the partition's first row to the
+//! current row's last peer (rows with equal ORDER BY values); without it,
+//! the whole partition. `ROWS BETWEEN` frames count rows from the current
+//! one; `RANGE BETWEEN` frames take UNBOUNDED and CURRENT ROW (its peers).
 
-use crate::bind::{AggKind, WindowKind, WindowSpec};
+use crate::bind::{AggKind, Frame, FrameBound, WindowKind, WindowSpec};
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{compare, numeric, Env};
 use crate::exec::{avg, bits_start, fold_bits, order_rows, Spread};
@@ -74,7 +76,117 @@ fn partition(
             None => Ok(Value::Null),
         }
     };
+    let n = part.len();
+    // Each position's group of peers, [first, last + 1).
+    let mut peer_group = vec![(0, n); n];
+    let mut first = 0;
+    while first < n {
+        let mut end = first + 1;
+        while end < n && peers(&part[first].0, &part[end].0) {
+            end += 1;
+        }
+        for g in &mut peer_group[first..end] {
+            *g = (first, end);
+        }
+        first = end;
+    }
+    // The frame of position `pos`, as [start, end) (empty when start >= end).
+    let frame = |pos: usize| -> (usize, usize) {
+        let ordered = !w.order.is_empty();
+        match w.frame {
+            Frame::Default if ordered => (0, peer_group[pos].1),
+            Frame::Default => (0, n),
+            Frame::Rows(a, b) => {
+                let start = match a {
+                    FrameBound::Preceding(None) => 0,
+                    FrameBound::Preceding(Some(k)) => pos.saturating_sub(k.min(n as u64) as usize),
+                    FrameBound::Following(k) => pos.saturating_add(k.unwrap_or(0).min(n as u64) as usize),
+                };
+                let end = match b {
+                    FrameBound::Following(None) => n,
+                    FrameBound::Following(Some(k)) => pos.saturating_add(k.min(n as u64) as usize + 1).min(n),
+                    FrameBound::Preceding(Some(k)) if k as usize > pos => 0,
+                    FrameBound::Preceding(k) => pos - k.unwrap_or(0) as usize + 1,
+                };
+                (start.min(n), end)
+            }
+            Frame::Range(a, b) => {
+                let start = match a {
+                    FrameBound::Preceding(None) => 0,
+                    _ => peer_group[pos].0,
+                };
+                let end = match b {
+                    FrameBound::Following(None) => n,
+                    _ => peer_group[pos].1,
+                };
+                (start, end)
+            }
+        }
+    };
     match w.kind {
+        WindowKind::Ntile => {
+            for (pos, (_, row)) in part.iter().enumerate() {
+                let buckets = match arg(0, *row)?.as_i64() {
+                    Some(b) if b > 0 => b as usize,
+                    _ => return Err(SqlError::wrong_args("the argument of NTILE must be a positive integer")),
+                };
+                // The first n % buckets buckets hold one row more.
+                let (size, extra) = (n / buckets, n % buckets);
+                let big = extra * (size + 1);
+                let bucket = if pos < big { pos / (size + 1) } else { extra + (pos - big) / size.max(1) };
+                out[*row] = Value::Int(bucket as i64 + 1);
+            }
+        }
+        WindowKind::PercentRank => {
+            for (pos, (_, row)) in part.iter().enumerate() {
+                let rank = peer_group[pos].0;
+                out[*row] = Value::Float(if n > 1 { rank as f64 / (n - 1) as f64 } else { 0.0 });
+            }
+        }
+        WindowKind::CumeDist => {
+            for (pos, (_, row)) in part.iter().enumerate() {
+                out[*row] = Value::Float(peer_group[pos].1 as f64 / n as f64);
+            }
+        }
+        WindowKind::FirstValue | WindowKind::LastValue | WindowKind::NthValue => {
+            for (pos, (_, row)) in part.iter().enumerate() {
+                let (start, end) = frame(pos);
+                let at = match w.kind {
+                    WindowKind::FirstValue => Some(start),
+                    WindowKind::LastValue => end.checked_sub(1),
+                    _ => match arg(1, *row)?.as_i64() {
+                        Some(k) if k > 0 => start.checked_add(k as usize - 1),
+                        _ => return Err(SqlError::wrong_args("the position of NTH_VALUE must be a positive integer")),
+                    },
+                };
+                out[*row] = match at.filter(|&i| i >= start && i < end) {
+                    Some(i) => arg(0, part[i].1)?,
+                    None => Value::Null,
+                };
+            }
+        }
+        WindowKind::Agg(kind) if w.frame != Frame::Default => {
+            // Frames that start at the partition's start only grow: one
+            // accumulator for the partition; others are summed per row.
+            let mut acc = Accumulator::new(kind);
+            let mut added = 0;
+            for (pos, (_, row)) in part.iter().enumerate() {
+                let (start, end) = frame(pos);
+                if start == 0 && end >= added {
+                    for (_, r) in &part[added..end] {
+                        acc.add(arg(0, *r)?);
+                    }
+                    added = end;
+                    out[*row] = acc.value()?;
+                } else {
+                    let mut own = Accumulator::new(kind);
+                    for (_, r) in part.get(start..end).unwrap_or(&[]) {
+                        own.add(arg(0, *r)?);
+                    }
+                    out[*row] = own.value()?;
+                }
+            }
+        }
         WindowKind::RowNumber => {
             for (pos, (_, row)) in part.iter().enumerate() {
                 out[*row] = Value::Int(pos as i64 + 1);
@@ -200,7 +312,7 @@ mod tests {
     }
 
     fn spec(kind: WindowKind, args: Vec<SExpr>, partition: Vec<SExpr>, order: Vec<(SExpr, bool)>) -> WindowSpec {
-        WindowSpec { kind, args, partition, order }
+        WindowSpec { kind, args, partition, order, frame: Frame::Default }
     }
 
     #[test]
