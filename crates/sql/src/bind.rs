@@ -20,6 +20,10 @@ pub struct ScopeTable {
     pub db: String,
     pub name: String,
     pub columns: Vec<ColumnDef>,
+    /// Columns a JOIN ... USING (or NATURAL JOIN) merged into another
+    /// table's column of the same name: reached by qualified names only,
+    /// and not in `*`.
+    pub merged: Vec<u16>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,6 +177,9 @@ impl<'a> Binder<'a> {
                 }
             }
             if let Some(c) = table.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name)) {
+                if qualifier.is_none() && table.merged.contains(&(c as u16)) {
+                    continue;
+                }
                 if found.is_some() {
                     return Err(SqlError::new(
                         crate::error::ER_NON_UNIQ,

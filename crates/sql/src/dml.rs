@@ -80,6 +80,7 @@ fn scope_of(table: &Arc<Table>, alias: &str) -> ScopeTable {
         db: def.database.clone(),
         name: def.name.clone(),
         columns: def.columns.clone(),
+        merged: Vec::new(),
     }
 }
 

@@ -205,15 +205,64 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     JoinOn::Using(names.iter().map(|n| n.to_string().trim_matches('`').to_string()).collect())
                 }
                 ast::JoinConstraint::None => JoinOn::None,
-                ast::JoinConstraint::Natural => {
-                    return Err(SqlError::unsupported("NATURAL joins are not supported; write JOIN ... ON or USING"))
-                }
+                ast::JoinConstraint::Natural => JoinOn::Natural,
             };
             sources.push(source(catalog, &join.relation).await?);
+            // NATURAL: USING every column name the joined table shares
+            // with the item's tables before it.
+            let on = match on {
+                JoinOn::Natural => {
+                    let right = &sources[sources.len() - 1].scope;
+                    let names = right
+                        .columns
+                        .iter()
+                        .filter(|c| {
+                            sources[item_start..sources.len() - 1]
+                                .iter()
+                                .any(|s| s.scope.columns.iter().any(|l| l.name.eq_ignore_ascii_case(&c.name)))
+                        })
+                        .map(|c| c.name.clone())
+                        .collect();
+                    JoinOn::Using(names)
+                }
+                other => other,
+            };
             join_specs.push(JoinSpec { left, right, on, item_start });
         }
     }
-    let scope: Vec<ScopeTable> = sources.iter().map(|s| s.scope.clone()).collect();
+    let mut scope: Vec<ScopeTable> = sources.iter().map(|s| s.scope.clone()).collect();
+    // USING merges each named column pair into one: the left table's (the
+    // right one's behind a RIGHT JOIN) answers to the bare name and comes
+    // first in `*`; the other is reached by its qualified name only.
+    let mut using_columns: Vec<(usize, u16)> = Vec::new();
+    // The tables' order in `*`: a RIGHT JOIN ... USING puts its right table
+    // before the left ones (MySQL runs it as the mirrored LEFT JOIN).
+    let mut star_order: Vec<usize> = (0..scope.len()).collect();
+    for (i, j) in join_specs.iter().enumerate() {
+        let JoinOn::Using(names) = &j.on else { continue };
+        let right = i + 1;
+        if j.right {
+            if let (Some(from), Some(to)) =
+                (star_order.iter().position(|&t| t == right), star_order.iter().position(|&t| t == j.item_start))
+            {
+                let t = star_order.remove(from);
+                star_order.insert(to, t);
+            }
+        }
+        for n in names {
+            let col = |t: usize| scope[t].columns.iter().position(|c| c.name.eq_ignore_ascii_case(n));
+            let (Some(r), Some((lt, lc))) = (col(right), (j.item_start..right).find_map(|t| col(t).map(|c| (t, c))))
+            else {
+                continue;
+            };
+            let (kept, merged) = if j.right { ((right, r), (lt, lc)) } else { ((lt, lc), (right, r)) };
+            scope[merged.0].merged.push(merged.1 as u16);
+            if !using_columns.contains(&(kept.0, kept.1 as u16)) {
+                using_columns.push((kept.0, kept.1 as u16));
+            }
+        }
+    }
+    let scope = scope;
     for (i, a) in scope.iter().enumerate() {
         if scope[..i].iter().any(|b| b.alias.eq_ignore_ascii_case(&a.alias)) {
             return Err(SqlError::new(1066, "42000", format!("Not unique table/alias: '{}'", a.alias)));
@@ -230,15 +279,22 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 if scope.is_empty() {
                     return Err(SqlError::new(1096, "HY000", "No tables used"));
                 }
-                for (t, s) in scope.iter().enumerate() {
-                    for (c, col) in s.columns.iter().enumerate() {
-                        outputs.push(OutputColumn {
-                            name: col.name.clone(),
-                            expr: SExpr::TableCol(t, c as u16),
-                            origin: Some((t, c as u16)),
-                            decimal_scale: None,
-                        });
-                    }
+                // MySQL's order: the USING columns first, then every
+                // other column, table by table.
+                let firsts = using_columns.iter().copied();
+                let rest = star_order.iter().map(|&t| (t, &scope[t])).flat_map(|(t, s)| {
+                    (0..s.columns.len() as u16)
+                        .filter(move |c| !s.merged.contains(c))
+                        .map(move |c| (t, c))
+                        .filter(|tc| !using_columns.contains(tc))
+                });
+                for (t, c) in firsts.chain(rest) {
+                    outputs.push(OutputColumn {
+                        name: scope[t].columns[c as usize].name.clone(),
+                        expr: SExpr::TableCol(t, c),
+                        origin: Some((t, c)),
+                        decimal_scale: None,
+                    });
                 }
             }
             SelectItem::QualifiedWildcard(kind, _) => {
@@ -328,6 +384,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 and_all(parts)
             }
             JoinOn::None => None,
+            JoinOn::Natural => return Err(SqlError::general("internal: a NATURAL join was not resolved")),
         };
         joins.push(JoinStep { table: i + 1, left, right: right_join, lookup: None, on });
     }
@@ -595,12 +652,14 @@ struct JoinSpec<'a> {
 /// Stands in for a table an ON clause may not name: it has no columns and
 /// no name a query can write.
 fn hidden_table() -> ScopeTable {
-    ScopeTable { alias: String::new(), db: String::new(), name: String::new(), columns: Vec::new() }
+    ScopeTable { alias: String::new(), db: String::new(), name: String::new(), columns: Vec::new(), merged: Vec::new() }
 }
 
 enum JoinOn<'a> {
     On(&'a Expr),
     Using(Vec<String>),
+    /// Resolved into `Using` once the joined table's columns are known.
+    Natural,
     None,
 }
 
@@ -644,7 +703,8 @@ async fn source<C: Catalog>(catalog: &C, factor: &TableFactor) -> SqlResult<Sour
         SourceKind::Virtual(v) => v.columns.clone(),
     };
     let alias = alias.as_ref().map(|a| a.name.value.clone()).unwrap_or_else(|| table.clone());
-    Ok(Source { scope: ScopeTable { alias, db, name: table, columns }, kind, fetch: Vec::new(), projection: None })
+    let scope = ScopeTable { alias, db, name: table, columns, merged: Vec::new() };
+    Ok(Source { scope, kind, fetch: Vec::new(), projection: None })
 }
 
 /// Picks lookups, a range or a full scan for the first table, from the
