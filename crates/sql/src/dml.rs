@@ -428,26 +428,8 @@ async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResu
     // A SET value that reads the other tables (`SET t.c = u.c`) is computed
     // by the SELECT, as a value after the target's columns, from the first
     // joined row of each target row (MySQL updates a row once).
-    let mut from_join = Vec::new();
-    for a in assignments {
-        if let Err(e) = Binder::new(&scope, "field list").bind(&a.value) {
-            if e.code == crate::error::ER_BAD_FIELD {
-                from_join.push(a.value.to_string());
-            }
-        }
-    }
-    let from = source.iter().map(|item| item.to_string()).collect::<Vec<_>>().join(", ");
-    let mut sql = format!("SELECT DISTINCT `{shown}`.*");
-    for value in &from_join {
-        sql.push_str(&format!(", ({value})"));
-    }
-    sql.push_str(&format!(" FROM {from}"));
-    if let Some(w) = selection {
-        sql.push_str(&format!(" WHERE {w}"));
-    }
-    let select = plan_locking_select(catalog, sql).await?;
     let columns = table.def().columns.len();
-    let mut extra = 0;
+    let mut from_join = Vec::new();
     let mut sets = Vec::new();
     for a in assignments {
         if let AssignmentTarget::ColumnName(n) = &a.target {
@@ -461,15 +443,25 @@ async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResu
         let c = assignment_column(&table, &a.target)?;
         let bound = match Binder::new(&scope, "field list").bind(&a.value) {
             Err(e) if e.code == crate::error::ER_BAD_FIELD => {
-                extra += 1;
-                SExpr::TableCol(0, (columns + extra - 1) as u16)
+                from_join.push(a.value.to_string());
+                SExpr::TableCol(0, (columns + from_join.len() - 1) as u16)
             }
             other => after_earlier_sets(other?, &sets)?,
         };
         sets.push((c, bound));
     }
+    let from = source.iter().map(|item| item.to_string()).collect::<Vec<_>>().join(", ");
+    let mut sql = format!("SELECT DISTINCT `{shown}`.*");
+    for value in &from_join {
+        sql.push_str(&format!(", ({value})"));
+    }
+    sql.push_str(&format!(" FROM {from}"));
+    if let Some(w) = selection {
+        sql.push_str(&format!(" WHERE {w}"));
+    }
+    let select = plan_locking_select(catalog, sql).await?;
     let sets = sets.into_iter().map(|(c, e)| Ok((c, full_row(e)?))).collect::<SqlResult<_>>()?;
-    Ok(Some(WritePlan { table, select, sets, direct: None, joined_values: extra }))
+    Ok(Some(WritePlan { table, select, sets, direct: None, joined_values: from_join.len() }))
 }
 
 /// An assignment the data node computes from the current row, if the
@@ -728,7 +720,7 @@ pub type Warnings = Vec<(u16, String)>;
 
 /// The warning MySQL gives where IGNORE stored a nearest value instead of
 /// failing with `e`, for row `row` (from 1).
-fn ignored_warning(e: SqlError, column: &latsdb_types::schema::ColumnDef, row: usize) -> (u16, String) {
+fn ignored_warning(e: SqlError, column: &ColumnDef, row: usize) -> (u16, String) {
     match e.code {
         crate::error::ER_DATA_TOO_LONG => (1265, format!("Data truncated for column '{}' at row {row}", column.name)),
         crate::error::ER_WARN_DATA_OUT_OF_RANGE => {

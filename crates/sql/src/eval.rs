@@ -1080,7 +1080,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         Func::Format => {
             let digits = int_arg(&a[1]).unwrap_or(0).clamp(0, 30) as u8;
             let number = match numeric(&a[0]) {
-                Value::Float(f) if f.is_finite() => Decimal::parse(&format!("{f}")),
+                Value::Float(f) if f.is_finite() => Decimal::of_double(f),
                 Value::Float(_) => None,
                 Value::Decimal(d) => Some(d),
                 Value::Int(i) => Some(Decimal::new(i as i128, 0)),

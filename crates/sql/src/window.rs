@@ -165,9 +165,10 @@ fn partition(
                 };
             }
         }
-        WindowKind::Agg(kind) if w.frame != Frame::Default => {
-            // Frames that start at the partition's start only grow: one
-            // accumulator for the partition; others are summed per row.
+        WindowKind::Agg(kind) => {
+            // Frames that start at the partition's start only grow (the
+            // default one too): one accumulator for the partition; others
+            // are summed per row.
             let mut acc = Accumulator::new(kind);
             let mut added = 0;
             for (pos, (_, row)) in part.iter().enumerate() {
@@ -193,13 +194,13 @@ fn partition(
             }
         }
         WindowKind::Rank | WindowKind::DenseRank => {
-            let (mut rank, mut dense) = (0i64, 0i64);
-            for (pos, (key, row)) in part.iter().enumerate() {
-                if pos == 0 || !peers(&part[pos - 1].0, key) {
-                    rank = pos as i64 + 1;
+            let mut dense = 0i64;
+            for (pos, (_, row)) in part.iter().enumerate() {
+                let first_peer = peer_group[pos].0;
+                if first_peer == pos {
                     dense += 1;
                 }
-                out[*row] = Value::Int(if w.kind == WindowKind::Rank { rank } else { dense });
+                out[*row] = Value::Int(if w.kind == WindowKind::Rank { first_peer as i64 + 1 } else { dense });
             }
         }
         WindowKind::Lag | WindowKind::Lead => {
@@ -220,36 +221,6 @@ fn partition(
                     Some((_, other)) => arg(0, *other)?,
                     None => arg(2, *row)?,
                 };
-            }
-        }
-        WindowKind::Agg(kind) => {
-            let mut acc = Accumulator::new(kind);
-            if w.order.is_empty() {
-                for (_, row) in part {
-                    acc.add(arg(0, *row)?);
-                }
-                let v = acc.value()?;
-                for (_, row) in part {
-                    out[*row] = v.clone();
-                }
-                return Ok(());
-            }
-            // Running: each group of peers is added whole, then gets the
-            // value so far.
-            let mut start = 0;
-            while start < part.len() {
-                let mut end = start + 1;
-                while end < part.len() && peers(&part[start].0, &part[end].0) {
-                    end += 1;
-                }
-                for (_, row) in &part[start..end] {
-                    acc.add(arg(0, *row)?);
-                }
-                let v = acc.value()?;
-                for (_, row) in &part[start..end] {
-                    out[*row] = v.clone();
-                }
-                start = end;
             }
         }
     }

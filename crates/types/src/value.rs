@@ -31,6 +31,12 @@ impl Decimal {
 
     /// Re-expresses the number with another scale; None when digits would be
     /// lost or the result overflows.
+    /// A DOUBLE as MySQL converts it: through its shortest decimal text
+    /// (0.25, not 0.2499999...). None when that has too many digits.
+    pub fn of_double(f: f64) -> Option<Decimal> {
+        Decimal::parse(&format!("{f}"))
+    }
+
     pub fn rescale(self, scale: u8) -> Option<Decimal> {
         // Scales above 38 come only from bad input; they cannot be rescaled.
         if scale as usize >= POW10.len() || self.scale as usize >= POW10.len() {
@@ -457,7 +463,7 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
                     // MySQL converts a DOUBLE through its shortest decimal
                     // text (0.25, not 0.2499999...), then rounds half away
                     // from zero like any DECIMAL: 0.25 into DECIMAL(4,1) is 0.3.
-                    match Decimal::parse(&format!("{f}")) {
+                    match Decimal::of_double(*f) {
                         Some(d) => d,
                         None if f.abs() < 1.0 => {
                             Decimal::parse(&format!("{f:.*}", scale as usize)).ok_or_else(|| out_of_range(&value))?
