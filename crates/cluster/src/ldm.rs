@@ -193,7 +193,8 @@ pub(crate) struct Committing {
 pub(crate) struct TxLog {
     order: std::collections::VecDeque<TxId>,
     /// Transaction -> the epoch it committed in (0 in the abort log).
-    set: std::collections::HashMap<TxId, latsdb_types::proto::CommitEpoch>,
+    /// A backup looks every prepared write up in the abort log.
+    set: FastMap<TxId, latsdb_types::proto::CommitEpoch>,
 }
 
 const COMMIT_LOG_ENTRIES: usize = 1 << 16;

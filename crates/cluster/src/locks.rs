@@ -5,6 +5,7 @@
 use crate::shard::Micros;
 use latsdb_types::proto::{LockMode, TxId};
 use latsdb_types::schema::TableId;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// A locked row: its table and primary key. Keys of up to 24 bytes (most
@@ -75,10 +76,14 @@ impl<P> LockTable<P> {
         payload: P,
     ) -> (Acquire, Option<P>) {
         debug_assert!(mode != LockMode::Committed, "committed reads take no lock");
-        let Some(lock) = self.rows.get_mut(key) else {
-            self.rows
-                .insert(key.clone(), RowLock { mode, holders: smallvec::smallvec![owner], queue: VecDeque::new() });
-            return (Acquire::Granted, Some(payload));
+        // One hash and probe for the common case of a row nobody locked
+        // (every write takes a lock on every replica).
+        let lock = match self.rows.entry(key.clone()) {
+            Entry::Vacant(free) => {
+                free.insert(RowLock { mode, holders: smallvec::smallvec![owner], queue: VecDeque::new() });
+                return (Acquire::Granted, Some(payload));
+            }
+            Entry::Occupied(held) => held.into_mut(),
         };
         // A later request of an owner that already waits here queues behind
         // its earlier one, so one transaction's operations on a row run in order.
@@ -115,14 +120,15 @@ impl<P> LockTable<P> {
     /// Releases `owner`'s lock on `key`; returns the queued requests that
     /// are granted as a result (their owners now hold the lock).
     pub fn release(&mut self, key: &LockKey, owner: TxId) -> Vec<(TxId, P)> {
-        let Some(lock) = self.rows.get_mut(key) else {
+        let Entry::Occupied(mut held) = self.rows.entry(key.clone()) else {
             return Vec::new();
         };
+        let lock = held.get_mut();
         lock.holders.retain(|h| *h != owner);
         if lock.queue.is_empty() {
-            // Nobody waits (the common case): no second lookup to grant.
+            // Nobody waits (the common case): one lookup in all.
             if lock.holders.is_empty() {
-                self.rows.remove(key);
+                held.remove();
             }
             return Vec::new();
         }
