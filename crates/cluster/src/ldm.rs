@@ -386,7 +386,7 @@ impl Shard {
                 results.push(Some(self.ldm_execute(&prepared, None)));
                 continue;
             }
-            let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+            let key = LockKey::new(prepared.op.table, &prepared.op.key);
             if prepared.op.kind.is_write() && self.has_backups(&prepared) {
                 // Every replica must hold the write before it is answered; the
                 // batch's replicated writes share one implicit transaction.
@@ -474,7 +474,7 @@ impl Shard {
         if backups.is_empty() {
             return Some(result);
         }
-        let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+        let key = LockKey::new(prepared.op.table, &prepared.op.key);
         let ltx = self.ldm.txs.entry(tx).or_default();
         let mut image = ltx.staged.get(&key).and_then(|s| s.image.as_ref().map(|i| i.to_vec()));
         ltx.replicating.insert(idx, Replicating { waiting: Backups::new(&backups), result });
@@ -637,7 +637,7 @@ impl Shard {
                 }
             };
             let mut mode = lock_mode(&prepared.op.kind);
-            let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+            let key = LockKey::new(prepared.op.table, &prepared.op.key);
             let queued_here = self.ldm.txs.get(&tx).is_some_and(|l| l.waits.contains_key(&key));
             if mode == LockMode::Committed {
                 if !queued_here {
@@ -671,7 +671,7 @@ impl Shard {
     pub(crate) fn ldm_granted(&mut self, granted: Vec<(TxId, Pending)>, out: &mut Outbox) {
         let mut work: std::collections::VecDeque<_> = granted.into();
         while let Some((owner, pending)) = work.pop_front() {
-            let key = LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
+            let key = LockKey::new(pending.prepared.op.table, &pending.prepared.op.key);
             match pending.origin {
                 Origin::Batch { batch, idx } => {
                     let r = self.ldm_execute(&pending.prepared, None);
@@ -717,8 +717,7 @@ impl Shard {
             match pending.origin {
                 Origin::Batch { batch, idx } => self.ldm_batch_result(batch, idx, error, out),
                 Origin::Implicit { tx, batch, idx } => {
-                    let key =
-                        LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
+                    let key = LockKey::new(pending.prepared.op.table, &pending.prepared.op.key);
                     if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
                         forget_wait(ltx, &key);
                     }
@@ -726,8 +725,7 @@ impl Shard {
                     self.ldm_auto_op_finished(tx, out);
                 }
                 Origin::Replica { tx, idx, primary } => {
-                    let key =
-                        LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
+                    let key = LockKey::new(pending.prepared.op.table, &pending.prepared.op.key);
                     if let Some(rtx) = self.ldm.replica_txs.get_mut(&tx) {
                         forget_wait(rtx, &key);
                     }
@@ -735,8 +733,7 @@ impl Shard {
                     self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
                 }
                 Origin::Tx { tx, idx } => {
-                    let key =
-                        LockKey { table: pending.prepared.op.table, key: pending.prepared.op.key.as_slice().into() };
+                    let key = LockKey::new(pending.prepared.op.table, &pending.prepared.op.key);
                     if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
                         forget_wait(ltx, &key);
                     }
@@ -932,7 +929,7 @@ impl Shard {
             .get_mut(op.partition as usize)
             .and_then(|p| p.as_mut())
             .ok_or_else(|| wrong_shard(op.partition, me))?;
-        let lock_key = tx.map(|_| LockKey { table: op.table, key: op.key.as_slice().into() });
+        let lock_key = tx.map(|_| LockKey::new(op.table, &op.key));
         let staged = match (&lock_key, tx) {
             (Some(k), Some(t)) => self.ldm.txs.get(&t).and_then(|l| l.staged.get(k)),
             _ => None,

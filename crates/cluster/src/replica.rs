@@ -55,7 +55,7 @@ impl Shard {
                 return;
             }
         };
-        let lock_key = LockKey { table, key: prepared.op.key.as_slice().into() };
+        let lock_key = LockKey::new(table, &prepared.op.key);
         let deadline = self.now + REPLICA_WAIT_FACTOR * self.cfg.lock_wait_timeout_us;
         let pending = Pending { origin: Origin::Replica { tx, idx, primary }, prepared };
         match self.ldm.locks.acquire(&lock_key, tx, latsdb_types::proto::LockMode::Exclusive, deadline, pending) {
@@ -100,7 +100,7 @@ impl Shard {
         prepared: Prepared,
         out: &mut Outbox,
     ) {
-        let key = LockKey { table: prepared.op.table, key: prepared.op.key.as_slice().into() };
+        let key = LockKey::new(prepared.op.table, &prepared.op.key);
         let rtx = self.ldm.replica_txs.entry(tx).or_default();
         forget_wait(rtx, &key);
         rtx.locks.insert(key.clone());
