@@ -17,6 +17,12 @@ pub enum CpuBindArg {
     Off,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+pub enum OnOffArg {
+    On,
+    Off,
+}
+
 #[derive(Args, Clone)]
 pub struct StartArgs {
     /// Folder for configuration, logs and data.
@@ -40,6 +46,9 @@ pub struct StartArgs {
     /// Bind shard threads to CPUs of their own when there are enough (auto), or leave them to the OS (off).
     #[arg(long, value_enum, default_value = "auto")]
     cpu_bind: CpuBindArg,
+    /// Data nodes keep idle CPUs polling instead of halting while they run (on), or not (off).
+    #[arg(long, value_enum, default_value = "on")]
+    idle_poll: OnOffArg,
     /// Length of a commit epoch in ms (REDO sync interval; 0 = the default).
     #[arg(long, default_value_t = 0)]
     epoch_interval_ms: u64,
@@ -194,6 +203,7 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             CpuBindArg::Auto => CpuBind::Auto,
             CpuBindArg::Off => CpuBind::Off,
         };
+        config.datanode_defaults.idle_poll = args.idle_poll == OnOffArg::On;
         if args.epoch_interval_ms > 0 {
             config.cluster.epoch_interval_ms = args.epoch_interval_ms;
         }

@@ -101,20 +101,22 @@ async fn register(opts: &DataNodeOptions) -> Result<(RpcConn, MgmResponse)> {
 
 pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     let (mut mgm, registered) = register(&opts).await?;
-    let (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus) = match registered {
-        MgmResponse::Registered {
-            node_id,
-            host,
-            port,
-            threads,
-            data_memory_mb,
-            nodes_on_host,
-            host_index,
-            cpu_bind,
-            cpus,
-        } => (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus),
-        other => return Err(unexpected("registration", other)),
-    };
+    let (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus, idle_poll) =
+        match registered {
+            MgmResponse::Registered {
+                node_id,
+                host,
+                port,
+                threads,
+                data_memory_mb,
+                nodes_on_host,
+                host_index,
+                cpu_bind,
+                cpus,
+                idle_poll,
+            } => (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus, idle_poll),
+            other => return Err(unexpected("registration", other)),
+        };
     let threads = match opts.threads.unwrap_or(threads) {
         0 => auto_threads(),
         n => n,
@@ -133,6 +135,12 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     };
     let placement = crate::cpus::plan(threads, &share)
         .map_err(|e| DbError::new(e.code, format!("data node {node_id}: {}", e.message)))?;
+    if idle_poll {
+        match crate::cpus::request_idle_poll() {
+            Ok(()) => log("datanode", format!("node {node_id}: idle CPUs poll while this node runs (/dev/cpu_dma_latency = 0; idle_poll = false in [datanode_defaults] turns it off)")),
+            Err(e) => log("datanode", format!("node {node_id}: {e}; idle CPUs may halt, which adds wake-up latency to messages (give this user write access to it, or set idle_poll = false in [datanode_defaults] to silence this)")),
+        }
+    }
     log(
         "datanode",
         format!(

@@ -724,6 +724,7 @@ impl Mgmd {
             host_index,
             cpu_bind: self.config.datanode_defaults.cpu_bind,
             cpus: section.cpus.clone(),
+            idle_poll: self.config.datanode_defaults.idle_poll,
         };
         if w.write_all(&proto::frame(request_id, &reply)).await.is_err() {
             self.lock().registering.remove(&node_id);

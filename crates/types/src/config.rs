@@ -76,7 +76,7 @@ impl Default for MgmdSection {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataNodeDefaults {
     /// Shard threads per data node; 0 chooses from the CPUs the process may use.
@@ -86,6 +86,16 @@ pub struct DataNodeDefaults {
     pub data_memory_mb: u64,
     /// Whether shard threads are bound to CPUs of their own.
     pub cpu_bind: CpuBind,
+    /// Whether a data node asks the kernel to keep idle CPUs polling
+    /// instead of halting while it runs (`/dev/cpu_dma_latency` = 0), so a
+    /// message to a thread whose CPU is idle is seen at once.
+    pub idle_poll: bool,
+}
+
+impl Default for DataNodeDefaults {
+    fn default() -> Self {
+        DataNodeDefaults { threads: 0, data_memory_mb: 0, cpu_bind: CpuBind::Auto, idle_poll: true }
+    }
 }
 
 /// How a data node places its shard threads on CPUs.

@@ -15,7 +15,7 @@ use crate::schema::{ColumnDef, ColumnId, IndexId, TableDef, TableId, TableSpec};
 use crate::value::Value;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Bytes of the frame header: length (4) and request id (8).
 pub const FRAME_HEADER: usize = 12;
 /// Default largest frame a node accepts.
@@ -810,6 +810,8 @@ pub enum MgmResponse {
         cpu_bind: crate::config::CpuBind,
         /// Explicit CPUs for the shard threads, one per thread.
         cpus: Option<Vec<u32>>,
+        /// Keep idle CPUs polling while the node runs (`DataNodeDefaults::idle_poll`).
+        idle_poll: bool,
     },
     Started {
         layout: ClusterLayout,
