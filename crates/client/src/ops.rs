@@ -261,9 +261,11 @@ impl Outcome {
     }
 }
 
-pub(crate) fn outcome(result: OpResult, layout: &Arc<RowLayout>) -> Result<Outcome> {
+/// Takes the operation's layout by value: a returned row keeps it without
+/// another reference count (two atomic operations per row).
+pub(crate) fn outcome(result: OpResult, layout: Arc<RowLayout>) -> Result<Outcome> {
     match result {
-        OpResult::Row(bytes) => Ok(Outcome::Row(Row::new(layout.clone(), bytes)?)),
+        OpResult::Row(bytes) => Ok(Outcome::Row(Row::new(layout, bytes)?)),
         OpResult::NotFound => Ok(Outcome::NotFound),
         OpResult::Done => Ok(Outcome::Done),
         OpResult::Unchanged => Ok(Outcome::Unchanged),
@@ -307,20 +309,24 @@ impl Client {
         let prefer = self.next_read_replica();
         for attempt in 0..=STALE_LAYOUT_RETRIES {
             let router = self.router();
+            let mut routes = RouteCache::default();
             let mut groups: Vec<ShardGroup> = Vec::new();
             // Sized for the common case of one shard taking the whole batch.
             let routed = todo.len();
             for (i, op) in todo.drain(..) {
-                let route = if matches!(op.op.kind, OpKind::Read { lock: LockMode::Committed }) {
-                    router.read_replica_of(op.op.partition, prefer).ok_or_else(|| {
-                        DbError::new(
-                            ErrorCode::NodeUnavailable,
-                            format!("no started data node holds partition {}; retry later", op.op.partition),
-                        )
-                    })
-                } else {
-                    route_with(&router, op.op.partition)
-                };
+                let committed_read = matches!(op.op.kind, OpKind::Read { lock: LockMode::Committed });
+                let route = routes.get(op.op.partition, committed_read, |p| {
+                    if committed_read {
+                        router.read_replica_of(p, prefer).ok_or_else(|| {
+                            DbError::new(
+                                ErrorCode::NodeUnavailable,
+                                format!("no started data node holds partition {p}; retry later"),
+                            )
+                        })
+                    } else {
+                        route_with(&router, p)
+                    }
+                });
                 match route {
                     Ok(shard) => {
                         let group = match groups.iter_mut().position(|g| g.shard == shard) {
@@ -378,7 +384,7 @@ impl Client {
                                     stale = true;
                                     todo.push((i, Op { op, layout, guarded: None }));
                                 }
-                                r => results[i] = Some(outcome(r, &layout)),
+                                r => results[i] = Some(outcome(r, layout)),
                             }
                         }
                     }
@@ -443,6 +449,40 @@ impl Client {
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(DbError::internal("operation got no result"))))
             .collect())
+    }
+}
+
+/// The shards of the partitions a batch touched so far, for committed reads
+/// and for the rest: a batch's hundreds of operations fall on a table's
+/// few partitions, and routing one takes several integer divisions.
+struct RouteCache {
+    /// Indexed by `partition * 2 + committed_read`, for low partition numbers.
+    known: [Option<ShardAddr>; 64],
+}
+
+impl Default for RouteCache {
+    fn default() -> Self {
+        RouteCache { known: [None; 64] }
+    }
+}
+
+impl RouteCache {
+    fn get(
+        &mut self,
+        partition: u32,
+        committed_read: bool,
+        route: impl FnOnce(u32) -> Result<ShardAddr>,
+    ) -> Result<ShardAddr> {
+        let slot = partition as usize * 2 + committed_read as usize;
+        match self.known.get(slot) {
+            Some(Some(shard)) => Ok(*shard),
+            Some(None) => {
+                let shard = route(partition)?;
+                self.known[slot] = Some(shard);
+                Ok(shard)
+            }
+            None => route(partition),
+        }
     }
 }
 

@@ -125,7 +125,7 @@ impl Transaction {
                         layouts.len()
                     )));
                 }
-                results.into_iter().zip(&layouts).map(|(r, l)| outcome(r, l)).collect()
+                results.into_iter().zip(layouts).map(|(r, l)| outcome(r, l)).collect()
             }
             ClientResponse::TxAborted { error, .. } => {
                 self.finished = true;
