@@ -588,7 +588,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 for (v, w) in r.iter().zip(&wires) {
                     match (v, w.ty) {
                         (Value::Float(f), T_FLOAT) => {
-                            put_lenenc_str(p, crate::eval::format_number(*f as f32).as_bytes())
+                            put_lenenc_str(p, crate::eval::format_float(*f as f32).as_bytes())
                         }
                         _ => match text_value(v) {
                             None => p.push(0xfb),
