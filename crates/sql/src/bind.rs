@@ -746,6 +746,13 @@ impl<'a> Binder<'a> {
     /// result, as MySQL types it: the largest of theirs, when one is a
     /// DECIMAL and the others integers or NULL; None when the result is no
     /// DECIMAL or a branch's type is not known before it runs (a parameter).
+    /// Whether an expression's result is typed FLOAT (a FLOAT column passed
+    /// through MIN/MAX or a function returning one of its arguments), so
+    /// it shows as FLOATs do.
+    pub(crate) fn is_float(&self, e: &SExpr) -> bool {
+        self.numeric_kind(e) == NumericKind::Float
+    }
+
     pub(crate) fn decimal_scale<'e>(&self, branches: impl Iterator<Item = &'e SExpr>) -> Option<u8> {
         match self.branches_kind(branches) {
             NumericKind::Decimal(s) => Some(s),
@@ -764,8 +771,14 @@ impl<'a> Binder<'a> {
                 (NumericKind::Decimal(x), NumericKind::Int) | (NumericKind::Int, NumericKind::Decimal(x)) => {
                     NumericKind::Decimal(x)
                 }
-                (NumericKind::Double, NumericKind::Int | NumericKind::Decimal(_) | NumericKind::Double)
-                | (NumericKind::Int | NumericKind::Decimal(_), NumericKind::Double) => NumericKind::Double,
+                (NumericKind::Float, NumericKind::Float) => NumericKind::Float,
+                (
+                    NumericKind::Double | NumericKind::Float,
+                    NumericKind::Int | NumericKind::Decimal(_) | NumericKind::Double | NumericKind::Float,
+                )
+                | (NumericKind::Int | NumericKind::Decimal(_), NumericKind::Double | NumericKind::Float) => {
+                    NumericKind::Double
+                }
                 _ => return NumericKind::Other,
             };
         }
@@ -775,7 +788,9 @@ impl<'a> Binder<'a> {
     /// What kind of number an expression gives, as far as its type says.
     fn numeric_kind(&self, e: &SExpr) -> NumericKind {
         use NumericKind::*;
-        let combine = |a: NumericKind, b: NumericKind, scale: fn(u8, u8) -> u8| match (a, b) {
+        // Arithmetic on a FLOAT computes in double precision.
+        let computed = |k: NumericKind| if k == Float { Double } else { k };
+        let combine = |a: NumericKind, b: NumericKind, scale: fn(u8, u8) -> u8| match (computed(a), computed(b)) {
             (Int, Int) => Int,
             (Null, _) | (_, Null) => Null,
             (Decimal(x), Int) => Decimal(scale(x, 0)),
@@ -793,11 +808,12 @@ impl<'a> Binder<'a> {
                 match self.tables.get(*t).and_then(|t| t.columns.get(*c as usize)).map(|c| &c.ty) {
                     Some(ColumnType::Integer { .. } | ColumnType::Boolean) => Int,
                     Some(ColumnType::Decimal { scale, .. }) => Decimal(*scale),
-                    Some(ColumnType::Float | ColumnType::Double) => Double,
+                    Some(ColumnType::Float) => Float,
+                    Some(ColumnType::Double) => Double,
                     _ => Other,
                 }
             }
-            SExpr::Neg(x) => self.numeric_kind(x),
+            SExpr::Neg(x) => computed(self.numeric_kind(x)),
             // Truth values are integers (1, 0 or NULL).
             SExpr::Cmp(..)
             | SExpr::In(..)
@@ -845,7 +861,7 @@ impl<'a> Binder<'a> {
             }
             SExpr::Arith(Arith::Div, a, b) => {
                 // MySQL's div_precision_increment: 4 more digits.
-                match (self.numeric_kind(a), self.numeric_kind(b)) {
+                match (computed(self.numeric_kind(a)), computed(self.numeric_kind(b))) {
                     (Null, _) | (_, Null) => Null,
                     (Int, Int | Decimal(_)) => Decimal(4),
                     (Decimal(x), Int | Decimal(_)) => Decimal(x.saturating_add(4).min(30)),
@@ -854,11 +870,13 @@ impl<'a> Binder<'a> {
                 }
             }
             SExpr::Func(Func::DecimalScale(s), _) => Decimal(*s),
-            SExpr::Func(Func::Abs, args) if args.len() == 1 => self.numeric_kind(&args[0]),
-            SExpr::Func(Func::Ceil | Func::Floor, args) if args.len() == 1 => match self.numeric_kind(&args[0]) {
-                Int | Decimal(_) => Int,
-                other => other,
-            },
+            SExpr::Func(Func::Abs, args) if args.len() == 1 => computed(self.numeric_kind(&args[0])),
+            SExpr::Func(Func::Ceil | Func::Floor, args) if args.len() == 1 => {
+                match computed(self.numeric_kind(&args[0])) {
+                    Int | Decimal(_) => Int,
+                    other => other,
+                }
+            }
             SExpr::Func(Func::Round | Func::Truncate, args) => {
                 let digits = match args.get(1) {
                     None => Some(0),
@@ -887,6 +905,7 @@ impl<'a> Binder<'a> {
                     (AggKind::Sum, Int) => Decimal(0),
                     (AggKind::Sum | AggKind::Min | AggKind::Max, Decimal(s)) => Decimal(s),
                     (AggKind::Min | AggKind::Max, Int) => Int,
+                    (AggKind::Min | AggKind::Max, Float) => Float,
                     (AggKind::Avg, Int) => Decimal(4),
                     (AggKind::Avg, Decimal(s)) => Decimal(s.saturating_add(4).min(30)),
                     _ => Other,
@@ -1243,6 +1262,9 @@ enum NumericKind {
     Int,
     Decimal(u8),
     Double,
+    /// A FLOAT column, or MIN/MAX/COALESCE/IF/CASE of FLOATs only (MySQL
+    /// keeps the type there; anything computed from one is a DOUBLE).
+    Float,
     /// Not a number, or not known before it runs.
     Other,
 }

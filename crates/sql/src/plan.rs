@@ -101,6 +101,9 @@ pub struct OutputColumn {
     /// The scale its type gives a DECIMAL result (`Binder::decimal_scale`),
     /// for a set operation whose other branches give integers.
     pub decimal_scale: Option<u8>,
+    /// A computed FLOAT (`Binder::is_float`: MAX of a FLOAT column), shown
+    /// as a FLOAT column is.
+    pub float: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -294,6 +297,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                         expr: SExpr::TableCol(t, c),
                         origin: Some((t, c)),
                         decimal_scale: None,
+                        float: false,
                     });
                 }
             }
@@ -314,6 +318,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                         expr: SExpr::TableCol(t, c as u16),
                         origin: Some((t, c as u16)),
                         decimal_scale: None,
+                        float: false,
                     });
                 }
             }
@@ -323,6 +328,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 b.windows = Some(&mut windows);
                 let bound = b.bind(e)?;
                 let decimal_scale = b.decimal_scale(std::iter::once(&bound));
+                let float = b.is_float(&bound);
                 let name = match item {
                     SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
                     _ => match e {
@@ -340,7 +346,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     SExpr::TableCol(t, c) => Some((t, c)),
                     _ => None,
                 };
-                outputs.push(OutputColumn { name, expr: bound, origin, decimal_scale });
+                outputs.push(OutputColumn { name, expr: bound, origin, decimal_scale, float });
             }
             other => return Err(SqlError::unsupported(format!("select item {other} is not supported"))),
         }

@@ -1525,6 +1525,7 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
             None => ResultColumn {
                 collation: collation_of(i),
                 decimal_scale: o.decimal_scale,
+                ty: o.float.then_some(ColumnType::Float),
                 ..ResultColumn::computed(&o.name)
             },
         })
