@@ -380,11 +380,18 @@ impl<'a> Binder<'a> {
                 let kind = self.branches_kind(whens.iter().map(|(_, r)| r).chain(other.as_deref()));
                 typed_as(SExpr::Case(operand.map(Box::new), whens, other), kind)
             }
-            Expr::Cast { expr, data_type, .. } => SExpr::Cast(Box::new(self.bind(expr)?), cast_target(data_type)?),
-            Expr::Convert { expr, data_type: Some(data_type), .. } => {
-                SExpr::Cast(Box::new(self.bind(expr)?), cast_target(data_type)?)
+            Expr::Cast { expr, data_type, .. } => {
+                let e = self.bind(expr)?;
+                self.cast(e, cast_target(data_type)?)
             }
-            Expr::Convert { expr, data_type: None, .. } => SExpr::Cast(Box::new(self.bind(expr)?), CastTo::Char),
+            Expr::Convert { expr, data_type: Some(data_type), .. } => {
+                let e = self.bind(expr)?;
+                self.cast(e, cast_target(data_type)?)
+            }
+            Expr::Convert { expr, data_type: None, .. } => {
+                let e = self.bind(expr)?;
+                self.cast(e, CastTo::Char)
+            }
             Expr::Ceil { expr, .. } => SExpr::Func(Func::Ceil, vec![self.bind(expr)?]),
             Expr::Extract { field, expr, .. } => {
                 use ast::DateTimeField as F;
@@ -721,6 +728,8 @@ impl<'a> Binder<'a> {
             Func::RegexpLike | Func::RegexpInstr | Func::RegexpSubstr | Func::RegexpReplace => {
                 self.regexp_case(&func, args)
             }
+            // A FLOAT's text is its 6-digit form.
+            Func::Concat | Func::ConcatWs => args.into_iter().map(|a| self.text_of(a)).collect(),
             _ => args,
         };
         // These return one of their arguments as written, so the collation
@@ -746,6 +755,23 @@ impl<'a> Binder<'a> {
     /// result, as MySQL types it: the largest of theirs, when one is a
     /// DECIMAL and the others integers or NULL; None when the result is no
     /// DECIMAL or a branch's type is not known before it runs (a parameter).
+    /// A cast, with a FLOAT's text taken as MySQL shows it.
+    fn cast(&self, e: SExpr, to: CastTo) -> SExpr {
+        match to {
+            CastTo::Char if self.is_float(&e) => SExpr::Cast(Box::new(e), CastTo::FloatText),
+            to => SExpr::Cast(Box::new(e), to),
+        }
+    }
+
+    /// An argument a function reads as text: a FLOAT becomes its 6-digit form.
+    fn text_of(&self, e: SExpr) -> SExpr {
+        if self.is_float(&e) {
+            SExpr::Cast(Box::new(e), CastTo::FloatText)
+        } else {
+            e
+        }
+    }
+
     /// Whether an expression's result is typed FLOAT (a FLOAT column passed
     /// through MIN/MAX or a function returning one of its arguments), so
     /// it shows as FLOATs do.
@@ -908,6 +934,23 @@ impl<'a> Binder<'a> {
                     (AggKind::Min | AggKind::Max, Float) => Float,
                     (AggKind::Avg, Int) => Decimal(4),
                     (AggKind::Avg, Decimal(s)) => Decimal(s.saturating_add(4).min(30)),
+                    _ => Other,
+                }
+            }
+            // Window MIN/MAX and the functions returning a row's value keep a FLOAT.
+            SExpr::Window(i) => {
+                let Some(spec) = self.windows.as_deref().and_then(|w| w.get(*i)) else { return Other };
+                // (LAG/LEAD with a default value: that decides too.)
+                let passes_through = match spec.kind {
+                    WindowKind::Agg(AggKind::Min | AggKind::Max)
+                    | WindowKind::FirstValue
+                    | WindowKind::LastValue
+                    | WindowKind::NthValue => true,
+                    WindowKind::Lag | WindowKind::Lead => spec.args.len() <= 2,
+                    _ => false,
+                };
+                match spec.args.first() {
+                    Some(a) if passes_through && self.numeric_kind(a) == Float => Float,
                     _ => Other,
                 }
             }

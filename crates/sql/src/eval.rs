@@ -207,6 +207,9 @@ pub enum CastTo {
     Signed,
     Unsigned,
     Char,
+    /// A FLOAT's text (`format_float`), where a FLOAT becomes text:
+    /// CAST AS CHAR, CONCAT.
+    FloatText,
     Binary,
     Decimal(u8, u8),
     Double,
@@ -1649,6 +1652,7 @@ fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
             n => Value::UInt(n.as_f64().unwrap_or(0.0).round().max(0.0) as u64),
         },
         CastTo::Char => Value::Str(to_text(&v)),
+        CastTo::FloatText => Value::Str(format_float(numeric(&v).as_f64().unwrap_or(0.0) as f32)),
         CastTo::Binary => Value::Bytes(match v {
             Value::Bytes(b) => b,
             other => to_text(&other).into_bytes(),
