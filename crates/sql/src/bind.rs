@@ -751,19 +751,16 @@ impl<'a> Binder<'a> {
         Ok(typed_as(SExpr::Func(func, args), kind))
     }
 
-    /// The scale a function returning one of `branches` gives its DECIMAL
-    /// result, as MySQL types it: the largest of theirs, when one is a
-    /// DECIMAL and the others integers or NULL; None when the result is no
-    /// DECIMAL or a branch's type is not known before it runs (a parameter).
-    /// A cast, with a FLOAT's text taken as MySQL shows it.
+    /// A cast; a FLOAT cast to text is its 6-digit form (`text_of`).
     fn cast(&self, e: SExpr, to: CastTo) -> SExpr {
         match to {
-            CastTo::Char if self.is_float(&e) => SExpr::Cast(Box::new(e), CastTo::FloatText),
+            CastTo::Char if self.is_float(&e) => self.text_of(e),
             to => SExpr::Cast(Box::new(e), to),
         }
     }
 
-    /// An argument a function reads as text: a FLOAT becomes its 6-digit form.
+    /// An argument read as text: a FLOAT's text is its 6-digit form, as
+    /// MySQL shows it.
     fn text_of(&self, e: SExpr) -> SExpr {
         if self.is_float(&e) {
             SExpr::Cast(Box::new(e), CastTo::FloatText)
@@ -779,6 +776,10 @@ impl<'a> Binder<'a> {
         self.numeric_kind(e) == NumericKind::Float
     }
 
+    /// The scale a function returning one of `branches` gives its DECIMAL
+    /// result, as MySQL types it: the largest of theirs, when one is a
+    /// DECIMAL and the others integers or NULL; None when the result is no
+    /// DECIMAL or a branch's type is not known before it runs (a parameter).
     pub(crate) fn decimal_scale<'e>(&self, branches: impl Iterator<Item = &'e SExpr>) -> Option<u8> {
         match self.branches_kind(branches) {
             NumericKind::Decimal(s) => Some(s),
