@@ -236,7 +236,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
     let started = std::time::Instant::now();
     let bar = indicatif::ProgressBar::new(end - start);
     // What the seeds injected and went through, summed.
-    let mut totals = [0u64; 7];
+    let mut totals = [0u64; 8];
     for seed in start..end {
         let r = match latsdb_sim::run(&config(seed)) {
             Ok(r) => r,
@@ -253,6 +253,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
             r.copy_switches,
             r.system_restarts.into(),
             r.failed_syncs.into(),
+            r.register_writes,
         ];
         for (t, c) in totals.iter_mut().zip(counts) {
             *t += c;
@@ -266,9 +267,9 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         end - start,
         (end - start) as f64 * 60.0 / secs
     );
-    let [committed, crashes, restarts, failed_restarts, switches, system_restarts, failed_syncs] = totals;
+    let [committed, crashes, restarts, failed_restarts, switches, system_restarts, failed_syncs, registers] = totals;
     println!(
-        "totals: {committed} committed transfers, {crashes} crashes, {restarts} node restarts ({failed_restarts} gave up, {switches} partition copies switched to a new primary), {system_restarts} system restarts, {failed_syncs} failed syncs"
+        "totals: {committed} committed transfers, {registers} acknowledged register writes, {crashes} crashes, {restarts} node restarts ({failed_restarts} gave up, {switches} partition copies switched to a new primary), {system_restarts} system restarts, {failed_syncs} failed syncs"
     );
     Ok(())
 }

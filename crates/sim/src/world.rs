@@ -16,6 +16,13 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 
 const INITIAL_BALANCE: i64 = 1000;
+/// Registers each client writes with independent writes (rows of the
+/// accounts table after the accounts, outside the bank).
+const REGISTERS_PER_CLIENT: i64 = 2;
+
+fn registers(cfg: &SimConfig) -> i64 {
+    cfg.clients as i64 * REGISTERS_PER_CLIENT
+}
 const TICK_US: u64 = 10_000;
 
 #[derive(Clone, Debug)]
@@ -154,6 +161,8 @@ pub struct SimReport {
     pub dropped_while_waiting: u64,
     pub audits: u64,
     pub reads: u64,
+    /// Register writes (independent writes of a batch) acknowledged.
+    pub register_writes: u64,
     /// Requests refused because the node's lease had run out.
     pub refused: u64,
 }
@@ -260,6 +269,13 @@ enum Doing {
         shard: usize,
         floor: i64,
     },
+    /// Independent writes of the client's registers in one batch (not a
+    /// transaction: each write commits on its own), `(register, value)`.
+    Registering {
+        req: u64,
+        shard: usize,
+        writes: Vec<(i64, i64)>,
+    },
 }
 
 impl Doing {
@@ -269,7 +285,8 @@ impl Doing {
             | Doing::Writing { shard, req, .. }
             | Doing::Auditing { req, shard }
             | Doing::Durable { req, shard, .. }
-            | Doing::Reading { req, shard, .. } => Some((shard, req)),
+            | Doing::Reading { req, shard, .. }
+            | Doing::Registering { req, shard, .. } => Some((shard, req)),
             Doing::Idle => None,
         }
     }
@@ -339,6 +356,9 @@ struct World {
     maybe: Vec<BTreeMap<i64, Vec<i64>>>,
     /// Per account: the newest acknowledged version.
     acked_max: Vec<i64>,
+    /// The next value a register write sets (values only grow, so a
+    /// register's value is also its version).
+    next_register_value: i64,
     /// Crashed or shut-down nodes (by index).
     dead: BTreeSet<usize>,
     /// Per node, when it was last started again: what was sent to it
@@ -565,7 +585,7 @@ impl World {
         let clients = (0..cfg.clients)
             .map(|_| Client { generation: 0, next_req: 1, doing: Doing::Idle, own_versions: HashMap::new() })
             .collect();
-        let accounts = cfg.accounts as usize;
+        let accounts = (cfg.accounts + registers(&cfg)) as usize;
         let cfg_nodes = cfg.nodes as usize;
         let shard_count = shards.len();
         let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
@@ -591,6 +611,7 @@ impl World {
             written: HashSet::new(),
             maybe: vec![BTreeMap::new(); accounts],
             acked_max: vec![0; accounts],
+            next_register_value: 1,
             dead: BTreeSet::new(),
             restarted_at: vec![0; cfg_nodes],
             joining: BTreeMap::new(),
@@ -660,7 +681,7 @@ impl World {
     }
 
     fn load_accounts(&mut self) -> Result<(), String> {
-        for id in 0..self.cfg.accounts {
+        for id in 0..self.cfg.accounts + registers(&self.cfg) {
             let op =
                 self.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(INITIAL_BALANCE), Value::Int(0)] });
             let shard = self.owner(&op)?;
@@ -1344,7 +1365,7 @@ impl World {
     /// lost versions again).
     fn check_restored(&mut self, restored: CommitEpoch) -> Result<(), String> {
         let mut accounts = Vec::new();
-        for id in 0..self.cfg.accounts {
+        for id in 0..self.cfg.accounts + registers(&self.cfg) {
             let acc = self.read_account_now(id, "after the system restart")?;
             if !self.possibly_written(id, acc) {
                 return Err(format!(
@@ -1375,7 +1396,7 @@ impl World {
                 ));
             }
         }
-        let total: i64 = accounts.iter().map(|a| a.balance).sum();
+        let total: i64 = accounts[..self.cfg.accounts as usize].iter().map(|a| a.balance).sum();
         if total != INITIAL_BALANCE * self.cfg.accounts {
             return Err(format!("after the system restart (epoch {restored}) the bank total is {total}"));
         }
@@ -1665,11 +1686,14 @@ impl World {
                 }
                 self.report.unknown_outcomes += 1;
             }
+            // A register write's outcome stays unknown (its values were
+            // recorded as possibly written when it was sent).
             Doing::Locking { req, .. }
             | Doing::Writing { req, .. }
             | Doing::Auditing { req, .. }
             | Doing::Durable { req, .. }
             | Doing::Reading { req, .. }
+            | Doing::Registering { req, .. }
                 if req == req_id => {}
             other => {
                 self.clients[c].doing = other;
@@ -1683,7 +1707,7 @@ impl World {
     fn start_action(&mut self, c: usize) {
         let roll = self.rng.below(100);
         let n = self.cfg.accounts as u64;
-        if roll < 60 {
+        if roll < 50 {
             let a = self.rng.below(n) as i64;
             let b = (a + 1 + self.rng.below(n - 1) as i64) % n as i64;
             let amount = 1 + self.rng.below(100) as i64;
@@ -1697,15 +1721,18 @@ impl World {
             let req = self.request(c, shard, ClientRequest::TxExec { tx: None, ops, commit: false });
             self.clients[c].doing = Doing::Locking { shard, req, a, b, amount, abandon };
             self.maybe_drop_early(c, req);
-        } else if roll < 75 {
+        } else if roll < 65 {
             let ops: Vec<KeyOp> =
                 (0..self.cfg.accounts).map(|id| self.op(id, OpKind::Read { lock: LockMode::Shared })).collect();
             let Ok(shard) = self.owner(&ops[0]) else { return self.wake_later(c) };
             let req = self.request(c, shard, ClientRequest::TxExec { tx: None, ops, commit: true });
             self.clients[c].doing = Doing::Auditing { req, shard };
             self.maybe_drop_early(c, req);
+        } else if roll < 80 {
+            self.write_registers(c);
         } else {
-            let account = self.rng.below(n) as i64;
+            // An account or a register.
+            let account = self.rng.below(n + registers(&self.cfg) as u64) as i64;
             let op = self.op(account, OpKind::Read { lock: LockMode::Committed });
             // Committed reads may be served by any replica.
             let replicas = self.router.replicas_of(op.partition);
@@ -1718,6 +1745,41 @@ impl World {
             let req = self.request(c, shard, ClientRequest::Batch(vec![op]));
             self.clients[c].doing = Doing::Reading { req, account, shard, floor };
         }
+    }
+
+    /// One batch of independent writes to the client's own registers
+    /// (only this client writes them, one request at a time, so a newer
+    /// value is always written after an older one was answered): both
+    /// registers when one primary holds them, now and then one register
+    /// twice. Every value is unique and larger than all before it.
+    fn write_registers(&mut self, c: usize) {
+        let first = self.cfg.accounts + (c as i64) * REGISTERS_PER_CLIENT;
+        let mut ids = vec![first + self.rng.below(REGISTERS_PER_CLIENT as u64) as i64];
+        if self.rng.chance(4) {
+            ids.push(ids[0]);
+        } else if self.rng.chance(2) {
+            ids.push(if ids[0] == first { first + 1 } else { first });
+        }
+        let mut ops = Vec::new();
+        let mut writes = Vec::new();
+        let mut shard = None;
+        for id in ids {
+            let probe = self.op(id, OpKind::Read { lock: LockMode::Committed });
+            let Ok(owner) = self.owner(&probe) else { return self.wake_later(c) };
+            if shard.is_some_and(|s| s != owner) {
+                continue;
+            }
+            shard = Some(owner);
+            let value = self.next_register_value;
+            self.next_register_value += 1;
+            ops.push(self.op(id, OpKind::Upsert { row: vec![Value::Int(id), Value::Int(value), Value::Int(value)] }));
+            writes.push((id, value));
+            self.written.insert((id, value, value));
+            self.maybe[id as usize].entry(value).or_default().push(value);
+        }
+        let Some(shard) = shard else { return self.wake_later(c) };
+        let req = self.request(c, shard, ClientRequest::Batch(ops));
+        self.clients[c].doing = Doing::Registering { req, shard, writes };
     }
 
     /// Now and then the client gives up on a request that has not been
@@ -1898,6 +1960,28 @@ impl World {
                 }
                 other => Err(format!("client {c}: read answered {other:?}")),
             },
+            Doing::Registering { req, writes, .. } if req == req_id => match resp {
+                ClientResponse::Batch(results) if results.len() == writes.len() => {
+                    for ((id, value), result) in writes.into_iter().zip(results) {
+                        match result {
+                            OpResult::Done => {
+                                self.committed[id as usize].insert(value, value);
+                                let acked = &mut self.acked_max[id as usize];
+                                *acked = (*acked).max(value);
+                                let own = self.clients[c].own_versions.entry(id).or_insert(0);
+                                *own = (*own).max(value);
+                                self.report.register_writes += 1;
+                            }
+                            // Not applied, or (a replica failed) maybe applied.
+                            OpResult::Error(e) if retriable(&e) => {}
+                            other => return Err(format!("client {c}: write of register {id} answered {other:?}")),
+                        }
+                    }
+                    self.wake_later(c);
+                    Ok(())
+                }
+                other => Err(format!("client {c}: register writes answered {other:?}")),
+            },
             other => {
                 // An answer to an older request (its connection was dropped) is ignored.
                 self.clients[c].doing = other;
@@ -1978,6 +2062,21 @@ impl World {
         }
         if total != INITIAL_BALANCE * self.cfg.accounts {
             return Err(format!("the bank total ends at {total}"));
+        }
+        // Registers: every acknowledged write (or a newer one) is there, and
+        // the value is one a write sent.
+        for id in self.cfg.accounts..self.cfg.accounts + registers(&self.cfg) {
+            let acc = self.read_account_now(id, "at the end")?;
+            let newest_acked = self.acked_max[id as usize];
+            if acc.version < newest_acked {
+                return Err(format!(
+                    "acknowledged write lost: register {id} ends at value {} but value {newest_acked} was acknowledged",
+                    acc.version
+                ));
+            }
+            if !self.possibly_written(id, acc) {
+                return Err(format!("register {id} ends at value {}, which no write sent", acc.version));
+            }
         }
         // Every replica of a partition holds exactly the same rows.
         for partition in 0..self.meta.def.partitions {
