@@ -235,6 +235,10 @@ impl Shard {
         if self.ldm.committing.values().any(|c| c.epoch < epoch) {
             return false;
         }
+        // Writes a backup applied at once in an older epoch, not committed here yet.
+        if self.ldm.txs.values().any(|l| l.applied_in.is_some_and(|e| e < epoch)) {
+            return false;
+        }
         let layout = &self.layout;
         self.ldm.txs.keys().chain(self.ldm.replica_txs.keys()).all(|tx| layout.takes_writes(tx.tc.node))
     }

@@ -8,7 +8,9 @@
 
 use crate::locks::{Acquire, LockKey, LockTable};
 use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, FastMap, Outbox, Shard};
-use latsdb_types::proto::{ClientResponse, KeyOp, LockMode, OpKind, OpResult, PeerMsg, ReplicaWrite, ShardAddr, TxId};
+use latsdb_types::proto::{
+    ClientResponse, KeyOp, LockMode, NodeStatus, OpKind, OpResult, PeerMsg, ReplicaWrite, ShardAddr, TxId,
+};
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -46,6 +48,14 @@ pub(crate) enum Origin {
         idx: u32,
         primary: ShardAddr,
     },
+    /// A write `primary` sent this backup to apply at once (`ReplicaApply`),
+    /// waiting for its row's lock.
+    ReplicaNow {
+        tx: TxId,
+        idx: u32,
+        primary: ShardAddr,
+        epoch: latsdb_types::proto::CommitEpoch,
+    },
 }
 
 pub(crate) struct Pending {
@@ -68,6 +78,8 @@ pub(crate) struct Staged {
 pub(crate) struct Replicating {
     pub(crate) waiting: Backups,
     pub(crate) result: OpResult,
+    /// Its row's position in the transaction's staged rows.
+    pub(crate) staged_at: u32,
 }
 
 /// The backups a write still waits for, kept inline: every replicated
@@ -139,6 +151,13 @@ pub(crate) struct LdmTx {
     /// until the primary they are copied from commits them too (see
     /// `Shard::replica_apply`).
     pub(crate) held: Option<latsdb_types::proto::CommitEpoch>,
+    /// The epoch of the writes sent to the backup to apply at once
+    /// (`ReplicaApply`): this commit is logged in it, and the epoch is not
+    /// complete here until the commit is.
+    pub(crate) applied_in: Option<latsdb_types::proto::CommitEpoch>,
+    /// Positions in `staged` of writes the backup refused to apply: they
+    /// are dropped at the commit.
+    pub(crate) refused: Vec<u32>,
 }
 
 impl LdmTx {
@@ -161,6 +180,8 @@ pub(crate) struct AutoBatch {
     pub(crate) done: Vec<u32>,
     /// A backup failed to stage one: the whole transaction aborts.
     pub(crate) failed: Option<DbError>,
+    /// The writes go to the backup with `ReplicaApply` (see replica.rs).
+    pub(crate) apply_now: bool,
 }
 
 /// Whom to tell when a commit has reached every replica.
@@ -367,6 +388,9 @@ impl Shard {
         let mut waiting = 0;
         let mut deferred = Vec::new();
         let mut batch_tx: Option<TxId> = None;
+        // Whether the replicated writes can go to their backup to apply at
+        // once (see replica.rs).
+        let mut apply_now = true;
         let batch = self.ldm.next_batch;
         let ops_left = ops.len();
         let prepared: Vec<Result<Prepared>> = ops.into_iter().map(|op| self.ldm_prepare(op)).collect();
@@ -394,6 +418,7 @@ impl Shard {
                     self.ldm.next_implicit += 1;
                     implicit_tx(self.cfg.me, self.ldm.next_implicit)
                 });
+                apply_now = apply_now && !self.ldm.locks.is_locked(&key) && self.has_one_started_backup(&prepared);
                 let ltx = self.ldm.txs.entry(tx).or_default();
                 if ltx.autocommit.is_none() {
                     // The rest of the batch is likely replicated writes too:
@@ -440,6 +465,9 @@ impl Shard {
             let results = results.into_iter().map(|r| r.expect("every result is present")).collect();
             out.client.push((conn, req_id, ClientResponse::Batch(results)));
         } else {
+            if let Some(auto) = batch_tx.and_then(|tx| self.ldm.txs.get_mut(&tx)).and_then(|l| l.autocommit.as_mut()) {
+                auto.apply_now = apply_now;
+            }
             self.ldm.next_batch += 1;
             self.ldm.batches.insert(batch, PendingBatch { conn, req_id, results, remaining: waiting });
             // Implicit transactions granted at once start only now that their
@@ -451,6 +479,15 @@ impl Shard {
     /// Whether the operation's partition has backups (this shard being its primary).
     fn has_backups(&self, prepared: &Prepared) -> bool {
         self.tables.get(&prepared.op.table).is_some_and(|t| !t.backups(prepared.op.partition).is_empty())
+    }
+
+    /// Whether the operation's partition has exactly one backup, a started one.
+    fn has_one_started_backup(&self, prepared: &Prepared) -> bool {
+        let Some(t) = self.tables.get(&prepared.op.table) else { return false };
+        match t.backups(prepared.op.partition) {
+            [only] => self.layout.datanode(only.node).is_some_and(|d| d.status == NodeStatus::Started),
+            _ => false,
+        }
     }
 
     /// After a write executed (and staged) for `tx`: when its partition has
@@ -475,10 +512,22 @@ impl Shard {
             return Some(result);
         }
         let key = LockKey::new(prepared.op.table, &prepared.op.key);
+        let current = self.dur.current;
         let ltx = self.ldm.txs.entry(tx).or_default();
-        let mut image = ltx.staged.get(&key).and_then(|s| s.image.as_ref().map(|i| i.to_vec()));
-        ltx.replicating.insert(idx, Replicating { waiting: Backups::new(&backups), result });
-        ltx.backups.extend(backups.iter().copied());
+        let (staged_at, mut image) = match ltx.staged.get_full(&key) {
+            Some((at, _, s)) => (at as u32, s.image.as_ref().map(|i| i.to_vec())),
+            None => (u32::MAX, None),
+        };
+        ltx.replicating.insert(idx, Replicating { waiting: Backups::new(&backups), result, staged_at });
+        // Writes the backup applies at once all log in the epoch of the
+        // first one (they are sent in one turn).
+        let apply_in = match ltx.autocommit.as_ref().is_some_and(|a| a.apply_now) {
+            true => Some(*ltx.applied_in.get_or_insert(current)),
+            false => {
+                ltx.backups.extend(backups.iter().copied());
+                None
+            }
+        };
         let last = backups.len() - 1;
         for (i, backup) in backups.into_iter().enumerate() {
             // The last backup (with two replicas, the only one) takes the copy.
@@ -490,7 +539,10 @@ impl Shard {
                 key: prepared.op.key.clone(),
                 image,
             };
-            let msg = PeerMsg::ReplicaPrepare { tx, writes: vec![write] };
+            let msg = match apply_in {
+                Some(epoch) => PeerMsg::ReplicaApply { tx, epoch, writes: vec![write] },
+                None => PeerMsg::ReplicaPrepare { tx, writes: vec![write] },
+            };
             self.send_peer(backup, msg, out);
         }
         None
@@ -523,10 +575,19 @@ impl Shard {
         let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
         let Some(rep) = ltx.replicating.swap_remove(&idx) else { return };
         let result = rep.result;
+        let apply_now = ltx.autocommit.as_ref().is_some_and(|a| a.apply_now);
+        if apply_now && matches!(result, OpResult::Error(_)) {
+            // The backup did not apply it: it is not committed here either.
+            ltx.refused.push(rep.staged_at);
+        }
         match ltx.autocommit.as_mut() {
             Some(auto) => {
                 match result {
                     OpResult::Done => auto.done.push(idx),
+                    OpResult::Error(e) if apply_now => {
+                        let batch = auto.batch;
+                        self.ldm_batch_result(batch, idx, OpResult::Error(e), out);
+                    }
                     OpResult::Error(e) => {
                         auto.failed.get_or_insert(e);
                         auto.done.push(idx);
@@ -552,10 +613,12 @@ impl Shard {
             return;
         }
         let auto = ltx.autocommit.take().expect("present above");
+        let applied_in = ltx.applied_in;
         match auto.failed {
             None => {
-                // This shard coordinates the implicit transaction: its epoch decides.
-                let epoch = self.dur.current;
+                // This shard coordinates the implicit transaction: its epoch
+                // decides (the one its backup already applied writes in).
+                let epoch = applied_in.unwrap_or(self.dur.current);
                 self.ldm_commit_with(tx, CommitReply::Batch { batch: auto.batch, slots: auto.done }, epoch, out)
             }
             Some(e) => {
@@ -699,6 +762,9 @@ impl Shard {
                     }
                 }
                 Origin::Replica { tx, idx, primary } => self.replica_staged(tx, idx, primary, pending.prepared, out),
+                Origin::ReplicaNow { tx, idx, primary, epoch } => {
+                    work.extend(self.replica_applied_now(tx, idx, primary, epoch, pending.prepared, out));
+                }
             }
         }
     }
@@ -723,6 +789,10 @@ impl Shard {
                     }
                     self.ldm_batch_result(batch, idx, error, out);
                     self.ldm_auto_op_finished(tx, out);
+                }
+                Origin::ReplicaNow { tx, idx, primary, .. } => {
+                    let OpResult::Error(e) = error else { unreachable!("built as an error above") };
+                    self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
                 }
                 Origin::Replica { tx, idx, primary } => {
                     let key = LockKey::new(pending.prepared.op.table, &pending.prepared.op.key);
@@ -774,7 +844,13 @@ impl Shard {
         }
         let mut backups = BTreeSet::new();
         if let Some(ltx) = self.ldm.txs.remove(&tx) {
-            self.ldm_apply_staged(ltx.staged, epoch);
+            let mut staged = ltx.staged;
+            let mut refused = ltx.refused;
+            refused.sort_unstable_by(|a, b| b.cmp(a));
+            for at in refused {
+                staged.shift_remove_index(at as usize);
+            }
+            self.ldm_apply_staged(staged, epoch);
             self.ldm_release_all(tx, ltx.locks, out);
             backups = ltx.backups;
         }

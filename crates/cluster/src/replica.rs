@@ -27,8 +27,36 @@
 //! Backups only ever lock rows for writes their primary already locked, in
 //! the primary's order, so their lock waits are short (a previous writer's
 //! commit still in flight) and cannot deadlock.
+//!
+//! The independent writes of a client batch on partitions with exactly one
+//! backup, a started one, skip the second round trip (`ReplicaApply`): the
+//! backup applies each write when it arrives and answers; the primary,
+//! which holds the row locks and the staged rows meanwhile, commits once
+//! the backup answered and then answers the client. A write the backup
+//! refused is dropped at the primary too (its result is the error); the
+//! others commit. Readers of the backup may see a write a moment before
+//! the primary's readers do, never one that is not also committed at the
+//! primary unless the primary fails first (then the backup, promoted, has
+//! it: the client did not hear an answer). Both replicas log the write in
+//! the epoch the primary chose when it sent it, and the primary reports
+//! that epoch complete only after the commit (see `completed_below`).
+//!
+//! ```text
+//! client        primary LDM                 backup LDM
+//!  |--Batch------>|  lock, stage             |
+//!  |              |--ReplicaApply----------->|  apply (after the row's lock)
+//!  |              |<--ReplicaPrepared--------|
+//!  |<--Batch------|  apply, unlock           |
+//! ```
+//!
+//! Two replicas is the common case this serves; with more backups (a
+//! refusal by one could not be undone at another) or a starting backup
+//! (its copy must see the primary's commit first) the batch takes the
+//! two-phase path. So does a batch that writes a row twice or writes a
+//! row some transaction has locked: its writes could not all commit in
+//! the order they ran if one of them were refused.
 
-use crate::ldm::{forget_wait, LdmTx, Origin, Pending, Prepared, Staged};
+use crate::ldm::{forget_wait, KeyMap, LdmTx, Origin, Pending, Prepared, Staged};
 use crate::locks::{Acquire, LockKey};
 use crate::shard::{owned_partition, unknown_table, Outbox, Shard};
 use latsdb_types::proto::{KeyOp, OpKind, PeerMsg, ReplicaWrite, ShardAddr, TxId};
@@ -62,6 +90,80 @@ impl Shard {
             (Acquire::Granted, Some(pending)) => self.replica_staged(tx, idx, primary, pending.prepared, out),
             _ => *self.ldm.replica_txs.entry(tx).or_default().waits.entry(lock_key).or_insert(0) += 1,
         }
+    }
+
+    /// Writes of a primary's batch to apply at once (see the module
+    /// comment): unlocked rows are written together (their cache misses
+    /// overlapping), a locked row when its lock is released.
+    pub(crate) fn replica_apply_now(
+        &mut self,
+        primary: ShardAddr,
+        tx: TxId,
+        epoch: latsdb_types::proto::CommitEpoch,
+        writes: Vec<ReplicaWrite>,
+        out: &mut Outbox,
+    ) {
+        self.observe_epoch(epoch);
+        let mut now: KeyMap<Staged> = KeyMap::with_capacity_and_hasher(writes.len(), Default::default());
+        let mut results = Vec::with_capacity(writes.len());
+        for ReplicaWrite { idx, table, partition, key, image } in writes {
+            if self.sync_dst.copying() && self.sync_source_of(table, partition).is_some() {
+                // Only a started backup is sent these; a copy in progress
+                // must see the primary's commit first.
+                let e = DbError::new(
+                    ErrorCode::NotServing,
+                    format!("partition {partition} is still being copied here; nothing was done, retry"),
+                );
+                results.push((idx, Some(e)));
+                continue;
+            }
+            let prepared = match self.replica_prepared_op(table, partition, key, image) {
+                Ok(p) => p,
+                Err(e) => {
+                    results.push((idx, Some(e)));
+                    continue;
+                }
+            };
+            let lock_key = LockKey::new(table, &prepared.op.key);
+            if !self.ldm.locks.is_locked(&lock_key) {
+                // A second write of the row in one message replaces the first.
+                now.insert(lock_key, Staged { partition, image: prepared.new_row, primary });
+                results.push((idx, None));
+                continue;
+            }
+            let deadline = self.now + REPLICA_WAIT_FACTOR * self.cfg.lock_wait_timeout_us;
+            let pending = Pending { origin: Origin::ReplicaNow { tx, idx, primary, epoch }, prepared };
+            if let (Acquire::Granted, Some(pending)) =
+                self.ldm.locks.acquire(&lock_key, tx, latsdb_types::proto::LockMode::Exclusive, deadline, pending)
+            {
+                // Not reached (the row is locked by another owner), but if
+                // granted the write applies like any other.
+                let granted = self.replica_applied_now(tx, idx, primary, epoch, pending.prepared, out);
+                self.ldm_granted(granted, out);
+            }
+        }
+        self.ldm_apply_staged(now, epoch);
+        self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results }, out);
+    }
+
+    /// The lock of a `ReplicaApply` write that waited is held: apply the
+    /// write, release the lock, answer. Returns the requests the release
+    /// granted.
+    pub(crate) fn replica_applied_now(
+        &mut self,
+        tx: TxId,
+        idx: u32,
+        primary: ShardAddr,
+        epoch: latsdb_types::proto::CommitEpoch,
+        prepared: Prepared,
+        out: &mut Outbox,
+    ) -> Vec<(TxId, Pending)> {
+        let key = LockKey::new(prepared.op.table, &prepared.op.key);
+        let mut one: KeyMap<Staged> = KeyMap::default();
+        one.insert(key.clone(), Staged { partition: prepared.op.partition, image: prepared.new_row, primary });
+        self.ldm_apply_staged(one, epoch);
+        self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, None)] }, out);
+        self.ldm.locks.release(&key, tx)
     }
 
     /// Checks a replicated write against this shard's schema and replicas.

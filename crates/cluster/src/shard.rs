@@ -95,6 +95,10 @@ impl Outbox {
                 PeerMsg::ReplicaPrepare { tx, writes: more },
             ) if *queued == tx => writes.extend(more),
             (
+                Some((_, PeerMsg::ReplicaApply { tx: queued, epoch: queued_epoch, writes })),
+                PeerMsg::ReplicaApply { tx, epoch, writes: more },
+            ) if *queued == tx && *queued_epoch == epoch => writes.extend(more),
+            (
                 Some((_, PeerMsg::ReplicaPrepared { tx: queued, results })),
                 PeerMsg::ReplicaPrepared { tx, results: more },
             ) if *queued == tx => results.extend(more),
@@ -325,6 +329,7 @@ impl Shard {
         let primary_role = matches!(
             msg,
             PeerMsg::ReplicaPrepare { .. }
+                | PeerMsg::ReplicaApply { .. }
                 | PeerMsg::ReplicaCommit { .. }
                 | PeerMsg::ReplicaAbort { .. }
                 | PeerMsg::TxOps { .. }
@@ -351,7 +356,7 @@ impl Shard {
                 )
             };
             match msg {
-                PeerMsg::ReplicaPrepare { tx, writes } => {
+                PeerMsg::ReplicaPrepare { tx, writes } | PeerMsg::ReplicaApply { tx, writes, .. } => {
                     let error = refusal();
                     let results = writes.iter().map(|w| (w.idx, Some(error.clone()))).collect();
                     self.send_peer(from, PeerMsg::ReplicaPrepared { tx, results }, out);
@@ -437,6 +442,7 @@ impl Shard {
                     self.replica_prepare(from, tx, write, out);
                 }
             }
+            PeerMsg::ReplicaApply { tx, epoch, writes } => self.replica_apply_now(from, tx, epoch, writes, out),
             PeerMsg::ReplicaPrepared { tx, results } => {
                 for (idx, error) in results {
                     self.ldm_replica_prepared(from, tx, idx, error, out);

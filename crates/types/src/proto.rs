@@ -15,7 +15,7 @@ use crate::schema::{ColumnDef, ColumnId, IndexId, TableDef, TableId, TableSpec};
 use crate::value::Value;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 /// Bytes of the frame header: length (4) and request id (8).
 pub const FRAME_HEADER: usize = 12;
 /// Default largest frame a node accepts.
@@ -263,6 +263,15 @@ pub enum PeerMsg {
     /// on the same link as the prepares, so it never overtakes one.
     ReplicaAbort {
         tx: TxId,
+    },
+    /// Primary -> its only backup, for the independent writes of one
+    /// client batch: apply each write now (once the row's lock, if held,
+    /// is released), logged in `epoch`; no commit follows. Answered with
+    /// `ReplicaPrepared` (None: applied; an error: not applied).
+    ReplicaApply {
+        tx: TxId,
+        epoch: CommitEpoch,
+        writes: Vec<ReplicaWrite>,
     },
     /// Every live shard -> the takeover shard, in each layout version in
     /// which node `dead` is not live.
