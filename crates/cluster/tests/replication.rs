@@ -203,24 +203,24 @@ fn writes_reach_every_replica_and_backups_serve_committed_reads() {
     }
 }
 
-/// A batch of writes on the primary's partitions is prepared on the backup
-/// with one message each way, not one per write.
+/// A batch of writes on the primary's partitions reaches the backup with
+/// one message each way, applied there at once: no commit round follows.
 #[test]
-fn a_batch_of_writes_is_prepared_on_the_backup_with_one_message_each_way() {
+fn a_batch_of_writes_is_applied_on_the_backup_with_one_message_each_way() {
     let mut n = Net::new();
     let ids: std::collections::BTreeSet<i64> = (0..200).map(|skip| n.key_with_primary(A, skip)).collect();
     let ops: Vec<KeyOp> = ids.iter().take(50).map(|&id| n.insert(id)).collect();
     n.request(A, 1, ClientRequest::Batch(ops));
-    let prepares: Vec<usize> = n
+    let applies: Vec<usize> = n
         .wire
         .queue
         .iter()
         .filter_map(|(_, to, m)| match m {
-            PeerMsg::ReplicaPrepare { writes, .. } if *to == B => Some(writes.len()),
+            PeerMsg::ReplicaApply { writes, .. } if *to == B => Some(writes.len()),
             _ => None,
         })
         .collect();
-    assert_eq!(prepares, vec![50]);
+    assert_eq!(applies, vec![50]);
     n.deliver_until(|_, _, m| matches!(m, PeerMsg::ReplicaPrepared { .. }));
     let answers: Vec<usize> = n
         .wire
@@ -232,7 +232,11 @@ fn a_batch_of_writes_is_prepared_on_the_backup_with_one_message_each_way() {
         })
         .collect();
     assert_eq!(answers, vec![50]);
-    n.deliver_all();
+    // The backup holds the rows before the primary commits them.
+    let first = *ids.iter().next().unwrap();
+    assert_eq!(n.read_at(B, first), Some(first * 10));
+    n.deliver_until(|_, _, m| matches!(m, PeerMsg::ReplicaCommit { .. }));
+    assert!(!n.wire.queue.iter().any(|(_, _, m)| matches!(m, PeerMsg::ReplicaCommit { .. })));
     match n.take(1) {
         Some(ClientResponse::Batch(r)) => assert!(r.iter().all(|r| *r == OpResult::Done), "{r:?}"),
         other => panic!("{other:?}"),
@@ -240,6 +244,58 @@ fn a_batch_of_writes_is_prepared_on_the_backup_with_one_message_each_way() {
     for p in 0..4 {
         assert_eq!(n.shards[0].partition_rows(1, p), n.shards[1].partition_rows(1, p), "partition {p}");
     }
+    assert_eq!(n.shards[0].activity(), (0, 0, 0));
+    assert_eq!(n.shards[1].activity(), (0, 0, 0));
+}
+
+/// A batch that writes one row twice takes the two-phase path (a refusal
+/// of the second write could not be undone after the first was applied),
+/// and both replicas end with the second write.
+#[test]
+fn a_batch_writing_a_row_twice_is_prepared_and_committed_on_the_backup() {
+    let mut n = Net::new();
+    let id = n.key_with_primary(A, 0);
+    let again = n.op(id, OpKind::Upsert { row: vec![Value::Int(id), Value::Int(7)] });
+    n.request(A, 1, ClientRequest::Batch(vec![n.insert(id), again]));
+    assert!(n.wire.queue.iter().any(|(_, to, m)| *to == B && matches!(m, PeerMsg::ReplicaPrepare { .. })));
+    assert!(!n.wire.queue.iter().any(|(_, _, m)| matches!(m, PeerMsg::ReplicaApply { .. })));
+    n.deliver_all();
+    assert_eq!(n.take(1), Some(ClientResponse::Batch(vec![OpResult::Done, OpResult::Done])));
+    assert_eq!(n.read_at(A, id), Some(7));
+    assert_eq!(n.read_at(B, id), Some(7));
+}
+
+/// A write the backup refuses to apply is not committed at the primary
+/// either; the batch's other writes are.
+#[test]
+fn a_write_the_backup_refuses_is_dropped_at_the_primary_too() {
+    let mut n = Net::new();
+    let first = n.key_with_primary(A, 0);
+    let ids = [first, n.key_with_primary(A, first + 1)];
+    n.request(A, 1, ClientRequest::Batch(ids.iter().map(|&id| n.insert(id)).collect()));
+    // The backup refuses the second write (as one whose table it does not
+    // know yet would be).
+    let refused = n.op(ids[1], OpKind::Delete).key;
+    for (_, _, m) in n.wire.queue.iter_mut() {
+        if let PeerMsg::ReplicaApply { writes, .. } = m {
+            for w in writes.iter_mut().filter(|w| w.key == refused) {
+                w.table = 99;
+            }
+        }
+    }
+    n.deliver_all();
+    match n.take(1) {
+        Some(ClientResponse::Batch(r)) => {
+            assert_eq!(r[0], OpResult::Done);
+            assert!(matches!(&r[1], OpResult::Error(e) if e.code == ErrorCode::UnknownTable), "{r:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    for at in [A, B] {
+        assert_eq!(n.read_at(at, ids[0]), Some(ids[0] * 10));
+        assert_eq!(n.read_at(at, ids[1]), None);
+    }
+    assert_eq!(n.shards[0].activity(), (0, 0, 0));
 }
 
 #[test]
