@@ -272,6 +272,14 @@ pub(crate) struct LdmState {
 }
 
 impl LdmState {
+    /// Implicit transactions are numbered from `first_seq` (as the
+    /// coordinator's are), so a restarted process does not reuse the ids
+    /// of its previous one, which peers may still remember as aborted.
+    pub(crate) fn starting_at(first_seq: u64) -> LdmState {
+        assert!(first_seq < 1 << 62, "transaction numbers must leave the implicit bit free");
+        LdmState { next_implicit: first_seq, ..LdmState::default() }
+    }
+
     pub(crate) fn open(&self) -> usize {
         self.txs.len() + self.replica_txs.len() + self.committing.len()
     }

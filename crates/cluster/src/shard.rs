@@ -159,13 +159,14 @@ impl Shard {
     pub fn new(cfg: ShardConfig, layout: ClusterLayout) -> Shard {
         let restarting = is_restarting(&layout, cfg.me);
         let tc = TcState::starting_at(cfg.first_tx_seq);
+        let ldm = LdmState::starting_at(cfg.first_tx_seq);
         let dur = crate::durability::Durability::new(cfg.durable);
         Shard {
             cfg,
             router: Router::new(&layout),
             layout,
             tables: FastMap::default(),
-            ldm: LdmState::default(),
+            ldm,
             tc,
             now: 0,
             data_memory_used: 0,
