@@ -776,6 +776,66 @@ impl<'a> Binder<'a> {
         self.numeric_kind(e) == NumericKind::Float
     }
 
+    /// The places MySQL and MariaDB show a DOUBLE result with when its
+    /// type fixes them: ROUND(x, 2) and TRUNCATE(x, 2) of a DOUBLE show 0.50,
+    /// and so do sums, differences, products, MIN/MAX/SUM and the functions
+    /// returning an argument (the most places among the operands; integers
+    /// have none, DECIMALs their scale), with 4 more for a quotient or AVG.
+    /// None: the result is no such DOUBLE (a DOUBLE column, a literal like
+    /// 0.5e0 or a function of one shows as many places as it takes).
+    pub(crate) fn double_decimals(&self, e: &SExpr) -> Option<u8> {
+        use NumericKind::*;
+        // MySQL's NOT_FIXED_DEC: 31 places or more are not fixed.
+        let fixed = |places: u32| (places < 31).then_some(places as u8);
+        let is_double = |x: &SExpr| matches!(self.numeric_kind(x), Double | Float) || self.double_decimals(x).is_some();
+        let places = |x: &SExpr| match self.numeric_kind(x) {
+            Int | Null => Some(0),
+            Decimal(s) => Some(s),
+            _ => self.double_decimals(x),
+        };
+        // The most places among operands of which one is a DOUBLE.
+        let most = |xs: &mut dyn Iterator<Item = &SExpr>| -> Option<u8> {
+            let (mut best, mut double) = (0u8, false);
+            for x in xs {
+                double |= is_double(x);
+                best = best.max(places(x)?);
+            }
+            double.then_some(best)
+        };
+        match e {
+            SExpr::Func(Func::Round | Func::Truncate, args) if args.first().is_some_and(is_double) => {
+                match args.get(1) {
+                    None => Some(0),
+                    Some(SExpr::Const(Value::Int(n))) => fixed((*n).clamp(0, 31) as u32),
+                    Some(SExpr::Const(Value::UInt(n))) => fixed((*n).min(31) as u32),
+                    _ => None,
+                }
+            }
+            SExpr::Arith(Arith::Add | Arith::Sub | Arith::Mul | Arith::Mod, a, b) => {
+                most(&mut [&**a, &**b].into_iter())
+            }
+            SExpr::Arith(Arith::Div, a, b) => fixed(u32::from(most(&mut [&**a, &**b].into_iter())?) + 4),
+            SExpr::Neg(x) => self.double_decimals(x),
+            SExpr::Func(Func::Abs, args) if args.len() == 1 => self.double_decimals(&args[0]),
+            SExpr::Func(Func::Coalesce | Func::IfNull | Func::Greatest(_) | Func::Least(_), args) => {
+                most(&mut args.iter())
+            }
+            SExpr::Func(Func::If, args) => most(&mut args.iter().skip(1)),
+            SExpr::Case(_, whens, other) => most(&mut whens.iter().map(|(_, r)| r).chain(other.as_deref())),
+            SExpr::Cast(x, CastTo::Double) => self.double_decimals(x),
+            SExpr::Agg(i) => {
+                let spec = self.aggs.as_deref().and_then(|a| a.get(*i))?;
+                let arg = self.double_decimals(spec.arg.as_ref()?)?;
+                match spec.kind {
+                    AggKind::Min | AggKind::Max | AggKind::Sum => Some(arg),
+                    AggKind::Avg => fixed(u32::from(arg) + 4),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
     /// The scale a function returning one of `branches` gives its DECIMAL
     /// result, as MySQL types it: the largest of theirs, when one is a
     /// DECIMAL and the others integers or NULL; None when the result is no
@@ -933,6 +993,8 @@ impl<'a> Binder<'a> {
                     (AggKind::Sum | AggKind::Min | AggKind::Max, Decimal(s)) => Decimal(s),
                     (AggKind::Min | AggKind::Max, Int) => Int,
                     (AggKind::Min | AggKind::Max, Float) => Float,
+                    (AggKind::Min | AggKind::Max | AggKind::Sum | AggKind::Avg, Double)
+                    | (AggKind::Sum | AggKind::Avg, Float) => Double,
                     (AggKind::Avg, Int) => Decimal(4),
                     (AggKind::Avg, Decimal(s)) => Decimal(s.saturating_add(4).min(30)),
                     _ => Other,

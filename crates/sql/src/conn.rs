@@ -565,7 +565,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     fn wires(columns: &[ResultColumn], rows: &[Vec<Value>]) -> Vec<Wire> {
-        columns.iter().enumerate().map(|(i, c)| c.ty.map(wire_of).unwrap_or_else(|| infer_wire(rows, i))).collect()
+        columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let w = c.ty.map(wire_of).unwrap_or_else(|| infer_wire(rows, i));
+                match c.double_decimals {
+                    // A DOUBLE whose type fixes its places tells the client.
+                    Some(d) if w.ty == T_DOUBLE => Wire { decimals: d, ..w },
+                    _ => w,
+                }
+            })
+            .collect()
     }
 
     fn result_set(&mut self, columns: &[ResultColumn], rows: &[Vec<Value>], binary: bool, more: bool) {
@@ -589,6 +600,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     match (v, w.ty) {
                         (Value::Float(f), T_FLOAT) => {
                             put_lenenc_str(p, crate::eval::format_float(*f as f32).as_bytes())
+                        }
+                        (Value::Float(f), T_DOUBLE) if w.decimals < 31 => {
+                            put_lenenc_str(p, crate::eval::format_double_places(*f, w.decimals).as_bytes())
                         }
                         _ => match text_value(v) {
                             None => p.push(0xfb),
@@ -790,6 +804,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         auto_increment: false,
                         collation: c.ty.is_string().then_some((c.collation, false)),
                         decimal_scale: None,
+                        double_decimals: None,
                     };
                     self.column_def(&rc, wire_of(c.ty));
                 }

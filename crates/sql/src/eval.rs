@@ -910,6 +910,32 @@ fn format_number(x: f64) -> String {
     }
 }
 
+/// A DOUBLE whose type fixes its places (`Binder::double_decimals`), as
+/// MySQL and MariaDB print it: the shortest digits that read back to the
+/// value, padded with zeros to `places` (ROUND(0.1e0, 20) shows
+/// 0.10000000000000000000, not the binary value's 0.10000000000000000555),
+/// or, where those digits have more places, the value correctly rounded
+/// to them (0.495, whose double is 0.49499999..., shows 0.49). A negative
+/// value that shows as zero loses its sign (ROUND(-0.001e0, 2) is 0.00).
+pub fn format_double_places(f: f64, places: u8) -> String {
+    if !f.is_finite() {
+        return format_double(f);
+    }
+    let places = places as usize;
+    // Display of an f64 is positional, with the shortest round-trip digits.
+    let shortest = format!("{f}");
+    let shown = match shortest.split_once('.') {
+        None if places == 0 => shortest,
+        None => format!("{shortest}.{:0<places$}", ""),
+        Some((_, fraction)) if fraction.len() <= places => format!("{shortest}{:0<1$}", "", places - fraction.len()),
+        Some(_) => format!("{f:.places$}"),
+    };
+    match shown.strip_prefix('-') {
+        Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => rest.to_string(),
+        _ => shown,
+    }
+}
+
 /// A FLOAT column's value as MySQL and MariaDB print it: rounded to 6
 /// significant digits (FLT_DIG), then laid out as a double is. A FLOAT
 /// holding 3.14159265 shows 3.14159, 123456789 shows 123457000 and the
@@ -1937,6 +1963,28 @@ mod tests {
         ];
         for (stored, shown) in seen {
             assert_eq!(format_float(stored as f32), shown, "FLOAT {stored}");
+        }
+    }
+
+    /// DOUBLEs with fixed places as MariaDB 10.11 printed them (ROUND of
+    /// a DOUBLE and what is computed from one).
+    #[test]
+    fn doubles_with_fixed_places_print_as_mariadb_prints_them() {
+        let seen: [(f64, u8, &str); 11] = [
+            (0.1, 2, "0.10"),
+            (0.1, 20, "0.10000000000000000000"),
+            (0.33 * 1.5, 2, "0.49"),
+            (0.33 * 0.333, 3, "0.110"),
+            (-0.0, 1, "0.0"),
+            (-0.0, 2, "0.00"),
+            (5.0, 2, "5.00"),
+            (2.0, 0, "2"),
+            (0.33 / 2.0, 6, "0.165000"),
+            (123456789012345660.0, 2, "123456789012345660.00"),
+            (33333333333333328000.0, 2, "33333333333333328000.00"),
+        ];
+        for (value, places, shown) in seen {
+            assert_eq!(format_double_places(value, places), shown, "{value} with {places} places");
         }
     }
     use latsdb_types::schema::IntWidth;

@@ -104,6 +104,8 @@ pub struct OutputColumn {
     /// A computed FLOAT (`Binder::is_float`: MAX of a FLOAT column), shown
     /// as a FLOAT column is.
     pub float: bool,
+    /// The places a DOUBLE result shows (`Binder::double_decimals`).
+    pub double_decimals: Option<u8>,
 }
 
 #[derive(Clone, Debug)]
@@ -298,6 +300,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                         origin: Some((t, c)),
                         decimal_scale: None,
                         float: false,
+                        double_decimals: None,
                     });
                 }
             }
@@ -319,6 +322,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                         origin: Some((t, c as u16)),
                         decimal_scale: None,
                         float: false,
+                        double_decimals: None,
                     });
                 }
             }
@@ -329,6 +333,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 let bound = b.bind(e)?;
                 let decimal_scale = b.decimal_scale(std::iter::once(&bound));
                 let float = b.is_float(&bound);
+                let double_decimals = b.double_decimals(&bound);
                 let name = match item {
                     SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
                     _ => match e {
@@ -346,7 +351,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     SExpr::TableCol(t, c) => Some((t, c)),
                     _ => None,
                 };
-                outputs.push(OutputColumn { name, expr: bound, origin, decimal_scale, float });
+                outputs.push(OutputColumn { name, expr: bound, origin, decimal_scale, float, double_decimals });
             }
             other => return Err(SqlError::unsupported(format!("select item {other} is not supported"))),
         }

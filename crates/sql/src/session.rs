@@ -44,6 +44,8 @@ pub struct ResultColumn {
     /// A computed column's DECIMAL scale by its type (a table column's is
     /// in `ty`): a set operation shows the other branches' integers with it.
     pub decimal_scale: Option<u8>,
+    /// The places a computed DOUBLE shows (`Binder::double_decimals`).
+    pub double_decimals: Option<u8>,
 }
 
 impl ResultColumn {
@@ -60,6 +62,7 @@ impl ResultColumn {
             auto_increment: false,
             collation: None,
             decimal_scale: None,
+            double_decimals: None,
         }
     }
     pub fn typed(name: &str, ty: ColumnType) -> Self {
@@ -1520,11 +1523,13 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
                     auto_increment,
                     collation: collation_of(i),
                     decimal_scale: None,
+                    double_decimals: None,
                 }
             }
             None => ResultColumn {
                 collation: collation_of(i),
                 decimal_scale: o.decimal_scale,
+                double_decimals: o.double_decimals,
                 ty: o.float.then_some(ColumnType::Float),
                 ..ResultColumn::computed(&o.name)
             },

@@ -97,11 +97,19 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
         let both: Vec<(Collation, bool)> = [c.collation, b.collation].into_iter().flatten().collect();
         let collation = crate::bind::strongest(&both);
         let decimal_scale = decimal_scale_of(c).max(decimal_scale_of(b));
+        // A DOUBLE with fixed places on both sides keeps the most of them.
+        // (MariaDB also counts a side of integers or DECIMALs, whose type a
+        // computed column does not tell apart from a DOUBLE's here.)
+        let double_decimals = match (c.double_decimals, b.double_decimals) {
+            (Some(x), Some(y)) => Some(x.max(y)),
+            _ => None,
+        };
         if c.ty != b.ty {
             *c = ResultColumn::computed(&c.name);
         }
         c.collation = collation;
         c.decimal_scale = decimal_scale;
+        c.double_decimals = double_decimals;
     }
     for (i, c) in columns.iter().enumerate() {
         unify_column(&mut rows, &mut right_rows, i, c.decimal_scale);
