@@ -754,7 +754,7 @@ impl<'a> Binder<'a> {
     /// A cast; a FLOAT cast to text is its 6-digit form (`text_of`).
     fn cast(&self, e: SExpr, to: CastTo) -> SExpr {
         match to {
-            CastTo::Char if self.is_float(&e) => self.text_of(e),
+            CastTo::Char if self.is_float(&e) || self.double_decimals(&e).is_some() => self.text_of(e),
             to => SExpr::Cast(Box::new(e), to),
         }
     }
@@ -764,6 +764,8 @@ impl<'a> Binder<'a> {
     fn text_of(&self, e: SExpr) -> SExpr {
         if self.is_float(&e) {
             SExpr::Cast(Box::new(e), CastTo::FloatText)
+        } else if let Some(places) = self.double_decimals(&e) {
+            SExpr::Cast(Box::new(e), CastTo::PlacesText(places))
         } else {
             e
         }

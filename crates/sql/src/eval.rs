@@ -210,6 +210,9 @@ pub enum CastTo {
     /// A FLOAT's text (`format_float`), where a FLOAT becomes text:
     /// CAST AS CHAR, CONCAT.
     FloatText,
+    /// The text of a DOUBLE whose type fixes its places
+    /// (`format_double_places`), where it becomes text.
+    PlacesText(u8),
     Binary,
     Decimal(u8, u8),
     Double,
@@ -1679,6 +1682,7 @@ fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
         },
         CastTo::Char => Value::Str(to_text(&v)),
         CastTo::FloatText => Value::Str(format_float(numeric(&v).as_f64().unwrap_or(0.0) as f32)),
+        CastTo::PlacesText(places) => Value::Str(format_double_places(numeric(&v).as_f64().unwrap_or(0.0), places)),
         CastTo::Binary => Value::Bytes(match v {
             Value::Bytes(b) => b,
             other => to_text(&other).into_bytes(),
