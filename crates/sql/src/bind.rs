@@ -341,7 +341,8 @@ impl<'a> Binder<'a> {
                 if let Some(escape) = escape_char {
                     pattern = with_backslash_escapes(pattern, self.bind(escape)?)?;
                 }
-                let [e, pattern] = collated_pair(self.tables, [self.bind(expr)?, pattern]);
+                let e = self.bind(expr)?;
+                let [e, pattern] = collated_pair(self.tables, [self.text_of(e), pattern]);
                 SExpr::Like(Box::new(e), Box::new(pattern), *negated)
             }
             Expr::RLike { negated, expr, pattern, .. } => {
@@ -412,7 +413,8 @@ impl<'a> Binder<'a> {
             }
             Expr::Floor { expr, .. } => SExpr::Func(Func::Floor, vec![self.bind(expr)?]),
             Expr::Substring { expr, substring_from, substring_for, .. } => {
-                let mut args = vec![self.bind(expr)?];
+                let text = self.bind(expr)?;
+                let mut args = vec![self.text_of(text)];
                 args.push(match substring_from {
                     Some(f) => self.bind(f)?,
                     None => SExpr::Const(Value::Int(1)),
@@ -428,9 +430,11 @@ impl<'a> Binder<'a> {
                     Some(ast::TrimWhereField::Trailing) => Func::RTrim,
                     _ => Func::Trim,
                 };
-                let mut args = vec![self.bind(expr)?];
+                let text = self.bind(expr)?;
+                let mut args = vec![self.text_of(text)];
                 if let Some(what) = trim_what {
-                    args.push(self.bind(what)?);
+                    let what = self.bind(what)?;
+                    args.push(self.text_of(what));
                 }
                 SExpr::Func(f, args)
             }
@@ -443,7 +447,10 @@ impl<'a> Binder<'a> {
                 };
                 SExpr::Func(func, vec![self.bind(expr)?])
             }
-            Expr::Position { expr, r#in } => SExpr::Func(Func::Locate, vec![self.bind(expr)?, self.bind(r#in)?]),
+            Expr::Position { expr, r#in } => {
+                let (what, text) = (self.bind(expr)?, self.bind(r#in)?);
+                SExpr::Func(Func::Locate, vec![self.text_of(what), self.text_of(text)])
+            }
             Expr::Tuple(_) => return Err(SqlError::unsupported("row constructors (a, b) are not supported here")),
             Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => {
                 return Err(SqlError::unsupported("subqueries are not supported yet; use a join"))
@@ -728,8 +735,30 @@ impl<'a> Binder<'a> {
             Func::RegexpLike | Func::RegexpInstr | Func::RegexpSubstr | Func::RegexpReplace => {
                 self.regexp_case(&func, args)
             }
-            // A FLOAT's text is its 6-digit form.
-            Func::Concat | Func::ConcatWs => args.into_iter().map(|a| self.text_of(a)).collect(),
+            // Functions of text: a FLOAT's text is its 6-digit form, a
+            // DOUBLE with fixed places has them (`text_of`; their integer
+            // arguments, lengths and positions, are never such numbers).
+            Func::Concat
+            | Func::ConcatWs
+            | Func::Length
+            | Func::CharLength
+            | Func::Upper
+            | Func::Lower
+            | Func::Substring
+            | Func::SubstringIndex
+            | Func::Trim
+            | Func::LTrim
+            | Func::RTrim
+            | Func::Replace
+            | Func::Left
+            | Func::Right
+            | Func::Locate
+            | Func::LPad
+            | Func::RPad
+            | Func::Repeat
+            | Func::Reverse
+            | Func::InsertStr
+            | Func::Quote => args.into_iter().map(|a| self.text_of(a)).collect(),
             _ => args,
         };
         // These return one of their arguments as written, so the collation
