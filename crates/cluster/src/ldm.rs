@@ -419,14 +419,16 @@ impl Shard {
                 continue;
             }
             let key = LockKey::new(prepared.op.table, &prepared.op.key);
-            if prepared.op.kind.is_write() && self.has_backups(&prepared) {
+            let backups = self.backups_of(&prepared);
+            if prepared.op.kind.is_write() && !backups.is_empty() {
+                let one_started = matches!(backups, [only] if self.layout.datanode(only.node).is_some_and(|d| d.status == NodeStatus::Started));
                 // Every replica must hold the write before it is answered; the
                 // batch's replicated writes share one implicit transaction.
                 let tx = *batch_tx.get_or_insert_with(|| {
                     self.ldm.next_implicit += 1;
                     implicit_tx(self.cfg.me, self.ldm.next_implicit)
                 });
-                apply_now = apply_now && !self.ldm.locks.is_locked(&key) && self.has_one_started_backup(&prepared);
+                apply_now = apply_now && one_started && !self.ldm.locks.is_locked(&key);
                 let ltx = self.ldm.txs.entry(tx).or_default();
                 if ltx.autocommit.is_none() {
                     // The rest of the batch is likely replicated writes too:
@@ -484,18 +486,9 @@ impl Shard {
         }
     }
 
-    /// Whether the operation's partition has backups (this shard being its primary).
-    fn has_backups(&self, prepared: &Prepared) -> bool {
-        self.tables.get(&prepared.op.table).is_some_and(|t| !t.backups(prepared.op.partition).is_empty())
-    }
-
-    /// Whether the operation's partition has exactly one backup, a started one.
-    fn has_one_started_backup(&self, prepared: &Prepared) -> bool {
-        let Some(t) = self.tables.get(&prepared.op.table) else { return false };
-        match t.backups(prepared.op.partition) {
-            [only] => self.layout.datanode(only.node).is_some_and(|d| d.status == NodeStatus::Started),
-            _ => false,
-        }
+    /// The backups of the operation's partition (this shard being its primary).
+    fn backups_of(&self, prepared: &Prepared) -> &[ShardAddr] {
+        self.tables.get(&prepared.op.table).map_or(&[], |t| t.backups(prepared.op.partition))
     }
 
     /// After a write executed (and staged) for `tx`: when its partition has
@@ -529,12 +522,11 @@ impl Shard {
         ltx.replicating.insert(idx, Replicating { waiting: Backups::new(&backups), result, staged_at });
         // Writes the backup applies at once all log in the epoch of the
         // first one (they are sent in one turn).
-        let apply_in = match ltx.autocommit.as_ref().is_some_and(|a| a.apply_now) {
-            true => Some(*ltx.applied_in.get_or_insert(current)),
-            false => {
-                ltx.backups.extend(backups.iter().copied());
-                None
-            }
+        let apply_in = if ltx.autocommit.as_ref().is_some_and(|a| a.apply_now) {
+            Some(*ltx.applied_in.get_or_insert(current))
+        } else {
+            ltx.backups.extend(backups.iter().copied());
+            None
         };
         let last = backups.len() - 1;
         for (i, backup) in backups.into_iter().enumerate() {

@@ -1764,15 +1764,15 @@ impl World {
         let mut writes = Vec::new();
         let mut shard = None;
         for id in ids {
-            let probe = self.op(id, OpKind::Read { lock: LockMode::Committed });
-            let Ok(owner) = self.owner(&probe) else { return self.wake_later(c) };
+            let value = self.next_register_value;
+            let op = self.op(id, OpKind::Upsert { row: vec![Value::Int(id), Value::Int(value), Value::Int(value)] });
+            let Ok(owner) = self.owner(&op) else { return self.wake_later(c) };
             if shard.is_some_and(|s| s != owner) {
                 continue;
             }
             shard = Some(owner);
-            let value = self.next_register_value;
             self.next_register_value += 1;
-            ops.push(self.op(id, OpKind::Upsert { row: vec![Value::Int(id), Value::Int(value), Value::Int(value)] }));
+            ops.push(op);
             writes.push((id, value));
             self.written.insert((id, value, value));
             self.maybe[id as usize].entry(value).or_default().push(value);

@@ -780,23 +780,32 @@ impl<'a> Binder<'a> {
         Ok(typed_as(SExpr::Func(func, args), kind))
     }
 
-    /// A cast; a FLOAT cast to text is its 6-digit form (`text_of`).
+    /// A cast; a FLOAT or fixed-places DOUBLE cast to text is its shown
+    /// form (`number_text`).
     fn cast(&self, e: SExpr, to: CastTo) -> SExpr {
-        match to {
-            CastTo::Char if self.is_float(&e) || self.double_decimals(&e).is_some() => self.text_of(e),
-            to => SExpr::Cast(Box::new(e), to),
+        let to = match to {
+            CastTo::Char => self.number_text(&e).unwrap_or(CastTo::Char),
+            to => to,
+        };
+        SExpr::Cast(Box::new(e), to)
+    }
+
+    /// An argument read as text: a FLOAT's text is its 6-digit form, and a
+    /// DOUBLE with fixed places has them, as MySQL shows them.
+    fn text_of(&self, e: SExpr) -> SExpr {
+        match self.number_text(&e) {
+            Some(to) => SExpr::Cast(Box::new(e), to),
+            None => e,
         }
     }
 
-    /// An argument read as text: a FLOAT's text is its 6-digit form, as
-    /// MySQL shows it.
-    fn text_of(&self, e: SExpr) -> SExpr {
-        if self.is_float(&e) {
-            SExpr::Cast(Box::new(e), CastTo::FloatText)
-        } else if let Some(places) = self.double_decimals(&e) {
-            SExpr::Cast(Box::new(e), CastTo::PlacesText(places))
+    /// The cast that gives a number the text MySQL shows for it, when that
+    /// is not the plain value's text.
+    fn number_text(&self, e: &SExpr) -> Option<CastTo> {
+        if self.is_float(e) {
+            Some(CastTo::FloatText)
         } else {
-            e
+            self.double_decimals(e).map(CastTo::PlacesText)
         }
     }
 
@@ -818,21 +827,26 @@ impl<'a> Binder<'a> {
         use NumericKind::*;
         // MySQL's NOT_FIXED_DEC: 31 places or more are not fixed.
         let fixed = |places: u32| (places < 31).then_some(places as u8);
-        let is_double = |x: &SExpr| matches!(self.numeric_kind(x), Double | Float) || self.double_decimals(x).is_some();
-        let places = |x: &SExpr| match self.numeric_kind(x) {
-            Int | Null => Some(0),
-            Decimal(s) => Some(s),
-            _ => self.double_decimals(x),
+        // An operand's places, and whether it is a DOUBLE (None: a DOUBLE
+        // without fixed places, or no number). Each operand is looked at
+        // once: looking twice per level would double the work per level.
+        let operand = |x: &SExpr| match self.numeric_kind(x) {
+            Int | Null => Some((0, false)),
+            Decimal(s) => Some((s, false)),
+            _ => self.double_decimals(x).map(|d| (d, true)),
         };
-        // The most places among operands of which one is a DOUBLE.
+        // The most places among operands of which one is a DOUBLE (a DOUBLE
+        // column or literal among them leaves the places unfixed).
         let most = |xs: &mut dyn Iterator<Item = &SExpr>| -> Option<u8> {
             let (mut best, mut double) = (0u8, false);
             for x in xs {
-                double |= is_double(x);
-                best = best.max(places(x)?);
+                let (places, is_double) = operand(x)?;
+                double |= is_double;
+                best = best.max(places);
             }
             double.then_some(best)
         };
+        let is_double = |x: &SExpr| matches!(self.numeric_kind(x), Double | Float) || self.double_decimals(x).is_some();
         match e {
             SExpr::Func(Func::Round | Func::Truncate, args) if args.first().is_some_and(is_double) => {
                 match args.get(1) {
