@@ -65,9 +65,11 @@ pub struct LookupArgs {
     pub duration: f64,
     /// Total batch requests per second over all clients (0: as fast as
     /// possible). Latency is measured from each request's scheduled time.
+    /// Paced clients run on a thread each, so that each sends at its own
+    /// time rather than on the async timer's millisecond ticks.
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
-    /// Threads of the load generator.
+    /// Threads of the load generator when not paced by --rate.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Sent as X-API-KEY.
@@ -263,8 +265,26 @@ async fn run_async(args: LookupArgs) -> Result<(), String> {
         zipf,
     });
     let mut tasks = Vec::new();
+    let mut paced_threads = Vec::new();
     for client in 0..args.clients {
-        tasks.push(tokio::spawn(client_loop(shared.clone(), client)));
+        if args.rate > 0.0 {
+            // A paced client sleeps on its own thread until its send time:
+            // tokio's timer wheel ticks every millisecond, which would send
+            // every request due within a millisecond at once.
+            let shared = shared.clone();
+            let thread = std::thread::Builder::new().name(format!("client-{client}")).spawn(move || {
+                match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt.block_on(client_loop(shared, client)),
+                    Err(e) => {
+                        let mut first = shared.first_error.lock().unwrap_or_else(|p| p.into_inner());
+                        first.get_or_insert(format!("cannot start a client's runtime: {e}"));
+                    }
+                }
+            });
+            paced_threads.push(thread.map_err(|e| format!("cannot start a client thread: {e}"))?);
+        } else {
+            tasks.push(tokio::spawn(client_loop(shared.clone(), client)));
+        }
     }
     let bar = progress("lookup", None);
     let warmup = Duration::from_secs_f64(args.warmup);
@@ -300,6 +320,12 @@ async fn run_async(args: LookupArgs) -> Result<(), String> {
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
     }
+    let joined = tokio::task::spawn_blocking(move || {
+        for t in paced_threads {
+            let _ = t.join();
+        }
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(10), joined).await;
     bar.finish_and_clear();
     let mut latency = new_histogram();
     for h in shared.histograms.lock().unwrap_or_else(|p| p.into_inner()).iter() {
@@ -456,11 +482,20 @@ async fn client_loop(shared: Arc<Shared>, client: usize) {
     while !shared.stop.load(Ordering::Acquire) {
         // Latency counts from the scheduled send time when the previous answer
         // came too late to send on time (no coordinated omission), and from
-        // the actual send otherwise (the timer's own lateness, up to a
-        // millisecond, is not the server's).
+        // the actual send otherwise (the sleep's own lateness is not the
+        // server's).
         let free_at = Instant::now();
-        if interval.is_some() && next_send > free_at {
-            tokio::time::sleep(next_send - free_at).await;
+        if interval.is_some() {
+            // Only this client's thread sleeps (see run_async), in slices
+            // short enough to notice the end of the run at a low rate.
+            let mut now = free_at;
+            while next_send > now && !shared.stop.load(Ordering::Acquire) {
+                std::thread::sleep((next_send - now).min(Duration::from_millis(50)));
+                now = Instant::now();
+            }
+            if shared.stop.load(Ordering::Acquire) {
+                break;
+            }
         }
         let scheduled = if interval.is_some() && free_at > next_send { next_send } else { Instant::now() };
         if let Some(interval) = interval {
