@@ -175,15 +175,6 @@ pub async fn run_select(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<V
             return Box::pin(run_select(unpushed, ctx)).await;
         }
     }
-    if let (AggMode::Pushed { .. }, Some(unpushed), Some(t)) =
-        (&plan.agg, &plan.unpushed, plan.sources.first().and_then(|s| s.stored()))
-    {
-        // A short key range is read by key: its aggregates are computed
-        // here from the rows.
-        if range_as_keys(unpushed, t, &ctx.env)?.is_some() {
-            return Box::pin(run_select(unpushed, ctx)).await;
-        }
-    }
     let mut rows = fetch_first(plan, ctx).await?;
     for step in &plan.joins {
         rows = join(plan, step, rows, ctx).await?;
@@ -214,13 +205,6 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
         SourceKind::Stored(t) => t.clone(),
     };
     let env = &ctx.env;
-    if let Some(keys) = range_as_keys(plan, &table, env)? {
-        let mut ops = Vec::with_capacity(keys.len());
-        for k in &keys {
-            ops.push(key_read(&table, src, std::slice::from_ref(k), plan.lock)?);
-        }
-        return Ok(found_rows(ctx.run_ops(ops).await?, plan.row_width));
-    }
     match &plan.access {
         Access::Keys(keys) => {
             let seen = distinct_keys(&table, keys, env)?;
@@ -255,48 +239,6 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
             Ok(rows)
         }
     }
-}
-
-/// Longest range of an integer primary key read as key lookups.
-const MAX_RANGE_KEYS: i128 = 256;
-
-/// The keys of a short range of a one-column integer primary key, when the
-/// plan would scan it and nothing else of the scan needs the data nodes (a
-/// pushed filter or aggregate, a locking read). A scan asks every partition
-/// (one request and answer each); the keys of `id BETWEEN 5 AND 104` go to
-/// one node in one batch, as an IN-list does. Keys in increasing order,
-/// none when the range is empty.
-fn range_as_keys(plan: &SelectPlan, table: &Table, env: &Env) -> SqlResult<Option<Vec<Value>>> {
-    let Access::Range { columns, eq, lower: Some((lo, lo_in)), upper: Some((hi, hi_in)), .. } = &plan.access else {
-        return Ok(None);
-    };
-    let def = table.def();
-    if !eq.is_empty()
-        || columns.as_slice() != def.primary_key.as_slice()
-        || !plan.pushed.is_empty()
-        || plan.lock != LockMode::Committed
-        || matches!(plan.agg, AggMode::Pushed { .. })
-    {
-        return Ok(None);
-    }
-    let ty = def.columns[columns[0] as usize].ty;
-    let (lo, hi) = (lo.eval(&[], env)?, hi.eval(&[], env)?);
-    let (Some(first), Some(last)) = (integer_bound(&lo, *lo_in, true, ty), integer_bound(&hi, *hi_in, false, ty))
-    else {
-        return Ok(None);
-    };
-    let (first, last) = match (first, last) {
-        (IntBound::Nothing, _) | (_, IntBound::Nothing) => return Ok(Some(Vec::new())),
-        (IntBound::At(first), IntBound::At(last)) => (first, last),
-        _ => return Ok(None),
-    };
-    if last < first {
-        return Ok(Some(Vec::new()));
-    }
-    if last - first >= MAX_RANGE_KEYS {
-        return Ok(None);
-    }
-    Ok(Some((first..=last).map(int_value).collect()))
 }
 
 /// What a bound on an integer column means, given as a number.
