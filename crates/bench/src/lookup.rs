@@ -109,6 +109,12 @@ impl LookupArgs {
         if self.threads == 0 {
             return Err("--threads must be at least 1".into());
         }
+        if self.rate > 0.0 && self.clients > MAX_PACED_CLIENTS {
+            return Err(format!(
+                "--rate runs a thread per client; use at most {MAX_PACED_CLIENTS} clients with it (got {})",
+                self.clients
+            ));
+        }
         if self.duration.is_nan()
             || self.duration <= 0.0
             || self.warmup.is_nan()
@@ -121,6 +127,9 @@ impl LookupArgs {
         Ok(())
     }
 }
+
+/// Paced clients run a thread each (see `run_async`).
+const MAX_PACED_CLIENTS: usize = 1024;
 
 /// Draws keys from 0..rows.
 struct KeyGen {
@@ -581,6 +590,24 @@ async fn client_loop(shared: Arc<Shared>, client: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn args(flags: &[&str]) -> LookupArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            lookup: LookupArgs,
+        }
+        let argv = std::iter::once("lookup").chain(flags.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.lookup).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn paced_runs_refuse_more_clients_than_threads_they_may_start() {
+        assert!(args(&["--rate", "100", "--clients", "1024"]).check().is_ok());
+        let refused = args(&["--rate", "100", "--clients", "1025"]).check().unwrap_err();
+        assert!(refused.contains("at most 1024 clients"), "{refused}");
+        assert!(args(&["--clients", "5000"]).check().is_ok(), "closed-loop clients are tasks, not threads");
+    }
 
     #[test]
     fn codes_inside_a_batch_answer_are_counted() {
