@@ -89,7 +89,7 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
     if right_columns.len() != columns.len() {
         return Err(SqlError::new(1222, "21000", "The used SELECT statements have a different number of columns"));
     }
-    for (c, b) in columns.iter_mut().zip(&right_columns) {
+    for (i, (c, b)) in columns.iter_mut().zip(&right_columns).enumerate() {
         // The two sides' collations together decide how the column's text
         // compares, as in a comparison: a literal takes the other side's,
         // utf8mb4_bin wins over a case-insensitive column (MariaDB's
@@ -97,13 +97,22 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
         let both: Vec<(Collation, bool)> = [c.collation, b.collation].into_iter().flatten().collect();
         let collation = crate::bind::strongest(&both);
         let decimal_scale = decimal_scale_of(c).max(decimal_scale_of(b));
-        // A DOUBLE with fixed places on both sides keeps the most of them.
-        // (MariaDB also counts a side of integers or DECIMALs, whose type a
-        // computed column does not tell apart from a DOUBLE's here.)
+        // A DOUBLE with fixed places keeps the most places of the sides
+        // when the others are fixed-places DOUBLEs, integers or DECIMALs (a
+        // DECIMAL's scale counts); the exact sides then show as DOUBLEs.
         let double_decimals = match (c.double_decimals, b.double_decimals) {
             (Some(x), Some(y)) => Some(x.max(y)),
-            _ => None,
+            (Some(x), None) => exact_places(b, &right_rows, i).map(|s| x.max(s)),
+            (None, Some(y)) => exact_places(c, &rows, i).map(|s| y.max(s)),
+            (None, None) => None,
         };
+        if double_decimals.is_some() {
+            for v in rows.iter_mut().chain(right_rows.iter_mut()).map(|r| &mut r[i]) {
+                if let Some(f) = exact_as_double(v) {
+                    *v = Value::Float(f);
+                }
+            }
+        }
         if c.ty != b.ty {
             *c = ResultColumn::computed(&c.name);
         }
@@ -169,6 +178,37 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
 /// integers with decimals a decimal column at the largest scale (1.5 and
 /// 1.50 are then one value).
 /// The scale a branch's column type gives DECIMAL values.
+/// The places a branch of integers or DECIMALs shows (0 for integers, the
+/// largest scale for DECIMALs); None when it is of another type (an
+/// unfixed DOUBLE, text, ...). A branch of NULLs alone has no type to give.
+fn exact_places(c: &ResultColumn, rows: &[Vec<Value>], i: usize) -> Option<u8> {
+    use latsdb_types::schema::ColumnType;
+    match c.ty {
+        Some(ColumnType::Integer { .. }) => return Some(0),
+        Some(ColumnType::Decimal { scale, .. }) => return Some(scale),
+        Some(_) => return None,
+        None => {}
+    }
+    let mut places = c.decimal_scale.unwrap_or(0);
+    for v in rows.iter().map(|r| &r[i]) {
+        match v {
+            Value::Null | Value::Int(_) | Value::UInt(_) => {}
+            Value::Decimal(d) => places = places.max(d.scale),
+            _ => return None,
+        }
+    }
+    Some(places)
+}
+
+fn exact_as_double(v: &Value) -> Option<f64> {
+    match v {
+        Value::Int(n) => Some(*n as f64),
+        Value::UInt(n) => Some(*n as f64),
+        Value::Decimal(d) => Some(d.to_f64()),
+        _ => None,
+    }
+}
+
 fn decimal_scale_of(c: &ResultColumn) -> Option<u8> {
     match c.ty {
         Some(latsdb_types::schema::ColumnType::Decimal { scale, .. }) => Some(scale),
