@@ -190,6 +190,13 @@ struct Shared {
     zipf: Arc<Vec<f64>>,
 }
 
+impl Shared {
+    /// Keeps the first error of the run, to show with the results.
+    fn note_error(&self, e: String) {
+        self.first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    }
+}
+
 pub fn run(args: LookupArgs) -> Result<(), String> {
     args.check()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -284,10 +291,7 @@ async fn run_async(args: LookupArgs) -> Result<(), String> {
             let thread = std::thread::Builder::new().name(format!("client-{client}")).spawn(move || {
                 match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(rt) => rt.block_on(client_loop(shared, client)),
-                    Err(e) => {
-                        let mut first = shared.first_error.lock().unwrap_or_else(|p| p.into_inner());
-                        first.get_or_insert(format!("cannot start a client's runtime: {e}"));
-                    }
+                    Err(e) => shared.note_error(format!("cannot start a client's runtime: {e}")),
                 }
             });
             paced_threads.push(thread.map_err(|e| format!("cannot start a client thread: {e}"))?);
@@ -482,12 +486,7 @@ async fn client_loop(shared: Arc<Shared>, client: usize) {
     let mut sender: Option<Sender> = None;
     let log_base = shared.args.latency_log.is_some().then(monotonic_base);
     let mut log = Vec::new();
-    let note_error = |e: String| {
-        let mut first = shared.first_error.lock().unwrap_or_else(|p| p.into_inner());
-        if first.is_none() {
-            *first = Some(e);
-        }
-    };
+    let note_error = |e: String| shared.note_error(e);
     while !shared.stop.load(Ordering::Acquire) {
         // Latency counts from the scheduled send time when the previous answer
         // came too late to send on time (no coordinated omission), and from

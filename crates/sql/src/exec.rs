@@ -436,30 +436,29 @@ fn build_scan(plan: &SelectPlan, src: &Source, table: &Table, access: &Access, e
             prefix.push(to_column(v, &def.columns[c as usize])?);
         }
         let next = columns.get(eq.len()).copied();
+        // All of the prefix's rows (no bound on the next column).
+        let whole_prefix = || if prefix.is_empty() { Bound::Unbounded } else { Bound::Included(prefix.clone()) };
         let bound = |b: &Option<(SExpr, bool)>, lower: bool| -> SqlResult<Option<Bound<Vec<Value>>>> {
-            Ok(Some(match (b, next) {
-                (Some((e, inclusive)), Some(c)) => {
-                    let v = e.eval(&[], env)?;
-                    if v.is_null() {
-                        return Ok(None);
-                    }
-                    let column = &def.columns[c as usize];
-                    let mut p = prefix.clone();
-                    match integer_bound(&v, *inclusive, lower, column.ty) {
-                        Some(IntBound::Nothing) => return Ok(None),
-                        Some(IntBound::At(k)) => {
-                            p.push(int_value(k));
-                            return Ok(Some(Bound::Included(p)));
-                        }
-                        // Not reaching the NULLs, which sort first.
-                        Some(IntBound::All) if lower => {
-                            p.push(Value::Null);
-                            return Ok(Some(Bound::Excluded(p)));
-                        }
-                        Some(IntBound::All) if prefix.is_empty() => return Ok(Some(Bound::Unbounded)),
-                        Some(IntBound::All) => return Ok(Some(Bound::Included(prefix.clone()))),
-                        None => {}
-                    }
+            let (Some((e, inclusive)), Some(c)) = (b, next) else { return Ok(Some(whole_prefix())) };
+            let v = e.eval(&[], env)?;
+            if v.is_null() {
+                return Ok(None);
+            }
+            let column = &def.columns[c as usize];
+            let mut p = prefix.clone();
+            Ok(Some(match integer_bound(&v, *inclusive, lower, column.ty) {
+                Some(IntBound::Nothing) => return Ok(None),
+                Some(IntBound::At(k)) => {
+                    p.push(int_value(k));
+                    Bound::Included(p)
+                }
+                // Not reaching the NULLs, which sort first.
+                Some(IntBound::All) if lower => {
+                    p.push(Value::Null);
+                    Bound::Excluded(p)
+                }
+                Some(IntBound::All) => whole_prefix(),
+                None => {
                     p.push(to_column(v, column)?);
                     if *inclusive {
                         Bound::Included(p)
@@ -467,8 +466,6 @@ fn build_scan(plan: &SelectPlan, src: &Source, table: &Table, access: &Access, e
                         Bound::Excluded(p)
                     }
                 }
-                _ if prefix.is_empty() => Bound::Unbounded,
-                _ => Bound::Included(prefix.clone()),
             }))
         };
         let (Some(mut lo), Some(hi)) = (bound(lower, true)?, bound(upper, false)?) else { return Ok(None) };

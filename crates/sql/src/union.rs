@@ -108,7 +108,8 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
         };
         if double_decimals.is_some() {
             for v in rows.iter_mut().chain(right_rows.iter_mut()).map(|r| &mut r[i]) {
-                if let Some(f) = exact_as_double(v) {
+                let exact = matches!(v, Value::Int(_) | Value::UInt(_) | Value::Decimal(_));
+                if let (true, Some(f)) = (exact, v.as_f64()) {
                     *v = Value::Float(f);
                 }
             }
@@ -172,24 +173,24 @@ pub fn combine(op: SetOperator, all: bool, left: RowSet, right: RowSet) -> SqlRe
     Ok((columns, rows))
 }
 
-/// Gives a column's values on both sides one type, as MySQL types a set
-/// operation's column by all its branches (so rows compare as MySQL
-/// compares them): strings with other values make a string column, and
-/// integers with decimals a decimal column at the largest scale (1.5 and
-/// 1.50 are then one value).
 /// The scale a branch's column type gives DECIMAL values.
+fn decimal_scale_of(c: &ResultColumn) -> Option<u8> {
+    match c.ty {
+        Some(latsdb_types::schema::ColumnType::Decimal { scale, .. }) => Some(scale),
+        _ => c.decimal_scale,
+    }
+}
+
 /// The places a branch of integers or DECIMALs shows (0 for integers, the
 /// largest scale for DECIMALs); None when it is of another type (an
 /// unfixed DOUBLE, text, ...). A branch of NULLs alone has no type to give.
 fn exact_places(c: &ResultColumn, rows: &[Vec<Value>], i: usize) -> Option<u8> {
-    use latsdb_types::schema::ColumnType;
     match c.ty {
-        Some(ColumnType::Integer { .. }) => return Some(0),
-        Some(ColumnType::Decimal { scale, .. }) => return Some(scale),
+        Some(latsdb_types::schema::ColumnType::Integer { .. }) => return Some(0),
+        Some(latsdb_types::schema::ColumnType::Decimal { .. }) | None => {}
         Some(_) => return None,
-        None => {}
     }
-    let mut places = c.decimal_scale.unwrap_or(0);
+    let mut places = decimal_scale_of(c).unwrap_or(0);
     for v in rows.iter().map(|r| &r[i]) {
         match v {
             Value::Null | Value::Int(_) | Value::UInt(_) => {}
@@ -200,22 +201,11 @@ fn exact_places(c: &ResultColumn, rows: &[Vec<Value>], i: usize) -> Option<u8> {
     Some(places)
 }
 
-fn exact_as_double(v: &Value) -> Option<f64> {
-    match v {
-        Value::Int(n) => Some(*n as f64),
-        Value::UInt(n) => Some(*n as f64),
-        Value::Decimal(d) => Some(d.to_f64()),
-        _ => None,
-    }
-}
-
-fn decimal_scale_of(c: &ResultColumn) -> Option<u8> {
-    match c.ty {
-        Some(latsdb_types::schema::ColumnType::Decimal { scale, .. }) => Some(scale),
-        _ => c.decimal_scale,
-    }
-}
-
+/// Gives a column's values on both sides one type, as MySQL types a set
+/// operation's column by all its branches (so rows compare as MySQL
+/// compares them): strings with other values make a string column, and
+/// integers with decimals a decimal column at the largest scale (1.5 and
+/// 1.50 are then one value).
 /// `typed_scale`: the largest DECIMAL scale the branches' types give the
 /// column (a branch may have no rows to show it).
 fn unify_column(left: &mut [Vec<Value>], right: &mut [Vec<Value>], i: usize, typed_scale: Option<u8>) {
