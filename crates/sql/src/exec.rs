@@ -139,11 +139,16 @@ fn key_values(table: &Table, exprs: &[SExpr], row: &[Value], env: &Env) -> SqlRe
     let def = table.def();
     let mut key = Vec::with_capacity(exprs.len());
     for (e, &c) in exprs.iter().zip(&def.primary_key) {
-        let v = e.eval(row, env)?;
-        if v.is_null() {
+        let column = &def.columns[c as usize];
+        let mut v = e.eval(row, env)?;
+        if v.is_null() || equals_no_value_of(&v, column.ty) {
             return Ok(None);
         }
-        match to_column(v, &def.columns[c as usize]) {
+        if let (ColumnType::Integer { .. }, Value::Str(_) | Value::Bytes(_)) = (column.ty, &v) {
+            // Compared as a number: `id = '4abc'` finds id 4.
+            v = numeric(&v);
+        }
+        match to_column(v, column) {
             Ok(v) => key.push(v),
             Err(_) => return Ok(None),
         }
@@ -254,10 +259,19 @@ enum IntBound {
 /// A bound `col >= v` / `col > v` (lower) or `col <= v` / `col < v` on an
 /// integer column as an inclusive integer bound within the column's type:
 /// `col >= 1.5` is `col >= 2`, `col <= 4.5` is `col <= 4`, and a bound
-/// past the type's range selects all or nothing (as MySQL compares).
-/// None for a value that is not a number.
+/// past the type's range selects all or nothing (as MySQL compares). A
+/// string is read as the number it starts with (`col <= '4.5'` is `col <=
+/// 4`). None for a value that is not a number.
 fn integer_bound(v: &Value, inclusive: bool, lower: bool, ty: ColumnType) -> Option<IntBound> {
     let ColumnType::Integer { width, unsigned } = ty else { return None };
+    let read;
+    let v = match v {
+        Value::Str(_) | Value::Bytes(_) => {
+            read = numeric(v);
+            &read
+        }
+        _ => v,
+    };
     // floor and ceil of the value, and whether it is a whole number.
     let (floor, ceil) = match v {
         Value::Int(i) => (*i as i128, *i as i128),
@@ -300,6 +314,18 @@ fn integer_bound(v: &Value, inclusive: bool, lower: bool, ty: ColumnType) -> Opt
             IntBound::At(last)
         }
     })
+}
+
+/// Whether `col = v` holds for no value of an integer column: `id = 4.5`
+/// and `id = '4.5'` match no row (MySQL compares them as numbers), where
+/// converting the value to the column's type would round it to 5.
+fn equals_no_value_of(v: &Value, ty: ColumnType) -> bool {
+    match (integer_bound(v, true, true, ty), integer_bound(v, true, false, ty)) {
+        (Some(IntBound::Nothing), _) | (_, Some(IntBound::Nothing)) => true,
+        // `col >= v` and `col <= v` name the same integer only when v is whole.
+        (Some(IntBound::At(first)), Some(IntBound::At(last))) => first > last,
+        _ => false,
+    }
 }
 
 fn int_value(k: i128) -> Value {
@@ -1109,7 +1135,23 @@ mod tests {
         assert!(matches!(integer_bound(&Value::Int(-1), true, false, tiny_unsigned), Some(IntBound::Nothing)));
         assert!(matches!(integer_bound(&Value::Int(0), true, true, tiny_unsigned), Some(IntBound::All)));
         assert!(matches!(integer_bound(&Value::Int(255), false, true, tiny_unsigned), Some(IntBound::Nothing)));
-        assert!(integer_bound(&Value::Str("5".into()), true, true, int).is_none());
+        assert_eq!(at(integer_bound(&Value::Str("5".into()), false, true, int)), Some(6));
+        assert_eq!(at(integer_bound(&Value::Str(" 4.5".into()), true, false, int)), Some(4));
+        assert_eq!(at(integer_bound(&Value::Str("2.5e1x".into()), false, true, int)), Some(26));
+        assert!(integer_bound(&Value::Date(0), true, true, int).is_none());
+        for (v, none) in [
+            (dec(45, 1), true),
+            (Value::Str("4.5".into()), true),
+            (Value::Float(4.5), true),
+            (Value::Int(2_147_483_648), true),
+            (dec(40, 1), false),
+            (Value::Str("4".into()), false),
+            (Value::Str("4abc".into()), false),
+            (Value::Int(2_147_483_647), false),
+            (Value::Int(-2_147_483_648), false),
+        ] {
+            assert_eq!(equals_no_value_of(&v, int), none, "{v:?}");
+        }
         assert!(integer_bound(&Value::Int(5), true, true, ColumnType::Double).is_none());
     }
 
