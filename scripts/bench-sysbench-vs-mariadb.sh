@@ -6,6 +6,12 @@
 #
 #   scripts/bench-sysbench-vs-mariadb.sh             # SIZE=100000 TIME=20 THREADS=1,4,16,32
 #   SIZE=10000 TIME=5 THREADS=4 scripts/bench-sysbench-vs-mariadb.sh   # quick
+#   WORKLOADS="noop_20 oltp_read_write" THREADS=16 scripts/bench-sysbench-vs-mariadb.sh
+#
+# noop_20 is 20 `SELECT 1` per transaction, as many statements as an
+# oltp_read_write transaction (18 + BEGIN + COMMIT) but touching no table:
+# its TPS is the most any server could reach on oltp_read_write here, with
+# sysbench on the same cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh bench
@@ -13,6 +19,20 @@ source scripts/lib.sh
 SIZE=${SIZE:-100000}
 TIME=${TIME:-20}
 THREADS=${THREADS:-1,4,16,32}
+NO_RANGES=(--simple-ranges 0 --order-ranges 0 --distinct-ranges 0 --sum-ranges 0)
+declare -A KNOBS=(
+  [oltp_read_write]="--workload rw"
+  [oltp_read_only]="--workload ro"
+  [oltp_point_select]="--workload ro --skip-trx --point-selects 1 ${NO_RANGES[*]}"
+  [key_lookups_10x100]="--workload ro --point-selects 0 --in-selects 10 --in-keys 100 ${NO_RANGES[*]}"
+  [filtered_ranges_10]="--workload ro --point-selects 0 --filtered-ranges 10 ${NO_RANGES[*]}"
+  [noop_20]="--workload ro --skip-trx --point-selects 0 --noop-selects 20 ${NO_RANGES[*]}"
+)
+# shellcheck disable=SC2206
+ORDER=(${WORKLOADS:-oltp_read_write oltp_read_only oltp_point_select key_lookups_10x100 filtered_ranges_10 noop_20})
+for w in "${ORDER[@]}"; do
+  [[ -n ${KNOBS[$w]:-} ]] || { echo "unknown workload '$w' in WORKLOADS; known: ${!KNOBS[*]}" >&2; exit 2; }
+done
 
 echo "== starting MariaDB (throwaway datadir, flush at every commit)"
 MDB=$WORK/mariadb
@@ -28,15 +48,6 @@ mariadb --socket="$MDB/sock" -u root -e "CREATE USER sb@'%' IDENTIFIED BY 'sb'; 
 start_latsdb 2
 
 COMMON=(--table-size "$SIZE" --time "$TIME" --threads "$THREADS")
-NO_RANGES=(--simple-ranges 0 --order-ranges 0 --distinct-ranges 0 --sum-ranges 0)
-declare -A KNOBS=(
-  [oltp_read_write]="--workload rw"
-  [oltp_read_only]="--workload ro"
-  [oltp_point_select]="--workload ro --skip-trx --point-selects 1 ${NO_RANGES[*]}"
-  [key_lookups_10x100]="--workload ro --point-selects 0 --in-selects 10 --in-keys 100 ${NO_RANGES[*]}"
-  [filtered_ranges_10]="--workload ro --point-selects 0 --filtered-ranges 10 ${NO_RANGES[*]}"
-)
-ORDER=(oltp_read_write oltp_read_only oltp_point_select key_lookups_10x100 filtered_ranges_10)
 prepared_latsdb=0
 prepared_mariadb=0
 for w in "${ORDER[@]}"; do

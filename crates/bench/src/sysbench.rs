@@ -73,6 +73,11 @@ pub struct SysbenchArgs {
     /// Filtered range scans per transaction (range_size rows scanned, ~1% returned).
     #[arg(long, default_value_t = 0)]
     filtered_ranges: u32,
+    /// `SELECT 1` statements per transaction. They touch no table, so their
+    /// rate is the ceiling sysbench, the protocol and the wake-ups leave for
+    /// any statement on this machine.
+    #[arg(long, default_value_t = 0)]
+    noop_selects: u32,
     /// Prepared statements (auto) or text queries (disable).
     #[arg(long, default_value = "auto")]
     ps_mode: String,
@@ -136,6 +141,7 @@ impl SysbenchArgs {
             format!("--sum_ranges={}", self.sum_ranges),
             format!("--range_size={}", self.range_size.max(1)),
             format!("--filtered_ranges={}", self.filtered_ranges),
+            format!("--noop_selects={}", self.noop_selects),
             format!("--read_only={}", if matches!(self.workload, Workload::Ro) { "on" } else { "off" }),
             "--percentile=95".into(),
             format!("--skip_trx={}", if self.skip_trx { "on" } else { "off" }),

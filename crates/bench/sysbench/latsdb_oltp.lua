@@ -8,6 +8,9 @@
 --                     scans --range_size rows and (k being uniform over the
 --                     table) returns about 1 in 100 of them
 --   --read_only=on    no writes (oltp_ro); off gives oltp_rw
+--   --noop_selects=N  SELECT 1 per transaction: touches no table, so its
+--                     rate is the ceiling that sysbench itself, the protocol
+--                     and the wake-ups leave for any statement on a server
 -- Run by `latsdb bench sysbench`, which sets these from its own flags.
 
 require("oltp_common")
@@ -15,6 +18,7 @@ require("oltp_common")
 sysbench.cmdline.options.in_selects = {"IN-list SELECT statements per transaction", 0}
 sysbench.cmdline.options.in_keys = {"Keys per IN-list SELECT", 100}
 sysbench.cmdline.options.filtered_ranges = {"Filtered range scans per transaction (about 1 in 100 rows returned)", 0}
+sysbench.cmdline.options.noop_selects = {"SELECT 1 statements per transaction (touch no table)", 0}
 sysbench.cmdline.options.read_only = {"Read-only transactions (no updates, deletes or inserts)", false}
 
 local function table_num()
@@ -65,6 +69,9 @@ function prepare_statements()
       local marks = string.rep("?,", sysbench.opt.in_keys - 1) .. "?"
       in_stmt, in_param = prepare_ints("SELECT c FROM sbtest%u WHERE id IN (" .. marks .. ")", sysbench.opt.in_keys)
    end
+   if sysbench.opt.noop_selects > 0 then
+      noop_stmt = con:prepare("SELECT 1")
+   end
    if sysbench.opt.filtered_ranges > 0 then
       filtered_stmt, filtered_param = prepare_ints("SELECT c FROM sbtest%u WHERE id BETWEEN ? AND ? AND k < ?", 3)
    end
@@ -76,6 +83,9 @@ function event()
    end
    if sysbench.opt.point_selects > 0 then
       execute_point_selects()
+   end
+   for _ = 1, sysbench.opt.noop_selects do
+      noop_stmt:execute()
    end
    for _ = 1, sysbench.opt.in_selects do
       local t = table_num()
