@@ -9,7 +9,7 @@ use crate::plan::{Access, AggMode, SelectPlan, Source, SourceKind};
 use latsdb_client::{Client, Op, Outcome, Row, Scan, Table, Transaction};
 use latsdb_types::expr::{Aggregate, Expr};
 use latsdb_types::proto::LockMode;
-use latsdb_types::schema::ColumnType;
+use latsdb_types::schema::{ColumnDef, ColumnType};
 use latsdb_types::{Collation, Value};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
@@ -139,21 +139,27 @@ fn key_values(table: &Table, exprs: &[SExpr], row: &[Value], env: &Env) -> SqlRe
     let def = table.def();
     let mut key = Vec::with_capacity(exprs.len());
     for (e, &c) in exprs.iter().zip(&def.primary_key) {
-        let column = &def.columns[c as usize];
-        let mut v = e.eval(row, env)?;
-        if v.is_null() || equals_no_value_of(&v, column.ty) {
-            return Ok(None);
-        }
-        if let (ColumnType::Integer { .. }, Value::Str(_) | Value::Bytes(_)) = (column.ty, &v) {
-            // Compared as a number: `id = '4abc'` finds id 4.
-            v = numeric(&v);
-        }
-        match to_column(v, column) {
-            Ok(v) => key.push(v),
-            Err(_) => return Ok(None),
+        match equal_key_part(e.eval(row, env)?, &def.columns[c as usize]) {
+            Ok(Some(v)) => key.push(v),
+            Ok(None) | Err(_) => return Ok(None),
         }
     }
     Ok(Some(key))
+}
+
+/// The value of a key column that equals `v`, in the column's type; None
+/// when no value does (NULL, or `id = 4.5` on an integer column, which
+/// converting to the column's type would round to 5).
+fn equal_key_part(v: Value, column: &ColumnDef) -> SqlResult<Option<Value>> {
+    if v.is_null() || equals_no_value_of(&v, column.ty) {
+        return Ok(None);
+    }
+    let v = match (column.ty, &v) {
+        // Compared as a number: `id = '4abc'` finds id 4.
+        (ColumnType::Integer { .. }, Value::Str(_) | Value::Bytes(_)) => numeric(&v),
+        _ => v,
+    };
+    to_column(v, column).map(Some)
 }
 
 /// The distinct keys of key-lookup expressions (row-free), converted to the
@@ -455,11 +461,10 @@ fn build_scan(plan: &SelectPlan, src: &Source, table: &Table, access: &Access, e
     if let Access::Range { index, columns, eq, lower, upper } = access {
         let mut prefix = Vec::with_capacity(eq.len() + 1);
         for (e, &c) in eq.iter().zip(columns) {
-            let v = e.eval(&[], env)?;
-            if v.is_null() {
-                return Ok(None);
+            match equal_key_part(e.eval(&[], env)?, &def.columns[c as usize])? {
+                Some(v) => prefix.push(v),
+                None => return Ok(None),
             }
-            prefix.push(to_column(v, &def.columns[c as usize])?);
         }
         let next = columns.get(eq.len()).copied();
         // All of the prefix's rows (no bound on the next column).
