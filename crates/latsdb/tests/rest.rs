@@ -5,7 +5,7 @@ mod common;
 
 use common::{http, TestCluster, BIN};
 use latsdb_client::{Client, Op, Outcome};
-use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec, HIDDEN_KEY_COLUMN};
 use latsdb_types::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -90,6 +90,16 @@ async fn load(client: &Client) {
         )
         .await
         .unwrap();
+    // As the SQL node creates a table without a primary key.
+    client
+        .create_table(
+            TableSpec::new("rest", "keyless")
+                .column(ColumnDef::new(HIDDEN_KEY_COLUMN, ColumnType::Integer { width: IntWidth::Big, unsigned: true }))
+                .column(ColumnDef::new("v", ColumnType::int(IntWidth::Int)))
+                .primary_key(&[HIDDEN_KEY_COLUMN]),
+        )
+        .await
+        .unwrap();
     let ops = vec![
         Op::insert(&types, row_1).unwrap(),
         Op::insert(&types, row_2).unwrap(),
@@ -152,6 +162,15 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     let (status, body) = post(c, "/0.1.0/rest/pairs/pk-read", r#"{"filters":[{"column":"a","value":1}]}"#);
     assert_eq!(status, 400);
     assert!(body.contains("must give every primary-key column of rest.pairs (a, b)"), "{body}");
+    // A table created without a primary key has no key a client could know.
+    for (op, request) in [
+        ("pk-read", r#"{"filters":[{"column":"$row_id","value":1}]}"#),
+        ("pk-write", r#"{"data":{"$row_id":1,"v":2}}"#),
+    ] {
+        let (status, body) = post(c, &format!("/0.1.0/rest/keyless/{op}"), request);
+        assert_eq!(status, 400, "{op}: {body}");
+        assert!(body.contains("rest.keyless was created without a PRIMARY KEY"), "{op}: {body}");
+    }
     let huge = format!(r#"{{"filters":[{{"column":"id","value":"{}"}}]}}"#, "x".repeat(5 << 20));
     let (status, body) = post(c, "/0.1.0/rest/types/pk-read", &huge);
     assert_eq!(status, 413, "{body}");

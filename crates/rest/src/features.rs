@@ -159,6 +159,9 @@ async fn resolve(rest: &Rest, def: FeatureViewDef) -> Result<ResolvedView, HttpE
             )
         })?;
         let tdef = table.table.def();
+        if tdef.hidden_key().is_some() {
+            return Err(bad(format!("feature group {}: {}", g + 1, crate::pk::no_key(tdef))));
+        }
         for column in group.join_keys.keys() {
             let id = tdef.column_id(column).map_err(HttpError::from_db)?;
             if !tdef.primary_key.contains(&id) {

@@ -186,6 +186,9 @@ impl ItemResult {
 pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Result<Op, HttpError> {
     let meta = &table.table.meta;
     let def = &meta.def;
+    if def.hidden_key().is_some() {
+        return Err(HttpError::bad_request(no_key(def)));
+    }
     match request.kind {
         PkKind::Read | PkKind::Delete => {
             let filters = request.body.filters.as_deref().unwrap_or_default();
@@ -242,6 +245,14 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
             Op::upsert(&table.table, row).map_err(HttpError::from_db)
         }
     }
+}
+
+/// Why a table created without a primary key cannot be reached by key.
+pub fn no_key(def: &latsdb_types::schema::TableDef) -> String {
+    format!(
+        "table {}.{} was created without a PRIMARY KEY, so its rows have no key to read, write or delete them by; give the table a PRIMARY KEY",
+        def.database, def.name
+    )
 }
 
 /// A filter's value as its key column stores it; NULL is no key.

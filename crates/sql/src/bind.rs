@@ -24,6 +24,22 @@ pub struct ScopeTable {
     /// table's column of the same name: reached by qualified names only,
     /// and not in `*`.
     pub merged: Vec<u16>,
+    /// The hidden key of a table created without a primary key: not in `*`
+    /// or a NATURAL JOIN, reached only by its name (as MySQL's invisible
+    /// columns are).
+    pub hidden: Option<u16>,
+}
+
+impl ScopeTable {
+    /// The column `name` reaches.
+    pub fn column_named(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|d| d.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The columns `*` and NATURAL JOIN see: all but the hidden key.
+    pub fn shown(&self) -> impl Iterator<Item = (u16, &ColumnDef)> {
+        self.columns.iter().enumerate().map(|(c, d)| (c as u16, d)).filter(move |(c, _)| self.hidden != Some(*c))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,7 +192,7 @@ impl<'a> Binder<'a> {
                     continue;
                 }
             }
-            if let Some(c) = table.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name)) {
+            if let Some(c) = table.column_named(name) {
                 if qualifier.is_none() && table.merged.contains(&(c as u16)) {
                     continue;
                 }

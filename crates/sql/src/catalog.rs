@@ -10,7 +10,9 @@ use crate::eval::to_text;
 use crate::plan::{table_name, VirtualTable};
 use crate::session::{Response, ResultColumn, Session, Shared, SYSTEM_DATABASE};
 use latsdb_client::Op;
-use latsdb_types::schema::{validate_name, ColumnChange, ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+use latsdb_types::schema::{
+    validate_name, ColumnChange, ColumnDef, ColumnType, IntWidth, TableDef, TableSpec, HIDDEN_KEY_COLUMN,
+};
 use latsdb_types::{Collation, ErrorCode, Value};
 use sqlparser::ast::{self, ColumnOption, DataType, Statement, TableConstraint};
 
@@ -524,7 +526,7 @@ async fn show_index(shared: &Shared, db: &str, t: &str) -> SqlResult<Response> {
     let table = shared.table(db, t).await?;
     let def = table.def();
     let mut rows = Vec::new();
-    for ix in &def.indexes {
+    for ix in def.visible_indexes() {
         for (seq, &c) in ix.columns.iter().enumerate() {
             let col = &def.columns[c as usize];
             rows.push(vec![
@@ -624,7 +626,7 @@ fn check_index_clauses(
     ops: &[ast::AlterTableOperation],
 ) -> SqlResult<()> {
     use ast::AlterTableOperation as AOp;
-    let mut columns: Vec<String> = before.columns.iter().map(|c| c.name.clone()).collect();
+    let mut columns: Vec<String> = before.visible_columns().map(|(_, c)| c.name.clone()).collect();
     for change in changes {
         if let ColumnChange::Rename { from, to } = change {
             if let Some(c) = columns.iter_mut().find(|c| c.eq_ignore_ascii_case(from)) {
@@ -715,7 +717,9 @@ async fn column_changes(
     // Names as they will be after the changes so far.
     let mut names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
     let find = |names: &[String], name: &str| -> SqlResult<usize> {
-        names.iter().position(|n| n.eq_ignore_ascii_case(name)).ok_or_else(|| SqlError::bad_field(name, &def.name))
+        (0..names.len())
+            .find(|&i| def.is_visible(i as latsdb_types::schema::ColumnId) && names[i].eq_ignore_ascii_case(name))
+            .ok_or_else(|| SqlError::bad_field(name, &def.name))
     };
     let mut changes = Vec::new();
     let mut auto_renamed = None;
@@ -855,6 +859,9 @@ async fn create_index(
     cols: &[String],
     unique: bool,
 ) -> SqlResult<std::sync::Arc<latsdb_client::Table>> {
+    if let Some(c) = cols.iter().find(|c| c.eq_ignore_ascii_case(HIDDEN_KEY_COLUMN)) {
+        return Err(SqlError::bad_field(c, "key"));
+    }
     let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
     Ok(if unique {
         shared.client.create_unique_index(db, t, name, &refs).await?
@@ -1078,6 +1085,16 @@ pub fn shown_table_collation(def: &TableDef) -> Collation {
 }
 
 fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) -> SqlResult<ColumnSpec> {
+    if c.name.value.eq_ignore_ascii_case(HIDDEN_KEY_COLUMN) {
+        return Err(SqlError::new(
+            1166,
+            "42000",
+            format!(
+                "Incorrect column name '{}': latsdb keeps that name for the primary key it adds to a table created without one; choose another name",
+                c.name.value
+            ),
+        ));
+    }
     let ty = column_type(&c.data_type)?;
     let mut spec = ColumnSpec {
         def: ColumnDef::new(c.name.value.clone(), ty).collated(collation),
@@ -1158,7 +1175,7 @@ async fn add_columns(
     let mut unique = Vec::new();
     for &(c, if_not_exists, position) in added {
         let name = &c.name.value;
-        let exists = def.columns.iter().chain(&columns).any(|d| d.name.eq_ignore_ascii_case(name));
+        let exists = def.visible_columns().map(|(_, d)| d).chain(&columns).any(|d| d.name.eq_ignore_ascii_case(name));
         if exists && if_not_exists {
             session.warnings.push(("Note", crate::error::ER_DUP_FIELDNAME, format!("Duplicate column name '{name}'")));
             continue;
@@ -1304,12 +1321,24 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
         taken.push(name.clone());
         indexes.push((name, cols, true));
     }
-    if primary.is_empty() {
-        return Err(SqlError::new(
-            1173,
-            "42000",
-            format!("table '{t}' needs a PRIMARY KEY: latsdb distributes rows by their primary key"),
-        ));
+    // A table without a primary key gets a hidden one, numbered like an
+    // AUTO_INCREMENT column (rows are distributed by their primary key).
+    let hidden_key = primary.is_empty();
+    if hidden_key {
+        if let Some(a) = &auto {
+            return Err(SqlError::new(
+                1075,
+                "42000",
+                format!(
+                    "Incorrect table definition: the AUTO_INCREMENT column '{a}' of a table without a PRIMARY KEY must be its PRIMARY KEY in latsdb"
+                ),
+            ));
+        }
+        columns.insert(
+            0,
+            ColumnDef::new(HIDDEN_KEY_COLUMN, ColumnType::Integer { width: IntWidth::Big, unsigned: true }).not_null(),
+        );
+        primary = vec![HIDDEN_KEY_COLUMN.to_string()];
     }
     if let Some(a) = &auto {
         if !primary.iter().any(|p| p.eq_ignore_ascii_case(a))
@@ -1338,6 +1367,9 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
         let c = table.def().column_id(&a)?;
         shared.register_auto_column(&table, c, 1).await?;
     }
+    if let Some(c) = table.def().hidden_key().filter(|_| hidden_key) {
+        shared.register_auto_column(&table, c, 1).await?;
+    }
     Ok(Response::ok())
 }
 
@@ -1346,10 +1378,10 @@ async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<R
     let def = table.def();
     let auto = shared.auto_counter(def.id).await?.map(|(c, _)| c);
     let mut rows = Vec::new();
-    for (i, c) in def.columns.iter().enumerate() {
-        let key = if def.primary_key.contains(&(i as u16)) {
+    for (i, c) in def.visible_columns() {
+        let key = if def.primary_key.contains(&i) {
             "PRI"
-        } else if def.indexes.iter().any(|ix| ix.columns.first() == Some(&(i as u16))) {
+        } else if def.indexes.iter().any(|ix| ix.columns.first() == Some(&i)) {
             "MUL"
         } else {
             ""
@@ -1403,7 +1435,9 @@ fn quote(v: &Value) -> String {
 pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
     let mut lines = Vec::new();
     let collation = shown_table_collation(def);
-    for c in &def.columns {
+    // The hidden key's counter is no AUTO_INCREMENT the user declared.
+    let auto = auto.filter(|(a, _)| def.column_id(a).is_ok_and(|c| def.is_visible(c)));
+    for (_, c) in def.visible_columns() {
         let mut l = format!("  `{}` {}", c.name, column_type_text(c.ty));
         if c.ty.is_string() && c.collation != collation {
             l.push_str(&format!(" COLLATE {}", c.collation.name()));
@@ -1422,7 +1456,9 @@ pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
     }
     let col_list =
         |ids: &[u16]| ids.iter().map(|&i| format!("`{}`", def.columns[i as usize].name)).collect::<Vec<_>>().join(",");
-    lines.push(format!("  PRIMARY KEY ({})", col_list(&def.primary_key)));
+    if def.hidden_key().is_none() {
+        lines.push(format!("  PRIMARY KEY ({})", col_list(&def.primary_key)));
+    }
     for ix in def.indexes.iter().skip(1) {
         let kind = if ix.unique { "UNIQUE KEY" } else { "KEY" };
         lines.push(format!("  {kind} `{}` ({})", ix.name, col_list(&ix.columns)));
@@ -1506,14 +1542,14 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                     }
                     Err(_) => None,
                 };
-                for (i, c) in t.columns.iter().enumerate() {
+                for (position, (i, c)) in t.visible_columns().enumerate() {
                     let (data_type, max_len, precision, scale) = info_type(c.ty);
                     rows.push(vec![
                         s("def"),
                         s(&t.database),
                         s(&t.name),
                         s(&c.name),
-                        Value::Int(i as i64 + 1),
+                        Value::Int(position as i64 + 1),
                         c.default.as_ref().map(|d| Value::Str(to_text(d))).unwrap_or(Value::Null),
                         s(if c.nullable { "YES" } else { "NO" }),
                         s(data_type),
@@ -1523,14 +1559,14 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                         if c.ty.is_string() { s("utf8mb4") } else { Value::Null },
                         if c.ty.is_string() { s(c.collation.name()) } else { Value::Null },
                         s(&column_type_text(c.ty)),
-                        s(if t.primary_key.contains(&(i as u16)) {
+                        s(if t.primary_key.contains(&i) {
                             "PRI"
-                        } else if t.indexes.iter().any(|ix| ix.columns.first() == Some(&(i as u16))) {
+                        } else if t.indexes.iter().any(|ix| ix.columns.first() == Some(&i)) {
                             "MUL"
                         } else {
                             ""
                         }),
-                        s(if auto == Some(i as u16) { "auto_increment" } else { "" }),
+                        s(if auto == Some(i) { "auto_increment" } else { "" }),
                         s(""),
                         match c.ty {
                             ColumnType::DateTime | ColumnType::Timestamp => Value::Int(6),
@@ -1578,7 +1614,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
         "STATISTICS" => {
             let mut rows = Vec::new();
             for t in &tables {
-                for ix in &t.indexes {
+                for ix in t.visible_indexes() {
                     for (seq, &c) in ix.columns.iter().enumerate() {
                         rows.push(vec![
                             s("def"),
@@ -1626,7 +1662,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
         "KEY_COLUMN_USAGE" => {
             let mut rows = Vec::new();
             for t in &tables {
-                for ix in t.indexes.iter().filter(|i| i.unique) {
+                for ix in t.visible_indexes().filter(|i| i.unique) {
                     for (seq, &c) in ix.columns.iter().enumerate() {
                         rows.push(vec![
                             s("def"),
@@ -1693,7 +1729,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
             .collect(),
             rows: tables
                 .iter()
-                .flat_map(|t| t.indexes.iter().filter(|i| i.unique).map(move |i| (t, i)))
+                .flat_map(|t| t.visible_indexes().filter(|i| i.unique).map(move |i| (t, i)))
                 .map(|(t, i)| {
                     let kind = if i.id == 0 { "PRIMARY KEY" } else { "UNIQUE" };
                     vec![s("def"), s(&t.database), s(&i.name), s(&t.database), s(&t.name), s(kind), s("YES")]

@@ -791,7 +791,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         match self.session.shared.table(&db, &table).await {
             Ok(t) => {
                 let def = t.def().clone();
-                for (i, c) in def.columns.iter().enumerate() {
+                for (i, c) in def.visible_columns() {
                     let rc = ResultColumn {
                         name: c.name.clone(),
                         org_name: c.name.clone(),
@@ -800,7 +800,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         db: db.clone(),
                         ty: Some(c.ty),
                         nullable: c.nullable,
-                        primary: def.primary_key.contains(&(i as u16)),
+                        primary: def.primary_key.contains(&i),
                         auto_increment: false,
                         collation: c.ty.is_string().then_some((c.collation, false)),
                         decimal_scale: None,

@@ -11,7 +11,7 @@ use crate::plan::{plan_select, table_name, Access, Catalog, SelectPlan, SourceKi
 use latsdb_client::{Op, Outcome, Table};
 use latsdb_types::expr::{ArithOp, Expr};
 use latsdb_types::proto::LockMode;
-use latsdb_types::schema::{ColumnDef, ColumnId, ColumnType};
+use latsdb_types::schema::{ColumnDef, ColumnId, ColumnType, TableDef};
 use latsdb_types::Value;
 use sqlparser::ast::{self, AssignmentTarget, Statement};
 use std::sync::Arc;
@@ -81,6 +81,7 @@ fn scope_of(table: &Arc<Table>, alias: &str) -> ScopeTable {
         name: def.name.clone(),
         columns: def.columns.clone(),
         merged: Vec::new(),
+        hidden: def.hidden_key(),
     }
 }
 
@@ -93,7 +94,7 @@ pub async fn plan_insert<C: Catalog>(catalog: &C, insert: &ast::Insert) -> SqlRe
     let table = stored(kind, &tname)?;
     let def = table.def();
     let columns: Vec<ColumnId> = if insert.columns.is_empty() && insert.assignments.is_empty() {
-        (0..def.columns.len() as ColumnId).collect()
+        (0..def.columns.len() as ColumnId).filter(|&c| def.is_visible(c)).collect()
     } else if !insert.assignments.is_empty() {
         insert.assignments.iter().map(|a| assignment_column(&table, &a.target)).collect::<SqlResult<_>>()?
     } else {
@@ -103,7 +104,7 @@ pub async fn plan_insert<C: Catalog>(catalog: &C, insert: &ast::Insert) -> SqlRe
             .map(|c| {
                 let n = c.to_string();
                 let n = n.rsplit('.').next().unwrap_or(&n).trim_matches('`').to_string();
-                def.column_id(&n).map_err(|_| SqlError::bad_field(&n, "field list"))
+                named_column(def, &n)
             })
             .collect::<SqlResult<_>>()?
     };
@@ -196,7 +197,7 @@ fn bind_with_values(scope: &ScopeTable, e: &ast::Expr, n: usize) -> SqlResult<SE
     let mut unknown = None;
     let _ = ast::visit_expressions_mut(&mut e, |x| {
         if let Some(col) = Binder::is_values_call(x) {
-            if scope.columns.iter().any(|c| c.name.eq_ignore_ascii_case(&col)) {
+            if scope.column_named(&col).is_some() {
                 *x = ast::Expr::Identifier(ast::Ident::new(format!("\0{col}")));
             } else {
                 unknown.get_or_insert(col);
@@ -226,7 +227,12 @@ fn assignment_column(table: &Arc<Table>, target: &AssignmentTarget) -> SqlResult
     };
     let n = name.to_string();
     let n = n.rsplit('.').next().unwrap_or(&n).trim_matches('`').to_string();
-    table.def().column_id(&n).map_err(|_| SqlError::bad_field(&n, "field list"))
+    named_column(table.def(), &n)
+}
+
+/// The column a statement names (never the hidden key).
+fn named_column(def: &TableDef, name: &str) -> SqlResult<ColumnId> {
+    def.column_id(name).ok().filter(|&c| def.is_visible(c)).ok_or_else(|| SqlError::bad_field(name, "field list"))
 }
 
 /// Binds the TableCol references of single-table expressions to the full
@@ -304,7 +310,7 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
     let table = stored(kind, &tname)?;
     // Reuse the SELECT planner: SELECT * FROM t WHERE ... ORDER BY ... LIMIT ... FOR UPDATE.
     let alias_sql = alias.as_ref().map(|a| format!(" AS `{a}`")).unwrap_or_default();
-    let mut sql = format!("SELECT * FROM `{db}`.`{tname}`{alias_sql}");
+    let mut sql = format!("SELECT {} FROM `{db}`.`{tname}`{alias_sql}", every_column(&table, None));
     if let Some(w) = selection {
         sql.push_str(&format!(" WHERE {w}"));
     }
@@ -334,6 +340,18 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
     };
     let sets = sets.into_iter().map(|(c, e)| Ok((c, full_row(e)?))).collect::<SqlResult<_>>()?;
     Ok(WritePlan { table, select, sets, direct, joined_values: 0 })
+}
+
+/// The select list of every column of `table` in order, the hidden key
+/// included (`*` leaves it out).
+fn every_column(table: &Table, qualifier: Option<&str>) -> String {
+    let quote = |s: &str| format!("`{}`", s.replace('`', "``"));
+    let prefix = qualifier.map(|q| format!("{}.", quote(q))).unwrap_or_default();
+    let def = table.def();
+    if def.hidden_key().is_none() {
+        return format!("{prefix}*");
+    }
+    def.columns.iter().map(|c| format!("{prefix}{}", quote(&c.name))).collect::<Vec<_>>().join(", ")
 }
 
 /// Plans the SELECT an UPDATE or DELETE was rewritten into, reading its
@@ -451,7 +469,7 @@ async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResu
         sets.push((c, bound));
     }
     let from = source.iter().map(|item| item.to_string()).collect::<Vec<_>>().join(", ");
-    let mut sql = format!("SELECT DISTINCT `{shown}`.*");
+    let mut sql = format!("SELECT DISTINCT {}", every_column(&table, Some(&shown)));
     for value in &from_join {
         sql.push_str(&format!(", ({value})"));
     }
@@ -810,7 +828,8 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
     if let Some(c) = auto_col {
         if need_auto > 0 {
             let mut next = auto.next_values(table, need_auto).await?;
-            first_auto = Some(next);
+            // The hidden key's numbers are no insert id a client sees.
+            first_auto = def.is_visible(c).then_some(next);
             for row in &mut rows {
                 if row[c as usize].is_null() {
                     row[c as usize] = to_column(Value::UInt(next), &def.columns[c as usize])?;

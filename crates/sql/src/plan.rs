@@ -219,14 +219,13 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 JoinOn::Natural => {
                     let right = &sources[sources.len() - 1].scope;
                     let names = right
-                        .columns
-                        .iter()
-                        .filter(|c| {
+                        .shown()
+                        .filter(|(_, c)| {
                             sources[item_start..sources.len() - 1]
                                 .iter()
-                                .any(|s| s.scope.columns.iter().any(|l| l.name.eq_ignore_ascii_case(&c.name)))
+                                .any(|s| s.scope.column_named(&c.name).is_some())
                         })
-                        .map(|c| c.name.clone())
+                        .map(|(_, c)| c.name.clone())
                         .collect();
                     JoinOn::Using(names)
                 }
@@ -255,7 +254,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             }
         }
         for n in names {
-            let col = |t: usize| scope[t].columns.iter().position(|c| c.name.eq_ignore_ascii_case(n));
+            let col = |t: usize| scope[t].column_named(n);
             let (Some(r), Some((lt, lc))) = (col(right), (j.item_start..right).find_map(|t| col(t).map(|c| (t, c))))
             else {
                 continue;
@@ -288,7 +287,8 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 // other column, table by table.
                 let firsts = using_columns.iter().copied();
                 let rest = star_order.iter().map(|&t| (t, &scope[t])).flat_map(|(t, s)| {
-                    (0..s.columns.len() as u16)
+                    s.shown()
+                        .map(|(c, _)| c)
                         .filter(move |c| !s.merged.contains(c))
                         .map(move |c| (t, c))
                         .filter(|tc| !using_columns.contains(tc))
@@ -315,11 +315,11 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     .iter()
                     .position(|s| s.alias.eq_ignore_ascii_case(&q))
                     .ok_or_else(|| SqlError::new(1051, "42S02", format!("Unknown table '{q}'")))?;
-                for (c, col) in scope[t].columns.iter().enumerate() {
+                for (c, col) in scope[t].shown() {
                     outputs.push(OutputColumn {
                         name: col.name.clone(),
-                        expr: SExpr::TableCol(t, c as u16),
-                        origin: Some((t, c as u16)),
+                        expr: SExpr::TableCol(t, c),
+                        origin: Some((t, c)),
                         decimal_scale: None,
                         float: false,
                         double_decimals: None,
@@ -380,7 +380,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
             JoinOn::Using(names) => {
                 let mut parts = Vec::new();
                 for n in &names {
-                    let col = |t: usize| scope[t].columns.iter().position(|c| c.name.eq_ignore_ascii_case(n));
+                    let col = |t: usize| scope[t].column_named(n);
                     let r = col(right).ok_or_else(|| SqlError::bad_field(n, "from clause"))?;
                     let l = (item_start..right)
                         .find_map(|t| col(t).map(|c| (t, c)))
@@ -663,7 +663,14 @@ struct JoinSpec<'a> {
 /// Stands in for a table an ON clause may not name: it has no columns and
 /// no name a query can write.
 fn hidden_table() -> ScopeTable {
-    ScopeTable { alias: String::new(), db: String::new(), name: String::new(), columns: Vec::new(), merged: Vec::new() }
+    ScopeTable {
+        alias: String::new(),
+        db: String::new(),
+        name: String::new(),
+        columns: Vec::new(),
+        merged: Vec::new(),
+        hidden: None,
+    }
 }
 
 enum JoinOn<'a> {
@@ -709,12 +716,12 @@ async fn source<C: Catalog>(catalog: &C, factor: &TableFactor) -> SqlResult<Sour
     };
     let (db, table) = table_name(name)?;
     let (db, kind) = catalog.resolve(db.as_deref(), &table).await?;
-    let columns = match &kind {
-        SourceKind::Stored(t) => t.def().columns.clone(),
-        SourceKind::Virtual(v) => v.columns.clone(),
+    let (columns, hidden) = match &kind {
+        SourceKind::Stored(t) => (t.def().columns.clone(), t.def().hidden_key()),
+        SourceKind::Virtual(v) => (v.columns.clone(), None),
     };
     let alias = alias.as_ref().map(|a| a.name.value.clone()).unwrap_or_else(|| table.clone());
-    let scope = ScopeTable { alias, db, name: table, columns, merged: Vec::new() };
+    let scope = ScopeTable { alias, db, name: table, columns, merged: Vec::new(), hidden };
     Ok(Source { scope, kind, fetch: Vec::new(), projection: None })
 }
 

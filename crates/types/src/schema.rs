@@ -267,6 +267,13 @@ pub fn unique_table_name(table: TableId, index: IndexId) -> String {
     format!("{HIDDEN_TABLE_PREFIX}{table}${index}")
 }
 
+/// The primary key the SQL node gives a table created without one (the
+/// design's hidden 8-byte key): a BIGINT UNSIGNED first column, numbered
+/// like an AUTO_INCREMENT column. `SELECT *` and the catalog never show it;
+/// a query may read it by its name (as MySQL's invisible columns), no
+/// statement may write it.
+pub const HIDDEN_KEY_COLUMN: &str = "$row_id";
+
 /// What a user asks for when creating a table.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct TableSpec {
@@ -537,6 +544,32 @@ impl TableDef {
         Ok(def)
     }
 
+    /// The hidden key column, when the table was created without a
+    /// primary key.
+    pub fn hidden_key(&self) -> Option<ColumnId> {
+        match self.primary_key.as_slice() {
+            [c] if self.columns[*c as usize].name == HIDDEN_KEY_COLUMN => Some(*c),
+            _ => None,
+        }
+    }
+
+    /// Whether column `c` is one SQL shows (every column but the hidden key).
+    pub fn is_visible(&self, c: ColumnId) -> bool {
+        self.hidden_key() != Some(c)
+    }
+
+    /// The columns SQL shows, with their ids.
+    pub fn visible_columns(&self) -> impl Iterator<Item = (ColumnId, &ColumnDef)> {
+        let hidden = self.hidden_key();
+        self.columns.iter().enumerate().map(|(c, d)| (c as ColumnId, d)).filter(move |(c, _)| hidden != Some(*c))
+    }
+
+    /// The indexes SQL shows: all but the PRIMARY of a hidden key.
+    pub fn visible_indexes(&self) -> impl Iterator<Item = &IndexDef> {
+        let hidden = self.hidden_key().is_some();
+        self.indexes.iter().filter(move |ix| !(hidden && ix.id == 0))
+    }
+
     pub fn column_id(&self, name: &str) -> Result<ColumnId> {
         self.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name)).map(|p| p as ColumnId).ok_or_else(|| {
             DbError::new(
@@ -629,5 +662,33 @@ impl TableDef {
         def.indexes.retain(|i| i.id != id);
         def.version += 1;
         Ok(def)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_table_keyed_by_the_hidden_column_has_a_hidden_key() {
+        let big = ColumnType::Integer { width: IntWidth::Big, unsigned: true };
+        let keyless = TableSpec::new("d", "keyless")
+            .column(ColumnDef::new(HIDDEN_KEY_COLUMN, big))
+            .column(ColumnDef::new("a", ColumnType::int(IntWidth::Int)))
+            .primary_key(&[HIDDEN_KEY_COLUMN]);
+        let def = TableDef::from_spec(&keyless, 1, 4).unwrap();
+        assert_eq!(def.hidden_key(), Some(0));
+        assert!(!def.is_visible(0) && def.is_visible(1));
+        assert_eq!(def.visible_columns().map(|(c, d)| (c, d.name.as_str())).collect::<Vec<_>>(), [(1, "a")]);
+        assert_eq!(def.visible_indexes().count(), 0);
+
+        let keyed = TableSpec::new("d", "keyed")
+            .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)))
+            .column(ColumnDef::new("a", ColumnType::int(IntWidth::Int)))
+            .primary_key(&["id"]);
+        let def = TableDef::from_spec(&keyed, 2, 4).unwrap();
+        assert_eq!(def.hidden_key(), None);
+        assert_eq!(def.visible_columns().count(), 2);
+        assert_eq!(def.visible_indexes().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["PRIMARY"]);
     }
 }
