@@ -727,6 +727,7 @@ async fn column_changes(
         if names[id] == to {
             return Ok(());
         }
+        reserved_name(to)?;
         if names.iter().enumerate().any(|(i, n)| i != id && n.eq_ignore_ascii_case(to)) {
             return Err(SqlError::new(
                 crate::error::ER_DUP_FIELDNAME,
@@ -860,7 +861,7 @@ async fn create_index(
     unique: bool,
 ) -> SqlResult<std::sync::Arc<latsdb_client::Table>> {
     if let Some(c) = cols.iter().find(|c| c.eq_ignore_ascii_case(HIDDEN_KEY_COLUMN)) {
-        return Err(SqlError::bad_field(c, "key"));
+        return Err(SqlError::new(1072, "42000", format!("Key column '{c}' doesn't exist in table")));
     }
     let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
     Ok(if unique {
@@ -1084,17 +1085,22 @@ pub fn shown_table_collation(def: &TableDef) -> Collation {
     }
 }
 
-fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) -> SqlResult<ColumnSpec> {
-    if c.name.value.eq_ignore_ascii_case(HIDDEN_KEY_COLUMN) {
+/// A user column may not take the hidden key's name.
+fn reserved_name(name: &str) -> SqlResult<()> {
+    if name.eq_ignore_ascii_case(HIDDEN_KEY_COLUMN) {
         return Err(SqlError::new(
             1166,
             "42000",
             format!(
-                "Incorrect column name '{}': latsdb keeps that name for the primary key it adds to a table created without one; choose another name",
-                c.name.value
+                "Incorrect column name '{name}': latsdb keeps that name for the primary key it adds to a table created without one; choose another name"
             ),
         ));
     }
+    Ok(())
+}
+
+fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) -> SqlResult<ColumnSpec> {
+    reserved_name(&c.name.value)?;
     let ty = column_type(&c.data_type)?;
     let mut spec = ColumnSpec {
         def: ColumnDef::new(c.name.value.clone(), ty).collated(collation),
@@ -1260,6 +1266,9 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     if !database_exists(&shared, &db).await? {
         return Err(SqlError::bad_db(&db));
     }
+    if ct.columns.is_empty() {
+        return Err(SqlError::new(1113, "42000", "A table must have at least 1 column"));
+    }
     let mut columns = Vec::new();
     let mut primary: Vec<String> = Vec::new();
     let mut auto: Option<String> = None;
@@ -1351,8 +1360,19 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
             ));
         }
     }
+    // Every key column must exist before anything is created: a failed
+    // index would leave the table behind.
+    let exists = |name: &String| columns.iter().any(|c| c.name.eq_ignore_ascii_case(name));
+    let missing = indexes
+        .iter()
+        .flat_map(|(_, cols, _)| cols)
+        .find(|c| c.eq_ignore_ascii_case(HIDDEN_KEY_COLUMN) || !exists(c))
+        .or_else(|| primary.iter().find(|c| !exists(c)));
+    if let Some(key_column) = missing {
+        return Err(SqlError::new(1072, "42000", format!("Key column '{key_column}' doesn't exist in table")));
+    }
     let spec = TableSpec { database: db.clone(), name: t.clone(), columns, primary_key: primary, partitions: 0 };
-    let mut table = match shared.client.create_table(spec).await {
+    let table = match shared.client.create_table(spec).await {
         Ok(t) => t,
         Err(e) if e.code == ErrorCode::TableExists && ct.if_not_exists => return Ok(Response::ok()),
         Err(e) if e.code == ErrorCode::TableExists => {
@@ -1360,15 +1380,16 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
         }
         Err(e) => return Err(e.into()),
     };
-    for (name, cols, unique) in &indexes {
-        table = create_index(&shared, &db, &t, name, cols, *unique).await?;
-    }
+    // The counter first: the table takes rows as soon as it exists.
     if let Some(a) = auto {
         let c = table.def().column_id(&a)?;
         shared.register_auto_column(&table, c, 1).await?;
     }
     if let Some(c) = table.def().hidden_key().filter(|_| hidden_key) {
         shared.register_auto_column(&table, c, 1).await?;
+    }
+    for (name, cols, unique) in &indexes {
+        create_index(&shared, &db, &t, name, cols, *unique).await?;
     }
     Ok(Response::ok())
 }

@@ -10,7 +10,7 @@ use latsdb_client::{Client, Op, Outcome, Row, Scan, Table, Transaction};
 use latsdb_types::expr::{Aggregate, Expr};
 use latsdb_types::proto::LockMode;
 use latsdb_types::schema::{ColumnDef, ColumnType};
-use latsdb_types::{Collation, Value};
+use latsdb_types::{Collation, Decimal, Value};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -151,14 +151,16 @@ fn key_values(table: &Table, exprs: &[SExpr], row: &[Value], env: &Env) -> SqlRe
 /// when no value does (NULL, or `id = 4.5` on an integer column, which
 /// converting to the column's type would round to 5).
 fn equal_key_part(v: Value, column: &ColumnDef) -> SqlResult<Option<Value>> {
-    if v.is_null() || equals_no_value_of(&v, column.ty) {
+    if v.is_null() {
         return Ok(None);
     }
-    let v = match (column.ty, &v) {
-        // Compared as a number: `id = '4abc'` finds id 4.
-        (ColumnType::Integer { .. }, Value::Str(_) | Value::Bytes(_)) => numeric(&v),
-        _ => v,
-    };
+    if let Some(steps) = Steps::of(column.ty) {
+        match steps.floor_ceil(&v) {
+            Some((floor, ceil)) if floor != ceil || floor < steps.min || floor > steps.max => return Ok(None),
+            Some((k, _)) => return to_column(steps.value(k), column).map(Some),
+            None => {}
+        }
+    }
     to_column(v, column).map(Some)
 }
 
@@ -252,8 +254,8 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
     }
 }
 
-/// What a bound on an integer column means, given as a number.
-enum IntBound {
+/// What a bound on a column of whole steps means, in steps.
+enum StepBound {
     /// The same rows as `col >= v` (a lower bound) or `col <= v`.
     At(i128),
     /// Every value of the column passes (NULL still does not).
@@ -262,80 +264,146 @@ enum IntBound {
     Nothing,
 }
 
-/// A bound `col >= v` / `col > v` (lower) or `col <= v` / `col < v` on an
-/// integer column as an inclusive integer bound within the column's type:
-/// `col >= 1.5` is `col >= 2`, `col <= 4.5` is `col <= 4`, and a bound
-/// past the type's range selects all or nothing (as MySQL compares). A
-/// string is read as the number it starts with (`col <= '4.5'` is `col <=
-/// 4`). None for a value that is not a number.
-fn integer_bound(v: &Value, inclusive: bool, lower: bool, ty: ColumnType) -> Option<IntBound> {
-    let ColumnType::Integer { width, unsigned } = ty else { return None };
-    let read;
-    let v = match v {
-        Value::Str(_) | Value::Bytes(_) => {
-            read = numeric(v);
-            &read
+/// A column type whose values are whole steps: integers, DECIMAL(p, s)
+/// (steps of 10^-s) and DATE (days). A value compared with such a column
+/// is placed between two steps as MySQL compares (numbers as numbers, a
+/// DATE with a DATETIME as DATETIMEs), instead of being converted to the
+/// column's type, which rounds: `id >= 1.5` is `id >= 2`, `price > 9.995`
+/// on DECIMAL(10,2) is `price >= 10.00`, `day < '2024-01-01 10:00'` is
+/// `day <= 2024-01-01`.
+struct Steps {
+    kind: StepKind,
+    min: i128,
+    max: i128,
+}
+
+#[derive(Clone, Copy)]
+enum StepKind {
+    Integer,
+    Decimal(u8),
+    Date,
+}
+
+impl Steps {
+    fn of(ty: ColumnType) -> Option<Steps> {
+        Some(match ty {
+            ColumnType::Integer { width, unsigned: true } => {
+                Steps { kind: StepKind::Integer, min: 0, max: width.unsigned_max() as i128 }
+            }
+            ColumnType::Integer { width, unsigned: false } => {
+                let (lo, hi) = width.signed_range();
+                Steps { kind: StepKind::Integer, min: lo as i128, max: hi as i128 }
+            }
+            ColumnType::Decimal { precision, scale } => {
+                let max = 10i128.checked_pow(precision as u32)? - 1;
+                Steps { kind: StepKind::Decimal(scale), min: -max, max }
+            }
+            ColumnType::Date => Steps { kind: StepKind::Date, min: i32::MIN as i128, max: i32::MAX as i128 },
+            _ => return None,
+        })
+    }
+
+    /// The steps just below and above `v` (equal when `v` is one); None
+    /// when `v` is not read that way (the column's own conversion decides).
+    fn floor_ceil(&self, v: &Value) -> Option<(i128, i128)> {
+        match self.kind {
+            StepKind::Integer => number_floor_ceil(&as_number(v), 0),
+            StepKind::Decimal(scale) => number_floor_ceil(&as_number(v), scale),
+            StepKind::Date => {
+                const DAY: i64 = 86_400_000_000;
+                let micros = match v {
+                    Value::Date(d) => return Some((*d as i128, *d as i128)),
+                    Value::DateTime(us) | Value::Timestamp(us) => *us,
+                    Value::Str(s) => match latsdb_types::value::parse_date(s.trim()) {
+                        Some(d) => return Some((d as i128, d as i128)),
+                        None => latsdb_types::value::parse_datetime(s.trim())?,
+                    },
+                    _ => return None,
+                };
+                let floor = micros.div_euclid(DAY) as i128;
+                Some((floor, if micros.rem_euclid(DAY) == 0 { floor } else { floor + 1 }))
+            }
         }
-        _ => v,
-    };
-    // floor and ceil of the value, and whether it is a whole number.
-    let (floor, ceil) = match v {
-        Value::Int(i) => (*i as i128, *i as i128),
-        Value::UInt(u) => (*u as i128, *u as i128),
+    }
+
+    fn value(&self, k: i128) -> Value {
+        match self.kind {
+            StepKind::Integer => i64::try_from(k).map(Value::Int).unwrap_or(Value::UInt(k as u64)),
+            StepKind::Decimal(scale) => Value::Decimal(Decimal { unscaled: k, scale }),
+            StepKind::Date => Value::Date(k as i32),
+        }
+    }
+
+    /// A bound `col >= v` / `col > v` (lower) or `col <= v` / `col < v` as
+    /// an inclusive bound in steps; a bound past the type's range selects
+    /// all or nothing. None when `v` is not read as a step value.
+    fn bound(&self, v: &Value, inclusive: bool, lower: bool) -> Option<StepBound> {
+        let (floor, ceil) = self.floor_ceil(v)?;
+        let exact = floor == ceil;
+        Some(if lower {
+            let first = if exact && !inclusive { ceil + 1 } else { ceil };
+            if first > self.max {
+                StepBound::Nothing
+            } else if first <= self.min {
+                StepBound::All
+            } else {
+                StepBound::At(first)
+            }
+        } else {
+            let last = if exact && !inclusive { floor - 1 } else { floor };
+            if last < self.min {
+                StepBound::Nothing
+            } else if last >= self.max {
+                StepBound::All
+            } else {
+                StepBound::At(last)
+            }
+        })
+    }
+}
+
+/// What a value compared with a number reads as: a string as the number it
+/// starts with (`'4abc'` is 4), a date as its digits (20240101).
+fn as_number(v: &Value) -> Value {
+    match v {
+        Value::Str(_) | Value::Bytes(_) | Value::Date(_) | Value::DateTime(_) | Value::Timestamp(_) => numeric(v),
+        other => other.clone(),
+    }
+}
+
+/// Floor and ceil of a number in steps of 10^-scale; None for NaN and
+/// non-numbers. Values far past every column's range are clamped (the
+/// answer is the same).
+fn number_floor_ceil(v: &Value, scale: u8) -> Option<(i128, i128)> {
+    const FAR: i128 = 10i128.pow(38);
+    let unit = 10i128.checked_pow(scale as u32)?;
+    Some(match v {
+        Value::Int(i) => {
+            let k = (*i as i128).checked_mul(unit).unwrap_or(if *i < 0 { -FAR } else { FAR });
+            (k, k)
+        }
+        Value::UInt(u) => {
+            let k = (*u as i128).checked_mul(unit).unwrap_or(FAR);
+            (k, k)
+        }
+        Value::Decimal(d) if d.scale <= scale => {
+            let up = 10i128.checked_pow((scale - d.scale) as u32)?;
+            let k = d.unscaled.checked_mul(up).unwrap_or(if d.unscaled < 0 { -FAR } else { FAR });
+            (k, k)
+        }
         Value::Decimal(d) => {
-            let unit = 10i128.checked_pow(d.scale as u32)?;
-            let f = d.unscaled.div_euclid(unit);
-            (f, if d.unscaled.rem_euclid(unit) == 0 { f } else { f + 1 })
+            let down = 10i128.checked_pow((d.scale - scale) as u32)?;
+            let floor = d.unscaled.div_euclid(down);
+            (floor, if d.unscaled.rem_euclid(down) == 0 { floor } else { floor + 1 })
         }
-        Value::Float(f) if f.is_finite() => {
-            // Far outside every integer type: clamp, the answer is the same.
+        // A double against a DECIMAL compares as doubles in MySQL; only
+        // integer columns place it here.
+        Value::Float(f) if !f.is_nan() && scale == 0 => {
             let c = f.clamp(-1e30, 1e30);
             (c.floor() as i128, c.ceil() as i128)
         }
         _ => return None,
-    };
-    let whole = floor == ceil;
-    let (min, max) = if unsigned {
-        (0, width.unsigned_max() as i128)
-    } else {
-        let (lo, hi) = width.signed_range();
-        (lo as i128, hi as i128)
-    };
-    Some(if lower {
-        let first = if whole && !inclusive { ceil + 1 } else { ceil };
-        if first > max {
-            IntBound::Nothing
-        } else if first <= min {
-            IntBound::All
-        } else {
-            IntBound::At(first)
-        }
-    } else {
-        let last = if whole && !inclusive { floor - 1 } else { floor };
-        if last < min {
-            IntBound::Nothing
-        } else if last >= max {
-            IntBound::All
-        } else {
-            IntBound::At(last)
-        }
     })
-}
-
-/// Whether `col = v` holds for no value of an integer column: `id = 4.5`
-/// and `id = '4.5'` match no row (MySQL compares them as numbers), where
-/// converting the value to the column's type would round it to 5.
-fn equals_no_value_of(v: &Value, ty: ColumnType) -> bool {
-    match (integer_bound(v, true, true, ty), integer_bound(v, true, false, ty)) {
-        (Some(IntBound::Nothing), _) | (_, Some(IntBound::Nothing)) => true,
-        // `col >= v` and `col <= v` name the same integer only when v is whole.
-        (Some(IntBound::At(first)), Some(IntBound::At(last))) => first > last,
-        _ => false,
-    }
-}
-
-fn int_value(k: i128) -> Value {
-    i64::try_from(k).map(Value::Int).unwrap_or(Value::UInt(k as u64))
 }
 
 fn key_read(table: &Arc<Table>, src: &Source, key: &[Value], lock: LockMode) -> SqlResult<Op> {
@@ -477,18 +545,20 @@ fn build_scan(plan: &SelectPlan, src: &Source, table: &Table, access: &Access, e
             }
             let column = &def.columns[c as usize];
             let mut p = prefix.clone();
-            Ok(Some(match integer_bound(&v, *inclusive, lower, column.ty) {
-                Some(IntBound::Nothing) => return Ok(None),
-                Some(IntBound::At(k)) => {
-                    p.push(int_value(k));
+            let steps = Steps::of(column.ty);
+            Ok(Some(match steps.as_ref().and_then(|s| s.bound(&v, *inclusive, lower)) {
+                Some(StepBound::Nothing) => return Ok(None),
+                Some(StepBound::At(k)) => {
+                    let step = steps.as_ref().map(|s| s.value(k)).unwrap_or(Value::Null);
+                    p.push(to_column(step, column)?);
                     Bound::Included(p)
                 }
                 // Not reaching the NULLs, which sort first.
-                Some(IntBound::All) if lower => {
+                Some(StepBound::All) if lower => {
                     p.push(Value::Null);
                     Bound::Excluded(p)
                 }
-                Some(IntBound::All) => whole_prefix(),
+                Some(StepBound::All) => whole_prefix(),
                 None => {
                     p.push(to_column(v, column)?);
                     if *inclusive {
@@ -1107,15 +1177,16 @@ mod tests {
     use latsdb_types::schema::IntWidth;
     use latsdb_types::value::Decimal;
 
-    /// Bounds on an INT column as MySQL compares: fractions round inward,
-    /// bounds past the type select all or nothing.
+    /// Bounds on INT, DECIMAL and DATE columns as MySQL compares: values
+    /// between two steps round inward, bounds past the type select all or
+    /// nothing.
     #[test]
-    fn integer_bounds_select_the_rows_mysql_would() {
-        let int = ColumnType::Integer { width: IntWidth::Int, unsigned: false };
-        let tiny_unsigned = ColumnType::Integer { width: IntWidth::Tiny, unsigned: true };
+    fn bounds_on_stepped_columns_select_the_rows_mysql_would() {
+        let int = Steps::of(ColumnType::Integer { width: IntWidth::Int, unsigned: false }).unwrap();
+        let tiny_unsigned = Steps::of(ColumnType::Integer { width: IntWidth::Tiny, unsigned: true }).unwrap();
         let dec = |unscaled, scale| Value::Decimal(Decimal { unscaled, scale });
-        let at = |b: Option<IntBound>| match b {
-            Some(IntBound::At(k)) => Some(k),
+        let at = |b: Option<StepBound>| match b {
+            Some(StepBound::At(k)) => Some(k),
             _ => None,
         };
         // (value, inclusive, lower) -> inclusive integer bound
@@ -1131,33 +1202,64 @@ mod tests {
             (dec(90, 1), false, true, 10), // col > 9.0
             (Value::Float(2.0), true, false, 2),
             (Value::Float(-0.5), false, false, -1),
+            (Value::Str("5".into()), false, true, 6),
+            (Value::Str(" 4.5".into()), true, false, 4),
+            (Value::Str("2.5e1x".into()), false, true, 26),
+            (Value::Date(0), true, true, 19_700_101),
         ] {
-            assert_eq!(at(integer_bound(&v, inclusive, lower, int)), Some(want), "{v:?} {inclusive} {lower}");
+            assert_eq!(at(int.bound(&v, inclusive, lower)), Some(want), "{v:?} {inclusive} {lower}");
         }
-        assert!(matches!(integer_bound(&Value::Int(2_147_483_700), true, true, int), Some(IntBound::Nothing)));
-        assert!(matches!(integer_bound(&Value::Int(2_147_483_700), true, false, int), Some(IntBound::All)));
-        assert!(matches!(integer_bound(&Value::Float(-1e30), true, true, int), Some(IntBound::All)));
-        assert!(matches!(integer_bound(&Value::Int(-1), true, false, tiny_unsigned), Some(IntBound::Nothing)));
-        assert!(matches!(integer_bound(&Value::Int(0), true, true, tiny_unsigned), Some(IntBound::All)));
-        assert!(matches!(integer_bound(&Value::Int(255), false, true, tiny_unsigned), Some(IntBound::Nothing)));
-        assert_eq!(at(integer_bound(&Value::Str("5".into()), false, true, int)), Some(6));
-        assert_eq!(at(integer_bound(&Value::Str(" 4.5".into()), true, false, int)), Some(4));
-        assert_eq!(at(integer_bound(&Value::Str("2.5e1x".into()), false, true, int)), Some(26));
-        assert!(integer_bound(&Value::Date(0), true, true, int).is_none());
-        for (v, none) in [
-            (dec(45, 1), true),
-            (Value::Str("4.5".into()), true),
-            (Value::Float(4.5), true),
-            (Value::Int(2_147_483_648), true),
-            (dec(40, 1), false),
-            (Value::Str("4".into()), false),
-            (Value::Str("4abc".into()), false),
-            (Value::Int(2_147_483_647), false),
-            (Value::Int(-2_147_483_648), false),
+        assert!(matches!(int.bound(&Value::Int(2_147_483_700), true, true), Some(StepBound::Nothing)));
+        assert!(matches!(int.bound(&Value::Int(2_147_483_700), true, false), Some(StepBound::All)));
+        assert!(matches!(int.bound(&Value::Float(-1e30), true, true), Some(StepBound::All)));
+        assert!(matches!(int.bound(&Value::Str("1e400".into()), false, false), Some(StepBound::All)));
+        assert!(int.bound(&Value::Float(f64::NAN), true, true).is_none());
+        assert!(matches!(tiny_unsigned.bound(&Value::Int(-1), true, false), Some(StepBound::Nothing)));
+        assert!(matches!(tiny_unsigned.bound(&Value::Int(0), true, true), Some(StepBound::All)));
+        assert!(matches!(tiny_unsigned.bound(&Value::Int(255), false, true), Some(StepBound::Nothing)));
+        assert!(Steps::of(ColumnType::Double).is_none());
+
+        // DECIMAL(6,3): steps of 0.001.
+        let price = Steps::of(ColumnType::Decimal { precision: 6, scale: 3 }).unwrap();
+        assert_eq!(at(price.bound(&dec(12345, 4), false, true)), Some(1235)); // > 1.2345
+        assert_eq!(at(price.bound(&dec(12345, 4), true, false)), Some(1234)); // <= 1.2345
+        assert_eq!(at(price.bound(&Value::Int(2), false, false)), Some(1999)); // < 2
+        assert!(matches!(price.bound(&Value::Int(1000), true, true), Some(StepBound::Nothing)));
+        assert!(price.bound(&Value::Float(1.5), true, true).is_none());
+
+        // DATE: days; a DATETIME between two days rounds inward.
+        let date = Steps::of(ColumnType::Date).unwrap();
+        let jan1 = latsdb_types::value::parse_date("2024-01-01").unwrap() as i128;
+        assert_eq!(at(date.bound(&Value::Str("2024-01-01 10:00:00".into()), true, true)), Some(jan1 + 1));
+        assert_eq!(at(date.bound(&Value::Str("2024-01-01 10:00:00".into()), false, false)), Some(jan1));
+        assert_eq!(at(date.bound(&Value::Str("2024-01-01".into()), false, false)), Some(jan1 - 1));
+        assert!(date.bound(&Value::Int(20240101), true, true).is_none());
+
+        // Equality: no row for a value between two steps.
+        let column = |ty| ColumnDef::new("c", ty);
+        let int_col = column(ColumnType::Integer { width: IntWidth::Int, unsigned: false });
+        for (v, want) in [
+            (dec(45, 1), None),
+            (Value::Str("4.5".into()), None),
+            (Value::Float(4.5), None),
+            (Value::Int(2_147_483_648), None),
+            (dec(40, 1), Some(Value::Int(4))),
+            (Value::Str("4".into()), Some(Value::Int(4))),
+            (Value::Str("4abc".into()), Some(Value::Int(4))),
+            (Value::Int(2_147_483_647), Some(Value::Int(2_147_483_647))),
+            (Value::Int(-2_147_483_648), Some(Value::Int(-2_147_483_648))),
         ] {
-            assert_eq!(equals_no_value_of(&v, int), none, "{v:?}");
+            assert_eq!(equal_key_part(v.clone(), &int_col).unwrap(), want, "{v:?}");
         }
-        assert!(integer_bound(&Value::Int(5), true, true, ColumnType::Double).is_none());
+        let dec_col = column(ColumnType::Decimal { precision: 6, scale: 3 });
+        assert_eq!(equal_key_part(dec(12345, 4), &dec_col).unwrap(), None);
+        assert_eq!(equal_key_part(dec(12350, 4), &dec_col).unwrap(), Some(dec(1235, 3)));
+        let date_col = column(ColumnType::Date);
+        assert_eq!(equal_key_part(Value::Str("2024-01-01 10:00:00".into()), &date_col).unwrap(), None);
+        assert_eq!(
+            equal_key_part(Value::Str("2024-01-01 00:00:00".into()), &date_col).unwrap(),
+            Some(Value::Date(jan1 as i32))
+        );
     }
 
     fn agg(kind: AggKind, distinct: bool) -> AggSpec {

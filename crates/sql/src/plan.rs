@@ -285,7 +285,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 }
                 // MySQL's order: the USING columns first, then every
                 // other column, table by table.
-                let firsts = using_columns.iter().copied();
+                let firsts = using_columns.iter().copied().filter(|&(t, c)| scope[t].hidden != Some(c));
                 let rest = star_order.iter().map(|&t| (t, &scope[t])).flat_map(|(t, s)| {
                     s.shown()
                         .map(|(c, _)| c)

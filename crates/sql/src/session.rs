@@ -263,6 +263,10 @@ impl Shared {
 
 impl AutoIncrement for Shared {
     async fn auto_column(&self, table: &Arc<Table>) -> SqlResult<Option<ColumnId>> {
+        // Known from the definition: no race with the CREATE registering it.
+        if let Some(c) = table.def().hidden_key() {
+            return Ok(Some(c));
+        }
         let id = table.def().id;
         if let Some(c) = self.auto_columns.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
             return Ok(*c);

@@ -90,4 +90,8 @@ INSERT INTO nk (`$row_id`, a) VALUES (1, 1);
 UPDATE nk SET `$row_id` = 2;
 CREATE INDEX ir ON nk (`$row_id`);
 ALTER TABLE nk RENAME COLUMN `$row_id` TO r;
+ALTER TABLE nk RENAME COLUMN a TO `$row_id`;
+CREATE TABLE nocols ();
+CREATE TABLE badkey (a INT, KEY (nope));
+INSERT INTO badkey VALUES (1);
 DROP DATABASE errs;
