@@ -81,6 +81,11 @@ impl ShardConn {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Requests sent on this connection and not answered yet.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.pending().len()
+    }
+
     pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
     }

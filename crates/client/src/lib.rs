@@ -418,8 +418,27 @@ impl Client {
         table
     }
 
-    pub(crate) fn next_read_replica(&self) -> usize {
-        self.inner.read_rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    /// The replica position the committed reads of the next call prefer:
+    /// the next in turn, unless its nodes have clearly more of this
+    /// client's requests in flight than another position's. A node that
+    /// stops answering for a while (its CPU taken by something else) then
+    /// gets no new reads until it catches up, instead of every other batch;
+    /// healthy nodes keep alternating (always taking the least loaded one
+    /// sent runs of batches to one node and cost 6% of peak reads).
+    pub(crate) fn next_read_replica(&self, router: &Router) -> usize {
+        const MAX_REPLICAS: usize = 4;
+        let turn = self.inner.read_rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let replicas = router.replicas().min(MAX_REPLICAS);
+        if replicas <= 1 {
+            return turn;
+        }
+        let mut load = [0usize; MAX_REPLICAS];
+        for (addr, conn) in self.inner.conns.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            if let Some(p) = router.replica_position(addr.node).filter(|&p| p < replicas) {
+                load[p] += conn.in_flight();
+            }
+        }
+        choose_replica(&load[..replicas], turn)
     }
 
     pub(crate) fn router(&self) -> Arc<Router> {
@@ -535,4 +554,35 @@ pub(crate) fn route_with(router: &Router, partition: u32) -> Result<ShardAddr> {
             format!("no started data node holds partition {partition}; retry later"),
         )
     })
+}
+
+/// Position `turn` (modulo the positions), unless it has more than half
+/// again plus one requests in flight than the least loaded position: then
+/// that one.
+fn choose_replica(load: &[usize], turn: usize) -> usize {
+    let in_turn = turn % load.len();
+    let least = (0..load.len()).map(|i| (turn + i) % load.len()).min_by_key(|&p| load[p]).unwrap_or(in_turn);
+    if load[in_turn] > load[least] + 1 + load[least] / 2 {
+        least
+    } else {
+        in_turn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_rotate_over_replicas_and_avoid_one_with_a_backlog() {
+        // Healthy nodes alternate, even when their loads differ a little.
+        for load in [[0, 0], [2, 2], [20, 18], [1, 0]] {
+            assert_eq!((0..4).map(|t| choose_replica(&load, t)).collect::<Vec<_>>(), [0, 1, 0, 1], "{load:?}");
+        }
+        // A node whose requests pile up gets none until it catches up.
+        assert_eq!((0..4).map(|t| choose_replica(&[2, 0], t)).collect::<Vec<_>>(), [1, 1, 1, 1]);
+        assert_eq!((0..4).map(|t| choose_replica(&[9, 40], t)).collect::<Vec<_>>(), [0, 0, 0, 0]);
+        assert_eq!(choose_replica(&[5, 0, 1], 0), 1);
+        assert_eq!(choose_replica(&[5, 1, 0], 0), 2);
+    }
 }

@@ -306,7 +306,7 @@ impl Client {
         }
         // All committed reads of this call go to the same replica position,
         // so a batch reaches one node per node group; calls rotate over them.
-        let prefer = self.next_read_replica();
+        let prefer = self.next_read_replica(&self.router());
         for attempt in 0..=STALE_LAYOUT_RETRIES {
             let router = self.router();
             let mut routes = RouteCache::default();

@@ -652,6 +652,17 @@ impl Router {
         with(NodeStatus::Started).chain(with(NodeStatus::Starting)).collect()
     }
 
+    /// The position of `node` in its node group (what `read_replica_of`'s
+    /// `prefer` names), if the layout lists it.
+    pub fn replica_position(&self, node: NodeId) -> Option<usize> {
+        self.groups.iter().find_map(|g| g.iter().position(|&(n, _, _)| n == node))
+    }
+
+    /// The most nodes any node group has.
+    pub fn replicas(&self) -> usize {
+        self.groups.iter().map(Vec::len).max().unwrap_or(0)
+    }
+
     /// Where a read-committed read of `partition` may go: the replica on the
     /// node at position `prefer` (modulo the group's size) of the
     /// partition's node group when that node is started, else the primary.
