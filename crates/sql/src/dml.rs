@@ -342,6 +342,38 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
     Ok(WritePlan { table, select, sets, direct, joined_values: 0 })
 }
 
+/// MySQL's strict mode refuses an UPDATE or DELETE whose key lookup is
+/// given text that is not wholly a number for a numeric column (`WHERE id =
+/// '4abc'`: error 1292), where a SELECT reads the number it starts with.
+fn no_text_keys_of_numbers(plan: &WritePlan, env: &Env) -> SqlResult<()> {
+    let def = plan.table.def();
+    if plan.select.sources.len() != 1 {
+        // A multi-table write: the access path may be another table's.
+        return Ok(());
+    }
+    let keyed: Vec<(&SExpr, ColumnId)> = match (&plan.direct, &plan.select.access) {
+        (Some(keys), _) | (None, Access::Keys(keys)) => {
+            keys.iter().flat_map(|k| k.iter().zip(def.primary_key.iter().copied())).collect()
+        }
+        (None, Access::Range { columns, eq, .. }) => eq.iter().zip(columns.iter().copied()).collect(),
+        (None, Access::Full) => Vec::new(),
+    };
+    for (e, c) in keyed {
+        let numeric_column =
+            matches!(def.columns[c as usize].ty, ColumnType::Integer { .. } | ColumnType::Decimal { .. });
+        if let (true, Value::Str(s)) = (numeric_column, e.eval(&[], env)?) {
+            if !crate::eval::is_number_text(&s) {
+                return Err(SqlError::new(
+                    crate::error::ER_TRUNCATED_WRONG_VALUE,
+                    "22007",
+                    format!("Truncated incorrect DECIMAL value: '{s}'"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The select list of every column of `table` in order, the hidden key
 /// included (`*` leaves it out).
 fn every_column(table: &Table, qualifier: Option<&str>) -> String {
@@ -1093,6 +1125,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     ctx.env.strict_numbers = false;
     let table = &plan.table;
     let def = table.def();
+    no_text_keys_of_numbers(plan, &ctx.env)?;
     // Inside a transaction a duplicate in a unique index must fail the
     // statement alone: the new values are checked before anything is
     // written, which takes the rows (so no direct path).

@@ -763,7 +763,7 @@ fn arith_op(op: Arith, a: &Value, b: &Value, strict: bool) -> SqlResult<Value> {
 
 /// Whether text reads wholly as a number (spaces around it allowed):
 /// `-1.5e3` does, `12abc`, `abc` and `` do not.
-fn is_number_text(s: &str) -> bool {
+pub(crate) fn is_number_text(s: &str) -> bool {
     let t = s.trim_matches(' ').as_bytes();
     let mut i = 0;
     if i < t.len() && (t[i] == b'+' || t[i] == b'-') {

@@ -94,4 +94,6 @@ ALTER TABLE nk RENAME COLUMN a TO `$row_id`;
 CREATE TABLE nocols ();
 CREATE TABLE badkey (a INT, KEY (nope));
 INSERT INTO badkey VALUES (1);
+DELETE FROM t WHERE id = '4abc';
+UPDATE t SET n = 0 WHERE id IN (1, '2x');
 DROP DATABASE errs;
