@@ -1332,8 +1332,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     }
     // A table without a primary key gets a hidden one, numbered like an
     // AUTO_INCREMENT column (rows are distributed by their primary key).
-    let hidden_key = primary.is_empty();
-    if hidden_key {
+    if primary.is_empty() {
         if let Some(a) = &auto {
             return Err(SqlError::new(
                 1075,
@@ -1381,11 +1380,11 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
         Err(e) => return Err(e.into()),
     };
     // The counter first: the table takes rows as soon as it exists.
-    if let Some(a) = auto {
-        let c = table.def().column_id(&a)?;
-        shared.register_auto_column(&table, c, 1).await?;
-    }
-    if let Some(c) = table.def().hidden_key().filter(|_| hidden_key) {
+    let numbered = match auto {
+        Some(a) => Some(table.def().column_id(&a)?),
+        None => table.def().hidden_key(),
+    };
+    if let Some(c) = numbered {
         shared.register_auto_column(&table, c, 1).await?;
     }
     for (name, cols, unique) in &indexes {

@@ -94,7 +94,7 @@ pub async fn plan_insert<C: Catalog>(catalog: &C, insert: &ast::Insert) -> SqlRe
     let table = stored(kind, &tname)?;
     let def = table.def();
     let columns: Vec<ColumnId> = if insert.columns.is_empty() && insert.assignments.is_empty() {
-        (0..def.columns.len() as ColumnId).filter(|&c| def.is_visible(c)).collect()
+        def.visible_columns().map(|(c, _)| c).collect()
     } else if !insert.assignments.is_empty() {
         insert.assignments.iter().map(|a| assignment_column(&table, &a.target)).collect::<SqlResult<_>>()?
     } else {
@@ -351,12 +351,11 @@ fn no_text_keys_of_numbers(plan: &WritePlan, env: &Env) -> SqlResult<()> {
         // A multi-table write: the access path may be another table's.
         return Ok(());
     }
-    let keyed: Vec<(&SExpr, ColumnId)> = match (&plan.direct, &plan.select.access) {
-        (Some(keys), _) | (None, Access::Keys(keys)) => {
-            keys.iter().flat_map(|k| k.iter().zip(def.primary_key.iter().copied())).collect()
-        }
-        (None, Access::Range { columns, eq, .. }) => eq.iter().zip(columns.iter().copied()).collect(),
-        (None, Access::Full) => Vec::new(),
+    // (A direct write's keys are these same key lookups.)
+    let keyed: Vec<(&SExpr, ColumnId)> = match &plan.select.access {
+        Access::Keys(keys) => keys.iter().flat_map(|k| k.iter().zip(def.primary_key.iter().copied())).collect(),
+        Access::Range { columns, eq, .. } => eq.iter().zip(columns.iter().copied()).collect(),
+        Access::Full => Vec::new(),
     };
     for (e, c) in keyed {
         let numeric_column =

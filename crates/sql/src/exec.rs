@@ -307,8 +307,10 @@ impl Steps {
     /// when `v` is not read that way (the column's own conversion decides).
     fn floor_ceil(&self, v: &Value) -> Option<(i128, i128)> {
         match self.kind {
-            StepKind::Integer => number_floor_ceil(&as_number(v), 0),
-            StepKind::Decimal(scale) => number_floor_ceil(&as_number(v), scale),
+            // Text reads as the number it starts with ('4abc' is 4), a
+            // date as its digits (20240101).
+            StepKind::Integer => number_floor_ceil(&numeric(v), 0),
+            StepKind::Decimal(scale) => number_floor_ceil(&numeric(v), scale),
             StepKind::Date => {
                 const DAY: i64 = 86_400_000_000;
                 let micros = match v {
@@ -359,15 +361,6 @@ impl Steps {
                 StepBound::At(last)
             }
         })
-    }
-}
-
-/// What a value compared with a number reads as: a string as the number it
-/// starts with (`'4abc'` is 4), a date as its digits (20240101).
-fn as_number(v: &Value) -> Value {
-    match v {
-        Value::Str(_) | Value::Bytes(_) | Value::Date(_) | Value::DateTime(_) | Value::Timestamp(_) => numeric(v),
-        other => other.clone(),
     }
 }
 
@@ -545,20 +538,19 @@ fn build_scan(plan: &SelectPlan, src: &Source, table: &Table, access: &Access, e
             }
             let column = &def.columns[c as usize];
             let mut p = prefix.clone();
-            let steps = Steps::of(column.ty);
-            Ok(Some(match steps.as_ref().and_then(|s| s.bound(&v, *inclusive, lower)) {
-                Some(StepBound::Nothing) => return Ok(None),
-                Some(StepBound::At(k)) => {
-                    let step = steps.as_ref().map(|s| s.value(k)).unwrap_or(Value::Null);
-                    p.push(to_column(step, column)?);
+            let stepped = Steps::of(column.ty).and_then(|s| s.bound(&v, *inclusive, lower).map(|b| (s, b)));
+            Ok(Some(match stepped {
+                Some((_, StepBound::Nothing)) => return Ok(None),
+                Some((steps, StepBound::At(k))) => {
+                    p.push(to_column(steps.value(k), column)?);
                     Bound::Included(p)
                 }
                 // Not reaching the NULLs, which sort first.
-                Some(StepBound::All) if lower => {
+                Some((_, StepBound::All)) if lower => {
                     p.push(Value::Null);
                     Bound::Excluded(p)
                 }
-                Some(StepBound::All) => whole_prefix(),
+                Some((_, StepBound::All)) => whole_prefix(),
                 None => {
                     p.push(to_column(v, column)?);
                     if *inclusive {
@@ -1175,7 +1167,6 @@ fn count_arg(e: &SExpr, env: &Env) -> SqlResult<u64> {
 mod tests {
     use super::*;
     use latsdb_types::schema::IntWidth;
-    use latsdb_types::value::Decimal;
 
     /// Bounds on INT, DECIMAL and DATE columns as MySQL compares: values
     /// between two steps round inward, bounds past the type select all or
