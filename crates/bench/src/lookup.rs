@@ -55,6 +55,11 @@ pub struct LookupArgs {
     pub rows: u64,
     #[arg(long, value_enum, default_value = "ints")]
     pub columns: Columns,
+    /// Name the columns to return in every lookup (`readColumns`: all but
+    /// the key), as RonDB's clients do; without it a lookup returns the
+    /// whole row.
+    #[arg(long)]
+    pub read_columns: bool,
     #[arg(long, value_enum, default_value = "uniform")]
     pub distribution: Distribution,
     /// Seconds of warm-up before measuring.
@@ -179,6 +184,8 @@ struct Shared {
     args: LookupArgs,
     path: String,
     table: String,
+    /// `,"readColumns":[...]` for every item, or empty.
+    read_columns: String,
     measuring: AtomicBool,
     stop: AtomicBool,
     counters: Counters,
@@ -271,6 +278,7 @@ async fn run_async(args: LookupArgs) -> Result<(), String> {
     let shared = Arc::new(Shared {
         path: format!("http://{}/0.1.0/batch", args.rest),
         table: format!("{}/{}/pk-read", args.database, table),
+        read_columns: read_columns_json(&args),
         args: args.clone(),
         measuring: AtomicBool::new(false),
         stop: AtomicBool::new(false),
@@ -371,6 +379,7 @@ async fn run_async(args: LookupArgs) -> Result<(), String> {
         "batch": args.batch,
         "rows": args.rows,
         "columns": format!("{:?}", args.columns),
+        "read_columns": args.read_columns,
         "distribution": format!("{:?}", args.distribution),
         "rate": args.rate,
         "seconds": seconds,
@@ -431,6 +440,20 @@ async fn connect(address: &str) -> Result<Sender, String> {
     Ok(sender)
 }
 
+/// The `readColumns` member every item carries with `--read-columns`: the
+/// table's non-key columns (`load`).
+fn read_columns_json(args: &LookupArgs) -> String {
+    if !args.read_columns {
+        return String::new();
+    }
+    let mut names: Vec<String> = (1..=5).map(|i| format!("i{i}")).collect();
+    if args.columns == Columns::IntsStrings {
+        names.extend((1..=5).map(|i| format!("s{i}")));
+    }
+    let list: Vec<String> = names.iter().map(|n| format!(r#"{{"column":"{n}"}}"#)).collect();
+    format!(r#","readColumns":[{}]"#, list.join(","))
+}
+
 fn build_body(out: &mut Vec<u8>, shared: &Shared, keys: &mut KeyGen) {
     out.clear();
     out.extend_from_slice(b"{\"operations\":[");
@@ -442,7 +465,9 @@ fn build_body(out: &mut Vec<u8>, shared: &Shared, keys: &mut KeyGen) {
         out.extend_from_slice(shared.table.as_bytes());
         out.extend_from_slice(b"\",\"body\":{\"filters\":[{\"column\":\"id\",\"value\":");
         out.extend_from_slice(itoa::Buffer::new().format(keys.key()).as_bytes());
-        out.extend_from_slice(b"}]}}");
+        out.extend_from_slice(b"}]");
+        out.extend_from_slice(shared.read_columns.as_bytes());
+        out.extend_from_slice(b"}}");
     }
     out.extend_from_slice(b"]}");
 }
