@@ -99,7 +99,7 @@ impl Op {
     pub fn columns(mut self, table: &Arc<Table>, names: &[&str]) -> Result<Op> {
         let ids = names.iter().map(|n| table.column(n)).collect::<Result<Vec<_>>>()?;
         self.layout = Arc::new(table.meta.layout.projection(&ids));
-        self.op.projection = Some(ids);
+        self.op.projection = Some(ids.into());
         Ok(self)
     }
 
@@ -165,16 +165,17 @@ impl Op {
 /// many operations.
 #[derive(Clone, Debug)]
 pub struct Projection {
-    columns: Vec<ColumnId>,
+    /// Shared with every operation that reads through this projection.
+    columns: Arc<[ColumnId]>,
     layout: Arc<RowLayout>,
 }
 
 impl Projection {
     pub fn new(table: &Table, names: &[&str]) -> Result<Projection> {
         let columns = names.iter().map(|n| table.column(n)).collect::<Result<Vec<_>>>()?;
-        table.meta.validate_projection(&Some(columns.clone()))?;
+        table.meta.validate_projection(Some(&columns))?;
         let layout = Arc::new(table.meta.layout.projection(&columns));
-        Ok(Projection { columns, layout })
+        Ok(Projection { columns: columns.into(), layout })
     }
 
     /// The layout of the rows a read with this projection returns.

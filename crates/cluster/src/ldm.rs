@@ -336,7 +336,7 @@ impl Shard {
                 op.partition
             )));
         }
-        meta.validate_projection(&op.projection)?;
+        meta.validate_projection(op.projection.as_deref())?;
         let new_row = match &op.kind {
             OpKind::Insert { row } | OpKind::Upsert { row } => {
                 let values = meta.coerce_row(row.clone())?;

@@ -525,7 +525,7 @@ impl Shard {
     fn scan(&self, req: &ScanRequest) -> Result<latsdb_types::proto::ScanPage> {
         let table = self.table(req.table, req.table_version)?;
         let meta = &table.meta;
-        meta.validate_projection(&req.projection)?;
+        meta.validate_projection(req.projection.as_deref())?;
         if let Some(filter) = &req.filter {
             filter.validate(meta.def.columns.len())?;
         }

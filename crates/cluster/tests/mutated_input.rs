@@ -78,7 +78,10 @@ fn seeds(meta: &TableMeta) -> Vec<ClientRequest> {
         ClientRequest::Batch(vec![op(1, OpKind::Insert { row: row(1) }), op(2, OpKind::Upsert { row: row(2) })]),
         ClientRequest::Batch(vec![
             op(1, OpKind::Read { lock: LockMode::Shared }),
-            KeyOp { projection: Some(vec![1, 3]), ..op(2, OpKind::Read { lock: LockMode::Committed }) },
+            KeyOp {
+                projection: Some(std::sync::Arc::from([1, 3])),
+                ..op(2, OpKind::Read { lock: LockMode::Committed })
+            },
         ]),
         ClientRequest::TxExec {
             tx: None,

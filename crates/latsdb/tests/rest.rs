@@ -220,6 +220,35 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     let (status, body) =
         post(c, "/0.1.0/rest/pairs/pk-read", r#"{"filters":[{"column":"a","value":3},{"column":"b","value":"z"}]}"#);
     assert_eq!((status, body.as_str()), (200, r#"{"data":{"a":3,"b":"z","v":30}}"#));
+    // Items listing the same readColumns share one list and projection;
+    // each still reads its own columns of its own table.
+    let columns = |list: &str, table: &str, key: &str| {
+        format!(
+            r#"{{"method":"POST","relative-url":"rest/{table}/pk-read","body":{{"filters":[{key}],"readColumns":{list}}}}}"#
+        )
+    };
+    let (types_1, pairs_1) = (r#"{"column":"id","value":1}"#, r#"{"column":"a","value":1},{"column":"b","value":"x"}"#);
+    let (ti_vc, vc, b) = (r#"[{"column":"ti"},{"column":"vc"}]"#, r#"[{"column":"vc"}]"#, r#"[{"column":"b"}]"#);
+    let items = [
+        columns(ti_vc, "types", types_1),
+        columns(ti_vc, "types", types_1),
+        columns(vc, "types", types_1),
+        columns(ti_vc, "types", types_1),
+        columns(b, "pairs", pairs_1),
+        columns(b, "types", types_1),
+    ];
+    let (status, body) = post(c, "/0.1.0/batch", &format!(r#"{{"operations":[{}]}}"#, items.join(",")));
+    assert_eq!(status, 200, "{body}");
+    let ti_vc_row = r#"{"code":200,"body":{"data":{"ti":-5,"vc":"he said \"hi\""}}}"#;
+    let expected = [
+        ti_vc_row,
+        ti_vc_row,
+        r#"{"code":200,"body":{"data":{"vc":"he said \"hi\""}}}"#,
+        ti_vc_row,
+        r#"{"code":200,"body":{"data":{"b":"x"}}}"#,
+        r#"{"code":200,"body":{"data":{"b":"AQID"}}}"#,
+    ];
+    assert_eq!(body, format!(r#"{{"result":[{}]}}"#, expected.join(",")));
     // Malformed batches are rejected whole.
     for (request, expected) in [
         (r#"{"operations":[]}"#, "'operations' is empty"),
@@ -380,7 +409,7 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     assert_eq!(http(&c.rest, "GET", "/0.1.0/ping", &[], b""), (200, String::new()));
     let (status, body) = http(&c.rest, "GET", "/metrics", &[], b"");
     assert_eq!(status, 200);
-    assert!(body.contains("latsdb_rest_requests_total{endpoint=\"batch\",status=\"2xx\"} 2"), "{body}");
+    assert!(body.contains("latsdb_rest_requests_total{endpoint=\"batch\",status=\"2xx\"} 3"), "{body}");
     assert!(body.contains("latsdb_rest_key_operations_total{outcome=\"not_found\"}"), "{body}");
     let (status, body) = http(&c.rest, "GET", "/0.1.0/openapi.json", &[], b"");
     assert_eq!(status, 200);

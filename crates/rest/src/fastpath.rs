@@ -12,9 +12,10 @@
 use crate::json::Scalar;
 use crate::pk::{BatchBody, BatchItem, Filter, OpBody, ReadColumn};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 pub fn parse_batch(text: &str) -> Option<BatchBody<'_>> {
-    let mut c = Cursor { text, at: 0 };
+    let mut c = Cursor { text, at: 0, last_columns: None };
     let mut operations = None;
     c.object(|c, key| match key {
         "operations" if operations.is_none() => {
@@ -31,6 +32,9 @@ pub fn parse_batch(text: &str) -> Option<BatchBody<'_>> {
 struct Cursor<'a> {
     text: &'a str,
     at: usize,
+    /// The text of the last `readColumns` array read and what it read as:
+    /// an item whose array is the same text shares the list.
+    last_columns: Option<(&'a str, Arc<[ReadColumn<'a>]>)>,
 }
 
 impl<'a> Cursor<'a> {
@@ -164,7 +168,7 @@ impl<'a> Cursor<'a> {
         self.object(|c, key| {
             match key {
                 "filters" if body.filters.is_none() => body.filters = Some(c.array(|c| c.filter())?),
-                "readColumns" if body.read_columns.is_none() => body.read_columns = Some(c.array(|c| c.read_column())?),
+                "readColumns" if body.read_columns.is_none() => body.read_columns = Some(c.read_columns()?),
                 "operationId" if body.operation_id.is_none() => body.operation_id = Some(Cow::Borrowed(c.string()?)),
                 _ => return None,
             }
@@ -196,6 +200,23 @@ impl<'a> Cursor<'a> {
     fn filter(&mut self) -> Option<Filter<'a>> {
         let (column, value) = self.two_fields(("column", Self::string), ("value", Self::scalar))?;
         Some(Filter { column: Cow::Borrowed(column?), value: value? })
+    }
+
+    /// A `readColumns` array. An array of the same text as the last one
+    /// reads as the same list, so it is shared rather than read again: the
+    /// array ends where that text does, at its closing bracket.
+    fn read_columns(&mut self) -> Option<Arc<[ReadColumn<'a>]>> {
+        self.skip_space();
+        if let Some((text, list)) = &self.last_columns {
+            if self.text[self.at..].starts_with(text) {
+                self.at += text.len();
+                return Some(list.clone());
+            }
+        }
+        let start = self.at;
+        let list: Arc<[ReadColumn<'a>]> = self.array(|c| c.read_column())?.into();
+        self.last_columns = Some((&self.text[start..self.at], list.clone()));
+        Some(list)
     }
 
     fn read_column(&mut self) -> Option<ReadColumn<'a>> {
@@ -263,5 +284,27 @@ mod tests {
         for text in &left {
             assert_eq!(parse_batch(text).map(|b| format!("{b:?}")), None, "{text}");
         }
+    }
+
+    #[test]
+    fn items_with_the_same_read_columns_text_share_one_list() {
+        let item = |columns: &str| {
+            format!(
+                r#"{{"method":"POST","relative-url":"d/t/pk-read","body":{{"filters":[{{"column":"id","value":1}}],"readColumns":{columns}}}}}"#
+            )
+        };
+        let (ab, a) = (r#"[{"column":"a"},{"column":"b"}]"#, r#"[{"column":"a"}]"#);
+        let text = format!(r#"{{"operations":[{},{},{},{}]}}"#, item(ab), item(ab), item(a), item(ab));
+        let batch = parse_batch(&text).expect("the fast path takes it");
+        let lists: Vec<&Arc<[ReadColumn]>> =
+            batch.operations.iter().map(|o| o.body.read_columns.as_ref().expect("listed")).collect();
+        assert!(Arc::ptr_eq(lists[0], lists[1]));
+        assert!(!Arc::ptr_eq(lists[1], lists[2]));
+        assert_eq!(lists[2].len(), 1);
+        assert_eq!(format!("{:?}", lists[3]), format!("{:?}", lists[0]));
+        assert_eq!(
+            format!("{b:?}", b = batch.operations),
+            format!("{:?}", serde_json::from_str::<BatchBody>(&text).unwrap().operations)
+        );
     }
 }

@@ -405,6 +405,7 @@ async fn execute_round(
     let mut slots = Vec::with_capacity(todo.len());
     // Batches mostly repeat one table: reuse the previous item's.
     let mut last: Option<(&str, &str, Arc<state::ResolvedTable>)> = None;
+    let mut last_projection = pk::LastProjection::default();
     for &i in todo {
         let request = &requests[i];
         let table = match &last {
@@ -414,7 +415,7 @@ async fn execute_round(
         if let Ok(t) = &table {
             last = Some((&request.database, &request.table, t.clone()));
         }
-        match table.and_then(|table| pk::plan(rest, &table, request)) {
+        match table.and_then(|table| pk::plan(rest, &table, request, &mut last_projection)) {
             Ok(op) => {
                 slots.push(i);
                 ops.push(op);

@@ -41,8 +41,10 @@ pub struct ReadColumn<'a> {
 pub struct OpBody<'a> {
     #[serde(borrow, default)]
     pub filters: Option<Vec<Filter<'a>>>,
+    /// Shared: the items of a batch that list the same columns hold one
+    /// list (`fastpath`), and that list finds its projection once.
     #[serde(borrow, default, rename = "readColumns")]
-    pub read_columns: Option<Vec<ReadColumn<'a>>>,
+    pub read_columns: Option<Arc<[ReadColumn<'a>]>>,
     #[serde(borrow, default, rename = "operationId")]
     pub operation_id: Option<Cow<'a, str>>,
     /// Column values of a `pk-write`.
@@ -143,7 +145,7 @@ pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
         if columns.is_empty() {
             return Err("'readColumns' is empty: leave it out to read every column".into());
         }
-        for c in columns {
+        for c in columns.iter() {
             match c.data_return_type.as_deref() {
                 None | Some("default") => {}
                 Some(other) => return Err(format!("dataReturnType '{other}' is not supported; use \"default\"")),
@@ -182,8 +184,18 @@ impl ItemResult {
     }
 }
 
+/// The projection of the last `readColumns` list planned in a batch, for
+/// the items after it that share the list (`OpBody::read_columns`).
+#[derive(Default)]
+pub struct LastProjection<'a>(Option<(Arc<ResolvedTable>, Arc<[ReadColumn<'a>]>, Projection)>);
+
 /// Builds the client operation for one request, or says why it is invalid.
-pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Result<Op, HttpError> {
+pub fn plan<'a>(
+    rest: &Rest,
+    table: &Arc<ResolvedTable>,
+    request: &PkRequest<'a>,
+    last: &mut LastProjection<'a>,
+) -> Result<Op, HttpError> {
     let meta = &table.table.meta;
     let def = &meta.def;
     if def.hidden_key().is_some() {
@@ -197,7 +209,7 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
             if let ([filter], &[key_column]) = (filters, def.primary_key.as_slice()) {
                 let column = &def.columns[key_column as usize];
                 if column.name.eq_ignore_ascii_case(&filter.column) {
-                    return planned_key_op(rest, table, request, &[key_value(filter, column)?]);
+                    return planned_key_op(rest, table, request, &[key_value(filter, column)?], last);
                 }
             }
             let mut key: Vec<Option<Value>> = vec![None; def.primary_key.len()];
@@ -220,7 +232,7 @@ pub fn plan(rest: &Rest, table: &Arc<ResolvedTable>, request: &PkRequest) -> Res
                     def.database, def.name, table.key_names
                 ))
             })?;
-            planned_key_op(rest, table, request, &key)
+            planned_key_op(rest, table, request, &key, last)
         }
         PkKind::Write => {
             let data = request.body.data.as_ref().map(|d| d.0.as_slice()).unwrap_or_default();
@@ -265,23 +277,29 @@ fn key_value(filter: &Filter, column: &latsdb_types::schema::ColumnDef) -> Resul
 }
 
 /// The read or delete of the row with primary key `key`.
-fn planned_key_op(
+fn planned_key_op<'a>(
     rest: &Rest,
     table: &Arc<ResolvedTable>,
-    request: &PkRequest,
+    request: &PkRequest<'a>,
     key: &[Value],
+    last: &mut LastProjection<'a>,
 ) -> Result<Op, HttpError> {
     if request.kind == PkKind::Delete {
         return Op::delete(&table.table, key).map_err(HttpError::from_db);
     }
     let op = Op::read(&table.table, key).map_err(HttpError::from_db)?;
-    match &request.body.read_columns {
-        None => Ok(op),
-        Some(columns) => {
-            let projection = rest.projection(table, columns)?;
-            Ok(op.with_projection(&projection))
+    let Some(columns) = &request.body.read_columns else {
+        return Ok(op);
+    };
+    if let Some((t, c, projection)) = &last.0 {
+        if Arc::ptr_eq(t, table) && Arc::ptr_eq(c, columns) {
+            return Ok(op.with_projection(projection));
         }
     }
+    let projection = rest.projection(table, columns)?;
+    let op = op.with_projection(&projection);
+    last.0 = Some((table.clone(), columns.clone(), projection));
+    Ok(op)
 }
 
 /// Builds a projection from `readColumns`, reusing the table's cached ones.

@@ -114,7 +114,7 @@ impl TableMeta {
         Ok(values)
     }
 
-    pub fn validate_projection(&self, projection: &Option<Vec<ColumnId>>) -> Result<()> {
+    pub fn validate_projection(&self, projection: Option<&[ColumnId]>) -> Result<()> {
         if let Some(columns) = projection {
             if columns.is_empty() || columns.len() > self.def.columns.len() * 4 {
                 return Err(DbError::bad_request("a projection must name 1 or more columns (and not absurdly many)"));

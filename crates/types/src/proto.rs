@@ -14,6 +14,7 @@ use crate::expr::{Aggregate, Expr};
 use crate::schema::{ColumnDef, ColumnId, IndexId, TableDef, TableId, TableSpec};
 use crate::value::Value;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::sync::Arc;
 
 pub const PROTOCOL_VERSION: u32 = 7;
 /// Bytes of the frame header: length (4) and request id (8).
@@ -90,8 +91,10 @@ pub struct KeyOp {
     #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     pub kind: OpKind,
-    /// Columns to return for reads; None returns the whole row.
-    pub projection: Option<Vec<ColumnId>>,
+    /// Columns to return for reads; None returns the whole row. Shared, so
+    /// that the operations of a batch reading the same columns hold one
+    /// list.
+    pub projection: Option<Arc<[ColumnId]>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -1027,7 +1030,7 @@ mod tests {
             partition: 1,
             key: vec![1, 2, 3],
             kind: OpKind::Read { lock: LockMode::Committed },
-            projection: Some(vec![0, 2]),
+            projection: Some(Arc::from([0, 2])),
         };
         let owned = frame(9, &ClientRequest::Batch(vec![op.clone(), op.clone()]));
         let borrowed = frame(9, &ClientRequestRef::Batch(&[op.clone(), op]));
