@@ -218,13 +218,8 @@ async fn load(args: &LookupArgs, table_name: &str) -> Result<(), String> {
     let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
     let mut spec =
         TableSpec::new(&args.database, table_name).column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)));
-    for i in 1..=5 {
-        spec = spec.column(ColumnDef::new(format!("i{i}"), ColumnType::int(IntWidth::Int)));
-    }
-    if args.columns == Columns::IntsStrings {
-        for i in 1..=5 {
-            spec = spec.column(ColumnDef::new(format!("s{i}"), ColumnType::VarChar(32)));
-        }
+    for (name, ty) in value_columns(args.columns) {
+        spec = spec.column(ColumnDef::new(name, ty));
     }
     let _ = client.drop_table(&args.database, table_name).await;
     let table = client.create_table(spec.primary_key(&["id"])).await.map_err(|e| e.to_string())?;
@@ -440,17 +435,24 @@ async fn connect(address: &str) -> Result<Sender, String> {
     Ok(sender)
 }
 
+/// The table's columns after its key `id`: i1..i5 INT, then for
+/// `ints-strings` s1..s5 VARCHAR(32).
+fn value_columns(columns: Columns) -> Vec<(String, ColumnType)> {
+    let mut out: Vec<(String, ColumnType)> =
+        (1..=5).map(|i| (format!("i{i}"), ColumnType::int(IntWidth::Int))).collect();
+    if columns == Columns::IntsStrings {
+        out.extend((1..=5).map(|i| (format!("s{i}"), ColumnType::VarChar(32))));
+    }
+    out
+}
+
 /// The `readColumns` member every item carries with `--read-columns`: the
-/// table's non-key columns (`load`).
+/// table's columns but its key.
 fn read_columns_json(args: &LookupArgs) -> String {
     if !args.read_columns {
         return String::new();
     }
-    let mut names: Vec<String> = (1..=5).map(|i| format!("i{i}")).collect();
-    if args.columns == Columns::IntsStrings {
-        names.extend((1..=5).map(|i| format!("s{i}")));
-    }
-    let list: Vec<String> = names.iter().map(|n| format!(r#"{{"column":"{n}"}}"#)).collect();
+    let list: Vec<String> = value_columns(args.columns).iter().map(|(n, _)| format!(r#"{{"column":"{n}"}}"#)).collect();
     format!(r#","readColumns":[{}]"#, list.join(","))
 }
 
