@@ -6,7 +6,9 @@
 #
 #   scripts/ab-flex.sh OLD_BINARY NEW_BINARY
 #   env: ROUNDS (3), TIME (8 s measured per phase), PHASES (read,update),
-#        ROWS (1000000), ORDER ("old new"), EXTRA (more `bench flex` flags)
+#        ROWS (1000000), ORDER ("old new"), EXTRA (more `bench flex` flags),
+#        CLIENT (run the benchmark client from this binary in every round, so
+#        that only the cluster differs)
 #
 # Build the old one from a worktree, e.g.
 #   git worktree add /tmp/old REV && (cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo build --release -p latsdb)
@@ -27,7 +29,7 @@ for r in $(seq 1 "${ROUNDS:-3}"); do
     for phase in ${PHASES:-read update}; do
       phase=${phase//,/ }
       d0=$(cpu_seconds datanode)
-      client=$(python3 - "$BIN" "$MGMD" "$ROWS" "$phase" "${TIME:-8}" "$WORK/flex.json" ${EXTRA:-} <<'PY'
+      client=$(python3 - "${CLIENT:-$BIN}" "$MGMD" "$ROWS" "$phase" "${TIME:-8}" "$WORK/flex.json" ${EXTRA:-} <<'PY'
 import resource, subprocess, sys
 bin, mgmd, rows, phase, secs, out, *extra = sys.argv[1:]
 subprocess.run([bin, "bench", "flex", "--mgmd", mgmd, "--rows", rows, "--phases", phase, "--warmup", "0",
