@@ -19,19 +19,16 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ROWS=${ROWS:-100000}
 TIME=${TIME:-6}
-for r in $(seq 1 "${ROUNDS:-2}"); do
-  for v in ${ORDER:-old new}; do
-    if [ $v = old ]; then BIN=$OLD; else BIN=$NEW; fi
-    echo "== round $r: $v ($BIN)"
-    start_latsdb 2 > /dev/null
-    [ -n "$REST" ] || { echo "this build's 'latsdb start' runs no REST node" >&2; exit 1; }
-    $BIN bench lookup --mgmd "$MGMD" --rest "$REST" --rows "$ROWS" --warmup 0 --duration 1 \
-      --output "$WORK/load.json" > /dev/null
-    r0=$(cpu_seconds " rest "); d0=$(cpu_seconds datanode)
-    $BIN bench lookup --mgmd "$MGMD" --rest "$REST" --rows "$ROWS" --no-load --clients "${CLIENTS:-16}" \
-      --warmup 0 --duration "$TIME" ${EXTRA:-} --output "$WORK/lookup.json" > /dev/null
-    r1=$(cpu_seconds " rest "); d1=$(cpu_seconds datanode)
-    python3 - "$WORK/lookup.json" "$v" "$r0" "$r1" "$d0" "$d1" <<'PY'
+one_round() {
+  start_latsdb 2 > /dev/null
+  [ -n "$REST" ] || { echo "this build's 'latsdb start' runs no REST node" >&2; exit 1; }
+  $BIN bench lookup --mgmd "$MGMD" --rest "$REST" --rows "$ROWS" --warmup 0 --duration 1 \
+    --output "$WORK/load.json" > /dev/null
+  r0=$(cpu_seconds " rest "); d0=$(cpu_seconds datanode)
+  $BIN bench lookup --mgmd "$MGMD" --rest "$REST" --rows "$ROWS" --no-load --clients "${CLIENTS:-16}" \
+    --warmup 0 --duration "$TIME" ${EXTRA:-} --output "$WORK/lookup.json" > /dev/null
+  r1=$(cpu_seconds " rest "); d1=$(cpu_seconds datanode)
+  python3 - "$WORK/lookup.json" "$v" "$r0" "$r1" "$d0" "$d1" <<'PY'
 import json, sys
 path, label, r0, r1, d0, d1 = sys.argv[1:7]
 d = json.load(open(path))
@@ -42,6 +39,6 @@ print(f"{label}: {d['lookups_per_sec']:,.0f} lookups/s, p50/p99 {lat['p50']}/{la
       f"data nodes {(float(d1) - float(d0)) / lookups * 1e6:.3f} us CPU/lookup, "
       f"{d.get('failed_lookups', 0)} failed")
 PY
-    stop_latsdb
-  done
-done
+  stop_latsdb
+}
+ab_rounds one_round 2

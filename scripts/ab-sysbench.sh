@@ -17,24 +17,21 @@ set -euo pipefail
 OLD=$(realpath "$1"); NEW=$(realpath "$2")
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-for r in $(seq 1 "${ROUNDS:-3}"); do
-  for v in ${ORDER:-old new}; do
-    if [ $v = old ]; then BIN=$OLD; else BIN=$NEW; fi
-    echo "== round $r: $v ($BIN)"
-    start_latsdb 2 > /dev/null
-    common=(--sql "$SQL" --label $v --table-size "${SIZE:-100000}" --threads "${THREADS:-16}" --workload "${WL:-rw}" ${EXTRA:-})
-    # Prepares the table and warms the caches for 3 s.
-    $BIN bench sysbench "${common[@]}" --time 3 --output "$WORK/warm.json" > "$WORK/sb.txt" 2>&1 || { tail -5 "$WORK/sb.txt"; exit 1; }
-    s0=$(cpu_seconds " sql "); d0=$(cpu_seconds datanode)
-    $BIN bench sysbench "${common[@]}" --time "${TIME:-15}" --skip-prepare --output "$WORK/sb.json" > "$WORK/sb.txt" 2>&1 || { tail -5 "$WORK/sb.txt"; exit 1; }
-    s1=$(cpu_seconds " sql "); d1=$(cpu_seconds datanode)
-    python3 - "$WORK/sb.json" $v "$s0" "$s1" "$d0" "$d1" "${TIME:-15}" <<'PY'
+one_round() {
+  start_latsdb 2 > /dev/null
+  common=(--sql "$SQL" --label $v --table-size "${SIZE:-100000}" --threads "${THREADS:-16}" --workload "${WL:-rw}" ${EXTRA:-})
+  # Prepares the table and warms the caches for 3 s.
+  $BIN bench sysbench "${common[@]}" --time 3 --output "$WORK/warm.json" > "$WORK/sb.txt" 2>&1 || { tail -5 "$WORK/sb.txt"; exit 1; }
+  s0=$(cpu_seconds " sql "); d0=$(cpu_seconds datanode)
+  $BIN bench sysbench "${common[@]}" --time "${TIME:-15}" --skip-prepare --output "$WORK/sb.json" > "$WORK/sb.txt" 2>&1 || { tail -5 "$WORK/sb.txt"; exit 1; }
+  s1=$(cpu_seconds " sql "); d1=$(cpu_seconds datanode)
+  python3 - "$WORK/sb.json" $v "$s0" "$s1" "$d0" "$d1" "${TIME:-15}" <<'PY'
 import json, sys
 path, label, s0, s1, d0, d1, secs = sys.argv[1:8]
 run = json.load(open(path))["runs"][0]
 txs = run["tps"] * float(secs)
 print(f"{label}: {run['tps']:.0f} TPS, p95 {run['p95_ms']} ms, SQL node {(float(s1) - float(s0)) / txs * 1e3:.3f} ms CPU/tx, data nodes {(float(d1) - float(d0)) / txs * 1e3:.3f} ms CPU/tx")
 PY
-    stop_latsdb
-  done
-done
+  stop_latsdb
+}
+ab_rounds one_round 3

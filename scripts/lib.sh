@@ -9,6 +9,7 @@
 #   datanode_pid ID            # pid of a data node, from `mgm show`
 #   start_mixed_timeline ROWS SECS CSV   # flex read/update mix in the background
 #                              # with a per-second CSV; sets FLEX (pid)
+#   ab_rounds FN DEFAULT_ROUNDS   # A/B scripts: FN once per round and build
 
 cargo build --release -p latsdb --quiet
 BIN=target/release/latsdb
@@ -114,4 +115,18 @@ start_mixed_timeline() {
   $BIN bench flex --mgmd "$MGMD" --rows "$1" --phases mixed --warmup 0 --duration "$2" --cooldown 0 \
     --timeline "$3" --output "$WORK/mixed.json" > "$WORK/mixed.txt" 2>&1 &
   FLEX=$!
+}
+
+# The rounds of an A/B script (scripts/ab-*.sh): runs the function named $1
+# once per round and per build, in the order ORDER ("old new"), with r (the
+# round), v (old or new) and BIN (OLD or NEW) set. ROUNDS rounds, $2 unless
+# set.
+ab_rounds() {
+  for r in $(seq 1 "${ROUNDS:-$2}"); do
+    for v in ${ORDER:-old new}; do
+      if [ "$v" = old ]; then BIN=$OLD; else BIN=$NEW; fi
+      echo "== round $r: $v ($BIN)"
+      "$1"
+    done
+  done
 }
