@@ -150,6 +150,9 @@ pub struct Shard {
     pub(crate) sync_dst: crate::sync::SyncTarget,
     /// This shard's node is starting (in the layout): it refuses clients.
     restarting: bool,
+    /// This shard's node is shutting down: it refuses clients while the
+    /// commits it took part in become durable (`stop_serving`).
+    stopping: bool,
     /// The layout version this shard last sent its takeover reports in.
     pub(crate) reported_version: u64,
     local: VecDeque<PeerMsg>,
@@ -175,6 +178,7 @@ impl Shard {
             sync_src: Default::default(),
             sync_dst: Default::default(),
             restarting,
+            stopping: false,
             reported_version: 0,
             local: VecDeque::new(),
         }
@@ -304,6 +308,8 @@ impl Shard {
             format!("data node {me} cannot confirm it is still a member of the cluster (it lost contact with other data nodes) and executed nothing of this request; retry it: the cluster is changing its membership")
         } else if self.restarting {
             format!("data node {me} is restarting (copying its data from live replicas) and serves no requests yet; refresh the cluster layout and retry")
+        } else if self.stopping {
+            format!("data node {me} is shutting down and executed nothing of this request; retry it: another replica takes it, or the node serves again once started")
         } else {
             return None;
         };
@@ -555,6 +561,17 @@ impl Shard {
         let mut rows: Vec<(Vec<u8>, Vec<u8>)> = p.rows().map(|(k, r)| (k.to_vec(), r.to_vec())).collect();
         rows.sort();
         Some(rows)
+    }
+
+    /// Shutting down: refuse every client request from now on, and return
+    /// the epoch to wait for. Once it is durable, every commit this shard
+    /// acknowledged or took part in before is on disk on every live
+    /// replica, so the node may exit without losing any of them (commits
+    /// of other nodes' transactions still reach it until then, and count
+    /// towards later epochs).
+    pub fn stop_serving(&mut self) -> latsdb_types::proto::CommitEpoch {
+        self.stopping = true;
+        self.dur.current
     }
 
     /// Estimated data memory in use and the budget (0 = unlimited), in bytes.

@@ -157,20 +157,33 @@ fn check_alive(procs: &mut [Proc]) -> Result<(), String> {
 }
 
 fn stop_all(procs: &mut [Proc]) {
-    // Data nodes first, then the management server.
-    for p in procs.iter_mut().rev() {
+    // In order: the API nodes (no new work), the data nodes (each waits
+    // until what it committed is durable, which needs the others still
+    // running, so they stop together), then the management server (which
+    // records the last view as the data nodes leave).
+    let api = |p: &Proc| p.name == "rest" || p.name == "sql";
+    let data = |p: &Proc| p.name.starts_with("datanode");
+    stop_group(procs, api, Duration::from_secs(10));
+    stop_group(procs, data, Duration::from_secs(20));
+    stop_group(procs, |p| !api(p) && !data(p), Duration::from_secs(10));
+}
+
+/// SIGTERM to every process of the group, then waits for them, killing
+/// those still running after `grace`.
+fn stop_group(procs: &mut [Proc], member: impl Fn(&Proc) -> bool, grace: Duration) {
+    for p in procs.iter_mut().filter(|p| member(p)) {
         // SAFETY: sending a signal to a child process we started and have not reaped.
         unsafe {
             libc::kill(p.child.id() as i32, libc::SIGTERM);
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for p in procs.iter_mut().rev() {
+    let deadline = Instant::now() + grace;
+    for p in procs.iter_mut().filter(|p| member(p)) {
         loop {
             match p.child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) if Instant::now() >= deadline => {
-                    eprintln!("{} did not stop within 10 s; killing it", p.name);
+                    eprintln!("{} did not stop within {} s; killing it", p.name, grace.as_secs());
                     let _ = p.child.kill();
                     let _ = p.child.wait();
                     break;

@@ -165,6 +165,68 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
     assert!(results[0].is_ok(), "{:?}", results[0]);
 }
 
+/// Every data node is stopped with SIGTERM (a graceful stop, as `latsdb
+/// start` does on Ctrl-C) while writers run whose commits are acknowledged
+/// before they are durable: each node refuses clients, waits until its
+/// commits are durable and exits, so after the system restart every
+/// acknowledged transaction is there (a SIGKILL loses the last epoch or
+/// two of them, above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_of_every_data_node_loses_no_acknowledged_commit() {
+    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest"]);
+    let show = cluster.mgm(&["show"]);
+    let pids = common::datanode_pids(&show);
+    assert_eq!(pids.len(), 2, "{show}");
+    let data_dir = cluster.dir.path().join("data");
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let table = tagged::create_table(&client).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let tasks: Vec<_> = (0..3i64)
+        .map(|w| {
+            tokio::spawn(tagged::writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone()))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = acked.lock().unwrap().len();
+    assert!(before > 100, "only {before} transactions before the stop");
+
+    for &pid in &pids {
+        // SAFETY: signalling a data node process this test's cluster started.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pids.iter().any(|&p| process_exists(p)) {
+        assert!(Instant::now() < deadline, "the data nodes did not stop within 30 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    for node in ["2", "3"] {
+        let log = std::fs::read_to_string(data_dir.join(format!("datanode-{node}.log"))).unwrap_or_default();
+        assert!(log.contains("is durable (waited"), "node {node} did not wait for its commits to be durable:\n{log}");
+    }
+
+    let (_nodes, client) = restart(&cluster, &data_dir, &["2", "3"]).await;
+    let table = client.refresh_table("r", "tagged").await.unwrap();
+    let rows = client.scan(&table, Scan::all()).await.unwrap();
+    let tags: BTreeSet<i64> = rows.iter().map(|row| row.get(1).as_i64().unwrap()).collect();
+    let missing: Vec<&i64> = acked.iter().filter(|t| !tags.contains(t)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged transactions are lost after a graceful stop: {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(10)]
+    );
+    eprintln!("all {} acknowledged transactions restored", acked.len());
+}
+
 /// Writes `count` transactions tagged from `first`, each acknowledged only
 /// once durable; one that fails with a retriable error (a node just
 /// failed) is sent again (its upserts are idempotent).

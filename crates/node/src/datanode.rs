@@ -273,6 +273,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         .map_err(|e| DbError::io("installing the SIGTERM handler", e))?;
     let mut mgm_alive = true;
     let mut failure = None;
+    let mut graceful = false;
     loop {
         tokio::select! {
             event = events.recv() => match event {
@@ -305,10 +306,12 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
             }
             _ = sigterm.recv() => {
                 log("datanode", format!("node {node_id}: SIGTERM received, stopping"));
+                graceful = true;
                 break;
             }
             _ = tokio::signal::ctrl_c() => {
                 log("datanode", format!("node {node_id}: interrupted, stopping"));
+                graceful = true;
                 break;
             }
             command = mgm.receive::<NodeCommand>(), if mgm_alive => {
@@ -333,6 +336,12 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
                 }
             }
         }
+    }
+    // A graceful stop of a started node waits until what it committed is
+    // durable: stopping every data node at once then loses no acknowledged
+    // commit (a crash of every node loses the last epoch or two).
+    if graceful && failure.is_none() && restart.is_none() && opts.data_dir.is_some() {
+        drain(&shards, node_id, &mut events, &base_layout, &mut view).await;
     }
     // Stopping: let shard threads finish their current message and exit.
     for s in &shards {
@@ -578,6 +587,65 @@ fn auto_data_memory_mb(nodes_on_host: u16) -> u64 {
 /// restarted node does not reuse ids its peers may still hold state for.
 fn first_tx_seq() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1) << 8
+}
+
+/// How long a stopping node waits for its commits to become durable.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The node's shards refuse clients from now on; waits (at most
+/// `DRAIN_TIMEOUT`) until the epoch each was in is durable, following view
+/// changes meanwhile (when another stopping node leaves first, the epochs
+/// are driven without it).
+async fn drain(
+    shards: &[ShardHandle],
+    node_id: NodeId,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<NodeEvent>,
+    base_layout: &ClusterLayout,
+    view: &mut Option<(latsdb_types::proto::Epoch, Vec<NodeId>)>,
+) {
+    let began = std::time::Instant::now();
+    let mut targets = Vec::with_capacity(shards.len());
+    for s in shards {
+        match ask(s, Control::StopServing).await {
+            Ok(epoch) => targets.push((s, epoch)),
+            Err(e) => log("datanode", format!("node {node_id}: {}", e.message)),
+        }
+    }
+    let Some(&(_, last)) = targets.iter().max_by_key(|(_, epoch)| *epoch) else { return };
+    log("datanode", format!("node {node_id}: refusing clients; waiting for epoch {last} to be durable"));
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(NodeEvent::View(epoch, members)) => {
+                    *view = Some((epoch, members));
+                    set_layout(shards, &effective_layout(base_layout, view.as_ref()));
+                }
+                Some(NodeEvent::Shutdown(reason)) => {
+                    log("datanode", format!("node {node_id}: {reason}; commits after the last durable epoch may be lost"));
+                    return;
+                }
+                None => {}
+            },
+            _ = tick.tick() => {
+                let mut durable = true;
+                for &(s, target) in &targets {
+                    durable &= ask(s, Control::DurableEpoch).await.is_ok_and(|d| d >= target);
+                }
+                if durable {
+                    log("datanode", format!("node {node_id}: epoch {last} is durable (waited {} ms)", began.elapsed().as_millis()));
+                    return;
+                }
+                if began.elapsed() >= DRAIN_TIMEOUT {
+                    log(
+                        "datanode",
+                        format!("node {node_id}: epoch {last} did not become durable within {} s (are the other data nodes stopped?); stopping anyway: its commits are lost unless another replica makes them durable", DRAIN_TIMEOUT.as_secs()),
+                    );
+                    return;
+                }
+            }
+        }
+    }
 }
 
 fn set_layout(shards: &[ShardHandle], layout: &ClusterLayout) {

@@ -48,6 +48,11 @@ pub enum Control {
     /// management server planned, then start its disk thread. Answered with
     /// a line for the log.
     Restore(Box<crate::disk::ShardImage>, StartPlan, oneshot::Sender<Result<String>>),
+    /// Shutting down: refuse clients from now on; answered with the epoch
+    /// that must become durable before the node exits.
+    StopServing(oneshot::Sender<CommitEpoch>),
+    /// The latest durable epoch this shard knows.
+    DurableEpoch(oneshot::Sender<CommitEpoch>),
     Stop,
 }
 
@@ -459,6 +464,12 @@ fn run_shard(
                 }
                 Control::Restore(image, plan, reply) => {
                     let _ = reply.send(host.restore(*image, plan));
+                }
+                Control::StopServing(reply) => {
+                    let _ = reply.send(host.shard.borrow_mut().stop_serving());
+                }
+                Control::DurableEpoch(reply) => {
+                    let _ = reply.send(host.shard.borrow().durable_epoch());
                 }
                 Control::Stop => break,
             }
