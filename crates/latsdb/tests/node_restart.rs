@@ -11,9 +11,8 @@ mod common;
 use common::{process_exists, tagged, TestCluster};
 use latsdb_client::{Client, Op, Scan};
 use latsdb_types::Value;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Runs `latsdb mgm ARGS` off the async workers.
@@ -63,13 +62,7 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
         }
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
-    let tasks: Vec<_> = (0..3i64)
-        .map(|w| {
-            tokio::spawn(tagged::writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone()))
-        })
-        .collect();
+    let writers = tagged::Writers::start(&client, &table, 3);
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // Node restart: node 2 crashes and comes back from its disk.
@@ -92,9 +85,9 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
     let (equal, copied) = copy_stage(&log2);
     assert!(equal > 0, "a node restart copied every range ({copied}); it should compare and skip unchanged ones");
     assert!(log2.contains("checkpoint stage done"), "{log2}");
-    let before = acked.lock().unwrap().len();
+    let before = writers.acked_count();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert!(acked.lock().unwrap().len() > before, "writes did not resume after the node restart");
+    assert!(writers.acked_count() > before, "writes did not resume after the node restart");
 
     // Initial node restart: node 3 from an empty disk.
     let began = Instant::now();
@@ -111,11 +104,7 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
     let line = log3.lines().rev().find(|l| l.contains("copy stage done")).unwrap_or_default();
     assert!(copied > 0 && equal < copied, "an empty node must copy its rows: {line}");
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let acked = acked.lock().unwrap().clone();
+    let acked = writers.stop().await;
 
     // Nothing acknowledged is lost, nothing is half-present.
     let both = all_rows(&client, &table).await;

@@ -180,15 +180,9 @@ async fn a_graceful_stop_of_every_data_node_loses_no_acknowledged_commit() {
     let data_dir = cluster.dir.path().join("data");
     let client = Client::connect(&cluster.mgmd).await.unwrap();
     let table = tagged::create_table(&client).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
-    let tasks: Vec<_> = (0..3i64)
-        .map(|w| {
-            tokio::spawn(tagged::writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone()))
-        })
-        .collect();
+    let writers = tagged::Writers::start(&client, &table, 3);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let before = acked.lock().unwrap().len();
+    let before = writers.acked_count();
     assert!(before > 100, "only {before} transactions before the stop");
 
     for &pid in &pids {
@@ -202,11 +196,7 @@ async fn a_graceful_stop_of_every_data_node_loses_no_acknowledged_commit() {
         assert!(Instant::now() < deadline, "the data nodes did not stop within 30 s of SIGTERM");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let acked = acked.lock().unwrap().clone();
+    let acked = writers.stop().await;
     for node in ["2", "3"] {
         let log = std::fs::read_to_string(data_dir.join(format!("datanode-{node}.log"))).unwrap_or_default();
         assert!(log.contains("is durable (waited"), "node {node} did not wait for its commits to be durable:\n{log}");

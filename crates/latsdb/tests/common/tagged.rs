@@ -52,3 +52,38 @@ pub async fn writer(
         tag += 1;
     }
 }
+
+/// `n` writers on one client (tags from 0, 1,000,000, 2,000,000, ...),
+/// running until `stop`.
+pub struct Writers {
+    stop: Arc<AtomicBool>,
+    /// Tags whose commit was acknowledged so far.
+    pub acked: Arc<Mutex<BTreeSet<i64>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Writers {
+    pub fn start(client: &Client, table: &Arc<Table>, n: i64) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+        let tasks = (0..n)
+            .map(|w| tokio::spawn(writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone())))
+            .collect();
+        Writers { stop, acked, tasks }
+    }
+
+    /// Transactions acknowledged so far.
+    pub fn acked_count(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// Stops the writers and returns every acknowledged tag.
+    pub async fn stop(self) -> BTreeSet<i64> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        acked
+    }
+}
