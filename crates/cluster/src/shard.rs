@@ -571,7 +571,7 @@ impl Shard {
     /// towards later epochs).
     pub fn stop_serving(&mut self) -> latsdb_types::proto::CommitEpoch {
         self.stopping = true;
-        self.dur.current
+        self.current_epoch()
     }
 
     /// Estimated data memory in use and the budget (0 = unlimited), in bytes.

@@ -62,20 +62,30 @@ async fn restart(cluster: &TestCluster, data_dir: &std::path::Path, ids: &[&str]
 
 /// Kills data nodes with SIGKILL and waits until they are gone.
 fn kill_all(pids: &[i32]) {
+    signal_all(pids, libc::SIGKILL, Duration::from_secs(10));
+}
+
+/// Sends `signal` to data nodes and waits (at most `within`) until they
+/// are gone.
+fn signal_all(pids: &[i32], signal: i32, within: Duration) {
     for &pid in pids {
-        sigkill(pid);
+        send(pid, signal);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + within;
     while pids.iter().any(|&p| process_exists(p)) {
-        assert!(Instant::now() < deadline, "the data nodes did not die");
+        assert!(Instant::now() < deadline, "the data nodes did not stop within {within:?} of signal {signal}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 fn sigkill(pid: i32) {
+    send(pid, libc::SIGKILL);
+}
+
+fn send(pid: i32, signal: i32) {
     // SAFETY: signalling a data node process this test's cluster started.
     unsafe {
-        libc::kill(pid, libc::SIGKILL);
+        libc::kill(pid, signal);
     }
 }
 
@@ -185,17 +195,7 @@ async fn a_graceful_stop_of_every_data_node_loses_no_acknowledged_commit() {
     let before = writers.acked_count();
     assert!(before > 100, "only {before} transactions before the stop");
 
-    for &pid in &pids {
-        // SAFETY: signalling a data node process this test's cluster started.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pids.iter().any(|&p| process_exists(p)) {
-        assert!(Instant::now() < deadline, "the data nodes did not stop within 30 s of SIGTERM");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    signal_all(&pids, libc::SIGTERM, Duration::from_secs(30));
     let acked = writers.stop().await;
     for node in ["2", "3"] {
         let log = std::fs::read_to_string(data_dir.join(format!("datanode-{node}.log"))).unwrap_or_default();

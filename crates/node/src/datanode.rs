@@ -278,10 +278,8 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         tokio::select! {
             event = events.recv() => match event {
                 Some(NodeEvent::View(epoch, members)) => {
-                    log("datanode", format!("node {node_id}: view {epoch}: live data nodes {members:?}"));
                     let admitted = members.contains(&node_id);
-                    view = Some((epoch, members));
-                    set_layout(&shards, &effective_layout(&base_layout, view.as_ref()));
+                    install_view(&shards, node_id, &base_layout, &mut view, epoch, members);
                     if let Some(r) = restart.as_ref().filter(|_| admitted) {
                         r.finish(node_id, epoch);
                         println!("datanode {node_id} started: {}", addresses.join(" "));
@@ -617,10 +615,7 @@ async fn drain(
     loop {
         tokio::select! {
             event = events.recv() => match event {
-                Some(NodeEvent::View(epoch, members)) => {
-                    *view = Some((epoch, members));
-                    set_layout(shards, &effective_layout(base_layout, view.as_ref()));
-                }
+                Some(NodeEvent::View(epoch, members)) => install_view(shards, node_id, base_layout, view, epoch, members),
                 Some(NodeEvent::Shutdown(reason)) => {
                     log("datanode", format!("node {node_id}: {reason}; commits after the last durable epoch may be lost"));
                     return;
@@ -646,6 +641,21 @@ async fn drain(
             }
         }
     }
+}
+
+/// A new view from the node's membership: the shards route by the layout
+/// it makes effective.
+fn install_view(
+    shards: &[ShardHandle],
+    node_id: NodeId,
+    base_layout: &ClusterLayout,
+    view: &mut Option<(latsdb_types::proto::Epoch, Vec<NodeId>)>,
+    epoch: latsdb_types::proto::Epoch,
+    members: Vec<NodeId>,
+) {
+    log("datanode", format!("node {node_id}: view {epoch}: live data nodes {members:?}"));
+    *view = Some((epoch, members));
+    set_layout(shards, &effective_layout(base_layout, view.as_ref()));
 }
 
 fn set_layout(shards: &[ShardHandle], layout: &ClusterLayout) {
