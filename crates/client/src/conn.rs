@@ -10,12 +10,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
-type Waiter = oneshot::Sender<Result<ClientResponse>>;
+type Waiter = oneshot::Sender<Result<Reply>>;
+
+/// A data node's answer: decoded, or the frame's body for the caller to
+/// decode (a batch of lookups reads its rows straight from it).
+pub(crate) enum Reply {
+    Decoded(ClientResponse),
+    Raw(Vec<u8>),
+}
 
 /// A request waiting for its answer, with the sweep tick it was sent in.
 struct Pending {
     waiter: Waiter,
     sent_at: u64,
+    /// The answer is handed over undecoded (`Reply::Raw`).
+    raw: bool,
 }
 
 /// Sweeps per request timeout: a request times out between 8 and 9 sweeps
@@ -51,7 +60,7 @@ impl ShardConn {
         });
         tokio::spawn(sweep(Arc::downgrade(&conn), opts.request_timeout));
         let (tx, hello_rx) = oneshot::channel();
-        conn.pending().insert(0, Pending { waiter: tx, sent_at: 0 });
+        conn.pending().insert(0, Pending { waiter: tx, sent_at: 0, raw: false });
         let _ =
             conn.frames.send(proto::frame(0, &Hello::Client { protocol: PROTOCOL_VERSION, name: opts.name.clone() }));
         tokio::spawn(read_loop(conn.clone(), FrameReader::new(r, proto::DEFAULT_MAX_FRAME_BYTES)));
@@ -66,7 +75,7 @@ impl ShardConn {
             .map_err(|_| {
                 DbError::new(ErrorCode::NodeUnavailable, format!("shard {shard} at {address} closed the connection"))
             })??;
-        match answer {
+        match answer.decoded()? {
             ClientResponse::Hello { shard: s } if s == shard => Ok(conn),
             ClientResponse::Hello { shard: s } => Err(DbError::new(
                 ErrorCode::WrongShard,
@@ -90,10 +99,11 @@ impl ShardConn {
         self.alive.load(Ordering::Acquire)
     }
 
-    pub(crate) fn send<T: serde::Serialize>(&self, request: &T) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
+    /// Sends a request; with `raw` its answer comes back undecoded.
+    pub(crate) fn send<T: serde::Serialize>(&self, request: &T, raw: bool) -> Result<oneshot::Receiver<Result<Reply>>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending().insert(id, Pending { waiter: tx, sent_at: self.tick.load(Ordering::Relaxed) });
+        self.pending().insert(id, Pending { waiter: tx, sent_at: self.tick.load(Ordering::Relaxed), raw });
         if !self.is_alive() || self.frames.send(proto::frame(id, request)).is_err() {
             self.pending().remove(&id);
             return Err(DbError::new(
@@ -116,12 +126,25 @@ impl ShardConn {
     }
 }
 
+impl Reply {
+    /// The answer decoded (a raw one is decoded now).
+    pub(crate) fn decoded(self) -> Result<ClientResponse> {
+        match self {
+            Reply::Decoded(response) => Ok(response),
+            Reply::Raw(body) => proto::decode_body(&body),
+        }
+    }
+}
+
 async fn read_loop(conn: Arc<ShardConn>, mut reader: FrameReader<tokio::net::tcp::OwnedReadHalf>) {
     loop {
         match reader.next().await {
             Ok(Some((id, body))) => {
-                let answer = proto::decode_body::<ClientResponse>(body);
                 if let Some(p) = conn.pending().remove(&id) {
+                    let answer = match p.raw {
+                        true => Ok(Reply::Raw(body.to_vec())),
+                        false => proto::decode_body::<ClientResponse>(body).map(Reply::Decoded),
+                    };
                     let _ = p.waiter.send(answer);
                 }
             }

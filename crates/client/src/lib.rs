@@ -24,11 +24,13 @@
 //! shards are asked in parallel.
 
 mod conn;
+mod lookup;
 mod ops;
 mod scan;
 mod tx;
 mod unique;
 
+pub use lookup::{Answers, Found, Lookups, RowRef};
 pub use ops::{Op, Outcome, Projection, Row};
 pub use scan::Scan;
 pub use tx::Transaction;
@@ -38,7 +40,7 @@ pub use latsdb_types::expr::{Aggregate, ArithOp, CmpOp, Expr};
 pub use latsdb_types::proto::LockMode;
 pub use latsdb_types::{DbError, ErrorCode, Result, Value};
 
-use conn::ShardConn;
+use conn::{Reply, ShardConn};
 use latsdb_net::RpcConn;
 use latsdb_types::proto::{
     ClientRequest, ClientResponse, ClusterLayout, MgmRequest, MgmResponse, NodeStatus, Router, ShardAddr,
@@ -477,14 +479,27 @@ impl Client {
         &self,
         shard: ShardAddr,
         request: &T,
-    ) -> Result<oneshot::Receiver<Result<ClientResponse>>> {
-        let conn = self.shard_conn(shard).await?;
-        conn.send(request)
+    ) -> Result<oneshot::Receiver<Result<Reply>>> {
+        self.shard_conn(shard).await?.send(request, false)
+    }
+
+    /// Like `start`, for an answer the caller decodes (`finish_raw`).
+    pub(crate) async fn start_raw<T: serde::Serialize>(
+        &self,
+        shard: ShardAddr,
+        request: &T,
+    ) -> Result<oneshot::Receiver<Result<Reply>>> {
+        self.shard_conn(shard).await?.send(request, true)
     }
 
     /// The answer to a request; a request unanswered for the request
     /// timeout fails with `Timeout` (the connection's sweeper enforces it).
-    pub(crate) async fn finish(&self, rx: oneshot::Receiver<Result<ClientResponse>>) -> Result<ClientResponse> {
+    pub(crate) async fn finish(&self, rx: oneshot::Receiver<Result<Reply>>) -> Result<ClientResponse> {
+        self.finish_raw(rx).await?.decoded()
+    }
+
+    /// The answer to a request sent with `start_raw`: the frame's body.
+    pub(crate) async fn finish_raw(&self, rx: oneshot::Receiver<Result<Reply>>) -> Result<Reply> {
         match rx.await {
             Ok(r) => r,
             Err(_) => {

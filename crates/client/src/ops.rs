@@ -95,6 +95,12 @@ impl Op {
         Ok(Self::new(table, table.meta.encode_key(key)?, OpKind::Delete))
     }
 
+    /// Deletes the row whose primary key is `key`, already encoded (as
+    /// `Lookups::push` takes it); the data node checks it is well formed.
+    pub fn delete_encoded(table: &Arc<Table>, key: Vec<u8>) -> Op {
+        Self::new(table, key, OpKind::Delete)
+    }
+
     /// Returns only the named columns (for reads).
     pub fn columns(mut self, table: &Arc<Table>, names: &[&str]) -> Result<Op> {
         let ids = names.iter().map(|n| table.column(n)).collect::<Result<Vec<_>>>()?;
@@ -167,7 +173,7 @@ impl Op {
 pub struct Projection {
     /// Shared with every operation that reads through this projection.
     columns: Arc<[ColumnId]>,
-    layout: Arc<RowLayout>,
+    pub(crate) layout: Arc<RowLayout>,
 }
 
 impl Projection {
@@ -181,6 +187,10 @@ impl Projection {
     /// The layout of the rows a read with this projection returns.
     pub fn layout(&self) -> &RowLayout {
         &self.layout
+    }
+
+    pub(crate) fn columns(&self) -> &Arc<[ColumnId]> {
+        &self.columns
     }
 }
 
@@ -456,7 +466,7 @@ impl Client {
 /// The shards of the partitions a batch touched so far, for committed reads
 /// and for the rest: a batch's hundreds of operations fall on a table's
 /// few partitions, and routing one takes several integer divisions.
-struct RouteCache {
+pub(crate) struct RouteCache {
     /// Indexed by `partition * 2 + committed_read`, for low partition numbers.
     known: [Option<ShardAddr>; 64],
 }
@@ -468,7 +478,7 @@ impl Default for RouteCache {
 }
 
 impl RouteCache {
-    fn get(
+    pub(crate) fn get(
         &mut self,
         partition: u32,
         committed_read: bool,

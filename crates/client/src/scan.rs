@@ -189,7 +189,7 @@ impl Client {
         Ok(())
     }
 
-    async fn start_page(&self, req: &ScanRequest) -> Result<tokio::sync::oneshot::Receiver<Result<ClientResponse>>> {
+    async fn start_page(&self, req: &ScanRequest) -> Result<tokio::sync::oneshot::Receiver<Result<crate::Reply>>> {
         self.start(self.route(req.partition)?, &ClientRequest::Scan(req.clone())).await
     }
 

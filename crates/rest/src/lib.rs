@@ -27,10 +27,10 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use json::JsonOut;
-use latsdb_client::Client;
+use latsdb_client::{Answers, Client, Lookups};
 use latsdb_types::{DbError, ErrorCode};
 use metrics::Endpoint;
-use pk::{ItemResult, OpBody, PkKind, PkRequest, Planned};
+use pk::{Filter, ItemResult, OpBody, PkKind, PkRequest, Planned};
 use state::Rest;
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -265,11 +265,7 @@ async fn with_body(rest: &Rest, method: &Method, request: Request<Incoming>, wha
             let request = PkRequest { database: Cow::Borrowed(&db), table: Cow::Borrowed(&table), kind, body: op };
             single(rest, request).await
         }
-        Body::Batch => {
-            let requests = parse_batch(rest, &body)?;
-            let grant = rest.keys.authenticate(key.as_deref()).await?;
-            batch(rest, &grant, requests).await
-        }
+        Body::Batch => answer_batch(rest, key.as_deref(), &body).await,
         Body::FeatureStore => {
             let grant = rest.keys.authenticate(key.as_deref()).await?;
             features::serve_one(rest, &grant, &body).await
@@ -303,8 +299,17 @@ fn locate(i: usize, url: &str) -> Result<(&str, &str, PkKind), HttpError> {
     pk::parse_relative_url(url).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))
 }
 
+/// The answer (status and JSON body) to a `POST /0.1.0/batch` with `body`,
+/// sent with API key `key`.
+pub async fn answer_batch(rest: &Rest, key: Option<&[u8]>, body: &[u8]) -> Answer {
+    let (requests, filters) = parse_batch(rest, body)?;
+    let grant = rest.keys.authenticate(key).await?;
+    batch(rest, &grant, requests, &filters).await
+}
+
 /// Parses and checks a whole batch; any malformed item rejects all of it.
-fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, HttpError> {
+/// Returns the requests and the filters they hold by range (`pk::Filters`).
+fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<(Vec<PkRequest<'a>>, Vec<Filter<'a>>), HttpError> {
     // The usual shape by the fast path; anything else (and every error) by serde.
     let batch = match std::str::from_utf8(body).ok().and_then(fastpath::parse_batch) {
         Some(batch) => batch,
@@ -351,17 +356,24 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<Vec<PkRequest<'a>>, Ht
         pk::check_shape(kind, &item.body).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
         requests.push(PkRequest { database, table, kind, body: item.body });
     }
-    Ok(requests)
+    Ok((requests, batch.filters))
+}
+
+/// The outcomes of primary-key requests: an item's row is in `found`.
+struct Executed<'a> {
+    items: Vec<(Planned<'a>, ItemResult)>,
+    found: Vec<Answers>,
 }
 
 /// Plans, executes and collects the outcomes of primary-key requests. Items
 /// that the data nodes refuse because the table changed or went away since
 /// it was cached are planned again against a fresh definition, once.
-async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Planned<'a>, ItemResult)> {
+async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>, filters: &[Filter<'a>]) -> Executed<'a> {
     let mut results: Vec<ItemResult> = requests.iter().map(|_| ItemResult::Done).collect();
+    let mut found = Vec::new();
     let mut todo: Vec<usize> = (0..requests.len()).collect();
     for round in 0..2 {
-        let stale = execute_round(rest, &requests, &todo, &mut results).await;
+        let stale = execute_round(rest, &requests, filters, &todo, &mut results, &mut found).await;
         if stale.is_empty() || round == 1 {
             break;
         }
@@ -374,7 +386,7 @@ async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Planned<
     let (mut ok, mut not_found, mut failed) = (0, 0, 0);
     for result in &results {
         match result {
-            ItemResult::Row(_) | ItemResult::Done => ok += 1,
+            ItemResult::Row { .. } | ItemResult::Done => ok += 1,
             ItemResult::NotFound => not_found += 1,
             ItemResult::Error(_) => failed += 1,
         }
@@ -386,23 +398,30 @@ async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>) -> Vec<(Planned<
             counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
     }
-    requests
+    let items = requests
         .into_iter()
         .zip(results)
         .map(|(request, result)| (Planned { kind: request.kind, operation_id: request.body.operation_id }, result))
-        .collect()
+        .collect();
+    Executed { items, found }
 }
 
-/// Runs the items `todo` in one batch, writing their results; returns the
-/// items refused for a stale or missing table definition.
-async fn execute_round(
+/// Runs the items `todo`, writing their results: the reads as one batch of
+/// lookups (whose answers go to `found`), the writes as one batch of
+/// operations, both at once. Returns the items refused for a stale or
+/// missing table definition.
+async fn execute_round<'a>(
     rest: &Rest,
-    requests: &[PkRequest<'_>],
+    requests: &[PkRequest<'a>],
+    filters: &[Filter<'a>],
     todo: &[usize],
     results: &mut [ItemResult],
+    found: &mut Vec<Answers>,
 ) -> Vec<usize> {
-    let mut ops = Vec::with_capacity(todo.len());
-    let mut slots = Vec::with_capacity(todo.len());
+    // Sized for keys of one or two numbers.
+    let mut lookups = Lookups::with_capacity(todo.len(), 12);
+    let mut reads = Vec::with_capacity(todo.len());
+    let (mut writes, mut written) = (Vec::new(), Vec::new());
     // Batches mostly repeat one table: reuse the previous item's.
     let mut last: Option<(&str, &str, Arc<state::ResolvedTable>)> = None;
     let mut last_projection = pk::LastProjection::default();
@@ -415,62 +434,99 @@ async fn execute_round(
         if let Ok(t) = &table {
             last = Some((&request.database, &request.table, t.clone()));
         }
-        match table.and_then(|table| pk::plan(rest, &table, request, &mut last_projection)) {
-            Ok(op) => {
-                slots.push(i);
-                ops.push(op);
+        let planned = table.and_then(|table| match request.kind {
+            PkKind::Read => {
+                pk::plan_read(rest, &table, request, filters, &mut lookups, &mut last_projection).map(|_| reads.push(i))
             }
-            Err(e) => results[i] = ItemResult::Error(e),
+            PkKind::Write | PkKind::Delete => pk::plan_write(&table, request, filters).map(|op| {
+                writes.push(op);
+                written.push(i);
+            }),
+        });
+        if let Err(e) = planned {
+            results[i] = ItemResult::Error(e);
         }
     }
+    let client = &rest.client;
+    let (read, wrote) = tokio::join!(
+        async {
+            if lookups.is_empty() {
+                None
+            } else {
+                Some(client.lookup(&lookups).await)
+            }
+        },
+        async {
+            if writes.is_empty() {
+                None
+            } else {
+                Some(client.batch(writes).await)
+            }
+        },
+    );
     let mut stale = Vec::new();
-    if ops.is_empty() {
-        return stale;
-    }
-    match rest.client.batch(ops).await {
-        Ok(answers) => {
-            for (i, answer) in slots.into_iter().zip(answers) {
-                if let Err(e) = &answer {
-                    if matches!(e.code, ErrorCode::SchemaVersionMismatch | ErrorCode::UnknownTable) {
-                        stale.push(i);
-                    }
+    let mut refused = |i: usize, e: &DbError| {
+        if matches!(e.code, ErrorCode::SchemaVersionMismatch | ErrorCode::UnknownTable) {
+            stale.push(i);
+        }
+    };
+    match read {
+        Some(Ok(answers)) => {
+            let index = found.len() as u32;
+            for (read, &i) in reads.iter().enumerate() {
+                let outcome = answers.get(read);
+                if let latsdb_client::Found::Error(e) = &outcome {
+                    refused(i, e);
                 }
-                results[i] = pk::item_result(answer, requests[i].kind);
+                results[i] = pk::read_result(outcome, index, read);
+            }
+            found.push(answers);
+        }
+        Some(Err(e)) => fail_all(&reads, HttpError::from_db(e), results),
+        None => {}
+    }
+    match wrote {
+        Some(Ok(outcomes)) => {
+            for (i, outcome) in written.into_iter().zip(outcomes) {
+                if let Err(e) = &outcome {
+                    refused(i, e);
+                }
+                results[i] = pk::write_result(outcome);
             }
         }
-        Err(e) => {
-            let e = HttpError::from_db(e);
-            for i in slots {
-                results[i] = ItemResult::Error(e.clone());
-            }
-        }
+        Some(Err(e)) => fail_all(&written, HttpError::from_db(e), results),
+        None => {}
     }
     stale
 }
 
+fn fail_all(items: &[usize], e: HttpError, results: &mut [ItemResult]) {
+    for &i in items {
+        results[i] = ItemResult::Error(e.clone());
+    }
+}
+
 async fn single(rest: &Rest, request: PkRequest<'_>) -> Answer {
-    let (planned, result) = execute(rest, vec![request])
-        .await
-        .pop()
-        .ok_or_else(|| HttpError::internal("a request got no answer".into()))?;
+    let Executed { mut items, found } = execute(rest, vec![request], &[]).await;
+    let (planned, result) = items.pop().ok_or_else(|| HttpError::internal("a request got no answer".into()))?;
     let mut out = JsonOut::with_capacity(256);
-    pk::write_item(&mut out, &mut json::ColumnKeys::default(), &planned, &result);
+    pk::write_item(&mut out, &mut json::ColumnKeys::default(), &planned, &result, &found);
     Ok((result.status(), out.buf))
 }
 
-async fn batch(rest: &Rest, grant: &Grant, requests: Vec<PkRequest<'_>>) -> Answer {
+async fn batch<'a>(rest: &Rest, grant: &Grant, requests: Vec<PkRequest<'a>>, filters: &[Filter<'a>]) -> Answer {
     for request in &requests {
         grant.check(&request.database)?;
     }
-    let answers = execute(rest, requests).await;
-    let mut out = JsonOut::with_capacity(64 + answers.len() * 128);
+    let Executed { items, found } = execute(rest, requests, filters).await;
+    let mut out = JsonOut::with_capacity(64 + items.len() * 128);
     out.raw("{\"result\":[");
     let mut keys = json::ColumnKeys::default();
-    for (planned, result) in &answers {
+    for (planned, result) in &items {
         out.raw("{\"code\":");
         out.uint(result.status() as u64);
         out.raw(",\"body\":");
-        pk::write_item(&mut out, &mut keys, planned, result);
+        pk::write_item(&mut out, &mut keys, planned, result, &found);
         out.raw("},");
     }
     out.trim_comma();

@@ -10,7 +10,9 @@
 use crate::json::{ColumnKeys, Fields, JsonOut, Scalar};
 use crate::state::{ResolvedTable, Rest};
 use crate::HttpError;
-use latsdb_client::{Op, Outcome, Projection};
+use latsdb_client::{Answers, Found, Lookups, Op, Outcome, Projection};
+use latsdb_types::keycodec;
+use latsdb_types::schema::ColumnDef;
 use latsdb_types::{DbError, ErrorCode, Value};
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -34,13 +36,46 @@ pub struct ReadColumn<'a> {
     pub data_return_type: Option<Cow<'a, str>>,
 }
 
+/// An operation's filters. Read by serde, a list of its own; read by the
+/// fast path (`fastpath.rs`), a range of the batch's one list of filters
+/// (`BatchBody::filters`), so that a batch item allocates none and stays
+/// small to move.
+#[derive(Debug)]
+pub enum Filters<'a> {
+    Own(Vec<Filter<'a>>),
+    InBatch(std::ops::Range<u32>),
+}
+
+impl<'a> Filters<'a> {
+    /// The filters, given the batch's list.
+    pub fn get<'s>(&'s self, batch: &'s [Filter<'a>]) -> &'s [Filter<'a>] {
+        match self {
+            Filters::Own(list) => list,
+            Filters::InBatch(range) => &batch[range.start as usize..range.end as usize],
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Filters::Own(list) => list.is_empty(),
+            Filters::InBatch(range) => range.is_empty(),
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Filters<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::deserialize(deserializer).map(Filters::Own)
+    }
+}
+
 /// The body of any primary-key operation; which fields are required
 /// depends on the operation and is checked in `plan`.
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
 pub struct OpBody<'a> {
     #[serde(borrow, default)]
-    pub filters: Option<Vec<Filter<'a>>>,
+    pub filters: Option<Filters<'a>>,
     /// Shared: the items of a batch that list the same columns hold one
     /// list (`fastpath`), and that list finds its projection once.
     #[serde(borrow, default, rename = "readColumns")]
@@ -75,6 +110,9 @@ impl PkKind {
 pub struct BatchBody<'a> {
     #[serde(borrow)]
     pub operations: Vec<BatchItem<'a>>,
+    /// The filters of every operation the fast path read (`Filters::InBatch`).
+    #[serde(skip)]
+    pub filters: Vec<Filter<'a>>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -168,7 +206,11 @@ pub struct Planned<'a> {
 
 /// An item's outcome before rendering: an HTTP status and a message for errors.
 pub enum ItemResult {
-    Row(latsdb_client::Row),
+    /// A read's row: `found[answers].get(read)` (`write_item`).
+    Row {
+        answers: u32,
+        read: u32,
+    },
     NotFound,
     Done,
     Error(HttpError),
@@ -177,7 +219,7 @@ pub enum ItemResult {
 impl ItemResult {
     pub fn status(&self) -> u16 {
         match self {
-            ItemResult::Row(_) | ItemResult::Done => 200,
+            ItemResult::Row { .. } | ItemResult::Done => 200,
             ItemResult::NotFound => 404,
             ItemResult::Error(e) => e.status,
         }
@@ -189,52 +231,57 @@ impl ItemResult {
 #[derive(Default)]
 pub struct LastProjection<'a>(Option<(Arc<ResolvedTable>, Arc<[ReadColumn<'a>]>, Projection)>);
 
-/// Builds the client operation for one request, or says why it is invalid.
-pub fn plan<'a>(
+/// Adds a pk-read to `lookups`, or says why it is invalid.
+pub fn plan_read<'a>(
     rest: &Rest,
     table: &Arc<ResolvedTable>,
     request: &PkRequest<'a>,
+    batch_filters: &[Filter<'a>],
+    lookups: &mut Lookups,
     last: &mut LastProjection<'a>,
-) -> Result<Op, HttpError> {
-    let meta = &table.table.meta;
-    let def = &meta.def;
-    if def.hidden_key().is_some() {
-        return Err(HttpError::bad_request(no_key(def)));
+) -> Result<usize, HttpError> {
+    debug_assert_eq!(request.kind, PkKind::Read);
+    let filters = request.body.filters.as_ref().map(|f| f.get(batch_filters)).unwrap_or_default();
+    let projection = match &request.body.read_columns {
+        None => None,
+        Some(columns) => {
+            let reused = last.0.as_ref().is_some_and(|(t, c, _)| Arc::ptr_eq(t, table) && Arc::ptr_eq(c, columns));
+            if !reused {
+                last.0 = Some((table.clone(), columns.clone(), rest.projection(table, columns)?));
+            }
+            last.0.as_ref().map(|(_, _, projection)| projection)
+        }
+    };
+    let mut failed = None;
+    let pushed = lookups.push(&table.table, projection, |key| {
+        encode_key(table, filters, key).map_err(|e| {
+            failed = Some(e);
+            DbError::bad_request("the key was not encoded")
+        })
+    });
+    match (pushed, failed) {
+        (_, Some(e)) => Err(e),
+        (Ok(read), None) => Ok(read),
+        (Err(e), None) => Err(HttpError::from_db(e)),
     }
+}
+
+/// Builds the client operation of a pk-write or pk-delete, or says why it
+/// is invalid.
+pub fn plan_write(table: &Arc<ResolvedTable>, request: &PkRequest, batch_filters: &[Filter]) -> Result<Op, HttpError> {
+    let def = &table.table.meta.def;
     match request.kind {
-        PkKind::Read | PkKind::Delete => {
-            let filters = request.body.filters.as_deref().unwrap_or_default();
-            // The usual lookup: one filter on a one-column key, without
-            // the general path's per-column bookkeeping.
-            if let ([filter], &[key_column]) = (filters, def.primary_key.as_slice()) {
-                let column = &def.columns[key_column as usize];
-                if column.name.eq_ignore_ascii_case(&filter.column) {
-                    return planned_key_op(rest, table, request, &[key_value(filter, column)?], last);
-                }
-            }
-            let mut key: Vec<Option<Value>> = vec![None; def.primary_key.len()];
-            for filter in filters {
-                let column = def.column_id(&filter.column).map_err(HttpError::from_db)?;
-                let position = def.primary_key.iter().position(|&c| c == column).ok_or_else(|| {
-                    HttpError::bad_request(format!(
-                        "filter column '{}' is not part of the primary key of {}.{} (primary key: {})",
-                        filter.column, def.database, def.name, table.key_names
-                    ))
-                })?;
-                if key[position].is_some() {
-                    return Err(HttpError::bad_request(format!("filter column '{}' is given twice", filter.column)));
-                }
-                key[position] = Some(key_value(filter, &def.columns[column as usize])?);
-            }
-            let key: Vec<Value> = key.into_iter().collect::<Option<_>>().ok_or_else(|| {
-                HttpError::bad_request(format!(
-                    "the filters must give every primary-key column of {}.{} ({})",
-                    def.database, def.name, table.key_names
-                ))
-            })?;
-            planned_key_op(rest, table, request, &key, last)
+        PkKind::Read => Err(HttpError::internal("a pk-read was planned as a write".into())),
+        PkKind::Delete => {
+            let filters = request.body.filters.as_ref().map(|f| f.get(batch_filters)).unwrap_or_default();
+            let mut key = Vec::new();
+            encode_key(table, filters, &mut key)?;
+            Ok(Op::delete_encoded(&table.table, key))
         }
         PkKind::Write => {
+            if def.hidden_key().is_some() {
+                return Err(HttpError::bad_request(no_key(def)));
+            }
             let data = request.body.data.as_ref().map(|d| d.0.as_slice()).unwrap_or_default();
             let mut row: Vec<Option<Value>> = vec![None; def.columns.len()];
             for (name, scalar) in data {
@@ -259,6 +306,66 @@ pub fn plan<'a>(
     }
 }
 
+/// Appends the primary key that `filters` give, encoded, to `out`. Text
+/// is encoded straight from the request and numbers need no allocation,
+/// so a lookup's key costs no allocation of its own.
+fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> Result<(), HttpError> {
+    let def = &table.table.meta.def;
+    if def.hidden_key().is_some() {
+        return Err(HttpError::bad_request(no_key(def)));
+    }
+    // The usual lookup: one filter on a one-column key.
+    if let ([filter], &[key_column]) = (filters, def.primary_key.as_slice()) {
+        let column = &def.columns[key_column as usize];
+        if column.name.eq_ignore_ascii_case(&filter.column) {
+            return encode_filter(out, filter, column);
+        }
+    }
+    for (i, filter) in filters.iter().enumerate() {
+        let column = def.column_id(&filter.column).map_err(HttpError::from_db)?;
+        if !def.primary_key.contains(&column) {
+            return Err(HttpError::bad_request(format!(
+                "filter column '{}' is not part of the primary key of {}.{} (primary key: {})",
+                filter.column, def.database, def.name, table.key_names
+            )));
+        }
+        if filters[..i].iter().any(|f| def.column_id(&f.column).ok() == Some(column)) {
+            return Err(HttpError::bad_request(format!("filter column '{}' is given twice", filter.column)));
+        }
+    }
+    // Every filter names a different key column: as many as the key has
+    // name them all.
+    if filters.len() != def.primary_key.len() {
+        return Err(HttpError::bad_request(format!(
+            "the filters must give every primary-key column of {}.{} ({})",
+            def.database, def.name, table.key_names
+        )));
+    }
+    for &key_column in &def.primary_key {
+        let column = &def.columns[key_column as usize];
+        let filter = filters
+            .iter()
+            .find(|f| def.column_id(&f.column).ok() == Some(key_column))
+            .ok_or_else(|| HttpError::internal(format!("no filter gives key column '{}'", column.name)))?;
+        encode_filter(out, filter, column)?;
+    }
+    Ok(())
+}
+
+/// Appends one key column's value as a filter gives it.
+fn encode_filter(out: &mut Vec<u8>, filter: &Filter, column: &ColumnDef) -> Result<(), HttpError> {
+    match &filter.value {
+        Scalar::Str(text) if column.ty.is_string() => {
+            keycodec::encode_text(out, column, text).map_err(|e| HttpError::bad_request(e.message))
+        }
+        _ => {
+            let value = key_value(filter, column)?;
+            keycodec::encode_value(out, column.ty, column.collation, &value);
+            Ok(())
+        }
+    }
+}
+
 /// Why a table created without a primary key cannot be reached by key.
 pub fn no_key(def: &latsdb_types::schema::TableDef) -> String {
     format!(
@@ -276,32 +383,6 @@ fn key_value(filter: &Filter, column: &latsdb_types::schema::ColumnDef) -> Resul
     Ok(value)
 }
 
-/// The read or delete of the row with primary key `key`.
-fn planned_key_op<'a>(
-    rest: &Rest,
-    table: &Arc<ResolvedTable>,
-    request: &PkRequest<'a>,
-    key: &[Value],
-    last: &mut LastProjection<'a>,
-) -> Result<Op, HttpError> {
-    if request.kind == PkKind::Delete {
-        return Op::delete(&table.table, key).map_err(HttpError::from_db);
-    }
-    let op = Op::read(&table.table, key).map_err(HttpError::from_db)?;
-    let Some(columns) = &request.body.read_columns else {
-        return Ok(op);
-    };
-    if let Some((t, c, projection)) = &last.0 {
-        if Arc::ptr_eq(t, table) && Arc::ptr_eq(c, columns) {
-            return Ok(op.with_projection(projection));
-        }
-    }
-    let projection = rest.projection(table, columns)?;
-    let op = op.with_projection(&projection);
-    last.0 = Some((table.clone(), columns.clone(), projection));
-    Ok(op)
-}
-
 /// Builds a projection from `readColumns`, reusing the table's cached ones.
 pub fn build_projection(table: &ResolvedTable, columns: &[ReadColumn]) -> Result<Projection, HttpError> {
     let names: Vec<&str> = columns.iter().map(|c| c.column.as_ref()).collect();
@@ -313,22 +394,30 @@ pub fn build_projection(table: &ResolvedTable, columns: &[ReadColumn]) -> Result
     Projection::new(&table.table, &names).map_err(HttpError::from_db)
 }
 
-pub fn item_result(outcome: latsdb_types::Result<Outcome>, kind: PkKind) -> ItemResult {
+/// A write's or delete's outcome as an item's.
+pub fn write_result(outcome: latsdb_types::Result<Outcome>) -> ItemResult {
     match outcome {
-        Ok(Outcome::Row(row)) => ItemResult::Row(row),
+        Ok(Outcome::Row(_)) => ItemResult::Error(HttpError::internal("a write returned a row".into())),
         Ok(Outcome::NotFound) => ItemResult::NotFound,
-        Ok(Outcome::Done | Outcome::Unchanged) if kind == PkKind::Read => {
-            ItemResult::Error(HttpError::internal("a read returned no row and no not-found".into()))
-        }
         // A write found its row as it would leave it: done all the same.
         Ok(Outcome::Done | Outcome::Unchanged) => ItemResult::Done,
         Err(e) => ItemResult::Error(HttpError::from_db(e)),
     }
 }
 
+/// A read's outcome as an item's (`found` is `answers[index]`).
+pub fn read_result(found: Found, answers: u32, read: usize) -> ItemResult {
+    match found {
+        Found::Row(_) => ItemResult::Row { answers, read: read as u32 },
+        Found::NotFound => ItemResult::NotFound,
+        Found::Error(e) => ItemResult::Error(HttpError::from_db(e.clone())),
+    }
+}
+
 /// Writes an item's answer body (its status is `result.status()`).
 /// `keys` carries the rendered column names from one item to the next.
-pub fn write_item(out: &mut JsonOut, keys: &mut ColumnKeys, planned: &Planned, result: &ItemResult) {
+/// `found` holds the rows of `ItemResult::Row`.
+pub fn write_item(out: &mut JsonOut, keys: &mut ColumnKeys, planned: &Planned, result: &ItemResult, found: &[Answers]) {
     out.byte(b'{');
     if let Some(id) = &planned.operation_id {
         out.key("operationId");
@@ -336,7 +425,11 @@ pub fn write_item(out: &mut JsonOut, keys: &mut ColumnKeys, planned: &Planned, r
         out.byte(b',');
     }
     match result {
-        ItemResult::Row(row) => {
+        ItemResult::Row { answers, read } => {
+            let row = match found.get(*answers as usize).map(|a| a.get(*read as usize)) {
+                Some(Found::Row(row)) => row,
+                _ => unreachable!("an item's row is in its answers"),
+            };
             out.key("data");
             out.byte(b'{');
             let layout = row.layout();

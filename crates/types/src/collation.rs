@@ -99,6 +99,15 @@ impl Collation {
         }
     }
 
+    /// One character as comparisons under this collation see it (`fold`
+    /// is this applied to every character).
+    pub fn fold_char(self, c: char) -> char {
+        match self {
+            Collation::Bin => c,
+            Collation::GeneralCi => weight(c),
+        }
+    }
+
     /// The text every text comparing equal to `text` shares: folded and
     /// without trailing spaces (PAD SPACE); a key's and a group's form.
     pub fn weight(self, text: &str) -> Cow<'_, str> {

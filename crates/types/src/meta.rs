@@ -39,17 +39,24 @@ impl TableMeta {
 
     /// Coerces and encodes a primary key given as values in key order.
     pub fn encode_key(&self, key: &[Value]) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.def.primary_key.len() * 10);
+        self.encode_key_into(key, &mut out)?;
+        Ok(out)
+    }
+
+    /// Appends the encoding of primary key `key` to `out` (on an error,
+    /// part of it may have been appended).
+    pub fn encode_key_into(&self, key: &[Value], out: &mut Vec<u8>) -> Result<()> {
         let pk = &self.def.primary_key;
         if key.len() != pk.len() {
-            return keycodec::encode_key(&self.key_columns(), key);
+            return keycodec::encode_key(&self.key_columns(), key).map(|k| out.extend_from_slice(&k));
         }
-        let mut out = Vec::with_capacity(pk.len() * 10);
         for (&c, value) in pk.iter().zip(key) {
             let column = &self.def.columns[c as usize];
             let v = coerce(value.clone(), column)?;
-            keycodec::encode_value(&mut out, column.ty, column.collation, &v);
+            keycodec::encode_value(out, column.ty, column.collation, &v);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Checks that bytes received as a key are a well-formed key of this

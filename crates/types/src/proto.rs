@@ -709,6 +709,184 @@ pub enum ClientRequestRef<'a> {
     Batch(&'a [KeyOp]),
 }
 
+/// A committed read of a `ClientRequest::Batch` whose key and column list
+/// are borrowed: encodes exactly like the `KeyOp` it stands for, so that a
+/// batch of lookups is sent from one buffer of keys (see `BatchOf`).
+#[derive(Serialize)]
+#[serde(rename = "KeyOp")]
+pub struct LookupOpRef<'a> {
+    pub table: TableId,
+    pub table_version: u32,
+    pub partition: u32,
+    #[serde(with = "serde_bytes")]
+    pub key: &'a [u8],
+    pub kind: &'static OpKind,
+    pub projection: Option<&'a [ColumnId]>,
+}
+
+/// The `kind` of every `LookupOpRef`.
+pub static COMMITTED_READ: OpKind = OpKind::Read { lock: LockMode::Committed };
+
+/// Serializes exactly like `ClientRequest::Batch` of the operations that
+/// `ops` serializes as a sequence of (`KeyOp`s or `LookupOpRef`s).
+pub struct BatchOf<T>(pub T);
+
+impl<T: Serialize> Serialize for BatchOf<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_newtype_variant("ClientRequest", 0, "Batch", &self.0)
+    }
+}
+
+/// One operation's result in an answer to a batch, its row borrowed from
+/// the frame (`decode_batch_answer`).
+#[derive(Debug, PartialEq)]
+pub enum OpResultRef<'a> {
+    Row(&'a [u8]),
+    NotFound,
+    Done,
+    Error(DbError),
+    Unchanged,
+}
+
+/// Decodes an answer to a `Batch` request without copying its rows:
+/// `each` gets every operation's result in order, and the count is
+/// returned. Any other answer (an error for the whole batch) comes back
+/// decoded as `Err`.
+pub fn decode_batch_answer(
+    body: &[u8],
+    each: impl FnMut(OpResultRef<'_>) -> Result<()>,
+) -> Result<std::result::Result<usize, ClientResponse>> {
+    use bincode::Options;
+    // The variant index of `ClientResponse::Batch`, as the codec writes it
+    // (checked by `batch_answers_decode_borrowed_like_owned`).
+    const BATCH: [u8; 4] = 1u32.to_le_bytes();
+    if body.get(..4) != Some(&BATCH[..]) {
+        return decode_body::<ClientResponse>(body).map(Err);
+    }
+    let mut failed = None;
+    let seed = answer_decode::Answer { each, failed: &mut failed };
+    let decoded = codec().with_limit(body.len() as u64 * 4 + 1024).deserialize_seed(seed, body);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    decoded.map(Ok).map_err(|e| DbError::malformed(format!("could not decode the message: {e}")))
+}
+
+/// The serde visitors of `decode_batch_answer`.
+mod answer_decode {
+    use super::{DbError, OpResultRef};
+    use serde::de::{self, DeserializeSeed, EnumAccess, SeqAccess, VariantAccess, Visitor};
+    use std::fmt;
+
+    pub(super) struct Answer<'f, F> {
+        pub each: F,
+        /// An error `each` returned (decoding stops at it).
+        pub failed: &'f mut Option<DbError>,
+    }
+
+    impl<'de, F: FnMut(OpResultRef<'_>) -> crate::Result<()>> DeserializeSeed<'de> for Answer<'_, F> {
+        type Value = usize;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+            d.deserialize_enum("ClientResponse", &["Hello", "Batch"], self)
+        }
+    }
+
+    impl<'de, F: FnMut(OpResultRef<'_>) -> crate::Result<()>> Visitor<'de> for Answer<'_, F> {
+        type Value = usize;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a batch answer")
+        }
+        fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<usize, A::Error> {
+            let (variant, access): (u32, _) = data.variant()?;
+            if variant != 1 {
+                return Err(de::Error::custom(format!("answer variant {variant} is not a batch answer")));
+            }
+            access.newtype_variant_seed(Results(self))
+        }
+    }
+
+    struct Results<'f, F>(Answer<'f, F>);
+
+    impl<'de, F: FnMut(OpResultRef<'_>) -> crate::Result<()>> DeserializeSeed<'de> for Results<'_, F> {
+        type Value = usize;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de, F: FnMut(OpResultRef<'_>) -> crate::Result<()>> Visitor<'de> for Results<'_, F> {
+        type Value = usize;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of operation results")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<usize, A::Error> {
+            let mut count = 0;
+            while let Some(()) = seq.next_element_seed(OneResult(&mut self.0))? {
+                count += 1;
+            }
+            Ok(count)
+        }
+    }
+
+    struct OneResult<'a, 'f, F>(&'a mut Answer<'f, F>);
+
+    impl<'de, F: FnMut(OpResultRef<'_>) -> crate::Result<()>> DeserializeSeed<'de> for OneResult<'_, '_, F> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_enum("OpResult", &["Row", "NotFound", "Done", "Error", "Unchanged"], self)
+        }
+    }
+
+    impl<'de, F: FnMut(OpResultRef<'_>) -> crate::Result<()>> Visitor<'de> for OneResult<'_, '_, F> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an operation result")
+        }
+        fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+            let (variant, access): (u32, _) = data.variant()?;
+            let result = match variant {
+                0 => return access.newtype_variant_seed(RowBytes(self.0)),
+                1 => access.unit_variant().map(|_| OpResultRef::NotFound)?,
+                2 => access.unit_variant().map(|_| OpResultRef::Done)?,
+                3 => OpResultRef::Error(access.newtype_variant::<DbError>()?),
+                4 => access.unit_variant().map(|_| OpResultRef::Unchanged)?,
+                other => return Err(de::Error::custom(format!("operation result variant {other} does not exist"))),
+            };
+            deliver(self.0, result)
+        }
+    }
+
+    fn deliver<E: de::Error, F: FnMut(OpResultRef<'_>) -> crate::Result<()>>(
+        answer: &mut Answer<'_, F>,
+        result: OpResultRef<'_>,
+    ) -> Result<(), E> {
+        (answer.each)(result).map_err(|e| {
+            let message = e.message.clone();
+            *answer.failed = Some(e);
+            E::custom(message)
+        })
+    }
+
+    struct RowBytes<'a, 'f, F>(&'a mut Answer<'f, F>);
+
+    impl<'de, F: FnMut(OpResultRef<'_>) -> crate::Result<()>> DeserializeSeed<'de> for RowBytes<'_, '_, F> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_bytes(self)
+        }
+    }
+
+    impl<'de, F: FnMut(OpResultRef<'_>) -> crate::Result<()>> Visitor<'de> for RowBytes<'_, '_, F> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a row's bytes")
+        }
+        fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<(), E> {
+            deliver(self.0, OpResultRef::Row(bytes))
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum MgmRequest {
     GetLayout,
@@ -1020,6 +1198,73 @@ mod tests {
         // Admitted to the view, it is started and primary of its share again.
         restarting.restrict_to_view(&[2, 3]);
         assert_eq!(restarting, layout);
+    }
+
+    /// A batch of lookups sent from borrowed keys is the batch of owned
+    /// operations on the wire.
+    #[test]
+    fn lookups_encode_like_owned_reads() {
+        let read = |key: Vec<u8>, projection: Option<Arc<[ColumnId]>>| KeyOp {
+            table: 3,
+            table_version: 2,
+            partition: 1,
+            key,
+            kind: OpKind::Read { lock: LockMode::Committed },
+            projection,
+        };
+        let ops = [read(vec![1, 2, 3], Some(Arc::from([0, 2]))), read(vec![], None), read(vec![9; 40], None)];
+        let borrowed: Vec<LookupOpRef> = ops
+            .iter()
+            .map(|op| LookupOpRef {
+                table: op.table,
+                table_version: op.table_version,
+                partition: op.partition,
+                key: &op.key,
+                kind: &COMMITTED_READ,
+                projection: op.projection.as_deref(),
+            })
+            .collect();
+        assert_eq!(frame(5, &ClientRequest::Batch(ops.to_vec())), frame(5, &BatchOf(&borrowed)));
+    }
+
+    /// Every kind of result decodes borrowed as it decodes owned; an answer
+    /// that is not a batch comes back whole.
+    #[test]
+    fn batch_answers_decode_borrowed_like_owned() {
+        let results = vec![
+            OpResult::Row(vec![1, 2, 3]),
+            OpResult::NotFound,
+            OpResult::Row(vec![]),
+            OpResult::Done,
+            OpResult::Error(DbError::new(crate::ErrorCode::WrongShard, "moved")),
+            OpResult::Unchanged,
+        ];
+        let body = |message: &ClientResponse| frame(0, message)[FRAME_HEADER..].to_vec();
+        let mut seen = Vec::new();
+        let count = decode_batch_answer(&body(&ClientResponse::Batch(results.clone())), |r| {
+            seen.push(match r {
+                OpResultRef::Row(bytes) => OpResult::Row(bytes.to_vec()),
+                OpResultRef::NotFound => OpResult::NotFound,
+                OpResultRef::Done => OpResult::Done,
+                OpResultRef::Error(e) => OpResult::Error(e),
+                OpResultRef::Unchanged => OpResult::Unchanged,
+            });
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(count, Ok(results.len()));
+        assert_eq!(seen, results);
+        let refused = ClientResponse::Error(DbError::new(crate::ErrorCode::NotServing, "stopping"));
+        assert_eq!(decode_batch_answer(&body(&refused), |_| Ok(())).unwrap(), Err(refused));
+        // A consumer's error stops the decoding and is returned as it was.
+        let stop = decode_batch_answer(&body(&ClientResponse::Batch(results)), |r| match r {
+            OpResultRef::NotFound => Err(DbError::malformed("bad row")),
+            _ => Ok(()),
+        });
+        assert_eq!(stop.unwrap_err(), DbError::malformed("bad row"));
+        // Cut short, it fails cleanly.
+        let whole = body(&ClientResponse::Batch(vec![OpResult::Row(vec![7; 30])]));
+        assert!(decode_batch_answer(&whole[..whole.len() - 5], |_| Ok(())).is_err());
     }
 
     #[test]

@@ -403,6 +403,41 @@ fn truncate_for_message(text: &str) -> String {
 
 /// Converts a value into the canonical representation of the column's type,
 /// or explains why it does not fit. NULL is accepted only for nullable columns.
+/// What text column `column` keeps of `s` (a prefix of it), or why `s`
+/// does not fit: MySQL returns a CHAR without its trailing spaces, and cuts
+/// spaces beyond a VARCHAR's length without complaint.
+pub fn fit_text<'s>(s: &'s str, column: &ColumnDef) -> Result<&'s str> {
+    let n = match column.ty {
+        ColumnType::Char(n) | ColumnType::VarChar(n) => n as usize,
+        ColumnType::Text if s.len() <= MAX_LOB_BYTES => return Ok(s),
+        ColumnType::Text => {
+            return Err(DbError::type_error(format!(
+                "value of {} bytes is larger than the {MAX_LOB_BYTES}-byte limit of column '{}'",
+                s.len(),
+                column.name
+            )))
+        }
+        _ => return Err(mismatch(&Value::Str(s.to_string()), column)),
+    };
+    let mut s = s;
+    if matches!(column.ty, ColumnType::Char(_)) {
+        s = s.trim_end_matches(' ');
+    }
+    let mut chars = s.chars().count();
+    if chars > n && s[s.trim_end_matches(' ').len()..].len() >= chars - n {
+        s = &s[..s.len() - (chars - n)];
+        chars = n;
+    }
+    if chars > n {
+        return Err(DbError::type_error(format!(
+            "value of {chars} characters is too long for column '{}' ({})",
+            column.name,
+            column.ty.sql_name()
+        )));
+    }
+    Ok(s)
+}
+
 pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
     if value.is_null() {
         if column.nullable {
@@ -480,36 +515,12 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
             }
             Ok(Value::Decimal(d))
         }
-        ColumnType::Char(n) | ColumnType::VarChar(n) => match value {
+        ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text => match value {
             Value::Str(mut s) => {
-                // MySQL returns a CHAR without its trailing spaces, and cuts
-                // spaces beyond a VARCHAR's length without complaint.
-                if matches!(column.ty, ColumnType::Char(_)) {
-                    s.truncate(s.trim_end_matches(' ').len());
-                }
-                let mut chars = s.chars().count();
-                if chars > n as usize && s[s.trim_end_matches(' ').len()..].len() >= chars - n as usize {
-                    s.truncate(s.len() - (chars - n as usize));
-                    chars = n as usize;
-                }
-                if chars > n as usize {
-                    return Err(DbError::type_error(format!(
-                        "value of {chars} characters is too long for column '{}' ({})",
-                        column.name,
-                        column.ty.sql_name()
-                    )));
-                }
+                let kept = fit_text(&s, column)?.len();
+                s.truncate(kept);
                 Ok(Value::Str(s))
             }
-            other => Err(mismatch(&other, column)),
-        },
-        ColumnType::Text => match value {
-            Value::Str(s) if s.len() <= MAX_LOB_BYTES => Ok(Value::Str(s)),
-            Value::Str(s) => Err(DbError::type_error(format!(
-                "value of {} bytes is larger than the {MAX_LOB_BYTES}-byte limit of column '{}'",
-                s.len(),
-                column.name
-            ))),
             other => Err(mismatch(&other, column)),
         },
         ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob => {
