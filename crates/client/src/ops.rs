@@ -3,7 +3,7 @@
 
 use crate::{route_with, Client, Table};
 use latsdb_types::expr::Expr;
-use latsdb_types::proto::{ClientRequestRef, ClientResponse, KeyOp, LockMode, OpKind, OpResult, ShardAddr};
+use latsdb_types::proto::{BatchOf, ClientResponse, KeyOp, LockMode, OpKind, OpResult, ShardAddr};
 use latsdb_types::row::RowLayout;
 use latsdb_types::schema::ColumnId;
 use latsdb_types::{DbError, ErrorCode, Result, Value};
@@ -362,7 +362,7 @@ impl Client {
             // Send to every shard before waiting for any answer.
             let mut inflight = Vec::with_capacity(groups.len());
             for group in groups {
-                let started = self.start(group.shard, &ClientRequestRef::Batch(&group.ops)).await;
+                let started = self.start(group.shard, &BatchOf(&group.ops)).await;
                 inflight.push((group, started));
             }
             let mut stale = false;

@@ -702,13 +702,6 @@ impl Router {
     }
 }
 
-/// Serializes exactly like `ClientRequest::Batch`, borrowing the operations
-/// (the client keeps them to retry after a layout change).
-#[derive(Serialize)]
-pub enum ClientRequestRef<'a> {
-    Batch(&'a [KeyOp]),
-}
-
 /// A committed read of a `ClientRequest::Batch` whose key and column list
 /// are borrowed: encodes exactly like the `KeyOp` it stands for, so that a
 /// batch of lookups is sent from one buffer of keys (see `BatchOf`).
@@ -728,7 +721,9 @@ pub struct LookupOpRef<'a> {
 pub static COMMITTED_READ: OpKind = OpKind::Read { lock: LockMode::Committed };
 
 /// Serializes exactly like `ClientRequest::Batch` of the operations that
-/// `ops` serializes as a sequence of (`KeyOp`s or `LookupOpRef`s).
+/// its content serializes as a sequence of (`KeyOp`s or `LookupOpRef`s):
+/// the client sends borrowed operations, and keeps them to retry after a
+/// layout change.
 pub struct BatchOf<T>(pub T);
 
 impl<T: Serialize> Serialize for BatchOf<T> {
@@ -1278,7 +1273,7 @@ mod tests {
             projection: Some(Arc::from([0, 2])),
         };
         let owned = frame(9, &ClientRequest::Batch(vec![op.clone(), op.clone()]));
-        let borrowed = frame(9, &ClientRequestRef::Batch(&[op.clone(), op]));
+        let borrowed = frame(9, &BatchOf(&[op.clone(), op]));
         assert_eq!(owned, borrowed);
     }
 }
