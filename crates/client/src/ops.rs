@@ -362,7 +362,7 @@ impl Client {
             // Send to every shard before waiting for any answer.
             let mut inflight = Vec::with_capacity(groups.len());
             for group in groups {
-                let started = self.start(group.shard, &BatchOf(&group.ops)).await;
+                let started = self.start(group.shard, &BatchOf(group.ops.as_slice())).await;
                 inflight.push((group, started));
             }
             let mut stale = false;

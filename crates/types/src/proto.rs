@@ -721,7 +721,8 @@ pub struct LookupOpRef<'a> {
 pub static COMMITTED_READ: OpKind = OpKind::Read { lock: LockMode::Committed };
 
 /// Serializes exactly like `ClientRequest::Batch` of the operations that
-/// its content serializes as a sequence of (`KeyOp`s or `LookupOpRef`s):
+/// its content serializes as a sequence of (`KeyOp`s or `LookupOpRef`s; a
+/// slice, not an array, which serde writes as a tuple without its length):
 /// the client sends borrowed operations, and keeps them to retry after a
 /// layout change.
 pub struct BatchOf<T>(pub T);
@@ -1273,7 +1274,7 @@ mod tests {
             projection: Some(Arc::from([0, 2])),
         };
         let owned = frame(9, &ClientRequest::Batch(vec![op.clone(), op.clone()]));
-        let borrowed = frame(9, &BatchOf(&[op.clone(), op]));
+        let borrowed = frame(9, &BatchOf(&[op.clone(), op][..]));
         assert_eq!(owned, borrowed);
     }
 }
