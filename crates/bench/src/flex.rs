@@ -10,7 +10,7 @@ use crate::report::{new_histogram, progress, PhaseResult};
 use crate::Rng;
 use clap::Args;
 use hdrhistogram::Histogram;
-use latsdb_client::{Client, Op, Outcome, Table};
+use latsdb_client::{Client, Found, Lookups, Op, Outcome, Table};
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
 use latsdb_types::{ErrorCode, Value};
 use std::path::PathBuf;
@@ -373,42 +373,63 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
             (first..(first + batch).min(s.args.rows)).collect()
         };
         generation += 1;
-        let ops = keys
-            .iter()
-            .map(|&k| match s.phase {
-                Phase::Insert => Op::insert(&s.table, row_values(&s.args, k, 0)),
-                Phase::Read => Op::read(&s.table, &[Value::UInt(k)]),
-                Phase::Update => {
-                    let mut row = row_values(&s.args, k, generation);
-                    Op::update(&s.table, &[Value::UInt(k)], &[("attr0", row.swap_remove(1))])
-                }
-                Phase::Mixed if generation.is_multiple_of(2) => Op::read(&s.table, &[Value::UInt(k)]),
-                Phase::Mixed => {
-                    let mut row = row_values(&s.args, k, generation);
-                    Op::update(&s.table, &[Value::UInt(k)], &[("attr0", row.swap_remove(1))])
-                }
-                Phase::Delete => Op::delete(&s.table, &[Value::UInt(k)]),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
-        let n = ops.len() as u64;
-        let sent = Instant::now();
-        let outcomes: Vec<Result<Outcome, latsdb_types::DbError>> = if s.args.transactions {
-            match s.client.transaction().execute_commit(ops).await {
-                Ok(list) => list.into_iter().map(Ok).collect(),
-                Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+        let n = keys.len() as u64;
+        let reads = matches!(s.phase, Phase::Read) || (matches!(s.phase, Phase::Mixed) && generation.is_multiple_of(2));
+        let sent;
+        // What each operation came to: reads, updates and deletes address
+        // rows that must exist.
+        let mut seen: Vec<Result<(), (String, String)>> = Vec::with_capacity(keys.len());
+        let failed_with = |e: &latsdb_types::DbError| Err((format!("{:?}", e.code), e.message.clone()));
+        let missing = || Err(("NotFound".to_string(), "the row does not exist".to_string()));
+        if reads && !s.args.transactions {
+            // A batch of lookups: keys and rows each in one buffer.
+            let mut lookups = Lookups::with_capacity(keys.len(), 9);
+            for &k in &keys {
+                lookups.push_values(&s.table, None, &[Value::UInt(k)]).map_err(|e| e.to_string())?;
+            }
+            sent = Instant::now();
+            match s.client.lookup(&lookups).await {
+                Ok(answers) => seen.extend((0..answers.len()).map(|i| match answers.get(i) {
+                    Found::Row(_) => Ok(()),
+                    Found::NotFound => missing(),
+                    Found::Error(e) => failed_with(e),
+                })),
+                Err(e) => seen.extend((0..n).map(|_| failed_with(&e))),
             }
         } else {
-            match s.client.batch(ops).await {
-                Ok(list) => list,
-                Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
-            }
-        };
+            let ops = keys
+                .iter()
+                .map(|&k| match s.phase {
+                    Phase::Insert => Op::insert(&s.table, row_values(&s.args, k, 0)),
+                    Phase::Read | Phase::Mixed if reads => Op::read(&s.table, &[Value::UInt(k)]),
+                    Phase::Update | Phase::Mixed | Phase::Read => {
+                        let mut row = row_values(&s.args, k, generation);
+                        Op::update(&s.table, &[Value::UInt(k)], &[("attr0", row.swap_remove(1))])
+                    }
+                    Phase::Delete => Op::delete(&s.table, &[Value::UInt(k)]),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            sent = Instant::now();
+            let outcomes: Vec<Result<Outcome, latsdb_types::DbError>> = if s.args.transactions {
+                match s.client.transaction().execute_commit(ops).await {
+                    Ok(list) => list.into_iter().map(Ok).collect(),
+                    Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+                }
+            } else {
+                match s.client.batch(ops).await {
+                    Ok(list) => list,
+                    Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+                }
+            };
+            seen.extend(outcomes.iter().map(|o| match o {
+                Ok(Outcome::Row(_) | Outcome::Done | Outcome::Unchanged) => Ok(()),
+                Ok(Outcome::NotFound) => missing(),
+                Err(e) => failed_with(e),
+            }));
+        }
         let took = sent.elapsed();
-        // Reads, updates and deletes address rows that must exist.
-        let failed =
-            outcomes.iter().filter(|o| !matches!(o, Ok(Outcome::Row(_) | Outcome::Done | Outcome::Unchanged))).count()
-                as u64;
+        let failed = seen.iter().filter(|o| o.is_err()).count() as u64;
         s.done_ops.fetch_add(n, Ordering::Relaxed);
         if s.args.timeline.is_some() {
             let second = s.start.elapsed().as_secs() as usize;
@@ -424,14 +445,8 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
             out.ops += n - failed;
             out.failed += failed;
             out.batches += 1;
-            for o in &outcomes {
-                match o {
-                    Err(e) => crate::report::count_error(&mut out.errors, format!("{:?}", e.code), &e.message),
-                    Ok(Outcome::NotFound) => {
-                        crate::report::count_error(&mut out.errors, "NotFound".into(), "the row does not exist")
-                    }
-                    _ => {}
-                }
+            for (code, message) in seen.into_iter().filter_map(Result::err) {
+                crate::report::count_error(&mut out.errors, code, &message);
             }
             let _ = out.latency.record((took.as_micros() as u64).max(1));
         }

@@ -71,6 +71,8 @@ impl Lease {
 #[derive(Default, Debug)]
 pub struct Outbox {
     pub client: Vec<(ConnId, u64, ClientResponse)>,
+    /// Answers to clients already encoded as frames (`on_lookups`).
+    pub frames: Vec<(ConnId, Vec<u8>)>,
     pub peer: Vec<(ShardAddr, PeerMsg)>,
     /// Disk work, to be carried out in order.
     pub disk: Vec<crate::durability::DiskOp>,
@@ -107,7 +109,11 @@ impl Outbox {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.client.is_empty() && self.peer.is_empty() && self.disk.is_empty() && self.durable.is_none()
+        self.client.is_empty()
+            && self.frames.is_empty()
+            && self.peer.is_empty()
+            && self.disk.is_empty()
+            && self.durable.is_none()
     }
 }
 
@@ -296,6 +302,26 @@ impl Shard {
             ClientRequest::WaitDurable => self.epoch_wait_durable(conn, req_id, out),
         }
         self.finish_turn(out);
+    }
+
+    /// A client's frame, if it is a `Batch` of committed reads only: the
+    /// reads run straight from the frame and the answer is encoded as they
+    /// run (`ldm_lookups`), without an allocation per read; the answer is
+    /// the one `on_client` gives the decoded request. Says false, having
+    /// done nothing, for any other frame: decode it and call `on_client`.
+    pub fn on_lookups(&mut self, conn: ConnId, req_id: u64, body: &[u8], now: Micros, out: &mut Outbox) -> bool {
+        let (mut reads, mut columns) = (Vec::new(), Vec::new());
+        if !latsdb_types::proto::decode_lookups(body, &mut reads, &mut columns) {
+            return false;
+        }
+        self.now = now;
+        let frame = match self.not_serving(now) {
+            Some(error) => latsdb_types::proto::frame(req_id, &ClientResponse::Error(error)),
+            None => self.ldm_lookups(req_id, &reads, &columns),
+        };
+        out.frames.push((conn, frame));
+        self.finish_turn(out);
+        true
     }
 
     /// Why this shard serves no client request now, if it does not: its

@@ -415,3 +415,73 @@ fn a_full_data_memory_refuses_writes_that_grow_it_but_not_others() {
     p.request(owner, 1, 5002, ClientRequest::Batch(vec![retry]));
     assert_eq!(p.take(5002), Some(ClientResponse::Batch(vec![OpResult::Done])));
 }
+
+/// A batch of committed reads answered straight from its frame
+/// (`on_lookups`) gets, byte for byte, the answer the decoded batch gets
+/// from `on_client`: rows, projections, missing rows, and every refusal.
+#[test]
+fn committed_reads_from_the_frame_answer_as_decoded_ones() {
+    let mut p = Pump::new();
+    for id in 0..50 {
+        let op = p.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(100 + id)] });
+        let shard = p.owner(&op);
+        p.request(shard, 1, id as u64, ClientRequest::Batch(vec![op]));
+        assert_eq!(p.take(id as u64), Some(ClientResponse::Batch(vec![OpResult::Done])));
+    }
+    let read = |p: &Pump, id: i64, projection: Option<&[u16]>| {
+        let mut op = p.op(id, OpKind::Read { lock: LockMode::Committed });
+        op.projection = projection.map(std::sync::Arc::from);
+        op
+    };
+    for shard in 0..2 {
+        let mut ops: Vec<KeyOp> = (0..60).map(|id| read(&p, id, None)).collect();
+        ops.extend((0..10).map(|id| read(&p, id, Some(&[1]))));
+        ops.extend((10..20).map(|id| read(&p, id, Some(&[1, 0]))));
+        ops.push(read(&p, 3, Some(&[0])));
+        let mut bad_key = read(&p, 4, None);
+        bad_key.key.truncate(3);
+        let mut unknown = read(&p, 5, None);
+        unknown.table = 9;
+        let mut stale = read(&p, 6, None);
+        stale.table_version = 2;
+        let mut elsewhere = read(&p, 7, None);
+        elsewhere.partition = (elsewhere.partition + 1) % 8;
+        let mut no_such_partition = read(&p, 8, None);
+        no_such_partition.partition = 99;
+        ops.extend([
+            bad_key,
+            unknown,
+            stale,
+            elsewhere,
+            no_such_partition,
+            read(&p, 9, Some(&[5])),
+            read(&p, 9, Some(&[])),
+        ]);
+        let request = ClientRequest::Batch(ops);
+        let body = frame(0, &request)[FRAME_HEADER..].to_vec();
+        let mut out = Outbox::default();
+        assert!(p.shards[shard].on_lookups(1, 77, &body, p.now, &mut out));
+        assert!(out.client.is_empty());
+        let [(conn, from_frame)] = &out.frames[..] else { panic!("one answer: {out:?}") };
+        assert_eq!(*conn, 1);
+        p.request(shard, 1, 77, request);
+        let decoded = p.take(77).expect("answered");
+        let ClientResponse::Batch(results) = &decoded else { panic!("{decoded:?}") };
+        let rows = results.iter().filter(|r| matches!(r, OpResult::Row(_))).count();
+        let refused = results.iter().filter(|r| matches!(r, OpResult::Error(_))).count();
+        assert!(rows > 20 && refused >= 7, "{rows} rows, {refused} refused: {results:?}");
+        assert_eq!(from_frame, &frame(77, &decoded), "shard {shard}");
+    }
+    // Anything but committed reads is left to `on_client`, untouched.
+    let write = p.op(1, OpKind::Delete);
+    let locking = p.op(2, OpKind::Read { lock: LockMode::Shared });
+    for other in
+        [ClientRequest::Batch(vec![read(&p, 1, None), write]), ClientRequest::Batch(vec![locking]), ClientRequest::Ping]
+    {
+        let body = frame(0, &other)[FRAME_HEADER..].to_vec();
+        let mut out = Outbox::default();
+        assert!(!p.shards[0].on_lookups(1, 78, &body, p.now, &mut out), "{other:?}");
+        assert!(out.is_empty(), "{other:?}");
+    }
+    assert_eq!(p.balance(1), Some(101), "nothing was deleted");
+}

@@ -198,12 +198,17 @@ impl Host {
         if let Some(epoch) = out.durable.take() {
             self.report_durable(epoch);
         }
-        if !out.client.is_empty() {
+        if !out.client.is_empty() || !out.frames.is_empty() {
             let conns = self.conns.borrow();
+            // A closed connection's answers are dropped: nobody waits for them.
             for (conn, req_id, response) in out.client.drain(..) {
-                // A closed connection's answers are dropped: nobody waits for them.
                 if let Some(tx) = conns.get(&conn) {
                     let _ = tx.send(proto::frame(req_id, &response));
+                }
+            }
+            for (conn, frame) in out.frames.drain(..) {
+                if let Some(tx) = conns.get(&conn) {
+                    let _ = tx.send(frame);
                 }
             }
         }
@@ -584,15 +589,22 @@ async fn client_loop(
     let mut out = Outbox::default();
     loop {
         match reader.next().await {
-            Ok(Some((req_id, body))) => match proto::decode_body::<ClientRequest>(body) {
-                Ok(request) => {
-                    host.shard.borrow_mut().on_client(conn, req_id, request, host.now(), &mut out);
+            Ok(Some((req_id, body))) => {
+                // A batch of committed reads is answered straight from its frame.
+                if host.shard.borrow_mut().on_lookups(conn, req_id, body, host.now(), &mut out) {
                     host.dispatch(&mut out);
+                    continue;
                 }
-                Err(e) => {
-                    let _ = tx.send(error_frame(req_id, e));
+                match proto::decode_body::<ClientRequest>(body) {
+                    Ok(request) => {
+                        host.shard.borrow_mut().on_client(conn, req_id, request, host.now(), &mut out);
+                        host.dispatch(&mut out);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(error_frame(req_id, e));
+                    }
                 }
-            },
+            }
             Ok(None) => return,
             Err(FrameError::TooLarge { request_id, len, max }) => {
                 let _ = tx.send(error_frame(request_id, too_large(len, max)));

@@ -733,11 +733,23 @@ impl<T: Serialize> Serialize for BatchOf<T> {
     }
 }
 
-/// One operation's result in an answer to a batch, its row borrowed from
-/// the frame (`decode_batch_answer`).
-#[derive(Debug, PartialEq)]
+/// Serializes exactly like `ClientResponse::Batch` of the results that its
+/// content serializes as a sequence of (`OpResult`s or `OpResultRef`s).
+pub struct BatchAnswerOf<T>(pub T);
+
+impl<T: Serialize> Serialize for BatchAnswerOf<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_newtype_variant("ClientResponse", 1, "Batch", &self.0)
+    }
+}
+
+/// One operation's result in an answer to a batch, its row borrowed:
+/// from the frame (`decode_batch_answer`), or from the data node's table
+/// (an answer is serialized as `OpResult` is).
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(rename = "OpResult")]
 pub enum OpResultRef<'a> {
-    Row(&'a [u8]),
+    Row(#[serde(with = "serde_bytes")] &'a [u8]),
     NotFound,
     Done,
     Error(DbError),
@@ -766,6 +778,170 @@ pub fn decode_batch_answer(
         return Err(e);
     }
     decoded.map(Ok).map_err(|e| DbError::malformed(format!("could not decode the message: {e}")))
+}
+
+/// A committed read of a `Batch` request, its key borrowed from the frame
+/// (`decode_lookups`).
+#[derive(Debug, PartialEq)]
+pub struct LookupRead<'a> {
+    pub table: TableId,
+    pub table_version: u32,
+    pub partition: u32,
+    pub key: &'a [u8],
+    /// The columns to return, `columns[start..end]` of `decode_lookups`
+    /// (reads listing the same columns one after the other share them);
+    /// None: the whole row.
+    pub projection: Option<(u32, u32)>,
+}
+
+/// Decodes a `Batch` request made only of committed reads without an
+/// allocation per read: keys stay in the frame, and every read's column
+/// list goes to `columns`. Says false for any other request or a batch
+/// holding any other operation (and for a malformed one), which is then
+/// decoded whole as usual.
+pub fn decode_lookups<'a>(body: &'a [u8], reads: &mut Vec<LookupRead<'a>>, columns: &mut Vec<ColumnId>) -> bool {
+    use bincode::Options;
+    // The variant index of `ClientRequest::Batch`, as the codec writes it
+    // (checked by `lookups_decode_borrowed_like_owned`).
+    if body.get(..4) != Some(&0u32.to_le_bytes()[..]) {
+        return false;
+    }
+    let seed = lookup_decode::Request { reads, columns };
+    codec().with_limit(body.len() as u64 * 4 + 1024).deserialize_seed(seed, body).is_ok()
+}
+
+/// The serde visitors of `decode_lookups`.
+mod lookup_decode {
+    use super::{ColumnId, LockMode, LookupRead, OpKind};
+    use serde::de::{self, DeserializeSeed, EnumAccess, SeqAccess, VariantAccess, Visitor};
+    use std::fmt;
+
+    pub(super) struct Request<'r, 'a> {
+        pub reads: &'r mut Vec<LookupRead<'a>>,
+        pub columns: &'r mut Vec<ColumnId>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Request<'_, 'de> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_enum("ClientRequest", &["Batch"], self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Request<'_, 'de> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a batch of committed reads")
+        }
+        fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+            let (variant, access): (u32, _) = data.variant()?;
+            if variant != 0 {
+                return Err(de::Error::custom("not a batch"));
+            }
+            access.newtype_variant_seed(Reads(self))
+        }
+    }
+
+    struct Reads<'r, 'a>(Request<'r, 'a>);
+
+    impl<'de> DeserializeSeed<'de> for Reads<'_, 'de> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Reads<'_, 'de> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of operations")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            if let Some(n) = seq.size_hint() {
+                self.0.reads.reserve(n.min(1 << 16));
+            }
+            while let Some(read) = seq.next_element_seed(Read(&mut *self.0.columns))? {
+                self.0.reads.push(read);
+            }
+            Ok(())
+        }
+    }
+
+    struct Read<'r>(&'r mut Vec<ColumnId>);
+
+    const FIELDS: &[&str] = &["table", "table_version", "partition", "key", "kind", "projection"];
+
+    impl<'de> DeserializeSeed<'de> for Read<'_> {
+        type Value = LookupRead<'de>;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<LookupRead<'de>, D::Error> {
+            d.deserialize_struct("KeyOp", FIELDS, self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Read<'_> {
+        type Value = LookupRead<'de>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an operation")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<LookupRead<'de>, A::Error> {
+            let missing = || de::Error::custom("an operation is cut short");
+            let table = seq.next_element()?.ok_or_else(missing)?;
+            let table_version = seq.next_element()?.ok_or_else(missing)?;
+            let partition = seq.next_element()?.ok_or_else(missing)?;
+            let key: &'de [u8] = seq.next_element()?.ok_or_else(missing)?;
+            let kind: OpKind = seq.next_element()?.ok_or_else(missing)?;
+            if kind != (OpKind::Read { lock: LockMode::Committed }) {
+                return Err(de::Error::custom("not a committed read"));
+            }
+            let start = self.0.len();
+            let listed = seq.next_element_seed(Projection(&mut *self.0))?.ok_or_else(missing)?;
+            let projection = match listed {
+                false => None,
+                true => {
+                    let end = self.0.len();
+                    // The same list as the read before: share it.
+                    let len = end - start;
+                    if start >= len && self.0[start - len..start] == self.0[start..end] {
+                        self.0.truncate(start);
+                        Some(((start - len) as u32, start as u32))
+                    } else {
+                        Some((start as u32, end as u32))
+                    }
+                }
+            };
+            Ok(LookupRead { table, table_version, partition, key, projection })
+        }
+    }
+
+    /// An optional column list, appended to the batch's: says whether
+    /// there was one.
+    struct Projection<'r>(&'r mut Vec<ColumnId>);
+
+    impl<'de> DeserializeSeed<'de> for Projection<'_> {
+        type Value = bool;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_option(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Projection<'_> {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an optional list of columns")
+        }
+        fn visit_none<E: de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_seq(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+            while let Some(column) = seq.next_element::<ColumnId>()? {
+                self.0.push(column);
+            }
+            Ok(true)
+        }
+    }
 }
 
 /// The serde visitors of `decode_batch_answer`.
@@ -1221,6 +1397,79 @@ mod tests {
             })
             .collect();
         assert_eq!(frame(5, &ClientRequest::Batch(ops.to_vec())), frame(5, &BatchOf(&borrowed)));
+    }
+
+    /// A batch of committed reads decodes borrowed as it decodes owned, a
+    /// column list repeated by the next read shared; any other request is
+    /// left to the owned decoding.
+    #[test]
+    fn lookups_decode_borrowed_like_owned() {
+        let read = |key: Vec<u8>, projection: Option<&[ColumnId]>| KeyOp {
+            table: 3,
+            table_version: 2,
+            partition: key.len() as u32,
+            key,
+            kind: OpKind::Read { lock: LockMode::Committed },
+            projection: projection.map(Arc::from),
+        };
+        let ops = vec![
+            read(vec![1, 2, 3], Some(&[0, 2])),
+            read(vec![4], Some(&[0, 2])),
+            read(vec![], None),
+            read(vec![5; 30], Some(&[1])),
+            read(vec![6], Some(&[0, 2])),
+        ];
+        let body = |request: &ClientRequest| frame(0, request)[FRAME_HEADER..].to_vec();
+        let batch = body(&ClientRequest::Batch(ops.clone()));
+        let (mut reads, mut columns) = (Vec::new(), Vec::new());
+        assert!(decode_lookups(&batch, &mut reads, &mut columns));
+        assert_eq!(columns, [0, 2, 1, 0, 2], "the second read shares the first's list");
+        let back: Vec<KeyOp> = reads
+            .iter()
+            .map(|r| KeyOp {
+                table: r.table,
+                table_version: r.table_version,
+                partition: r.partition,
+                key: r.key.to_vec(),
+                kind: OpKind::Read { lock: LockMode::Committed },
+                projection: r.projection.map(|(s, e)| Arc::from(&columns[s as usize..e as usize])),
+            })
+            .collect();
+        assert_eq!(back, ops);
+        let mut with_write = ops.clone();
+        with_write[2].kind = OpKind::Delete;
+        let mut locking = ops.clone();
+        locking[4].kind = OpKind::Read { lock: LockMode::Shared };
+        for other in [
+            ClientRequest::Batch(with_write),
+            ClientRequest::Batch(locking),
+            ClientRequest::TxExec { tx: None, ops: ops.clone(), commit: true },
+            ClientRequest::Ping,
+        ] {
+            assert!(!decode_lookups(&body(&other), &mut Vec::new(), &mut Vec::new()), "{other:?}");
+        }
+        assert!(!decode_lookups(&batch[..batch.len() - 3], &mut Vec::new(), &mut Vec::new()));
+    }
+
+    /// Results serialized borrowed are the owned ones on the wire.
+    #[test]
+    fn borrowed_results_encode_like_owned() {
+        let error = DbError::new(crate::ErrorCode::WrongShard, "moved");
+        let owned = vec![
+            OpResult::Row(vec![1, 2]),
+            OpResult::NotFound,
+            OpResult::Done,
+            OpResult::Error(error.clone()),
+            OpResult::Unchanged,
+        ];
+        let borrowed = [
+            OpResultRef::Row(&[1, 2]),
+            OpResultRef::NotFound,
+            OpResultRef::Done,
+            OpResultRef::Error(error),
+            OpResultRef::Unchanged,
+        ];
+        assert_eq!(frame(4, &ClientResponse::Batch(owned)), frame(4, &BatchAnswerOf(&borrowed[..])));
     }
 
     /// Every kind of result decodes borrowed as it decodes owned; an answer

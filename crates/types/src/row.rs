@@ -320,11 +320,19 @@ impl RowLayout {
     /// and no layout is built (a scan projects every row it returns, a
     /// lookup with read columns every row it finds).
     pub fn project(&self, row: &[u8], columns: &[ColumnId]) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.project_into(row, columns, &mut out);
+        out
+    }
+
+    /// Appends the projection of `row` on `columns` to `out`.
+    pub fn project_into(&self, row: &[u8], columns: &[ColumnId], out: &mut Vec<u8>) {
         if self.parts.len() > 1 {
             // Rows of altered tables may lack parts: go through values.
             let values: Vec<Value> = columns.iter().map(|&c| self.get(row, c as usize)).collect();
-            return self.projection(columns).encode(&values);
+            return out.extend_from_slice(&self.projection(columns).encode(&values));
         }
+        let base = out.len();
         let null_bytes = columns.len().div_ceil(8);
         let fixed: usize = columns
             .iter()
@@ -333,15 +341,15 @@ impl RowLayout {
                 Slot::Var { .. } => 0,
             })
             .sum();
-        let mut out = vec![0u8; null_bytes + fixed];
         // The projected variable part is at most the row's.
-        out.reserve(row.len().saturating_sub(self.parts[0].fixed_end));
-        let mut to = null_bytes;
+        out.reserve(null_bytes + fixed + row.len().saturating_sub(self.parts[0].fixed_end));
+        out.resize(base + null_bytes + fixed, 0);
+        let mut to = base + null_bytes;
         for (i, &c) in columns.iter().enumerate() {
             let c = c as usize;
             let null = row[c / 8] & (1 << (c % 8)) != 0;
             if null {
-                out[i / 8] |= 1 << (i % 8);
+                out[base + i / 8] |= 1 << (i % 8);
             }
             if let Slot::Fixed { offset, size } = self.slots[c] {
                 if !null {
@@ -358,7 +366,6 @@ impl RowLayout {
                 out.extend_from_slice(bytes);
             }
         }
-        out
     }
 }
 
