@@ -375,26 +375,23 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
         generation += 1;
         let n = keys.len() as u64;
         let reads = matches!(s.phase, Phase::Read) || (matches!(s.phase, Phase::Mixed) && generation.is_multiple_of(2));
-        let sent;
-        // What each operation came to: reads, updates and deletes address
-        // rows that must exist.
-        let mut seen: Vec<Result<(), (String, String)>> = Vec::with_capacity(keys.len());
-        let failed_with = |e: &latsdb_types::DbError| Err((format!("{:?}", e.code), e.message.clone()));
-        let missing = || Err(("NotFound".to_string(), "the row does not exist".to_string()));
+        let mut tally = Tally::default();
         if reads && !s.args.transactions {
             // A batch of lookups: keys and rows each in one buffer.
             let mut lookups = Lookups::with_capacity(keys.len(), 9);
             for &k in &keys {
                 lookups.push_values(&s.table, None, &[Value::UInt(k)]).map_err(|e| e.to_string())?;
             }
-            sent = Instant::now();
-            match s.client.lookup(&lookups).await {
-                Ok(answers) => seen.extend((0..answers.len()).map(|i| match answers.get(i) {
-                    Found::Row(_) => Ok(()),
-                    Found::NotFound => missing(),
-                    Found::Error(e) => failed_with(e),
-                })),
-                Err(e) => seen.extend((0..n).map(|_| failed_with(&e))),
+            tally.sent = Instant::now();
+            let answers = s.client.lookup(&lookups).await;
+            tally.took(&s);
+            match &answers {
+                Ok(answers) => (0..answers.len()).for_each(|i| match answers.get(i) {
+                    Found::Row(_) => {}
+                    Found::NotFound => tally.missing(&mut out),
+                    Found::Error(e) => tally.failed(&mut out, e),
+                }),
+                Err(e) => (0..n).for_each(|_| tally.failed(&mut out, e)),
             }
         } else {
             let ops = keys
@@ -410,26 +407,23 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
-            sent = Instant::now();
-            let outcomes: Vec<Result<Outcome, latsdb_types::DbError>> = if s.args.transactions {
-                match s.client.transaction().execute_commit(ops).await {
-                    Ok(list) => list.into_iter().map(Ok).collect(),
-                    Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
-                }
+            tally.sent = Instant::now();
+            let outcomes = if s.args.transactions {
+                s.client.transaction().execute_commit(ops).await.map(|list| list.into_iter().map(Ok).collect())
             } else {
-                match s.client.batch(ops).await {
-                    Ok(list) => list,
-                    Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
-                }
+                s.client.batch(ops).await
             };
-            seen.extend(outcomes.iter().map(|o| match o {
-                Ok(Outcome::Row(_) | Outcome::Done | Outcome::Unchanged) => Ok(()),
-                Ok(Outcome::NotFound) => missing(),
-                Err(e) => failed_with(e),
-            }));
+            tally.took(&s);
+            match &outcomes {
+                Ok(list) => list.iter().for_each(|o| match o {
+                    Ok(Outcome::Row(_) | Outcome::Done | Outcome::Unchanged) => {}
+                    Ok(Outcome::NotFound) => tally.missing(&mut out),
+                    Err(e) => tally.failed(&mut out, e),
+                }),
+                Err(e) => (0..n).for_each(|_| tally.failed(&mut out, e)),
+            }
         }
-        let took = sent.elapsed();
-        let failed = seen.iter().filter(|o| o.is_err()).count() as u64;
+        let Tally { took, measured, failed, .. } = tally;
         s.done_ops.fetch_add(n, Ordering::Relaxed);
         if s.args.timeline.is_some() {
             let second = s.start.elapsed().as_secs() as usize;
@@ -440,16 +434,49 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
             timeline[second].0 += n - failed;
             timeline[second].1 += failed;
         }
-        let measured = !s.phase.timed() || (sent >= s.measure_from && sent + took <= s.measure_to);
         if measured {
             out.ops += n - failed;
             out.failed += failed;
             out.batches += 1;
-            for (code, message) in seen.into_iter().filter_map(Result::err) {
-                crate::report::count_error(&mut out.errors, code, &message);
-            }
             let _ = out.latency.record((took.as_micros() as u64).max(1));
         }
     }
     Ok(out)
+}
+
+/// What a batch came to: reads, updates and deletes address rows that
+/// must exist. Errors are counted only for batches measured.
+struct Tally {
+    sent: Instant,
+    took: Duration,
+    measured: bool,
+    failed: u64,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally { sent: Instant::now(), took: Duration::ZERO, measured: false, failed: 0 }
+    }
+}
+
+impl Tally {
+    /// The batch was answered now.
+    fn took(&mut self, s: &Shared) {
+        self.took = self.sent.elapsed();
+        self.measured = !s.phase.timed() || (self.sent >= s.measure_from && self.sent + self.took <= s.measure_to);
+    }
+
+    fn missing(&mut self, out: &mut WorkerResult) {
+        self.failed += 1;
+        if self.measured {
+            crate::report::count_error(&mut out.errors, "NotFound".into(), "the row does not exist");
+        }
+    }
+
+    fn failed(&mut self, out: &mut WorkerResult, e: &latsdb_types::DbError) {
+        self.failed += 1;
+        if self.measured {
+            crate::report::count_error(&mut out.errors, format!("{:?}", e.code), &e.message);
+        }
+    }
 }

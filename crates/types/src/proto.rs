@@ -812,7 +812,7 @@ pub fn decode_lookups<'a>(body: &'a [u8], reads: &mut Vec<LookupRead<'a>>, colum
 
 /// The serde visitors of `decode_lookups`.
 mod lookup_decode {
-    use super::{ColumnId, LockMode, LookupRead, OpKind};
+    use super::{ColumnId, LockMode, LookupRead};
     use serde::de::{self, DeserializeSeed, EnumAccess, SeqAccess, VariantAccess, Visitor};
     use std::fmt;
 
@@ -889,10 +889,8 @@ mod lookup_decode {
             let table_version = seq.next_element()?.ok_or_else(missing)?;
             let partition = seq.next_element()?.ok_or_else(missing)?;
             let key: &'de [u8] = seq.next_element()?.ok_or_else(missing)?;
-            let kind: OpKind = seq.next_element()?.ok_or_else(missing)?;
-            if kind != (OpKind::Read { lock: LockMode::Committed }) {
-                return Err(de::Error::custom("not a committed read"));
-            }
+            // Told from its variant, a write is refused before its row is read.
+            seq.next_element_seed(CommittedRead)?.ok_or_else(missing)?;
             let start = self.0.len();
             let listed = seq.next_element_seed(Projection(&mut *self.0))?.ok_or_else(missing)?;
             let projection = match listed {
@@ -910,6 +908,37 @@ mod lookup_decode {
                 }
             };
             Ok(LookupRead { table, table_version, partition, key, projection })
+        }
+    }
+
+    /// An `OpKind` that must be a committed read.
+    struct CommittedRead;
+
+    impl<'de> DeserializeSeed<'de> for CommittedRead {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_enum("OpKind", &["Read"], self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for CommittedRead {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a committed read")
+        }
+        fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+            let (variant, access): (u32, _) = data.variant()?;
+            // `OpKind::Read` is variant 0 (`lookups_decode_borrowed_like_owned`).
+            if variant != 0 {
+                return Err(de::Error::custom("not a read"));
+            }
+            access.struct_variant(&["lock"], self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            match seq.next_element::<LockMode>()? {
+                Some(LockMode::Committed) => Ok(()),
+                _ => Err(de::Error::custom("not a committed read")),
+            }
         }
     }
 
@@ -1440,9 +1469,15 @@ mod tests {
         with_write[2].kind = OpKind::Delete;
         let mut locking = ops.clone();
         locking[4].kind = OpKind::Read { lock: LockMode::Shared };
+        let mut update = ops.clone();
+        update[0].kind = OpKind::Update { set: vec![(1, crate::expr::Expr::Const(crate::Value::Int(2)))] };
+        let mut insert = ops.clone();
+        insert[1].kind = OpKind::Insert { row: vec![crate::Value::Int(2)] };
         for other in [
             ClientRequest::Batch(with_write),
             ClientRequest::Batch(locking),
+            ClientRequest::Batch(update),
+            ClientRequest::Batch(insert),
             ClientRequest::TxExec { tx: None, ops: ops.clone(), commit: true },
             ClientRequest::Ping,
         ] {
