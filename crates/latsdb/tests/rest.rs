@@ -341,6 +341,27 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
             r#""status":["COMPLETE","MISSING","ERROR"],"detailedStatus":null}"#
         )
     );
+    // A refused entry between two served ones: its detailed status is null.
+    let (status, body) = post(
+        c,
+        "/0.1.0/batch_feature_store",
+        r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"entries":[{"id":1},{"id":"x"},{"id":3}],
+            "options":{"includeDetailedStatus":true}}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let detailed = |a: u16, b: u16| {
+        format!(
+            r#"[{{"featureGroupId":{customers_id},"httpStatus":{a}}},{{"featureGroupId":{orders_id},"httpStatus":{b}}}]"#
+        )
+    };
+    assert_eq!(
+        body,
+        format!(
+            r#"{{"features":[[1,30,"Oslo",5,99.5],[],[3,null,null,null,null]],"metadata":null,"status":["COMPLETE","ERROR","MISSING"],"detailedStatus":[{},null,{}]}}"#,
+            detailed(200, 200),
+            detailed(404, 404)
+        )
+    );
     for (request, status_expected, code) in [
         (
             r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":2,"entries":{"id":1}}"#,

@@ -9,11 +9,13 @@
 //! reads of a request, across all its entries, go out in one batch.
 
 use crate::auth::{ensure_table, Grant, SYSTEM_DATABASE};
-use crate::json::{Fields, JsonOut};
+use crate::json::{Field, Fields, FieldsList, JsonOut};
 use crate::state::{ResolvedTable, Rest};
 use crate::HttpError;
-use latsdb_client::{Client, Op, Outcome, Projection, Scan, Table};
+use latsdb_client::{Answers, Client, Found, Lookups, Op, Outcome, Projection, Scan, Table};
+use latsdb_types::keycodec;
 use latsdb_types::schema::{ColumnId, ColumnType, IntWidth};
+use latsdb_types::value::coerce;
 use latsdb_types::{ColumnDef, DbError, ErrorCode, Value};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -450,7 +452,7 @@ struct BatchFeatureRequest<'a> {
     feature_view_name: String,
     feature_view_version: u32,
     #[serde(borrow)]
-    entries: Vec<Fields<'a>>,
+    entries: FieldsList<'a>,
     #[serde(borrow, default)]
     passed_features: Option<Vec<Option<Fields<'a>>>>,
     #[serde(default)]
@@ -459,26 +461,49 @@ struct BatchFeatureRequest<'a> {
     options: Option<Options>,
 }
 
-/// One entry's planned reads: per group, the batch slot of its read, or
-/// the status that replaced it (a missing key).
-struct EntryPlan {
+/// The planned reads of every entry of a request, in one list each:
+/// entry `i` has serving keys `keys[i * serving keys..]` and, per group,
+/// the lookup of its read, or the status that replaced it (a missing key),
+/// at `reads[i * groups..]`.
+struct Plans {
     keys: Vec<Option<Value>>,
     reads: Vec<Result<usize, u16>>,
+    serving_keys: usize,
+    groups: usize,
 }
 
-/// Checks an entry's serving keys and passed features; plans its reads.
+impl Plans {
+    fn new(view: &ResolvedView, entries: usize) -> Plans {
+        let (serving_keys, groups) = (view.serving_keys.len(), view.groups.len());
+        Plans {
+            keys: vec![None; entries * serving_keys],
+            reads: vec![Err(400); entries * groups],
+            serving_keys,
+            groups,
+        }
+    }
+
+    /// Entry `i`'s serving keys and reads.
+    fn entry(&self, i: usize) -> (&[Option<Value>], &[Result<usize, u16>]) {
+        (&self.keys[i * self.serving_keys..][..self.serving_keys], &self.reads[i * self.groups..][..self.groups])
+    }
+}
+
+/// Checks entry `i`'s serving keys and passed features; plans its reads.
 fn plan_entry(
     view: &ResolvedView,
-    entries: &Fields,
+    i: usize,
+    entries: &[Field],
     passed: Option<&Fields>,
     options: &Options,
-    ops: &mut Vec<Op>,
-) -> Result<EntryPlan, HttpError> {
-    if entries.0.is_empty() {
+    lookups: &mut Lookups,
+    plans: &mut Plans,
+) -> Result<(), HttpError> {
+    if entries.is_empty() {
         return Err(fs_error(400, code::NO_PRIMARY_KEY, "'entries' is empty: give the serving keys".into()));
     }
-    let mut keys: Vec<Option<Value>> = vec![None; view.serving_keys.len()];
-    for (name, scalar) in &entries.0 {
+    let keys = &mut plans.keys[i * plans.serving_keys..][..plans.serving_keys];
+    for (name, scalar) in entries {
         let index = view.serving_keys.iter().position(|(n, _)| n == name).ok_or_else(|| {
             let names: Vec<&str> = view.serving_keys.iter().map(|(n, _)| n.as_str()).collect();
             fs_error(
@@ -501,39 +526,45 @@ fn plan_entry(
                 .map_err(|m| fs_error(400, code::INCORRECT_PASSED_FEATURE, format!("passed feature '{name}': {m}")))?;
         }
     }
-    let mut reads = Vec::with_capacity(view.groups.len());
-    for group in &view.groups {
-        let key: Option<Vec<Value>> = group.key.iter().map(|&k| keys[k].clone()).collect();
-        match key {
-            // Without its whole key a group cannot be read: its features are missing.
-            None => reads.push(Err(400)),
-            Some(key) => {
-                let op = Op::read(&group.table.table, &key).map_err(HttpError::from_db)?;
-                ops.push(op.with_projection(&group.projection));
-                reads.push(Ok(ops.len() - 1));
-            }
+    let reads = &mut plans.reads[i * plans.groups..][..plans.groups];
+    for (group, read) in view.groups.iter().zip(reads) {
+        // Without its whole key a group cannot be read: its features are missing.
+        if group.key.iter().any(|&k| keys[k].is_none()) {
+            *read = Err(400);
+            continue;
         }
+        let table = &group.table.table;
+        let def = table.def();
+        let pushed = lookups.push(table, Some(&group.projection), |out| {
+            for (&k, &column) in group.key.iter().zip(&def.primary_key) {
+                let column = &def.columns[column as usize];
+                let value = keys[k].clone().unwrap_or(Value::Null);
+                keycodec::encode_value(out, column.ty, column.collation, &coerce(value, column)?);
+            }
+            Ok(())
+        });
+        *read = Ok(pushed.map_err(HttpError::from_db)?);
     }
-    Ok(EntryPlan { keys, reads })
+    Ok(())
 }
 
 /// Renders one entry's feature vector; returns its status text.
 fn write_vector(
     out: &mut JsonOut,
     view: &ResolvedView,
-    plan: &EntryPlan,
-    results: &[latsdb_types::Result<Outcome>],
+    (keys, reads): (&[Option<Value>], &[Result<usize, u16>]),
+    results: &Answers,
     passed: Option<&Fields>,
     statuses: &mut Vec<u16>,
 ) -> &'static str {
-    statuses.clear();
-    for read in &plan.reads {
+    let start = statuses.len();
+    for read in reads {
         statuses.push(match read {
             Err(status) => *status,
-            Ok(slot) => match &results[*slot] {
-                Ok(Outcome::Row(_)) => 200,
-                Ok(_) => 404,
-                Err(e) => crate::pk::status_of(e),
+            Ok(slot) => match results.get(*slot) {
+                Found::Row(_) => 200,
+                Found::NotFound => 404,
+                Found::Error(e) => crate::pk::status_of(e),
             },
         });
     }
@@ -541,12 +572,12 @@ fn write_vector(
     for feature in &view.features {
         if let Some(value) = passed.and_then(|p| p.0.iter().find(|(n, _)| *n == feature.name)).map(|(_, v)| v) {
             out.scalar(value);
-        } else if let Some(Some(value)) = feature.key.map(|k| &plan.keys[k]) {
+        } else if let Some(Some(value)) = feature.key.map(|k| &keys[k]) {
             out.value(value);
         } else {
-            match &plan.reads[feature.group] {
-                Ok(slot) => match &results[*slot] {
-                    Ok(Outcome::Row(row)) => out.value_ref(&row.get_ref(feature.position), feature.column.ty),
+            match &reads[feature.group] {
+                Ok(slot) => match results.get(*slot) {
+                    Found::Row(row) => out.value_ref(&row.get_ref(feature.position), feature.column.ty),
                     _ => out.raw("null"),
                 },
                 Err(_) => out.raw("null"),
@@ -556,6 +587,7 @@ fn write_vector(
     }
     out.trim_comma();
     out.byte(b']');
+    let statuses = &statuses[start..];
     if statuses.iter().all(|&s| s == 200) {
         "COMPLETE"
     } else if statuses.iter().all(|&s| s == 200 || s == 404 || s == 400) {
@@ -612,9 +644,9 @@ fn check_grants(view: &ResolvedView, grant: &Grant) -> Result<(), HttpError> {
 }
 
 /// A read failure that is the cluster's, not the entry's, fails the request.
-fn first_cluster_error(results: &[latsdb_types::Result<Outcome>]) -> Option<HttpError> {
-    results.iter().find_map(|r| match r {
-        Err(e) if crate::pk::status_of(e) >= 500 => Some(fs_error(
+fn first_cluster_error(results: &Answers) -> Option<HttpError> {
+    (0..results.len()).find_map(|i| match results.get(i) {
+        Found::Error(e) if crate::pk::status_of(e) >= 500 => Some(fs_error(
             crate::pk::status_of(e),
             code::READ_FAILED,
             format!("reading features failed: {}", e.message),
@@ -630,16 +662,18 @@ pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, 
         view(rest, &request.feature_store_name, &request.feature_view_name, request.feature_view_version).await?;
     check_grants(&view, grant)?;
     let options = request.options.unwrap_or_default();
-    let mut ops = Vec::with_capacity(view.groups.len());
-    let plan = plan_entry(&view, &request.entries, request.passed_features.as_ref(), &options, &mut ops)?;
-    let results = rest.client.batch(ops).await.map_err(HttpError::from_db)?;
+    let mut lookups = Lookups::with_capacity(view.groups.len(), 12);
+    let mut plans = Plans::new(&view, 1);
+    let passed = request.passed_features.as_ref();
+    plan_entry(&view, 0, &request.entries.0, passed, &options, &mut lookups, &mut plans)?;
+    let results = rest.client.lookup(&lookups).await.map_err(HttpError::from_db)?;
     if let Some(e) = first_cluster_error(&results) {
         return Err(e);
     }
     let mut out = JsonOut::with_capacity(64 + 24 * view.features.len());
     let mut statuses = Vec::new();
     out.raw("{\"features\":");
-    let status = write_vector(&mut out, &view, &plan, &results, request.passed_features.as_ref(), &mut statuses);
+    let status = write_vector(&mut out, &view, plans.entry(0), &results, passed, &mut statuses);
     out.raw(",\"metadata\":");
     write_metadata(&mut out, &view, request.metadata_options.as_ref());
     out.raw(",\"status\":");
@@ -688,34 +722,32 @@ pub async fn serve_batch(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16
         view(rest, &request.feature_store_name, &request.feature_view_name, request.feature_view_version).await?;
     check_grants(&view, grant)?;
     let options = request.options.unwrap_or_default();
-    let mut ops = Vec::with_capacity(view.groups.len() * request.entries.len());
-    let plans: Vec<Result<EntryPlan, HttpError>> = request
-        .entries
-        .iter()
-        .enumerate()
-        .map(|(i, entry)| plan_entry(&view, entry, passed.get(i).and_then(|p| p.as_ref()), &options, &mut ops))
+    let entries = request.entries.len();
+    let mut lookups = Lookups::with_capacity(view.groups.len() * entries, 12);
+    let mut plans = Plans::new(&view, entries);
+    // Per entry: planned, or refused (its vector is empty, its status "ERROR").
+    let planned: Vec<bool> = (0..entries)
+        .map(|i| {
+            let p = passed.get(i).and_then(|p| p.as_ref());
+            plan_entry(&view, i, request.entries.get(i), p, &options, &mut lookups, &mut plans).is_ok()
+        })
         .collect();
-    let results = rest.client.batch(ops).await.map_err(HttpError::from_db)?;
+    let results = rest.client.lookup(&lookups).await.map_err(HttpError::from_db)?;
     if let Some(e) = first_cluster_error(&results) {
         return Err(e);
     }
-    let mut out = JsonOut::with_capacity(64 + 24 * view.features.len() * plans.len());
-    let mut statuses = Vec::new();
-    let mut all_statuses: Vec<Option<Vec<u16>>> = Vec::with_capacity(plans.len());
-    let mut texts = Vec::with_capacity(plans.len());
+    let mut out = JsonOut::with_capacity(64 + 24 * view.features.len() * entries);
+    // Every planned entry's statuses, one after the other.
+    let mut statuses = Vec::with_capacity(view.groups.len() * entries);
+    let mut texts = Vec::with_capacity(entries);
     out.raw("{\"features\":[");
-    for (i, plan) in plans.iter().enumerate() {
-        match plan {
-            Ok(plan) => {
-                let p = passed.get(i).and_then(|p| p.as_ref());
-                texts.push(write_vector(&mut out, &view, plan, &results, p, &mut statuses));
-                all_statuses.push(Some(statuses.clone()));
-            }
-            Err(_) => {
-                out.raw("[]");
-                texts.push("ERROR");
-                all_statuses.push(None);
-            }
+    for (i, &planned) in planned.iter().enumerate() {
+        if planned {
+            let p = passed.get(i).and_then(|p| p.as_ref());
+            texts.push(write_vector(&mut out, &view, plans.entry(i), &results, p, &mut statuses));
+        } else {
+            out.raw("[]");
+            texts.push("ERROR");
         }
         out.byte(b',');
     }
@@ -731,8 +763,9 @@ pub async fn serve_batch(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16
     out.raw("],\"detailedStatus\":");
     if options.include_detailed_status {
         out.byte(b'[');
-        for statuses in &all_statuses {
-            match statuses {
+        let mut entry_statuses = statuses.chunks(view.groups.len().max(1));
+        for &planned in &planned {
+            match planned.then(|| entry_statuses.next()).flatten() {
                 Some(s) => write_detailed(&mut out, &view, s),
                 None => out.raw("null"),
             }

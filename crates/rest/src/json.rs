@@ -96,31 +96,118 @@ impl Scalar<'_> {
     }
 }
 
+/// A name and its scalar value in a JSON object.
+pub type Field<'a> = (Cow<'a, str>, Scalar<'a>);
+
 /// A JSON object of column or feature names to scalars, in request order.
 #[derive(Debug, Default)]
-pub struct Fields<'a>(pub Vec<(Cow<'a, str>, Scalar<'a>)>);
+pub struct Fields<'a>(pub Vec<Field<'a>>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FieldsVisitor;
-        impl<'de> Visitor<'de> for FieldsVisitor {
-            type Value = Fields<'de>;
+        let mut out = Vec::new();
+        deserializer.deserialize_map(AppendFields(&mut out))?;
+        Ok(Fields(out))
+    }
+}
+
+/// A JSON array of objects like `Fields`, all their fields in one list
+/// (a request of a thousand objects allocates as one of ten does).
+#[derive(Debug, Default)]
+pub struct FieldsList<'a> {
+    fields: Vec<Field<'a>>,
+    /// Where each object's fields end in `fields`.
+    ends: Vec<u32>,
+}
+
+impl<'a> FieldsList<'a> {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The fields of object `i`.
+    pub fn get(&self, i: usize) -> &[Field<'a>] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.fields[start..self.ends[i] as usize]
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for FieldsList<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ListVisitor;
+        impl<'de> Visitor<'de> for ListVisitor {
+            type Value = FieldsList<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object of names to scalar values")
+                f.write_str("an array of objects of names to scalar values")
             }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(4));
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    if out.iter().any(|(n, _): &(Cow<str>, Scalar)| *n == name) {
-                        return Err(de::Error::custom(format!("'{name}' is given twice")));
-                    }
-                    let value = map.next_value::<Scalar<'de>>()?;
-                    out.push((name, value));
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut list = FieldsList::default();
+                while let Some(()) = seq.next_element_seed(AppendFields(&mut list.fields))? {
+                    let end = u32::try_from(list.fields.len()).map_err(|_| de::Error::custom("too many fields"))?;
+                    list.ends.push(end);
                 }
-                Ok(Fields(out))
+                Ok(list)
             }
         }
-        deserializer.deserialize_map(FieldsVisitor)
+        deserializer.deserialize_seq(ListVisitor)
+    }
+}
+
+/// A name borrowed from the request when it has no escapes (serde reads a
+/// `Cow<str>` as an owned `String` unless told to borrow).
+struct Name<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Name<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Name(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Name(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Name(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(NameVisitor)
+    }
+}
+
+/// Reads one object's fields onto the end of a list.
+struct AppendFields<'l, 'a>(&'l mut Vec<Field<'a>>);
+
+impl<'de> de::DeserializeSeed<'de> for AppendFields<'_, 'de> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for AppendFields<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of names to scalar values")
+    }
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<(), M::Error> {
+        let start = self.0.len();
+        while let Some(Name(name)) = map.next_key::<Name<'de>>()? {
+            if self.0[start..].iter().any(|(n, _)| *n == name) {
+                return Err(de::Error::custom(format!("'{name}' is given twice")));
+            }
+            let value = map.next_value::<Scalar<'de>>()?;
+            self.0.push((name, value));
+        }
+        Ok(())
     }
 }
 
