@@ -1,7 +1,7 @@
 //! The README's client example. Run it against `latsdb start`:
 //! `cargo run --release -p latsdb-client --example quickstart`.
 
-use latsdb_client::{Client, Op, Scan};
+use latsdb_client::{Client, Found, Lookups, Op, Scan};
 use latsdb_types::{ColumnDef, ColumnType, IntWidth, TableSpec, Value};
 
 #[tokio::main(flavor = "current_thread")]
@@ -24,6 +24,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tx.commit().await?;
     let row = client.get(&users, &[Value::Int(7)]).await?; // one key
     let few = client.scan(&users, Scan::all().filter(users.col("id")?.lt(10)).ordered()).await?;
-    println!("user 7 is {:?}; {} users have id < 10", row.map(|r| r.get_by_name("name")), few.len());
+    let mut lookups = Lookups::with_capacity(50, 9); // many keys, one buffer
+    for i in (0..100).step_by(2) {
+        lookups.push_values(&users, None, &[Value::Int(i)])?;
+    }
+    let answers = client.lookup(&lookups).await?; // read committed, one round trip per node
+    let found = (0..answers.len()).filter(|&i| matches!(answers.get(i), Found::Row(_))).count();
+    println!(
+        "user 7 is {:?}; {} users have id < 10; {found} of 50 looked up",
+        row.map(|r| r.get_by_name("name")),
+        few.len()
+    );
     Ok(())
 }
