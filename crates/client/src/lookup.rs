@@ -7,7 +7,7 @@
 //! reads, and its answer the same `Batch` answer.
 
 use crate::conn::Reply;
-use crate::ops::{Projection, RouteCache, STALE_LAYOUT_RETRIES};
+use crate::ops::{read_route, Projection, RouteCache, STALE_LAYOUT_RETRIES};
 use crate::{Client, Table};
 use latsdb_types::proto::{
     decode_batch_answer, BatchOf, ClientResponse, LookupOpRef, OpResultRef, ShardAddr, COMMITTED_READ,
@@ -269,15 +269,7 @@ impl Client {
             let routed = todo.len();
             for &i in &todo {
                 let partition = lookups.reads[i as usize].partition;
-                let route = routes.get(partition, true, |p| {
-                    router.read_replica_of(p, prefer).ok_or_else(|| {
-                        DbError::new(
-                            ErrorCode::NodeUnavailable,
-                            format!("no started data node holds partition {p}; retry later"),
-                        )
-                    })
-                });
-                match route {
+                match routes.get(partition, true, |p| read_route(&router, p, prefer)) {
                     Ok(shard) => match groups.iter_mut().find(|(s, _)| *s == shard) {
                         Some((_, members)) => members.push(i),
                         None => groups.push((shard, {
@@ -353,12 +345,7 @@ impl Client {
                 }
             }
             if stale {
-                // Give the management server a moment to see a failed node go,
-                // then route the retries, and later calls, by the new layout.
-                if !todo.is_empty() {
-                    tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt as u64 + 1))).await;
-                }
-                self.refresh_layout().await?;
+                self.after_stale_layout(attempt, !todo.is_empty()).await?;
             }
             if todo.is_empty() {
                 break;

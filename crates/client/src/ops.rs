@@ -3,7 +3,7 @@
 
 use crate::{route_with, Client, Table};
 use latsdb_types::expr::Expr;
-use latsdb_types::proto::{BatchOf, ClientResponse, KeyOp, LockMode, OpKind, OpResult, ShardAddr};
+use latsdb_types::proto::{BatchOf, ClientResponse, KeyOp, LockMode, OpKind, OpResult, Router, ShardAddr};
 use latsdb_types::row::RowLayout;
 use latsdb_types::schema::ColumnId;
 use latsdb_types::{DbError, ErrorCode, Result, Value};
@@ -328,12 +328,7 @@ impl Client {
                 let committed_read = matches!(op.op.kind, OpKind::Read { lock: LockMode::Committed });
                 let route = routes.get(op.op.partition, committed_read, |p| {
                     if committed_read {
-                        router.read_replica_of(p, prefer).ok_or_else(|| {
-                            DbError::new(
-                                ErrorCode::NodeUnavailable,
-                                format!("no started data node holds partition {p}; retry later"),
-                            )
-                        })
+                        read_route(&router, p, prefer)
                     } else {
                         route_with(&router, p)
                     }
@@ -436,12 +431,7 @@ impl Client {
                 }
             }
             if stale {
-                // Give the management server a moment to see a failed node go,
-                // then route this call's retries, and later calls, by the new layout.
-                if !todo.is_empty() {
-                    tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt as u64 + 1))).await;
-                }
-                self.refresh_layout().await?;
+                self.after_stale_layout(attempt, !todo.is_empty()).await?;
             }
             if todo.is_empty() {
                 break;
@@ -461,6 +451,29 @@ impl Client {
             .map(|r| r.unwrap_or_else(|| Err(DbError::internal("operation got no result"))))
             .collect())
     }
+}
+
+impl Client {
+    /// After answers that showed a stale layout: gives the management
+    /// server a moment to see a failed node go (when `retrying`), then
+    /// routes the retries, and later calls, by the new layout.
+    pub(crate) async fn after_stale_layout(&self, attempt: usize, retrying: bool) -> Result<()> {
+        if retrying {
+            tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt as u64 + 1))).await;
+        }
+        self.refresh_layout().await.map(|_| ())
+    }
+}
+
+/// The shard a committed read of `partition` goes to: the replica at
+/// position `prefer` of its node group (`Router::read_replica_of`).
+pub(crate) fn read_route(router: &Router, partition: u32, prefer: usize) -> Result<ShardAddr> {
+    router.read_replica_of(partition, prefer).ok_or_else(|| {
+        DbError::new(
+            ErrorCode::NodeUnavailable,
+            format!("no started data node holds partition {partition}; retry later"),
+        )
+    })
 }
 
 /// The shards of the partitions a batch touched so far, for committed reads

@@ -1,12 +1,14 @@
 //! Real processes, two replicas: a data node is killed with SIGKILL in the
 //! middle of a write load. Every acknowledged write must be readable
 //! afterwards, and a batch sent after the kill must succeed within the
-//! failure-detection time plus one second.
+//! failure-detection time plus one second. Batches of lookups running
+//! through the kill never fail: their reads are sent again by the new
+//! layout.
 
 mod common;
 
 use common::{process_exists, TestCluster};
-use latsdb_client::{Client, Op};
+use latsdb_client::{Client, Found, Lookups, Op};
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
 use latsdb_types::{ErrorCode, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +33,13 @@ async fn sigkill_of_a_data_node_loses_no_acknowledged_write() {
         )
         .await
         .unwrap();
+
+    // Rows the readers look up, written before the load.
+    const READ_ROWS: i64 = 1000;
+    let ops = (0..READ_ROWS).map(|id| Op::upsert(&t, vec![Value::Int(-1 - id), Value::Int(id)]).unwrap()).collect();
+    for r in client.batch(ops).await.unwrap() {
+        r.unwrap();
+    }
 
     let acked: Arc<Mutex<Vec<(i64, i64)>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -72,6 +81,39 @@ async fn sigkill_of_a_data_node_loses_no_acknowledged_write() {
             }
         }));
     }
+    let lookups_after_kill = Arc::new(AtomicU64::new(0));
+    let mut readers = Vec::new();
+    for r in 0..2i64 {
+        let (client, t, stop, killed_at, after) =
+            (client.clone(), t.clone(), stop.clone(), killed_at.clone(), lookups_after_kill.clone());
+        readers.push(tokio::spawn(async move {
+            let mut n = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                let ids: Vec<i64> = (0..50).map(|k| (r * 7919 + n * 50 + k * 13) % READ_ROWS).collect();
+                n += 1;
+                let mut lookups = Lookups::with_capacity(ids.len(), 9);
+                for &id in &ids {
+                    lookups.push_values(&t, None, &[Value::Int(-1 - id)]).unwrap();
+                }
+                let sent_after_kill = killed_at.lock().unwrap().is_some();
+                let answers = match tokio::time::timeout(Duration::from_secs(10), client.lookup(&lookups)).await {
+                    Ok(Ok(answers)) => answers,
+                    Ok(Err(e)) => panic!("a batch of lookups failed through the kill: {e}"),
+                    Err(_) => panic!("a batch of lookups hung for 10 s"),
+                };
+                for (i, id) in ids.iter().enumerate() {
+                    match answers.get(i) {
+                        Found::Row(row) => assert_eq!(row.get(1), Value::Int(*id)),
+                        Found::NotFound => panic!("row {} is missing", -1 - id),
+                        Found::Error(e) => panic!("a lookup failed through the kill: {e}"),
+                    }
+                }
+                if sent_after_kill {
+                    after.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let before = acked.lock().unwrap().len();
     assert!(before > 1000, "only {before} writes were acknowledged before the kill");
@@ -83,9 +125,11 @@ async fn sigkill_of_a_data_node_loses_no_acknowledged_write() {
     }
     tokio::time::sleep(Duration::from_millis(2500)).await;
     stop.store(true, Ordering::Relaxed);
-    for w in writers {
+    for w in writers.into_iter().chain(readers) {
         w.await.unwrap();
     }
+    let read_after = lookups_after_kill.load(Ordering::Relaxed);
+    assert!(read_after > 10, "only {read_after} batches of lookups were sent after the kill");
     assert!(
         !process_exists(victim)
             || std::fs::read_to_string(format!("/proc/{victim}/stat")).is_ok_and(|s| s.contains(" Z "))
