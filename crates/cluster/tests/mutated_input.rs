@@ -131,6 +131,18 @@ fn seeds(meta: &TableMeta) -> Vec<ClientRequest> {
             aggregates: vec![Aggregate::CountRows, Aggregate::Sum(2), Aggregate::Max(1)],
         }),
         ClientRequest::TxAbort { tx: TxId { tc: ShardAddr { node: 2, shard: 0 }, seq: 2 } },
+        // Committed reads only: answered from the frame (`on_lookups`).
+        ClientRequest::Batch(vec![
+            op(1, OpKind::Read { lock: LockMode::Committed }),
+            KeyOp {
+                projection: Some(std::sync::Arc::from([1, 3])),
+                ..op(2, OpKind::Read { lock: LockMode::Committed })
+            },
+            KeyOp {
+                projection: Some(std::sync::Arc::from([1, 3])),
+                ..op(3, OpKind::Read { lock: LockMode::Committed })
+            },
+        ]),
     ]
 }
 
@@ -168,7 +180,7 @@ fn mutated_requests_never_panic_a_shard() {
     // MUTATION_SEED and MUTATION_ITERATIONS run longer explorations locally.
     let seed = std::env::var("MUTATION_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5EED_1234_ABCD_0001u64);
     let mut rng = Rng::new(seed);
-    let mut decoded = 0;
+    let (mut decoded, mut from_frame) = (0, 0);
     let mut now = 0;
     let iterations: u64 = std::env::var("MUTATION_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
     for i in 0..iterations {
@@ -176,9 +188,13 @@ fn mutated_requests_never_panic_a_shard() {
         if i % 8 != 0 {
             mutate(&mut rng, &mut bytes);
         }
-        if let Ok(request) = proto::decode_body::<ClientRequest>(&bytes) {
+        // As a data node's host does: a batch of committed reads first.
+        let mut out = Outbox::default();
+        if shard.on_lookups(i % 7, i, &bytes, now, &mut out) {
+            from_frame += 1;
+            assert!(matches!(&out.frames[..], [(_, frame)] if frame.len() >= 12), "one answer frame");
+        } else if let Ok(request) = proto::decode_body::<ClientRequest>(&bytes) {
             decoded += 1;
-            let mut out = Outbox::default();
             now += 1_000;
             shard.on_client(i % 7, i, request, now, &mut out);
             shard.on_tick(now, &mut out);
@@ -193,4 +209,5 @@ fn mutated_requests_never_panic_a_shard() {
         }
     }
     assert!(decoded > 20_000, "too few mutated requests decoded ({decoded}) to exercise the shard");
+    assert!(from_frame > 2_000, "too few mutated batches of committed reads ({from_frame}) answered from the frame");
 }

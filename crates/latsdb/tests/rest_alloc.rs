@@ -178,12 +178,15 @@ enum Endpoint {
     Features,
 }
 
-/// A batch of `n` feature vectors of the view over `probe` and `extra`,
-/// for serving keys 0, 3, 6, ...
-fn features_body(n: i64) -> String {
-    let entries: Vec<String> = (0..n).map(|i| format!(r#"{{"id":{}}}"#, i * 3)).collect();
+/// A batch of `n` feature vectors of view `v` (over `probe` and `extra`,
+/// served by id) or `t` (over `named`, served by name), for keys 0, 3, 6, ...
+fn features_body(n: i64, view: &str) -> String {
+    let entries: Vec<String> = match view {
+        "v" => (0..n).map(|i| format!(r#"{{"id":{}}}"#, i * 3)).collect(),
+        _ => (0..n).map(|i| format!(r#"{{"name":"User-{:04}"}}"#, i * 3)).collect(),
+    };
     format!(
-        r#"{{"featureStoreName":"alloc","featureViewName":"v","featureViewVersion":1,"entries":[{}],"options":{{"includeDetailedStatus":true}}}}"#,
+        r#"{{"featureStoreName":"alloc","featureViewName":"{view}","featureViewVersion":1,"entries":[{}],"options":{{"includeDetailedStatus":true}}}}"#,
         entries.join(",")
     )
 }
@@ -218,29 +221,44 @@ fn a_batch_of_lookups_allocates_per_request_not_per_row() {
             let view = r#"{"featureStoreName":"alloc","featureViewName":"v","featureViewVersion":1,"featureGroups":[
                 {"table":"probe","features":["id","a","c"]},
                 {"table":"extra","joinKeys":{"pid":"id"},"prefix":"x_","features":["x"]}]}"#;
+            let by_name = r#"{"featureStoreName":"alloc","featureViewName":"t","featureViewVersion":1,"featureGroups":[
+                {"table":"named","features":["name","b"]}]}"#;
             let grant = rest.keys.authenticate(None).await.unwrap();
-            let (status, body) = latsdb_rest::features::create(&rest, &grant, view.as_bytes()).await.unwrap();
-            assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
-            let (small, large) = (features_body(10), features_body(100));
-            for body in [&small, &large] {
-                fewest_allocations(&rest, Endpoint::Features, body).await;
+            let mut vectors = Vec::new();
+            for (name, view) in [("v", view), ("t", by_name)] {
+                let (status, body) = latsdb_rest::features::create(&rest, &grant, view.as_bytes()).await.unwrap();
+                assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+                let (small, large) = (features_body(10, name), features_body(100, name));
+                for body in [&small, &large] {
+                    fewest_allocations(&rest, Endpoint::Features, body).await;
+                }
+                let (few, small_answer) = fewest_allocations(&rest, Endpoint::Features, &small).await;
+                let (many, large_answer) = fewest_allocations(&rest, Endpoint::Features, &large).await;
+                vectors.push((name, few, many, small_answer, large_answer));
             }
-            let (few, small_answer) = fewest_allocations(&rest, Endpoint::Features, &small).await;
-            let (many, large_answer) = fewest_allocations(&rest, Endpoint::Features, &large).await;
-            (report, (few, many, small_answer, large_answer))
+            (report, vectors)
         })
     })
     .join()
     .unwrap();
-    let (report, (few, many, small_answer, large_answer)) = report;
-    eprintln!("feature vectors: 10 entries {few} allocations, 100 entries {many}");
-    // Keys below ROWS have a `probe` row, even ones below ROWS an `extra` row too.
+    let (report, vectors) = report;
     let complete = |answer: &str| answer.matches(r#""COMPLETE""#).count();
     let missing = |answer: &str| answer.matches(r#""MISSING""#).count();
-    assert_eq!((complete(&small_answer), missing(&small_answer)), (5, 5), "{small_answer}");
-    assert_eq!((complete(&large_answer), missing(&large_answer)), (25, 75), "{large_answer}");
-    assert!(small_answer.starts_with(r#"{"features":[[0,1,3,0],[3,31,33,null],"#), "{small_answer}");
-    assert!(many <= few + 12, "feature vectors: 10 entries made {few} allocations, 100 made {many}");
+    for (view, few, many, small_answer, large_answer) in vectors {
+        eprintln!("feature vectors of view {view}: 10 entries {few} allocations, 100 entries {many}");
+        if view == "v" {
+            // Keys below ROWS have a `probe` row, even ones below ROWS an `extra` row too.
+            assert_eq!((complete(&small_answer), missing(&small_answer)), (5, 5), "{small_answer}");
+            assert_eq!((complete(&large_answer), missing(&large_answer)), (25, 75), "{large_answer}");
+            assert!(small_answer.starts_with(r#"{"features":[[0,1,3,0],[3,31,33,null],"#), "{small_answer}");
+        } else {
+            // Names compare without case: "User-0003" finds "user-0003".
+            assert_eq!((complete(&small_answer), missing(&small_answer)), (10, 0), "{small_answer}");
+            assert_eq!((complete(&large_answer), missing(&large_answer)), (50, 50), "{large_answer}");
+            assert!(small_answer.starts_with(r#"{"features":[["User-0000",2],["User-0003",32],"#), "{small_answer}");
+        }
+        assert!(many <= few + 12, "feature vectors of view {view}: 10 entries made {few} allocations, 100 made {many}");
+    }
     for (read_columns, key, few, many, small_answer, large_answer) in report {
         let what = format!("key {key:?}, readColumns: {read_columns}");
         eprintln!("{what}: 10 lookups {few} allocations, 100 lookups {many}");

@@ -9,13 +9,13 @@
 //! reads of a request, across all its entries, go out in one batch.
 
 use crate::auth::{ensure_table, Grant, SYSTEM_DATABASE};
-use crate::json::{Field, Fields, FieldsList, JsonOut};
+use crate::json::{Field, Fields, FieldsList, JsonOut, Scalar};
 use crate::state::{ResolvedTable, Rest};
 use crate::HttpError;
 use latsdb_client::{Answers, Client, Found, Lookups, Op, Outcome, Projection, Scan, Table};
 use latsdb_types::keycodec;
 use latsdb_types::schema::{ColumnId, ColumnType, IntWidth};
-use latsdb_types::value::coerce;
+use latsdb_types::value::{coerce, fit_text};
 use latsdb_types::{ColumnDef, DbError, ErrorCode, Value};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -465,15 +465,23 @@ struct BatchFeatureRequest<'a> {
 /// entry `i` has serving keys `keys[i * serving keys..]` and, per group,
 /// the lookup of its read, or the status that replaced it (a missing key),
 /// at `reads[i * groups..]`.
-struct Plans {
-    keys: Vec<Option<Value>>,
+struct Plans<'a> {
+    keys: Vec<Option<KeyValue<'a>>>,
     reads: Vec<Result<usize, u16>>,
     serving_keys: usize,
     groups: usize,
 }
 
-impl Plans {
-    fn new(view: &ResolvedView, entries: usize) -> Plans {
+/// A serving key's value as the column takes it. Text stays borrowed from
+/// the request (as the column keeps it), so a text key costs no allocation.
+#[derive(Clone, Debug)]
+enum KeyValue<'a> {
+    Value(Value),
+    Text(&'a str),
+}
+
+impl<'a> Plans<'a> {
+    fn new(view: &ResolvedView, entries: usize) -> Plans<'a> {
         let (serving_keys, groups) = (view.serving_keys.len(), view.groups.len());
         Plans {
             keys: vec![None; entries * serving_keys],
@@ -484,20 +492,20 @@ impl Plans {
     }
 
     /// Entry `i`'s serving keys and reads.
-    fn entry(&self, i: usize) -> (&[Option<Value>], &[Result<usize, u16>]) {
+    fn entry(&self, i: usize) -> (&[Option<KeyValue<'a>>], &[Result<usize, u16>]) {
         (&self.keys[i * self.serving_keys..][..self.serving_keys], &self.reads[i * self.groups..][..self.groups])
     }
 }
 
 /// Checks entry `i`'s serving keys and passed features; plans its reads.
-fn plan_entry(
+fn plan_entry<'a>(
     view: &ResolvedView,
     i: usize,
-    entries: &[Field],
+    entries: &'a [Field<'a>],
     passed: Option<&Fields>,
     options: &Options,
     lookups: &mut Lookups,
-    plans: &mut Plans,
+    plans: &mut Plans<'a>,
 ) -> Result<(), HttpError> {
     if entries.is_empty() {
         return Err(fs_error(400, code::NO_PRIMARY_KEY, "'entries' is empty: give the serving keys".into()));
@@ -512,8 +520,13 @@ fn plan_entry(
                 format!("'{name}' is not a serving key of this feature view (serving keys: {})", names.join(", ")),
             )
         })?;
-        let value =
-            scalar.to_column_value(&view.serving_keys[index].1).map_err(|m| fs_error(400, code::WRONG_DATA_TYPE, m))?;
+        let column = &view.serving_keys[index].1;
+        let value = match scalar {
+            Scalar::Str(text) if column.ty.is_string() => {
+                KeyValue::Text(fit_text(text, column).map_err(|e| fs_error(400, code::WRONG_DATA_TYPE, e.message))?)
+            }
+            _ => KeyValue::Value(scalar.to_column_value(column).map_err(|m| fs_error(400, code::WRONG_DATA_TYPE, m))?),
+        };
         keys[index] = Some(value);
     }
     if let (Some(passed), true) = (passed, options.validate_passed_features) {
@@ -538,8 +551,13 @@ fn plan_entry(
         let pushed = lookups.push(table, Some(&group.projection), |out| {
             for (&k, &column) in group.key.iter().zip(&def.primary_key) {
                 let column = &def.columns[column as usize];
-                let value = keys[k].clone().unwrap_or(Value::Null);
-                keycodec::encode_value(out, column.ty, column.collation, &coerce(value, column)?);
+                match &keys[k] {
+                    Some(KeyValue::Text(text)) => keycodec::encode_text(out, column, text)?,
+                    Some(KeyValue::Value(value)) => {
+                        keycodec::encode_value(out, column.ty, column.collation, &coerce(value.clone(), column)?)
+                    }
+                    None => return Err(DbError::internal("a serving key checked present is missing")),
+                }
             }
             Ok(())
         });
@@ -552,7 +570,7 @@ fn plan_entry(
 fn write_vector(
     out: &mut JsonOut,
     view: &ResolvedView,
-    (keys, reads): (&[Option<Value>], &[Result<usize, u16>]),
+    (keys, reads): (&[Option<KeyValue>], &[Result<usize, u16>]),
     results: &Answers,
     passed: Option<&Fields>,
     statuses: &mut Vec<u16>,
@@ -573,7 +591,10 @@ fn write_vector(
         if let Some(value) = passed.and_then(|p| p.0.iter().find(|(n, _)| *n == feature.name)).map(|(_, v)| v) {
             out.scalar(value);
         } else if let Some(Some(value)) = feature.key.map(|k| &keys[k]) {
-            out.value(value);
+            match value {
+                KeyValue::Value(value) => out.value(value),
+                KeyValue::Text(text) => out.str(text),
+            }
         } else {
             match &reads[feature.group] {
                 Ok(slot) => match results.get(*slot) {
