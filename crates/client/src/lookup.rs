@@ -73,12 +73,17 @@ impl Lookups {
             self.keys.truncate(start);
             return Err(e);
         }
-        let key_end = u32::try_from(self.keys.len())
-            .map_err(|_| DbError::bad_request("a batch of lookups holds more than 4 GiB of keys; send fewer"))?;
+        let Ok(key_end) = u32::try_from(self.keys.len()) else {
+            self.keys.truncate(start);
+            return Err(DbError::bad_request("a batch of lookups holds more than 4 GiB of keys; send fewer"));
+        };
         let partition = table.meta.partition_of(&self.keys[start..]);
         let def = table.def();
         let columns = projection.map(Projection::columns);
-        let same = self.shapes.last().is_some_and(|s| {
+        // Reads of a batch alternate between a few shapes at most (a feature
+        // view's tables): look for the read's among the last ones.
+        const LOOK_BACK: usize = 8;
+        let known = self.shapes.iter().rev().take(LOOK_BACK).position(|s| {
             s.table == def.id
                 && s.table_version == def.version
                 && match (&s.columns, columns) {
@@ -87,21 +92,19 @@ impl Lookups {
                     _ => false,
                 }
         });
-        if !same {
-            self.shapes.push(Shape {
-                table: def.id,
-                table_version: def.version,
-                columns: columns.cloned(),
-                layout: projection.map_or_else(|| table.layout.clone(), |p| p.layout.clone()),
-            });
-        }
-        self.reads.push(Read {
-            table: def.id,
-            table_version: def.version,
-            partition,
-            key_end,
-            shape: (self.shapes.len() - 1) as u32,
-        });
+        let shape = match known {
+            Some(back) => self.shapes.len() - 1 - back,
+            None => {
+                self.shapes.push(Shape {
+                    table: def.id,
+                    table_version: def.version,
+                    columns: columns.cloned(),
+                    layout: projection.map_or_else(|| table.layout.clone(), |p| p.layout.clone()),
+                });
+                self.shapes.len() - 1
+            }
+        };
+        self.reads.push(Read { table: def.id, table_version: def.version, partition, key_end, shape: shape as u32 });
         Ok(self.reads.len() - 1)
     }
 
@@ -357,5 +360,52 @@ impl Client {
             }
         }
         Ok(answers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Op;
+    use latsdb_types::proto::{frame, KeyOp};
+    use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+
+    fn table(name: &str, id: u32) -> Arc<Table> {
+        let spec = TableSpec::new("d", name)
+            .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+            .column(ColumnDef::new("v", ColumnType::int(IntWidth::Int)))
+            .primary_key(&["id"]);
+        Table::from_def(TableDef::from_spec(&spec, id, 8).unwrap())
+    }
+
+    /// The reads of a `Lookups` go out as the `Op::read`s of the same keys
+    /// would: a failed key leaves nothing behind, and reads alternating
+    /// between two tables share their two shapes.
+    #[test]
+    fn lookups_send_what_the_same_reads_as_operations_send() {
+        let (a, b) = (table("a", 1), table("b", 2));
+        let only_v = Projection::new(&a, &["v"]).unwrap();
+        let mut lookups = Lookups::default();
+        let mut ops: Vec<KeyOp> = Vec::new();
+        for i in 0..20i64 {
+            let (t, projection) = if i % 2 == 0 { (&a, Some(&only_v)) } else { (&b, None) };
+            assert_eq!(lookups.push_values(t, projection, &[Value::Int(i)]).unwrap(), ops.len());
+            let op = Op::read(t, &[Value::Int(i)]).unwrap();
+            ops.push(projection.map_or(op.clone(), |p| op.with_projection(p)).op);
+            // A key that does not encode adds nothing.
+            assert!(lookups.push_values(&a, None, &[Value::Str("not a number".into())]).is_err());
+            assert!(lookups
+                .push(&a, None, |out| {
+                    out.extend_from_slice(b"half a key");
+                    Err(DbError::bad_request("no"))
+                })
+                .is_err());
+        }
+        assert_eq!(lookups.len(), 20);
+        assert_eq!(lookups.shapes.len(), 2, "two shapes, shared by the reads");
+        let members: Vec<u32> = (0..20).rev().collect();
+        let sent = frame(3, &BatchOf(ShardReads { lookups: &lookups, members: &members }));
+        let reversed: Vec<KeyOp> = ops.into_iter().rev().collect();
+        assert_eq!(sent, frame(3, &BatchOf(reversed.as_slice())));
     }
 }
