@@ -375,14 +375,13 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
         generation += 1;
         let n = keys.len() as u64;
         let reads = matches!(s.phase, Phase::Read) || (matches!(s.phase, Phase::Mixed) && generation.is_multiple_of(2));
-        let mut tally = Tally::default();
-        if reads && !s.args.transactions {
+        let tally = if reads && !s.args.transactions {
             // A batch of lookups: keys and rows each in one buffer.
             let mut lookups = Lookups::with_capacity(keys.len(), 9);
             for &k in &keys {
                 lookups.push_values(&s.table, None, &[Value::UInt(k)]).map_err(|e| e.to_string())?;
             }
-            tally.sent = Instant::now();
+            let mut tally = Tally::start();
             let answers = s.client.lookup(&lookups).await;
             tally.took(&s);
             match &answers {
@@ -393,6 +392,7 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
                 }),
                 Err(e) => (0..n).for_each(|_| tally.failed(&mut out, e)),
             }
+            tally
         } else {
             let ops = keys
                 .iter()
@@ -407,7 +407,7 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
-            tally.sent = Instant::now();
+            let mut tally = Tally::start();
             let outcomes = if s.args.transactions {
                 s.client.transaction().execute_commit(ops).await.map(|list| list.into_iter().map(Ok).collect())
             } else {
@@ -422,7 +422,8 @@ async fn worker(s: Arc<Shared>, id: u64) -> Result<WorkerResult, String> {
                 }),
                 Err(e) => (0..n).for_each(|_| tally.failed(&mut out, e)),
             }
-        }
+            tally
+        };
         let Tally { took, measured, failed, .. } = tally;
         s.done_ops.fetch_add(n, Ordering::Relaxed);
         if s.args.timeline.is_some() {
@@ -453,13 +454,12 @@ struct Tally {
     failed: u64,
 }
 
-impl Default for Tally {
-    fn default() -> Self {
+impl Tally {
+    /// The batch is sent now.
+    fn start() -> Tally {
         Tally { sent: Instant::now(), took: Duration::ZERO, measured: false, failed: 0 }
     }
-}
 
-impl Tally {
     /// The batch was answered now.
     fn took(&mut self, s: &Shared) {
         self.took = self.sent.elapsed();

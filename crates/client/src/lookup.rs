@@ -61,13 +61,14 @@ impl Lookups {
     /// Adds a read of the row of `table` whose primary key `encode` appends
     /// (its columns in key order, each as `keycodec::encode_value` writes
     /// it); `projection` picks the columns returned (None: all). Returns
-    /// the read's position; an error of `encode` adds nothing.
-    pub fn push(
+    /// the read's position; an error of `encode` (of the caller's own error
+    /// type) adds nothing.
+    pub fn push<E: From<DbError>>(
         &mut self,
         table: &Table,
         projection: Option<&Projection>,
-        encode: impl FnOnce(&mut Vec<u8>) -> Result<()>,
-    ) -> Result<usize> {
+        encode: impl FnOnce(&mut Vec<u8>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<usize, E> {
         let start = self.keys.len();
         if let Err(e) = encode(&mut self.keys) {
             self.keys.truncate(start);
@@ -75,7 +76,7 @@ impl Lookups {
         }
         let Ok(key_end) = u32::try_from(self.keys.len()) else {
             self.keys.truncate(start);
-            return Err(DbError::bad_request("a batch of lookups holds more than 4 GiB of keys; send fewer"));
+            return Err(DbError::bad_request("a batch of lookups holds more than 4 GiB of keys; send fewer").into());
         };
         let partition = table.meta.partition_of(&self.keys[start..]);
         let def = table.def();
@@ -181,6 +182,10 @@ pub struct RowRef<'a> {
 }
 
 impl<'a> RowRef<'a> {
+    pub(crate) fn new(layout: &'a RowLayout, bytes: &'a [u8]) -> RowRef<'a> {
+        RowRef { layout, bytes }
+    }
+
     pub fn layout(&self) -> &'a RowLayout {
         self.layout
     }

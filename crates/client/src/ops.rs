@@ -1,7 +1,7 @@
 //! Single-row operations by primary key, their outcomes, and batches of
 //! independent operations.
 
-use crate::{route_with, Client, Table};
+use crate::{route_with, Client, RowRef, Table};
 use latsdb_types::expr::Expr;
 use latsdb_types::proto::{BatchOf, ClientResponse, KeyOp, LockMode, OpKind, OpResult, Router, ShardAddr};
 use latsdb_types::row::RowLayout;
@@ -207,16 +207,19 @@ impl Row {
         Ok(Row { layout, bytes })
     }
 
+    /// The row borrowed, as `Client::lookup` returns rows.
+    pub fn borrowed(&self) -> RowRef<'_> {
+        RowRef::new(&self.layout, &self.bytes)
+    }
+
     /// The value of the i-th returned column.
     pub fn get(&self, i: usize) -> Value {
-        assert!(i < self.layout.len(), "column {i} of a row with {} columns", self.layout.len());
-        self.layout.get(&self.bytes, i)
+        self.borrowed().get(i)
     }
 
     /// The value of the i-th returned column, borrowed from the row.
     pub fn get_ref(&self, i: usize) -> latsdb_types::row::ValueRef<'_> {
-        assert!(i < self.layout.len(), "column {i} of a row with {} columns", self.layout.len());
-        self.layout.get_ref(&self.bytes, i)
+        self.borrowed().get_ref(i)
     }
 
     pub fn get_by_name(&self, name: &str) -> Result<Value> {

@@ -591,19 +591,17 @@ async fn client_loop(
         match reader.next().await {
             Ok(Some((req_id, body))) => {
                 // A batch of committed reads is answered straight from its frame.
-                if host.shard.borrow_mut().on_lookups(conn, req_id, body, host.now(), &mut out) {
-                    host.dispatch(&mut out);
-                    continue;
-                }
-                match proto::decode_body::<ClientRequest>(body) {
-                    Ok(request) => {
-                        host.shard.borrow_mut().on_client(conn, req_id, request, host.now(), &mut out);
-                        host.dispatch(&mut out);
-                    }
-                    Err(e) => {
-                        let _ = tx.send(error_frame(req_id, e));
+                let answered = host.shard.borrow_mut().on_lookups(conn, req_id, body, host.now(), &mut out);
+                if !answered {
+                    match proto::decode_body::<ClientRequest>(body) {
+                        Ok(request) => host.shard.borrow_mut().on_client(conn, req_id, request, host.now(), &mut out),
+                        Err(e) => {
+                            let _ = tx.send(error_frame(req_id, e));
+                            continue;
+                        }
                     }
                 }
+                host.dispatch(&mut out);
             }
             Ok(None) => return,
             Err(FrameError::TooLarge { request_id, len, max }) => {

@@ -102,6 +102,13 @@ impl HttpError {
     }
 }
 
+/// A database error as the HTTP answer `from_db` gives it.
+impl From<DbError> for HttpError {
+    fn from(e: DbError) -> HttpError {
+        HttpError::from_db(e)
+    }
+}
+
 type Answer = Result<(u16, Vec<u8>), HttpError>;
 
 fn response(status: u16, body: Vec<u8>, content_type: &'static str) -> Response<Full<Bytes>> {

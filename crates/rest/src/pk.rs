@@ -87,6 +87,14 @@ pub struct OpBody<'a> {
     pub data: Option<Fields<'a>>,
 }
 
+impl<'a> OpBody<'a> {
+    /// The operation's filters (none if it has none), given the batch's
+    /// list (`Filters::InBatch`).
+    pub fn filters<'s>(&'s self, batch: &'s [Filter<'a>]) -> &'s [Filter<'a>] {
+        self.filters.as_ref().map(|f| f.get(batch)).unwrap_or_default()
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PkKind {
     Read,
@@ -241,7 +249,7 @@ pub fn plan_read<'a>(
     last: &mut LastProjection<'a>,
 ) -> Result<usize, HttpError> {
     debug_assert_eq!(request.kind, PkKind::Read);
-    let filters = request.body.filters.as_ref().map(|f| f.get(batch_filters)).unwrap_or_default();
+    let filters = request.body.filters(batch_filters);
     let projection = match &request.body.read_columns {
         None => None,
         Some(columns) => {
@@ -252,18 +260,7 @@ pub fn plan_read<'a>(
             last.0.as_ref().map(|(_, _, projection)| projection)
         }
     };
-    let mut failed = None;
-    let pushed = lookups.push(&table.table, projection, |key| {
-        encode_key(table, filters, key).map_err(|e| {
-            failed = Some(e);
-            DbError::bad_request("the key was not encoded")
-        })
-    });
-    match (pushed, failed) {
-        (_, Some(e)) => Err(e),
-        (Ok(read), None) => Ok(read),
-        (Err(e), None) => Err(HttpError::from_db(e)),
-    }
+    lookups.push(&table.table, projection, |key| encode_key(table, filters, key))
 }
 
 /// Builds the client operation of a pk-write or pk-delete, or says why it
@@ -273,9 +270,8 @@ pub fn plan_write(table: &Arc<ResolvedTable>, request: &PkRequest, batch_filters
     match request.kind {
         PkKind::Read => Err(HttpError::internal("a pk-read was planned as a write".into())),
         PkKind::Delete => {
-            let filters = request.body.filters.as_ref().map(|f| f.get(batch_filters)).unwrap_or_default();
             let mut key = Vec::new();
-            encode_key(table, filters, &mut key)?;
+            encode_key(table, request.body.filters(batch_filters), &mut key)?;
             Ok(Op::delete_encoded(&table.table, key))
         }
         PkKind::Write => {

@@ -857,10 +857,12 @@ mod lookup_decode {
             f.write_str("a list of operations")
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            if let Some(n) = seq.size_hint() {
-                self.0.reads.reserve(n.min(1 << 16));
-            }
             while let Some(read) = seq.next_element_seed(Read(&mut *self.0.columns))? {
+                // Sized once the first operation shows a batch of reads: a
+                // batch of writes is turned away without an allocation.
+                if self.0.reads.is_empty() {
+                    self.0.reads.reserve(seq.size_hint().unwrap_or(0).min(1 << 16) + 1);
+                }
                 self.0.reads.push(read);
             }
             Ok(())
