@@ -57,31 +57,42 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 # ---- JDBC driver for tests/sql_jdbc.rs (begin) ----
-# MySQL Connector/J from Maven Central, pinned, into target/jdbc/. Fetched only
-# when the pinned jar is not there with the expected SHA-256; a download is
-# checked against the .sha1 Maven Central publishes beside it. Jars of other
-# versions are removed so the test finds exactly one.
+# MySQL Connector/J, pinned, into target/jdbc/, fetched by its Maven
+# coordinates through Maven (installed here when absent) from whatever
+# repository Maven is configured to use, so that mirrors and offline caches
+# work; no repository host is named here. Maven checks the repository's
+# checksums (--strict-checksums) and the jar must match the pinned SHA-256.
+# Fetched only when the pinned jar is not there; jars of other versions are
+# removed so the test finds exactly one.
 JDBC_VERSION=9.7.0
 JDBC_SHA256=0353648eaa1c91e0f4020c959abf756bc866ffd583df22ae6b6f6e0cbd43eb44
 JDBC_JAR=target/jdbc/mysql-connector-j-$JDBC_VERSION.jar
+DEPENDENCY_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 if ! command -v javac >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
   echo "the JDBC test needs a JDK 11 or newer (javac and java); install one, e.g. apt-get install openjdk-17-jdk-headless" >&2
   exit 1
 fi
 if ! echo "$JDBC_SHA256  $JDBC_JAR" | sha256sum --check --status 2>/dev/null; then
-  command -v curl >/dev/null 2>&1 || { echo "curl is needed to fetch the JDBC driver; install it" >&2; exit 1; }
-  jdbc_url=https://repo1.maven.org/maven2/com/mysql/mysql-connector-j/$JDBC_VERSION/mysql-connector-j-$JDBC_VERSION.jar
-  echo "fetching MySQL Connector/J $JDBC_VERSION into target/jdbc"
+  if ! command -v mvn >/dev/null 2>&1; then
+    echo "installing: maven (to fetch MySQL Connector/J by its coordinates)"
+    if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends maven
+  fi
+  echo "fetching MySQL Connector/J $JDBC_VERSION into target/jdbc through Maven"
   mkdir -p target/jdbc
-  curl -fsSL --retry 3 -o "$JDBC_JAR.part" "$jdbc_url"
-  jdbc_sha1=$(curl -fsSL --retry 3 "$jdbc_url.sha1" | cut -c1-40)
-  if ! echo "$jdbc_sha1  $JDBC_JAR.part" | sha1sum --check --status ||
-    ! echo "$JDBC_SHA256  $JDBC_JAR.part" | sha256sum --check --status; then
-    rm -f "$JDBC_JAR.part"
-    echo "the downloaded $jdbc_url does not match its .sha1 or the pinned SHA-256" >&2
+  rm -f "$JDBC_JAR"
+  if ! mvn --batch-mode --quiet --strict-checksums "$DEPENDENCY_PLUGIN:copy" \
+    -Dartifact="com.mysql:mysql-connector-j:$JDBC_VERSION:jar" -DoutputDirectory=target/jdbc \
+    -Dmdep.overWriteReleases=true; then
+    echo "Maven could not fetch com.mysql:mysql-connector-j:$JDBC_VERSION; check its repository settings (~/.m2/settings.xml) and network, then run this again" >&2
     exit 1
   fi
-  mv "$JDBC_JAR.part" "$JDBC_JAR"
+  if ! echo "$JDBC_SHA256  $JDBC_JAR" | sha256sum --check --status; then
+    rm -f "$JDBC_JAR"
+    echo "the Connector/J jar Maven fetched does not match the pinned SHA-256 $JDBC_SHA256; refusing it" >&2
+    exit 1
+  fi
   find target/jdbc -maxdepth 1 -name 'mysql-connector-j-*.jar' ! -name "${JDBC_JAR##*/}" -delete
 fi
 # ---- JDBC driver for tests/sql_jdbc.rs (end) ----

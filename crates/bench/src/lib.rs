@@ -1,4 +1,4 @@
-//! Benchmarks shipped with latsdb (design.md section 9).
+//! Benchmarks shipped with latsdb: flex, sysbench and REST lookups.
 
 pub mod flex;
 pub mod lookup;

@@ -18,8 +18,9 @@
 //! of epochs after the restore point of an earlier system restart, which
 //! the cluster lost and must never come back).
 
+use crate::context::Context;
 use crate::durability::DiskOp;
-use crate::shard::{Outbox, Shard};
+use crate::shard::Outbox;
 use latsdb_storage::log::{self, Reader, Record};
 use latsdb_types::proto::CommitEpoch;
 use latsdb_types::schema::TableId;
@@ -45,8 +46,10 @@ struct Running {
     bytes: u64,
 }
 
+/// The local checkpoint block: the checkpoint being written, and those
+/// written whose end epoch is not durable yet.
 #[derive(Default)]
-pub(crate) struct Lcp {
+pub(crate) struct Checkpoints {
     next_id: u64,
     /// LSN at which the last checkpoint started.
     last_start_lsn: u64,
@@ -142,60 +145,87 @@ pub struct RestoreReport {
     pub redo_skipped: u64,
 }
 
-impl Shard {
+impl Checkpoints {
+    /// Checks the block's invariants (run by the simulator after every step).
+    pub(crate) fn check(&self, cx: &Context) {
+        let me = cx.me();
+        assert!(self.last_start_lsn <= cx.redo.lsn, "shard {me}: a checkpoint started beyond the REDO log's end");
+        assert!(
+            self.running.is_none() || self.ending.is_none(),
+            "shard {me}: a checkpoint runs while another one is being synced"
+        );
+        if let Some(run) = &self.running {
+            assert!(
+                run.id == self.next_id && run.start_lsn == self.last_start_lsn,
+                "shard {me}: the running checkpoint is not the last one started"
+            );
+            assert!(run.table <= run.tables.len(), "shard {me}: the checkpoint walked past its last table");
+        }
+        assert!(self.finished.windows(2).all(|w| w[0].0 < w[1].0), "shard {me}: finished checkpoints out of order");
+        if !cx.redo.enabled {
+            assert!(
+                self.running.is_none() && self.ending.is_none() && self.finished.is_empty(),
+                "shard {me}: a checkpoint without a disk"
+            );
+        }
+    }
+
     /// Periodic checkpoint work: start one when enough REDO was written,
-    /// write the next chunk of a running one.
-    pub(crate) fn lcp_tick(&mut self, out: &mut Outbox) {
-        if !self.dur.enabled {
+    /// write the next chunk of a running one. None starts while the shard's
+    /// partitions are being copied (`copying`): its rows are incomplete,
+    /// and only the checkpoint after the copy counts.
+    pub(crate) fn tick(&mut self, cx: &mut Context, out: &mut Outbox, copying: bool) {
+        if !cx.redo.enabled {
             return;
         }
-        let lcp = &mut self.dur.lcp;
         // A checkpoint rewrites every row: started only after as much REDO
         // as the last one's size, it never writes more than the REDO does,
         // and a load that grows the data from nothing takes a few
         // checkpoints (the size doubles each time), not one per trigger.
-        let trigger = match self.layout.checkpoint_trigger_mb << 20 {
+        let trigger = match cx.layout.checkpoint_trigger_mb << 20 {
             0 => 0,
-            mb => mb.max(lcp.last_bytes),
+            mb => mb.max(self.last_bytes),
         };
-        if lcp.running.is_none() && lcp.ending.is_none() {
-            // While its partitions are being copied the shard's rows are
-            // incomplete: only the checkpoint after the copy counts.
-            let copying = self.sync_dst.copying();
-            let due = trigger != 0 && self.dur.lsn - lcp.last_start_lsn >= trigger && !copying;
-            if !lcp.forced && !due {
+        if self.running.is_none() && self.ending.is_none() {
+            let due = trigger != 0 && cx.redo.lsn - self.last_start_lsn >= trigger && !copying;
+            if !self.forced && !due {
                 return;
             }
-            lcp.forced = false;
-            lcp.next_id += 1;
-            let id = lcp.next_id;
-            let start_lsn = self.dur.lsn;
-            lcp.last_start_lsn = start_lsn;
-            let mut tables: Vec<TableId> = self.tables.keys().copied().collect();
-            tables.sort_unstable();
-            lcp.running =
-                Some(Running { id, start_lsn, tables, table: 0, partition: 0, resume: None, rows: 0, bytes: 0 });
-            // Every REDO record before the start LSN must be on its way to
-            // disk before the checkpoint can stand in for them.
-            self.flush_redo(out, true);
-            out.disk.push(DiskOp::CheckpointBegin { id });
-            let mut bytes = Vec::new();
-            log::encode(&mut bytes, &Record::CheckpointHeader { id, start_lsn });
-            out.disk.push(DiskOp::CheckpointAppend { id, bytes });
+            self.begin(cx, out);
         }
-        let chunk = match &self.dur.lcp.running {
-            Some(run) if self.dur.lsn - run.start_lsn > trigger => HURRY_CHUNK_BYTES,
+        let chunk = match &self.running {
+            Some(run) if cx.redo.lsn - run.start_lsn > trigger => HURRY_CHUNK_BYTES,
             _ => CHUNK_BYTES,
         };
-        self.lcp_write_chunk(chunk, out);
+        self.write_chunk(cx, out, chunk);
     }
 
-    fn lcp_write_chunk(&mut self, chunk: usize, out: &mut Outbox) {
-        let Some(mut run) = self.dur.lcp.running.take() else { return };
+    /// Starts a checkpoint at the REDO log's current position.
+    fn begin(&mut self, cx: &mut Context, out: &mut Outbox) {
+        debug_assert!(self.running.is_none() && self.ending.is_none(), "a checkpoint began while one ran");
+        self.forced = false;
+        self.next_id += 1;
+        let id = self.next_id;
+        let start_lsn = cx.redo.lsn;
+        self.last_start_lsn = start_lsn;
+        let mut tables: Vec<TableId> = cx.tables.keys().copied().collect();
+        tables.sort_unstable();
+        self.running = Some(Running { id, start_lsn, tables, table: 0, partition: 0, resume: None, rows: 0, bytes: 0 });
+        // Every REDO record before the start LSN must be on its way to
+        // disk before the checkpoint can stand in for them.
+        cx.redo.flush(out, true);
+        out.disk.push(DiskOp::CheckpointBegin { id });
+        let mut bytes = Vec::new();
+        log::encode(&mut bytes, &Record::CheckpointHeader { id, start_lsn });
+        out.disk.push(DiskOp::CheckpointAppend { id, bytes });
+    }
+
+    fn write_chunk(&mut self, cx: &mut Context, out: &mut Outbox, chunk: usize) {
+        let Some(mut run) = self.running.take() else { return };
         let mut bytes = Vec::with_capacity(chunk + 4096);
         while bytes.len() < chunk {
             let Some(&table_id) = run.tables.get(run.table) else { break };
-            let Some(table) = self.tables.get(&table_id) else {
+            let Some(table) = cx.tables.get(&table_id) else {
                 // Dropped while the checkpoint ran.
                 run.table += 1;
                 run.partition = 0;
@@ -230,69 +260,75 @@ impl Shard {
         }
         let id = run.id;
         if run.table >= run.tables.len() {
-            log::encode(&mut bytes, &Record::CheckpointTrailer { end_epoch: self.dur.current, rows: run.rows });
-            self.dur.lcp.last_bytes = run.bytes + bytes.len() as u64;
+            let end_epoch = cx.commit_epoch;
+            log::encode(&mut bytes, &Record::CheckpointTrailer { end_epoch, rows: run.rows });
+            self.last_bytes = run.bytes + bytes.len() as u64;
             out.disk.push(DiskOp::CheckpointAppend { id, bytes });
-            let token = self.dur.token();
+            let token = cx.redo.token();
             out.disk.push(DiskOp::CheckpointEnd { id, token });
-            self.dur.lcp.ending = Some((token, id, self.dur.current, run.start_lsn));
+            self.ending = Some((token, id, end_epoch, run.start_lsn));
         } else {
             run.bytes += bytes.len() as u64;
             if !bytes.is_empty() {
                 out.disk.push(DiskOp::CheckpointAppend { id, bytes });
             }
-            self.dur.lcp.running = Some(run);
+            self.running = Some(run);
         }
     }
 
-    pub(crate) fn lcp_on_disk_done(&mut self, token: u64, out: &mut Outbox) {
-        let lcp = &mut self.dur.lcp;
-        let Some((t, id, end_epoch, start_lsn)) = lcp.ending else { return };
+    /// The host finished the disk operation `token`: if it ended the
+    /// checkpoint being synced, that one is finished.
+    pub(crate) fn on_disk_done(
+        &mut self,
+        cx: &mut Context,
+        out: &mut Outbox,
+        token: u64,
+        durable: CommitEpoch,
+        saved: CommitEpoch,
+    ) {
+        let Some((t, id, end_epoch, start_lsn)) = self.ending else { return };
         if t != token {
             return;
         }
-        lcp.ending = None;
-        lcp.completed += 1;
-        lcp.finished.push((id, end_epoch, start_lsn));
-        self.lcp_on_durable(out);
+        self.ending = None;
+        self.completed += 1;
+        self.finished.push((id, end_epoch, start_lsn));
+        self.on_durable(cx, out, durable, saved);
     }
 
     /// Finished checkpoints whose end epoch became durable replace the
-    /// older ones; the REDO before the newest one's start goes.
-    pub(crate) fn lcp_on_durable(&mut self, out: &mut Outbox) {
-        let durable = self.dur.durable;
-        let lcp = &mut self.dur.lcp;
-        let Some(newest) = lcp.finished.iter().filter(|f| f.1 <= durable).max_by_key(|f| f.0).copied() else {
+    /// older ones; the REDO before the newest one's start goes. `saved` is
+    /// the epoch the shard's log is saved through.
+    pub(crate) fn on_durable(&mut self, cx: &mut Context, out: &mut Outbox, durable: CommitEpoch, saved: CommitEpoch) {
+        let Some(newest) = self.finished.iter().filter(|f| f.1 <= durable).max_by_key(|f| f.0).copied() else {
             return;
         };
-        lcp.finished.retain(|f| f.0 > newest.0);
+        self.finished.retain(|f| f.0 > newest.0);
         // The REDO about to go may hold the only marker of the epoch this
         // log is saved through (the shard saved it before the checkpoint
         // began): state it again behind the checkpoint's start, synced
         // before anything is deleted. A restart must not find less saved
         // than the cluster counted on.
-        let saved = self.dur.saved;
-        self.dur.append(&Record::Saved { epoch: saved });
-        self.flush_redo(out, true);
-        let token = self.dur.token();
+        cx.redo.append(&Record::Saved { epoch: saved });
+        cx.redo.flush(out, true);
+        let token = cx.redo.token();
         out.disk.push(DiskOp::RedoSync { token });
         out.disk.push(DiskOp::Trim { keep_checkpoint: newest.0, redo_before: newest.2 });
     }
 
-    /// Restores this shard (its tables already applied) from a checkpoint
-    /// and the REDO log that follows it, to epoch `restore_epoch`; new
-    /// commits then begin in `first_epoch`.
+    /// Restores the tables in `cx` from a checkpoint and the REDO log that
+    /// follows it, to epoch `restore_epoch`.
     ///
     /// `redo` is the intact REDO log from LSN `redo_base`. The checkpoint
     /// (if any) must start at or after `redo_base` and end at or before
     /// `restore_epoch`.
-    pub fn restore(
+    pub(crate) fn restore(
         &mut self,
+        cx: &mut Context,
         checkpoint: Option<&[u8]>,
         redo: &[u8],
         redo_base: u64,
         restore_epoch: CommitEpoch,
-        first_epoch: CommitEpoch,
     ) -> Result<RestoreReport> {
         let corrupt = |what: String| DbError::new(ErrorCode::Internal, what);
         let mut report = RestoreReport::default();
@@ -308,13 +344,13 @@ impl Shard {
             }
             for (_, record) in Reader::new(bytes) {
                 if let Record::CheckpointRow { table, partition, key, row } = record {
-                    if self.restore_row(table, partition, key, Some(row))? {
+                    if restore_row(cx, table, partition, key, Some(row))? {
                         report.checkpoint_rows += 1;
                     }
                 }
             }
             replay_from = info.start_lsn;
-            self.dur.lcp.next_id = info.id;
+            self.next_id = info.id;
         }
         // Ranges of epochs discarded by later restarts, with the offset of
         // the marker: a record before a marker in its range is void.
@@ -337,85 +373,58 @@ impl Shard {
                 report.redo_skipped += 1;
                 continue;
             }
-            if self.restore_row(table, partition, key, row)? {
+            if restore_row(cx, table, partition, key, row)? {
                 report.redo_applied += 1;
             }
         }
-        self.data_memory_used =
-            self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.memory()).sum();
-        self.dur.lsn = redo_base + valid as u64;
-        self.dur.lcp.last_start_lsn = replay_from;
-        self.dur.current = first_epoch;
-        self.dur.durable = restore_epoch;
-        self.dur.saved = restore_epoch;
-        // Commits of epochs after the restore point that some log may hold
-        // were lost with the cluster: void them for every later restart.
-        if self.dur.enabled {
-            self.dur.append(&Record::Restarted { restored: restore_epoch, discarded: first_epoch.saturating_sub(1) });
-        }
+        cx.recount_memory();
+        cx.redo.lsn = redo_base + valid as u64;
+        self.last_start_lsn = replay_from;
         Ok(report)
-    }
-
-    /// Applies one restored row to a partition this shard holds; rows of
-    /// dropped tables and of partitions held elsewhere are skipped.
-    fn restore_row(&mut self, table: TableId, partition: u32, key: &[u8], row: Option<&[u8]>) -> Result<bool> {
-        let Some(state) = self.tables.get_mut(&table) else { return Ok(false) };
-        let meta = state.meta.clone();
-        let Some(Some(p)) = state.partitions.get_mut(partition as usize) else { return Ok(false) };
-        match row {
-            Some(row) => {
-                meta.layout.validate(row).map_err(|e| {
-                    DbError::new(
-                        ErrorCode::Internal,
-                        format!(
-                            "a restored row of table {} does not match its definition ({}); the data directory belongs to another schema",
-                            meta.def.qualified_name(),
-                            e.message
-                        ),
-                    )
-                })?;
-                p.put(&meta, key, row);
-            }
-            None => {
-                p.remove(&meta, key);
-            }
-        }
-        Ok(true)
-    }
-
-    /// Takes the REDO bytes buffered so far (the restart marker after a
-    /// restore), for the host to write and sync before serving.
-    pub fn take_redo(&mut self) -> Vec<u8> {
-        self.dur.take_redo()
     }
 
     /// Starts a checkpoint at the next tick (after a node restart copied
     /// rows that its REDO log does not hold). Returns the count of completed
-    /// checkpoints that [`Shard::checkpoint_settled`] waits for.
-    pub fn checkpoint_now(&mut self) -> u64 {
-        let lcp = &mut self.dur.lcp;
-        if !self.dur.enabled {
-            return lcp.completed;
+    /// checkpoints that [`Checkpoints::settled`] waits for.
+    pub(crate) fn request(&mut self, enabled: bool) -> u64 {
+        if !enabled {
+            return self.completed;
         }
-        lcp.forced = true;
+        self.forced = true;
         // One already running began before the request and does not count.
-        lcp.completed + if lcp.running.is_some() || lcp.ending.is_some() { 2 } else { 1 }
+        self.completed + if self.running.is_some() || self.ending.is_some() { 2 } else { 1 }
     }
 
     /// Whether `target` checkpoints completed and the newest one replaced
-    /// the older ones (its end epoch is durable): a restart would now
-    /// restore from it. For a restarted node, also whether its log is saved
-    /// through the durable epoch: an epoch declared durable while it was
-    /// not yet saving (it joined the round late) must be restorable from
-    /// its disk too once it is a member, as a system restart relies on.
-    pub fn checkpoint_settled(&self, target: u64) -> bool {
-        let lcp = &self.dur.lcp;
-        !self.dur.enabled
-            || (lcp.completed >= target && lcp.finished.is_empty() && !lcp.forced && self.dur.saved >= self.dur.durable)
+    /// the older ones (its end epoch is durable).
+    pub(crate) fn settled(&self, target: u64) -> bool {
+        self.completed >= target && self.finished.is_empty() && !self.forced
     }
+}
 
-    /// Checkpoints completed since this shard started, and the REDO LSN.
-    pub fn durability_stats(&self) -> (u64, u64) {
-        (self.dur.lcp.completed, self.dur.lsn)
+/// Applies one restored row to a partition this shard holds; rows of
+/// dropped tables and of partitions held elsewhere are skipped.
+fn restore_row(cx: &mut Context, table: TableId, partition: u32, key: &[u8], row: Option<&[u8]>) -> Result<bool> {
+    let Some(state) = cx.tables.get_mut(&table) else { return Ok(false) };
+    let meta = state.meta.clone();
+    let Some(Some(p)) = state.partitions.get_mut(partition as usize) else { return Ok(false) };
+    match row {
+        Some(row) => {
+            meta.layout.validate(row).map_err(|e| {
+                DbError::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "a restored row of table {} does not match its definition ({}); the data directory belongs to another schema",
+                        meta.def.qualified_name(),
+                        e.message
+                    ),
+                )
+            })?;
+            p.put(&meta, key, row);
+        }
+        None => {
+            p.remove(&meta, key);
+        }
     }
+    Ok(true)
 }

@@ -32,16 +32,12 @@
 //! The host carries out `DiskOp`s in order and calls `Shard::on_disk_done`
 //! when a sync it was asked for is complete.
 
-use crate::shard::{ConnId, Micros, Outbox, Shard};
-use latsdb_storage::log::{self, Record};
+use crate::context::{ConnId, Context, Micros};
+use crate::shard::Outbox;
+use latsdb_storage::log::Record;
 use latsdb_types::proto::{ClientResponse, CommitEpoch, NodeId, NodeStatus, PeerMsg, ShardAddr};
-use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode};
 use std::collections::BTreeSet;
-
-/// REDO bytes are handed to the host once this much is buffered (and at
-/// every tick and sync).
-const REDO_FLUSH_BYTES: usize = 256 << 10;
 
 /// Disk work a shard asks its host for, carried out in order.
 #[derive(Debug, PartialEq)]
@@ -103,252 +99,186 @@ impl Driver {
             DriverPhase::Idle => None,
         }
     }
+
+    /// Sends the current phase's message to every shard that takes writes.
+    fn ask(&mut self, cx: &mut Context, out: &mut Outbox) {
+        let shards: BTreeSet<ShardAddr> = cx.writer_shards(None).into_iter().collect();
+        self.waiting = shards.clone();
+        self.asked = shards.clone();
+        self.asked_at = cx.now;
+        let Some(msg) = self.message() else { return };
+        for s in shards {
+            cx.send_peer(s, msg.clone(), out);
+        }
+    }
+
+    /// Every shard saved `epoch`: it is durable.
+    fn declare_durable(&mut self, cx: &mut Context, out: &mut Outbox, epoch: CommitEpoch) {
+        debug_assert_eq!(epoch + 1, self.epoch, "the driver declared an epoch it was not saving");
+        let interval = cx.layout.epoch_interval_ms.max(1) * 1000;
+        self.phase = DriverPhase::Idle;
+        self.next_at = self.started_at + interval;
+        for s in cx.writer_shards(None) {
+            cx.send_peer(s, PeerMsg::EpochDurable { epoch }, out);
+        }
+        out.durable = Some(epoch);
+    }
 }
 
-/// Epoch and REDO state of one shard.
-pub(crate) struct Durability {
-    /// The shard has a disk (`ShardConfig::durable`): it logs and checkpoints.
-    pub(crate) enabled: bool,
-    /// Epoch of commits decided here now.
-    pub(crate) current: CommitEpoch,
+/// The durability block: the epochs of one shard, and the epoch driver
+/// when this shard drives them.
+pub(crate) struct Epochs {
     /// Latest epoch known durable.
     pub(crate) durable: CommitEpoch,
     /// The latest epoch this shard's log (with its checkpoint) holds every
     /// commit of: the newest `Saved` marker appended, or the restored epoch.
     pub(crate) saved: CommitEpoch,
-    /// REDO records not yet handed to the host.
-    redo: Vec<u8>,
-    /// Log sequence number: REDO bytes produced so far, buffered or not.
-    pub(crate) lsn: u64,
     /// A switch waiting until this shard's older commits completed.
     switch: Option<(CommitEpoch, ShardAddr)>,
     /// Syncs in flight: token, epoch saved, driver to tell.
     syncs: Vec<(u64, CommitEpoch, ShardAddr)>,
-    next_token: u64,
     /// `WaitDurable` requests: connection, request id, epoch awaited.
     waiters: Vec<(ConnId, u64, CommitEpoch)>,
     driver: Option<Driver>,
-    pub(crate) lcp: crate::checkpoint::Lcp,
 }
 
-impl Durability {
-    pub(crate) fn new(enabled: bool) -> Self {
-        Durability {
-            enabled,
-            current: 1,
-            durable: 0,
-            saved: 0,
-            redo: Vec::new(),
-            lsn: 0,
-            switch: None,
-            syncs: Vec::new(),
-            next_token: 1,
-            waiters: Vec::new(),
-            driver: None,
-            lcp: Default::default(),
+impl Epochs {
+    pub(crate) fn new() -> Self {
+        Epochs { durable: 0, saved: 0, switch: None, syncs: Vec::new(), waiters: Vec::new(), driver: None }
+    }
+
+    /// Checks the block's invariants (run by the simulator after every step).
+    pub(crate) fn check(&self, cx: &Context) {
+        let me = cx.me();
+        assert!(self.waiters.iter().all(|w| w.2 > self.durable), "shard {me}: a durability wait outlived its epoch");
+        if !cx.redo.enabled {
+            assert!(self.syncs.is_empty() && self.waiters.is_empty(), "shard {me}: syncs or waits without a disk");
+        }
+        if let Some(driver) = &self.driver {
+            assert!(driver.waiting.is_subset(&driver.asked), "shard {me}: the driver waits for a shard it did not ask");
+            assert!(driver.epoch <= cx.commit_epoch, "shard {me}: the driver switched beyond the commit epoch");
+            assert!(
+                driver.phase == DriverPhase::Idle || driver.epoch > self.durable,
+                "shard {me}: the driver switches to epoch {} that is already durable",
+                driver.epoch
+            );
         }
     }
 
-    /// Appends one REDO record.
-    pub(crate) fn append(&mut self, record: &Record<'_>) {
-        let before = self.redo.len();
-        log::encode(&mut self.redo, record);
-        self.lsn += (self.redo.len() - before) as u64;
-    }
-
-    /// Appends the REDO record of one committed row change (nothing
-    /// without a disk).
-    pub(crate) fn log_write(
+    /// A switch to `epoch` from the driver: answered once this shard's
+    /// commits below it completed.
+    pub(crate) fn on_switch(
         &mut self,
+        cx: &mut Context,
+        out: &mut Outbox,
+        from: ShardAddr,
         epoch: CommitEpoch,
-        table: TableId,
-        partition: u32,
-        key: &[u8],
-        row: Option<&[u8]>,
+        completed_below: impl Fn(&Context, CommitEpoch) -> bool,
     ) {
-        if self.enabled {
-            self.append(&Record::Write { epoch, table, partition, key, row });
+        cx.observe_epoch(epoch);
+        if self.switch.is_none_or(|(e, _)| epoch >= e) {
+            self.switch = Some((epoch, from));
         }
-    }
-
-    pub(crate) fn take_redo(&mut self) -> Vec<u8> {
-        // The next buffer likely fills as far as this one did: starting it
-        // at that size (and a record or two more, for the one that crosses
-        // the flush size) saves growing and copying it a dozen times.
-        let expected = self.redo.len().min(REDO_FLUSH_BYTES);
-        let next = Vec::with_capacity(expected + expected / 8);
-        std::mem::replace(&mut self.redo, next)
-    }
-
-    pub(crate) fn token(&mut self) -> u64 {
-        self.next_token += 1;
-        self.next_token
-    }
-}
-
-impl Shard {
-    /// Raises this shard's epoch to one seen in a commit or a report.
-    pub(crate) fn observe_epoch(&mut self, epoch: CommitEpoch) {
-        if epoch > self.dur.current {
-            self.dur.current = epoch;
-        }
-    }
-
-    /// Hands buffered REDO bytes to the host.
-    pub(crate) fn flush_redo(&mut self, out: &mut Outbox, force: bool) {
-        if !self.dur.redo.is_empty() && (force || self.dur.redo.len() >= REDO_FLUSH_BYTES) {
-            out.disk.push(DiskOp::RedoAppend(self.dur.take_redo()));
-        }
-    }
-
-    /// The latest epoch known durable on every live data node.
-    pub fn durable_epoch(&self) -> CommitEpoch {
-        self.dur.durable
-    }
-
-    /// The epoch commits decided here now get.
-    pub fn current_epoch(&self) -> CommitEpoch {
-        self.dur.current
-    }
-
-    /// The nodes that take writes (started, or starting and catching up):
-    /// each syncs its REDO log for an epoch to become durable.
-    fn started_nodes(&self) -> Vec<NodeId> {
-        self.layout.writer_nodes()
-    }
-
-    fn started_shards(&self) -> BTreeSet<ShardAddr> {
-        self.layout
-            .datanodes
-            .iter()
-            .filter(|d| d.status.takes_writes())
-            .flat_map(|d| (0..d.shards.len()).map(move |s| ShardAddr { node: d.node_id, shard: s as u16 }))
-            .collect()
-    }
-
-    /// Whether every commit this shard is responsible for in an epoch below
-    /// `epoch` has reached all its replicas (see the module comment).
-    fn completed_below(&self, epoch: CommitEpoch) -> bool {
-        if self.takeover_pending() || !self.tc.all_committed_below(epoch) {
-            return false;
-        }
-        if self.ldm.committing.values().any(|c| c.epoch < epoch) {
-            return false;
-        }
-        // Writes a backup applied at once in an older epoch, not committed here yet.
-        if self.ldm.txs.values().any(|l| l.applied_in.is_some_and(|e| e < epoch)) {
-            return false;
-        }
-        let layout = &self.layout;
-        self.ldm.txs.keys().chain(self.ldm.replica_txs.keys()).all(|tx| layout.takes_writes(tx.tc.node))
-    }
-
-    pub(crate) fn epoch_on_switch(&mut self, from: ShardAddr, epoch: CommitEpoch, out: &mut Outbox) {
-        self.observe_epoch(epoch);
-        if self.dur.switch.is_none_or(|(e, _)| epoch >= e) {
-            self.dur.switch = Some((epoch, from));
-        }
-        self.epoch_check_switch(out);
+        self.check_switch(cx, out, completed_below);
     }
 
     /// Answers a pending switch once this shard's older commits completed.
-    pub(crate) fn epoch_check_switch(&mut self, out: &mut Outbox) {
-        let Some((epoch, driver)) = self.dur.switch else { return };
-        if !self.completed_below(epoch) {
+    pub(crate) fn check_switch(
+        &mut self,
+        cx: &mut Context,
+        out: &mut Outbox,
+        completed_below: impl Fn(&Context, CommitEpoch) -> bool,
+    ) {
+        let Some((epoch, driver)) = self.switch else { return };
+        if !completed_below(cx, epoch) {
             return;
         }
-        self.dur.switch = None;
-        let view = self.started_nodes();
-        self.send_peer(driver, PeerMsg::EpochCompleted { epoch, view }, out);
+        debug_assert!(epoch <= cx.commit_epoch, "a switch answered before the shard took its epoch");
+        self.switch = None;
+        let view = cx.layout.writer_nodes();
+        cx.send_peer(driver, PeerMsg::EpochCompleted { epoch, view }, out);
     }
 
-    pub(crate) fn epoch_on_save(&mut self, from: ShardAddr, epoch: CommitEpoch, out: &mut Outbox) {
-        if !self.dur.enabled {
-            self.send_peer(from, PeerMsg::EpochSaved { epoch }, out);
+    /// The driver asks to save `epoch`: a `Saved` marker is logged and the
+    /// log synced; the driver hears once the host's sync is done.
+    pub(crate) fn on_save(&mut self, cx: &mut Context, out: &mut Outbox, from: ShardAddr, epoch: CommitEpoch) {
+        if !cx.redo.enabled {
+            cx.send_peer(from, PeerMsg::EpochSaved { epoch }, out);
             return;
         }
-        self.dur.append(&Record::Saved { epoch });
-        self.dur.saved = self.dur.saved.max(epoch);
-        self.flush_redo(out, true);
-        let token = self.dur.token();
+        cx.redo.append(&Record::Saved { epoch });
+        self.saved = self.saved.max(epoch);
+        cx.redo.flush(out, true);
+        let token = cx.redo.token();
         out.disk.push(DiskOp::RedoSync { token });
-        self.dur.syncs.push((token, epoch, from));
+        self.syncs.push((token, epoch, from));
     }
 
-    /// The host finished a sync or a checkpoint it was asked for.
-    pub fn on_disk_done(&mut self, token: u64, now: Micros, out: &mut Outbox) {
-        self.now = now;
-        if let Some(i) = self.dur.syncs.iter().position(|(t, _, _)| *t == token) {
-            let (_, epoch, driver) = self.dur.syncs.remove(i);
-            self.send_peer(driver, PeerMsg::EpochSaved { epoch }, out);
-        } else {
-            self.lcp_on_disk_done(token, out);
-        }
-        self.finish_turn(out);
+    /// The host finished the disk operation `token`; says whether it was
+    /// a sync of this block.
+    pub(crate) fn on_disk_done(&mut self, cx: &mut Context, out: &mut Outbox, token: u64) -> bool {
+        let Some(i) = self.syncs.iter().position(|(t, _, _)| *t == token) else { return false };
+        let (_, epoch, driver) = self.syncs.remove(i);
+        cx.send_peer(driver, PeerMsg::EpochSaved { epoch }, out);
+        true
     }
 
-    pub(crate) fn epoch_on_durable(&mut self, epoch: CommitEpoch, out: &mut Outbox) {
-        if epoch <= self.dur.durable {
-            return;
+    /// `epoch` is durable on every live data node; says whether it is news.
+    pub(crate) fn on_durable(&mut self, out: &mut Outbox, epoch: CommitEpoch) -> bool {
+        if epoch <= self.durable {
+            return false;
         }
-        self.dur.durable = epoch;
+        self.durable = epoch;
         let mut i = 0;
-        while i < self.dur.waiters.len() {
-            if self.dur.waiters[i].2 <= epoch {
-                let (conn, req_id, _) = self.dur.waiters.swap_remove(i);
+        while i < self.waiters.len() {
+            if self.waiters[i].2 <= epoch {
+                let (conn, req_id, _) = self.waiters.swap_remove(i);
                 out.client.push((conn, req_id, ClientResponse::Durable(epoch)));
             } else {
                 i += 1;
             }
         }
-        self.lcp_on_durable(out);
+        true
     }
 
     /// `WaitDurable`: answered once the current epoch (which every commit
     /// this shard acknowledged so far belongs to, or precedes) is durable.
-    pub(crate) fn epoch_wait_durable(&mut self, conn: ConnId, req_id: u64, out: &mut Outbox) {
-        if !self.dur.enabled {
+    pub(crate) fn wait_durable(&mut self, cx: &Context, out: &mut Outbox, conn: ConnId, req_id: u64) {
+        if !cx.redo.enabled {
             let e = DbError::new(
                 ErrorCode::BadRequest,
                 format!(
                     "data node {} runs without a data directory: its commits are never durable; start it with --data-dir to wait for durability",
-                    self.cfg.me.node
+                    cx.me().node
                 ),
             );
             out.client.push((conn, req_id, ClientResponse::Error(e)));
             return;
         }
-        let target = self.dur.current;
-        if target <= self.dur.durable {
-            out.client.push((conn, req_id, ClientResponse::Durable(self.dur.durable)));
+        let target = cx.commit_epoch;
+        if target <= self.durable {
+            out.client.push((conn, req_id, ClientResponse::Durable(self.durable)));
         } else {
-            self.dur.waiters.push((conn, req_id, target));
+            self.waiters.push((conn, req_id, target));
         }
     }
 
     /// A client connection closed: its durability waits are dropped.
-    pub(crate) fn epoch_disconnect(&mut self, conn: ConnId) {
-        self.dur.waiters.retain(|w| w.0 != conn);
-    }
-
-    /// Whether this shard drives the epochs: shard 0 of the lowest started
-    /// node (a starting node never does).
-    fn is_epoch_driver(&self) -> bool {
-        let lowest = self.layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).map(|d| d.node_id).min();
-        self.cfg.me.shard == 0 && lowest == Some(self.cfg.me.node)
+    pub(crate) fn on_disconnect(&mut self, conn: ConnId) {
+        self.waiters.retain(|w| w.0 != conn);
     }
 
     /// Periodic work of the epoch driver.
-    pub(crate) fn epoch_tick(&mut self, out: &mut Outbox) {
-        self.flush_redo(out, true);
-        let interval = self.layout.epoch_interval_ms.max(1) * 1000;
-        if !self.is_epoch_driver() || self.layout.datanodes.is_empty() {
-            self.dur.driver = None;
+    pub(crate) fn tick(&mut self, cx: &mut Context, out: &mut Outbox) {
+        cx.redo.flush(out, true);
+        let interval = cx.layout.epoch_interval_ms.max(1) * 1000;
+        if !is_epoch_driver(cx) || cx.layout.datanodes.is_empty() {
+            self.driver = None;
             return;
         }
-        let now = self.now;
-        let current = self.dur.current;
-        let driver = self.dur.driver.get_or_insert(Driver {
+        let now = cx.now;
+        let current = cx.commit_epoch;
+        let driver = self.driver.get_or_insert(Driver {
             epoch: current,
             phase: DriverPhase::Idle,
             asked: BTreeSet::new(),
@@ -362,7 +292,7 @@ impl Shard {
                 driver.epoch = driver.epoch.max(current) + 1;
                 driver.phase = DriverPhase::Switching;
                 driver.started_at = now;
-                self.driver_ask(out);
+                driver.ask(cx, out);
             }
             DriverPhase::Switching | DriverPhase::Saving if now >= driver.asked_at + resend_after(interval) => {
                 // Ask again whoever has not answered (a reply refused for a
@@ -371,36 +301,25 @@ impl Shard {
                 driver.asked_at = now;
                 let Some(msg) = driver.message() else { return };
                 for s in waiting {
-                    self.send_peer(s, msg.clone(), out);
+                    cx.send_peer(s, msg.clone(), out);
                 }
             }
             _ => {}
         }
     }
 
-    /// Sends the driver's current phase message to every started shard.
-    fn driver_ask(&mut self, out: &mut Outbox) {
-        let shards = self.started_shards();
-        let now = self.now;
-        let Some(driver) = self.dur.driver.as_mut() else { return };
-        driver.waiting = shards.clone();
-        driver.asked = shards.clone();
-        driver.asked_at = now;
-        let Some(msg) = driver.message() else { return };
-        for s in shards {
-            self.send_peer(s, msg.clone(), out);
-        }
-    }
-
-    pub(crate) fn driver_on_completed(
+    /// A shard completed the switch to `epoch` (`EpochCompleted`), counting
+    /// the nodes of `view`.
+    pub(crate) fn on_completed(
         &mut self,
+        cx: &mut Context,
+        out: &mut Outbox,
         from: ShardAddr,
         epoch: CommitEpoch,
         view: Vec<NodeId>,
-        out: &mut Outbox,
     ) {
-        let started = self.started_nodes();
-        let Some(driver) = self.dur.driver.as_mut() else { return };
+        let started = cx.layout.writer_nodes();
+        let Some(driver) = self.driver.as_mut() else { return };
         if driver.phase != DriverPhase::Switching || driver.epoch != epoch {
             return;
         }
@@ -411,31 +330,20 @@ impl Shard {
         driver.waiting.remove(&from);
         if driver.waiting.is_empty() {
             driver.phase = DriverPhase::Saving;
-            self.driver_ask(out);
+            driver.ask(cx, out);
         }
     }
 
-    pub(crate) fn driver_on_saved(&mut self, from: ShardAddr, epoch: CommitEpoch, out: &mut Outbox) {
-        let Some(driver) = self.dur.driver.as_mut() else { return };
+    /// A shard saved `epoch` (`EpochSaved`).
+    pub(crate) fn on_saved(&mut self, cx: &mut Context, out: &mut Outbox, from: ShardAddr, epoch: CommitEpoch) {
+        let Some(driver) = self.driver.as_mut() else { return };
         if driver.phase != DriverPhase::Saving || driver.epoch - 1 != epoch {
             return;
         }
         driver.waiting.remove(&from);
         if driver.waiting.is_empty() {
-            self.driver_declare_durable(epoch, out);
+            driver.declare_durable(cx, out, epoch);
         }
-    }
-
-    /// Every started shard saved `epoch`: it is durable.
-    fn driver_declare_durable(&mut self, epoch: CommitEpoch, out: &mut Outbox) {
-        let interval = self.layout.epoch_interval_ms.max(1) * 1000;
-        let Some(driver) = self.dur.driver.as_mut() else { return };
-        driver.phase = DriverPhase::Idle;
-        driver.next_at = driver.started_at + interval;
-        for s in self.started_shards() {
-            self.send_peer(s, PeerMsg::EpochDurable { epoch }, out);
-        }
-        out.durable = Some(epoch);
     }
 
     /// A new layout: shards that left are not waited for. While switching,
@@ -443,11 +351,11 @@ impl Shard {
     /// node's coordinators to finish their commits, and a takeover may now
     /// finish them, in an epoch below the new one, after those answers.
     /// Everyone is asked again (and answers once the takeover is done).
-    pub(crate) fn epoch_layout_changed(&mut self, out: &mut Outbox) {
-        let shards = self.started_shards();
-        let Some(driver) = self.dur.driver.as_mut() else { return };
+    pub(crate) fn on_layout_changed(&mut self, cx: &mut Context, out: &mut Outbox) {
+        let shards: BTreeSet<ShardAddr> = cx.writer_shards(None).into_iter().collect();
+        let Some(driver) = self.driver.as_mut() else { return };
         if driver.phase == DriverPhase::Switching && !driver.asked.is_subset(&shards) {
-            self.driver_ask(out);
+            driver.ask(cx, out);
             return;
         }
         driver.waiting.retain(|s| shards.contains(s));
@@ -456,15 +364,22 @@ impl Shard {
             match driver.phase {
                 DriverPhase::Switching => {
                     driver.phase = DriverPhase::Saving;
-                    self.driver_ask(out);
+                    driver.ask(cx, out);
                 }
                 _ => {
                     let epoch = driver.epoch - 1;
-                    self.driver_declare_durable(epoch, out);
+                    driver.declare_durable(cx, out, epoch);
                 }
             }
         }
     }
+}
+
+/// Whether this shard drives the epochs: shard 0 of the lowest started
+/// node (a starting node never does).
+fn is_epoch_driver(cx: &Context) -> bool {
+    let lowest = cx.layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).map(|d| d.node_id).min();
+    cx.me().shard == 0 && lowest == Some(cx.me().node)
 }
 
 fn resend_after(interval: Micros) -> Micros {

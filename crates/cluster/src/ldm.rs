@@ -6,12 +6,14 @@
 //! ("autocommit") applies at once when its row is unlocked, and otherwise
 //! queues behind the lock and applies the moment it is granted.
 
+use crate::context::{owned_partition, unknown_table, wrong_shard, ConnId, Context, FastMap};
 use crate::locks::{Acquire, LockKey, LockTable};
-use crate::shard::{owned_partition, unknown_table, wrong_shard, ConnId, FastMap, Outbox, Shard};
+use crate::shard::Outbox;
+use crate::sync::PartitionSync;
 use latsdb_storage::Partition;
 use latsdb_types::proto::{
-    BatchAnswerOf, ClientResponse, KeyOp, LockMode, LookupRead, NodeStatus, OpKind, OpResult, OpResultRef, PeerMsg,
-    ReplicaWrite, ShardAddr, TxId,
+    BatchAnswerOf, ClientResponse, CommitEpoch, KeyOp, LockMode, LookupRead, NodeStatus, OpKind, OpResult, OpResultRef,
+    PeerMsg, ReplicaWrite, ShardAddr, TxId,
 };
 use latsdb_types::schema::ColumnId;
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
@@ -257,8 +259,11 @@ struct PendingBatch {
     remaining: usize,
 }
 
+/// The local data manager block: row locks, the transactions this shard
+/// takes part in (as primary and as backup), client batches waiting for
+/// locks or backups, and the logs of decided transactions.
 #[derive(Default)]
-pub(crate) struct LdmState {
+pub(crate) struct Ldm {
     pub(crate) locks: LockTable<Pending>,
     /// Transactions this shard takes part in as a primary (or coordinates
     /// implicitly for an independent write).
@@ -274,17 +279,130 @@ pub(crate) struct LdmState {
     next_implicit: u64,
 }
 
-impl LdmState {
+impl Ldm {
     /// Implicit transactions are numbered from `first_seq` (as the
     /// coordinator's are), so a restarted process does not reuse the ids
     /// of its previous one, which peers may still remember as aborted.
-    pub(crate) fn starting_at(first_seq: u64) -> LdmState {
+    pub(crate) fn starting_at(first_seq: u64) -> Ldm {
         assert!(first_seq < 1 << 62, "transaction numbers must leave the implicit bit free");
-        LdmState { next_implicit: first_seq, ..LdmState::default() }
+        Ldm { next_implicit: first_seq, ..Ldm::default() }
     }
 
     pub(crate) fn open(&self) -> usize {
         self.txs.len() + self.replica_txs.len() + self.committing.len()
+    }
+
+    /// The transactions of node `dead` this shard holds prepared (as
+    /// primary or backup), and those it saw committed, with their epochs:
+    /// its takeover report.
+    pub(crate) fn coordinated_by(&self, dead: latsdb_types::proto::NodeId) -> (Vec<TxId>, Vec<(TxId, CommitEpoch)>) {
+        let mut prepared: BTreeSet<TxId> = self.txs.keys().filter(|t| t.tc.node == dead).copied().collect();
+        prepared.extend(self.replica_txs.keys().filter(|t| t.tc.node == dead));
+        (prepared.into_iter().collect(), self.commit_log.coordinated_by(dead))
+    }
+
+    /// The transactions this shard takes part in as a primary.
+    pub(crate) fn primary_txs(&self) -> impl Iterator<Item = TxId> + '_ {
+        self.txs.keys().copied()
+    }
+
+    /// The transactions this shard takes part in, as primary or backup.
+    pub(crate) fn all_txs(&self) -> impl Iterator<Item = TxId> + '_ {
+        self.txs.keys().chain(self.replica_txs.keys()).copied()
+    }
+
+    /// Whether this shard still takes part in `tx`, as primary or backup.
+    pub(crate) fn is_open(&self, tx: &TxId) -> bool {
+        self.txs.contains_key(tx) || self.replica_txs.contains_key(tx)
+    }
+
+    /// Whether a transaction holds, waits for or staged a row of the
+    /// partition here as its primary.
+    pub(crate) fn holds_in_partition(
+        &self,
+        meta: &TableMeta,
+        table: latsdb_types::schema::TableId,
+        partition: u32,
+    ) -> bool {
+        let in_partition = |k: &LockKey| k.table == table && meta.partition_of(&k.key) == partition;
+        self.txs.values().any(|t| {
+            t.locks.iter().any(in_partition) || t.waits.keys().any(in_partition) || t.staged.keys().any(in_partition)
+        })
+    }
+
+    /// Whether every commit this block is responsible for in an epoch
+    /// below `epoch` reached all its replicas: none waits for a backup's
+    /// `ReplicaCommitted`, no write a backup applied at once waits for its
+    /// commit here, and no transaction of a failed coordinator is still
+    /// prepared (a takeover may commit it in an old epoch).
+    pub(crate) fn all_committed_below(&self, cx: &Context, epoch: CommitEpoch) -> bool {
+        if self.committing.values().any(|c| c.epoch < epoch) {
+            return false;
+        }
+        if self.txs.values().any(|l| l.applied_in.is_some_and(|e| e < epoch)) {
+            return false;
+        }
+        self.all_txs().all(|tx| cx.layout.takes_writes(tx.tc.node))
+    }
+
+    /// The copy of a partition moved to a new primary: the writes held
+    /// back for the old one's commit are applied now (see
+    /// `PartitionSync::switch_sources`).
+    pub(crate) fn apply_held(&mut self, cx: &mut Context, sync: &PartitionSync, out: &mut Outbox) {
+        let mut held: Vec<TxId> =
+            self.replica_txs.iter().filter(|(_, t)| t.held.is_some()).map(|(tx, _)| *tx).collect();
+        held.sort_unstable();
+        for tx in held {
+            if let Some(rtx) = self.replica_txs.remove(&tx) {
+                let epoch = rtx.held.expect("filtered on held above");
+                self.replica_apply(cx, sync, tx, rtx, None, epoch, out);
+            }
+        }
+    }
+
+    /// Checks the block's invariants (run by the simulator after every
+    /// step): every staged row is locked by its transaction, every lock a
+    /// transaction lists is held in the lock table, writes waiting for
+    /// backups wait for some, and every waiting batch counts its missing
+    /// answers.
+    pub(crate) fn check(&self, cx: &Context) {
+        let me = cx.me();
+        self.locks.check();
+        for (id, t) in self.txs.iter().chain(self.replica_txs.iter()) {
+            for key in &t.locks {
+                assert!(self.locks.holds(key, *id), "shard {me}: {id:?} lists a lock on {key:?} it does not hold");
+            }
+            for key in t.staged.keys() {
+                assert!(t.locks.contains(key), "shard {me}: {id:?} staged {key:?} without its lock");
+            }
+            assert!(t.waits.values().all(|n| *n > 0), "shard {me}: {id:?} counts an empty wait");
+            assert!(
+                t.replicating.values().all(|r| !r.waiting.is_empty()),
+                "shard {me}: a write of {id:?} waits for no backup"
+            );
+            assert!(t.autocommit.as_ref().is_none_or(|a| a.open > 0), "shard {me}: {id:?} carries a settled batch");
+        }
+        for (id, t) in &self.txs {
+            if t.autocommit.is_some() {
+                assert!(
+                    id.tc == me && id.seq >> 63 == 1,
+                    "shard {me}: a batch runs in {id:?}, not an implicit transaction of its own"
+                );
+            }
+            assert!(t.held.is_none(), "shard {me}: {id:?} holds writes back as a primary");
+        }
+        for (id, c) in &self.committing {
+            assert!(!c.waiting.is_empty(), "shard {me}: commit of {id:?} waits for no backup");
+            assert!(!self.txs.contains_key(id), "shard {me}: {id:?} commits while still open as primary");
+        }
+        for (batch, b) in &self.batches {
+            let missing = b.results.iter().filter(|r| r.is_none()).count();
+            assert!(
+                b.remaining > 0 && b.remaining == missing,
+                "shard {me}: batch {batch} miscounts its missing answers"
+            );
+            assert!(*batch < self.next_batch, "shard {me}: batch {batch} numbered beyond the last one");
+        }
     }
 
     pub(crate) fn participations(&self) -> Vec<TxId> {
@@ -310,19 +428,19 @@ fn lock_mode(kind: &OpKind) -> LockMode {
     }
 }
 
-impl Shard {
+impl Ldm {
     /// Validates an operation against the schema and ownership, and encodes
     /// its new row.
-    fn ldm_prepare(&self, op: KeyOp) -> Result<Prepared> {
-        let table = self.table(op.table, op.table_version)?;
+    fn prepare(&self, cx: &Context, sync: &PartitionSync, op: KeyOp) -> Result<Prepared> {
+        let table = cx.table(op.table, op.table_version)?;
         let meta = &table.meta;
-        let partition = owned_partition(table, op.partition, self.cfg.me)?;
+        let partition = owned_partition(table, op.partition, cx.cfg.me)?;
         // Backups serve committed reads; writes and locking reads go to the primary.
         let needs_primary = !matches!(op.kind, OpKind::Read { lock: LockMode::Committed });
-        if needs_primary && !table.is_primary(op.partition, self.cfg.me) {
-            return Err(wrong_shard(op.partition, self.cfg.me));
+        if needs_primary && !table.is_primary(op.partition, cx.cfg.me) {
+            return Err(wrong_shard(op.partition, cx.cfg.me));
         }
-        if needs_primary && self.sync_frozen(op.table, op.partition) {
+        if needs_primary && sync.frozen(op.table, op.partition) {
             return Err(DbError::new(
                 ErrorCode::NotServing,
                 format!(
@@ -376,13 +494,13 @@ impl Shard {
     /// as a frame: what `ldm_batch` answers the same reads, in three passes
     /// as it does, with the rows found copied straight from the table into
     /// the frame.
-    pub(crate) fn ldm_lookups(&self, req_id: u64, reads: &[LookupRead], columns: &[ColumnId]) -> Vec<u8> {
+    pub(crate) fn lookups(cx: &Context, req_id: u64, reads: &[LookupRead], columns: &[ColumnId]) -> Vec<u8> {
         let projection = |read: &LookupRead| read.projection.map(|(start, end)| &columns[start as usize..end as usize]);
         let ready: Vec<Result<(&Partition, &TableMeta, u64)>> = reads
             .iter()
             .map(|read| {
-                let table = self.table(read.table, read.table_version)?;
-                let partition = owned_partition(table, read.partition, self.cfg.me)?;
+                let table = cx.table(read.table, read.table_version)?;
+                let partition = owned_partition(table, read.partition, cx.cfg.me)?;
                 check_key(&table.meta, read.key, read.partition, projection(read))?;
                 let hash = partition.key_hash(read.key);
                 partition.prefetch_slot(hash);
@@ -414,9 +532,9 @@ impl Shard {
     }
 
     /// Start loading the row of a prepared operation (its slot should be cached).
-    fn ldm_prefetch_row(&self, prepared: &Prepared) {
+    fn prefetch_row(cx: &Context, prepared: &Prepared) {
         if let Some(Some(p)) =
-            self.tables.get(&prepared.op.table).and_then(|t| t.partitions.get(prepared.op.partition as usize))
+            cx.tables.get(&prepared.op.table).and_then(|t| t.partitions.get(prepared.op.partition as usize))
         {
             p.prefetch_row(prepared.hash);
         }
@@ -427,7 +545,15 @@ impl Shard {
     /// Hot path. The batch is handled in three passes so that the cache
     /// misses of all its lookups overlap: validate every operation (which
     /// prefetches its index slot), prefetch every row, then execute.
-    pub(crate) fn ldm_batch(&mut self, conn: ConnId, req_id: u64, ops: Vec<KeyOp>, out: &mut Outbox) {
+    pub(crate) fn batch(
+        &mut self,
+        cx: &mut Context,
+        sync: &PartitionSync,
+        conn: ConnId,
+        req_id: u64,
+        ops: Vec<KeyOp>,
+        out: &mut Outbox,
+    ) {
         let mut results: Vec<Option<OpResult>> = Vec::with_capacity(ops.len());
         let mut waiting = 0;
         let mut deferred = Vec::new();
@@ -435,11 +561,11 @@ impl Shard {
         // Whether the replicated writes can go to their backup to apply at
         // once (see replica.rs).
         let mut apply_now = true;
-        let batch = self.ldm.next_batch;
+        let batch = self.next_batch;
         let ops_left = ops.len();
-        let prepared: Vec<Result<Prepared>> = ops.into_iter().map(|op| self.ldm_prepare(op)).collect();
+        let prepared: Vec<Result<Prepared>> = ops.into_iter().map(|op| self.prepare(cx, sync, op)).collect();
         for p in prepared.iter().flatten() {
-            self.ldm_prefetch_row(p);
+            Self::prefetch_row(cx, p);
         }
         for (idx, prepared) in prepared.into_iter().enumerate() {
             let prepared = match prepared {
@@ -451,21 +577,21 @@ impl Shard {
             };
             let mode = lock_mode(&prepared.op.kind);
             if mode == LockMode::Committed {
-                results.push(Some(self.ldm_execute(&prepared, None)));
+                results.push(Some(self.execute(cx, &prepared, None)));
                 continue;
             }
             let key = LockKey::new(prepared.op.table, &prepared.op.key);
-            let backups = self.backups_of(&prepared);
+            let backups = Self::backups_of(cx, &prepared);
             if prepared.op.kind.is_write() && !backups.is_empty() {
-                let one_started = matches!(backups, [only] if self.layout.datanode(only.node).is_some_and(|d| d.status == NodeStatus::Started));
+                let one_started = matches!(backups, [only] if cx.layout.datanode(only.node).is_some_and(|d| d.status == NodeStatus::Started));
                 // Every replica must hold the write before it is answered; the
                 // batch's replicated writes share one implicit transaction.
                 let tx = *batch_tx.get_or_insert_with(|| {
-                    self.ldm.next_implicit += 1;
-                    implicit_tx(self.cfg.me, self.ldm.next_implicit)
+                    self.next_implicit += 1;
+                    implicit_tx(cx.cfg.me, self.next_implicit)
                 });
-                apply_now = apply_now && one_started && !self.ldm.locks.is_locked(&key);
-                let ltx = self.ldm.txs.entry(tx).or_default();
+                apply_now = apply_now && one_started && !self.locks.is_locked(&key);
+                let ltx = self.txs.entry(tx).or_default();
                 if ltx.autocommit.is_none() {
                     // The rest of the batch is likely replicated writes too:
                     // size the maps once instead of growing them write by write.
@@ -473,33 +599,33 @@ impl Shard {
                     ltx.replicating.reserve(ops_left - idx);
                 }
                 ltx.autocommit.get_or_insert_with(|| AutoBatch { batch, ..Default::default() }).open += 1;
-                let deadline = self.now + self.cfg.lock_wait_timeout_us;
+                let deadline = cx.now + cx.cfg.lock_wait_timeout_us;
                 let pending = Pending { origin: Origin::Implicit { tx, batch, idx: idx as u32 }, prepared };
                 results.push(None);
                 waiting += 1;
-                match self.ldm.locks.acquire(&key, tx, mode, deadline, pending) {
+                match self.locks.acquire(&key, tx, mode, deadline, pending) {
                     (Acquire::Granted, Some(pending)) => deferred.push((tx, pending)),
                     _ => {
-                        *self.ldm.txs.entry(tx).or_default().waits.entry(key).or_insert(0) += 1;
+                        *self.txs.entry(tx).or_default().waits.entry(key).or_insert(0) += 1;
                     }
                 }
                 continue;
             }
-            if !self.ldm.locks.is_locked(&key) {
+            if !self.locks.is_locked(&key) {
                 // Unlocked: executing now is the same as lock, execute, unlock,
                 // because the shard is single-threaded.
-                results.push(Some(self.ldm_execute(&prepared, None)));
+                results.push(Some(self.execute(cx, &prepared, None)));
                 continue;
             }
-            self.ldm.next_implicit += 1;
-            let owner = implicit_tx(self.cfg.me, self.ldm.next_implicit);
-            let deadline = self.now + self.cfg.lock_wait_timeout_us;
+            self.next_implicit += 1;
+            let owner = implicit_tx(cx.cfg.me, self.next_implicit);
+            let deadline = cx.now + cx.cfg.lock_wait_timeout_us;
             let pending = Pending { origin: Origin::Batch { batch, idx: idx as u32 }, prepared };
-            match self.ldm.locks.acquire(&key, owner, mode, deadline, pending) {
+            match self.locks.acquire(&key, owner, mode, deadline, pending) {
                 (Acquire::Granted, Some(pending)) => {
-                    results.push(Some(self.ldm_execute(&pending.prepared, None)));
-                    let granted = self.ldm.locks.release(&key, owner);
-                    self.ldm_granted(granted, out);
+                    results.push(Some(self.execute(cx, &pending.prepared, None)));
+                    let granted = self.locks.release(&key, owner);
+                    self.granted(cx, granted, out);
                 }
                 _ => {
                     results.push(None);
@@ -511,27 +637,28 @@ impl Shard {
             let results = results.into_iter().map(|r| r.expect("every result is present")).collect();
             out.client.push((conn, req_id, ClientResponse::Batch(results)));
         } else {
-            if let Some(auto) = batch_tx.and_then(|tx| self.ldm.txs.get_mut(&tx)).and_then(|l| l.autocommit.as_mut()) {
+            if let Some(auto) = batch_tx.and_then(|tx| self.txs.get_mut(&tx)).and_then(|l| l.autocommit.as_mut()) {
                 auto.apply_now = apply_now;
             }
-            self.ldm.next_batch += 1;
-            self.ldm.batches.insert(batch, PendingBatch { conn, req_id, results, remaining: waiting });
+            self.next_batch += 1;
+            self.batches.insert(batch, PendingBatch { conn, req_id, results, remaining: waiting });
             // Implicit transactions granted at once start only now that their
             // batch is registered to collect their answers.
-            self.ldm_granted(deferred, out);
+            self.granted(cx, deferred, out);
         }
     }
 
     /// The backups of the operation's partition (this shard being its primary).
-    fn backups_of(&self, prepared: &Prepared) -> &[ShardAddr] {
-        self.tables.get(&prepared.op.table).map_or(&[], |t| t.backups(prepared.op.partition))
+    fn backups_of<'c>(cx: &'c Context, prepared: &Prepared) -> &'c [ShardAddr] {
+        cx.tables.get(&prepared.op.table).map_or(&[], |t| t.backups(prepared.op.partition))
     }
 
     /// After a write executed (and staged) for `tx`: when its partition has
     /// backups, send them the staged image and hold the result until they
     /// answer (None); otherwise the result can go out now.
-    fn ldm_replicate(
+    fn replicate(
         &mut self,
+        cx: &mut Context,
         tx: TxId,
         idx: u32,
         prepared: &Prepared,
@@ -541,7 +668,7 @@ impl Shard {
         if result != OpResult::Done || !prepared.op.kind.is_write() {
             return Some(result);
         }
-        let backups: smallvec::SmallVec<[ShardAddr; 3]> = match self.tables.get(&prepared.op.table) {
+        let backups: smallvec::SmallVec<[ShardAddr; 3]> = match cx.tables.get(&prepared.op.table) {
             Some(t) => t.backups(prepared.op.partition).into(),
             None => return Some(result),
         };
@@ -549,8 +676,8 @@ impl Shard {
             return Some(result);
         }
         let key = LockKey::new(prepared.op.table, &prepared.op.key);
-        let current = self.dur.current;
-        let ltx = self.ldm.txs.entry(tx).or_default();
+        let current = cx.commit_epoch;
+        let ltx = self.txs.entry(tx).or_default();
         let (staged_at, mut image) = match ltx.staged.get_full(&key) {
             Some((at, _, s)) => (at as u32, s.image.as_ref().map(|i| i.to_vec())),
             None => (u32::MAX, None),
@@ -579,21 +706,22 @@ impl Shard {
                 Some(epoch) => PeerMsg::ReplicaApply { tx, epoch, writes: vec![write] },
                 None => PeerMsg::ReplicaPrepare { tx, writes: vec![write] },
             };
-            self.send_peer(backup, msg, out);
+            cx.send_peer(backup, msg, out);
         }
         None
     }
 
     /// A backup staged (or failed to stage) write `idx` of `tx`.
-    pub(crate) fn ldm_replica_prepared(
+    pub(crate) fn replica_prepared(
         &mut self,
+        cx: &mut Context,
         from: ShardAddr,
         tx: TxId,
         idx: u32,
         error: Option<DbError>,
         out: &mut Outbox,
     ) {
-        let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
+        let Some(ltx) = self.txs.get_mut(&tx) else { return };
         let Some(rep) = ltx.replicating.get_mut(&idx) else { return };
         if !rep.waiting.remove(&from) {
             return;
@@ -602,13 +730,13 @@ impl Shard {
             rep.result = OpResult::Error(e);
         }
         if rep.waiting.is_empty() {
-            self.ldm_replicated(tx, idx, out);
+            self.replicated(cx, tx, idx, out);
         }
     }
 
     /// Every live backup answered for write `idx` of `tx`.
-    fn ldm_replicated(&mut self, tx: TxId, idx: u32, out: &mut Outbox) {
-        let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
+    fn replicated(&mut self, cx: &mut Context, tx: TxId, idx: u32, out: &mut Outbox) {
+        let Some(ltx) = self.txs.get_mut(&tx) else { return };
         let Some(rep) = ltx.replicating.swap_remove(&idx) else { return };
         let result = rep.result;
         let apply_now = ltx.autocommit.as_ref().is_some_and(|a| a.apply_now);
@@ -622,7 +750,7 @@ impl Shard {
                     OpResult::Done => auto.done.push(idx),
                     OpResult::Error(e) if apply_now => {
                         let batch = auto.batch;
-                        self.ldm_batch_result(batch, idx, OpResult::Error(e), out);
+                        self.batch_result(batch, idx, OpResult::Error(e), out);
                     }
                     OpResult::Error(e) => {
                         auto.failed.get_or_insert(e);
@@ -630,19 +758,19 @@ impl Shard {
                     }
                     other => {
                         let batch = auto.batch;
-                        self.ldm_batch_result(batch, idx, other, out);
+                        self.batch_result(batch, idx, other, out);
                     }
                 }
-                self.ldm_auto_op_finished(tx, out);
+                self.auto_op_finished(cx, tx, out);
             }
-            None => self.ldm_report(tx, vec![(idx, result)], out),
+            None => self.report(cx, tx, vec![(idx, result)], out),
         }
     }
 
     /// One write of a batch's implicit transaction is settled; when all are,
     /// commit them together (or abort them all if a backup failed).
-    fn ldm_auto_op_finished(&mut self, tx: TxId, out: &mut Outbox) {
-        let Some(ltx) = self.ldm.txs.get_mut(&tx) else { return };
+    fn auto_op_finished(&mut self, cx: &mut Context, tx: TxId, out: &mut Outbox) {
+        let Some(ltx) = self.txs.get_mut(&tx) else { return };
         let Some(auto) = ltx.autocommit.as_mut() else { return };
         auto.open -= 1;
         if auto.open > 0 {
@@ -654,13 +782,14 @@ impl Shard {
             None => {
                 // This shard coordinates the implicit transaction: its epoch
                 // decides (the one its backup already applied writes in).
-                let epoch = applied_in.unwrap_or(self.dur.current);
-                self.ldm_commit_with(tx, CommitReply::Batch { batch: auto.batch, slots: auto.done }, epoch, out)
+                let epoch = applied_in.unwrap_or(cx.commit_epoch);
+                let reply = CommitReply::Batch { batch: auto.batch, slots: auto.done };
+                self.commit_with(cx, tx, reply, epoch, out);
             }
             Some(e) => {
-                self.ldm_abort(tx, out);
+                self.abort(cx, tx, out);
                 for slot in auto.done {
-                    self.ldm_batch_result(auto.batch, slot, OpResult::Error(e.clone()), out);
+                    self.batch_result(auto.batch, slot, OpResult::Error(e.clone()), out);
                 }
             }
         }
@@ -669,11 +798,11 @@ impl Shard {
     /// A new layout arrived: backups on nodes that left no longer count (a
     /// write is done when every live replica holds it). Transactions whose
     /// coordinator left are resolved by the takeover (takeover.rs).
-    pub(crate) fn ldm_layout_changed(&mut self, out: &mut Outbox) {
-        let layout = &self.layout;
+    pub(crate) fn layout_changed(&mut self, cx: &mut Context, out: &mut Outbox) {
+        let layout = &cx.layout;
         let alive = |a: &ShardAddr| layout.takes_writes(a.node);
         let mut replicated = Vec::new();
-        for (tx, ltx) in self.ldm.txs.iter_mut() {
+        for (tx, ltx) in self.txs.iter_mut() {
             for (idx, rep) in ltx.replicating.iter_mut() {
                 rep.waiting.retain(alive);
                 if rep.waiting.is_empty() {
@@ -682,7 +811,7 @@ impl Shard {
             }
         }
         let mut committed = Vec::new();
-        for (tx, c) in self.ldm.committing.iter_mut() {
+        for (tx, c) in self.committing.iter_mut() {
             c.waiting.retain(&alive);
             if c.waiting.is_empty() {
                 committed.push(*tx);
@@ -691,17 +820,17 @@ impl Shard {
         replicated.sort_unstable();
         committed.sort_unstable();
         for (tx, idx) in replicated {
-            self.ldm_replicated(tx, idx, out);
+            self.replicated(cx, tx, idx, out);
         }
         for tx in committed {
-            if let Some(c) = self.ldm.committing.remove(&tx) {
-                self.ldm_committed_everywhere(tx, c.reply, out);
+            if let Some(c) = self.committing.remove(&tx) {
+                self.committed_everywhere(cx, tx, c.reply, out);
             }
         }
     }
 
-    fn ldm_batch_result(&mut self, batch: u64, idx: u32, result: OpResult, out: &mut Outbox) {
-        let Some(b) = self.ldm.batches.get_mut(&batch) else {
+    fn batch_result(&mut self, batch: u64, idx: u32, result: OpResult, out: &mut Outbox) {
+        let Some(b) = self.batches.get_mut(&batch) else {
             return;
         };
         // A slot answered twice (or out of range) is ignored, so `remaining`
@@ -712,7 +841,7 @@ impl Shard {
         }
         b.remaining -= 1;
         if b.remaining == 0 {
-            let b = self.ldm.batches.remove(&batch).expect("batch exists");
+            let b = self.batches.remove(&batch).expect("batch exists");
             let results = b.results.into_iter().map(|r| r.expect("every result is present")).collect();
             out.client.push((b.conn, b.req_id, ClientResponse::Batch(results)));
         }
@@ -720,15 +849,22 @@ impl Shard {
 
     /// Operations of a transaction, sent by its coordinator.
     /// Answers operations with a retriable error, executing none.
-    pub(crate) fn ldm_refuse_ops(&mut self, tx: TxId, indexes: Vec<u32>, e: DbError, out: &mut Outbox) {
+    pub(crate) fn refuse_ops(&mut self, cx: &mut Context, tx: TxId, indexes: Vec<u32>, e: DbError, out: &mut Outbox) {
         let results = indexes.into_iter().map(|idx| (idx, OpResult::Error(e.clone()))).collect();
-        self.ldm_report(tx, results, out);
+        self.report(cx, tx, results, out);
     }
 
-    pub(crate) fn ldm_tx_ops(&mut self, tx: TxId, ops: Vec<(u32, KeyOp)>, out: &mut Outbox) {
+    pub(crate) fn tx_ops(
+        &mut self,
+        cx: &mut Context,
+        sync: &PartitionSync,
+        tx: TxId,
+        ops: Vec<(u32, KeyOp)>,
+        out: &mut Outbox,
+    ) {
         let mut results = Vec::with_capacity(ops.len());
         for (idx, op) in ops {
-            let prepared = match self.ldm_prepare(op) {
+            let prepared = match self.prepare(cx, sync, op) {
                 Ok(p) => p,
                 Err(e) => {
                     results.push((idx, OpResult::Error(e)));
@@ -737,10 +873,10 @@ impl Shard {
             };
             let mut mode = lock_mode(&prepared.op.kind);
             let key = LockKey::new(prepared.op.table, &prepared.op.key);
-            let queued_here = self.ldm.txs.get(&tx).is_some_and(|l| l.waits.contains_key(&key));
+            let queued_here = self.txs.get(&tx).is_some_and(|l| l.waits.contains_key(&key));
             if mode == LockMode::Committed {
                 if !queued_here {
-                    let r = self.ldm_execute(&prepared, Some(tx));
+                    let r = self.execute(cx, &prepared, Some(tx));
                     results.push((idx, r));
                     continue;
                 }
@@ -748,287 +884,256 @@ impl Shard {
                 // queued: read after it, not before.
                 mode = LockMode::Shared;
             }
-            let deadline = self.now + self.cfg.lock_wait_timeout_us;
+            let deadline = cx.now + cx.cfg.lock_wait_timeout_us;
             let pending = Pending { origin: Origin::Tx { tx, idx }, prepared };
-            match self.ldm.locks.acquire(&key, tx, mode, deadline, pending) {
+            match self.locks.acquire(&key, tx, mode, deadline, pending) {
                 (Acquire::Granted, Some(pending)) => {
-                    self.ldm.txs.entry(tx).or_default().locks.insert(key);
-                    let r = self.ldm_execute(&pending.prepared, Some(tx));
-                    if let Some(r) = self.ldm_replicate(tx, idx, &pending.prepared, r, out) {
+                    self.txs.entry(tx).or_default().locks.insert(key);
+                    let r = self.execute(cx, &pending.prepared, Some(tx));
+                    if let Some(r) = self.replicate(cx, tx, idx, &pending.prepared, r, out) {
                         results.push((idx, r));
                     }
                 }
-                _ => *self.ldm.txs.entry(tx).or_default().waits.entry(key).or_insert(0) += 1,
+                _ => *self.txs.entry(tx).or_default().waits.entry(key).or_insert(0) += 1,
             }
         }
         if !results.is_empty() {
-            self.ldm_report(tx, results, out);
+            self.report(cx, tx, results, out);
         }
     }
 
     /// Runs operations whose locks were just granted.
-    pub(crate) fn ldm_granted(&mut self, granted: Vec<(TxId, Pending)>, out: &mut Outbox) {
+    pub(crate) fn granted(&mut self, cx: &mut Context, granted: Vec<(TxId, Pending)>, out: &mut Outbox) {
         let mut work: std::collections::VecDeque<_> = granted.into();
         while let Some((owner, pending)) = work.pop_front() {
             let key = LockKey::new(pending.prepared.op.table, &pending.prepared.op.key);
             match pending.origin {
                 Origin::Batch { batch, idx } => {
-                    let r = self.ldm_execute(&pending.prepared, None);
-                    self.ldm_batch_result(batch, idx, r, out);
-                    work.extend(self.ldm.locks.release(&key, owner));
+                    let r = self.execute(cx, &pending.prepared, None);
+                    self.batch_result(batch, idx, r, out);
+                    work.extend(self.locks.release(&key, owner));
                 }
                 Origin::Tx { tx, idx } => {
-                    let ltx = self.ldm.txs.entry(tx).or_default();
+                    let ltx = self.txs.entry(tx).or_default();
                     forget_wait(ltx, &key);
                     ltx.locks.insert(key);
-                    let r = self.ldm_execute(&pending.prepared, Some(tx));
-                    if let Some(r) = self.ldm_replicate(tx, idx, &pending.prepared, r, out) {
-                        self.ldm_report(tx, vec![(idx, r)], out);
+                    let r = self.execute(cx, &pending.prepared, Some(tx));
+                    if let Some(r) = self.replicate(cx, tx, idx, &pending.prepared, r, out) {
+                        self.report(cx, tx, vec![(idx, r)], out);
                     }
                 }
                 Origin::Implicit { tx, batch, idx } => {
-                    let ltx = self.ldm.txs.entry(tx).or_default();
+                    let ltx = self.txs.entry(tx).or_default();
                     forget_wait(ltx, &key);
                     ltx.locks.insert(key);
-                    let r = self.ldm_execute(&pending.prepared, Some(tx));
-                    if let Some(r) = self.ldm_replicate(tx, idx, &pending.prepared, r, out) {
+                    let r = self.execute(cx, &pending.prepared, Some(tx));
+                    if let Some(r) = self.replicate(cx, tx, idx, &pending.prepared, r, out) {
                         // Nothing to replicate (not found, or an error): answered now.
-                        self.ldm_batch_result(batch, idx, r, out);
-                        self.ldm_auto_op_finished(tx, out);
+                        self.batch_result(batch, idx, r, out);
+                        self.auto_op_finished(cx, tx, out);
                     }
                 }
-                Origin::Replica { tx, idx, primary } => self.replica_staged(tx, idx, primary, pending.prepared, out),
+                Origin::Replica { tx, idx, primary } => {
+                    self.replica_staged(cx, tx, idx, primary, pending.prepared, out)
+                }
                 Origin::ReplicaNow { tx, idx, primary, epoch } => {
-                    work.extend(self.replica_applied_now(tx, idx, primary, epoch, pending.prepared, out));
+                    work.extend(self.replica_applied_now(cx, tx, idx, primary, epoch, pending.prepared, out));
                 }
             }
         }
     }
 
-    pub(crate) fn ldm_expire_waits(&mut self, out: &mut Outbox) {
-        let (expired, granted) = self.ldm.locks.expire(self.now);
+    pub(crate) fn expire_waits(&mut self, cx: &mut Context, out: &mut Outbox) {
+        let (expired, granted) = self.locks.expire(cx.now);
         for (_, pending) in expired {
             let error = OpResult::Error(DbError::new(
                 ErrorCode::LockWaitTimeout,
                 format!(
                     "lock wait timeout exceeded ({} ms) on a row of table {}; the operation was not applied (a transaction is aborted); retry it",
-                    self.cfg.lock_wait_timeout_us / 1000,
+                    cx.cfg.lock_wait_timeout_us / 1000,
                     pending.prepared.meta.def.qualified_name()
                 ),
             ));
             match pending.origin {
-                Origin::Batch { batch, idx } => self.ldm_batch_result(batch, idx, error, out),
+                Origin::Batch { batch, idx } => self.batch_result(batch, idx, error, out),
                 Origin::Implicit { tx, batch, idx } => {
                     let key = LockKey::new(pending.prepared.op.table, &pending.prepared.op.key);
-                    if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
+                    if let Some(ltx) = self.txs.get_mut(&tx) {
                         forget_wait(ltx, &key);
                     }
-                    self.ldm_batch_result(batch, idx, error, out);
-                    self.ldm_auto_op_finished(tx, out);
+                    self.batch_result(batch, idx, error, out);
+                    self.auto_op_finished(cx, tx, out);
                 }
                 Origin::ReplicaNow { tx, idx, primary, .. } => {
                     let OpResult::Error(e) = error else { unreachable!("built as an error above") };
-                    self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
+                    cx.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
                 }
                 Origin::Replica { tx, idx, primary } => {
                     let key = LockKey::new(pending.prepared.op.table, &pending.prepared.op.key);
-                    if let Some(rtx) = self.ldm.replica_txs.get_mut(&tx) {
+                    if let Some(rtx) = self.replica_txs.get_mut(&tx) {
                         forget_wait(rtx, &key);
                     }
                     let OpResult::Error(e) = error else { unreachable!("built as an error above") };
-                    self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
+                    cx.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
                 }
                 Origin::Tx { tx, idx } => {
                     let key = LockKey::new(pending.prepared.op.table, &pending.prepared.op.key);
-                    if let Some(ltx) = self.ldm.txs.get_mut(&tx) {
+                    if let Some(ltx) = self.txs.get_mut(&tx) {
                         forget_wait(ltx, &key);
                     }
-                    self.ldm_report(tx, vec![(idx, error)], out);
+                    self.report(cx, tx, vec![(idx, error)], out);
                 }
             }
         }
-        self.ldm_granted(granted, out);
+        self.granted(cx, granted, out);
     }
 
     /// Sends operation results to the transaction's coordinator, with this
     /// shard's epoch (the commit's epoch will be at least it).
-    fn ldm_report(&mut self, tx: TxId, results: Vec<(u32, OpResult)>, out: &mut Outbox) {
-        let epoch = self.dur.current;
-        self.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results, epoch }, out);
+    fn report(&mut self, cx: &mut Context, tx: TxId, results: Vec<(u32, OpResult)>, out: &mut Outbox) {
+        let epoch = cx.commit_epoch;
+        cx.send_peer(tx.tc, PeerMsg::TxOpResults { tx, results, epoch }, out);
     }
 
-    pub(crate) fn ldm_commit(&mut self, tx: TxId, epoch: latsdb_types::proto::CommitEpoch, out: &mut Outbox) {
-        self.ldm_commit_with(tx, CommitReply::Coordinator, epoch, out);
-    }
-
-    /// Applies what `tx` staged here (logging it in `epoch`), releases its
-    /// locks, and has its backups do the same; `reply` is told once every
-    /// replica has.
-    pub(crate) fn ldm_commit_with(
+    /// The commit of `tx` was decided (by its coordinator's `TxCommit`,
+    /// `reply` Coordinator, or a takeover's, `reply` Nobody): what this
+    /// shard staged for it as primary and as backup is applied in `epoch`.
+    pub(crate) fn commit_decided(
         &mut self,
+        cx: &mut Context,
+        sync: &PartitionSync,
         tx: TxId,
         reply: CommitReply,
-        epoch: latsdb_types::proto::CommitEpoch,
+        epoch: CommitEpoch,
         out: &mut Outbox,
     ) {
-        if self.ldm.txs.get(&tx).is_some_and(|l| !l.waits.is_empty() || !l.replicating.is_empty()) {
+        debug_assert!(
+            matches!(reply, CommitReply::Coordinator | CommitReply::Nobody),
+            "a batch's commit is not decided from outside"
+        );
+        if !self.commit_with(cx, tx, reply, epoch, out) {
+            return;
+        }
+        // What this shard staged as a backup commits too (its primary may
+        // have failed; if not, its ReplicaCommit later finds nothing to do).
+        if let Some(rtx) = self.replica_txs.remove(&tx) {
+            self.replica_apply(cx, sync, tx, rtx, None, epoch, out);
+        }
+        self.commit_log.record(tx, epoch);
+    }
+
+    /// Applies what `tx` staged here as primary (logging it in `epoch`),
+    /// releases its locks, and has its backups do the same; `reply` is told
+    /// once every replica has. Says false, having aborted `tx` instead,
+    /// when an operation of it is still running.
+    pub(crate) fn commit_with(
+        &mut self,
+        cx: &mut Context,
+        tx: TxId,
+        reply: CommitReply,
+        epoch: CommitEpoch,
+        out: &mut Outbox,
+    ) -> bool {
+        if self.txs.get(&tx).is_some_and(|l| !l.waits.is_empty() || !l.replicating.is_empty()) {
             // A coordinator commits only after every operation has its
             // result; a commit now breaks the protocol. Refuse it by aborting
             // (no TxCommitted is sent, so the coordinator cannot report success).
-            self.ldm_abort(tx, out);
-            return;
+            self.abort(cx, tx, out);
+            return false;
         }
+        debug_assert!(epoch >= 1, "a commit in epoch 0");
         let mut backups = BTreeSet::new();
-        if let Some(ltx) = self.ldm.txs.remove(&tx) {
+        if let Some(ltx) = self.txs.remove(&tx) {
             let mut staged = ltx.staged;
             let mut refused = ltx.refused;
             refused.sort_unstable_by(|a, b| b.cmp(a));
             for at in refused {
                 staged.shift_remove_index(at as usize);
             }
-            self.ldm_apply_staged(staged, epoch);
-            self.ldm_release_all(tx, ltx.locks, out);
+            apply_staged(cx, staged, epoch);
+            self.release_all(cx, tx, ltx.locks, out);
             backups = ltx.backups;
-        }
-        if let CommitReply::Coordinator | CommitReply::Nobody = reply {
-            // The coordinator (or the takeover) decided commit: what this
-            // shard staged as a backup commits too (its primary may have
-            // failed; if not, its ReplicaCommit later finds nothing to do).
-            if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
-                self.replica_apply(tx, rtx, None, epoch, out);
-            }
-            self.ldm.commit_log.record(tx, epoch);
         }
         // Every backup that was sent the writes hears the commit, also one
         // that left meanwhile: it may be back as a new process that staged
         // them (a prepare can reach the restarted node), and must not hold
         // them forever. Only live ones are waited for.
         for backup in &backups {
-            self.send_peer(*backup, PeerMsg::ReplicaCommit { tx, epoch }, out);
+            cx.send_peer(*backup, PeerMsg::ReplicaCommit { tx, epoch }, out);
         }
-        let layout = &self.layout;
+        let layout = &cx.layout;
         let waiting: BTreeSet<ShardAddr> = backups.into_iter().filter(|b| layout.takes_writes(b.node)).collect();
         if waiting.is_empty() {
-            self.ldm_committed_everywhere(tx, reply, out);
-            return;
+            self.committed_everywhere(cx, tx, reply, out);
+        } else {
+            self.committing.insert(tx, Committing { waiting, reply, epoch });
         }
-        self.ldm.committing.insert(tx, Committing { waiting, reply, epoch });
+        debug_assert!(!self.txs.contains_key(&tx), "a committed transaction stayed open as primary");
+        true
     }
 
-    pub(crate) fn ldm_replica_committed(&mut self, from: ShardAddr, tx: TxId, out: &mut Outbox) {
-        let Some(c) = self.ldm.committing.get_mut(&tx) else { return };
+    pub(crate) fn replica_committed(&mut self, cx: &mut Context, from: ShardAddr, tx: TxId, out: &mut Outbox) {
+        let Some(c) = self.committing.get_mut(&tx) else { return };
         c.waiting.remove(&from);
         if c.waiting.is_empty() {
-            let c = self.ldm.committing.remove(&tx).expect("present above");
-            self.ldm_committed_everywhere(tx, c.reply, out);
+            let c = self.committing.remove(&tx).expect("present above");
+            self.committed_everywhere(cx, tx, c.reply, out);
         }
     }
 
-    fn ldm_committed_everywhere(&mut self, tx: TxId, reply: CommitReply, out: &mut Outbox) {
+    fn committed_everywhere(&mut self, cx: &mut Context, tx: TxId, reply: CommitReply, out: &mut Outbox) {
         match reply {
-            CommitReply::Coordinator => self.send_peer(tx.tc, PeerMsg::TxCommitted { tx }, out),
+            CommitReply::Coordinator => cx.send_peer(tx.tc, PeerMsg::TxCommitted { tx }, out),
             CommitReply::Batch { batch, slots } => {
                 for slot in slots {
-                    self.ldm_batch_result(batch, slot, OpResult::Done, out);
+                    self.batch_result(batch, slot, OpResult::Done, out);
                 }
             }
             CommitReply::Nobody => {}
         }
     }
 
-    /// Makes staged row images the committed rows, logged in `epoch`.
-    pub(crate) fn ldm_apply_staged(&mut self, staged: KeyMap<Staged>, epoch: latsdb_types::proto::CommitEpoch) {
-        // A batch's rows are scattered over the index: load their slots,
-        // then their rows, before writing any, so the cache misses overlap
-        // instead of coming one after another.
-        const PREFETCH_FROM: usize = 4;
-        let hashes: Vec<u64> = if staged.len() >= PREFETCH_FROM {
-            let tables = &self.tables;
-            let partition_of = |key: &LockKey, s: &Staged| {
-                tables.get(&key.table).and_then(|t| t.partitions.get(s.partition as usize)).and_then(Option::as_ref)
-            };
-            let hashes: Vec<u64> = staged
-                .iter()
-                .map(|(key, s)| match partition_of(key, s) {
-                    Some(p) => {
-                        let hash = p.key_hash(&key.key);
-                        p.prefetch_slot(hash);
-                        hash
-                    }
-                    None => 0,
-                })
-                .collect();
-            for ((key, s), &hash) in staged.iter().zip(&hashes) {
-                if let Some(p) = partition_of(key, s) {
-                    p.prefetch_row(hash);
-                }
-            }
-            hashes
-        } else {
-            Vec::new()
-        };
-        for (i, (key, Staged { partition, image: row, .. })) in staged.into_iter().enumerate() {
-            self.dur.log_write(epoch, key.table, partition, &key.key, row.as_deref());
-            let Some(table) = self.tables.get_mut(&key.table) else {
-                continue;
-            };
-            let meta = table.meta.clone();
-            let Some(Some(p)) = table.partitions.get_mut(partition as usize) else {
-                panic!("staged write for partition {partition} that this shard does not hold");
-            };
-            let before = p.memory();
-            match row {
-                Some(row) => {
-                    let hash = hashes.get(i).copied().unwrap_or_else(|| p.key_hash(&key.key));
-                    p.put_hashed(&meta, &key.key, &row, hash)
-                }
-                None => p.remove(&meta, &key.key),
-            };
-            self.data_memory_used = self.data_memory_used + p.memory() - before;
-        }
-    }
-
     /// Aborts `tx` here, in both roles: as primary (forwarding the abort to
     /// its backups) and as a backup.
-    pub(crate) fn ldm_abort(&mut self, tx: TxId, out: &mut Outbox) {
-        self.replica_abort(tx, out);
-        let Some(ltx) = self.ldm.txs.remove(&tx) else {
+    pub(crate) fn abort(&mut self, cx: &mut Context, tx: TxId, out: &mut Outbox) {
+        self.replica_abort(cx, tx, out);
+        let Some(ltx) = self.txs.remove(&tx) else {
             return;
         };
         // Backups hear it on the link their prepares came by, so it cannot
         // overtake a prepare still on its way.
         for backup in &ltx.backups {
-            self.send_peer(*backup, PeerMsg::ReplicaAbort { tx }, out);
+            cx.send_peer(*backup, PeerMsg::ReplicaAbort { tx }, out);
         }
         for key in ltx.waits.keys() {
-            let (_, granted) = self.ldm.locks.cancel_owner(key, tx);
-            self.ldm_granted(granted, out);
+            let (_, granted) = self.locks.cancel_owner(key, tx);
+            self.granted(cx, granted, out);
         }
-        self.ldm_release_all(tx, ltx.locks, out);
+        self.release_all(cx, tx, ltx.locks, out);
     }
 
-    pub(crate) fn ldm_release_all(&mut self, tx: TxId, locks: KeySet, out: &mut Outbox) {
+    pub(crate) fn release_all(&mut self, cx: &mut Context, tx: TxId, locks: KeySet, out: &mut Outbox) {
         for key in locks {
-            let granted = self.ldm.locks.release(&key, tx);
-            self.ldm_granted(granted, out);
+            let granted = self.locks.release(&key, tx);
+            self.granted(cx, granted, out);
         }
     }
 
     /// Executes an operation whose lock (if any) is held. Inside a
     /// transaction, writes are staged and reads see the transaction's own
     /// staged writes.
-    fn ldm_execute(&mut self, prepared: &Prepared, tx: Option<TxId>) -> OpResult {
-        match self.ldm_execute_inner(prepared, tx) {
+    fn execute(&mut self, cx: &mut Context, prepared: &Prepared, tx: Option<TxId>) -> OpResult {
+        match self.execute_inner(cx, prepared, tx) {
             Ok(r) => r,
             Err(e) => OpResult::Error(e),
         }
     }
 
-    fn ldm_execute_inner(&mut self, prepared: &Prepared, tx: Option<TxId>) -> Result<OpResult> {
+    fn execute_inner(&mut self, cx: &mut Context, prepared: &Prepared, tx: Option<TxId>) -> Result<OpResult> {
         let op = &prepared.op;
-        let me = self.cfg.me;
+        let me = cx.cfg.me;
         // The table may have changed while the operation waited for a lock.
-        let table = self.tables.get_mut(&op.table).ok_or_else(|| unknown_table(op.table))?;
+        let table = cx.tables.get_mut(&op.table).ok_or_else(|| unknown_table(op.table))?;
         if !Arc::ptr_eq(&table.meta, &prepared.meta) && table.meta.def.version != op.table_version {
             return Err(DbError::new(
                 ErrorCode::SchemaVersionMismatch,
@@ -1043,7 +1148,7 @@ impl Shard {
             .ok_or_else(|| wrong_shard(op.partition, me))?;
         let lock_key = tx.map(|_| LockKey::new(op.table, &op.key));
         let staged = match (&lock_key, tx) {
-            (Some(k), Some(t)) => self.ldm.txs.get(&t).and_then(|l| l.staged.get(k)),
+            (Some(k), Some(t)) => self.txs.get(&t).and_then(|l| l.staged.get(k)),
             _ => None,
         };
         let current: Option<&[u8]> = match staged {
@@ -1089,36 +1194,88 @@ impl Shard {
             }
         };
         let growth = partition.write_growth(&op.key, new_image.as_deref());
-        let budget = self.cfg.data_memory_bytes;
-        if growth > 0 && budget > 0 && self.data_memory_used as u64 + growth as u64 > budget {
+        let budget = cx.cfg.data_memory_bytes;
+        if growth > 0 && budget > 0 && cx.data_memory_used as u64 + growth as u64 > budget {
             return Err(DbError::new(
                 ErrorCode::OutOfMemory,
                 format!(
                     "table {} is full: shard {} has used {} of its {} MiB of data memory; delete rows or raise data_memory_mb in the cluster configuration",
                     meta.def.qualified_name(),
                     me,
-                    self.data_memory_used >> 20,
+                    cx.data_memory_used >> 20,
                     budget >> 20
                 ),
             ));
         }
         match (tx, lock_key) {
             (Some(t), Some(k)) => {
-                let ltx = self.ldm.txs.entry(t).or_default();
+                let ltx = self.txs.entry(t).or_default();
                 ltx.staged.insert(k, Staged { partition: op.partition, image: new_image, primary: me });
             }
             _ => {
-                let epoch = self.dur.current;
-                self.dur.log_write(epoch, op.table, op.partition, &op.key, new_image.as_deref());
+                let epoch = cx.commit_epoch;
+                cx.redo.log_write(epoch, op.table, op.partition, &op.key, new_image.as_deref());
                 let before = partition.memory();
                 match new_image {
                     Some(row) => partition.put(meta, &op.key, &row),
                     None => partition.remove(meta, &op.key),
                 };
-                self.data_memory_used = self.data_memory_used + partition.memory() - before;
+                cx.data_memory_used = cx.data_memory_used + partition.memory() - before;
             }
         }
         Ok(OpResult::Done)
+    }
+}
+
+/// Makes staged row images the committed rows, logged in `epoch`.
+pub(crate) fn apply_staged(cx: &mut Context, staged: KeyMap<Staged>, epoch: latsdb_types::proto::CommitEpoch) {
+    // A batch's rows are scattered over the index: load their slots,
+    // then their rows, before writing any, so the cache misses overlap
+    // instead of coming one after another.
+    const PREFETCH_FROM: usize = 4;
+    let hashes: Vec<u64> = if staged.len() >= PREFETCH_FROM {
+        let tables = &cx.tables;
+        let partition_of = |key: &LockKey, s: &Staged| {
+            tables.get(&key.table).and_then(|t| t.partitions.get(s.partition as usize)).and_then(Option::as_ref)
+        };
+        let hashes: Vec<u64> = staged
+            .iter()
+            .map(|(key, s)| match partition_of(key, s) {
+                Some(p) => {
+                    let hash = p.key_hash(&key.key);
+                    p.prefetch_slot(hash);
+                    hash
+                }
+                None => 0,
+            })
+            .collect();
+        for ((key, s), &hash) in staged.iter().zip(&hashes) {
+            if let Some(p) = partition_of(key, s) {
+                p.prefetch_row(hash);
+            }
+        }
+        hashes
+    } else {
+        Vec::new()
+    };
+    for (i, (key, Staged { partition, image: row, .. })) in staged.into_iter().enumerate() {
+        cx.redo.log_write(epoch, key.table, partition, &key.key, row.as_deref());
+        let Some(table) = cx.tables.get_mut(&key.table) else {
+            continue;
+        };
+        let meta = table.meta.clone();
+        let Some(Some(p)) = table.partitions.get_mut(partition as usize) else {
+            panic!("staged write for partition {partition} that this shard does not hold");
+        };
+        let before = p.memory();
+        match row {
+            Some(row) => {
+                let hash = hashes.get(i).copied().unwrap_or_else(|| p.key_hash(&key.key));
+                p.put_hashed(&meta, &key.key, &row, hash)
+            }
+            None => p.remove(&meta, &key.key),
+        };
+        cx.data_memory_used = cx.data_memory_used + p.memory() - before;
     }
 }
 

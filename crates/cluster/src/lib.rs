@@ -28,6 +28,7 @@
 //! the live nodes chosen by consensus, leases and split-brain protection.
 
 mod checkpoint;
+mod context;
 mod durability;
 mod ldm;
 mod locks;
@@ -41,6 +42,7 @@ mod tc;
 pub use checkpoint::{
     checkpoint_for, checkpoint_info, node_recovery, redo_summary, CheckpointInfo, RedoSummary, RestoreReport,
 };
+pub use context::{ConnId, Micros};
 pub use durability::DiskOp;
-pub use shard::{ConnId, Lease, Micros, Outbox, Shard, ShardConfig};
+pub use shard::{Lease, Outbox, Shard, ShardConfig};
 pub use sync::SyncProgress;

@@ -2,7 +2,7 @@
 //! deadlines. Knows nothing about operations; a waiter carries an opaque
 //! payload that is handed back when the lock is granted or times out.
 
-use crate::shard::Micros;
+use crate::context::Micros;
 use latsdb_types::proto::{LockMode, TxId};
 use latsdb_types::schema::TableId;
 use std::collections::hash_map::Entry;
@@ -224,6 +224,33 @@ impl<P> LockTable<P> {
 
     pub fn locked_rows(&self) -> usize {
         self.rows.len()
+    }
+
+    /// Whether `owner` holds the lock on `key`.
+    pub fn holds(&self, key: &LockKey, owner: TxId) -> bool {
+        self.rows.get(key).is_some_and(|lock| lock.holders.contains(&owner))
+    }
+
+    /// Checks the table's invariants: every locked row has a holder, an
+    /// exclusive lock exactly one, and every queued request its deadline
+    /// (and no deadline outlives its request).
+    pub fn check(&self) {
+        let mut waiters = 0;
+        for (key, lock) in &self.rows {
+            assert!(!lock.holders.is_empty(), "row {key:?} is locked by nobody");
+            assert!(
+                lock.mode != LockMode::Exclusive || lock.holders.len() == 1,
+                "row {key:?} is locked exclusively by {} holders",
+                lock.holders.len()
+            );
+            assert!(lock.mode != LockMode::Committed, "row {key:?} is locked for a committed read");
+            for w in &lock.queue {
+                assert_eq!(self.deadlines.get(&(w.deadline, w.seq)), Some(key), "a waiter on {key:?} has no deadline");
+                assert!(w.seq < self.next_seq, "a waiter numbered beyond the last number given");
+            }
+            waiters += lock.queue.len();
+        }
+        assert_eq!(waiters, self.deadlines.len(), "lock deadlines outlived their requests");
     }
 }
 

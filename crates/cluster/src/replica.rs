@@ -56,9 +56,12 @@
 //! row some transaction has locked: its writes could not all commit in
 //! the order they ran if one of them were refused.
 
+use crate::context::{owned_partition, unknown_table, Context};
+use crate::ldm::{apply_staged, Ldm};
 use crate::ldm::{forget_wait, KeyMap, LdmTx, Origin, Pending, Prepared, Staged};
 use crate::locks::{Acquire, LockKey};
-use crate::shard::{owned_partition, unknown_table, Outbox, Shard};
+use crate::shard::Outbox;
+use crate::sync::PartitionSync;
 use latsdb_types::proto::{KeyOp, OpKind, PeerMsg, ReplicaWrite, ShardAddr, TxId};
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode, Result};
@@ -67,47 +70,57 @@ use latsdb_types::{DbError, ErrorCode, Result};
 /// for commits already on their way.
 const REPLICA_WAIT_FACTOR: u64 = 10;
 
-impl Shard {
-    pub(crate) fn replica_prepare(&mut self, primary: ShardAddr, tx: TxId, write: ReplicaWrite, out: &mut Outbox) {
+impl Ldm {
+    pub(crate) fn replica_prepare(
+        &mut self,
+        cx: &mut Context,
+        primary: ShardAddr,
+        tx: TxId,
+        write: ReplicaWrite,
+        out: &mut Outbox,
+    ) {
         let ReplicaWrite { idx, table, partition, key, image } = write;
-        if self.ldm.abort_log.contains(&tx) {
+        if self.abort_log.contains(&tx) {
             // The coordinator's abort overtook this prepare.
             let e = DbError::new(ErrorCode::UnknownTransaction, format!("transaction {tx:?} was already aborted"));
-            self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
+            cx.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
             return;
         }
-        let prepared = match self.replica_prepared_op(table, partition, key, image) {
+        let prepared = match self.replica_prepared_op(cx, table, partition, key, image) {
             Ok(p) => p,
             Err(e) => {
-                self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
+                cx.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, Some(e))] }, out);
                 return;
             }
         };
         let lock_key = LockKey::new(table, &prepared.op.key);
-        let deadline = self.now + REPLICA_WAIT_FACTOR * self.cfg.lock_wait_timeout_us;
+        let deadline = cx.now + REPLICA_WAIT_FACTOR * cx.cfg.lock_wait_timeout_us;
         let pending = Pending { origin: Origin::Replica { tx, idx, primary }, prepared };
-        match self.ldm.locks.acquire(&lock_key, tx, latsdb_types::proto::LockMode::Exclusive, deadline, pending) {
-            (Acquire::Granted, Some(pending)) => self.replica_staged(tx, idx, primary, pending.prepared, out),
-            _ => *self.ldm.replica_txs.entry(tx).or_default().waits.entry(lock_key).or_insert(0) += 1,
+        match self.locks.acquire(&lock_key, tx, latsdb_types::proto::LockMode::Exclusive, deadline, pending) {
+            (Acquire::Granted, Some(pending)) => self.replica_staged(cx, tx, idx, primary, pending.prepared, out),
+            _ => *self.replica_txs.entry(tx).or_default().waits.entry(lock_key).or_insert(0) += 1,
         }
     }
 
     /// Writes of a primary's batch to apply at once (see the module
     /// comment): unlocked rows are written together (their cache misses
     /// overlapping), a locked row when its lock is released.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn replica_apply_now(
         &mut self,
+        cx: &mut Context,
+        sync: &PartitionSync,
         primary: ShardAddr,
         tx: TxId,
         epoch: latsdb_types::proto::CommitEpoch,
         writes: Vec<ReplicaWrite>,
         out: &mut Outbox,
     ) {
-        self.observe_epoch(epoch);
+        cx.observe_epoch(epoch);
         let mut now: KeyMap<Staged> = KeyMap::with_capacity_and_hasher(writes.len(), Default::default());
         let mut results = Vec::with_capacity(writes.len());
         for ReplicaWrite { idx, table, partition, key, image } in writes {
-            if self.sync_dst.copying() && self.sync_source_of(table, partition).is_some() {
+            if sync.copying() && sync.source_of(table, partition).is_some() {
                 // Only a started backup is sent these; a copy in progress
                 // must see the primary's commit first.
                 let e = DbError::new(
@@ -117,7 +130,7 @@ impl Shard {
                 results.push((idx, Some(e)));
                 continue;
             }
-            let prepared = match self.replica_prepared_op(table, partition, key, image) {
+            let prepared = match self.replica_prepared_op(cx, table, partition, key, image) {
                 Ok(p) => p,
                 Err(e) => {
                     results.push((idx, Some(e)));
@@ -125,32 +138,34 @@ impl Shard {
                 }
             };
             let lock_key = LockKey::new(table, &prepared.op.key);
-            if !self.ldm.locks.is_locked(&lock_key) {
+            if !self.locks.is_locked(&lock_key) {
                 // A second write of the row in one message replaces the first.
                 now.insert(lock_key, Staged { partition, image: prepared.new_row, primary });
                 results.push((idx, None));
                 continue;
             }
-            let deadline = self.now + REPLICA_WAIT_FACTOR * self.cfg.lock_wait_timeout_us;
+            let deadline = cx.now + REPLICA_WAIT_FACTOR * cx.cfg.lock_wait_timeout_us;
             let pending = Pending { origin: Origin::ReplicaNow { tx, idx, primary, epoch }, prepared };
             if let (Acquire::Granted, Some(pending)) =
-                self.ldm.locks.acquire(&lock_key, tx, latsdb_types::proto::LockMode::Exclusive, deadline, pending)
+                self.locks.acquire(&lock_key, tx, latsdb_types::proto::LockMode::Exclusive, deadline, pending)
             {
                 // Not reached (the row is locked by another owner), but if
                 // granted the write applies like any other.
-                let granted = self.replica_applied_now(tx, idx, primary, epoch, pending.prepared, out);
-                self.ldm_granted(granted, out);
+                let granted = self.replica_applied_now(cx, tx, idx, primary, epoch, pending.prepared, out);
+                self.granted(cx, granted, out);
             }
         }
-        self.ldm_apply_staged(now, epoch);
-        self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results }, out);
+        apply_staged(cx, now, epoch);
+        cx.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results }, out);
     }
 
     /// The lock of a `ReplicaApply` write that waited is held: apply the
     /// write, release the lock, answer. Returns the requests the release
     /// granted.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn replica_applied_now(
         &mut self,
+        cx: &mut Context,
         tx: TxId,
         idx: u32,
         primary: ShardAddr,
@@ -161,21 +176,22 @@ impl Shard {
         let key = LockKey::new(prepared.op.table, &prepared.op.key);
         let mut one: KeyMap<Staged> = KeyMap::default();
         one.insert(key.clone(), Staged { partition: prepared.op.partition, image: prepared.new_row, primary });
-        self.ldm_apply_staged(one, epoch);
-        self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, None)] }, out);
-        self.ldm.locks.release(&key, tx)
+        apply_staged(cx, one, epoch);
+        cx.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, None)] }, out);
+        self.locks.release(&key, tx)
     }
 
     /// Checks a replicated write against this shard's schema and replicas.
     fn replica_prepared_op(
         &self,
+        cx: &Context,
         table: TableId,
         partition: u32,
         key: Vec<u8>,
         image: Option<Vec<u8>>,
     ) -> Result<Prepared> {
-        let state = self.tables.get(&table).ok_or_else(|| unknown_table(table))?;
-        let p = owned_partition(state, partition, self.cfg.me)?;
+        let state = cx.tables.get(&table).ok_or_else(|| unknown_table(table))?;
+        let p = owned_partition(state, partition, cx.cfg.me)?;
         let meta = state.meta.clone();
         meta.validate_key(&key)?;
         if let Some(row) = &image {
@@ -196,6 +212,7 @@ impl Shard {
     /// The row lock is held: stage the image and tell the primary.
     pub(crate) fn replica_staged(
         &mut self,
+        cx: &mut Context,
         tx: TxId,
         idx: u32,
         primary: ShardAddr,
@@ -203,26 +220,28 @@ impl Shard {
         out: &mut Outbox,
     ) {
         let key = LockKey::new(prepared.op.table, &prepared.op.key);
-        let rtx = self.ldm.replica_txs.entry(tx).or_default();
+        let rtx = self.replica_txs.entry(tx).or_default();
         forget_wait(rtx, &key);
         rtx.locks.insert(key.clone());
         rtx.staged.insert(key, Staged { partition: prepared.op.partition, image: prepared.new_row, primary });
-        self.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, None)] }, out);
+        cx.send_peer(primary, PeerMsg::ReplicaPrepared { tx, results: vec![(idx, None)] }, out);
     }
 
     pub(crate) fn replica_commit(
         &mut self,
+        cx: &mut Context,
+        sync: &PartitionSync,
         primary: ShardAddr,
         tx: TxId,
         epoch: latsdb_types::proto::CommitEpoch,
         out: &mut Outbox,
     ) {
-        if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
-            self.replica_apply(tx, rtx, Some(primary), epoch, out);
+        if let Some(rtx) = self.replica_txs.remove(&tx) {
+            self.replica_apply(cx, sync, tx, rtx, Some(primary), epoch, out);
         }
         // Evidence for a takeover that the commit decision was made.
-        self.ldm.commit_log.record(tx, epoch);
-        self.send_peer(primary, PeerMsg::ReplicaCommitted { tx }, out);
+        self.commit_log.record(tx, epoch);
+        cx.send_peer(primary, PeerMsg::ReplicaCommitted { tx }, out);
     }
 
     /// Commits what this shard staged as a backup of `tx`, on the word of
@@ -233,9 +252,12 @@ impl Shard {
     /// it must overwrite, while another shard's word may come before them.
     /// (Writes of a primary the partition is no longer copied from commit
     /// at once: the copy restarted from a primary that finished them before
-    /// it sent anything, see `Shard::sync_switch_source`.)
+    /// it sent anything, see `PartitionSync::switch_sources`.)
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn replica_apply(
         &mut self,
+        cx: &mut Context,
+        sync: &PartitionSync,
         tx: TxId,
         mut rtx: LdmTx,
         from: Option<ShardAddr>,
@@ -243,13 +265,12 @@ impl Shard {
         out: &mut Outbox,
     ) {
         let mut held = LdmTx { held: Some(epoch), ..LdmTx::default() };
-        if self.sync_dst.copying() {
+        if sync.copying() {
             let keys: Vec<LockKey> = rtx
                 .staged
                 .iter()
                 .filter(|(key, staged)| {
-                    Some(staged.primary) != from
-                        && self.sync_source_of(key.table, staged.partition) == Some(staged.primary)
+                    Some(staged.primary) != from && sync.source_of(key.table, staged.partition) == Some(staged.primary)
                 })
                 .map(|(key, _)| key.clone())
                 .collect();
@@ -261,19 +282,19 @@ impl Shard {
                 }
             }
         }
-        self.ldm_apply_staged(rtx.staged, epoch);
-        self.ldm_release_all(tx, rtx.locks, out);
+        apply_staged(cx, rtx.staged, epoch);
+        self.release_all(cx, tx, rtx.locks, out);
         if !held.staged.is_empty() {
-            self.ldm.replica_txs.insert(tx, held);
+            self.replica_txs.insert(tx, held);
         }
     }
 
-    pub(crate) fn replica_abort(&mut self, tx: TxId, out: &mut Outbox) {
-        let Some(rtx) = self.ldm.replica_txs.remove(&tx) else { return };
+    pub(crate) fn replica_abort(&mut self, cx: &mut Context, tx: TxId, out: &mut Outbox) {
+        let Some(rtx) = self.replica_txs.remove(&tx) else { return };
         for key in rtx.waits.keys() {
-            let (_, granted) = self.ldm.locks.cancel_owner(key, tx);
-            self.ldm_granted(granted, out);
+            let (_, granted) = self.locks.cancel_owner(key, tx);
+            self.granted(cx, granted, out);
         }
-        self.ldm_release_all(tx, rtx.locks, out);
+        self.release_all(cx, tx, rtx.locks, out);
     }
 }

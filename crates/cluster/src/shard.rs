@@ -1,28 +1,25 @@
-//! The shard: message dispatch, schema, scans, and the plumbing shared by
-//! the coordinator (tc.rs) and the local data manager (ldm.rs).
+//! The shard: it composes the blocks of a data node's shard (tc, ldm,
+//! takeover, durability, checkpoint, sync), dispatches each message to the
+//! block it is for, and owns what is not any one block's: the schema, scans
+//! and whether the shard serves clients.
 
-use crate::ldm::LdmState;
-use crate::tc::TcState;
+use crate::checkpoint::{Checkpoints, RestoreReport};
+use crate::context::{owned_partition, unknown_table, Context, TableState};
+pub use crate::context::{ConnId, Micros};
+use crate::durability::Epochs;
+use crate::ldm::{CommitReply, Ldm};
+use crate::sync::{PartitionSync, SyncProgress};
+use crate::takeover::Takeovers;
+use crate::tc::Coordinator;
+use latsdb_storage::log::Record;
 use latsdb_storage::Partition;
 use latsdb_types::proto::{
-    ClientRequest, ClientResponse, ClusterLayout, PeerMsg, Router, ScanRequest, SchemaChange, ShardAddr,
+    ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, NodeStatus, PeerMsg, Router, ScanRequest, SchemaChange,
+    ShardAddr, TxId,
 };
-use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// A client connection, numbered by the I/O shell.
-pub type ConnId = u64;
-
-/// Hash maps of the shard: foldhash, not SipHash (keys are not chosen by
-/// an attacker in a way that matters here, and these maps are on the write
-/// path). Their iteration order is random, so every iteration whose order is
-/// observable collects and sorts first.
-pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-/// Monotonic time in microseconds, supplied by the caller.
-pub type Micros = u64;
 
 #[derive(Clone, Debug)]
 pub struct ShardConfig {
@@ -117,116 +114,79 @@ impl Outbox {
     }
 }
 
-pub(crate) struct TableState {
-    pub meta: Arc<TableMeta>,
-    /// Indexed by partition number; Some for the partitions this shard holds
-    /// a replica of (primary or backup).
-    pub partitions: Vec<Option<Partition>>,
-    /// Indexed by partition number: its started replicas, primary first.
-    pub replicas: Vec<Vec<ShardAddr>>,
-}
-
-impl TableState {
-    pub(crate) fn is_primary(&self, partition: u32, me: ShardAddr) -> bool {
-        self.replicas.get(partition as usize).and_then(|r| r.first()) == Some(&me)
-    }
-
-    /// The backups of a partition whose primary this shard is.
-    pub(crate) fn backups(&self, partition: u32) -> &[ShardAddr] {
-        self.replicas.get(partition as usize).map_or(&[], |r| r.get(1..).unwrap_or(&[]))
-    }
-}
-
 pub struct Shard {
-    pub(crate) cfg: ShardConfig,
-    pub(crate) layout: ClusterLayout,
-    pub(crate) router: Router,
-    pub(crate) tables: FastMap<TableId, TableState>,
-    pub(crate) ldm: LdmState,
-    pub(crate) tc: TcState,
-    pub(crate) now: Micros,
-    /// Sum of `memory()` over this shard's partitions.
-    pub(crate) data_memory_used: usize,
-    /// Takeovers this shard runs, by failed node.
-    pub(crate) takeovers: FastMap<latsdb_types::proto::NodeId, crate::takeover::Takeover>,
-    pub(crate) dur: crate::durability::Durability,
-    /// Copies of partitions to starting replicas (as their primary).
-    pub(crate) sync_src: crate::sync::SyncSource,
-    /// The copy of this shard's partitions while its node restarts.
-    pub(crate) sync_dst: crate::sync::SyncTarget,
+    cx: Context,
+    tc: Coordinator,
+    ldm: Ldm,
+    takeover: Takeovers,
+    epochs: Epochs,
+    lcp: Checkpoints,
+    sync: PartitionSync,
     /// This shard's node is starting (in the layout): it refuses clients.
     restarting: bool,
     /// This shard's node is shutting down: it refuses clients while the
     /// commits it took part in become durable (`stop_serving`).
     stopping: bool,
-    /// The layout version this shard last sent its takeover reports in.
-    pub(crate) reported_version: u64,
-    local: VecDeque<PeerMsg>,
 }
 
 impl Shard {
     pub fn new(cfg: ShardConfig, layout: ClusterLayout) -> Shard {
         let restarting = is_restarting(&layout, cfg.me);
-        let tc = TcState::starting_at(cfg.first_tx_seq);
-        let ldm = LdmState::starting_at(cfg.first_tx_seq);
-        let dur = crate::durability::Durability::new(cfg.durable);
+        let tc = Coordinator::starting_at(cfg.first_tx_seq);
+        let ldm = Ldm::starting_at(cfg.first_tx_seq);
         Shard {
-            cfg,
-            router: Router::new(&layout),
-            layout,
-            tables: FastMap::default(),
-            ldm,
+            cx: Context::new(cfg, layout),
             tc,
-            now: 0,
-            data_memory_used: 0,
-            takeovers: FastMap::default(),
-            dur,
-            sync_src: Default::default(),
-            sync_dst: Default::default(),
+            ldm,
+            takeover: Takeovers::default(),
+            epochs: Epochs::new(),
+            lcp: Checkpoints::default(),
+            sync: PartitionSync::default(),
             restarting,
             stopping: false,
-            reported_version: 0,
-            local: VecDeque::new(),
         }
     }
 
     pub fn address(&self) -> ShardAddr {
-        self.cfg.me
+        self.cx.me()
     }
 
     /// Installs a new cluster layout; it also carries the configured
     /// lock-wait timeout. Transactions whose coordinator's node left are
     /// aborted here.
     pub fn set_layout(&mut self, layout: ClusterLayout, now: Micros, out: &mut Outbox) {
-        self.now = now;
-        if layout.version < self.layout.version {
+        self.cx.now = now;
+        if layout.version < self.cx.layout.version {
             // Stale: an older view (a restarting node hears of views both
             // from the management server and from its own membership, which
             // may lag behind). Layout versions only grow.
             return;
         }
         if layout.lock_wait_timeout_ms > 0 {
-            self.cfg.lock_wait_timeout_us = layout.lock_wait_timeout_ms * 1000;
+            self.cx.cfg.lock_wait_timeout_us = layout.lock_wait_timeout_ms * 1000;
         }
-        let (before, after) = (self.layout.writer_nodes(), layout.writer_nodes());
-        let departed: Vec<latsdb_types::proto::NodeId> =
-            before.iter().filter(|n| !after.contains(n)).copied().collect();
+        let (before, after) = (self.cx.layout.writer_nodes(), layout.writer_nodes());
+        let departed = before.iter().any(|n| !after.contains(n));
         let replica_joined = after.iter().any(|n| !before.contains(n));
-        self.router = Router::new(&layout);
+        let cx = &mut self.cx;
+        cx.router = Router::new(&layout);
         let was_starting = self.restarting;
-        self.restarting = is_restarting(&layout, self.cfg.me);
-        self.layout = layout;
-        for table in self.tables.values_mut() {
-            table.replicas = (0..table.meta.def.partitions).map(|p| self.router.replicas_of(p)).collect();
+        self.restarting = is_restarting(&layout, cx.cfg.me);
+        cx.layout = layout;
+        for table in cx.tables.values_mut() {
+            table.replicas = (0..table.meta.def.partitions).map(|p| cx.router.replicas_of(p)).collect();
         }
-        self.ldm_layout_changed(out);
-        self.tc_layout_changed(out);
-        if !departed.is_empty() || self.layout.version != self.reported_version {
-            self.takeover_layout_changed(out);
-            self.takeover_report_all(out);
+        self.ldm.layout_changed(cx, out);
+        self.tc.on_layout_changed(cx, out);
+        if departed || self.takeover.report_due(cx) {
+            self.takeover.on_layout_changed(cx, out);
+            self.takeover.report_all(cx, &self.ldm, out);
         }
-        self.epoch_layout_changed(out);
-        self.sync_layout_changed(replica_joined, was_starting, out);
+        self.epochs.on_layout_changed(cx, out);
+        let change = self.sync.on_layout_changed(cx, &self.ldm, out, replica_joined, was_starting);
+        if change.sources_switched {
+            self.ldm.apply_held(cx, &self.sync, out);
+        }
         self.finish_turn(out);
     }
 
@@ -234,22 +194,23 @@ impl Shard {
     /// node groups (whether or not its node is started yet: a restarting
     /// node restores its partitions before it is).
     fn holds_partition(&self, partition: u32) -> bool {
-        let groups = self.layout.node_groups;
+        let groups = self.cx.layout.node_groups;
         if groups == 0 {
             return false;
         }
-        let nodes = self.layout.group_nodes(partition % groups);
-        if !nodes.iter().any(|d| d.node_id == self.cfg.me.node) {
+        let me = self.cx.me();
+        let nodes = self.cx.layout.group_nodes(partition % groups);
+        if !nodes.iter().any(|d| d.node_id == me.node) {
             return false;
         }
         let local = (partition / groups) as usize;
-        (local / nodes.len() % self.cfg.node_shards.max(1) as usize) as u16 == self.cfg.me.shard
+        (local / nodes.len() % self.cx.cfg.node_shards.max(1) as usize) as u16 == me.shard
     }
 
     pub fn apply_schema(&mut self, change: SchemaChange) -> Result<()> {
         match change {
             SchemaChange::CreateTable(def) => {
-                if self.tables.contains_key(&def.id) {
+                if self.cx.tables.contains_key(&def.id) {
                     return Err(DbError::new(
                         ErrorCode::TableExists,
                         format!("table id {} already exists on this shard", def.id),
@@ -257,13 +218,13 @@ impl Shard {
                 }
                 let meta = Arc::new(TableMeta::new(def));
                 let replicas: Vec<Vec<ShardAddr>> =
-                    (0..meta.def.partitions).map(|p| self.router.replicas_of(p)).collect();
+                    (0..meta.def.partitions).map(|p| self.cx.router.replicas_of(p)).collect();
                 let partitions =
                     (0..meta.def.partitions).map(|p| self.holds_partition(p).then(|| Partition::new(&meta))).collect();
-                self.tables.insert(meta.def.id, TableState { meta, partitions, replicas });
+                self.cx.tables.insert(meta.def.id, TableState { meta, partitions, replicas });
             }
             SchemaChange::AlterTable(def) => {
-                let table = self.tables.get_mut(&def.id).ok_or_else(|| unknown_table(def.id))?;
+                let table = self.cx.tables.get_mut(&def.id).ok_or_else(|| unknown_table(def.id))?;
                 let meta = Arc::new(TableMeta::new(def));
                 for p in table.partitions.iter_mut().flatten() {
                     p.rebuild_indexes(&meta);
@@ -271,42 +232,42 @@ impl Shard {
                 table.meta = meta;
             }
             SchemaChange::DropTable(id) => {
-                self.tables.remove(&id).ok_or_else(|| unknown_table(id))?;
+                self.cx.tables.remove(&id).ok_or_else(|| unknown_table(id))?;
             }
         }
-        self.data_memory_used =
-            self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.memory()).sum();
+        self.cx.recount_memory();
         Ok(())
     }
 
     pub fn on_client(&mut self, conn: ConnId, req_id: u64, req: ClientRequest, now: Micros, out: &mut Outbox) {
-        self.now = now;
+        self.cx.now = now;
         if !matches!(req, ClientRequest::Ping) {
             if let Some(error) = self.not_serving(now) {
                 out.client.push((conn, req_id, ClientResponse::Error(error)));
                 return;
             }
         }
+        let cx = &mut self.cx;
         match req {
-            ClientRequest::Batch(ops) => self.ldm_batch(conn, req_id, ops, out),
-            ClientRequest::TxExec { tx, ops, commit } => self.tc_exec(conn, req_id, tx, ops, commit, out),
-            ClientRequest::TxAbort { tx } => self.tc_client_abort(conn, req_id, tx, out),
+            ClientRequest::Batch(ops) => self.ldm.batch(cx, &self.sync, conn, req_id, ops, out),
+            ClientRequest::TxExec { tx, ops, commit } => self.tc.exec(cx, out, conn, req_id, tx, ops, commit),
+            ClientRequest::TxAbort { tx } => self.tc.on_client_abort(cx, out, conn, req_id, tx),
             ClientRequest::Scan(scan) => {
-                let response = match self.scan(&scan) {
+                let response = match scan_partition(cx, &scan) {
                     Ok(page) => ClientResponse::Scan(page),
                     Err(e) => ClientResponse::Error(e),
                 };
                 out.client.push((conn, req_id, response));
             }
             ClientRequest::Ping => out.client.push((conn, req_id, ClientResponse::Pong)),
-            ClientRequest::WaitDurable => self.epoch_wait_durable(conn, req_id, out),
+            ClientRequest::WaitDurable => self.epochs.wait_durable(cx, out, conn, req_id),
         }
         self.finish_turn(out);
     }
 
     /// A client's frame, if it is a `Batch` of committed reads only: the
     /// reads run straight from the frame and the answer is encoded as they
-    /// run (`ldm_lookups`), without an allocation per read; the answer is
+    /// run (`ldm::lookups`), without an allocation per read; the answer is
     /// the one `on_client` gives the decoded request. Says false, having
     /// done nothing, for any other frame: decode it and call `on_client`.
     pub fn on_lookups(&mut self, conn: ConnId, req_id: u64, body: &[u8], now: Micros, out: &mut Outbox) -> bool {
@@ -314,10 +275,10 @@ impl Shard {
         if !latsdb_types::proto::decode_lookups(body, &mut reads, &mut columns) {
             return false;
         }
-        self.now = now;
+        self.cx.now = now;
         let frame = match self.not_serving(now) {
             Some(error) => latsdb_types::proto::frame(req_id, &ClientResponse::Error(error)),
-            None => self.ldm_lookups(req_id, &reads, &columns),
+            None => Ldm::lookups(&self.cx, req_id, &reads, &columns),
         };
         out.frames.push((conn, frame));
         self.finish_turn(out);
@@ -329,8 +290,8 @@ impl Shard {
     /// are still being copied, and a client with an old layout must not
     /// read them).
     fn not_serving(&self, now: Micros) -> Option<DbError> {
-        let me = self.cfg.me.node;
-        let why = if !self.cfg.lease.valid_at(now) {
+        let me = self.cx.me().node;
+        let why = if !self.cx.cfg.lease.valid_at(now) {
             format!("data node {me} cannot confirm it is still a member of the cluster (it lost contact with other data nodes) and executed nothing of this request; retry it: the cluster is changing its membership")
         } else if self.restarting {
             format!("data node {me} is restarting (copying its data from live replicas) and serves no requests yet; refresh the cluster layout and retry")
@@ -343,22 +304,42 @@ impl Shard {
     }
 
     pub fn on_peer(&mut self, from: ShardAddr, msg: PeerMsg, now: Micros, out: &mut Outbox) {
-        self.now = now;
-        // A node removed from the view is not listened to any more: what it
-        // still sends could contradict what the takeover decided. (A copy
-        // request, or a takeover report made in a newer layout, may come
-        // before the layout that lists its starting node: it waits for it.)
-        let early = match &msg {
+        self.cx.now = now;
+        if !self.listens_to(from, &msg) {
+            self.refuse_peer(from, msg, out);
+            return;
+        }
+        if let PeerMsg::TxOps { tx, ops } = &msg {
+            if let Some(e) = self.not_serving(now) {
+                // The coordinator's layout may lag behind a view that left
+                // this node out (and made another replica primary): without
+                // a lease it takes no lock and reads nothing, as for a
+                // client of its own.
+                self.ldm.refuse_ops(&mut self.cx, *tx, ops.iter().map(|(idx, _)| *idx).collect(), e, out);
+                self.finish_turn(out);
+                return;
+            }
+        }
+        self.dispatch_peer(from, msg, out);
+        self.finish_turn(out);
+    }
+
+    /// Whether a message from `from` is listened to. A node removed from
+    /// the view is not: what it still sends could contradict what the
+    /// takeover decided. (A copy request, or a takeover report made in a
+    /// newer layout, may come before the layout that lists its starting
+    /// node: it waits for it.) A starting node is primary and coordinator
+    /// of nothing: what it sends in those roles comes late from its previous
+    /// process, whose transactions only a takeover may settle (or this
+    /// layout lags behind the node's admission, and the sender gets a
+    /// retriable refusal). A stray prepare staged here would hold its row
+    /// lock for ever, and a stray commit could contradict the takeover.
+    fn listens_to(&self, from: ShardAddr, msg: &PeerMsg) -> bool {
+        let early = match msg {
             PeerMsg::SyncRequest { .. } => true,
-            PeerMsg::TakeoverReport(r) => r.version > self.layout.version,
+            PeerMsg::TakeoverReport(r) => r.version > self.cx.layout.version,
             _ => false,
         };
-        // A starting node is primary and coordinator of nothing: what it
-        // sends in those roles comes late from its previous process, whose
-        // transactions only a takeover may settle (or this layout lags
-        // behind the node's admission, and the sender gets a retriable
-        // refusal). A stray prepare staged here would hold its row lock for
-        // ever, and a stray commit could contradict the takeover.
         let primary_role = matches!(
             msg,
             PeerMsg::ReplicaPrepare { .. }
@@ -369,221 +350,212 @@ impl Shard {
                 | PeerMsg::TxCommit { .. }
                 | PeerMsg::TxAbort { .. }
         );
-        let listened = match self.layout.datanode(from.node).map(|d| d.status) {
-            Some(latsdb_types::proto::NodeStatus::Started) => true,
-            Some(latsdb_types::proto::NodeStatus::Starting) => !primary_role,
+        match self.cx.layout.datanode(from.node).map(|d| d.status) {
+            Some(NodeStatus::Started) => true,
+            Some(NodeStatus::Starting) => !primary_role,
             _ => early,
-        };
-        if !listened {
-            // Requests that wait for an answer get a refusal, not silence:
-            // the sender may be alive in a layout newer than this shard's
-            // (admitted a moment ago), and would otherwise wait for ever.
-            // A refusal cannot contradict a takeover: nothing is locked.
-            let refusal = || {
-                DbError::new(
-                    ErrorCode::NotServing,
-                    format!(
-                        "shard {} does not yet see node {} as started; nothing was done, retry",
-                        self.cfg.me, from.node
-                    ),
-                )
-            };
-            match msg {
-                PeerMsg::ReplicaPrepare { tx, writes } | PeerMsg::ReplicaApply { tx, writes, .. } => {
-                    let error = refusal();
-                    let results = writes.iter().map(|w| (w.idx, Some(error.clone()))).collect();
-                    self.send_peer(from, PeerMsg::ReplicaPrepared { tx, results }, out);
-                }
-                PeerMsg::TxOps { tx, ops } => {
-                    let e = refusal();
-                    self.ldm_refuse_ops(tx, ops.iter().map(|(idx, _)| *idx).collect(), e, out);
-                }
-                _ => return,
-            }
-            self.finish_turn(out);
-            return;
         }
-        if let PeerMsg::TxOps { tx, ops } = &msg {
-            if let Some(e) = self.not_serving(now) {
-                // The coordinator's layout may lag behind a view that left
-                // this node out (and made another replica primary): without
-                // a lease it takes no lock and reads nothing, as for a
-                // client of its own.
-                self.ldm_refuse_ops(*tx, ops.iter().map(|(idx, _)| *idx).collect(), e, out);
-                self.finish_turn(out);
-                return;
+    }
+
+    /// Answers a message that is not listened to. Requests that wait for
+    /// an answer get a refusal, not silence: the sender may be alive in a
+    /// layout newer than this shard's (admitted a moment ago), and would
+    /// otherwise wait for ever. A refusal cannot contradict a takeover:
+    /// nothing is locked.
+    fn refuse_peer(&mut self, from: ShardAddr, msg: PeerMsg, out: &mut Outbox) {
+        let refusal = DbError::new(
+            ErrorCode::NotServing,
+            format!("shard {} does not yet see node {} as started; nothing was done, retry", self.cx.me(), from.node),
+        );
+        match msg {
+            PeerMsg::ReplicaPrepare { tx, writes } | PeerMsg::ReplicaApply { tx, writes, .. } => {
+                let results = writes.iter().map(|w| (w.idx, Some(refusal.clone()))).collect();
+                self.cx.send_peer(from, PeerMsg::ReplicaPrepared { tx, results }, out);
             }
+            PeerMsg::TxOps { tx, ops } => {
+                self.ldm.refuse_ops(&mut self.cx, tx, ops.iter().map(|(idx, _)| *idx).collect(), refusal, out);
+            }
+            _ => return,
         }
-        self.dispatch_peer(from, msg, out);
         self.finish_turn(out);
     }
 
     /// Periodic work: lock-wait timeouts, epochs, checkpoints.
     pub fn on_tick(&mut self, now: Micros, out: &mut Outbox) {
-        self.now = now;
-        self.ldm_expire_waits(out);
-        if self.layout.version != self.reported_version {
+        self.cx.now = now;
+        self.ldm.expire_waits(&mut self.cx, out);
+        if self.takeover.report_due(&self.cx) {
             // A shard created with its layout reports in that version too.
-            self.takeover_layout_changed(out);
-            self.takeover_report_all(out);
+            self.takeover.on_layout_changed(&mut self.cx, out);
+            self.takeover.report_all(&mut self.cx, &self.ldm, out);
         }
         self.drain_local(out);
-        self.epoch_tick(out);
-        self.lcp_tick(out);
-        self.sync_tick(out);
+        self.epochs.tick(&mut self.cx, out);
+        self.lcp.tick(&mut self.cx, out, self.sync.copying());
+        self.sync.tick(&mut self.cx, &self.ldm, out);
         self.finish_turn(out);
     }
 
     /// A client connection closed: its open transactions are aborted.
     pub fn on_disconnect(&mut self, conn: ConnId, now: Micros, out: &mut Outbox) {
-        self.now = now;
-        self.tc_disconnect(conn, out);
-        self.epoch_disconnect(conn);
+        self.cx.now = now;
+        self.tc.on_disconnect(&mut self.cx, out, conn);
+        self.epochs.on_disconnect(conn);
+        self.finish_turn(out);
+    }
+
+    /// The host finished a sync or a checkpoint it was asked for.
+    pub fn on_disk_done(&mut self, token: u64, now: Micros, out: &mut Outbox) {
+        self.cx.now = now;
+        if !self.epochs.on_disk_done(&mut self.cx, out, token) {
+            let (durable, saved) = (self.epochs.durable, self.epochs.saved);
+            self.lcp.on_disk_done(&mut self.cx, out, token, durable, saved);
+        }
         self.finish_turn(out);
     }
 
     /// The end of every step: messages to itself, a switch waiting for
     /// commits to complete, REDO for the host.
-    pub(crate) fn finish_turn(&mut self, out: &mut Outbox) {
+    fn finish_turn(&mut self, out: &mut Outbox) {
         self.drain_local(out);
-        self.epoch_check_switch(out);
+        self.check_switch(out);
         self.drain_local(out);
-        self.flush_redo(out, false);
+        self.cx.redo.flush(out, false);
+    }
+
+    /// Answers the epoch driver's pending switch once every commit this
+    /// shard is responsible for in an older epoch reached all its replicas
+    /// (see durability.rs): its own coordinator's, its ldm's, and a
+    /// takeover's that may still commit.
+    fn check_switch(&mut self, out: &mut Outbox) {
+        let (tc, ldm, takeover) = (&self.tc, &self.ldm, &self.takeover);
+        let completed_below = |cx: &Context, epoch: CommitEpoch| {
+            !takeover.pending(cx) && tc.all_committed_below(epoch) && ldm.all_committed_below(cx, epoch)
+        };
+        self.epochs.check_switch(&mut self.cx, out, completed_below);
     }
 
     fn dispatch_peer(&mut self, from: ShardAddr, msg: PeerMsg, out: &mut Outbox) {
+        let cx = &mut self.cx;
         match msg {
-            PeerMsg::TxOps { tx, ops } => self.ldm_tx_ops(tx, ops, out),
+            PeerMsg::TxOps { tx, ops } => self.ldm.tx_ops(cx, &self.sync, tx, ops, out),
             PeerMsg::TxCommit { tx, epoch } => {
-                self.observe_epoch(epoch);
-                self.ldm_commit(tx, epoch, out)
+                cx.observe_epoch(epoch);
+                self.ldm.commit_decided(cx, &self.sync, tx, CommitReply::Coordinator, epoch, out)
             }
-            PeerMsg::TxAbort { tx } => {
+            PeerMsg::TxAbort { tx } | PeerMsg::TakeoverAbort { tx } => {
                 self.ldm.abort_log.record(tx, 0);
-                self.ldm_abort(tx, out)
+                self.ldm.abort(cx, tx, out)
             }
             PeerMsg::TxOpResults { tx, results, epoch } => {
-                self.observe_epoch(epoch);
-                self.tc_op_results(from, tx, results, epoch, out)
+                cx.observe_epoch(epoch);
+                self.tc.on_op_results(cx, out, from, tx, results, epoch)
             }
-            PeerMsg::TxCommitted { tx } => self.tc_committed(from, tx, out),
+            PeerMsg::TxCommitted { tx } => self.tc.on_committed(out, from, tx),
             PeerMsg::ReplicaPrepare { tx, writes } => {
                 if writes.len() > 1 {
                     self.ldm.replica_txs.entry(tx).or_default().reserve(writes.len());
                 }
                 for write in writes {
-                    self.replica_prepare(from, tx, write, out);
+                    self.ldm.replica_prepare(cx, from, tx, write, out);
                 }
             }
-            PeerMsg::ReplicaApply { tx, epoch, writes } => self.replica_apply_now(from, tx, epoch, writes, out),
+            PeerMsg::ReplicaApply { tx, epoch, writes } => {
+                self.ldm.replica_apply_now(cx, &self.sync, from, tx, epoch, writes, out)
+            }
             PeerMsg::ReplicaPrepared { tx, results } => {
                 for (idx, error) in results {
-                    self.ldm_replica_prepared(from, tx, idx, error, out);
+                    self.ldm.replica_prepared(cx, from, tx, idx, error, out);
                 }
             }
             PeerMsg::ReplicaCommit { tx, epoch } => {
-                self.observe_epoch(epoch);
-                self.replica_commit(from, tx, epoch, out)
+                cx.observe_epoch(epoch);
+                self.ldm.replica_commit(cx, &self.sync, from, tx, epoch, out)
             }
-            PeerMsg::ReplicaCommitted { tx } => self.ldm_replica_committed(from, tx, out),
-            PeerMsg::ReplicaAbort { tx } => self.replica_abort(tx, out),
-            PeerMsg::TakeoverReport(report) => self.takeover_on_report(from, report, out),
+            PeerMsg::ReplicaCommitted { tx } => self.ldm.replica_committed(cx, from, tx, out),
+            PeerMsg::ReplicaAbort { tx } => self.ldm.replica_abort(cx, tx, out),
+            PeerMsg::TakeoverReport(report) => self.takeover.on_report(cx, out, from, report),
             PeerMsg::TakeoverCommit { tx, epoch } => {
-                self.observe_epoch(epoch);
-                self.takeover_commit(tx, epoch, out)
-            }
-            PeerMsg::TakeoverAbort { tx } => {
-                self.ldm.abort_log.record(tx, 0);
-                self.ldm_abort(tx, out)
+                cx.observe_epoch(epoch);
+                self.ldm.commit_decided(cx, &self.sync, tx, CommitReply::Nobody, epoch, out)
             }
             // Membership runs beside the shards; its host handles these.
             PeerMsg::Member(_) => {}
-            PeerMsg::EpochSwitch { epoch } => self.epoch_on_switch(from, epoch, out),
-            PeerMsg::EpochCompleted { epoch, view } => self.driver_on_completed(from, epoch, view, out),
-            PeerMsg::EpochSave { epoch } => self.epoch_on_save(from, epoch, out),
-            PeerMsg::EpochSaved { epoch } => self.driver_on_saved(from, epoch, out),
-            PeerMsg::EpochDurable { epoch } => self.epoch_on_durable(epoch, out),
+            PeerMsg::EpochSwitch { epoch } => {
+                let (tc, ldm, takeover) = (&self.tc, &self.ldm, &self.takeover);
+                let completed_below = |cx: &Context, epoch: CommitEpoch| {
+                    !takeover.pending(cx) && tc.all_committed_below(epoch) && ldm.all_committed_below(cx, epoch)
+                };
+                self.epochs.on_switch(cx, out, from, epoch, completed_below)
+            }
+            PeerMsg::EpochCompleted { epoch, view } => self.epochs.on_completed(cx, out, from, epoch, view),
+            PeerMsg::EpochSave { epoch } => self.epochs.on_save(cx, out, from, epoch),
+            PeerMsg::EpochSaved { epoch } => self.epochs.on_saved(cx, out, from, epoch),
+            PeerMsg::EpochDurable { epoch } => {
+                if self.epochs.on_durable(out, epoch) {
+                    self.lcp.on_durable(cx, out, self.epochs.durable, self.epochs.saved);
+                }
+            }
             PeerMsg::SyncRequest { table, partition, attempt } => {
-                self.sync_on_request((from, table, partition, attempt), out)
+                self.sync.on_request(cx, &self.ldm, out, (from, table, partition, attempt))
             }
             PeerMsg::SyncDigest { table, partition, attempt, range, digest } => {
-                self.sync_on_digest((from, table, partition, attempt), range, digest, out)
+                self.sync.on_digest(cx, out, (from, table, partition, attempt), range, digest)
             }
             PeerMsg::SyncFetch { table, partition, attempt, range } => {
-                self.sync_on_fetch((from, table, partition, attempt), range, out)
+                self.sync.on_fetch(cx, out, (from, table, partition, attempt), range)
             }
             PeerMsg::SyncRows { table, partition, attempt, range, rows, epoch } => {
-                self.sync_on_rows((from, table, partition, attempt), range, rows, epoch)
+                self.sync.on_rows(cx, (from, table, partition, attempt), range, rows, epoch)
             }
             PeerMsg::SyncRefused { table, partition, attempt, error } => {
-                self.sync_on_refused((from, table, partition, attempt), error)
+                self.sync.on_refused((from, table, partition, attempt), error)
             }
-            PeerMsg::SyncHandover { table, partition } => self.sync_on_handover(from, table, partition, out),
-            PeerMsg::SyncHandedOver { table, partition } => self.sync_on_handed_over(from, table, partition),
-        }
-    }
-
-    /// Sends to another shard, or queues for this one.
-    pub(crate) fn send_peer(&mut self, to: ShardAddr, msg: PeerMsg, out: &mut Outbox) {
-        if to == self.cfg.me {
-            self.local.push_back(msg);
-        } else {
-            out.push_peer(to, msg);
+            PeerMsg::SyncHandover { table, partition } => {
+                self.sync.on_handover(cx, &self.ldm, out, from, table, partition)
+            }
+            PeerMsg::SyncHandedOver { table, partition } => self.sync.on_handed_over(from, table, partition),
         }
     }
 
     fn drain_local(&mut self, out: &mut Outbox) {
-        while let Some(msg) = self.local.pop_front() {
-            let me = self.cfg.me;
+        while let Some(msg) = self.cx.next_local() {
+            let me = self.cx.me();
             self.dispatch_peer(me, msg, out);
         }
     }
 
-    pub(crate) fn table(&self, id: TableId, version: u32) -> Result<&TableState> {
-        let table = self.tables.get(&id).ok_or_else(|| unknown_table(id))?;
-        if table.meta.def.version != version {
-            return Err(DbError::new(
-                ErrorCode::SchemaVersionMismatch,
-                format!(
-                    "table {} is at schema version {} but the request was built for version {version}; refresh the table definition and retry",
-                    table.meta.def.qualified_name(),
-                    table.meta.def.version
-                ),
-            ));
-        }
-        Ok(table)
-    }
-
-    fn scan(&self, req: &ScanRequest) -> Result<latsdb_types::proto::ScanPage> {
-        let table = self.table(req.table, req.table_version)?;
-        let meta = &table.meta;
-        meta.validate_projection(req.projection.as_deref())?;
-        if let Some(filter) = &req.filter {
-            filter.validate(meta.def.columns.len())?;
-        }
-        for a in &req.aggregates {
-            if let Some(c) = a.column() {
-                if c as usize >= meta.def.columns.len() {
-                    return Err(DbError::new(
-                        ErrorCode::UnknownColumn,
-                        format!("aggregate names column number {c}, which does not exist"),
-                    ));
-                }
-            }
-        }
-        let partition = owned_partition(table, req.partition, self.cfg.me)?;
-        partition.scan(meta, req)
+    /// Checks every block's invariants; the simulator runs it after every
+    /// step of every shard. A broken invariant panics with what broke.
+    pub fn check(&self) {
+        self.cx.check();
+        self.tc.check(&self.cx);
+        self.ldm.check(&self.cx);
+        self.takeover.check(&self.cx);
+        self.epochs.check(&self.cx);
+        self.lcp.check(&self.cx);
+        self.sync.check(&self.cx);
+        assert_eq!(
+            self.restarting,
+            is_restarting(&self.cx.layout, self.cx.me()),
+            "shard {}: restarting disagrees with its layout",
+            self.cx.me()
+        );
     }
 
     /// Rows stored on this shard (committed), for reports and checks.
     pub fn row_count(&self) -> usize {
-        self.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
+        self.cx.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
     }
 
     /// The committed rows of a partition this shard holds, sorted by key
     /// (for checks that replicas agree).
-    pub fn partition_rows(&self, table: TableId, partition: u32) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
-        let p = self.tables.get(&table)?.partitions.get(partition as usize)?.as_ref()?;
+    pub fn partition_rows(
+        &self,
+        table: latsdb_types::schema::TableId,
+        partition: u32,
+    ) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        let p = self.cx.partition(table, partition)?;
         let mut rows: Vec<(Vec<u8>, Vec<u8>)> = p.rows().map(|(k, r)| (k.to_vec(), r.to_vec())).collect();
         rows.sort();
         Some(rows)
@@ -595,19 +567,19 @@ impl Shard {
     /// replica, so the node may exit without losing any of them (commits
     /// of other nodes' transactions still reach it until then, and count
     /// towards later epochs).
-    pub fn stop_serving(&mut self) -> latsdb_types::proto::CommitEpoch {
+    pub fn stop_serving(&mut self) -> CommitEpoch {
         self.stopping = true;
         self.current_epoch()
     }
 
     /// Estimated data memory in use and the budget (0 = unlimited), in bytes.
     pub fn data_memory(&self) -> (usize, u64) {
-        (self.data_memory_used, self.cfg.data_memory_bytes)
+        (self.cx.data_memory_used, self.cx.cfg.data_memory_bytes)
     }
 
     /// Transactions this shard participates in (holds locks or staged
     /// writes for), for diagnostics.
-    pub fn participations(&self) -> Vec<latsdb_types::proto::TxId> {
+    pub fn participations(&self) -> Vec<TxId> {
         self.ldm.participations()
     }
 
@@ -615,34 +587,108 @@ impl Shard {
     pub fn activity(&self) -> (usize, usize, usize) {
         (self.tc.open(), self.ldm.open(), self.ldm.locks.locked_rows())
     }
-}
 
-fn is_restarting(layout: &ClusterLayout, me: ShardAddr) -> bool {
-    layout.datanode(me.node).is_some_and(|d| d.status == latsdb_types::proto::NodeStatus::Starting)
-}
+    /// The latest epoch known durable on every live data node.
+    pub fn durable_epoch(&self) -> CommitEpoch {
+        self.epochs.durable
+    }
 
-pub(crate) fn unknown_table(id: TableId) -> DbError {
-    DbError::new(
-        ErrorCode::UnknownTable,
-        format!("table id {id} does not exist (it may have been dropped); refresh the schema"),
-    )
-}
+    /// The epoch commits decided here now get.
+    pub fn current_epoch(&self) -> CommitEpoch {
+        self.cx.commit_epoch
+    }
 
-pub(crate) fn owned_partition(table: &TableState, partition: u32, me: ShardAddr) -> Result<&Partition> {
-    match table.partitions.get(partition as usize) {
-        Some(Some(p)) => Ok(p),
-        Some(None) => Err(wrong_shard(partition, me)),
-        None => Err(DbError::bad_request(format!(
-            "partition {partition} does not exist; table {} has {} partitions",
-            table.meta.def.qualified_name(),
-            table.partitions.len()
-        ))),
+    /// How the copy of a starting shard goes.
+    pub fn sync_progress(&self) -> SyncProgress {
+        self.sync.progress()
+    }
+
+    /// The last stage of a node restart: hands over the partitions this
+    /// shard will be primary of (see `PartitionSync::hand_over`).
+    pub fn sync_hand_over(&mut self, out: &mut Outbox) {
+        self.sync.hand_over(&mut self.cx, out);
+    }
+
+    /// Restores this shard (its tables already applied) from a checkpoint
+    /// and the REDO log that follows it, to epoch `restore_epoch`; new
+    /// commits then begin in `first_epoch`.
+    ///
+    /// `redo` is the intact REDO log from LSN `redo_base`. The checkpoint
+    /// (if any) must start at or after `redo_base` and end at or before
+    /// `restore_epoch`.
+    pub fn restore(
+        &mut self,
+        checkpoint: Option<&[u8]>,
+        redo: &[u8],
+        redo_base: u64,
+        restore_epoch: CommitEpoch,
+        first_epoch: CommitEpoch,
+    ) -> Result<RestoreReport> {
+        let report = self.lcp.restore(&mut self.cx, checkpoint, redo, redo_base, restore_epoch)?;
+        self.cx.commit_epoch = first_epoch;
+        self.epochs.durable = restore_epoch;
+        self.epochs.saved = restore_epoch;
+        // Commits of epochs after the restore point that some log may hold
+        // were lost with the cluster: void them for every later restart.
+        if self.cx.redo.enabled {
+            self.cx
+                .redo
+                .append(&Record::Restarted { restored: restore_epoch, discarded: first_epoch.saturating_sub(1) });
+        }
+        Ok(report)
+    }
+
+    /// Takes the REDO bytes buffered so far (the restart marker after a
+    /// restore), for the host to write and sync before serving.
+    pub fn take_redo(&mut self) -> Vec<u8> {
+        self.cx.redo.take()
+    }
+
+    /// Starts a checkpoint at the next tick (after a node restart copied
+    /// rows that its REDO log does not hold). Returns the count of completed
+    /// checkpoints that [`Shard::checkpoint_settled`] waits for.
+    pub fn checkpoint_now(&mut self) -> u64 {
+        self.lcp.request(self.cx.redo.enabled)
+    }
+
+    /// Whether `target` checkpoints completed and the newest one replaced
+    /// the older ones (its end epoch is durable): a restart would now
+    /// restore from it. For a restarted node, also whether its log is saved
+    /// through the durable epoch: an epoch declared durable while it was
+    /// not yet saving (it joined the round late) must be restorable from
+    /// its disk too once it is a member, as a system restart relies on.
+    pub fn checkpoint_settled(&self, target: u64) -> bool {
+        !self.cx.redo.enabled || (self.lcp.settled(target) && self.epochs.saved >= self.epochs.durable)
+    }
+
+    /// Checkpoints completed since this shard started, and the REDO LSN.
+    pub fn durability_stats(&self) -> (u64, u64) {
+        (self.lcp.completed, self.cx.redo.lsn)
     }
 }
 
-pub(crate) fn wrong_shard(partition: u32, me: ShardAddr) -> DbError {
-    DbError::new(
-        ErrorCode::WrongShard,
-        format!("partition {partition} is not held by shard {me}; refresh the cluster layout"),
-    )
+/// A page of a scan of a partition this shard holds.
+fn scan_partition(cx: &Context, req: &ScanRequest) -> Result<latsdb_types::proto::ScanPage> {
+    let table = cx.table(req.table, req.table_version)?;
+    let meta = &table.meta;
+    meta.validate_projection(req.projection.as_deref())?;
+    if let Some(filter) = &req.filter {
+        filter.validate(meta.def.columns.len())?;
+    }
+    for a in &req.aggregates {
+        if let Some(c) = a.column() {
+            if c as usize >= meta.def.columns.len() {
+                return Err(DbError::new(
+                    ErrorCode::UnknownColumn,
+                    format!("aggregate names column number {c}, which does not exist"),
+                ));
+            }
+        }
+    }
+    let partition = owned_partition(table, req.partition, cx.me())?;
+    partition.scan(meta, req)
+}
+
+fn is_restarting(layout: &ClusterLayout, me: ShardAddr) -> bool {
+    layout.datanode(me.node).is_some_and(|d| d.status == NodeStatus::Starting)
 }

@@ -42,8 +42,10 @@
 //! is kept short: it comes last), and the node is admitted to the
 //! membership view: started, primary of its share of the partitions again.
 
-use crate::shard::{Outbox, Shard};
-use latsdb_types::proto::{NodeStatus, PeerMsg, ShardAddr, SyncRange, SyncRow, TxId};
+use crate::context::{unknown_table, wrong_shard, Context};
+use crate::ldm::Ldm;
+use crate::shard::Outbox;
+use latsdb_types::proto::{CommitEpoch, NodeStatus, PeerMsg, ShardAddr, SyncRange, SyncRow, TxId};
 use latsdb_types::schema::TableId;
 use latsdb_types::DbError;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -152,125 +154,185 @@ impl SyncProgress {
     }
 }
 
-impl Shard {
-    /// A new layout: a primary holds copies back until the transactions
-    /// open before a new replica joined are done; a starting shard begins
-    /// its copy, or gives up when a primary it copies from left.
-    pub(crate) fn sync_layout_changed(&mut self, replica_joined: bool, was_starting: bool, out: &mut Outbox) {
-        if replica_joined {
-            let open: Vec<TxId> = self.ldm.txs.keys().copied().collect();
-            self.sync_src.barrier.extend(open);
+/// The node-restart block: this shard's copies of partitions, as the
+/// primary copied from and as the starting replica copying.
+#[derive(Default)]
+pub(crate) struct PartitionSync {
+    src: SyncSource,
+    dst: SyncTarget,
+}
+
+/// What a new layout asks of the other blocks once the copy state caught up.
+pub(crate) struct SyncLayoutChange {
+    /// Copies switched to a new primary: the writes held back for the old
+    /// one's commit are applied now (`Ldm::apply_held`).
+    pub(crate) sources_switched: bool,
+}
+
+impl PartitionSync {
+    /// The copy is under way (not done, not failed).
+    pub(crate) fn copying(&self) -> bool {
+        self.dst.copying()
+    }
+
+    /// How the copy of a starting shard goes.
+    pub(crate) fn progress(&self) -> SyncProgress {
+        self.dst.progress.clone()
+    }
+
+    /// The primary this shard still copies the partition from, if any.
+    pub(crate) fn source_of(&self, table: TableId, partition: u32) -> Option<ShardAddr> {
+        self.dst.parts.get(&(table, partition)).map(|p| p.source)
+    }
+
+    /// Whether locks on this partition are held back for a handover (as
+    /// the primary handing it over, or as the new primary waiting for the
+    /// other replicas to drain their locks).
+    pub(crate) fn frozen(&self, table: TableId, partition: u32) -> bool {
+        self.src.frozen.contains_key(&(table, partition)) || self.dst.confirming.contains_key(&(table, partition))
+    }
+
+    /// Checks the block's invariants (run by the simulator after every step).
+    pub(crate) fn check(&self, cx: &Context) {
+        let me = cx.me();
+        let mut copies = BTreeSet::new();
+        for copy in self.src.waiting.iter().chain(self.src.jobs.iter().map(|j| &j.copy)) {
+            assert!(copies.insert((copy.0, copy.1, copy.2)), "shard {me}: the copy {copy:?} is queued twice");
         }
-        self.sync_admit(out);
-        self.sync_check_frozen(out);
-        let me = self.cfg.me;
-        let status = self.layout.datanode(me.node).map(|d| d.status);
-        if was_starting && status == Some(NodeStatus::Started) {
-            self.sync_confirm_primaries(out);
-        }
-        if status == Some(NodeStatus::Starting) {
-            self.sync_handover_layout_changed(out);
+        let dst = &self.dst;
+        assert!(dst.begun || dst.parts.is_empty(), "shard {me}: partitions copied before the copy began");
+        assert_eq!(dst.begun, dst.progress.begun, "shard {me}: copy progress disagrees on its start");
+        if dst.progress.failed.is_none() {
+            assert_eq!(dst.progress.partitions_left, dst.parts.len(), "shard {me}: partitions left miscounted");
         } else {
-            self.sync_dst.handovers.clear();
+            assert!(dst.parts.is_empty(), "shard {me}: a failed copy still copies");
         }
-        let layout = &self.layout;
-        self.sync_dst.confirming.retain(|_, waiting| {
-            waiting.retain(|s| layout.takes_writes(s.node));
-            !waiting.is_empty()
-        });
-        let target = &self.sync_dst;
-        if target.begun && target.progress.failed.is_none() && !target.parts.is_empty() {
-            if status != Some(NodeStatus::Starting) && status != Some(NodeStatus::Started) {
-                self.sync_fail(format!("data node {} was dropped from the cluster during its restart", me.node));
-                return;
-            }
-            self.sync_switch_sources(out);
-            return;
-        }
-        if status == Some(NodeStatus::Starting) && !target.begun {
-            self.sync_begin(out);
+        for ((table, partition), part) in &dst.parts {
+            assert!(part.attempt <= dst.attempts, "shard {me}: copy attempt beyond the last one numbered");
+            assert!(part.source != me, "shard {me}: copies partition {partition} of table {table} from itself");
         }
     }
 
-    fn sync_begin(&mut self, out: &mut Outbox) {
-        let me = self.cfg.me;
+    /// A new layout: a primary holds copies back until the transactions
+    /// open before a new replica joined are done; a starting shard begins
+    /// its copy, or gives up when a primary it copies from left.
+    pub(crate) fn on_layout_changed(
+        &mut self,
+        cx: &mut Context,
+        ldm: &Ldm,
+        out: &mut Outbox,
+        replica_joined: bool,
+        was_starting: bool,
+    ) -> SyncLayoutChange {
+        let mut change = SyncLayoutChange { sources_switched: false };
+        if replica_joined {
+            self.src.barrier.extend(ldm.primary_txs());
+        }
+        self.admit(cx, ldm, out);
+        self.check_frozen(cx, ldm, out);
+        let me = cx.me();
+        let status = cx.layout.datanode(me.node).map(|d| d.status);
+        if was_starting && status == Some(NodeStatus::Started) {
+            self.confirm_primaries(cx, out);
+        }
+        if status == Some(NodeStatus::Starting) {
+            self.handover_layout_changed(cx, out);
+        } else {
+            self.dst.handovers.clear();
+        }
+        let layout = &cx.layout;
+        self.dst.confirming.retain(|_, waiting| {
+            waiting.retain(|s| layout.takes_writes(s.node));
+            !waiting.is_empty()
+        });
+        let target = &self.dst;
+        if target.begun && target.progress.failed.is_none() && !target.parts.is_empty() {
+            if status != Some(NodeStatus::Starting) && status != Some(NodeStatus::Started) {
+                self.fail(format!("data node {} was dropped from the cluster during its restart", me.node));
+                return change;
+            }
+            change.sources_switched = self.switch_sources(cx, out);
+            return change;
+        }
+        if status == Some(NodeStatus::Starting) && !target.begun {
+            self.begin(cx, out);
+        }
+        change
+    }
+
+    fn begin(&mut self, cx: &mut Context, out: &mut Outbox) {
+        debug_assert!(!self.dst.begun, "a copy began twice");
+        let me = cx.me();
         let mut wanted = Vec::new();
-        let mut ids: Vec<TableId> = self.tables.keys().copied().collect();
+        let mut ids: Vec<TableId> = cx.tables.keys().copied().collect();
         ids.sort_unstable();
         for id in ids {
-            let table = &self.tables[&id];
+            let table = &cx.tables[&id];
             for (p, slot) in table.partitions.iter().enumerate() {
                 if slot.is_some() {
-                    wanted.push((id, p as u32, self.router.primary_of(p as u32)));
+                    wanted.push((id, p as u32, cx.router.primary_of(p as u32)));
                 }
             }
         }
-        self.sync_dst.begun = true;
-        self.sync_dst.progress.begun = true;
-        self.sync_dst.progress.partitions = wanted.len();
-        self.sync_dst.progress.partitions_left = wanted.len();
+        self.dst.begun = true;
+        self.dst.progress.begun = true;
+        self.dst.progress.partitions = wanted.len();
+        self.dst.progress.partitions_left = wanted.len();
         for (table, partition, source) in wanted {
             let Some(source) = source.filter(|s| *s != me) else {
-                self.sync_fail(format!(
+                self.fail(format!(
                     "partition {partition} of table id {table} has no started replica to copy from; start the other data nodes of its node group first"
                 ));
                 return;
             };
-            self.sync_copy_from(source, table, partition, out);
+            self.copy_from(cx, out, source, table, partition);
         }
     }
 
     /// Asks `source` for a copy of the partition; what an earlier copy of
     /// it still sends is ignored from now on.
-    fn sync_copy_from(&mut self, source: ShardAddr, table: TableId, partition: u32, out: &mut Outbox) {
-        let target = &mut self.sync_dst;
+    fn copy_from(&mut self, cx: &mut Context, out: &mut Outbox, source: ShardAddr, table: TableId, partition: u32) {
+        let target = &mut self.dst;
         target.attempts += 1;
         let attempt = target.attempts;
         target.parts.insert((table, partition), Part { source, attempt, ended: false, fetching: 0 });
-        self.send_peer(source, PeerMsg::SyncRequest { table, partition, attempt }, out);
+        cx.send_peer(source, PeerMsg::SyncRequest { table, partition, attempt }, out);
     }
 
     /// Partitions whose primary changed while this shard copied them (the
     /// primary failed, or a restarted replica took its role back) are
-    /// copied again from the new primary. Their writes held back for the
-    /// old one's commit are applied now: the decision is known, and the new
-    /// primary sends nothing before every transaction it was part of when
-    /// asked has finished there, so what it sends already holds them
-    /// (`sync_on_request`).
-    fn sync_switch_sources(&mut self, out: &mut Outbox) {
-        let me = self.cfg.me;
+    /// copied again from the new primary; says whether any was. Their
+    /// writes held back for the old one's commit are then applied by the
+    /// caller: the decision is known, and the new primary sends nothing
+    /// before every transaction it was part of when asked has finished
+    /// there, so what it sends already holds them (`on_request`).
+    fn switch_sources(&mut self, cx: &mut Context, out: &mut Outbox) -> bool {
+        let me = cx.me();
         let moved: Vec<((TableId, u32), Option<ShardAddr>)> = self
-            .sync_dst
+            .dst
             .parts
             .iter()
             .filter_map(|(&(table, partition), part)| {
-                let primary = self.router.primary_of(partition).filter(|s| *s != me);
+                let primary = cx.router.primary_of(partition).filter(|s| *s != me);
                 (primary != Some(part.source)).then_some(((table, partition), primary))
             })
             .collect();
         if moved.is_empty() {
-            return;
+            return false;
         }
         for ((table, partition), primary) in moved {
             let Some(primary) = primary else {
-                let old = self.sync_dst.parts[&(table, partition)].source;
-                return self.sync_fail(format!(
+                let old = self.dst.parts[&(table, partition)].source;
+                self.fail(format!(
                     "data node {} left while shard {me} copied partition {partition} of table id {table} from it, and no other replica of it is started; restart this node again once one is",
                     old.node
                 ));
+                return false;
             };
-            self.sync_dst.progress.sources_switched += 1;
-            self.sync_copy_from(primary, table, partition, out);
+            self.dst.progress.sources_switched += 1;
+            self.copy_from(cx, out, primary, table, partition);
         }
-        let mut held: Vec<TxId> =
-            self.ldm.replica_txs.iter().filter(|(_, t)| t.held.is_some()).map(|(tx, _)| *tx).collect();
-        held.sort_unstable();
-        for tx in held {
-            if let Some(rtx) = self.ldm.replica_txs.remove(&tx) {
-                let epoch = rtx.held.expect("filtered on held above");
-                self.replica_apply(tx, rtx, None, epoch, out);
-            }
-        }
+        true
     }
 
     /// Admitted, this shard is primary of its share of the partitions
@@ -281,83 +343,74 @@ impl Shard {
     /// rows, so each other replica is asked to say when it holds no lock on
     /// the partition (it takes no new primary locks there any more), and
     /// this shard takes none until all have.
-    fn sync_confirm_primaries(&mut self, out: &mut Outbox) {
-        let me = self.cfg.me;
+    fn confirm_primaries(&mut self, cx: &mut Context, out: &mut Outbox) {
+        let me = cx.me();
         let mut asks = Vec::new();
-        for (id, table) in &self.tables {
+        for (id, table) in &cx.tables {
             for (p, replicas) in table.replicas.iter().enumerate() {
                 if table.partitions.get(p).is_none_or(Option::is_none) || !table.is_primary(p as u32, me) {
                     continue;
                 }
                 let others: BTreeSet<ShardAddr> =
-                    replicas.iter().copied().filter(|s| *s != me && self.layout.takes_writes(s.node)).collect();
+                    replicas.iter().copied().filter(|s| *s != me && cx.layout.takes_writes(s.node)).collect();
                 if !others.is_empty() {
                     asks.extend(others.iter().map(|s| (*s, *id, p as u32)));
-                    self.sync_dst.confirming.insert((*id, p as u32), others);
+                    self.dst.confirming.insert((*id, p as u32), others);
                 }
             }
         }
+        // Table ids come from a hash map: ask in a replayable order.
+        asks.sort_unstable();
         for (to, table, partition) in asks {
-            self.send_peer(to, PeerMsg::SyncHandover { table, partition }, out);
+            cx.send_peer(to, PeerMsg::SyncHandover { table, partition }, out);
         }
     }
 
-    fn sync_fail(&mut self, why: String) {
-        let target = &mut self.sync_dst;
+    fn fail(&mut self, why: String) {
+        let target = &mut self.dst;
         if target.progress.failed.is_none() {
             target.progress.failed = Some(why);
         }
         target.parts.clear();
     }
 
-    /// How the copy of a starting shard goes.
-    pub fn sync_progress(&self) -> SyncProgress {
-        self.sync_dst.progress.clone()
-    }
-
     // ---- primary ----
 
-    pub(crate) fn sync_on_request(&mut self, copy: CopyOf, out: &mut Outbox) {
+    /// A starting replica asks for a copy of a partition (`SyncRequest`).
+    pub(crate) fn on_request(&mut self, cx: &mut Context, ldm: &Ldm, out: &mut Outbox, copy: CopyOf) {
         // A node restarted again, or copying again, asks again: its
         // earlier copy is void.
         let (from, table, partition, _) = copy;
         let same = |c: &CopyOf| (c.0, c.1, c.2) == (from, table, partition);
-        let src = &mut self.sync_src;
+        let src = &mut self.src;
         src.waiting.retain(|c| !same(c));
         src.jobs.retain(|j| !same(&j.copy));
         src.waiting.push(copy);
         // The requester may have staged writes of transactions this shard
         // took part in under another primary (whose copy it gave up):
         // nothing is sent before those are finished here.
-        self.sync_barrier_now();
-        self.sync_admit(out);
-    }
-
-    /// Copies start only after every transaction open here now finished.
-    fn sync_barrier_now(&mut self) {
-        let ldm = &self.ldm;
-        self.sync_src.barrier.extend(ldm.txs.keys().chain(ldm.replica_txs.keys()).copied());
+        self.src.barrier.extend(ldm.all_txs());
+        self.admit(cx, ldm, out);
     }
 
     /// Starts the copies whose requester this shard lists as a replica and
     /// that make it the primary, once no transaction from before the
     /// requester joined (or asked) is open.
-    fn sync_admit(&mut self, out: &mut Outbox) {
-        if self.sync_src.waiting.is_empty() {
+    fn admit(&mut self, cx: &mut Context, ldm: &Ldm, out: &mut Outbox) {
+        if self.src.waiting.is_empty() {
             return;
         }
-        let ldm = &self.ldm;
-        self.sync_src.barrier.retain(|tx| ldm.txs.contains_key(tx) || ldm.replica_txs.contains_key(tx));
-        if !self.sync_src.barrier.is_empty() {
+        self.src.barrier.retain(|tx| ldm.is_open(tx));
+        if !self.src.barrier.is_empty() {
             return;
         }
-        let me = self.cfg.me;
-        let waiting = std::mem::take(&mut self.sync_src.waiting);
+        let me = cx.me();
+        let waiting = std::mem::take(&mut self.src.waiting);
         for copy in waiting {
             let (to, table, partition, attempt) = copy;
-            let Some(state) = self.tables.get(&table) else {
-                let error = crate::shard::unknown_table(table);
-                self.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
+            let Some(state) = cx.tables.get(&table) else {
+                let error = unknown_table(table);
+                cx.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
                 continue;
             };
             let listed = state.replicas.get(partition as usize).is_some_and(|r| r.contains(&to));
@@ -368,41 +421,41 @@ impl Shard {
                 // by then (its node failed again, or copies from another
                 // primary) is replaced when it asks again, and what it
                 // would send is ignored.
-                self.sync_src.waiting.push(copy);
+                self.src.waiting.push(copy);
                 continue;
             }
-            self.sync_src.jobs.push_back(Job { copy, resume: None });
+            self.src.jobs.push_back(Job { copy, resume: None });
         }
     }
 
     /// Periodic work: digest the next ranges of the running copies.
-    pub(crate) fn sync_tick(&mut self, out: &mut Outbox) {
-        self.sync_admit(out);
-        self.sync_check_frozen(out);
-        let me = self.cfg.me;
+    pub(crate) fn tick(&mut self, cx: &mut Context, ldm: &Ldm, out: &mut Outbox) {
+        self.admit(cx, ldm, out);
+        self.check_frozen(cx, ldm, out);
+        let me = cx.me();
         let mut budget = TICK_BYTES;
         while budget > 0 {
-            let Some(mut job) = self.sync_src.jobs.pop_front() else { return };
+            let Some(mut job) = self.src.jobs.pop_front() else { return };
             let (to, table, partition, attempt) = job.copy;
-            let primary = self.tables.get(&table).is_some_and(|t| t.is_primary(partition, me));
-            if !self.layout.takes_writes(to.node) || !primary {
+            let primary = cx.tables.get(&table).is_some_and(|t| t.is_primary(partition, me));
+            if !cx.layout.takes_writes(to.node) || !primary {
                 // The layout does not list the requester (any more, or not
                 // yet: its request may have overtaken the view that removed
                 // its previous process), or this shard is no longer the
                 // primary. The copy starts over (after the transactions
                 // open now) if both hold again.
-                self.sync_src.waiting.push(job.copy);
-                self.sync_barrier_now();
+                self.src.waiting.push(job.copy);
+                self.src.barrier.extend(ldm.all_txs());
                 continue;
             }
-            let Some(p) = self.tables.get(&table).and_then(|t| t.partitions.get(partition as usize)) else {
-                let error = crate::shard::unknown_table(table);
-                self.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
+            let Some(p) = cx.tables.get(&table).and_then(|t| t.partitions.get(partition as usize)) else {
+                let error = unknown_table(table);
+                cx.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
                 continue;
             };
             let Some(p) = p.as_ref() else {
-                let error = crate::shard::wrong_shard(partition, me);
-                self.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
+                let error = wrong_shard(partition, me);
+                cx.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
                 continue;
             };
             let chunk = RANGE_BYTES.min(budget);
@@ -412,88 +465,95 @@ impl Shard {
                 after: job.resume.as_deref().map(<[u8]>::to_vec),
                 upto: upto.as_deref().map(<[u8]>::to_vec),
             };
-            self.send_peer(to, PeerMsg::SyncDigest { table, partition, attempt, range, digest }, out);
+            cx.send_peer(to, PeerMsg::SyncDigest { table, partition, attempt, range, digest }, out);
             if let Some(next) = upto {
                 job.resume = Some(next);
-                self.sync_src.jobs.push_front(job);
+                self.src.jobs.push_front(job);
             }
         }
     }
 
-    pub(crate) fn sync_on_fetch(&mut self, copy: CopyOf, range: SyncRange, out: &mut Outbox) {
+    /// The starting replica asks for the rows of a range (`SyncFetch`).
+    pub(crate) fn on_fetch(&mut self, cx: &mut Context, out: &mut Outbox, copy: CopyOf, range: SyncRange) {
         let (from, table, partition, attempt) = copy;
-        let Some(p) =
-            self.tables.get(&table).and_then(|t| t.partitions.get(partition as usize)).and_then(|p| p.as_ref())
-        else {
-            let error = crate::shard::wrong_shard(partition, self.cfg.me);
-            self.send_peer(from, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
+        let Some(p) = cx.partition(table, partition) else {
+            let error = wrong_shard(partition, cx.me());
+            cx.send_peer(from, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
             return;
         };
         let mut rows = Vec::new();
         p.rows_between(range.after.as_deref(), range.upto.as_deref(), |key, row| {
             rows.push(SyncRow { key: key.to_vec(), row: row.to_vec() })
         });
-        let epoch = self.dur.current;
-        self.send_peer(from, PeerMsg::SyncRows { table, partition, attempt, range, rows, epoch }, out);
+        let epoch = cx.commit_epoch;
+        cx.send_peer(from, PeerMsg::SyncRows { table, partition, attempt, range, rows, epoch }, out);
     }
 
     // ---- starting shard ----
 
-    pub(crate) fn sync_on_digest(&mut self, copy: CopyOf, range: SyncRange, digest: u64, out: &mut Outbox) {
+    /// The primary's digest of a range (`SyncDigest`): the rows are fetched
+    /// when this shard's differ.
+    pub(crate) fn on_digest(
+        &mut self,
+        cx: &mut Context,
+        out: &mut Outbox,
+        copy: CopyOf,
+        range: SyncRange,
+        digest: u64,
+    ) {
         let (from, table, partition, attempt) = copy;
-        let Some(part) = self.sync_dst.part(copy) else { return };
-        let mine = self
-            .tables
-            .get(&table)
-            .and_then(|t| t.partitions.get(partition as usize))
-            .and_then(|p| p.as_ref())
-            .map(|p| p.digest_between(range.after.as_deref(), range.upto.as_deref()));
+        let Some(part) = self.dst.part(copy) else { return };
+        let mine =
+            cx.partition(table, partition).map(|p| p.digest_between(range.after.as_deref(), range.upto.as_deref()));
         part.ended = range.upto.is_none();
         if mine == Some(digest) {
             // Only ranges with rows count as compared and skipped.
             if digest != latsdb_storage::empty_digest() {
-                self.sync_dst.progress.ranges_equal += 1;
+                self.dst.progress.ranges_equal += 1;
             }
         } else {
             part.fetching += 1;
-            self.send_peer(from, PeerMsg::SyncFetch { table, partition, attempt, range }, out);
+            cx.send_peer(from, PeerMsg::SyncFetch { table, partition, attempt, range }, out);
         }
-        self.sync_part_check(table, partition);
+        self.part_check(table, partition);
     }
 
-    pub(crate) fn sync_on_rows(
+    /// The primary's rows of a range this shard fetched (`SyncRows`).
+    pub(crate) fn on_rows(
         &mut self,
+        cx: &mut Context,
         copy: CopyOf,
         range: SyncRange,
         rows: Vec<SyncRow>,
-        epoch: latsdb_types::proto::CommitEpoch,
+        epoch: CommitEpoch,
     ) {
         let (_, table, partition, _) = copy;
-        if self.sync_dst.part(copy).is_none_or(|p| p.fetching == 0) {
+        if self.dst.part(copy).is_none_or(|p| p.fetching == 0) {
             // Not asked for by this copy: the answer to a fetch of one
             // given up, or of the node's previous process.
             return;
         }
         // Copied rows carry no epochs: a checkpoint holding them must end
         // no earlier than the epoch the primary had when it sent them.
-        self.observe_epoch(epoch);
-        if let Err(e) = self.sync_apply(table, partition, &range, &rows) {
-            self.sync_fail(format!("copying partition {partition} of table id {table} failed: {}", e.message));
+        cx.observe_epoch(epoch);
+        if let Err(e) = apply_rows(cx, table, partition, &range, &rows) {
+            self.fail(format!("copying partition {partition} of table id {table} failed: {}", e.message));
             return;
         }
-        let progress = &mut self.sync_dst.progress;
+        let progress = &mut self.dst.progress;
         progress.ranges_copied += 1;
         progress.rows_copied += rows.len() as u64;
-        if let Some(part) = self.sync_dst.part(copy) {
+        if let Some(part) = self.dst.part(copy) {
             part.fetching -= 1;
         }
-        self.sync_part_check(table, partition);
+        self.part_check(table, partition);
     }
 
-    pub(crate) fn sync_on_refused(&mut self, copy: CopyOf, error: DbError) {
+    /// The primary refused the copy (`SyncRefused`): the restart fails.
+    pub(crate) fn on_refused(&mut self, copy: CopyOf, error: DbError) {
         let (from, table, partition, _) = copy;
-        if self.sync_dst.part(copy).is_some() {
-            self.sync_fail(format!(
+        if self.dst.part(copy).is_some() {
+            self.fail(format!(
                 "shard {from} refused to copy partition {partition} of table id {table}: {}",
                 error.message
             ));
@@ -501,10 +561,12 @@ impl Shard {
     }
 
     /// A partition whose copy is complete is done.
-    fn sync_part_check(&mut self, table: TableId, partition: u32) {
-        let Some(part) = self.sync_dst.parts.get(&(table, partition)) else { return };
+    fn part_check(&mut self, table: TableId, partition: u32) {
+        let Some(part) = self.dst.parts.get(&(table, partition)) else { return };
         if part.ended && part.fetching == 0 {
-            self.sync_part_done(table, partition);
+            let target = &mut self.dst;
+            target.parts.remove(&(table, partition));
+            target.progress.partitions_left = target.parts.len();
         }
     }
 
@@ -514,48 +576,50 @@ impl Shard {
     /// (`NotServing`, retriable) and answers `SyncHandedOver` once no
     /// transaction holds one: two primaries must never lock the same rows.
     /// Clients meet the refusals only between now and the admission.
-    pub fn sync_hand_over(&mut self, out: &mut Outbox) {
-        let me = self.cfg.me;
-        if !self.sync_dst.progress.done() || self.sync_dst.progress.handover_begun {
+    pub(crate) fn hand_over(&mut self, cx: &mut Context, out: &mut Outbox) {
+        let me = cx.me();
+        if !self.dst.progress.done() || self.dst.progress.handover_begun {
             return;
         }
         // The layout once the starting nodes are admitted.
-        let mut admitted = self.layout.clone();
-        admitted.restrict_to_view(&self.layout.writer_nodes());
+        let mut admitted = cx.layout.clone();
+        admitted.restrict_to_view(&cx.layout.writer_nodes());
         let future = latsdb_types::proto::Router::new(&admitted);
         let mut asks = Vec::new();
-        for (id, table) in &self.tables {
+        for (id, table) in &cx.tables {
             for (p, slot) in table.partitions.iter().enumerate() {
                 let p = p as u32;
                 if slot.is_none() || future.primary_of(p) != Some(me) {
                     continue;
                 }
-                match self.router.primary_of(p).filter(|s| *s != me) {
+                match cx.router.primary_of(p).filter(|s| *s != me) {
                     Some(primary) => asks.push((*id, p, primary)),
                     None => {
-                        return self.sync_fail(format!(
+                        return self.fail(format!(
                             "partition {p} of table id {id} has no started primary to hand it over; restart this node again"
                         ))
                     }
                 }
             }
         }
+        // Table ids come from a hash map: ask in a replayable order.
+        asks.sort_unstable();
         for (table, partition, primary) in asks {
-            self.sync_dst.handovers.insert((table, partition), primary);
-            self.send_peer(primary, PeerMsg::SyncHandover { table, partition }, out);
+            self.dst.handovers.insert((table, partition), primary);
+            cx.send_peer(primary, PeerMsg::SyncHandover { table, partition }, out);
         }
-        let progress = &mut self.sync_dst.progress;
+        let progress = &mut self.dst.progress;
         progress.handover_begun = true;
-        progress.handovers_left = self.sync_dst.handovers.len();
+        progress.handovers_left = self.dst.handovers.len();
     }
 
     /// A new layout during the handover: a partition whose primary changed
     /// is asked of the new one (the old one may have failed).
-    fn sync_handover_layout_changed(&mut self, out: &mut Outbox) {
+    fn handover_layout_changed(&mut self, cx: &mut Context, out: &mut Outbox) {
         let mut asks = Vec::new();
-        for ((table, partition), asked) in self.sync_dst.handovers.iter_mut() {
-            match self.router.primary_of(*partition) {
-                Some(primary) if primary != *asked && primary != self.cfg.me => {
+        for ((table, partition), asked) in self.dst.handovers.iter_mut() {
+            match cx.router.primary_of(*partition) {
+                Some(primary) if primary != *asked && primary != cx.me() => {
                     *asked = primary;
                     asks.push((*table, *partition, primary));
                 }
@@ -563,118 +627,105 @@ impl Shard {
             }
         }
         for (table, partition, primary) in asks {
-            self.send_peer(primary, PeerMsg::SyncHandover { table, partition }, out);
+            cx.send_peer(primary, PeerMsg::SyncHandover { table, partition }, out);
         }
     }
 
-    fn sync_part_done(&mut self, table: TableId, partition: u32) {
-        let target = &mut self.sync_dst;
-        target.parts.remove(&(table, partition));
-        target.progress.partitions_left = target.parts.len();
-    }
-
-    pub(crate) fn sync_on_handed_over(&mut self, from: ShardAddr, table: TableId, partition: u32) {
-        if let Some(waiting) = self.sync_dst.confirming.get_mut(&(table, partition)) {
+    /// A replica holds no lock on a partition handed over (`SyncHandedOver`).
+    pub(crate) fn on_handed_over(&mut self, from: ShardAddr, table: TableId, partition: u32) {
+        if let Some(waiting) = self.dst.confirming.get_mut(&(table, partition)) {
             waiting.remove(&from);
             if waiting.is_empty() {
-                self.sync_dst.confirming.remove(&(table, partition));
+                self.dst.confirming.remove(&(table, partition));
             }
             return;
         }
-        if self.sync_dst.handovers.get(&(table, partition)) == Some(&from) {
-            self.sync_dst.handovers.remove(&(table, partition));
-            self.sync_dst.progress.handovers_left = self.sync_dst.handovers.len();
+        if self.dst.handovers.get(&(table, partition)) == Some(&from) {
+            self.dst.handovers.remove(&(table, partition));
+            self.dst.progress.handovers_left = self.dst.handovers.len();
         }
     }
 
-    /// The primary this shard still copies the partition from, if any.
-    pub(crate) fn sync_source_of(&self, table: TableId, partition: u32) -> Option<ShardAddr> {
-        self.sync_dst.parts.get(&(table, partition)).map(|p| p.source)
-    }
-
-    /// Whether locks on this partition are held back for a handover (as
-    /// the primary handing it over, or as the new primary waiting for the
-    /// other replicas to drain their locks).
-    pub(crate) fn sync_frozen(&self, table: TableId, partition: u32) -> bool {
-        self.sync_src.frozen.contains_key(&(table, partition))
-            || self.sync_dst.confirming.contains_key(&(table, partition))
-    }
-
-    pub(crate) fn sync_on_handover(&mut self, from: ShardAddr, table: TableId, partition: u32, out: &mut Outbox) {
-        self.sync_src.frozen.insert((table, partition), (from, false));
-        self.sync_check_frozen(out);
+    /// A restarted replica asks for a partition (`SyncHandover`).
+    pub(crate) fn on_handover(
+        &mut self,
+        cx: &mut Context,
+        ldm: &Ldm,
+        out: &mut Outbox,
+        from: ShardAddr,
+        table: TableId,
+        partition: u32,
+    ) {
+        self.src.frozen.insert((table, partition), (from, false));
+        self.check_frozen(cx, ldm, out);
     }
 
     /// Tells each restarted replica once no transaction holds a lock on a
     /// partition handed to it; drops handovers that are over (told, and
     /// this shard is no longer the primary) or void (the replica left).
-    fn sync_check_frozen(&mut self, out: &mut Outbox) {
-        if self.sync_src.frozen.is_empty() {
+    fn check_frozen(&mut self, cx: &mut Context, ldm: &Ldm, out: &mut Outbox) {
+        if self.src.frozen.is_empty() {
             return;
         }
-        let me = self.cfg.me;
-        let mut frozen = std::mem::take(&mut self.sync_src.frozen);
+        let me = cx.me();
+        let mut frozen = std::mem::take(&mut self.src.frozen);
         frozen.retain(|(table, partition), (to, told)| {
-            self.layout.takes_writes(to.node)
-                && self.tables.get(table).is_some_and(|t| !*told || t.is_primary(*partition, me))
+            cx.layout.takes_writes(to.node)
+                && cx.tables.get(table).is_some_and(|t| !*told || t.is_primary(*partition, me))
         });
         for ((table, partition), (to, told)) in frozen.iter_mut() {
             if *told {
                 continue;
             }
-            let Some(meta) = self.tables.get(table).map(|t| t.meta.clone()) else { continue };
-            let in_partition = |k: &crate::locks::LockKey| k.table == *table && meta.partition_of(&k.key) == *partition;
-            let held = self.ldm.txs.values().any(|t| {
-                t.locks.iter().any(in_partition)
-                    || t.waits.keys().any(in_partition)
-                    || t.staged.keys().any(in_partition)
-            });
-            if !held {
+            let Some(meta) = cx.tables.get(table).map(|t| t.meta.clone()) else { continue };
+            if !ldm.holds_in_partition(&meta, *table, *partition) {
                 *told = true;
-                self.send_peer(*to, PeerMsg::SyncHandedOver { table: *table, partition: *partition }, out);
+                cx.send_peer(*to, PeerMsg::SyncHandedOver { table: *table, partition: *partition }, out);
             }
         }
-        self.sync_src.frozen = frozen;
+        self.src.frozen = frozen;
     }
+}
 
-    /// Makes this shard's rows of `range` exactly `rows`.
-    fn sync_apply(
-        &mut self,
-        table: TableId,
-        partition: u32,
-        range: &SyncRange,
-        rows: &[SyncRow],
-    ) -> latsdb_types::Result<()> {
-        let state = self.tables.get_mut(&table).ok_or_else(|| crate::shard::unknown_table(table))?;
-        let meta = state.meta.clone();
-        let p = state
-            .partitions
-            .get_mut(partition as usize)
-            .and_then(|p| p.as_mut())
-            .ok_or_else(|| crate::shard::wrong_shard(partition, self.cfg.me))?;
-        for r in rows {
-            meta.layout.validate(&r.row)?;
-            if meta.key_of_row(&r.row) != r.key {
-                return Err(DbError::internal("a copied row does not match its key"));
-            }
+/// Makes this shard's rows of `range` exactly `rows`.
+fn apply_rows(
+    cx: &mut Context,
+    table: TableId,
+    partition: u32,
+    range: &SyncRange,
+    rows: &[SyncRow],
+) -> latsdb_types::Result<()> {
+    let me = cx.me();
+    let state = cx.tables.get_mut(&table).ok_or_else(|| unknown_table(table))?;
+    let meta = state.meta.clone();
+    let p = state
+        .partitions
+        .get_mut(partition as usize)
+        .and_then(|p| p.as_mut())
+        .ok_or_else(|| wrong_shard(partition, me))?;
+    for r in rows {
+        meta.layout.validate(&r.row)?;
+        if meta.key_of_row(&r.row) != r.key {
+            return Err(DbError::internal("a copied row does not match its key"));
         }
-        let before = p.memory();
-        let incoming: BTreeSet<&[u8]> = rows.iter().map(|r| r.key.as_slice()).collect();
-        let mut stale: Vec<Vec<u8>> = Vec::new();
-        p.rows_between(range.after.as_deref(), range.upto.as_deref(), |key, _| {
-            if !incoming.contains(key) {
-                stale.push(key.to_vec());
-            }
-        });
-        for key in stale {
-            p.remove(&meta, &key);
-        }
-        for r in rows {
-            if p.get(&r.key) != Some(r.row.as_slice()) {
-                p.put(&meta, &r.key, &r.row);
-            }
-        }
-        self.data_memory_used = self.data_memory_used + p.memory() - before;
-        Ok(())
     }
+    let before = p.memory();
+    let incoming: BTreeSet<&[u8]> = rows.iter().map(|r| r.key.as_slice()).collect();
+    let mut stale: Vec<Vec<u8>> = Vec::new();
+    p.rows_between(range.after.as_deref(), range.upto.as_deref(), |key, _| {
+        if !incoming.contains(key) {
+            stale.push(key.to_vec());
+        }
+    });
+    for key in stale {
+        p.remove(&meta, &key);
+    }
+    for r in rows {
+        if p.get(&r.key) != Some(r.row.as_slice()) {
+            p.put(&meta, &r.key, &r.row);
+        }
+    }
+    let after = p.memory();
+    cx.account(before, after);
+    Ok(())
 }

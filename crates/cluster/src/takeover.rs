@@ -35,13 +35,15 @@
 //!   |<--TakeoverCommit / Abort---|  once every live shard reported
 //! ```
 
-use crate::ldm::CommitReply;
-use crate::shard::{Outbox, Shard};
+use crate::context::{Context, FastMap};
+use crate::ldm::Ldm;
+use crate::shard::Outbox;
 use latsdb_types::proto::{CommitEpoch, NodeId, NodeStatus, PeerMsg, ShardAddr, TakeoverReport, TxId};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// One failed node's takeover round, at the takeover shard.
 #[derive(Default)]
-pub(crate) struct Takeover {
+struct Round {
     /// The layout version in which this shard first saw the node failed
     /// (this time); `None` while its layout still shows it started.
     since: Option<u64>,
@@ -55,86 +57,99 @@ pub(crate) struct Takeover {
     decided: bool,
 }
 
-impl Takeover {
+impl Round {
     fn pending(&self) -> bool {
         self.since.is_some() && !self.decided
     }
+}
+
+/// The takeover block: the rounds this shard runs (as the takeover shard
+/// of a failed node), and the layout version it last reported in.
+#[derive(Default)]
+pub(crate) struct Takeovers {
+    rounds: FastMap<NodeId, Round>,
+    /// The layout version this shard last sent its takeover reports in.
+    reported_version: u64,
 }
 
 fn view_of(layout_version: u64) -> u64 {
     latsdb_types::proto::ClusterLayout::view_epoch_of(layout_version)
 }
 
-impl Shard {
-    fn live_shards(&self, except: NodeId) -> Vec<ShardAddr> {
-        let mut shards: Vec<ShardAddr> = self
-            .layout
-            .datanodes
-            .iter()
-            .filter(|d| d.status.takes_writes() && d.node_id != except)
-            .flat_map(|d| (0..d.shards.len()).map(move |s| ShardAddr { node: d.node_id, shard: s as u16 }))
-            .collect();
-        shards.sort_unstable();
-        shards
-    }
+/// The nodes of the layout that are not started, in order.
+fn failed_nodes(cx: &Context) -> Vec<NodeId> {
+    let mut gone: Vec<NodeId> =
+        cx.layout.datanodes.iter().filter(|d| d.status != NodeStatus::Started).map(|d| d.node_id).collect();
+    gone.sort_unstable();
+    gone
+}
 
+impl Takeovers {
     /// Whether this shard, as the takeover shard, still waits for reports
     /// on a failed node (which holds up epochs: the decision may commit).
-    pub(crate) fn takeover_pending(&self) -> bool {
-        let me = self.cfg.me;
-        self.takeovers.iter().any(|(dead, round)| round.pending() && self.live_shards(*dead).first() == Some(&me))
+    pub(crate) fn pending(&self, cx: &Context) -> bool {
+        let me = cx.me();
+        self.rounds.iter().any(|(dead, round)| round.pending() && cx.writer_shards(Some(*dead)).first() == Some(&me))
     }
 
-    fn failed_nodes(&self) -> Vec<NodeId> {
-        let mut gone: Vec<NodeId> =
-            self.layout.datanodes.iter().filter(|d| d.status != NodeStatus::Started).map(|d| d.node_id).collect();
-        gone.sort_unstable();
-        gone
+    /// Whether this shard has not yet reported in the current layout.
+    pub(crate) fn report_due(&self, cx: &Context) -> bool {
+        cx.layout.version != self.reported_version
+    }
+
+    /// Checks the rounds' invariants (run by the simulator after every step).
+    pub(crate) fn check(&self, cx: &Context) {
+        assert!(
+            self.reported_version <= cx.layout.version,
+            "shard {} reported in layout {} beyond its own {}",
+            cx.me(),
+            self.reported_version,
+            cx.layout.version
+        );
+        for (dead, round) in &self.rounds {
+            if round.decided {
+                assert!(round.since.is_some(), "the round of node {dead} decided before it began");
+                assert!(round.prepared.is_empty(), "the round of node {dead} decided but kept prepared transactions");
+            }
+            if round.since.is_none() {
+                assert!(round.reported.is_empty(), "the round of node {dead} counted reports before it began");
+            }
+            assert!(
+                round.prepared.keys().chain(round.committed.keys()).all(|tx| tx.tc.node == *dead),
+                "the round of node {dead} holds another node's transaction"
+            );
+        }
     }
 
     /// Reports on every node that is not started, in this layout version.
-    pub(crate) fn takeover_report_all(&mut self, out: &mut Outbox) {
-        self.reported_version = self.layout.version;
-        for dead in self.failed_nodes() {
-            self.takeover_report(dead, out);
+    pub(crate) fn report_all(&mut self, cx: &mut Context, ldm: &Ldm, out: &mut Outbox) {
+        self.reported_version = cx.layout.version;
+        for dead in failed_nodes(cx) {
+            report(cx, ldm, out, dead);
         }
     }
 
-    /// What this shard holds of the transactions of node `dead`.
-    fn takeover_report(&mut self, dead: NodeId, out: &mut Outbox) {
-        let Some(&takeover) = self.live_shards(dead).first() else { return };
-        let mut prepared: BTreeSet<TxId> = self.ldm.txs.keys().filter(|t| t.tc.node == dead).copied().collect();
-        prepared.extend(self.ldm.replica_txs.keys().filter(|t| t.tc.node == dead));
-        let committed = self.ldm.commit_log.coordinated_by(dead);
-        let version = self.layout.version;
-        let msg = PeerMsg::TakeoverReport(TakeoverReport {
-            dead,
-            version,
-            prepared: prepared.into_iter().collect(),
-            committed,
-        });
-        self.send_peer(takeover, msg, out);
-    }
-
-    pub(crate) fn takeover_on_report(&mut self, from: ShardAddr, report: TakeoverReport, out: &mut Outbox) {
-        let round = self.takeovers.entry(report.dead).or_default();
+    /// A shard's report (`TakeoverReport`).
+    pub(crate) fn on_report(&mut self, cx: &mut Context, out: &mut Outbox, from: ShardAddr, report: TakeoverReport) {
+        let round = self.rounds.entry(report.dead).or_default();
         match round.since {
             None => round.early.push((from, report)),
             Some(since) if view_of(report.version) < view_of(since) => {}
-            Some(_) => self.takeover_count(from, report, out),
+            Some(_) => self.count(cx, out, from, report),
         }
     }
 
-    fn takeover_count(&mut self, from: ShardAddr, report: TakeoverReport, out: &mut Outbox) {
+    fn count(&mut self, cx: &mut Context, out: &mut Outbox, from: ShardAddr, report: TakeoverReport) {
         let TakeoverReport { dead, prepared, committed, .. } = report;
-        let Some(round) = self.takeovers.get_mut(&dead) else { return };
+        let Some(round) = self.rounds.get_mut(&dead) else { return };
+        debug_assert!(round.since.is_some(), "a report counted before the round began");
         round.committed.extend(committed);
         if round.decided {
             // Late: the decision is made; this shard's share gets it now.
             let decisions: Vec<(TxId, Option<CommitEpoch>)> =
                 prepared.into_iter().map(|tx| (tx, round.committed.get(&tx).copied())).collect();
             for (tx, commit) in decisions {
-                self.takeover_send(from, tx, commit, out);
+                send_decision(cx, out, from, tx, commit);
             }
             return;
         }
@@ -142,44 +157,44 @@ impl Shard {
         for tx in prepared {
             round.prepared.entry(tx).or_default().insert(from);
         }
-        self.takeover_try_decide(dead, out);
+        self.try_decide(cx, out, dead);
     }
 
     /// A new layout: rounds of nodes started again are over; a failure seen
     /// for the first time starts counting (with the reports that came
     /// early, if made since); a round may be complete now that a shard
     /// that never reported left.
-    pub(crate) fn takeover_layout_changed(&mut self, out: &mut Outbox) {
-        let failed = self.failed_nodes();
-        let version = self.layout.version;
-        self.takeovers.retain(|dead, round| {
+    pub(crate) fn on_layout_changed(&mut self, cx: &mut Context, out: &mut Outbox) {
+        let failed = failed_nodes(cx);
+        let version = cx.layout.version;
+        self.rounds.retain(|dead, round| {
             if failed.contains(dead) {
                 return true;
             }
             // Started (again): the round is over, but reports made in newer
             // views may be about a failure this shard has yet to see.
             round.early.retain(|(_, r)| view_of(r.version) > view_of(version));
-            *round = Takeover { early: std::mem::take(&mut round.early), ..Default::default() };
+            *round = Round { early: std::mem::take(&mut round.early), ..Default::default() };
             !round.early.is_empty()
         });
         for dead in failed {
-            let round = self.takeovers.entry(dead).or_default();
+            let round = self.rounds.entry(dead).or_default();
             if round.since.is_none() {
                 round.since = Some(version);
                 let early = std::mem::take(&mut round.early);
                 for (from, report) in early {
                     if view_of(report.version) >= view_of(version) {
-                        self.takeover_count(from, report, out);
+                        self.count(cx, out, from, report);
                     }
                 }
             }
-            self.takeover_try_decide(dead, out);
+            self.try_decide(cx, out, dead);
         }
     }
 
-    fn takeover_try_decide(&mut self, dead: NodeId, out: &mut Outbox) {
-        let live = self.live_shards(dead);
-        let Some(round) = self.takeovers.get_mut(&dead) else { return };
+    fn try_decide(&mut self, cx: &mut Context, out: &mut Outbox, dead: NodeId) {
+        let live = cx.writer_shards(Some(dead));
+        let Some(round) = self.rounds.get_mut(&dead) else { return };
         if !round.pending() || !live.iter().all(|s| round.reported.contains(s)) {
             return;
         }
@@ -195,19 +210,25 @@ impl Shard {
             })
             .collect();
         for (holder, tx, commit) in decisions {
-            self.takeover_send(holder, tx, commit, out);
+            send_decision(cx, out, holder, tx, commit);
         }
     }
+}
 
-    fn takeover_send(&mut self, to: ShardAddr, tx: TxId, commit: Option<CommitEpoch>, out: &mut Outbox) {
-        let msg = match commit {
-            Some(epoch) => PeerMsg::TakeoverCommit { tx, epoch },
-            None => PeerMsg::TakeoverAbort { tx },
-        };
-        self.send_peer(to, msg, out);
-    }
+/// What this shard holds of the transactions of node `dead`, to the
+/// takeover shard.
+fn report(cx: &mut Context, ldm: &Ldm, out: &mut Outbox, dead: NodeId) {
+    let Some(&takeover) = cx.writer_shards(Some(dead)).first() else { return };
+    let (prepared, committed) = ldm.coordinated_by(dead);
+    let version = cx.layout.version;
+    let msg = PeerMsg::TakeoverReport(TakeoverReport { dead, version, prepared, committed });
+    cx.send_peer(takeover, msg, out);
+}
 
-    pub(crate) fn takeover_commit(&mut self, tx: TxId, epoch: CommitEpoch, out: &mut Outbox) {
-        self.ldm_commit_with(tx, CommitReply::Nobody, epoch, out);
-    }
+fn send_decision(cx: &mut Context, out: &mut Outbox, to: ShardAddr, tx: TxId, commit: Option<CommitEpoch>) {
+    let msg = match commit {
+        Some(epoch) => PeerMsg::TakeoverCommit { tx, epoch },
+        None => PeerMsg::TakeoverAbort { tx },
+    };
+    cx.send_peer(to, msg, out);
 }

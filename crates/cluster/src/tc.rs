@@ -22,8 +22,9 @@
 //!   |<--TxExec{committed}                |
 //! ```
 
-use crate::shard::{ConnId, FastMap, Outbox, Shard};
-use latsdb_types::proto::{ClientResponse, KeyOp, OpResult, PeerMsg, ShardAddr, TxId};
+use crate::context::{ConnId, Context, FastMap};
+use crate::shard::Outbox;
+use latsdb_types::proto::{ClientResponse, CommitEpoch, KeyOp, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode};
 use std::collections::BTreeSet;
@@ -52,18 +53,64 @@ struct TcTx {
     error: Option<DbError>,
     /// The highest epoch a participant reported; the commit's epoch is at
     /// least this (see durability.rs).
-    epoch: latsdb_types::proto::CommitEpoch,
+    epoch: CommitEpoch,
 }
 
+impl TcTx {
+    fn new(conn: ConnId, req_id: u64, commit: bool) -> TcTx {
+        TcTx {
+            conn,
+            req_id,
+            results: Vec::new(),
+            remaining: 0,
+            participants: Vec::new(),
+            touched: BTreeSet::new(),
+            commit,
+            phase: Phase::Idle,
+            error: None,
+            epoch: 0,
+        }
+    }
+
+    /// The transaction's invariants, whatever its phase.
+    fn check(&self, id: TxId, commit_epoch: CommitEpoch) {
+        let unanswered = self.results.iter().filter(|r| r.is_none()).count();
+        assert!(self.epoch <= commit_epoch, "tx {id:?}: epoch {} above the shard's {commit_epoch}", self.epoch);
+        let distinct: BTreeSet<&ShardAddr> = self.participants.iter().collect();
+        assert_eq!(distinct.len(), self.participants.len(), "tx {id:?}: a participant listed twice");
+        match &self.phase {
+            Phase::Executing => {
+                assert!(self.remaining > 0, "tx {id:?}: executing with no operation outstanding");
+                assert_eq!(self.remaining, unanswered, "tx {id:?}: outstanding count differs from unanswered slots");
+            }
+            Phase::Idle => assert_eq!(self.remaining, 0, "tx {id:?}: idle with operations outstanding"),
+            Phase::Committing { waiting } => {
+                assert!(self.commit, "tx {id:?}: committing without a commit request");
+                assert!(!waiting.is_empty(), "tx {id:?}: committing and waiting for nobody");
+                assert!(
+                    unanswered == 0 && self.error.is_none(),
+                    "tx {id:?}: committing with a failed or missing result"
+                );
+                assert!(
+                    waiting.iter().all(|w| self.participants.contains(w)),
+                    "tx {id:?}: waiting for a commit from a shard that is not a participant"
+                );
+            }
+        }
+    }
+}
+
+/// The transaction coordinator block: the transactions this shard
+/// coordinates, by id.
 #[derive(Default)]
-pub(crate) struct TcState {
+pub(crate) struct Coordinator {
     txs: FastMap<TxId, TcTx>,
     next_seq: u64,
 }
 
-impl TcState {
-    pub(crate) fn starting_at(first_seq: u64) -> TcState {
-        TcState { txs: FastMap::default(), next_seq: first_seq }
+impl Coordinator {
+    pub(crate) fn starting_at(first_seq: u64) -> Coordinator {
+        Coordinator { txs: FastMap::default(), next_seq: first_seq }
     }
 
     pub(crate) fn open(&self) -> usize {
@@ -72,69 +119,40 @@ impl TcState {
 
     /// Whether no transaction decided in an epoch below `epoch` is still
     /// waiting for a participant's `TxCommitted`.
-    pub(crate) fn all_committed_below(&self, epoch: latsdb_types::proto::CommitEpoch) -> bool {
+    pub(crate) fn all_committed_below(&self, epoch: CommitEpoch) -> bool {
         !self.txs.values().any(|t| matches!(t.phase, Phase::Committing { .. }) && t.epoch < epoch)
     }
-}
 
-impl Shard {
-    pub(crate) fn tc_exec(
+    /// Checks every open transaction's invariants (run by the simulator
+    /// after every step).
+    pub(crate) fn check(&self, cx: &Context) {
+        for (id, t) in &self.txs {
+            assert_eq!(id.tc, cx.me(), "shard {} coordinates transaction {id:?} of another shard", cx.me());
+            assert!(id.seq <= self.next_seq, "transaction {id:?} numbered beyond {}", self.next_seq);
+            t.check(*id, cx.commit_epoch);
+        }
+    }
+
+    /// A client's `TxExec`: opens the transaction if `tx` is None, routes
+    /// the operations to their primaries and, with `commit`, commits once
+    /// they all succeeded.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn exec(
         &mut self,
+        cx: &mut Context,
+        out: &mut Outbox,
         conn: ConnId,
         req_id: u64,
         tx: Option<TxId>,
         ops: Vec<KeyOp>,
         commit: bool,
-        out: &mut Outbox,
     ) {
-        let id = match tx {
-            None => {
-                self.tc.next_seq += 1;
-                let id = TxId { tc: self.cfg.me, seq: self.tc.next_seq };
-                self.tc.txs.insert(
-                    id,
-                    TcTx {
-                        conn,
-                        req_id,
-                        results: Vec::new(),
-                        remaining: 0,
-                        participants: Vec::new(),
-                        touched: BTreeSet::new(),
-                        commit,
-                        phase: Phase::Idle,
-                        error: None,
-                        epoch: 0,
-                    },
-                );
-                id
-            }
-            Some(id) => match self.tc.txs.get(&id) {
-                Some(t) if t.conn == conn && t.phase == Phase::Idle => id,
-                Some(t) if t.conn == conn => {
-                    let e = DbError::bad_request(
-                        "the transaction is still executing a previous request; wait for its answer",
-                    );
-                    out.client.push((conn, req_id, ClientResponse::Error(e)));
-                    return;
-                }
-                _ => {
-                    let e = DbError::new(
-                        ErrorCode::UnknownTransaction,
-                        format!(
-                            "transaction {}:{} is not open at this coordinator (it finished or was aborted)",
-                            id.tc, id.seq
-                        ),
-                    );
-                    out.client.push((conn, req_id, ClientResponse::Error(e)));
-                    return;
-                }
-            },
-        };
+        let Some(id) = self.open_for(cx, out, conn, req_id, tx, commit) else { return };
         // Route every operation before sending any, so a bad one aborts cleanly.
         let mut routed: Vec<(ShardAddr, Vec<(u32, KeyOp)>)> = Vec::new();
         let mut route_error = None;
         for (idx, op) in ops.into_iter().enumerate() {
-            match self.tc_route(&op) {
+            match route(cx, &op) {
                 Ok(shard) => match routed.iter_mut().find(|(s, _)| *s == shard) {
                     Some((_, list)) => list.push((idx as u32, op)),
                     None => routed.push((shard, vec![(idx as u32, op)])),
@@ -146,11 +164,12 @@ impl Shard {
             }
         }
         let count = routed.iter().map(|(_, l)| l.len()).sum();
-        let t = self.tc.txs.get_mut(&id).expect("transaction exists");
+        let t = self.txs.get_mut(&id).expect("transaction exists");
+        debug_assert_eq!(t.phase, Phase::Idle, "a request ran on a transaction that was not idle");
         t.req_id = req_id;
         t.commit = commit;
         if let Some(e) = route_error {
-            self.tc_abort(id, Some(e), out);
+            self.abort(cx, out, id, Some(e));
             return;
         }
         t.results = (0..count).map(|_| None).collect();
@@ -164,43 +183,62 @@ impl Shard {
             }
         }
         if count == 0 {
-            t.phase = Phase::Idle;
-            self.tc_executed(id, out);
+            self.executed(cx, out, id);
             return;
         }
         t.phase = Phase::Executing;
         for (shard, ops) in routed {
-            self.send_peer(shard, PeerMsg::TxOps { tx: id, ops }, out);
+            cx.send_peer(shard, PeerMsg::TxOps { tx: id, ops }, out);
         }
     }
 
-    fn tc_route(&self, op: &KeyOp) -> Result<ShardAddr, DbError> {
-        let table = self.table(op.table, op.table_version)?;
-        if op.partition >= table.meta.def.partitions {
-            return Err(DbError::bad_request(format!(
-                "partition {} does not exist; table {} has {} partitions",
-                op.partition,
-                table.meta.def.qualified_name(),
-                table.meta.def.partitions
-            )));
-        }
-        self.router.primary_of(op.partition).ok_or_else(|| {
-            DbError::new(
-                ErrorCode::NodeUnavailable,
-                format!("no started data node holds partition {}; retry later", op.partition),
-            )
-        })
-    }
-
-    pub(crate) fn tc_op_results(
+    /// The transaction a request runs in: a new one, or the client's open
+    /// and idle one. Answers the client with the error and says None when
+    /// there is none.
+    fn open_for(
         &mut self,
+        cx: &Context,
+        out: &mut Outbox,
+        conn: ConnId,
+        req_id: u64,
+        tx: Option<TxId>,
+        commit: bool,
+    ) -> Option<TxId> {
+        let Some(id) = tx else {
+            self.next_seq += 1;
+            let id = TxId { tc: cx.me(), seq: self.next_seq };
+            let fresh = self.txs.insert(id, TcTx::new(conn, req_id, commit)).is_none();
+            debug_assert!(fresh, "transaction number {} reused", self.next_seq);
+            return Some(id);
+        };
+        let error = match self.txs.get(&id) {
+            Some(t) if t.conn == conn && t.phase == Phase::Idle => return Some(id),
+            Some(t) if t.conn == conn => {
+                DbError::bad_request("the transaction is still executing a previous request; wait for its answer")
+            }
+            _ => DbError::new(
+                ErrorCode::UnknownTransaction,
+                format!(
+                    "transaction {}:{} is not open at this coordinator (it finished or was aborted)",
+                    id.tc, id.seq
+                ),
+            ),
+        };
+        out.client.push((conn, req_id, ClientResponse::Error(error)));
+        None
+    }
+
+    /// A participant's results for operations of `tx` (its `TxOpResults`).
+    pub(crate) fn on_op_results(
+        &mut self,
+        cx: &mut Context,
+        out: &mut Outbox,
         from: ShardAddr,
         tx: TxId,
         results: Vec<(u32, OpResult)>,
-        epoch: latsdb_types::proto::CommitEpoch,
-        out: &mut Outbox,
+        epoch: CommitEpoch,
     ) {
-        let Some(t) = self.tc.txs.get_mut(&tx) else {
+        let Some(t) = self.txs.get_mut(&tx) else {
             return;
         };
         // Late answers (after an abort), answers from a shard that was not
@@ -224,13 +262,14 @@ impl Shard {
         }
         if t.remaining == 0 {
             t.phase = Phase::Idle;
-            self.tc_executed(tx, out);
+            self.executed(cx, out, tx);
         }
     }
 
     /// Every operation of the current request has its result.
-    fn tc_executed(&mut self, tx: TxId, out: &mut Outbox) {
-        let t = self.tc.txs.get_mut(&tx).expect("transaction exists");
+    fn executed(&mut self, cx: &mut Context, out: &mut Outbox, tx: TxId) {
+        let t = self.txs.get_mut(&tx).expect("transaction exists");
+        debug_assert!(t.remaining == 0 && t.results.iter().all(Option::is_some), "executed with results missing");
         if let Some(e) = t.error.take() {
             // A request whose writes all found their keys taken changed
             // nothing but took locks: its transaction goes on, and the client
@@ -241,24 +280,24 @@ impl Shard {
                 _ => true,
             });
             if !only_duplicates || t.commit {
-                self.tc_abort(tx, Some(e), out);
+                self.abort(cx, out, tx, Some(e));
                 return;
             }
         }
         if t.commit {
             if t.participants.is_empty() {
-                self.tc_finish_commit(tx, out);
+                self.finish_commit(out, tx);
                 return;
             }
             // The commit decision: its epoch is this shard's or a higher one a
             // participant reported.
-            let epoch = t.epoch.max(self.dur.current);
+            let epoch = t.epoch.max(cx.commit_epoch);
             t.epoch = epoch;
             t.phase = Phase::Committing { waiting: t.participants.clone() };
             let participants = t.participants.clone();
-            self.observe_epoch(epoch);
+            cx.observe_epoch(epoch);
             for shard in participants {
-                self.send_peer(shard, PeerMsg::TxCommit { tx, epoch }, out);
+                cx.send_peer(shard, PeerMsg::TxCommit { tx, epoch }, out);
             }
             return;
         }
@@ -266,8 +305,9 @@ impl Shard {
         out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: false }));
     }
 
-    pub(crate) fn tc_committed(&mut self, from: ShardAddr, tx: TxId, out: &mut Outbox) {
-        let Some(t) = self.tc.txs.get_mut(&tx) else {
+    /// A participant applied the commit of `tx` on every replica.
+    pub(crate) fn on_committed(&mut self, out: &mut Outbox, from: ShardAddr, tx: TxId) {
+        let Some(t) = self.txs.get_mut(&tx) else {
             return;
         };
         let Phase::Committing { waiting } = &mut t.phase else {
@@ -275,48 +315,37 @@ impl Shard {
         };
         waiting.retain(|s| *s != from);
         if waiting.is_empty() {
-            self.tc_finish_commit(tx, out);
+            self.finish_commit(out, tx);
         }
     }
 
-    fn tc_finish_commit(&mut self, tx: TxId, out: &mut Outbox) {
-        let t = self.tc.txs.remove(&tx).expect("transaction exists");
+    fn finish_commit(&mut self, out: &mut Outbox, tx: TxId) {
+        let t = self.txs.remove(&tx).expect("transaction exists");
+        debug_assert!(t.commit && t.error.is_none(), "a transaction finished committing without a commit decision");
         let results = t.results.into_iter().map(|r| r.expect("result present")).collect();
         out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: true }));
     }
 
     /// Aborts at every participant and tells the client.
-    fn tc_abort(&mut self, tx: TxId, error: Option<DbError>, out: &mut Outbox) {
-        let Some(t) = self.tc.txs.remove(&tx) else {
+    fn abort(&mut self, cx: &mut Context, out: &mut Outbox, tx: TxId, error: Option<DbError>) {
+        let Some(t) = self.txs.remove(&tx) else {
             return;
         };
-        self.tc_send_abort(tx, &t, out);
+        debug_assert!(!matches!(t.phase, Phase::Committing { .. }), "a committing transaction was aborted");
+        send_abort(cx, out, tx, &t);
         out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
     }
 
-    /// Tells every shard that may hold state of `t` to drop it: its
-    /// participants and every live replica of every partition it touched.
-    /// (A primary also forwards the abort to its backups; telling backups
-    /// directly covers a primary that fails before it forwards.)
-    fn tc_send_abort(&mut self, tx: TxId, t: &TcTx, out: &mut Outbox) {
-        let mut targets: BTreeSet<ShardAddr> = t.participants.iter().copied().collect();
-        for (_, _, partition) in &t.touched {
-            targets.extend(self.router.replicas_of(*partition));
-        }
-        for target in targets {
-            self.send_peer(target, PeerMsg::TxAbort { tx }, out);
-        }
-    }
-
-    pub(crate) fn tc_client_abort(&mut self, conn: ConnId, req_id: u64, tx: TxId, out: &mut Outbox) {
-        match self.tc.txs.get_mut(&tx) {
+    /// A client's `TxAbort`.
+    pub(crate) fn on_client_abort(&mut self, cx: &mut Context, out: &mut Outbox, conn: ConnId, req_id: u64, tx: TxId) {
+        match self.txs.get_mut(&tx) {
             Some(t) if t.conn == conn && !matches!(t.phase, Phase::Committing { .. }) => {
                 if t.phase == Phase::Executing {
                     // The request still executing is answered too.
                     out.client.push((conn, t.req_id, ClientResponse::TxAborted { tx, error: None }));
                 }
                 t.req_id = req_id;
-                self.tc_abort(tx, None, out);
+                self.abort(cx, out, tx, None);
             }
             Some(t) if t.conn == conn => {
                 let e = DbError::bad_request("the transaction is committing and can no longer be aborted");
@@ -331,9 +360,10 @@ impl Shard {
         }
     }
 
-    pub(crate) fn tc_disconnect(&mut self, conn: ConnId, out: &mut Outbox) {
+    /// A client connection closed: its transactions that are not
+    /// committing are aborted.
+    pub(crate) fn on_disconnect(&mut self, cx: &mut Context, out: &mut Outbox, conn: ConnId) {
         let mut orphans: Vec<TxId> = self
-            .tc
             .txs
             .iter()
             .filter(|(_, t)| t.conn == conn && !matches!(t.phase, Phase::Committing { .. }))
@@ -342,24 +372,25 @@ impl Shard {
         // Hash-map order is random; the simulation needs a replayable order.
         orphans.sort_unstable();
         for tx in orphans {
-            let t = self.tc.txs.remove(&tx).expect("transaction exists");
-            self.tc_send_abort(tx, &t, out);
+            let t = self.txs.remove(&tx).expect("transaction exists");
+            send_abort(cx, out, tx, &t);
         }
+        debug_assert!(
+            self.txs.values().all(|t| t.conn != conn || matches!(t.phase, Phase::Committing { .. })),
+            "a transaction of a closed connection stayed open"
+        );
     }
-}
 
-impl Shard {
     /// A new layout arrived: transactions with a participant on a node that
     /// left are finished without it. One still executing (or idle) is
     /// aborted everywhere it may have left state, with a retriable error; one
     /// already committing sends its commit to the replicas that took over the
     /// lost participant's partitions, which commit what they staged as
     /// backups. (A coordinator that fails is the takeover protocol's job.)
-    pub(crate) fn tc_layout_changed(&mut self, out: &mut Outbox) {
-        let layout = &self.layout;
+    pub(crate) fn on_layout_changed(&mut self, cx: &mut Context, out: &mut Outbox) {
+        let layout = &cx.layout;
         let alive = |a: &ShardAddr| layout.takes_writes(a.node);
         let mut affected: Vec<(TxId, Vec<ShardAddr>)> = self
-            .tc
             .txs
             .iter()
             .filter_map(|(id, t)| {
@@ -369,18 +400,18 @@ impl Shard {
             .collect();
         affected.sort_unstable();
         for (tx, dead) in affected {
-            let committing = matches!(self.tc.txs.get(&tx).map(|t| &t.phase), Some(Phase::Committing { .. }));
+            let committing = matches!(self.txs.get(&tx).map(|t| &t.phase), Some(Phase::Committing { .. }));
             if committing {
-                self.tc_recommit(tx, &dead, out);
+                self.recommit(cx, out, tx, &dead);
             } else {
-                self.tc_abort_for_failure(tx, &dead, out);
+                self.abort_for_failure(cx, out, tx, &dead);
             }
         }
     }
 
-    fn tc_abort_for_failure(&mut self, tx: TxId, dead: &[ShardAddr], out: &mut Outbox) {
-        let Some(t) = self.tc.txs.remove(&tx) else { return };
-        self.tc_send_abort(tx, &t, out);
+    fn abort_for_failure(&mut self, cx: &mut Context, out: &mut Outbox, tx: TxId, dead: &[ShardAddr]) {
+        let Some(t) = self.txs.remove(&tx) else { return };
+        send_abort(cx, out, tx, &t);
         let nodes: Vec<String> = dead.iter().map(|d| d.node.to_string()).collect();
         let error = DbError::new(
             ErrorCode::NodeUnavailable,
@@ -389,8 +420,8 @@ impl Shard {
         out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error: Some(error) }));
     }
 
-    fn tc_recommit(&mut self, tx: TxId, dead: &[ShardAddr], out: &mut Outbox) {
-        let Some(t) = self.tc.txs.get(&tx) else { return };
+    fn recommit(&mut self, cx: &mut Context, out: &mut Outbox, tx: TxId, dead: &[ShardAddr]) {
+        let Some(t) = self.txs.get_mut(&tx) else { return };
         let mut successors = BTreeSet::new();
         // Every live replica of what the dead participant touched: the new
         // primary and any other backup may each hold the staged rows (with
@@ -398,10 +429,9 @@ impl Shard {
         // on to the other backups by itself).
         for (participant, _, partition) in &t.touched {
             if dead.contains(participant) {
-                successors.extend(self.router.replicas_of(*partition));
+                successors.extend(cx.router.replicas_of(*partition));
             }
         }
-        let t = self.tc.txs.get_mut(&tx).expect("checked above");
         t.participants.retain(|p| !dead.contains(p));
         let Phase::Committing { waiting } = &mut t.phase else { return };
         waiting.retain(|p| !dead.contains(p));
@@ -416,10 +446,43 @@ impl Shard {
         let done = waiting.is_empty();
         let epoch = t.epoch;
         for s in successors {
-            self.send_peer(s, PeerMsg::TxCommit { tx, epoch }, out);
+            cx.send_peer(s, PeerMsg::TxCommit { tx, epoch }, out);
         }
         if done {
-            self.tc_finish_commit(tx, out);
+            self.finish_commit(out, tx);
         }
+    }
+}
+
+/// The primary of the operation's partition.
+fn route(cx: &Context, op: &KeyOp) -> Result<ShardAddr, DbError> {
+    let table = cx.table(op.table, op.table_version)?;
+    if op.partition >= table.meta.def.partitions {
+        return Err(DbError::bad_request(format!(
+            "partition {} does not exist; table {} has {} partitions",
+            op.partition,
+            table.meta.def.qualified_name(),
+            table.meta.def.partitions
+        )));
+    }
+    cx.router.primary_of(op.partition).ok_or_else(|| {
+        DbError::new(
+            ErrorCode::NodeUnavailable,
+            format!("no started data node holds partition {}; retry later", op.partition),
+        )
+    })
+}
+
+/// Tells every shard that may hold state of `t` to drop it: its
+/// participants and every live replica of every partition it touched.
+/// (A primary also forwards the abort to its backups; telling backups
+/// directly covers a primary that fails before it forwards.)
+fn send_abort(cx: &mut Context, out: &mut Outbox, tx: TxId, t: &TcTx) {
+    let mut targets: BTreeSet<ShardAddr> = t.participants.iter().copied().collect();
+    for (_, _, partition) in &t.touched {
+        targets.extend(cx.router.replicas_of(*partition));
+    }
+    for target in targets {
+        cx.send_peer(target, PeerMsg::TxAbort { tx }, out);
     }
 }

@@ -26,23 +26,17 @@ fn layout(version: u64, a: NodeStatus, b: NodeStatus) -> ClusterLayout {
         shards: if status == NodeStatus::NotStarted { vec![] } else { vec![format!("sim:{id}")] },
         pid: 0,
     };
-    ClusterLayout {
-        version,
-        cluster_name: "s".into(),
-        replicas: 3,
-        mgmd_node_id: 1,
-        mgmd_address: "sim".into(),
-        datanodes: vec![node(2, a), node(3, NodeStatus::Started), node(4, b)],
-        node_groups: 1,
-        default_partitions: PARTITIONS,
-        lock_wait_timeout_ms: 100,
-        heartbeat_interval_ms: 100,
-        heartbeat_missed: 5,
-        epoch_interval_ms: 100,
-        checkpoint_trigger_mb: 0,
-        durable_epoch: 0,
-        first_view: 1,
-    }
+    ClusterLayout::builder("s")
+        .version(version)
+        .replicas(3)
+        .mgmd(1, "sim")
+        .datanodes(vec![node(2, a), node(3, NodeStatus::Started), node(4, b)])
+        .node_groups(1)
+        .default_partitions(PARTITIONS)
+        .lock_wait_timeout_ms(100)
+        .checkpoint_trigger_mb(0)
+        .first_view(1)
+        .build()
 }
 
 /// B restarting, A and C started.

@@ -19,30 +19,21 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         .column(ColumnDef::new("ts", ColumnType::Timestamp))
         .primary_key(&["id"]);
     let def = TableDef::from_spec(&spec, 1, 1).unwrap().with_index("s_idx", &["s".into()], false).unwrap();
-    let layout = ClusterLayout {
-        version: 1,
-        cluster_name: "f".into(),
-        replicas: 1,
-        mgmd_node_id: 1,
-        mgmd_address: "f".into(),
-        datanodes: vec![DataNodeInfo {
+    let layout = ClusterLayout::builder("f")
+        .mgmd(1, "f")
+        .datanodes(vec![DataNodeInfo {
             node_id: 2,
             node_group: 0,
             host: "f".into(),
             status: NodeStatus::Started,
             shards: vec!["f".into()],
             pid: 0,
-        }],
-        node_groups: 1,
-        default_partitions: 1,
-        lock_wait_timeout_ms: 5,
-        heartbeat_interval_ms: 100,
-        heartbeat_missed: 5,
-        epoch_interval_ms: 100,
-        checkpoint_trigger_mb: 64,
-        durable_epoch: 0,
-        first_view: 1,
-    };
+        }])
+        .node_groups(1)
+        .default_partitions(1)
+        .lock_wait_timeout_ms(5)
+        .first_view(1)
+        .build();
     let cfg = ShardConfig {
         me: ShardAddr { node: 2, shard: 0 },
         lock_wait_timeout_us: 5_000,

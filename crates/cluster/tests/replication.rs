@@ -24,23 +24,15 @@ fn layout(b_started: bool) -> ClusterLayout {
         shards: if started { vec![format!("sim:{id}")] } else { vec![] },
         pid: 0,
     };
-    ClusterLayout {
-        version: 1,
-        cluster_name: "r".into(),
-        replicas: 2,
-        mgmd_node_id: 1,
-        mgmd_address: "sim".into(),
-        datanodes: vec![node(2, true), node(3, b_started)],
-        node_groups: 1,
-        default_partitions: 4,
-        lock_wait_timeout_ms: 100,
-        heartbeat_interval_ms: 100,
-        heartbeat_missed: 5,
-        epoch_interval_ms: 100,
-        checkpoint_trigger_mb: 64,
-        durable_epoch: 0,
-        first_view: 1,
-    }
+    ClusterLayout::builder("r")
+        .replicas(2)
+        .mgmd(1, "sim")
+        .datanodes(vec![node(2, true), node(3, b_started)])
+        .node_groups(1)
+        .default_partitions(4)
+        .lock_wait_timeout_ms(100)
+        .first_view(1)
+        .build()
 }
 
 struct Net {

@@ -23,23 +23,14 @@ fn layout() -> ClusterLayout {
         shards: vec![format!("sim:{id}")],
         pid: 0,
     };
-    ClusterLayout {
-        version: 1,
-        cluster_name: "t".into(),
-        replicas: 1,
-        mgmd_node_id: 1,
-        mgmd_address: "sim".into(),
-        datanodes: vec![node(2, 0), node(3, 1)],
-        node_groups: 2,
-        default_partitions: 8,
-        lock_wait_timeout_ms: 100,
-        heartbeat_interval_ms: 100,
-        heartbeat_missed: 5,
-        epoch_interval_ms: 100,
-        checkpoint_trigger_mb: 64,
-        durable_epoch: 0,
-        first_view: 1,
-    }
+    ClusterLayout::builder("t")
+        .mgmd(1, "sim")
+        .datanodes(vec![node(2, 0), node(3, 1)])
+        .node_groups(2)
+        .default_partitions(8)
+        .lock_wait_timeout_ms(100)
+        .first_view(1)
+        .build()
 }
 
 impl Pump {

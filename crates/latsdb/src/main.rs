@@ -1,4 +1,5 @@
-//! `latsdb`: one binary for every role (design.md section 1).
+//! `latsdb`: one binary for every role (management server, data node, SQL
+//! node, REST node, admin client, benchmarks, simulator).
 
 /// mimalloc: fewer cycles per allocation than glibc on the many small
 /// allocations of request handling, and its segments can use huge pages.

@@ -150,23 +150,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     );
 
     // Shards start with a placeholder layout; the real one follows below.
-    let placeholder = ClusterLayout {
-        version: 0,
-        cluster_name: String::new(),
-        replicas: 1,
-        mgmd_node_id: 0,
-        mgmd_address: opts.mgmd.clone(),
-        datanodes: Vec::new(),
-        node_groups: 0,
-        default_partitions: 0,
-        lock_wait_timeout_ms: 1500,
-        heartbeat_interval_ms: 100,
-        heartbeat_missed: 5,
-        epoch_interval_ms: 100,
-        checkpoint_trigger_mb: 64,
-        durable_epoch: 0,
-        first_view: 0,
-    };
+    let placeholder = ClusterLayout::builder(String::new()).version(0).mgmd(0, opts.mgmd.clone()).build();
     let mut shards: Vec<ShardHandle> = Vec::new();
     let lease = latsdb_cluster::Lease::unlimited();
     for i in 0..threads {

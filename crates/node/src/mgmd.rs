@@ -212,34 +212,30 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         )
     })?;
     let address = listener.local_addr().map_err(|e| DbError::io("local_addr", e))?.to_string();
-    let layout = ClusterLayout {
-        version: 1,
-        cluster_name: config.cluster.name.clone(),
-        replicas: config.cluster.replicas,
-        mgmd_node_id: config.mgmd.node_id,
-        mgmd_address: address.clone(),
-        datanodes: config
-            .datanodes
-            .iter()
-            .map(|d| DataNodeInfo {
-                node_id: d.node_id,
-                node_group: config.node_group_of(d.node_id).unwrap_or(0),
-                host: d.host.clone(),
-                status: NodeStatus::NotStarted,
-                shards: Vec::new(),
-                pid: 0,
-            })
-            .collect(),
-        node_groups: config.node_groups(),
-        default_partitions: config.cluster.partitions_per_table,
-        lock_wait_timeout_ms: config.cluster.lock_wait_timeout_ms,
-        heartbeat_interval_ms: config.cluster.heartbeat_interval_ms,
-        heartbeat_missed: config.cluster.heartbeat_missed,
-        epoch_interval_ms: config.cluster.epoch_interval_ms,
-        checkpoint_trigger_mb: config.cluster.checkpoint_trigger_mb,
-        durable_epoch: 0,
-        first_view: 0,
-    };
+    let layout = ClusterLayout::builder(config.cluster.name.clone())
+        .replicas(config.cluster.replicas)
+        .mgmd(config.mgmd.node_id, address.clone())
+        .datanodes(
+            config
+                .datanodes
+                .iter()
+                .map(|d| DataNodeInfo {
+                    node_id: d.node_id,
+                    node_group: config.node_group_of(d.node_id).unwrap_or(0),
+                    host: d.host.clone(),
+                    status: NodeStatus::NotStarted,
+                    shards: Vec::new(),
+                    pid: 0,
+                })
+                .collect(),
+        )
+        .node_groups(config.node_groups())
+        .default_partitions(config.cluster.partitions_per_table)
+        .lock_wait_timeout_ms(config.cluster.lock_wait_timeout_ms)
+        .heartbeat(config.cluster.heartbeat_interval_ms, config.cluster.heartbeat_missed)
+        .epoch_interval_ms(config.cluster.epoch_interval_ms)
+        .checkpoint_trigger_mb(config.cluster.checkpoint_trigger_mb)
+        .build();
     let persisted = match &opts.data_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| DbError::io(&format!("creating {}", dir.display()), e))?;

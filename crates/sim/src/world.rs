@@ -416,34 +416,29 @@ fn node_id(i: usize) -> NodeId {
 }
 
 fn layout(cfg: &SimConfig) -> ClusterLayout {
-    ClusterLayout {
-        version: 1,
-        cluster_name: "sim".into(),
-        replicas: cfg.replicas,
-        mgmd_node_id: 1,
-        mgmd_address: "sim".into(),
-        datanodes: (0..cfg.nodes)
-            .map(|n| DataNodeInfo {
-                node_id: 2 + n,
-                node_group: (n / cfg.replicas as u16) as u32,
-                host: "sim".into(),
-                status: NodeStatus::Started,
-                shards: (0..cfg.shards_per_node).map(|s| format!("sim:{n}.{s}")).collect(),
-                pid: 0,
-            })
-            .collect(),
-        node_groups: (cfg.nodes / cfg.replicas as u16) as u32,
-        default_partitions: 0,
-        lock_wait_timeout_ms: cfg.lock_wait_timeout_us / 1000,
-        heartbeat_interval_ms: cfg.heartbeat_interval_us / 1000,
-        heartbeat_missed: cfg.heartbeat_missed,
-        epoch_interval_ms: 100,
+    ClusterLayout::builder("sim")
+        .replicas(cfg.replicas)
+        .mgmd(1, "sim")
+        .datanodes(
+            (0..cfg.nodes)
+                .map(|n| DataNodeInfo {
+                    node_id: 2 + n,
+                    node_group: (n / cfg.replicas as u16) as u32,
+                    host: "sim".into(),
+                    status: NodeStatus::Started,
+                    shards: (0..cfg.shards_per_node).map(|s| format!("sim:{n}.{s}")).collect(),
+                    pid: 0,
+                })
+                .collect(),
+        )
+        .node_groups((cfg.nodes / cfg.replicas as u16) as u32)
+        .lock_wait_timeout_ms(cfg.lock_wait_timeout_us / 1000)
+        .heartbeat(cfg.heartbeat_interval_us / 1000, cfg.heartbeat_missed)
         // The simulation starts checkpoints itself (its REDO logs stay far
         // below a megabyte).
-        checkpoint_trigger_mb: 0,
-        durable_epoch: 0,
-        first_view: 1,
-    }
+        .checkpoint_trigger_mb(0)
+        .first_view(1)
+        .build()
 }
 
 impl World {
@@ -1610,6 +1605,9 @@ impl World {
     fn shard_step(&mut self, s: usize, f: impl FnOnce(&mut Shard, u64, &mut Outbox)) {
         let mut out = Outbox::default();
         f(&mut self.shards[s], self.now, &mut out);
+        // Every block states its invariants; a broken one panics here,
+        // with the seed that replays it.
+        self.shards[s].check();
         self.run_disk_ops(s, &mut out);
         let me = self.addrs[s];
         for (to, msg) in out.peer.drain(..) {

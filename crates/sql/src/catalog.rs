@@ -935,7 +935,7 @@ async fn drop_table(shared: &Shared, def: &TableDef) -> SqlResult<()> {
     shared.forget_auto_column(def.id).await
 }
 
-/// Maps a SQL type to a column type (design.md section 2).
+/// Maps a SQL type to a column type.
 pub fn column_type(t: &DataType) -> SqlResult<ColumnType> {
     use DataType as D;
     let len = |l: &Option<ast::CharacterLength>, default: u32| -> SqlResult<u32> {

@@ -1,4 +1,4 @@
-//! Table schema: column types (design.md section 2), table and index
+//! Table schema: column types, table and index
 //! definitions as stored in cluster metadata.
 
 use crate::error::{DbError, Result};

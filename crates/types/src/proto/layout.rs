@@ -1,0 +1,262 @@
+//! The cluster layout: the nodes, their node groups and states, and the
+//! cluster-wide settings the management server hands every process.
+
+use super::*;
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeStatus {
+    NotStarted,
+    /// Restarting into a running cluster: it takes part in every write of
+    /// its partitions (as the last backup) while it copies their rows from
+    /// the primaries, but serves no reads and is primary of nothing.
+    Starting,
+    Started,
+}
+
+impl NodeStatus {
+    /// Whether the node holds its partitions' writes: started, or starting
+    /// and catching up.
+    pub fn takes_writes(self) -> bool {
+        matches!(self, NodeStatus::Started | NodeStatus::Starting)
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DataNodeInfo {
+    pub node_id: NodeId,
+    pub node_group: u32,
+    pub host: String,
+    pub status: NodeStatus,
+    /// Address of each shard, in shard order (empty until started).
+    pub shards: Vec<String>,
+    pub pid: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ClusterLayout {
+    pub version: u64,
+    pub cluster_name: String,
+    pub replicas: u8,
+    pub mgmd_node_id: NodeId,
+    pub mgmd_address: String,
+    pub datanodes: Vec<DataNodeInfo>,
+    pub node_groups: u32,
+    pub default_partitions: u32,
+    pub lock_wait_timeout_ms: u64,
+    /// Data nodes exchange heartbeats at this interval; a node silent for
+    /// `heartbeat_missed` intervals is removed from the view.
+    pub heartbeat_interval_ms: u64,
+    pub heartbeat_missed: u32,
+    /// Length of a commit epoch: REDO logs are synced and the durable epoch
+    /// advances this often.
+    pub epoch_interval_ms: u64,
+    /// A data node shard starts a local checkpoint once this much REDO was
+    /// written since its last one started; 0 disables checkpoints.
+    pub checkpoint_trigger_mb: u64,
+    /// The latest epoch every live data node has synced, as reported by the
+    /// data nodes (0 before the first).
+    pub durable_epoch: CommitEpoch,
+    /// 0 while the cluster has not formed; then the epoch of the first view
+    /// of this run, which the data nodes started at that moment form (at
+    /// the first start every configured node, at a system restart every
+    /// node of the last view; a node that had left before joins later by a
+    /// node restart). View epochs never repeat across system restarts, so a
+    /// late message of a process that died with the cluster is stale.
+    #[serde(default)]
+    pub first_view: Epoch,
+}
+
+impl ClusterLayout {
+    /// The version of the layout the shards use in membership view
+    /// `view_epoch` of the management server's layout version
+    /// `base_version`. Ordered by view first, then base version, so that
+    /// it grows with either and two different layouts never share one.
+    pub fn view_version(base_version: u64, view_epoch: u64) -> u64 {
+        debug_assert!(base_version < 1 << 32, "layout version {base_version} overflows 32 bits");
+        (view_epoch << 32) | (base_version & 0xFFFF_FFFF)
+    }
+
+    /// The membership view epoch a layout version (`view_version`) is of.
+    pub fn view_epoch_of(version: u64) -> u64 {
+        version >> 32
+    }
+
+    pub fn datanode(&self, node: NodeId) -> Option<&DataNodeInfo> {
+        self.datanodes.iter().find(|d| d.node_id == node)
+    }
+
+    /// Whether the node takes part in writes (started, or starting).
+    pub fn takes_writes(&self, node: NodeId) -> bool {
+        self.datanode(node).is_some_and(|d| d.status.takes_writes())
+    }
+
+    /// The nodes that take part in writes, by node id.
+    pub fn writer_nodes(&self) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> =
+            self.datanodes.iter().filter(|d| d.status.takes_writes()).map(|d| d.node_id).collect();
+        nodes.sort_unstable();
+        nodes
+    }
+
+    pub fn all_started(&self) -> bool {
+        self.datanodes.iter().all(|d| d.status == NodeStatus::Started)
+    }
+
+    /// Nodes of a node group, ordered by node id.
+    pub fn group_nodes(&self, group: u32) -> Vec<&DataNodeInfo> {
+        let mut nodes: Vec<&DataNodeInfo> = self.datanodes.iter().filter(|d| d.node_group == group).collect();
+        nodes.sort_by_key(|d| d.node_id);
+        nodes
+    }
+
+    /// The shard holding the primary replica of a partition, or None when its
+    /// node is not started. See [`Router`], which answers the same without
+    /// allocating.
+    pub fn primary_of(&self, partition: u32) -> Option<ShardAddr> {
+        Router::new(self).primary_of(partition)
+    }
+
+    /// Applies a membership view: started nodes outside it are not started
+    /// any more, and starting nodes it admitted are started. (A starting
+    /// node is not a member yet: the management server, which it reports
+    /// to, says when it fails.)
+    pub fn restrict_to_view(&mut self, members: &[NodeId]) {
+        for d in self.datanodes.iter_mut() {
+            let member = members.contains(&d.node_id);
+            match d.status {
+                NodeStatus::Started if !member => {
+                    d.status = NodeStatus::NotStarted;
+                    d.shards.clear();
+                    d.pid = 0;
+                }
+                NodeStatus::Starting if member => d.status = NodeStatus::Started,
+                _ => {}
+            }
+        }
+    }
+
+    pub fn shard_address(&self, shard: ShardAddr) -> Option<&str> {
+        self.datanode(shard.node)?.shards.get(shard.shard as usize).map(|s| s.as_str())
+    }
+}
+
+/// Builds a `ClusterLayout`: every field starts at the value a new,
+/// empty cluster has (version 1, one replica, no data nodes, the
+/// configuration's default timings), and each setter changes one. The only
+/// way to make a layout outside this module, so that a field added later
+/// gets its default everywhere instead of 15-field literals to edit.
+#[derive(Clone, Debug)]
+pub struct ClusterLayoutBuilder {
+    layout: ClusterLayout,
+}
+
+impl ClusterLayout {
+    /// A builder for a layout of the cluster named `cluster_name`.
+    pub fn builder(cluster_name: impl Into<String>) -> ClusterLayoutBuilder {
+        ClusterLayoutBuilder {
+            layout: ClusterLayout {
+                version: 1,
+                cluster_name: cluster_name.into(),
+                replicas: 1,
+                mgmd_node_id: 0,
+                mgmd_address: String::new(),
+                datanodes: Vec::new(),
+                node_groups: 0,
+                default_partitions: 0,
+                lock_wait_timeout_ms: 1500,
+                heartbeat_interval_ms: 100,
+                heartbeat_missed: 5,
+                epoch_interval_ms: 100,
+                checkpoint_trigger_mb: 64,
+                durable_epoch: 0,
+                first_view: 0,
+            },
+        }
+    }
+}
+
+impl ClusterLayoutBuilder {
+    pub fn version(mut self, version: u64) -> Self {
+        self.layout.version = version;
+        self
+    }
+
+    pub fn replicas(mut self, replicas: u8) -> Self {
+        self.layout.replicas = replicas;
+        self
+    }
+
+    /// The management server's node id and address.
+    pub fn mgmd(mut self, node_id: NodeId, address: impl Into<String>) -> Self {
+        self.layout.mgmd_node_id = node_id;
+        self.layout.mgmd_address = address.into();
+        self
+    }
+
+    pub fn datanodes(mut self, datanodes: Vec<DataNodeInfo>) -> Self {
+        self.layout.datanodes = datanodes;
+        self
+    }
+
+    pub fn node_groups(mut self, node_groups: u32) -> Self {
+        self.layout.node_groups = node_groups;
+        self
+    }
+
+    pub fn default_partitions(mut self, partitions: u32) -> Self {
+        self.layout.default_partitions = partitions;
+        self
+    }
+
+    pub fn lock_wait_timeout_ms(mut self, ms: u64) -> Self {
+        self.layout.lock_wait_timeout_ms = ms;
+        self
+    }
+
+    /// The heartbeat interval, and how many intervals of silence declare a
+    /// node dead.
+    pub fn heartbeat(mut self, interval_ms: u64, missed: u32) -> Self {
+        self.layout.heartbeat_interval_ms = interval_ms;
+        self.layout.heartbeat_missed = missed;
+        self
+    }
+
+    pub fn epoch_interval_ms(mut self, ms: u64) -> Self {
+        self.layout.epoch_interval_ms = ms;
+        self
+    }
+
+    pub fn checkpoint_trigger_mb(mut self, mb: u64) -> Self {
+        self.layout.checkpoint_trigger_mb = mb;
+        self
+    }
+
+    pub fn durable_epoch(mut self, epoch: CommitEpoch) -> Self {
+        self.layout.durable_epoch = epoch;
+        self
+    }
+
+    pub fn first_view(mut self, view: Epoch) -> Self {
+        self.layout.first_view = view;
+        self
+    }
+
+    /// The layout. Panics if it breaks what every layout promises: 1 to 4
+    /// replicas, a node group for each data node and no node id twice.
+    pub fn build(self) -> ClusterLayout {
+        let layout = self.layout;
+        assert!((1..=4).contains(&layout.replicas), "a layout has 1 to 4 replicas, not {}", layout.replicas);
+        for d in &layout.datanodes {
+            assert!(
+                d.node_group < layout.node_groups.max(1),
+                "data node {} is in node group {} of {}",
+                d.node_id,
+                d.node_group,
+                layout.node_groups
+            );
+            let twice = layout.datanodes.iter().filter(|o| o.node_id == d.node_id).count() > 1;
+            assert!(!twice, "data node {} is listed twice", d.node_id);
+        }
+        layout
+    }
+}

@@ -1,0 +1,213 @@
+//! The management protocol: requests to the management server and its
+//! commands to data nodes.
+
+use super::*;
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum MgmRequest {
+    GetLayout,
+    /// A data node asks for a node id and its settings (answered with
+    /// `Registered`).
+    RegisterDataNode {
+        node_id: Option<NodeId>,
+        pid: u32,
+        protocol: u32,
+    },
+    /// The registered node has bound its shards (answered with `Started`);
+    /// from then on the connection carries `NodeCommand`s from the
+    /// management server to the node.
+    DataNodeStarted {
+        node_id: NodeId,
+        shards: Vec<String>,
+        /// What the node found on its disk (None: nothing, an initial start).
+        recovery: Option<NodeRecovery>,
+    },
+    /// The started node restored its data (as `Started` planned) and can
+    /// serve: the management server now marks it started.
+    DataNodeReady {
+        node_id: NodeId,
+    },
+    /// A restarting data node (status starting) copied every partition
+    /// from the primaries and checkpointed: admit it to the view. Answered
+    /// once the view that admits it is chosen.
+    DataNodeSynced {
+        node_id: NodeId,
+    },
+    /// The epoch driver reports a new durable epoch.
+    EpochDurable {
+        epoch: CommitEpoch,
+    },
+    CreateTable(TableSpec),
+    DropTable {
+        database: String,
+        name: String,
+    },
+    GetTable {
+        database: String,
+        name: String,
+    },
+    ListTables,
+    /// Creates an ordered index; a unique one also gets its hidden table
+    /// (which the caller fills from the rows already stored).
+    CreateIndex {
+        database: String,
+        table: String,
+        index: String,
+        columns: Vec<String>,
+        unique: bool,
+    },
+    DropIndex {
+        database: String,
+        table: String,
+        index: String,
+    },
+    /// Appends columns; stored rows read `fill` in them (one value per column).
+    AddColumns {
+        database: String,
+        table: String,
+        columns: Vec<ColumnDef>,
+        fill: Vec<Value>,
+    },
+    /// Rows and data memory of every data node.
+    ReportMemory,
+    /// Stops every data node and then the management server.
+    Shutdown,
+    /// Stops one data node (its node group must keep a started replica).
+    StopNode {
+        node_id: NodeId,
+    },
+    /// Asks for a stopped data node to be started again (a node restart;
+    /// `initial` empties its data directory first). The process manager
+    /// that runs the cluster's processes (`latsdb start`) carries it out.
+    StartNode {
+        node_id: NodeId,
+        initial: bool,
+    },
+    /// The process manager collects the pending start requests (answered
+    /// with `StartRequests`).
+    TakeStartRequests,
+    /// A data node's membership message to the arbitrator (answered with
+    /// `Member`).
+    Member {
+        from: NodeId,
+        msg: MemberMsg,
+    },
+    /// Renames columns or changes their defaults: definition only, no row
+    /// is rewritten (answered with the new `Table`).
+    ChangeColumns {
+        database: String,
+        table: String,
+        changes: Vec<crate::schema::ColumnChange>,
+    },
+    /// Gives a table a new name, in the same or another database (answered
+    /// with the new `Table`).
+    RenameTable {
+        database: String,
+        table: String,
+        new_database: String,
+        new_name: String,
+    },
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum MgmResponse {
+    Layout(ClusterLayout),
+    Registered {
+        node_id: NodeId,
+        host: String,
+        port: u16,
+        threads: u16,
+        /// 0 lets the node choose from its memory and `nodes_on_host`.
+        data_memory_mb: u64,
+        /// Data nodes configured on the same host (they share its memory
+        /// and CPUs).
+        nodes_on_host: u16,
+        /// This node's position among them, in configuration order.
+        host_index: u16,
+        cpu_bind: crate::config::CpuBind,
+        /// Explicit CPUs for the shard threads, one per thread.
+        cpus: Option<Vec<u32>>,
+        /// Keep idle CPUs polling while the node runs (`DataNodeDefaults::idle_poll`).
+        idle_poll: bool,
+    },
+    Started {
+        layout: ClusterLayout,
+        tables: Vec<TableDef>,
+        /// How the node's shards begin (restore from disk or start empty).
+        start: StartPlan,
+    },
+    Table(TableDef),
+    Tables(Vec<TableDef>),
+    /// Per started data node, its shards' usage.
+    Memory(Vec<(NodeId, Vec<ShardMemory>)>),
+    /// The arbitrator's answer to a membership message, if any.
+    Member(Option<MemberMsg>),
+    /// Data nodes to start: (node, initial).
+    StartRequests(Vec<(NodeId, bool)>),
+    Done,
+    Error(DbError),
+}
+
+/// What a data node's disk holds, reported when it starts.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NodeRecovery {
+    /// The latest epoch every shard of the node synced (its REDO logs hold
+    /// every commit up to it).
+    pub saved_epoch: CommitEpoch,
+    /// The highest epoch any of its REDO records carries.
+    pub max_epoch: CommitEpoch,
+}
+
+/// The management server's answer to a starting data node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct StartPlan {
+    /// Restore the local checkpoint and REDO log up to this epoch (None:
+    /// start empty and discard what the disk holds).
+    pub restore_epoch: Option<CommitEpoch>,
+    /// New commits begin in this epoch, above any epoch a REDO log of the
+    /// cluster has ever carried.
+    pub first_epoch: CommitEpoch,
+    /// The cluster is running: after restoring, the node joins it as a
+    /// starting node and copies its partitions from the primaries (a node
+    /// restart) instead of serving at once.
+    pub join: bool,
+}
+
+/// Rows and estimated data memory of one shard.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ShardMemory {
+    pub shard: u16,
+    pub rows: u64,
+    pub used_bytes: u64,
+    /// 0 means unlimited.
+    pub budget_bytes: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum SchemaChange {
+    CreateTable(TableDef),
+    /// A new definition of an existing table (an index was added or dropped).
+    AlterTable(TableDef),
+    DropTable(TableId),
+}
+
+/// Sent by the management server to a registered data node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum NodeCommand {
+    /// Are you alive? Answered with `Done`.
+    Heartbeat,
+    SetLayout(ClusterLayout),
+    ApplySchema(SchemaChange),
+    ReportMemory,
+    Stop,
+    /// To the president of the view: propose a view that adds this
+    /// starting node (answered once it is chosen).
+    Admit(NodeId),
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum NodeReply {
+    Done,
+    Memory(Vec<ShardMemory>),
+    Error(DbError),
+}

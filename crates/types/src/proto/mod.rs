@@ -1,0 +1,335 @@
+//! Wire messages between clients, data-node shards and the management server.
+//!
+//! Every connection carries frames: `[u32 LE length][u64 LE request id][body]`
+//! where `length` counts the request id and the body, and the body is the
+//! bincode 1 (fixed-width little-endian integers) encoding of one message
+//! below. The request id sits outside the body so that a peer whose body does
+//! not decode still gets an error answer it can match to its request.
+//!
+//! The first frame on a data-node connection is a `Hello`; on a
+//! management-server connection every frame is an `MgmRequest`.
+//!
+//! The messages are grouped by protocol, one module each: `client`,
+//! `peer`, `membership`, `management`; the layout and routing have their
+//! own modules, and `borrowed` holds the allocation-free twins of the
+//! lookup path's messages. Byte layouts are in docs/wire.md.
+
+use crate::error::{DbError, Result};
+use crate::expr::{Aggregate, Expr};
+use crate::schema::{ColumnDef, ColumnId, IndexId, TableDef, TableId, TableSpec};
+use crate::value::Value;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::sync::Arc;
+
+mod borrowed;
+mod client;
+mod layout;
+mod management;
+mod membership;
+mod peer;
+mod routing;
+
+pub use borrowed::*;
+pub use client::*;
+pub use layout::*;
+pub use management::*;
+pub use membership::*;
+pub use peer::*;
+pub use routing::*;
+
+pub const PROTOCOL_VERSION: u32 = 7;
+/// Bytes of the frame header: length (4) and request id (8).
+pub const FRAME_HEADER: usize = 12;
+/// Default largest frame a node accepts.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
+
+pub type NodeId = u16;
+
+/// One shard (a data-node thread owning a set of partitions): the unit that
+/// clients and peers address.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShardAddr {
+    pub node: NodeId,
+    pub shard: u16,
+}
+
+impl std::fmt::Display for ShardAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.node, self.shard)
+    }
+}
+
+/// A transaction, named by its coordinator's shard and a sequence number
+/// unique within that shard's lifetime.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxId {
+    pub tc: ShardAddr,
+    pub seq: u64,
+}
+
+/// A commit epoch (NDB's global checkpoint id). Every commit belongs to
+/// one; an epoch is durable once every live data node has synced its REDO
+/// log through it, and a system restart brings back exactly the commits of
+/// the durable epochs.
+pub type CommitEpoch = u64;
+
+/// A membership view number: every change of the set of live data nodes
+/// installs the next epoch.
+pub type Epoch = u64;
+
+fn codec() -> impl bincode::Options {
+    use bincode::Options;
+    bincode::DefaultOptions::new().with_fixint_encoding().allow_trailing_bytes()
+}
+
+/// Appends a whole frame (header and body) for `message` to `out`.
+pub fn encode_frame<T: Serialize>(out: &mut Vec<u8>, request_id: u64, message: &T) {
+    use bincode::Options;
+    let start = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&request_id.to_le_bytes());
+    // Serializing into a Vec cannot fail for these message types.
+    codec().serialize_into(&mut *out, message).expect("encoding a message into memory cannot fail");
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+pub fn frame<T: Serialize>(request_id: u64, message: &T) -> Vec<u8> {
+    use bincode::Options;
+    // Sized up front: a batch answer of 100 rows would otherwise grow (and
+    // copy) its buffer eight times on the way to 12 KiB.
+    let body = codec().serialized_size(message).unwrap_or(0) as usize;
+    let mut out = Vec::with_capacity(FRAME_HEADER + body);
+    encode_frame(&mut out, request_id, message);
+    out
+}
+
+/// Decodes a frame body. Never panics; allocation is bounded by the body's
+/// length because bincode reads from a slice.
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
+    use bincode::Options;
+    codec()
+        .with_limit(body.len() as u64 * 4 + 1024)
+        .deserialize(body)
+        .map_err(|e| DbError::malformed(format!("could not decode the message: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_rotate_the_primary_over_a_node_group() {
+        let node = |id: u16| DataNodeInfo {
+            node_id: id,
+            node_group: 0,
+            host: "h".into(),
+            status: NodeStatus::Started,
+            shards: vec!["a".into()],
+            pid: 0,
+        };
+        let layout = ClusterLayout::builder("c")
+            .replicas(2)
+            .mgmd(1, "m")
+            .datanodes(vec![node(2), node(3)])
+            .node_groups(1)
+            .lock_wait_timeout_ms(1)
+            .first_view(1)
+            .build();
+        let router = Router::new(&layout);
+        let at = |n| ShardAddr { node: n, shard: 0 };
+        assert_eq!(router.replicas_of(0), vec![at(2), at(3)]);
+        for p in 0..8 {
+            for prefer in 0..2 {
+                let chosen = router.read_replica_of(p, prefer).unwrap();
+                assert!(router.replicas_of(p).contains(&chosen), "partition {p}: {chosen} is not a replica");
+                assert_eq!(chosen.node, [2, 3][prefer], "partition {p}: one batch reaches one node");
+            }
+        }
+        assert_eq!(router.replicas_of(1), vec![at(3), at(2)]);
+        for p in 0..8 {
+            assert_eq!(router.primary_of(p), router.replicas_of(p).first().copied());
+        }
+        // When node 2 leaves, node 3 takes over every partition.
+        let mut without_2 = layout.clone();
+        without_2.datanodes[0].status = NodeStatus::NotStarted;
+        let router = Router::new(&without_2);
+        for p in 0..8 {
+            assert_eq!(router.primary_of(p), Some(at(3)));
+            assert_eq!(router.replicas_of(p), vec![at(3)]);
+        }
+        // Restarting, it takes writes as the last backup and nothing else.
+        let mut restarting = layout.clone();
+        restarting.datanodes[0].status = NodeStatus::Starting;
+        let router = Router::new(&restarting);
+        for p in 0..8 {
+            assert_eq!(router.primary_of(p), Some(at(3)));
+            assert_eq!(router.replicas_of(p), vec![at(3), at(2)]);
+            assert_eq!(router.read_replica_of(p, 0), Some(at(3)));
+        }
+        // Admitted to the view, it is started and primary of its share again.
+        restarting.restrict_to_view(&[2, 3]);
+        assert_eq!(restarting, layout);
+    }
+
+    /// A batch of lookups sent from borrowed keys is the batch of owned
+    /// operations on the wire.
+    #[test]
+    fn lookups_encode_like_owned_reads() {
+        let read = |key: Vec<u8>, projection: Option<Arc<[ColumnId]>>| KeyOp {
+            table: 3,
+            table_version: 2,
+            partition: 1,
+            key,
+            kind: OpKind::Read { lock: LockMode::Committed },
+            projection,
+        };
+        let ops = [read(vec![1, 2, 3], Some(Arc::from([0, 2]))), read(vec![], None), read(vec![9; 40], None)];
+        let borrowed: Vec<LookupOpRef> = ops
+            .iter()
+            .map(|op| LookupOpRef {
+                table: op.table,
+                table_version: op.table_version,
+                partition: op.partition,
+                key: &op.key,
+                kind: &COMMITTED_READ,
+                projection: op.projection.as_deref(),
+            })
+            .collect();
+        assert_eq!(frame(5, &ClientRequest::Batch(ops.to_vec())), frame(5, &BatchOf(&borrowed)));
+    }
+
+    /// A batch of committed reads decodes borrowed as it decodes owned, a
+    /// column list repeated by the next read shared; any other request is
+    /// left to the owned decoding.
+    #[test]
+    fn lookups_decode_borrowed_like_owned() {
+        let read = |key: Vec<u8>, projection: Option<&[ColumnId]>| KeyOp {
+            table: 3,
+            table_version: 2,
+            partition: key.len() as u32,
+            key,
+            kind: OpKind::Read { lock: LockMode::Committed },
+            projection: projection.map(Arc::from),
+        };
+        let ops = vec![
+            read(vec![1, 2, 3], Some(&[0, 2])),
+            read(vec![4], Some(&[0, 2])),
+            read(vec![], None),
+            read(vec![5; 30], Some(&[1])),
+            read(vec![6], Some(&[0, 2])),
+        ];
+        let body = |request: &ClientRequest| frame(0, request)[FRAME_HEADER..].to_vec();
+        let batch = body(&ClientRequest::Batch(ops.clone()));
+        let (mut reads, mut columns) = (Vec::new(), Vec::new());
+        assert!(decode_lookups(&batch, &mut reads, &mut columns));
+        assert_eq!(columns, [0, 2, 1, 0, 2], "the second read shares the first's list");
+        let back: Vec<KeyOp> = reads
+            .iter()
+            .map(|r| KeyOp {
+                table: r.table,
+                table_version: r.table_version,
+                partition: r.partition,
+                key: r.key.to_vec(),
+                kind: OpKind::Read { lock: LockMode::Committed },
+                projection: r.projection.map(|(s, e)| Arc::from(&columns[s as usize..e as usize])),
+            })
+            .collect();
+        assert_eq!(back, ops);
+        let mut with_write = ops.clone();
+        with_write[2].kind = OpKind::Delete;
+        let mut locking = ops.clone();
+        locking[4].kind = OpKind::Read { lock: LockMode::Shared };
+        let mut update = ops.clone();
+        update[0].kind = OpKind::Update { set: vec![(1, crate::expr::Expr::Const(crate::Value::Int(2)))] };
+        let mut insert = ops.clone();
+        insert[1].kind = OpKind::Insert { row: vec![crate::Value::Int(2)] };
+        for other in [
+            ClientRequest::Batch(with_write),
+            ClientRequest::Batch(locking),
+            ClientRequest::Batch(update),
+            ClientRequest::Batch(insert),
+            ClientRequest::TxExec { tx: None, ops: ops.clone(), commit: true },
+            ClientRequest::Ping,
+        ] {
+            assert!(!decode_lookups(&body(&other), &mut Vec::new(), &mut Vec::new()), "{other:?}");
+        }
+        assert!(!decode_lookups(&batch[..batch.len() - 3], &mut Vec::new(), &mut Vec::new()));
+    }
+
+    /// Results serialized borrowed are the owned ones on the wire.
+    #[test]
+    fn borrowed_results_encode_like_owned() {
+        let error = DbError::new(crate::ErrorCode::WrongShard, "moved");
+        let owned = vec![
+            OpResult::Row(vec![1, 2]),
+            OpResult::NotFound,
+            OpResult::Done,
+            OpResult::Error(error.clone()),
+            OpResult::Unchanged,
+        ];
+        let borrowed = [
+            OpResultRef::Row(&[1, 2]),
+            OpResultRef::NotFound,
+            OpResultRef::Done,
+            OpResultRef::Error(error),
+            OpResultRef::Unchanged,
+        ];
+        assert_eq!(frame(4, &ClientResponse::Batch(owned)), frame(4, &BatchAnswerOf(&borrowed[..])));
+    }
+
+    /// Every kind of result decodes borrowed as it decodes owned; an answer
+    /// that is not a batch comes back whole.
+    #[test]
+    fn batch_answers_decode_borrowed_like_owned() {
+        let results = vec![
+            OpResult::Row(vec![1, 2, 3]),
+            OpResult::NotFound,
+            OpResult::Row(vec![]),
+            OpResult::Done,
+            OpResult::Error(DbError::new(crate::ErrorCode::WrongShard, "moved")),
+            OpResult::Unchanged,
+        ];
+        let body = |message: &ClientResponse| frame(0, message)[FRAME_HEADER..].to_vec();
+        let mut seen = Vec::new();
+        let count = decode_batch_answer(&body(&ClientResponse::Batch(results.clone())), |r| {
+            seen.push(match r {
+                OpResultRef::Row(bytes) => OpResult::Row(bytes.to_vec()),
+                OpResultRef::NotFound => OpResult::NotFound,
+                OpResultRef::Done => OpResult::Done,
+                OpResultRef::Error(e) => OpResult::Error(e),
+                OpResultRef::Unchanged => OpResult::Unchanged,
+            });
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(count, Ok(results.len()));
+        assert_eq!(seen, results);
+        let refused = ClientResponse::Error(DbError::new(crate::ErrorCode::NotServing, "stopping"));
+        assert_eq!(decode_batch_answer(&body(&refused), |_| Ok(())).unwrap(), Err(refused));
+        // A consumer's error stops the decoding and is returned as it was.
+        let stop = decode_batch_answer(&body(&ClientResponse::Batch(results)), |r| match r {
+            OpResultRef::NotFound => Err(DbError::malformed("bad row")),
+            _ => Ok(()),
+        });
+        assert_eq!(stop.unwrap_err(), DbError::malformed("bad row"));
+        // Cut short, it fails cleanly.
+        let whole = body(&ClientResponse::Batch(vec![OpResult::Row(vec![7; 30])]));
+        assert!(decode_batch_answer(&whole[..whole.len() - 5], |_| Ok(())).is_err());
+    }
+
+    #[test]
+    fn borrowed_batch_encodes_like_owned_batch() {
+        let op = KeyOp {
+            table: 3,
+            table_version: 2,
+            partition: 1,
+            key: vec![1, 2, 3],
+            kind: OpKind::Read { lock: LockMode::Committed },
+            projection: Some(Arc::from([0, 2])),
+        };
+        let owned = frame(9, &ClientRequest::Batch(vec![op.clone(), op.clone()]));
+        let borrowed = frame(9, &BatchOf(&[op.clone(), op][..]));
+        assert_eq!(owned, borrowed);
+    }
+}
