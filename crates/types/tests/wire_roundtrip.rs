@@ -174,7 +174,7 @@ impl Gen {
             ColumnType::Double,
             ColumnType::Decimal { precision: 10, scale: 2 },
         ];
-        let mut c = ColumnDef::new(self.string(), self.0.pick(&types).clone());
+        let mut c = ColumnDef::new(self.string(), *self.0.pick(&types));
         c.nullable = self.bool();
         c.default = self.option(Gen::value);
         c.collation = Collation::Bin;
@@ -434,7 +434,7 @@ fn management_messages_round_trip() {
         3 => MgmResponse::Table(g.table_def()),
         4 => MgmResponse::Tables(g.list(2, Gen::table_def)),
         5 => MgmResponse::Memory(g.list(3, |g| (g.u16(), g.list(2, Gen::shard_memory)))),
-        6 => MgmResponse::Member(g.option(|g| any_member_message(g))),
+        6 => MgmResponse::Member(g.option(any_member_message)),
         7 => MgmResponse::StartRequests(g.list(3, |g| (g.u16(), g.bool()))),
         8 => MgmResponse::Done,
         _ => MgmResponse::Error(g.error()),
