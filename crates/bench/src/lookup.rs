@@ -392,6 +392,20 @@ async fn run_async(args: LookupArgs) -> Result<(), String> {
             "mean": latency.mean(),
         }
     });
+    write_results(&args, &result)?;
+    if let Some(log_path) = &args.latency_log {
+        let log = std::mem::take(&mut *shared.latency_log.lock().unwrap_or_else(|p| p.into_inner()));
+        write_latency_log(log_path, log)?;
+    }
+    if ok == 0 {
+        return Err("no lookup succeeded; see the first error above".into());
+    }
+    Ok(())
+}
+
+/// Writes the run's results as JSON to `--output` (by default
+/// `results/lookup-<unix time>.json`).
+fn write_results(args: &LookupArgs, result: &serde_json::Value) -> Result<(), String> {
     let path = args.output.clone().unwrap_or_else(|| {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         PathBuf::from(format!("results/lookup-{now}.json"))
@@ -399,25 +413,25 @@ async fn run_async(args: LookupArgs) -> Result<(), String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    std::fs::write(&path, serde_json::to_string_pretty(&result).unwrap_or_default())
+    std::fs::write(&path, serde_json::to_string_pretty(result).unwrap_or_default())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     println!("results written to {}", path.display());
-    if let Some(log_path) = &args.latency_log {
-        let mut log = std::mem::take(&mut *shared.latency_log.lock().unwrap_or_else(|p| p.into_inner()));
-        log.sort_unstable();
-        let mut text = String::with_capacity(log.len() * 24);
-        for (sent, micros) in log {
-            text.push_str(itoa::Buffer::new().format(sent));
-            text.push(' ');
-            text.push_str(itoa::Buffer::new().format(micros));
-            text.push('\n');
-        }
-        std::fs::write(log_path, text).map_err(|e| format!("cannot write {}: {e}", log_path.display()))?;
-        println!("per-request latencies written to {}", log_path.display());
+    Ok(())
+}
+
+/// Writes every request's (send time, latency in microseconds), in send
+/// order, one per line, to `--latency-log`.
+fn write_latency_log(log_path: &std::path::Path, mut log: Vec<(u64, u64)>) -> Result<(), String> {
+    log.sort_unstable();
+    let mut text = String::with_capacity(log.len() * 24);
+    for (sent, micros) in log {
+        text.push_str(itoa::Buffer::new().format(sent));
+        text.push(' ');
+        text.push_str(itoa::Buffer::new().format(micros));
+        text.push('\n');
     }
-    if ok == 0 {
-        return Err("no lookup succeeded; see the first error above".into());
-    }
+    std::fs::write(log_path, text).map_err(|e| format!("cannot write {}: {e}", log_path.display()))?;
+    println!("per-request latencies written to {}", log_path.display());
     Ok(())
 }
 

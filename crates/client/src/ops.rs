@@ -322,41 +322,7 @@ impl Client {
         // so a batch reaches one node per node group; calls rotate over them.
         let prefer = self.next_read_replica(&self.router());
         for attempt in 0..=STALE_LAYOUT_RETRIES {
-            let router = self.router();
-            let mut routes = RouteCache::default();
-            let mut groups: Vec<ShardGroup> = Vec::new();
-            // Sized for the common case of one shard taking the whole batch.
-            let routed = todo.len();
-            for (i, op) in todo.drain(..) {
-                let committed_read = matches!(op.op.kind, OpKind::Read { lock: LockMode::Committed });
-                let route = routes.get(op.op.partition, committed_read, |p| {
-                    if committed_read {
-                        read_route(&router, p, prefer)
-                    } else {
-                        route_with(&router, p)
-                    }
-                });
-                match route {
-                    Ok(shard) => {
-                        let group = match groups.iter_mut().position(|g| g.shard == shard) {
-                            Some(pos) => &mut groups[pos],
-                            None => {
-                                groups.push(ShardGroup {
-                                    shard,
-                                    slots: Vec::with_capacity(routed),
-                                    ops: Vec::with_capacity(routed),
-                                    layouts: Vec::with_capacity(routed),
-                                });
-                                groups.last_mut().expect("just pushed")
-                            }
-                        };
-                        group.slots.push(i);
-                        group.ops.push(op.op);
-                        group.layouts.push(op.layout);
-                    }
-                    Err(e) => results[i] = Some(Err(e)),
-                }
-            }
+            let groups = group_by_shard(&self.router(), prefer, &mut todo, &mut results);
             // Send to every shard before waiting for any answer.
             let mut inflight = Vec::with_capacity(groups.len());
             for group in groups {
@@ -454,6 +420,53 @@ impl Client {
             .map(|r| r.unwrap_or_else(|| Err(DbError::internal("operation got no result"))))
             .collect())
     }
+}
+
+/// Routes the operations of `todo` (draining it) to their shards, in
+/// groups of one shard each: committed reads to the replica at position
+/// `prefer`, the rest to the primary. An operation that cannot be routed
+/// gets its error in `results`.
+fn group_by_shard(
+    router: &Router,
+    prefer: usize,
+    todo: &mut Vec<(usize, Op)>,
+    results: &mut [Option<Result<Outcome>>],
+) -> Vec<ShardGroup> {
+    let mut routes = RouteCache::default();
+    let mut groups: Vec<ShardGroup> = Vec::new();
+    // Sized for the common case of one shard taking the whole batch.
+    let routed = todo.len();
+    for (i, op) in todo.drain(..) {
+        let committed_read = matches!(op.op.kind, OpKind::Read { lock: LockMode::Committed });
+        let route = routes.get(op.op.partition, committed_read, |p| {
+            if committed_read {
+                read_route(router, p, prefer)
+            } else {
+                route_with(router, p)
+            }
+        });
+        match route {
+            Ok(shard) => {
+                let group = match groups.iter_mut().position(|g| g.shard == shard) {
+                    Some(pos) => &mut groups[pos],
+                    None => {
+                        groups.push(ShardGroup {
+                            shard,
+                            slots: Vec::with_capacity(routed),
+                            ops: Vec::with_capacity(routed),
+                            layouts: Vec::with_capacity(routed),
+                        });
+                        groups.last_mut().expect("just pushed")
+                    }
+                };
+                group.slots.push(i);
+                group.ops.push(op.op);
+                group.layouts.push(op.layout);
+            }
+            Err(e) => results[i] = Some(Err(e)),
+        }
+    }
+    groups
 }
 
 impl Client {

@@ -197,35 +197,7 @@ fn stop_group(procs: &mut [Proc], member: impl Fn(&Proc) -> bool, grace: Duratio
 pub fn run(args: StartArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.dir).map_err(|e| format!("cannot create {}: {e}", args.dir.display()))?;
     let dir = args.dir.canonicalize().map_err(|e| format!("cannot resolve {}: {e}", args.dir.display()))?;
-    let mut config = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            ClusterConfig::parse(&text).map_err(|e| format!("{}: {}", path.display(), e.message))?
-        }
-        None => {
-            if args.datanodes == 0 {
-                return Err("--datanodes must be at least 1".into());
-            }
-            ClusterConfig::local(args.datanodes, args.replicas, args.mgmd_port)
-        }
-    };
-    if args.config.is_none() {
-        config.datanode_defaults.threads = args.threads;
-        config.datanode_defaults.data_memory_mb = args.data_memory_mb;
-        config.datanode_defaults.cpu_bind = match args.cpu_bind {
-            CpuBindArg::Auto => CpuBind::Auto,
-            CpuBindArg::Off => CpuBind::Off,
-        };
-        config.datanode_defaults.idle_poll = args.idle_poll == OnOffArg::On;
-        if args.epoch_interval_ms > 0 {
-            config.cluster.epoch_interval_ms = args.epoch_interval_ms;
-        }
-        if let Some(mb) = args.checkpoint_trigger_mb {
-            config.cluster.checkpoint_trigger_mb = mb;
-        }
-        config.validate().map_err(|e| e.message)?;
-    }
-    config.validate().map_err(|e| e.message)?;
+    let config = cluster_config(&args)?;
     let config_path = dir.join("config.toml");
     std::fs::write(&config_path, config.to_toml())
         .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
@@ -366,6 +338,41 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         println!("cluster stopped");
     }
     result
+}
+
+/// The cluster's configuration: the file given with `--config`, or a local
+/// cluster shaped by the command line.
+fn cluster_config(args: &StartArgs) -> Result<ClusterConfig, String> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            ClusterConfig::parse(&text).map_err(|e| format!("{}: {}", path.display(), e.message))?
+        }
+        None => {
+            if args.datanodes == 0 {
+                return Err("--datanodes must be at least 1".into());
+            }
+            ClusterConfig::local(args.datanodes, args.replicas, args.mgmd_port)
+        }
+    };
+    if args.config.is_none() {
+        config.datanode_defaults.threads = args.threads;
+        config.datanode_defaults.data_memory_mb = args.data_memory_mb;
+        config.datanode_defaults.cpu_bind = match args.cpu_bind {
+            CpuBindArg::Auto => CpuBind::Auto,
+            CpuBindArg::Off => CpuBind::Off,
+        };
+        config.datanode_defaults.idle_poll = args.idle_poll == OnOffArg::On;
+        if args.epoch_interval_ms > 0 {
+            config.cluster.epoch_interval_ms = args.epoch_interval_ms;
+        }
+        if let Some(mb) = args.checkpoint_trigger_mb {
+            config.cluster.checkpoint_trigger_mb = mb;
+        }
+        config.validate().map_err(|e| e.message)?;
+    }
+    config.validate().map_err(|e| e.message)?;
+    Ok(config)
 }
 
 /// Start requests queued at the management server (none when it cannot be

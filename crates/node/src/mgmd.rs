@@ -412,6 +412,35 @@ impl Mgmd {
             MgmRequest::GetLayout => Ok(MgmResponse::Layout(self.lock().layout.clone())),
             MgmRequest::ListTables => Ok(MgmResponse::Tables(self.lock().tables.clone())),
             MgmRequest::GetTable { database, name } => self.find_table(&database, &name).map(MgmResponse::Table),
+            MgmRequest::CreateTable(_)
+            | MgmRequest::DropTable { .. }
+            | MgmRequest::CreateIndex { .. }
+            | MgmRequest::DropIndex { .. }
+            | MgmRequest::AddColumns { .. }
+            | MgmRequest::ChangeColumns { .. }
+            | MgmRequest::RenameTable { .. } => self.change_schema(request).await,
+            MgmRequest::ReportMemory => self.report_memory().await,
+            MgmRequest::Shutdown => self.shutdown_nodes().await,
+            MgmRequest::Member { from, msg } => Ok(MgmResponse::Member(self.arbitrate(from, msg))),
+            MgmRequest::EpochDurable { epoch } => self.record_durable(epoch),
+            MgmRequest::DataNodeSynced { node_id } => self.admit(node_id).await,
+            MgmRequest::StopNode { node_id } => self.stop_node(node_id).await,
+            MgmRequest::StartNode { node_id, initial } => self.start_node(node_id, initial),
+            MgmRequest::TakeStartRequests => {
+                Ok(MgmResponse::StartRequests(std::mem::take(&mut self.lock().start_requests)))
+            }
+            MgmRequest::RegisterDataNode { .. }
+            | MgmRequest::DataNodeStarted { .. }
+            | MgmRequest::DataNodeReady { .. } => {
+                Err(DbError::bad_request("data-node registration must be the first request on its connection"))
+            }
+        }
+    }
+
+    /// A schema change: one at a time (`schema_lock`), each applied to
+    /// every data node before it is answered.
+    async fn change_schema(&self, request: MgmRequest) -> Result<MgmResponse> {
+        match request {
             MgmRequest::CreateTable(spec) => {
                 if spec.name.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX) {
                     return Err(DbError::bad_request(format!(
@@ -487,63 +516,59 @@ impl Mgmd {
                 }
                 if new_database != database && old.has_unique_indexes() {
                     return Err(DbError::bad_request(format!(
-                        "table {} has UNIQUE indexes, so it cannot move to another database; drop them first, or rename it within {database}",
-                        old.qualified_name()
-                    )));
+                    "table {} has UNIQUE indexes, so it cannot move to another database; drop them first, or rename it within {database}",
+                    old.qualified_name()
+                )));
                 }
                 let def = old.renamed(&new_database, &new_name)?;
                 log("mgmd", format!("renaming table {} to {}", old.qualified_name(), def.qualified_name()));
                 self.alter(def).await.map(MgmResponse::Table)
             }
-            MgmRequest::ReportMemory => {
-                let mut nodes = Vec::new();
-                for (node, reply) in self.send_all(NodeCommand::ReportMemory).await {
-                    match reply {
-                        Ok(NodeReply::Memory(shards)) => nodes.push((node, shards)),
-                        Ok(NodeReply::Error(e)) | Err(e) => return Err(e),
-                        Ok(other) => return Err(DbError::internal(format!("data node {node} answered {other:?}"))),
-                    }
-                }
-                nodes.sort_by_key(|(n, _)| *n);
-                Ok(MgmResponse::Memory(nodes))
-            }
-            MgmRequest::Shutdown => {
-                let links: Vec<_> = self.lock().links.values().map(|l| l.commands.clone()).collect();
-                for link in links {
-                    let (tx, rx) = oneshot::channel();
-                    if link.send((NodeCommand::Stop, tx)).is_ok() {
-                        let _ = tokio::time::timeout(Duration::from_secs(5), rx).await;
-                    }
-                }
-                Ok(MgmResponse::Done)
-            }
-            MgmRequest::Member { from, msg } => Ok(MgmResponse::Member(self.arbitrate(from, msg))),
-            MgmRequest::EpochDurable { epoch } => {
-                let advanced = {
-                    let mut state = self.lock();
-                    let advanced = epoch > state.layout.durable_epoch;
-                    if advanced {
-                        state.layout.durable_epoch = epoch;
-                    }
-                    advanced
-                };
-                if advanced {
-                    self.persist()?;
-                }
-                Ok(MgmResponse::Done)
-            }
-            MgmRequest::DataNodeSynced { node_id } => self.admit(node_id).await,
-            MgmRequest::StopNode { node_id } => self.stop_node(node_id).await,
-            MgmRequest::StartNode { node_id, initial } => self.start_node(node_id, initial),
-            MgmRequest::TakeStartRequests => {
-                Ok(MgmResponse::StartRequests(std::mem::take(&mut self.lock().start_requests)))
-            }
-            MgmRequest::RegisterDataNode { .. }
-            | MgmRequest::DataNodeStarted { .. }
-            | MgmRequest::DataNodeReady { .. } => {
-                Err(DbError::bad_request("data-node registration must be the first request on its connection"))
+            other => Err(DbError::internal(format!("{other:?} is not a schema change"))),
+        }
+    }
+
+    /// Rows and data memory of every shard of every data node.
+    async fn report_memory(&self) -> Result<MgmResponse> {
+        let mut nodes = Vec::new();
+        for (node, reply) in self.send_all(NodeCommand::ReportMemory).await {
+            match reply {
+                Ok(NodeReply::Memory(shards)) => nodes.push((node, shards)),
+                Ok(NodeReply::Error(e)) | Err(e) => return Err(e),
+                Ok(other) => return Err(DbError::internal(format!("data node {node} answered {other:?}"))),
             }
         }
+        nodes.sort_by_key(|(n, _)| *n);
+        Ok(MgmResponse::Memory(nodes))
+    }
+
+    /// Tells every data node to stop, waiting at most 5 s for each.
+    async fn shutdown_nodes(&self) -> Result<MgmResponse> {
+        let links: Vec<_> = self.lock().links.values().map(|l| l.commands.clone()).collect();
+        for link in links {
+            let (tx, rx) = oneshot::channel();
+            if link.send((NodeCommand::Stop, tx)).is_ok() {
+                let _ = tokio::time::timeout(Duration::from_secs(5), rx).await;
+            }
+        }
+        Ok(MgmResponse::Done)
+    }
+
+    /// The data nodes declared `epoch` durable: kept in the layout (and on
+    /// disk) when it is news.
+    fn record_durable(&self, epoch: latsdb_types::proto::CommitEpoch) -> Result<MgmResponse> {
+        let advanced = {
+            let mut state = self.lock();
+            let advanced = epoch > state.layout.durable_epoch;
+            if advanced {
+                state.layout.durable_epoch = epoch;
+            }
+            advanced
+        };
+        if advanced {
+            self.persist()?;
+        }
+        Ok(MgmResponse::Done)
     }
 
     fn find_table(&self, database: &str, name: &str) -> Result<TableDef> {
@@ -768,37 +793,8 @@ impl Mgmd {
                 return;
             }
         };
-        let (tx, mut rx) = mpsc::unbounded_channel::<Command>();
-        let generation = {
-            let mut state = self.lock();
-            state.registering.remove(&node_id);
-            let generation = state.next_generation;
-            state.next_generation += 1;
-            state.links.insert(node_id, NodeLink { commands: tx, generation });
-            state.ever_started.insert(node_id);
-            if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
-                // A restarting node takes writes while it catches up; the
-                // view that admits it makes it started.
-                d.status = if join { NodeStatus::Starting } else { NodeStatus::Started };
-                d.shards = shards.clone();
-                d.pid = pid;
-            }
-            state.layout.version += 1;
-            let view = view_nodes(&state, &self.config);
-            let formed =
-                view.iter().all(|n| state.layout.datanode(*n).is_some_and(|d| d.status == NodeStatus::Started));
-            if !state.formed && formed {
-                state.formed = true;
-                // The first view is the nodes that formed the cluster, in
-                // an epoch after every view of an earlier run.
-                let first = state.last_view_epoch + 1;
-                state.layout.first_view = first;
-                state.recovery.clear();
-                state.arbiter = Arbiter::new_at(first, view.clone());
-                log("mgmd", format!("the cluster has formed: data nodes {view:?} now watch each other (view {first})"));
-            }
-            generation
-        };
+        let (tx, rx) = mpsc::unbounded_channel::<Command>();
+        let generation = self.mark_started(node_id, join, &shards, pid, tx);
         if conn.send_with_id(id, &MgmResponse::Done).await.is_err() {
             self.node_lost(node_id, generation);
             return;
@@ -815,8 +811,55 @@ impl Mgmd {
             log("mgmd", format!("data node {node_id} started (pid {pid}, shards {})", shards.join(", ")));
         }
         self.broadcast_layout();
-        // Serve commands to this node, and check it is alive between them,
-        // until its connection breaks or it stops answering.
+        self.serve_node(node_id, &mut conn, rx).await;
+        self.node_lost(node_id, generation);
+    }
+
+    /// A registered node finished starting: it gets its command link
+    /// (numbered by a new generation, which this returns), and the layout
+    /// lists it as starting (a node restart: it takes writes while it
+    /// catches up) or started. The first view forms once every node of it
+    /// is started.
+    fn mark_started(
+        &self,
+        node_id: NodeId,
+        join: bool,
+        shards: &[String],
+        pid: u32,
+        commands: mpsc::UnboundedSender<Command>,
+    ) -> u64 {
+        let mut state = self.lock();
+        state.registering.remove(&node_id);
+        let generation = state.next_generation;
+        state.next_generation += 1;
+        state.links.insert(node_id, NodeLink { commands, generation });
+        state.ever_started.insert(node_id);
+        if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
+            // A restarting node takes writes while it catches up; the
+            // view that admits it makes it started.
+            d.status = if join { NodeStatus::Starting } else { NodeStatus::Started };
+            d.shards = shards.to_vec();
+            d.pid = pid;
+        }
+        state.layout.version += 1;
+        let view = view_nodes(&state, &self.config);
+        let formed = view.iter().all(|n| state.layout.datanode(*n).is_some_and(|d| d.status == NodeStatus::Started));
+        if !state.formed && formed {
+            state.formed = true;
+            // The first view is the nodes that formed the cluster, in
+            // an epoch after every view of an earlier run.
+            let first = state.last_view_epoch + 1;
+            state.layout.first_view = first;
+            state.recovery.clear();
+            state.arbiter = Arbiter::new_at(first, view.clone());
+            log("mgmd", format!("the cluster has formed: data nodes {view:?} now watch each other (view {first})"));
+        }
+        generation
+    }
+
+    /// Serves commands to a started node, and checks it is alive between
+    /// them, until its connection breaks or it stops answering.
+    async fn serve_node(&self, node_id: NodeId, conn: &mut RpcConn, mut rx: mpsc::UnboundedReceiver<Command>) {
         let interval = Duration::from_millis(self.config.cluster.heartbeat_interval_ms);
         let deadline = interval * self.config.cluster.heartbeat_missed;
         let mut ticker = tokio::time::interval(interval);
@@ -845,7 +888,6 @@ impl Mgmd {
                 }
             }
         }
-        self.node_lost(node_id, generation);
     }
 
     /// How a starting data node begins. While the cluster is not running,

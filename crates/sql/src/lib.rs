@@ -21,6 +21,7 @@ pub mod plan;
 pub mod process;
 pub mod regexp;
 pub mod session;
+pub mod shared;
 pub mod subquery;
 pub mod union;
 pub mod window;

@@ -77,52 +77,8 @@ fn partition(
         }
     };
     let n = part.len();
-    // Each position's group of peers, [first, last + 1).
-    let mut peer_group = vec![(0, n); n];
-    let mut first = 0;
-    while first < n {
-        let mut end = first + 1;
-        while end < n && peers(&part[first].0, &part[end].0) {
-            end += 1;
-        }
-        for g in &mut peer_group[first..end] {
-            *g = (first, end);
-        }
-        first = end;
-    }
-    // The frame of position `pos`, as [start, end) (empty when start >= end).
-    let frame = |pos: usize| -> (usize, usize) {
-        let ordered = !w.order.is_empty();
-        match w.frame {
-            Frame::Default if ordered => (0, peer_group[pos].1),
-            Frame::Default => (0, n),
-            Frame::Rows(a, b) => {
-                let start = match a {
-                    FrameBound::Preceding(None) => 0,
-                    FrameBound::Preceding(Some(k)) => pos.saturating_sub(k.min(n as u64) as usize),
-                    FrameBound::Following(k) => pos.saturating_add(k.unwrap_or(0).min(n as u64) as usize),
-                };
-                let end = match b {
-                    FrameBound::Following(None) => n,
-                    FrameBound::Following(Some(k)) => pos.saturating_add(k.min(n as u64) as usize + 1).min(n),
-                    FrameBound::Preceding(Some(k)) if k as usize > pos => 0,
-                    FrameBound::Preceding(k) => pos - k.unwrap_or(0) as usize + 1,
-                };
-                (start.min(n), end)
-            }
-            Frame::Range(a, b) => {
-                let start = match a {
-                    FrameBound::Preceding(None) => 0,
-                    _ => peer_group[pos].0,
-                };
-                let end = match b {
-                    FrameBound::Following(None) => n,
-                    _ => peer_group[pos].1,
-                };
-                (start, end)
-            }
-        }
-    };
+    let peer_group = peer_groups(part, peers);
+    let frame = |pos: usize| frame_of(w, n, &peer_group, pos);
     match w.kind {
         WindowKind::Ntile => {
             for (pos, (_, row)) in part.iter().enumerate() {
@@ -225,6 +181,60 @@ fn partition(
         }
     }
     Ok(())
+}
+
+/// Each position's group of peers (rows equal in the window's order), as
+/// [first, last + 1).
+fn peer_groups(part: &[(Vec<Value>, usize)], peers: &dyn Fn(&[Value], &[Value]) -> bool) -> Vec<(usize, usize)> {
+    let n = part.len();
+    let mut peer_group = vec![(0, n); n];
+    let mut first = 0;
+    while first < n {
+        let mut end = first + 1;
+        while end < n && peers(&part[first].0, &part[end].0) {
+            end += 1;
+        }
+        for g in &mut peer_group[first..end] {
+            *g = (first, end);
+        }
+        first = end;
+    }
+    peer_group
+}
+
+/// The frame of position `pos` in a partition of `n` rows, as [start, end)
+/// (empty when start >= end).
+fn frame_of(w: &WindowSpec, n: usize, peer_group: &[(usize, usize)], pos: usize) -> (usize, usize) {
+    let ordered = !w.order.is_empty();
+    match w.frame {
+        Frame::Default if ordered => (0, peer_group[pos].1),
+        Frame::Default => (0, n),
+        Frame::Rows(a, b) => {
+            let start = match a {
+                FrameBound::Preceding(None) => 0,
+                FrameBound::Preceding(Some(k)) => pos.saturating_sub(k.min(n as u64) as usize),
+                FrameBound::Following(k) => pos.saturating_add(k.unwrap_or(0).min(n as u64) as usize),
+            };
+            let end = match b {
+                FrameBound::Following(None) => n,
+                FrameBound::Following(Some(k)) => pos.saturating_add(k.min(n as u64) as usize + 1).min(n),
+                FrameBound::Preceding(Some(k)) if k as usize > pos => 0,
+                FrameBound::Preceding(k) => pos - k.unwrap_or(0) as usize + 1,
+            };
+            (start.min(n), end)
+        }
+        Frame::Range(a, b) => {
+            let start = match a {
+                FrameBound::Preceding(None) => 0,
+                _ => peer_group[pos].0,
+            };
+            let end = match b {
+                FrameBound::Following(None) => n,
+                _ => peer_group[pos].1,
+            };
+            (start, end)
+        }
+    }
 }
 
 /// An aggregate's state over a window frame that only grows.

@@ -26,13 +26,8 @@ const FILE_LINES_MAX: usize = 1500;
 
 /// Functions over `FUNCTION_LINES_MAX` lines, as "path::name". Shrinking.
 const LONG_FUNCTIONS_ALLOWED: &[&str] = &[
-    "crates/bench/src/lookup.rs::run_async",
-    "crates/client/src/ops.rs::batch",
-    "crates/latsdb/src/launcher.rs::run",
     "crates/latsdb/tests/cluster.rs::load_read_scan_and_concurrent_transfers",
     "crates/node/src/datanode.rs::run_datanode",
-    "crates/node/src/mgmd.rs::handle",
-    "crates/node/src/mgmd.rs::register",
     "crates/sim/src/world.rs::on_response",
     "crates/sql/src/bind.rs::bind",
     "crates/sql/src/bind.rs::function",
@@ -41,20 +36,14 @@ const LONG_FUNCTIONS_ALLOWED: &[&str] = &[
     "crates/sql/src/dml.rs::run_insert",
     "crates/sql/src/eval.rs::call",
     "crates/sql/src/plan.rs::plan_query",
-    "crates/sql/src/window.rs::partition",
 ];
 
 /// The allow-lists' combined length may only go down.
-const ALLOWED_ENTRIES_MAX: usize = 21;
+const ALLOWED_ENTRIES_MAX: usize = 14;
 
 /// Rust files over `FILE_LINES_MAX` lines. Shrinking.
-const LONG_FILES_ALLOWED: &[&str] = &[
-    "crates/sim/src/world.rs",
-    "crates/sql/src/bind.rs",
-    "crates/sql/src/catalog.rs",
-    "crates/sql/src/eval.rs",
-    "crates/sql/src/session.rs",
-];
+const LONG_FILES_ALLOWED: &[&str] =
+    &["crates/sim/src/world.rs", "crates/sql/src/bind.rs", "crates/sql/src/catalog.rs", "crates/sql/src/eval.rs"];
 
 /// Host names of package registries. Cargo.lock is exempt: cargo writes
 /// its registry's identifier into it, and it is not edited by hand.
