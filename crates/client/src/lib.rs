@@ -210,7 +210,7 @@ impl Client {
                 MgmResponse::Layout(l) => l,
                 other => return Err(unexpected("GetLayout", other)),
             };
-            if layout.first_view > 0 {
+            if layout.first_view > latsdb_types::proto::ViewNumber::NONE {
                 break layout;
             }
             if tokio::time::Instant::now() >= deadline {

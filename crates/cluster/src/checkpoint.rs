@@ -130,10 +130,11 @@ pub fn redo_summary(bytes: &[u8]) -> RedoSummary {
 /// every one of them was saved through, and the highest epoch any record
 /// carries.
 pub fn node_recovery<'a>(summaries: impl IntoIterator<Item = &'a RedoSummary>) -> latsdb_types::proto::NodeRecovery {
-    let (saved_epoch, max_epoch) = summaries
-        .into_iter()
-        .fold((CommitEpoch::MAX, 0), |(saved, max), s| (saved.min(s.saved_epoch), max.max(s.max_epoch)));
-    let saved_epoch = if saved_epoch == CommitEpoch::MAX { 0 } else { saved_epoch };
+    let (saved_epoch, max_epoch) =
+        summaries.into_iter().fold((CommitEpoch::MAX, CommitEpoch::NONE), |(saved, max), s| {
+            (saved.min(s.saved_epoch), max.max(s.max_epoch))
+        });
+    let saved_epoch = if saved_epoch == CommitEpoch::MAX { CommitEpoch::NONE } else { saved_epoch };
     latsdb_types::proto::NodeRecovery { saved_epoch, max_epoch }
 }
 

@@ -86,7 +86,7 @@ impl Redo {
         key: &[u8],
         row: Option<&[u8]>,
     ) {
-        debug_assert!(epoch > 0, "a write logged in epoch 0");
+        debug_assert!(epoch > CommitEpoch::NONE, "a write logged in epoch 0");
         if self.enabled {
             self.append(&Record::Write { epoch, table, partition, key, row });
         }
@@ -145,7 +145,7 @@ impl Context {
             tables: FastMap::default(),
             data_memory_used: 0,
             now: 0,
-            commit_epoch: 1,
+            commit_epoch: CommitEpoch(1),
             redo,
             local: VecDeque::new(),
         }
@@ -233,7 +233,7 @@ impl Context {
             "shard {}: data memory counted differs from its partitions'",
             self.cfg.me
         );
-        assert!(self.commit_epoch >= 1, "shard {}: commit epoch 0", self.cfg.me);
+        assert!(self.commit_epoch > CommitEpoch::NONE, "shard {}: commit epoch 0", self.cfg.me);
         for table in self.tables.values() {
             assert_eq!(
                 table.partitions.len(),

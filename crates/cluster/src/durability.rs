@@ -95,7 +95,7 @@ impl Driver {
     fn message(&self) -> Option<PeerMsg> {
         match self.phase {
             DriverPhase::Switching => Some(PeerMsg::EpochSwitch { epoch: self.epoch }),
-            DriverPhase::Saving => Some(PeerMsg::EpochSave { epoch: self.epoch - 1 }),
+            DriverPhase::Saving => Some(PeerMsg::EpochSave { epoch: self.epoch.prev() }),
             DriverPhase::Idle => None,
         }
     }
@@ -114,7 +114,7 @@ impl Driver {
 
     /// Every shard saved `epoch`: it is durable.
     fn declare_durable(&mut self, cx: &mut Context, out: &mut Outbox, epoch: CommitEpoch) {
-        debug_assert_eq!(epoch + 1, self.epoch, "the driver declared an epoch it was not saving");
+        debug_assert_eq!(epoch.next(), self.epoch, "the driver declared an epoch it was not saving");
         let interval = cx.layout.epoch_interval_ms.max(1) * 1000;
         self.phase = DriverPhase::Idle;
         self.next_at = self.started_at + interval;
@@ -144,7 +144,14 @@ pub(crate) struct Epochs {
 
 impl Epochs {
     pub(crate) fn new() -> Self {
-        Epochs { durable: 0, saved: 0, switch: None, syncs: Vec::new(), waiters: Vec::new(), driver: None }
+        Epochs {
+            durable: CommitEpoch::NONE,
+            saved: CommitEpoch::NONE,
+            switch: None,
+            syncs: Vec::new(),
+            waiters: Vec::new(),
+            driver: None,
+        }
     }
 
     /// Checks the block's invariants (run by the simulator after every step).
@@ -289,7 +296,7 @@ impl Epochs {
         });
         match driver.phase {
             DriverPhase::Idle if now >= driver.next_at => {
-                driver.epoch = driver.epoch.max(current) + 1;
+                driver.epoch = driver.epoch.max(current).next();
                 driver.phase = DriverPhase::Switching;
                 driver.started_at = now;
                 driver.ask(cx, out);
@@ -337,7 +344,7 @@ impl Epochs {
     /// A shard saved `epoch` (`EpochSaved`).
     pub(crate) fn on_saved(&mut self, cx: &mut Context, out: &mut Outbox, from: ShardAddr, epoch: CommitEpoch) {
         let Some(driver) = self.driver.as_mut() else { return };
-        if driver.phase != DriverPhase::Saving || driver.epoch - 1 != epoch {
+        if driver.phase != DriverPhase::Saving || driver.epoch.prev() != epoch {
             return;
         }
         driver.waiting.remove(&from);
@@ -367,7 +374,7 @@ impl Epochs {
                     driver.ask(cx, out);
                 }
                 _ => {
-                    let epoch = driver.epoch - 1;
+                    let epoch = driver.epoch.prev();
                     driver.declare_durable(cx, out, epoch);
                 }
             }

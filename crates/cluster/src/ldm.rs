@@ -1041,7 +1041,7 @@ impl Ldm {
             self.abort(cx, tx, out);
             return false;
         }
-        debug_assert!(epoch >= 1, "a commit in epoch 0");
+        debug_assert!(epoch > CommitEpoch::NONE, "a commit in epoch 0");
         let mut backups = BTreeSet::new();
         if let Some(ltx) = self.txs.remove(&tx) {
             let mut staged = ltx.staged;

@@ -7,22 +7,26 @@
 //! [`Outbox`]. The same code runs on real threads and sockets (crates/node)
 //! and inside a deterministic simulation.
 //!
-//! Each shard holds three blocks, named after their NDB counterparts:
-//! - the transaction coordinator (`tc`): runs multi-operation transactions
-//!   and their two-phase commit over the participating shards;
-//! - the local data manager (`ldm`): executes key operations on its own
-//!   partitions under row locks, stages transactional writes until commit;
-//! - the lock manager (`locks`): per-row shared/exclusive locks with FIFO
-//!   wait queues and a lock-wait timeout;
-//! - replication (`replica`): every write is staged on the partition's
-//!   backups before it is acknowledged, and committed there before the
-//!   commit is acknowledged;
-//! - takeover (`takeover`): the transactions of a failed coordinator are
+//! A shard (`shard.rs`) composes blocks, each a type that owns its state and
+//! reacts to messages with a shared `Context` (`context.rs`: configuration,
+//! layout, tables, clock, commit epoch, REDO buffer); they are named after
+//! their NDB counterparts:
+//! - `Coordinator` (`tc`): runs multi-operation transactions and their
+//!   two-phase commit over the participating shards;
+//! - `Ldm` (`ldm`, `replica`): executes key operations on its own partitions
+//!   under row locks (`locks`), stages transactional writes until commit,
+//!   and stages every write on the partition's backups before it is
+//!   acknowledged (the backup side is `replica`);
+//! - `Takeovers` (`takeover`): the transactions of a failed coordinator are
 //!   committed or aborted consistently by the survivors;
-//! - durability (`durability`, `checkpoint`): commit epochs, the REDO log,
-//!   the epoch driver, local checkpoints and restoring from disk;
-//! - node restart (`sync`): a restarting node copies its partitions from
+//! - `Epochs` (`durability`) and `Checkpoints` (`checkpoint`): commit epochs,
+//!   the REDO log, the epoch driver, local checkpoints and restoring from
+//!   disk;
+//! - `PartitionSync` (`sync`): a restarting node copies its partitions from
 //!   their primaries while it already takes part in their writes.
+//!
+//! Each block checks its invariants in `check()`; `Shard::check` runs them
+//! all (the simulator does after every step).
 //!
 //! Beside the shards, each data node runs `membership`: heartbeats, views of
 //! the live nodes chosen by consensus, leases and split-brain protection.

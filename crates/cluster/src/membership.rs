@@ -40,7 +40,7 @@
 //!   |--Install(e+1, view)----->|   apply the new layout; removed nodes shut down
 //! ```
 
-use latsdb_types::proto::{Ballot, Epoch, MemberMsg, NodeId};
+use latsdb_types::proto::{Ballot, MemberMsg, NodeId, ViewNumber};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Microseconds on the local monotonic clock.
@@ -80,7 +80,7 @@ pub enum Voter {
 pub struct MemberOut {
     pub send: Vec<(Voter, MemberMsg)>,
     /// A new view was installed here: the live data nodes, by epoch.
-    pub installed: Option<(Epoch, Vec<NodeId>)>,
+    pub installed: Option<(ViewNumber, Vec<NodeId>)>,
     /// This node must stop serving and exit: the reason.
     pub shutdown: Option<String>,
 }
@@ -121,7 +121,7 @@ struct Proposal {
 pub struct Membership {
     cfg: MembershipConfig,
     active: bool,
-    epoch: Epoch,
+    epoch: ViewNumber,
     members: BTreeSet<NodeId>,
     peers: BTreeMap<NodeId, Peer>,
     /// Acceptor state for epoch + 1.
@@ -145,7 +145,7 @@ impl Membership {
         Membership {
             cfg,
             active: false,
-            epoch: 0,
+            epoch: ViewNumber::NONE,
             members: BTreeSet::new(),
             peers: BTreeMap::new(),
             promised: None,
@@ -166,7 +166,7 @@ impl Membership {
     /// it is no member yet and waits for the view that admits it.
     pub fn activate_joining(&mut self) {
         self.active = true;
-        self.epoch = 0;
+        self.epoch = ViewNumber::NONE;
         self.members.clear();
     }
 
@@ -185,14 +185,14 @@ impl Membership {
     /// (called once all of them have started).
     pub fn activate(&mut self, now: Micros) {
         let all: Vec<NodeId> = self.cfg.groups.keys().copied().collect();
-        self.activate_with(now, &all, 1);
+        self.activate_with(now, &all, ViewNumber(1));
     }
 
     /// Starts the protocol with view `epoch` = `members` (the nodes that
     /// formed the cluster: after a system restart, those of the last view,
     /// in an epoch above every earlier one; a node that had left before
     /// joins later, through `admit`).
-    pub fn activate_with(&mut self, now: Micros, members: &[NodeId], epoch: Epoch) {
+    pub fn activate_with(&mut self, now: Micros, members: &[NodeId], epoch: ViewNumber) {
         if self.active {
             return;
         }
@@ -206,7 +206,7 @@ impl Membership {
         self.active
     }
 
-    pub fn epoch(&self) -> Epoch {
+    pub fn epoch(&self) -> ViewNumber {
         self.epoch
     }
 
@@ -316,7 +316,7 @@ impl Membership {
                 self.retry_at = now + self.cfg.interval_us * (1 + self.rank() as u64);
             } else if let Phase::Accepts { chosen: true, safe_at, view, .. } = &p.phase {
                 if now >= *safe_at {
-                    let (epoch, view) = (self.epoch + 1, view.clone());
+                    let (epoch, view) = (self.epoch.next(), view.clone());
                     self.proposal = None;
                     for &n in &view {
                         if n != self.cfg.me {
@@ -353,7 +353,7 @@ impl Membership {
     /// of every voter that has not answered yet (answers are idempotent).
     fn resend_proposal(&self, out: &mut MemberOut) {
         let Some(p) = &self.proposal else { return };
-        let epoch = self.epoch + 1;
+        let epoch = self.epoch.next();
         let me = Voter::Node(self.cfg.me);
         match &p.phase {
             Phase::Promises(promises) => {
@@ -379,7 +379,7 @@ impl Membership {
     fn start_proposal(&mut self, suspects: BTreeSet<NodeId>, now: Micros, out: &mut MemberOut) {
         self.max_round += 1;
         let ballot = Ballot { round: self.max_round, node: self.cfg.me };
-        let epoch = self.epoch + 1;
+        let epoch = self.epoch.next();
         let asked: BTreeSet<NodeId> = self.members.iter().copied().filter(|n| !suspects.contains(n)).collect();
         let base = self.members();
         for &n in &asked {
@@ -421,7 +421,7 @@ impl Membership {
     }
 
     fn on_proposal_reply(&mut self, from: Voter, msg: MemberMsg, now: Micros, out: &mut MemberOut) {
-        let epoch = self.epoch + 1;
+        let epoch = self.epoch.next();
         let Some(p) = &mut self.proposal else { return };
         match msg {
             MemberMsg::Promise { epoch: e, ballot, accepted } if e == epoch && ballot == p.ballot => {
@@ -495,7 +495,7 @@ impl Membership {
             }
         };
         let ballot = p.ballot;
-        let epoch = self.epoch + 1;
+        let epoch = self.epoch.next();
         let voters: Vec<Voter> = promises.keys().copied().collect();
         for v in &voters {
             if *v != Voter::Node(self.cfg.me) {
@@ -528,8 +528,8 @@ impl Membership {
 
     // ---- acceptor ----
 
-    fn accept_prepare(&mut self, epoch: Epoch, ballot: Ballot) -> Option<MemberMsg> {
-        debug_assert_eq!(epoch, self.epoch + 1);
+    fn accept_prepare(&mut self, epoch: ViewNumber, ballot: Ballot) -> Option<MemberMsg> {
+        debug_assert_eq!(epoch, self.epoch.next());
         self.max_round = self.max_round.max(ballot.round);
         if self.promised.is_some_and(|b| b > ballot) {
             return Some(MemberMsg::Reject { epoch, promised: self.promised, installed: None });
@@ -538,8 +538,8 @@ impl Membership {
         Some(MemberMsg::Promise { epoch, ballot, accepted: self.accepted.clone() })
     }
 
-    fn accept_accept(&mut self, epoch: Epoch, ballot: Ballot, view: Vec<NodeId>) -> Option<MemberMsg> {
-        debug_assert_eq!(epoch, self.epoch + 1);
+    fn accept_accept(&mut self, epoch: ViewNumber, ballot: Ballot, view: Vec<NodeId>) -> Option<MemberMsg> {
+        debug_assert_eq!(epoch, self.epoch.next());
         self.max_round = self.max_round.max(ballot.round);
         if self.promised.is_some_and(|b| b > ballot) {
             return Some(MemberMsg::Reject { epoch, promised: self.promised, installed: None });
@@ -596,7 +596,7 @@ impl Membership {
                 }
             }
             MemberMsg::Accept { epoch, ballot, members } => {
-                if epoch != self.epoch + 1 {
+                if epoch != self.epoch.next() {
                     if epoch <= self.epoch {
                         out.send.push((
                             from,
@@ -623,7 +623,7 @@ impl Membership {
 
     /// Brings this node to epoch `epoch - 1` before it votes on `epoch`.
     /// False when it cannot vote (a stale proposal, or it was removed).
-    fn catch_up(&mut self, from: Voter, epoch: Epoch, base: &[NodeId], now: Micros, out: &mut MemberOut) -> bool {
+    fn catch_up(&mut self, from: Voter, epoch: ViewNumber, base: &[NodeId], now: Micros, out: &mut MemberOut) -> bool {
         if epoch <= self.epoch {
             out.send.push((
                 from,
@@ -631,19 +631,19 @@ impl Membership {
             ));
             return false;
         }
-        if epoch > self.epoch + 1 {
-            self.learn_install(epoch - 1, base.to_vec(), now, out);
+        if epoch > self.epoch.next() {
+            self.learn_install(epoch.prev(), base.to_vec(), now, out);
         }
-        !self.shut_down && epoch == self.epoch + 1
+        !self.shut_down && epoch == self.epoch.next()
     }
 
-    fn learn_install(&mut self, epoch: Epoch, members: Vec<NodeId>, now: Micros, out: &mut MemberOut) {
+    fn learn_install(&mut self, epoch: ViewNumber, members: Vec<NodeId>, now: Micros, out: &mut MemberOut) {
         if epoch > self.epoch {
             self.install(epoch, members, now, out);
         }
     }
 
-    fn install(&mut self, epoch: Epoch, members: Vec<NodeId>, now: Micros, out: &mut MemberOut) {
+    fn install(&mut self, epoch: ViewNumber, members: Vec<NodeId>, now: Micros, out: &mut MemberOut) {
         assert!(epoch > self.epoch, "views only move forward ({} -> {epoch})", self.epoch);
         if !members.contains(&self.cfg.me) {
             self.shutdown(
@@ -682,7 +682,7 @@ impl Membership {
 /// no heartbeats. It breaks ties between two halves of the cluster.
 #[derive(Debug, Default)]
 pub struct Arbiter {
-    epoch: Epoch,
+    epoch: ViewNumber,
     members: Vec<NodeId>,
     promised: Option<Ballot>,
     accepted: Option<(Ballot, Vec<NodeId>)>,
@@ -691,21 +691,21 @@ pub struct Arbiter {
 impl Arbiter {
     /// View 1: every data node of the cluster.
     pub fn new(all_nodes: Vec<NodeId>) -> Arbiter {
-        Arbiter::new_at(1, all_nodes)
+        Arbiter::new_at(ViewNumber(1), all_nodes)
     }
 
     /// The first view of a run of the cluster: `members` in `epoch`.
-    pub fn new_at(epoch: Epoch, members: Vec<NodeId>) -> Arbiter {
+    pub fn new_at(epoch: ViewNumber, members: Vec<NodeId>) -> Arbiter {
         Arbiter { epoch, members, promised: None, accepted: None }
     }
 
     /// The newest view the arbitrator knows of.
-    pub fn view(&self) -> (Epoch, &[NodeId]) {
+    pub fn view(&self) -> (ViewNumber, &[NodeId]) {
         (self.epoch, &self.members)
     }
 
     pub fn on_message(&mut self, msg: MemberMsg) -> Option<MemberMsg> {
-        let stale = |a: &Arbiter, epoch: Epoch| MemberMsg::Reject {
+        let stale = |a: &Arbiter, epoch: ViewNumber| MemberMsg::Reject {
             epoch,
             promised: None,
             installed: Some((a.epoch, a.members.clone())),
@@ -715,10 +715,10 @@ impl Arbiter {
                 if epoch <= self.epoch {
                     return Some(stale(self, epoch));
                 }
-                if epoch > self.epoch + 1 {
+                if epoch > self.epoch.next() {
                     // It missed view `epoch - 1`; its own vote on that one no
                     // longer matters.
-                    self.learn(epoch - 1, base);
+                    self.learn(epoch.prev(), base);
                 }
                 if self.promised.is_some_and(|b| b > ballot) {
                     return Some(MemberMsg::Reject { epoch, promised: self.promised, installed: None });
@@ -730,7 +730,7 @@ impl Arbiter {
                 if epoch <= self.epoch {
                     return Some(stale(self, epoch));
                 }
-                if epoch > self.epoch + 1 || self.promised.is_some_and(|b| b > ballot) {
+                if epoch > self.epoch.next() || self.promised.is_some_and(|b| b > ballot) {
                     return Some(MemberMsg::Reject { epoch, promised: self.promised, installed: None });
                 }
                 self.promised = Some(ballot);
@@ -749,7 +749,7 @@ impl Arbiter {
         }
     }
 
-    fn learn(&mut self, epoch: Epoch, members: Vec<NodeId>) {
+    fn learn(&mut self, epoch: ViewNumber, members: Vec<NodeId>) {
         if epoch > self.epoch {
             self.epoch = epoch;
             self.members = members;
@@ -836,10 +836,10 @@ mod tests {
         assert!(ms.values().all(|m| m.serving_until() > 100_000));
         run(&mut ms, &mut arbiter, &[2], 100_000, 400_000);
         for id in [3, 4, 5] {
-            assert_eq!(ms[&id].epoch(), 2, "node {id}");
+            assert_eq!(ms[&id].epoch(), ViewNumber(2), "node {id}");
             assert_eq!(ms[&id].members(), vec![3, 4, 5]);
         }
-        assert_eq!(arbiter.view().0, 2);
+        assert_eq!(arbiter.view().0, ViewNumber(2));
         assert!(ms[&2].serving_until() < 200_000, "the cut-off node stopped serving");
     }
 
@@ -855,7 +855,7 @@ mod tests {
         fresh.activate_joining();
         ms.insert(2, fresh);
         run(&mut ms, &mut arbiter, &[], 300_000, 400_000);
-        assert_eq!(ms[&2].epoch(), 0, "not a member before it is admitted");
+        assert_eq!(ms[&2].epoch(), ViewNumber::NONE, "not a member before it is admitted");
         let mut out = MemberOut::default();
         ms.get_mut(&3).unwrap().admit(2, 400_000, &mut out);
         let queued: Vec<(Voter, Voter, MemberMsg)> =
@@ -864,9 +864,9 @@ mod tests {
         run(&mut ms, &mut arbiter, &[], 400_000, 600_000);
         for id in nodes {
             assert_eq!(ms[&id].members(), vec![2, 3], "node {id}");
-            assert_eq!(ms[&id].epoch(), 3, "node {id}");
+            assert_eq!(ms[&id].epoch(), ViewNumber(3), "node {id}");
             assert!(ms[&id].serving_until() > 600_000, "node {id} serves");
         }
-        assert_eq!(arbiter.view(), (3, &[2, 3][..]));
+        assert_eq!(arbiter.view(), (ViewNumber(3), &[2, 3][..]));
     }
 }

@@ -444,7 +444,7 @@ impl Shard {
                 self.ldm.commit_decided(cx, &self.sync, tx, CommitReply::Coordinator, epoch, out)
             }
             PeerMsg::TxAbort { tx } | PeerMsg::TakeoverAbort { tx } => {
-                self.ldm.abort_log.record(tx, 0);
+                self.ldm.abort_log.record(tx, CommitEpoch::NONE);
                 self.ldm.abort(cx, tx, out)
             }
             PeerMsg::TxOpResults { tx, results, epoch } => {
@@ -631,9 +631,10 @@ impl Shard {
         // Commits of epochs after the restore point that some log may hold
         // were lost with the cluster: void them for every later restart.
         if self.cx.redo.enabled {
-            self.cx
-                .redo
-                .append(&Record::Restarted { restored: restore_epoch, discarded: first_epoch.saturating_sub(1) });
+            self.cx.redo.append(&Record::Restarted {
+                restored: restore_epoch,
+                discarded: CommitEpoch(first_epoch.0.saturating_sub(1)),
+            });
         }
         Ok(report)
     }

@@ -72,8 +72,8 @@ pub(crate) struct Takeovers {
     reported_version: u64,
 }
 
-fn view_of(layout_version: u64) -> u64 {
-    latsdb_types::proto::ClusterLayout::view_epoch_of(layout_version)
+fn view_of(layout_version: u64) -> latsdb_types::proto::ViewNumber {
+    latsdb_types::proto::ClusterLayout::view_of(layout_version)
 }
 
 /// The nodes of the layout that are not started, in order.

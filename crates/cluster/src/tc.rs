@@ -68,7 +68,7 @@ impl TcTx {
             commit,
             phase: Phase::Idle,
             error: None,
-            epoch: 0,
+            epoch: CommitEpoch::NONE,
         }
     }
 

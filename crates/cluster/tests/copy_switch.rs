@@ -35,7 +35,7 @@ fn layout(version: u64, a: NodeStatus, b: NodeStatus) -> ClusterLayout {
         .default_partitions(PARTITIONS)
         .lock_wait_timeout_ms(100)
         .checkpoint_trigger_mb(0)
-        .first_view(1)
+        .first_view(ViewNumber(1))
         .build()
 }
 

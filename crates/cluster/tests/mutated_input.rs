@@ -32,7 +32,7 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         .node_groups(1)
         .default_partitions(1)
         .lock_wait_timeout_ms(5)
-        .first_view(1)
+        .first_view(ViewNumber(1))
         .build();
     let cfg = ShardConfig {
         me: ShardAddr { node: 2, shard: 0 },

@@ -31,7 +31,7 @@ fn layout(b_started: bool) -> ClusterLayout {
         .node_groups(1)
         .default_partitions(4)
         .lock_wait_timeout_ms(100)
-        .first_view(1)
+        .first_view(ViewNumber(1))
         .build()
 }
 

@@ -29,7 +29,7 @@ fn layout() -> ClusterLayout {
         .node_groups(2)
         .default_partitions(8)
         .lock_wait_timeout_ms(100)
-        .first_view(1)
+        .first_view(ViewNumber(1))
         .build()
 }
 
@@ -276,15 +276,25 @@ fn unexpected_peer_messages_are_ignored_not_fatal() {
     // exist, results from a shard that was never asked, commits and aborts
     // for unknown transactions: none may panic or answer the client.
     p.shards[s].on_peer(me, PeerMsg::TxCommitted { tx }, 0, &mut out);
-    p.shards[s].on_peer(me, PeerMsg::TxOpResults { tx, results: vec![(99, OpResult::Done)], epoch: 1 }, 0, &mut out);
+    p.shards[s].on_peer(
+        me,
+        PeerMsg::TxOpResults { tx, results: vec![(99, OpResult::Done)], epoch: latsdb_types::proto::CommitEpoch(1) },
+        0,
+        &mut out,
+    );
     p.shards[s].on_peer(
         stranger,
-        PeerMsg::TxOpResults { tx, results: vec![(0, OpResult::Done)], epoch: 1 },
+        PeerMsg::TxOpResults { tx, results: vec![(0, OpResult::Done)], epoch: latsdb_types::proto::CommitEpoch(1) },
         0,
         &mut out,
     );
     let ghost = TxId { tc: me, seq: 123_456 };
-    p.shards[s].on_peer(stranger, PeerMsg::TxCommit { tx: ghost, epoch: 1 }, 0, &mut out);
+    p.shards[s].on_peer(
+        stranger,
+        PeerMsg::TxCommit { tx: ghost, epoch: latsdb_types::proto::CommitEpoch(1) },
+        0,
+        &mut out,
+    );
     p.shards[s].on_peer(stranger, PeerMsg::TxAbort { tx: ghost }, 0, &mut out);
     assert!(out.client.is_empty());
     p.deliver(s, out);

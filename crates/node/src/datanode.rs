@@ -207,7 +207,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     let _ = shards[0].control.send(Control::RunMembership(events_tx, plan.join));
     let join = plan.join;
     let mut base_layout = layout;
-    let mut view: Option<(latsdb_types::proto::Epoch, Vec<NodeId>)> = None;
+    let mut view: Option<(latsdb_types::proto::ViewNumber, Vec<NodeId>)> = None;
     set_layout(&shards, &effective_layout(&base_layout, view.as_ref()));
     for def in tables {
         apply_schema(&shards, SchemaChange::CreateTable(def)).await?;
@@ -377,7 +377,7 @@ impl Restart {
         self.stage_began = std::time::Instant::now();
     }
 
-    fn finish(&self, node_id: NodeId, epoch: latsdb_types::proto::Epoch) {
+    fn finish(&self, node_id: NodeId, epoch: latsdb_types::proto::ViewNumber) {
         let stages: Vec<String> = self.done.iter().map(|(n, ms)| format!("{n} {ms} ms")).collect();
         log(
             "datanode",
@@ -543,7 +543,10 @@ fn node_recovery(images: &[crate::disk::ShardImage]) -> Option<latsdb_types::pro
 
 /// The layout the shards use: the management server's, with the nodes the
 /// current view left out marked not started.
-fn effective_layout(base: &ClusterLayout, view: Option<&(latsdb_types::proto::Epoch, Vec<NodeId>)>) -> ClusterLayout {
+fn effective_layout(
+    base: &ClusterLayout,
+    view: Option<&(latsdb_types::proto::ViewNumber, Vec<NodeId>)>,
+) -> ClusterLayout {
     let mut layout = base.clone();
     if let Some((epoch, members)) = view {
         layout.restrict_to_view(members);
@@ -583,7 +586,7 @@ async fn drain(
     node_id: NodeId,
     events: &mut tokio::sync::mpsc::UnboundedReceiver<NodeEvent>,
     base_layout: &ClusterLayout,
-    view: &mut Option<(latsdb_types::proto::Epoch, Vec<NodeId>)>,
+    view: &mut Option<(latsdb_types::proto::ViewNumber, Vec<NodeId>)>,
 ) {
     let began = std::time::Instant::now();
     let mut targets = Vec::with_capacity(shards.len());
@@ -633,8 +636,8 @@ fn install_view(
     shards: &[ShardHandle],
     node_id: NodeId,
     base_layout: &ClusterLayout,
-    view: &mut Option<(latsdb_types::proto::Epoch, Vec<NodeId>)>,
-    epoch: latsdb_types::proto::Epoch,
+    view: &mut Option<(latsdb_types::proto::ViewNumber, Vec<NodeId>)>,
+    epoch: latsdb_types::proto::ViewNumber,
     members: Vec<NodeId>,
 ) {
     log("datanode", format!("node {node_id}: view {epoch}: live data nodes {members:?}"));
@@ -666,7 +669,7 @@ async fn apply_schema(shards: &[ShardHandle], change: SchemaChange) -> Result<()
 async fn handle_command(
     shards: &[ShardHandle],
     command: NodeCommand,
-    view: Option<&(latsdb_types::proto::Epoch, Vec<NodeId>)>,
+    view: Option<&(latsdb_types::proto::ViewNumber, Vec<NodeId>)>,
 ) -> (NodeReply, bool) {
     match command {
         NodeCommand::Heartbeat => (NodeReply::Done, false),

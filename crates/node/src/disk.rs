@@ -502,7 +502,13 @@ mod tests {
         let mut out = Vec::new();
         let key = i.to_le_bytes();
         let row = pattern(100 + (i as usize % 300), i as u8);
-        let record = Record::Write { epoch: 1, table: 7, partition: 0, key: &key, row: Some(&row) };
+        let record = Record::Write {
+            epoch: latsdb_types::proto::CommitEpoch(1),
+            table: 7,
+            partition: 0,
+            key: &key,
+            row: Some(&row),
+        };
         latsdb_storage::log::encode(&mut out, &record);
         out
     }

@@ -8,8 +8,8 @@ use latsdb_cluster::membership::Arbiter;
 use latsdb_net::{FrameError, FrameReader, RpcConn};
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::proto::{
-    self, ClusterLayout, DataNodeInfo, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply, NodeStatus,
-    SchemaChange, PROTOCOL_VERSION,
+    self, ClusterLayout, CommitEpoch, DataNodeInfo, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply,
+    NodeStatus, SchemaChange, PROTOCOL_VERSION,
 };
 use latsdb_types::schema::{TableDef, TableSpec};
 use latsdb_types::{DbError, ErrorCode, Result};
@@ -45,7 +45,7 @@ struct Persisted {
     /// Data nodes of the last view while the cluster ran, and its epoch
     /// (the next run's views come after it).
     last_view: Vec<NodeId>,
-    last_view_epoch: latsdb_types::proto::Epoch,
+    last_view_number: latsdb_types::proto::ViewNumber,
 }
 
 const STATE_FILE: &str = "mgmd-state.bin";
@@ -62,7 +62,7 @@ struct PersistedV0 {
     next_table_id: u32,
     durable_epoch: latsdb_types::proto::CommitEpoch,
     last_view: Vec<NodeId>,
-    last_view_epoch: latsdb_types::proto::Epoch,
+    last_view_number: latsdb_types::proto::ViewNumber,
 }
 
 #[derive(serde::Deserialize)]
@@ -118,7 +118,7 @@ impl From<PersistedV0> for Persisted {
             next_table_id: old.next_table_id,
             durable_epoch: old.durable_epoch,
             last_view: old.last_view,
-            last_view_epoch: old.last_view_epoch,
+            last_view_number: old.last_view_number,
         }
     }
 }
@@ -183,7 +183,7 @@ struct State {
     /// Data nodes of the last view (their disks hold the latest data), and
     /// its epoch.
     last_view: Vec<NodeId>,
-    last_view_epoch: latsdb_types::proto::Epoch,
+    last_view_number: latsdb_types::proto::ViewNumber,
     arbiter: Arbiter,
     next_generation: u64,
     /// Data nodes to start (node, initial), for the process manager.
@@ -265,7 +265,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             formed: false,
             recovery: HashMap::new(),
             last_view: persisted.last_view,
-            last_view_epoch: persisted.last_view_epoch,
+            last_view_number: persisted.last_view_number,
             arbiter,
             next_generation: 1,
             start_requests: Vec::new(),
@@ -376,7 +376,7 @@ impl Mgmd {
                 next_table_id: state.next_table_id,
                 durable_epoch: state.layout.durable_epoch,
                 last_view: state.last_view.clone(),
-                last_view_epoch: state.last_view_epoch,
+                last_view_number: state.last_view_number,
             }
         };
         let bytes = proto::frame(STATE_FORMAT, &snapshot);
@@ -848,7 +848,7 @@ impl Mgmd {
             state.formed = true;
             // The first view is the nodes that formed the cluster, in
             // an epoch after every view of an earlier run.
-            let first = state.last_view_epoch + 1;
+            let first = state.last_view_number.next();
             state.layout.first_view = first;
             state.recovery.clear();
             state.arbiter = Arbiter::new_at(first, view.clone());
@@ -1145,9 +1145,9 @@ impl Mgmd {
                     .map(|d| d.node_id)
                     .collect();
                 state.last_view = last_view.clone();
-                state.last_view_epoch = state.arbiter.view().0;
+                state.last_view_number = state.arbiter.view().0;
                 state.formed = false;
-                state.layout.first_view = 0;
+                state.layout.first_view = latsdb_types::proto::ViewNumber::NONE;
                 state.ever_started.clear();
                 state.recovery.clear();
                 for d in state.layout.datanodes.iter_mut() {
@@ -1208,7 +1208,7 @@ fn node_restart_plan(
     recovery: Option<latsdb_types::proto::NodeRecovery>,
 ) -> latsdb_types::proto::StartPlan {
     let durable = state.layout.durable_epoch;
-    let first_epoch = recovery.as_ref().map_or(0, |r| r.max_epoch).max(durable) + 1;
+    let first_epoch = recovery.as_ref().map_or(CommitEpoch::NONE, |r| r.max_epoch).max(durable).next();
     latsdb_types::proto::StartPlan { restore_epoch: recovery.map(|r| r.saved_epoch), first_epoch, join: true }
 }
 
@@ -1216,8 +1216,8 @@ fn node_restart_plan(
 fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::StartPlan> {
     let reports: Vec<(NodeId, &latsdb_types::proto::NodeRecovery)> =
         state.recovery.iter().filter_map(|(n, r)| r.as_ref().map(|r| (*n, r))).collect();
-    let max_logged = reports.iter().map(|(_, r)| r.max_epoch).max().unwrap_or(0);
-    let first_epoch = max_logged.max(state.layout.durable_epoch) + 1;
+    let max_logged = reports.iter().map(|(_, r)| r.max_epoch).max().unwrap_or(CommitEpoch::NONE);
+    let first_epoch = max_logged.max(state.layout.durable_epoch).next();
     if reports.is_empty() {
         return Ok(latsdb_types::proto::StartPlan { restore_epoch: None, first_epoch, join: false });
     }
@@ -1243,7 +1243,7 @@ fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::Start
             }
         }
     }
-    let restore_epoch = saved.into_iter().min().unwrap_or(0);
+    let restore_epoch = saved.into_iter().min().unwrap_or(CommitEpoch::NONE);
     if restore_epoch < state.layout.durable_epoch {
         log(
             "mgmd",
@@ -1297,14 +1297,17 @@ mod tests {
                     .collect(),
             }],
             next_table_id: 8,
-            durable_epoch: 41,
+            durable_epoch: CommitEpoch(41),
             last_view: vec![1, 2],
-            last_view_epoch: 5,
+            last_view_number: latsdb_types::proto::ViewNumber(5),
         };
         std::fs::write(dir.join(STATE_FILE), proto::frame(0, &old)).unwrap();
         let loaded = load_state(&dir).unwrap();
         assert_eq!(loaded.tables, vec![TableDef { version: 3, ..t }]);
-        assert_eq!((loaded.next_table_id, loaded.durable_epoch, loaded.last_view_epoch), (8, 41, 5));
+        assert_eq!(
+            (loaded.next_table_id, loaded.durable_epoch, loaded.last_view_number),
+            (8, CommitEpoch(41), latsdb_types::proto::ViewNumber(5))
+        );
         assert_eq!(loaded.last_view, vec![1, 2]);
         std::fs::remove_dir_all(&dir).unwrap();
     }

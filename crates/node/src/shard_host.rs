@@ -10,8 +10,8 @@ use latsdb_cluster::membership::{MemberOut, Membership, MembershipConfig, Voter}
 use latsdb_cluster::{ConnId, Lease, Outbox, Shard, ShardConfig};
 use latsdb_net::{write_frames, FrameError, FrameReader};
 use latsdb_types::proto::{
-    self, ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, Epoch, Hello, MemberMsg, MgmRequest, MgmResponse,
-    NodeId, NodeStatus, PeerMsg, SchemaChange, ShardAddr, StartPlan, PROTOCOL_VERSION,
+    self, ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, Hello, MemberMsg, MgmRequest, MgmResponse, NodeId,
+    NodeStatus, PeerMsg, SchemaChange, ShardAddr, StartPlan, ViewNumber, PROTOCOL_VERSION,
 };
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::cell::{Cell, RefCell};
@@ -60,7 +60,7 @@ pub enum Control {
 #[derive(Debug)]
 pub enum NodeEvent {
     /// A new view of the live data nodes was installed.
-    View(Epoch, Vec<NodeId>),
+    View(ViewNumber, Vec<NodeId>),
     /// The node must stop: it was removed or is cut off from the cluster.
     Shutdown(String),
 }
@@ -112,7 +112,7 @@ impl Host {
         if self.node_events.borrow().is_none()
             || self.membership.borrow().is_some()
             || layout.datanodes.is_empty()
-            || !(layout.first_view > 0 || self.joining.get())
+            || !(layout.first_view > ViewNumber::NONE || self.joining.get())
         {
             return;
         }
@@ -285,7 +285,13 @@ impl Host {
             }
             None => {
                 crate::disk::wipe(&dir)?;
-                self.shard.borrow_mut().restore(None, &[], 0, 0, plan.first_epoch)?;
+                self.shard.borrow_mut().restore(
+                    None,
+                    &[],
+                    0,
+                    latsdb_types::proto::CommitEpoch::NONE,
+                    plan.first_epoch,
+                )?;
                 ("initial start (empty data directory)".to_string(), 0)
             }
         };

@@ -22,9 +22,12 @@
 //!   transfers that touched it, its balance is the one written with that
 //!   version, and the total is unchanged.
 //!
-//! Node crashes, network splits, message loss and duplication arrive with
-//! replication and failure handling (they need timeouts, retries and backups
-//! to be survivable).
+//! Faults (`SimConfig`): data-node crashes and restarts (from disk or
+//! empty), whole-cluster crashes, failed and slow syncs, network splits and
+//! short glitches, connection resets, and lost or duplicated membership
+//! messages. After every step of every shard, `Shard::check` asserts the
+//! blocks' invariants; every run's events are hashed (`SimReport::trace_hash`)
+//! so a seed's replay can be compared byte for byte.
 
 mod disk;
 mod world;

@@ -6,8 +6,8 @@ use latsdb_cluster::membership::{Arbiter, MemberOut, Membership, MembershipConfi
 use latsdb_cluster::{checkpoint_for, node_recovery, Lease, Outbox, Shard, ShardConfig};
 use latsdb_types::expr::Expr;
 use latsdb_types::proto::{
-    ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, DataNodeInfo, Epoch, KeyOp, LockMode, MemberMsg, NodeId,
-    NodeRecovery, NodeStatus, OpKind, OpResult, PeerMsg, Router, SchemaChange, ShardAddr, TxId,
+    ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, DataNodeInfo, KeyOp, LockMode, MemberMsg, NodeId,
+    NodeRecovery, NodeStatus, OpKind, OpResult, PeerMsg, Router, SchemaChange, ShardAddr, TxId, ViewNumber,
 };
 use latsdb_types::rng::Rng;
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
@@ -159,8 +159,8 @@ pub struct SimReport {
     pub resets: u32,
     /// Nodes that shut themselves down (removed from the view or cut off).
     pub shutdowns: u32,
-    /// The epoch of the final view.
-    pub final_epoch: Epoch,
+    /// The number of the final view.
+    pub final_view: ViewNumber,
     /// Connections dropped while a lock step or audit was still executing.
     pub dropped_while_waiting: u64,
     pub audits: u64,
@@ -395,7 +395,7 @@ struct World {
     held: Vec<(Endpoint, Endpoint, Payload)>,
     /// Every view installed anywhere, by epoch: two different views with
     /// one epoch would be a split brain.
-    views: BTreeMap<Epoch, Vec<NodeId>>,
+    views: BTreeMap<ViewNumber, Vec<NodeId>>,
     violation: Option<String>,
     trace: VecDeque<String>,
     trace_hasher: xxhash_rust::xxh3::Xxh3,
@@ -442,7 +442,7 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
         // The simulation starts checkpoints itself (its REDO logs stay far
         // below a megabyte).
         .checkpoint_trigger_mb(0)
-        .first_view(1)
+        .first_view(ViewNumber(1))
         .build()
 }
 
@@ -483,7 +483,7 @@ fn new_shard(
 }
 
 /// The layout of a view: nodes outside it are not started.
-fn layout_of_view(base: &ClusterLayout, epoch: Epoch, members: &[NodeId]) -> ClusterLayout {
+fn layout_of_view(base: &ClusterLayout, epoch: ViewNumber, members: &[NodeId]) -> ClusterLayout {
     let mut l = base.clone();
     l.restrict_to_view(members);
     l.version = ClusterLayout::view_version(base.version, epoch);
@@ -1004,7 +1004,7 @@ impl World {
     fn inject_cluster_crash(&mut self) -> bool {
         // The accounts were loaded in epoch 1: the checkers need them to
         // survive (a crash before it is durable would rightly lose them).
-        if !self.joining.is_empty() || self.report.durable_epoch == 0 {
+        if !self.joining.is_empty() || self.report.durable_epoch == CommitEpoch::NONE {
             return false;
         }
         self.trace(format!("{:>9} WHOLE-CLUSTER CRASH", self.now));
@@ -1065,7 +1065,7 @@ impl World {
             }
             None => {
                 disk.wipe();
-                (shard.restore(None, &[], 0, 0, first_epoch), None)
+                (shard.restore(None, &[], 0, CommitEpoch::NONE, first_epoch), None)
             }
         };
         if let Err(e) = restored {
@@ -1113,7 +1113,8 @@ impl World {
             self.report.initial_restarts += 1;
         }
         let (images, recovery) = self.scan_node(n, initial);
-        let first_epoch = recovery.as_ref().map_or(0, |r| r.max_epoch).max(self.report.durable_epoch) + 1;
+        let first_epoch =
+            recovery.as_ref().map_or(CommitEpoch::NONE, |r| r.max_epoch).max(self.report.durable_epoch).next();
         for (s, image) in images {
             self.restore_shard(s, &image, &layout, &lease, recovery.as_ref().map(|r| r.saved_epoch), first_epoch);
         }
@@ -1295,7 +1296,7 @@ impl World {
         let nodes = std::mem::take(&mut self.last_view);
         let mut scanned = Vec::new();
         let mut restore = CommitEpoch::MAX;
-        let mut logged = 0;
+        let mut logged = CommitEpoch::NONE;
         let mut reports = Vec::new();
         for &n in &nodes {
             let (images, recovery) = self.scan_node(n, false);
@@ -1318,7 +1319,7 @@ impl World {
             ));
             return;
         }
-        let first_epoch = logged.max(self.report.durable_epoch) + 1;
+        let first_epoch = logged.max(self.report.durable_epoch).next();
         self.report.system_restarts += 1;
         self.trace(format!(
             "{:>9} SYSTEM RESTART: restore epoch {restore}, new commits from epoch {first_epoch}",
@@ -1327,7 +1328,7 @@ impl World {
         let ids: Vec<NodeId> = nodes.iter().map(|n| node_id(*n)).collect();
         // The first view of the new run comes after every earlier one (a
         // late message of a dead process is then stale).
-        let first = self.views.keys().max().copied().unwrap_or(1).max(self.arbiter.view().0) + 1;
+        let first = self.views.keys().max().copied().unwrap_or(ViewNumber(1)).max(self.arbiter.view().0).next();
         self.arbiter = Arbiter::new_at(first, ids.clone());
         self.views.insert(first, ids.clone());
         for n in 0..self.memberships.len() {
@@ -2038,7 +2039,7 @@ impl World {
         // Final reads route by the view the live nodes agree on.
         let live = self.live();
         let m = &self.memberships[live[0]];
-        self.report.final_epoch = m.epoch();
+        self.report.final_view = m.epoch();
         self.router = Router::new(&layout_of_view(&self.base_layout, m.epoch(), &m.members()));
         let mut total = 0;
         for id in 0..self.cfg.accounts {

@@ -81,7 +81,7 @@ pub fn encode(out: &mut Vec<u8>, record: &Record<'_>) {
     match record {
         Record::Write { epoch, table, partition, key, row } => {
             out.push(if row.is_some() { PUT } else { DELETE });
-            out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&epoch.0.to_le_bytes());
             out.extend_from_slice(&table.to_le_bytes());
             out.extend_from_slice(&partition.to_le_bytes());
             put_bytes(out, key);
@@ -91,12 +91,12 @@ pub fn encode(out: &mut Vec<u8>, record: &Record<'_>) {
         }
         Record::Saved { epoch } => {
             out.push(SAVED);
-            out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&epoch.0.to_le_bytes());
         }
         Record::Restarted { restored, discarded } => {
             out.push(RESTARTED);
-            out.extend_from_slice(&restored.to_le_bytes());
-            out.extend_from_slice(&discarded.to_le_bytes());
+            out.extend_from_slice(&restored.0.to_le_bytes());
+            out.extend_from_slice(&discarded.0.to_le_bytes());
         }
         Record::CheckpointHeader { id, start_lsn } => {
             out.push(CKPT_HEADER);
@@ -112,7 +112,7 @@ pub fn encode(out: &mut Vec<u8>, record: &Record<'_>) {
         }
         Record::CheckpointTrailer { end_epoch, rows } => {
             out.push(CKPT_TRAILER);
-            out.extend_from_slice(&end_epoch.to_le_bytes());
+            out.extend_from_slice(&end_epoch.0.to_le_bytes());
             out.extend_from_slice(&rows.to_le_bytes());
         }
     }
@@ -204,15 +204,15 @@ fn decode_body(body: &[u8]) -> Option<Record<'_>> {
     let mut c = Cursor(rest);
     let record = match kind {
         PUT | DELETE => {
-            let epoch = c.u64()?;
+            let epoch = CommitEpoch(c.u64()?);
             let table = c.u32()?;
             let partition = c.u32()?;
             let key = c.bytes()?;
             let row = if kind == PUT { Some(c.bytes()?) } else { None };
             Record::Write { epoch, table, partition, key, row }
         }
-        SAVED => Record::Saved { epoch: c.u64()? },
-        RESTARTED => Record::Restarted { restored: c.u64()?, discarded: c.u64()? },
+        SAVED => Record::Saved { epoch: CommitEpoch(c.u64()?) },
+        RESTARTED => Record::Restarted { restored: CommitEpoch(c.u64()?), discarded: CommitEpoch(c.u64()?) },
         CKPT_HEADER => Record::CheckpointHeader { id: c.u64()?, start_lsn: c.u64()? },
         CKPT_ROW => {
             let table = c.u32()?;
@@ -221,7 +221,7 @@ fn decode_body(body: &[u8]) -> Option<Record<'_>> {
             let row = c.bytes()?;
             Record::CheckpointRow { table, partition, key, row }
         }
-        CKPT_TRAILER => Record::CheckpointTrailer { end_epoch: c.u64()?, rows: c.u64()? },
+        CKPT_TRAILER => Record::CheckpointTrailer { end_epoch: CommitEpoch(c.u64()?), rows: c.u64()? },
         _ => return None,
     };
     // Trailing bytes inside a checksummed body mean a format mismatch.
@@ -234,10 +234,13 @@ mod tests {
 
     fn sample() -> Vec<u8> {
         let mut buf = Vec::new();
-        encode(&mut buf, &Record::Write { epoch: 7, table: 3, partition: 1, key: b"k1", row: Some(b"row-one") });
-        encode(&mut buf, &Record::Write { epoch: 7, table: 3, partition: 1, key: b"k2", row: None });
-        encode(&mut buf, &Record::Saved { epoch: 7 });
-        encode(&mut buf, &Record::Restarted { restored: 5, discarded: 9 });
+        encode(
+            &mut buf,
+            &Record::Write { epoch: CommitEpoch(7), table: 3, partition: 1, key: b"k1", row: Some(b"row-one") },
+        );
+        encode(&mut buf, &Record::Write { epoch: CommitEpoch(7), table: 3, partition: 1, key: b"k2", row: None });
+        encode(&mut buf, &Record::Saved { epoch: CommitEpoch(7) });
+        encode(&mut buf, &Record::Restarted { restored: CommitEpoch(5), discarded: CommitEpoch(9) });
         buf
     }
 
@@ -246,14 +249,17 @@ mod tests {
         let mut buf = sample();
         encode(&mut buf, &Record::CheckpointHeader { id: 2, start_lsn: 1234 });
         encode(&mut buf, &Record::CheckpointRow { table: 1, partition: 0, key: b"", row: b"r" });
-        encode(&mut buf, &Record::CheckpointTrailer { end_epoch: 8, rows: 1 });
+        encode(&mut buf, &Record::CheckpointTrailer { end_epoch: CommitEpoch(8), rows: 1 });
         let mut reader = Reader::new(&buf);
         let records: Vec<Record<'_>> = reader.by_ref().map(|(_, r)| r).collect();
         assert_eq!(records.len(), 7);
-        assert_eq!(records[0], Record::Write { epoch: 7, table: 3, partition: 1, key: b"k1", row: Some(b"row-one") });
-        assert_eq!(records[1], Record::Write { epoch: 7, table: 3, partition: 1, key: b"k2", row: None });
-        assert_eq!(records[3], Record::Restarted { restored: 5, discarded: 9 });
-        assert_eq!(records[6], Record::CheckpointTrailer { end_epoch: 8, rows: 1 });
+        assert_eq!(
+            records[0],
+            Record::Write { epoch: CommitEpoch(7), table: 3, partition: 1, key: b"k1", row: Some(b"row-one") }
+        );
+        assert_eq!(records[1], Record::Write { epoch: CommitEpoch(7), table: 3, partition: 1, key: b"k2", row: None });
+        assert_eq!(records[3], Record::Restarted { restored: CommitEpoch(5), discarded: CommitEpoch(9) });
+        assert_eq!(records[6], Record::CheckpointTrailer { end_epoch: CommitEpoch(8), rows: 1 });
         assert!(!reader.stopped_early());
     }
 

@@ -9,7 +9,7 @@
 //!   too, so it is removed when its function or file is split.
 //! - `ClusterLayout` is built by its builder: no struct literal outside
 //!   `types/src/proto/layout.rs`.
-//! - docs/wire.md lists every message enum of the protocols with its
+//! - docs/architecture/wire.md lists every message enum of the protocols with its
 //!   variants in the order (so with the numbers) the code declares them.
 //! - A document a source file or doc names (`something.md`) exists in the
 //!   repository: the repository is read without anything beside it.
@@ -292,7 +292,7 @@ fn enum_variants(source: &str) -> Vec<(String, Vec<String>)> {
     enums
 }
 
-/// The enums docs/wire.md tabulates: for each "### `Name`" heading, the
+/// The enums docs/architecture/wire.md tabulates: for each "### `Name`" heading, the
 /// variant column of its table's rows, in order, with their numbers.
 fn documented_variants(doc: &str) -> Vec<(String, Vec<(usize, String)>)> {
     let mut enums: Vec<(String, Vec<(usize, String)>)> = Vec::new();
@@ -314,7 +314,7 @@ fn documented_variants(doc: &str) -> Vec<(String, Vec<(usize, String)>)> {
 #[test]
 fn wire_doc_lists_every_message_variant_in_order() {
     let root = repo_root();
-    let doc = fs::read_to_string(root.join("docs/wire.md")).expect("docs/wire.md exists");
+    let doc = fs::read_to_string(root.join("docs/architecture/wire.md")).expect("docs/architecture/wire.md exists");
     let documented = documented_variants(&doc);
     let mut checked = 0;
     for module in ["client", "peer", "membership", "management", "layout"] {
@@ -322,11 +322,13 @@ fn wire_doc_lists_every_message_variant_in_order() {
             fs::read_to_string(root.join(format!("crates/types/src/proto/{module}.rs"))).expect("a protocol module");
         for (name, variants) in enum_variants(&source) {
             let rows = documented.iter().find(|(n, _)| *n == name).map(|(_, rows)| rows);
-            let Some(rows) = rows else { panic!("docs/wire.md has no table for enum {name} of proto/{module}.rs") };
+            let Some(rows) = rows else {
+                panic!("docs/architecture/wire.md has no table for enum {name} of proto/{module}.rs")
+            };
             let expected: Vec<(usize, String)> = variants.into_iter().enumerate().collect();
             assert_eq!(
                 *rows, expected,
-                "docs/wire.md's table of {name} differs from proto/{module}.rs (variant numbers are declaration order)"
+                "docs/architecture/wire.md's table of {name} differs from proto/{module}.rs (variant numbers are declaration order)"
             );
             checked += 1;
         }

@@ -1,4 +1,4 @@
-//! Property tests of the wire format (docs/wire.md): every variant of every
+//! Property tests of the wire format (docs/architecture/wire.md): every variant of every
 //! message, with random fields, decodes to what was encoded, and its body
 //! starts with its variant number; the borrowed codecs of the lookup path
 //! encode and decode exactly as their owned twins, for random batches.
@@ -54,6 +54,9 @@ impl Gen {
     }
     fn list<T>(&mut self, most: u64, mut f: impl FnMut(&mut Gen) -> T) -> Vec<T> {
         (0..self.n(most + 1)).map(|_| f(self)).collect()
+    }
+    fn epoch(&mut self) -> CommitEpoch {
+        CommitEpoch(self.u64())
     }
     fn shard(&mut self) -> ShardAddr {
         ShardAddr { node: self.u16(), shard: self.u16() }
@@ -210,8 +213,8 @@ impl Gen {
             .mgmd(self.u16(), self.string())
             .datanodes(datanodes)
             .node_groups(1)
-            .durable_epoch(self.u64())
-            .first_view(self.u64())
+            .durable_epoch(self.epoch())
+            .first_view(ViewNumber(self.u64()))
             .build()
     }
     fn shard_memory(&mut self) -> ShardMemory {
@@ -220,7 +223,7 @@ impl Gen {
 }
 
 /// Encodes `message` in a frame, checks the body starts with `variant`
-/// (docs/wire.md: an enum is its u32 variant number, then its fields) and
+/// (docs/architecture/wire.md: an enum is its u32 variant number, then its fields) and
 /// decodes it back unchanged.
 fn round_trip<T: Serialize + DeserializeOwned + PartialEq + Debug>(message: &T, variant: u64, seed: u64) {
     let frame = frame(seed, message);
@@ -277,7 +280,7 @@ fn client_messages_round_trip() {
             aggregates: g.list(3, Gen::value),
         }),
         5 => ClientResponse::Pong,
-        6 => ClientResponse::Durable(g.u64()),
+        6 => ClientResponse::Durable(g.epoch()),
         _ => ClientResponse::Error(g.error()),
     });
 }
@@ -285,7 +288,7 @@ fn client_messages_round_trip() {
 #[test]
 fn peer_messages_round_trip() {
     every_variant(27, |g, v| {
-        let (tx, epoch, table, partition, attempt) = (g.tx(), g.u64(), g.u32(), g.u32(), g.u64());
+        let (tx, epoch, table, partition, attempt) = (g.tx(), g.epoch(), g.u32(), g.u32(), g.u64());
         match v {
             0 => PeerMsg::TxOps { tx, ops: g.list(4, |g| (g.u32(), g.key_op())) },
             1 => PeerMsg::TxOpResults { tx, results: g.list(4, |g| (g.u32(), g.op_result())), epoch },
@@ -302,7 +305,7 @@ fn peer_messages_round_trip() {
                 dead: g.u16(),
                 version: g.u64(),
                 prepared: g.list(4, Gen::tx),
-                committed: g.list(4, |g| (g.tx(), g.u64())),
+                committed: g.list(4, |g| (g.tx(), g.epoch())),
             }),
             12 => PeerMsg::TakeoverCommit { tx, epoch },
             13 => PeerMsg::TakeoverAbort { tx },
@@ -331,16 +334,18 @@ fn peer_messages_round_trip() {
 }
 
 fn member_message(g: &mut Gen, variant: u64) -> MemberMsg {
-    let (epoch, ballot) = (g.u64(), g.ballot());
+    let (epoch, ballot) = (ViewNumber(g.u64()), g.ballot());
     match variant {
         0 => MemberMsg::Heartbeat { epoch, sent_at: g.u64(), echo: g.option(Gen::u64) },
         1 => MemberMsg::Prepare { epoch, ballot, base: g.nodes() },
         2 => MemberMsg::Promise { epoch, ballot, accepted: g.option(|g| (g.ballot(), g.nodes())) },
         3 => MemberMsg::Accept { epoch, ballot, members: g.nodes() },
         4 => MemberMsg::Accepted { epoch, ballot },
-        5 => {
-            MemberMsg::Reject { epoch, promised: g.option(Gen::ballot), installed: g.option(|g| (g.u64(), g.nodes())) }
-        }
+        5 => MemberMsg::Reject {
+            epoch,
+            promised: g.option(Gen::ballot),
+            installed: g.option(|g| (ViewNumber(g.u64()), g.nodes())),
+        },
         6 => MemberMsg::Install { epoch, members: g.nodes() },
         _ => MemberMsg::InstallAck { epoch },
     }
@@ -366,11 +371,11 @@ fn management_messages_round_trip() {
             2 => MgmRequest::DataNodeStarted {
                 node_id,
                 shards: g.list(3, Gen::string),
-                recovery: g.option(|g| NodeRecovery { saved_epoch: g.u64(), max_epoch: g.u64() }),
+                recovery: g.option(|g| NodeRecovery { saved_epoch: g.epoch(), max_epoch: g.epoch() }),
             },
             3 => MgmRequest::DataNodeReady { node_id },
             4 => MgmRequest::DataNodeSynced { node_id },
-            5 => MgmRequest::EpochDurable { epoch: g.u64() },
+            5 => MgmRequest::EpochDurable { epoch: g.epoch() },
             6 => {
                 let mut spec = TableSpec::new(database, table);
                 spec.columns = g.list(3, Gen::column_def);
@@ -429,7 +434,7 @@ fn management_messages_round_trip() {
         2 => MgmResponse::Started {
             layout: g.layout(),
             tables: g.list(2, Gen::table_def),
-            start: StartPlan { restore_epoch: g.option(Gen::u64), first_epoch: g.u64(), join: g.bool() },
+            start: StartPlan { restore_epoch: g.option(Gen::epoch), first_epoch: g.epoch(), join: g.bool() },
         },
         3 => MgmResponse::Table(g.table_def()),
         4 => MgmResponse::Tables(g.list(2, Gen::table_def)),

@@ -187,7 +187,7 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
 
     # A DATETIME keeps microseconds: latsdb has no per-column fractional
     # precision (MySQL would round DATETIME to whole seconds; see
-    # docs/ARCHITECTURE.md, SQL node, differences from MySQL).
+    # docs/architecture/sql-semantics.md, Differences from MySQL).
     cur.execute("UPDATE items SET seen = %s WHERE id = %s", (datetime.datetime(2026, 5, 6, 7, 8, 9, 600000), 4))
     cur.execute("SELECT seen FROM items WHERE id = %s", (4,))
     check_rows("DATETIME keeps microseconds", cur.fetchall(), [(datetime.datetime(2026, 5, 6, 7, 8, 9, 600000),)])

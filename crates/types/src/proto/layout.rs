@@ -63,22 +63,23 @@ pub struct ClusterLayout {
     /// node restart). View epochs never repeat across system restarts, so a
     /// late message of a process that died with the cluster is stale.
     #[serde(default)]
-    pub first_view: Epoch,
+    pub first_view: ViewNumber,
 }
 
 impl ClusterLayout {
     /// The version of the layout the shards use in membership view
-    /// `view_epoch` of the management server's layout version
+    /// `view` of the management server's layout version
     /// `base_version`. Ordered by view first, then base version, so that
     /// it grows with either and two different layouts never share one.
-    pub fn view_version(base_version: u64, view_epoch: u64) -> u64 {
+    pub fn view_version(base_version: u64, view: ViewNumber) -> u64 {
         debug_assert!(base_version < 1 << 32, "layout version {base_version} overflows 32 bits");
-        (view_epoch << 32) | (base_version & 0xFFFF_FFFF)
+        debug_assert!(view.0 < 1 << 32, "view {view} overflows 32 bits");
+        (view.0 << 32) | (base_version & 0xFFFF_FFFF)
     }
 
-    /// The membership view epoch a layout version (`view_version`) is of.
-    pub fn view_epoch_of(version: u64) -> u64 {
-        version >> 32
+    /// The membership view a layout version (`view_version`) is of.
+    pub fn view_of(version: u64) -> ViewNumber {
+        ViewNumber(version >> 32)
     }
 
     pub fn datanode(&self, node: NodeId) -> Option<&DataNodeInfo> {
@@ -168,8 +169,8 @@ impl ClusterLayout {
                 heartbeat_missed: 5,
                 epoch_interval_ms: 100,
                 checkpoint_trigger_mb: 64,
-                durable_epoch: 0,
-                first_view: 0,
+                durable_epoch: CommitEpoch::NONE,
+                first_view: ViewNumber::NONE,
             },
         }
     }
@@ -236,7 +237,7 @@ impl ClusterLayoutBuilder {
         self
     }
 
-    pub fn first_view(mut self, view: Epoch) -> Self {
+    pub fn first_view(mut self, view: ViewNumber) -> Self {
         self.layout.first_view = view;
         self
     }

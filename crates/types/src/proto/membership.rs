@@ -21,47 +21,47 @@ pub enum MemberMsg {
     /// `echo` returns the `sent_at` of the newest heartbeat received from
     /// the destination: it renews the destination's lease.
     Heartbeat {
-        epoch: Epoch,
+        epoch: ViewNumber,
         sent_at: u64,
         echo: Option<u64>,
     },
     /// Phase 1 for the view `epoch` (the next one); `base` lists the members
     /// of view `epoch - 1`, so an acceptor that missed it can catch up.
     Prepare {
-        epoch: Epoch,
+        epoch: ViewNumber,
         ballot: Ballot,
         base: Vec<NodeId>,
     },
     Promise {
-        epoch: Epoch,
+        epoch: ViewNumber,
         ballot: Ballot,
         accepted: Option<(Ballot, Vec<NodeId>)>,
     },
     /// Phase 2: accept `members` as view `epoch`. An acceptor stops
     /// echoing the nodes the view leaves out.
     Accept {
-        epoch: Epoch,
+        epoch: ViewNumber,
         ballot: Ballot,
         members: Vec<NodeId>,
     },
     Accepted {
-        epoch: Epoch,
+        epoch: ViewNumber,
         ballot: Ballot,
     },
     /// The ballot is too low, or the epoch is already decided (`installed`
     /// then carries the newest view the acceptor knows).
     Reject {
-        epoch: Epoch,
+        epoch: ViewNumber,
         promised: Option<Ballot>,
-        installed: Option<(Epoch, Vec<NodeId>)>,
+        installed: Option<(ViewNumber, Vec<NodeId>)>,
     },
     /// View `epoch` is chosen: these are the live data nodes.
     Install {
-        epoch: Epoch,
+        epoch: ViewNumber,
         members: Vec<NodeId>,
     },
     /// The arbitrator recorded view `epoch`.
     InstallAck {
-        epoch: Epoch,
+        epoch: ViewNumber,
     },
 }

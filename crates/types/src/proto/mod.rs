@@ -12,7 +12,7 @@
 //! The messages are grouped by protocol, one module each: `client`,
 //! `peer`, `membership`, `management`; the layout and routing have their
 //! own modules, and `borrowed` holds the allocation-free twins of the
-//! lookup path's messages. Byte layouts are in docs/wire.md.
+//! lookup path's messages. Byte layouts are in docs/architecture/wire.md.
 
 use crate::error::{DbError, Result};
 use crate::expr::{Aggregate, Expr};
@@ -70,12 +70,60 @@ pub struct TxId {
 /// A commit epoch (NDB's global checkpoint id). Every commit belongs to
 /// one; an epoch is durable once every live data node has synced its REDO
 /// log through it, and a system restart brings back exactly the commits of
-/// the durable epochs.
-pub type CommitEpoch = u64;
+/// the durable epochs. Counted apart from membership views (`ViewNumber`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(transparent)]
+pub struct CommitEpoch(pub u64);
+
+impl CommitEpoch {
+    /// Before the first epoch: nothing is durable yet.
+    pub const NONE: CommitEpoch = CommitEpoch(0);
+    pub const MAX: CommitEpoch = CommitEpoch(u64::MAX);
+
+    /// The epoch after this one.
+    pub fn next(self) -> CommitEpoch {
+        CommitEpoch(self.0.checked_add(1).expect("commit epochs do not run out"))
+    }
+
+    /// The epoch before this one (there is none before epoch 0).
+    pub fn prev(self) -> CommitEpoch {
+        CommitEpoch(self.0.checked_sub(1).expect("commit epoch 0 has no predecessor"))
+    }
+}
+
+impl std::fmt::Display for CommitEpoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
 
 /// A membership view number: every change of the set of live data nodes
-/// installs the next epoch.
-pub type Epoch = u64;
+/// installs the next view. Views are counted apart from commit epochs
+/// (`CommitEpoch`): the two never mix.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(transparent)]
+pub struct ViewNumber(pub u64);
+
+impl ViewNumber {
+    /// No view yet (the cluster has not formed).
+    pub const NONE: ViewNumber = ViewNumber(0);
+
+    /// The view installed after this one.
+    pub fn next(self) -> ViewNumber {
+        ViewNumber(self.0.checked_add(1).expect("view numbers do not run out"))
+    }
+
+    /// The view installed before this one (there is none before view 0).
+    pub fn prev(self) -> ViewNumber {
+        ViewNumber(self.0.checked_sub(1).expect("view 0 has no predecessor"))
+    }
+}
+
+impl std::fmt::Display for ViewNumber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
 
 fn codec() -> impl bincode::Options {
     use bincode::Options;
@@ -134,7 +182,7 @@ mod tests {
             .datanodes(vec![node(2), node(3)])
             .node_groups(1)
             .lock_wait_timeout_ms(1)
-            .first_view(1)
+            .first_view(ViewNumber(1))
             .build();
         let router = Router::new(&layout);
         let at = |n| ShardAddr { node: n, shard: 0 };
