@@ -94,6 +94,11 @@ struct SimArgs {
     /// Run every seed in START..END instead of one (e.g. 0..1000).
     #[arg(long)]
     seeds: Option<String>,
+    /// Run a spec file (crates/sim/specs/*.toml: cluster shapes, fault
+    /// menus, seeds, and bounds on the reports) instead of the flags below;
+    /// --seeds, if given, replaces the spec's seeds.
+    #[arg(long)]
+    spec: Option<PathBuf>,
     /// Events before the workload stops (then the cluster drains and is checked).
     #[arg(long, default_value_t = 20_000)]
     steps: u64,
@@ -222,6 +227,9 @@ pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, String> {
 }
 
 fn run_sim(args: SimArgs) -> Result<(), String> {
+    if let Some(path) = &args.spec {
+        return run_sim_spec(path, args.seeds.as_deref());
+    }
     let config = |seed| latsdb_sim::SimConfig {
         seed,
         steps: args.steps,
@@ -246,11 +254,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         println!("seed {} passed: {report:?}", args.seed);
         return Ok(());
     };
-    let (start, end) = range
-        .split_once("..")
-        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
-        .filter(|(a, b)| a < b)
-        .ok_or_else(|| format!("--seeds '{range}' must look like START..END with START < END"))?;
+    let (start, end) = seed_range(range)?;
     let started = std::time::Instant::now();
     let bar = indicatif::ProgressBar::new(end - start);
     // What the seeds injected and went through, summed.
@@ -289,6 +293,40 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
     println!(
         "totals: {committed} committed transfers, {registers} acknowledged register writes, {crashes} crashes, {restarts} node restarts ({failed_restarts} gave up, {switches} partition copies switched to a new primary), {system_restarts} system restarts, {failed_syncs} failed syncs"
     );
+    Ok(())
+}
+
+/// `--seeds START..END`.
+fn seed_range(range: &str) -> Result<(u64, u64), String> {
+    range
+        .split_once("..")
+        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+        .filter(|(a, b)| a < b)
+        .ok_or_else(|| format!("--seeds '{range}' must look like START..END with START < END"))
+}
+
+/// `latsdb sim --spec FILE`: every seed of the spec under each of its
+/// configs, with a progress bar; the spec's bounds on the reports are
+/// checked as the runs finish.
+fn run_sim_spec(path: &std::path::Path, seeds: Option<&str>) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut spec = latsdb_sim::Spec::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(range) = seeds {
+        let (start, end) = seed_range(range)?;
+        spec.seeds = [start, end];
+    }
+    let runs = (spec.seeds[1] - spec.seeds[0]) * spec.config.len() as u64;
+    println!("{}: {}", path.display(), spec.description.trim());
+    let bar = indicatif::ProgressBar::new(runs);
+    let started = std::time::Instant::now();
+    let outcome = spec.run(|_, _| bar.inc(1));
+    bar.finish_and_clear();
+    let outcome = outcome.map_err(|e| format!("{}: {e}", path.display()))?;
+    let secs = started.elapsed().as_secs_f64();
+    println!("{} runs passed in {secs:.1} s; totals:", outcome.runs);
+    for (name, total) in &outcome.totals {
+        println!("  {name:<24} {total}");
+    }
     Ok(())
 }
 

@@ -541,18 +541,16 @@ fn node_recovery(images: &[crate::disk::ShardImage]) -> Option<latsdb_types::pro
     Some(latsdb_cluster::node_recovery(images.iter().map(|i| &i.summary)))
 }
 
-/// The layout the shards use: the management server's, with the nodes the
-/// current view left out marked not started.
+/// The layout the shards use: the management server's, restricted to the
+/// current view once the node's membership has installed one.
 fn effective_layout(
     base: &ClusterLayout,
     view: Option<&(latsdb_types::proto::ViewNumber, Vec<NodeId>)>,
 ) -> ClusterLayout {
-    let mut layout = base.clone();
-    if let Some((epoch, members)) = view {
-        layout.restrict_to_view(members);
-        layout.version = ClusterLayout::view_version(base.version, *epoch);
+    match view {
+        Some((number, members)) => base.of_view(*number, members),
+        None => base.clone(),
     }
-    layout
 }
 
 /// Half of the machine's memory (from /proc/meminfo), shared by the data

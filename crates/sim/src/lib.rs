@@ -30,7 +30,9 @@
 //! so a seed's replay can be compared byte for byte.
 
 mod disk;
+pub mod spec;
 mod world;
 
 pub use latsdb_types::rng::Rng;
+pub use spec::Spec;
 pub use world::{run, SimConfig, SimReport};

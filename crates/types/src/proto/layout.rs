@@ -77,6 +77,21 @@ impl ClusterLayout {
         (view.0 << 32) | (base_version & 0xFFFF_FFFF)
     }
 
+    /// The layout the shards use in membership view `view` of the live
+    /// data nodes `members`: this (the management server's) layout with the
+    /// nodes the view leaves out marked not started, versioned by the view
+    /// (`view_version`). The data node and the simulator both install it.
+    pub fn of_view(&self, view: ViewNumber, members: &[NodeId]) -> ClusterLayout {
+        let mut layout = self.clone();
+        layout.restrict_to_view(members);
+        layout.version = ClusterLayout::view_version(self.version, view);
+        debug_assert!(
+            layout.datanodes.iter().all(|d| d.status != NodeStatus::Started || members.contains(&d.node_id)),
+            "a node outside view {view} is started in its layout"
+        );
+        layout
+    }
+
     /// The membership view a layout version (`view_version`) is of.
     pub fn view_of(version: u64) -> ViewNumber {
         ViewNumber(version >> 32)

@@ -67,63 +67,56 @@ pub struct TxId {
     pub seq: u64,
 }
 
-/// A commit epoch (NDB's global checkpoint id). Every commit belongs to
-/// one; an epoch is durable once every live data node has synced its REDO
-/// log through it, and a system restart brings back exactly the commits of
-/// the durable epochs. Counted apart from membership views (`ViewNumber`).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[serde(transparent)]
-pub struct CommitEpoch(pub u64);
+/// Declares a counter that only moves one step at a time: a newtype of a
+/// `u64`, encoded as the `u64`, with checked `next`/`prev` and `NONE` (0).
+macro_rules! counter {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[serde(transparent)]
+        pub struct $name(pub u64);
 
-impl CommitEpoch {
-    /// Before the first epoch: nothing is durable yet.
-    pub const NONE: CommitEpoch = CommitEpoch(0);
-    pub const MAX: CommitEpoch = CommitEpoch(u64::MAX);
+        impl $name {
+            /// Before the first one.
+            pub const NONE: $name = $name(0);
+            pub const MAX: $name = $name(u64::MAX);
 
-    /// The epoch after this one.
-    pub fn next(self) -> CommitEpoch {
-        CommitEpoch(self.0.checked_add(1).expect("commit epochs do not run out"))
-    }
+            /// The one after this one.
+            pub fn next(self) -> $name {
+                $name(self.0.checked_add(1).expect(concat!($what, " numbers do not run out")))
+            }
 
-    /// The epoch before this one (there is none before epoch 0).
-    pub fn prev(self) -> CommitEpoch {
-        CommitEpoch(self.0.checked_sub(1).expect("commit epoch 0 has no predecessor"))
-    }
+            /// The one before this one (there is none before 0).
+            pub fn prev(self) -> $name {
+                $name(self.0.checked_sub(1).expect(concat!($what, " 0 has no predecessor")))
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
 }
 
-impl std::fmt::Display for CommitEpoch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+counter!(
+    /// A commit epoch (NDB's global checkpoint id). Every commit belongs to
+    /// one; an epoch is durable once every live data node has synced its
+    /// REDO log through it, and a system restart brings back exactly the
+    /// commits of the durable epochs. `NONE`: nothing is durable yet.
+    /// Counted apart from membership views (`ViewNumber`).
+    CommitEpoch,
+    "commit epoch"
+);
 
-/// A membership view number: every change of the set of live data nodes
-/// installs the next view. Views are counted apart from commit epochs
-/// (`CommitEpoch`): the two never mix.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[serde(transparent)]
-pub struct ViewNumber(pub u64);
-
-impl ViewNumber {
-    /// No view yet (the cluster has not formed).
-    pub const NONE: ViewNumber = ViewNumber(0);
-
-    /// The view installed after this one.
-    pub fn next(self) -> ViewNumber {
-        ViewNumber(self.0.checked_add(1).expect("view numbers do not run out"))
-    }
-
-    /// The view installed before this one (there is none before view 0).
-    pub fn prev(self) -> ViewNumber {
-        ViewNumber(self.0.checked_sub(1).expect("view 0 has no predecessor"))
-    }
-}
-
-impl std::fmt::Display for ViewNumber {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+counter!(
+    /// A membership view number: every change of the set of live data
+    /// nodes installs the next view. `NONE`: the cluster has not formed.
+    /// Counted apart from commit epochs (`CommitEpoch`): the two never mix.
+    ViewNumber,
+    "view"
+);
 
 fn codec() -> impl bincode::Options {
     use bincode::Options;
