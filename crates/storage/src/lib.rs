@@ -11,6 +11,7 @@
 
 pub mod log;
 mod rowmap;
+pub mod tablespace;
 
 use latsdb_types::expr::Aggregate;
 use latsdb_types::keycodec::prefix_successor;

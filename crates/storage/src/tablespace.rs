@@ -1,0 +1,673 @@
+//! The tablespace of a shard: the pages that hold the disk-resident parts
+//! of rows (columns declared `STORAGE DISK`), and the page cache in front
+//! of them.
+//!
+//! Sans-I/O, like the rest of this crate: the tablespace never reads or
+//! writes a file itself. An operation whose page is not in the cache
+//! answers `Err(Miss(page))` and queues a read of it (`take_io`); the
+//! caller parks the operation, the host carries out the queued `PageIo`s
+//! *in order* (a read of a page queued after its write-back sees the
+//! written bytes) and hands each page read back (`on_read`); the caller
+//! then runs the operation again. A dirty page evicted from the cache is
+//! queued for writing back. So the shard thread never waits for the disk.
+//!
+//! # Page format (all integers little-endian)
+//!
+//! ```text
+//! offset        size  field
+//! 0             4     checksum: low 32 bits of xxh3-64 of bytes 4..PAGE_BYTES
+//! 4             2     slots: entries in the slot directory
+//! 6             2     top: end of the record area (records lie in 16..top)
+//! 8             2     live: bytes of live records (for free-space bookkeeping)
+//! 10            6     zero
+//! 16 .. top           records, each the disk part of one row
+//! top .. dir          free
+//! dir .. PAGE_BYTES   slot directory, slot i at PAGE_BYTES - 4 (i + 1):
+//!                     [u16 offset][u16 length]; offset 0 is a free slot
+//! ```
+//!
+//! A record is found by `DiskRef { page, slot }` (6 bytes in the row's
+//! memory part). Deleting or shrinking a record gives its bytes back to the
+//! page: a record that does not fit at `top` compacts the page first. A
+//! page with no live record is free again. Page 0 of a file is an ordinary
+//! page; a page never written reads as zeros, which is an empty page (its
+//! checksum is checked only once it has slots).
+//!
+//! # Eviction
+//!
+//! Scan-resistant (2Q): a page read for the first time enters a probation
+//! queue (first in, first out); a page hit again while there, or read again
+//! soon after it left (it is remembered among the recently evicted), goes to
+//! the protected set, evicted least recently used. Probation is evicted
+//! first while it holds more than a quarter of the cache, so a scan that
+//! touches every page once cannot push the hot pages out.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Bytes of a page. 16 KiB holds three 4 KiB rows (YCSB's records) with
+/// room to grow; the choice is measured against 8 and 32 KiB in the
+/// benchmarks of disk columns.
+pub const PAGE_BYTES: usize = 16 << 10;
+const HEADER: usize = 16;
+const SLOT: usize = 4;
+/// The largest disk part of one row (a record and its slot fill a page).
+pub const MAX_RECORD: usize = PAGE_BYTES - HEADER - SLOT;
+
+/// Where a row's disk part lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DiskRef {
+    pub page: u32,
+    pub slot: u16,
+}
+
+impl DiskRef {
+    /// Bytes of `encode`.
+    pub const ENCODED: usize = 6;
+
+    pub fn encode(self) -> [u8; Self::ENCODED] {
+        let mut out = [0; Self::ENCODED];
+        out[..4].copy_from_slice(&self.page.to_le_bytes());
+        out[4..].copy_from_slice(&self.slot.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8; Self::ENCODED]) -> DiskRef {
+        DiskRef {
+            page: u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+            slot: u16::from_le_bytes([bytes[4], bytes[5]]),
+        }
+    }
+}
+
+/// The page an operation needs that is not in the cache (its read is
+/// queued).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Miss(pub u32);
+
+/// Page I/O for the host, to be carried out in order.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PageIo {
+    /// Read the page and hand it to `on_read`.
+    Read { page: u32 },
+    /// Write the page's bytes (a dirty page leaving the cache, or a flush).
+    Write { page: u32, bytes: Box<[u8]> },
+}
+
+/// Why a page read back cannot be used.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PageError {
+    /// Its checksum does not match: the file is corrupt (the node must stop).
+    Corrupt { page: u32 },
+    /// A page that was not asked for, or of the wrong size.
+    Unexpected { page: u32 },
+}
+
+/// Counters for reports (`mgm report-memory`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub evictions: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queue {
+    Probation,
+    Protected,
+}
+
+struct Frame {
+    bytes: Box<[u8]>,
+    dirty: bool,
+    pins: u32,
+    queue: Queue,
+    /// Last use, for least-recently-used eviction of protected pages.
+    used: u64,
+    /// Used since it entered the cache. The operation whose miss read the
+    /// page runs again once it is here: that is its first use, not a
+    /// second touch.
+    used_once: bool,
+}
+
+/// The pages of one shard and its page cache.
+pub struct Tablespace {
+    capacity: usize,
+    frames: HashMap<u32, Frame>,
+    probation: VecDeque<u32>,
+    /// Protected pages by last use.
+    protected: BTreeSet<(u64, u32)>,
+    /// Pages recently evicted from probation (a read of one is a second touch).
+    ghosts: VecDeque<u32>,
+    /// Reads queued and not yet answered.
+    reading: BTreeSet<u32>,
+    io: Vec<PageIo>,
+    /// Pages with free bytes, by (free bytes, page); pages past the end are new.
+    free: BTreeSet<(u16, u32)>,
+    /// Free bytes of every page, by page number.
+    page_free: Vec<u16>,
+    clock: u64,
+    stats: CacheStats,
+}
+
+impl Tablespace {
+    /// A tablespace with a cache of `cache_pages` pages (at least 4).
+    pub fn new(cache_pages: usize) -> Tablespace {
+        let capacity = cache_pages.max(4);
+        Tablespace {
+            capacity,
+            frames: HashMap::with_capacity(capacity),
+            probation: VecDeque::new(),
+            protected: BTreeSet::new(),
+            ghosts: VecDeque::new(),
+            reading: BTreeSet::new(),
+            io: Vec::new(),
+            free: BTreeSet::new(),
+            page_free: Vec::new(),
+            clock: 0,
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Pages the tablespace spans (the file's length in pages).
+    pub fn pages(&self) -> u32 {
+        self.page_free.len() as u32
+    }
+
+    /// Bytes held by live records.
+    pub fn used_bytes(&self) -> u64 {
+        self.page_free.iter().map(|f| (PAGE_BYTES - HEADER) as u64 - *f as u64).sum()
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// The I/O queued since the last call, in the order it must be done.
+    pub fn take_io(&mut self) -> Vec<PageIo> {
+        std::mem::take(&mut self.io)
+    }
+
+    /// The record at `at`.
+    pub fn get(&mut self, at: DiskRef) -> Result<&[u8], Miss> {
+        self.touch(at.page)?;
+        let frame = &self.frames[&at.page];
+        let (offset, len) = slot(&frame.bytes, at.slot);
+        assert!(offset != 0, "a row refers to the free slot {at:?}");
+        Ok(&frame.bytes[offset..offset + len])
+    }
+
+    /// Stores a new record; its page is one in the cache with room, or a
+    /// new page (never a read: an insert does not wait for the disk).
+    pub fn insert(&mut self, record: &[u8]) -> DiskRef {
+        assert!(record.len() <= MAX_RECORD, "a record of {} bytes is larger than a page holds", record.len());
+        let need = (record.len() + SLOT) as u16;
+        let cached = self.free.range((need, 0)..).find(|(_, page)| self.frames.contains_key(page)).map(|(_, p)| *p);
+        let page = match cached {
+            Some(page) => {
+                self.touch(page).expect("the page is in the cache");
+                page
+            }
+            // A new page is not a second touch: it stays on probation.
+            None => self.new_page(),
+        };
+        let slot = self.place(page, record, None);
+        DiskRef { page, slot }
+    }
+
+    /// Replaces the record at `at`; it moves to another page (a new
+    /// `DiskRef`) only when its page cannot hold the new length.
+    pub fn update(&mut self, at: DiskRef, record: &[u8]) -> Result<DiskRef, Miss> {
+        assert!(record.len() <= MAX_RECORD, "a record of {} bytes is larger than a page holds", record.len());
+        self.touch(at.page)?;
+        let (_, old_len) = slot(&self.frames[&at.page].bytes, at.slot);
+        let room = self.page_free[at.page as usize] as usize + old_len;
+        if record.len() <= room {
+            self.place(at.page, record, Some(at.slot));
+            return Ok(at);
+        }
+        self.delete(at)?;
+        Ok(self.insert(record))
+    }
+
+    /// Frees the record at `at`; its bytes go back to the page.
+    pub fn delete(&mut self, at: DiskRef) -> Result<(), Miss> {
+        self.touch(at.page)?;
+        let frame = self.frames.get_mut(&at.page).expect("touched above");
+        let (offset, len) = slot(&frame.bytes, at.slot);
+        assert!(offset != 0, "deleting the free slot {at:?}");
+        set_slot(&mut frame.bytes, at.slot, 0, 0);
+        let live = get_u16(&frame.bytes, 8) as usize - len;
+        put_u16(&mut frame.bytes, 8, live as u16);
+        frame.dirty = true;
+        self.set_free(at.page);
+        Ok(())
+    }
+
+    /// Keeps `page` in the cache until `unpin` (a parked operation's pages,
+    /// so that reading one does not evict another).
+    pub fn pin(&mut self, page: u32) -> Result<(), Miss> {
+        self.touch(page)?;
+        self.frames.get_mut(&page).expect("touched above").pins += 1;
+        Ok(())
+    }
+
+    pub fn unpin(&mut self, page: u32) {
+        let frame = self.frames.get_mut(&page).expect("an unpinned page is in the cache");
+        assert!(frame.pins > 0, "page {page} unpinned more often than pinned");
+        frame.pins -= 1;
+    }
+
+    /// A page the host read, as asked by a queued `PageIo::Read`.
+    pub fn on_read(&mut self, page: u32, bytes: Box<[u8]>) -> Result<(), PageError> {
+        if !self.reading.remove(&page) || bytes.len() != PAGE_BYTES {
+            return Err(PageError::Unexpected { page });
+        }
+        if get_u16(&bytes, 4) > 0 && checksum(&bytes) != u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) {
+            return Err(PageError::Corrupt { page });
+        }
+        let mut bytes = bytes;
+        if get_u16(&bytes, 4) == 0 {
+            // Never written (or emptied): an empty page.
+            bytes.fill(0);
+            put_u16(&mut bytes, 6, HEADER as u16);
+        }
+        self.stats.reads += 1;
+        let second_touch = self.ghosts.iter().position(|g| *g == page).map(|i| self.ghosts.remove(i)).is_some();
+        self.install(page, bytes, if second_touch { Queue::Protected } else { Queue::Probation });
+        Ok(())
+    }
+
+    /// Queues every dirty page for writing, and marks them clean.
+    pub fn flush(&mut self) {
+        let mut dirty: Vec<u32> = self.frames.iter().filter(|(_, f)| f.dirty).map(|(p, _)| *p).collect();
+        dirty.sort_unstable();
+        for page in dirty {
+            let frame = self.frames.get_mut(&page).expect("listed above");
+            frame.dirty = false;
+            seal(&mut frame.bytes);
+            self.io.push(PageIo::Write { page, bytes: frame.bytes.clone() });
+            self.stats.writes += 1;
+        }
+    }
+
+    /// Checks the cache's bookkeeping (run by the simulator and tests).
+    pub fn check(&self) {
+        let pinned = self.frames.values().filter(|f| f.pins > 0).count();
+        assert!(
+            self.frames.len() <= self.capacity.max(pinned + 1),
+            "{} pages cached in a cache of {} ({pinned} pinned)",
+            self.frames.len(),
+            self.capacity
+        );
+        let probation = self.frames.values().filter(|f| f.queue == Queue::Probation).count();
+        assert_eq!(probation, self.probation.len(), "probation queue and frames disagree");
+        assert_eq!(self.frames.len() - probation, self.protected.len(), "protected set and frames disagree");
+        for (page, frame) in &self.frames {
+            let live = get_u16(&frame.bytes, 8) as usize;
+            let expected = (PAGE_BYTES - HEADER - live - SLOT * get_u16(&frame.bytes, 4) as usize) as u16;
+            assert_eq!(self.page_free[*page as usize], expected, "page {page}'s free bytes are miscounted");
+        }
+        let listed = self.page_free.iter().filter(|f| **f > 0).count();
+        assert_eq!(listed, self.free.len(), "free-space map and page list disagree");
+    }
+
+    /// Makes `page` usable now, counting a hit; on a miss queues its read.
+    fn touch(&mut self, page: u32) -> Result<(), Miss> {
+        assert!(
+            (page as usize) < self.page_free.len(),
+            "page {page} is beyond the tablespace's {} pages",
+            self.pages()
+        );
+        self.clock += 1;
+        let clock = self.clock;
+        let Some(frame) = self.frames.get_mut(&page) else {
+            self.stats.misses += 1;
+            if self.reading.insert(page) {
+                self.io.push(PageIo::Read { page });
+            }
+            return Err(Miss(page));
+        };
+        self.stats.hits += 1;
+        let (queue, used) = (frame.queue, frame.used);
+        if queue == Queue::Probation && !frame.used_once {
+            frame.used_once = true;
+            return Ok(());
+        }
+        frame.queue = Queue::Protected;
+        frame.used = clock;
+        match queue {
+            Queue::Probation => {
+                let i = self.probation.iter().position(|p| *p == page).expect("a probation page is queued");
+                self.probation.remove(i);
+            }
+            Queue::Protected => {
+                self.protected.remove(&(used, page));
+            }
+        }
+        self.protected.insert((clock, page));
+        Ok(())
+    }
+
+    /// Appends a new, empty page, in the cache.
+    fn new_page(&mut self) -> u32 {
+        let page = self.page_free.len() as u32;
+        assert!(page < u32::MAX, "the tablespace is full");
+        self.page_free.push((PAGE_BYTES - HEADER) as u16);
+        self.free.insert(((PAGE_BYTES - HEADER) as u16, page));
+        let mut bytes = vec![0u8; PAGE_BYTES].into_boxed_slice();
+        put_u16(&mut bytes, 6, HEADER as u16);
+        self.install(page, bytes, Queue::Probation);
+        let frame = self.frames.get_mut(&page).expect("installed");
+        frame.dirty = true;
+        frame.used_once = true;
+        page
+    }
+
+    /// Puts a page read or made into the cache, evicting if it is full.
+    fn install(&mut self, page: u32, bytes: Box<[u8]>, queue: Queue) {
+        while self.frames.len() >= self.capacity {
+            if !self.evict_one() {
+                break;
+            }
+        }
+        self.clock += 1;
+        let frame = Frame { bytes, dirty: false, pins: 0, queue, used: self.clock, used_once: false };
+        match queue {
+            Queue::Probation => self.probation.push_back(page),
+            Queue::Protected => {
+                self.protected.insert((self.clock, page));
+            }
+        }
+        let replaced = self.frames.insert(page, frame);
+        assert!(replaced.is_none(), "page {page} was cached twice");
+    }
+
+    /// Evicts one unpinned page (probation first while it holds over a
+    /// quarter of the cache); says false if every page is pinned.
+    fn evict_one(&mut self) -> bool {
+        let from_probation = self.probation.len() * 4 > self.capacity || self.protected.is_empty();
+        let victim =
+            if from_probation { self.probation.iter().copied().find(|p| self.frames[p].pins == 0) } else { None };
+        let victim = victim.or_else(|| self.protected.iter().map(|(_, p)| *p).find(|p| self.frames[p].pins == 0));
+        let victim = victim.or_else(|| self.probation.iter().copied().find(|p| self.frames[p].pins == 0));
+        let Some(page) = victim else { return false };
+        let mut frame = self.frames.remove(&page).expect("a victim is cached");
+        match frame.queue {
+            Queue::Probation => {
+                self.probation.retain(|p| *p != page);
+                self.ghosts.push_back(page);
+                if self.ghosts.len() > self.capacity / 2 {
+                    self.ghosts.pop_front();
+                }
+            }
+            Queue::Protected => {
+                self.protected.remove(&(frame.used, page));
+            }
+        }
+        if frame.dirty {
+            seal(&mut frame.bytes);
+            self.io.push(PageIo::Write { page, bytes: frame.bytes });
+            self.stats.writes += 1;
+        }
+        self.stats.evictions += 1;
+        true
+    }
+
+    /// Writes `record` into `page` (cached, with room), in slot `reuse` or
+    /// a free slot; compacts the page when the record does not fit at top.
+    fn place(&mut self, page: u32, record: &[u8], reuse: Option<u16>) -> u16 {
+        let frame = self.frames.get_mut(&page).expect("a page written to is cached");
+        let bytes = &mut frame.bytes;
+        let slots = get_u16(bytes, 4);
+        let mut live = get_u16(bytes, 8) as usize;
+        if let Some(s) = reuse {
+            let (_, len) = slot(bytes, s);
+            live -= len;
+            set_slot(bytes, s, 0, 0);
+        }
+        let index = reuse.or_else(|| (0..slots).find(|s| slot(bytes, *s).0 == 0)).unwrap_or(slots);
+        let new_slots = slots.max(index + 1) as usize;
+        let dir = PAGE_BYTES - SLOT * new_slots;
+        if get_u16(bytes, 6) as usize + record.len() > dir {
+            compact(bytes);
+        }
+        let top = get_u16(bytes, 6) as usize;
+        assert!(top + record.len() <= dir, "page {page} has no room for {} bytes", record.len());
+        bytes[top..top + record.len()].copy_from_slice(record);
+        set_slot(bytes, index, top as u16, record.len() as u16);
+        put_u16(bytes, 4, new_slots as u16);
+        put_u16(bytes, 6, (top + record.len()) as u16);
+        put_u16(bytes, 8, (live + record.len()) as u16);
+        frame.dirty = true;
+        self.set_free(page);
+        index
+    }
+
+    /// Records the free bytes of a cached page in the free-space map.
+    fn set_free(&mut self, page: u32) {
+        let bytes = &self.frames[&page].bytes;
+        let used = get_u16(bytes, 8) as usize + SLOT * get_u16(bytes, 4) as usize;
+        let free = (PAGE_BYTES - HEADER - used) as u16;
+        let old = std::mem::replace(&mut self.page_free[page as usize], free);
+        self.free.remove(&(old, page));
+        if free > 0 {
+            self.free.insert((free, page));
+        }
+    }
+}
+
+/// Moves the live records of a page together, from the header on.
+fn compact(bytes: &mut [u8]) {
+    let slots = get_u16(bytes, 4);
+    let mut live: Vec<(u16, Vec<u8>)> = (0..slots)
+        .filter_map(|s| {
+            let (offset, len) = slot(bytes, s);
+            (offset != 0).then(|| (s, bytes[offset..offset + len].to_vec()))
+        })
+        .collect();
+    live.sort_by_key(|(s, _)| *s);
+    let mut top = HEADER;
+    for (s, record) in live {
+        bytes[top..top + record.len()].copy_from_slice(&record);
+        set_slot(bytes, s, top as u16, record.len() as u16);
+        top += record.len();
+    }
+    put_u16(bytes, 6, top as u16);
+}
+
+fn slot(bytes: &[u8], index: u16) -> (usize, usize) {
+    let at = PAGE_BYTES - SLOT * (index as usize + 1);
+    (get_u16(bytes, at) as usize, get_u16(bytes, at + 2) as usize)
+}
+
+fn set_slot(bytes: &mut [u8], index: u16, offset: u16, len: u16) {
+    let at = PAGE_BYTES - SLOT * (index as usize + 1);
+    put_u16(bytes, at, offset);
+    put_u16(bytes, at + 2, len);
+}
+
+fn get_u16(bytes: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([bytes[at], bytes[at + 1]])
+}
+
+fn put_u16(bytes: &mut [u8], at: usize, value: u16) {
+    bytes[at..at + 2].copy_from_slice(&value.to_le_bytes());
+}
+
+fn checksum(bytes: &[u8]) -> u32 {
+    xxh3_64(&bytes[4..]) as u32
+}
+
+/// Writes the page's checksum before it leaves the cache.
+fn seal(bytes: &mut [u8]) {
+    let sum = checksum(bytes);
+    bytes[..4].copy_from_slice(&sum.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latsdb_types::rng::Rng;
+
+    /// A disk that carries out I/O in order and answers reads later.
+    #[derive(Default)]
+    struct Disk {
+        pages: HashMap<u32, Box<[u8]>>,
+        pending: VecDeque<u32>,
+    }
+
+    impl Disk {
+        fn take(&mut self, ts: &mut Tablespace) {
+            for io in ts.take_io() {
+                match io {
+                    PageIo::Write { page, bytes } => {
+                        self.pages.insert(page, bytes);
+                    }
+                    PageIo::Read { page } => self.pending.push_back(page),
+                }
+            }
+        }
+        fn answer_one(&mut self, ts: &mut Tablespace) {
+            if let Some(page) = self.pending.pop_front() {
+                let bytes = self.pages.get(&page).cloned().unwrap_or_else(|| vec![0; PAGE_BYTES].into_boxed_slice());
+                ts.on_read(page, bytes).unwrap();
+            }
+        }
+    }
+
+    /// Runs `op` until it stops missing, answering reads in between.
+    fn retry<T>(ts: &mut Tablespace, disk: &mut Disk, mut op: impl FnMut(&mut Tablespace) -> Result<T, Miss>) -> T {
+        loop {
+            match op(ts) {
+                Ok(v) => return v,
+                Err(Miss(_)) => {
+                    disk.take(ts);
+                    disk.answer_one(ts);
+                }
+            }
+        }
+    }
+
+    /// Random inserts, updates, deletes and reads against a map, through a
+    /// small cache (every operation may miss and evict): the records read
+    /// are always the ones written, and the bookkeeping holds.
+    #[test]
+    fn records_match_a_model_through_a_small_cache() {
+        for seed in 0..20 {
+            let mut rng = Rng::new(seed);
+            let mut ts = Tablespace::new(4);
+            let mut disk = Disk::default();
+            let mut model: HashMap<DiskRef, Vec<u8>> = HashMap::new();
+            let mut refs: Vec<DiskRef> = Vec::new();
+            for step in 0..3000 {
+                let len = if rng.chance(5) { rng.index(MAX_RECORD + 1) } else { rng.index(900) };
+                let record: Vec<u8> = (0..len).map(|i| (i as u64 ^ seed ^ step) as u8).collect();
+                match rng.below(4) {
+                    0 | 1 if refs.len() < 500 => {
+                        let at = ts.insert(&record);
+                        assert!(model.insert(at, record).is_none(), "seed {seed}: {at:?} handed out twice");
+                        refs.push(at);
+                    }
+                    2 if !refs.is_empty() => {
+                        let i = rng.index(refs.len());
+                        let at = retry(&mut ts, &mut disk, |ts| ts.update(refs[i], &record));
+                        model.remove(&refs[i]);
+                        assert!(model.insert(at, record).is_none(), "seed {seed}: {at:?} handed out twice");
+                        refs[i] = at;
+                    }
+                    _ if !refs.is_empty() => {
+                        let i = rng.index(refs.len());
+                        if rng.chance(30) {
+                            retry(&mut ts, &mut disk, |ts| ts.delete(refs[i]));
+                            model.remove(&refs.swap_remove(i));
+                        } else {
+                            let want = &model[&refs[i]];
+                            let got = retry(&mut ts, &mut disk, |ts| ts.get(refs[i]).map(<[u8]>::to_vec));
+                            assert_eq!(&got, want, "seed {seed}, step {step}: record {:?}", refs[i]);
+                        }
+                    }
+                    _ => {}
+                }
+                disk.take(&mut ts);
+                ts.check();
+            }
+            // Deleted space is reused: the file stays near the live data.
+            let live: usize = model.values().map(|r| r.len() + SLOT).sum();
+            assert!(
+                ts.pages() as usize * PAGE_BYTES < live * 3 + 8 * PAGE_BYTES,
+                "seed {seed}: {} pages for {live} bytes",
+                ts.pages()
+            );
+        }
+    }
+
+    /// A page whose bytes changed on disk is refused when read back.
+    #[test]
+    fn a_corrupt_page_is_refused() {
+        let mut ts = Tablespace::new(4);
+        let mut disk = Disk::default();
+        let at = ts.insert(b"hello");
+        ts.flush();
+        disk.take(&mut ts);
+        // Push the page out of the cache with new pages.
+        for _ in 0..8 {
+            ts.insert(&[7; MAX_RECORD]);
+        }
+        disk.take(&mut ts);
+        disk.pages.get_mut(&at.page).unwrap()[100] ^= 1;
+        assert_eq!(ts.get(at), Err(Miss(at.page)));
+        disk.take(&mut ts);
+        let page = disk.pending.pop_front().unwrap();
+        let bytes = disk.pages[&page].clone();
+        assert_eq!(ts.on_read(page, bytes), Err(PageError::Corrupt { page: at.page }));
+    }
+
+    /// A hot set read over and over keeps its pages cached through a scan
+    /// that touches many more pages once each.
+    #[test]
+    fn hot_pages_survive_a_scan() {
+        let mut ts = Tablespace::new(16);
+        let mut disk = Disk::default();
+        let refs: Vec<DiskRef> = (0..64).map(|_| ts.insert(&[1; MAX_RECORD])).collect();
+        disk.take(&mut ts);
+        let hot = &refs[..4];
+        for _ in 0..3 {
+            for at in hot {
+                retry(&mut ts, &mut disk, |ts| ts.get(*at).map(|_| ()));
+            }
+        }
+        for at in &refs[4..] {
+            retry(&mut ts, &mut disk, |ts| ts.get(*at).map(|_| ()));
+        }
+        let before = ts.stats().misses;
+        for at in hot {
+            retry(&mut ts, &mut disk, |ts| ts.get(*at).map(|_| ()));
+        }
+        assert_eq!(ts.stats().misses, before, "a hot page was evicted by the scan");
+    }
+
+    /// Pinned pages stay cached while others come and go.
+    #[test]
+    fn pinned_pages_are_not_evicted() {
+        let mut ts = Tablespace::new(4);
+        let mut disk = Disk::default();
+        let kept = ts.insert(b"kept");
+        ts.pin(kept.page).unwrap();
+        for _ in 0..20 {
+            ts.insert(&[3; MAX_RECORD]);
+            disk.take(&mut ts);
+        }
+        assert_eq!(ts.get(kept).unwrap(), b"kept");
+        ts.unpin(kept.page);
+        ts.check();
+    }
+
+    #[test]
+    fn a_disk_ref_encodes_in_six_bytes() {
+        let at = DiskRef { page: 0x0102_0304, slot: 0x0506 };
+        assert_eq!(DiskRef::decode(&at.encode()), at);
+    }
+}
