@@ -23,7 +23,10 @@
 //!   the REDO log, the epoch driver, local checkpoints and restoring from
 //!   disk;
 //! - `PartitionSync` (`sync`): a restarting node copies its partitions from
-//!   their primaries while it already takes part in their writes.
+//!   their primaries while it already takes part in their writes; the
+//!   stages of the whole node's restart (`restart`: copy, checkpoint,
+//!   handover, admission) are one state machine, `NodeRestart`, that the
+//!   data node and the simulator both drive.
 //!
 //! Each block checks its invariants in `check()`; `Shard::check` runs them
 //! all (the simulator does after every step).
@@ -38,6 +41,7 @@ mod ldm;
 mod locks;
 pub mod membership;
 mod replica;
+mod restart;
 mod shard;
 mod sync;
 mod takeover;
@@ -48,5 +52,6 @@ pub use checkpoint::{
 };
 pub use context::{ConnId, Micros};
 pub use durability::DiskOp;
+pub use restart::{NodeRestart, RestartStep};
 pub use shard::{Lease, Outbox, Shard, ShardConfig};
 pub use sync::SyncProgress;

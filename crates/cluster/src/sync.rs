@@ -142,6 +142,22 @@ impl SyncTarget {
 }
 
 impl SyncProgress {
+    /// The progress of a node's shards added up (`begun` and `done()` as
+    /// of all of them; `failed` the first failure).
+    pub fn total(all: &[SyncProgress]) -> SyncProgress {
+        let mut total = SyncProgress { begun: all.iter().all(|p| p.begun), ..SyncProgress::default() };
+        for p in all {
+            total.partitions += p.partitions;
+            total.partitions_left += p.partitions_left;
+            total.ranges_equal += p.ranges_equal;
+            total.ranges_copied += p.ranges_copied;
+            total.rows_copied += p.rows_copied;
+            total.sources_switched += p.sources_switched;
+            total.failed = total.failed.or_else(|| p.failed.clone());
+        }
+        total
+    }
+
     /// Every partition is copied.
     pub fn done(&self) -> bool {
         self.begun && self.partitions_left == 0 && self.failed.is_none()

@@ -3,7 +3,7 @@
 
 use crate::log;
 use crate::shard_host::{spawn_shard, Control, NodeEvent, ShardHandle};
-use latsdb_cluster::ShardConfig;
+use latsdb_cluster::{NodeRestart, RestartStep, ShardConfig};
 use latsdb_net::RpcConn;
 use latsdb_types::proto::{
     ClusterLayout, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply, SchemaChange, ShardAddr, PROTOCOL_VERSION,
@@ -335,45 +335,35 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     }
 }
 
-/// The stages of a node restart after the local restore: copy the
-/// partitions from the primaries (while taking part in their writes), write
-/// a local checkpoint, be admitted to the view.
+/// A node restart under way: the stages (`latsdb_cluster::NodeRestart`,
+/// the state machine the simulator runs too) carried out on this node's
+/// shard threads, with each stage's duration logged.
 struct Restart {
+    plan: NodeRestart,
     began: std::time::Instant,
-    stage: RestartStage,
     stage_began: std::time::Instant,
     /// Durations of the finished stages, for the final log line.
     done: Vec<(&'static str, u128)>,
     last_report: std::time::Instant,
 }
 
-enum RestartStage {
-    Copy,
-    /// Per shard, the completed checkpoint count to wait for.
-    Checkpoint(Vec<u64>),
-    /// The primaries of the partitions the node takes back stop locking
-    /// them and say when no lock is held there (kept short: clients get
-    /// retriable refusals there until the admission).
-    HandOver,
-    /// Asked the management server to admit the node (when, and how often).
-    Admit(std::time::Instant, u32),
-}
-
 /// How long a restarted node waits for the view that admits it before it
-/// asks again.
+/// asks again, and how often it asks.
 const ADMIT_WAIT: Duration = Duration::from_secs(10);
+const ADMIT_TRIES: u32 = 3;
 
 impl Restart {
     fn new() -> Restart {
         let now = std::time::Instant::now();
-        Restart { began: now, stage: RestartStage::Copy, stage_began: now, done: Vec::new(), last_report: now }
+        let plan = NodeRestart::new(ADMIT_WAIT.as_micros() as u64, ADMIT_TRIES);
+        Restart { plan, began: now, stage_began: now, done: Vec::new(), last_report: now }
     }
 
-    fn next_stage(&mut self, name: &'static str, node_id: NodeId, stage: RestartStage, detail: String) {
+    /// Logs the end of the stage that just finished.
+    fn stage_done(&mut self, name: &'static str, node_id: NodeId, detail: String) {
         let ms = self.stage_began.elapsed().as_millis();
         log("datanode", format!("node {node_id}: {name} stage done in {ms} ms{detail}"));
         self.done.push((name, ms));
-        self.stage = stage;
         self.stage_began = std::time::Instant::now();
     }
 
@@ -390,106 +380,78 @@ impl Restart {
         );
     }
 
+    /// One look at the shards; carries out what the restart's next step is.
     async fn step(&mut self, node_id: NodeId, shards: &[ShardHandle], mgmd: &str) -> Result<()> {
-        match &self.stage {
-            RestartStage::Copy => {
-                let mut all = latsdb_cluster::SyncProgress::default();
-                let mut done = true;
-                for p in sync_progress(shards).await? {
-                    done &= p.done();
-                    all.partitions += p.partitions;
-                    all.partitions_left += p.partitions_left;
-                    all.ranges_equal += p.ranges_equal;
-                    all.ranges_copied += p.ranges_copied;
-                    all.rows_copied += p.rows_copied;
-                    all.sources_switched += p.sources_switched;
+        let mut progress = Vec::with_capacity(shards.len());
+        for s in shards {
+            progress.push(ask(s, Control::SyncProgress).await?);
+        }
+        let mut settled = Vec::new();
+        for (s, target) in shards.iter().zip(self.plan.checkpoint_targets().unwrap_or(&[]).to_vec()) {
+            settled.push(ask(s, |tx| Control::CheckpointSettled(target, tx)).await?);
+        }
+        let now = self.began.elapsed().as_micros() as u64;
+        match self.plan.step(now, &progress, &settled) {
+            RestartStep::Wait => self.report_copy(node_id, &progress),
+            RestartStep::Checkpoint { summary } => {
+                let mut targets = Vec::new();
+                for s in shards {
+                    targets.push(ask(s, Control::Checkpoint).await?);
                 }
-                let mut summary = format!(
-                    "{} of {} partitions, {} ranges equal, {} ranges copied ({} rows)",
-                    all.partitions - all.partitions_left,
-                    all.partitions,
-                    all.ranges_equal,
-                    all.ranges_copied,
-                    all.rows_copied
-                );
-                if all.sources_switched > 0 {
-                    summary += &format!(", {} partition copies started over from a new primary", all.sources_switched);
-                }
-                if done {
-                    let mut targets = Vec::new();
-                    for s in shards {
-                        targets.push(ask(s, Control::Checkpoint).await?);
-                    }
-                    self.next_stage("copy", node_id, RestartStage::Checkpoint(targets), format!(": {summary}"));
-                } else if self.last_report.elapsed() >= Duration::from_secs(2) {
-                    self.last_report = std::time::Instant::now();
-                    log("datanode", format!("node {node_id}: copying: {summary}"));
-                }
+                self.plan.checkpoints_begun(targets);
+                self.stage_done("copy", node_id, format!(": {}", copy_summary(&summary)));
             }
-            RestartStage::Checkpoint(targets) => {
-                let mut settled = true;
-                for (s, target) in shards.iter().zip(targets) {
-                    settled &= ask(s, |tx| Control::CheckpointSettled(*target, tx)).await?;
+            RestartStep::HandOver => {
+                for s in shards {
+                    s.control
+                        .send(Control::HandOver)
+                        .map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?;
                 }
-                if settled {
-                    for s in shards {
-                        s.control
-                            .send(Control::HandOver)
-                            .map_err(|_| DbError::internal(format!("shard {} has stopped", s.me)))?;
-                    }
-                    self.next_stage("checkpoint", node_id, RestartStage::HandOver, String::new());
-                }
+                self.stage_done("checkpoint", node_id, String::new());
             }
-            RestartStage::HandOver => {
-                if sync_progress(shards).await?.iter().all(|p| p.handed_over()) {
-                    self.next_stage(
-                        "handover",
-                        node_id,
-                        RestartStage::Admit(std::time::Instant::now(), 0),
-                        String::new(),
-                    );
-                    self.ask_admit(node_id, mgmd, 0).await?;
+            RestartStep::AskAdmit { tries } => {
+                if tries == 0 {
+                    self.stage_done("handover", node_id, String::new());
                 }
+                self.ask_admit(node_id, mgmd).await?;
             }
-            RestartStage::Admit(asked, tries) => {
-                if asked.elapsed() >= ADMIT_WAIT {
-                    let tries = *tries + 1;
-                    if tries >= 3 {
-                        return Err(DbError::new(
-                            ErrorCode::NodeUnavailable,
-                            format!("no view admitted data node {node_id} after {tries} requests; start it again"),
-                        ));
-                    }
-                    self.ask_admit(node_id, mgmd, tries).await?;
-                }
-            }
+            RestartStep::Fail(why) => return Err(DbError::new(ErrorCode::NodeUnavailable, why)),
         }
         Ok(())
     }
 
-    async fn ask_admit(&mut self, node_id: NodeId, mgmd: &str, tries: u32) -> Result<()> {
+    /// Every 2 s of the copy stage, a line on how far it got.
+    fn report_copy(&mut self, node_id: NodeId, progress: &[latsdb_cluster::SyncProgress]) {
+        if self.plan.stage() == "copy" && self.last_report.elapsed() >= Duration::from_secs(2) {
+            self.last_report = std::time::Instant::now();
+            let summary = latsdb_cluster::SyncProgress::total(progress);
+            log("datanode", format!("node {node_id}: copying: {}", copy_summary(&summary)));
+        }
+    }
+
+    async fn ask_admit(&mut self, node_id: NodeId, mgmd: &str) -> Result<()> {
         let mut conn = RpcConn::connect(mgmd, Duration::from_secs(2)).await?;
         match conn.call(&MgmRequest::DataNodeSynced { node_id }).await? {
-            MgmResponse::Done => {}
-            other => return Err(unexpected("the request to admit the restarted node", other)),
+            MgmResponse::Done => Ok(()),
+            other => Err(unexpected("the request to admit the restarted node", other)),
         }
-        self.stage = RestartStage::Admit(std::time::Instant::now(), tries);
-        Ok(())
     }
 }
 
-/// How each shard's part of a node restart goes; an error if one cannot
-/// finish (the node must be started again).
-async fn sync_progress(shards: &[ShardHandle]) -> Result<Vec<latsdb_cluster::SyncProgress>> {
-    let mut all = Vec::with_capacity(shards.len());
-    for s in shards {
-        let p = ask(s, Control::SyncProgress).await?;
-        if let Some(why) = p.failed {
-            return Err(DbError::new(ErrorCode::NodeUnavailable, why));
-        }
-        all.push(p);
+/// How far a node's copy got, for the log.
+fn copy_summary(all: &latsdb_cluster::SyncProgress) -> String {
+    let mut summary = format!(
+        "{} of {} partitions, {} ranges equal, {} ranges copied ({} rows)",
+        all.partitions - all.partitions_left,
+        all.partitions,
+        all.ranges_equal,
+        all.ranges_copied,
+        all.rows_copied
+    );
+    if all.sources_switched > 0 {
+        summary += &format!(", {} partition copies started over from a new primary", all.sources_switched);
     }
-    Ok(all)
+    summary
 }
 
 /// Sends a shard a control message that carries a reply channel, and waits

@@ -3,7 +3,9 @@
 
 use crate::disk::{DiskImage, SimDisk, SyncDone};
 use latsdb_cluster::membership::{Arbiter, MemberOut, Membership, MembershipConfig, Voter};
-use latsdb_cluster::{checkpoint_for, node_recovery, Lease, Outbox, Shard, ShardConfig};
+use latsdb_cluster::{
+    checkpoint_for, node_recovery, Lease, NodeRestart, Outbox, RestartStep, Shard, ShardConfig, SyncProgress,
+};
 use latsdb_types::expr::Expr;
 use latsdb_types::proto::{
     ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, DataNodeInfo, KeyOp, LockMode, MemberMsg, NodeId,
@@ -375,10 +377,10 @@ struct World {
     restarted_at: Vec<u64>,
     /// Restarting nodes not admitted yet, and when their admission was
     /// last asked for (0: not yet).
-    joining: BTreeMap<usize, u64>,
-    /// Restarting nodes' checkpoint stage: per shard, the completed
-    /// checkpoint count to wait for (empty once settled).
-    restart_checkpoints: BTreeMap<usize, Vec<(usize, u64)>>,
+    joining: BTreeSet<usize>,
+    /// The node restarts under way, by node (the stages every restarting
+    /// data node runs: `latsdb_cluster::NodeRestart`).
+    restarts: BTreeMap<usize, NodeRestart>,
     /// Each shard's disk.
     disks: Vec<SimDisk>,
     /// A node whose next sync fails.
@@ -611,8 +613,8 @@ impl World {
             next_register_value: 1,
             dead: BTreeSet::new(),
             restarted_at: vec![0; cfg_nodes],
-            joining: BTreeMap::new(),
-            restart_checkpoints: BTreeMap::new(),
+            joining: BTreeSet::new(),
+            restarts: BTreeMap::new(),
             disks: (0..shard_count).map(|_| SimDisk::default()).collect(),
             failing_disk: None,
             quiet_until: 0,
@@ -1117,7 +1119,10 @@ impl World {
         }
         let at = self.now + self.rng.below(TICK_US);
         self.schedule(at, Endpoint::Node(n), Endpoint::Node(n), Payload::MemberTick);
-        self.joining.insert(n, 0);
+        self.joining.insert(n);
+        // A joining node asks again to be admitted every 20 heartbeats, for
+        // as long as it takes (the simulator's views always come).
+        self.restarts.insert(n, NodeRestart::new(20 * self.cfg.heartbeat_interval_us, u32::MAX));
         self.broadcast_layouts();
         true
     }
@@ -1136,7 +1141,7 @@ impl World {
         let mgmd = self.mgmd_layout();
         self.router = Router::new(&mgmd);
         for n in self.live() {
-            let layout = if self.joining.contains_key(&n) {
+            let layout = if self.joining.contains(&n) {
                 mgmd.clone()
             } else {
                 let m = &self.memberships[n];
@@ -1146,67 +1151,48 @@ impl World {
         }
     }
 
-    /// A joining node's progress, checked on its membership timer, in the
-    /// stages of a real node restart: once every shard copied its
-    /// partitions each writes a checkpoint (the copied rows are not in its
-    /// REDO log) and waits until it replaced the older one; then they hand
-    /// over the partitions they will be primary of, and then the president
-    /// is asked to admit the node (again, if no view came of it for a while).
+    /// A joining node's progress, checked on its membership timer: the
+    /// stages of a real node restart (`NodeRestart`, the state machine the
+    /// data node runs), carried out on the simulated shards; admission is
+    /// the president's (a live member's) `admit`.
     fn check_joining(&mut self, n: usize) {
-        let Some(&asked) = self.joining.get(&n) else { return };
-        let mut copied = true;
-        let mut done = true;
-        for s in self.shards_of(n) {
-            let p = self.shards[s].sync_progress();
-            if let Some(why) = p.failed {
+        let shards = self.shards_of(n);
+        let Some(restart) = self.restarts.get(&n) else { return };
+        let progress: Vec<SyncProgress> = shards.iter().map(|s| self.shards[*s].sync_progress()).collect();
+        let settled: Vec<bool> = match restart.checkpoint_targets() {
+            Some(targets) => shards.iter().zip(targets).map(|(s, t)| self.shards[*s].checkpoint_settled(*t)).collect(),
+            None => Vec::new(),
+        };
+        let step = self.restarts.get_mut(&n).expect("looked up above").step(self.now, &progress, &settled);
+        match step {
+            RestartStep::Wait => {}
+            RestartStep::Checkpoint { summary } => {
+                self.report.copy_switches += summary.sources_switched;
+                let targets = shards.iter().map(|s| self.shards[*s].checkpoint_now()).collect();
+                self.restarts.get_mut(&n).expect("looked up above").checkpoints_begun(targets);
+            }
+            RestartStep::HandOver => {
+                for s in shards {
+                    self.shard_step(s, |shard, _, out| shard.sync_hand_over(out));
+                }
+            }
+            RestartStep::AskAdmit { .. } => {
+                let president = self.live().into_iter().find(|k| !self.joining.contains(k));
+                let Some(president) = president else { return };
+                self.trace(format!(
+                    "{:>9} node {} copied its partitions; node {} admits it",
+                    self.now,
+                    node_id(n),
+                    node_id(president)
+                ));
+                self.member_step(president, |m, now, out| m.admit(node_id(n), now, out));
+            }
+            RestartStep::Fail(why) => {
                 self.report.failed_restarts += 1;
-                self.report.copy_switches += p.sources_switched;
+                self.report.copy_switches += progress.iter().map(|p| p.sources_switched).sum::<u64>();
                 self.stop_node(n, format!("node restart failed: {why}"));
-                return;
             }
-            copied &= p.done();
-            done &= p.handed_over();
         }
-        if !copied {
-            return;
-        }
-        match self.restart_checkpoints.get(&n) {
-            None => {
-                for s in self.shards_of(n) {
-                    self.report.copy_switches += self.shards[s].sync_progress().sources_switched;
-                }
-                let targets = self.shards_of(n).into_iter().map(|s| (s, self.shards[s].checkpoint_now())).collect();
-                self.restart_checkpoints.insert(n, targets);
-                return;
-            }
-            Some(targets) if !targets.is_empty() => {
-                if targets.iter().all(|&(s, target)| self.shards[s].checkpoint_settled(target)) {
-                    self.restart_checkpoints.insert(n, Vec::new());
-                }
-                return;
-            }
-            Some(_) => {}
-        }
-        if !done {
-            for s in self.shards_of(n) {
-                self.shard_step(s, |shard, _, out| shard.sync_hand_over(out));
-            }
-            return;
-        }
-        let retry = 20 * self.cfg.heartbeat_interval_us;
-        if !done || (asked > 0 && self.now < asked + retry) {
-            return;
-        }
-        let president = self.live().into_iter().find(|k| !self.joining.contains_key(k));
-        let Some(president) = president else { return };
-        self.joining.insert(n, self.now);
-        self.trace(format!(
-            "{:>9} node {} copied its partitions; node {} admits it",
-            self.now,
-            node_id(n),
-            node_id(president)
-        ));
-        self.member_step(president, |m, now, out| m.admit(node_id(n), now, out));
     }
 
     fn inject_reset(&mut self) -> bool {
@@ -1429,14 +1415,14 @@ impl World {
             return;
         }
         self.trace(format!("{:>9} node {} STOPS: {why}", self.now, node_id(n)));
-        self.restart_checkpoints.remove(&n);
+        self.restarts.remove(&n);
         for s in self.shards_of(n) {
             self.disks[s].kill();
         }
         if self.failing_disk == Some(n) {
             self.failing_disk = None;
         }
-        if self.joining.remove(&n).is_some() {
+        if self.joining.remove(&n) {
             // No member yet: the management server (which it reports to)
             // sees it go and tells the others.
             self.set_base_status(n, NodeStatus::NotStarted);
@@ -1480,16 +1466,16 @@ impl World {
                     self.views.insert(epoch, members.clone());
                 }
             }
-            if self.joining.contains_key(&n) && members.contains(&node_id(n)) {
+            if self.joining.contains(&n) && members.contains(&node_id(n)) {
                 self.joining.remove(&n);
-                self.restart_checkpoints.remove(&n);
+                self.restarts.remove(&n);
                 self.trace(format!("{:>9} node {} ADMITTED in view {epoch}", self.now, node_id(n)));
             }
             for id in &members {
                 // An admitted node is started in the management server's
                 // records from now on.
                 let k = (*id - 2) as usize;
-                if self.base_layout.datanodes[k].status == NodeStatus::Starting && !self.joining.contains_key(&k) {
+                if self.base_layout.datanodes[k].status == NodeStatus::Starting && !self.joining.contains(&k) {
                     self.set_base_status(k, NodeStatus::Started);
                 }
             }
@@ -1527,7 +1513,7 @@ impl World {
                     let layout = self.base_layout.of_view(epoch, members);
                     self.router = Router::new(&layout);
                     // Joining nodes are no members: they learn views from it.
-                    let joining: Vec<usize> = self.joining.keys().copied().collect();
+                    let joining: Vec<usize> = self.joining.iter().copied().collect();
                     for n in joining {
                         self.send_layout(Endpoint::Mgmd, n, &layout);
                     }
@@ -1555,7 +1541,7 @@ impl World {
             Payload::Disconnect { conn } => self.shard_step(s, |shard, now, out| shard.on_disconnect(conn, now, out)),
             Payload::Tick => {
                 let n = self.node_of_shard(s);
-                if !self.joining.contains_key(&n) && self.rng.below(150) == 0 {
+                if !self.joining.contains(&n) && self.rng.below(150) == 0 {
                     // The trigger is off: checkpoints start at random.
                     self.shards[s].checkpoint_now();
                 }
