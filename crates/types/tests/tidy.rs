@@ -28,7 +28,6 @@ const FILE_LINES_MAX: usize = 1500;
 const LONG_FUNCTIONS_ALLOWED: &[&str] = &[
     "crates/latsdb/tests/cluster.rs::load_read_scan_and_concurrent_transfers",
     "crates/node/src/datanode.rs::run_datanode",
-    "crates/sim/src/world.rs::on_response",
     "crates/sql/src/bind.rs::bind",
     "crates/sql/src/bind.rs::function",
     "crates/sql/src/catalog.rs::information_schema",
@@ -39,11 +38,10 @@ const LONG_FUNCTIONS_ALLOWED: &[&str] = &[
 ];
 
 /// The allow-lists' combined length may only go down.
-const ALLOWED_ENTRIES_MAX: usize = 14;
+const ALLOWED_ENTRIES_MAX: usize = 12;
 
 /// Rust files over `FILE_LINES_MAX` lines. Shrinking.
-const LONG_FILES_ALLOWED: &[&str] =
-    &["crates/sim/src/world.rs", "crates/sql/src/bind.rs", "crates/sql/src/catalog.rs", "crates/sql/src/eval.rs"];
+const LONG_FILES_ALLOWED: &[&str] = &["crates/sql/src/bind.rs", "crates/sql/src/catalog.rs", "crates/sql/src/eval.rs"];
 
 /// Host names of package registries. Cargo.lock is exempt: cargo writes
 /// its registry's identifier into it, and it is not edited by hand.
