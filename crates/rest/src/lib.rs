@@ -9,8 +9,9 @@
 //! - `POST|GET /0.1.0/feature_view`, `GET|DELETE /0.1.0/feature_view/{store}/{name}/{version}`
 //! - `GET /0.1.0/health`, `GET /0.1.0/ping`, `GET /metrics`
 //!
-//! HTTP/1.1 with keep-alive on hyper; one tokio runtime with a worker per
-//! CPU. A request's key operations go to the data nodes in one batch.
+//! HTTP/1.1 with keep-alive on hyper; a worker thread per CPU, each with its
+//! own tokio runtime and cluster client (`serve_per_thread`). A request's
+//! key operations go to the data nodes in one round trip per shard.
 
 pub mod auth;
 mod fastpath;

@@ -3,9 +3,10 @@
 //!
 //! Every operation of a batch is its own read-committed read or its own
 //! single-row transaction. They are all planned first, then sent to the
-//! data nodes in one `Client::batch` call (one round trip to each shard,
-//! all shards in parallel), and the answers are written into one buffer in
-//! request order.
+//! data nodes together: the reads in one `Client::lookup` (every key in one
+//! buffer, no allocation per read), the writes and deletes in one
+//! `Client::batch`, each one round trip to each shard, all shards in
+//! parallel; the answers are written into one buffer in request order.
 
 use crate::json::{ColumnKeys, Fields, JsonOut, Scalar};
 use crate::state::{ResolvedTable, Rest};

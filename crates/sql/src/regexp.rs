@@ -4,9 +4,9 @@
 //!
 //! Patterns are compiled by `regex-lite` (the common syntax MySQL's ICU
 //! engine and MariaDB's PCRE share; no look-around or back-references,
-//! which are refused with a clear error). Matching is case-sensitive, as
-//! utf8mb4_bin (latsdb's one collation) makes it in MySQL, unless the match
-//! type says 'i'. Positions count characters from 1.
+//! which are refused with a clear error). Matching is case-sensitive (as
+//! under utf8mb4_bin in MySQL) unless the match type says 'i'. Positions
+//! count characters from 1.
 
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{numeric, to_text};
