@@ -82,12 +82,18 @@ if ! echo "$JDBC_SHA256  $JDBC_JAR" | sha256sum --check --status 2>/dev/null; th
   echo "fetching MySQL Connector/J $JDBC_VERSION into target/jdbc through Maven"
   mkdir -p target/jdbc
   rm -f "$JDBC_JAR"
+  # Maven's output is shown only when it fails (its quiet mode still
+  # prints terminal colour codes).
+  mvn_log=$(mktemp)
   if ! mvn --batch-mode --quiet --strict-checksums "$DEPENDENCY_PLUGIN:copy" \
     -Dartifact="com.mysql:mysql-connector-j:$JDBC_VERSION:jar" -DoutputDirectory=target/jdbc \
-    -Dmdep.overWriteReleases=true; then
+    -Dmdep.overWriteReleases=true > "$mvn_log" 2>&1; then
+    cat "$mvn_log" >&2
+    rm -f "$mvn_log"
     echo "Maven could not fetch com.mysql:mysql-connector-j:$JDBC_VERSION; check its repository settings (~/.m2/settings.xml) and network, then run this again" >&2
     exit 1
   fi
+  rm -f "$mvn_log"
   if ! echo "$JDBC_SHA256  $JDBC_JAR" | sha256sum --check --status; then
     rm -f "$JDBC_JAR"
     echo "the Connector/J jar Maven fetched does not match the pinned SHA-256 $JDBC_SHA256; refusing it" >&2
