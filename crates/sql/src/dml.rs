@@ -400,8 +400,9 @@ async fn plan_locking_select<C: Catalog>(catalog: &C, mut sql: String) -> SqlRes
 /// `DELETE t FROM t JOIN u ON ...`, `DELETE FROM t USING t JOIN u ...`):
 /// one target table, whose rows the join matches are read under exclusive
 /// locks (`SELECT DISTINCT t.* ... FOR UPDATE`) and then written by key.
-/// SET values may use the target's columns only. None for a single-table
-/// statement.
+/// SET writes only the target's columns; a value may read the other tables
+/// (the SELECT computes it from the first joined row). None for a
+/// single-table statement.
 async fn plan_joined_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<Option<WritePlan>> {
     let (source, target, selection, order_limit, assignments): (
         &[ast::TableWithJoins],
