@@ -213,33 +213,6 @@ mod tests {
         assert_eq!(restarting, layout);
     }
 
-    /// A batch of lookups sent from borrowed keys is the batch of owned
-    /// operations on the wire.
-    #[test]
-    fn lookups_encode_like_owned_reads() {
-        let read = |key: Vec<u8>, projection: Option<Arc<[ColumnId]>>| KeyOp {
-            table: 3,
-            table_version: 2,
-            partition: 1,
-            key,
-            kind: OpKind::Read { lock: LockMode::Committed },
-            projection,
-        };
-        let ops = [read(vec![1, 2, 3], Some(Arc::from([0, 2]))), read(vec![], None), read(vec![9; 40], None)];
-        let borrowed: Vec<LookupOpRef> = ops
-            .iter()
-            .map(|op| LookupOpRef {
-                table: op.table,
-                table_version: op.table_version,
-                partition: op.partition,
-                key: &op.key,
-                kind: &COMMITTED_READ,
-                projection: op.projection.as_deref(),
-            })
-            .collect();
-        assert_eq!(frame(5, &ClientRequest::Batch(ops.to_vec())), frame(5, &BatchOf(&borrowed)));
-    }
-
     /// A batch of committed reads decodes borrowed as it decodes owned, a
     /// column list repeated by the next read shared; any other request is
     /// left to the owned decoding.
@@ -298,27 +271,6 @@ mod tests {
         assert!(!decode_lookups(&batch[..batch.len() - 3], &mut Vec::new(), &mut Vec::new()));
     }
 
-    /// Results serialized borrowed are the owned ones on the wire.
-    #[test]
-    fn borrowed_results_encode_like_owned() {
-        let error = DbError::new(crate::ErrorCode::WrongShard, "moved");
-        let owned = vec![
-            OpResult::Row(vec![1, 2]),
-            OpResult::NotFound,
-            OpResult::Done,
-            OpResult::Error(error.clone()),
-            OpResult::Unchanged,
-        ];
-        let borrowed = [
-            OpResultRef::Row(&[1, 2]),
-            OpResultRef::NotFound,
-            OpResultRef::Done,
-            OpResultRef::Error(error),
-            OpResultRef::Unchanged,
-        ];
-        assert_eq!(frame(4, &ClientResponse::Batch(owned)), frame(4, &BatchAnswerOf(&borrowed[..])));
-    }
-
     /// Every kind of result decodes borrowed as it decodes owned; an answer
     /// that is not a batch comes back whole.
     #[test]
@@ -357,20 +309,5 @@ mod tests {
         // Cut short, it fails cleanly.
         let whole = body(&ClientResponse::Batch(vec![OpResult::Row(vec![7; 30])]));
         assert!(decode_batch_answer(&whole[..whole.len() - 5], |_| Ok(())).is_err());
-    }
-
-    #[test]
-    fn borrowed_batch_encodes_like_owned_batch() {
-        let op = KeyOp {
-            table: 3,
-            table_version: 2,
-            partition: 1,
-            key: vec![1, 2, 3],
-            kind: OpKind::Read { lock: LockMode::Committed },
-            projection: Some(Arc::from([0, 2])),
-        };
-        let owned = frame(9, &ClientRequest::Batch(vec![op.clone(), op.clone()]));
-        let borrowed = frame(9, &BatchOf(&[op.clone(), op][..]));
-        assert_eq!(owned, borrowed);
     }
 }
