@@ -101,78 +101,10 @@ async fn register(opts: &DataNodeOptions) -> Result<(RpcConn, MgmResponse)> {
 
 pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     let (mut mgm, registered) = register(&opts).await?;
-    let (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus, idle_poll) =
-        match registered {
-            MgmResponse::Registered {
-                node_id,
-                host,
-                port,
-                threads,
-                data_memory_mb,
-                nodes_on_host,
-                host_index,
-                cpu_bind,
-                cpus,
-                idle_poll,
-            } => (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus, idle_poll),
-            other => return Err(unexpected("registration", other)),
-        };
-    let threads = match opts.threads.unwrap_or(threads) {
-        0 => auto_threads(),
-        n => n,
-    };
-    let data_memory_mb = match data_memory_mb {
-        0 => auto_data_memory_mb(nodes_on_host),
-        n => n,
-    };
-    let allowed = crate::cpus::allowed();
-    let share = crate::cpus::HostShare {
-        bind: cpu_bind,
-        explicit: cpus.as_deref(),
-        host_index,
-        nodes_on_host,
-        allowed: &allowed,
-    };
-    let placement = crate::cpus::plan(threads, &share)
-        .map_err(|e| DbError::new(e.code, format!("data node {node_id}: {}", e.message)))?;
-    if idle_poll {
-        match crate::cpus::request_idle_poll() {
-            Ok(()) => log("datanode", format!("node {node_id}: idle CPUs poll while this node runs (/dev/cpu_dma_latency = 0; idle_poll = false in [datanode_defaults] turns it off)")),
-            Err(e) => log("datanode", format!("node {node_id}: {e}; idle CPUs may halt, which adds wake-up latency to messages (give this user write access to it, or set idle_poll = false in [datanode_defaults] to silence this)")),
-        }
-    }
-    log(
-        "datanode",
-        format!(
-            "node {node_id}: registered with {}; starting {threads} shard thread(s), {}, {data_memory_mb} MiB data memory",
-            opts.mgmd, placement.reason
-        ),
-    );
-
-    // Shards start with a placeholder layout; the real one follows below.
-    let placeholder = ClusterLayout::builder(String::new()).version(0).mgmd(0, opts.mgmd.clone()).build();
-    let mut shards: Vec<ShardHandle> = Vec::new();
-    let lease = latsdb_cluster::Lease::unlimited();
-    for i in 0..threads {
-        let cfg = ShardConfig {
-            me: ShardAddr { node: node_id, shard: i },
-            lock_wait_timeout_us: 1_500_000,
-            first_tx_seq: first_tx_seq(),
-            data_memory_bytes: (data_memory_mb << 20) / threads as u64,
-            lease: lease.clone(),
-            durable: opts.data_dir.is_some(),
-            node_shards: threads,
-        };
-        let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
-        shards.push(spawn_shard(
-            cfg,
-            placement.cpus[i as usize],
-            &host,
-            shard_port,
-            placeholder.clone(),
-            latsdb_types::proto::DEFAULT_MAX_FRAME_BYTES,
-        )?);
-    }
+    let settings = node_settings(&opts, registered)?;
+    let node_id = settings.node_id;
+    let threads = settings.threads;
+    let shards = spawn_shards(&opts, &settings)?;
     let addresses: Vec<String> = shards.iter().map(|s| s.address.clone()).collect();
     let images = match &opts.data_dir {
         Some(dir) => {
@@ -213,28 +145,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         apply_schema(&shards, SchemaChange::CreateTable(def)).await?;
     }
     if !images.is_empty() {
-        let stage = std::time::Instant::now();
-        let mut waits = Vec::new();
-        for (shard, image) in shards.iter().zip(images) {
-            let (tx, rx) = oneshot::channel();
-            shard
-                .control
-                .send(Control::Restore(Box::new(image), plan.clone(), tx))
-                .map_err(|_| DbError::internal(format!("shard {} has stopped", shard.me)))?;
-            waits.push((shard.me, rx));
-        }
-        for (me, rx) in waits {
-            let line = rx.await.map_err(|_| DbError::internal(format!("shard {me} stopped while restoring")))??;
-            log("datanode", format!("shard {me}: {line}"));
-        }
-        log(
-            "datanode",
-            format!(
-                "node {node_id}: restore stage done in {} ms; new commits begin in epoch {}",
-                stage.elapsed().as_millis(),
-                plan.first_epoch
-            ),
-        );
+        restore_shards(&shards, node_id, images, &plan).await?;
     }
     match mgm.call(&MgmRequest::DataNodeReady { node_id }).await? {
         MgmResponse::Done => {}
@@ -333,6 +244,133 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         Some(reason) => Err(DbError::new(ErrorCode::NodeUnavailable, reason)),
         None => Ok(()),
     }
+}
+
+/// What a data node runs with: its registration's settings, with the
+/// automatic thread count and data memory worked out and its shard threads
+/// placed on CPUs.
+struct NodeSettings {
+    node_id: NodeId,
+    host: String,
+    port: u16,
+    threads: u16,
+    data_memory_mb: u64,
+    placement: crate::cpus::Placement,
+}
+
+fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<NodeSettings> {
+    let (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus, idle_poll) =
+        match registered {
+            MgmResponse::Registered {
+                node_id,
+                host,
+                port,
+                threads,
+                data_memory_mb,
+                nodes_on_host,
+                host_index,
+                cpu_bind,
+                cpus,
+                idle_poll,
+            } => (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus, idle_poll),
+            other => return Err(unexpected("registration", other)),
+        };
+    let threads = match opts.threads.unwrap_or(threads) {
+        0 => auto_threads(),
+        n => n,
+    };
+    let data_memory_mb = match data_memory_mb {
+        0 => auto_data_memory_mb(nodes_on_host),
+        n => n,
+    };
+    let allowed = crate::cpus::allowed();
+    let share = crate::cpus::HostShare {
+        bind: cpu_bind,
+        explicit: cpus.as_deref(),
+        host_index,
+        nodes_on_host,
+        allowed: &allowed,
+    };
+    let placement = crate::cpus::plan(threads, &share)
+        .map_err(|e| DbError::new(e.code, format!("data node {node_id}: {}", e.message)))?;
+    if idle_poll {
+        match crate::cpus::request_idle_poll() {
+            Ok(()) => log("datanode", format!("node {node_id}: idle CPUs poll while this node runs (/dev/cpu_dma_latency = 0; idle_poll = false in [datanode_defaults] turns it off)")),
+            Err(e) => log("datanode", format!("node {node_id}: {e}; idle CPUs may halt, which adds wake-up latency to messages (give this user write access to it, or set idle_poll = false in [datanode_defaults] to silence this)")),
+        }
+    }
+    log(
+        "datanode",
+        format!(
+            "node {node_id}: registered with {}; starting {threads} shard thread(s), {}, {data_memory_mb} MiB data memory",
+            opts.mgmd, placement.reason
+        ),
+    );
+    Ok(NodeSettings { node_id, host, port, threads, data_memory_mb, placement })
+}
+
+/// Starts the node's shard threads, each with a placeholder layout (the
+/// real one follows once the management server sends it).
+fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<ShardHandle>> {
+    let NodeSettings { node_id, host, port, threads, data_memory_mb, placement } = settings;
+    let (node_id, port, threads, data_memory_mb) = (*node_id, *port, *threads, *data_memory_mb);
+    let placeholder = ClusterLayout::builder(String::new()).version(0).mgmd(0, opts.mgmd.clone()).build();
+    let mut shards: Vec<ShardHandle> = Vec::new();
+    let lease = latsdb_cluster::Lease::unlimited();
+    for i in 0..threads {
+        let cfg = ShardConfig {
+            me: ShardAddr { node: node_id, shard: i },
+            lock_wait_timeout_us: 1_500_000,
+            first_tx_seq: first_tx_seq(),
+            data_memory_bytes: (data_memory_mb << 20) / threads as u64,
+            lease: lease.clone(),
+            durable: opts.data_dir.is_some(),
+            node_shards: threads,
+        };
+        let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
+        shards.push(spawn_shard(
+            cfg,
+            placement.cpus[i as usize],
+            host,
+            shard_port,
+            placeholder.clone(),
+            latsdb_types::proto::DEFAULT_MAX_FRAME_BYTES,
+        )?);
+    }
+    Ok(shards)
+}
+
+/// Restores every shard from its disk image (checkpoint and REDO) as the
+/// start plan says, and logs the stage.
+async fn restore_shards(
+    shards: &[ShardHandle],
+    node_id: NodeId,
+    images: Vec<crate::disk::ShardImage>,
+    plan: &latsdb_types::proto::StartPlan,
+) -> Result<()> {
+    let stage = std::time::Instant::now();
+    let mut waits = Vec::new();
+    for (shard, image) in shards.iter().zip(images) {
+        let (tx, rx) = oneshot::channel();
+        shard
+            .control
+            .send(Control::Restore(Box::new(image), plan.clone(), tx))
+            .map_err(|_| DbError::internal(format!("shard {} has stopped", shard.me)))?;
+        waits.push((shard.me, rx));
+    }
+    for (me, rx) in waits {
+        let line = rx.await.map_err(|_| DbError::internal(format!("shard {me} stopped while restoring")))??;
+        log("datanode", format!("shard {me}: {line}"));
+    }
+    log(
+        "datanode",
+        format!(
+            "node {node_id}: restore stage done in {} ms; new commits begin in epoch {}",
+            stage.elapsed().as_millis(),
+            plan.first_epoch
+        ),
+    );
+    Ok(())
 }
 
 /// A node restart under way: the stages (`latsdb_cluster::NodeRestart`,
