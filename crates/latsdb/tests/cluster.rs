@@ -34,7 +34,30 @@ async fn load_read_scan_and_concurrent_transfers() {
     let client = Client::connect(&cluster.mgmd).await.unwrap();
     let items = client.create_table(items_spec()).await.unwrap();
 
-    // Load 100,000 rows with concurrent batches.
+    load_items(&client, &items).await;
+    // Read every row back by batched key lookups and check every column.
+    for first in (0..ROWS).step_by(100) {
+        let ops = (first..first + 100).map(|id| Op::read(&items, &[Value::Int(id)]).unwrap()).collect();
+        let results = client.batch(ops).await.unwrap();
+        for (offset, r) in results.into_iter().enumerate() {
+            let row = r.unwrap().into_row().unwrap_or_else(|| panic!("row {} is missing", first + offset as i64));
+            assert_eq!(row.values(), item(first + offset as i64));
+        }
+    }
+
+    // The rows are spread over both data nodes.
+    let layout = client.layout();
+    let nodes: BTreeSet<u16> =
+        (0..items.def().partitions).filter_map(|p| layout.primary_of(p)).map(|s| s.node).collect();
+    assert_eq!(nodes.len(), 2, "partitions must live on both data nodes");
+
+    let items = scans_indexes_and_aggregates(&client, items).await;
+    assert_eq!(items.def().indexes.len(), 2);
+    concurrent_transfers(&client, &layout).await;
+}
+
+/// Loads `ROWS` rows with 8 concurrent loaders of 1,000-row batches.
+async fn load_items(client: &Client, items: &Arc<latsdb_client::Table>) {
     let next = Arc::new(AtomicU64::new(0));
     let mut loaders = Vec::new();
     for _ in 0..8 {
@@ -55,23 +78,13 @@ async fn load_read_scan_and_concurrent_transfers() {
     for l in loaders {
         l.await.unwrap();
     }
+}
 
-    // Read every row back by batched key lookups and check every column.
-    for first in (0..ROWS).step_by(100) {
-        let ops = (first..first + 100).map(|id| Op::read(&items, &[Value::Int(id)]).unwrap()).collect();
-        let results = client.batch(ops).await.unwrap();
-        for (offset, r) in results.into_iter().enumerate() {
-            let row = r.unwrap().into_row().unwrap_or_else(|| panic!("row {} is missing", first + offset as i64));
-            assert_eq!(row.values(), item(first + offset as i64));
-        }
-    }
-
-    // The rows are spread over both data nodes.
-    let layout = client.layout();
-    let nodes: BTreeSet<u16> =
-        (0..items.def().partitions).filter_map(|p| layout.primary_of(p)).map(|s| s.node).collect();
-    assert_eq!(nodes.len(), 2, "partitions must live on both data nodes");
-
+/// A primary-key range with a pushed-down filter, a secondary ordered index
+/// built over existing rows, and aggregates computed on the data nodes:
+/// each gives exactly the rows (or values) the loaded items imply. Returns
+/// the table with its new index.
+async fn scans_indexes_and_aggregates(client: &Client, items: Arc<latsdb_client::Table>) -> Arc<latsdb_client::Table> {
     // Primary-key range with a pushed-down filter: exact rows.
     let filter = Expr::And(vec![
         Expr::cmp(CmpOp::Eq, items.col("grp").unwrap(), Expr::val(Value::Int(3))),
@@ -118,9 +131,13 @@ async fn load_read_scan_and_concurrent_transfers() {
         .unwrap();
     assert_eq!(filtered[0], Value::UInt(10));
 
-    // Concurrent transfers between accounts on different data nodes; a
-    // checker reads every account under shared locks and the total must
-    // never change.
+    items
+}
+
+/// Concurrent transfers between accounts on different data nodes; a
+/// checker reads every account under shared locks and the total must never
+/// change.
+async fn concurrent_transfers(client: &Client, layout: &latsdb_types::proto::ClusterLayout) {
     const ACCOUNTS: i64 = 20;
     let accounts = client
         .create_table(

@@ -26,7 +26,6 @@ const FILE_LINES_MAX: usize = 1500;
 
 /// Functions over `FUNCTION_LINES_MAX` lines, as "path::name". Shrinking.
 const LONG_FUNCTIONS_ALLOWED: &[&str] = &[
-    "crates/latsdb/tests/cluster.rs::load_read_scan_and_concurrent_transfers",
     "crates/sql/src/bind.rs::bind",
     "crates/sql/src/bind.rs::function",
     "crates/sql/src/catalog.rs::information_schema",
@@ -37,7 +36,7 @@ const LONG_FUNCTIONS_ALLOWED: &[&str] = &[
 ];
 
 /// The allow-lists' combined length may only go down.
-const ALLOWED_ENTRIES_MAX: usize = 11;
+const ALLOWED_ENTRIES_MAX: usize = 10;
 
 /// Rust files over `FILE_LINES_MAX` lines. Shrinking.
 const LONG_FILES_ALLOWED: &[&str] = &["crates/sql/src/bind.rs", "crates/sql/src/catalog.rs", "crates/sql/src/eval.rs"];
