@@ -233,13 +233,38 @@ impl Membership {
         }
     }
 
+    /// Runs one call (`f`: a tick, a message, an admission...) and keeps
+    /// the node's lease, which its shards check before serving a client,
+    /// current with it: the data node and the simulator both step a
+    /// membership only through here. A view installed here always holds
+    /// this node, and a node that shut down serves no longer.
+    pub fn step(
+        &mut self,
+        lease: &crate::Lease,
+        now: Micros,
+        f: impl FnOnce(&mut Membership, Micros, &mut MemberOut),
+    ) -> MemberOut {
+        let mut out = MemberOut::default();
+        f(self, now, &mut out);
+        lease.set(self.serving_until());
+        if let Some((view, members)) = &out.installed {
+            assert!(members.contains(&self.cfg.me), "node {} installed view {view} without itself", self.cfg.me);
+            debug_assert_eq!(*view, self.epoch, "the view installed is not the membership's");
+        }
+        if out.shutdown.is_some() || self.shut_down {
+            assert!(!lease.valid_at(now), "node {} shut down but may still serve", self.cfg.me);
+        }
+        out
+    }
+
     /// The time until which this node may serve clients (its lease).
     pub fn serving_until(&self) -> Micros {
-        if !self.active {
-            return u64::MAX;
-        }
+        // A node that shut down never serves again, active or not.
         if self.shut_down {
             return 0;
+        }
+        if !self.active {
+            return u64::MAX;
         }
         let lease = self.cfg.lease_us();
         self.peers.values().map(|p| p.echoed.saturating_add(lease)).min().unwrap_or(u64::MAX)

@@ -147,16 +147,14 @@ impl Host {
 
     /// Runs one membership step and carries out what it asks for.
     fn member_step(self: &Rc<Self>, step: impl FnOnce(&mut Membership, u64, &mut MemberOut)) {
-        let mut out = MemberOut::default();
-        {
+        let out = {
             let mut slot = self.membership.borrow_mut();
             let Some(m) = slot.as_mut() else { return };
             if m.has_shut_down() {
                 return;
             }
-            step(m, self.now(), &mut out);
-            self.lease.set(m.serving_until());
-        }
+            m.step(&self.lease, self.now(), step)
+        };
         for (to, msg) in out.send {
             match to {
                 Voter::Node(n) => {

@@ -724,9 +724,7 @@ impl World {
     }
 
     fn member_step(&mut self, n: usize, f: impl FnOnce(&mut Membership, u64, &mut MemberOut)) {
-        let mut out = MemberOut::default();
-        f(&mut self.memberships[n], self.now, &mut out);
-        self.leases[n].set(self.memberships[n].serving_until());
+        let out = self.memberships[n].step(&self.leases[n], self.now, f);
         for (to, msg) in out.send {
             let dest = match to {
                 Voter::Node(id) => Endpoint::Node((id - 2) as usize),
