@@ -954,7 +954,127 @@ pub fn format_float(f: f32) -> String {
     format_double(rounded)
 }
 
-fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
+/// Calls a scalar function on its evaluated arguments, by kind. A NULL
+/// argument makes the result NULL, except for the functions that handle
+/// NULLs themselves (and VERSION, UNIX_TIMESTAMP, UUID and CHAR, which
+/// ignore or skip them).
+fn call(f: Func, a: Vec<Value>, env: &Env) -> SqlResult<Value> {
+    let handles_null = matches!(
+        f,
+        Func::IfNull
+            | Func::Coalesce
+            | Func::NullIf(..)
+            | Func::If
+            | Func::Concat
+            | Func::ConcatWs
+            | Func::Field
+            | Func::Elt
+            | Func::Quote
+            | Func::Version
+            | Func::UnixTimestamp
+            | Func::Uuid
+            | Func::Char
+    );
+    if !handles_null && a.iter().any(Value::is_null) {
+        return Ok(Value::Null);
+    }
+    match f {
+        Func::IfNull
+        | Func::Coalesce
+        | Func::NullIf(..)
+        | Func::If
+        | Func::Tuple
+        | Func::Greatest(..)
+        | Func::Least(..)
+        | Func::Version
+        | Func::Uuid => call_control(f, a, env),
+        Func::Concat
+        | Func::ConcatWs
+        | Func::LPad
+        | Func::RPad
+        | Func::Repeat
+        | Func::Reverse
+        | Func::Space
+        | Func::Length
+        | Func::CharLength
+        | Func::Upper
+        | Func::Lower
+        | Func::Trim
+        | Func::LTrim
+        | Func::RTrim => call_text(f, a),
+        Func::Field
+        | Func::Elt
+        | Func::SubstringIndex
+        | Func::FindInSet
+        | Func::Strcmp
+        | Func::InsertStr
+        | Func::Substring
+        | Func::Left
+        | Func::Right
+        | Func::Replace
+        | Func::Locate => call_search(f, a),
+        Func::Quote
+        | Func::Ascii
+        | Func::Char
+        | Func::Hex
+        | Func::Unhex
+        | Func::Md5
+        | Func::Sha1
+        | Func::Sha2
+        | Func::Fold
+        | Func::Weight
+        | Func::Collate(..)
+        | Func::Implicit(..)
+        | Func::RegexpLike
+        | Func::RegexpInstr
+        | Func::RegexpSubstr
+        | Func::RegexpReplace => call_encoding(f, a),
+        Func::Format
+        | Func::Conv
+        | Func::Crc32
+        | Func::Truncate
+        | Func::Pow
+        | Func::Sqrt
+        | Func::Exp
+        | Func::Log
+        | Func::Log2
+        | Func::Log10
+        | Func::Sign
+        | Func::Pi
+        | Func::Rand
+        | Func::DecimalScale(..)
+        | Func::Abs
+        | Func::Ceil
+        | Func::Floor
+        | Func::Round
+        | Func::BitCount => call_numbers(f, a),
+        Func::ToDays
+        | Func::FromDays
+        | Func::TimestampDiff(..)
+        | Func::Week
+        | Func::WeekOfYear
+        | Func::YearWeek
+        | Func::StrToDate
+        | Func::MakeDate
+        | Func::LastDay
+        | Func::DayName
+        | Func::MonthName
+        | Func::FromUnixTime
+        | Func::DatePart(..)
+        | Func::DateOf
+        | Func::TimeOf
+        | Func::DateFormat
+        | Func::ExtractCompound(..)
+        | Func::DateAdd(..)
+        | Func::DateAddCompound(..)
+        | Func::DateDiff
+        | Func::UnixTimestamp => call_dates(f, a, env),
+    }
+}
+
+/// NULL handling, conditionals, comparisons of several values and the
+/// server's own functions (VERSION, UUID).
+fn call_control(f: Func, a: Vec<Value>, env: &Env) -> SqlResult<Value> {
     let arg = |a: &Vec<Value>, i: usize| a.get(i).cloned().unwrap_or(Value::Null);
     let any_null = |a: &Vec<Value>| a.iter().any(|v| v.is_null());
     Ok(match f {
@@ -982,6 +1102,49 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
                 arg(&a, 2)
             }
         }
+        Func::Tuple => {
+            if any_null(&a) {
+                return Ok(Value::Null);
+            }
+            let mut key = String::new();
+            crate::exec::group_key(&a, &mut key);
+            Value::Str(key)
+        }
+        Func::Greatest(collation) | Func::Least(collation) => {
+            // Of equal arguments ('b' and 'B' under a case-insensitive
+            // collation, 'a' and 'a ' under any) the first wins, as in MySQL.
+            let wanted = if matches!(f, Func::Greatest(_)) { Ordering::Greater } else { Ordering::Less };
+            let mut args = a.into_iter();
+            let mut best = args.next().unwrap_or(Value::Null);
+            for v in args {
+                if compare_under(collation, &v, &best) == Some(wanted) {
+                    best = v;
+                }
+            }
+            best
+        }
+        Func::Version => env.session.session_value(&SessionValue::Variable("version".into()))?,
+        Func::Uuid => {
+            let mut b = [0u8; 16];
+            if getrandom::fill(&mut b).is_err() {
+                return Err(SqlError::general("no randomness available for UUID()"));
+            }
+            b[6] = (b[6] & 0x0f) | 0x40;
+            b[8] = (b[8] & 0x3f) | 0x80;
+            let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            Value::Str(format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]))
+        }
+
+        other => unreachable!("{other:?} is not one of these functions (`call` dispatches by kind)"),
+    })
+}
+
+/// Functions that build text: concatenation, length, case, trimming,
+/// padding, repetition.
+fn call_text(f: Func, a: Vec<Value>) -> SqlResult<Value> {
+    let arg = |a: &Vec<Value>, i: usize| a.get(i).cloned().unwrap_or(Value::Null);
+    let any_null = |a: &Vec<Value>| a.iter().any(|v| v.is_null());
+    Ok(match f {
         Func::Concat => {
             if any_null(&a) {
                 return Ok(Value::Null);
@@ -995,6 +1158,74 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             let sep = to_text(&a[0]);
             Value::Str(a[1..].iter().filter(|v| !v.is_null()).map(to_text).collect::<Vec<_>>().join(&sep))
         }
+        Func::LPad | Func::RPad => {
+            let s: Vec<char> = to_text(&a[0]).chars().collect();
+            let Some(len) = int_arg(&a[1]).filter(|&n| n >= 0).map(|n| n as usize) else {
+                return Ok(Value::Null);
+            };
+            if len <= s.len() {
+                return Ok(Value::Str(s[..len].iter().collect()));
+            }
+            let pad: Vec<char> = to_text(&a[2]).chars().collect();
+            if pad.is_empty() || len > MAX_STRING_CHARS {
+                return Ok(Value::Null);
+            }
+            let fill: String = pad.iter().cycle().take(len - s.len()).collect();
+            let s: String = s.into_iter().collect();
+            Value::Str(if f == Func::LPad { fill + &s } else { s + &fill })
+        }
+        Func::Repeat => {
+            let s = to_text(&a[0]);
+            let n = int_arg(&a[1]).unwrap_or(0).max(0) as usize;
+            if s.len().saturating_mul(n) > MAX_STRING_CHARS {
+                return Ok(Value::Null);
+            }
+            Value::Str(s.repeat(n))
+        }
+        Func::Reverse => Value::Str(to_text(&a[0]).chars().rev().collect()),
+        Func::Space => {
+            let n = int_arg(&a[0]).unwrap_or(0).max(0) as usize;
+            if n > MAX_STRING_CHARS {
+                return Ok(Value::Null);
+            }
+            Value::Str(" ".repeat(n))
+        }
+        Func::Length => Value::Int(match &arg(&a, 0) {
+            Value::Bytes(b) => b.len(),
+            v => to_text(v).len(),
+        } as i64),
+        Func::CharLength => Value::Int(to_text(&arg(&a, 0)).chars().count() as i64),
+        Func::Upper => Value::Str(to_text(&arg(&a, 0)).to_uppercase()),
+        Func::Lower => Value::Str(to_text(&arg(&a, 0)).to_lowercase()),
+        Func::Trim | Func::LTrim | Func::RTrim => {
+            // TRIM([BOTH | LEADING | TRAILING] [r] FROM s) takes whole
+            // copies of r (a space by default) off the ends.
+            let s = to_text(&arg(&a, 0));
+            let r = if a.len() > 1 { to_text(&a[1]) } else { " ".to_string() };
+            let mut t = s.as_str();
+            if !r.is_empty() {
+                if f != Func::RTrim {
+                    while let Some(rest) = t.strip_prefix(r.as_str()) {
+                        t = rest;
+                    }
+                }
+                if f != Func::LTrim {
+                    while let Some(rest) = t.strip_suffix(r.as_str()) {
+                        t = rest;
+                    }
+                }
+            }
+            Value::Str(t.to_string())
+        }
+        other => unreachable!("{other:?} is not one of these functions (`call` dispatches by kind)"),
+    })
+}
+
+/// Functions that find and cut within text: substrings, positions,
+/// replacing, list membership, comparison.
+fn call_search(f: Func, mut a: Vec<Value>) -> SqlResult<Value> {
+    let arg = |a: &Vec<Value>, i: usize| a.get(i).cloned().unwrap_or(Value::Null);
+    Ok(match f {
         Func::Field => {
             let x = arg(&a, 0);
             if x.is_null() {
@@ -1007,24 +1238,6 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Some(n) if n >= 1 && (n as usize) < a.len() => a.swap_remove(n as usize),
             _ => Value::Null,
         },
-        Func::Quote => match &a[0] {
-            Value::Null => Value::Str("NULL".into()),
-            v => {
-                let mut out = String::from("'");
-                for ch in to_text(v).chars() {
-                    match ch {
-                        '\\' => out.push_str("\\\\"),
-                        '\'' => out.push_str("\\'"),
-                        '\0' => out.push_str("\\0"),
-                        '\x1a' => out.push_str("\\Z"),
-                        c => out.push(c),
-                    }
-                }
-                out.push('\'');
-                Value::Str(out)
-            }
-        },
-        _ if any_null(&a) && !matches!(f, Func::Version | Func::UnixTimestamp | Func::Uuid | Func::Char) => Value::Null,
         Func::SubstringIndex => {
             let (text, delim) = (to_text(&a[0]), to_text(&a[1]));
             let count = int_arg(&a[2]).unwrap_or(0);
@@ -1068,38 +1281,71 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             }
             Value::Str(out)
         }
-        Func::LPad | Func::RPad => {
-            let s: Vec<char> = to_text(&a[0]).chars().collect();
-            let Some(len) = int_arg(&a[1]).filter(|&n| n >= 0).map(|n| n as usize) else {
-                return Ok(Value::Null);
+        Func::Substring => {
+            let s: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
+            let pos = int_arg(&arg(&a, 1)).unwrap_or(0);
+            let len = if a.len() > 2 { int_arg(&arg(&a, 2)).unwrap_or(0) } else { i64::MAX };
+            let n = s.len() as i64;
+            let start = if pos > 0 {
+                pos - 1
+            } else if pos < 0 {
+                n + pos
+            } else {
+                return Ok(Value::Str(String::new()));
             };
-            if len <= s.len() {
-                return Ok(Value::Str(s[..len].iter().collect()));
+            if start < 0 || start >= n || len <= 0 {
+                return Ok(Value::Str(String::new()));
             }
-            let pad: Vec<char> = to_text(&a[2]).chars().collect();
-            if pad.is_empty() || len > MAX_STRING_CHARS {
-                return Ok(Value::Null);
-            }
-            let fill: String = pad.iter().cycle().take(len - s.len()).collect();
-            let s: String = s.into_iter().collect();
-            Value::Str(if f == Func::LPad { fill + &s } else { s + &fill })
+            let end = start.saturating_add(len).min(n);
+            Value::Str(s[start as usize..end as usize].iter().collect())
         }
-        Func::Repeat => {
-            let s = to_text(&a[0]);
-            let n = int_arg(&a[1]).unwrap_or(0).max(0) as usize;
-            if s.len().saturating_mul(n) > MAX_STRING_CHARS {
-                return Ok(Value::Null);
-            }
-            Value::Str(s.repeat(n))
+        Func::Left | Func::Right => {
+            let s: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
+            let n = (int_arg(&arg(&a, 1)).unwrap_or(0).max(0) as usize).min(s.len());
+            Value::Str(if f == Func::Left { s[..n].iter().collect() } else { s[s.len() - n..].iter().collect() })
         }
-        Func::Reverse => Value::Str(to_text(&a[0]).chars().rev().collect()),
-        Func::Space => {
-            let n = int_arg(&a[0]).unwrap_or(0).max(0) as usize;
-            if n > MAX_STRING_CHARS {
-                return Ok(Value::Null);
-            }
-            Value::Str(" ".repeat(n))
+        Func::Replace => {
+            let from = to_text(&arg(&a, 1));
+            let s = to_text(&arg(&a, 0));
+            Value::Str(if from.is_empty() { s } else { s.replace(&from, &to_text(&arg(&a, 2))) })
         }
+        Func::Locate => {
+            let needle: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
+            let hay: Vec<char> = to_text(&arg(&a, 1)).chars().collect();
+            let start = if a.len() > 2 { int_arg(&arg(&a, 2)).unwrap_or(1).max(1) as usize - 1 } else { 0 };
+            if needle.is_empty() {
+                return Ok(Value::Int(if start <= hay.len() { start as i64 + 1 } else { 0 }));
+            }
+            let found =
+                (start..hay.len().saturating_sub(needle.len() - 1)).find(|&i| hay[i..i + needle.len()] == needle[..]);
+            Value::Int(found.map(|i| i as i64 + 1).unwrap_or(0))
+        }
+        other => unreachable!("{other:?} is not one of these functions (`call` dispatches by kind)"),
+    })
+}
+
+/// Functions of bytes, encodings and patterns: character codes, hex,
+/// hashes, quoting, regular expressions, collation weights.
+fn call_encoding(f: Func, a: Vec<Value>) -> SqlResult<Value> {
+    let arg = |a: &Vec<Value>, i: usize| a.get(i).cloned().unwrap_or(Value::Null);
+    Ok(match f {
+        Func::Quote => match &a[0] {
+            Value::Null => Value::Str("NULL".into()),
+            v => {
+                let mut out = String::from("'");
+                for ch in to_text(v).chars() {
+                    match ch {
+                        '\\' => out.push_str("\\\\"),
+                        '\'' => out.push_str("\\'"),
+                        '\0' => out.push_str("\\0"),
+                        '\x1a' => out.push_str("\\Z"),
+                        c => out.push(c),
+                    }
+                }
+                out.push('\'');
+                Value::Str(out)
+            }
+        },
         Func::Ascii => Value::Int(match &a[0] {
             Value::Bytes(b) => b.first().copied().unwrap_or(0),
             v => to_text(v).bytes().next().unwrap_or(0),
@@ -1122,38 +1368,6 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
                 Err(e) => Value::Bytes(e.into_bytes()),
             }
         }
-        Func::Format => {
-            let digits = int_arg(&a[1]).unwrap_or(0).clamp(0, 30) as u8;
-            let number = match numeric(&a[0]) {
-                Value::Float(f) if f.is_finite() => Decimal::of_double(f),
-                Value::Float(_) => None,
-                Value::Decimal(d) => Some(d),
-                Value::Int(i) => Some(Decimal::new(i as i128, 0)),
-                Value::UInt(u) => Some(Decimal::new(u as i128, 0)),
-                _ => None,
-            };
-            match number.and_then(|d| d.rescale(digits)) {
-                Some(d) => Value::Str(thousands(&d.to_string())),
-                None => Value::Null,
-            }
-        }
-        Func::Conv => conv(&a[0], int_arg(&a[1]).unwrap_or(0), int_arg(&a[2]).unwrap_or(0)),
-        Func::Crc32 => Value::Int(match &a[0] {
-            Value::Bytes(b) => crc32fast::hash(b),
-            v => crc32fast::hash(to_text(v).as_bytes()),
-        } as i64),
-        Func::ToDays => match civil(&a[0]) {
-            Some(c) => Value::Int(c.days + DAYS_BEFORE_1970),
-            None => Value::Null,
-        },
-        Func::FromDays => match int_arg(&a[0]) {
-            // MySQL's day numbers count from year 0; before year 1 is no date.
-            Some(n) if n >= 366 && n - DAYS_BEFORE_1970 <= i32::MAX as i64 => {
-                Value::Date((n - DAYS_BEFORE_1970) as i32)
-            }
-            Some(_) => Value::Null,
-            None => Value::Null,
-        },
         Func::Hex => Value::Str(match &a[0] {
             Value::Bytes(b) => b.iter().map(|x| format!("{x:02X}")).collect(),
             Value::Str(s) => s.bytes().map(|x| format!("{x:02X}")).collect(),
@@ -1193,6 +1407,41 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             };
             Value::Str(digest.iter().map(|x| format!("{x:02x}")).collect())
         }
+        Func::Fold => latsdb_types::Collation::GeneralCi.fold_value(arg(&a, 0)),
+        Func::Weight => crate::exec::weight(&arg(&a, 0), latsdb_types::Collation::GeneralCi).into_owned(),
+        Func::Collate(_) | Func::Implicit(_) => arg(&a, 0),
+        Func::RegexpLike => crate::regexp::like(&a)?,
+        Func::RegexpInstr => crate::regexp::instr(&a)?,
+        Func::RegexpSubstr => crate::regexp::substr(&a)?,
+        Func::RegexpReplace => crate::regexp::replace(&a)?,
+        other => unreachable!("{other:?} is not one of these functions (`call` dispatches by kind)"),
+    })
+}
+
+/// Numeric functions.
+fn call_numbers(f: Func, a: Vec<Value>) -> SqlResult<Value> {
+    let arg = |a: &Vec<Value>, i: usize| a.get(i).cloned().unwrap_or(Value::Null);
+    Ok(match f {
+        Func::Format => {
+            let digits = int_arg(&a[1]).unwrap_or(0).clamp(0, 30) as u8;
+            let number = match numeric(&a[0]) {
+                Value::Float(f) if f.is_finite() => Decimal::of_double(f),
+                Value::Float(_) => None,
+                Value::Decimal(d) => Some(d),
+                Value::Int(i) => Some(Decimal::new(i as i128, 0)),
+                Value::UInt(u) => Some(Decimal::new(u as i128, 0)),
+                _ => None,
+            };
+            match number.and_then(|d| d.rescale(digits)) {
+                Some(d) => Value::Str(thousands(&d.to_string())),
+                None => Value::Null,
+            }
+        }
+        Func::Conv => conv(&a[0], int_arg(&a[1]).unwrap_or(0), int_arg(&a[2]).unwrap_or(0)),
+        Func::Crc32 => Value::Int(match &a[0] {
+            Value::Bytes(b) => crc32fast::hash(b),
+            v => crc32fast::hash(to_text(v).as_bytes()),
+        } as i64),
         Func::Truncate => {
             let digits = int_arg(&a[1]).unwrap_or(0);
             round_to(numeric(&a[0]), digits, true)
@@ -1231,6 +1480,58 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             // 53 random bits: uniform in [0, 1).
             Value::Float((u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64)
         }
+        Func::DecimalScale(scale) => match arg(&a, 0) {
+            Value::Decimal(d) => d.rescale(scale).map_or(Value::Decimal(d), Value::Decimal),
+            Value::Int(i) => Decimal::new(i as i128, 0).rescale(scale).map_or(Value::Int(i), Value::Decimal),
+            Value::UInt(u) => Decimal::new(u as i128, 0).rescale(scale).map_or(Value::UInt(u), Value::Decimal),
+            other => other,
+        },
+        Func::Abs => match numeric(&arg(&a, 0)) {
+            Value::Int(i) => i.checked_abs().map(Value::Int).unwrap_or(Value::UInt(i.unsigned_abs())),
+            Value::Decimal(d) => Value::Decimal(Decimal::new(d.unscaled.abs(), d.scale)),
+            Value::UInt(u) => Value::UInt(u),
+            v => Value::Float(v.as_f64().unwrap_or(0.0).abs()),
+        },
+        Func::Ceil | Func::Floor => match numeric(&arg(&a, 0)) {
+            v @ (Value::Int(_) | Value::UInt(_)) => v,
+            v => {
+                let x = v.as_f64().unwrap_or(0.0);
+                let r = if f == Func::Ceil { x.ceil() } else { x.floor() };
+                if matches!(v, Value::Decimal(_)) && r.abs() < 9.2e18 {
+                    Value::Int(r as i64)
+                } else {
+                    Value::Float(r)
+                }
+            }
+        },
+        Func::Round => {
+            let digits = if a.len() > 1 { int_arg(&arg(&a, 1)).unwrap_or(0) } else { 0 };
+            round_to(numeric(&arg(&a, 0)), digits, false)
+        }
+        Func::BitCount => match &a[0] {
+            Value::Null => Value::Null,
+            v => Value::Int(bits_of(v).count_ones() as i64),
+        },
+        other => unreachable!("{other:?} is not one of these functions (`call` dispatches by kind)"),
+    })
+}
+
+/// Date and time functions.
+fn call_dates(f: Func, a: Vec<Value>, env: &Env) -> SqlResult<Value> {
+    let any_null = |a: &Vec<Value>| a.iter().any(|v| v.is_null());
+    Ok(match f {
+        Func::ToDays => match civil(&a[0]) {
+            Some(c) => Value::Int(c.days + DAYS_BEFORE_1970),
+            None => Value::Null,
+        },
+        Func::FromDays => match int_arg(&a[0]) {
+            // MySQL's day numbers count from year 0; before year 1 is no date.
+            Some(n) if n >= 366 && n - DAYS_BEFORE_1970 <= i32::MAX as i64 => {
+                Value::Date((n - DAYS_BEFORE_1970) as i32)
+            }
+            Some(_) => Value::Null,
+            None => Value::Null,
+        },
         Func::TimestampDiff(unit) => match (datetime_micros(&a[0]), datetime_micros(&a[1])) {
             (Some(x), Some(y)) => Value::Int(crate::dates::diff(x, y, unit)),
             _ => Value::Null,
@@ -1253,14 +1554,6 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             } else {
                 Value::Int(c.week(behaviour).0)
             }
-        }
-        Func::Tuple => {
-            if any_null(&a) {
-                return Ok(Value::Null);
-            }
-            let mut key = String::new();
-            crate::exec::group_key(&a, &mut key);
-            Value::Str(key)
         }
         Func::StrToDate => {
             if any_null(&a) {
@@ -1308,131 +1601,12 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Some(secs) if (0.0..=32_536_771_199.0).contains(&secs) => Value::DateTime((secs * 1e6).round() as i64),
             _ => Value::Null,
         },
-        Func::Length => Value::Int(match &arg(&a, 0) {
-            Value::Bytes(b) => b.len(),
-            v => to_text(v).len(),
-        } as i64),
-        Func::CharLength => Value::Int(to_text(&arg(&a, 0)).chars().count() as i64),
-        Func::Fold => latsdb_types::Collation::GeneralCi.fold_value(arg(&a, 0)),
-        Func::Weight => crate::exec::weight(&arg(&a, 0), latsdb_types::Collation::GeneralCi).into_owned(),
-        Func::Collate(_) | Func::Implicit(_) => arg(&a, 0),
-        Func::DecimalScale(scale) => match arg(&a, 0) {
-            Value::Decimal(d) => d.rescale(scale).map_or(Value::Decimal(d), Value::Decimal),
-            Value::Int(i) => Decimal::new(i as i128, 0).rescale(scale).map_or(Value::Int(i), Value::Decimal),
-            Value::UInt(u) => Decimal::new(u as i128, 0).rescale(scale).map_or(Value::UInt(u), Value::Decimal),
-            other => other,
-        },
-        Func::Upper => Value::Str(to_text(&arg(&a, 0)).to_uppercase()),
-        Func::Lower => Value::Str(to_text(&arg(&a, 0)).to_lowercase()),
-        Func::Substring => {
-            let s: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
-            let pos = int_arg(&arg(&a, 1)).unwrap_or(0);
-            let len = if a.len() > 2 { int_arg(&arg(&a, 2)).unwrap_or(0) } else { i64::MAX };
-            let n = s.len() as i64;
-            let start = if pos > 0 {
-                pos - 1
-            } else if pos < 0 {
-                n + pos
-            } else {
-                return Ok(Value::Str(String::new()));
-            };
-            if start < 0 || start >= n || len <= 0 {
-                return Ok(Value::Str(String::new()));
-            }
-            let end = start.saturating_add(len).min(n);
-            Value::Str(s[start as usize..end as usize].iter().collect())
-        }
-        Func::Left | Func::Right => {
-            let s: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
-            let n = (int_arg(&arg(&a, 1)).unwrap_or(0).max(0) as usize).min(s.len());
-            Value::Str(if f == Func::Left { s[..n].iter().collect() } else { s[s.len() - n..].iter().collect() })
-        }
-        Func::Trim | Func::LTrim | Func::RTrim => {
-            // TRIM([BOTH | LEADING | TRAILING] [r] FROM s) takes whole
-            // copies of r (a space by default) off the ends.
-            let s = to_text(&arg(&a, 0));
-            let r = if a.len() > 1 { to_text(&a[1]) } else { " ".to_string() };
-            let mut t = s.as_str();
-            if !r.is_empty() {
-                if f != Func::RTrim {
-                    while let Some(rest) = t.strip_prefix(r.as_str()) {
-                        t = rest;
-                    }
-                }
-                if f != Func::LTrim {
-                    while let Some(rest) = t.strip_suffix(r.as_str()) {
-                        t = rest;
-                    }
-                }
-            }
-            Value::Str(t.to_string())
-        }
-        Func::Replace => {
-            let from = to_text(&arg(&a, 1));
-            let s = to_text(&arg(&a, 0));
-            Value::Str(if from.is_empty() { s } else { s.replace(&from, &to_text(&arg(&a, 2))) })
-        }
-        Func::Abs => match numeric(&arg(&a, 0)) {
-            Value::Int(i) => i.checked_abs().map(Value::Int).unwrap_or(Value::UInt(i.unsigned_abs())),
-            Value::Decimal(d) => Value::Decimal(Decimal::new(d.unscaled.abs(), d.scale)),
-            Value::UInt(u) => Value::UInt(u),
-            v => Value::Float(v.as_f64().unwrap_or(0.0).abs()),
-        },
-        Func::Ceil | Func::Floor => match numeric(&arg(&a, 0)) {
-            v @ (Value::Int(_) | Value::UInt(_)) => v,
-            v => {
-                let x = v.as_f64().unwrap_or(0.0);
-                let r = if f == Func::Ceil { x.ceil() } else { x.floor() };
-                if matches!(v, Value::Decimal(_)) && r.abs() < 9.2e18 {
-                    Value::Int(r as i64)
-                } else {
-                    Value::Float(r)
-                }
-            }
-        },
-        Func::Round => {
-            let digits = if a.len() > 1 { int_arg(&arg(&a, 1)).unwrap_or(0) } else { 0 };
-            round_to(numeric(&arg(&a, 0)), digits, false)
-        }
-        Func::Greatest(collation) | Func::Least(collation) => {
-            // Of equal arguments ('b' and 'B' under a case-insensitive
-            // collation, 'a' and 'a ' under any) the first wins, as in MySQL.
-            let wanted = if matches!(f, Func::Greatest(_)) { Ordering::Greater } else { Ordering::Less };
-            let mut args = a.into_iter();
-            let mut best = args.next().unwrap_or(Value::Null);
-            for v in args {
-                if compare_under(collation, &v, &best) == Some(wanted) {
-                    best = v;
-                }
-            }
-            best
-        }
-        Func::Version => env.session.session_value(&SessionValue::Variable("version".into()))?,
-        Func::RegexpLike => crate::regexp::like(&a)?,
-        Func::RegexpInstr => crate::regexp::instr(&a)?,
-        Func::RegexpSubstr => crate::regexp::substr(&a)?,
-        Func::RegexpReplace => crate::regexp::replace(&a)?,
-        Func::Locate => {
-            let needle: Vec<char> = to_text(&arg(&a, 0)).chars().collect();
-            let hay: Vec<char> = to_text(&arg(&a, 1)).chars().collect();
-            let start = if a.len() > 2 { int_arg(&arg(&a, 2)).unwrap_or(1).max(1) as usize - 1 } else { 0 };
-            if needle.is_empty() {
-                return Ok(Value::Int(if start <= hay.len() { start as i64 + 1 } else { 0 }));
-            }
-            let found =
-                (start..hay.len().saturating_sub(needle.len() - 1)).find(|&i| hay[i..i + needle.len()] == needle[..]);
-            Value::Int(found.map(|i| i as i64 + 1).unwrap_or(0))
-        }
         Func::DatePart(part) => civil(&a[0]).map_or(Value::Null, |c| Value::Int(c.part(part))),
         Func::DateOf => civil(&a[0]).map_or(Value::Null, |c| Value::Date(c.days as i32)),
         Func::TimeOf => civil(&a[0]).map_or(Value::Null, |c| {
             let format = if c.micros != 0 { "%H:%i:%s.%f" } else { "%H:%i:%s" };
             Value::Str(crate::dates::format(&c, format))
         }),
-        Func::BitCount => match &a[0] {
-            Value::Null => Value::Null,
-            v => Value::Int(bits_of(v).count_ones() as i64),
-        },
         Func::DateFormat => match civil(&a[0]) {
             Some(c) => Value::Str(crate::dates::format(&c, &to_text(&a[1]))),
             None => Value::Null,
@@ -1476,16 +1650,7 @@ fn call(f: Func, mut a: Vec<Value>, env: &Env) -> SqlResult<Value> {
                 _ => Value::Null,
             }
         }
-        Func::Uuid => {
-            let mut b = [0u8; 16];
-            if getrandom::fill(&mut b).is_err() {
-                return Err(SqlError::general("no randomness available for UUID()"));
-            }
-            b[6] = (b[6] & 0x0f) | 0x40;
-            b[8] = (b[8] & 0x3f) | 0x80;
-            let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-            Value::Str(format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]))
-        }
+        other => unreachable!("{other:?} is not one of these functions (`call` dispatches by kind)"),
     })
 }
 

@@ -31,12 +31,11 @@ const LONG_FUNCTIONS_ALLOWED: &[&str] = &[
     "crates/sql/src/catalog.rs::information_schema",
     "crates/sql/src/catalog.rs::run",
     "crates/sql/src/dml.rs::run_insert",
-    "crates/sql/src/eval.rs::call",
     "crates/sql/src/plan.rs::plan_query",
 ];
 
 /// The allow-lists' combined length may only go down.
-const ALLOWED_ENTRIES_MAX: usize = 10;
+const ALLOWED_ENTRIES_MAX: usize = 9;
 
 /// Rust files over `FILE_LINES_MAX` lines. Shrinking.
 const LONG_FILES_ALLOWED: &[&str] = &["crates/sql/src/bind.rs", "crates/sql/src/catalog.rs", "crates/sql/src/eval.rs"];
