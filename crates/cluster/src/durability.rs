@@ -172,21 +172,13 @@ impl Epochs {
         }
     }
 
-    /// A switch to `epoch` from the driver: answered once this shard's
-    /// commits below it completed.
-    pub(crate) fn on_switch(
-        &mut self,
-        cx: &mut Context,
-        out: &mut Outbox,
-        from: ShardAddr,
-        epoch: CommitEpoch,
-        completed_below: impl Fn(&Context, CommitEpoch) -> bool,
-    ) {
+    /// A switch to `epoch` from the driver: recorded, and answered by
+    /// `check_switch` once this shard's commits below it completed.
+    pub(crate) fn on_switch(&mut self, cx: &mut Context, from: ShardAddr, epoch: CommitEpoch) {
         cx.observe_epoch(epoch);
         if self.switch.is_none_or(|(e, _)| epoch >= e) {
             self.switch = Some((epoch, from));
         }
-        self.check_switch(cx, out, completed_below);
     }
 
     /// Answers a pending switch once this shard's older commits completed.

@@ -482,11 +482,8 @@ impl Shard {
             // Membership runs beside the shards; its host handles these.
             PeerMsg::Member(_) => {}
             PeerMsg::EpochSwitch { epoch } => {
-                let (tc, ldm, takeover) = (&self.tc, &self.ldm, &self.takeover);
-                let completed_below = |cx: &Context, epoch: CommitEpoch| {
-                    !takeover.pending(cx) && tc.all_committed_below(epoch) && ldm.all_committed_below(cx, epoch)
-                };
-                self.epochs.on_switch(cx, out, from, epoch, completed_below)
+                self.epochs.on_switch(cx, from, epoch);
+                self.check_switch(out);
             }
             PeerMsg::EpochCompleted { epoch, view } => self.epochs.on_completed(cx, out, from, epoch, view),
             PeerMsg::EpochSave { epoch } => self.epochs.on_save(cx, out, from, epoch),

@@ -42,7 +42,7 @@
 //! first while it holds more than a quarter of the cache, so a scan that
 //! touches every page once cannot push the hot pages out.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Bytes of a page. 16 KiB holds three 4 KiB rows (YCSB's records) with
@@ -136,11 +136,14 @@ struct Frame {
 pub struct Tablespace {
     capacity: usize,
     frames: HashMap<u32, Frame>,
-    probation: VecDeque<u32>,
+    /// Probation pages by when they entered (first in, first out).
+    probation: BTreeSet<(u64, u32)>,
     /// Protected pages by last use.
     protected: BTreeSet<(u64, u32)>,
     /// Pages recently evicted from probation (a read of one is a second touch).
-    ghosts: VecDeque<u32>,
+    ghosts: BTreeSet<(u64, u32)>,
+    /// The same pages, with when they left, to look one up.
+    ghost_since: HashMap<u32, u64>,
     /// Reads queued and not yet answered.
     reading: BTreeSet<u32>,
     io: Vec<PageIo>,
@@ -159,9 +162,10 @@ impl Tablespace {
         Tablespace {
             capacity,
             frames: HashMap::with_capacity(capacity),
-            probation: VecDeque::new(),
+            probation: BTreeSet::new(),
             protected: BTreeSet::new(),
-            ghosts: VecDeque::new(),
+            ghosts: BTreeSet::new(),
+            ghost_since: HashMap::new(),
             reading: BTreeSet::new(),
             io: Vec::new(),
             free: BTreeSet::new(),
@@ -275,7 +279,10 @@ impl Tablespace {
             put_u16(&mut bytes, 6, HEADER as u16);
         }
         self.stats.reads += 1;
-        let second_touch = self.ghosts.iter().position(|g| *g == page).map(|i| self.ghosts.remove(i)).is_some();
+        let second_touch = match self.ghost_since.remove(&page) {
+            Some(since) => self.ghosts.remove(&(since, page)),
+            None => false,
+        };
         self.install(page, bytes, if second_touch { Queue::Protected } else { Queue::Probation });
         Ok(())
     }
@@ -310,6 +317,8 @@ impl Tablespace {
             let expected = (PAGE_BYTES - HEADER - live - SLOT * get_u16(&frame.bytes, 4) as usize) as u16;
             assert_eq!(self.page_free[*page as usize], expected, "page {page}'s free bytes are miscounted");
         }
+        assert_eq!(self.ghosts.len(), self.ghost_since.len(), "ghost list and index disagree");
+        assert!(self.ghost_since.keys().all(|p| !self.frames.contains_key(p)), "a cached page is also a ghost");
         let listed = self.page_free.iter().filter(|f| **f > 0).count();
         assert_eq!(listed, self.free.len(), "free-space map and page list disagree");
     }
@@ -338,15 +347,11 @@ impl Tablespace {
         }
         frame.queue = Queue::Protected;
         frame.used = clock;
-        match queue {
-            Queue::Probation => {
-                let i = self.probation.iter().position(|p| *p == page).expect("a probation page is queued");
-                self.probation.remove(i);
-            }
-            Queue::Protected => {
-                self.protected.remove(&(used, page));
-            }
-        }
+        let queued = match queue {
+            Queue::Probation => self.probation.remove(&(used, page)),
+            Queue::Protected => self.protected.remove(&(used, page)),
+        };
+        debug_assert!(queued, "cached page {page} was in no queue");
         self.protected.insert((clock, page));
         Ok(())
     }
@@ -376,7 +381,9 @@ impl Tablespace {
         self.clock += 1;
         let frame = Frame { bytes, dirty: false, pins: 0, queue, used: self.clock, used_once: false };
         match queue {
-            Queue::Probation => self.probation.push_back(page),
+            Queue::Probation => {
+                self.probation.insert((self.clock, page));
+            }
             Queue::Protected => {
                 self.protected.insert((self.clock, page));
             }
@@ -389,18 +396,23 @@ impl Tablespace {
     /// quarter of the cache); says false if every page is pinned.
     fn evict_one(&mut self) -> bool {
         let from_probation = self.probation.len() * 4 > self.capacity || self.protected.is_empty();
-        let victim =
-            if from_probation { self.probation.iter().copied().find(|p| self.frames[p].pins == 0) } else { None };
-        let victim = victim.or_else(|| self.protected.iter().map(|(_, p)| *p).find(|p| self.frames[p].pins == 0));
-        let victim = victim.or_else(|| self.probation.iter().copied().find(|p| self.frames[p].pins == 0));
+        let (first, then) =
+            if from_probation { (&self.probation, &self.protected) } else { (&self.protected, &self.probation) };
+        let unpinned = |queue: &BTreeSet<(u64, u32)>| queue.iter().map(|(_, p)| *p).find(|p| self.frames[p].pins == 0);
+        let victim = unpinned(first).or_else(|| unpinned(then));
         let Some(page) = victim else { return false };
         let mut frame = self.frames.remove(&page).expect("a victim is cached");
         match frame.queue {
             Queue::Probation => {
-                self.probation.retain(|p| *p != page);
-                self.ghosts.push_back(page);
-                if self.ghosts.len() > self.capacity / 2 {
-                    self.ghosts.pop_front();
+                self.probation.remove(&(frame.used, page));
+                self.clock += 1;
+                self.ghosts.insert((self.clock, page));
+                let replaced = self.ghost_since.insert(page, self.clock);
+                debug_assert!(replaced.is_none(), "evicted page {page} was already a ghost");
+                while self.ghosts.len() > self.capacity / 2 {
+                    if let Some((_, old)) = self.ghosts.pop_first() {
+                        self.ghost_since.remove(&old);
+                    }
                 }
             }
             Queue::Protected => {
@@ -441,6 +453,8 @@ impl Tablespace {
         put_u16(bytes, 4, new_slots as u16);
         put_u16(bytes, 6, (top + record.len()) as u16);
         put_u16(bytes, 8, (live + record.len()) as u16);
+        debug_assert!(top + record.len() <= PAGE_BYTES - SLOT * new_slots, "records ran into the slot directory");
+        debug_assert_eq!(slot(bytes, index), (top, record.len()), "the slot does not point at the record written");
         frame.dirty = true;
         self.set_free(page);
         index
@@ -511,6 +525,7 @@ fn seal(bytes: &mut [u8]) {
 mod tests {
     use super::*;
     use latsdb_types::rng::Rng;
+    use std::collections::VecDeque;
 
     /// A disk that carries out I/O in order and answers reads later.
     #[derive(Default)]
