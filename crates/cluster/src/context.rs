@@ -7,6 +7,7 @@
 
 use crate::shard::{Outbox, ShardConfig};
 use latsdb_storage::log::{self, Record};
+use latsdb_storage::pages::{DiskPages, MemoryPages, SharedPages};
 use latsdb_storage::Partition;
 use latsdb_types::proto::{ClusterLayout, CommitEpoch, PeerMsg, Router, ShardAddr};
 use latsdb_types::schema::TableId;
@@ -131,6 +132,9 @@ pub(crate) struct Context {
     /// grows.
     pub(crate) commit_epoch: CommitEpoch,
     pub(crate) redo: Redo,
+    /// The pages of the disk parts of rows of every table with disk
+    /// columns (in memory until the host gives the shard its file).
+    pub(crate) pages: SharedPages,
     /// Messages this shard sent itself, delivered after the current one.
     local: VecDeque<PeerMsg>,
 }
@@ -138,7 +142,9 @@ pub(crate) struct Context {
 impl Context {
     pub(crate) fn new(cfg: ShardConfig, layout: ClusterLayout) -> Context {
         let redo = Redo::new(cfg.durable);
+        let pages = DiskPages::new(cfg.pages, Box::<MemoryPages>::default()).shared();
         Context {
+            pages,
             router: Router::new(&layout),
             cfg,
             layout,

@@ -17,6 +17,7 @@ use latsdb_types::proto::{
 };
 use latsdb_types::schema::ColumnId;
 use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -519,10 +520,16 @@ impl Ldm {
                 Err(e) => Looked::Error(e),
                 Ok((partition, meta, hash)) => match (partition.get_hashed(read.key, hash), projection(read)) {
                     (None, _) => Looked::NotFound,
-                    (Some(row), None) => Looked::Row(row),
+                    (Some(Cow::Borrowed(row)), None) => Looked::Row(row),
+                    // A row put together from its memory and disk parts.
+                    (Some(Cow::Owned(row)), None) => {
+                        let start = projected.len();
+                        projected.extend_from_slice(&row);
+                        Looked::Projected(start, projected.len())
+                    }
                     (Some(row), Some(columns)) => {
                         let start = projected.len();
-                        meta.layout.project_into(row, columns, &mut projected);
+                        meta.layout.project_into(&row, columns, &mut projected);
                         Looked::Projected(start, projected.len())
                     }
                 },
@@ -1151,8 +1158,8 @@ impl Ldm {
             (Some(k), Some(t)) => self.txs.get(&t).and_then(|l| l.staged.get(k)),
             _ => None,
         };
-        let current: Option<&[u8]> = match staged {
-            Some(staged) => staged.image.as_deref(),
+        let current: Option<Cow<[u8]>> = match staged {
+            Some(staged) => staged.image.as_deref().map(Cow::Borrowed),
             None => partition.get_hashed(&op.key, prepared.hash),
         };
         let new_image: Option<Box<[u8]>> = match &op.kind {
@@ -1160,8 +1167,8 @@ impl Ldm {
                 return Ok(match current {
                     None => OpResult::NotFound,
                     Some(row) => OpResult::Row(match &op.projection {
-                        None => row.to_vec(),
-                        Some(cols) => meta.layout.project(row, cols),
+                        None => row.into_owned(),
+                        Some(cols) => meta.layout.project(&row, cols),
                     }),
                 });
             }
@@ -1179,9 +1186,9 @@ impl Ldm {
                 let Some(row) = current else {
                     return Ok(OpResult::NotFound);
                 };
-                let values = meta.updated_values(row, set)?;
+                let values = meta.updated_values(&row, set)?;
                 let updated = meta.layout.encode(&values);
-                if updated.as_slice() == row {
+                if updated.as_slice() == &row[..] {
                     return Ok(OpResult::Unchanged);
                 }
                 Some(updated.into_boxed_slice())
@@ -1197,7 +1204,7 @@ impl Ldm {
         let budget = cx.cfg.data_memory_bytes;
         if growth > 0 && budget > 0 && cx.data_memory_used as u64 + growth as u64 > budget {
             return Err(DbError::new(
-                ErrorCode::OutOfMemory,
+                ErrorCode::TableFull,
                 format!(
                     "table {} is full: shard {} has used {} of its {} MiB of data memory; delete rows or raise data_memory_mb in the cluster configuration",
                     meta.def.qualified_name(),
@@ -1207,6 +1214,7 @@ impl Ldm {
                 ),
             ));
         }
+        check_tablespace(partition, &op.key, new_image.as_deref(), meta, me)?;
         match (tx, lock_key) {
             (Some(t), Some(k)) => {
                 let ltx = self.txs.entry(t).or_default();
@@ -1299,6 +1307,36 @@ fn check_key(meta: &TableMeta, key: &[u8], partition: u32, projection: Option<&[
         )));
     }
     meta.validate_projection(projection)
+}
+
+/// Refuses a write whose disk part does not fit a page, or whose table's
+/// tablespace has reached its limit (as the data memory check does for
+/// memory: it counts committed rows, so writes staged at the same time may
+/// pass it together and take the tablespace a little past its limit).
+fn check_tablespace(
+    partition: &Partition,
+    key: &[u8],
+    new: Option<&[u8]>,
+    meta: &TableMeta,
+    me: ShardAddr,
+) -> Result<()> {
+    let Some(pages) = partition.pages() else { return Ok(()) };
+    if let Some(row) = new {
+        partition.check_row(row)?;
+    }
+    let growth = partition.disk_growth(key, new);
+    let pages = latsdb_storage::pages::DiskPages::lock(pages);
+    if growth > 0 && !pages.has_room(growth as u64 + 4) {
+        return Err(DbError::new(
+            ErrorCode::TableFull,
+            format!(
+                "table {} is full: the tablespace of shard {me} reached its limit of {} MiB; delete rows or raise tablespace_mb in the cluster configuration",
+                meta.def.qualified_name(),
+                pages.limit_bytes() >> 20
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A committed read's outcome in `ldm_lookups`.

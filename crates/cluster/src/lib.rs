@@ -52,6 +52,8 @@ pub use checkpoint::{
 };
 pub use context::{ConnId, Micros};
 pub use durability::DiskOp;
+pub use latsdb_storage::pages::{PageFile, PagesConfig};
+pub use latsdb_storage::tablespace::PAGE_BYTES;
 pub use restart::{NodeRestart, RestartStep};
-pub use shard::{Lease, Outbox, Shard, ShardConfig};
+pub use shard::{DiskUsage, Lease, Outbox, Shard, ShardConfig};
 pub use sync::SyncProgress;

@@ -12,6 +12,7 @@ use crate::sync::{PartitionSync, SyncProgress};
 use crate::takeover::Takeovers;
 use crate::tc::Coordinator;
 use latsdb_storage::log::Record;
+use latsdb_storage::pages::{DiskPages, PageFile, PagesConfig};
 use latsdb_storage::Partition;
 use latsdb_types::proto::{
     ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, NodeStatus, PeerMsg, Router, ScanRequest, SchemaChange,
@@ -31,7 +32,7 @@ pub struct ShardConfig {
     pub first_tx_seq: u64,
     /// Data memory budget of this shard (estimated bytes of rows and
     /// indexes); 0 means unlimited. A write that would exceed it fails with
-    /// `OutOfMemory` instead of exhausting the process.
+    /// `TableFull` instead of exhausting the process.
     pub data_memory_bytes: u64,
     /// Shared by the shards of a node; its membership keeps it current.
     pub lease: Lease,
@@ -41,6 +42,20 @@ pub struct ShardConfig {
     /// Shards of this data node: which partitions a shard holds follows
     /// from it and the configured node groups, started or not.
     pub node_shards: u16,
+    /// This shard's share of the node's page cache and tablespace.
+    pub pages: PagesConfig,
+}
+
+/// A shard's tablespace, for reports (`mgm report-memory`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// Bytes of the tablespace file (its pages).
+    pub file_bytes: u64,
+    /// Bytes of live records in it.
+    pub used_bytes: u64,
+    /// The configured limit (0: none).
+    pub limit_bytes: u64,
+    pub cache: latsdb_storage::tablespace::CacheStats,
 }
 
 /// Until when (the node's monotonic clock, microseconds) a data node may
@@ -151,6 +166,27 @@ impl Shard {
         self.cx.me()
     }
 
+    /// Gives the shard the file of its pages (the data node's tablespace
+    /// file); until then they are kept in memory. Called before the shard
+    /// holds any table with disk columns.
+    pub fn set_page_file(&mut self, file: Box<dyn PageFile>) {
+        let mut pages = DiskPages::lock(&self.cx.pages);
+        assert_eq!(pages.tablespace().pages(), 0, "the page file is set before any page is written");
+        *pages = DiskPages::new(self.cx.cfg.pages, file);
+    }
+
+    /// The tablespace's size and the page cache's counters.
+    pub fn disk_usage(&self) -> DiskUsage {
+        let pages = DiskPages::lock(&self.cx.pages);
+        let space = pages.tablespace();
+        DiskUsage {
+            file_bytes: space.pages() as u64 * latsdb_storage::tablespace::PAGE_BYTES as u64,
+            used_bytes: space.used_bytes(),
+            limit_bytes: pages.limit_bytes(),
+            cache: space.stats(),
+        }
+    }
+
     /// Installs a new cluster layout; it also carries the configured
     /// lock-wait timeout. Transactions whose coordinator's node left are
     /// aborted here.
@@ -219,8 +255,9 @@ impl Shard {
                 let meta = Arc::new(TableMeta::new(def));
                 let replicas: Vec<Vec<ShardAddr>> =
                     (0..meta.def.partitions).map(|p| self.cx.router.replicas_of(p)).collect();
-                let partitions =
-                    (0..meta.def.partitions).map(|p| self.holds_partition(p).then(|| Partition::new(&meta))).collect();
+                let partitions = (0..meta.def.partitions)
+                    .map(|p| self.holds_partition(p).then(|| Partition::for_table(&meta, &self.cx.pages)))
+                    .collect();
                 self.cx.tables.insert(meta.def.id, TableState { meta, partitions, replicas });
             }
             SchemaChange::AlterTable(def) => {
@@ -232,7 +269,10 @@ impl Shard {
                 table.meta = meta;
             }
             SchemaChange::DropTable(id) => {
-                self.cx.tables.remove(&id).ok_or_else(|| unknown_table(id))?;
+                let table = self.cx.tables.remove(&id).ok_or_else(|| unknown_table(id))?;
+                for mut p in table.partitions.into_iter().flatten() {
+                    p.free_disk_parts();
+                }
             }
         }
         self.cx.recount_memory();
@@ -526,6 +566,7 @@ impl Shard {
     /// step of every shard. A broken invariant panics with what broke.
     pub fn check(&self) {
         self.cx.check();
+        DiskPages::lock(&self.cx.pages).check();
         self.tc.check(&self.cx);
         self.ldm.check(&self.cx);
         self.takeover.check(&self.cx);

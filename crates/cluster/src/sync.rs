@@ -737,7 +737,7 @@ fn apply_rows(
         p.remove(&meta, &key);
     }
     for r in rows {
-        if p.get(&r.key) != Some(r.row.as_slice()) {
+        if p.get(&r.key).as_deref() != Some(r.row.as_slice()) {
             p.put(&meta, &r.key, &r.row);
         }
     }

@@ -86,6 +86,7 @@ impl Net {
                     lease: latsdb_cluster::Lease::unlimited(),
                     durable: false,
                     node_shards: 1,
+                    pages: latsdb_cluster::PagesConfig::default(),
                 };
                 let mut s = Shard::new(cfg, if me == B { restarting() } else { before.clone() });
                 s.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();

@@ -42,6 +42,7 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         lease: latsdb_cluster::Lease::unlimited(),
         durable: false,
         node_shards: 1,
+        pages: latsdb_cluster::PagesConfig::default(),
     };
     let mut shard = Shard::new(cfg, layout);
     shard.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();

@@ -64,6 +64,7 @@ impl Net {
                     lease: latsdb_cluster::Lease::unlimited(),
                     durable: false,
                     node_shards: 1,
+                    pages: latsdb_cluster::PagesConfig::default(),
                 };
                 let mut s = Shard::new(cfg, layout(true));
                 s.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();
@@ -520,6 +521,7 @@ fn an_initial_node_restart_copies_everything() {
         lease: latsdb_cluster::Lease::unlimited(),
         durable: false,
         node_shards: 1,
+        pages: latsdb_cluster::PagesConfig::default(),
     };
     let mut fresh = Shard::new(cfg, layout_b_starting());
     fresh.apply_schema(SchemaChange::CreateTable(n.meta.def.clone())).unwrap();

@@ -56,6 +56,7 @@ impl Pump {
                         lease: latsdb_cluster::Lease::unlimited(),
                         durable: false,
                         node_shards: 1,
+                        pages: latsdb_cluster::PagesConfig::default(),
                     },
                     layout(),
                 );
@@ -388,7 +389,7 @@ fn a_full_data_memory_refuses_writes_that_grow_it_but_not_others() {
             Some(ClientResponse::Batch(r)) => match &r[0] {
                 OpResult::Done => {}
                 OpResult::Error(e) => {
-                    assert_eq!(e.code, ErrorCode::OutOfMemory);
+                    assert_eq!(e.code, ErrorCode::TableFull);
                     assert!(e.message.contains("is full") && e.message.contains("data_memory_mb"), "{}", e.message);
                     refused = Some(id);
                     break;

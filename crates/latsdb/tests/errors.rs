@@ -293,7 +293,7 @@ async fn a_full_node_refuses_writes_with_table_full_and_keeps_serving() {
             match r {
                 Ok(_) => stored.push(first + offset as i64),
                 Err(e) => {
-                    assert_eq!(e.code, ErrorCode::OutOfMemory, "{e}");
+                    assert_eq!(e.code, ErrorCode::TableFull, "{e}");
                     assert!(e.message.contains("m.big is full"), "{}", e.message);
                     refused += 1;
                 }

@@ -255,32 +255,40 @@ struct NodeSettings {
     port: u16,
     threads: u16,
     data_memory_mb: u64,
+    /// The node's page cache and tablespace limit, in MiB (0: no limit).
+    disk_page_cache_mb: u64,
+    tablespace_mb: u64,
     placement: crate::cpus::Placement,
 }
 
 fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<NodeSettings> {
-    let (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus, idle_poll) =
-        match registered {
-            MgmResponse::Registered {
-                node_id,
-                host,
-                port,
-                threads,
-                data_memory_mb,
-                nodes_on_host,
-                host_index,
-                cpu_bind,
-                cpus,
-                idle_poll,
-            } => (node_id, host, port, threads, data_memory_mb, nodes_on_host, host_index, cpu_bind, cpus, idle_poll),
-            other => return Err(unexpected("registration", other)),
-        };
+    let MgmResponse::Registered {
+        node_id,
+        host,
+        port,
+        threads,
+        data_memory_mb,
+        disk_page_cache_mb,
+        tablespace_mb,
+        nodes_on_host,
+        host_index,
+        cpu_bind,
+        cpus,
+        idle_poll,
+    } = registered
+    else {
+        return Err(unexpected("registration", registered));
+    };
     let threads = match opts.threads.unwrap_or(threads) {
         0 => auto_threads(),
         n => n,
     };
     let data_memory_mb = match data_memory_mb {
         0 => auto_data_memory_mb(nodes_on_host),
+        n => n,
+    };
+    let disk_page_cache_mb = match disk_page_cache_mb {
+        0 => (data_memory_mb / 4).max(16),
         n => n,
     };
     let allowed = crate::cpus::allowed();
@@ -302,18 +310,23 @@ fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<Node
     log(
         "datanode",
         format!(
-            "node {node_id}: registered with {}; starting {threads} shard thread(s), {}, {data_memory_mb} MiB data memory",
+            "node {node_id}: registered with {}; starting {threads} shard thread(s), {}, {data_memory_mb} MiB data memory, {disk_page_cache_mb} MiB page cache",
             opts.mgmd, placement.reason
         ),
     );
-    Ok(NodeSettings { node_id, host, port, threads, data_memory_mb, placement })
+    Ok(NodeSettings { node_id, host, port, threads, data_memory_mb, disk_page_cache_mb, tablespace_mb, placement })
 }
 
 /// Starts the node's shard threads, each with a placeholder layout (the
 /// real one follows once the management server sends it).
 fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<ShardHandle>> {
-    let NodeSettings { node_id, host, port, threads, data_memory_mb, placement } = settings;
+    let NodeSettings { node_id, host, port, threads, data_memory_mb, disk_page_cache_mb, tablespace_mb, placement } =
+        settings;
     let (node_id, port, threads, data_memory_mb) = (*node_id, *port, *threads, *data_memory_mb);
+    let pages = latsdb_cluster::PagesConfig {
+        cache_pages: ((*disk_page_cache_mb << 20) / threads as u64 / latsdb_cluster::PAGE_BYTES as u64) as usize,
+        limit_bytes: (*tablespace_mb << 20) / threads as u64,
+    };
     let placeholder = ClusterLayout::builder(String::new()).version(0).mgmd(0, opts.mgmd.clone()).build();
     let mut shards: Vec<ShardHandle> = Vec::new();
     let lease = latsdb_cluster::Lease::unlimited();
@@ -326,6 +339,7 @@ fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<S
             lease: lease.clone(),
             durable: opts.data_dir.is_some(),
             node_shards: threads,
+            pages,
         };
         let shard_port = if port == 0 { 0 } else { port.saturating_add(i) };
         shards.push(spawn_shard(

@@ -5,7 +5,13 @@
 //!     redo-<start LSN, 20 digits>.log   REDO segments; the LSN is the byte offset in the shard's log
 //!     lcp-<id, 20 digits>.ckpt          published (complete, synced) local checkpoints
 //!     lcp-<id, 20 digits>.tmp           a checkpoint being written (deleted at start)
+//!     tablespace.dat                    pages of the disk parts of rows (made empty at each start)
 //! ```
+//!
+//! The tablespace file holds no state a restart needs: checkpoints and the
+//! REDO log carry whole rows, disk columns included, so a start makes the
+//! file empty and the restore fills it again. It is therefore never
+//! synced (see docs/architecture/datanode.md, "Disk columns").
 //!
 //! At start `scan` reads what is there, cuts a torn or corrupt REDO tail
 //! (truncating the segment it is in and deleting later ones), and drops
@@ -416,6 +422,68 @@ impl ShardDisk {
             }
         }
         (redo, lcp)
+    }
+}
+
+/// Name of a shard's tablespace file.
+pub const TABLESPACE_FILE: &str = "tablespace.dat";
+
+/// A shard's tablespace file (`latsdb_cluster::PageFile`), read and
+/// written by the shard thread at page offsets.
+pub struct TablespaceFile {
+    file: File,
+    path: PathBuf,
+}
+
+impl TablespaceFile {
+    /// Creates the file in `dir`, empty (a previous run's pages are stale).
+    pub fn create(dir: &Path) -> Result<TablespaceFile> {
+        let path = dir.join(TABLESPACE_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| io_error("cannot create the tablespace file", &path, e))?;
+        Ok(TablespaceFile { file, path })
+    }
+
+    fn offset(page: u32) -> u64 {
+        page as u64 * latsdb_cluster::PAGE_BYTES as u64
+    }
+}
+
+impl latsdb_cluster::PageFile for TablespaceFile {
+    fn read(&mut self, page: u32, out: &mut [u8]) {
+        let mut done = 0;
+        while done < out.len() {
+            match self.file.read_at(&mut out[done..], Self::offset(page) + done as u64) {
+                // Past the end of the file: a page never written, zeros.
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => self.fail(&format!("reading page {page} failed: {e}")),
+            }
+        }
+        out[done..].fill(0);
+    }
+
+    fn write(&mut self, page: u32, bytes: &[u8]) {
+        if let Err(e) = self.file.write_all_at(bytes, Self::offset(page)) {
+            self.fail(&format!("writing page {page} failed: {e}"));
+        }
+    }
+
+    fn fail(&mut self, why: &str) -> ! {
+        crate::log(
+            "datanode",
+            format!(
+                "{}: {why}; stopping this data node (its peers hold every committed row; fix the disk and restart it)",
+                self.path.display()
+            ),
+        );
+        std::process::exit(3);
     }
 }
 

@@ -51,8 +51,84 @@ struct Persisted {
 const STATE_FILE: &str = "mgmd-state.bin";
 /// Format of the state file, kept in its frame's request-id field. Format 0
 /// predates `TableDef::added_parts` (ALTER TABLE ADD COLUMN) and
-/// `IndexDef::unique`.
-const STATE_FORMAT: u64 = 1;
+/// `IndexDef::unique`; format 1 predates `ColumnDef::storage` (disk columns).
+const STATE_FORMAT: u64 = 2;
+
+/// A column as formats 0 and 1 wrote it (every column was in memory).
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct ColumnDefV1 {
+    name: String,
+    ty: latsdb_types::schema::ColumnType,
+    nullable: bool,
+    default: Option<latsdb_types::Value>,
+    collation: latsdb_types::Collation,
+}
+
+impl From<ColumnDefV1> for latsdb_types::schema::ColumnDef {
+    fn from(old: ColumnDefV1) -> Self {
+        latsdb_types::schema::ColumnDef {
+            name: old.name,
+            ty: old.ty,
+            nullable: old.nullable,
+            default: old.default,
+            collation: old.collation,
+            storage: latsdb_types::schema::Storage::Memory,
+        }
+    }
+}
+
+/// The state file as format 1 wrote it.
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct PersistedV1 {
+    tables: Vec<TableDefV1>,
+    next_table_id: u32,
+    durable_epoch: latsdb_types::proto::CommitEpoch,
+    last_view: Vec<NodeId>,
+    last_view_number: latsdb_types::proto::ViewNumber,
+}
+
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct TableDefV1 {
+    id: latsdb_types::schema::TableId,
+    version: u32,
+    database: String,
+    name: String,
+    columns: Vec<ColumnDefV1>,
+    primary_key: Vec<latsdb_types::schema::ColumnId>,
+    partitions: u32,
+    indexes: Vec<latsdb_types::schema::IndexDef>,
+    added_parts: Vec<latsdb_types::schema::RowPart>,
+}
+
+impl From<PersistedV1> for Persisted {
+    fn from(old: PersistedV1) -> Persisted {
+        let tables = old
+            .tables
+            .into_iter()
+            .map(|t| TableDef {
+                id: t.id,
+                version: t.version,
+                database: t.database,
+                name: t.name,
+                columns: t.columns.into_iter().map(Into::into).collect(),
+                primary_key: t.primary_key,
+                partitions: t.partitions,
+                indexes: t.indexes,
+                added_parts: t.added_parts,
+            })
+            .collect();
+        Persisted {
+            tables,
+            next_table_id: old.next_table_id,
+            durable_epoch: old.durable_epoch,
+            last_view: old.last_view,
+            last_view_number: old.last_view_number,
+        }
+    }
+}
 
 /// The state file as format 0 wrote it.
 #[derive(serde::Deserialize)]
@@ -72,7 +148,7 @@ struct TableDefV0 {
     version: u32,
     database: String,
     name: String,
-    columns: Vec<latsdb_types::schema::ColumnDef>,
+    columns: Vec<ColumnDefV1>,
     primary_key: Vec<latsdb_types::schema::ColumnId>,
     partitions: u32,
     indexes: Vec<IndexDefV0>,
@@ -96,7 +172,7 @@ impl From<PersistedV0> for Persisted {
                 version: t.version,
                 database: t.database,
                 name: t.name,
-                columns: t.columns,
+                columns: t.columns.into_iter().map(Into::into).collect(),
                 primary_key: t.primary_key,
                 partitions: t.partitions,
                 indexes: t
@@ -147,6 +223,7 @@ fn load_state(dir: &std::path::Path) -> Result<Persisted> {
     let format = u64::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11]]);
     match format {
         0 => proto::decode_body::<PersistedV0>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
+        1 => proto::decode_body::<PersistedV1>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
         STATE_FORMAT => proto::decode_body(&bytes[12..]).map_err(unreadable),
         newer => Err(DbError::new(
             ErrorCode::Io,
@@ -741,6 +818,8 @@ impl Mgmd {
             port: section.port,
             threads,
             data_memory_mb,
+            disk_page_cache_mb: self.config.datanode_defaults.disk_page_cache_mb,
+            tablespace_mb: self.config.datanode_defaults.tablespace_mb,
             nodes_on_host: on_host.len() as u16,
             host_index,
             cpu_bind: self.config.datanode_defaults.cpu_bind,
@@ -1259,7 +1338,7 @@ fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::Start
 #[cfg(test)]
 mod tests {
     use super::*;
-    use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth};
+    use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, Storage};
     use latsdb_types::Value;
 
     fn scratch_dir(name: &str) -> PathBuf {
@@ -1287,7 +1366,7 @@ mod tests {
                 version: 3,
                 database: t.database.clone(),
                 name: t.name.clone(),
-                columns: t.columns.clone(),
+                columns: t.columns.iter().map(old_column).collect(),
                 primary_key: t.primary_key.clone(),
                 partitions: t.partitions,
                 indexes: t
@@ -1312,10 +1391,52 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    fn old_column(c: &ColumnDef) -> ColumnDefV1 {
+        ColumnDefV1 {
+            name: c.name.clone(),
+            ty: c.ty,
+            nullable: c.nullable,
+            default: c.default.clone(),
+            collation: c.collation,
+        }
+    }
+
     #[test]
-    fn the_current_format_keeps_added_columns_and_a_newer_one_is_refused() {
+    fn a_state_file_of_the_format_before_disk_columns_still_loads() {
         let dir = scratch_dir("v1");
         let t = table().with_columns(&[ColumnDef::new("n", ColumnType::Double)], &[Value::Float(0.5)]).unwrap();
+        let old = PersistedV1 {
+            tables: vec![TableDefV1 {
+                id: t.id,
+                version: t.version,
+                database: t.database.clone(),
+                name: t.name.clone(),
+                columns: t.columns.iter().map(old_column).collect(),
+                primary_key: t.primary_key.clone(),
+                partitions: t.partitions,
+                indexes: t.indexes.clone(),
+                added_parts: t.added_parts.clone(),
+            }],
+            next_table_id: 8,
+            durable_epoch: CommitEpoch(9),
+            last_view: vec![3],
+            last_view_number: latsdb_types::proto::ViewNumber(2),
+        };
+        std::fs::write(dir.join(STATE_FILE), proto::frame(1, &old)).unwrap();
+        let loaded = load_state(&dir).unwrap();
+        assert_eq!(loaded.tables, vec![t]);
+        assert_eq!((loaded.next_table_id, loaded.durable_epoch), (8, CommitEpoch(9)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_current_format_keeps_added_columns_and_a_newer_one_is_refused() {
+        let dir = scratch_dir("v2");
+        let t = table().with_columns(&[ColumnDef::new("n", ColumnType::Double)], &[Value::Float(0.5)]).unwrap();
+        let t = TableDef {
+            columns: t.columns.into_iter().map(|c| if c.name == "v" { c.storage(Storage::Disk) } else { c }).collect(),
+            ..t
+        };
         let state = Persisted { tables: vec![t.clone()], next_table_id: 8, ..Persisted::default() };
         std::fs::write(dir.join(STATE_FILE), proto::frame(STATE_FORMAT, &state)).unwrap();
         assert_eq!(load_state(&dir).unwrap().tables, vec![t]);

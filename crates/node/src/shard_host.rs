@@ -252,6 +252,8 @@ impl Host {
     fn restore(self: &Rc<Self>, image: crate::disk::ShardImage, plan: StartPlan) -> Result<String> {
         let started = Instant::now();
         let dir = image.dir.clone();
+        let tablespace = crate::disk::TablespaceFile::create(&dir)?;
+        self.shard.borrow_mut().set_page_file(Box::new(tablespace));
         let (summary, lsn) = match plan.restore_epoch {
             Some(epoch) => {
                 let checkpoint = image.checkpoint_for(epoch);
@@ -464,11 +466,17 @@ fn run_shard(
                 Control::Memory(reply) => {
                     let shard = host.shard.borrow();
                     let (used, budget) = shard.data_memory();
+                    let disk = shard.disk_usage();
                     let _ = reply.send(latsdb_types::proto::ShardMemory {
                         shard: host.me.shard,
                         rows: shard.row_count() as u64,
                         used_bytes: used as u64,
                         budget_bytes: budget,
+                        tablespace_bytes: disk.file_bytes,
+                        tablespace_used_bytes: disk.used_bytes,
+                        tablespace_limit_bytes: disk.limit_bytes,
+                        page_cache_hits: disk.cache.hits,
+                        page_cache_misses: disk.cache.misses,
                     });
                 }
                 Control::Restore(image, plan, reply) => {

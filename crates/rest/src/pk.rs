@@ -477,6 +477,7 @@ pub fn status_of(e: &DbError) -> u16 {
         | ErrorCode::TransactionAborted
         | ErrorCode::UnknownTransaction
         | ErrorCode::OutOfMemory => 503,
+        ErrorCode::TableFull => 507,
         ErrorCode::Io | ErrorCode::Internal => 500,
     }
 }

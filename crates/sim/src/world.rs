@@ -308,6 +308,7 @@ fn new_shard(
         lease: lease.clone(),
         durable: true,
         node_shards: cfg.shards_per_node,
+        pages: latsdb_cluster::PagesConfig::default(),
     };
     let mut shard = Shard::new(shard_cfg, layout.clone());
     shard

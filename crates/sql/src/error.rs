@@ -52,6 +52,7 @@ pub const ER_DATA_TOO_LONG: u16 = 1406;
 pub const ER_MALFORMED_PACKET: u16 = 1835;
 pub const ER_SP_DOES_NOT_EXIST: u16 = 1305;
 pub const ER_INTERNAL: u16 = 1815;
+pub const ER_RECORD_FILE_FULL: u16 = 1114;
 pub const ER_UNKNOWN_ERROR: u16 = 1105;
 
 impl SqlError {
@@ -120,6 +121,7 @@ impl From<DbError> for SqlError {
                 (ER_UNKNOWN_ERROR, "HY000")
             }
             ErrorCode::Io | ErrorCode::Internal => (ER_INTERNAL, "HY000"),
+            ErrorCode::TableFull => (ER_RECORD_FILE_FULL, "HY000"),
         };
         let mut message = e.message;
         if e.code.is_retriable() && code == ER_GET_TEMPORARY_ERRMSG {

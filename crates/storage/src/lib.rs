@@ -8,17 +8,27 @@
 //!
 //! Row locks and transaction staging live above this crate (in the cluster
 //! crate's local data manager); this crate only sees committed rows.
+//!
+//! A table with disk columns keeps the memory part of each row here and
+//! its disk part on a page of the shard's tablespace (`split.rs`); the
+//! partition's reads answer whole rows either way.
 
 pub mod log;
+pub mod pages;
 mod rowmap;
+mod split;
 pub mod tablespace;
 
 use latsdb_types::expr::Aggregate;
 use latsdb_types::keycodec::prefix_successor;
 use latsdb_types::proto::{KeyBound, ScanPage, ScanRequest};
+use latsdb_types::row::RowLayout;
 use latsdb_types::schema::{ColumnId, IndexId};
 use latsdb_types::{DbError, Result, TableMeta};
+use pages::SharedPages;
 use rowmap::{Entry, RowMap};
+use split::DiskSplit;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -30,18 +40,23 @@ pub const MAX_PAGE_ROWS: u32 = 100_000;
 
 struct OrderedIndex {
     id: IndexId,
+    /// The index's columns in the table (as its definition names them).
     columns: Vec<ColumnId>,
+    /// The same columns in stored rows (the memory parts of a table with
+    /// disk columns; else the same as `columns`).
+    stored_columns: Vec<ColumnId>,
     /// Entry -> offset of the primary key inside the entry.
     entries: BTreeMap<Box<[u8]>, u32>,
 }
 
 impl OrderedIndex {
-    fn entry(&self, meta: &TableMeta, key: &[u8], row: &[u8]) -> (Box<[u8]>, u32) {
+    /// The entry of a stored row, whose layout is `layout`.
+    fn entry(&self, layout: &RowLayout, key: &[u8], stored: &[u8]) -> (Box<[u8]>, u32) {
         if self.id == 0 {
             return (key.into(), 0);
         }
         let mut out = Vec::with_capacity(key.len() + 16);
-        meta.layout.key_of(row, &self.columns, &mut out);
+        layout.key_of(stored, &self.stored_columns, &mut out);
         let offset = out.len() as u32;
         out.extend_from_slice(key);
         (out.into_boxed_slice(), offset)
@@ -54,13 +69,82 @@ pub struct Partition {
     row_bytes: usize,
     /// Estimated heap bytes of rows and index entries (see `entry_cost`).
     memory: usize,
+    /// Bytes of the disk parts of rows (of a table with disk columns).
+    disk_bytes: usize,
+    /// Some for a table with disk columns: how its rows are split.
+    disk: Option<DiskSplit>,
+}
+
+/// The layout of the rows a partition stores.
+fn stored_layout<'a>(disk: &'a Option<DiskSplit>, meta: &'a TableMeta) -> &'a RowLayout {
+    match disk {
+        Some(split) => split.memory_layout(),
+        None => &meta.layout,
+    }
 }
 
 impl Partition {
+    /// A partition of a table whose columns are all in memory.
     pub fn new(meta: &TableMeta) -> Partition {
-        let mut p = Partition { rows: RowMap::new(), indexes: Vec::new(), row_bytes: 0, memory: 0 };
+        assert!(!meta.def.has_disk_columns(), "a table with disk columns needs the shard's pages");
+        Partition::build(meta, None)
+    }
+
+    /// A partition of any table; the disk parts of its rows (if the table
+    /// has disk columns) go to `pages`.
+    pub fn for_table(meta: &TableMeta, pages: &SharedPages) -> Partition {
+        let disk = meta.def.has_disk_columns().then(|| DiskSplit::new(meta, pages.clone()));
+        Partition::build(meta, disk)
+    }
+
+    fn build(meta: &TableMeta, disk: Option<DiskSplit>) -> Partition {
+        let mut p =
+            Partition { rows: RowMap::new(), indexes: Vec::new(), row_bytes: 0, memory: 0, disk_bytes: 0, disk };
         p.rebuild_indexes(meta);
         p
+    }
+
+    /// Gives the disk parts of every row back to the tablespace (the table
+    /// is dropped); the partition is empty after.
+    pub fn free_disk_parts(&mut self) {
+        if let Some(split) = &self.disk {
+            for stored in self.rows.iter() {
+                split.free(stored.row());
+            }
+        }
+        self.rows = RowMap::new();
+        for index in &mut self.indexes {
+            index.entries.clear();
+        }
+        (self.row_bytes, self.memory, self.disk_bytes) = (0, 0, 0);
+    }
+
+    /// Bytes of the disk parts of the rows.
+    pub fn disk_bytes(&self) -> usize {
+        self.disk_bytes
+    }
+
+    /// The shard's pages, for a table with disk columns.
+    pub fn pages(&self) -> Option<&SharedPages> {
+        self.disk.as_ref().map(|d| d.pages())
+    }
+
+    /// Checks that a row can be stored: its disk part fits a page. Run
+    /// before a write is staged, since storing a committed row cannot fail.
+    pub fn check_row(&self, row: &[u8]) -> Result<()> {
+        match &self.disk {
+            Some(split) => split.disk_record(row).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// How many bytes of records the tablespace gains if `key` gets `row`
+    /// (None deletes); 0 for a table without disk columns.
+    pub fn disk_growth(&self, key: &[u8], row: Option<&[u8]>) -> isize {
+        let Some(split) = &self.disk else { return 0 };
+        let old = self.rows.get(key, self.rows.hash(key)).map_or(0, |e| split.record_len(e.row()));
+        let new = row.map_or(0, |r| split.disk_len(r));
+        new as isize - old as isize
     }
 
     pub fn len(&self) -> usize {
@@ -84,27 +168,51 @@ impl Partition {
     /// Estimated heap bytes of one row: its entry (key and row), its share
     /// of the hash index (a 32-byte slot at most half full), and one entry
     /// (a key copy plus B-tree overhead) in every ordered index.
-    pub fn entry_cost(&self, key: &[u8], row: &[u8]) -> usize {
-        let entry = 2 + key.len() + row.len() + 16;
+    /// `stored` is the row as the partition keeps it (for a table with
+    /// disk columns, its memory part and disk reference).
+    pub fn entry_cost(&self, key: &[u8], stored: &[u8]) -> usize {
+        self.entry_cost_of(key.len(), stored.len())
+    }
+
+    fn entry_cost_of(&self, key_len: usize, stored_len: usize) -> usize {
+        let entry = 2 + key_len + stored_len + 16;
         let slot = 64;
-        let ordered = self.indexes.len() * (2 * key.len() + 48);
+        let ordered = self.indexes.len() * (2 * key_len + 48);
         entry + slot + ordered
     }
 
     /// How much `memory()` grows if `key` gets `row` (None deletes).
     pub fn write_growth(&self, key: &[u8], row: Option<&[u8]>) -> isize {
-        let old = self.get(key).map_or(0, |r| self.entry_cost(key, r)) as isize;
-        let new = row.map_or(0, |r| self.entry_cost(key, r)) as isize;
+        let old = self.rows.get(key, self.rows.hash(key)).map_or(0, |e| self.entry_cost(key, e.row())) as isize;
+        let stored_len = |r: &[u8]| match &self.disk {
+            Some(split) => split.stored_len(r),
+            None => r.len(),
+        };
+        let new = row.map_or(0, |r| self.entry_cost_of(key.len(), stored_len(r))) as isize;
         new - old
     }
 
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.rows.get(key, self.rows.hash(key)).map(Entry::row)
+    pub fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        self.get_hashed(key, self.rows.hash(key))
     }
 
     /// `get` with the key's hash already computed (see `key_hash`).
-    pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<&[u8]> {
-        self.rows.get(key, hash).map(Entry::row)
+    pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<Cow<'_, [u8]>> {
+        self.rows.get(key, hash).map(|e| self.whole(e.row()))
+    }
+
+    /// The whole row of a stored row: the stored bytes themselves, or for
+    /// a table with disk columns, its memory part and disk part put back
+    /// together (which reads the disk part's page if it is not cached).
+    fn whole<'a>(&self, stored: &'a [u8]) -> Cow<'a, [u8]> {
+        match &self.disk {
+            None => Cow::Borrowed(stored),
+            Some(split) => {
+                let mut row = Vec::with_capacity(stored.len() * 4);
+                split.assemble_into(stored, &mut row);
+                Cow::Owned(row)
+            }
+        }
     }
 
     /// Hash of a key in this partition's index, for the prefetch steps.
@@ -138,37 +246,54 @@ impl Partition {
     pub fn put_hashed(&mut self, meta: &TableMeta, key: &[u8], row: &[u8], hash: u64) -> bool {
         debug_assert_eq!(meta.key_of_row(row), key, "row and key disagree");
         debug_assert_eq!(hash, self.rows.hash(key), "hash of another key");
+        // The row as stored: itself, or its memory part after its disk
+        // part was written (over the old one when the row is replaced).
+        let (new, disk_growth): (Cow<[u8]>, isize) = match &self.disk {
+            None => (Cow::Borrowed(row), 0),
+            Some(split) => {
+                let old = self.rows.get(key, hash).map(|e| (split::disk_ref(e.row()), split.record_len(e.row())));
+                let old_len = old.map_or(0, |(_, len)| len);
+                (Cow::Owned(split.store(row, old.map(|(at, _)| at))), split.disk_len(row) as isize - old_len as isize)
+            }
+        };
+        self.disk_bytes = (self.disk_bytes as isize + disk_growth) as usize;
+        let layout = stored_layout(&self.disk, meta);
         if let Some(stored) = self.rows.get_mut(key, hash) {
             for index in self.indexes.iter_mut().filter(|i| i.id != 0) {
-                let (old_entry, _) = index.entry(meta, key, stored.row());
-                let (new_entry, offset) = index.entry(meta, key, row);
+                let (old_entry, _) = index.entry(layout, key, stored.row());
+                let (new_entry, offset) = index.entry(layout, key, &new);
                 if old_entry != new_entry {
                     let removed = index.entries.remove(&old_entry);
                     assert!(removed.is_some(), "ordered index {} lost an entry", index.id);
                     index.entries.insert(new_entry, offset);
                 }
             }
-            self.row_bytes = self.row_bytes + row.len() - stored.row().len();
+            self.row_bytes = self.row_bytes + new.len() - stored.row().len();
             let old_cost = 2 + key.len() + stored.row().len();
-            stored.set_row(row);
-            self.memory = self.memory + (2 + key.len() + row.len()) - old_cost;
+            stored.set_row(&new);
+            self.memory = self.memory + (2 + key.len() + new.len()) - old_cost;
             return true;
         }
         for index in &mut self.indexes {
-            let (entry, offset) = index.entry(meta, key, row);
+            let (entry, offset) = index.entry(layout, key, &new);
             index.entries.insert(entry, offset);
         }
-        self.row_bytes += key.len() + row.len();
-        self.memory += self.entry_cost(key, row);
-        self.rows.insert_new_hashed(Entry::new(key, row), hash);
+        self.row_bytes += key.len() + new.len();
+        self.memory += self.entry_cost(key, &new);
+        self.rows.insert_new_hashed(Entry::new(key, &new), hash);
         false
     }
 
     /// Removes the row of `key`; returns whether there was one.
     pub fn remove(&mut self, meta: &TableMeta, key: &[u8]) -> bool {
         let Some(stored) = self.rows.remove(key) else { return false };
+        if let Some(split) = &self.disk {
+            self.disk_bytes -= split.record_len(stored.row());
+            split.free(stored.row());
+        }
+        let layout = stored_layout(&self.disk, meta);
         for index in &mut self.indexes {
-            let (entry, _) = index.entry(meta, stored.key(), stored.row());
+            let (entry, _) = index.entry(layout, stored.key(), stored.row());
             let removed = index.entries.remove(&entry);
             assert!(removed.is_some(), "ordered index {} lost an entry", index.id);
         }
@@ -182,13 +307,21 @@ impl Partition {
     pub fn rebuild_indexes(&mut self, meta: &TableMeta) {
         let wanted: Vec<_> = meta.def.indexes.iter().map(|i| (i.id, i.columns.clone())).collect();
         self.indexes.retain(|ix| wanted.iter().any(|(id, cols)| *id == ix.id && *cols == ix.columns));
+        let layout = stored_layout(&self.disk, meta);
         for (id, columns) in wanted {
             if self.indexes.iter().any(|ix| ix.id == id) {
                 continue;
             }
-            let mut index = OrderedIndex { id, columns, entries: BTreeMap::new() };
+            let stored_columns = match &self.disk {
+                None => columns.clone(),
+                Some(split) => columns
+                    .iter()
+                    .map(|&c| split.memory_column(c).expect("indexed columns are kept in memory"))
+                    .collect(),
+            };
+            let mut index = OrderedIndex { id, columns, stored_columns, entries: BTreeMap::new() };
             for stored in self.rows.iter() {
-                let (entry, offset) = index.entry(meta, stored.key(), stored.row());
+                let (entry, offset) = index.entry(layout, stored.key(), stored.row());
                 index.entries.insert(entry, offset);
             }
             self.indexes.push(index);
@@ -197,8 +330,8 @@ impl Partition {
     }
 
     /// Iterates every row (for checks and tests).
-    pub fn rows(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.rows.iter().map(|e| (e.key(), e.row()))
+    pub fn rows(&self) -> impl Iterator<Item = (&[u8], Cow<'_, [u8]>)> {
+        self.rows.iter().map(|e| (e.key(), self.whole(e.row())))
     }
 
     /// Visits rows in primary-key order after `after` (from the start when
@@ -246,7 +379,7 @@ impl Partition {
                 }
                 if let Some(row) = self.get_hashed(key, hash) {
                     used += key.len() + row.len();
-                    visit(key, row);
+                    visit(key, &row);
                 }
                 last = Some(key);
             }
@@ -285,7 +418,7 @@ impl Partition {
         let upper = upto.map_or(Bound::Unbounded, Bound::Included);
         for (key, _) in primary.range::<[u8], _>((lower, upper)) {
             if let Some(row) = self.get(key) {
-                visit(key, row);
+                visit(key, &row);
             }
         }
     }
@@ -305,13 +438,13 @@ impl Partition {
         if !req.aggregates.is_empty() {
             let mut acc: Vec<_> = req.aggregates.iter().map(|a| a.initial()).collect();
             for (_, row) in self.rows_in_order(range) {
-                if req.filter.as_ref().is_some_and(|f| !f.matches(&meta.layout, row)) {
+                if req.filter.as_ref().is_some_and(|f| !f.matches(&meta.layout, &row)) {
                     continue;
                 }
                 for (a, slot) in req.aggregates.iter().zip(acc.iter_mut()) {
                     let value = match a {
                         Aggregate::CountRows => latsdb_types::Value::Null,
-                        other => meta.layout.get(row, other.column().unwrap_or(0) as usize),
+                        other => meta.layout.get(&row, other.column().unwrap_or(0) as usize),
                     };
                     a.accumulate(slot, value);
                 }
@@ -329,12 +462,12 @@ impl Partition {
                 break;
             }
             last_visited = Some(entry);
-            if req.filter.as_ref().is_some_and(|f| !f.matches(&meta.layout, row)) {
+            if req.filter.as_ref().is_some_and(|f| !f.matches(&meta.layout, &row)) {
                 continue;
             }
             let out = match &req.projection {
-                Some(cols) => meta.layout.project(row, cols),
-                None => row.to_vec(),
+                Some(cols) => meta.layout.project(&row, cols),
+                None => row.into_owned(),
             };
             bytes += out.len();
             page.rows.push(out.into());
@@ -350,7 +483,7 @@ impl Partition {
     fn rows_in_order<'a>(
         &'a self,
         entries: impl Iterator<Item = (&'a Box<[u8]>, &'a u32)>,
-    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+    ) -> impl Iterator<Item = (&'a [u8], Cow<'a, [u8]>)> {
         const GROUP: usize = 16;
         let mut entries = entries.peekable();
         let mut group: std::collections::VecDeque<(&'a [u8], &'a [u8], u64)> = Default::default();
@@ -369,7 +502,7 @@ impl Partition {
             }
             let (entry, key, hash) = group.pop_front()?;
             match self.rows.get(key, hash) {
-                Some(stored) => Some((entry, stored.row())),
+                Some(stored) => Some((entry, self.whole(stored.row()))),
                 None => panic!("ordered index entry without a row"),
             }
         })
@@ -606,6 +739,94 @@ mod tests {
         assert!(p.remove(&meta, &key(&meta, &[0], 4)));
         assert_eq!(scan_all(&meta, &p, req).len(), 8);
         assert_eq!(p.len(), 99);
+    }
+
+    /// The table of `meta()` with `c` and a new `pad` on disk.
+    fn disk_meta() -> TableMeta {
+        use latsdb_types::schema::Storage;
+        let spec = TableSpec::new("db", "d")
+            .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)))
+            .column(ColumnDef::new("c", ColumnType::VarChar(20)).storage(Storage::Disk))
+            .column(ColumnDef::new("k", ColumnType::int(IntWidth::Int)))
+            .column(ColumnDef::new("pad", ColumnType::Blob).storage(Storage::Disk))
+            .primary_key(&["id"]);
+        let def = TableDef::from_spec(&spec, 1, 1).unwrap();
+        TableMeta::new(def.with_index("k_idx", &["k".into()], false).unwrap())
+    }
+
+    fn disk_row(meta: &TableMeta, id: i64, k: i64, pad: usize) -> Vec<u8> {
+        let c = if id % 5 == 0 { Value::Null } else { Value::Str(format!("c{id}")) };
+        let values = vec![Value::Int(id), c, Value::Int(k), Value::Bytes(vec![id as u8; pad])];
+        meta.layout.encode(&meta.coerce_row(values).unwrap())
+    }
+
+    #[test]
+    fn disk_columns_read_back_whole_rows_through_a_small_cache() {
+        use crate::pages::{DiskPages, MemoryPages, PagesConfig};
+        let disk = disk_meta();
+        let memory = TableMeta::new(TableDef {
+            columns: disk.def.columns.iter().cloned().map(|c| c.storage(Default::default())).collect(),
+            ..disk.def.clone()
+        });
+        let pages = DiskPages::new(PagesConfig { cache_pages: 4, limit_bytes: 0 }, Box::<MemoryPages>::default());
+        let pages = pages.shared();
+        let mut on_disk = Partition::for_table(&disk, &pages);
+        let mut in_memory = Partition::new(&memory);
+        let metas = (&disk, &memory);
+        let mut both = (&mut on_disk, &mut in_memory);
+        let mut apply = |id: i64, row: Option<Vec<u8>>| {
+            let key = key(metas.0, &[0], id);
+            match row {
+                Some(row) => assert_eq!(both.0.put(metas.0, &key, &row), both.1.put(metas.1, &key, &row)),
+                None => assert_eq!(both.0.remove(metas.0, &key), both.1.remove(metas.1, &key)),
+            }
+        };
+        for id in 0..300 {
+            apply(id, Some(disk_row(&disk, id, id % 7, 500 + id as usize * 3)));
+        }
+        for id in (0..300).step_by(4) {
+            apply(id, Some(disk_row(&disk, id, 100 + id % 3, if id % 8 == 0 { 40 } else { 3000 })));
+        }
+        for id in (1..300).step_by(9) {
+            apply(id, None);
+        }
+        DiskPages::lock(&pages).check();
+        let stats = DiskPages::lock(&pages).tablespace().stats();
+        assert!(stats.evictions > 0, "the rows must not all fit the cache");
+        // Every read path answers the same rows as the table in memory.
+        for id in 0..300 {
+            let k = key(&disk, &[0], id);
+            assert_eq!(on_disk.get(&k).as_deref(), in_memory.get(&k).as_deref(), "row {id}");
+        }
+        let mut req = request(1, KeyBound::Included(key(&disk, &[2], 100)), KeyBound::Unbounded);
+        req.filter = Some(Expr::cmp(CmpOp::Lt, Expr::col(0), Expr::val(Value::Int(200))));
+        assert_eq!(scan_all(&disk, &on_disk, req.clone()), scan_all(&memory, &in_memory, req));
+        let all = request(0, KeyBound::Unbounded, KeyBound::Unbounded);
+        assert_eq!(scan_all(&disk, &on_disk, all.clone()), scan_all(&memory, &in_memory, all));
+        assert_eq!(on_disk.digest_after(None, usize::MAX), in_memory.digest_after(None, usize::MAX));
+        // Memory holds keys, k and the disk reference; the rest is on pages.
+        assert!(on_disk.memory() * 4 < in_memory.memory(), "{} vs {}", on_disk.memory(), in_memory.memory());
+        let live: usize = on_disk.rows().map(|(_, r)| disk.layout.project(&r, &[1, 3]).len()).sum();
+        assert_eq!(on_disk.disk_bytes(), live);
+        // Deleting every row gives every byte back to the pages.
+        for id in 0..300 {
+            let k = key(&disk, &[0], id);
+            on_disk.remove(&disk, &k);
+        }
+        assert_eq!(on_disk.disk_bytes(), 0);
+        assert_eq!(on_disk.memory(), 0);
+        DiskPages::lock(&pages).check();
+        let t = DiskPages::lock(&pages);
+        // Emptied slots stay in their pages' directories until reused.
+        let slots = t.tablespace().used_bytes();
+        assert!(slots < t.tablespace().pages() as u64 * 64, "{slots} bytes still used after every row was deleted");
+    }
+
+    #[test]
+    fn an_index_on_a_disk_column_is_refused() {
+        let disk = disk_meta();
+        let e = disk.def.with_index("c_idx", &["c".into()], false).unwrap_err();
+        assert!(e.message.contains("STORAGE DISK"), "{}", e.message);
     }
 
     #[test]

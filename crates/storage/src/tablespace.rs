@@ -151,6 +151,8 @@ pub struct Tablespace {
     free: BTreeSet<(u16, u32)>,
     /// Free bytes of every page, by page number.
     page_free: Vec<u16>,
+    /// The sum of `page_free`.
+    free_total: u64,
     clock: u64,
     stats: CacheStats,
 }
@@ -170,6 +172,7 @@ impl Tablespace {
             io: Vec::new(),
             free: BTreeSet::new(),
             page_free: Vec::new(),
+            free_total: 0,
             clock: 0,
             stats: CacheStats::default(),
         }
@@ -180,9 +183,19 @@ impl Tablespace {
         self.page_free.len() as u32
     }
 
-    /// Bytes held by live records.
+    /// Bytes held by live records and their slots.
     pub fn used_bytes(&self) -> u64 {
-        self.page_free.iter().map(|f| (PAGE_BYTES - HEADER) as u64 - *f as u64).sum()
+        self.pages() as u64 * (PAGE_BYTES - HEADER) as u64 - self.free_total
+    }
+
+    /// Free bytes in the pages the tablespace spans.
+    pub fn free_bytes(&self) -> u64 {
+        self.free_total
+    }
+
+    /// Pages in the cache now.
+    pub fn cached_pages(&self) -> usize {
+        self.frames.len()
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -321,6 +334,8 @@ impl Tablespace {
         assert!(self.ghost_since.keys().all(|p| !self.frames.contains_key(p)), "a cached page is also a ghost");
         let listed = self.page_free.iter().filter(|f| **f > 0).count();
         assert_eq!(listed, self.free.len(), "free-space map and page list disagree");
+        let total: u64 = self.page_free.iter().map(|f| *f as u64).sum();
+        assert_eq!(total, self.free_total, "the free-byte total drifted from the pages' free bytes");
     }
 
     /// Makes `page` usable now, counting a hit; on a miss queues its read.
@@ -361,6 +376,7 @@ impl Tablespace {
         let page = self.page_free.len() as u32;
         assert!(page < u32::MAX, "the tablespace is full");
         self.page_free.push((PAGE_BYTES - HEADER) as u16);
+        self.free_total += (PAGE_BYTES - HEADER) as u64;
         self.free.insert(((PAGE_BYTES - HEADER) as u16, page));
         let mut bytes = vec![0u8; PAGE_BYTES].into_boxed_slice();
         put_u16(&mut bytes, 6, HEADER as u16);
@@ -466,6 +482,7 @@ impl Tablespace {
         let used = get_u16(bytes, 8) as usize + SLOT * get_u16(bytes, 4) as usize;
         let free = (PAGE_BYTES - HEADER - used) as u16;
         let old = std::mem::replace(&mut self.page_free[page as usize], free);
+        self.free_total = self.free_total + free as u64 - old as u64;
         self.free.remove(&(old, page));
         if free > 0 {
             self.free.insert((free, page));

@@ -84,6 +84,14 @@ pub struct DataNodeDefaults {
     /// Data memory per data node in MiB (rows and indexes); 0 chooses half
     /// of the machine's memory shared by the data nodes configured on it.
     pub data_memory_mb: u64,
+    /// Page cache per data node in MiB for the disk parts of rows (columns
+    /// declared `STORAGE DISK`); 0 chooses a quarter of its data memory
+    /// (at least 16 MiB). Shared by its shard threads.
+    pub disk_page_cache_mb: u64,
+    /// Largest size in MiB of a data node's tablespace files (the disk
+    /// parts of rows, all shards together); 0 is no limit but the disk's.
+    /// A write that would grow a full tablespace fails with "table is full".
+    pub tablespace_mb: u64,
     /// Whether shard threads are bound to CPUs of their own.
     pub cpu_bind: CpuBind,
     /// Whether a data node asks the kernel to keep idle CPUs polling
@@ -94,7 +102,14 @@ pub struct DataNodeDefaults {
 
 impl Default for DataNodeDefaults {
     fn default() -> Self {
-        DataNodeDefaults { threads: 0, data_memory_mb: 0, cpu_bind: CpuBind::Auto, idle_poll: true }
+        DataNodeDefaults {
+            threads: 0,
+            data_memory_mb: 0,
+            disk_page_cache_mb: 0,
+            tablespace_mb: 0,
+            cpu_bind: CpuBind::Auto,
+            idle_poll: true,
+        }
     }
 }
 

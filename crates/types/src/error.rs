@@ -51,6 +51,10 @@ pub enum ErrorCode {
     /// A data node asked for a node id whose previous process the
     /// management server still counts as running (it may have just died).
     NodeIdInUse,
+    /// A table cannot take the write: its shard's data memory or its data
+    /// node's tablespace is full (MySQL's 1114). The message names the
+    /// setting to raise.
+    TableFull,
 }
 
 impl ErrorCode {

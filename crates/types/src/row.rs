@@ -369,6 +369,47 @@ impl RowLayout {
     }
 }
 
+impl RowLayout {
+    /// Appends a row of this layout whose column `c` is column
+    /// `origin[c].1` of row `sources[origin[c].0]`, copying bytes as
+    /// `project_into` does. It puts back together a row whose columns were
+    /// stored apart (the memory and the disk part of a row of a table
+    /// with disk columns). This layout and every source's have one part,
+    /// and each column has the type of the column it comes from.
+    pub fn gather_into(&self, sources: &[(&RowLayout, &[u8])], origin: &[(usize, usize)], out: &mut Vec<u8>) {
+        assert_eq!(self.parts.len(), 1, "gather_into builds rows of one part");
+        assert_eq!(origin.len(), self.columns.len(), "gather_into: a source for every column");
+        debug_assert!(sources.iter().all(|(layout, _)| layout.parts.len() == 1), "sources of one part");
+        let base = out.len();
+        out.resize(base + self.parts[0].fixed_end, 0);
+        for (c, &(source, at)) in origin.iter().enumerate() {
+            let (layout, row) = sources[source];
+            debug_assert_eq!(layout.columns[at].ty, self.columns[c].ty, "gathered column {c} changes type");
+            let null = row[at / 8] & (1 << (at % 8)) != 0;
+            if null {
+                out[base + c / 8] |= 1 << (c % 8);
+            }
+            if let (Slot::Fixed { offset, size }, false) = (&self.slots[c], null) {
+                let Slot::Fixed { offset: from, .. } = layout.slots[at] else {
+                    panic!("gathered column {c} is fixed-size here and not in its source")
+                };
+                out[base + offset..base + offset + size].copy_from_slice(&row[from..from + size]);
+            }
+        }
+        for (c, &(source, at)) in origin.iter().enumerate() {
+            if let Slot::Var { .. } = self.slots[c] {
+                let (layout, row) = sources[source];
+                let Slot::Var { ordinal } = layout.slots[at] else {
+                    panic!("gathered column {c} is variable-size here and not in its source")
+                };
+                let bytes = layout.var_bytes(row, 0, at, ordinal);
+                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(bytes);
+            }
+        }
+    }
+}
+
 /// The position after `count` variable-size values starting at `pos`.
 fn var_end(row: &[u8], mut pos: usize, count: usize) -> usize {
     for _ in 0..count {
@@ -496,6 +537,46 @@ mod tests {
         assert!(layout.validate(&row[..row.len() - 1]).is_err());
         for (i, value) in coerced.iter().enumerate() {
             assert_eq!(&owned(layout.get_ref(&row, i)), value, "column {}", cols[i].name);
+        }
+    }
+
+    #[test]
+    fn a_row_split_in_two_projections_gathers_back_byte_for_byte() {
+        let cols = all_types();
+        let layout = RowLayout::new(&cols);
+        for nulls in [0usize, 1, 2, 3] {
+            let values: Vec<Value> = (0..cols.len())
+                .map(|i| match (i % 4 == nulls, &cols[i].ty) {
+                    (true, _) => Value::Null,
+                    (false, ColumnType::Integer { unsigned: true, .. }) => Value::UInt(i as u64),
+                    (false, ColumnType::Integer { .. }) => Value::Int(-(i as i64)),
+                    (false, ty) if ty.is_string() => Value::Str(format!("v{i}")),
+                    (false, ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob) => {
+                        Value::Bytes(vec![i as u8; 3])
+                    }
+                    (false, ColumnType::Boolean) => Value::Bool(true),
+                    (false, ColumnType::Date) => Value::Date(i as i32),
+                    (false, ColumnType::DateTime) => Value::DateTime(i as i64),
+                    (false, ColumnType::Timestamp) => Value::Timestamp(i as i64),
+                    (false, _) => Value::Float(i as f64),
+                })
+                .zip(&cols)
+                .map(|(v, c)| coerce(v, c).unwrap())
+                .collect();
+            let row = layout.encode(&values);
+            let first: Vec<ColumnId> = (0..cols.len() as ColumnId).filter(|c| c % 3 != 1).collect();
+            let second: Vec<ColumnId> = (0..cols.len() as ColumnId).filter(|c| c % 3 == 1).collect();
+            let (a, b) = (layout.projection(&first), layout.projection(&second));
+            let (ra, rb) = (layout.project(&row, &first), layout.project(&row, &second));
+            let origin: Vec<(usize, usize)> = (0..cols.len() as ColumnId)
+                .map(|c| match first.iter().position(|&f| f == c) {
+                    Some(p) => (0, p),
+                    None => (1, second.iter().position(|&s| s == c).unwrap()),
+                })
+                .collect();
+            let mut out = vec![0xAA];
+            layout.gather_into(&[(&a, &ra), (&b, &rb)], &origin, &mut out);
+            assert_eq!(&out[1..], &row[..], "NULL in every fourth column from {nulls}");
         }
     }
 

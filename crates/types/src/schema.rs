@@ -220,11 +220,48 @@ pub struct ColumnDef {
     /// How values of a text column compare (and are keyed); `Bin` for
     /// every other type.
     pub collation: crate::Collation,
+    /// Where the data nodes keep the column's values.
+    pub storage: Storage,
+}
+
+/// Where a column's values live on the data nodes (NDB's `STORAGE`).
+///
+/// A row's disk columns are kept together as one record on a page of the
+/// data node's tablespace, behind its page cache; its memory columns, its
+/// key and a 6-byte reference to that record stay in memory. Columns of
+/// the primary key and of ordered indexes always stay in memory.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Storage {
+    #[default]
+    Memory,
+    Disk,
+}
+
+impl Storage {
+    /// The SQL keyword (`STORAGE MEMORY` / `STORAGE DISK`).
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Storage::Memory => "MEMORY",
+            Storage::Disk => "DISK",
+        }
+    }
 }
 
 impl ColumnDef {
     pub fn new(name: impl Into<String>, ty: ColumnType) -> Self {
-        ColumnDef { name: name.into(), ty, nullable: true, default: None, collation: crate::Collation::Bin }
+        ColumnDef {
+            name: name.into(),
+            ty,
+            nullable: true,
+            default: None,
+            collation: crate::Collation::Bin,
+            storage: Storage::Memory,
+        }
+    }
+    /// Keeps the column on disk or in memory (see [`Storage`]).
+    pub fn storage(mut self, storage: Storage) -> Self {
+        self.storage = storage;
+        self
     }
     /// Text columns only: other types ignore collations.
     pub fn collated(mut self, collation: crate::Collation) -> Self {
@@ -391,6 +428,11 @@ impl TableDef {
                     "TEXT/BLOB column '{name}' cannot be part of the primary key"
                 )));
             }
+            if columns[pos].storage == Storage::Disk {
+                return Err(DbError::bad_request(format!(
+                    "primary key column '{name}' is declared STORAGE DISK, but key columns always stay in memory; declare it STORAGE MEMORY"
+                )));
+            }
             // Key columns are never NULL.
             columns[pos].nullable = false;
             primary_key.push(pos as ColumnId);
@@ -435,6 +477,12 @@ impl TableDef {
                 self.qualified_name(),
                 self.columns.len(),
                 added.len()
+            )));
+        }
+        if self.has_disk_columns() || added.iter().any(|c| c.storage == Storage::Disk) {
+            return Err(DbError::bad_request(format!(
+                "ADD COLUMN is not supported on a table with STORAGE DISK columns ({}); copy the table into a new one with the added columns",
+                self.qualified_name()
             )));
         }
         let mut def = self.clone();
@@ -544,6 +592,11 @@ impl TableDef {
         Ok(def)
     }
 
+    /// Whether any column is kept on disk.
+    pub fn has_disk_columns(&self) -> bool {
+        self.columns.iter().any(|c| c.storage == Storage::Disk)
+    }
+
     /// The hidden key column, when the table was created without a
     /// primary key.
     pub fn hidden_key(&self) -> Option<ColumnId> {
@@ -642,6 +695,12 @@ impl TableDef {
             let id = self.column_id(c)?;
             if !self.columns[id as usize].ty.is_indexable() {
                 return Err(DbError::bad_request(format!("TEXT/BLOB column '{c}' cannot be indexed")));
+            }
+            if self.columns[id as usize].storage == Storage::Disk {
+                return Err(DbError::bad_request(format!(
+                    "column '{c}' of {} is STORAGE DISK and cannot be indexed: indexed columns stay in memory (move it with ALTER TABLE ... MODIFY ... STORAGE MEMORY first)",
+                    self.qualified_name()
+                )));
             }
             ids.push(id);
         }

@@ -10,7 +10,9 @@
 use latsdb_types::expr::{Aggregate, Expr};
 use latsdb_types::proto::*;
 use latsdb_types::rng::Rng;
-use latsdb_types::schema::{ColumnChange, ColumnDef, ColumnId, ColumnType, IndexDef, IntWidth, TableDef, TableSpec};
+use latsdb_types::schema::{
+    ColumnChange, ColumnDef, ColumnId, ColumnType, IndexDef, IntWidth, Storage, TableDef, TableSpec,
+};
 use latsdb_types::{Collation, DbError, ErrorCode, Value};
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt::Debug;
@@ -181,6 +183,7 @@ impl Gen {
         c.nullable = self.bool();
         c.default = self.option(Gen::value);
         c.collation = Collation::Bin;
+        c.storage = *self.0.pick(&[Storage::Memory, Storage::Disk]);
         c
     }
     fn table_def(&mut self) -> TableDef {
@@ -218,7 +221,17 @@ impl Gen {
             .build()
     }
     fn shard_memory(&mut self) -> ShardMemory {
-        ShardMemory { shard: self.u16(), rows: self.u64(), used_bytes: self.u64(), budget_bytes: self.u64() }
+        ShardMemory {
+            shard: self.u16(),
+            rows: self.u64(),
+            used_bytes: self.u64(),
+            budget_bytes: self.u64(),
+            tablespace_bytes: self.u64(),
+            tablespace_used_bytes: self.u64(),
+            tablespace_limit_bytes: self.u64(),
+            page_cache_hits: self.u64(),
+            page_cache_misses: self.u64(),
+        }
     }
 }
 
@@ -425,6 +438,8 @@ fn management_messages_round_trip() {
             port: g.u16(),
             threads: g.u16(),
             data_memory_mb: g.u64(),
+            disk_page_cache_mb: g.u64(),
+            tablespace_mb: g.u64(),
             nodes_on_host: g.u16(),
             host_index: g.u16(),
             cpu_bind: Default::default(),

@@ -119,6 +119,10 @@ pub enum MgmResponse {
         threads: u16,
         /// 0 lets the node choose from its memory and `nodes_on_host`.
         data_memory_mb: u64,
+        /// 0 lets the node choose from its data memory.
+        disk_page_cache_mb: u64,
+        /// 0: no limit.
+        tablespace_mb: u64,
         /// Data nodes configured on the same host (they share its memory
         /// and CPUs).
         nodes_on_host: u16,
@@ -181,6 +185,15 @@ pub struct ShardMemory {
     pub used_bytes: u64,
     /// 0 means unlimited.
     pub budget_bytes: u64,
+    /// The shard's tablespace: its file's bytes, the bytes of live records
+    /// in it, and its limit (0: none).
+    pub tablespace_bytes: u64,
+    pub tablespace_used_bytes: u64,
+    pub tablespace_limit_bytes: u64,
+    /// Page-cache lookups of the disk parts of rows that found the page
+    /// cached, and that had to read it.
+    pub page_cache_hits: u64,
+    pub page_cache_misses: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

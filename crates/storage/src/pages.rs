@@ -1,0 +1,247 @@
+//! A shard's disk pages: its [`Tablespace`] (page format and cache) joined
+//! to the file that holds the pages, behind the narrow [`PageFile`]
+//! interface, so that the data node reads and writes a real file and the
+//! simulator and the tests a map in memory.
+//!
+//! A page the cache misses is read here and now, on the caller's thread:
+//! the operation that needed it waits for the read. The tablespace itself
+//! is sans-I/O (it answers a miss and queues the read), so a caller that
+//! parks operations instead can drive it directly; see
+//! docs/limitations.md.
+//!
+//! Every partition of the shard that has disk columns shares one
+//! `DiskPages` (through [`SharedPages`]), so the cache serves whichever
+//! table is hot.
+
+use crate::tablespace::{DiskRef, PageIo, Tablespace, PAGE_BYTES};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The file of a shard's pages. Page `n` is bytes `n * PAGE_BYTES ..` of
+/// it; a page never written reads as zeros.
+///
+/// An implementation that cannot read or write stops the data node
+/// (`fail`): after a failed write the file no longer holds what the
+/// cache wrote back, and the node's peers hold every committed row.
+pub trait PageFile: Send {
+    /// Reads page `page` into `out` (`PAGE_BYTES` long).
+    fn read(&mut self, page: u32, out: &mut [u8]);
+    /// Writes a whole page.
+    fn write(&mut self, page: u32, bytes: &[u8]);
+    /// Stops the node because the pages cannot be trusted; `why` says what
+    /// was found.
+    fn fail(&mut self, why: &str) -> !;
+}
+
+/// Pages kept in memory: a shard without a data directory, the simulator
+/// and the tests.
+#[derive(Default)]
+pub struct MemoryPages {
+    pages: HashMap<u32, Box<[u8]>>,
+}
+
+impl PageFile for MemoryPages {
+    fn read(&mut self, page: u32, out: &mut [u8]) {
+        match self.pages.get(&page) {
+            Some(bytes) => out.copy_from_slice(bytes),
+            None => out.fill(0),
+        }
+    }
+
+    fn write(&mut self, page: u32, bytes: &[u8]) {
+        self.pages.insert(page, bytes.into());
+    }
+
+    fn fail(&mut self, why: &str) -> ! {
+        panic!("the in-memory page file failed: {why}")
+    }
+}
+
+/// Sizes of a shard's tablespace, from the data node's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagesConfig {
+    /// Pages the cache holds.
+    pub cache_pages: usize,
+    /// Bytes the tablespace file may grow to; 0 is unlimited. Writes that
+    /// need new pages beyond it fail with `TableFull`.
+    pub limit_bytes: u64,
+}
+
+impl Default for PagesConfig {
+    fn default() -> Self {
+        PagesConfig { cache_pages: 1024, limit_bytes: 0 }
+    }
+}
+
+/// A tablespace and its file.
+pub struct DiskPages {
+    space: Tablespace,
+    file: Box<dyn PageFile>,
+    limit_bytes: u64,
+}
+
+/// The handle the partitions of one shard share. Only the shard's thread
+/// locks it, so the lock is never contended.
+pub type SharedPages = Arc<Mutex<DiskPages>>;
+
+impl DiskPages {
+    pub fn new(config: PagesConfig, file: Box<dyn PageFile>) -> DiskPages {
+        DiskPages { space: Tablespace::new(config.cache_pages), file, limit_bytes: config.limit_bytes }
+    }
+
+    pub fn shared(self) -> SharedPages {
+        Arc::new(Mutex::new(self))
+    }
+
+    /// Locks a shared handle; a panic while it was held (which stops the
+    /// node anyway) does not hide the pages from the checker.
+    pub fn lock(shared: &SharedPages) -> MutexGuard<'_, DiskPages> {
+        shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn tablespace(&self) -> &Tablespace {
+        &self.space
+    }
+
+    /// Whether `growth` more bytes of records (with their slots) fit under
+    /// the configured limit.
+    pub fn has_room(&self, growth: u64) -> bool {
+        if self.limit_bytes == 0 {
+            return true;
+        }
+        let file_bytes = self.space.pages() as u64 * PAGE_BYTES as u64;
+        file_bytes + PAGE_BYTES as u64 <= self.limit_bytes || self.space.free_bytes() >= growth
+    }
+
+    pub fn limit_bytes(&self) -> u64 {
+        self.limit_bytes
+    }
+
+    /// Appends the record at `at` to `out`.
+    pub fn read_into(&mut self, at: DiskRef, out: &mut Vec<u8>) {
+        if self.space.get(at).is_err() {
+            self.do_io();
+        }
+        match self.space.get(at) {
+            Ok(record) => out.extend_from_slice(record),
+            Err(miss) => panic!("page {} is not cached right after it was read", miss.0),
+        }
+    }
+
+    pub fn insert(&mut self, record: &[u8]) -> DiskRef {
+        let at = self.space.insert(record);
+        self.do_io();
+        at
+    }
+
+    /// Replaces the record at `at`; the answer is where it lives now.
+    pub fn update(&mut self, at: DiskRef, record: &[u8]) -> DiskRef {
+        let moved = match self.space.update(at, record) {
+            Ok(moved) => moved,
+            Err(_) => {
+                self.do_io();
+                self.space.update(at, record).expect("the page was read just now")
+            }
+        };
+        self.do_io();
+        moved
+    }
+
+    pub fn delete(&mut self, at: DiskRef) {
+        if self.space.delete(at).is_err() {
+            self.do_io();
+            self.space.delete(at).expect("the page was read just now");
+        }
+        self.do_io();
+    }
+
+    /// Writes every dirty page to the file.
+    pub fn flush(&mut self) {
+        self.space.flush();
+        self.do_io();
+    }
+
+    /// Carries out the tablespace's queued reads and writes, in order.
+    fn do_io(&mut self) {
+        loop {
+            let io = self.space.take_io();
+            if io.is_empty() {
+                return;
+            }
+            for op in io {
+                match op {
+                    PageIo::Read { page } => {
+                        let mut bytes = vec![0u8; PAGE_BYTES].into_boxed_slice();
+                        self.file.read(page, &mut bytes);
+                        if let Err(e) = self.space.on_read(page, bytes) {
+                            self.file.fail(&format!("page {page} of the tablespace cannot be used: {e:?}"));
+                        }
+                    }
+                    PageIo::Write { page, bytes } => self.file.write(page, &bytes),
+                }
+            }
+        }
+    }
+
+    pub fn check(&self) {
+        self.space.check();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_eviction_through_the_file() {
+        let mut pages = DiskPages::new(PagesConfig { cache_pages: 4, limit_bytes: 0 }, Box::<MemoryPages>::default());
+        let records: Vec<Vec<u8>> = (0..200u32).map(|i| vec![i as u8; 1000 + i as usize]).collect();
+        let mut at: Vec<DiskRef> = records.iter().map(|r| pages.insert(r)).collect();
+        assert!(pages.tablespace().pages() > 4, "the records span more pages than the cache holds");
+        for (i, r) in records.iter().enumerate() {
+            let mut out = Vec::new();
+            pages.read_into(at[i], &mut out);
+            assert_eq!(&out, r, "record {i}");
+        }
+        // Grow every third record so that some move to other pages.
+        for i in (0..records.len()).step_by(3) {
+            at[i] = pages.update(at[i], &vec![7u8; 3000]);
+        }
+        for i in (1..records.len()).step_by(3) {
+            pages.delete(at[i]);
+        }
+        pages.check();
+        for i in 0..records.len() {
+            let mut out = Vec::new();
+            match i % 3 {
+                0 => {
+                    pages.read_into(at[i], &mut out);
+                    assert_eq!(out, vec![7u8; 3000]);
+                }
+                1 => {}
+                _ => {
+                    pages.read_into(at[i], &mut out);
+                    assert_eq!(out, records[i]);
+                }
+            }
+        }
+        assert!(pages.tablespace().stats().evictions > 0 && pages.tablespace().stats().reads > 0);
+        pages.check();
+    }
+
+    #[test]
+    fn a_limited_tablespace_says_when_it_has_no_room() {
+        let limit = 3 * PAGE_BYTES as u64;
+        let mut pages =
+            DiskPages::new(PagesConfig { cache_pages: 8, limit_bytes: limit }, Box::<MemoryPages>::default());
+        let record = vec![1u8; 5000];
+        let mut stored = 0;
+        while pages.has_room(record.len() as u64 + 4) {
+            pages.insert(&record);
+            stored += 1;
+            assert!(stored < 100, "the limit never stopped inserts");
+        }
+        assert!(pages.tablespace().pages() as u64 * PAGE_BYTES as u64 <= limit);
+        assert_eq!(stored, 9, "three records of 5,000 bytes fit a 16 KiB page");
+    }
+}
