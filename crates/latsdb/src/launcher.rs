@@ -43,6 +43,12 @@ pub struct StartArgs {
     /// Data memory per data node in MiB (0 = half the machine's memory, shared).
     #[arg(long, default_value_t = 0)]
     data_memory_mb: u64,
+    /// Page cache per data node in MiB for columns kept on disk (0 = a quarter of the data memory).
+    #[arg(long, default_value_t = 0)]
+    disk_page_cache_mb: u64,
+    /// Largest tablespace per data node in MiB (0 = no limit but the disk's).
+    #[arg(long, default_value_t = 0)]
+    tablespace_mb: u64,
     /// Bind shard threads to CPUs of their own when there are enough (auto), or leave them to the OS (off).
     #[arg(long, value_enum, default_value = "auto")]
     cpu_bind: CpuBindArg,
@@ -358,6 +364,8 @@ fn cluster_config(args: &StartArgs) -> Result<ClusterConfig, String> {
     if args.config.is_none() {
         config.datanode_defaults.threads = args.threads;
         config.datanode_defaults.data_memory_mb = args.data_memory_mb;
+        config.datanode_defaults.disk_page_cache_mb = args.disk_page_cache_mb;
+        config.datanode_defaults.tablespace_mb = args.tablespace_mb;
         config.datanode_defaults.cpu_bind = match args.cpu_bind {
             CpuBindArg::Auto => CpuBind::Auto,
             CpuBindArg::Off => CpuBind::Off,

@@ -8,26 +8,12 @@
 
 mod common;
 
-use common::{process_exists, tagged, TestCluster};
+use common::{mgm, process_exists, tagged, TestCluster};
 use latsdb_client::{Client, Op, Scan};
 use latsdb_types::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Runs `latsdb mgm ARGS` off the async workers.
-async fn mgm(cluster: &TestCluster, args: &[&str]) -> String {
-    let (bin, mgmd) = (common::BIN, cluster.mgmd.clone());
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(bin).args(["mgm", "--mgmd", &mgmd]).args(&args).output().expect("run latsdb mgm")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "latsdb mgm failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
-    stdout
-}
 
 /// Every row, by id -> tag.
 async fn all_rows(client: &Client, table: &Arc<latsdb_client::Table>) -> BTreeMap<i64, i64> {

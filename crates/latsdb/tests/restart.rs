@@ -7,87 +7,13 @@
 
 mod common;
 
-use common::{process_exists, tagged, TestCluster, BIN};
+use common::{kill_all, process_exists, restart, sigkill, signal_all, tagged, TestCluster};
 use latsdb_client::{Client, ClientOptions, Op, Scan};
 use latsdb_types::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Data nodes this test started itself; killed when it ends, however it ends.
-struct Restarted(Vec<Child>);
-
-impl Drop for Restarted {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Starts data nodes again from their data directories, each logging to
-/// `datanode-<id>-restart.log` there.
-fn start_datanodes(cluster: &TestCluster, data_dir: &std::path::Path, ids: &[&str]) -> Restarted {
-    let mut nodes = Restarted(Vec::new());
-    for node in ids {
-        let log = std::fs::File::create(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
-        let child = Command::new(BIN)
-            .args(["datanode", "--mgmd", &cluster.mgmd, "--node-id", node, "--data-dir"])
-            .arg(data_dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        nodes.0.push(child);
-    }
-    nodes
-}
-
-/// Starts data nodes again and connects a client that waits for the
-/// cluster to form.
-async fn restart(cluster: &TestCluster, data_dir: &std::path::Path, ids: &[&str]) -> (Restarted, Client) {
-    let nodes = start_datanodes(cluster, data_dir, ids);
-    let client = Client::connect_with(
-        &cluster.mgmd,
-        ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
-    )
-    .await
-    .unwrap();
-    (nodes, client)
-}
-
-/// Kills data nodes with SIGKILL and waits until they are gone.
-fn kill_all(pids: &[i32]) {
-    signal_all(pids, libc::SIGKILL, Duration::from_secs(10));
-}
-
-/// Sends `signal` to data nodes and waits (at most `within`) until they
-/// are gone.
-fn signal_all(pids: &[i32], signal: i32, within: Duration) {
-    for &pid in pids {
-        send(pid, signal);
-    }
-    let deadline = Instant::now() + within;
-    while pids.iter().any(|&p| process_exists(p)) {
-        assert!(Instant::now() < deadline, "the data nodes did not stop within {within:?} of signal {signal}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn sigkill(pid: i32) {
-    send(pid, libc::SIGKILL);
-}
-
-fn send(pid: i32, signal: i32) {
-    // SAFETY: signalling a data node process this test's cluster started.
-    unsafe {
-        libc::kill(pid, signal);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_prefix() {

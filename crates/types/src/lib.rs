@@ -22,5 +22,5 @@ pub mod value;
 pub use collation::Collation;
 pub use error::{DbError, ErrorCode, Result};
 pub use meta::TableMeta;
-pub use schema::{ColumnDef, ColumnType, IndexDef, IntWidth, TableDef, TableSpec};
+pub use schema::{ColumnDef, ColumnType, IndexDef, IntWidth, Storage, TableDef, TableSpec};
 pub use value::{Decimal, Value};

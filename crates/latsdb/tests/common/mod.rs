@@ -5,6 +5,7 @@
 
 pub mod tagged;
 
+use latsdb_client::{Client, ClientOptions};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -280,4 +281,91 @@ pub fn run_bounded(
         Some(status) => (status, out, err),
         None => panic!("{cmd:?} did not finish within {limit:?}\nstdout:\n{out}\nstderr:\n{err}"),
     }
+}
+
+/// Data nodes this test started itself; killed when it ends, however it ends.
+pub struct Restarted(pub Vec<Child>);
+
+impl Drop for Restarted {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts data nodes again from their data directories, each logging to
+/// `datanode-<id>-restart.log` there.
+pub fn start_datanodes(cluster: &TestCluster, data_dir: &std::path::Path, ids: &[&str]) -> Restarted {
+    let mut nodes = Restarted(Vec::new());
+    for node in ids {
+        let log = std::fs::File::create(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
+        let child = Command::new(BIN)
+            .args(["datanode", "--mgmd", &cluster.mgmd, "--node-id", node, "--data-dir"])
+            .arg(data_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        nodes.0.push(child);
+    }
+    nodes
+}
+
+/// Starts data nodes again and connects a client that waits for the
+/// cluster to form.
+pub async fn restart(cluster: &TestCluster, data_dir: &std::path::Path, ids: &[&str]) -> (Restarted, Client) {
+    let nodes = start_datanodes(cluster, data_dir, ids);
+    let client = Client::connect_with(
+        &cluster.mgmd,
+        ClientOptions { wait_for_cluster: Duration::from_secs(60), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    (nodes, client)
+}
+
+/// Kills data nodes with SIGKILL and waits until they are gone.
+pub fn kill_all(pids: &[i32]) {
+    signal_all(pids, libc::SIGKILL, Duration::from_secs(10));
+}
+
+/// Sends `signal` to data nodes and waits (at most `within`) until they
+/// are gone.
+pub fn signal_all(pids: &[i32], signal: i32, within: Duration) {
+    for &pid in pids {
+        send(pid, signal);
+    }
+    let deadline = Instant::now() + within;
+    while pids.iter().any(|&p| process_exists(p)) {
+        assert!(Instant::now() < deadline, "the data nodes did not stop within {within:?} of signal {signal}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn sigkill(pid: i32) {
+    send(pid, libc::SIGKILL);
+}
+
+pub fn send(pid: i32, signal: i32) {
+    // SAFETY: signalling a data node process this test's cluster started.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// Runs `latsdb mgm ARGS` off the async workers.
+pub async fn mgm(cluster: &TestCluster, args: &[&str]) -> String {
+    let (bin, mgmd) = (BIN, cluster.mgmd.clone());
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin).args(["mgm", "--mgmd", &mgmd]).args(&args).output().expect("run latsdb mgm")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "latsdb mgm failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    stdout
 }

@@ -1,0 +1,134 @@
+//! Real processes, two replicas: a table whose non-key columns are kept on
+//! disk holds several times the data memory of a node. Every row reads
+//! back by key and through a filtered scan, again after a system restart
+//! (every data node killed and started from its disk), and again from a
+//! node that was restarted from an empty disk (initial node restart) and
+//! serves alone.
+
+mod common;
+
+use common::{kill_all, mgm, restart, TestCluster};
+use latsdb_client::{Client, ClientOptions, Expr, Op, Scan, Table};
+use latsdb_types::{ColumnDef, ColumnType, IntWidth, Storage, TableSpec, Value};
+use std::sync::Arc;
+use std::time::Instant;
+
+const DATA_MEMORY_MB: u64 = 64;
+const ROWS: i64 = 200_000;
+const PAYLOAD: usize = 2000;
+const BATCH: i64 = 500;
+
+/// The payload of row `id`: its id, then bytes that depend on it.
+fn payload(id: i64) -> Vec<u8> {
+    let mut bytes = id.to_le_bytes().to_vec();
+    bytes.extend((0..PAYLOAD - 8).map(|i| (id as usize * 31 + i) as u8));
+    bytes
+}
+
+fn note(id: i64) -> String {
+    format!("note {id}")
+}
+
+async fn create(client: &Client) -> Arc<Table> {
+    let spec = TableSpec::new("d", "big")
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+        .column(ColumnDef::new("k", ColumnType::int(IntWidth::Int)))
+        .column(ColumnDef::new("note", ColumnType::VarChar(40)).storage(Storage::Disk))
+        .column(ColumnDef::new("payload", ColumnType::VarBinary(PAYLOAD as u32)).storage(Storage::Disk))
+        .primary_key(&["id"]);
+    client.create_table(spec).await.unwrap()
+}
+
+async fn load(client: &Client, table: &Arc<Table>) {
+    let started = Instant::now();
+    for first in (0..ROWS).step_by(BATCH as usize) {
+        let ops = (first..first + BATCH)
+            .map(|id| {
+                let values =
+                    vec![Value::Int(id), Value::Int(id % 100), Value::Str(note(id)), Value::Bytes(payload(id))];
+                Op::insert(table, values).unwrap()
+            })
+            .collect();
+        for r in client.batch(ops).await.unwrap() {
+            r.unwrap();
+        }
+    }
+    eprintln!("loaded {ROWS} rows of {PAYLOAD} bytes in {} ms", started.elapsed().as_millis());
+}
+
+/// Reads every row by key and checks it exactly; then a filtered scan.
+async fn check_all(client: &Client, table: &Arc<Table>, when: &str) {
+    let started = Instant::now();
+    for first in (0..ROWS).step_by(BATCH as usize) {
+        let ops = (first..first + BATCH).map(|id| Op::read(table, &[Value::Int(id)]).unwrap()).collect();
+        for (id, r) in (first..).zip(client.batch(ops).await.unwrap()) {
+            let outcome = r.unwrap_or_else(|e| panic!("{when}: reading row {id}: {e}"));
+            let row = outcome.into_row().unwrap_or_else(|| panic!("{when}: row {id} is missing"));
+            assert_eq!(row.get(1), Value::Int(id % 100), "{when}: k of row {id}");
+            assert_eq!(row.get(2), Value::Str(note(id)), "{when}: note of row {id}");
+            assert_eq!(row.get(3), Value::Bytes(payload(id)), "{when}: payload of row {id}");
+        }
+    }
+    // A filter on a disk column: notes that end in "77" (1 in 100 ids).
+    let filter = Expr::Like(Box::new(table.col("note").unwrap()), "%77".into());
+    let found = client.scan(table, Scan::all().filter(filter).columns(&["id", "note"])).await.unwrap();
+    let mut ids: Vec<i64> = found.iter().map(|r| r.get(0).as_i64().unwrap()).collect();
+    ids.sort_unstable();
+    let want: Vec<i64> = (0..ROWS).filter(|id| id % 100 == 77).collect();
+    assert_eq!(ids, want, "{when}: the filtered scan");
+    eprintln!("{when}: every row read back in {} ms", started.elapsed().as_millis());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_table_four_times_the_data_memory_survives_system_and_initial_node_restarts() {
+    let memory = DATA_MEMORY_MB.to_string();
+    let cluster = TestCluster::start(&[
+        "--replicas",
+        "2",
+        "--no-rest",
+        "--no-sql",
+        "--data-memory-mb",
+        &memory,
+        "--disk-page-cache-mb",
+        "16",
+    ]);
+    let data_dir = cluster.dir.path().join("data");
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let table = create(&client).await;
+    load(&client, &table).await;
+    let disk_bytes = ROWS as u64 * PAYLOAD as u64;
+    assert!(disk_bytes >= 4 * (DATA_MEMORY_MB << 20), "the table is not 4x the data memory");
+    let report = mgm(&cluster, &["report-memory"]).await;
+    assert!(report.contains("tablespace") && report.contains("hit rate"), "{report}");
+    eprintln!("{report}");
+    check_all(&client, &table, "after loading").await;
+
+    // Make the load durable, then crash every data node and start them again.
+    let durable =
+        Client::connect_with(&cluster.mgmd, ClientOptions { wait_durable: true, ..Default::default() }).await.unwrap();
+    let table_d = durable.refresh_table("d", "big").await.unwrap();
+    let last = vec![
+        Value::Int(ROWS - 1),
+        Value::Int((ROWS - 1) % 100),
+        Value::Str(note(ROWS - 1)),
+        Value::Bytes(payload(ROWS - 1)),
+    ];
+    for r in durable.batch(vec![Op::upsert(&table_d, last).unwrap()]).await.unwrap() {
+        r.unwrap();
+    }
+    let pids = common::datanode_pids(&mgm(&cluster, &["show"]).await);
+    assert_eq!(pids.len(), 2);
+    kill_all(&pids);
+    let started = Instant::now();
+    let (_nodes, client) = restart(&cluster, &data_dir, &["2", "3"]).await;
+    eprintln!("system restart took {} ms", started.elapsed().as_millis());
+    let table = client.refresh_table("d", "big").await.unwrap();
+    check_all(&client, &table, "after the system restart").await;
+
+    // Node 3 from an empty disk, then it alone serves every row.
+    let out = mgm(&cluster, &["3", "restart", "--initial", "--timeout", "300"]).await;
+    assert!(out.contains("data node 3: started"), "{out}");
+    let out = mgm(&cluster, &["2", "stop"]).await;
+    assert!(out.contains("not started"), "{out}");
+    check_all(&client, &table, "from node 3 alone after its initial node restart").await;
+}
