@@ -23,6 +23,13 @@ pub enum OnOffArg {
     Off,
 }
 
+/// Where the SQL node keeps the columns of new tables that name no `STORAGE`.
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+pub enum StorageArg {
+    Memory,
+    Disk,
+}
+
 #[derive(Args, Clone)]
 pub struct StartArgs {
     /// Folder for configuration, logs and data.
@@ -49,6 +56,9 @@ pub struct StartArgs {
     /// Largest tablespace per data node in MiB (0 = no limit but the disk's).
     #[arg(long, default_value_t = 0)]
     tablespace_mb: u64,
+    /// Where SQL keeps the columns of new tables that name no STORAGE (disk: their unindexed strings and binaries).
+    #[arg(long, value_enum, default_value = "memory")]
+    default_column_storage: StorageArg,
     /// Bind shard threads to CPUs of their own when there are enough (auto), or leave them to the OS (off).
     #[arg(long, value_enum, default_value = "auto")]
     cpu_bind: CpuBindArg,
@@ -377,6 +387,10 @@ fn cluster_config(args: &StartArgs) -> Result<ClusterConfig, String> {
         if let Some(mb) = args.checkpoint_trigger_mb {
             config.cluster.checkpoint_trigger_mb = mb;
         }
+        config.cluster.default_column_storage = match args.default_column_storage {
+            StorageArg::Memory => latsdb_types::Storage::Memory,
+            StorageArg::Disk => latsdb_types::Storage::Disk,
+        };
         config.validate().map_err(|e| e.message)?;
     }
     config.validate().map_err(|e| e.message)?;

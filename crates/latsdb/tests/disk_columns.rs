@@ -119,6 +119,11 @@ async fn a_disk_table_four_times_the_data_memory_survives_system_and_initial_nod
     let pids = common::datanode_pids(&mgm(&cluster, &["show"]).await);
     assert_eq!(pids.len(), 2);
     kill_all(&pids);
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while mgm(&cluster, &["show"]).await.matches("not started").count() < 2 {
+        assert!(Instant::now() < deadline, "the management server did not see the data nodes go");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let started = Instant::now();
     let (_nodes, client) = restart(&cluster, &data_dir, &["2", "3"]).await;
     eprintln!("system restart took {} ms", started.elapsed().as_millis());
@@ -131,4 +136,76 @@ async fn a_disk_table_four_times_the_data_memory_survives_system_and_initial_nod
     let out = mgm(&cluster, &["2", "stop"]).await;
     assert!(out.contains("not started"), "{out}");
     check_all(&client, &table, "from node 3 alone after its initial node restart").await;
+}
+
+/// An unmodified schema (sysbench's table, as its prepare creates it, plus
+/// a wide one) under `default_column_storage = disk`: its unindexed
+/// strings go to disk, its numbers stay in memory and can be indexed
+/// later; a full tablespace fails writes with MySQL's 1114, naming the
+/// setting, and every row written before reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_default_puts_unmodified_tables_on_disk_and_a_full_tablespace_says_so() {
+    let cluster = TestCluster::start(&[
+        "--replicas",
+        "2",
+        "--no-rest",
+        "--threads",
+        "1",
+        "--default-column-storage",
+        "disk",
+        "--tablespace-mb",
+        "32",
+    ]);
+    let schema = "CREATE DATABASE sb; USE sb; \
+        CREATE TABLE sbtest1 (id INTEGER NOT NULL AUTO_INCREMENT, k INTEGER DEFAULT '0' NOT NULL, \
+        c CHAR(120) DEFAULT '' NOT NULL, pad CHAR(60) DEFAULT '' NOT NULL, PRIMARY KEY (id)); \
+        CREATE INDEX k_1 ON sbtest1(k); \
+        CREATE TABLE wide (id BIGINT PRIMARY KEY, body VARCHAR(4000)); \
+        SHOW CREATE TABLE sbtest1;";
+    let (ok, out, err) = common::mariadb(&cluster, &[], schema);
+    assert!(ok, "{err}");
+    assert!(out.contains("`c` char(120) NOT NULL DEFAULT '' /*!50120 STORAGE DISK */"), "{out}");
+    assert!(out.contains("`pad` char(60) NOT NULL DEFAULT '' /*!50120 STORAGE DISK */"), "{out}");
+    assert!(!out.contains("`k` int NOT NULL DEFAULT '0' /*!50120"), "k stays in memory: {out}");
+
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let wide = client.refresh_table("sb", "wide").await.unwrap();
+    let body = |id: i64| format!("{id:08}{}", "b".repeat(3992));
+    let mut stored = 0i64;
+    let mut full = None;
+    'load: for first in (0..100_000i64).step_by(100) {
+        let ops = (first..first + 100)
+            .map(|id| Op::insert(&wide, vec![Value::Int(id), Value::Str(body(id))]).unwrap())
+            .collect();
+        for r in client.batch(ops).await.unwrap() {
+            match r {
+                Ok(_) => stored += 1,
+                Err(e) => {
+                    full = Some(e);
+                    break 'load;
+                }
+            }
+        }
+    }
+    let e = full.expect("32 MiB of tablespace never filled up");
+    assert_eq!(e.code, latsdb_types::ErrorCode::TableFull, "{e}");
+    assert!(e.message.contains("tablespace_mb"), "the error names the setting: {}", e.message);
+    assert!(stored > 4_000, "only {stored} rows of 4 KB fit 32 MiB");
+    let (ok, _, err) = common::mariadb(&cluster, &["sb"], "INSERT INTO wide VALUES (-1, REPEAT('x', 4000));");
+    assert!(!ok && err.contains("ERROR 1114"), "{err}");
+    // The node keeps serving: every row stored reads back.
+    let ops = (0..stored).map(|id| Op::read(&wide, &[Value::Int(id)]).unwrap()).collect();
+    for (id, r) in (0..).zip(client.batch(ops).await.unwrap()) {
+        let row = r.unwrap().into_row().unwrap_or_else(|| panic!("row {id} is missing"));
+        assert_eq!(row.get(1), Value::Str(body(id)));
+    }
+    // Deleting rows gives their space back to new ones.
+    let ops = (0..100).map(|id| Op::delete(&wide, &[Value::Int(id)]).unwrap()).collect();
+    for r in client.batch(ops).await.unwrap() {
+        r.unwrap();
+    }
+    let ops = (0..50).map(|id| Op::insert(&wide, vec![Value::Int(-id - 10), Value::Str(body(id))]).unwrap()).collect();
+    for r in client.batch(ops).await.unwrap() {
+        r.unwrap();
+    }
 }

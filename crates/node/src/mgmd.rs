@@ -312,6 +312,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         .heartbeat(config.cluster.heartbeat_interval_ms, config.cluster.heartbeat_missed)
         .epoch_interval_ms(config.cluster.epoch_interval_ms)
         .checkpoint_trigger_mb(config.cluster.checkpoint_trigger_mb)
+        .default_column_storage(config.cluster.default_column_storage)
         .build();
     let persisted = match &opts.data_dir {
         Some(dir) => {

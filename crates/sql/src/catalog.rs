@@ -11,7 +11,7 @@ use crate::plan::{table_name, VirtualTable};
 use crate::session::{Response, ResultColumn, Session, Shared, SYSTEM_DATABASE};
 use latsdb_client::Op;
 use latsdb_types::schema::{
-    validate_name, ColumnChange, ColumnDef, ColumnType, IntWidth, TableDef, TableSpec, HIDDEN_KEY_COLUMN,
+    validate_name, ColumnChange, ColumnDef, ColumnType, IntWidth, Storage, TableDef, TableSpec, HIDDEN_KEY_COLUMN,
 };
 use latsdb_types::{Collation, ErrorCode, Value};
 use sqlparser::ast::{self, ColumnOption, DataType, Statement, TableConstraint};
@@ -782,6 +782,13 @@ async fn column_changes(
                         spec.def.collation.name()
                     )));
                 }
+                if spec.storage.is_some_and(|s| s != current.storage) {
+                    return Err(SqlError::unsupported(format!(
+                        "moving column '{}' to STORAGE {} is not supported yet: copy the table into a new one whose column says where it lives",
+                        current.name,
+                        spec.storage.unwrap_or_default().keyword()
+                    )));
+                }
                 if spec.auto_increment != is_auto || spec.unique || (spec.primary_key && !in_key) {
                     return Err(SqlError::unsupported(format!(
                         "changing AUTO_INCREMENT, UNIQUE or PRIMARY KEY of column '{}' with CHANGE/MODIFY is not supported",
@@ -1004,6 +1011,8 @@ struct ColumnSpec {
     auto_increment: bool,
     /// `DEFAULT CURRENT_TIMESTAMP` (or NOW()): filled in when rows are written.
     default_now: bool,
+    /// `STORAGE DISK|MEMORY` on the column, if it says.
+    storage: Option<Storage>,
 }
 
 /// A column's DEFAULT as the value it stores, fitted to the column; `None`
@@ -1042,6 +1051,62 @@ fn charset_collation(name: &str) -> SqlResult<Collation> {
             format!("Unknown character set: '{name}' (latsdb stores text as utf8mb4; use utf8mb4, utf8mb3, latin1, ascii or binary)"),
         )
     })
+}
+
+/// The table option `STORAGE DISK|MEMORY` (also as `TABLESPACE name
+/// STORAGE ...`), if given.
+fn table_storage(options: &ast::CreateTableOptions) -> SqlResult<Option<Storage>> {
+    let list = match options {
+        ast::CreateTableOptions::None => return Ok(None),
+        ast::CreateTableOptions::With(l)
+        | ast::CreateTableOptions::Options(l)
+        | ast::CreateTableOptions::Plain(l)
+        | ast::CreateTableOptions::TableProperties(l) => l,
+    };
+    Ok(list.iter().rev().find_map(|option| match option {
+        ast::SqlOption::TableSpace(ast::TablespaceOption { storage: Some(kind), .. }) => Some(match kind {
+            ast::StorageType::Disk => Storage::Disk,
+            ast::StorageType::Memory => Storage::Memory,
+        }),
+        _ => None,
+    }))
+}
+
+/// Decides where each column of a new table lives: where it says, else
+/// where the table (or the cluster's default) says. A table on disk keeps
+/// in memory its indexed columns and its columns of fixed size (numbers,
+/// dates: a disk reference would take about their room, and an index
+/// created later can still use them); a column that says `STORAGE DISK`
+/// goes to disk whatever its type, unless an index names it, which is an
+/// error.
+fn place_columns(
+    columns: &mut [ColumnDef],
+    declared: &[Option<Storage>],
+    indexed: &[&String],
+    table: Storage,
+) -> SqlResult<()> {
+    // A hidden key column was put first: it has no declaration.
+    let offset = columns.len() - declared.len();
+    for (i, column) in columns.iter_mut().enumerate() {
+        let is_indexed = indexed.iter().any(|c| c.eq_ignore_ascii_case(&column.name));
+        let declared = if i < offset { Some(Storage::Memory) } else { declared[i - offset] };
+        column.storage = match declared {
+            Some(Storage::Disk) if is_indexed => {
+                return Err(SqlError::new(
+                    1089,
+                    "HY000",
+                    format!(
+                        "column '{}' is STORAGE DISK but an index or the primary key names it: indexed columns stay in memory; declare it STORAGE MEMORY",
+                        column.name
+                    ),
+                ))
+            }
+            Some(storage) => storage,
+            None if table == Storage::Disk && !is_indexed && column.ty.fixed_size().is_none() => Storage::Disk,
+            None => Storage::Memory,
+        };
+    }
+    Ok(())
 }
 
 /// The collation a new table gives text columns that name none: its
@@ -1108,6 +1173,7 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) 
         unique: false,
         auto_increment: false,
         default_now: false,
+        storage: None,
     };
     for o in &c.options {
         match &o.option {
@@ -1157,6 +1223,10 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) 
                     spec.def = spec.def.collated(collation);
                 }
             }
+            ColumnOption::Comment(text) if text.starts_with(crate::parse::STORAGE_MARKER) => {
+                let disk = text.ends_with("DISK");
+                spec.storage = Some(if disk { Storage::Disk } else { Storage::Memory });
+            }
             ColumnOption::Comment(_) | ColumnOption::OnUpdate(_) => {}
             other => return Err(SqlError::unsupported(format!("column option {other} is not supported"))),
         }
@@ -1198,7 +1268,9 @@ async fn add_columns(
                 "ADD COLUMN {name} FIRST/AFTER is not supported: new columns go after the existing ones (drop the position clause)"
             )));
         }
-        let spec = column_spec(session, c, shown_table_collation(&def))?;
+        let mut spec = column_spec(session, c, shown_table_collation(&def))?;
+        // Refused below for a disk column (tables with disk columns add none).
+        spec.def.storage = spec.storage.unwrap_or_default();
         if spec.primary_key || spec.auto_increment {
             return Err(SqlError::unsupported(format!(
                 "ADD COLUMN {name} with PRIMARY KEY or AUTO_INCREMENT is not supported: a table's primary key is fixed when it is created"
@@ -1275,6 +1347,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     // (name, columns, unique), created in this order after the table.
     let mut indexes: Vec<(String, Vec<String>, bool)> = Vec::new();
     let mut unique_columns = Vec::new();
+    let mut declared_storage = Vec::new();
     let collation = match table_collation(&ct.table_options)? {
         Some(c) => c,
         None => database_collation(&shared, &db).await?,
@@ -1297,6 +1370,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
             }
             auto = Some(c.name.value.clone());
         }
+        declared_storage.push(column.storage);
         columns.push(column.def);
     }
     let mut uniques: Vec<(Option<&ast::Ident>, Vec<String>)> =
@@ -1370,6 +1444,9 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     if let Some(key_column) = missing {
         return Err(SqlError::new(1072, "42000", format!("Key column '{key_column}' doesn't exist in table")));
     }
+    let indexed: Vec<&String> = primary.iter().chain(indexes.iter().flat_map(|(_, cols, _)| cols)).collect();
+    let table_storage = table_storage(&ct.table_options)?.unwrap_or(shared.client.layout().default_column_storage);
+    place_columns(&mut columns, &declared_storage, &indexed, table_storage)?;
     let spec = TableSpec { database: db.clone(), name: t.clone(), columns, primary_key: primary, partitions: 0 };
     let table = match shared.client.create_table(spec).await {
         Ok(t) => t,
@@ -1471,6 +1548,10 @@ pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
             l.push_str(&format!(" DEFAULT {}", quote(d)));
         } else if c.nullable {
             l.push_str(" DEFAULT NULL");
+        }
+        if c.storage == Storage::Disk {
+            // As NDB shows it: a version comment MySQL servers read too.
+            l.push_str(" /*!50120 STORAGE DISK */");
         }
         lines.push(l);
     }

@@ -1,7 +1,10 @@
-//! SQL text to statements: sqlparser's MySQL dialect, after two token
-//! rewrites it does not do itself: each `?` gets its position (so
-//! parameters bind in text order whatever the planner visits first), and
-//! `LOCK IN SHARE MODE` becomes the equivalent `FOR SHARE`.
+//! SQL text to statements: sqlparser's MySQL dialect, after token
+//! rewrites of what it does not read itself: each `?` gets its position (so
+//! parameters bind in text order whatever the planner visits first),
+//! `LOCK IN SHARE MODE` becomes the equivalent `FOR SHARE`, and NDB's
+//! `STORAGE DISK|MEMORY` becomes a column comment the catalog recognizes
+//! (`STORAGE_MARKER`) or, as a table option, the `TABLESPACE ... STORAGE`
+//! option the parser reads.
 
 use crate::error::{SqlError, SqlResult, ER_EMPTY_QUERY};
 use sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr, Statement, VisitMut, VisitorMut};
@@ -17,6 +20,11 @@ use std::ops::ControlFlow;
 /// does): byte `b` becomes `BYTE_CHARS + b`, a private-use character, and
 /// string literals holding such characters become binary values again.
 pub const BYTE_CHARS: u32 = 0x10_FF00;
+
+/// A column comment that stands for the column option `STORAGE DISK` or
+/// `STORAGE MEMORY` (followed by the keyword), which sqlparser does not
+/// read. It starts with a NUL, which a comment typed in SQL does not.
+pub const STORAGE_MARKER: &str = "\u{0}latsdb storage ";
 
 /// The query as text; invalid UTF-8 bytes are carried losslessly (see
 /// `BYTE_CHARS`).
@@ -76,10 +84,25 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
     let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
     let mut params = 0;
     let mut i = 0;
+    let mut depth = 0usize;
+    let mut statement: Option<Keyword> = None;
     while i < tokens.len() {
         let t = tokens[i];
         // Rewritten tokens keep the place of what they replace.
         let at = |token: Token| TokenWithSpan { token, span: spanned[i].span };
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            Token::SemiColon => (depth, statement) = (0, None),
+            Token::Word(w) if statement.is_none() => statement = Some(w.keyword),
+            _ => {}
+        }
+        let in_table = matches!(statement, Some(Keyword::CREATE | Keyword::ALTER));
+        if let Some((rewritten, next)) = in_table.then(|| storage_clause(&tokens, i, depth, statement)).flatten() {
+            out.extend(rewritten.into_iter().map(at));
+            i = next;
+            continue;
+        }
         if matches!(t, Token::Placeholder(p) if p == "?") {
             out.push(at(Token::Placeholder(format!("?{params}"))));
             params += 1;
@@ -193,6 +216,52 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
         let _ = statements.visit(&mut { items });
     }
     Ok(Parsed { statements, params })
+}
+
+/// NDB's `STORAGE DISK|MEMORY` at `tokens[i]`, rewritten into what the
+/// parser reads, and the index after it. Inside the parentheses of a
+/// CREATE TABLE, and anywhere in an ALTER TABLE, it is a column option;
+/// after them, a table option. `TABLESPACE name STORAGE DISK` is left to
+/// the parser.
+fn storage_clause(
+    tokens: &[&Token],
+    i: usize,
+    depth: usize,
+    statement: Option<Keyword>,
+) -> Option<(Vec<Token>, usize)> {
+    if !is_word(tokens[i], Keyword::STORAGE) {
+        return None;
+    }
+    let significant = |from: usize| (from..tokens.len()).find(|&j| !matches!(tokens[j], Token::Whitespace(_)));
+    let value = significant(i + 1)?;
+    let kind = match tokens[value] {
+        Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_uppercase(),
+        _ => return None,
+    };
+    if kind != "DISK" && kind != "MEMORY" {
+        return None;
+    }
+    let before: Vec<&Token> =
+        tokens[..i].iter().rev().filter(|t| !matches!(t, Token::Whitespace(_))).take(2).copied().collect();
+    if before.get(1).is_some_and(|t| is_word(t, Keyword::TABLESPACE)) {
+        return None;
+    }
+    let space = || Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
+    let column_option = depth > 0 || statement == Some(Keyword::ALTER);
+    let rewritten = if column_option {
+        vec![word("COMMENT", Keyword::COMMENT), space(), Token::SingleQuotedString(format!("{STORAGE_MARKER}{kind}"))]
+    } else {
+        vec![
+            word("TABLESPACE", Keyword::TABLESPACE),
+            space(),
+            Token::make_word("latsdb", None),
+            space(),
+            word("STORAGE", Keyword::STORAGE),
+            space(),
+            Token::make_word(&kind, None),
+        ]
+    };
+    Some((rewritten, value + 1))
 }
 
 /// Whether the next token starts a statement: only whitespace and

@@ -103,14 +103,15 @@ impl DiskPages {
         &self.space
     }
 
-    /// Whether `growth` more bytes of records (with their slots) fit under
-    /// the configured limit.
+    /// Whether a record of `growth` more bytes (with its slot) fits under
+    /// the configured limit: in a new page, or in the free bytes of a page
+    /// the tablespace has.
     pub fn has_room(&self, growth: u64) -> bool {
         if self.limit_bytes == 0 {
             return true;
         }
         let file_bytes = self.space.pages() as u64 * PAGE_BYTES as u64;
-        file_bytes + PAGE_BYTES as u64 <= self.limit_bytes || self.space.free_bytes() >= growth
+        file_bytes + PAGE_BYTES as u64 <= self.limit_bytes || self.space.largest_free() as u64 >= growth
     }
 
     pub fn limit_bytes(&self) -> u64 {

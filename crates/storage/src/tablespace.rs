@@ -193,6 +193,11 @@ impl Tablespace {
         self.free_total
     }
 
+    /// The most free bytes of any one page (a record needs them in one).
+    pub fn largest_free(&self) -> u16 {
+        self.free.last().map_or(0, |(free, _)| *free)
+    }
+
     /// Pages in the cache now.
     pub fn cached_pages(&self) -> usize {
         self.frames.len()

@@ -43,6 +43,10 @@ pub struct ClusterSection {
     /// since its last one started (REDO behind a completed checkpoint is deleted); 0
     /// disables checkpoints (REDO then grows).
     pub checkpoint_trigger_mb: u64,
+    /// Where a SQL node keeps the columns of a new table that name no
+    /// `STORAGE`: "memory", or "disk" for its columns of variable size
+    /// (strings and binaries) that no index of the CREATE TABLE names.
+    pub default_column_storage: crate::schema::Storage,
 }
 
 impl Default for ClusterSection {
@@ -57,6 +61,7 @@ impl Default for ClusterSection {
             heartbeat_missed: 5,
             epoch_interval_ms: 100,
             checkpoint_trigger_mb: 64,
+            default_column_storage: crate::schema::Storage::Memory,
         }
     }
 }

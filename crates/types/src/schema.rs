@@ -231,6 +231,7 @@ pub struct ColumnDef {
 /// key and a 6-byte reference to that record stay in memory. Columns of
 /// the primary key and of ordered indexes always stay in memory.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
 pub enum Storage {
     #[default]
     Memory,

@@ -218,6 +218,7 @@ impl Gen {
             .node_groups(1)
             .durable_epoch(self.epoch())
             .first_view(ViewNumber(self.u64()))
+            .default_column_storage(*self.0.pick(&[Storage::Memory, Storage::Disk]))
             .build()
     }
     fn shard_memory(&mut self) -> ShardMemory {

@@ -369,3 +369,17 @@ pub async fn mgm(cluster: &TestCluster, args: &[&str]) -> String {
     assert!(out.status.success(), "latsdb mgm failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
     stdout
 }
+
+pub fn host_port(cluster: &TestCluster) -> (String, String) {
+    let (h, p) = cluster.sql.rsplit_once(':').expect("the launcher printed the SQL node's address");
+    (h.to_string(), p.to_string())
+}
+
+/// The mariadb client in batch mode; returns (success, stdout, stderr).
+pub fn mariadb(cluster: &TestCluster, extra: &[&str], script: &str) -> (bool, String, String) {
+    let (host, port) = host_port(cluster);
+    let mut cmd = Command::new("mariadb");
+    cmd.args(["-h", &host, "-P", &port, "-u", "root", "--batch", "--connect-timeout=10"]).args(extra);
+    let (status, out, err) = run_bounded(&mut cmd, Some(script), Duration::from_secs(60));
+    (status.success(), out, err)
+}

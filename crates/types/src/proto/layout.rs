@@ -64,6 +64,10 @@ pub struct ClusterLayout {
     /// late message of a process that died with the cluster is stale.
     #[serde(default)]
     pub first_view: ViewNumber,
+    /// Where a SQL node puts the columns of a new table that say nothing
+    /// (`[cluster] default_column_storage`).
+    #[serde(default)]
+    pub default_column_storage: crate::schema::Storage,
 }
 
 impl ClusterLayout {
@@ -186,6 +190,7 @@ impl ClusterLayout {
                 checkpoint_trigger_mb: 64,
                 durable_epoch: CommitEpoch::NONE,
                 first_view: ViewNumber::NONE,
+                default_column_storage: crate::schema::Storage::Memory,
             },
         }
     }
@@ -244,6 +249,11 @@ impl ClusterLayoutBuilder {
 
     pub fn checkpoint_trigger_mb(mut self, mb: u64) -> Self {
         self.layout.checkpoint_trigger_mb = mb;
+        self
+    }
+
+    pub fn default_column_storage(mut self, storage: crate::schema::Storage) -> Self {
+        self.layout.default_column_storage = storage;
         self
     }
 
