@@ -18,7 +18,7 @@ use latsdb_types::proto::{
     NodeRecovery, NodeStatus, OpKind, OpResult, PeerMsg, Router, SchemaChange, ShardAddr, TxId, ViewNumber,
 };
 use latsdb_types::rng::Rng;
-use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, Storage, TableDef, TableSpec};
 use latsdb_types::{ErrorCode, TableMeta, Value};
 use network::{Endpoint, Payload};
 use std::cmp::Reverse;
@@ -308,7 +308,8 @@ fn new_shard(
         lease: lease.clone(),
         durable: true,
         node_shards: cfg.shards_per_node,
-        pages: latsdb_cluster::PagesConfig::default(),
+        // A cache of a few pages, so that pages are evicted and read again.
+        pages: latsdb_cluster::PagesConfig { cache_pages: 4, limit_bytes: 0 },
     };
     let mut shard = Shard::new(shard_cfg, layout.clone());
     shard
@@ -382,7 +383,9 @@ impl World {
         let spec = TableSpec::new("sim", "accounts")
             .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
             .column(ColumnDef::new("balance", ColumnType::int(IntWidth::Big)).not_null())
-            .column(ColumnDef::new("version", ColumnType::int(IntWidth::Big)).not_null())
+            // On the shards' tablespace pages, so that every run drives
+            // the disk columns through commits, restarts and copies.
+            .column(ColumnDef::new("version", ColumnType::int(IntWidth::Big)).not_null().storage(Storage::Disk))
             .primary_key(&["id"]);
         let partitions = (cfg.nodes as u32 * cfg.shards_per_node as u32 * 2).max(4);
         let def = TableDef::from_spec(&spec, 1, partitions).map_err(|e| e.to_string())?;

@@ -773,7 +773,7 @@ mod tests {
         let mut on_disk = Partition::for_table(&disk, &pages);
         let mut in_memory = Partition::new(&memory);
         let metas = (&disk, &memory);
-        let mut both = (&mut on_disk, &mut in_memory);
+        let both = (&mut on_disk, &mut in_memory);
         let mut apply = |id: i64, row: Option<Vec<u8>>| {
             let key = key(metas.0, &[0], id);
             match row {
