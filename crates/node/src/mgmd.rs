@@ -162,17 +162,18 @@ struct IndexDefV0 {
     columns: Vec<latsdb_types::schema::ColumnId>,
 }
 
-impl From<PersistedV0> for Persisted {
-    fn from(old: PersistedV0) -> Persisted {
+/// Format 0 is read as format 1 without added columns, then migrated on.
+impl From<PersistedV0> for PersistedV1 {
+    fn from(old: PersistedV0) -> PersistedV1 {
         let tables = old
             .tables
             .into_iter()
-            .map(|t| TableDef {
+            .map(|t| TableDefV1 {
                 id: t.id,
                 version: t.version,
                 database: t.database,
                 name: t.name,
-                columns: t.columns.into_iter().map(Into::into).collect(),
+                columns: t.columns,
                 primary_key: t.primary_key,
                 partitions: t.partitions,
                 indexes: t
@@ -189,7 +190,7 @@ impl From<PersistedV0> for Persisted {
                 added_parts: Vec::new(),
             })
             .collect();
-        Persisted {
+        PersistedV1 {
             tables,
             next_table_id: old.next_table_id,
             durable_epoch: old.durable_epoch,
@@ -222,7 +223,9 @@ fn load_state(dir: &std::path::Path) -> Result<Persisted> {
     // `whole` checked the 12-byte header is there.
     let format = u64::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11]]);
     match format {
-        0 => proto::decode_body::<PersistedV0>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
+        0 => proto::decode_body::<PersistedV0>(&bytes[12..])
+            .map(|v0| Persisted::from(PersistedV1::from(v0)))
+            .map_err(unreadable),
         1 => proto::decode_body::<PersistedV1>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
         STATE_FORMAT => proto::decode_body(&bytes[12..]).map_err(unreadable),
         newer => Err(DbError::new(

@@ -1053,16 +1053,21 @@ fn charset_collation(name: &str) -> SqlResult<Collation> {
     })
 }
 
-/// The table option `STORAGE DISK|MEMORY` (also as `TABLESPACE name
-/// STORAGE ...`), if given.
-fn table_storage(options: &ast::CreateTableOptions) -> SqlResult<Option<Storage>> {
-    let list = match options {
-        ast::CreateTableOptions::None => return Ok(None),
+/// The options of a CREATE TABLE, however they were written.
+fn option_list(options: &ast::CreateTableOptions) -> &[ast::SqlOption] {
+    match options {
+        ast::CreateTableOptions::None => &[],
         ast::CreateTableOptions::With(l)
         | ast::CreateTableOptions::Options(l)
         | ast::CreateTableOptions::Plain(l)
         | ast::CreateTableOptions::TableProperties(l) => l,
-    };
+    }
+}
+
+/// The table option `STORAGE DISK|MEMORY` (also as `TABLESPACE name
+/// STORAGE ...`), if given.
+fn table_storage(options: &ast::CreateTableOptions) -> SqlResult<Option<Storage>> {
+    let list = option_list(options);
     Ok(list.iter().rev().find_map(|option| match option {
         ast::SqlOption::TableSpace(ast::TablespaceOption { storage: Some(kind), .. }) => Some(match kind {
             ast::StorageType::Disk => Storage::Disk,
@@ -1114,13 +1119,7 @@ fn place_columns(
 /// CHARSET` (case-insensitive for utf8mb4, as in MySQL); None when it names
 /// neither (its database's then applies).
 fn table_collation(options: &ast::CreateTableOptions) -> SqlResult<Option<Collation>> {
-    let list = match options {
-        ast::CreateTableOptions::None => return Ok(None),
-        ast::CreateTableOptions::With(l)
-        | ast::CreateTableOptions::Options(l)
-        | ast::CreateTableOptions::Plain(l)
-        | ast::CreateTableOptions::TableProperties(l) => l,
-    };
+    let list = option_list(options);
     let (mut collate, mut charset) = (None, None);
     for option in list {
         if let ast::SqlOption::KeyValue { key, value } = option {
