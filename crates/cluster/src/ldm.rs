@@ -1325,8 +1325,11 @@ fn check_tablespace(
         partition.check_row(row)?;
     }
     let growth = partition.disk_growth(key, new);
+    // A record that grows may have to move to another page whole, so the
+    // room asked for is its new length, not its growth.
+    let need = new.map_or(0, |row| partition.disk_len(row)) as u64 + 4;
     let pages = latsdb_storage::pages::DiskPages::lock(pages);
-    if growth > 0 && !pages.has_room(growth as u64 + 4) {
+    if growth > 0 && !pages.has_room(need) {
         return Err(DbError::new(
             ErrorCode::TableFull,
             format!(

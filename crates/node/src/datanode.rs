@@ -325,7 +325,11 @@ fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<S
     let (node_id, port, threads, data_memory_mb) = (*node_id, *port, *threads, *data_memory_mb);
     let pages = latsdb_cluster::PagesConfig {
         cache_pages: ((*disk_page_cache_mb << 20) / threads as u64 / latsdb_cluster::PAGE_BYTES as u64) as usize,
-        limit_bytes: (*tablespace_mb << 20) / threads as u64,
+        // At least a few pages per shard when there is a limit at all.
+        limit_bytes: match *tablespace_mb {
+            0 => 0,
+            mb => ((mb << 20) / threads as u64).max(4 * latsdb_cluster::PAGE_BYTES as u64),
+        },
     };
     let placeholder = ClusterLayout::builder(String::new()).version(0).mgmd(0, opts.mgmd.clone()).build();
     let mut shards: Vec<ShardHandle> = Vec::new();

@@ -85,7 +85,8 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
     let mut params = 0;
     let mut i = 0;
     let mut depth = 0usize;
-    let mut statement: Option<Keyword> = None;
+    // The first two words of the statement (CREATE TABLE, ALTER TABLE).
+    let mut statement: Vec<Keyword> = Vec::new();
     while i < tokens.len() {
         let t = tokens[i];
         // Rewritten tokens keep the place of what they replace.
@@ -93,12 +94,16 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
         match t {
             Token::LParen => depth += 1,
             Token::RParen => depth = depth.saturating_sub(1),
-            Token::SemiColon => (depth, statement) = (0, None),
-            Token::Word(w) if statement.is_none() => statement = Some(w.keyword),
+            Token::SemiColon => (depth, statement) = (0, Vec::new()),
+            Token::Word(w) if statement.len() < 2 => statement.push(w.keyword),
             _ => {}
         }
-        let in_table = matches!(statement, Some(Keyword::CREATE | Keyword::ALTER));
-        if let Some((rewritten, next)) = in_table.then(|| storage_clause(&tokens, i, depth, statement)).flatten() {
+        let table = match statement[..] {
+            [Keyword::CREATE, Keyword::TABLE] => Some(Keyword::CREATE),
+            [Keyword::ALTER, Keyword::TABLE] => Some(Keyword::ALTER),
+            _ => None,
+        };
+        if let Some((rewritten, next)) = table.and_then(|kind| storage_clause(&tokens, i, depth, kind)) {
             out.extend(rewritten.into_iter().map(at));
             i = next;
             continue;
@@ -223,12 +228,7 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
 /// CREATE TABLE, and anywhere in an ALTER TABLE, it is a column option;
 /// after them, a table option. `TABLESPACE name STORAGE DISK` is left to
 /// the parser.
-fn storage_clause(
-    tokens: &[&Token],
-    i: usize,
-    depth: usize,
-    statement: Option<Keyword>,
-) -> Option<(Vec<Token>, usize)> {
+fn storage_clause(tokens: &[&Token], i: usize, depth: usize, statement: Keyword) -> Option<(Vec<Token>, usize)> {
     if !is_word(tokens[i], Keyword::STORAGE) {
         return None;
     }
@@ -246,8 +246,16 @@ fn storage_clause(
     if before.get(1).is_some_and(|t| is_word(t, Keyword::TABLESPACE)) {
         return None;
     }
+    // A column named `storage` (`(storage disk_type ...`, `CHANGE storage
+    // disk ...`, `ADD COLUMN storage ...`), not the option.
+    let names_a_column = [Keyword::CHANGE, Keyword::COLUMN, Keyword::MODIFY, Keyword::ADD];
+    let first = before.first();
+    if first.is_some_and(|t| names_a_column.iter().any(|k| is_word(t, *k)) || matches!(t, Token::LParen | Token::Comma))
+    {
+        return None;
+    }
     let space = || Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
-    let column_option = depth > 0 || statement == Some(Keyword::ALTER);
+    let column_option = depth > 0 || statement == Keyword::ALTER;
     let rewritten = if column_option {
         vec![word("COMMENT", Keyword::COMMENT), space(), Token::SingleQuotedString(format!("{STORAGE_MARKER}{kind}"))]
     } else {
@@ -513,5 +521,22 @@ mod tests {
         // Deep nesting is refused, not a stack overflow.
         let deep = format!("SELECT {}1{}", "(".repeat(10_000), ")".repeat(10_000));
         assert!(parse(&deep).is_err());
+    }
+
+    #[test]
+    fn storage_options_are_read_only_where_they_are_options() {
+        let text = |sql: &str| parse(sql).unwrap().statements[0].to_string();
+        let create = text("CREATE TABLE t (a INT STORAGE DISK, b INT) /*!50100 STORAGE DISK */");
+        assert!(create.contains(&format!("COMMENT '{STORAGE_MARKER}DISK'")), "{create}");
+        assert!(create.contains("TABLESPACE latsdb STORAGE DISK"), "{create}");
+        let ndb = text("CREATE TABLE t (a INT) TABLESPACE ts1 STORAGE MEMORY");
+        assert!(ndb.contains("TABLESPACE ts1 STORAGE MEMORY"), "{ndb}");
+        // A column named `storage` is no option.
+        let rename = text("ALTER TABLE t CHANGE storage memory TEXT");
+        assert!(!rename.contains(STORAGE_MARKER), "{rename}");
+        let view = text("CREATE VIEW v AS SELECT storage memory FROM t");
+        assert!(!view.contains("TABLESPACE"), "{view}");
+        let modify = text("ALTER TABLE t MODIFY c TEXT STORAGE MEMORY");
+        assert!(modify.contains(&format!("{STORAGE_MARKER}MEMORY")), "{modify}");
     }
 }

@@ -138,6 +138,11 @@ impl Partition {
         }
     }
 
+    /// Bytes of the disk part of `row` (0 for a table without disk columns).
+    pub fn disk_len(&self, row: &[u8]) -> usize {
+        self.disk.as_ref().map_or(0, |split| split.disk_len(row))
+    }
+
     /// How many bytes of records the tablespace gains if `key` gets `row`
     /// (None deletes); 0 for a table without disk columns.
     pub fn disk_growth(&self, key: &[u8], row: Option<&[u8]>) -> isize {

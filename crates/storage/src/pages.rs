@@ -110,8 +110,13 @@ impl DiskPages {
         if self.limit_bytes == 0 {
             return true;
         }
+        !self.at_limit() || self.space.largest_free() as u64 >= growth
+    }
+
+    /// Whether another page would take the file past its limit.
+    fn at_limit(&self) -> bool {
         let file_bytes = self.space.pages() as u64 * PAGE_BYTES as u64;
-        file_bytes + PAGE_BYTES as u64 <= self.limit_bytes || self.space.largest_free() as u64 >= growth
+        self.limit_bytes > 0 && file_bytes + PAGE_BYTES as u64 > self.limit_bytes
     }
 
     pub fn limit_bytes(&self) -> u64 {
@@ -130,7 +135,19 @@ impl DiskPages {
     }
 
     pub fn insert(&mut self, record: &[u8]) -> DiskRef {
+        // At the limit, the tablespace would start a new page rather than
+        // read one with room: read it first (`has_room` counted it).
+        let room = if self.at_limit() { self.space.page_with_room(record.len() + 4) } else { None };
+        if let Some(page) = room {
+            if self.space.pin(page).is_err() {
+                self.do_io();
+                self.space.pin(page).expect("the page was read just now");
+            }
+        }
         let at = self.space.insert(record);
+        if let Some(page) = room {
+            self.space.unpin(page);
+        }
         self.do_io();
         at
     }
@@ -244,5 +261,26 @@ mod tests {
         }
         assert!(pages.tablespace().pages() as u64 * PAGE_BYTES as u64 <= limit);
         assert_eq!(stored, 9, "three records of 5,000 bytes fit a 16 KiB page");
+    }
+
+    #[test]
+    fn at_its_limit_a_tablespace_reuses_room_in_pages_the_cache_let_go() {
+        let limit = 8 * PAGE_BYTES as u64;
+        let mut pages =
+            DiskPages::new(PagesConfig { cache_pages: 4, limit_bytes: limit }, Box::<MemoryPages>::default());
+        let record = vec![1u8; 5000];
+        let at: Vec<DiskRef> = (0..24).map(|_| pages.insert(&record)).collect();
+        assert_eq!(pages.tablespace().pages(), 8);
+        assert!(!pages.has_room(5004), "eight pages of three records are full");
+        pages.delete(at[0]);
+        // Reading the records of the last pages pushes page 0 out again.
+        for &later in &at[12..] {
+            pages.read_into(later, &mut Vec::new());
+        }
+        assert!(pages.has_room(5004));
+        pages.insert(&record);
+        assert_eq!(pages.tablespace().pages(), 8, "an insert at the limit started a new page");
+        assert!(!pages.has_room(5004));
+        pages.check();
     }
 }

@@ -198,6 +198,13 @@ impl Tablespace {
         self.free.last().map_or(0, |(free, _)| *free)
     }
 
+    /// A page with at least `need` free bytes, cached or not (the one with
+    /// the least that has them).
+    pub fn page_with_room(&self, need: usize) -> Option<u32> {
+        let need = u16::try_from(need).ok()?;
+        self.free.range((need, 0)..).next().map(|(_, page)| *page)
+    }
+
     /// Pages in the cache now.
     pub fn cached_pages(&self) -> usize {
         self.frames.len()
