@@ -11,7 +11,7 @@ use crate::Rng;
 use clap::Args;
 use hdrhistogram::Histogram;
 use latsdb_client::{Client, Found, Lookups, Op, Outcome, Table};
-use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
+use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, Storage, TableSpec};
 use latsdb_types::{ErrorCode, Value};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +41,10 @@ pub struct FlexArgs {
     /// Bytes per attribute.
     #[arg(long, default_value_t = 100)]
     pub attribute_size: usize,
+    /// How many of the attributes (the last ones) the insert phase's table
+    /// keeps on disk (STORAGE DISK) rather than in memory.
+    #[arg(long, default_value_t = 0)]
+    pub disk_attributes: usize,
     /// Rows loaded by the insert phase and addressed by the others.
     #[arg(long, default_value_t = 1_000_000)]
     pub rows: u64,
@@ -226,8 +230,17 @@ async fn prepare_table(client: &Client, args: &FlexArgs, fresh: bool) -> Result<
     }
     let mut spec =
         TableSpec::new(&args.database, &args.table).column(ColumnDef::new("id", ColumnType::uint(IntWidth::Big)));
+    if args.disk_attributes > args.attributes {
+        return Err(format!(
+            "--disk-attributes {} is more than --attributes {}",
+            args.disk_attributes, args.attributes
+        ));
+    }
     for a in 0..args.attributes {
-        spec = spec.column(ColumnDef::new(format!("attr{a}"), ColumnType::VarBinary(args.attribute_size as u32)));
+        let on_disk = a >= args.attributes - args.disk_attributes;
+        let storage = if on_disk { Storage::Disk } else { Storage::Memory };
+        let column = ColumnDef::new(format!("attr{a}"), ColumnType::VarBinary(args.attribute_size as u32));
+        spec = spec.column(column.storage(storage));
     }
     client.create_table(spec.primary_key(&["id"])).await.map_err(|e| e.to_string())
 }

@@ -518,10 +518,17 @@ impl Ldm {
             .zip(ready)
             .map(|(read, ready)| match ready {
                 Err(e) => Looked::Error(e),
+                // A row put together from its memory and disk parts, in place.
+                Ok((partition, _, hash)) if partition.has_disk_columns() && projection(read).is_none() => {
+                    let start = projected.len();
+                    match partition.read_into(read.key, hash, &mut projected) {
+                        true => Looked::Projected(start, projected.len()),
+                        false => Looked::NotFound,
+                    }
+                }
                 Ok((partition, meta, hash)) => match (partition.get_hashed(read.key, hash), projection(read)) {
                     (None, _) => Looked::NotFound,
                     (Some(Cow::Borrowed(row)), None) => Looked::Row(row),
-                    // A row put together from its memory and disk parts.
                     (Some(Cow::Owned(row)), None) => {
                         let start = projected.len();
                         projected.extend_from_slice(&row);

@@ -133,7 +133,7 @@ impl Partition {
     /// before a write is staged, since storing a committed row cannot fail.
     pub fn check_row(&self, row: &[u8]) -> Result<()> {
         match &self.disk {
-            Some(split) => split.disk_record(row).map(|_| ()),
+            Some(split) => split.check_len(row),
             None => Ok(()),
         }
     }
@@ -204,6 +204,24 @@ impl Partition {
     /// `get` with the key's hash already computed (see `key_hash`).
     pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<Cow<'_, [u8]>> {
         self.rows.get(key, hash).map(|e| self.whole(e.row()))
+    }
+
+    /// Appends the whole row of `key` to `out` (its hash already computed);
+    /// false when there is none. For a table with disk columns this puts
+    /// the row together right in `out`.
+    pub fn read_into(&self, key: &[u8], hash: u64, out: &mut Vec<u8>) -> bool {
+        let Some(entry) = self.rows.get(key, hash) else { return false };
+        match &self.disk {
+            None => out.extend_from_slice(entry.row()),
+            Some(split) => split.assemble_into(entry.row(), out),
+        }
+        true
+    }
+
+    /// Whether the table has disk columns (its rows are put together on
+    /// every read).
+    pub fn has_disk_columns(&self) -> bool {
+        self.disk.is_some()
     }
 
     /// The whole row of a stored row: the stored bytes themselves, or for

@@ -125,11 +125,16 @@ impl DiskPages {
 
     /// Appends the record at `at` to `out`.
     pub fn read_into(&mut self, at: DiskRef, out: &mut Vec<u8>) {
+        self.read_with(at, |record| out.extend_from_slice(record))
+    }
+
+    /// Hands the record at `at` to `f`, in its page (no copy).
+    pub fn read_with<R>(&mut self, at: DiskRef, f: impl FnOnce(&[u8]) -> R) -> R {
         if self.space.get(at).is_err() {
             self.do_io();
         }
         match self.space.get(at) {
-            Ok(record) => out.extend_from_slice(record),
+            Ok(record) => f(record),
             Err(miss) => panic!("page {} is not cached right after it was read", miss.0),
         }
     }

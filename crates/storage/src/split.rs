@@ -76,22 +76,27 @@ impl DiskSplit {
 
     /// The disk part of a row of the table.
     pub(crate) fn disk_record(&self, row: &[u8]) -> Result<Vec<u8>> {
-        let record = self.full.project(row, &self.disk_columns);
-        if record.len() > MAX_RECORD {
+        self.check_len(row)?;
+        Ok(self.full.project(row, &self.disk_columns))
+    }
+
+    /// Refuses a row whose disk part would not fit a page.
+    pub(crate) fn check_len(&self, row: &[u8]) -> Result<()> {
+        let len = self.disk_len(row);
+        if len > MAX_RECORD {
             return Err(DbError::new(
                 ErrorCode::BadRequest,
                 format!(
-                    "the STORAGE DISK columns of this row take {} bytes, more than the {MAX_RECORD} a tablespace page holds; keep some of them in memory",
-                    record.len()
+                    "the STORAGE DISK columns of this row take {len} bytes, more than the {MAX_RECORD} a tablespace page holds; keep some of them in memory"
                 ),
             ));
         }
-        Ok(record)
+        Ok(())
     }
 
     /// Bytes the row map keeps for a row of the table.
     pub(crate) fn stored_len(&self, row: &[u8]) -> usize {
-        self.full.project(row, &self.memory_columns).len() + DiskRef::ENCODED
+        self.full.projected_len(row, &self.memory_columns) + DiskRef::ENCODED
     }
 
     /// Writes the row's disk part (over the one at `old`, if any) and
@@ -118,22 +123,20 @@ impl DiskSplit {
 
     /// Appends the whole row of a stored row to `out`.
     pub(crate) fn assemble_into(&self, stored: &[u8], out: &mut Vec<u8>) {
-        let mut record = Vec::new();
-        DiskPages::lock(&self.pages).read_into(disk_ref(stored), &mut record);
         let memory = &stored[..stored.len() - DiskRef::ENCODED];
-        self.full.gather_into(&[(&self.memory_layout, memory), (&self.disk_layout, &record)], &self.origin, out);
+        DiskPages::lock(&self.pages).read_with(disk_ref(stored), |record| {
+            self.full.gather_into(&[(&self.memory_layout, memory), (&self.disk_layout, record)], &self.origin, out)
+        });
     }
 
     /// Bytes of the disk part of a stored row.
     pub(crate) fn record_len(&self, stored: &[u8]) -> usize {
-        let mut record = Vec::new();
-        DiskPages::lock(&self.pages).read_into(disk_ref(stored), &mut record);
-        record.len()
+        DiskPages::lock(&self.pages).read_with(disk_ref(stored), <[u8]>::len)
     }
 
     /// Bytes of the disk part of a row (for the tablespace's room check).
     pub(crate) fn disk_len(&self, row: &[u8]) -> usize {
-        self.full.project(row, &self.disk_columns).len()
+        self.full.projected_len(row, &self.disk_columns)
     }
 
     pub(crate) fn pages(&self) -> &SharedPages {

@@ -126,16 +126,26 @@ struct Frame {
     queue: Queue,
     /// Last use, for least-recently-used eviction of protected pages.
     used: u64,
+    /// Its key in its queue: when it entered the queue. A protected page
+    /// is not moved in its queue when used (a hit costs no ordered-set
+    /// update); eviction moves a page used since it was queued to the back
+    /// first, so the protected set is still evicted least recently used.
+    queued: u64,
     /// Used since it entered the cache. The operation whose miss read the
     /// page runs again once it is here: that is its first use, not a
     /// second touch.
     used_once: bool,
 }
 
+/// Maps keyed by page number, hashed by foldhash (every access of a row's
+/// disk part looks its page up; SipHash's resistance to chosen keys buys
+/// nothing for page numbers the tablespace hands out itself).
+type PageMap<V> = HashMap<u32, V, foldhash::fast::RandomState>;
+
 /// The pages of one shard and its page cache.
 pub struct Tablespace {
     capacity: usize,
-    frames: HashMap<u32, Frame>,
+    frames: PageMap<Frame>,
     /// Probation pages by when they entered (first in, first out).
     probation: BTreeSet<(u64, u32)>,
     /// Protected pages by last use.
@@ -143,7 +153,7 @@ pub struct Tablespace {
     /// Pages recently evicted from probation (a read of one is a second touch).
     ghosts: BTreeSet<(u64, u32)>,
     /// The same pages, with when they left, to look one up.
-    ghost_since: HashMap<u32, u64>,
+    ghost_since: PageMap<u64>,
     /// Reads queued and not yet answered.
     reading: BTreeSet<u32>,
     io: Vec<PageIo>,
@@ -163,11 +173,11 @@ impl Tablespace {
         let capacity = cache_pages.max(4);
         Tablespace {
             capacity,
-            frames: HashMap::with_capacity(capacity),
+            frames: PageMap::with_capacity_and_hasher(capacity, Default::default()),
             probation: BTreeSet::new(),
             protected: BTreeSet::new(),
             ghosts: BTreeSet::new(),
-            ghost_since: HashMap::new(),
+            ghost_since: PageMap::default(),
             reading: BTreeSet::new(),
             io: Vec::new(),
             free: BTreeSet::new(),
@@ -334,6 +344,13 @@ impl Tablespace {
             self.frames.len(),
             self.capacity
         );
+        for (page, frame) in &self.frames {
+            let queue = match frame.queue {
+                Queue::Probation => &self.probation,
+                Queue::Protected => &self.protected,
+            };
+            assert!(queue.contains(&(frame.queued, *page)), "page {page} is not in its queue under its key");
+        }
         let probation = self.frames.values().filter(|f| f.queue == Queue::Probation).count();
         assert_eq!(probation, self.probation.len(), "probation queue and frames disagree");
         assert_eq!(self.frames.len() - probation, self.protected.len(), "protected set and frames disagree");
@@ -367,19 +384,18 @@ impl Tablespace {
             return Err(Miss(page));
         };
         self.stats.hits += 1;
-        let (queue, used) = (frame.queue, frame.used);
-        if queue == Queue::Probation && !frame.used_once {
-            frame.used_once = true;
-            return Ok(());
-        }
-        frame.queue = Queue::Protected;
         frame.used = clock;
-        let queued = match queue {
-            Queue::Probation => self.probation.remove(&(used, page)),
-            Queue::Protected => self.protected.remove(&(used, page)),
-        };
-        debug_assert!(queued, "cached page {page} was in no queue");
-        self.protected.insert((clock, page));
+        match frame.queue {
+            Queue::Probation if !frame.used_once => frame.used_once = true,
+            Queue::Probation => {
+                let was = self.probation.remove(&(frame.queued, page));
+                debug_assert!(was, "cached page {page} was not in its probation queue");
+                (frame.queue, frame.queued) = (Queue::Protected, clock);
+                self.protected.insert((clock, page));
+            }
+            // Moved to the back lazily, by `requeue_used`.
+            Queue::Protected => {}
+        }
         Ok(())
     }
 
@@ -407,7 +423,8 @@ impl Tablespace {
             }
         }
         self.clock += 1;
-        let frame = Frame { bytes, dirty: false, pins: 0, queue, used: self.clock, used_once: false };
+        let frame =
+            Frame { bytes, dirty: false, pins: 0, queue, used: self.clock, queued: self.clock, used_once: false };
         match queue {
             Queue::Probation => {
                 self.probation.insert((self.clock, page));
@@ -423,6 +440,7 @@ impl Tablespace {
     /// Evicts one unpinned page (probation first while it holds over a
     /// quarter of the cache); says false if every page is pinned.
     fn evict_one(&mut self) -> bool {
+        self.requeue_used();
         let from_probation = self.probation.len() * 4 > self.capacity || self.protected.is_empty();
         let (first, then) =
             if from_probation { (&self.probation, &self.protected) } else { (&self.protected, &self.probation) };
@@ -432,7 +450,7 @@ impl Tablespace {
         let mut frame = self.frames.remove(&page).expect("a victim is cached");
         match frame.queue {
             Queue::Probation => {
-                self.probation.remove(&(frame.used, page));
+                self.probation.remove(&(frame.queued, page));
                 self.clock += 1;
                 self.ghosts.insert((self.clock, page));
                 let replaced = self.ghost_since.insert(page, self.clock);
@@ -444,7 +462,7 @@ impl Tablespace {
                 }
             }
             Queue::Protected => {
-                self.protected.remove(&(frame.used, page));
+                self.protected.remove(&(frame.queued, page));
             }
         }
         if frame.dirty {
@@ -456,6 +474,22 @@ impl Tablespace {
         true
     }
 
+    /// Moves the protected pages at the front of their queue that were used
+    /// since they were queued to the back, at their last use, until the
+    /// front one was not: it is then the least recently used.
+    fn requeue_used(&mut self) {
+        while let Some(&(queued, page)) = self.protected.first() {
+            let frame = self.frames.get_mut(&page).expect("a protected page is cached");
+            if frame.used == queued {
+                return;
+            }
+            debug_assert!(frame.used > queued, "page {page} was used before it was queued");
+            self.protected.pop_first();
+            frame.queued = frame.used;
+            self.protected.insert((frame.used, page));
+        }
+    }
+
     /// Writes `record` into `page` (cached, with room), in slot `reuse` or
     /// a free slot; compacts the page when the record does not fit at top.
     fn place(&mut self, page: u32, record: &[u8], reuse: Option<u16>) -> u16 {
@@ -464,8 +498,18 @@ impl Tablespace {
         let slots = get_u16(bytes, 4);
         let mut live = get_u16(bytes, 8) as usize;
         if let Some(s) = reuse {
-            let (_, len) = slot(bytes, s);
+            let (offset, len) = slot(bytes, s);
             live -= len;
+            if record.len() <= len {
+                // Same size or smaller: overwritten where it is (the bytes
+                // it no longer uses are free, reclaimed by a compaction).
+                bytes[offset..offset + record.len()].copy_from_slice(record);
+                set_slot(bytes, s, offset as u16, record.len() as u16);
+                put_u16(bytes, 8, (live + record.len()) as u16);
+                frame.dirty = true;
+                self.set_free(page);
+                return s;
+            }
             set_slot(bytes, s, 0, 0);
         }
         let index = reuse.or_else(|| (0..slots).find(|s| slot(bytes, *s).0 == 0)).unwrap_or(slots);
@@ -502,21 +546,18 @@ impl Tablespace {
     }
 }
 
-/// Moves the live records of a page together, from the header on.
+/// Moves the live records of a page together, from the header on (in
+/// slot order, through one copy of the page).
 fn compact(bytes: &mut [u8]) {
-    let slots = get_u16(bytes, 4);
-    let mut live: Vec<(u16, Vec<u8>)> = (0..slots)
-        .filter_map(|s| {
-            let (offset, len) = slot(bytes, s);
-            (offset != 0).then(|| (s, bytes[offset..offset + len].to_vec()))
-        })
-        .collect();
-    live.sort_by_key(|(s, _)| *s);
+    let before = bytes.to_vec();
     let mut top = HEADER;
-    for (s, record) in live {
-        bytes[top..top + record.len()].copy_from_slice(&record);
-        set_slot(bytes, s, top as u16, record.len() as u16);
-        top += record.len();
+    for s in 0..get_u16(&before, 4) {
+        let (offset, len) = slot(&before, s);
+        if offset != 0 {
+            bytes[top..top + len].copy_from_slice(&before[offset..offset + len]);
+            set_slot(bytes, s, top as u16, len as u16);
+            top += len;
+        }
     }
     put_u16(bytes, 6, top as u16);
 }

@@ -325,6 +325,18 @@ impl RowLayout {
         out
     }
 
+    /// The length of `project(row, columns)`, without building it.
+    pub fn projected_len(&self, row: &[u8], columns: &[ColumnId]) -> usize {
+        if self.parts.len() > 1 {
+            return self.project(row, columns).len();
+        }
+        let sizes = columns.iter().map(|&c| match self.slots[c as usize] {
+            Slot::Fixed { size, .. } => size,
+            Slot::Var { ordinal } => 4 + self.var_bytes(row, 0, c as usize, ordinal).len(),
+        });
+        columns.len().div_ceil(8) + sizes.sum::<usize>()
+    }
+
     /// Appends the projection of `row` on `columns` to `out`.
     pub fn project_into(&self, row: &[u8], columns: &[ColumnId], out: &mut Vec<u8>) {
         if self.parts.len() > 1 {
@@ -574,6 +586,8 @@ mod tests {
                     None => (1, second.iter().position(|&s| s == c).unwrap()),
                 })
                 .collect();
+            assert_eq!(layout.projected_len(&row, &first), ra.len());
+            assert_eq!(layout.projected_len(&row, &second), rb.len());
             let mut out = vec![0xAA];
             layout.gather_into(&[(&a, &ra), (&b, &rb)], &origin, &mut out);
             assert_eq!(&out[1..], &row[..], "NULL in every fourth column from {nulls}");
