@@ -511,6 +511,16 @@ impl Ldm {
         for (partition, _, hash) in ready.iter().flatten() {
             partition.prefetch_row(*hash);
         }
+        // Disk parts take two more dependent misses: a page's slot, then its record.
+        if ready.iter().flatten().any(|(partition, _, _)| partition.has_disk_columns()) {
+            for record in [false, true] {
+                for (read, (partition, _, hash)) in
+                    reads.iter().zip(&ready).filter_map(|(r, x)| Some((r, x.as_ref().ok()?)))
+                {
+                    partition.prefetch_disk(read.key, *hash, record);
+                }
+            }
+        }
         // Projected rows are made here; whole rows stay where they are.
         let mut projected = Vec::new();
         let found: Vec<Looked> = reads

@@ -218,6 +218,16 @@ impl Partition {
         true
     }
 
+    /// Batched lookups of a table with disk columns, steps 3 and 4 of 4
+    /// (after `prefetch_row`): start loading the slot of the row's disk
+    /// part in its page (`record` false), then the record itself (true).
+    /// Nothing for other tables, or a page not cached.
+    pub fn prefetch_disk(&self, key: &[u8], hash: u64, record: bool) {
+        if let (Some(split), Some(entry)) = (&self.disk, self.rows.get(key, hash)) {
+            split.prefetch(entry.row(), record);
+        }
+    }
+
     /// Whether the table has disk columns (its rows are put together on
     /// every read).
     pub fn has_disk_columns(&self) -> bool {

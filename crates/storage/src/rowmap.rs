@@ -67,7 +67,7 @@ pub(crate) struct RowMap {
 
 /// Where a prefetch should bring a cache line.
 #[derive(Clone, Copy)]
-enum Level {
+pub(crate) enum Level {
     /// L1, for what is read next.
     L1,
     /// L2: a batch issues more slot prefetches than L1 can track at once.
@@ -75,7 +75,7 @@ enum Level {
 }
 
 #[inline(always)]
-fn prefetch<T>(p: *const T, level: Level) {
+pub(crate) fn prefetch<T>(p: *const T, level: Level) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it never faults, whatever the address.
     #[allow(unused_unsafe)]

@@ -129,6 +129,16 @@ impl DiskSplit {
         });
     }
 
+    /// Starts loading the page slot (`record` false) or the record (true)
+    /// of a stored row's disk part, for batched reads.
+    pub(crate) fn prefetch(&self, stored: &[u8], record: bool) {
+        let pages = DiskPages::lock(&self.pages);
+        match record {
+            false => pages.tablespace().prefetch_slot(disk_ref(stored)),
+            true => pages.tablespace().prefetch_record(disk_ref(stored)),
+        }
+    }
+
     /// Bytes of the disk part of a stored row.
     pub(crate) fn record_len(&self, stored: &[u8]) -> usize {
         DiskPages::lock(&self.pages).read_with(disk_ref(stored), <[u8]>::len)
