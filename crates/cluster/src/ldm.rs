@@ -1341,6 +1341,10 @@ fn check_tablespace(
     if let Some(row) = new {
         partition.check_row(row)?;
     }
+    // Without a limit there is nothing to weigh (and no old record to read).
+    if latsdb_storage::pages::DiskPages::lock(pages).limit_bytes() == 0 {
+        return Ok(());
+    }
     let growth = partition.disk_growth(key, new);
     // A record that grows may have to move to another page whole, so the
     // room asked for is its new length, not its growth.

@@ -284,9 +284,9 @@ impl Partition {
         let (new, disk_growth): (Cow<[u8]>, isize) = match &self.disk {
             None => (Cow::Borrowed(row), 0),
             Some(split) => {
-                let old = self.rows.get(key, hash).map(|e| (split::disk_ref(e.row()), split.record_len(e.row())));
-                let old_len = old.map_or(0, |(_, len)| len);
-                (Cow::Owned(split.store(row, old.map(|(at, _)| at))), split.disk_len(row) as isize - old_len as isize)
+                let old = self.rows.get(key, hash).map(|e| split::disk_ref(e.row()));
+                let (stored, old_len) = split.store(row, old);
+                (Cow::Owned(stored), split.disk_len(row) as isize - old_len as isize)
             }
         };
         self.disk_bytes = (self.disk_bytes as isize + disk_growth) as usize;

@@ -100,20 +100,23 @@ impl DiskSplit {
     }
 
     /// Writes the row's disk part (over the one at `old`, if any) and
-    /// answers what the row map keeps: the memory part and where the disk
-    /// part is now.
-    pub(crate) fn store(&self, row: &[u8], old: Option<DiskRef>) -> Vec<u8> {
+    /// answers what the row map keeps (the memory part and where the disk
+    /// part is now) and the length of the disk part it replaced.
+    pub(crate) fn store(&self, row: &[u8], old: Option<DiskRef>) -> (Vec<u8>, usize) {
         let record = self.disk_record(row).expect("a row's disk part was checked before it was committed");
         let mut pages = DiskPages::lock(&self.pages);
-        let at = match old {
-            Some(old) => pages.update(old, &record),
-            None => pages.insert(&record),
+        let (at, old_len) = match old {
+            Some(old) => {
+                let old_len = pages.read_with(old, <[u8]>::len);
+                (pages.update(old, &record), old_len)
+            }
+            None => (pages.insert(&record), 0),
         };
         drop(pages);
         let mut stored = Vec::with_capacity(row.len());
         self.full.project_into(row, &self.memory_columns, &mut stored);
         stored.extend_from_slice(&at.encode());
-        stored
+        (stored, old_len)
     }
 
     /// Frees the disk part of a stored row.
