@@ -289,6 +289,7 @@ impl Partition {
                 (Cow::Owned(stored), split.disk_len(row) as isize - old_len as isize)
             }
         };
+        debug_assert!(self.disk_bytes as isize + disk_growth >= 0, "more disk bytes freed than stored");
         self.disk_bytes = (self.disk_bytes as isize + disk_growth) as usize;
         let layout = stored_layout(&self.disk, meta);
         if let Some(stored) = self.rows.get_mut(key, hash) {
@@ -321,7 +322,9 @@ impl Partition {
     pub fn remove(&mut self, meta: &TableMeta, key: &[u8]) -> bool {
         let Some(stored) = self.rows.remove(key) else { return false };
         if let Some(split) = &self.disk {
-            self.disk_bytes -= split.record_len(stored.row());
+            let freed = split.record_len(stored.row());
+            assert!(freed <= self.disk_bytes, "a record of {freed} bytes but only {} counted", self.disk_bytes);
+            self.disk_bytes -= freed;
             split.free(stored.row());
         }
         let layout = stored_layout(&self.disk, meta);

@@ -116,6 +116,8 @@ impl DiskSplit {
         let mut stored = Vec::with_capacity(row.len());
         self.full.project_into(row, &self.memory_columns, &mut stored);
         stored.extend_from_slice(&at.encode());
+        debug_assert_eq!(disk_ref(&stored), at, "a stored row ends with where its disk part is");
+        debug_assert_eq!(stored.len(), self.stored_len(row), "the memory part is as long as stored_len says");
         (stored, old_len)
     }
 
