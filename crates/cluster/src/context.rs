@@ -275,6 +275,18 @@ pub(crate) fn unknown_table(id: TableId) -> DbError {
     )
 }
 
+/// The page of the disk part of the row of `key`, if the table has disk
+/// columns and this shard holds the row (the pager's list of what a
+/// request needs; a request that fails finds out when it runs).
+pub(crate) fn disk_page_of(cx: &Context, table: TableId, partition: u32, key: &[u8]) -> Option<u32> {
+    let state = cx.tables.get(&table)?;
+    let partition = state.partitions.get(partition as usize)?.as_ref()?;
+    if !partition.has_disk_columns() {
+        return None;
+    }
+    partition.disk_page(key, partition.key_hash(key))
+}
+
 pub(crate) fn owned_partition(table: &TableState, partition: u32, me: ShardAddr) -> Result<&Partition> {
     match table.partitions.get(partition as usize) {
         Some(Some(p)) => Ok(p),

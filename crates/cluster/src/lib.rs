@@ -22,6 +22,8 @@
 //! - `Epochs` (`durability`) and `Checkpoints` (`checkpoint`): commit epochs,
 //!   the REDO log, the epoch driver, local checkpoints and restoring from
 //!   disk;
+//! - `Pager` (`pager`): a client request whose rows' disk parts are not in
+//!   the page cache waits there while the host reads their pages;
 //! - `PartitionSync` (`sync`): a restarting node copies its partitions from
 //!   their primaries while it already takes part in their writes; the
 //!   stages of the whole node's restart (`restart`: copy, checkpoint,
@@ -39,6 +41,7 @@ mod context;
 mod durability;
 mod ldm;
 mod locks;
+mod pager;
 pub mod membership;
 mod replica;
 mod restart;
@@ -53,7 +56,7 @@ pub use checkpoint::{
 pub use context::{ConnId, Micros};
 pub use durability::DiskOp;
 pub use latsdb_storage::pages::{PageFile, PagesConfig};
-pub use latsdb_storage::tablespace::PAGE_BYTES;
+pub use latsdb_storage::tablespace::{PageRead, PAGE_BYTES};
 pub use restart::{NodeRestart, RestartStep};
 pub use shard::{DiskUsage, Lease, Outbox, Shard, ShardConfig};
 pub use sync::SyncProgress;

@@ -4,15 +4,17 @@
 //! and whether the shard serves clients.
 
 use crate::checkpoint::{Checkpoints, RestoreReport};
-use crate::context::{owned_partition, unknown_table, Context, TableState};
+use crate::context::{disk_page_of, owned_partition, unknown_table, Context, TableState};
 pub use crate::context::{ConnId, Micros};
 use crate::durability::Epochs;
 use crate::ldm::{CommitReply, Ldm};
+use crate::pager::{Pager, Waiting, Woken};
 use crate::sync::{PartitionSync, SyncProgress};
 use crate::takeover::Takeovers;
 use crate::tc::Coordinator;
 use latsdb_storage::log::Record;
 use latsdb_storage::pages::{DiskPages, PageFile, PagesConfig};
+use latsdb_storage::tablespace::PageRead;
 use latsdb_storage::Partition;
 use latsdb_types::proto::{
     ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, NodeStatus, PeerMsg, Router, ScanRequest, SchemaChange,
@@ -56,6 +58,12 @@ pub struct DiskUsage {
     /// The configured limit (0: none).
     pub limit_bytes: u64,
     pub cache: latsdb_storage::tablespace::CacheStats,
+    /// Requests that waited for pages read off the shard thread.
+    pub parks: u64,
+    /// Requests waiting now.
+    pub parked: usize,
+    /// Pages read on the shard thread itself (paths that do not park).
+    pub read_here: u64,
 }
 
 /// Until when (the node's monotonic clock, microseconds) a data node may
@@ -88,6 +96,9 @@ pub struct Outbox {
     pub peer: Vec<(ShardAddr, PeerMsg)>,
     /// Disk work, to be carried out in order.
     pub disk: Vec<crate::durability::DiskOp>,
+    /// Pages to read from the tablespace file and hand back with
+    /// `Shard::on_page_read`, in any order (requests wait for them).
+    pub page_reads: Vec<PageRead>,
     /// This shard, as the epoch driver, declared an epoch durable (to be
     /// reported to the management server).
     pub durable: Option<latsdb_types::proto::CommitEpoch>,
@@ -125,6 +136,7 @@ impl Outbox {
             && self.frames.is_empty()
             && self.peer.is_empty()
             && self.disk.is_empty()
+            && self.page_reads.is_empty()
             && self.durable.is_none()
     }
 }
@@ -137,6 +149,7 @@ pub struct Shard {
     epochs: Epochs,
     lcp: Checkpoints,
     sync: PartitionSync,
+    pager: Pager,
     /// This shard's node is starting (in the layout): it refuses clients.
     restarting: bool,
     /// This shard's node is shutting down: it refuses clients while the
@@ -157,6 +170,7 @@ impl Shard {
             epochs: Epochs::new(),
             lcp: Checkpoints::default(),
             sync: PartitionSync::default(),
+            pager: Pager::default(),
             restarting,
             stopping: false,
         }
@@ -172,7 +186,47 @@ impl Shard {
     pub fn set_page_file(&mut self, file: Box<dyn PageFile>) {
         let mut pages = DiskPages::lock(&self.cx.pages);
         assert_eq!(pages.tablespace().pages(), 0, "the page file is set before any page is written");
+        let parking = pages.parks_on_miss();
         *pages = DiskPages::new(self.cx.cfg.pages, file);
+        if parking {
+            pages.park_on_miss();
+        }
+    }
+
+    /// From now on a request whose pages are not cached parks until the
+    /// host has read them (`Outbox::page_reads`, `on_page_read`) instead of
+    /// reading them on the shard thread.
+    pub fn park_on_miss(&mut self) {
+        DiskPages::lock(&self.cx.pages).park_on_miss();
+    }
+
+    /// A page of the tablespace file, read as the host's reader does (the
+    /// simulator answers `Outbox::page_reads` with it).
+    pub fn read_page_file(&self, page: u32) -> Box<[u8]> {
+        DiskPages::lock(&self.cx.pages).read_file(page)
+    }
+
+    /// The host read a page asked for in `Outbox::page_reads`: the requests
+    /// that waited for it run if they have all their pages now.
+    pub fn on_page_read(&mut self, read: PageRead, bytes: Box<[u8]>, now: Micros, out: &mut Outbox) {
+        self.cx.now = now;
+        let woken = self.pager.on_read(&self.cx.pages, read, bytes, &mut out.page_reads);
+        for Woken { work, pinned } in woken {
+            match work {
+                Waiting::Lookups { conn, req_id, body } => {
+                    let (mut reads, mut columns) = (Vec::new(), Vec::new());
+                    let decoded = latsdb_types::proto::decode_lookups(&body, &mut reads, &mut columns);
+                    assert!(decoded, "a parked frame of lookups decoded when it arrived");
+                    self.lookups(conn, req_id, &body, &reads, &columns, out);
+                }
+                Waiting::Batch { conn, req_id, ops } => match self.not_serving(now) {
+                    Some(error) => out.client.push((conn, req_id, ClientResponse::Error(error))),
+                    None => self.client_batch(conn, req_id, ops, out),
+                },
+            }
+            Pager::release(&self.cx.pages, &pinned);
+        }
+        self.finish_turn(out);
     }
 
     /// The tablespace's size and the page cache's counters.
@@ -184,6 +238,9 @@ impl Shard {
             used_bytes: space.used_bytes(),
             limit_bytes: pages.limit_bytes(),
             cache: space.stats(),
+            parks: self.pager.parks,
+            parked: self.pager.parked(),
+            read_here: pages.read_here(),
         }
     }
 
@@ -289,7 +346,7 @@ impl Shard {
         }
         let cx = &mut self.cx;
         match req {
-            ClientRequest::Batch(ops) => self.ldm.batch(cx, &self.sync, conn, req_id, ops, out),
+            ClientRequest::Batch(ops) => self.client_batch(conn, req_id, ops, out),
             ClientRequest::TxExec { tx, ops, commit } => self.tc.exec(cx, out, conn, req_id, tx, ops, commit),
             ClientRequest::TxAbort { tx } => self.tc.on_client_abort(cx, out, conn, req_id, tx),
             ClientRequest::Scan(scan) => {
@@ -316,13 +373,47 @@ impl Shard {
             return false;
         }
         self.cx.now = now;
-        let frame = match self.not_serving(now) {
-            Some(error) => latsdb_types::proto::frame(req_id, &ClientResponse::Error(error)),
-            None => Ldm::lookups(&self.cx, req_id, &reads, &columns),
-        };
-        out.frames.push((conn, frame));
+        self.lookups(conn, req_id, body, &reads, &columns, out);
         self.finish_turn(out);
         true
+    }
+
+    /// Answers a frame of committed reads, or parks it until the pages of
+    /// the rows it reads are cached.
+    fn lookups(
+        &mut self,
+        conn: ConnId,
+        req_id: u64,
+        body: &[u8],
+        reads: &[latsdb_types::proto::LookupRead],
+        columns: &[latsdb_types::schema::ColumnId],
+        out: &mut Outbox,
+    ) {
+        let frame = match self.not_serving(self.cx.now) {
+            Some(error) => latsdb_types::proto::frame(req_id, &ClientResponse::Error(error)),
+            None => {
+                let pages: Vec<u32> =
+                    reads.iter().filter_map(|r| disk_page_of(&self.cx, r.table, r.partition, r.key)).collect();
+                if Pager::must_wait(&self.cx.pages, &pages) {
+                    let work = Waiting::Lookups { conn, req_id, body: body.to_vec() };
+                    self.pager.park(&self.cx.pages, work, &pages, &mut out.page_reads);
+                    return;
+                }
+                Ldm::lookups(&self.cx, req_id, reads, columns)
+            }
+        };
+        out.frames.push((conn, frame));
+    }
+
+    /// Runs a client's batch of single-row operations, or parks it until
+    /// the pages of the rows it touches are cached.
+    fn client_batch(&mut self, conn: ConnId, req_id: u64, ops: Vec<latsdb_types::proto::KeyOp>, out: &mut Outbox) {
+        let pages: Vec<u32> = ops.iter().filter_map(|op| disk_page_of(&self.cx, op.table, op.partition, &op.key)).collect();
+        if Pager::must_wait(&self.cx.pages, &pages) {
+            self.pager.park(&self.cx.pages, Waiting::Batch { conn, req_id, ops }, &pages, &mut out.page_reads);
+            return;
+        }
+        self.ldm.batch(&mut self.cx, &self.sync, conn, req_id, ops, out)
     }
 
     /// Why this shard serves no client request now, if it does not: its
@@ -441,6 +532,7 @@ impl Shard {
         self.cx.now = now;
         self.tc.on_disconnect(&mut self.cx, out, conn);
         self.epochs.on_disconnect(conn);
+        self.pager.on_disconnect(&self.cx.pages, conn);
         self.finish_turn(out);
     }
 
@@ -567,6 +659,7 @@ impl Shard {
     pub fn check(&self) {
         self.cx.check();
         DiskPages::lock(&self.cx.pages).check();
+        self.pager.check(&self.cx.pages);
         self.tc.check(&self.cx);
         self.ldm.check(&self.cx);
         self.takeover.check(&self.cx);

@@ -56,6 +56,19 @@ async fn load(client: &Client, table: &Arc<Table>) {
     eprintln!("loaded {ROWS} rows of {PAYLOAD} bytes in {} ms", started.elapsed().as_millis());
 }
 
+/// The number just before `text` in a report line (summed over lines).
+fn number_before(report: &str, text: &str) -> u64 {
+    let counts: Vec<u64> = report
+        .lines()
+        .filter_map(|line| {
+            let before = &line[..line.find(text)?];
+            before.rsplit(' ').next()?.parse().ok()
+        })
+        .collect();
+    assert!(!counts.is_empty(), "no line says '{text}': {report}");
+    counts.iter().sum()
+}
+
 /// Reads every row by key and checks it exactly; then a filtered scan.
 async fn check_all(client: &Client, table: &Arc<Table>, when: &str) {
     let started = Instant::now();
@@ -102,6 +115,12 @@ async fn a_disk_table_four_times_the_data_memory_survives_system_and_initial_nod
     assert!(report.contains("tablespace") && report.contains("hit rate"), "{report}");
     eprintln!("{report}");
     check_all(&client, &table, "after loading").await;
+    // The reads that missed the cache waited for pages read off the
+    // shards' threads; the shard threads went on meanwhile.
+    let report = mgm(&cluster, &["report-memory"]).await;
+    eprintln!("{report}");
+    let waits = number_before(&report, " requests waited for pages read off the shard thread");
+    assert!(waits > 0, "no read waited for a page, with 16 MiB of cache for the table: {report}");
 
     // Make the load durable, then crash every data node and start them again.
     let durable =

@@ -452,21 +452,67 @@ impl TablespaceFile {
     fn offset(page: u32) -> u64 {
         page as u64 * latsdb_cluster::PAGE_BYTES as u64
     }
+
+    /// A second handle on the file, for reads on other threads (the
+    /// shard's requests wait for them instead of the shard thread).
+    pub fn reader(&self) -> Result<PageReader> {
+        let file = self.file.try_clone().map_err(|e| io_error("cannot open the tablespace file again", &self.path, e))?;
+        Ok(PageReader { file, path: self.path.clone() })
+    }
+}
+
+/// Reads pages of a shard's tablespace file on any thread (`pread`).
+pub struct PageReader {
+    file: File,
+    path: PathBuf,
+}
+
+impl PageReader {
+    /// Reads page `page`; an I/O error stops the node, as a failed write does.
+    pub fn read(&self, page: u32) -> Box<[u8]> {
+        let mut bytes = vec![0u8; latsdb_cluster::PAGE_BYTES].into_boxed_slice();
+        if let Err(e) = read_page(&self.file, page, &mut bytes) {
+            stop_for_tablespace(&self.path, &format!("reading page {page} failed: {e}"));
+        }
+        bytes
+    }
+}
+
+/// Reads a page into `out`; past the end of the file (a page never
+/// written) it reads as zeros.
+fn read_page(file: &File, page: u32, out: &mut [u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < out.len() {
+        match file.read_at(&mut out[done..], TablespaceFile::offset(page) + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    out[done..].fill(0);
+    Ok(())
+}
+
+/// Stops the data node over its tablespace file: after a failed read or
+/// write the pages cannot be trusted, and the node's peers hold every
+/// committed row.
+fn stop_for_tablespace(path: &Path, why: &str) -> ! {
+    crate::log(
+        "datanode",
+        format!(
+            "{}: {why}; stopping this data node (its peers hold every committed row; fix the disk and restart it)",
+            path.display()
+        ),
+    );
+    std::process::exit(3);
 }
 
 impl latsdb_cluster::PageFile for TablespaceFile {
     fn read(&mut self, page: u32, out: &mut [u8]) {
-        let mut done = 0;
-        while done < out.len() {
-            match self.file.read_at(&mut out[done..], Self::offset(page) + done as u64) {
-                // Past the end of the file: a page never written, zeros.
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => self.fail(&format!("reading page {page} failed: {e}")),
-            }
+        if let Err(e) = read_page(&self.file, page, out) {
+            self.fail(&format!("reading page {page} failed: {e}"));
         }
-        out[done..].fill(0);
     }
 
     fn write(&mut self, page: u32, bytes: &[u8]) {
@@ -476,14 +522,7 @@ impl latsdb_cluster::PageFile for TablespaceFile {
     }
 
     fn fail(&mut self, why: &str) -> ! {
-        crate::log(
-            "datanode",
-            format!(
-                "{}: {why}; stopping this data node (its peers hold every committed row; fix the disk and restart it)",
-                self.path.display()
-            ),
-        );
-        std::process::exit(3);
+        stop_for_tablespace(&self.path, why)
     }
 }
 

@@ -17,6 +17,7 @@ use latsdb_types::{DbError, ErrorCode, Result};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -96,6 +97,9 @@ struct Host {
     node_events: RefCell<Option<mpsc::UnboundedSender<NodeEvent>>>,
     /// The shard's disk thread, once restored (None without a data directory).
     disk: RefCell<Option<std::sync::mpsc::Sender<latsdb_cluster::DiskOp>>>,
+    /// Reads the shard's tablespace pages on the runtime's blocking
+    /// threads, once restored (None without a data directory).
+    pages: RefCell<Option<Arc<crate::disk::PageReader>>>,
     /// When the last durable epoch report went to the management server.
     durable_reported_at: Cell<Option<Instant>>,
 }
@@ -193,6 +197,9 @@ impl Host {
                 None => out.disk.clear(),
             }
         }
+        for read in out.page_reads.drain(..) {
+            spawn_local(read_page(self.clone(), read));
+        }
         if let Some(epoch) = out.durable.take() {
             self.report_durable(epoch);
         }
@@ -253,7 +260,9 @@ impl Host {
         let started = Instant::now();
         let dir = image.dir.clone();
         let tablespace = crate::disk::TablespaceFile::create(&dir)?;
+        *self.pages.borrow_mut() = Some(Arc::new(tablespace.reader()?));
         self.shard.borrow_mut().set_page_file(Box::new(tablespace));
+        self.shard.borrow_mut().park_on_miss();
         let (summary, lsn) = match plan.restore_epoch {
             Some(epoch) => {
                 let checkpoint = image.checkpoint_for(epoch);
@@ -397,7 +406,14 @@ fn run_shard(
     max_frame: usize,
     mut control: mpsc::UnboundedReceiver<Control>,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    // Blocking threads read tablespace pages: this many reads of one shard
+    // are under way at once (an NVMe device serves many in parallel).
+    const PAGE_READERS: usize = 16;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(PAGE_READERS)
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             crate::log("datanode", format!("shard {}: cannot start its runtime: {e}", cfg.me));
@@ -419,6 +435,7 @@ fn run_shard(
             joining: Cell::new(false),
             node_events: RefCell::new(None),
             disk: RefCell::new(None),
+            pages: RefCell::new(None),
             durable_reported_at: Cell::new(None),
         });
         let listener = match TcpListener::from_std(listener) {
@@ -477,6 +494,8 @@ fn run_shard(
                         tablespace_limit_bytes: disk.limit_bytes,
                         page_cache_hits: disk.cache.hits,
                         page_cache_misses: disk.cache.misses,
+                        page_waits: disk.parks,
+                        pages_read_on_shard_thread: disk.read_here,
                     });
                 }
                 Control::Restore(image, plan, reply) => {
@@ -492,6 +511,25 @@ fn run_shard(
             }
         }
     });
+}
+
+/// Reads a page a request waits for on a blocking thread (the shard thread
+/// goes on meanwhile) and hands it to the shard.
+async fn read_page(host: Rc<Host>, read: latsdb_cluster::PageRead) {
+    let reader = host.pages.borrow().clone();
+    let Some(reader) = reader else {
+        unreachable!("shard {} asked for a page before it had its tablespace file", host.me)
+    };
+    let bytes = match tokio::task::spawn_blocking(move || reader.read(read.page)).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            crate::log("datanode", format!("shard {}: a page read stopped: {e}; stopping this data node", host.me));
+            std::process::exit(3);
+        }
+    };
+    let mut out = Outbox::default();
+    host.shard.borrow_mut().on_page_read(read, bytes, host.now(), &mut out);
+    host.dispatch(&mut out);
 }
 
 async fn accept_loop(host: Rc<Host>, listener: TcpListener) {

@@ -176,6 +176,9 @@ pub struct SimReport {
     pub register_writes: u64,
     /// Requests refused because the node's lease had run out.
     pub refused: u64,
+    /// Pages read off the shard thread for parked requests (half the
+    /// seeds park on a miss, the others read on the shard thread).
+    pub page_reads: u64,
 }
 
 struct World {
@@ -292,6 +295,35 @@ impl World {
 }
 
 /// A shard of a new data-node process (with its disk, the table applied).
+/// A trace line, cut after `TRACE_LINE` bytes: rows of kilobytes would
+/// otherwise be printed in full, as lists of numbers, for every event
+/// (formatting them took most of a run's time).
+fn bounded(args: std::fmt::Arguments<'_>) -> String {
+    const TRACE_LINE: usize = 1_500;
+    struct Cut(String);
+    impl std::fmt::Write for Cut {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let room = TRACE_LINE.saturating_sub(self.0.len());
+            match s.len() <= room {
+                true => {
+                    self.0.push_str(s);
+                    Ok(())
+                }
+                false => {
+                    let end = (0..=room).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+                    self.0.push_str(&s[..end]);
+                    self.0.push_str(" ...");
+                    Err(std::fmt::Error)
+                }
+            }
+        }
+    }
+    let mut line = Cut(String::new());
+    // The error only says the line was cut.
+    let _ = std::fmt::write(&mut line, args);
+    line.0
+}
+
 fn new_shard(
     cfg: &SimConfig,
     me: ShardAddr,
@@ -308,10 +340,13 @@ fn new_shard(
         lease: lease.clone(),
         durable: true,
         node_shards: cfg.shards_per_node,
-        // A cache of a few pages, so that pages are evicted and read again.
-        pages: latsdb_cluster::PagesConfig { cache_pages: 4, limit_bytes: 0 },
+        // A cache of one page, so that pages are evicted and read again.
+        pages: latsdb_cluster::PagesConfig { cache_pages: 1, limit_bytes: 0 },
     };
     let mut shard = Shard::new(shard_cfg, layout.clone());
+    if cfg.seed % 2 == 0 {
+        shard.park_on_miss();
+    }
     shard
         .apply_schema(SchemaChange::CreateTable(def.clone()))
         .map_err(|e| format!("a shard refused the schema: {e}"))?;
@@ -386,6 +421,9 @@ impl World {
             // On the shards' tablespace pages, so that every run drives
             // the disk columns through commits, restarts and copies.
             .column(ColumnDef::new("version", ColumnType::int(IntWidth::Big)).not_null().storage(Storage::Disk))
+            // Kilobytes per row, so that a shard's rows span more pages than
+            // its cache holds: reads miss and wait for pages.
+            .column(ColumnDef::new("pad", ColumnType::VarBinary(workload::MAX_PAD as u32)).storage(Storage::Disk))
             .primary_key(&["id"]);
         let partitions = (cfg.nodes as u32 * cfg.shards_per_node as u32 * 2).max(4);
         let def = TableDef::from_spec(&spec, 1, partitions).map_err(|e| e.to_string())?;
@@ -532,6 +570,7 @@ impl World {
     fn request_now(&mut self, shard: usize, req: ClientRequest) -> Vec<ClientResponse> {
         let mut out = Outbox::default();
         self.shards[shard].on_client(u64::MAX, 0, req, self.now, &mut out);
+        self.read_pages_now(shard, &mut out);
         self.run_disk_ops(shard, &mut out);
         let mut answers = Vec::new();
         let mut queue: VecDeque<(ShardAddr, ShardAddr, PeerMsg)> = VecDeque::new();
@@ -545,9 +584,19 @@ impl World {
             }
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
             self.shards[t].on_peer(src, msg, self.now, &mut out);
+            self.read_pages_now(t, &mut out);
             self.run_disk_ops(t, &mut out);
             let from = self.addrs[t];
             queue.extend(out.peer.drain(..).map(|(to, msg)| (from, to, msg)));
+        }
+    }
+
+    /// Answers the page reads shard `s` asked for at once (for requests
+    /// made outside the event loop, which wait for their answer).
+    fn read_pages_now(&mut self, s: usize, out: &mut Outbox) {
+        while let Some(read) = out.page_reads.pop() {
+            let bytes = self.shards[s].read_page_file(read.page);
+            self.shards[s].on_page_read(read, bytes, self.now, out);
         }
     }
 
@@ -638,7 +687,7 @@ impl World {
                 self.trace_hasher.update(&at.to_le_bytes());
                 self.trace_hasher.update(format!("{from:?}{to:?}{payload:?}").as_bytes());
             } else {
-                let line = format!("{at:>9} {from:?} -> {to:?}: {payload:?}");
+                let line = bounded(format_args!("{at:>9} {from:?} -> {to:?}: {payload:?}"));
                 self.trace_hasher.update(line.as_bytes());
                 self.trace(line);
             }
@@ -831,6 +880,12 @@ impl World {
                 self.schedule(self.now + TICK_US, Endpoint::Shard(s), Endpoint::Shard(s), Payload::Tick);
             }
             Payload::Layout(layout) => self.shard_step(s, |shard, now, out| shard.set_layout(*layout, now, out)),
+            Payload::PageRead(read) => {
+                // Read when it completes, as the host's reader does: no
+                // write of a page being read can come between.
+                let bytes = self.shards[s].read_page_file(read.page);
+                self.shard_step(s, |shard, now, out| shard.on_page_read(read, bytes, now, out));
+            }
             Payload::DiskDone(done) => {
                 let n = self.node_of_shard(s);
                 if self.failing_disk == Some(n) {
@@ -858,6 +913,16 @@ impl World {
         for op in out.disk.drain(..) {
             let started = self.disks[s].submit(op);
             self.sync_started(s, started);
+        }
+        // Page reads take a random time each (so they finish out of
+        // order), now and then a long one when disk faults are on.
+        for read in out.page_reads.drain(..) {
+            self.report.page_reads += 1;
+            let mut latency = 10 + self.rng.below(300);
+            if self.cfg.disk_faults > 0 && self.rng.below(50) == 0 {
+                latency += 5_000 + self.rng.below(50_000);
+            }
+            self.schedule(self.now + latency, Endpoint::Shard(s), Endpoint::Shard(s), Payload::PageRead(read));
         }
     }
 

@@ -228,6 +228,13 @@ impl Partition {
         }
     }
 
+    /// The page that holds the disk part of the row of `key`, for a table
+    /// with disk columns (an operation on the row needs it cached).
+    pub fn disk_page(&self, key: &[u8], hash: u64) -> Option<u32> {
+        let entry = self.rows.get(key, hash)?;
+        self.disk.as_ref().map(|_| split::disk_ref(entry.row()).page)
+    }
+
     /// Whether the table has disk columns (its rows are put together on
     /// every read).
     pub fn has_disk_columns(&self) -> bool {

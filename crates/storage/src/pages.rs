@@ -3,17 +3,20 @@
 //! interface, so that the data node reads and writes a real file and the
 //! simulator and the tests a map in memory.
 //!
-//! A page the cache misses is read here and now, on the caller's thread:
-//! the operation that needed it waits for the read. The tablespace itself
-//! is sans-I/O (it answers a miss and queues the read), so a caller that
-//! parks operations instead can drive it directly; see
-//! docs/limitations.md.
+//! Two ways to wait for a page the cache misses:
+//! - **Parked** (asynchronous reads on): the shard asks for the page
+//!   (`request`) before it runs an operation, parks the operation, and the
+//!   host reads the page on another thread and hands it back
+//!   (`on_host_read`); the shard thread goes on meanwhile.
+//! - **Here and now**: any access that still misses (every access with
+//!   asynchronous reads off, and the few paths that do not park) reads the
+//!   page on the caller's thread.
 //!
 //! Every partition of the shard that has disk columns shares one
 //! `DiskPages` (through [`SharedPages`]), so the cache serves whichever
 //! table is hot.
 
-use crate::tablespace::{DiskRef, PageIo, Tablespace, PAGE_BYTES};
+use crate::tablespace::{DiskRef, PageIo, PageRead, Tablespace, Want, PAGE_BYTES};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -78,6 +81,11 @@ pub struct DiskPages {
     space: Tablespace,
     file: Box<dyn PageFile>,
     limit_bytes: u64,
+    /// Operations park on a miss and the host reads pages on its own.
+    parking: bool,
+    /// Pages read on the shard thread (with `parking` on, what parking does
+    /// not cover yet).
+    read_here: u64,
 }
 
 /// The handle the partitions of one shard share. Only the shard's thread
@@ -86,7 +94,69 @@ pub type SharedPages = Arc<Mutex<DiskPages>>;
 
 impl DiskPages {
     pub fn new(config: PagesConfig, file: Box<dyn PageFile>) -> DiskPages {
-        DiskPages { space: Tablespace::new(config.cache_pages), file, limit_bytes: config.limit_bytes }
+        DiskPages {
+            space: Tablespace::new(config.cache_pages),
+            file,
+            limit_bytes: config.limit_bytes,
+            parking: false,
+            read_here: 0,
+        }
+    }
+
+    /// Turns parking on: the host reads pages asked for by `request` on
+    /// another thread (a data node with a tablespace file, the simulator).
+    pub fn park_on_miss(&mut self) {
+        self.parking = true;
+    }
+
+    pub fn parks_on_miss(&self) -> bool {
+        self.parking
+    }
+
+    /// Pages read on the shard thread itself, for the report.
+    pub fn read_here(&self) -> u64 {
+        self.read_here
+    }
+
+    /// Asks for `page` to be cached (see `Tablespace::request`); with
+    /// parking off every page counts as cached (an access reads it).
+    pub fn request(&mut self, page: u32) -> Want {
+        match self.parking {
+            true => self.space.request(page),
+            false => Want::Cached,
+        }
+    }
+
+    /// The host's answer to a `Want::Read`; false if it was overtaken. A
+    /// page that fails its checksum stops the node.
+    pub fn on_host_read(&mut self, read: PageRead, bytes: Box<[u8]>) -> bool {
+        let fresh = match self.space.on_host_read(read, bytes) {
+            Ok(fresh) => fresh,
+            Err(e) => self.file.fail(&format!("page {} of the tablespace cannot be used: {e:?}", read.page)),
+        };
+        // Installing it may have evicted a dirty page: written back now,
+        // before anyone can ask the host to read that page again.
+        self.do_io();
+        fresh
+    }
+
+    /// Reads a page from the file as the host's reader does (the
+    /// simulator answers `Want::Read`s with it).
+    pub fn read_file(&mut self, page: u32) -> Box<[u8]> {
+        let mut bytes = vec![0u8; PAGE_BYTES].into_boxed_slice();
+        self.file.read(page, &mut bytes);
+        bytes
+    }
+
+    /// Keeps a cached page in the cache until `unpin`.
+    pub fn pin(&mut self, page: u32) -> bool {
+        self.space.pin(page).is_ok()
+    }
+
+    pub fn unpin(&mut self, page: u32) {
+        self.space.unpin(page);
+        // Pages evicted as the cache shrinks back to its size are written.
+        self.do_io();
     }
 
     pub fn shared(self) -> SharedPages {
@@ -194,8 +264,8 @@ impl DiskPages {
             for op in io {
                 match op {
                     PageIo::Read { page } => {
-                        let mut bytes = vec![0u8; PAGE_BYTES].into_boxed_slice();
-                        self.file.read(page, &mut bytes);
+                        self.read_here += 1;
+                        let bytes = self.read_file(page);
                         if let Err(e) = self.space.on_read(page, bytes) {
                             self.file.fail(&format!("page {page} of the tablespace cannot be used: {e:?}"));
                         }

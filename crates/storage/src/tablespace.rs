@@ -103,10 +103,42 @@ pub enum PageError {
     Unexpected { page: u32 },
 }
 
+/// A read of a page the host carries out on its own (asynchronously,
+/// `Tablespace::request`), answered with `on_host_read`. The ticket tells
+/// an answer apart from an older read of the same page that was
+/// overtaken (the page was read another way meanwhile, changed and
+/// written back): such an answer is stale and dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PageRead {
+    pub page: u32,
+    pub ticket: u64,
+}
+
+/// What `Tablespace::request` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// The page is in the cache.
+    Cached,
+    /// A read of it is under way already.
+    Coming,
+    /// Nobody reads it yet: the host must, and answer with this.
+    Read(PageRead),
+}
+
+/// An unanswered read.
+#[derive(Clone, Copy, Debug)]
+struct Reading {
+    ticket: u64,
+    /// Handed to the host (`request`) rather than queued in `io`.
+    by_host: bool,
+}
+
 /// Counters for reports (`mgm report-memory`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
+    /// Accesses served from the cache without waiting for a read.
     pub hits: u64,
+    /// Accesses that had to wait for their page to be read.
     pub misses: u64,
     pub reads: u64,
     pub writes: u64,
@@ -154,8 +186,10 @@ pub struct Tablespace {
     ghosts: BTreeSet<(u64, u32)>,
     /// The same pages, with when they left, to look one up.
     ghost_since: PageMap<u64>,
-    /// Reads queued and not yet answered.
-    reading: BTreeSet<u32>,
+    /// Reads asked for and not yet answered, by page.
+    reading: PageMap<Reading>,
+    /// The ticket of the next read handed to the host.
+    next_ticket: u64,
     io: Vec<PageIo>,
     /// Pages with free bytes, by (free bytes, page); pages past the end are new.
     free: BTreeSet<(u16, u32)>,
@@ -168,9 +202,9 @@ pub struct Tablespace {
 }
 
 impl Tablespace {
-    /// A tablespace with a cache of `cache_pages` pages (at least 4).
+    /// A tablespace with a cache of `cache_pages` pages (at least one).
     pub fn new(cache_pages: usize) -> Tablespace {
-        let capacity = cache_pages.max(4);
+        let capacity = cache_pages.max(1);
         Tablespace {
             capacity,
             frames: PageMap::with_capacity_and_hasher(capacity, Default::default()),
@@ -178,7 +212,8 @@ impl Tablespace {
             protected: BTreeSet::new(),
             ghosts: BTreeSet::new(),
             ghost_since: PageMap::default(),
-            reading: BTreeSet::new(),
+            reading: PageMap::default(),
+            next_ticket: 1,
             io: Vec::new(),
             free: BTreeSet::new(),
             page_free: Vec::new(),
@@ -221,7 +256,57 @@ impl Tablespace {
     }
 
     pub fn stats(&self) -> CacheStats {
-        self.stats
+        // An access that missed is counted again as a use once its page is
+        // read and the access runs again: it is no hit.
+        CacheStats { hits: self.stats.hits.saturating_sub(self.stats.misses), ..self.stats }
+    }
+
+    /// Whether `page` is in the cache now.
+    pub fn is_cached(&self, page: u32) -> bool {
+        self.frames.contains_key(&page)
+    }
+
+    /// Asks for `page` to be in the cache, for a caller that parks its
+    /// operation until it is (the host reads it on another thread).
+    pub fn request(&mut self, page: u32) -> Want {
+        assert!((page as usize) < self.page_free.len(), "page {page} is beyond the tablespace's {} pages", self.pages());
+        if self.frames.contains_key(&page) {
+            return Want::Cached;
+        }
+        if self.reading.contains_key(&page) {
+            return Want::Coming;
+        }
+        // The host reads the file now: a write-back of this page still
+        // queued would make it read an old copy.
+        assert!(
+            !self.io.iter().any(|io| matches!(io, PageIo::Write { page: p, .. } if *p == page)),
+            "page {page} is asked for while its write-back is still queued"
+        );
+        self.stats.misses += 1;
+        let ticket = self.new_ticket();
+        self.reading.insert(page, Reading { ticket, by_host: true });
+        Want::Read(PageRead { page, ticket })
+    }
+
+    /// Reads handed to the host and not answered yet.
+    pub fn host_reads(&self) -> usize {
+        self.reading.values().filter(|r| r.by_host).count()
+    }
+
+    /// The host's answer to a `Want::Read`. `Ok(false)`: the read was
+    /// overtaken and its bytes are dropped.
+    pub fn on_host_read(&mut self, read: PageRead, bytes: Box<[u8]>) -> Result<bool, PageError> {
+        match self.reading.get(&read.page) {
+            Some(r) if r.by_host && r.ticket == read.ticket => {}
+            _ => return Ok(false),
+        }
+        self.on_read(read.page, bytes).map(|()| true)
+    }
+
+    fn new_ticket(&mut self) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        ticket
     }
 
     /// The I/O queued since the last call, in the order it must be done.
@@ -318,13 +403,16 @@ impl Tablespace {
         let frame = self.frames.get_mut(&page).expect("an unpinned page is in the cache");
         assert!(frame.pins > 0, "page {page} unpinned more often than pinned");
         frame.pins -= 1;
+        // Pinned pages may have held the cache over its size.
+        while self.frames.len() > self.capacity && self.evict_one() {}
     }
 
     /// A page the host read, as asked by a queued `PageIo::Read`.
     pub fn on_read(&mut self, page: u32, bytes: Box<[u8]>) -> Result<(), PageError> {
-        if !self.reading.remove(&page) || bytes.len() != PAGE_BYTES {
+        if self.reading.remove(&page).is_none() || bytes.len() != PAGE_BYTES {
             return Err(PageError::Unexpected { page });
         }
+        debug_assert!(!self.frames.contains_key(&page), "page {page} was read while it was cached");
         if get_u16(&bytes, 4) > 0 && checksum(&bytes) != u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) {
             return Err(PageError::Corrupt { page });
         }
@@ -380,6 +468,7 @@ impl Tablespace {
             let expected = (PAGE_BYTES - HEADER - live - SLOT * get_u16(&frame.bytes, 4) as usize) as u16;
             assert_eq!(self.page_free[*page as usize], expected, "page {page}'s free bytes are miscounted");
         }
+        assert!(self.reading.keys().all(|p| !self.frames.contains_key(p)), "a page being read is also cached");
         assert_eq!(self.ghosts.len(), self.ghost_since.len(), "ghost list and index disagree");
         assert!(self.ghost_since.keys().all(|p| !self.frames.contains_key(p)), "a cached page is also a ghost");
         let listed = self.page_free.iter().filter(|f| **f > 0).count();
@@ -399,7 +488,11 @@ impl Tablespace {
         let clock = self.clock;
         let Some(frame) = self.frames.get_mut(&page) else {
             self.stats.misses += 1;
-            if self.reading.insert(page) {
+            // A read the host carries out is overtaken: the caller waits
+            // for this one (its answer will be dropped as stale).
+            if self.reading.get(&page).is_none_or(|r| r.by_host) {
+                let ticket = self.new_ticket();
+                self.reading.insert(page, Reading { ticket, by_host: false });
                 self.io.push(PageIo::Read { page });
             }
             return Err(Miss(page));

@@ -232,6 +232,8 @@ impl Gen {
             tablespace_limit_bytes: self.u64(),
             page_cache_hits: self.u64(),
             page_cache_misses: self.u64(),
+            page_waits: self.u64(),
+            pages_read_on_shard_thread: self.u64(),
         }
     }
 }

@@ -52,6 +52,8 @@ pub(super) enum Payload {
     Heal,
     /// A sync of the shard's disk completed.
     DiskDone(SyncDone),
+    /// The host read a page the shard asked for (`Outbox::page_reads`).
+    PageRead(latsdb_cluster::PageRead),
     /// The management server starts every data node again after a
     /// whole-cluster crash.
     SystemRestart,
@@ -100,7 +102,7 @@ impl World {
         let delay = 1 + self.rng.below(self.cfg.max_delay_us);
         if matches!(payload, Payload::Member { .. }) {
             if self.cut(from, to) || self.rng.below(100) < self.cfg.member_fault_pct {
-                self.trace(format!("{:>9} {from:?} -> {to:?}: LOST {payload:?}", self.now));
+                self.trace(super::bounded(format_args!("{:>9} {from:?} -> {to:?}: LOST {payload:?}", self.now)));
                 return;
             }
             if self.rng.below(100) < self.cfg.member_fault_pct {

@@ -97,6 +97,17 @@ pub(super) struct Transfer {
     pub(super) version_b: i64,
 }
 
+/// The longest value of an account's `pad` column.
+pub(super) const MAX_PAD: usize = 5_000;
+
+/// An account's `pad` (a disk column): 2 to 5 KB, different for every
+/// account, so a read that assembled a row from the wrong record shows.
+/// A shard's rows span more pages than its cache of one page holds.
+pub(super) fn pad_of(id: i64) -> Value {
+    let len = 2_000 + (id.unsigned_abs() as usize * 997) % (MAX_PAD - 2_000);
+    Value::Bytes((0..len).map(|i| (id as u8).wrapping_mul(31).wrapping_add(i as u8)).collect())
+}
+
 /// Answers a client accepts as "not done, try again": lock-wait timeouts,
 /// and (around failures) a participant that left, a stale route, or a node
 /// that cannot confirm its membership.
@@ -115,7 +126,7 @@ impl World {
     pub(super) fn load_accounts(&mut self) -> Result<(), String> {
         for id in 0..self.cfg.accounts + registers(&self.cfg) {
             let op =
-                self.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(INITIAL_BALANCE), Value::Int(0)] });
+                self.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(INITIAL_BALANCE), Value::Int(0), pad_of(id)] });
             let shard = self.owner(&op)?;
             match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
                 Some(ClientResponse::Batch(r)) if r == vec![OpResult::Done] => {}
@@ -270,7 +281,7 @@ impl World {
         let mut shard = None;
         for id in ids {
             let value = self.next_register_value;
-            let op = self.op(id, OpKind::Upsert { row: vec![Value::Int(id), Value::Int(value), Value::Int(value)] });
+            let op = self.op(id, OpKind::Upsert { row: vec![Value::Int(id), Value::Int(value), Value::Int(value), pad_of(id)] });
             let Ok(owner) = self.owner(&op) else { return self.wake_later(c) };
             if shard.is_some_and(|s| s != owner) {
                 continue;
@@ -301,6 +312,11 @@ impl World {
     pub(super) fn account_of(&self, result: &OpResult) -> Result<Account, String> {
         match result {
             OpResult::Row(row) => {
+                // The disk column, put together from its page, is the row's own.
+                let id = self.meta.layout.get(row, 0).as_i64().ok_or("id is not an integer")?;
+                if self.meta.layout.get(row, 3) != pad_of(id) {
+                    return Err(format!("account {id} was read with another row's disk part: {row:?}"));
+                }
                 let balance = self.meta.layout.get(row, 1).as_i64().ok_or("balance is not an integer")?;
                 let version = self.meta.layout.get(row, 2).as_i64().ok_or("version is not an integer")?;
                 Ok(Account { balance, version })

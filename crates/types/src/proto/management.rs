@@ -194,6 +194,10 @@ pub struct ShardMemory {
     /// cached, and that had to read it.
     pub page_cache_hits: u64,
     pub page_cache_misses: u64,
+    /// Requests that waited for pages read off the shard thread, and pages
+    /// read on the shard thread itself (by paths that do not wait).
+    pub page_waits: u64,
+    pub pages_read_on_shard_thread: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
