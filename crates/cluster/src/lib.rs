@@ -41,8 +41,8 @@ mod context;
 mod durability;
 mod ldm;
 mod locks;
-mod pager;
 pub mod membership;
+mod pager;
 mod replica;
 mod restart;
 mod shard;
@@ -55,7 +55,7 @@ pub use checkpoint::{
 };
 pub use context::{ConnId, Micros};
 pub use durability::DiskOp;
-pub use latsdb_storage::pages::{PageFile, PagesConfig};
+pub use latsdb_storage::pages::{MemoryPages, PageFile, PagesConfig};
 pub use latsdb_storage::tablespace::{PageRead, PAGE_BYTES};
 pub use restart::{NodeRestart, RestartStep};
 pub use shard::{DiskUsage, Lease, Outbox, Shard, ShardConfig};

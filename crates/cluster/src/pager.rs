@@ -76,8 +76,16 @@ impl Pager {
     }
 
     /// Parks `work` (`must_wait` said so) until every page in `pages` is
-    /// cached. Reads to start go to `reads`.
-    pub(crate) fn park(&mut self, shared: &SharedPages, work: Waiting, pages: &[u32], reads: &mut Vec<PageRead>) {
+    /// cached. Reads to start go to `reads`. If every page turns out to be
+    /// readable at once (the operating system had it cached), `work` is
+    /// handed back to run now, with its pins.
+    pub(crate) fn park(
+        &mut self,
+        shared: &SharedPages,
+        work: Waiting,
+        pages: &[u32],
+        reads: &mut Vec<PageRead>,
+    ) -> Option<Woken> {
         let mut space = DiskPages::lock(shared);
         let (mut missing, mut pinned) = (Vec::new(), Vec::new());
         for &page in pages {
@@ -97,9 +105,12 @@ impl Pager {
                 }
             }
         }
-        assert!(!missing.is_empty(), "a request parked without a page to wait for");
+        if missing.is_empty() {
+            return Some(Woken { work, pinned });
+        }
         self.parks += 1;
         self.parked.push(Parked { work, missing, pinned });
+        None
     }
 
     /// The host read a page; answers the requests that have all their
@@ -120,10 +131,15 @@ impl Pager {
             return Vec::new();
         }
         if !space.tablespace().is_cached(page) {
-            if let Want::Read(again) = space.request(page) {
-                reads.push(again);
+            match space.request(page) {
+                // Read at once: the waiters wake below.
+                Want::Cached => {}
+                Want::Coming => return Vec::new(),
+                Want::Read(again) => {
+                    reads.push(again);
+                    return Vec::new();
+                }
             }
-            return Vec::new();
         }
         let mut woken = Vec::new();
         let mut i = 0;

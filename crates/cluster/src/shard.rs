@@ -64,6 +64,9 @@ pub struct DiskUsage {
     pub parked: usize,
     /// Pages read on the shard thread itself (paths that do not park).
     pub read_here: u64,
+    /// Pages a request would have waited for that the operating system
+    /// had cached (read at once without waiting).
+    pub read_at_once: u64,
 }
 
 /// Until when (the node's monotonic clock, microseconds) a data node may
@@ -211,20 +214,8 @@ impl Shard {
     pub fn on_page_read(&mut self, read: PageRead, bytes: Box<[u8]>, now: Micros, out: &mut Outbox) {
         self.cx.now = now;
         let woken = self.pager.on_read(&self.cx.pages, read, bytes, &mut out.page_reads);
-        for Woken { work, pinned } in woken {
-            match work {
-                Waiting::Lookups { conn, req_id, body } => {
-                    let (mut reads, mut columns) = (Vec::new(), Vec::new());
-                    let decoded = latsdb_types::proto::decode_lookups(&body, &mut reads, &mut columns);
-                    assert!(decoded, "a parked frame of lookups decoded when it arrived");
-                    self.lookups(conn, req_id, &body, &reads, &columns, out);
-                }
-                Waiting::Batch { conn, req_id, ops } => match self.not_serving(now) {
-                    Some(error) => out.client.push((conn, req_id, ClientResponse::Error(error))),
-                    None => self.client_batch(conn, req_id, ops, out),
-                },
-            }
-            Pager::release(&self.cx.pages, &pinned);
+        for woken in woken {
+            self.run_woken(woken, out);
         }
         self.finish_turn(out);
     }
@@ -241,6 +232,7 @@ impl Shard {
             parks: self.pager.parks,
             parked: self.pager.parked(),
             read_here: pages.read_here(),
+            read_at_once: pages.read_at_once(),
         }
     }
 
@@ -378,6 +370,24 @@ impl Shard {
         true
     }
 
+    /// Runs a request whose pages are all cached (and pinned) now, then
+    /// releases its pins.
+    fn run_woken(&mut self, Woken { work, pinned }: Woken, out: &mut Outbox) {
+        match work {
+            Waiting::Lookups { conn, req_id, body } => {
+                let (mut reads, mut columns) = (Vec::new(), Vec::new());
+                let decoded = latsdb_types::proto::decode_lookups(&body, &mut reads, &mut columns);
+                assert!(decoded, "a parked frame of lookups decoded when it arrived");
+                self.lookups(conn, req_id, &body, &reads, &columns, out);
+            }
+            Waiting::Batch { conn, req_id, ops } => match self.not_serving(self.cx.now) {
+                Some(error) => out.client.push((conn, req_id, ClientResponse::Error(error))),
+                None => self.client_batch(conn, req_id, ops, out),
+            },
+        }
+        Pager::release(&self.cx.pages, &pinned);
+    }
+
     /// Answers a frame of committed reads, or parks it until the pages of
     /// the rows it reads are cached.
     fn lookups(
@@ -396,7 +406,9 @@ impl Shard {
                     reads.iter().filter_map(|r| disk_page_of(&self.cx, r.table, r.partition, r.key)).collect();
                 if Pager::must_wait(&self.cx.pages, &pages) {
                     let work = Waiting::Lookups { conn, req_id, body: body.to_vec() };
-                    self.pager.park(&self.cx.pages, work, &pages, &mut out.page_reads);
+                    if let Some(now) = self.pager.park(&self.cx.pages, work, &pages, &mut out.page_reads) {
+                        self.run_woken(now, out);
+                    }
                     return;
                 }
                 Ldm::lookups(&self.cx, req_id, reads, columns)
@@ -408,9 +420,13 @@ impl Shard {
     /// Runs a client's batch of single-row operations, or parks it until
     /// the pages of the rows it touches are cached.
     fn client_batch(&mut self, conn: ConnId, req_id: u64, ops: Vec<latsdb_types::proto::KeyOp>, out: &mut Outbox) {
-        let pages: Vec<u32> = ops.iter().filter_map(|op| disk_page_of(&self.cx, op.table, op.partition, &op.key)).collect();
+        let pages: Vec<u32> =
+            ops.iter().filter_map(|op| disk_page_of(&self.cx, op.table, op.partition, &op.key)).collect();
         if Pager::must_wait(&self.cx.pages, &pages) {
-            self.pager.park(&self.cx.pages, Waiting::Batch { conn, req_id, ops }, &pages, &mut out.page_reads);
+            let work = Waiting::Batch { conn, req_id, ops };
+            if let Some(now) = self.pager.park(&self.cx.pages, work, &pages, &mut out.page_reads) {
+                self.run_woken(now, out);
+            }
             return;
         }
         self.ldm.batch(&mut self.cx, &self.sync, conn, req_id, ops, out)

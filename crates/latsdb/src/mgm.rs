@@ -268,10 +268,11 @@ pub fn render_memory(nodes: &[(u16, Vec<latsdb_types::proto::ShardMemory>)]) -> 
             let misses: u64 = shards.iter().map(|s| s.page_cache_misses).sum();
             let waits: u64 = shards.iter().map(|s| s.page_waits).sum();
             let read_here: u64 = shards.iter().map(|s| s.pages_read_on_shard_thread).sum();
+            let at_once: u64 = shards.iter().map(|s| s.pages_read_at_once).sum();
             let limit = if limit > 0 { format!("of {:.0} MiB", mib(limit)) } else { "(no limit)".into() };
             let lookups = (hits + misses).max(1);
             out.push_str(&format!(
-                "node {node}: tablespace {:.1} MiB {limit}, {:.1} MiB in live records; page cache hit rate {:.1}% ({hits} hits, {misses} misses); {waits} requests waited for pages read off the shard thread, {read_here} pages read on it\n",
+                "node {node}: tablespace {:.1} MiB {limit}, {:.1} MiB in live records; page cache hit rate {:.1}% ({hits} hits, {misses} misses); {waits} requests waited for pages read off the shard thread, {at_once} pages read at once from the OS cache, {read_here} pages read on the shard thread otherwise\n",
                 mib(file),
                 mib(live),
                 hits as f64 * 100.0 / lookups as f64,

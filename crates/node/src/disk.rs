@@ -456,7 +456,8 @@ impl TablespaceFile {
     /// A second handle on the file, for reads on other threads (the
     /// shard's requests wait for them instead of the shard thread).
     pub fn reader(&self) -> Result<PageReader> {
-        let file = self.file.try_clone().map_err(|e| io_error("cannot open the tablespace file again", &self.path, e))?;
+        let file =
+            self.file.try_clone().map_err(|e| io_error("cannot open the tablespace file again", &self.path, e))?;
         Ok(PageReader { file, path: self.path.clone() })
     }
 }
@@ -513,6 +514,21 @@ impl latsdb_cluster::PageFile for TablespaceFile {
         if let Err(e) = read_page(&self.file, page, out) {
             self.fail(&format!("reading page {page} failed: {e}"));
         }
+    }
+
+    /// `preadv2` with `RWF_NOWAIT`: the kernel copies the page if it has
+    /// all of it cached and answers `EAGAIN` instead of waiting for the
+    /// device. Anything but a whole page (a part cached, an error, a
+    /// kernel without the flag) goes to the reader threads, which report
+    /// real errors.
+    fn read_without_waiting(&mut self, page: u32, out: &mut [u8]) -> bool {
+        use std::os::fd::AsRawFd;
+        let iov = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: out.len() };
+        let offset = Self::offset(page) as libc::off_t;
+        // SAFETY: `iov` describes `out`, which lives and is not otherwise
+        // borrowed for the call; the descriptor is this file's own.
+        let read = unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+        read == out.len() as isize
     }
 
     fn write(&mut self, page: u32, bytes: &[u8]) {

@@ -409,17 +409,14 @@ fn run_shard(
     // Blocking threads read tablespace pages: this many reads of one shard
     // are under way at once (an NVMe device serves many in parallel).
     const PAGE_READERS: usize = 16;
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .max_blocking_threads(PAGE_READERS)
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            crate::log("datanode", format!("shard {}: cannot start its runtime: {e}", cfg.me));
-            std::process::exit(1);
-        }
-    };
+    let runtime =
+        match tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(PAGE_READERS).build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                crate::log("datanode", format!("shard {}: cannot start its runtime: {e}", cfg.me));
+                std::process::exit(1);
+            }
+        };
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
         let host = Rc::new(Host {
@@ -496,6 +493,7 @@ fn run_shard(
                         page_cache_misses: disk.cache.misses,
                         page_waits: disk.parks,
                         pages_read_on_shard_thread: disk.read_here,
+                        pages_read_at_once: disk.read_at_once,
                     });
                 }
                 Control::Restore(image, plan, reply) => {

@@ -344,7 +344,8 @@ fn new_shard(
         pages: latsdb_cluster::PagesConfig { cache_pages: 1, limit_bytes: 0 },
     };
     let mut shard = Shard::new(shard_cfg, layout.clone());
-    if cfg.seed % 2 == 0 {
+    if cfg.seed.is_multiple_of(2) {
+        shard.set_page_file(Box::new(latsdb_cluster::MemoryPages::sometimes_cached(cfg.seed ^ first_tx_seq)));
         shard.park_on_miss();
     }
     shard

@@ -29,6 +29,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub trait PageFile: Send {
     /// Reads page `page` into `out` (`PAGE_BYTES` long).
     fn read(&mut self, page: u32, out: &mut [u8]);
+    /// Reads page `page` into `out` only if that cannot wait for the
+    /// device (the operating system has it cached); false, having read
+    /// nothing usable, otherwise. A request whose page is read this way
+    /// does not park.
+    fn read_without_waiting(&mut self, _page: u32, _out: &mut [u8]) -> bool {
+        false
+    }
     /// Writes a whole page.
     fn write(&mut self, page: u32, bytes: &[u8]);
     /// Stops the node because the pages cannot be trusted; `why` says what
@@ -41,6 +48,18 @@ pub trait PageFile: Send {
 #[derive(Default)]
 pub struct MemoryPages {
     pages: HashMap<u32, Box<[u8]>>,
+    /// Decides which reads find their page "in the operating system's
+    /// cache" (`read_without_waiting`): none while 0.
+    cached_state: u64,
+}
+
+impl MemoryPages {
+    /// Pages of which about one read in three can be read without waiting,
+    /// chosen by a generator seeded with `seed` (the simulator's seeds
+    /// drive both ways of reading a page).
+    pub fn sometimes_cached(seed: u64) -> MemoryPages {
+        MemoryPages { pages: HashMap::new(), cached_state: seed | 1 }
+    }
 }
 
 impl PageFile for MemoryPages {
@@ -49,6 +68,23 @@ impl PageFile for MemoryPages {
             Some(bytes) => out.copy_from_slice(bytes),
             None => out.fill(0),
         }
+    }
+
+    fn read_without_waiting(&mut self, page: u32, out: &mut [u8]) -> bool {
+        if self.cached_state == 0 {
+            return false;
+        }
+        // xorshift64: deterministic, so a seed replays.
+        let mut x = self.cached_state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.cached_state = x;
+        if !x.is_multiple_of(3) {
+            return false;
+        }
+        self.read(page, out);
+        true
     }
 
     fn write(&mut self, page: u32, bytes: &[u8]) {
@@ -86,6 +122,7 @@ pub struct DiskPages {
     /// Pages read on the shard thread (with `parking` on, what parking does
     /// not cover yet).
     read_here: u64,
+    read_at_once: u64,
 }
 
 /// The handle the partitions of one shard share. Only the shard's thread
@@ -100,6 +137,7 @@ impl DiskPages {
             limit_bytes: config.limit_bytes,
             parking: false,
             read_here: 0,
+            read_at_once: 0,
         }
     }
 
@@ -121,10 +159,30 @@ impl DiskPages {
     /// Asks for `page` to be cached (see `Tablespace::request`); with
     /// parking off every page counts as cached (an access reads it).
     pub fn request(&mut self, page: u32) -> Want {
-        match self.parking {
-            true => self.space.request(page),
-            false => Want::Cached,
+        if !self.parking {
+            return Want::Cached;
         }
+        match self.space.request(page) {
+            Want::Read(read) => {
+                // A page the operating system has cached is read at once:
+                // handing it to another thread would cost more than the copy.
+                let mut bytes = vec![0u8; PAGE_BYTES].into_boxed_slice();
+                if !self.file.read_without_waiting(page, &mut bytes) {
+                    return Want::Read(read);
+                }
+                self.read_at_once += 1;
+                let fresh = self.on_host_read(read, bytes);
+                debug_assert!(fresh, "page {page} was asked for a moment ago");
+                Want::Cached
+            }
+            want => want,
+        }
+    }
+
+    /// Pages the host would have read off the shard thread that the
+    /// operating system had cached (read at once instead).
+    pub fn read_at_once(&self) -> u64 {
+        self.read_at_once
     }
 
     /// The host's answer to a `Want::Read`; false if it was overtaken. A

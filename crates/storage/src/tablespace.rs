@@ -269,7 +269,11 @@ impl Tablespace {
     /// Asks for `page` to be in the cache, for a caller that parks its
     /// operation until it is (the host reads it on another thread).
     pub fn request(&mut self, page: u32) -> Want {
-        assert!((page as usize) < self.page_free.len(), "page {page} is beyond the tablespace's {} pages", self.pages());
+        assert!(
+            (page as usize) < self.page_free.len(),
+            "page {page} is beyond the tablespace's {} pages",
+            self.pages()
+        );
         if self.frames.contains_key(&page) {
             return Want::Cached;
         }

@@ -234,6 +234,7 @@ impl Gen {
             page_cache_misses: self.u64(),
             page_waits: self.u64(),
             pages_read_on_shard_thread: self.u64(),
+            pages_read_at_once: self.u64(),
         }
     }
 }

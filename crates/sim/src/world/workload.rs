@@ -125,8 +125,10 @@ pub(super) fn retriable(e: &latsdb_types::DbError) -> bool {
 impl World {
     pub(super) fn load_accounts(&mut self) -> Result<(), String> {
         for id in 0..self.cfg.accounts + registers(&self.cfg) {
-            let op =
-                self.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(INITIAL_BALANCE), Value::Int(0), pad_of(id)] });
+            let op = self.op(
+                id,
+                OpKind::Insert { row: vec![Value::Int(id), Value::Int(INITIAL_BALANCE), Value::Int(0), pad_of(id)] },
+            );
             let shard = self.owner(&op)?;
             match self.request_now(shard, ClientRequest::Batch(vec![op])).pop() {
                 Some(ClientResponse::Batch(r)) if r == vec![OpResult::Done] => {}
@@ -281,7 +283,8 @@ impl World {
         let mut shard = None;
         for id in ids {
             let value = self.next_register_value;
-            let op = self.op(id, OpKind::Upsert { row: vec![Value::Int(id), Value::Int(value), Value::Int(value), pad_of(id)] });
+            let op = self
+                .op(id, OpKind::Upsert { row: vec![Value::Int(id), Value::Int(value), Value::Int(value), pad_of(id)] });
             let Ok(owner) = self.owner(&op) else { return self.wake_later(c) };
             if shard.is_some_and(|s| s != owner) {
                 continue;

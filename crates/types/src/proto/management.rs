@@ -198,6 +198,8 @@ pub struct ShardMemory {
     /// read on the shard thread itself (by paths that do not wait).
     pub page_waits: u64,
     pub pages_read_on_shard_thread: u64,
+    /// Pages the operating system had cached, read without waiting.
+    pub pages_read_at_once: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
