@@ -56,6 +56,9 @@ pub struct StartArgs {
     /// Largest tablespace per data node in MiB (0 = no limit but the disk's).
     #[arg(long, default_value_t = 0)]
     tablespace_mb: u64,
+    /// Read and write tablespace files with O_DIRECT, so only the page cache caches disk columns (on or off).
+    #[arg(long, value_enum, default_value = "off")]
+    disk_direct_io: OnOffArg,
     /// Where SQL keeps the columns of new tables that name no STORAGE (disk: their unindexed strings and binaries).
     #[arg(long, value_enum, default_value = "memory")]
     default_column_storage: StorageArg,
@@ -376,6 +379,7 @@ fn cluster_config(args: &StartArgs) -> Result<ClusterConfig, String> {
         config.datanode_defaults.data_memory_mb = args.data_memory_mb;
         config.datanode_defaults.disk_page_cache_mb = args.disk_page_cache_mb;
         config.datanode_defaults.tablespace_mb = args.tablespace_mb;
+        config.datanode_defaults.disk_direct_io = args.disk_direct_io == OnOffArg::On;
         config.datanode_defaults.cpu_bind = match args.cpu_bind {
             CpuBindArg::Auto => CpuBind::Auto,
             CpuBindArg::Off => CpuBind::Off,

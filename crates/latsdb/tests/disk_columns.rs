@@ -161,7 +161,9 @@ async fn a_disk_table_four_times_the_data_memory_survives_system_and_initial_nod
 /// a wide one) under `default_column_storage = disk`: its unindexed
 /// strings go to disk, its numbers stay in memory and can be indexed
 /// later; a full tablespace fails writes with MySQL's 1114, naming the
-/// setting, and every row written before reads back.
+/// setting, and every row written before reads back: with `O_DIRECT`
+/// and a page cache half the tablespace, the reads that miss wait for the
+/// device off the shard thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_default_puts_unmodified_tables_on_disk_and_a_full_tablespace_says_so() {
     let cluster = TestCluster::start(&[
@@ -174,6 +176,10 @@ async fn the_cluster_default_puts_unmodified_tables_on_disk_and_a_full_tablespac
         "disk",
         "--tablespace-mb",
         "32",
+        "--disk-page-cache-mb",
+        "16",
+        "--disk-direct-io",
+        "on",
     ]);
     let schema = "CREATE DATABASE sb; USE sb; \
         CREATE TABLE sbtest1 (id INTEGER NOT NULL AUTO_INCREMENT, k INTEGER DEFAULT '0' NOT NULL, \
@@ -218,6 +224,9 @@ async fn the_cluster_default_puts_unmodified_tables_on_disk_and_a_full_tablespac
         let row = r.unwrap().into_row().unwrap_or_else(|| panic!("row {id} is missing"));
         assert_eq!(row.get(1), Value::Str(body(id)));
     }
+    let report = mgm(&cluster, &["report-memory"]).await;
+    let waits = number_before(&report, " requests waited for pages read off the shard thread");
+    assert!(waits > 0, "no read waited for the device: {report}");
     // Deleting rows gives their space back to new ones.
     let ops = (0..100).map(|id| Op::delete(&wide, &[Value::Int(id)]).unwrap()).collect();
     for r in client.batch(ops).await.unwrap() {

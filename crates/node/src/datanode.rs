@@ -258,6 +258,7 @@ struct NodeSettings {
     /// The node's page cache and tablespace limit, in MiB (0: no limit).
     disk_page_cache_mb: u64,
     tablespace_mb: u64,
+    disk_direct_io: bool,
     placement: crate::cpus::Placement,
 }
 
@@ -270,6 +271,7 @@ fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<Node
         data_memory_mb,
         disk_page_cache_mb,
         tablespace_mb,
+        disk_direct_io,
         nodes_on_host,
         host_index,
         cpu_bind,
@@ -314,14 +316,33 @@ fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<Node
             opts.mgmd, placement.reason
         ),
     );
-    Ok(NodeSettings { node_id, host, port, threads, data_memory_mb, disk_page_cache_mb, tablespace_mb, placement })
+    Ok(NodeSettings {
+        node_id,
+        host,
+        port,
+        threads,
+        data_memory_mb,
+        disk_page_cache_mb,
+        tablespace_mb,
+        disk_direct_io,
+        placement,
+    })
 }
 
 /// Starts the node's shard threads, each with a placeholder layout (the
 /// real one follows once the management server sends it).
 fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<ShardHandle>> {
-    let NodeSettings { node_id, host, port, threads, data_memory_mb, disk_page_cache_mb, tablespace_mb, placement } =
-        settings;
+    let NodeSettings {
+        node_id,
+        host,
+        port,
+        threads,
+        data_memory_mb,
+        disk_page_cache_mb,
+        tablespace_mb,
+        disk_direct_io,
+        placement,
+    } = settings;
     let (node_id, port, threads, data_memory_mb) = (*node_id, *port, *threads, *data_memory_mb);
     let pages = latsdb_cluster::PagesConfig {
         cache_pages: ((*disk_page_cache_mb << 20) / threads as u64 / latsdb_cluster::PAGE_BYTES as u64) as usize,
@@ -330,6 +351,7 @@ fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<S
             0 => 0,
             mb => ((mb << 20) / threads as u64).max(4 * latsdb_cluster::PAGE_BYTES as u64),
         },
+        direct_io: *disk_direct_io,
     };
     let placeholder = ClusterLayout::builder(String::new()).version(0).mgmd(0, opts.mgmd.clone()).build();
     let mut shards: Vec<ShardHandle> = Vec::new();

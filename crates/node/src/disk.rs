@@ -433,20 +433,63 @@ pub const TABLESPACE_FILE: &str = "tablespace.dat";
 pub struct TablespaceFile {
     file: File,
     path: PathBuf,
+    /// Opened with `O_DIRECT`: every read and write goes through `scratch`,
+    /// a page aligned as direct I/O requires.
+    direct: bool,
+    scratch: AlignedPage,
+}
+
+/// Alignment of buffers and offsets for `O_DIRECT` (the largest logical
+/// block size of common devices).
+const DIRECT_ALIGN: usize = 4096;
+
+/// A page-sized buffer at a `DIRECT_ALIGN`-aligned address (a slice of a
+/// slightly larger allocation, so no unsafe allocation is needed).
+struct AlignedPage {
+    buffer: Vec<u8>,
+    start: usize,
+}
+
+impl AlignedPage {
+    fn new() -> AlignedPage {
+        let buffer = vec![0u8; latsdb_cluster::PAGE_BYTES + DIRECT_ALIGN];
+        let start = buffer.as_ptr().align_offset(DIRECT_ALIGN);
+        assert!(start < DIRECT_ALIGN, "a byte buffer cannot be aligned to {DIRECT_ALIGN}");
+        AlignedPage { buffer, start }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        &mut self.buffer[self.start..self.start + latsdb_cluster::PAGE_BYTES]
+    }
 }
 
 impl TablespaceFile {
     /// Creates the file in `dir`, empty (a previous run's pages are stale).
-    pub fn create(dir: &Path) -> Result<TablespaceFile> {
+    /// With `direct`, it is opened with `O_DIRECT`; a file system that
+    /// refuses it (tmpfs) gets buffered I/O, and the log says so.
+    pub fn create(dir: &Path, direct: bool) -> Result<TablespaceFile> {
         let path = dir.join(TABLESPACE_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(|e| io_error("cannot create the tablespace file", &path, e))?;
-        Ok(TablespaceFile { file, path })
+        let open = |flags: i32| {
+            OpenOptions::new().read(true).write(true).create(true).truncate(true).custom_flags(flags).open(&path)
+        };
+        let (file, direct) = match direct {
+            false => (open(0), false),
+            true => match open(libc::O_DIRECT) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    crate::log(
+                        "datanode",
+                        format!(
+                            "{}: the file system refuses O_DIRECT; the tablespace goes through the OS page cache (disk_direct_io has no effect here)",
+                            path.display()
+                        ),
+                    );
+                    (open(0), false)
+                }
+                file => (file, true),
+            },
+        };
+        let file = file.map_err(|e| io_error("cannot create the tablespace file", &path, e))?;
+        Ok(TablespaceFile { file, path, direct, scratch: AlignedPage::new() })
     }
 
     fn offset(page: u32) -> u64 {
@@ -458,7 +501,7 @@ impl TablespaceFile {
     pub fn reader(&self) -> Result<PageReader> {
         let file =
             self.file.try_clone().map_err(|e| io_error("cannot open the tablespace file again", &self.path, e))?;
-        Ok(PageReader { file, path: self.path.clone() })
+        Ok(PageReader { file, path: self.path.clone(), direct: self.direct })
     }
 }
 
@@ -466,13 +509,21 @@ impl TablespaceFile {
 pub struct PageReader {
     file: File,
     path: PathBuf,
+    direct: bool,
 }
 
 impl PageReader {
     /// Reads page `page`; an I/O error stops the node, as a failed write does.
     pub fn read(&self, page: u32) -> Box<[u8]> {
         let mut bytes = vec![0u8; latsdb_cluster::PAGE_BYTES].into_boxed_slice();
-        if let Err(e) = read_page(&self.file, page, &mut bytes) {
+        let read = match self.direct {
+            false => read_page(&self.file, page, &mut bytes),
+            true => {
+                let mut aligned = AlignedPage::new();
+                read_page(&self.file, page, aligned.bytes()).map(|()| bytes.copy_from_slice(aligned.bytes()))
+            }
+        };
+        if let Err(e) = read {
             stop_for_tablespace(&self.path, &format!("reading page {page} failed: {e}"));
         }
         bytes
@@ -511,7 +562,11 @@ fn stop_for_tablespace(path: &Path, why: &str) -> ! {
 
 impl latsdb_cluster::PageFile for TablespaceFile {
     fn read(&mut self, page: u32, out: &mut [u8]) {
-        if let Err(e) = read_page(&self.file, page, out) {
+        let read = match self.direct {
+            false => read_page(&self.file, page, out),
+            true => read_page(&self.file, page, self.scratch.bytes()).map(|()| out.copy_from_slice(self.scratch.bytes())),
+        };
+        if let Err(e) = read {
             self.fail(&format!("reading page {page} failed: {e}"));
         }
     }
@@ -520,9 +575,12 @@ impl latsdb_cluster::PageFile for TablespaceFile {
     /// all of it cached and answers `EAGAIN` instead of waiting for the
     /// device. Anything but a whole page (a part cached, an error, a
     /// kernel without the flag) goes to the reader threads, which report
-    /// real errors.
+    /// real errors. With `O_DIRECT` nothing is cached: always false.
     fn read_without_waiting(&mut self, page: u32, out: &mut [u8]) -> bool {
         use std::os::fd::AsRawFd;
+        if self.direct {
+            return false;
+        }
         let iov = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: out.len() };
         let offset = Self::offset(page) as libc::off_t;
         // SAFETY: `iov` describes `out`, which lives and is not otherwise
@@ -532,7 +590,14 @@ impl latsdb_cluster::PageFile for TablespaceFile {
     }
 
     fn write(&mut self, page: u32, bytes: &[u8]) {
-        if let Err(e) = self.file.write_all_at(bytes, Self::offset(page)) {
+        let written = match self.direct {
+            false => self.file.write_all_at(bytes, Self::offset(page)),
+            true => {
+                self.scratch.bytes().copy_from_slice(bytes);
+                self.file.write_all_at(self.scratch.bytes(), Self::offset(page))
+            }
+        };
+        if let Err(e) = written {
             self.fail(&format!("writing page {page} failed: {e}"));
         }
     }

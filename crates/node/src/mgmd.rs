@@ -824,6 +824,7 @@ impl Mgmd {
             data_memory_mb,
             disk_page_cache_mb: self.config.datanode_defaults.disk_page_cache_mb,
             tablespace_mb: self.config.datanode_defaults.tablespace_mb,
+            disk_direct_io: self.config.datanode_defaults.disk_direct_io,
             nodes_on_host: on_host.len() as u16,
             host_index,
             cpu_bind: self.config.datanode_defaults.cpu_bind,

@@ -100,6 +100,8 @@ struct Host {
     /// Reads the shard's tablespace pages on the runtime's blocking
     /// threads, once restored (None without a data directory).
     pages: RefCell<Option<Arc<crate::disk::PageReader>>>,
+    /// The tablespace file bypasses the OS page cache (`O_DIRECT`).
+    direct_io: bool,
     /// When the last durable epoch report went to the management server.
     durable_reported_at: Cell<Option<Instant>>,
 }
@@ -259,7 +261,7 @@ impl Host {
     fn restore(self: &Rc<Self>, image: crate::disk::ShardImage, plan: StartPlan) -> Result<String> {
         let started = Instant::now();
         let dir = image.dir.clone();
-        let tablespace = crate::disk::TablespaceFile::create(&dir)?;
+        let tablespace = crate::disk::TablespaceFile::create(&dir, self.direct_io)?;
         *self.pages.borrow_mut() = Some(Arc::new(tablespace.reader()?));
         self.shard.borrow_mut().set_page_file(Box::new(tablespace));
         self.shard.borrow_mut().park_on_miss();
@@ -419,6 +421,7 @@ fn run_shard(
         };
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
+        let direct_io = cfg.pages.direct_io;
         let host = Rc::new(Host {
             me: cfg.me,
             lease: cfg.lease.clone(),
@@ -433,6 +436,7 @@ fn run_shard(
             node_events: RefCell::new(None),
             disk: RefCell::new(None),
             pages: RefCell::new(None),
+            direct_io,
             durable_reported_at: Cell::new(None),
         });
         let listener = match TcpListener::from_std(listener) {

@@ -341,7 +341,7 @@ fn new_shard(
         durable: true,
         node_shards: cfg.shards_per_node,
         // A cache of one page, so that pages are evicted and read again.
-        pages: latsdb_cluster::PagesConfig { cache_pages: 1, limit_bytes: 0 },
+        pages: latsdb_cluster::PagesConfig { cache_pages: 1, ..Default::default() },
     };
     let mut shard = Shard::new(shard_cfg, layout.clone());
     if cfg.seed.is_multiple_of(2) {

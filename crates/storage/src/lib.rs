@@ -811,7 +811,7 @@ mod tests {
             columns: disk.def.columns.iter().cloned().map(|c| c.storage(Default::default())).collect(),
             ..disk.def.clone()
         });
-        let pages = DiskPages::new(PagesConfig { cache_pages: 4, limit_bytes: 0 }, Box::<MemoryPages>::default());
+        let pages = DiskPages::new(PagesConfig { cache_pages: 4, ..Default::default() }, Box::<MemoryPages>::default());
         let pages = pages.shared();
         let mut on_disk = Partition::for_table(&disk, &pages);
         let mut in_memory = Partition::new(&memory);

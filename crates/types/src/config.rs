@@ -97,6 +97,10 @@ pub struct DataNodeDefaults {
     /// parts of rows, all shards together); 0 is no limit but the disk's.
     /// A write that would grow a full tablespace fails with "table is full".
     pub tablespace_mb: u64,
+    /// Whether tablespace files are read and written with `O_DIRECT`,
+    /// bypassing the operating system's page cache (so that only
+    /// `disk_page_cache_mb` caches disk columns).
+    pub disk_direct_io: bool,
     /// Whether shard threads are bound to CPUs of their own.
     pub cpu_bind: CpuBind,
     /// Whether a data node asks the kernel to keep idle CPUs polling
@@ -112,6 +116,7 @@ impl Default for DataNodeDefaults {
             data_memory_mb: 0,
             disk_page_cache_mb: 0,
             tablespace_mb: 0,
+            disk_direct_io: false,
             cpu_bind: CpuBind::Auto,
             idle_poll: true,
         }

@@ -123,6 +123,8 @@ pub enum MgmResponse {
         disk_page_cache_mb: u64,
         /// 0: no limit.
         tablespace_mb: u64,
+        /// Tablespace files bypass the OS page cache (`O_DIRECT`).
+        disk_direct_io: bool,
         /// Data nodes configured on the same host (they share its memory
         /// and CPUs).
         nodes_on_host: u16,
