@@ -1,9 +1,10 @@
-//! Benchmarks shipped with latsdb: flex, sysbench and REST lookups.
+//! Benchmarks shipped with latsdb: flex, sysbench, YCSB and REST lookups.
 
 pub mod flex;
 pub mod lookup;
 mod report;
 pub mod sysbench;
+pub mod ycsb;
 
 use clap::{Args, Subcommand};
 
@@ -33,6 +34,8 @@ enum BenchCommand {
     Lookup(lookup::LookupArgs),
     /// sysbench OLTP against a MySQL-protocol server, over a list of thread counts (TPS and p95 plot).
     Sysbench(sysbench::SysbenchArgs),
+    /// YCSB's core workloads a-f (or a properties file) over the native client: load and run phases.
+    Ycsb(ycsb::YcsbArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
@@ -40,5 +43,6 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         BenchCommand::Flex(a) => flex::run(a),
         BenchCommand::Lookup(a) => lookup::run(a),
         BenchCommand::Sysbench(a) => sysbench::run(a),
+        BenchCommand::Ycsb(a) => ycsb::run(a),
     }
 }

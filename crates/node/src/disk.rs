@@ -564,7 +564,9 @@ impl latsdb_cluster::PageFile for TablespaceFile {
     fn read(&mut self, page: u32, out: &mut [u8]) {
         let read = match self.direct {
             false => read_page(&self.file, page, out),
-            true => read_page(&self.file, page, self.scratch.bytes()).map(|()| out.copy_from_slice(self.scratch.bytes())),
+            true => {
+                read_page(&self.file, page, self.scratch.bytes()).map(|()| out.copy_from_slice(self.scratch.bytes()))
+            }
         };
         if let Err(e) = read {
             self.fail(&format!("reading page {page} failed: {e}"));

@@ -348,7 +348,8 @@ mod tests {
 
     #[test]
     fn records_survive_eviction_through_the_file() {
-        let mut pages = DiskPages::new(PagesConfig { cache_pages: 4, ..Default::default() }, Box::<MemoryPages>::default());
+        let mut pages =
+            DiskPages::new(PagesConfig { cache_pages: 4, ..Default::default() }, Box::<MemoryPages>::default());
         let records: Vec<Vec<u8>> = (0..200u32).map(|i| vec![i as u8; 1000 + i as usize]).collect();
         let mut at: Vec<DiskRef> = records.iter().map(|r| pages.insert(r)).collect();
         assert!(pages.tablespace().pages() > 4, "the records span more pages than the cache holds");
@@ -386,8 +387,10 @@ mod tests {
     #[test]
     fn a_limited_tablespace_says_when_it_has_no_room() {
         let limit = 3 * PAGE_BYTES as u64;
-        let mut pages =
-            DiskPages::new(PagesConfig { cache_pages: 8, limit_bytes: limit, ..Default::default() }, Box::<MemoryPages>::default());
+        let mut pages = DiskPages::new(
+            PagesConfig { cache_pages: 8, limit_bytes: limit, ..Default::default() },
+            Box::<MemoryPages>::default(),
+        );
         let record = vec![1u8; 5000];
         let mut stored = 0;
         while pages.has_room(record.len() as u64 + 4) {
@@ -402,8 +405,10 @@ mod tests {
     #[test]
     fn at_its_limit_a_tablespace_reuses_room_in_pages_the_cache_let_go() {
         let limit = 8 * PAGE_BYTES as u64;
-        let mut pages =
-            DiskPages::new(PagesConfig { cache_pages: 4, limit_bytes: limit, ..Default::default() }, Box::<MemoryPages>::default());
+        let mut pages = DiskPages::new(
+            PagesConfig { cache_pages: 4, limit_bytes: limit, ..Default::default() },
+            Box::<MemoryPages>::default(),
+        );
         let record = vec![1u8; 5000];
         let at: Vec<DiskRef> = (0..24).map(|_| pages.insert(&record)).collect();
         assert_eq!(pages.tablespace().pages(), 8);

@@ -444,6 +444,7 @@ fn management_messages_round_trip() {
             data_memory_mb: g.u64(),
             disk_page_cache_mb: g.u64(),
             tablespace_mb: g.u64(),
+            disk_direct_io: g.bool(),
             nodes_on_host: g.u16(),
             host_index: g.u16(),
             cpu_bind: Default::default(),

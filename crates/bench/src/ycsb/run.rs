@@ -1,0 +1,516 @@
+//! The load and run phases of `latsdb bench ycsb`: client tasks, the
+//! operations on the native client, per-operation latency and the
+//! timeline, the printed summary (in YCSB's `[OP], Metric, value` form)
+//! and the results JSON.
+
+use super::generator::{InsertSequence, KeyChooser, Operation, ScanLength, Workload};
+use super::YcsbArgs;
+use crate::report::{count_error, new_histogram, progress};
+use crate::Rng;
+use hdrhistogram::Histogram;
+use latsdb_client::{Client, Op, Scan, Table};
+use latsdb_types::schema::{ColumnDef, ColumnType, Storage, TableSpec};
+use latsdb_types::{DbError, ErrorCode, Value};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Latencies and failures of one kind of operation.
+struct OpStats {
+    latency: Histogram<u64>,
+    failed: u64,
+    errors: BTreeMap<String, (u64, String)>,
+}
+
+impl OpStats {
+    fn new() -> OpStats {
+        OpStats { latency: new_histogram(), failed: 0, errors: BTreeMap::new() }
+    }
+
+    fn add(&mut self, other: &OpStats) {
+        // Both histograms have the same bounds, so adding cannot fail.
+        let _ = self.latency.add(&other.latency);
+        self.failed += other.failed;
+        for (code, (count, message)) in &other.errors {
+            self.errors.entry(code.clone()).or_insert_with(|| (0, message.clone())).0 += count;
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let h = &self.latency;
+        serde_json::json!({
+            "ops": h.len(), "failed": self.failed,
+            "avg_us": h.mean(), "p95_us": h.value_at_quantile(0.95), "p99_us": h.value_at_quantile(0.99), "max_us": h.max(),
+            "errors": self.errors.iter().map(|(c, (n, m))| serde_json::json!({"code": c, "count": n, "example": m})).collect::<Vec<_>>(),
+        })
+    }
+}
+
+type Stats = BTreeMap<Operation, OpStats>;
+
+/// Why an operation failed: an error code (the database's, or YCSB's
+/// NOT_FOUND for a missing record) and a message.
+struct Failure {
+    code: String,
+    message: String,
+}
+
+impl From<DbError> for Failure {
+    fn from(e: DbError) -> Failure {
+        Failure { code: format!("{:?}", e.code), message: e.message }
+    }
+}
+
+impl Failure {
+    fn new(code: &str, message: String) -> Failure {
+        Failure { code: code.to_string(), message }
+    }
+}
+
+fn merge(into: &mut Stats, from: &Stats) {
+    for (op, s) in from {
+        into.entry(*op).or_insert_with(OpStats::new).add(s);
+    }
+}
+
+/// What the client tasks of a phase share.
+struct Shared {
+    client: Client,
+    table: Arc<Table>,
+    workload: Workload,
+    fields: Vec<String>,
+    inserts: InsertSequence,
+    /// Operations started (run phase), or the next record to load.
+    started: AtomicU64,
+    /// Operations that succeeded (a read-modify-write once, though its
+    /// read and update are measured as READ and UPDATE too, as YCSB does).
+    completed: AtomicU64,
+    /// Each task's statistics since the last timeline line.
+    tasks: Vec<Mutex<Stats>>,
+}
+
+impl Shared {
+    fn record(&self, task: usize, op: Operation, began: Instant, result: Result<(), Failure>) {
+        let mut stats = self.tasks[task].lock().unwrap_or_else(|p| p.into_inner());
+        let s = stats.entry(op).or_insert_with(OpStats::new);
+        match result {
+            Ok(()) => {
+                let us = began.elapsed().as_micros().clamp(1, 60_000_000) as u64;
+                s.latency.saturating_record(us);
+            }
+            Err(e) => {
+                s.failed += 1;
+                count_error(&mut s.errors, e.code, &e.message);
+            }
+        }
+    }
+
+    /// Takes every task's statistics since the last call.
+    fn take(&self) -> Stats {
+        let mut all = Stats::new();
+        for task in &self.tasks {
+            let taken = std::mem::take(&mut *task.lock().unwrap_or_else(|p| p.into_inner()));
+            merge(&mut all, &taken);
+        }
+        all
+    }
+
+    fn key(&self, keynum: u64) -> Vec<Value> {
+        vec![Value::Str(self.workload.key_name(keynum))]
+    }
+
+    fn value(&self, rng: &mut Rng) -> Value {
+        let bytes: String = (0..self.workload.fieldlength).map(|_| (b' ' + (rng.next() % 95) as u8) as char).collect();
+        Value::Str(bytes)
+    }
+}
+
+pub(super) async fn run(args: YcsbArgs, workload: Workload) -> Result<(), String> {
+    let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
+    let load = args.phases.iter().any(|p| p == "load");
+    let table = prepare_table(&client, &args, &workload, load).await?;
+    let fields: Vec<String> = (0..workload.fieldcount).map(|i| format!("FIELD{i}")).collect();
+    println!(
+        "ycsb workload {}: {} records of {} x {} bytes, {} client tasks, request distribution {:?}",
+        args.workload,
+        workload.recordcount,
+        workload.fieldcount,
+        workload.fieldlength,
+        args.threads,
+        workload.requestdistribution
+    );
+    let mut phases = Vec::new();
+    for phase in &args.phases {
+        let shared = Arc::new(Shared {
+            client: client.clone(),
+            table: table.clone(),
+            fields: fields.clone(),
+            inserts: InsertSequence::new(workload.insertstart + workload.recordcount),
+            started: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            tasks: (0..args.threads).map(|_| Mutex::new(Stats::new())).collect(),
+            workload: workload.clone(),
+        });
+        let result = match phase.as_str() {
+            "load" => load_phase(&shared, &args).await,
+            _ => run_phase(&shared, &args).await,
+        };
+        print_summary(phase, &result);
+        phases.push(result);
+    }
+    write_results(&args, &workload, &client, &phases)?;
+    let failed: u64 = phases.iter().flat_map(|p| p.totals.values()).map(|s| s.failed).sum();
+    match failed {
+        0 => Ok(()),
+        n => Err(format!("{n} operations failed; see the Return=ERROR lines above")),
+    }
+}
+
+async fn prepare_table(client: &Client, args: &YcsbArgs, w: &Workload, fresh: bool) -> Result<Arc<Table>, String> {
+    if !fresh {
+        return client.table(&args.database, &args.table).await.map_err(|e| {
+            format!("{e}; run the load phase first (the table {}.{} must exist)", args.database, args.table)
+        });
+    }
+    match client.drop_table(&args.database, &args.table).await {
+        Ok(()) => {}
+        Err(e) if e.code == ErrorCode::UnknownTable => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    // As YCSB's JDBC binding creates it.
+    let mut spec =
+        TableSpec::new(&args.database, &args.table).column(ColumnDef::new("YCSB_KEY", ColumnType::VarChar(255)));
+    for i in 0..w.fieldcount {
+        let storage = if args.disk { Storage::Disk } else { Storage::Memory };
+        spec = spec.column(ColumnDef::new(format!("FIELD{i}"), ColumnType::Text).storage(storage));
+    }
+    client.create_table(spec.primary_key(&["YCSB_KEY"])).await.map_err(|e| e.to_string())
+}
+
+/// Results of a phase: totals per operation, seconds, the timeline.
+struct PhaseResult {
+    name: String,
+    seconds: f64,
+    /// Operations that succeeded.
+    ok_ops: u64,
+    totals: Stats,
+    timeline: Vec<Interval>,
+}
+
+/// One timeline row: when it ended, how long it was, what succeeded in it.
+struct Interval {
+    at: f64,
+    seconds: f64,
+    ok_ops: u64,
+    stats: Stats,
+}
+
+async fn load_phase(shared: &Arc<Shared>, args: &YcsbArgs) -> PhaseResult {
+    let total = shared.workload.recordcount;
+    let bar = progress("load", Some(total));
+    let tasks: Vec<_> = (0..args.threads)
+        .map(|t| {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+                loop {
+                    let n = shared.started.fetch_add(1, Ordering::Relaxed);
+                    if n >= shared.workload.recordcount {
+                        return;
+                    }
+                    let began = Instant::now();
+                    let result = insert(&shared, &mut rng, shared.workload.insertstart + n).await;
+                    if result.is_ok() {
+                        shared.completed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    shared.record(t, Operation::Insert, began, result);
+                }
+            })
+        })
+        .collect();
+    let result = drive(shared, args, "load", tasks, &bar, |s| s.started.load(Ordering::Relaxed).min(total)).await;
+    bar.finish_and_clear();
+    result
+}
+
+async fn run_phase(shared: &Arc<Shared>, args: &YcsbArgs) -> PhaseResult {
+    let w = &shared.workload;
+    let ops = w.operationcount;
+    let bar = progress("run", (ops > 0).then_some(ops));
+    let deadline = Instant::now() + Duration::from_secs_f64(args.duration);
+    let expected_inserts = (ops as f64 * w.insertproportion * 2.0) as u64;
+    // Throttled: each task starts an operation every `gap`, as YCSB does.
+    let gap = (args.target > 0).then(|| Duration::from_secs_f64(args.threads as f64 / args.target as f64));
+    let tasks: Vec<_> = (0..args.threads)
+        .map(|t| {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ (t as u64 + 1));
+                let mut chooser = KeyChooser::new(&shared.workload, expected_inserts);
+                let mut lengths = ScanLength::new(&shared.workload);
+                let mut next_at = tokio::time::Instant::now();
+                while Instant::now() < deadline {
+                    if ops > 0 && shared.started.fetch_add(1, Ordering::Relaxed) >= ops {
+                        return;
+                    }
+                    if let Some(gap) = gap {
+                        next_at += gap;
+                        tokio::time::sleep_until(next_at).await;
+                    }
+                    one_operation(&shared, t, &mut rng, &mut chooser, &mut lengths).await;
+                }
+            })
+        })
+        .collect();
+    let result = drive(shared, args, "run", tasks, &bar, |s| s.started.load(Ordering::Relaxed)).await;
+    bar.finish_and_clear();
+    result
+}
+
+/// Waits for the tasks, printing a timeline line every interval.
+async fn drive(
+    shared: &Arc<Shared>,
+    args: &YcsbArgs,
+    name: &str,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    bar: &indicatif::ProgressBar,
+    position: impl Fn(&Shared) -> u64,
+) -> PhaseResult {
+    let start = Instant::now();
+    let interval = Duration::from_secs_f64(args.interval);
+    let mut result =
+        PhaseResult { name: name.to_string(), seconds: 0.0, ok_ops: 0, totals: Stats::new(), timeline: Vec::new() };
+    let (mut last, mut last_ok) = (start, 0);
+    let all = futures_join(tasks);
+    tokio::pin!(all);
+    loop {
+        let tick = tokio::time::sleep(interval.saturating_sub(last.elapsed()));
+        let done = tokio::select! {
+            _ = &mut all => true,
+            _ = tick => false,
+        };
+        let now = Instant::now();
+        let stats = shared.take();
+        let ok = shared.completed.load(Ordering::Relaxed);
+        let row = Interval {
+            at: start.elapsed().as_secs_f64(),
+            seconds: now.duration_since(last).as_secs_f64(),
+            ok_ops: ok - last_ok,
+            stats,
+        };
+        bar.set_position(position(shared));
+        if !row.stats.is_empty() {
+            bar.println(timeline_line(name, &row));
+            merge(&mut result.totals, &row.stats);
+            result.timeline.push(row);
+        }
+        (last, last_ok) = (now, ok);
+        if done {
+            break;
+        }
+    }
+    result.seconds = start.elapsed().as_secs_f64();
+    result.ok_ops = shared.completed.load(Ordering::Relaxed);
+    result
+}
+
+/// Waits for every task (a task that panicked is reported, not hidden).
+async fn futures_join(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for task in tasks {
+        if let Err(e) = task.await {
+            eprintln!("a client task stopped: {e}");
+        }
+    }
+}
+
+fn timeline_line(phase: &str, row: &Interval) -> String {
+    let mut line = format!("[{phase}] {:>6.1} s: {:>9.0} ops/s", row.at, row.ok_ops as f64 / row.seconds.max(1e-9));
+    for (op, s) in &row.stats {
+        let h = &s.latency;
+        line.push_str(&format!(
+            "; {} {} avg {:.0} p95 {} p99 {} us",
+            op.name(),
+            h.len(),
+            h.mean(),
+            h.value_at_quantile(0.95),
+            h.value_at_quantile(0.99)
+        ));
+        if s.failed > 0 {
+            line.push_str(&format!(" ({} FAILED)", s.failed));
+        }
+    }
+    line
+}
+
+async fn one_operation(
+    shared: &Shared,
+    task: usize,
+    rng: &mut Rng,
+    chooser: &mut KeyChooser,
+    lengths: &mut ScanLength,
+) {
+    let op = shared.workload.choose(rng);
+    let began = Instant::now();
+    let result = match op {
+        Operation::Read => {
+            let keynum = chooser.next(rng, shared.inserts.limit());
+            read(shared, rng, keynum).await
+        }
+        Operation::Update => {
+            let keynum = chooser.next(rng, shared.inserts.limit());
+            update(shared, rng, keynum).await
+        }
+        Operation::Insert => {
+            let keynum = shared.inserts.next();
+            let result = insert(shared, rng, keynum).await;
+            // Acknowledged even when it failed, as YCSB does: the key
+            // space does not stall behind one failure.
+            shared.inserts.acknowledge(keynum);
+            result
+        }
+        Operation::Scan => {
+            let start = chooser.next(rng, shared.inserts.limit());
+            let length = lengths.next(rng);
+            scan(shared, rng, start, length).await
+        }
+        Operation::ReadModifyWrite => {
+            let keynum = chooser.next(rng, shared.inserts.limit());
+            let read_began = Instant::now();
+            let r = read(shared, rng, keynum).await;
+            let failed = r.is_err();
+            shared.record(task, Operation::Read, read_began, r);
+            match failed {
+                true => Err(Failure::new("READ_FAILED", "the read of a read-modify-write failed".into())),
+                false => {
+                    let update_began = Instant::now();
+                    let u = update(shared, rng, keynum).await;
+                    let failed = u.is_err();
+                    shared.record(task, Operation::Update, update_began, u);
+                    match failed {
+                        true => Err(Failure::new("UPDATE_FAILED", "the update of a read-modify-write failed".into())),
+                        false => Ok(()),
+                    }
+                }
+            }
+        }
+    };
+    if result.is_ok() {
+        shared.completed.fetch_add(1, Ordering::Relaxed);
+    }
+    shared.record(task, op, began, result);
+}
+
+fn one_field<'a>(shared: &'a Shared, rng: &mut Rng) -> &'a str {
+    &shared.fields[(rng.next() % shared.fields.len() as u64) as usize]
+}
+
+async fn read(shared: &Shared, rng: &mut Rng, keynum: u64) -> Result<(), Failure> {
+    let mut op = Op::read(&shared.table, &shared.key(keynum))?;
+    if !shared.workload.readallfields {
+        op = op.columns(&shared.table, &[one_field(shared, rng)])?;
+    }
+    let outcome = single(shared.client.batch(vec![op]).await)?;
+    match outcome.into_row() {
+        Some(_) => Ok(()),
+        None => Err(Failure::new("NOT_FOUND", format!("record {} is missing", shared.workload.key_name(keynum)))),
+    }
+}
+
+async fn update(shared: &Shared, rng: &mut Rng, keynum: u64) -> Result<(), Failure> {
+    let set: Vec<(&str, Value)> = match shared.workload.writeallfields {
+        true => shared.fields.iter().map(|f| (f.as_str(), shared.value(rng))).collect(),
+        false => vec![(one_field(shared, rng), shared.value(rng))],
+    };
+    let op = Op::update(&shared.table, &shared.key(keynum), &set)?;
+    single(shared.client.batch(vec![op]).await)?;
+    Ok(())
+}
+
+async fn insert(shared: &Shared, rng: &mut Rng, keynum: u64) -> Result<(), Failure> {
+    let mut row = shared.key(keynum);
+    row.extend((0..shared.fields.len()).map(|_| shared.value(rng)));
+    let op = Op::insert(&shared.table, row)?;
+    single(shared.client.batch(vec![op]).await)?;
+    Ok(())
+}
+
+/// Up to `length` records in key order from record `start`'s key, along
+/// the primary key's ordered index.
+async fn scan(shared: &Shared, rng: &mut Rng, start: u64, length: u64) -> Result<(), Failure> {
+    let mut scan = Scan::all()
+        .range(Bound::Included(shared.key(start)), Bound::Unbounded)
+        .ordered()
+        .limit(length as usize)
+        .page_rows(length.min(4096) as u32);
+    if !shared.workload.readallfields {
+        scan = scan.columns(&["YCSB_KEY", one_field(shared, rng)]);
+    }
+    shared.client.scan(&shared.table, scan).await?;
+    Ok(())
+}
+
+fn single(
+    results: latsdb_types::Result<Vec<latsdb_types::Result<latsdb_client::Outcome>>>,
+) -> Result<latsdb_client::Outcome, DbError> {
+    let mut results = results?;
+    match (results.pop(), results.is_empty()) {
+        (Some(r), true) => r,
+        _ => Err(DbError::new(ErrorCode::Internal, "a batch of one operation did not answer once")),
+    }
+}
+
+/// YCSB's summary form: `[OVERALL], Throughput(ops/sec), ...` and per operation.
+fn print_summary(phase: &str, r: &PhaseResult) {
+    println!("[{}] [OVERALL], RunTime(ms), {:.0}", phase.to_uppercase(), r.seconds * 1000.0);
+    println!("[{}] [OVERALL], Throughput(ops/sec), {:.1}", phase.to_uppercase(), r.ok_ops as f64 / r.seconds.max(1e-9));
+    for (op, s) in &r.totals {
+        let h = &s.latency;
+        let name = op.name();
+        println!("[{name}], Operations, {}", h.len());
+        println!("[{name}], AverageLatency(us), {:.1}", h.mean());
+        println!("[{name}], 95thPercentileLatency(us), {}", h.value_at_quantile(0.95));
+        println!("[{name}], 99thPercentileLatency(us), {}", h.value_at_quantile(0.99));
+        println!("[{name}], Return=OK, {}", h.len());
+        for (code, (count, message)) in &s.errors {
+            println!("[{name}], Return=ERROR, {count} ({code}, e.g. {message})");
+        }
+    }
+}
+
+fn write_results(args: &YcsbArgs, w: &Workload, client: &Client, phases: &[PhaseResult]) -> Result<(), String> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let output =
+        args.output.clone().unwrap_or_else(|| PathBuf::from(format!("results/ycsb-{}-{now}.json", args.workload)));
+    let ops_json = |stats: &Stats| -> serde_json::Value {
+        stats.iter().map(|(op, s)| (op.name().to_string(), s.json())).collect::<serde_json::Map<_, _>>().into()
+    };
+    let json = serde_json::json!({
+        "benchmark": "ycsb",
+        "workload": args.workload,
+        "properties": format!("{w:?}"),
+        "config": { "threads": args.threads, "target": args.target, "duration_s": args.duration, "disk": args.disk,
+                    "data_nodes": client.layout().datanodes.len(), "replicas": client.layout().replicas },
+        "machine": { "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
+        "unix_time": now,
+        "phases": phases.iter().map(|p| serde_json::json!({
+            "phase": p.name, "seconds": p.seconds, "ops": p.ok_ops,
+            "ops_per_sec": p.ok_ops as f64 / p.seconds.max(1e-9),
+            "failed": p.totals.values().map(|s| s.failed).sum::<u64>(),
+            "operations": ops_json(&p.totals),
+            "timeline": p.timeline.iter().map(|row| serde_json::json!({
+                "at_s": row.at, "ops_per_sec": row.ok_ops as f64 / row.seconds.max(1e-9),
+                "operations": ops_json(&row.stats),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+    std::fs::write(&output, text).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    println!("results written to {}", output.display());
+    Ok(())
+}
