@@ -152,11 +152,13 @@ impl Client {
         })
     }
 
+    /// Scans every partition in parallel, page by page, handing each page
+    /// to `on_page` with its partition, which says how to go on.
     async fn scan_partitions(
         &self,
         plan: &Plan,
         partitions: u32,
-        mut on_page: impl FnMut(ScanPage) -> Result<bool>,
+        mut on_page: impl FnMut(u32, ScanPage) -> Result<Flow>,
     ) -> Result<()> {
         let mut inflight = std::collections::VecDeque::new();
         for p in 0..partitions {
@@ -177,8 +179,10 @@ impl Client {
                 Ok(other) => return Err(DbError::internal(format!("a scan was answered with {other:?}"))),
             };
             let resume = page.resume.clone();
-            if !on_page(page)? {
-                return Ok(());
+            match on_page(req.partition, page)? {
+                Flow::Stop => return Ok(()),
+                Flow::PartitionDone => continue,
+                Flow::NextPage => {}
             }
             if let Some(r) = resume {
                 req.resume_after = Some(r);
@@ -218,15 +222,21 @@ impl Client {
     pub async fn scan(&self, table: &Arc<Table>, scan: Scan) -> Result<Vec<Row>> {
         let plan = self.plan(table, &scan, Vec::new())?;
         let mut rows: Vec<Row> = Vec::new();
-        let limit = if scan.ordered { None } else { scan.limit };
-        self.scan_partitions(&plan, table.def().partitions, |page| {
+        let partitions = table.def().partitions;
+        // Each partition returns its rows in index order, so an ordered
+        // scan with a limit needs at most `limit` rows of each partition.
+        let mut per_partition = vec![0usize; partitions as usize];
+        self.scan_partitions(&plan, partitions, |partition, page| {
             for bytes in page.rows {
                 rows.push(Row::new(plan.layout.clone(), bytes.into_vec())?);
-                if limit.is_some_and(|l| rows.len() >= l) {
-                    return Ok(false);
+                per_partition[partition as usize] += 1;
+                match (scan.limit, scan.ordered) {
+                    (Some(l), false) if rows.len() >= l => return Ok(Flow::Stop),
+                    (Some(l), true) if per_partition[partition as usize] >= l => return Ok(Flow::PartitionDone),
+                    _ => {}
                 }
             }
-            Ok(true)
+            Ok(Flow::NextPage)
         })
         .await?;
         if scan.ordered {
@@ -266,18 +276,26 @@ impl Client {
         }
         let plan = self.plan(table, &scan, aggregates.to_vec())?;
         let mut acc: Vec<Value> = aggregates.iter().map(|a| a.initial()).collect();
-        self.scan_partitions(&plan, table.def().partitions, |page| {
+        self.scan_partitions(&plan, table.def().partitions, |_, page| {
             if page.aggregates.len() != aggregates.len() {
                 return Err(DbError::internal("a partition returned the wrong number of aggregates"));
             }
             for ((a, slot), partial) in aggregates.iter().zip(acc.iter_mut()).zip(page.aggregates) {
                 a.merge(slot, partial);
             }
-            Ok(true)
+            Ok(Flow::NextPage)
         })
         .await?;
         Ok(acc)
     }
+}
+
+/// What a scan does after a page.
+enum Flow {
+    NextPage,
+    /// This partition has given all the rows needed.
+    PartitionDone,
+    Stop,
 }
 
 /// Errors after which a read may be sent again by a fresh layout.

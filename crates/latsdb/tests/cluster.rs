@@ -101,6 +101,20 @@ async fn scans_indexes_and_aggregates(client: &Client, items: Arc<latsdb_client:
     assert_eq!(got, want);
     assert_eq!(rows[0].get(1), Value::Str(format!("item-{}", want[0])));
 
+    // An ordered range with a limit (YCSB's scan): the first rows from a
+    // key in key order, whether partitions answer in one page or several.
+    for (start, limit, page_rows) in [(0, 1, 4096), (1000, 7, 3), (4990, 100, 16), (ROWS - 3, 10, 2)] {
+        let scan = Scan::all()
+            .range(Bound::Included(vec![Value::Int(start)]), Bound::Unbounded)
+            .ordered()
+            .limit(limit as usize)
+            .page_rows(page_rows);
+        let got: Vec<i64> =
+            client.scan(&items, scan).await.unwrap().iter().map(|r| r.get(0).as_i64().unwrap()).collect();
+        let want: Vec<i64> = (start..(start + limit).min(ROWS)).collect();
+        assert_eq!(got, want, "{limit} rows from {start} in pages of {page_rows}");
+    }
+
     // A secondary ordered index built over existing rows, then a range + LIKE filter.
     let items = client.create_index("test", "items", "grp_idx", &["grp"]).await.unwrap();
     let scan = Scan::all()

@@ -78,7 +78,10 @@ impl YcsbArgs {
 
 pub fn run(args: YcsbArgs) -> Result<(), String> {
     let workload = args.workload()?;
-    if args.threads == 0 || !(args.duration.is_finite() && args.duration > 0.0) || !(args.interval.is_finite() && args.interval >= 0.1) {
+    if args.threads == 0
+        || !(args.duration.is_finite() && args.duration > 0.0)
+        || !(args.interval.is_finite() && args.interval >= 0.1)
+    {
         return Err("--threads must be at least 1, --duration positive and --interval at least 0.1".into());
     }
     for phase in &args.phases {
