@@ -494,8 +494,16 @@ impl Ldm {
     /// The answer to a client's batch of committed reads (`on_lookups`),
     /// as a frame: what `ldm_batch` answers the same reads, in three passes
     /// as it does, with the rows found copied straight from the table into
-    /// the frame.
-    pub(crate) fn lookups(cx: &Context, req_id: u64, reads: &[LookupRead], columns: &[ColumnId]) -> Vec<u8> {
+    /// the frame. `Err` lists the pages of the rows' disk parts when one
+    /// of them is not cached and the request must wait for it (the pager);
+    /// they are listed after the rows are prefetched, so the list costs no
+    /// cache miss of its own.
+    pub(crate) fn lookups(
+        cx: &Context,
+        req_id: u64,
+        reads: &[LookupRead],
+        columns: &[ColumnId],
+    ) -> std::result::Result<Vec<u8>, Vec<u32>> {
         let projection = |read: &LookupRead| read.projection.map(|(start, end)| &columns[start as usize..end as usize]);
         let ready: Vec<Result<(&Partition, &TableMeta, u64)>> = reads
             .iter()
@@ -513,6 +521,14 @@ impl Ldm {
         }
         // Disk parts take two more dependent misses: a page's slot, then its record.
         if ready.iter().flatten().any(|(partition, _, _)| partition.has_disk_columns()) {
+            let pages: Vec<u32> = reads
+                .iter()
+                .zip(&ready)
+                .filter_map(|(read, x)| x.as_ref().ok().and_then(|(p, _, hash)| p.disk_page(read.key, *hash)))
+                .collect();
+            if crate::pager::Pager::must_wait(&cx.pages, &pages) {
+                return Err(pages);
+            }
             for record in [false, true] {
                 for (read, (partition, _, hash)) in
                     reads.iter().zip(&ready).filter_map(|(r, x)| Some((r, x.as_ref().ok()?)))
@@ -552,7 +568,7 @@ impl Ldm {
                 },
             })
             .collect();
-        latsdb_types::proto::frame(req_id, &BatchAnswerOf(LookedAnswer { found: &found, projected: &projected }))
+        Ok(latsdb_types::proto::frame(req_id, &BatchAnswerOf(LookedAnswer { found: &found, projected: &projected })))
     }
 
     /// Start loading the row of a prepared operation (its slot should be cached).

@@ -401,18 +401,16 @@ impl Shard {
     ) {
         let frame = match self.not_serving(self.cx.now) {
             Some(error) => latsdb_types::proto::frame(req_id, &ClientResponse::Error(error)),
-            None => {
-                let pages: Vec<u32> =
-                    reads.iter().filter_map(|r| disk_page_of(&self.cx, r.table, r.partition, r.key)).collect();
-                if Pager::must_wait(&self.cx.pages, &pages) {
+            None => match Ldm::lookups(&self.cx, req_id, reads, columns) {
+                Ok(frame) => frame,
+                Err(pages) => {
                     let work = Waiting::Lookups { conn, req_id, body: body.to_vec() };
                     if let Some(now) = self.pager.park(&self.cx.pages, work, &pages, &mut out.page_reads) {
                         self.run_woken(now, out);
                     }
                     return;
                 }
-                Ldm::lookups(&self.cx, req_id, reads, columns)
-            }
+            },
         };
         out.frames.push((conn, frame));
     }
