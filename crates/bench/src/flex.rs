@@ -12,7 +12,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use latsdb_client::{Client, Found, Lookups, Op, Outcome, Table};
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, Storage, TableSpec};
-use latsdb_types::{ErrorCode, Value};
+use latsdb_types::Value;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -218,31 +218,24 @@ async fn run_async(args: FlexArgs, phases: Vec<Phase>) -> Result<(), String> {
 }
 
 async fn prepare_table(client: &Client, args: &FlexArgs, fresh: bool) -> Result<Arc<Table>, String> {
-    if !fresh {
-        return client.table(&args.database, &args.table).await.map_err(|e| {
-            format!("{e}; run the insert phase first (the table {}.{} must exist)", args.database, args.table)
-        });
-    }
-    match client.drop_table(&args.database, &args.table).await {
-        Ok(()) => {}
-        Err(e) if e.code == ErrorCode::UnknownTable => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let mut spec =
-        TableSpec::new(&args.database, &args.table).column(ColumnDef::new("id", ColumnType::uint(IntWidth::Big)));
     if args.disk_attributes > args.attributes {
         return Err(format!(
             "--disk-attributes {} is more than --attributes {}",
             args.disk_attributes, args.attributes
         ));
     }
-    for a in 0..args.attributes {
-        let on_disk = a >= args.attributes - args.disk_attributes;
-        let storage = if on_disk { Storage::Disk } else { Storage::Memory };
-        let column = ColumnDef::new(format!("attr{a}"), ColumnType::VarBinary(args.attribute_size as u32));
-        spec = spec.column(column.storage(storage));
-    }
-    client.create_table(spec.primary_key(&["id"])).await.map_err(|e| e.to_string())
+    let spec = fresh.then(|| {
+        let mut spec =
+            TableSpec::new(&args.database, &args.table).column(ColumnDef::new("id", ColumnType::uint(IntWidth::Big)));
+        for a in 0..args.attributes {
+            let on_disk = a >= args.attributes - args.disk_attributes;
+            let storage = if on_disk { Storage::Disk } else { Storage::Memory };
+            let column = ColumnDef::new(format!("attr{a}"), ColumnType::VarBinary(args.attribute_size as u32));
+            spec = spec.column(column.storage(storage));
+        }
+        spec.primary_key(&["id"])
+    });
+    crate::bench_table(client, &args.database, &args.table, spec, "insert").await
 }
 
 fn row_values(args: &FlexArgs, key: u64, generation: u64) -> Vec<Value> {

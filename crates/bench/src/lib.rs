@@ -20,6 +20,30 @@ impl Rng {
     }
 }
 
+/// The table a benchmark phase works on: the one a loading phase left
+/// (`loading` names that phase, for the error), or with `spec`, a new one
+/// (any table of that name is dropped first).
+pub(crate) async fn bench_table(
+    client: &latsdb_client::Client,
+    database: &str,
+    name: &str,
+    spec: Option<latsdb_types::schema::TableSpec>,
+    loading: &str,
+) -> Result<std::sync::Arc<latsdb_client::Table>, String> {
+    let Some(spec) = spec else {
+        return client
+            .table(database, name)
+            .await
+            .map_err(|e| format!("{e}; run the {loading} phase first (the table {database}.{name} must exist)"));
+    };
+    match client.drop_table(database, name).await {
+        Ok(()) => {}
+        Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    client.create_table(spec).await.map_err(|e| e.to_string())
+}
+
 #[derive(Args)]
 pub struct BenchArgs {
     #[command(subcommand)]

@@ -94,8 +94,7 @@ impl Pager {
             }
             match space.request(page) {
                 Want::Cached => {
-                    let was_cached = space.pin(page);
-                    debug_assert!(was_cached, "page {page} was cached a moment ago");
+                    space.hold(page);
                     pinned.push(page);
                 }
                 Want::Coming => missing.push(page),
@@ -147,11 +146,12 @@ impl Pager {
             let parked = &mut self.parked[i];
             if let Some(at) = parked.missing.iter().position(|p| *p == page) {
                 parked.missing.swap_remove(at);
-                let was_cached = space.pin(page);
-                debug_assert!(was_cached, "page {page} was cached a moment ago");
+                space.hold(page);
                 parked.pinned.push(page);
                 if parked.missing.is_empty() {
-                    let Parked { work, pinned, .. } = self.parked.swap_remove(i);
+                    // In the order they parked: requests for the same row
+                    // run in the order they arrived.
+                    let Parked { work, pinned, .. } = self.parked.remove(i);
                     woken.push(Woken { work, pinned });
                     continue;
                 }
@@ -174,7 +174,7 @@ impl Pager {
         let mut i = 0;
         while i < self.parked.len() {
             if self.parked[i].work.conn() == conn {
-                let parked = self.parked.swap_remove(i);
+                let parked = self.parked.remove(i);
                 Self::release(shared, &parked.pinned);
             } else {
                 i += 1;

@@ -1,17 +1,56 @@
-//! `latsdb bench ycsb` runs every core workload (a-f) against a cluster:
-//! the load inserts every record, the run executes exactly
-//! `operationcount` operations of the workload's kinds, nothing fails, and
-//! the results JSON says so. Short runs: this checks behaviour, not speed.
+//! `latsdb bench ycsb` runs every core workload (a-f) against a cluster
+//! and against a Redis server (YCSB's Redis data model): the load inserts
+//! every record, the run executes exactly `operationcount` operations of
+//! the workload's kinds, nothing fails, and the results JSON says so.
+//! Short runs: this checks behaviour, not speed.
 
 mod common;
 
 use common::{run_bounded, TestCluster, BIN};
-use std::process::Command;
-use std::time::Duration;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[test]
 fn every_core_workload_loads_and_runs_without_a_failure() {
     let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--no-sql"]);
+    every_workload(&["--mgmd", &cluster.mgmd], cluster.dir.path());
+}
+
+/// A Redis server of this test's own, on a free loopback port, stopped by
+/// its PID when the test ends.
+struct Redis(Child);
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn every_core_workload_runs_against_redis_with_the_same_generator() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let child = Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port, "--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/install-deps.sh installs it)");
+    let _redis = Redis(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let target = format!("redis://127.0.0.1:{port}");
+    every_workload(&["--db", &target], dir.path());
+}
+
+/// Runs workloads a-f against the target `args` name, each loading 2,000
+/// records and running 3,000 operations, and checks every count.
+fn every_workload(args: &[&str], dir: &Path) {
     // Which operations each workload must have run (read-modify-write
     // also measures its read and update).
     let expected: [(&str, &[&str]); 6] = [
@@ -23,9 +62,9 @@ fn every_core_workload_loads_and_runs_without_a_failure() {
         ("f", &["READ", "READ-MODIFY-WRITE", "UPDATE"]),
     ];
     for (workload, operations) in expected {
-        let output = cluster.dir.path().join(format!("ycsb-{workload}.json"));
+        let output = dir.join(format!("ycsb-{workload}.json"));
         let (status, out, err) = run_bounded(
-            Command::new(BIN).args(["bench", "ycsb", "--mgmd", &cluster.mgmd, "--workload", workload]).args([
+            Command::new(BIN).args(["bench", "ycsb", "--workload", workload]).args(args).args([
                 "-p",
                 "recordcount=2000",
                 "-p",

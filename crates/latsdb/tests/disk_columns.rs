@@ -115,12 +115,14 @@ async fn a_disk_table_four_times_the_data_memory_survives_system_and_initial_nod
     assert!(report.contains("tablespace") && report.contains("hit rate"), "{report}");
     eprintln!("{report}");
     check_all(&client, &table, "after loading").await;
-    // The reads that missed the cache waited for pages read off the
-    // shards' threads; the shard threads went on meanwhile.
+    // The reads that missed the cache either copied the page from the
+    // kernel's page cache at once or waited for it off the shard thread
+    // (the O_DIRECT test below checks the waiting).
     let report = mgm(&cluster, &["report-memory"]).await;
     eprintln!("{report}");
     let waits = number_before(&report, " requests waited for pages read off the shard thread");
-    assert!(waits > 0, "no read waited for a page, with 16 MiB of cache for the table: {report}");
+    let at_once = number_before(&report, " pages read at once from the OS cache");
+    assert!(waits + at_once > 0, "no read missed the 16 MiB cache off the shard thread: {report}");
 
     // Make the load durable, then crash every data node and start them again.
     let durable =

@@ -209,9 +209,10 @@ impl DiskPages {
         bytes
     }
 
-    /// Keeps a cached page in the cache until `unpin`.
-    pub fn pin(&mut self, page: u32) -> bool {
-        self.space.pin(page).is_ok()
+    /// Keeps a cached page in the cache until `unpin`, without counting a
+    /// use (`Tablespace::hold`); the page must be cached.
+    pub fn hold(&mut self, page: u32) {
+        self.space.hold(page)
     }
 
     pub fn unpin(&mut self, page: u32) {

@@ -403,6 +403,14 @@ impl Tablespace {
         Ok(())
     }
 
+    /// Pins a cached page without counting a use: a parked request holds
+    /// its pages this way, and its run is the one use (a pin that touched
+    /// would promote a page read once out of probation, and count a hit).
+    pub fn hold(&mut self, page: u32) {
+        let frame = self.frames.get_mut(&page).unwrap_or_else(|| panic!("page {page} is held but not cached"));
+        frame.pins += 1;
+    }
+
     pub fn unpin(&mut self, page: u32) {
         let frame = self.frames.get_mut(&page).expect("an unpinned page is in the cache");
         assert!(frame.pins > 0, "page {page} unpinned more often than pinned");

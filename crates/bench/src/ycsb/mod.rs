@@ -8,8 +8,10 @@
 //! threads do, optionally throttled to `--target` operations per second.
 //! Every 10 s a line shows throughput and each operation's latency; the
 //! results JSON holds the totals and that timeline. Failed operations are
-//! counted apart and never as throughput.
+//! counted apart and never as throughput. `--db redis://HOST:PORT` drives
+//! a Redis server with the same generator (`db.rs`).
 
+mod db;
 mod generator;
 mod run;
 
@@ -22,6 +24,9 @@ pub struct YcsbArgs {
     /// Management server address.
     #[arg(long, env = "LATSDB_MGMD", default_value = "127.0.0.1:1186")]
     pub mgmd: String,
+    /// Where operations go: latsdb (native client, --mgmd), or redis://HOST:PORT (YCSB's Redis data model; use an empty server).
+    #[arg(long, default_value = "latsdb")]
+    pub db: String,
     /// One of YCSB's workloads: a, b, c, d, e or f.
     #[arg(long, short = 'w', default_value = "a")]
     pub workload: String,

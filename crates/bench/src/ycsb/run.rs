@@ -3,16 +3,16 @@
 //! timeline, the printed summary (in YCSB's `[OP], Metric, value` form)
 //! and the results JSON.
 
+use super::db::{Db, Session};
 use super::generator::{InsertSequence, KeyChooser, Operation, ScanLength, Workload};
 use super::YcsbArgs;
 use crate::report::{count_error, new_histogram, progress};
 use crate::Rng;
 use hdrhistogram::Histogram;
-use latsdb_client::{Client, Op, Scan, Table};
+use latsdb_client::{Client, Table};
 use latsdb_types::schema::{ColumnDef, ColumnType, Storage, TableSpec};
-use latsdb_types::{DbError, ErrorCode, Value};
+use latsdb_types::DbError;
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,7 +53,7 @@ type Stats = BTreeMap<Operation, OpStats>;
 
 /// Why an operation failed: an error code (the database's, or YCSB's
 /// NOT_FOUND for a missing record) and a message.
-struct Failure {
+pub(super) struct Failure {
     code: String,
     message: String,
 }
@@ -65,7 +65,7 @@ impl From<DbError> for Failure {
 }
 
 impl Failure {
-    fn new(code: &str, message: String) -> Failure {
+    pub(super) fn new(code: &str, message: String) -> Failure {
         Failure { code: code.to_string(), message }
     }
 }
@@ -78,8 +78,7 @@ fn merge(into: &mut Stats, from: &Stats) {
 
 /// What the client tasks of a phase share.
 struct Shared {
-    client: Client,
-    table: Arc<Table>,
+    db: Db,
     workload: Workload,
     fields: Vec<String>,
     inserts: InsertSequence,
@@ -90,6 +89,8 @@ struct Shared {
     completed: AtomicU64,
     /// Each task's statistics since the last timeline line.
     tasks: Vec<Mutex<Stats>>,
+    /// Why a task could not connect to the target, if one could not.
+    connect_failed: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -118,20 +119,39 @@ impl Shared {
         all
     }
 
-    fn key(&self, keynum: u64) -> Vec<Value> {
-        vec![Value::Str(self.workload.key_name(keynum))]
+    fn value(&self, rng: &mut Rng) -> String {
+        (0..self.workload.fieldlength).map(|_| (b' ' + (rng.next() % 95) as u8) as char).collect()
     }
 
-    fn value(&self, rng: &mut Rng) -> Value {
-        let bytes: String = (0..self.workload.fieldlength).map(|_| (b' ' + (rng.next() % 95) as u8) as char).collect();
-        Value::Str(bytes)
+    /// Each task's connection to the target; a task that cannot connect
+    /// leaves the reason here and stops.
+    async fn session(&self) -> Option<Session> {
+        match self.db.session().await {
+            Ok(session) => Some(session),
+            Err(e) => {
+                let mut failed = self.connect_failed.lock().unwrap_or_else(|p| p.into_inner());
+                failed.get_or_insert(e.message);
+                None
+            }
+        }
     }
 }
 
 pub(super) async fn run(args: YcsbArgs, workload: Workload) -> Result<(), String> {
-    let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
     let load = args.phases.iter().any(|p| p == "load");
-    let table = prepare_table(&client, &args, &workload, load).await?;
+    let (db, target) = match args.db.strip_prefix("redis://") {
+        Some(address) => (
+            Db::Redis { address: address.trim_end_matches('/').to_string() },
+            serde_json::json!({"db": "redis", "address": address}),
+        ),
+        None if args.db == "latsdb" => {
+            let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
+            let table = prepare_table(&client, &args, &workload, load).await?;
+            let target = serde_json::json!({"db": "latsdb", "data_nodes": client.layout().datanodes.len(), "replicas": client.layout().replicas});
+            (Db::Native { client, table }, target)
+        }
+        None => return Err(format!("--db {}: use latsdb or redis://HOST:PORT", args.db)),
+    };
     let fields: Vec<String> = (0..workload.fieldcount).map(|i| format!("FIELD{i}")).collect();
     println!(
         "ycsb workload {}: {} records of {} x {} bytes, {} client tasks, request distribution {:?}",
@@ -145,23 +165,26 @@ pub(super) async fn run(args: YcsbArgs, workload: Workload) -> Result<(), String
     let mut phases = Vec::new();
     for phase in &args.phases {
         let shared = Arc::new(Shared {
-            client: client.clone(),
-            table: table.clone(),
+            db: db.clone(),
             fields: fields.clone(),
             inserts: InsertSequence::new(workload.insertstart + workload.recordcount),
             started: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             tasks: (0..args.threads).map(|_| Mutex::new(Stats::new())).collect(),
             workload: workload.clone(),
+            connect_failed: Mutex::new(None),
         });
         let result = match phase.as_str() {
             "load" => load_phase(&shared, &args).await,
             _ => run_phase(&shared, &args).await,
         };
+        if let Some(why) = shared.connect_failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(why);
+        }
         print_summary(phase, &result);
         phases.push(result);
     }
-    write_results(&args, &workload, &client, &phases)?;
+    write_results(&args, &workload, target, &phases)?;
     let failed: u64 = phases.iter().flat_map(|p| p.totals.values()).map(|s| s.failed).sum();
     match failed {
         0 => Ok(()),
@@ -170,24 +193,17 @@ pub(super) async fn run(args: YcsbArgs, workload: Workload) -> Result<(), String
 }
 
 async fn prepare_table(client: &Client, args: &YcsbArgs, w: &Workload, fresh: bool) -> Result<Arc<Table>, String> {
-    if !fresh {
-        return client.table(&args.database, &args.table).await.map_err(|e| {
-            format!("{e}; run the load phase first (the table {}.{} must exist)", args.database, args.table)
-        });
-    }
-    match client.drop_table(&args.database, &args.table).await {
-        Ok(()) => {}
-        Err(e) if e.code == ErrorCode::UnknownTable => {}
-        Err(e) => return Err(e.to_string()),
-    }
     // As YCSB's JDBC binding creates it.
-    let mut spec =
-        TableSpec::new(&args.database, &args.table).column(ColumnDef::new("YCSB_KEY", ColumnType::VarChar(255)));
-    for i in 0..w.fieldcount {
-        let storage = if args.disk { Storage::Disk } else { Storage::Memory };
-        spec = spec.column(ColumnDef::new(format!("FIELD{i}"), ColumnType::Text).storage(storage));
-    }
-    client.create_table(spec.primary_key(&["YCSB_KEY"])).await.map_err(|e| e.to_string())
+    let spec = fresh.then(|| {
+        let mut spec =
+            TableSpec::new(&args.database, &args.table).column(ColumnDef::new("YCSB_KEY", ColumnType::VarChar(255)));
+        for i in 0..w.fieldcount {
+            let storage = if args.disk { Storage::Disk } else { Storage::Memory };
+            spec = spec.column(ColumnDef::new(format!("FIELD{i}"), ColumnType::Text).storage(storage));
+        }
+        spec.primary_key(&["YCSB_KEY"])
+    });
+    crate::bench_table(client, &args.database, &args.table, spec, "load").await
 }
 
 /// Results of a phase: totals per operation, seconds, the timeline.
@@ -216,13 +232,14 @@ async fn load_phase(shared: &Arc<Shared>, args: &YcsbArgs) -> PhaseResult {
             let shared = shared.clone();
             tokio::spawn(async move {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+                let Some(mut session) = shared.session().await else { return };
                 loop {
                     let n = shared.started.fetch_add(1, Ordering::Relaxed);
                     if n >= shared.workload.recordcount {
                         return;
                     }
                     let began = Instant::now();
-                    let result = insert(&shared, &mut rng, shared.workload.insertstart + n).await;
+                    let result = insert(&shared, &mut session, &mut rng, shared.workload.insertstart + n).await;
                     if result.is_ok() {
                         shared.completed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -252,6 +269,7 @@ async fn run_phase(shared: &Arc<Shared>, args: &YcsbArgs) -> PhaseResult {
                 let mut chooser = KeyChooser::new(&shared.workload, expected_inserts);
                 let mut lengths = ScanLength::new(&shared.workload);
                 let mut next_at = tokio::time::Instant::now();
+                let Some(mut session) = shared.session().await else { return };
                 while Instant::now() < deadline {
                     if ops > 0 && shared.started.fetch_add(1, Ordering::Relaxed) >= ops {
                         return;
@@ -260,7 +278,7 @@ async fn run_phase(shared: &Arc<Shared>, args: &YcsbArgs) -> PhaseResult {
                         next_at += gap;
                         tokio::time::sleep_until(next_at).await;
                     }
-                    one_operation(&shared, t, &mut rng, &mut chooser, &mut lengths).await;
+                    one_operation(&shared, &mut session, t, &mut rng, &mut chooser, &mut lengths).await;
                 }
             })
         })
@@ -347,6 +365,7 @@ fn timeline_line(phase: &str, row: &Interval) -> String {
 
 async fn one_operation(
     shared: &Shared,
+    session: &mut Session,
     task: usize,
     rng: &mut Rng,
     chooser: &mut KeyChooser,
@@ -357,15 +376,15 @@ async fn one_operation(
     let result = match op {
         Operation::Read => {
             let keynum = chooser.next(rng, shared.inserts.limit());
-            read(shared, rng, keynum).await
+            read(shared, session, rng, keynum).await
         }
         Operation::Update => {
             let keynum = chooser.next(rng, shared.inserts.limit());
-            update(shared, rng, keynum).await
+            update(shared, session, rng, keynum).await
         }
         Operation::Insert => {
             let keynum = shared.inserts.next();
-            let result = insert(shared, rng, keynum).await;
+            let result = insert(shared, session, rng, keynum).await;
             // Acknowledged even when it failed, as YCSB does: the key
             // space does not stall behind one failure.
             shared.inserts.acknowledge(keynum);
@@ -374,19 +393,19 @@ async fn one_operation(
         Operation::Scan => {
             let start = chooser.next(rng, shared.inserts.limit());
             let length = lengths.next(rng);
-            scan(shared, rng, start, length).await
+            scan(shared, session, rng, start, length).await
         }
         Operation::ReadModifyWrite => {
             let keynum = chooser.next(rng, shared.inserts.limit());
             let read_began = Instant::now();
-            let r = read(shared, rng, keynum).await;
+            let r = read(shared, session, rng, keynum).await;
             let failed = r.is_err();
             shared.record(task, Operation::Read, read_began, r);
             match failed {
                 true => Err(Failure::new("READ_FAILED", "the read of a read-modify-write failed".into())),
                 false => {
                     let update_began = Instant::now();
-                    let u = update(shared, rng, keynum).await;
+                    let u = update(shared, session, rng, keynum).await;
                     let failed = u.is_err();
                     shared.record(task, Operation::Update, update_began, u);
                     match failed {
@@ -407,59 +426,33 @@ fn one_field<'a>(shared: &'a Shared, rng: &mut Rng) -> &'a str {
     &shared.fields[(rng.next() % shared.fields.len() as u64) as usize]
 }
 
-async fn read(shared: &Shared, rng: &mut Rng, keynum: u64) -> Result<(), Failure> {
-    let mut op = Op::read(&shared.table, &shared.key(keynum))?;
-    if !shared.workload.readallfields {
-        op = op.columns(&shared.table, &[one_field(shared, rng)])?;
-    }
-    let outcome = single(shared.client.batch(vec![op]).await)?;
-    match outcome.into_row() {
-        Some(_) => Ok(()),
-        None => Err(Failure::new("NOT_FOUND", format!("record {} is missing", shared.workload.key_name(keynum)))),
+async fn read(shared: &Shared, session: &mut Session, rng: &mut Rng, keynum: u64) -> Result<(), Failure> {
+    let field = (!shared.workload.readallfields).then(|| one_field(shared, rng));
+    let key = shared.workload.key_name(keynum);
+    match session.read(&key, field).await? {
+        true => Ok(()),
+        false => Err(Failure::new("NOT_FOUND", format!("record {key} is missing"))),
     }
 }
 
-async fn update(shared: &Shared, rng: &mut Rng, keynum: u64) -> Result<(), Failure> {
-    let set: Vec<(&str, Value)> = match shared.workload.writeallfields {
+async fn update(shared: &Shared, session: &mut Session, rng: &mut Rng, keynum: u64) -> Result<(), Failure> {
+    let values: Vec<(&str, String)> = match shared.workload.writeallfields {
         true => shared.fields.iter().map(|f| (f.as_str(), shared.value(rng))).collect(),
         false => vec![(one_field(shared, rng), shared.value(rng))],
     };
-    let op = Op::update(&shared.table, &shared.key(keynum), &set)?;
-    single(shared.client.batch(vec![op]).await)?;
-    Ok(())
+    session.update(&shared.workload.key_name(keynum), &values).await
 }
 
-async fn insert(shared: &Shared, rng: &mut Rng, keynum: u64) -> Result<(), Failure> {
-    let mut row = shared.key(keynum);
-    row.extend((0..shared.fields.len()).map(|_| shared.value(rng)));
-    let op = Op::insert(&shared.table, row)?;
-    single(shared.client.batch(vec![op]).await)?;
-    Ok(())
+async fn insert(shared: &Shared, session: &mut Session, rng: &mut Rng, keynum: u64) -> Result<(), Failure> {
+    let values: Vec<(&str, String)> = shared.fields.iter().map(|f| (f.as_str(), shared.value(rng))).collect();
+    session.insert(&shared.workload.key_name(keynum), &values).await
 }
 
-/// Up to `length` records in key order from record `start`'s key, along
-/// the primary key's ordered index.
-async fn scan(shared: &Shared, rng: &mut Rng, start: u64, length: u64) -> Result<(), Failure> {
-    let mut scan = Scan::all()
-        .range(Bound::Included(shared.key(start)), Bound::Unbounded)
-        .ordered()
-        .limit(length as usize)
-        .page_rows(length.min(4096) as u32);
-    if !shared.workload.readallfields {
-        scan = scan.columns(&["YCSB_KEY", one_field(shared, rng)]);
-    }
-    shared.client.scan(&shared.table, scan).await?;
-    Ok(())
-}
-
-fn single(
-    results: latsdb_types::Result<Vec<latsdb_types::Result<latsdb_client::Outcome>>>,
-) -> Result<latsdb_client::Outcome, DbError> {
-    let mut results = results?;
-    match (results.pop(), results.is_empty()) {
-        (Some(r), true) => r,
-        _ => Err(DbError::new(ErrorCode::Internal, "a batch of one operation did not answer once")),
-    }
+/// Up to `length` records in key order from record `start`'s key (along
+/// the primary key's ordered index in latsdb).
+async fn scan(shared: &Shared, session: &mut Session, rng: &mut Rng, start: u64, length: u64) -> Result<(), Failure> {
+    let field = (!shared.workload.readallfields).then(|| one_field(shared, rng));
+    session.scan(&shared.workload.key_name(start), length, field).await
 }
 
 /// YCSB's summary form: `[OVERALL], Throughput(ops/sec), ...` and per operation.
@@ -480,7 +473,12 @@ fn print_summary(phase: &str, r: &PhaseResult) {
     }
 }
 
-fn write_results(args: &YcsbArgs, w: &Workload, client: &Client, phases: &[PhaseResult]) -> Result<(), String> {
+fn write_results(
+    args: &YcsbArgs,
+    w: &Workload,
+    target: serde_json::Value,
+    phases: &[PhaseResult],
+) -> Result<(), String> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let output =
         args.output.clone().unwrap_or_else(|| PathBuf::from(format!("results/ycsb-{}-{now}.json", args.workload)));
@@ -491,8 +489,8 @@ fn write_results(args: &YcsbArgs, w: &Workload, client: &Client, phases: &[Phase
         "benchmark": "ycsb",
         "workload": args.workload,
         "properties": format!("{w:?}"),
-        "config": { "threads": args.threads, "target": args.target, "duration_s": args.duration, "disk": args.disk,
-                    "data_nodes": client.layout().datanodes.len(), "replicas": client.layout().replicas },
+        "config": { "threads": args.threads, "target": args.target, "duration_s": args.duration, "disk": args.disk },
+        "target": target,
         "machine": { "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
         "unix_time": now,
         "phases": phases.iter().map(|p| serde_json::json!({
