@@ -1,45 +1,64 @@
 #!/usr/bin/env bash
-# YCSB's core workloads through `latsdb bench ycsb` (native client) against
-# one `latsdb start` (2 data nodes, 2 replicas), in YCSB's recommended
-# order: load, run A, B, C, F, D; load again; run E. Prints a table of
-# throughput and per-operation latency; every run's JSON is kept in
-# results/ycsb-<workload>-<time>.json.
+# YCSB's core workloads through `latsdb bench ycsb`: latsdb over the native
+# client against one `latsdb start` (2 data nodes, 2 replicas), and the same
+# generator against Debian's redis-server (YCSB's Redis data model) in the
+# same run, in YCSB's recommended order: load, run A, B, C, F, D; load
+# again; run E. Each workload runs on latsdb, then on Redis. Prints a table
+# of throughput, the latsdb/Redis ratio and per-operation latency; every
+# run's JSON is kept in results/ycsb-<target>-<workload>-<phase>-<time>.json.
 #
 #   scripts/bench-ycsb.sh [seconds per workload=20]
-#   RECORDS=100000 THREADS=16 DISK=1 scripts/bench-ycsb.sh 30
+#   RECORDS=100000 THREADS=16 DISK=1 REDIS=0 scripts/bench-ycsb.sh 30
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
 RECORDS=${RECORDS:-100000}
 THREADS=${THREADS:-16}
 DISK=${DISK:-}
+REDIS=${REDIS:-1}
+[ "$REDIS" = 1 ] && scripts/install-deps.sh bench
 source scripts/lib.sh
 
 start_latsdb 2
+TARGETS=(latsdb)
+if [ "$REDIS" = 1 ]; then
+  echo "== starting redis-server"
+  RPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  redis-server --bind 127.0.0.1 --port "$RPORT" --save "" --appendonly no --daemonize no > "$WORK/redis.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  TARGETS+=(redis)
+fi
 disk=()
 [ -n "$DISK" ] && disk=(--disk)
-ycsb() { # workload phases
-  $BIN bench ycsb --mgmd "$MGMD" --workload "$1" --phases "$2" -p recordcount="$RECORDS" -p operationcount=0 \
-    --threads "$THREADS" --duration "$SECS" "${disk[@]}" --output "results/ycsb-$1-$2-$STAMP.json" \
-    | grep -E '^\[(OVERALL|load|run)\]|OVERALL' | grep -v '^\[load\] ' || true
+ycsb() { # target workload phase
+  local db=latsdb
+  if [ "$1" = redis ]; then
+    db="redis://127.0.0.1:$RPORT"
+    # A load starts from an empty server, as a fresh table does in latsdb.
+    [ "$3" = load ] && redis-cli -p "$RPORT" flushall > /dev/null
+  fi
+  $BIN bench ycsb --mgmd "$MGMD" --db "$db" --workload "$2" --phases "$3" -p recordcount="$RECORDS" -p operationcount=0 \
+    --threads "$THREADS" --duration "$SECS" "${disk[@]}" --output "results/ycsb-$1-$2-$3-$STAMP.json" \
+    | grep -E '\[OVERALL\], Throughput' | sed "s/^/$1 $2: /" || true
 }
-echo "== load $RECORDS records"
-ycsb a load
-for w in a b c f d; do echo "== workload $w"; ycsb "$w" run; done
-echo "== load again, then workload e"
-ycsb e load
-ycsb e run
+for t in "${TARGETS[@]}"; do echo "== $t: load $RECORDS records"; ycsb "$t" a load; done
+for w in a b c f d; do for t in "${TARGETS[@]}"; do ycsb "$t" "$w" run; done; done
+for t in "${TARGETS[@]}"; do ycsb "$t" e load; ycsb "$t" e run; done
 
-python3 - "$STAMP" "$RECORDS" "$THREADS" <<'PY'
+python3 - "$STAMP" "$RECORDS" "$THREADS" "${TARGETS[*]}" <<'PY'
 import json, sys
-stamp, records, threads = sys.argv[1], sys.argv[2], sys.argv[3]
+stamp, records, threads, targets = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
 print()
-print(f"{records} records, {threads} client tasks, native client, 2 data nodes x 2 replicas")
-print("| workload | ops/s | operation: avg / p95 / p99 us |")
-print("|---|---|---|")
+print(f"{records} records, {threads} client tasks; latsdb: native client, 2 data nodes x 2 replicas")
+print("| workload | " + " | ".join(f"{t} ops/s" for t in targets) + (" | latsdb/redis" if len(targets) > 1 else "") + " | latsdb avg / p99 us | " + " | ".join(f"{t} avg / p99 us" for t in targets[1:]) + " |")
+print("|---" * (2 + 2 * len(targets) + (len(targets) > 1) - 1) + "|")
 for w in "abcfde":
-    d = json.load(open(f"results/ycsb-{w}-run-{stamp}.json"))
-    p = d["phases"][0]
-    ops = "; ".join(f"{k} {v['avg_us']:.0f} / {v['p95_us']} / {v['p99_us']}" for k, v in p["operations"].items())
-    print(f"| {w.upper()} | {p['ops_per_sec']:,.0f} | {ops} |")
+    runs = {t: json.load(open(f"results/ycsb-{t}-{w}-run-{stamp}.json"))["phases"][0] for t in targets}
+    lat = lambda p: "; ".join(f"{k} {v['avg_us']:.0f} / {v['p99_us']}" for k, v in p["operations"].items())
+    row = [w.upper()] + [f"{runs[t]['ops_per_sec']:,.0f}" for t in targets]
+    if len(targets) > 1:
+        row.append(f"{runs['latsdb']['ops_per_sec'] / max(runs['redis']['ops_per_sec'], 1e-9):.2f}x")
+    row += [lat(runs[t]) for t in targets]
+    print("| " + " | ".join(row) + " |")
 PY

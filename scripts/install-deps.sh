@@ -17,11 +17,12 @@ need mariadb-client
 # tests/sql_differential.rs compares the SQL node's answers with MariaDB's.
 need mariadb-server
 need openssl
+# tests/bench_ycsb.rs drives a Redis server with `bench ycsb --db redis://`.
+need redis-server
 # A JDK (javac, and java's source-file mode) for the JDBC test; only when none is there.
 command -v javac >/dev/null 2>&1 || need openjdk-17-jdk-headless
 
 if [[ "${1:-}" == "bench" ]]; then
-  need redis-server
   need redis-tools
   need linux-perf
 fi
