@@ -7,8 +7,13 @@
 # of throughput, the latsdb/Redis ratio and per-operation latency; every
 # run's JSON is kept in results/ycsb-<target>-<workload>-<phase>-<time>.json.
 #
+# DISK=1 keeps the fields on disk (STORAGE DISK); CACHE_MB and DIRECT=on set
+# latsdb's page cache and O_DIRECT; FIELDLENGTH the bytes per field (10
+# fields); WORKLOADS a subset of "a b c f d e" (e reloads first).
+#
 #   scripts/bench-ycsb.sh [seconds per workload=20]
 #   RECORDS=100000 THREADS=16 DISK=1 REDIS=0 scripts/bench-ycsb.sh 30
+#   DISK=1 CACHE_MB=64 DIRECT=on FIELDLENGTH=400 REDIS=0 WORKLOADS="c" scripts/bench-ycsb.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
@@ -16,10 +21,14 @@ RECORDS=${RECORDS:-100000}
 THREADS=${THREADS:-16}
 DISK=${DISK:-}
 REDIS=${REDIS:-1}
+CACHE_MB=${CACHE_MB:-0}
+DIRECT=${DIRECT:-off}
+FIELDLENGTH=${FIELDLENGTH:-100}
+WORKLOADS=${WORKLOADS:-a b c f d e}
 [ "$REDIS" = 1 ] && scripts/install-deps.sh bench
 source scripts/lib.sh
 
-start_latsdb 2
+start_latsdb 2 --disk-page-cache-mb "$CACHE_MB" --disk-direct-io "$DIRECT"
 TARGETS=(latsdb)
 if [ "$REDIS" = 1 ]; then
   echo "== starting redis-server"
@@ -38,22 +47,29 @@ ycsb() { # target workload phase
     # A load starts from an empty server, as a fresh table does in latsdb.
     [ "$3" = load ] && redis-cli -p "$RPORT" flushall > /dev/null
   fi
-  $BIN bench ycsb --mgmd "$MGMD" --db "$db" --workload "$2" --phases "$3" -p recordcount="$RECORDS" -p operationcount=0 \
+  $BIN bench ycsb --mgmd "$MGMD" --db "$db" --workload "$2" --phases "$3" -p recordcount="$RECORDS" -p operationcount=0 -p fieldlength="$FIELDLENGTH" \
     --threads "$THREADS" --duration "$SECS" "${disk[@]}" --output "results/ycsb-$1-$2-$3-$STAMP.json" \
     | grep -E '\[OVERALL\], Throughput' | sed "s/^/$1 $2: /" || true
 }
 for t in "${TARGETS[@]}"; do echo "== $t: load $RECORDS records"; ycsb "$t" a load; done
-for w in a b c f d; do for t in "${TARGETS[@]}"; do ycsb "$t" "$w" run; done; done
-for t in "${TARGETS[@]}"; do ycsb "$t" e load; ycsb "$t" e run; done
+for w in $WORKLOADS; do
+  [ "$w" = e ] && continue
+  for t in "${TARGETS[@]}"; do ycsb "$t" "$w" run; done
+done
+if [[ " $WORKLOADS " == *" e "* ]]; then
+  for t in "${TARGETS[@]}"; do ycsb "$t" e load; ycsb "$t" e run; done
+fi
+$BIN mgm --mgmd "$MGMD" report-memory | tee "$WORK/memory.txt"
 
-python3 - "$STAMP" "$RECORDS" "$THREADS" "${TARGETS[*]}" <<'PY'
+python3 - "$STAMP" "$RECORDS" "$THREADS" "${TARGETS[*]}" "$WORKLOADS" <<'PY'
 import json, sys
-stamp, records, threads, targets = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
+stamp, records, threads, targets, workloads = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(), sys.argv[5].split()
 print()
 print(f"{records} records, {threads} client tasks; latsdb: native client, 2 data nodes x 2 replicas")
-print("| workload | " + " | ".join(f"{t} ops/s" for t in targets) + (" | latsdb/redis" if len(targets) > 1 else "") + " | latsdb avg / p99 us | " + " | ".join(f"{t} avg / p99 us" for t in targets[1:]) + " |")
-print("|---" * (2 + 2 * len(targets) + (len(targets) > 1) - 1) + "|")
-for w in "abcfde":
+header = ["workload"] + [f"{t} ops/s" for t in targets] + (["latsdb/redis"] if len(targets) > 1 else []) + [f"{t} avg / p99 us" for t in targets]
+print("| " + " | ".join(header) + " |")
+print("|---" * len(header) + "|")
+for w in [w for w in "abcfde" if w in workloads]:
     runs = {t: json.load(open(f"results/ycsb-{t}-{w}-run-{stamp}.json"))["phases"][0] for t in targets}
     lat = lambda p: "; ".join(f"{k} {v['avg_us']:.0f} / {v['p99_us']}" for k, v in p["operations"].items())
     row = [w.upper()] + [f"{runs[t]['ops_per_sec']:,.0f}" for t in targets]
