@@ -104,6 +104,11 @@ impl Pager {
                 }
             }
         }
+        debug_assert!(pinned.iter().all(|p| !missing.contains(p)), "a page is both held and waited for");
+        debug_assert!(
+            missing.iter().all(|p| !space.tablespace().is_cached(*p)),
+            "a request waits for a page that is cached"
+        );
         if missing.is_empty() {
             return Some(Woken { work, pinned });
         }
@@ -158,6 +163,10 @@ impl Pager {
             }
             i += 1;
         }
+        debug_assert!(
+            self.parked.iter().all(|p| !p.missing.contains(&page)),
+            "a request still waits for page {page}, which arrived"
+        );
         woken
     }
 
@@ -180,11 +189,6 @@ impl Pager {
                 i += 1;
             }
         }
-    }
-
-    /// Requests parked now.
-    pub(crate) fn parked(&self) -> usize {
-        self.parked.len()
     }
 
     /// Every parked request waits for a page and holds a pin on each page

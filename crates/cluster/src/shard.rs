@@ -60,8 +60,6 @@ pub struct DiskUsage {
     pub cache: latsdb_storage::tablespace::CacheStats,
     /// Requests that waited for pages read off the shard thread.
     pub parks: u64,
-    /// Requests waiting now.
-    pub parked: usize,
     /// Pages read on the shard thread itself (paths that do not park).
     pub read_here: u64,
     /// Pages a request would have waited for that the operating system
@@ -230,7 +228,6 @@ impl Shard {
             limit_bytes: pages.limit_bytes(),
             cache: space.stats(),
             parks: self.pager.parks,
-            parked: self.pager.parked(),
             read_here: pages.read_here(),
             read_at_once: pages.read_at_once(),
         }
@@ -403,13 +400,7 @@ impl Shard {
             Some(error) => latsdb_types::proto::frame(req_id, &ClientResponse::Error(error)),
             None => match Ldm::lookups(&self.cx, req_id, reads, columns) {
                 Ok(frame) => frame,
-                Err(pages) => {
-                    let work = Waiting::Lookups { conn, req_id, body: body.to_vec() };
-                    if let Some(now) = self.pager.park(&self.cx.pages, work, &pages, &mut out.page_reads) {
-                        self.run_woken(now, out);
-                    }
-                    return;
-                }
+                Err(pages) => return self.park(Waiting::Lookups { conn, req_id, body: body.to_vec() }, &pages, out),
             },
         };
         out.frames.push((conn, frame));
@@ -421,13 +412,17 @@ impl Shard {
         let pages: Vec<u32> =
             ops.iter().filter_map(|op| disk_page_of(&self.cx, op.table, op.partition, &op.key)).collect();
         if Pager::must_wait(&self.cx.pages, &pages) {
-            let work = Waiting::Batch { conn, req_id, ops };
-            if let Some(now) = self.pager.park(&self.cx.pages, work, &pages, &mut out.page_reads) {
-                self.run_woken(now, out);
-            }
-            return;
+            return self.park(Waiting::Batch { conn, req_id, ops }, &pages, out);
         }
         self.ldm.batch(&mut self.cx, &self.sync, conn, req_id, ops, out)
+    }
+
+    /// Parks a request until `pages` are cached, or runs it now if every
+    /// one of them could be read at once.
+    fn park(&mut self, work: Waiting, pages: &[u32], out: &mut Outbox) {
+        if let Some(now) = self.pager.park(&self.cx.pages, work, pages, &mut out.page_reads) {
+            self.run_woken(now, out);
+        }
     }
 
     /// Why this shard serves no client request now, if it does not: its

@@ -288,13 +288,9 @@ impl Tablespace {
         );
         self.stats.misses += 1;
         let ticket = self.new_ticket();
-        self.reading.insert(page, Reading { ticket, by_host: true });
+        let replaced = self.reading.insert(page, Reading { ticket, by_host: true });
+        debug_assert!(replaced.is_none(), "page {page} was asked for twice");
         Want::Read(PageRead { page, ticket })
-    }
-
-    /// Reads handed to the host and not answered yet.
-    pub fn host_reads(&self) -> usize {
-        self.reading.values().filter(|r| r.by_host).count()
     }
 
     /// The host's answer to a `Want::Read`. `Ok(false)`: the read was

@@ -122,16 +122,12 @@ impl Session {
                 for key in keys {
                     if let Reply::Bulk(key) = key {
                         let key = String::from_utf8_lossy(&key).into_owned();
-                        self.read_redis(&key, field).await?;
+                        self.read(&key, field).await?;
                     }
                 }
                 Ok(())
             }
         }
-    }
-
-    async fn read_redis(&mut self, key: &str, field: Option<&str>) -> Result<(), Failure> {
-        self.read(key, field).await.map(|_| ())
     }
 }
 

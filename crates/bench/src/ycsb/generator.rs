@@ -297,7 +297,12 @@ impl InsertSequence {
     pub fn acknowledge(&self, keynum: u64) {
         let mut guard = self.acked.lock().unwrap_or_else(|p| p.into_inner());
         let (limit, done) = &mut *guard;
-        done.insert(keynum);
+        assert!(
+            keynum >= *limit && keynum < self.next.load(std::sync::atomic::Ordering::Relaxed),
+            "record {keynum} was acknowledged twice or never handed out"
+        );
+        let fresh = done.insert(keynum);
+        debug_assert!(fresh, "record {keynum} was acknowledged twice");
         while done.remove(limit) {
             *limit += 1;
         }

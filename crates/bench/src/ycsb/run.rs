@@ -94,7 +94,9 @@ struct Shared {
 }
 
 impl Shared {
-    fn record(&self, task: usize, op: Operation, began: Instant, result: Result<(), Failure>) {
+    /// Records an operation's latency or failure; says whether it succeeded.
+    fn record(&self, task: usize, op: Operation, began: Instant, result: Result<(), Failure>) -> bool {
+        let succeeded = result.is_ok();
         let mut stats = self.tasks[task].lock().unwrap_or_else(|p| p.into_inner());
         let s = stats.entry(op).or_insert_with(OpStats::new);
         match result {
@@ -107,6 +109,7 @@ impl Shared {
                 count_error(&mut s.errors, e.code, &e.message);
             }
         }
+        succeeded
     }
 
     /// Takes every task's statistics since the last call.
@@ -397,29 +400,35 @@ async fn one_operation(
         }
         Operation::ReadModifyWrite => {
             let keynum = chooser.next(rng, shared.inserts.limit());
-            let read_began = Instant::now();
-            let r = read(shared, session, rng, keynum).await;
-            let failed = r.is_err();
-            shared.record(task, Operation::Read, read_began, r);
-            match failed {
-                true => Err(Failure::new("READ_FAILED", "the read of a read-modify-write failed".into())),
-                false => {
-                    let update_began = Instant::now();
-                    let u = update(shared, session, rng, keynum).await;
-                    let failed = u.is_err();
-                    shared.record(task, Operation::Update, update_began, u);
-                    match failed {
-                        true => Err(Failure::new("UPDATE_FAILED", "the update of a read-modify-write failed".into())),
-                        false => Ok(()),
-                    }
-                }
-            }
+            read_modify_write(shared, session, task, rng, keynum).await
         }
     };
     if result.is_ok() {
         shared.completed.fetch_add(1, Ordering::Relaxed);
     }
     shared.record(task, op, began, result);
+}
+
+/// A read then an update of one record, each also measured on its own
+/// (as YCSB measures them).
+async fn read_modify_write(
+    shared: &Shared,
+    session: &mut Session,
+    task: usize,
+    rng: &mut Rng,
+    keynum: u64,
+) -> Result<(), Failure> {
+    let began = Instant::now();
+    let read = read(shared, session, rng, keynum).await;
+    if !shared.record(task, Operation::Read, began, read) {
+        return Err(Failure::new("READ_FAILED", "the read of a read-modify-write failed".into()));
+    }
+    let began = Instant::now();
+    let update = update(shared, session, rng, keynum).await;
+    if !shared.record(task, Operation::Update, began, update) {
+        return Err(Failure::new("UPDATE_FAILED", "the update of a read-modify-write failed".into()));
+    }
+    Ok(())
 }
 
 fn one_field<'a>(shared: &'a Shared, rng: &mut Rng) -> &'a str {
