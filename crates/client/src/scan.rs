@@ -143,7 +143,10 @@ impl Client {
                 resume_after: None,
                 filter: scan.filter.clone(),
                 projection: projection.clone(),
-                max_rows: scan.page_rows,
+                // A partition never needs to send more than the limit.
+                max_rows: scan
+                    .limit
+                    .map_or(scan.page_rows, |l| scan.page_rows.min(l.clamp(1, u32::MAX as usize) as u32)),
                 aggregates,
             },
             layout,

@@ -1,12 +1,13 @@
 //! `latsdb bench ycsb` runs every core workload (a-f) against a cluster
-//! and against a Redis server (YCSB's Redis data model): the load inserts
+//! (native client), a Redis server (YCSB's Redis data model), the cluster's
+//! SQL node and a MariaDB server (YCSB's JDBC statements): the load inserts
 //! every record, the run executes exactly `operationcount` operations of
 //! the workload's kinds, nothing fails, and the results JSON says so.
 //! Short runs: this checks behaviour, not speed.
 
 mod common;
 
-use common::{run_bounded, TestCluster, BIN};
+use common::{run_bounded, MariaDb, TestCluster, BIN};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,6 +16,17 @@ use std::time::{Duration, Instant};
 fn every_core_workload_loads_and_runs_without_a_failure() {
     let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--no-sql"]);
     every_workload(&["--mgmd", &cluster.mgmd], cluster.dir.path());
+}
+
+#[test]
+fn every_core_workload_runs_through_the_sql_node_and_against_mariadb() {
+    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest"]);
+    let sql_node = format!("mysql://root@{}", cluster.sql);
+    every_workload(&["--db", &sql_node], cluster.dir.path());
+    let mariadb = MariaDb::start();
+    let dir = tempfile::tempdir().unwrap();
+    let target = format!("mysql://root@127.0.0.1:{}", mariadb.port);
+    every_workload(&["--db", &target], dir.path());
 }
 
 /// A Redis server of this test's own, on a free loopback port, stopped by

@@ -61,6 +61,11 @@ impl Ctx<'_> {
         (!keys.is_empty()).then(|| keys.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
     }
 
+    /// Whether the open transaction wrote rows of `table`.
+    fn wrote(&self, table: &Table) -> bool {
+        self.tx.is_some() && self.written.as_deref().and_then(|w| w.get(&table.def().id)).is_some_and(|k| !k.is_empty())
+    }
+
     /// Runs key operations; in a transaction a failed operation aborts it.
     pub async fn run_ops(&mut self, ops: Vec<Op>) -> SqlResult<Vec<Outcome>> {
         if ops.is_empty() {
@@ -241,6 +246,10 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
                 let values = ctx.client.aggregate(&table, scan, pushed).await?;
                 return Ok(vec![finish_pushed(&values, specs)?]);
             }
+            let scan = match ordered_limit(plan, ctx, &table)? {
+                Some(rows) => scan.ordered().limit(rows),
+                None => scan,
+            };
             let found = ctx.client.scan(&table, scan).await?;
             let mut rows: Vec<Vec<Value>> = found.iter().map(|r| row_with_room(r, plan.row_width)).collect();
             if plan.lock != LockMode::Committed {
@@ -252,6 +261,24 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
             Ok(rows)
         }
     }
+}
+
+/// How many rows of an ordered scan answer a plan whose index gives
+/// ORDER BY's order (OFFSET + LIMIT), or None to scan the whole range: the
+/// plan's index does not give its order, or the transaction wrote rows of
+/// the table, which the scan of committed rows does not see and which may
+/// sort first.
+fn ordered_limit(plan: &SelectPlan, ctx: &Ctx<'_>, table: &Table) -> SqlResult<Option<usize>> {
+    if !plan.index_ordered || ctx.wrote(table) {
+        return Ok(None);
+    }
+    let (Some(limit), offset) = (&plan.limit, &plan.offset) else { return Ok(None) };
+    let limit = count_arg(limit, &ctx.env)?;
+    let offset = match offset {
+        Some(e) => count_arg(e, &ctx.env)?,
+        None => 0,
+    };
+    Ok(Some(usize::try_from(offset.saturating_add(limit)).unwrap_or(usize::MAX)))
 }
 
 /// What a bound on a column of whole steps means, in steps.

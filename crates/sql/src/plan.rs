@@ -12,7 +12,7 @@ use crate::eval::{Cmp, Func, SExpr};
 use latsdb_client::{Projection, Table};
 use latsdb_types::expr::Aggregate;
 use latsdb_types::proto::LockMode;
-use latsdb_types::schema::{ColumnDef, TableDef, PRIMARY_INDEX};
+use latsdb_types::schema::{ColumnDef, IndexDef, TableDef, PRIMARY_INDEX};
 use latsdb_types::{Collation, Value};
 use sqlparser::ast::{self, Expr, SelectItem, SetExpr, TableFactor};
 use std::sync::Arc;
@@ -128,6 +128,10 @@ pub struct SelectPlan {
     pub output_collations: Vec<Option<(Collation, bool)>>,
     pub limit: Option<SExpr>,
     pub offset: Option<SExpr>,
+    /// The access is an ordered index whose order is ORDER BY's, and every
+    /// scanned row is a result row: the first OFFSET + LIMIT rows of an
+    /// ordered scan are all the query needs (`index_gives_order`).
+    pub index_ordered: bool,
     pub lock: LockMode,
     /// Width of the joined source row.
     pub row_width: usize,
@@ -624,6 +628,19 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
 
     let output_collations: Vec<Option<(Collation, bool)>> =
         outputs.iter().map(|o| crate::bind::collation_of(&scope, &o.expr)).collect();
+    let one_row_per_row = joins.is_empty()
+        && residual.is_empty()
+        && matches!(agg, AggMode::None)
+        && having.is_none()
+        && windows.is_empty()
+        && !distinct;
+    let mut access = access;
+    let index_ordered = one_row_per_row
+        && limit.is_some()
+        && match sources.first().and_then(|s| s.stored()) {
+            Some(table) => index_gives_order(table.def(), &mut access, &order),
+            None => false,
+        };
     let mut plan = SelectPlan {
         sources,
         access,
@@ -638,6 +655,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
         output_collations,
         limit,
         offset,
+        index_ordered,
         lock,
         row_width: 0,
         first_conditions,
@@ -847,6 +865,57 @@ fn choose_access(src: &Source, parts: Vec<SExpr>, residual: &mut Vec<SExpr>) -> 
     (access, pushed)
 }
 
+/// Whether an ordered scan along `access` returns rows in the order of
+/// `order` (ascending keys only: scans do not run backwards). The columns
+/// the range fixes by equality may appear anywhere in ORDER BY; the others
+/// must be the index's next columns, in order. A full scan becomes an
+/// unbounded range of the first index (the primary key's first) whose
+/// columns ORDER BY names, so `ORDER BY id LIMIT 10` reads ten rows.
+fn index_gives_order(def: &TableDef, access: &mut Access, order: &[(SExpr, bool)]) -> bool {
+    if order.is_empty() || order.iter().any(|(_, desc)| *desc) {
+        return false;
+    }
+    // ORDER BY sorts a case-insensitive column by its weight, which is
+    // what its index holds.
+    let sorts_by = |e: &SExpr, col: u16| match e {
+        SExpr::Func(Func::Weight, args) => {
+            def.columns.get(col as usize).is_some_and(|c| c.collation.is_case_insensitive())
+                && matches!(args.as_slice(), [SExpr::TableCol(0, c)] if *c == col)
+        }
+        e => reads_key_column(e, def, 0, col),
+    };
+    let follows = |columns: &[u16], fixed: usize| {
+        let mut next = fixed;
+        order.iter().all(|(e, _)| {
+            if columns[..fixed].iter().any(|&c| sorts_by(e, c)) {
+                return true;
+            }
+            let ok = columns.get(next).is_some_and(|&c| sorts_by(e, c));
+            next += 1;
+            ok
+        })
+    };
+    match access {
+        Access::Range { columns, eq, .. } => follows(columns, eq.len()),
+        Access::Full => {
+            let mut by_preference: Vec<&IndexDef> = def.indexes.iter().collect();
+            by_preference.sort_by_key(|i| i.id != PRIMARY_INDEX);
+            let Some(index) = by_preference.into_iter().find(|i| follows(&i.columns, 0)) else {
+                return false;
+            };
+            *access = Access::Range {
+                index: index.name.clone(),
+                columns: index.columns.clone(),
+                eq: Vec::new(),
+                lower: None,
+                upper: None,
+            };
+            true
+        }
+        Access::Keys(_) => false,
+    }
+}
+
 /// Whether `e` reads column `col` of the `table`-th table as its keys and
 /// indexes order it: the column itself, or the weight of a case-insensitive
 /// column (whose keys hold weights). A case-insensitive column compared as
@@ -978,6 +1047,14 @@ fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
                 if !used[0].contains(&c) {
                     used[0].push(c);
                 }
+            }
+        }
+    }
+    // An ordered scan merges the partitions' rows by the index's columns.
+    if let (true, Access::Range { columns, .. }) = (plan.index_ordered, &plan.access) {
+        for &c in columns {
+            if !used[0].contains(&c) {
+                used[0].push(c);
             }
         }
     }

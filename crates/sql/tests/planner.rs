@@ -146,3 +146,42 @@ fn case_insensitive_keys_and_indexes_serve_case_insensitive_comparisons() {
     let p = plan("SELECT u.note FROM users u JOIN users v ON v.email = u.name");
     assert!(p.joins[0].lookup.is_some(), "a join on a case-insensitive key is a batched lookup");
 }
+
+#[test]
+fn order_by_an_index_with_a_limit_reads_only_the_rows_it_returns() {
+    // YCSB's scan: a primary-key range in key order with a limit.
+    let p = plan("SELECT * FROM sbtest1 WHERE id >= 10 ORDER BY id LIMIT 5");
+    assert!(p.index_ordered, "the PRIMARY range gives the order");
+    assert!(matches!(&p.access, Access::Range { index, .. } if index == "PRIMARY"));
+    // No WHERE: the full scan becomes an ordered walk of the primary key.
+    let p = plan("SELECT c FROM sbtest1 ORDER BY id LIMIT 3");
+    assert!(p.index_ordered);
+    assert!(matches!(&p.access, Access::Range { index, lower: None, upper: None, .. } if index == "PRIMARY"));
+    // A secondary index: the columns its range fixes may be named anywhere.
+    let p = plan("SELECT id FROM sbtest1 WHERE k = 7 ORDER BY k, id LIMIT 2");
+    assert!(!p.index_ordered, "k_1's entries after k are in no order ORDER BY knows of (id is not its column)");
+    let p = plan("SELECT id FROM sbtest1 ORDER BY k LIMIT 2");
+    assert!(p.index_ordered && matches!(&p.access, Access::Range { index, .. } if index == "k_1"));
+    assert!(p.sources[0].fetch.contains(&1), "the merge of partitions needs k fetched");
+    // A case-insensitive key orders by weight, as its index does.
+    let p = plan("SELECT email FROM users WHERE email > 'm' ORDER BY email LIMIT 4");
+    assert!(p.index_ordered);
+    // A filter the data nodes run drops rows before the limit counts them.
+    let p = plan("SELECT * FROM sbtest1 WHERE id >= 10 AND c LIKE '%x' ORDER BY id LIMIT 5");
+    assert!(p.index_ordered && p.filter.is_none() && p.pushed.len() == 1);
+
+    for sql in [
+        "SELECT * FROM sbtest1 WHERE id >= 10 ORDER BY id DESC LIMIT 5",
+        "SELECT * FROM sbtest1 WHERE id >= 10 ORDER BY id",
+        "SELECT * FROM sbtest1 WHERE id >= 10 ORDER BY c LIMIT 5",
+        "SELECT * FROM sbtest1 WHERE id >= 10 AND CONCAT(c, pad) = 'x' ORDER BY id LIMIT 5",
+        "SELECT DISTINCT k FROM sbtest1 ORDER BY k LIMIT 5",
+        "SELECT k, COUNT(*) FROM sbtest1 GROUP BY k ORDER BY k LIMIT 5",
+        "SELECT * FROM sbtest1 WHERE id >= 10 ORDER BY id LIMIT 5 FOR UPDATE",
+        "SELECT * FROM sbtest1 JOIN orders ON orders.oid = sbtest1.id ORDER BY sbtest1.id LIMIT 5",
+        "SELECT email FROM users ORDER BY email COLLATE utf8mb4_bin LIMIT 4",
+    ] {
+        let p = plan(sql);
+        assert!(!p.index_ordered, "{sql}: every row of the range must be read");
+    }
+}

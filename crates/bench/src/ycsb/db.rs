@@ -1,8 +1,10 @@
 //! Where `bench ycsb` sends its operations: latsdb through the native
-//! client, or a Redis server with YCSB's Redis data model (the binding
+//! client; a Redis server with YCSB's Redis data model (the binding
 //! `site.ycsb.db.RedisClient`): a hash per record, and a sorted set
 //! `_indices` of the keys scored by Java's `String.hashCode`, which scans
-//! walk. One generator drives both in the same run.
+//! walk; or a MySQL server (latsdb's SQL node, MariaDB) with the
+//! statements of YCSB's JDBC binding (`site.ycsb.db.JdbcDBClient`), each
+//! prepared once per connection. One generator drives them all.
 
 use super::run::Failure;
 use latsdb_client::{Client, Op, Scan, Table};
@@ -23,12 +25,18 @@ pub(super) enum Db {
     Redis {
         address: String,
     },
+    /// A MySQL server (each task opens a connection) and the statements.
+    Mysql {
+        opts: mysql_async::Opts,
+        statements: Arc<Statements>,
+    },
 }
 
 /// One task's way to the target.
 pub(super) enum Session {
     Native { client: Client, table: Arc<Table> },
     Redis(Resp),
+    Mysql { conn: mysql_async::Conn, statements: Arc<Statements> },
 }
 
 impl Db {
@@ -36,7 +44,74 @@ impl Db {
         match self {
             Db::Native { client, table } => Ok(Session::Native { client: client.clone(), table: table.clone() }),
             Db::Redis { address } => Ok(Session::Redis(Resp::connect(address).await?)),
+            Db::Mysql { opts, statements } => {
+                let conn = mysql_async::Conn::new(opts.clone()).await.map_err(mysql_failure)?;
+                Ok(Session::Mysql { conn, statements: statements.clone() })
+            }
         }
+    }
+}
+
+/// The SQL statements of YCSB's JDBC binding for one table.
+pub(super) struct Statements {
+    read: String,
+    scan: String,
+    insert: String,
+    /// `UPDATE ... SET` up to the assignments.
+    update_head: String,
+    /// ` WHERE YCSB_KEY = ?`.
+    update_tail: String,
+}
+
+impl Statements {
+    pub(super) fn new(table: &str, fieldcount: usize) -> Statements {
+        let marks = vec!["?"; fieldcount + 1].join(",");
+        let columns: Vec<String> = (0..fieldcount).map(|i| format!(",FIELD{i}")).collect();
+        Statements {
+            read: format!("SELECT * FROM {table} WHERE YCSB_KEY = ?"),
+            scan: format!("SELECT * FROM {table} WHERE YCSB_KEY >= ? ORDER BY YCSB_KEY LIMIT ?"),
+            insert: format!("INSERT INTO {table} (YCSB_KEY{}) VALUES ({marks})", columns.concat()),
+            update_head: format!("UPDATE {table} SET "),
+            update_tail: " WHERE YCSB_KEY = ?".into(),
+        }
+    }
+
+    fn update(&self, fields: &[(&str, String)]) -> String {
+        let sets: Vec<String> = fields.iter().map(|(f, _)| format!("{f}=?")).collect();
+        format!("{}{}{}", self.update_head, sets.join(","), self.update_tail)
+    }
+}
+
+/// Creates YCSB's table as its JDBC binding's documentation does
+/// (`YCSB_KEY VARCHAR(255) PRIMARY KEY`, `FIELDn TEXT`), dropping an old
+/// one, in `database` (created if missing).
+pub(super) async fn mysql_create_table(
+    opts: &mysql_async::Opts,
+    database: &str,
+    table: &str,
+    fieldcount: usize,
+) -> Result<(), Failure> {
+    use mysql_async::prelude::Queryable;
+    // Connected to no database: `database` may not exist yet.
+    let anywhere = mysql_async::OptsBuilder::from_opts(opts.clone()).db_name(None::<String>);
+    let mut conn = mysql_async::Conn::new(anywhere).await.map_err(mysql_failure)?;
+    let fields: Vec<String> = (0..fieldcount).map(|i| format!(", FIELD{i} TEXT")).collect();
+    for sql in [
+        format!("CREATE DATABASE IF NOT EXISTS {database}"),
+        format!("DROP TABLE IF EXISTS {database}.{table}"),
+        format!("CREATE TABLE {database}.{table} (YCSB_KEY VARCHAR(255) PRIMARY KEY{})", fields.concat()),
+    ] {
+        conn.query_drop(&sql).await.map_err(mysql_failure)?;
+    }
+    conn.disconnect().await.map_err(mysql_failure)
+}
+
+/// A MySQL error as YCSB would count it: the server's error code, or the
+/// client's kind of failure.
+fn mysql_failure(e: mysql_async::Error) -> Failure {
+    match &e {
+        mysql_async::Error::Server(s) => Failure::new(&format!("MYSQL {}", s.code), s.message.clone()),
+        _ => Failure::new("MYSQL", e.to_string()),
     }
 }
 
@@ -64,6 +139,13 @@ impl Session {
                     _ => false,
                 })
             }
+            // The JDBC binding reads every column whatever it was asked for.
+            Session::Mysql { conn, statements } => {
+                use mysql_async::prelude::Queryable;
+                let row: Option<mysql_async::Row> =
+                    conn.exec_first(statements.read.as_str(), (key,)).await.map_err(mysql_failure)?;
+                Ok(row.is_some())
+            }
         }
     }
 
@@ -76,6 +158,12 @@ impl Session {
                 Ok(())
             }
             Session::Redis(conn) => conn.hmset(key, values).await,
+            Session::Mysql { conn, statements } => {
+                use mysql_async::prelude::Queryable;
+                let mut params: Vec<mysql_async::Value> = values.iter().map(|(_, v)| v.as_str().into()).collect();
+                params.push(key.into());
+                conn.exec_drop(statements.update(values), params).await.map_err(mysql_failure)
+            }
         }
     }
 
@@ -92,6 +180,12 @@ impl Session {
                 let score = java_hash(key).to_string();
                 conn.call(&["ZADD", INDEX, &score, key]).await?;
                 Ok(())
+            }
+            Session::Mysql { conn, statements } => {
+                use mysql_async::prelude::Queryable;
+                let mut params: Vec<mysql_async::Value> = vec![key.into()];
+                params.extend(values.iter().map(|(_, v)| mysql_async::Value::from(v.as_str())));
+                conn.exec_drop(statements.insert.as_str(), params).await.map_err(mysql_failure)
             }
         }
     }
@@ -125,6 +219,13 @@ impl Session {
                         self.read(&key, field).await?;
                     }
                 }
+                Ok(())
+            }
+            Session::Mysql { conn, statements } => {
+                use mysql_async::prelude::Queryable;
+                let rows: Vec<mysql_async::Row> =
+                    conn.exec(statements.scan.as_str(), (start, count)).await.map_err(mysql_failure)?;
+                drop(rows);
                 Ok(())
             }
         }

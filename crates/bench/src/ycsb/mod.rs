@@ -9,7 +9,8 @@
 //! Every 10 s a line shows throughput and each operation's latency; the
 //! results JSON holds the totals and that timeline. Failed operations are
 //! counted apart and never as throughput. `--db redis://HOST:PORT` drives
-//! a Redis server with the same generator (`db.rs`).
+//! a Redis server and `--db mysql://...` a MySQL server (the SQL node, or
+//! MariaDB) with the same generator (`db.rs`).
 
 mod db;
 mod generator;
@@ -24,7 +25,7 @@ pub struct YcsbArgs {
     /// Management server address.
     #[arg(long, env = "LATSDB_MGMD", default_value = "127.0.0.1:1186")]
     pub mgmd: String,
-    /// Where operations go: latsdb (native client, --mgmd), or redis://HOST:PORT (YCSB's Redis data model; use an empty server).
+    /// Where operations go: latsdb (native client, --mgmd), redis://HOST:PORT (YCSB's Redis data model; use an empty server), or mysql://USER:PASSWORD@HOST:PORT (YCSB's JDBC statements; the SQL node or MariaDB).
     #[arg(long, default_value = "latsdb")]
     pub db: String,
     /// One of YCSB's workloads: a, b, c, d, e or f.

@@ -147,13 +147,16 @@ pub(super) async fn run(args: YcsbArgs, workload: Workload) -> Result<(), String
             Db::Redis { address: address.trim_end_matches('/').to_string() },
             serde_json::json!({"db": "redis", "address": address}),
         ),
+        None if args.db.starts_with("mysql://") => mysql_target(&args, &workload, load).await?,
         None if args.db == "latsdb" => {
             let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
             let table = prepare_table(&client, &args, &workload, load).await?;
             let target = serde_json::json!({"db": "latsdb", "data_nodes": client.layout().datanodes.len(), "replicas": client.layout().replicas});
             (Db::Native { client, table }, target)
         }
-        None => return Err(format!("--db {}: use latsdb or redis://HOST:PORT", args.db)),
+        None => {
+            return Err(format!("--db {}: use latsdb, redis://HOST:PORT or mysql://USER:PASSWORD@HOST:PORT", args.db))
+        }
     };
     let fields: Vec<String> = (0..workload.fieldcount).map(|i| format!("FIELD{i}")).collect();
     println!(
@@ -193,6 +196,28 @@ pub(super) async fn run(args: YcsbArgs, workload: Workload) -> Result<(), String
         0 => Ok(()),
         n => Err(format!("{n} operations failed; see the Return=ERROR lines above")),
     }
+}
+
+/// A MySQL server as the target: `mysql://USER:PASSWORD@HOST:PORT`, the
+/// database from `--database` (a database in the URL is ignored: YCSB's
+/// table is always `--database`.`--table`).
+async fn mysql_target(args: &YcsbArgs, w: &Workload, fresh: bool) -> Result<(Db, serde_json::Value), String> {
+    if args.disk {
+        return Err(
+            "--disk applies to --db latsdb; for the SQL node, put the cluster's default_column_storage on disk".into(),
+        );
+    }
+    let url = mysql_async::Opts::from_url(&args.db).map_err(|e| format!("--db {}: {e}", args.db))?;
+    let shown = format!("{}:{}", url.ip_or_hostname(), url.tcp_port());
+    // Never the server's Unix socket: the URL names where to go.
+    let opts: mysql_async::Opts =
+        mysql_async::OptsBuilder::from_opts(url).db_name(Some(&args.database)).prefer_socket(false).into();
+    let described = |e: Failure| format!("--db {}: {}: {}", args.db, e.code, e.message);
+    if fresh {
+        super::db::mysql_create_table(&opts, &args.database, &args.table, w.fieldcount).await.map_err(described)?;
+    }
+    let statements = Arc::new(super::db::Statements::new(&args.table, w.fieldcount));
+    Ok((Db::Mysql { opts, statements }, serde_json::json!({"db": "mysql", "address": shown})))
 }
 
 async fn prepare_table(client: &Client, args: &YcsbArgs, w: &Workload, fresh: bool) -> Result<Arc<Table>, String> {

@@ -383,3 +383,71 @@ pub fn mariadb(cluster: &TestCluster, extra: &[&str], script: &str) -> (bool, St
     let (status, out, err) = run_bounded(&mut cmd, Some(script), Duration::from_secs(60));
     (status.success(), out, err)
 }
+
+/// A MariaDB server of the test's own, on an ephemeral loopback port and a
+/// scratch data directory; stopped (by its pid) when dropped.
+pub struct MariaDb {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl MariaDb {
+    pub fn start() -> MariaDb {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let data = dir.path().join("data");
+        let root = unsafe { libc::geteuid() } == 0;
+        let mut install = Command::new("mariadb-install-db");
+        install.arg("--no-defaults").arg(format!("--datadir={}", data.display())).arg("--skip-test-db");
+        if root {
+            install.arg("--user=root");
+        }
+        let (status, out, err) = run_bounded(&mut install, None, Duration::from_secs(120));
+        assert!(status.success(), "mariadb-install-db failed ({status}):\n{out}\n{err}");
+        for attempt in 0..5 {
+            let port = free_port();
+            let mut server = Command::new("mariadbd");
+            server
+                .arg("--no-defaults")
+                .arg(format!("--datadir={}", data.display()))
+                .arg(format!("--socket={}", dir.path().join("sock").display()))
+                .arg(format!("--port={port}"))
+                .args(["--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-name-resolve"])
+                .args(["--innodb-buffer-pool-size=64M", "--skip-log-bin"])
+                .arg(format!("--log-error={}", dir.path().join("error.log").display()))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if root {
+                server.arg("--user=root");
+            }
+            let mut child = server.spawn().expect("start mariadbd (scripts/install-deps.sh installs mariadb-server)");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return MariaDb { child, port, _dir: dir };
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("mariadbd did not listen on port {port} (attempt {}); trying another port", attempt + 1);
+        }
+        let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+        panic!("mariadbd did not start within 60 s, five times; its log:\n{log}");
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        terminate(&mut self.child, Duration::from_secs(30));
+    }
+}
+
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local address").port()
+}
