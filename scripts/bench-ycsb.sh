@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# YCSB's core workloads through `latsdb bench ycsb`: latsdb over the native
-# client against one `latsdb start` (2 data nodes, 2 replicas), and the same
-# generator against Debian's redis-server (YCSB's Redis data model) in the
-# same run, in YCSB's recommended order: load, run A, B, C, F, D; load
-# again; run E. Each workload runs on latsdb, then on Redis. Prints a table
-# of throughput, the latsdb/Redis ratio and per-operation latency; every
+# YCSB's core workloads through `latsdb bench ycsb`, one generator for every
+# target in the same run: latsdb over the native client against one `latsdb
+# start` (2 data nodes, 2 replicas); Debian's redis-server (YCSB's Redis
+# data model); latsdb's SQL node and Debian's MariaDB (InnoDB, flush at
+# every commit, a 2 GiB buffer pool) with YCSB's JDBC statements. YCSB's
+# recommended order: load, run A, B, C, F, D; load again; run E; each
+# workload runs on every target in turn. Prints a table of throughput,
+# latsdb/Redis and SQL node/MariaDB ratios and per-operation latency; every
 # run's JSON is kept in results/ycsb-<target>-<workload>-<phase>-<time>.json.
 #
-# DISK=1 keeps the fields on disk (STORAGE DISK); CACHE_MB and DIRECT=on set
+# TARGETS picks among "latsdb redis sql mariadb" (default: all four; REDIS=0
+# drops redis, as before).
+#
+# DISK=1 keeps the native target's fields on disk (STORAGE DISK); CACHE_MB and DIRECT=on set
 # latsdb's page cache and O_DIRECT; FIELDLENGTH the bytes per field (10
 # fields); WORKLOADS a subset of "a b c f d e" (e reloads first).
 #
 #   scripts/bench-ycsb.sh [seconds per workload=20]
 #   RECORDS=100000 THREADS=16 DISK=1 REDIS=0 scripts/bench-ycsb.sh 30
 #   DISK=1 CACHE_MB=64 DIRECT=on FIELDLENGTH=400 REDIS=0 WORKLOADS="c" scripts/bench-ycsb.sh
+#   TARGETS="sql mariadb" scripts/bench-ycsb.sh 20
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
@@ -25,30 +31,50 @@ CACHE_MB=${CACHE_MB:-0}
 DIRECT=${DIRECT:-off}
 FIELDLENGTH=${FIELDLENGTH:-100}
 WORKLOADS=${WORKLOADS:-a b c f d e}
-[ "$REDIS" = 1 ] && scripts/install-deps.sh bench
+DEFAULT_TARGETS="latsdb redis sql mariadb"
+[ "$REDIS" = 1 ] || DEFAULT_TARGETS="latsdb sql mariadb"
+read -r -a TARGETS <<< "${TARGETS:-$DEFAULT_TARGETS}"
+for t in "${TARGETS[@]}"; do
+  case $t in latsdb|redis|sql|mariadb) ;; *) echo "unknown target '$t' in TARGETS; known: latsdb redis sql mariadb" >&2; exit 2;; esac
+done
+has() { [[ " ${TARGETS[*]} " == *" $1 "* ]]; }
+if has redis || has mariadb; then scripts/install-deps.sh bench; fi
 source scripts/lib.sh
 
 start_latsdb 2 --disk-page-cache-mb "$CACHE_MB" --disk-direct-io "$DIRECT"
-TARGETS=(latsdb)
-if [ "$REDIS" = 1 ]; then
+if has redis; then
   echo "== starting redis-server"
   RPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   redis-server --bind 127.0.0.1 --port "$RPORT" --save "" --appendonly no --daemonize no > "$WORK/redis.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  TARGETS+=(redis)
+fi
+if has mariadb; then
+  echo "== starting MariaDB (throwaway datadir, flush at every commit)"
+  MDB=$WORK/mariadb
+  mariadb-install-db --user=root --datadir="$MDB" --skip-test-db > "$WORK/mariadb-install.log" 2>&1
+  MPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mariadbd --user=root --datadir="$MDB" --port="$MPORT" --bind-address=127.0.0.1 --socket="$MDB/sock" \
+    --innodb-buffer-pool-size=2G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
+    --skip-name-resolve --max-connections=500 > "$WORK/mariadbd.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do [[ -S "$MDB/sock" ]] && break; sleep 0.2; done
+  mariadb --socket="$MDB/sock" -u root -e "CREATE USER ycsb@'%' IDENTIFIED BY 'ycsb'; GRANT ALL ON *.* TO ycsb@'%'"
 fi
 disk=()
 [ -n "$DISK" ] && disk=(--disk)
 ycsb() { # target workload phase
-  local db=latsdb
-  if [ "$1" = redis ]; then
-    db="redis://127.0.0.1:$RPORT"
-    # A load starts from an empty server, as a fresh table does in latsdb.
-    [ "$3" = load ] && redis-cli -p "$RPORT" flushall > /dev/null
-  fi
+  local db=latsdb flags=("${disk[@]}")
+  case $1 in
+    redis)
+      db="redis://127.0.0.1:$RPORT"
+      # A load starts from an empty server, as a fresh table does in latsdb.
+      [ "$3" = load ] && redis-cli -p "$RPORT" flushall > /dev/null ;;
+    sql) db="mysql://root@$SQL"; flags=(--table usertable_sql) ;;
+    mariadb) db="mysql://ycsb:ycsb@127.0.0.1:$MPORT"; flags=() ;;
+  esac
   $BIN bench ycsb --mgmd "$MGMD" --db "$db" --workload "$2" --phases "$3" -p recordcount="$RECORDS" -p operationcount=0 -p fieldlength="$FIELDLENGTH" \
-    --threads "$THREADS" --duration "$SECS" "${disk[@]}" --output "results/ycsb-$1-$2-$3-$STAMP.json" \
+    --threads "$THREADS" --duration "$SECS" "${flags[@]}" --output "results/ycsb-$1-$2-$3-$STAMP.json" \
     | grep -E '\[OVERALL\], Throughput' | sed "s/^/$1 $2: /" || true
 }
 for t in "${TARGETS[@]}"; do echo "== $t: load $RECORDS records"; ycsb "$t" a load; done
@@ -65,16 +91,17 @@ python3 - "$STAMP" "$RECORDS" "$THREADS" "${TARGETS[*]}" "$WORKLOADS" <<'PY'
 import json, sys
 stamp, records, threads, targets, workloads = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(), sys.argv[5].split()
 print()
-print(f"{records} records, {threads} client tasks; latsdb: native client, 2 data nodes x 2 replicas")
-header = ["workload"] + [f"{t} ops/s" for t in targets] + (["latsdb/redis"] if len(targets) > 1 else []) + [f"{t} avg / p99 us" for t in targets]
+print(f"{records} records, {threads} client tasks; latsdb: 2 data nodes x 2 replicas (native client, and SQL node as 'sql')")
+ratios = [(a, b) for a, b in [("latsdb", "redis"), ("sql", "mariadb")] if a in targets and b in targets]
+header = ["workload"] + [f"{t} ops/s" for t in targets] + [f"{a}/{b}" for a, b in ratios] + [f"{t} avg / p99 us" for t in targets]
 print("| " + " | ".join(header) + " |")
 print("|---" * len(header) + "|")
 for w in [w for w in "abcfde" if w in workloads]:
     runs = {t: json.load(open(f"results/ycsb-{t}-{w}-run-{stamp}.json"))["phases"][0] for t in targets}
     lat = lambda p: "; ".join(f"{k} {v['avg_us']:.0f} / {v['p99_us']}" for k, v in p["operations"].items())
     row = [w.upper()] + [f"{runs[t]['ops_per_sec']:,.0f}" for t in targets]
-    if len(targets) > 1:
-        row.append(f"{runs['latsdb']['ops_per_sec'] / max(runs['redis']['ops_per_sec'], 1e-9):.2f}x")
+    for a, b in ratios:
+        row.append(f"{runs[a]['ops_per_sec'] / max(runs[b]['ops_per_sec'], 1e-9):.2f}x")
     row += [lat(runs[t]) for t in targets]
     print("| " + " | ".join(row) + " |")
 PY
