@@ -7,7 +7,9 @@
 # recommended order: load, run A, B, C, F, D; load again; run E; each
 # workload runs on every target in turn. Prints a table of throughput,
 # latsdb/Redis and SQL node/MariaDB ratios and per-operation latency; every
-# run's JSON is kept in results/ycsb-<target>-<workload>-<phase>-<time>.json.
+# run's JSON and timeline plot are kept in
+# results/ycsb-<target>-<workload>-<phase>-<time>.{json,svg}, and a bar
+# chart of throughput per workload in results/ycsb-throughput-<time>.svg.
 #
 # TARGETS picks among "latsdb redis sql mariadb" (default: all four; REDIS=0
 # drops redis, as before).
@@ -96,6 +98,7 @@ ratios = [(a, b) for a, b in [("latsdb", "redis"), ("sql", "mariadb")] if a in t
 header = ["workload"] + [f"{t} ops/s" for t in targets] + [f"{a}/{b}" for a, b in ratios] + [f"{t} avg / p99 us" for t in targets]
 print("| " + " | ".join(header) + " |")
 print("|---" * len(header) + "|")
+throughput = {}
 for w in [w for w in "abcfde" if w in workloads]:
     runs = {t: json.load(open(f"results/ycsb-{t}-{w}-run-{stamp}.json"))["phases"][0] for t in targets}
     lat = lambda p: "; ".join(f"{k} {v['avg_us']:.0f} / {v['p99_us']}" for k, v in p["operations"].items())
@@ -104,4 +107,30 @@ for w in [w for w in "abcfde" if w in workloads]:
         row.append(f"{runs[a]['ops_per_sec'] / max(runs[b]['ops_per_sec'], 1e-9):.2f}x")
     row += [lat(runs[t]) for t in targets]
     print("| " + " | ".join(row) + " |")
+    throughput[w] = {t: runs[t]["ops_per_sec"] for t in targets}
+
+# Throughput per workload: a group of bars per workload, a bar per target.
+colours = ["steelblue", "darkorange", "seagreen", "crimson"]
+top = max([v for per in throughput.values() for v in per.values()] + [1e-9]) * 1.1
+W, H, pad, bar = 80 + 90 * len(throughput) * len(targets) // 2 + 120, 360, 60, 18
+W = max(W, 560)
+group = (W - 2 * pad) / max(len(throughput), 1)
+out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+       f'<rect width="{W}" height="{H}" fill="white"/>',
+       f'<text x="{pad}" y="20">YCSB throughput per workload (ops/s), {records} records, {threads} client tasks</text>',
+       f'<line x1="{pad}" y1="{H - pad}" x2="{W - pad}" y2="{H - pad}" stroke="black"/>']
+for i, (w, per) in enumerate(throughput.items()):
+    x0 = pad + i * group + (group - bar * len(targets)) / 2
+    out.append(f'<text x="{pad + i * group + group / 2:.1f}" y="{H - pad + 16}" text-anchor="middle">{w.upper()}</text>')
+    for j, t in enumerate(targets):
+        h = per[t] / top * (H - 2 * pad)
+        x = x0 + j * bar
+        out.append(f'<rect x="{x:.1f}" y="{H - pad - h:.1f}" width="{bar - 2}" height="{h:.1f}" fill="{colours[j % 4]}"/>')
+        out.append(f'<text x="{x + bar / 2:.1f}" y="{H - pad - h - 3:.1f}" font-size="9" text-anchor="middle">{per[t] / 1000:.0f}k</text>')
+for j, t in enumerate(targets):
+    out.append(f'<text x="{pad + 110 * j}" y="{H - pad + 40}" fill="{colours[j % 4]}">{t}</text>')
+out.append("</svg>")
+plot = f"results/ycsb-throughput-{stamp}.svg"
+open(plot, "w").write("\n".join(out) + "\n")
+print(f"plot: {plot}; each run's timeline: results/ycsb-<target>-<workload>-run-{stamp}.svg")
 PY

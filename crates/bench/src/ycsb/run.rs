@@ -6,7 +6,7 @@
 use super::db::{Db, Session};
 use super::generator::{InsertSequence, KeyChooser, Operation, ScanLength, Workload};
 use super::YcsbArgs;
-use crate::report::{count_error, new_histogram, progress};
+use crate::report::{count_error, line_chart_svg, new_histogram, progress, Panel};
 use crate::Rng;
 use hdrhistogram::Histogram;
 use latsdb_client::{Client, Table};
@@ -543,6 +543,45 @@ fn write_results(
     }
     let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
     std::fs::write(&output, text).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
-    println!("results written to {}", output.display());
+    let plot = output.with_extension("svg");
+    let title = format!("YCSB workload {} on {}, {} client tasks", args.workload, target_name(&args.db), args.threads);
+    std::fs::write(&plot, timeline_svg(&title, phases)).map_err(|e| format!("cannot write {}: {e}", plot.display()))?;
+    println!("results written to {}  plot: {}", output.display(), plot.display());
     Ok(())
+}
+
+fn target_name(db: &str) -> &str {
+    // The address without credentials: the part after '@' if any.
+    db.rsplit_once('@').map_or(db, |(_, host)| host)
+}
+
+/// Each phase's timeline as two panels: throughput, and each operation's
+/// average and 99th-percentile latency, per interval.
+fn timeline_svg(title: &str, phases: &[PhaseResult]) -> String {
+    let mut panels = Vec::new();
+    for p in phases {
+        let ends = |row: &Interval| row.at;
+        let throughput = p.timeline.iter().map(|row| (ends(row), row.ok_ops as f64 / row.seconds.max(1e-9))).collect();
+        panels.push(Panel {
+            title: format!("{}: throughput (ops/s)", p.name),
+            x_label: "seconds".into(),
+            lines: vec![("ops/s".into(), throughput)],
+        });
+        let mut lines = Vec::new();
+        for op in p.totals.keys() {
+            let latency = |q: Option<f64>| -> Vec<(f64, f64)> {
+                p.timeline
+                    .iter()
+                    .filter_map(|row| {
+                        let h = &row.stats.get(op)?.latency;
+                        (!h.is_empty()).then(|| (ends(row), q.map_or(h.mean(), |q| h.value_at_quantile(q) as f64)))
+                    })
+                    .collect()
+            };
+            lines.push((format!("{} avg", op.name()), latency(None)));
+            lines.push((format!("{} p99", op.name()), latency(Some(0.99))));
+        }
+        panels.push(Panel { title: format!("{}: latency (us)", p.name), x_label: "seconds".into(), lines });
+    }
+    line_chart_svg(title, &panels)
 }
