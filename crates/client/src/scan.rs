@@ -171,20 +171,10 @@ impl Client {
             inflight.push_back((req, rx));
         }
         while let Some((mut req, rx)) = inflight.pop_front() {
-            let answer = match rx {
-                Ok(rx) => self.finish(rx).await,
-                Err(e) => Err(e),
-            };
-            let page = match answer {
-                Ok(ClientResponse::Scan(page)) => page,
-                Ok(ClientResponse::Error(e)) | Err(e) if is_stale(&e) => self.page_again(&req).await?,
-                Ok(ClientResponse::Error(e)) | Err(e) => return Err(e),
-                Ok(other) => return Err(DbError::internal(format!("a scan was answered with {other:?}"))),
-            };
+            let page = self.answer(&req, rx).await?;
             let resume = page.resume.clone();
             match on_page(req.partition, page)? {
                 Flow::Stop => return Ok(()),
-                Flow::PartitionDone => continue,
                 Flow::NextPage => {}
             }
             if let Some(r) = resume {
@@ -196,7 +186,22 @@ impl Client {
         Ok(())
     }
 
-    async fn start_page(&self, req: &ScanRequest) -> Result<tokio::sync::oneshot::Receiver<Result<crate::Reply>>> {
+    /// The page a request in flight answers; asked again by a fresh layout
+    /// when its node failed or its partition moved.
+    async fn answer(&self, req: &ScanRequest, rx: Result<PageReceiver>) -> Result<ScanPage> {
+        let answer = match rx {
+            Ok(rx) => self.finish(rx).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(ClientResponse::Scan(page)) => Ok(page),
+            Ok(ClientResponse::Error(e)) | Err(e) if is_stale(&e) => self.page_again(req).await,
+            Ok(ClientResponse::Error(e)) | Err(e) => Err(e),
+            Ok(other) => Err(DbError::internal(format!("a scan was answered with {other:?}"))),
+        }
+    }
+
+    async fn start_page(&self, req: &ScanRequest) -> Result<PageReceiver> {
         self.start(self.route(req.partition)?, &ClientRequest::Scan(req.clone())).await
     }
 
@@ -224,19 +229,16 @@ impl Client {
     /// Rows matching the scan. The filter runs on the data nodes.
     pub async fn scan(&self, table: &Arc<Table>, scan: Scan) -> Result<Vec<Row>> {
         let plan = self.plan(table, &scan, Vec::new())?;
-        let mut rows: Vec<Row> = Vec::new();
         let partitions = table.def().partitions;
-        // Each partition returns its rows in index order, so an ordered
-        // scan with a limit needs at most `limit` rows of each partition.
-        let mut per_partition = vec![0usize; partitions as usize];
-        self.scan_partitions(&plan, partitions, |partition, page| {
+        if let (true, Some(limit)) = (scan.ordered, scan.limit) {
+            return self.merge_ordered(plan, partitions, limit, scan.page_rows).await;
+        }
+        let mut rows: Vec<Row> = Vec::new();
+        self.scan_partitions(&plan, partitions, |_, page| {
             for bytes in page.rows {
                 rows.push(Row::new(plan.layout.clone(), bytes.into_vec())?);
-                per_partition[partition as usize] += 1;
-                match (scan.limit, scan.ordered) {
-                    (Some(l), false) if rows.len() >= l => return Ok(Flow::Stop),
-                    (Some(l), true) if per_partition[partition as usize] >= l => return Ok(Flow::PartitionDone),
-                    _ => {}
+                if scan.limit.is_some_and(|l| rows.len() >= l) {
+                    return Ok(Flow::Stop);
                 }
             }
             Ok(Flow::NextPage)
@@ -244,23 +246,82 @@ impl Client {
         .await?;
         if scan.ordered {
             let positions = order_positions(&plan)?;
-            let mut keyed: Vec<(Vec<u8>, Row)> = rows
-                .into_iter()
-                .map(|row| {
-                    let mut key = Vec::new();
-                    for &(pos, ty, collation) in &positions {
-                        keycodec::encode_value(&mut key, ty, collation, &row.get(pos));
-                    }
-                    (key, row)
-                })
-                .collect();
+            let mut keyed: Vec<(Vec<u8>, Row)> =
+                rows.into_iter().map(|row| (order_key(&row, &positions), row)).collect();
             keyed.sort_by(|a, b| a.0.cmp(&b.0));
             rows = keyed.into_iter().map(|(_, r)| r).collect();
-            if let Some(l) = scan.limit {
-                rows.truncate(l);
-            }
         }
         Ok(rows)
+    }
+
+    /// Asks a merged partition whose rows ran out for its next page (twice
+    /// as many rows as the last), until it sends rows or has no more.
+    async fn refill(
+        &self,
+        source: &mut MergeSource,
+        layout: &Arc<RowLayout>,
+        positions: &[OrderPosition],
+        page_rows: u32,
+    ) -> Result<()> {
+        while source.rows.is_empty() {
+            let Some(resume) = source.resume.take() else { return Ok(()) };
+            source.req.resume_after = Some(resume);
+            source.req.max_rows = source.req.max_rows.saturating_mul(2).min(page_rows).max(1);
+            let rx = self.start_page(&source.req).await;
+            let page = self.answer(&source.req, rx).await?;
+            source.take(page, layout, positions)?;
+        }
+        Ok(())
+    }
+
+    /// An ordered scan with a limit: a merge of the partitions' rows, which
+    /// each partition sends in index order. Every partition is first asked
+    /// for a little more than its share of the limit, all at once; a
+    /// partition whose rows run out while the merge still needs rows and
+    /// it has more is asked again (twice as many each time), since its next
+    /// row may come first. About `limit` rows cross the wire instead of
+    /// `partitions x limit`.
+    async fn merge_ordered(&self, plan: Plan, partitions: u32, limit: usize, page_rows: u32) -> Result<Vec<Row>> {
+        let mut out = Vec::with_capacity(limit.min(1 << 16));
+        if limit == 0 {
+            return Ok(out);
+        }
+        let positions = order_positions(&plan)?;
+        let first_rows = first_page_rows(limit, partitions, page_rows);
+        let mut inflight = Vec::with_capacity(partitions as usize);
+        for p in 0..partitions {
+            let mut req = plan.request.clone();
+            req.partition = p;
+            req.max_rows = first_rows;
+            let rx = self.start_page(&req).await;
+            inflight.push((req, rx));
+        }
+        let mut sources = Vec::with_capacity(partitions as usize);
+        let mut heads = std::collections::BinaryHeap::new();
+        for (req, rx) in inflight {
+            let page = self.answer(&req, rx).await?;
+            let mut source = MergeSource { req, rows: std::collections::VecDeque::new(), resume: None };
+            source.take(page, &plan.layout, &positions)?;
+            self.refill(&mut source, &plan.layout, &positions, page_rows).await?;
+            if let Some((key, row)) = source.rows.pop_front() {
+                heads.push(std::cmp::Reverse(Head { key, partition: sources.len(), row }));
+            }
+            sources.push(source);
+        }
+        while out.len() < limit {
+            let Some(std::cmp::Reverse(head)) = heads.pop() else { break };
+            out.push(head.row);
+            let source = &mut sources[head.partition];
+            if out.len() < limit {
+                self.refill(source, &plan.layout, &positions, page_rows).await?;
+            }
+            if let Some((key, row)) = source.rows.pop_front() {
+                debug_assert!(key >= head.key, "a partition sent rows out of index order");
+                heads.push(std::cmp::Reverse(Head { key, partition: head.partition, row }));
+            }
+        }
+        debug_assert!(out.len() <= limit);
+        Ok(out)
     }
 
     /// Aggregates over the rows matching the scan, computed on the data nodes.
@@ -293,11 +354,64 @@ impl Client {
     }
 }
 
+/// Rows a partition sent that the merge has not used yet, each with its
+/// index key, and where the partition goes on.
+struct MergeSource {
+    req: ScanRequest,
+    rows: std::collections::VecDeque<(Vec<u8>, Row)>,
+    resume: Option<Vec<u8>>,
+}
+
+impl MergeSource {
+    fn take(&mut self, page: ScanPage, layout: &Arc<RowLayout>, positions: &[OrderPosition]) -> Result<()> {
+        for bytes in page.rows {
+            let row = Row::new(layout.clone(), bytes.into_vec())?;
+            let key = order_key(&row, positions);
+            self.rows.push_back((key, row));
+        }
+        self.resume = page.resume;
+        Ok(())
+    }
+}
+
+/// The next row of one partition in the merge, ordered by its index key
+/// (then partition, so equal keys come out in a fixed order).
+struct Head {
+    key: Vec<u8>,
+    partition: usize,
+    row: Row,
+}
+
+impl PartialEq for Head {
+    fn eq(&self, other: &Head) -> bool {
+        (&self.key, self.partition) == (&other.key, other.partition)
+    }
+}
+impl Eq for Head {}
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Head) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Head {
+    fn cmp(&self, other: &Head) -> std::cmp::Ordering {
+        (&self.key, self.partition).cmp(&(&other.key, other.partition))
+    }
+}
+
+/// Rows each partition is first asked for by an ordered scan with a limit:
+/// half again its share of the limit plus two (the rows of a range spread
+/// over the partitions by hash, unevenly), never more than the limit.
+fn first_page_rows(limit: usize, partitions: u32, page_rows: u32) -> u32 {
+    let share = limit.saturating_mul(3) / (2 * partitions.max(1) as usize) + 2;
+    share.min(limit).min(page_rows as usize).max(1) as u32
+}
+
+type PageReceiver = tokio::sync::oneshot::Receiver<Result<crate::Reply>>;
+
 /// What a scan does after a page.
 enum Flow {
     NextPage,
-    /// This partition has given all the rows needed.
-    PartitionDone,
     Stop,
 }
 
@@ -306,9 +420,21 @@ fn is_stale(e: &DbError) -> bool {
     matches!(e.code, ErrorCode::NodeUnavailable | ErrorCode::WrongShard | ErrorCode::NotServing)
 }
 
-/// Positions (in the returned rows) and types of the index columns followed
-/// by the primary-key columns, for ordering rows across partitions.
-fn order_positions(plan: &Plan) -> Result<Vec<(usize, latsdb_types::ColumnType, latsdb_types::Collation)>> {
+/// Where an index column is in the returned rows, and its type.
+type OrderPosition = (usize, latsdb_types::ColumnType, latsdb_types::Collation);
+
+/// A row's index key (memcomparable), for ordering rows across partitions.
+fn order_key(row: &Row, positions: &[OrderPosition]) -> Vec<u8> {
+    let mut key = Vec::new();
+    for &(pos, ty, collation) in positions {
+        keycodec::encode_value(&mut key, ty, collation, &row.get(pos));
+    }
+    key
+}
+
+/// Positions (in the returned rows) and types of the index columns, for
+/// ordering rows across partitions.
+fn order_positions(plan: &Plan) -> Result<Vec<OrderPosition>> {
     let position = |c: ColumnId| -> Option<usize> {
         match &plan.projection {
             None => Some(c as usize),

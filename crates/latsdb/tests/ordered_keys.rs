@@ -104,7 +104,7 @@ fn range_query<T: Clone + Ord>(rng: &mut Rng, table: &str, value: impl Fn(&mut R
     sql += " ORDER BY k";
     // Mostly with a limit (what the ordered index must cut short), some
     // with an offset, a few without (the whole range, sorted).
-    let limit = (rng.below(6) != 0).then(|| rng.below(40) as usize);
+    let limit = (rng.below(6) != 0).then(|| if rng.below(4) == 0 { rng.below(400) } else { rng.below(40) } as usize);
     let offset = if limit.is_some() && rng.below(3) == 0 { rng.below(10) as usize } else { 0 };
     if let Some(l) = limit {
         sql += &format!(" LIMIT {l}");
