@@ -125,7 +125,7 @@ pub fn line_chart_svg(title: &str, panels: &[Panel]) -> String {
         let x = |v: f64| x0 + v / x_top * panel_w;
         let y = |v: f64| h - pad - v / y_top * (h - 2.0 * pad);
         out.push_str(&format!(
-            r#"<line x1="{x0}" y1="{b}" x2="{r}" y2="{b}" stroke="black"/><line x1="{x0}" y1="{pad}" x2="{x0}" y2="{b}" stroke="black"/><text x="{x0}" y="{t}">{name}</text><text x="{r}" y="{xl}" text-anchor="end">{xlabel} (to {x_max:.0})</text><text x="{yl}" y="{ym}" text-anchor="end">{y_max:.0}</text>"#,
+            r#"<line x1="{x0}" y1="{b}" x2="{r}" y2="{b}" stroke="black"/><line x1="{x0}" y1="{pad}" x2="{x0}" y2="{b}" stroke="black"/><text x="{x0}" y="{t}">{name}</text><text x="{r}" y="{xl}" text-anchor="end">{xlabel} (to {x_max:.0})</text><text x="{yl}" y="{ym:.1}" text-anchor="end">{y_max:.0}</text>"#,
             b = h - pad,
             r = x0 + panel_w,
             t = pad - 20.0,

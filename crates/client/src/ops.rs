@@ -353,8 +353,12 @@ impl Client {
                         }
                         for (((i, op), layout), r) in slots.into_iter().zip(ops).zip(layouts).zip(list) {
                             match r {
+                                // An operation refused unexecuted (`NotServing`: its
+                                // partition is being handed to a restarted primary) is
+                                // sent again too, a write included.
                                 OpResult::Error(e)
-                                    if e.code == ErrorCode::WrongShard && attempt < STALE_LAYOUT_RETRIES =>
+                                    if matches!(e.code, ErrorCode::WrongShard | ErrorCode::NotServing)
+                                        && attempt < STALE_LAYOUT_RETRIES =>
                                 {
                                     stale = true;
                                     todo.push((i, Op { op, layout, guarded: None }));
