@@ -255,18 +255,19 @@ impl Client {
     }
 
     /// Asks a merged partition whose rows ran out for its next page (twice
-    /// as many rows as the last), until it sends rows or has no more.
+    /// as many rows as the last, at most `most`), until it sends rows or
+    /// has no more.
     async fn refill(
         &self,
         source: &mut MergeSource,
         layout: &Arc<RowLayout>,
         positions: &[OrderPosition],
-        page_rows: u32,
+        most: u32,
     ) -> Result<()> {
         while source.rows.is_empty() {
             let Some(resume) = source.resume.take() else { return Ok(()) };
             source.req.resume_after = Some(resume);
-            source.req.max_rows = source.req.max_rows.saturating_mul(2).min(page_rows).max(1);
+            source.req.max_rows = source.req.max_rows.saturating_mul(2).min(most).max(1);
             let rx = self.start_page(&source.req).await;
             let page = self.answer(&source.req, rx).await?;
             source.take(page, layout, positions)?;
@@ -313,7 +314,8 @@ impl Client {
             out.push(head.row);
             let source = &mut sources[head.partition];
             if out.len() < limit {
-                self.refill(source, &plan.layout, &positions, page_rows).await?;
+                let wanted = (limit - out.len()).min(u32::MAX as usize) as u32;
+                self.refill(source, &plan.layout, &positions, page_rows.min(wanted)).await?;
             }
             if let Some((key, row)) = source.rows.pop_front() {
                 debug_assert!(key >= head.key, "a partition sent rows out of index order");

@@ -263,6 +263,9 @@ async fn fetch_first(plan: &SelectPlan, ctx: &mut Ctx<'_>) -> SqlResult<Vec<Vec<
     }
 }
 
+/// Most rows (OFFSET + LIMIT) read by an ordered scan with a limit.
+const MAX_ORDERED_LIMIT: u64 = 10_000;
+
 /// How many rows of an ordered scan answer a plan whose index gives
 /// ORDER BY's order (OFFSET + LIMIT), or None to scan the whole range: the
 /// plan's index does not give its order, or the transaction wrote rows of
@@ -278,7 +281,11 @@ fn ordered_limit(plan: &SelectPlan, ctx: &Ctx<'_>, table: &Table) -> SqlResult<O
         Some(e) => count_arg(e, &ctx.env)?,
         None => 0,
     };
-    Ok(Some(usize::try_from(offset.saturating_add(limit)).unwrap_or(usize::MAX)))
+    // A merge fetches page after page of one partition at a time; for
+    // many rows (`LIMIT 18446744073709551615`, MySQL's "all after OFFSET")
+    // the parallel scan of the whole range is faster.
+    let rows = offset.saturating_add(limit);
+    Ok((rows <= MAX_ORDERED_LIMIT).then_some(rows as usize))
 }
 
 /// What a bound on a column of whole steps means, in steps.

@@ -12,7 +12,7 @@ use crate::eval::{Cmp, Func, SExpr};
 use latsdb_client::{Projection, Table};
 use latsdb_types::expr::Aggregate;
 use latsdb_types::proto::LockMode;
-use latsdb_types::schema::{ColumnDef, IndexDef, TableDef, PRIMARY_INDEX};
+use latsdb_types::schema::{ColumnDef, ColumnType, IndexDef, TableDef, PRIMARY_INDEX};
 use latsdb_types::{Collation, Value};
 use sqlparser::ast::{self, Expr, SelectItem, SetExpr, TableFactor};
 use std::sync::Arc;
@@ -884,13 +884,32 @@ fn index_gives_order(def: &TableDef, access: &mut Access, order: &[(SExpr, bool)
         }
         e => reads_key_column(e, def, 0, col),
     };
+    // Values ORDER BY holds equal may have different keys: text that
+    // differs in trailing spaces (PAD SPACE), floats -0 and 0. The index
+    // breaks such ties by those keys, ORDER BY by its next key: such a
+    // column may only be ORDER BY's last key (its ties are in no order).
+    let ties_by_key = |col: u16| {
+        def.columns.get(col as usize).is_none_or(|c| {
+            !c.collation.is_case_insensitive()
+                && !matches!(
+                    c.ty,
+                    ColumnType::Integer { .. }
+                        | ColumnType::Decimal { .. }
+                        | ColumnType::Date
+                        | ColumnType::DateTime
+                        | ColumnType::Timestamp
+                        | ColumnType::Boolean
+                )
+        })
+    };
     let follows = |columns: &[u16], fixed: usize| {
         let mut next = fixed;
-        order.iter().all(|(e, _)| {
+        order.iter().enumerate().all(|(i, (e, _))| {
             if columns[..fixed].iter().any(|&c| sorts_by(e, c)) {
                 return true;
             }
-            let ok = columns.get(next).is_some_and(|&c| sorts_by(e, c));
+            let last = i + 1 == order.len();
+            let ok = columns.get(next).is_some_and(|&c| sorts_by(e, c) && (last || !ties_by_key(c)));
             next += 1;
             ok
         })

@@ -207,12 +207,13 @@ async fn mysql_target(args: &YcsbArgs, w: &Workload, fresh: bool) -> Result<(Db,
             "--disk applies to --db latsdb; for the SQL node, put the cluster's default_column_storage on disk".into(),
         );
     }
-    let url = mysql_async::Opts::from_url(&args.db).map_err(|e| format!("--db {}: {e}", args.db))?;
+    // Messages name the server, never the password in the URL.
+    let url = mysql_async::Opts::from_url(&args.db).map_err(|e| format!("--db {}: {e}", target_name(&args.db)))?;
     let shown = format!("{}:{}", url.ip_or_hostname(), url.tcp_port());
     // Never the server's Unix socket: the URL names where to go.
     let opts: mysql_async::Opts =
         mysql_async::OptsBuilder::from_opts(url).db_name(Some(&args.database)).prefer_socket(false).into();
-    let described = |e: Failure| format!("--db {}: {}: {}", args.db, e.code, e.message);
+    let described = |e: Failure| format!("--db mysql://{shown}: {}: {}", e.code, e.message);
     if fresh {
         super::db::mysql_create_table(&opts, &args.database, &args.table, w.fieldcount).await.map_err(described)?;
     }
