@@ -34,16 +34,8 @@ for w in "${ORDER[@]}"; do
   [[ -n ${KNOBS[$w]:-} ]] || { echo "unknown workload '$w' in WORKLOADS; known: ${!KNOBS[*]}" >&2; exit 2; }
 done
 
-echo "== starting MariaDB (throwaway datadir, flush at every commit)"
-MDB=$WORK/mariadb
-mariadb-install-db --user=root --datadir="$MDB" --skip-test-db > "$WORK/mariadb-install.log" 2>&1
-MPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-mariadbd --user=root --datadir="$MDB" --port="$MPORT" --bind-address=127.0.0.1 --socket="$MDB/sock" \
-  --innodb-buffer-pool-size=2G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
-  --skip-name-resolve --max-connections=500 > "$WORK/mariadbd.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 100); do [[ -S "$MDB/sock" ]] && break; sleep 0.2; done
-mariadb --socket="$MDB/sock" -u root -e "CREATE USER sb@'%' IDENTIFIED BY 'sb'; GRANT ALL ON *.* TO sb@'%'; CREATE DATABASE sbtest"
+start_mariadb sb sb
+mariadb --socket="$MDB/sock" -u root -e "CREATE DATABASE sbtest"
 
 start_latsdb 2
 

@@ -5,6 +5,8 @@
 #   source scripts/lib.sh
 #   start_latsdb REPLICAS [latsdb start flags...]   # sets MGMD, REST, SQL and LAUNCHER (pid)
 #   stop_latsdb                # stops it (SIGTERM) and waits
+#   start_mariadb USER PASSWORD   # MariaDB in a throwaway datadir, a user
+#                              # with every grant; sets MPORT and MDB
 #   load_rows ROWS             # flex insert phase
 #   datanode_pid ID            # pid of a data node, from `mgm show`
 #   start_mixed_timeline ROWS SECS CSV   # flex read/update mix in the background
@@ -47,6 +49,22 @@ start_latsdb() {
   MGMD=$(cat "$WORK/latsdb/mgmd.addr")
   REST=$(cat "$WORK/latsdb/rest.addr" 2>/dev/null || true)
   SQL=$(cat "$WORK/latsdb/sql.addr" 2>/dev/null || true)
+}
+
+# The SQL peer as docs/benchmarks.md runs it: InnoDB with a 2 GiB buffer
+# pool, its log flushed at every commit, on a free loopback port.
+start_mariadb() {
+  echo "== starting MariaDB (throwaway datadir, flush at every commit)"
+  MDB=$WORK/mariadb
+  mariadb-install-db --user=root --datadir="$MDB" --skip-test-db > "$WORK/mariadb-install.log" 2>&1
+  MPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mariadbd --user=root --datadir="$MDB" --port="$MPORT" --bind-address=127.0.0.1 --socket="$MDB/sock" \
+    --innodb-buffer-pool-size=2G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=1 \
+    --skip-name-resolve --max-connections=500 > "$WORK/mariadbd.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do [[ -S "$MDB/sock" ]] && break; sleep 0.2; done
+  [[ -S "$MDB/sock" ]] || { cat "$WORK/mariadbd.log"; echo "MariaDB did not start" >&2; exit 1; }
+  mariadb --socket="$MDB/sock" -u root -e "CREATE USER $1@'%' IDENTIFIED BY '$2'; GRANT ALL ON *.* TO $1@'%'"
 }
 
 stop_latsdb() {
