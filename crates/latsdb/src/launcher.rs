@@ -2,6 +2,7 @@
 //! server and the data nodes as separate processes on loopback, prints the
 //! endpoints, and stops them all on Ctrl-C or SIGTERM.
 
+use crate::healer::{Decision, Healer, MAX_DEATHS, WINDOW};
 use clap::Args;
 use latsdb_net::RpcConn;
 use latsdb_types::config::{ClusterConfig, CpuBind};
@@ -110,6 +111,11 @@ pub struct StartArgs {
     /// How long to wait for the cluster to come up, in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// Leave a data node that dies down instead of starting it again (by
+    /// default it is restarted after 1, 2, ... 30 s, and left down after 3
+    /// deaths within 10 minutes).
+    #[arg(long)]
+    no_restart: bool,
 }
 
 struct Proc {
@@ -313,6 +319,7 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         // This launcher is the cluster's process manager: it starts the
         // data nodes that `latsdb mgm N start` asks for.
         let mut manager: Option<RpcConn> = None;
+        let mut healer = Healer::default();
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => { println!("stopping (interrupt)"); break; }
@@ -324,11 +331,20 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                             if p.name == "mgmd" || p.name == "rest" || p.name == "sql" {
                                 return Err(format!("{} exited unexpectedly ({status}); see {}; stopping the cluster", p.name, p.log.display()));
                             }
-                            // With replicas, the cluster serves on without it.
-                            println!("{} exited ({status}); see {}; the cluster continues if every node group still has a live replica", p.name, p.log.display());
+                            let node = p.name.strip_prefix("datanode ").and_then(|n| n.parse::<u16>().ok());
+                            let decision = match node {
+                                Some(node) if !args.no_restart => healer.on_exit(node, status.success(), Instant::now()),
+                                _ => Decision::LeaveStopped,
+                            };
+                            report_exit(p, status, &decision);
                         }
                     }
-                    for (node, initial) in take_start_requests(&mut manager, &address).await {
+                    let requested = take_start_requests(&mut manager, &address).await;
+                    for &(node, _) in &requested {
+                        healer.on_requested_start(node);
+                    }
+                    let healing = healer.due(Instant::now()).into_iter().map(|node| (node, false));
+                    for (node, initial) in healing.chain(requested) {
                         let name = format!("datanode {node}");
                         if procs.iter_mut().any(|p| p.name == name && !p.gone && matches!(p.child.try_wait(), Ok(None))) {
                             println!("{name} is still running; not starting another");
@@ -357,6 +373,29 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         println!("cluster stopped");
     }
     result
+}
+
+/// Says why a data node exited and what happens next.
+fn report_exit(p: &Proc, status: std::process::ExitStatus, decision: &Decision) {
+    let log = p.log.display();
+    match decision {
+        Decision::Restart { after, deaths } => println!(
+            "{} died ({status}); starting it again in {} s (death {deaths} of {MAX_DEATHS} allowed within {} min); see {log}",
+            p.name,
+            after.as_secs(),
+            WINDOW.as_secs() / 60
+        ),
+        Decision::GiveUp { deaths } => println!(
+            "{} died ({status}) {deaths} times within {} min; leaving it down (see {log}); `latsdb mgm N start` starts it again",
+            p.name,
+            WINDOW.as_secs() / 60
+        ),
+        // With replicas, the cluster serves on without it.
+        Decision::LeaveStopped => println!(
+            "{} exited ({status}); see {log}; the cluster continues if every node group still has a live replica",
+            p.name
+        ),
+    }
 }
 
 /// The cluster's configuration: the file given with `--config`, or a local

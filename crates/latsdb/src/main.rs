@@ -6,6 +6,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod healer;
 mod launcher;
 mod mgm;
 mod rest_cmd;
@@ -78,7 +79,7 @@ enum Command {
     Sql(sql_cmd::SqlArgs),
     /// Create, list and revoke the REST API keys.
     Apikey(rest_cmd::ApiKeyArgs),
-    /// Admin client: show the cluster, shut it down.
+    /// Admin client: show the cluster, stop, start and restart data nodes, shut it down.
     Mgm(mgm::MgmArgs),
     /// Benchmarks.
     Bench(latsdb_bench::BenchArgs),

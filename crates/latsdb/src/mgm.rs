@@ -5,7 +5,18 @@ use latsdb_net::RpcConn;
 use latsdb_types::proto::{ClusterLayout, MgmRequest, MgmResponse, NodeStatus};
 use std::time::Duration;
 
+/// The data-node commands, which clap cannot list (they start with a
+/// number).
+const NODE_COMMANDS: &str = "Data node commands (N is a data node id, as `show` prints it):
+  N stop                 Stop data node N (the cluster serves on from its replicas)
+  N start [--initial]    Start data node N: it restores its disk, copies what changed from a live
+                         replica, checkpoints and rejoins; --initial empties its disk first
+  N restart [--initial]  Stop data node N, then start it
+  Each waits until the node is stopped or started; --timeout SECS (default 600) or --no-wait.
+  Starting needs a process manager: `latsdb start` is one.";
+
 #[derive(Args)]
+#[command(after_help = NODE_COMMANDS)]
 pub struct MgmArgs {
     /// Address of the management server.
     #[arg(long, env = "LATSDB_MGMD", default_value = crate::DEFAULT_MGMD)]

@@ -96,6 +96,7 @@ async fn check_all(client: &Client, table: &Arc<Table>, when: &str) {
 async fn a_disk_table_four_times_the_data_memory_survives_system_and_initial_node_restarts() {
     let memory = DATA_MEMORY_MB.to_string();
     let cluster = TestCluster::start(&[
+        "--no-restart",
         "--replicas",
         "2",
         "--no-rest",
@@ -169,6 +170,7 @@ async fn a_disk_table_four_times_the_data_memory_survives_system_and_initial_nod
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_default_puts_unmodified_tables_on_disk_and_a_full_tablespace_says_so() {
     let cluster = TestCluster::start(&[
+        "--no-restart",
         "--replicas",
         "2",
         "--no-rest",

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_a_data_node_loses_no_acknowledged_write() {
-    let cluster = TestCluster::start(&["--replicas", "2"]);
+    let cluster = TestCluster::start(&["--no-restart", "--replicas", "2"]);
     let show = cluster.mgm(&["show"]);
     assert!(show.contains("1 node group(s) of 2 replica(s)"), "{show}");
     let pids = common::datanode_pids(&show);

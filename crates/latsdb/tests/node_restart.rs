@@ -33,7 +33,7 @@ fn copy_stage(log: &str) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identical() {
-    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
+    let cluster = TestCluster::start(&["--no-restart", "--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
     let data_dir = cluster.dir.path().join("data");
     let client = Client::connect(&cluster.mgmd).await.unwrap();
     let table = tagged::create_table(&client).await;
@@ -117,4 +117,52 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
     mgm(&cluster, &["2", "stop"]).await;
     let only_3 = all_rows(&client, &table).await;
     assert!(only_3 == both, "node 3 alone serves {} rows, both served {}", only_3.len(), both.len());
+}
+
+/// The launcher is the data nodes' angel: a data node killed with SIGKILL
+/// is started again without anyone asking (a node restart: it rejoins and
+/// serves), while one stopped with `latsdb mgm N stop` stays stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_data_node_is_started_again_by_the_launcher() {
+    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--no-sql"]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let table = tagged::create_table(&client).await;
+    let node3 = |show: &str| show.lines().find(|l| l.starts_with("id=3")).unwrap_or_default().to_string();
+    let show = mgm(&cluster, &["show"]).await;
+    let old_pid = common::datanode_pids(&node3(&show))[0];
+    // SAFETY: signalling a data node process this test's cluster started.
+    unsafe {
+        libc::kill(old_pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let line = node3(&mgm(&cluster, &["show"]).await);
+        let pids = common::datanode_pids(&line);
+        if line.contains(" started") && pids.first().is_some_and(|&p| p != old_pid) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "data node 3 was not started again within 120 s: {line}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let said: Vec<String> = cluster.output.try_iter().collect();
+    assert!(
+        said.iter().any(|l| l.contains("datanode 3 died") && l.contains("starting it again")),
+        "the launcher did not say why it restarted the node: {said:?}"
+    );
+    // It serves: a write needs both replicas of its node group.
+    let writers = tagged::Writers::start(&client, &table, 2);
+    let before = writers.acked_count();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while writers.acked_count() < before + 50 {
+        assert!(Instant::now() < deadline, "writes did not go on after the node came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    writers.stop().await;
+
+    // A node stopped on purpose stays down.
+    let out = mgm(&cluster, &["3", "stop"]).await;
+    assert!(out.contains("not started"), "{out}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let line = node3(&mgm(&cluster, &["show"]).await);
+    assert!(line.contains("not started"), "a stopped node was started again: {line}");
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_prefix() {
     // Checkpoints every MiB of REDO: several complete (and trim the log)
     // during the load, so the restore reads a checkpoint plus REDO.
-    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
+    let cluster = TestCluster::start(&["--no-restart", "--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
     let show = cluster.mgm(&["show"]);
     let pids = common::datanode_pids(&show);
     assert_eq!(pids.len(), 2, "{show}");
@@ -109,7 +109,7 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
 /// two of them, above).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_of_every_data_node_loses_no_acknowledged_commit() {
-    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest"]);
+    let cluster = TestCluster::start(&["--no-restart", "--replicas", "2", "--no-rest"]);
     let show = cluster.mgm(&["show"]);
     let pids = common::datanode_pids(&show);
     assert_eq!(pids.len(), 2, "{show}");
@@ -172,7 +172,7 @@ async fn write_durably(client: &Client, table: &Arc<latsdb_client::Table>, first
 /// with the same rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_left_before_the_last_view_rejoins_after_a_system_restart() {
-    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest"]);
+    let cluster = TestCluster::start(&["--no-restart", "--replicas", "2", "--no-rest"]);
     let pids = common::datanode_pids(&cluster.mgm(&["show"]));
     assert_eq!(pids.len(), 2);
     let data_dir = cluster.dir.path().join("data");
@@ -232,7 +232,7 @@ async fn a_node_that_left_before_the_last_view_rejoins_after_a_system_restart() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_columns_survive_a_system_restart() {
     use latsdb_types::{ColumnDef, ColumnType, ErrorCode, IntWidth, TableSpec};
-    let cluster = TestCluster::start(&["--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
+    let cluster = TestCluster::start(&["--no-restart", "--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
     let show = cluster.mgm(&["show"]);
     let pids = common::datanode_pids(&show);
     let data_dir = cluster.dir.path().join("data");
