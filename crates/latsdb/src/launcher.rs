@@ -317,7 +317,8 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         println!("Try: latsdb mgm --mgmd {address} show");
         println!("Press Ctrl-C to stop.");
         // This launcher is the cluster's process manager: it starts the
-        // data nodes that `latsdb mgm N start` asks for.
+        // data nodes that `latsdb mgm N start` asks for, and those that die
+        // unasked (unless --no-restart).
         let mut manager: Option<RpcConn> = None;
         let mut healer = Healer::default();
         loop {
@@ -325,44 +326,10 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                 _ = tokio::signal::ctrl_c() => { println!("stopping (interrupt)"); break; }
                 _ = sigterm.recv() => { println!("stopping (SIGTERM)"); break; }
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    for p in procs.iter_mut().filter(|p| !p.gone) {
-                        if let Ok(Some(status)) = p.child.try_wait() {
-                            p.gone = true;
-                            if p.name == "mgmd" || p.name == "rest" || p.name == "sql" {
-                                return Err(format!("{} exited unexpectedly ({status}); see {}; stopping the cluster", p.name, p.log.display()));
-                            }
-                            let node = p.name.strip_prefix("datanode ").and_then(|n| n.parse::<u16>().ok());
-                            let decision = match node {
-                                Some(node) if !args.no_restart => healer.on_exit(node, status.success(), Instant::now()),
-                                _ => Decision::LeaveStopped,
-                            };
-                            report_exit(p, status, &decision);
-                        }
-                    }
+                    let mut tending = Tending { procs: &mut procs, healer: &mut healer, heal: !args.no_restart, dir: &dir };
+                    tending.reap()?;
                     let requested = take_start_requests(&mut manager, &address).await;
-                    for &(node, _) in &requested {
-                        healer.on_requested_start(node);
-                    }
-                    let healing = healer.due(Instant::now()).into_iter().map(|node| (node, false));
-                    for (node, initial) in healing.chain(requested) {
-                        let name = format!("datanode {node}");
-                        if procs.iter_mut().any(|p| p.name == name && !p.gone && matches!(p.child.try_wait(), Ok(None))) {
-                            println!("{name} is still running; not starting another");
-                            continue;
-                        }
-                        let mut args = datanode_args(node);
-                        if initial {
-                            args.push("--initial".into());
-                        }
-                        match spawn_logging(&name, &args, &dir.join(format!("datanode-{node}.log")), true) {
-                            Ok(p) => {
-                                println!("{name} restarting{} (pid {})", if initial { " from an empty disk" } else { "" }, p.child.id());
-                                procs.retain(|q| q.name != name);
-                                procs.push(p);
-                            }
-                            Err(e) => println!("cannot restart {name}: {e}"),
-                        }
-                    }
+                    tending.start(requested, &datanode_args);
                 }
             }
         }
@@ -373,6 +340,72 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         println!("cluster stopped");
     }
     result
+}
+
+/// What the launcher looks after while the cluster runs: its processes,
+/// and which data nodes to start again.
+struct Tending<'a> {
+    procs: &'a mut Vec<Proc>,
+    healer: &'a mut Healer,
+    /// Start data nodes that die unasked again (not `--no-restart`).
+    heal: bool,
+    dir: &'a Path,
+}
+
+impl Tending<'_> {
+    /// Notes the processes that exited. The cluster stops if the
+    /// management server or an API node did; a data node may be started
+    /// again (`Healer`).
+    fn reap(&mut self) -> Result<(), String> {
+        for p in self.procs.iter_mut().filter(|p| !p.gone) {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                p.gone = true;
+                if p.name == "mgmd" || p.name == "rest" || p.name == "sql" {
+                    return Err(format!(
+                        "{} exited unexpectedly ({status}); see {}; stopping the cluster",
+                        p.name,
+                        p.log.display()
+                    ));
+                }
+                let node = p.name.strip_prefix("datanode ").and_then(|n| n.parse::<u16>().ok());
+                let decision = match node {
+                    Some(node) if self.heal => self.healer.on_exit(node, status.success(), Instant::now()),
+                    _ => Decision::LeaveStopped,
+                };
+                report_exit(p, status, &decision);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the data nodes `latsdb mgm N start` asked for (node,
+    /// initial) and those whose restart is due.
+    fn start(&mut self, requested: Vec<(u16, bool)>, datanode_args: &impl Fn(u16) -> Vec<String>) {
+        for &(node, _) in &requested {
+            self.healer.on_requested_start(node);
+        }
+        let healing = self.healer.due(Instant::now()).into_iter().map(|node| (node, false));
+        for (node, initial) in healing.chain(requested) {
+            let name = format!("datanode {node}");
+            if self.procs.iter_mut().any(|p| p.name == name && !p.gone && matches!(p.child.try_wait(), Ok(None))) {
+                println!("{name} is still running; not starting another");
+                continue;
+            }
+            let mut args = datanode_args(node);
+            if initial {
+                args.push("--initial".into());
+            }
+            match spawn_logging(&name, &args, &self.dir.join(format!("datanode-{node}.log")), true) {
+                Ok(p) => {
+                    let how = if initial { " from an empty disk" } else { "" };
+                    println!("{name} restarting{how} (pid {})", p.child.id());
+                    self.procs.retain(|q| q.name != name);
+                    self.procs.push(p);
+                }
+                Err(e) => println!("cannot restart {name}: {e}"),
+            }
+        }
+    }
 }
 
 /// Says why a data node exited and what happens next.
