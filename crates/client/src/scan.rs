@@ -156,12 +156,12 @@ impl Client {
     }
 
     /// Scans every partition in parallel, page by page, handing each page
-    /// to `on_page` with its partition, which says how to go on.
+    /// to `on_page`, which says whether to go on.
     async fn scan_partitions(
         &self,
         plan: &Plan,
         partitions: u32,
-        mut on_page: impl FnMut(u32, ScanPage) -> Result<Flow>,
+        mut on_page: impl FnMut(ScanPage) -> Result<bool>,
     ) -> Result<()> {
         let mut inflight = std::collections::VecDeque::new();
         for p in 0..partitions {
@@ -173,9 +173,8 @@ impl Client {
         while let Some((mut req, rx)) = inflight.pop_front() {
             let page = self.answer(&req, rx).await?;
             let resume = page.resume.clone();
-            match on_page(req.partition, page)? {
-                Flow::Stop => return Ok(()),
-                Flow::NextPage => {}
+            if !on_page(page)? {
+                return Ok(());
             }
             if let Some(r) = resume {
                 req.resume_after = Some(r);
@@ -234,14 +233,14 @@ impl Client {
             return self.merge_ordered(plan, partitions, limit, scan.page_rows).await;
         }
         let mut rows: Vec<Row> = Vec::new();
-        self.scan_partitions(&plan, partitions, |_, page| {
+        self.scan_partitions(&plan, partitions, |page| {
             for bytes in page.rows {
                 rows.push(Row::new(plan.layout.clone(), bytes.into_vec())?);
                 if scan.limit.is_some_and(|l| rows.len() >= l) {
-                    return Ok(Flow::Stop);
+                    return Ok(false);
                 }
             }
-            Ok(Flow::NextPage)
+            Ok(true)
         })
         .await?;
         if scan.ordered {
@@ -272,6 +271,10 @@ impl Client {
             let page = self.answer(&source.req, rx).await?;
             source.take(page, layout, positions)?;
         }
+        debug_assert!(
+            source.resume.is_none() || !source.rows.is_empty(),
+            "a partition with more rows has none buffered"
+        );
         Ok(())
     }
 
@@ -342,14 +345,14 @@ impl Client {
         }
         let plan = self.plan(table, &scan, aggregates.to_vec())?;
         let mut acc: Vec<Value> = aggregates.iter().map(|a| a.initial()).collect();
-        self.scan_partitions(&plan, table.def().partitions, |_, page| {
+        self.scan_partitions(&plan, table.def().partitions, |page| {
             if page.aggregates.len() != aggregates.len() {
                 return Err(DbError::internal("a partition returned the wrong number of aggregates"));
             }
             for ((a, slot), partial) in aggregates.iter().zip(acc.iter_mut()).zip(page.aggregates) {
                 a.merge(slot, partial);
             }
-            Ok(Flow::NextPage)
+            Ok(true)
         })
         .await?;
         Ok(acc)
@@ -410,12 +413,6 @@ fn first_page_rows(limit: usize, partitions: u32, page_rows: u32) -> u32 {
 }
 
 type PageReceiver = tokio::sync::oneshot::Receiver<Result<crate::Reply>>;
-
-/// What a scan does after a page.
-enum Flow {
-    NextPage,
-    Stop,
-}
 
 /// Errors after which a read may be sent again by a fresh layout.
 fn is_stale(e: &DbError) -> bool {

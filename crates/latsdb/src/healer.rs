@@ -53,10 +53,14 @@ impl Healer {
         }
         n.deaths.push_back(now);
         let deaths = n.deaths.len();
+        // A node that gave up is only started again by an operator, which
+        // forgets its deaths: it cannot die more often than that.
+        debug_assert!(deaths <= MAX_DEATHS, "node {node} died {deaths} times in the window without being started");
         if deaths >= MAX_DEATHS {
             return Decision::GiveUp { deaths };
         }
         let after = FIRST_BACKOFF.saturating_mul(1 << (deaths - 1).min(16)).min(MAX_BACKOFF);
+        debug_assert!((FIRST_BACKOFF..=MAX_BACKOFF).contains(&after));
         n.restart_at = Some(now + after);
         Decision::Restart { after, deaths }
     }

@@ -55,15 +55,20 @@ impl Ctx<'_> {
         self.tx.is_some() && self.written.is_some()
     }
 
-    fn written_keys(&self, table: &Table) -> Option<Vec<(Vec<u8>, Vec<Value>)>> {
+    /// The keys (and rows) the open transaction wrote in `table`, if any.
+    fn written_in(&self, table: &Table) -> Option<&BTreeMap<Vec<u8>, Vec<Value>>> {
         self.tx.as_ref()?;
         let keys = self.written.as_deref()?.get(&table.def().id)?;
-        (!keys.is_empty()).then(|| keys.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        (!keys.is_empty()).then_some(keys)
+    }
+
+    fn written_keys(&self, table: &Table) -> Option<Vec<(Vec<u8>, Vec<Value>)>> {
+        self.written_in(table).map(|keys| keys.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
     }
 
     /// Whether the open transaction wrote rows of `table`.
     fn wrote(&self, table: &Table) -> bool {
-        self.tx.is_some() && self.written.as_deref().and_then(|w| w.get(&table.def().id)).is_some_and(|k| !k.is_empty())
+        self.written_in(table).is_some()
     }
 
     /// Runs key operations; in a transaction a failed operation aborts it.

@@ -12,7 +12,7 @@ use crate::eval::{Cmp, Func, SExpr};
 use latsdb_client::{Projection, Table};
 use latsdb_types::expr::Aggregate;
 use latsdb_types::proto::LockMode;
-use latsdb_types::schema::{ColumnDef, ColumnType, IndexDef, TableDef, PRIMARY_INDEX};
+use latsdb_types::schema::{ColumnDef, ColumnType, TableDef, PRIMARY_INDEX};
 use latsdb_types::{Collation, Value};
 use sqlparser::ast::{self, Expr, SelectItem, SetExpr, TableFactor};
 use std::sync::Arc;
@@ -917,9 +917,8 @@ fn index_gives_order(def: &TableDef, access: &mut Access, order: &[(SExpr, bool)
     match access {
         Access::Range { columns, eq, .. } => follows(columns, eq.len()),
         Access::Full => {
-            let mut by_preference: Vec<&IndexDef> = def.indexes.iter().collect();
-            by_preference.sort_by_key(|i| i.id != PRIMARY_INDEX);
-            let Some(index) = by_preference.into_iter().find(|i| follows(&i.columns, 0)) else {
+            // Index 0 is the primary key's: it is preferred.
+            let Some(index) = def.indexes.iter().find(|i| follows(&i.columns, 0)) else {
                 return false;
             };
             *access = Access::Range {
@@ -1058,24 +1057,23 @@ fn finish(plan: &mut SelectPlan) -> SqlResult<()> {
             note(h);
         }
     }
-    // A scanned first table always brings its key: rows the transaction
-    // wrote itself replace the scanned ones by key.
-    if !matches!(plan.access, Access::Keys(_)) {
-        if let Some(t) = plan.sources.first().and_then(|s| s.stored()) {
-            for &c in &t.def().primary_key {
-                if !used[0].contains(&c) {
-                    used[0].push(c);
-                }
-            }
-        }
-    }
-    // An ordered scan merges the partitions' rows by the index's columns.
-    if let (true, Access::Range { columns, .. }) = (plan.index_ordered, &plan.access) {
+    let mut fetch_first = |columns: &[u16]| {
         for &c in columns {
             if !used[0].contains(&c) {
                 used[0].push(c);
             }
         }
+    };
+    // A scanned first table always brings its key: rows the transaction
+    // wrote itself replace the scanned ones by key.
+    if !matches!(plan.access, Access::Keys(_)) {
+        if let Some(t) = plan.sources.first().and_then(|s| s.stored()) {
+            fetch_first(&t.def().primary_key);
+        }
+    }
+    // An ordered scan merges the partitions' rows by the index's columns.
+    if let (true, Access::Range { columns, .. }) = (plan.index_ordered, &plan.access) {
+        fetch_first(columns);
     }
     let mut offsets = Vec::new();
     let mut width = 0;

@@ -561,8 +561,7 @@ fn target_name(db: &str) -> &str {
 fn timeline_svg(title: &str, phases: &[PhaseResult]) -> String {
     let mut panels = Vec::new();
     for p in phases {
-        let ends = |row: &Interval| row.at;
-        let throughput = p.timeline.iter().map(|row| (ends(row), row.ok_ops as f64 / row.seconds.max(1e-9))).collect();
+        let throughput = p.timeline.iter().map(|row| (row.at, row.ok_ops as f64 / row.seconds.max(1e-9))).collect();
         panels.push(Panel {
             title: format!("{}: throughput (ops/s)", p.name),
             x_label: "seconds".into(),
@@ -575,7 +574,7 @@ fn timeline_svg(title: &str, phases: &[PhaseResult]) -> String {
                     .iter()
                     .filter_map(|row| {
                         let h = &row.stats.get(op)?.latency;
-                        (!h.is_empty()).then(|| (ends(row), q.map_or(h.mean(), |q| h.value_at_quantile(q) as f64)))
+                        (!h.is_empty()).then(|| (row.at, q.map_or(h.mean(), |q| h.value_at_quantile(q) as f64)))
                     })
                     .collect()
             };
