@@ -187,3 +187,100 @@ fn clients_may_switch_to_tls_with_the_configured_certificate() {
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "Ssl_cipher", "a plain connection reports no cipher: {out:?}");
 }
+
+/// Runs statements that must succeed and returns their rows (no headers).
+fn rows_of(cluster: &TestCluster, sql: &str) -> Vec<Vec<String>> {
+    let (ok, out, err) = mariadb(cluster, &["--skip-column-names", "clock"], sql);
+    assert!(ok, "{sql} failed: {err}");
+    out.lines().map(|l| l.split('\t').map(str::to_string).collect()).collect()
+}
+
+/// The error code a statement fails with.
+fn error_code(cluster: &TestCluster, sql: &str) -> String {
+    let (ok, _, err) = mariadb(cluster, &["clock"], sql);
+    assert!(!ok, "{sql} should have failed");
+    let line = err.lines().find_map(|l| l.strip_prefix("ERROR ")).unwrap_or_default();
+    line.split_whitespace().next().unwrap_or_default().to_string()
+}
+
+#[test]
+fn current_timestamp_columns_take_the_time_on_insert_and_on_change() {
+    let cluster = TestCluster::start(&[]);
+    let (ok, _, err) = mariadb(
+        &cluster,
+        &[],
+        "CREATE DATABASE clock; CREATE TABLE clock.t (id INT PRIMARY KEY, \
+         ts DATETIME DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, \
+         ts6 DATETIME(6) DEFAULT CURRENT_TIMESTAMP(6), d3 DATETIME(3), v INT)",
+    );
+    assert!(ok, "{err}");
+    let create = rows_of(&cluster, "SHOW CREATE TABLE t");
+    assert_eq!(
+        create[0][1],
+        "CREATE TABLE `t` (\\n  `id` int NOT NULL,\\n  `ts` datetime DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,\\n  `ts6` datetime(6) DEFAULT CURRENT_TIMESTAMP(6),\\n  `d3` datetime(3) DEFAULT NULL,\\n  `v` int DEFAULT NULL,\\n  PRIMARY KEY (`id`)\\n) ENGINE=ndbcluster DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    );
+    // What SHOW CREATE TABLE prints creates the same table again.
+    let again = create[0][1].replace("\\n", "\n").replace("CREATE TABLE `t`", "CREATE TABLE `u`");
+    rows_of(&cluster, &again);
+    assert_eq!(rows_of(&cluster, "SHOW CREATE TABLE u")[0][1], create[0][1].replace("`t`", "`u`"));
+    assert_eq!(
+        rows_of(&cluster, "SELECT column_name, column_default, extra, datetime_precision, column_type FROM information_schema.columns WHERE table_schema = 'clock' AND table_name = 't' ORDER BY ordinal_position"),
+        [
+            vec!["id", "NULL", "", "NULL", "int"],
+            vec!["ts", "CURRENT_TIMESTAMP", "DEFAULT_GENERATED on update CURRENT_TIMESTAMP", "0", "datetime"],
+            vec!["ts6", "CURRENT_TIMESTAMP(6)", "DEFAULT_GENERATED", "6", "datetime(6)"],
+            vec!["d3", "NULL", "", "3", "datetime(3)"],
+            vec!["v", "NULL", "", "NULL", "int"],
+        ]
+    );
+
+    // An INSERT that leaves the columns out (or says DEFAULT) gets the time:
+    // whole seconds in a DATETIME, microseconds in a DATETIME(6); a value
+    // written to a DATETIME(3) is rounded to milliseconds.
+    let inserted = rows_of(
+        &cluster,
+        "SELECT NOW(6); INSERT INTO t (id, v, d3) VALUES (1, 1, '2024-01-01 10:00:00.12345'); \
+         INSERT INTO t VALUES (2, DEFAULT, DEFAULT, '2024-01-01 10:00:00.9996', 2); SELECT NOW(6); \
+         SELECT id, ts, ts6, d3, MICROSECOND(ts) FROM t ORDER BY id",
+    );
+    let (before, after) = (&inserted[0][0], &inserted[1][0]);
+    for row in &inserted[2..] {
+        assert!(row[1].len() == 19 && row[1] <= *after && row[1].as_str() >= &before[..19], "{inserted:?}");
+        assert!(row[2] >= *before && row[2] <= *after, "ts6 between the two NOW(6): {inserted:?}");
+        assert_eq!(row[4], "0", "a DATETIME keeps no fraction: {inserted:?}");
+    }
+    assert_eq!(
+        (inserted[2][3].as_str(), inserted[3][3].as_str()),
+        ("2024-01-01 10:00:00.123000", "2024-01-01 10:00:01")
+    );
+    assert_eq!(rows_of(&cluster, "SELECT MICROSECOND(NOW()), MICROSECOND(CURRENT_TIMESTAMP)"), [["0", "0"]]);
+
+    // ON UPDATE takes the time only when the row changes. Wait (polling)
+    // until the clock's second has moved past the inserted one.
+    let ts = inserted[2][1].clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while rows_of(&cluster, "SELECT NOW()")[0][0] <= ts {
+        assert!(std::time::Instant::now() < deadline, "the clock did not move past {ts}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after_update = rows_of(
+        &cluster,
+        "UPDATE t SET v = 1 WHERE id = 1; UPDATE t SET v = 20 WHERE id = 2; \
+         SELECT id, ts > (SELECT MIN(ts6) FROM t) FROM t ORDER BY id",
+    );
+    assert_eq!(after_update, [["1", "0"], ["2", "1"]], "only the changed row has a new time");
+    let upserted = rows_of(
+        &cluster,
+        "INSERT INTO t (id, v) VALUES (1, 5) ON DUPLICATE KEY UPDATE v = v + 1; SELECT v, ts > ts6 FROM t WHERE id = 1",
+    );
+    assert_eq!(upserted, [["2", "1"]], "ON DUPLICATE KEY UPDATE changed the row, so its time too");
+
+    // ALTER TABLE changes a column's clock; only temporal columns take one.
+    rows_of(&cluster, "ALTER TABLE t ALTER COLUMN d3 SET DEFAULT CURRENT_TIMESTAMP(3); INSERT INTO t (id) VALUES (3)");
+    assert_eq!(rows_of(&cluster, "SELECT d3 IS NOT NULL, ts6 IS NOT NULL FROM t WHERE id = 3"), [["1", "1"]]);
+    assert_eq!(error_code(&cluster, "CREATE TABLE e (id INT PRIMARY KEY, n INT DEFAULT NOW())"), "1067");
+    assert_eq!(error_code(&cluster, "CREATE TABLE e (id INT PRIMARY KEY, n INT ON UPDATE NOW())"), "1294");
+    assert_eq!(error_code(&cluster, "CREATE TABLE e (id INT PRIMARY KEY, d DATETIME(7))"), "1426");
+    assert_eq!(error_code(&cluster, "SELECT NOW(7)"), "1426");
+    assert_eq!(error_code(&cluster, "ALTER TABLE t MODIFY d3 DATETIME(6)"), "1235");
+}

@@ -493,7 +493,9 @@ impl<'a> Binder<'a> {
         }
         if ids.len() == 1 && ids[0].quote_style.is_none() {
             match first.to_ascii_uppercase().as_str() {
-                "CURRENT_TIMESTAMP" | "LOCALTIME" | "LOCALTIMESTAMP" => return Ok(SExpr::Session(SessionValue::Now)),
+                "CURRENT_TIMESTAMP" | "LOCALTIME" | "LOCALTIMESTAMP" => {
+                    return Ok(SExpr::Session(SessionValue::Now(0)))
+                }
                 "CURRENT_DATE" => return Ok(SExpr::Session(SessionValue::CurDate)),
                 "CURRENT_USER" => return Ok(SExpr::Session(SessionValue::User)),
                 _ => {}
@@ -713,7 +715,8 @@ impl<'a> Binder<'a> {
             "ROW_COUNT" => return need(0, 0).and(session(SessionValue::RowCount)),
             "FOUND_ROWS" => return need(0, 0).and(session(SessionValue::FoundRows)),
             "NOW" | "CURRENT_TIMESTAMP" | "SYSDATE" | "LOCALTIME" | "LOCALTIMESTAMP" | "UTC_TIMESTAMP" => {
-                return need(0, 1).and(session(SessionValue::Now))
+                need(0, 1)?;
+                return session(SessionValue::Now(fraction_digits_arg(&name, args.first())?));
             }
             "CURDATE" | "CURRENT_DATE" | "UTC_DATE" => return need(0, 0).and(session(SessionValue::CurDate)),
             "MOD" => {
@@ -1686,4 +1689,32 @@ pub fn tables_of(e: &SExpr) -> u64 {
         }
     });
     mask
+}
+
+/// The digits of a second NOW(n) and CURRENT_TIMESTAMP(n) are asked for: a
+/// constant 0-6 (MySQL refuses more with 1426).
+fn fraction_digits_arg(function: &str, arg: Option<&SExpr>) -> SqlResult<u8> {
+    let Some(arg) = arg else {
+        return Ok(0);
+    };
+    let value = match arg {
+        SExpr::Const(v) => v.clone(),
+        _ => {
+            return Err(SqlError::parse(format!(
+                "the precision of {function}() must be a number from 0 to 6, not an expression"
+            )))
+        }
+    };
+    match crate::eval::int_arg(&value) {
+        Some(n @ 0..=6) => Ok(n as u8),
+        _ => Err(SqlError::new(
+            1426,
+            "42000",
+            format!(
+                "Too big precision {} specified for '{}'. Maximum is 6.",
+                crate::eval::to_text(&value),
+                function.to_lowercase()
+            ),
+        )),
+    }
 }

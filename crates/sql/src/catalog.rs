@@ -766,12 +766,12 @@ async fn column_changes(
                 let current = &def.columns[id];
                 let is_auto = auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&current.name));
                 let in_key = def.primary_key.contains(&(id as latsdb_types::schema::ColumnId));
-                if spec.def.ty != current.ty {
+                if spec.def.ty != current.ty || spec.def.fraction_digits != current.fraction_digits {
                     return Err(SqlError::unsupported(format!(
-                        "changing the type of column '{}' from {} to {} is not supported: only its name, DEFAULT and NULL can change (add a new column and copy the values)",
+                        "changing the type of column '{}' from {} to {} is not supported: only its name, DEFAULT, ON UPDATE and NULL can change (add a new column and copy the values)",
                         current.name,
-                        current.ty.sql_name(),
-                        spec.def.ty.sql_name()
+                        column_type_text(current),
+                        column_type_text(&spec.def)
                     )));
                 }
                 if spec.def.collation != current.collation {
@@ -808,14 +808,26 @@ async fn column_changes(
                 if spec.def.default != current.default {
                     changes.push(ColumnChange::SetDefault { column: names[id].clone(), default: spec.def.default });
                 }
+                if spec.def.clock != current.clock {
+                    changes.push(ColumnChange::SetClock { column: names[id].clone(), clock: spec.def.clock });
+                }
             }
             AOp::AlterColumn { column_name, op } => {
                 let id = find(&names, &column_name.value)?;
+                let current = &def.columns[id];
                 let default = match op {
-                    ast::AlterColumnOperation::SetDefault { value } => constant_default(value, &def.columns[id])?,
+                    ast::AlterColumnOperation::SetDefault { value } => constant_default(value, current)?,
                     _ => None,
                 };
+                let on_insert = matches!(op, ast::AlterColumnOperation::SetDefault { .. }) && default.is_none();
+                if on_insert {
+                    takes_the_clock(current, 1067, "Invalid default value")?;
+                }
                 changes.push(ColumnChange::SetDefault { column: names[id].clone(), default });
+                if on_insert != current.clock.on_insert {
+                    let clock = latsdb_types::schema::ClockFill { on_insert, on_update: current.clock.on_update };
+                    changes.push(ColumnChange::SetClock { column: names[id].clone(), clock });
+                }
             }
             _ => {}
         }
@@ -1009,10 +1021,43 @@ struct ColumnSpec {
     /// `UNIQUE` on the column: a unique index of it alone.
     unique: bool,
     auto_increment: bool,
-    /// `DEFAULT CURRENT_TIMESTAMP` (or NOW()): filled in when rows are written.
-    default_now: bool,
     /// `STORAGE DISK|MEMORY` on the column, if it says.
     storage: Option<Storage>,
+}
+
+/// The digits of a second a DATETIME(n) or TIMESTAMP(n) keeps (MySQL
+/// refuses more than 6 with 1426); 0 for every other type.
+fn fraction_digits(column: &str, ty: &ast::DataType) -> SqlResult<u8> {
+    let digits = match ty {
+        ast::DataType::Datetime(n) | ast::DataType::Timestamp(n, _) => n.unwrap_or(0),
+        _ => 0,
+    };
+    if digits > 6 {
+        return Err(SqlError::new(
+            1426,
+            "42000",
+            format!("Too big precision {digits} specified for column '{column}'. Maximum is 6."),
+        ));
+    }
+    Ok(digits as u8)
+}
+
+/// Only DATETIME and TIMESTAMP columns take the current time (MySQL: 1067
+/// for a DEFAULT, 1294 for an ON UPDATE).
+fn takes_the_clock(column: &ColumnDef, code: u16, what: &str) -> SqlResult<()> {
+    if matches!(column.ty, ColumnType::DateTime | ColumnType::Timestamp) {
+        return Ok(());
+    }
+    Err(SqlError::new(
+        code,
+        if code == 1067 { "42000" } else { "HY000" },
+        format!(
+            "{what} for '{}': only DATETIME and TIMESTAMP columns take CURRENT_TIMESTAMP, and '{}' is {}",
+            column.name,
+            column.name,
+            column.ty.sql_name()
+        ),
+    ))
 }
 
 /// A column's DEFAULT as the value it stores, fitted to the column; `None`
@@ -1020,7 +1065,7 @@ struct ColumnSpec {
 fn constant_default(e: &ast::Expr, column: &ColumnDef) -> SqlResult<Option<Value>> {
     let bound = crate::bind::Binder::new(&[], "default").bind(e)?;
     if !bound.is_row_free() || matches!(bound, crate::eval::SExpr::Session(_)) {
-        if matches!(bound, crate::eval::SExpr::Session(crate::eval::SessionValue::Now)) {
+        if matches!(bound, crate::eval::SExpr::Session(crate::eval::SessionValue::Now(_))) {
             return Ok(None);
         }
         return Err(SqlError::unsupported(format!("default {e} of column '{}' is not a constant", column.name)));
@@ -1167,11 +1212,12 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) 
     reserved_name(&c.name.value)?;
     let ty = column_type(&c.data_type)?;
     let mut spec = ColumnSpec {
-        def: ColumnDef::new(c.name.value.clone(), ty).collated(collation),
+        def: ColumnDef::new(c.name.value.clone(), ty)
+            .collated(collation)
+            .fraction_digits(fraction_digits(&c.name.value, &c.data_type)?),
         primary_key: false,
         unique: false,
         auto_increment: false,
-        default_now: false,
         storage: None,
     };
     for o in &c.options {
@@ -1179,9 +1225,31 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) 
             ColumnOption::NotNull => spec.def.nullable = false,
             ColumnOption::Null => spec.def.nullable = true,
             ColumnOption::Default(e) => match constant_default(e, &spec.def)? {
-                Some(v) => spec.def.default = Some(v),
-                None => spec.default_now = true,
+                Some(v) => {
+                    spec.def.default = Some(v);
+                    spec.def.clock.on_insert = false;
+                }
+                None => {
+                    takes_the_clock(&spec.def, 1067, "Invalid default value")?;
+                    spec.def.default = None;
+                    spec.def.clock.on_insert = true;
+                }
             },
+            ColumnOption::OnUpdate(e) => {
+                let bound = crate::bind::Binder::new(&[], "on update").bind(e)?;
+                if !matches!(bound, crate::eval::SExpr::Session(crate::eval::SessionValue::Now(_))) {
+                    return Err(SqlError::new(
+                        1294,
+                        "HY000",
+                        format!(
+                            "Invalid ON UPDATE clause for '{}' column: only CURRENT_TIMESTAMP (or NOW()) is allowed",
+                            c.name.value
+                        ),
+                    ));
+                }
+                takes_the_clock(&spec.def, 1294, "Invalid ON UPDATE clause")?;
+                spec.def.clock.on_update = true;
+            }
             ColumnOption::PrimaryKey(_) => spec.primary_key = true,
             ColumnOption::Unique(_) => spec.unique = true,
             ColumnOption::DialectSpecific(tokens)
@@ -1226,7 +1294,7 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) 
                 let disk = text.ends_with("DISK");
                 spec.storage = Some(if disk { Storage::Disk } else { Storage::Memory });
             }
-            ColumnOption::Comment(_) | ColumnOption::OnUpdate(_) => {}
+            ColumnOption::Comment(_) => {}
             other => return Err(SqlError::unsupported(format!("column option {other} is not supported"))),
         }
     }
@@ -1275,8 +1343,9 @@ async fn add_columns(
                 "ADD COLUMN {name} with PRIMARY KEY or AUTO_INCREMENT is not supported: a table's primary key is fixed when it is created"
             )));
         }
-        let value = if spec.default_now {
-            crate::eval::to_column(Value::DateTime(crate::session::now_micros()), &spec.def)?
+        let value = if spec.def.clock.on_insert {
+            let now = crate::session::now_to_digits(spec.def.fraction_digits);
+            crate::eval::to_column(Value::DateTime(now), &spec.def)?
         } else if let Some(default) = &spec.def.default {
             default.clone()
         } else if spec.def.nullable {
@@ -1482,17 +1551,16 @@ async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<R
         } else {
             ""
         };
-        let extra =
-            if auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&c.name)) { "auto_increment" } else { "" };
-        let mut r = vec![Value::Str(c.name.clone()), Value::Str(column_type_text(c.ty))];
+        let extra = column_extra(c, auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&c.name)));
+        let mut r = vec![Value::Str(c.name.clone()), Value::Str(column_type_text(c))];
         if full {
             r.push(if c.ty.is_string() { Value::Str(c.collation.name().into()) } else { Value::Null });
         }
         r.extend([
             Value::Str(if c.nullable { "YES" } else { "NO" }.into()),
             Value::Str(key.into()),
-            c.default.as_ref().map(|d| Value::Str(to_text(d))).unwrap_or(Value::Null),
-            Value::Str(extra.into()),
+            shown_default(c),
+            Value::Str(extra),
         ]);
         if full {
             r.extend([Value::Str("select,insert,update,references".into()), Value::Str(String::new())]);
@@ -1512,12 +1580,47 @@ async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<R
 
 /// A column's type as MySQL spells it in DESCRIBE, SHOW CREATE TABLE and
 /// information_schema.COLUMNS (BOOLEAN is stored as tinyint(1), which
-/// drivers map back to a boolean).
-fn column_type_text(ty: ColumnType) -> String {
-    match ty {
+/// drivers map back to a boolean; DATETIME(3) names its digits).
+fn column_type_text(c: &ColumnDef) -> String {
+    match c.ty {
         ColumnType::Boolean => "tinyint(1)".into(),
+        ColumnType::DateTime | ColumnType::Timestamp if c.fraction_digits > 0 => {
+            format!("{}({})", c.ty.sql_name().to_lowercase(), c.fraction_digits)
+        }
         other => other.sql_name().to_lowercase(),
     }
+}
+
+/// The current time as a column's clock writes it, spelled as MySQL shows
+/// it: `CURRENT_TIMESTAMP`, or `CURRENT_TIMESTAMP(3)` for a DATETIME(3).
+fn clock_text(c: &ColumnDef) -> String {
+    match c.fraction_digits {
+        0 => "CURRENT_TIMESTAMP".into(),
+        n => format!("CURRENT_TIMESTAMP({n})"),
+    }
+}
+
+/// The Default of DESCRIBE and information_schema.COLUMNS.
+fn shown_default(c: &ColumnDef) -> Value {
+    if c.clock.on_insert {
+        return Value::Str(clock_text(c));
+    }
+    c.default.as_ref().map(|d| Value::Str(to_text(d))).unwrap_or(Value::Null)
+}
+
+/// The Extra of DESCRIBE and information_schema.COLUMNS, in MySQL 8's words.
+fn column_extra(c: &ColumnDef, auto_increment: bool) -> String {
+    let mut extra = Vec::new();
+    if auto_increment {
+        extra.push("auto_increment".to_string());
+    }
+    if c.clock.on_insert {
+        extra.push("DEFAULT_GENERATED".into());
+    }
+    if c.clock.on_update {
+        extra.push(format!("on update {}", clock_text(c)));
+    }
+    extra.join(" ")
 }
 
 fn quote(v: &Value) -> String {
@@ -1534,7 +1637,7 @@ pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
     // The hidden key's counter is no AUTO_INCREMENT the user declared.
     let auto = auto.filter(|(a, _)| def.column_id(a).is_ok_and(|c| def.is_visible(c)));
     for (_, c) in def.visible_columns() {
-        let mut l = format!("  `{}` {}", c.name, column_type_text(c.ty));
+        let mut l = format!("  `{}` {}", c.name, column_type_text(c));
         if c.ty.is_string() && c.collation != collation {
             l.push_str(&format!(" COLLATE {}", c.collation.name()));
         }
@@ -1543,10 +1646,15 @@ pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
         }
         if auto.is_some_and(|(a, _)| a.eq_ignore_ascii_case(&c.name)) {
             l.push_str(" AUTO_INCREMENT");
+        } else if c.clock.on_insert {
+            l.push_str(&format!(" DEFAULT {}", clock_text(c)));
         } else if let Some(d) = &c.default {
             l.push_str(&format!(" DEFAULT {}", quote(d)));
         } else if c.nullable {
             l.push_str(" DEFAULT NULL");
+        }
+        if c.clock.on_update {
+            l.push_str(&format!(" ON UPDATE {}", clock_text(c)));
         }
         if c.storage == Storage::Disk {
             // As NDB shows it: a version comment MySQL servers read too.
@@ -1650,7 +1758,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                         s(&t.name),
                         s(&c.name),
                         Value::Int(position as i64 + 1),
-                        c.default.as_ref().map(|d| Value::Str(to_text(d))).unwrap_or(Value::Null),
+                        shown_default(c),
                         s(if c.nullable { "YES" } else { "NO" }),
                         s(data_type),
                         max_len,
@@ -1658,7 +1766,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                         scale,
                         if c.ty.is_string() { s("utf8mb4") } else { Value::Null },
                         if c.ty.is_string() { s(c.collation.name()) } else { Value::Null },
-                        s(&column_type_text(c.ty)),
+                        s(&column_type_text(c)),
                         s(if t.primary_key.contains(&i) {
                             "PRI"
                         } else if t.indexes.iter().any(|ix| ix.columns.first() == Some(&i)) {
@@ -1666,10 +1774,10 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                         } else {
                             ""
                         }),
-                        s(if auto == Some(i) { "auto_increment" } else { "" }),
+                        s(&column_extra(c, auto == Some(i))),
                         s(""),
                         match c.ty {
-                            ColumnType::DateTime | ColumnType::Timestamp => Value::Int(6),
+                            ColumnType::DateTime | ColumnType::Timestamp => Value::Int(c.fraction_digits.into()),
                             ColumnType::Date => Value::Int(0),
                             _ => Value::Null,
                         },

@@ -140,7 +140,7 @@ pub async fn plan_insert<C: Catalog>(catalog: &C, insert: &ast::Insert) -> SqlRe
                             ast::Expr::Identifier(id)
                                 if id.value.eq_ignore_ascii_case("DEFAULT") && id.quote_style.is_none() =>
                             {
-                                SExpr::Const(def.columns[c as usize].default.clone().unwrap_or(Value::Null))
+                                column_default(&def.columns[c as usize])
                             }
                             _ => b.bind(e)?,
                         });
@@ -185,6 +185,15 @@ pub async fn plan_insert<C: Catalog>(catalog: &C, insert: &ast::Insert) -> SqlRe
         OnConflict::Error
     };
     Ok(InsertPlan { table, columns, source, conflict })
+}
+
+/// What `DEFAULT` in a VALUES list stands for: the column's clock or its
+/// default value.
+fn column_default(column: &ColumnDef) -> SExpr {
+    if column.clock.on_insert {
+        return SExpr::Session(crate::eval::SessionValue::Now(column.fraction_digits));
+    }
+    SExpr::Const(column.default.clone().unwrap_or(Value::Null))
 }
 
 /// Binds an ON DUPLICATE KEY UPDATE value over `[existing row ++ new
@@ -334,7 +343,14 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
             // A new primary key moves the row: that needs the old row.
             let moves_key = sets.iter().any(|(c, _)| table.def().primary_key.contains(c));
             let all_pushable = sets.iter().all(|(_, e)| data_node_expr(e).is_some());
-            (all_pushable && !moves_key).then(|| keys.clone())
+            // A clock column changes only with the row: that needs the old row too.
+            let clocked = table
+                .def()
+                .columns
+                .iter()
+                .enumerate()
+                .any(|(i, column)| column.clock.on_update && !sets.iter().any(|(c, _)| *c as usize == i));
+            (all_pushable && !moves_key && !clocked).then(|| keys.clone())
         }
         _ => None,
     };
@@ -825,6 +841,9 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                 }
                 Some(v) => to_column(v, column)?,
                 None if is_auto => Value::Null,
+                None if column.clock.on_insert => {
+                    to_column(Value::DateTime(crate::session::now_to_digits(column.fraction_digits)), column)?
+                }
                 None => match &column.default {
                     Some(d) => d.clone(),
                     None if column.nullable => Value::Null,
@@ -1093,6 +1112,10 @@ fn resolve_conflicts(
         if both == old {
             continue;
         }
+        for (c, now) in clock_updates(def, sets.iter().map(|(c, _)| *c))? {
+            both[c as usize] = now.clone();
+            assigned.push((c, now));
+        }
         affected += 2;
         match earlier {
             Some(i) => {
@@ -1111,6 +1134,23 @@ fn resolve_conflicts(
         }
     }
     Ok((writes, affected))
+}
+
+/// The columns an UPDATE that changes a row sets to the current time (`ON
+/// UPDATE CURRENT_TIMESTAMP`) because it does not name them, with that
+/// time. The caller has checked that the row changes.
+fn clock_updates(
+    def: &latsdb_types::schema::TableDef,
+    named: impl Iterator<Item = ColumnId> + Clone,
+) -> SqlResult<Vec<(ColumnId, Value)>> {
+    let mut out = Vec::new();
+    for (i, column) in def.columns.iter().enumerate() {
+        if column.clock.on_update && !named.clone().any(|c| c as usize == i) {
+            let now = crate::session::now_to_digits(column.fraction_digits);
+            out.push((i as ColumnId, to_column(Value::DateTime(now), column)?));
+        }
+    }
+    Ok(out)
 }
 
 /// Rows an UPDATE or DELETE matched, and of those the rows it changed.
@@ -1196,6 +1236,10 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         }
         if !changes {
             continue;
+        }
+        for (c, now) in clock_updates(def, plan.sets.iter().map(|(c, _)| *c))? {
+            new_row[c as usize] = now.clone();
+            set.push((c, Expr::Const(now)));
         }
         ctx.note_write(table, &key);
         let new_key = key_of(def, &new_row);

@@ -74,7 +74,9 @@ pub enum SessionValue {
     LastInsertId,
     RowCount,
     FoundRows,
-    Now,
+    /// The current time with this many digits of a second (NOW(3) has 3;
+    /// NOW() and CURRENT_TIMESTAMP none, as in MySQL).
+    Now(u8),
     CurDate,
     Variable(String),
 }
@@ -1642,7 +1644,7 @@ fn call_dates(f: Func, a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         },
         Func::UnixTimestamp => {
             let micros = match a.first() {
-                None => env.session.session_value(&SessionValue::Now)?,
+                None => env.session.session_value(&SessionValue::Now(0))?,
                 Some(v) => cast(v.clone(), CastTo::DateTime)?,
             };
             match micros {
@@ -1679,7 +1681,7 @@ fn float(v: &Value) -> f64 {
 /// An integer argument (a length, position, count or number of digits) as
 /// MySQL takes it: decimals and floats rounded half away from zero, text
 /// by its number; None when it has no integer value in range.
-fn int_arg(v: &Value) -> Option<i64> {
+pub(crate) fn int_arg(v: &Value) -> Option<i64> {
     match numeric(v) {
         Value::Decimal(d) => {
             let p = 10i128.pow(d.scale as u32);
@@ -1967,7 +1969,8 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
         }
         _ => v,
     };
-    latsdb_types::value::coerce(converted, column).map_err(|e| match e.code {
+    let coerced = latsdb_types::value::coerce(converted, column).map(|v| to_fraction_digits(v, column.fraction_digits));
+    coerced.map_err(|e| match e.code {
         ErrorCode::TypeError if e.message.contains("cannot be NULL") => {
             SqlError::new(crate::error::ER_BAD_NULL, "23000", format!("Column '{}' cannot be null", column.name))
         }
@@ -1986,6 +1989,21 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
             format!("{} (column '{}')", e.message, column.name),
         ),
     })
+}
+
+/// A DATETIME or TIMESTAMP value rounded to the digits of a second its
+/// column keeps, half up as MySQL rounds ('10:00:00.5' in a DATETIME is
+/// 10:00:01); other values as they are.
+fn to_fraction_digits(v: Value, digits: u8) -> Value {
+    let round = |us: i64| {
+        let step = 10i64.pow(6 - u32::from(digits.min(6)));
+        (us + step / 2).div_euclid(step) * step
+    };
+    match v {
+        Value::DateTime(us) => Value::DateTime(round(us)),
+        Value::Timestamp(us) => Value::Timestamp(round(us)),
+        other => other,
+    }
 }
 
 /// `20240131` or `20240131123000` as a date(time) string.

@@ -231,7 +231,7 @@ impl SessionLookup for SessionView<'_> {
             SessionValue::LastInsertId => Value::UInt(self.last_insert_id),
             SessionValue::RowCount => Value::Int(self.row_count),
             SessionValue::FoundRows => Value::UInt(self.found_rows),
-            SessionValue::Now => Value::DateTime(now_micros()),
+            SessionValue::Now(digits) => Value::DateTime(now_to_digits(*digits)),
             SessionValue::CurDate => Value::Date(now_micros().div_euclid(86_400_000_000) as i32),
             SessionValue::Variable(name) => {
                 if name.starts_with('@') {
@@ -261,6 +261,14 @@ impl SessionLookup for SessionView<'_> {
 
 pub(crate) fn now_micros() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// The current time cut to `digits` digits of a second (0-6): MySQL's
+/// NOW(n) truncates, so a stored clock value is never in the future.
+pub(crate) fn now_to_digits(digits: u8) -> i64 {
+    debug_assert!(digits <= 6, "at most 6 digits of a second: {digits}");
+    let step = 10i64.pow(6 - u32::from(digits.min(6)));
+    now_micros().div_euclid(step) * step
 }
 
 /// Table lookup for the planner, in the session's current database.

@@ -208,6 +208,12 @@ pub enum ColumnChange {
     AllowNull {
         column: String,
     },
+    /// Whether the SQL node fills the column from its clock (see
+    /// [`ClockFill`]); a temporal column only.
+    SetClock {
+        column: String,
+        clock: ClockFill,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -222,6 +228,24 @@ pub struct ColumnDef {
     pub collation: crate::Collation,
     /// Where the data nodes keep the column's values.
     pub storage: Storage,
+    /// Digits of a second a DATETIME or TIMESTAMP column keeps (MySQL's
+    /// fractional seconds precision, 0-6; `DATETIME(3)` keeps 3); 0 for
+    /// every other type. The SQL node rounds what it writes to them.
+    pub fraction_digits: u8,
+    /// When the SQL node writes the current time into the column.
+    pub clock: ClockFill,
+}
+
+/// When the SQL node writes the current time into a DATETIME or TIMESTAMP
+/// column, as MySQL's `DEFAULT CURRENT_TIMESTAMP` and `ON UPDATE
+/// CURRENT_TIMESTAMP` say: into a row an INSERT makes without naming the
+/// column, and into a row an UPDATE changes without naming it. As in NDB,
+/// where the MySQL server does this, the data nodes, the native client and
+/// the REST node store the values they are given.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClockFill {
+    pub on_insert: bool,
+    pub on_update: bool,
 }
 
 /// Where a column's values live on the data nodes (NDB's `STORAGE`).
@@ -257,6 +281,8 @@ impl ColumnDef {
             default: None,
             collation: crate::Collation::Bin,
             storage: Storage::Memory,
+            fraction_digits: 0,
+            clock: ClockFill::default(),
         }
     }
     /// Keeps the column on disk or in memory (see [`Storage`]).
@@ -278,6 +304,41 @@ impl ColumnDef {
     pub fn default_value(mut self, value: crate::Value) -> Self {
         self.default = Some(value);
         self
+    }
+    /// DATETIME and TIMESTAMP only: the digits of a second it keeps (0-6).
+    pub fn fraction_digits(mut self, digits: u8) -> Self {
+        self.fraction_digits = digits;
+        self
+    }
+    /// DATETIME and TIMESTAMP only: when the SQL node writes the current time.
+    pub fn clock(mut self, clock: ClockFill) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn is_temporal(&self) -> bool {
+        matches!(self.ty, ColumnType::DateTime | ColumnType::Timestamp)
+    }
+
+    /// Fraction digits and clock fills belong to DATETIME and TIMESTAMP
+    /// columns, and a second has at most 6 digits that latsdb keeps.
+    fn validate_time_options(&self) -> Result<()> {
+        if self.fraction_digits > 6 || (self.fraction_digits > 0 && !self.is_temporal()) {
+            return Err(DbError::bad_request(format!(
+                "column '{}' ({}) cannot keep {} fraction digits: DATETIME and TIMESTAMP keep 0 to 6",
+                self.name,
+                self.ty.sql_name(),
+                self.fraction_digits
+            )));
+        }
+        if self.clock != ClockFill::default() && !self.is_temporal() {
+            return Err(DbError::bad_request(format!(
+                "column '{}' is {}: only DATETIME and TIMESTAMP columns take the current time",
+                self.name,
+                self.ty.sql_name()
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -406,6 +467,7 @@ impl TableDef {
         for (i, column) in columns.iter().enumerate() {
             validate_name("column", &column.name)?;
             column.ty.validate()?;
+            column.validate_time_options()?;
             if columns[..i].iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
                 return Err(DbError::bad_request(format!("duplicate column name '{}'", column.name)));
             }
@@ -492,6 +554,7 @@ impl TableDef {
         for (column, value) in added.iter().zip(fill) {
             validate_name("column", &column.name)?;
             column.ty.validate()?;
+            column.validate_time_options()?;
             if def.columns.iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
                 return Err(DbError::new(
                     crate::ErrorCode::ColumnExists,
@@ -566,6 +629,12 @@ impl TableDef {
                         )));
                     }
                     def.columns[id as usize].default = default;
+                }
+                ColumnChange::SetClock { column, clock } => {
+                    let id = def.column_id(column)?;
+                    let c = &mut def.columns[id as usize];
+                    c.clock = *clock;
+                    c.validate_time_options()?;
                 }
                 ColumnChange::AllowNull { column } => {
                     let id = def.column_id(column)?;

@@ -11,7 +11,7 @@ use latsdb_types::expr::{Aggregate, Expr};
 use latsdb_types::proto::*;
 use latsdb_types::rng::Rng;
 use latsdb_types::schema::{
-    ColumnChange, ColumnDef, ColumnId, ColumnType, IndexDef, IntWidth, Storage, TableDef, TableSpec,
+    ClockFill, ColumnChange, ColumnDef, ColumnId, ColumnType, IndexDef, IntWidth, Storage, TableDef, TableSpec,
 };
 use latsdb_types::{Collation, DbError, ErrorCode, Value};
 use serde::{de::DeserializeOwned, Serialize};
@@ -184,6 +184,8 @@ impl Gen {
         c.default = self.option(Gen::value);
         c.collation = Collation::Bin;
         c.storage = *self.0.pick(&[Storage::Memory, Storage::Disk]);
+        c.fraction_digits = (self.u16() % 7) as u8;
+        c.clock = ClockFill { on_insert: self.bool(), on_update: self.bool() };
         c
     }
     fn table_def(&mut self) -> TableDef {
@@ -429,6 +431,10 @@ fn management_messages_round_trip() {
                 changes: vec![
                     ColumnChange::Rename { from: g.string(), to: g.string() },
                     ColumnChange::SetDefault { column: g.string(), default: g.option(Gen::value) },
+                    ColumnChange::SetClock {
+                        column: g.string(),
+                        clock: ClockFill { on_insert: g.bool(), on_update: g.bool() },
+                    },
                 ],
             },
             _ => MgmRequest::RenameTable { database, table, new_database: g.string(), new_name: g.string() },
