@@ -141,6 +141,8 @@ struct Inner {
     mgm: tokio::sync::Mutex<Option<RpcConn>>,
     /// Rotates committed-read batches over the replicas.
     read_rotation: std::sync::atomic::AtomicUsize,
+    /// Requests sent to data nodes, by this client and its siblings.
+    requests: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Table definitions by (database, name); shared by sibling clients.
@@ -188,7 +190,7 @@ impl Client {
     }
 
     pub async fn connect_with(mgmd: &str, opts: ClientOptions) -> Result<Client> {
-        Self::connect_sharing(mgmd, opts, Arc::default()).await
+        Self::connect_sharing(mgmd, opts, Arc::default(), Arc::default()).await
     }
 
     /// Another client of the same cluster with its own connections (to the
@@ -197,10 +199,16 @@ impl Client {
     /// or drops is seen by the sibling at once. A server with a runtime per
     /// thread gives each thread a sibling, so that no request crosses threads.
     pub async fn connect_sibling(&self) -> Result<Client> {
-        Self::connect_sharing(&self.inner.mgmd, self.inner.opts.clone(), self.inner.tables.clone()).await
+        let inner = &self.inner;
+        Self::connect_sharing(&inner.mgmd, inner.opts.clone(), inner.tables.clone(), inner.requests.clone()).await
     }
 
-    async fn connect_sharing(mgmd: &str, opts: ClientOptions, tables: Arc<TableCache>) -> Result<Client> {
+    async fn connect_sharing(
+        mgmd: &str,
+        opts: ClientOptions,
+        tables: Arc<TableCache>,
+        requests: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<Client> {
         let mut mgm = RpcConn::connect(mgmd, opts.connect_timeout)
             .await
             .map_err(|e| DbError::new(e.code, format!("{}; is the management server running at {mgmd}?", e.message)))?;
@@ -238,8 +246,17 @@ impl Client {
                 tables,
                 mgm: tokio::sync::Mutex::new(Some(mgm)),
                 read_rotation: std::sync::atomic::AtomicUsize::new(0),
+                requests,
             }),
         })
+    }
+
+    /// Requests this client and its siblings have sent to data nodes. Each
+    /// is one round trip: a batch that reaches several shards counts one
+    /// per shard, a transaction one per `execute` or `commit` (NDB's
+    /// `Ndb_api_wait_exec_complete_count` counts the same waits).
+    pub fn requests_sent(&self) -> u64 {
+        self.inner.requests.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The management server this client reaches the cluster through.
@@ -480,6 +497,7 @@ impl Client {
         shard: ShardAddr,
         request: &T,
     ) -> Result<oneshot::Receiver<Result<Reply>>> {
+        self.inner.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.shard_conn(shard).await?.send(request, false)
     }
 
@@ -489,6 +507,7 @@ impl Client {
         shard: ShardAddr,
         request: &T,
     ) -> Result<oneshot::Receiver<Result<Reply>>> {
+        self.inner.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.shard_conn(shard).await?.send(request, true)
     }
 

@@ -16,11 +16,13 @@ pub struct Transaction {
     tc: Option<ShardAddr>,
     id: Option<TxId>,
     finished: bool,
+    /// The coordinator answered that the transaction committed.
+    committed: bool,
 }
 
 impl Transaction {
     pub(crate) fn new(client: Client) -> Transaction {
-        Transaction { client, tc: None, id: None, finished: false }
+        Transaction { client, tc: None, id: None, finished: false, committed: false }
     }
 
     pub fn id(&self) -> Option<TxId> {
@@ -43,7 +45,23 @@ impl Transaction {
         self.exec(ops, true).await
     }
 
+    /// Executes operations and commits in the same request, for a caller
+    /// that holds the transaction by reference (one round trip where
+    /// `execute` and `commit` take two). `is_committed` tells afterwards;
+    /// `commit` of a committed transaction does nothing.
+    pub async fn execute_and_commit(&mut self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
+        self.exec(ops, true).await
+    }
+
+    /// Whether the coordinator answered that the transaction committed.
+    pub fn is_committed(&self) -> bool {
+        self.committed
+    }
+
     pub async fn commit(mut self) -> Result<()> {
+        if self.committed {
+            return Ok(());
+        }
         if self.id.is_none() {
             self.finished = true;
             return Ok(());
@@ -115,6 +133,7 @@ impl Transaction {
             ClientResponse::TxExec { tx, results, committed } => {
                 self.id = Some(tx);
                 self.finished = committed;
+                self.committed = committed;
                 if committed && self.client.inner.opts.wait_durable {
                     self.client.await_durable(tc).await?;
                 }

@@ -284,3 +284,43 @@ fn current_timestamp_columns_take_the_time_on_insert_and_on_change() {
     assert_eq!(error_code(&cluster, "SELECT NOW(7)"), "1426");
     assert_eq!(error_code(&cluster, "ALTER TABLE t MODIFY d3 DATETIME(6)"), "1235");
 }
+
+#[test]
+fn an_autocommit_write_by_key_is_one_round_trip_to_the_data_nodes() {
+    let cluster = TestCluster::start(&[]);
+    let (ok, _, err) = mariadb(
+        &cluster,
+        &[],
+        "CREATE DATABASE clock; CREATE TABLE clock.t (id INT PRIMARY KEY, v INT, s VARCHAR(10)); \
+         INSERT INTO clock.t VALUES (1, 1, 'a'), (2, 2, 'b')",
+    );
+    assert!(ok, "{err}");
+    // Each statement between two readings of the counter, in one session.
+    let requests = |statement: &str| -> i64 {
+        let script = format!(
+            "SHOW STATUS LIKE 'Latsdb_data_node_requests'; {statement}; SHOW STATUS LIKE 'Latsdb_data_node_requests'"
+        );
+        let rows = rows_of(&cluster, &script);
+        let counts: Vec<i64> = rows
+            .iter()
+            .filter(|r| r[0] == "Latsdb_data_node_requests")
+            .map(|r| r[1].parse().unwrap_or_else(|_| panic!("not a number: {rows:?}")))
+            .collect();
+        assert_eq!(counts.len(), 2, "{rows:?}");
+        counts[1] - counts[0]
+    };
+    assert_eq!(requests("UPDATE t SET v = v + 1 WHERE id = 1"), 1, "an UPDATE by key sends its write with the commit");
+    assert_eq!(
+        requests("UPDATE t SET s = CONCAT(s, 'x') WHERE id = 2"),
+        2,
+        "a read under lock, then the write with the commit"
+    );
+    assert_eq!(requests("INSERT INTO t VALUES (3, 3, 'c')"), 1, "an INSERT sends its row with the commit");
+    assert_eq!(requests("DELETE FROM t WHERE id = 3"), 1, "a DELETE by key sends its delete with the commit");
+    assert_eq!(requests("SELECT * FROM t WHERE id = 1"), 1, "a committed read by key goes to one replica");
+    assert_eq!(
+        rows_of(&cluster, "SELECT id, v, s FROM t ORDER BY id"),
+        [["1", "2", "a"], ["2", "2", "bx"]],
+        "every write committed"
+    );
+}

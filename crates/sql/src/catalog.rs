@@ -404,11 +404,13 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
         Statement::ShowStatus { filter, .. } => {
             let cipher = session.tls_cipher.clone().unwrap_or_default();
             let version = if session.tls_cipher.is_some() { "TLS".to_string() } else { String::new() };
+            let shared = &session.shared;
             let status = [
+                ("Latsdb_data_node_requests", shared.client.requests_sent().to_string()),
                 ("Ssl_cipher", cipher),
                 ("Ssl_version", version),
-                ("Threads_connected", "1".to_string()),
-                ("Uptime", "1".to_string()),
+                ("Threads_connected", shared.processes.snapshot().len().to_string()),
+                ("Uptime", shared.started.elapsed().as_secs().to_string()),
             ];
             let rows = status
                 .iter()

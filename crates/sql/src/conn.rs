@@ -691,8 +691,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             COM_QUERY => self.query(body).await,
             0x04 => self.field_list(body).await,
             0x09 => {
-                let stats = b"Uptime: 1  Threads: 1  Questions: 0  Slow queries: 0  Opens: 0  Open tables: 0";
-                self.io.write_packet(stats);
+                // COM_STATISTICS (mysqladmin status): what the node counts.
+                let shared = &self.session.shared;
+                let stats = format!(
+                    "Uptime: {}  Threads: {}",
+                    shared.started.elapsed().as_secs(),
+                    shared.processes.snapshot().len()
+                );
+                self.io.write_packet(stats.as_bytes());
             }
             0x0e => self.ok(0, 0, ""), // COM_PING
             0x16 => self.prepare(body).await,

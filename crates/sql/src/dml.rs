@@ -929,7 +929,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             let written: Vec<Vec<Value>> = rows.iter().map(|r| written_key(def, r)).collect();
             let ops = rows.into_iter().map(|r| Op::insert(table, r)).collect::<latsdb_types::Result<Vec<_>>>()?;
             let count = ops.len() as u64;
-            match ctx.run_ops(ops).await {
+            match ctx.run_last_ops(ops).await {
                 Ok(_) => count,
                 Err(e) => return Err(name_duplicate(table, e, written, ctx).await),
             }
@@ -1011,7 +1011,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                     ops.push(Op::upsert(table, r)?);
                 }
             }
-            ctx.run_ops(ops).await?;
+            ctx.run_last_ops(ops).await?;
             count
         }
         OnConflict::Ignore | OnConflict::Update(_) => {
@@ -1049,7 +1049,7 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                     }
                 })
                 .collect::<latsdb_types::Result<Vec<_>>>()?;
-            ctx.run_ops(ops).await?;
+            ctx.run_last_ops(ops).await?;
             affected
         }
     };
@@ -1196,7 +1196,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
                 ops.push(Op::update_expr(table, key, set)?);
             }
         }
-        let outcomes = ctx.run_ops(ops).await?;
+        let outcomes = ctx.run_last_ops(ops).await?;
         let changed = outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64;
         let matched = changed + outcomes.iter().filter(|o| matches!(o, Outcome::Unchanged)).count() as u64;
         return Ok(Affected { matched, changed });
@@ -1264,7 +1264,8 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     // duplicate there ends the transaction.)
     check_unique(table, &updated, ctx).await?;
     let matched = rows.len() as u64;
-    let outcomes = ctx.run_ops(ops).await?;
+    // Rows that move are written after the others, by a request of their own.
+    let outcomes = if moves.is_empty() { ctx.run_last_ops(ops).await? } else { ctx.run_ops(ops).await? };
     let mut changed = outcomes.iter().filter(|o| matches!(o, Outcome::Done)).count() as u64;
     if !moves.is_empty() {
         changed += move_rows(table, moves, ctx).await?;
@@ -1308,6 +1309,6 @@ async fn move_rows(
     for (_, _, row) in moves {
         ops.push(Op::insert(table, row)?);
     }
-    ctx.run_ops(ops).await?;
+    ctx.run_last_ops(ops).await?;
     Ok(n)
 }

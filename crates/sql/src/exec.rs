@@ -89,8 +89,11 @@ impl Ctx<'_> {
         // statement's own transaction has written nothing before it first
         // runs an operation.
         let tracked = self.written.is_some() || self.tx.as_ref().is_some_and(|t| t.id().is_none());
+        // (After an autocommit statement's last request, committed or not,
+        // its transaction is over; reads that name a duplicate key go on.)
+        let over = self.tx.as_ref().is_some_and(|t| t.is_finished());
         let outside = self.tx.is_some()
-            && tracked
+            && (tracked || over)
             && ops.iter().all(Op::is_committed_read)
             && !own_rows(&ops, self.written.as_deref());
         match self.tx.as_deref_mut() {
@@ -115,6 +118,30 @@ impl Ctx<'_> {
                 let results = self.client.batch(ops).await?;
                 results.into_iter().map(|r| r.map_err(SqlError::from)).collect()
             }
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// Runs a statement's last request. In an autocommit statement that
+    /// holds a transaction, the request commits too: one round trip to the
+    /// coordinator instead of two (`Transaction::is_committed` tells the
+    /// session there is nothing left to commit). Nothing may run in the
+    /// transaction after it.
+    pub async fn run_last_ops(&mut self, ops: Vec<Op>) -> SqlResult<Vec<Outcome>> {
+        let autocommit = self.written.is_none() && self.undo.is_none();
+        let reads_only = ops.iter().all(Op::is_committed_read);
+        match self.tx.as_deref_mut() {
+            Some(tx) if autocommit && !reads_only && !ops.is_empty() && !tx.is_finished() => {
+                let outcomes = tx.execute_and_commit(ops).await?;
+                if !tx.is_committed() {
+                    return Err(SqlError::general(
+                        "internal: the coordinator answered a commit request without committing",
+                    ));
+                }
+                Ok(outcomes)
+            }
+            _ => self.run_ops(ops).await,
         }
     }
 }

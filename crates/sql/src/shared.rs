@@ -31,6 +31,8 @@ pub struct Shared {
     auto_columns: Arc<Mutex<HashMap<u32, Option<ColumnId>>>>,
     /// Per table id: reserved values [next, end) and the counter last seen.
     auto_ranges: Arc<tokio::sync::Mutex<HashMap<u32, AutoRange>>>,
+    /// When the node started (SHOW STATUS's Uptime).
+    pub started: std::time::Instant,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -51,6 +53,7 @@ impl Shared {
             processes: Arc::default(),
             auto_columns: Arc::default(),
             auto_ranges: Arc::default(),
+            started: std::time::Instant::now(),
         })
     }
 
@@ -65,6 +68,7 @@ impl Shared {
             processes: self.processes.clone(),
             auto_columns: self.auto_columns.clone(),
             auto_ranges: self.auto_ranges.clone(),
+            started: self.started,
         })
     }
 
