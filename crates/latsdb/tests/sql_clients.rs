@@ -324,3 +324,154 @@ fn an_autocommit_write_by_key_is_one_round_trip_to_the_data_nodes() {
         "every write committed"
     );
 }
+
+#[test]
+fn explain_shows_the_access_path_in_mysqls_columns() {
+    let cluster = TestCluster::start(&[]);
+    let mut setup = String::from(
+        "CREATE DATABASE clock; USE clock; \
+         CREATE TABLE t (id INT PRIMARY KEY, a INT, s VARCHAR(10), KEY ka (a), UNIQUE KEY us (s)); \
+         CREATE TABLE u (id INT PRIMARY KEY, t_id INT);",
+    );
+    for i in 1..=20 {
+        setup.push_str(&format!("INSERT INTO t VALUES ({i}, {}, 's{i}'); INSERT INTO u VALUES ({i}, {i});", i % 5));
+    }
+    let (ok, _, err) = mariadb(&cluster, &[], &setup);
+    assert!(ok, "{err}");
+    // id, select_type, table, partitions, type, possible_keys, key, key_len, ref, rows, filtered, Extra
+    let explain = |sql: &str| -> Vec<Vec<String>> {
+        rows_of(&cluster, &format!("EXPLAIN {sql}"))
+            .into_iter()
+            .map(|r| {
+                assert_eq!(r.len(), 12, "twelve columns: {r:?}");
+                assert_eq!((r[0].as_str(), r[10].as_str()), ("1", "100.00"));
+                [1, 2, 4, 6, 7, 8, 9, 11].iter().map(|&i| r[i].clone()).collect()
+            })
+            .collect()
+    };
+    let row = |v: [&str; 8]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let point = rows_of(&cluster, "EXPLAIN SELECT * FROM t WHERE id = 5");
+    assert!(point[0][3].starts_with('p') && !point[0][3].contains(','), "one partition: {point:?}");
+    assert_eq!(
+        explain("SELECT * FROM t WHERE id = 5"),
+        [row(["SIMPLE", "t", "const", "PRIMARY", "4", "const", "1", "NULL"])]
+    );
+    assert_eq!(
+        explain("SELECT * FROM t WHERE id IN (1, 2, 3)"),
+        [row(["SIMPLE", "t", "range", "PRIMARY", "4", "NULL", "3", "NULL"])]
+    );
+    assert_eq!(explain("SELECT * FROM t WHERE a = 3"), [row(["SIMPLE", "t", "ref", "ka", "5", "const", "4", "NULL"])]);
+    assert_eq!(explain("SELECT * FROM t WHERE a > 2"), [row(["SIMPLE", "t", "range", "ka", "5", "NULL", "8", "NULL"])]);
+    assert_eq!(
+        explain("SELECT * FROM t WHERE s = 's7'"),
+        [row(["SIMPLE", "t", "const", "us", "43", "const", "1", "NULL"])]
+    );
+    assert_eq!(explain("SELECT * FROM t"), [row(["SIMPLE", "t", "ALL", "NULL", "NULL", "NULL", "20", "NULL"])]);
+    assert_eq!(
+        explain("SELECT * FROM t ORDER BY id LIMIT 3"),
+        [row(["SIMPLE", "t", "index", "PRIMARY", "NULL", "NULL", "3", "NULL"])]
+    );
+    assert_eq!(
+        explain("SELECT * FROM t ORDER BY s DESC"),
+        [row(["SIMPLE", "t", "ALL", "NULL", "NULL", "NULL", "20", "Using filesort"])]
+    );
+    let filtered = explain("SELECT * FROM t WHERE a + id > 3");
+    assert_eq!(filtered[0][..7], row(["SIMPLE", "t", "ALL", "NULL", "NULL", "NULL", "20", ""])[..7]);
+    assert!(filtered[0][7].starts_with("Using"), "the condition is named: {filtered:?}");
+    assert_eq!(
+        explain("SELECT * FROM u JOIN t ON t.id = u.t_id"),
+        [
+            row(["SIMPLE", "u", "ALL", "NULL", "NULL", "NULL", "20", "NULL"]),
+            row(["SIMPLE", "t", "eq_ref", "PRIMARY", "4", "clock.u.t_id", "1", "NULL"]),
+        ]
+    );
+    assert_eq!(
+        explain("UPDATE t SET a = 1 WHERE id = 2"),
+        [row(["UPDATE", "t", "const", "PRIMARY", "4", "const", "1", "NULL"])]
+    );
+    // (A locking read checks its range condition again on the SQL node.)
+    assert_eq!(
+        explain("DELETE FROM t WHERE a = 3"),
+        [row(["DELETE", "t", "ref", "ka", "5", "const", "4", "Using where"])]
+    );
+    assert_eq!(
+        explain("INSERT INTO t VALUES (30, 1, 'x')"),
+        [row(["INSERT", "t", "ALL", "NULL", "NULL", "NULL", "NULL", "NULL"])]
+    );
+    // EXPLAIN wrote nothing.
+    assert_eq!(rows_of(&cluster, "SELECT COUNT(*), SUM(a) FROM t"), [["20", "40"]]);
+
+    let (ok, out, err) = mariadb(
+        &cluster,
+        &["--raw", "--skip-column-names", "clock"],
+        "EXPLAIN FORMAT=JSON SELECT * FROM t WHERE a = 3",
+    );
+    assert!(ok, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let table = &doc["query_block"]["table"];
+    assert_eq!(
+        (table["table_name"].as_str(), table["access_type"].as_str(), table["key"].as_str()),
+        (Some("t"), Some("ref"), Some("ka"))
+    );
+    assert_eq!(table["rows_examined_per_scan"].as_u64(), Some(4), "{out}");
+    assert_eq!(error_code(&cluster, "EXPLAIN ANALYZE SELECT * FROM t"), "1235");
+    // A subquery runs first, as the SQL node runs it; the plan is the outer
+    // statement's with its result.
+    assert_eq!(
+        explain("SELECT * FROM t WHERE id IN (SELECT t_id FROM u WHERE id <= 3)"),
+        [row(["SIMPLE", "t", "range", "PRIMARY", "4", "NULL", "3", "NULL"])]
+    );
+    assert_eq!(error_code(&cluster, "EXPLAIN SELECT * FROM t UNION SELECT * FROM t"), "1235");
+}
+
+/// The mariadb client's output and error codes for a script (with --force,
+/// so that a failing statement does not stop it), against `host:port`.
+fn script_on(host: &str, port: &str, user: &str, script: &str) -> (String, Vec<String>) {
+    let mut cmd = Command::new("mariadb");
+    cmd.args(["-h", host, "-P", port, "-u", user, "--batch", "--force", "--connect-timeout=10"]);
+    let (_, out, err) = run_bounded(&mut cmd, Some(script), Duration::from_secs(60));
+    let codes = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("ERROR "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    (out, codes)
+}
+
+#[test]
+fn sql_prepare_execute_and_deallocate_answer_as_mariadb_does() {
+    let script = "CREATE DATABASE ps; USE ps;
+        CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10));
+        PREPARE ins FROM 'INSERT INTO t VALUES (?, ?)';
+        SET @i = 1, @v = 'one'; EXECUTE ins USING @i, @v;
+        SET @i = 2, @v = 'two'; EXECUTE ins USING @i, @v;
+        SET @q = 'SELECT v FROM t WHERE id = ?';
+        PREPARE sel FROM @q;
+        EXECUTE sel USING @i;
+        SET @i = 1; EXECUTE sel USING @i;
+        ALTER TABLE t ADD COLUMN n INT DEFAULT 7;
+        PREPARE Sel FROM 'SELECT * FROM t ORDER BY id';
+        EXECUTE sel;
+        DEALLOCATE PREPARE ins;
+        EXECUTE ins USING @i, @v;
+        PREPARE up FROM 'UPDATE t SET n = n + ? WHERE id = ?';
+        SET @d = 5; EXECUTE up USING @d, @i;
+        EXECUTE up USING @d;
+        EXECUTE sel;
+        DROP PREPARE sel;
+        EXECUTE sel;
+        DEALLOCATE PREPARE nothing;
+        PREPARE two FROM 'SELECT 1; SELECT 2';
+        PREPARE bad FROM 'SELEKT 1';
+        SET @null = NULL; PREPARE n FROM @null;
+        DROP DATABASE ps;";
+    let cluster = TestCluster::start(&[]);
+    let (host, port) = host_port(&cluster);
+    let latsdb = script_on(&host, &port, "root", script);
+    let mariadb = common::MariaDb::start();
+    let peer = script_on("127.0.0.1", &mariadb.port.to_string(), "root", script);
+    assert_eq!(latsdb.0, peer.0, "rows: latsdb (left) against MariaDB (right)");
+    assert_eq!(latsdb.1, peer.1, "error codes: latsdb (left) against MariaDB (right)");
+    assert_eq!(latsdb.1, ["1243", "1210", "1243", "1243", "1064", "1064", "1064"], "{latsdb:?}");
+}

@@ -581,7 +581,13 @@ fn virtual_rows(src: &Source, rows: &[Vec<Value>]) -> Vec<Vec<Value>> {
 
 /// Turns the access path and pushed conditions into a scan; None when a
 /// bound is NULL (nothing can match).
-fn build_scan(plan: &SelectPlan, src: &Source, table: &Table, access: &Access, env: &Env) -> SqlResult<Option<Scan>> {
+pub(crate) fn build_scan(
+    plan: &SelectPlan,
+    src: &Source,
+    table: &Table,
+    access: &Access,
+    env: &Env,
+) -> SqlResult<Option<Scan>> {
     let def = table.def();
     let names: Vec<&str> = src.fetch.iter().map(|&c| def.columns[c as usize].name.as_str()).collect();
     let mut scan = Scan::all().columns(&names);

@@ -114,6 +114,11 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
             i += 1;
             continue;
         }
+        if let Some((rewritten, next)) = prepare_clause(&tokens, i) {
+            out.extend(rewritten.into_iter().map(at));
+            i = next;
+            continue;
+        }
         if is_word(t, Keyword::WITH) {
             // START TRANSACTION WITH CONSISTENT SNAPSHOT: a read-committed
             // cluster has no snapshot to take; the clause is accepted.
@@ -288,6 +293,46 @@ fn compound_word(w: &Word) -> Option<(&'static str, &'static str)> {
         return None;
     }
     compound_unit(&w.value)
+}
+
+/// MySQL's SQL-level prepared statements in the forms the parser reads:
+/// `PREPARE name FROM text` as `PREPARE name AS SELECT text` (the session
+/// takes the SELECT's one expression as the statement's text; a string or
+/// a user variable), and `DROP PREPARE name` as `DEALLOCATE PREPARE name`.
+/// Returns the tokens in place of tokens `i..next`.
+fn prepare_clause(tokens: &[&Token], i: usize) -> Option<(Vec<Token>, usize)> {
+    let first = is_word(tokens[i], Keyword::PREPARE) || is_word(tokens[i], Keyword::DROP);
+    if !first || !starts_statement(&tokens[..i]) {
+        return None;
+    }
+    let significant: Vec<usize> =
+        (i..tokens.len()).filter(|&j| !matches!(tokens[j], Token::Whitespace(_))).take(3).collect();
+    let space = || Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
+    match significant[..] {
+        [prepare, name, from]
+            if is_word(tokens[prepare], Keyword::PREPARE)
+                && matches!(tokens[name], Token::Word(_))
+                && is_word(tokens[from], Keyword::FROM) =>
+        {
+            let rewritten = vec![
+                word("PREPARE", Keyword::PREPARE),
+                space(),
+                tokens[name].clone(),
+                space(),
+                word("AS", Keyword::AS),
+                space(),
+                word("SELECT", Keyword::SELECT),
+            ];
+            Some((rewritten, from + 1))
+        }
+        [drop, prepare, _] if is_word(tokens[drop], Keyword::DROP) && is_word(tokens[prepare], Keyword::PREPARE) => {
+            Some((
+                vec![word("DEALLOCATE", Keyword::DEALLOCATE), space(), word("PREPARE", Keyword::PREPARE)],
+                prepare + 1,
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// MySQL's compound interval unit `name` as the first and last unit the

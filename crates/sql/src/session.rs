@@ -142,6 +142,8 @@ pub struct Session {
     savepoints: Vec<(String, usize)>,
     /// Writes that undo the transaction's writes since its first savepoint.
     undo: Vec<Op>,
+    /// Statements of SQL-level PREPARE, by lowercase name.
+    pub(crate) sql_prepared: crate::prepared::SqlPreparedStatements,
 }
 
 pub struct NoSession;
@@ -153,7 +155,7 @@ impl SessionLookup for NoSession {
 
 /// What expressions see of the session (a copy, so the session itself can
 /// be borrowed for the transaction meanwhile).
-struct SessionView<'a> {
+pub(crate) struct SessionView<'a> {
     db: Option<&'a str>,
     user: &'a str,
     connection_id: u32,
@@ -327,6 +329,7 @@ impl Session {
             next_derived: 0,
             savepoints: Vec::new(),
             undo: Vec::new(),
+            sql_prepared: Default::default(),
         }
     }
 
@@ -1005,7 +1008,7 @@ impl Session {
         Ok(())
     }
 
-    fn view(&self) -> SessionView<'_> {
+    pub(crate) fn view(&self) -> SessionView<'_> {
         SessionView {
             db: self.db.as_deref(),
             user: &self.user,
@@ -1022,7 +1025,7 @@ impl Session {
     }
 
     /// Evaluates a constant expression (SET values, SELECT without FROM).
-    fn constant(&self, e: &ast::Expr) -> SqlResult<Value> {
+    pub(crate) fn constant(&self, e: &ast::Expr) -> SqlResult<Value> {
         let bound = crate::bind::Binder::new(&[], "field list").bind(e)?;
         let view = self.view();
         bound.eval(&[], &Env { params: &[], session: &view, strict_numbers: false })
@@ -1077,7 +1080,18 @@ impl Session {
                 Ok(Response::ok())
             }
             Statement::LockTables { .. } | Statement::UnlockTables | Statement::Flush { .. } => Ok(Response::ok()),
-            Statement::Explain { .. } => Err(SqlError::unsupported("EXPLAIN is not supported yet")),
+            Statement::Prepare { name, statement, data_types } if data_types.is_empty() => {
+                self.prepare_sql(name, statement)
+            }
+            Statement::Execute { name: Some(name), parameters, using, immediate: false, into, .. }
+                if parameters.is_empty() && into.is_empty() =>
+            {
+                self.execute_sql(name, using).await
+            }
+            Statement::Deallocate { name, .. } => self.deallocate_sql(name),
+            Statement::Explain { statement, format, analyze, .. } => {
+                crate::explain::explain(self, statement, format.as_ref(), *analyze).await
+            }
             _ => {
                 // DDL and SHOW/DESCRIBE implicitly end a transaction in MySQL.
                 if is_ddl(stmt) && self.in_transaction {
