@@ -162,35 +162,7 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
             // MySQL's multi-table `UPDATE a, b SET ...`, which the parser
             // does not read, as `UPDATE a CROSS JOIN b SET ...` (the same
             // join: a comma is a cross join).
-            out.push(spanned[i].clone());
-            let mut depth = 0usize;
-            i += 1;
-            while i < tokens.len() {
-                let at = |token: Token| TokenWithSpan { token, span: spanned[i].span };
-                match tokens[i] {
-                    Token::LParen => depth += 1,
-                    Token::RParen => depth = depth.saturating_sub(1),
-                    Token::SemiColon | Token::EOF => break,
-                    t if depth == 0 && is_word(t, Keyword::SET) => break,
-                    Token::Comma if depth == 0 => {
-                        let space = || Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
-                        out.extend(
-                            [space(), word("CROSS", Keyword::CROSS), space(), word("JOIN", Keyword::JOIN), space()]
-                                .map(at),
-                        );
-                        i += 1;
-                        continue;
-                    }
-                    _ => {}
-                }
-                if matches!(tokens[i], Token::Placeholder(p) if p == "?") {
-                    out.push(at(Token::Placeholder(format!("?{params}"))));
-                    params += 1;
-                } else {
-                    out.push(spanned[i].clone());
-                }
-                i += 1;
-            }
+            i = update_tables_as_joins(&spanned, i, &mut out, &mut params);
             continue;
         }
         if is_word(t, Keyword::LOCK) {
@@ -293,6 +265,46 @@ fn compound_word(w: &Word) -> Option<(&'static str, &'static str)> {
         return None;
     }
     compound_unit(&w.value)
+}
+
+/// The table list of `UPDATE a, b SET ...` from token `i` (the UPDATE) to
+/// its SET, with each top-level comma as ` CROSS JOIN ` and each `?`
+/// numbered; returns the index of the first token not copied.
+fn update_tables_as_joins(
+    spanned: &[TokenWithSpan],
+    mut i: usize,
+    out: &mut Vec<TokenWithSpan>,
+    params: &mut usize,
+) -> usize {
+    out.push(spanned[i].clone());
+    let mut depth = 0usize;
+    i += 1;
+    while i < spanned.len() {
+        let at = |token: Token| TokenWithSpan { token, span: spanned[i].span };
+        match &spanned[i].token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            Token::SemiColon | Token::EOF => break,
+            t if depth == 0 && is_word(t, Keyword::SET) => break,
+            Token::Comma if depth == 0 => {
+                let space = || Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
+                out.extend(
+                    [space(), word("CROSS", Keyword::CROSS), space(), word("JOIN", Keyword::JOIN), space()].map(at),
+                );
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        if matches!(&spanned[i].token, Token::Placeholder(p) if p == "?") {
+            out.push(at(Token::Placeholder(format!("?{params}"))));
+            *params += 1;
+        } else {
+            out.push(spanned[i].clone());
+        }
+        i += 1;
+    }
+    i
 }
 
 /// MySQL's SQL-level prepared statements in the forms the parser reads:
