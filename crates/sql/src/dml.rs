@@ -318,19 +318,8 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
     let (db, kind) = catalog.resolve(db.as_deref(), &tname).await?;
     let table = stored(kind, &tname)?;
     // Reuse the SELECT planner: SELECT * FROM t WHERE ... ORDER BY ... LIMIT ... FOR UPDATE.
-    let alias_sql = alias.as_ref().map(|a| format!(" AS `{a}`")).unwrap_or_default();
-    let mut sql = format!("SELECT {} FROM `{db}`.`{tname}`{alias_sql}", every_column(&table, None));
-    if let Some(w) = selection {
-        sql.push_str(&format!(" WHERE {w}"));
-    }
-    if !order_by.is_empty() {
-        let list: Vec<String> = order_by.iter().map(|o| o.to_string()).collect();
-        sql.push_str(&format!(" ORDER BY {}", list.join(", ")));
-    }
-    if let Some(l) = limit {
-        sql.push_str(&format!(" LIMIT {l}"));
-    }
-    let select = plan_locking_select(catalog, sql).await?;
+    let query = locking_select(&table, &db, &tname, alias.as_deref(), selection, order_by, limit)?;
+    let select = plan_select(catalog, &query).await?;
     let scope = [scope_of(&table, alias.as_deref().unwrap_or(&tname))];
     let mut sets = Vec::new();
     for a in assignments {
@@ -387,6 +376,59 @@ fn no_text_keys_of_numbers(plan: &WritePlan, env: &Env) -> SqlResult<()> {
         }
     }
     Ok(())
+}
+
+/// `SELECT * FROM db.t [AS alias] [WHERE ...] [ORDER BY ...] [LIMIT n] FOR
+/// UPDATE` made of the UPDATE's or DELETE's own clauses: a template parsed
+/// once, its parts replaced (their text is never printed and parsed again).
+/// A table with a hidden key lists every column, which `*` would not.
+fn locking_select(
+    table: &Table,
+    db: &str,
+    name: &str,
+    alias: Option<&str>,
+    selection: &Option<ast::Expr>,
+    order_by: &[ast::OrderByExpr],
+    limit: &Option<ast::Expr>,
+) -> SqlResult<ast::Query> {
+    static TEMPLATE: std::sync::OnceLock<Option<ast::Query>> = std::sync::OnceLock::new();
+    let template = TEMPLATE.get_or_init(|| {
+        let parsed = crate::parse::parse("SELECT * FROM `d`.`t` AS `a` FOR UPDATE").ok()?;
+        match parsed.statements.into_iter().next() {
+            Some(Statement::Query(q)) => Some(*q),
+            _ => None,
+        }
+    });
+    let internal = || SqlError::general("internal: the template of UPDATE/DELETE's locking read did not parse");
+    let mut query = template.clone().ok_or_else(internal)?;
+    let ast::SetExpr::Select(select) = query.body.as_mut() else {
+        return Err(internal());
+    };
+    let quoted = |s: &str| ast::Ident::with_quote('`', s);
+    if table.def().hidden_key().is_some() {
+        select.projection = table
+            .def()
+            .columns
+            .iter()
+            .map(|c| ast::SelectItem::UnnamedExpr(ast::Expr::Identifier(quoted(&c.name))))
+            .collect();
+    }
+    let Some(ast::TableFactor::Table { name: table_name, alias: table_alias, .. }) =
+        select.from.first_mut().map(|f| &mut f.relation)
+    else {
+        return Err(internal());
+    };
+    *table_name = ast::ObjectName::from(vec![quoted(db), quoted(name)]);
+    match (table_alias.as_mut(), alias) {
+        (Some(a), Some(given)) => a.name = quoted(given),
+        _ => *table_alias = None,
+    }
+    select.selection = selection.clone();
+    query.order_by = (!order_by.is_empty())
+        .then(|| ast::OrderBy { kind: ast::OrderByKind::Expressions(order_by.to_vec()), interpolate: None });
+    query.limit_clause =
+        limit.clone().map(|l| ast::LimitClause::LimitOffset { limit: Some(l), offset: None, limit_by: Vec::new() });
+    Ok(query)
 }
 
 /// The select list of every column of `table` in order, the hidden key

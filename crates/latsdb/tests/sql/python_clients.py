@@ -185,12 +185,11 @@ def exercise(name, errors, connect, prepared_cursor=None, prepared_bytearrays=Fa
     cur.execute("SELECT COUNT(*), SUM(price), MAX(big) FROM items")
     check_rows("COUNT, SUM and MAX", cur.fetchall(), [(4, Decimal("12345689.41"), 9007199254740993)])
 
-    # A DATETIME keeps microseconds: latsdb has no per-column fractional
-    # precision (MySQL would round DATETIME to whole seconds; see
-    # docs/architecture/sql-semantics.md, Differences from MySQL).
+    # A DATETIME without digits of a second rounds a written value to whole
+    # seconds, half up, as MySQL does.
     cur.execute("UPDATE items SET seen = %s WHERE id = %s", (datetime.datetime(2026, 5, 6, 7, 8, 9, 600000), 4))
     cur.execute("SELECT seen FROM items WHERE id = %s", (4,))
-    check_rows("DATETIME keeps microseconds", cur.fetchall(), [(datetime.datetime(2026, 5, 6, 7, 8, 9, 600000),)])
+    check_rows("DATETIME rounds to whole seconds", cur.fetchall(), [(datetime.datetime(2026, 5, 6, 7, 8, 10),)])
 
     # UPDATE and DELETE rowcounts.
     cur.execute("UPDATE items SET score = %s WHERE big >= %s", (2.5, 0))
