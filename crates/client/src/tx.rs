@@ -18,11 +18,14 @@ pub struct Transaction {
     finished: bool,
     /// The coordinator answered that the transaction committed.
     committed: bool,
+    /// A commit was asked for and no answer came (the coordinator's node
+    /// failed or the connection broke): it may have committed or not.
+    outcome_unknown: bool,
 }
 
 impl Transaction {
     pub(crate) fn new(client: Client) -> Transaction {
-        Transaction { client, tc: None, id: None, finished: false, committed: false }
+        Transaction { client, tc: None, id: None, finished: false, committed: false, outcome_unknown: false }
     }
 
     pub fn id(&self) -> Option<TxId> {
@@ -58,7 +61,22 @@ impl Transaction {
         self.committed
     }
 
+    /// Whether a commit was asked for and left unanswered (the coordinator
+    /// failed or was unreachable): the transaction may have committed. When
+    /// false, a finished transaction that did not commit was aborted
+    /// everywhere (a takeover aborts what its coordinator had not decided
+    /// to commit), so running it again applies it once.
+    pub fn outcome_unknown(&self) -> bool {
+        self.outcome_unknown
+    }
+
     pub async fn commit(mut self) -> Result<()> {
+        self.commit_keeping().await
+    }
+
+    /// `commit` for a caller that holds the transaction by reference, to
+    /// ask `outcome_unknown` when it fails.
+    pub async fn commit_keeping(&mut self) -> Result<()> {
         if self.committed {
             return Ok(());
         }
@@ -123,6 +141,7 @@ impl Transaction {
                 // outcome is unknown if a commit was asked for; either way the
                 // next transaction should route by a fresh layout.
                 self.finished = true;
+                self.outcome_unknown = commit;
                 if e.code == ErrorCode::NodeUnavailable {
                     let _ = self.client.refresh_layout().await;
                 }

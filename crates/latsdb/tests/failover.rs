@@ -3,7 +3,8 @@
 //! afterwards, and a batch sent after the kill must succeed within the
 //! failure-detection time plus one second. Batches of lookups running
 //! through the kill never fail: their reads are sent again by the new
-//! layout.
+//! layout. Through the SQL node, reads never see the failure and writes
+//! see only the errors MySQL clients retry or must check (1213, 1180).
 
 mod common;
 
@@ -156,4 +157,107 @@ async fn sigkill_of_a_data_node_loses_no_acknowledged_write() {
         "acknowledged {} writes ({before} before the kill); writers resumed {resumed_ms} ms after it",
         acked.len()
     );
+}
+
+/// What a MySQL client saw of one kind of statement during the run.
+#[derive(Default, Debug)]
+struct Seen {
+    ok: u64,
+    ok_after_kill: u64,
+    /// Error codes, in order.
+    errors: Vec<u16>,
+}
+
+fn server_code(e: &mysql_async::Error) -> u16 {
+    match e {
+        mysql_async::Error::Server(s) => s.code,
+        other => panic!("not a server error: {other}"),
+    }
+}
+
+/// One client of the SQL node running `kind` statements until `stop`.
+async fn sql_load(opts: mysql_async::Opts, kind: &'static str, stop: Arc<AtomicBool>, killed: Arc<AtomicBool>) -> Seen {
+    use mysql_async::prelude::Queryable;
+    let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+    let mut seen = Seen::default();
+    let mut n: i64 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let id = n % 200;
+        let result: Result<(), mysql_async::Error> = match kind {
+            "read" => conn.exec_first::<i64, _, _>("SELECT v FROM f.sq WHERE id = ?", (id,)).await.map(|_| ()),
+            "scan" => conn.query_first::<i64, _>("SELECT COUNT(*) FROM f.sq").await.map(|c| assert_eq!(c, Some(200))),
+            "write" => conn.exec_drop("UPDATE f.sq SET v = v + 1 WHERE id = ?", (id,)).await,
+            _ => {
+                async {
+                    conn.query_drop("BEGIN").await?;
+                    conn.exec_drop("UPDATE f.sq SET v = v + 1 WHERE id = ?", (id,)).await?;
+                    conn.exec_drop("UPDATE f.sq SET v = v + 1 WHERE id = ?", ((id + 100) % 200,)).await?;
+                    conn.query_drop("COMMIT").await
+                }
+                .await
+            }
+        };
+        match result {
+            Ok(()) => {
+                seen.ok += 1;
+                seen.ok_after_kill += killed.load(Ordering::Relaxed) as u64;
+            }
+            Err(e) => {
+                seen.errors.push(server_code(&e));
+                let _ = conn.query_drop("ROLLBACK").await;
+            }
+        }
+    }
+    seen
+}
+
+/// Through the SQL node, a SIGKILL of one of two replicas is invisible to
+/// reads and scans (the SQL node runs them again on the new layout), and
+/// a write fails only when its commit was left unanswered (1180: it may have
+/// taken effect) or, inside BEGIN ... COMMIT, as a rolled-back transaction
+/// that MySQL clients run again (1213); never with a temporary error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_clients_see_a_data_node_failure_only_where_mysql_clients_retry() {
+    let cluster = TestCluster::start(&["--no-restart", "--replicas", "2", "--no-rest"]);
+    let pids = common::datanode_pids(&cluster.mgm(&["show"]));
+    let (host, port) = cluster.sql.rsplit_once(':').unwrap();
+    let opts: mysql_async::Opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(host.to_string())
+        .tcp_port(port.parse().unwrap())
+        .user(Some("root"))
+        .prefer_socket(false)
+        .into();
+    {
+        use mysql_async::prelude::Queryable;
+        let mut conn = mysql_async::Conn::new(opts.clone()).await.unwrap();
+        conn.query_drop("CREATE DATABASE f").await.unwrap();
+        conn.query_drop("CREATE TABLE f.sq (id INT PRIMARY KEY, v INT)").await.unwrap();
+        let values: Vec<String> = (0..200).map(|i| format!("({i}, 0)")).collect();
+        conn.query_drop(format!("INSERT INTO f.sq VALUES {}", values.join(","))).await.unwrap();
+    }
+    let (stop, killed) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let kinds = ["read", "read", "scan", "write", "write", "transaction"];
+    let tasks: Vec<_> =
+        kinds.iter().map(|&kind| tokio::spawn(sql_load(opts.clone(), kind, stop.clone(), killed.clone()))).collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    common::sigkill(pids[1]);
+    killed.store(true, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop.store(true, Ordering::Relaxed);
+    for (kind, task) in kinds.iter().zip(tasks) {
+        let seen = task.await.unwrap();
+        eprintln!("{kind}: {seen:?}");
+        assert!(seen.ok_after_kill > 0, "{kind} statements went on after the kill: {seen:?}");
+        let allowed: &[u16] = match *kind {
+            "read" | "scan" => &[],
+            "write" => &[1180],
+            _ => &[1180, 1213],
+        };
+        assert!(
+            seen.errors.iter().all(|c| allowed.contains(c)),
+            "{kind} saw errors {:?}, may see {allowed:?}",
+            seen.errors
+        );
+    }
 }

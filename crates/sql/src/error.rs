@@ -53,6 +53,7 @@ pub const ER_MALFORMED_PACKET: u16 = 1835;
 pub const ER_SP_DOES_NOT_EXIST: u16 = 1305;
 pub const ER_INTERNAL: u16 = 1815;
 pub const ER_RECORD_FILE_FULL: u16 = 1114;
+pub const ER_ERROR_DURING_COMMIT: u16 = 1180;
 pub const ER_UNKNOWN_ERROR: u16 = 1105;
 
 impl SqlError {
@@ -129,4 +130,29 @@ impl From<DbError> for SqlError {
         }
         SqlError { code, state, message }
     }
+}
+
+/// A statement's error once a failure ended its cluster transaction. A
+/// commit that was asked for and never answered may have taken effect: 1180
+/// (ER_ERROR_DURING_COMMIT), which no client runs again on its own. A
+/// transaction of BEGIN ... COMMIT that a data node failure aborted was
+/// rolled back whole: 1213 with SQLSTATE 40001, as a deadlock, which
+/// Connector/J, Django, Hibernate and sysbench answer by running the
+/// transaction again. Other errors stay as they are.
+pub fn after_failure(e: SqlError, outcome_unknown: bool, explicit_transaction: bool) -> SqlError {
+    if outcome_unknown {
+        return SqlError::new(
+            ER_ERROR_DURING_COMMIT,
+            "HY000",
+            format!("the commit was not answered, so the transaction may or may not have taken effect: {}; check its rows before running it again", e.message),
+        );
+    }
+    if explicit_transaction && e.code == ER_GET_TEMPORARY_ERRMSG {
+        return SqlError::new(
+            ER_LOCK_DEADLOCK,
+            "40001",
+            format!("the transaction was rolled back because a data node failed ({}); run it again", e.message),
+        );
+    }
+    e
 }

@@ -461,6 +461,9 @@ impl Session {
         let Some(p) = planned else { return self.run_other(stmt).await };
         let result = self.run_planned(&p, params).await;
         match result {
+            Err(e) if e.code == crate::error::ER_GET_TEMPORARY_ERRMSG && self.may_run_again(&p) => {
+                self.run_again(&p, params, e).await
+            }
             Err(e) if e.code == crate::error::ER_TABLE_DEF_CHANGED || e.code == crate::error::ER_NO_SUCH_TABLE => {
                 // Another node changed, renamed or dropped a table of the
                 // plan: read the definitions again (a table gone under its
@@ -482,6 +485,38 @@ impl Session {
             }
             other => other,
         }
+    }
+
+    /// Whether a statement that failed with a temporary error (a data node
+    /// failed, the cluster is changing its layout) left nothing behind, so
+    /// that running it again applies it once: an autocommit statement (its
+    /// transaction was aborted whole, and a commit left unanswered is 1180,
+    /// not this), or a committed read inside an open transaction.
+    fn may_run_again(&self, p: &Planned) -> bool {
+        if !self.in_transaction {
+            return true;
+        }
+        matches!((p, &self.tx), (Planned::Select(s), TxState::Open(_)) if s.lock == LockMode::Committed)
+    }
+
+    /// Runs a statement again after a temporary error, as NDB's API users
+    /// are told to, so that the client never sees a data node fail: with
+    /// the layout read again and a growing pause (50 ms doubling to 1 s), for
+    /// at most `RUN_AGAIN_FOR`. The last error is returned past that.
+    async fn run_again(&mut self, p: &Planned, params: &[Value], mut error: SqlError) -> SqlResult<Response> {
+        const RUN_AGAIN_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + RUN_AGAIN_FOR;
+        let mut pause = std::time::Duration::from_millis(50);
+        while std::time::Instant::now() + pause < deadline {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(1));
+            let _ = self.shared.client.refresh_layout().await;
+            match self.run_planned(p, params).await {
+                Err(e) if e.code == crate::error::ER_GET_TEMPORARY_ERRMSG && self.may_run_again(p) => error = e,
+                other => return other,
+            }
+        }
+        Err(error)
     }
 
     /// Whether a statement is planned at every execution instead of once
@@ -908,16 +943,16 @@ impl Session {
                     self.last_insert_id = id;
                 }
                 self.warnings.extend(warnings.into_iter().map(|(code, message)| ("Warning", code, message)));
-                if let Some(t) = tx {
+                if let Some(mut t) = tx {
                     if self.in_transaction {
                         self.tx = TxState::Open(t);
-                    } else {
-                        t.commit().await?;
+                    } else if let Err(e) = t.commit_keeping().await {
+                        return Err(crate::error::after_failure(e.into(), t.outcome_unknown(), false));
                     }
                 }
                 Ok(response)
             }
-            Err(e) => {
+            Err(mut e) => {
                 match tx {
                     // The SQL node refused the statement before the cluster
                     // failed anything (a duplicate key found by the insert's
@@ -926,6 +961,7 @@ impl Session {
                     Some(t) if self.in_transaction && !t.is_finished() => self.tx = TxState::Open(t),
                     // A failed operation aborted the cluster transaction.
                     Some(t) => {
+                        e = crate::error::after_failure(e, t.outcome_unknown(), self.in_transaction);
                         let _ = t.rollback().await;
                         if self.in_transaction {
                             self.tx = TxState::Failed(e.clone());
@@ -949,7 +985,10 @@ impl Session {
         self.undo.clear();
         match std::mem::replace(&mut self.tx, TxState::None) {
             TxState::None => Ok(()),
-            TxState::Open(t) => Ok(t.commit().await?),
+            TxState::Open(mut t) => match t.commit_keeping().await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(crate::error::after_failure(e.into(), t.outcome_unknown(), true)),
+            },
             TxState::Failed(e) => Err(tx_failed(&e)),
         }
     }
