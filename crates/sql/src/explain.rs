@@ -83,18 +83,7 @@ async fn steps_of(session: &mut Session, planned: &Planned) -> SqlResult<Vec<Ste
         Planned::Update(w) => select_steps(session, &w.select, "UPDATE").await?,
         Planned::Delete(w) => select_steps(session, &w.select, "DELETE").await?,
         Planned::Insert(i) => {
-            let mut steps = vec![Step {
-                select_type: "INSERT",
-                table: i.table.def().name.clone(),
-                partitions: Some(all_partitions(i.table.def().partitions)),
-                access: "ALL",
-                key: None,
-                key_parts: Vec::new(),
-                key_len: None,
-                reference: None,
-                rows: None,
-                extra: Vec::new(),
-            }];
+            let mut steps = vec![Step { select_type: "INSERT", ..blank_step(&i.table.def().name, Some(&i.table)) }];
             if let InsertSource::Select(select) = &i.source {
                 steps.extend(select_steps(session, select, "SIMPLE").await?);
             }
@@ -125,12 +114,12 @@ async fn select_steps(session: &mut Session, plan: &SelectPlan, select_type: &'s
     Ok(steps)
 }
 
-fn blank_step(src: &Source) -> Step {
-    let partitions = src.stored().map(|t| all_partitions(t.def().partitions));
+/// A full scan of `table` (`stored`: its partitions, when it is one).
+fn blank_step(table: &str, stored: Option<&std::sync::Arc<latsdb_client::Table>>) -> Step {
     Step {
         select_type: "SIMPLE",
-        table: src.scope.alias.clone(),
-        partitions,
+        table: table.to_string(),
+        partitions: stored.map(|t| all_partitions(t.def().partitions)),
         access: "ALL",
         key: None,
         key_parts: Vec::new(),
@@ -142,7 +131,7 @@ fn blank_step(src: &Source) -> Step {
 }
 
 async fn first_step(session: &mut Session, plan: &SelectPlan, src: &Source) -> SqlResult<Step> {
-    let mut step = blank_step(src);
+    let mut step = blank_step(&src.scope.alias, src.stored());
     let Some(table) = src.stored().cloned() else {
         return Ok(step);
     };
@@ -192,7 +181,7 @@ async fn first_step(session: &mut Session, plan: &SelectPlan, src: &Source) -> S
 
 async fn joined_step(session: &mut Session, plan: &SelectPlan, i: usize) -> SqlResult<Step> {
     let src = &plan.sources[i];
-    let mut step = blank_step(src);
+    let mut step = blank_step(&src.scope.alias, src.stored());
     let join = plan.joins.iter().find(|j| j.table == i);
     match (src.stored(), join.and_then(|j| j.lookup.as_ref())) {
         (Some(table), Some(lookup)) => {

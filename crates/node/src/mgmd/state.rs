@@ -329,17 +329,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_state_file_of_the_format_before_disk_columns_still_loads() {
-        let dir = scratch_dir("v1");
-        let t = table().with_columns(&[ColumnDef::new("n", ColumnType::Double)], &[Value::Float(0.5)]).unwrap();
-        let old = PersistedV1 {
+    /// `t` as formats 1 and 2 wrote it, its columns made by `column`.
+    fn old_state<C>(t: &TableDef, column: impl Fn(&ColumnDef) -> C) -> PersistedV1<C> {
+        PersistedV1 {
             tables: vec![TableDefV1 {
                 id: t.id,
                 version: t.version,
                 database: t.database.clone(),
                 name: t.name.clone(),
-                columns: t.columns.iter().map(old_column).collect(),
+                columns: t.columns.iter().map(column).collect(),
                 primary_key: t.primary_key.clone(),
                 partitions: t.partitions,
                 indexes: t.indexes.clone(),
@@ -349,7 +347,14 @@ mod tests {
             durable_epoch: CommitEpoch(9),
             last_view: vec![3],
             last_view_number: latsdb_types::proto::ViewNumber(2),
-        };
+        }
+    }
+
+    #[test]
+    fn a_state_file_of_the_format_before_disk_columns_still_loads() {
+        let dir = scratch_dir("v1");
+        let t = table().with_columns(&[ColumnDef::new("n", ColumnType::Double)], &[Value::Float(0.5)]).unwrap();
+        let old = old_state(&t, old_column);
         std::fs::write(dir.join(STATE_FILE), proto::frame(1, &old)).unwrap();
         let loaded = load_state(&dir).unwrap();
         assert_eq!(loaded.tables, vec![t]);
@@ -370,23 +375,7 @@ mod tests {
             collation: c.collation,
             storage: c.storage,
         };
-        let old = PersistedV1 {
-            tables: vec![TableDefV1 {
-                id: t.id,
-                version: t.version,
-                database: t.database.clone(),
-                name: t.name.clone(),
-                columns: t.columns.iter().map(old_column).collect(),
-                primary_key: t.primary_key.clone(),
-                partitions: t.partitions,
-                indexes: t.indexes.clone(),
-                added_parts: t.added_parts.clone(),
-            }],
-            next_table_id: 8,
-            durable_epoch: CommitEpoch(9),
-            last_view: vec![3],
-            last_view_number: latsdb_types::proto::ViewNumber(2),
-        };
+        let old = old_state(&t, old_column);
         std::fs::write(dir.join(STATE_FILE), proto::frame(2, &old)).unwrap();
         let loaded = load_state(&dir).unwrap();
         // The DATETIME column kept microseconds before format 3: it keeps six digits.
