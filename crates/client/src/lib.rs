@@ -259,6 +259,27 @@ impl Client {
         self.inner.requests.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Rows and bytes of row data (keys and values, without index or map
+    /// overhead) of every table, by table id, as the data nodes hold them
+    /// now: each partition counted once, from its fullest replica.
+    pub async fn table_sizes(&self) -> Result<HashMap<latsdb_types::schema::TableId, (u64, u64)>> {
+        let nodes = match self.mgm(MgmRequest::ReportMemory).await? {
+            MgmResponse::Memory(nodes) => nodes,
+            other => return Err(unexpected("ReportMemory", other)),
+        };
+        let mut partitions: HashMap<(latsdb_types::schema::TableId, u32), (u64, u64)> = HashMap::new();
+        for size in nodes.iter().flat_map(|(_, shards)| shards.iter().flat_map(|s| s.partitions.iter())) {
+            let slot = partitions.entry((size.table, size.partition)).or_default();
+            *slot = (slot.0.max(size.rows), slot.1.max(size.bytes));
+        }
+        let mut tables: HashMap<latsdb_types::schema::TableId, (u64, u64)> = HashMap::new();
+        for ((table, _), (rows, bytes)) in partitions {
+            let t = tables.entry(table).or_default();
+            *t = (t.0 + rows, t.1 + bytes);
+        }
+        Ok(tables)
+    }
+
     /// The management server this client reaches the cluster through.
     pub fn mgmd(&self) -> &str {
         &self.inner.mgmd

@@ -688,6 +688,24 @@ impl Shard {
         self.cx.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
     }
 
+    /// Rows and row bytes of every partition replica this shard holds.
+    pub fn partition_sizes(&self) -> Vec<latsdb_types::proto::PartitionSize> {
+        let mut sizes = Vec::new();
+        for (&table, state) in &self.cx.tables {
+            for (partition, p) in state.partitions.iter().enumerate() {
+                if let Some(p) = p {
+                    sizes.push(latsdb_types::proto::PartitionSize {
+                        table,
+                        partition: partition as u32,
+                        rows: p.len() as u64,
+                        bytes: p.row_bytes() as u64,
+                    });
+                }
+            }
+        }
+        sizes
+    }
+
     /// The committed rows of a partition this shard holds, sorted by key
     /// (for checks that replicas agree).
     pub fn partition_rows(

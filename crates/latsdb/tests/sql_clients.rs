@@ -400,6 +400,17 @@ fn explain_shows_the_access_path_in_mysqls_columns() {
     );
     // EXPLAIN wrote nothing.
     assert_eq!(rows_of(&cluster, "SELECT COUNT(*), SUM(a) FROM t"), [["20", "40"]]);
+    // Row counts from the data nodes (each partition once, not per replica).
+    assert_eq!(
+        rows_of(&cluster, "SELECT table_name, table_rows, data_length > 0, avg_row_length > 0 FROM information_schema.tables WHERE table_schema = 'clock' ORDER BY table_name"),
+        [["t", "20", "1", "1"], ["u", "20", "1", "1"]]
+    );
+    let status = rows_of(&cluster, "SHOW TABLE STATUS");
+    assert_eq!(
+        status.iter().map(|r| (r[0].as_str(), r[4].as_str())).collect::<Vec<_>>(),
+        [("t", "20"), ("u", "20")],
+        "{status:?}"
+    );
 
     let (ok, out, err) = mariadb(
         &cluster,

@@ -498,6 +498,7 @@ fn run_shard(
                         page_waits: disk.parks,
                         pages_read_on_shard_thread: disk.read_here,
                         pages_read_at_once: disk.read_at_once,
+                        partitions: shard.partition_sizes(),
                     });
                 }
                 Control::Restore(image, plan, reply) => {

@@ -237,6 +237,12 @@ impl Gen {
             page_waits: self.u64(),
             pages_read_on_shard_thread: self.u64(),
             pages_read_at_once: self.u64(),
+            partitions: self.list(3, |g| PartitionSize {
+                table: g.u32(),
+                partition: g.u32(),
+                rows: g.u64(),
+                bytes: g.u64(),
+            }),
         }
     }
 }

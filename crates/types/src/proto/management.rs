@@ -202,6 +202,17 @@ pub struct ShardMemory {
     pub pages_read_on_shard_thread: u64,
     /// Pages the operating system had cached, read without waiting.
     pub pages_read_at_once: u64,
+    /// Rows and row bytes of each partition the shard holds a replica of.
+    pub partitions: Vec<PartitionSize>,
+}
+
+/// Rows of one partition replica and the bytes of their keys and values.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionSize {
+    pub table: crate::schema::TableId,
+    pub partition: u32,
+    pub rows: u64,
+    pub bytes: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
