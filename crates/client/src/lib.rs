@@ -518,8 +518,9 @@ impl Client {
         shard: ShardAddr,
         request: &T,
     ) -> Result<oneshot::Receiver<Result<Reply>>> {
+        let sent = self.shard_conn(shard).await?.send(request, false)?;
         self.inner.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.shard_conn(shard).await?.send(request, false)
+        Ok(sent)
     }
 
     /// Like `start`, for an answer the caller decodes (`finish_raw`).
@@ -528,8 +529,9 @@ impl Client {
         shard: ShardAddr,
         request: &T,
     ) -> Result<oneshot::Receiver<Result<Reply>>> {
+        let sent = self.shard_conn(shard).await?.send(request, true)?;
         self.inner.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.shard_conn(shard).await?.send(request, true)
+        Ok(sent)
     }
 
     /// The answer to a request; a request unanswered for the request

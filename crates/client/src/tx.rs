@@ -133,15 +133,20 @@ impl Transaction {
         };
         let layouts: Vec<_> = ops.iter().map(|o| o.layout.clone()).collect();
         let request = ClientRequest::TxExec { tx: self.id, ops: ops.into_iter().map(|o| o.op).collect(), commit };
-        let answer = self.client.call(tc, &request).await;
+        // A request that could not be sent (no connection to the
+        // coordinator) did nothing; one sent and left unanswered may have.
+        let (answer, sent) = match self.client.start(tc, &request).await {
+            Ok(rx) => (self.client.finish(rx).await, true),
+            Err(e) => (Err(e), false),
+        };
         let answer = match answer {
             Ok(a) => a,
             Err(e) => {
                 // The coordinator is unreachable: its node may have failed. The
-                // outcome is unknown if a commit was asked for; either way the
+                // outcome is unknown if a commit was sent; either way the
                 // next transaction should route by a fresh layout.
                 self.finished = true;
-                self.outcome_unknown = commit;
+                self.outcome_unknown = commit && sent;
                 if e.code == ErrorCode::NodeUnavailable {
                     let _ = self.client.refresh_layout().await;
                 }

@@ -1352,7 +1352,7 @@ async fn add_columns(
             )));
         }
         let value = if spec.def.clock.on_insert {
-            let now = crate::session::now_to_digits(spec.def.fraction_digits);
+            let now = crate::session::to_digits(crate::session::now_micros(), spec.def.fraction_digits);
             crate::eval::to_column(Value::DateTime(now), &spec.def)?
         } else if let Some(default) = &spec.def.default {
             default.clone()

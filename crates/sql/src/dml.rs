@@ -333,12 +333,13 @@ pub async fn plan_write<C: Catalog>(catalog: &C, stmt: &Statement) -> SqlResult<
             let moves_key = sets.iter().any(|(c, _)| table.def().primary_key.contains(c));
             let all_pushable = sets.iter().all(|(_, e)| data_node_expr(e).is_some());
             // A clock column changes only with the row: that needs the old row too.
-            let clocked = table
-                .def()
-                .columns
-                .iter()
-                .enumerate()
-                .any(|(i, column)| column.clock.on_update && !sets.iter().any(|(c, _)| *c as usize == i));
+            let clocked = !sets.is_empty()
+                && table
+                    .def()
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .any(|(i, column)| column.clock.on_update && !sets.iter().any(|(c, _)| *c as usize == i));
             (all_pushable && !moves_key && !clocked).then(|| keys.clone())
         }
         _ => None,
@@ -843,6 +844,8 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
     // Strict mode: text that is no number fails the write (IGNORE turns
     // that into warnings, which latsdb does not do for arithmetic yet).
     ctx.env.strict_numbers = !matches!(plan.conflict, OnConflict::Ignore);
+    // Every row's clock columns take the one time of the statement.
+    let statement_time = crate::session::now_micros();
     let table = &plan.table;
     let def = table.def();
     let n = def.columns.len();
@@ -883,9 +886,10 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
                 }
                 Some(v) => to_column(v, column)?,
                 None if is_auto => Value::Null,
-                None if column.clock.on_insert => {
-                    to_column(Value::DateTime(crate::session::now_to_digits(column.fraction_digits)), column)?
-                }
+                None if column.clock.on_insert => to_column(
+                    Value::DateTime(crate::session::to_digits(statement_time, column.fraction_digits)),
+                    column,
+                )?,
                 None => match &column.default {
                     Some(d) => d.clone(),
                     None if column.nullable => Value::Null,
@@ -1081,7 +1085,8 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             for (i, found) in at.into_iter().zip(ctx.run_ops(reads).await?) {
                 existing[i] = found;
             }
-            let (writes, affected) = resolve_conflicts(def, &plan.conflict, rows, conflicting, existing, &ctx.env)?;
+            let resolved = Resolving { conflict: &plan.conflict, env: &ctx.env, statement_time };
+            let (writes, affected) = resolve_conflicts(def, &resolved, rows, conflicting, existing)?;
             let ops = writes
                 .into_iter()
                 .map(|w| match w.assigned {
@@ -1096,6 +1101,14 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         }
     };
     Ok(WriteResult { affected, last_insert_id: first_auto, warnings })
+}
+
+/// What decides the writes of INSERT IGNORE or ON DUPLICATE KEY UPDATE:
+/// the clause, the values' environment and the statement's time.
+struct Resolving<'a> {
+    conflict: &'a OnConflict,
+    env: &'a Env<'a>,
+    statement_time: i64,
 }
 
 /// One key's write after INSERT IGNORE or ON DUPLICATE KEY UPDATE rows
@@ -1114,12 +1127,12 @@ struct ResolvedWrite {
 /// row inserted, 2 per row an update changed, 0 per row left as it was.
 fn resolve_conflicts(
     def: &latsdb_types::schema::TableDef,
-    conflict: &OnConflict,
+    how: &Resolving<'_>,
     rows: Vec<Vec<Value>>,
     keys: Vec<Vec<Value>>,
     existing: Vec<Outcome>,
-    env: &Env,
 ) -> SqlResult<(Vec<ResolvedWrite>, u64)> {
+    let (conflict, env) = (how.conflict, how.env);
     let mut writes: Vec<ResolvedWrite> = Vec::new();
     let mut affected = 0;
     for ((row, key), found) in rows.into_iter().zip(keys).zip(existing) {
@@ -1154,7 +1167,7 @@ fn resolve_conflicts(
         if both == old {
             continue;
         }
-        for (c, now) in clock_updates(def, sets.iter().map(|(c, _)| *c))? {
+        for (c, now) in clock_updates(def, sets.iter().map(|(c, _)| *c), how.statement_time)? {
             both[c as usize] = now.clone();
             assigned.push((c, now));
         }
@@ -1184,11 +1197,12 @@ fn resolve_conflicts(
 fn clock_updates(
     def: &latsdb_types::schema::TableDef,
     named: impl Iterator<Item = ColumnId> + Clone,
+    statement_time: i64,
 ) -> SqlResult<Vec<(ColumnId, Value)>> {
     let mut out = Vec::new();
     for (i, column) in def.columns.iter().enumerate() {
         if column.clock.on_update && !named.clone().any(|c| c as usize == i) {
-            let now = crate::session::now_to_digits(column.fraction_digits);
+            let now = crate::session::to_digits(statement_time, column.fraction_digits);
             out.push((i as ColumnId, to_column(Value::DateTime(now), column)?));
         }
     }
@@ -1205,6 +1219,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     // Strict mode for the values written (SET), not for the WHERE, which
     // reads text's numeric prefix as MariaDB does.
     ctx.env.strict_numbers = false;
+    let statement_time = crate::session::now_micros();
     let table = &plan.table;
     let def = table.def();
     no_text_keys_of_numbers(plan, &ctx.env)?;
@@ -1279,7 +1294,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         if !changes {
             continue;
         }
-        for (c, now) in clock_updates(def, plan.sets.iter().map(|(c, _)| *c))? {
+        for (c, now) in clock_updates(def, plan.sets.iter().map(|(c, _)| *c), statement_time)? {
             new_row[c as usize] = now.clone();
             set.push((c, Expr::Const(now)));
         }

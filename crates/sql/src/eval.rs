@@ -1969,7 +1969,14 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
         }
         _ => v,
     };
+    // Rounded after the type's checks; rounding up past the last second of
+    // year 9999 ('9999-12-31 23:59:59.7' in a DATETIME) is a wrong value.
     let coerced = latsdb_types::value::coerce(converted, column).map(|v| to_fraction_digits(v, column.fraction_digits));
+    if let Ok(Value::DateTime(us) | Value::Timestamp(us)) = &coerced {
+        if *us >= value::days_from_civil(10_000, 1, 1) * 86_400_000_000 {
+            return Err(wrong_value(&shown, column));
+        }
+    }
     coerced.map_err(|e| match e.code {
         ErrorCode::TypeError if e.message.contains("cannot be NULL") => {
             SqlError::new(crate::error::ER_BAD_NULL, "23000", format!("Column '{}' cannot be null", column.name))

@@ -198,6 +198,13 @@ fn equal_key_part(v: Value, column: &ColumnDef) -> SqlResult<Option<Value>> {
             None => {}
         }
     }
+    if column.fraction_digits < 6 && matches!(column.ty, ColumnType::DateTime | ColumnType::Timestamp) {
+        // A value with more digits of a second than the column keeps
+        // matches no stored value (10:00:00.6 is not 10:00:01).
+        let exact = to_column(v.clone(), &ColumnDef { fraction_digits: 6, ..column.clone() })?;
+        let stored = to_column(v, column)?;
+        return Ok((exact == stored).then_some(stored));
+    }
     to_column(v, column).map(Some)
 }
 

@@ -29,6 +29,9 @@ impl Session {
     /// `PREPARE name FROM text`; the parser hands the text over as the one
     /// expression of a SELECT (a string literal or a user variable).
     pub(crate) fn prepare_sql(&mut self, name: &ast::Ident, text: &Statement) -> SqlResult<Response> {
+        // A PREPARE that fails still drops the statement of its name, as in MySQL.
+        let key = name.value.to_lowercase();
+        self.sql_prepared.remove(&key);
         let expr = match text {
             Statement::Query(q) => match q.body.as_ref() {
                 ast::SetExpr::Select(s) if s.projection.len() == 1 && s.from.is_empty() => match &s.projection[0] {
@@ -67,15 +70,13 @@ impl Session {
                 "This command is not supported in the prepared statement protocol yet",
             ));
         }
-        let key = name.value.to_lowercase();
-        if !self.sql_prepared.contains_key(&key) && self.sql_prepared.len() >= MAX_PER_SESSION {
+        if self.sql_prepared.len() >= MAX_PER_SESSION {
             return Err(SqlError::new(
                 1461,
                 "42000",
                 format!("Can't create more than max_prepared_stmt_count statements (current value: {MAX_PER_SESSION}); DEALLOCATE PREPARE ones no longer used"),
             ));
         }
-        // MySQL replaces a statement of the same name.
         self.sql_prepared.insert(key, SqlPrepared { statement, params: parsed.params, plan: CachedPlan::default() });
         Ok(Response::Ok { affected: 0, last_insert_id: 0, info: "Statement prepared".into() })
     }
@@ -87,7 +88,10 @@ impl Session {
         name: &ast::ObjectName,
         using: &[ast::ExprWithAlias],
     ) -> SqlResult<Response> {
-        let key = name.to_string().trim_matches('`').to_lowercase();
+        let key = match name.0.as_slice() {
+            [part] => part.as_ident().map(|i| i.value.to_lowercase()).unwrap_or_default(),
+            _ => return Err(unknown(&name.to_string(), "EXECUTE")),
+        };
         let Some(mut prepared) = self.sql_prepared.remove(&key) else {
             return Err(unknown(&key, "EXECUTE"));
         };

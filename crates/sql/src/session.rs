@@ -233,7 +233,7 @@ impl SessionLookup for SessionView<'_> {
             SessionValue::LastInsertId => Value::UInt(self.last_insert_id),
             SessionValue::RowCount => Value::Int(self.row_count),
             SessionValue::FoundRows => Value::UInt(self.found_rows),
-            SessionValue::Now(digits) => Value::DateTime(now_to_digits(*digits)),
+            SessionValue::Now(digits) => Value::DateTime(to_digits(now_micros(), *digits)),
             SessionValue::CurDate => Value::Date(now_micros().div_euclid(86_400_000_000) as i32),
             SessionValue::Variable(name) => {
                 if name.starts_with('@') {
@@ -265,12 +265,12 @@ pub(crate) fn now_micros() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }
 
-/// The current time cut to `digits` digits of a second (0-6): MySQL's
-/// NOW(n) truncates, so a stored clock value is never in the future.
-pub(crate) fn now_to_digits(digits: u8) -> i64 {
+/// A time cut to `digits` digits of a second (0-6): MySQL's NOW(n)
+/// truncates, so a stored clock value is never in the future.
+pub(crate) fn to_digits(micros: i64, digits: u8) -> i64 {
     debug_assert!(digits <= 6, "at most 6 digits of a second: {digits}");
     let step = 10i64.pow(6 - u32::from(digits.min(6)));
-    now_micros().div_euclid(step) * step
+    micros.div_euclid(step) * step
 }
 
 /// Table lookup for the planner, in the session's current database.
@@ -947,7 +947,8 @@ impl Session {
                     if self.in_transaction {
                         self.tx = TxState::Open(t);
                     } else if let Err(e) = t.commit_keeping().await {
-                        return Err(crate::error::after_failure(e.into(), t.outcome_unknown(), false));
+                        let unknown = t.outcome_unknown() || t.is_committed();
+                        return Err(crate::error::after_failure(e.into(), unknown, false));
                     }
                 }
                 Ok(response)
@@ -961,7 +962,9 @@ impl Session {
                     Some(t) if self.in_transaction && !t.is_finished() => self.tx = TxState::Open(t),
                     // A failed operation aborted the cluster transaction.
                     Some(t) => {
-                        e = crate::error::after_failure(e, t.outcome_unknown(), self.in_transaction);
+                        // (Committed but not answered as durable: it took effect.)
+                        let unknown = t.outcome_unknown() || t.is_committed();
+                        e = crate::error::after_failure(e, unknown, self.in_transaction);
                         let _ = t.rollback().await;
                         if self.in_transaction {
                             self.tx = TxState::Failed(e.clone());
@@ -987,7 +990,7 @@ impl Session {
             TxState::None => Ok(()),
             TxState::Open(mut t) => match t.commit_keeping().await {
                 Ok(()) => Ok(()),
-                Err(e) => Err(crate::error::after_failure(e.into(), t.outcome_unknown(), true)),
+                Err(e) => Err(crate::error::after_failure(e.into(), t.outcome_unknown() || t.is_committed(), true)),
             },
             TxState::Failed(e) => Err(tx_failed(&e)),
         }
