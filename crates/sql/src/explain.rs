@@ -1,8 +1,9 @@
 //! EXPLAIN: how the SQL node would run a SELECT, INSERT, UPDATE or DELETE,
 //! in MySQL's twelve columns (one row per table read, in join order) or as
 //! MySQL's FORMAT=JSON document. Nothing is written and no row is returned;
-//! a scan's `rows` is counted by the data nodes (they keep no statistics),
-//! which reads the range once. Subqueries and derived tables run first, as
+//! a whole table's `rows` is the data nodes' count of its rows, and an
+//! index range's is counted by them over the range (they keep no
+//! statistics), which reads the range once. Subqueries and derived tables run first, as
 //! the SQL node runs them for every statement, and the plan shown is the
 //! outer statement's with their results.
 //!
@@ -168,7 +169,7 @@ async fn first_step(session: &mut Session, plan: &SelectPlan, src: &Source) -> S
             step.reference = fixed.then(|| vec!["const"; eq.len()].join(","));
             step.rows = Some(rows_in(session, plan, src).await?);
         }
-        Access::Full => step.rows = Some(rows_in(session, plan, src).await?),
+        Access::Full => step.rows = Some(table_rows(session, &table).await?),
     }
     if !plan.pushed.is_empty() {
         step.extra.push("Using pushed condition".into());
@@ -194,7 +195,7 @@ async fn joined_step(session: &mut Session, plan: &SelectPlan, i: usize) -> SqlR
             step.rows = Some(1);
         }
         (Some(table), None) => {
-            step.rows = Some(count_rows(session, table, None).await?);
+            step.rows = Some(table_rows(session, table).await?);
             step.extra.push("Using join buffer (hash join)".into());
         }
         (None, _) => {}
@@ -208,7 +209,10 @@ async fn joined_step(session: &mut Session, plan: &SelectPlan, i: usize) -> SqlR
 /// The rows an index walk reads: it stops after OFFSET + LIMIT rows when
 /// the index gives ORDER BY's order.
 async fn walked_rows(session: &mut Session, plan: &SelectPlan, src: &Source) -> SqlResult<u64> {
-    let rows = rows_in(session, plan, src).await?;
+    let Some(table) = src.stored() else {
+        return Ok(0);
+    };
+    let rows = table_rows(session, table).await?;
     if !plan.index_ordered {
         return Ok(rows);
     }
@@ -266,18 +270,24 @@ async fn rows_in(session: &mut Session, plan: &SelectPlan, src: &Source) -> SqlR
     let scan = crate::exec::build_scan(&unfiltered, src, table, &plan.access, &env)?;
     match scan {
         None => Ok(0),
-        Some(scan) => count_rows(session, table, Some(scan)).await,
+        Some(scan) => count_rows(session, table, scan).await,
     }
 }
 
 async fn count_rows(
     session: &Session,
     table: &std::sync::Arc<latsdb_client::Table>,
-    scan: Option<latsdb_client::Scan>,
+    scan: latsdb_client::Scan,
 ) -> SqlResult<u64> {
-    let scan = scan.unwrap_or_else(latsdb_client::Scan::all);
     let counted = session.shared.client.aggregate(table, scan, &[latsdb_types::expr::Aggregate::CountRows]).await?;
     Ok(counted.first().and_then(Value::as_u64).unwrap_or(0))
+}
+
+/// The rows of a whole table, as the data nodes count them (their memory
+/// report: no scan).
+async fn table_rows(session: &Session, table: &std::sync::Arc<latsdb_client::Table>) -> SqlResult<u64> {
+    let sizes = session.shared.client.table_sizes().await?;
+    Ok(sizes.get(&table.def().id).map_or(0, |&(rows, _)| rows))
 }
 
 /// The partitions primary-key lookups reach (NDB shows the pruned ones).
