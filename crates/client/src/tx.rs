@@ -147,6 +147,7 @@ impl Transaction {
                 // next transaction should route by a fresh layout.
                 self.finished = true;
                 self.outcome_unknown = commit && sent;
+                debug_assert!(!self.committed, "a committed transaction sends nothing more");
                 if e.code == ErrorCode::NodeUnavailable {
                     let _ = self.client.refresh_layout().await;
                 }
@@ -158,6 +159,7 @@ impl Transaction {
                 self.id = Some(tx);
                 self.finished = committed;
                 self.committed = committed;
+                debug_assert!(!self.outcome_unknown, "an answered transaction has a known outcome");
                 if committed && self.client.inner.opts.wait_durable {
                     self.client.await_durable(tc).await?;
                 }

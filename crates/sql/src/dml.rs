@@ -1206,6 +1206,7 @@ fn clock_updates(
             out.push((i as ColumnId, to_column(Value::DateTime(now), column)?));
         }
     }
+    debug_assert!(out.iter().all(|(c, _)| def.columns[*c as usize].clock.on_update));
     Ok(out)
 }
 

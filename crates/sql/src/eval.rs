@@ -2002,10 +2002,8 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
 /// column keeps, half up as MySQL rounds ('10:00:00.5' in a DATETIME is
 /// 10:00:01); other values as they are.
 fn to_fraction_digits(v: Value, digits: u8) -> Value {
-    let round = |us: i64| {
-        let step = 10i64.pow(6 - u32::from(digits.min(6)));
-        (us + step / 2).div_euclid(step) * step
-    };
+    let step = crate::session::fraction_step(digits);
+    let round = |us: i64| (us + step / 2).div_euclid(step) * step;
     match v {
         Value::DateTime(us) => Value::DateTime(round(us)),
         Value::Timestamp(us) => Value::Timestamp(round(us)),

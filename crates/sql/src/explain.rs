@@ -115,6 +115,17 @@ async fn select_steps(session: &mut Session, plan: &SelectPlan, select_type: &'s
     Ok(steps)
 }
 
+impl Step {
+    /// The step reads index `key` by its columns `parts` (a prefix of the
+    /// index's columns).
+    fn use_key(&mut self, def: &latsdb_types::schema::TableDef, key: &str, parts: &[u16]) {
+        debug_assert!(!parts.is_empty(), "an index read uses at least one column of {key}");
+        self.key = Some(key.to_string());
+        self.key_parts = parts.iter().map(|&c| def.columns[c as usize].name.clone()).collect();
+        self.key_len = Some(key_len(parts.iter().map(|&c| &def.columns[c as usize])));
+    }
+}
+
 /// A full scan of `table` (`stored`: its partitions, when it is one).
 fn blank_step(table: &str, stored: Option<&std::sync::Arc<latsdb_client::Table>>) -> Step {
     Step {
@@ -140,9 +151,7 @@ async fn first_step(session: &mut Session, plan: &SelectPlan, src: &Source) -> S
     match &plan.access {
         Access::Keys(keys) => {
             step.access = if keys.len() == 1 { "const" } else { "range" };
-            step.key = Some("PRIMARY".into());
-            step.key_parts = def.primary_key.iter().map(|&c| def.columns[c as usize].name.clone()).collect();
-            step.key_len = Some(key_len(def.primary_key.iter().map(|&c| &def.columns[c as usize])));
+            step.use_key(def, "PRIMARY", &def.primary_key);
             step.reference = (keys.len() == 1).then(|| vec!["const"; def.primary_key.len()].join(","));
             step.rows = Some(keys.len() as u64);
             step.partitions = Some(key_partitions(session, &table, keys)?);
@@ -162,10 +171,7 @@ async fn first_step(session: &mut Session, plan: &SelectPlan, src: &Source) -> S
                 (true, false) => "ref",
                 (false, _) => "range",
             };
-            step.key = Some(index.clone());
-            step.key_parts =
-                columns[..parts.min(columns.len())].iter().map(|&c| def.columns[c as usize].name.clone()).collect();
-            step.key_len = Some(key_len(columns[..parts.min(columns.len())].iter().map(|&c| &def.columns[c as usize])));
+            step.use_key(def, index, &columns[..parts.min(columns.len())]);
             step.reference = fixed.then(|| vec!["const"; eq.len()].join(","));
             step.rows = Some(rows_in(session, plan, src).await?);
         }
@@ -188,9 +194,7 @@ async fn joined_step(session: &mut Session, plan: &SelectPlan, i: usize) -> SqlR
         (Some(table), Some(lookup)) => {
             let def = table.def();
             step.access = "eq_ref";
-            step.key = Some("PRIMARY".into());
-            step.key_parts = def.primary_key.iter().map(|&c| def.columns[c as usize].name.clone()).collect();
-            step.key_len = Some(key_len(def.primary_key.iter().map(|&c| &def.columns[c as usize])));
+            step.use_key(def, "PRIMARY", &def.primary_key);
             step.reference = Some(lookup.iter().map(|e| reference(plan, e)).collect::<Vec<_>>().join(","));
             step.rows = Some(1);
         }

@@ -78,6 +78,7 @@ impl Session {
             ));
         }
         self.sql_prepared.insert(key, SqlPrepared { statement, params: parsed.params, plan: CachedPlan::default() });
+        debug_assert!(self.sql_prepared.len() <= MAX_PER_SESSION);
         Ok(Response::Ok { affected: 0, last_insert_id: 0, info: "Statement prepared".into() })
     }
 

@@ -268,9 +268,15 @@ pub(crate) fn now_micros() -> i64 {
 /// A time cut to `digits` digits of a second (0-6): MySQL's NOW(n)
 /// truncates, so a stored clock value is never in the future.
 pub(crate) fn to_digits(micros: i64, digits: u8) -> i64 {
-    debug_assert!(digits <= 6, "at most 6 digits of a second: {digits}");
-    let step = 10i64.pow(6 - u32::from(digits.min(6)));
+    let step = fraction_step(digits);
     micros.div_euclid(step) * step
+}
+
+/// Microseconds in the last digit a time with `digits` digits of a second
+/// keeps (1 for 6 digits, 1,000,000 for none).
+pub(crate) fn fraction_step(digits: u8) -> i64 {
+    debug_assert!(digits <= 6, "at most 6 digits of a second: {digits}");
+    10i64.pow(6 - u32::from(digits.min(6)))
 }
 
 /// Table lookup for the planner, in the session's current database.
@@ -504,6 +510,8 @@ impl Session {
     /// the layout read again and a growing pause (50 ms doubling to 1 s), for
     /// at most `RUN_AGAIN_FOR`. The last error is returned past that.
     async fn run_again(&mut self, p: &Planned, params: &[Value], mut error: SqlError) -> SqlResult<Response> {
+        debug_assert!(self.may_run_again(p), "only a statement that left nothing behind runs again");
+        debug_assert_eq!(error.code, crate::error::ER_GET_TEMPORARY_ERRMSG);
         const RUN_AGAIN_FOR: std::time::Duration = std::time::Duration::from_secs(10);
         let deadline = std::time::Instant::now() + RUN_AGAIN_FOR;
         let mut pause = std::time::Duration::from_millis(50);
