@@ -1,5 +1,6 @@
-//! When the launcher starts a data node again after it died unasked (NDB's
-//! angel process): the decisions only, from exits and the time, so they
+//! When a process manager (the launcher of `latsdb start`, or the angel of
+//! a standalone `latsdb datanode`) starts a data node again after it died
+//! unasked (NDB's angel process): the decisions only, from exits and the time, so they
 //! can be tested without processes. A node that exits cleanly (stopped by
 //! `latsdb mgm N stop` or `restart`, or the cluster's shutdown) is left
 //! alone; one that crashes or is killed is started again after a backoff
@@ -8,6 +9,7 @@
 //! a node that cannot run (a broken disk, a bad configuration) would only
 //! die again, until an operator starts it.
 
+use latsdb_types::proto::Severity;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -81,6 +83,31 @@ impl Healer {
     /// restart is dropped (the start does it) and its deaths are forgiven.
     pub fn on_requested_start(&mut self, node: u16) {
         self.nodes.remove(&node);
+    }
+}
+
+/// What an exit and the decision about it mean, for the operator: the
+/// cluster log's severity and text (`name` is e.g. "data node 3").
+pub fn describe_exit(name: &str, status: std::process::ExitStatus, decision: &Decision) -> (Severity, String) {
+    let window = WINDOW.as_secs() / 60;
+    match decision {
+        Decision::Restart { after, deaths } => (
+            Severity::Warning,
+            format!(
+                "{name} died ({status}); starting it again in {} s (death {deaths} of {MAX_DEATHS} allowed within {window} min)",
+                after.as_secs()
+            ),
+        ),
+        Decision::GiveUp { deaths } => (
+            Severity::Alert,
+            format!(
+                "{name} died ({status}) {deaths} times within {window} min; leaving it down until `latsdb mgm N start` (see its log for why it dies)"
+            ),
+        ),
+        Decision::LeaveStopped => (
+            Severity::Info,
+            format!("{name} exited ({status}) as asked (`latsdb mgm N stop`, or the cluster's shutdown); it stays down until `latsdb mgm N start`"),
+        ),
     }
 }
 

@@ -2,11 +2,12 @@
 //! server and the data nodes as separate processes on loopback, prints the
 //! endpoints, and stops them all on Ctrl-C or SIGTERM.
 
-use crate::healer::{Decision, Healer, MAX_DEATHS, WINDOW};
+use crate::angel::{report_event, take_start_requests};
+use crate::healer::{describe_exit, Decision, Healer};
 use clap::Args;
 use latsdb_net::RpcConn;
 use latsdb_types::config::{ClusterConfig, CpuBind};
-use latsdb_types::proto::{ClusterLayout, MgmRequest, MgmResponse};
+use latsdb_types::proto::{ClusterLayout, MgmRequest, MgmResponse, Severity};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -262,6 +263,8 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         let datanode_args = |node: u16| {
             vec![
                 "datanode".to_string(),
+                // The launcher is its data nodes' angel.
+                "--no-restart".into(),
                 "--mgmd".into(),
                 address.clone(),
                 "--node-id".into(),
@@ -326,10 +329,13 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                 _ = tokio::signal::ctrl_c() => { println!("stopping (interrupt)"); break; }
                 _ = sigterm.recv() => { println!("stopping (SIGTERM)"); break; }
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    let mut tending = Tending { procs: &mut procs, healer: &mut healer, heal: !args.no_restart, dir: &dir };
+                    let mut tending = Tending { procs: &mut procs, healer: &mut healer, heal: !args.no_restart, dir: &dir, events: Vec::new() };
                     tending.reap()?;
-                    let requested = take_start_requests(&mut manager, &address).await;
+                    let requested = take_start_requests(&mut manager, &address, None).await;
                     tending.start(requested, &datanode_args);
+                    for (severity, text) in tending.events {
+                        report_event(&mut manager, &address, severity, "launcher", &text).await;
+                    }
                 }
             }
         }
@@ -350,6 +356,8 @@ struct Tending<'a> {
     /// Start data nodes that die unasked again (not `--no-restart`).
     heal: bool,
     dir: &'a Path,
+    /// What it decided, for the cluster log.
+    events: Vec<(Severity, String)>,
 }
 
 impl Tending<'_> {
@@ -372,7 +380,10 @@ impl Tending<'_> {
                     Some(node) if self.heal => self.healer.on_exit(node, status.success(), Instant::now()),
                     _ => Decision::LeaveStopped,
                 };
-                report_exit(p, status, &decision);
+                let name = node.map_or_else(|| p.name.clone(), |n| format!("data node {n}"));
+                let (severity, text) = describe_exit(&name, status, &decision);
+                println!("{text}; see {}", p.log.display());
+                self.events.push((severity, text));
             }
         }
         Ok(())
@@ -399,35 +410,17 @@ impl Tending<'_> {
                 Ok(p) => {
                     let how = if initial { " from an empty disk" } else { "" };
                     println!("{name} restarting{how} (pid {})", p.child.id());
+                    self.events
+                        .push((Severity::Info, format!("data node {node} started again{how} (pid {})", p.child.id())));
                     self.procs.retain(|q| q.name != name);
                     self.procs.push(p);
                 }
-                Err(e) => println!("cannot restart {name}: {e}"),
+                Err(e) => {
+                    println!("cannot restart {name}: {e}");
+                    self.events.push((Severity::Alert, format!("cannot start data node {node}: {e}")));
+                }
             }
         }
-    }
-}
-
-/// Says why a data node exited and what happens next.
-fn report_exit(p: &Proc, status: std::process::ExitStatus, decision: &Decision) {
-    let log = p.log.display();
-    match decision {
-        Decision::Restart { after, deaths } => println!(
-            "{} died ({status}); starting it again in {} s (death {deaths} of {MAX_DEATHS} allowed within {} min); see {log}",
-            p.name,
-            after.as_secs(),
-            WINDOW.as_secs() / 60
-        ),
-        Decision::GiveUp { deaths } => println!(
-            "{} died ({status}) {deaths} times within {} min; leaving it down (see {log}); `latsdb mgm N start` starts it again",
-            p.name,
-            WINDOW.as_secs() / 60
-        ),
-        // With replicas, the cluster serves on without it.
-        Decision::LeaveStopped => println!(
-            "{} exited ({status}); see {log}; the cluster continues if every node group still has a live replica",
-            p.name
-        ),
     }
 }
 
@@ -471,23 +464,6 @@ fn cluster_config(args: &StartArgs) -> Result<ClusterConfig, String> {
     }
     config.validate().map_err(|e| e.message)?;
     Ok(config)
-}
-
-/// Start requests queued at the management server (none when it cannot be
-/// asked right now: the next poll asks again).
-async fn take_start_requests(conn: &mut Option<RpcConn>, address: &str) -> Vec<(u16, bool)> {
-    if conn.is_none() {
-        *conn = RpcConn::connect(address, Duration::from_secs(1)).await.ok();
-    }
-    let Some(c) = conn.as_mut() else { return Vec::new() };
-    match c.call(&MgmRequest::TakeStartRequests).await {
-        Ok(MgmResponse::StartRequests(r)) => r,
-        Ok(_) => Vec::new(),
-        Err(_) => {
-            *conn = None;
-            Vec::new()
-        }
-    }
 }
 
 async fn wait_started(address: &str, procs: &mut [Proc], deadline: Instant) -> Result<ClusterLayout, String> {

@@ -6,6 +6,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod angel;
 mod healer;
 mod launcher;
 mod mgm;
@@ -72,6 +73,14 @@ enum Command {
         /// replicas (an initial node restart).
         #[arg(long)]
         initial: bool,
+        /// Run the data node in this process, without an angel to start it
+        /// again when it dies (for supervisors such as systemd). By default
+        /// this process is the angel: it runs the data node as its child,
+        /// starts it again after 1, 2, 4 ... 30 s when it dies unasked
+        /// (leaving it down after 3 deaths within 10 minutes), carries out
+        /// `latsdb mgm N start` for it, and reports to the cluster log.
+        #[arg(long)]
+        no_restart: bool,
     },
     /// Run a REST node (HTTP/JSON key lookups and feature vectors).
     Rest(rest_cmd::RestArgs),
@@ -163,18 +172,29 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Start(args) => launcher::run(args),
         Command::Mgmd { config, port, ready_file, data_dir } => run_mgmd(config, port, ready_file, data_dir),
-        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial } => runtime(1).and_then(|rt| {
-            use_huge_pages();
-            rt.block_on(latsdb_node::datanode::run_datanode(latsdb_node::datanode::DataNodeOptions {
-                mgmd,
-                node_id,
-                threads,
-                connect_timeout: Duration::from_secs(30),
-                data_dir: (!diskless).then_some(data_dir),
-                initial,
-            }))
-            .map_err(|e| e.to_string())
-        }),
+        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial, no_restart: false } => {
+            let mut flags = vec!["--data-dir".to_string(), data_dir.display().to_string()];
+            if let Some(threads) = threads {
+                flags.extend(["--threads".to_string(), threads.to_string()]);
+            }
+            if diskless {
+                flags.push("--diskless".into());
+            }
+            angel::run(angel::AngelArgs { mgmd, node_id, flags, initial })
+        }
+        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial, no_restart: true } => runtime(1)
+            .and_then(|rt| {
+                use_huge_pages();
+                rt.block_on(latsdb_node::datanode::run_datanode(latsdb_node::datanode::DataNodeOptions {
+                    mgmd,
+                    node_id,
+                    threads,
+                    connect_timeout: Duration::from_secs(30),
+                    data_dir: (!diskless).then_some(data_dir),
+                    initial,
+                }))
+                .map_err(|e| e.to_string())
+            }),
         Command::Rest(args) => rest_cmd::run_rest(args),
         Command::Sql(args) => sql_cmd::run_sql(args),
         Command::Apikey(args) => runtime(1).and_then(|rt| rt.block_on(rest_cmd::run_apikey(args))),

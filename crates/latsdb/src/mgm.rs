@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 use latsdb_net::RpcConn;
-use latsdb_types::proto::{ClusterLayout, MgmRequest, MgmResponse, NodeStatus};
+use latsdb_types::proto::{usage_severity, ClusterLayout, MgmRequest, MgmResponse, NodeStatus, ShardMemory};
 use std::time::Duration;
 
 /// The data-node commands, which clap cannot list (they start with a
@@ -13,7 +13,7 @@ const NODE_COMMANDS: &str = "Data node commands (N is a data node id, as `show` 
                          replica, checkpoints and rejoins; --initial empties its disk first
   N restart [--initial]  Stop data node N, then start it
   Each waits until the node is stopped or started; --timeout SECS (default 600) or --no-wait.
-  Starting needs a process manager: `latsdb start` is one.";
+  Starting needs a process manager: `latsdb start`, or the angel of `latsdb datanode`.";
 
 #[derive(Args)]
 #[command(after_help = NODE_COMMANDS)]
@@ -35,11 +35,20 @@ enum MgmCommand {
     ReportMemory,
     /// Stop every data node and the management server.
     Shutdown,
+    /// The newest events of the cluster log (nodes started, stopped, lost
+    /// and restarted, views, schema changes, alarms); all of them are in
+    /// cluster.log in the management server's data folder.
+    Log {
+        /// How many events to show.
+        #[arg(long, default_value_t = 50)]
+        lines: u32,
+    },
     /// `N stop`, `N start [--initial]`, `N restart [--initial]`: stop or
     /// (re)start data node N. A start is a node restart: the node restores
     /// its disk, copies what changed from a live replica, checkpoints, and
     /// rejoins; `--initial` empties its disk first and copies everything.
-    /// Starting needs a process manager (`latsdb start` is one). Add
+    /// Starting needs a process manager (`latsdb start`, or the angel of
+    /// `latsdb datanode`). Add
     /// `--timeout SECS` (default 600) or `--no-wait`.
     #[command(external_subcommand)]
     Node(Vec<String>),
@@ -118,7 +127,7 @@ async fn wait_status(conn: &mut RpcConn, node: u16, want: NodeStatus, timeout: D
         {
             hinted = true;
             println!(
-                "data node {node} has not come up after 15 s: it may still be restoring, or no process manager picked up the request (`latsdb start` is one; otherwise run `latsdb datanode --node-id {node}` on its host); waiting up to {} s",
+                "data node {node} has not come up after 15 s: it may still be restoring, or no process manager picked up the request (`latsdb start`, or the angel of a `latsdb datanode` on its host; otherwise run `latsdb datanode --node-id {node}` there); waiting up to {} s",
                 timeout.as_secs()
             );
         }
@@ -133,7 +142,7 @@ async fn wait_status(conn: &mut RpcConn, node: u16, want: NodeStatus, timeout: D
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(format!(
-                "data node {node} is {} after {} s, not {}; see its log (a start needs a process manager such as `latsdb start`; otherwise run `latsdb datanode --node-id {node}` on its host)",
+                "data node {node} is {} after {} s, not {}; see its log (a start needs a process manager: `latsdb start`, or the angel of a `latsdb datanode` on its host; otherwise run `latsdb datanode --node-id {node}` there)",
                 status_name(status),
                 timeout.as_secs(),
                 status_name(want)
@@ -213,6 +222,18 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
             println!("cluster shut down");
             Ok(())
         }
+        MgmCommand::Log { lines } => match answer(conn.call(&MgmRequest::GetClusterLog { last: lines }).await)? {
+            MgmResponse::ClusterLog(events) => {
+                if events.is_empty() {
+                    println!("the cluster log is empty (it starts when the management server does)");
+                }
+                for event in events {
+                    println!("{event}");
+                }
+                Ok(())
+            }
+            other => Err(format!("unexpected answer {other:?}")),
+        },
         MgmCommand::Node(args) => run_node_action(&mut conn, parse_node_action(&args)?).await,
     }
 }
@@ -256,7 +277,17 @@ pub fn render_show(layout: &ClusterLayout) -> String {
     out
 }
 
-pub fn render_memory(nodes: &[(u16, Vec<latsdb_types::proto::ShardMemory>)]) -> String {
+/// ", WARNING: shard 2.1 at 83%" when a shard's usage is at a level the
+/// cluster log warns about (the fullest shard is named).
+fn usage_flag(node: u16, shards: &[ShardMemory], percent: impl Fn(&ShardMemory) -> Option<f64>) -> String {
+    let fullest = shards.iter().filter_map(|s| percent(s).map(|p| (p, s.shard))).max_by(|a, b| a.0.total_cmp(&b.0));
+    match fullest.and_then(|(p, shard)| usage_severity(p).map(|severity| (severity, p, shard))) {
+        Some((severity, p, shard)) => format!(", {}: shard {node}.{shard} at {p:.0}%", severity.name()),
+        None => String::new(),
+    }
+}
+
+pub fn render_memory(nodes: &[(u16, Vec<ShardMemory>)]) -> String {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let mut out = String::new();
     for (node, shards) in nodes {
@@ -266,9 +297,10 @@ pub fn render_memory(nodes: &[(u16, Vec<latsdb_types::proto::ShardMemory>)]) -> 
         let share =
             if budget > 0 { format!("{:.1}%", used as f64 * 100.0 / budget as f64) } else { "unlimited".into() };
         out.push_str(&format!(
-            "node {node}: data memory {:.1} MiB used of {:.0} MiB ({share}), {rows} rows in {} shard(s)\n",
+            "node {node}: data memory {:.1} MiB used of {:.0} MiB ({share}{}), {rows} rows in {} shard(s)\n",
             mib(used),
             mib(budget),
+            usage_flag(*node, shards, ShardMemory::memory_percent),
             shards.len()
         ));
         let file: u64 = shards.iter().map(|s| s.tablespace_bytes).sum();
@@ -283,9 +315,10 @@ pub fn render_memory(nodes: &[(u16, Vec<latsdb_types::proto::ShardMemory>)]) -> 
             let limit = if limit > 0 { format!("of {:.0} MiB", mib(limit)) } else { "(no limit)".into() };
             let lookups = (hits + misses).max(1);
             out.push_str(&format!(
-                "node {node}: tablespace {:.1} MiB {limit}, {:.1} MiB in live records; page cache hit rate {:.1}% ({hits} hits, {misses} misses); {waits} requests waited for pages read off the shard thread, {at_once} pages read at once from the OS cache, {read_here} pages read on the shard thread otherwise\n",
+                "node {node}: tablespace {:.1} MiB {limit}, {:.1} MiB in live records{}; page cache hit rate {:.1}% ({hits} hits, {misses} misses); {waits} requests waited for pages read off the shard thread, {at_once} pages read at once from the OS cache, {read_here} pages read on the shard thread otherwise\n",
                 mib(file),
                 mib(live),
+                usage_flag(*node, shards, ShardMemory::tablespace_percent),
                 hits as f64 * 100.0 / lookups as f64,
             ));
         }

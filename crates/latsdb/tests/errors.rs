@@ -304,6 +304,14 @@ async fn a_full_node_refuses_writes_with_table_full_and_keeps_serving() {
     let report = cluster.mgm(&["report-memory"]);
     assert_eq!(report.lines().count(), 2, "{report}");
     assert!(report.lines().all(|l| l.contains("of 16 MiB") && l.contains("rows in 1 shard")), "{report}");
+    assert!(report.lines().all(|l| l.contains(", ALERT: shard ")), "a full node is flagged: {report}");
+    // The cluster log has an alert for each node (the fill may have been
+    // too quick for the 5 s checks to see the warning level on the way).
+    let alerted = |log: &str, node: u16| {
+        log.contains(&format!("ALERT   mgmd: data node {node}: data memory"))
+            && log.contains("a shard refuses writes when its data memory is full")
+    };
+    wait_for_log(&cluster, |log| alerted(log, 2) && alerted(log, 3));
     assert!(stored.len() > 20_000, "only {} rows fit", stored.len());
     // Every stored row is intact, and the nodes answer as before.
     let last = *stored.last().unwrap();
@@ -316,4 +324,29 @@ async fn a_full_node_refuses_writes_with_table_full_and_keeps_serving() {
         .map(|id| Op::insert(&t, vec![Value::Int(id), Value::Bytes(vec![1; 200])]).unwrap())
         .collect();
     assert!(client.batch(retry).await.unwrap().iter().all(|r| r.is_ok()));
+    // Emptied, the nodes are below the warning level again, and the log says so.
+    for chunk in stored[5000..].chunks(1000) {
+        let deletes = chunk.iter().map(|&id| Op::delete(&t, &[Value::Int(id)]).unwrap()).collect();
+        assert!(client.batch(deletes).await.unwrap().iter().all(|r| r.is_ok()));
+    }
+    wait_for_log(&cluster, |log| {
+        (2..=3).all(|node| {
+            log.contains(&format!("INFO    mgmd: data node {node}: data memory"))
+                && log.contains("below the warning level again")
+        })
+    });
+}
+
+/// Polls `latsdb mgm log` until `done` holds (the management server checks
+/// usage every 5 s).
+fn wait_for_log(cluster: &TestCluster, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let log = cluster.mgm(&["log", "--lines", "500"]);
+        if done(&log) {
+            return log;
+        }
+        assert!(std::time::Instant::now() < deadline, "the cluster log did not show it within 60 s:\n{log}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }

@@ -146,8 +146,14 @@ async fn a_killed_data_node_is_started_again_by_the_launcher() {
     }
     let said: Vec<String> = cluster.output.try_iter().collect();
     assert!(
-        said.iter().any(|l| l.contains("datanode 3 died") && l.contains("starting it again")),
+        said.iter().any(|l| l.contains("data node 3 died") && l.contains("starting it again")),
         "the launcher did not say why it restarted the node: {said:?}"
+    );
+    let events = mgm(&cluster, &["log"]).await;
+    assert!(
+        events.contains("WARNING launcher: data node 3 died (signal: 9 (SIGKILL)); starting it again in 1 s")
+            && events.contains("INFO    launcher: data node 3 started again (pid"),
+        "the cluster log does not have the launcher's decisions:\n{events}"
     );
     // It serves: a write needs both replicas of its node group.
     let writers = tagged::Writers::start(&client, &table, 2);
@@ -165,4 +171,138 @@ async fn a_killed_data_node_is_started_again_by_the_launcher() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let line = node3(&mgm(&cluster, &["show"]).await);
     assert!(line.contains("not started"), "a stopped node was started again: {line}");
+}
+
+/// `latsdb mgm ARGS` against the management server at `mgmd`.
+fn mgm_at(mgmd: &str, args: &[&str]) -> String {
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.args(["mgm", "--mgmd", mgmd]).args(args);
+    let (status, out, err) = common::run_bounded(&mut cmd, None, Duration::from_secs(180));
+    assert!(status.success(), "latsdb mgm {args:?} failed: {out}{err}");
+    out
+}
+
+/// Polls `mgm show` until data node `node`'s line satisfies `done`.
+fn wait_for_node(mgmd: &str, node: u16, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let show = mgm_at(mgmd, &["show"]);
+        let line = show.lines().find(|l| l.starts_with(&format!("id={node} "))).unwrap_or_default().to_string();
+        if done(&line) {
+            return line;
+        }
+        assert!(Instant::now() < deadline, "data node {node}: {what} within 120 s; last `show`:\n{show}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A standalone `latsdb datanode` (no launcher) is its own angel: a data
+/// node killed with SIGKILL is started again and rejoins; one that dies
+/// three times within ten minutes is left down, with an alert in the
+/// cluster log, until `latsdb mgm N start`, which the angel carries out;
+/// stopping the angel stops its data node.
+#[test]
+fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = latsdb_types::config::ClusterConfig::local(2, 2, 0);
+    config.datanode_defaults.data_memory_mb = 256;
+    std::fs::write(dir.path().join("config.toml"), config.to_toml()).unwrap();
+    let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
+    let ready = dir.path().join("mgmd.addr");
+    let spawn = |args: &[&str], log_name: &str| {
+        let out = log(log_name);
+        std::process::Command::new(common::BIN)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap()
+    };
+    let data = dir.path().display().to_string();
+    let config_path = dir.path().join("config.toml").display().to_string();
+    let mut procs = common::Restarted(vec![spawn(
+        &[
+            "mgmd",
+            "--config",
+            &config_path,
+            "--port",
+            "0",
+            "--ready-file",
+            &ready.display().to_string(),
+            "--data-dir",
+            &data,
+        ],
+        "mgmd.log",
+    )]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mgmd = loop {
+        match std::fs::read_to_string(&ready) {
+            Ok(a) if !a.is_empty() => break a,
+            _ => assert!(Instant::now() < deadline, "the management server did not start"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Node 3 starts well after node 2, as on another host: node 2 waits
+    // for it instead of timing out.
+    procs.0.push(spawn(&["datanode", "--mgmd", &mgmd, "--node-id", "2", "--data-dir", &data], "angel-2.log"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !mgm_at(&mgmd, &["log"]).contains("INFO    mgmd: data node 2 waits for data nodes [3] to start") {
+        assert!(Instant::now() < deadline, "data node 2 did not start waiting for node 3");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    procs.0.push(spawn(&["datanode", "--mgmd", &mgmd, "--node-id", "3", "--data-dir", &data], "angel-3.log"));
+    let started = |l: &str| l.contains(" started") && !l.contains("not started");
+    let mut pid = common::datanode_pids(&wait_for_node(&mgmd, 3, "started", started))[0];
+    assert_ne!(pid, procs.0[2].id() as i32, "the angel runs the data node as its child");
+    let formed = mgm_at(&mgmd, &["log"]);
+    assert!(!formed.contains("died"), "a data node died while the cluster formed:\n{formed}");
+
+    // Two deaths: each time the angel starts the node again and it rejoins.
+    for death in 1..=2 {
+        common::sigkill(pid);
+        let line = wait_for_node(&mgmd, 3, "started again with a new pid", |l| {
+            started(l) && common::datanode_pids(l).first().is_some_and(|&p| p != pid)
+        });
+        pid = common::datanode_pids(&line)[0];
+        let events = mgm_at(&mgmd, &["log"]);
+        assert!(
+            events.contains(&format!("WARNING angel of data node 3: data node 3 died (signal: 9 (SIGKILL)); starting it again in {} s (death {death} of 3", 1 << (death - 1))),
+            "the cluster log does not say why the angel restarted the node:\n{events}"
+        );
+    }
+    // The third within the window: left down, with an alert.
+    common::sigkill(pid);
+    let line = wait_for_node(&mgmd, 3, "reported down", |l| l.contains("not started"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let events = loop {
+        let events = mgm_at(&mgmd, &["log"]);
+        if events.contains("ALERT   angel of data node 3: data node 3 died (signal: 9 (SIGKILL)) 3 times within 10 min")
+        {
+            break events;
+        }
+        assert!(Instant::now() < deadline, "no alert in the cluster log after the third death:\n{events}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(events.contains("WARNING mgmd: lost the connection to data node 3"), "{events}");
+    std::thread::sleep(Duration::from_secs(3));
+    let still = wait_for_node(&mgmd, 3, "still down", |l| l.contains("not started"));
+    assert!(common::datanode_pids(&still).is_empty(), "{line} / {still}");
+
+    // An operator's start is carried out by the angel.
+    let out = mgm_at(&mgmd, &["3", "start", "--timeout", "120"]);
+    assert!(out.contains("started"), "{out}");
+    let events = mgm_at(&mgmd, &["log", "--lines", "500"]);
+    assert!(events.contains("angel of data node 3: data node 3 started (pid"), "{events}");
+
+    // Stopping the angel stops its data node, which the cluster notices.
+    let angel = &mut procs.0[2];
+    common::send(angel.id() as i32, libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while angel.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the angel did not stop within 40 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_for_node(&mgmd, 3, "stopped with its angel", |l| l.contains("not started"));
 }

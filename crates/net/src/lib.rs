@@ -245,8 +245,18 @@ impl RpcConn {
     }
 
     pub async fn call<Q: Serialize, A: DeserializeOwned>(&mut self, message: &Q) -> Result<A> {
+        self.call_within(message, self.timeout).await
+    }
+
+    /// `call`, waiting for the answer up to `timeout` instead of the
+    /// connection's (for requests answered only once something else
+    /// happened, such as the cluster forming).
+    pub async fn call_within<Q: Serialize, A: DeserializeOwned>(
+        &mut self,
+        message: &Q,
+        timeout: Duration,
+    ) -> Result<A> {
         let id = self.send(message).await?;
-        let timeout = self.timeout;
         let answer = tokio::time::timeout(timeout, self.receive::<A>()).await.map_err(|_| {
             DbError::new(ErrorCode::Timeout, format!("{} did not answer within {timeout:?}", self.address))
         })??;

@@ -53,6 +53,10 @@ fn unexpected(what: &str, got: MgmResponse) -> DbError {
 /// close or its heartbeats stop.
 const PREVIOUS_INSTANCE_WAIT: Duration = Duration::from_secs(10);
 
+/// How long the management server waits for the data nodes a starting
+/// cluster needs (`mgmd`'s start plan waits as long).
+pub const FORMATION_WAIT: Duration = Duration::from_secs(600);
+
 async fn connect_mgmd(opts: &DataNodeOptions, deadline: tokio::time::Instant) -> Result<RpcConn> {
     loop {
         match RpcConn::connect(&opts.mgmd, Duration::from_secs(2)).await {
@@ -130,7 +134,10 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         None => log("datanode", format!("node {node_id}: no data directory; nothing this node commits is durable")),
     }
     let started = MgmRequest::DataNodeStarted { node_id, shards: addresses.clone(), recovery };
-    let (layout, tables, plan) = match mgm.call(&started).await? {
+    // The management server answers once the cluster can form, which
+    // waits for the other data nodes to start (on other hosts, perhaps
+    // minutes later); it gives up after FORMATION_WAIT itself.
+    let (layout, tables, plan) = match mgm.call_within(&started, FORMATION_WAIT + Duration::from_secs(30)).await? {
         MgmResponse::Started { layout, tables, start } => (layout, tables, start),
         other => return Err(unexpected("start", other)),
     };

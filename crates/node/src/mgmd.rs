@@ -9,7 +9,7 @@ use latsdb_net::{FrameError, FrameReader, RpcConn};
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::proto::{
     self, ClusterLayout, CommitEpoch, DataNodeInfo, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply,
-    NodeStatus, SchemaChange, PROTOCOL_VERSION,
+    NodeStatus, SchemaChange, Severity, PROTOCOL_VERSION,
 };
 use latsdb_types::schema::{TableDef, TableSpec};
 use latsdb_types::{DbError, ErrorCode, Result};
@@ -22,11 +22,16 @@ use tokio::net::{TcpListener, TcpStream};
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
+mod alarms;
+mod events;
 mod state;
+use events::ClusterLog;
 use state::{load_state, Persisted};
 
 /// How long a data node may take to apply a schema change.
 const NODE_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the data nodes' usage is checked against their limits.
+const USAGE_INTERVAL: Duration = Duration::from_secs(5);
 
 pub struct MgmdOptions {
     pub config: ClusterConfig,
@@ -79,6 +84,8 @@ struct Mgmd {
     /// One `persist` at a time: they share the temporary file.
     persist_lock: Mutex<()>,
     shutdown: Notify,
+    /// The cluster log; never locked while taking `state`.
+    events: Mutex<ClusterLog>,
 }
 
 pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
@@ -125,6 +132,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         }
         None => Persisted::default(),
     };
+    let events = ClusterLog::open(opts.data_dir.as_deref())?;
     let mut layout = layout;
     layout.durable_epoch = persisted.durable_epoch;
     if !persisted.tables.is_empty() {
@@ -155,11 +163,13 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         schema_lock: tokio::sync::Mutex::new(()),
         persist_lock: Mutex::new(()),
         shutdown: Notify::new(),
+        events: Mutex::new(events),
     });
     if let Some(path) = &opts.ready_file {
         std::fs::write(path, &address).map_err(|e| DbError::io(&format!("writing {}", path.display()), e))?;
     }
-    log("mgmd", format!("management server listening on {address}"));
+    mgmd.event(Severity::Info, format!("management server started, listening on {address}"));
+    tokio::spawn(mgmd.clone().watch_usage());
     println!("mgmd listening on {address}");
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DbError::io("installing the SIGTERM handler", e))?;
@@ -176,15 +186,15 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
                 }
             },
             _ = mgmd.shutdown.notified() => {
-                log("mgmd", "shutdown requested; stopping");
+                mgmd.event(Severity::Info, "shutdown requested; the management server stops");
                 break;
             }
             _ = sigterm.recv() => {
-                log("mgmd", "SIGTERM received; stopping");
+                mgmd.event(Severity::Info, "SIGTERM received; the management server stops");
                 break;
             }
             _ = tokio::signal::ctrl_c() => {
-                log("mgmd", "interrupted; stopping");
+                mgmd.event(Severity::Info, "interrupted; the management server stops");
                 break;
             }
         }
@@ -193,6 +203,20 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
 }
 
 impl Mgmd {
+    /// Records a cluster event of this server's (and prints it).
+    fn event(&self, severity: Severity, text: impl std::fmt::Display) {
+        self.record_event(severity, "mgmd", &text.to_string());
+    }
+
+    fn record_event(&self, severity: Severity, source: &str, text: &str) {
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let event = self.events.lock().unwrap_or_else(|p| p.into_inner()).record(unix_ms, severity, source, text);
+        let prefix = if severity == Severity::Info { String::new() } else { format!("{}: ", severity.name()) };
+        log(&event.source, format!("{prefix}{}", event.text));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock is a bug that already stopped a task;
         // the state itself stays consistent (every update is a single step).
@@ -297,8 +321,21 @@ impl Mgmd {
             MgmRequest::DataNodeSynced { node_id } => self.admit(node_id).await,
             MgmRequest::StopNode { node_id } => self.stop_node(node_id).await,
             MgmRequest::StartNode { node_id, initial } => self.start_node(node_id, initial),
-            MgmRequest::TakeStartRequests => {
-                Ok(MgmResponse::StartRequests(std::mem::take(&mut self.lock().start_requests)))
+            MgmRequest::TakeStartRequests { only } => {
+                let mut state = self.lock();
+                let (taken, kept) = std::mem::take(&mut state.start_requests)
+                    .into_iter()
+                    .partition(|(node, _)| only.is_none_or(|n| n == *node));
+                state.start_requests = kept;
+                Ok(MgmResponse::StartRequests(taken))
+            }
+            MgmRequest::ReportEvent { severity, source, text } => {
+                self.record_event(severity, &source, &text);
+                Ok(MgmResponse::Done)
+            }
+            MgmRequest::GetClusterLog { last } => {
+                let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(MgmResponse::ClusterLog(events.last(last as usize)))
             }
             MgmRequest::RegisterDataNode { .. }
             | MgmRequest::DataNodeStarted { .. }
@@ -361,13 +398,19 @@ impl Mgmd {
                 let _guard = self.schema_lock.lock().await;
                 let def = self.find_table(&database, &table)?.with_columns(&columns, &fill)?;
                 let added: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-                log("mgmd", format!("adding column(s) {} to table {}", added.join(", "), def.qualified_name()));
+                self.event(
+                    Severity::Info,
+                    format!("adding column(s) {} to table {}", added.join(", "), def.qualified_name()),
+                );
                 self.alter(def).await.map(MgmResponse::Table)
             }
             MgmRequest::ChangeColumns { database, table, changes } => {
                 let _guard = self.schema_lock.lock().await;
                 let def = self.find_table(&database, &table)?.with_changed_columns(&changes)?;
-                log("mgmd", format!("changing column(s) of table {}: {changes:?}", def.qualified_name()));
+                self.event(
+                    Severity::Info,
+                    format!("changing column(s) of table {}: {changes:?}", def.qualified_name()),
+                );
                 self.alter(def).await.map(MgmResponse::Table)
             }
             MgmRequest::RenameTable { database, table, new_database, new_name } => {
@@ -392,7 +435,10 @@ impl Mgmd {
                 )));
                 }
                 let def = old.renamed(&new_database, &new_name)?;
-                log("mgmd", format!("renaming table {} to {}", old.qualified_name(), def.qualified_name()));
+                self.event(
+                    Severity::Info,
+                    format!("renaming table {} to {}", old.qualified_name(), def.qualified_name()),
+                );
                 self.alter(def).await.map(MgmResponse::Table)
             }
             other => Err(DbError::internal(format!("{other:?} is not a schema change"))),
@@ -411,6 +457,23 @@ impl Mgmd {
         }
         nodes.sort_by_key(|(n, _)| *n);
         Ok(MgmResponse::Memory(nodes))
+    }
+
+    /// Asks the started data nodes for their usage every `USAGE_INTERVAL`
+    /// and logs the alarms it raises or clears (`alarms.rs`).
+    async fn watch_usage(self: Arc<Self>) {
+        let mut alarms = alarms::Alarms::default();
+        loop {
+            tokio::time::sleep(USAGE_INTERVAL).await;
+            for (node, reply) in self.send_all(NodeCommand::ReportMemory).await {
+                // A node that does not answer is reported by the heartbeats.
+                if let Ok(NodeReply::Memory(shards)) = reply {
+                    for (severity, text) in alarms.check(node, &shards) {
+                        self.event(severity, text);
+                    }
+                }
+            }
+        }
     }
 
     /// Tells every data node to stop, waiting at most 5 s for each.
@@ -491,7 +554,10 @@ impl Mgmd {
         state.tables.push(def.clone());
         drop(state);
         self.persist()?;
-        log("mgmd", format!("created table {} (id {}, {} partitions)", def.qualified_name(), def.id, def.partitions));
+        self.event(
+            Severity::Info,
+            format!("created table {} (id {}, {} partitions)", def.qualified_name(), def.id, def.partitions),
+        );
         Ok(def)
     }
 
@@ -499,7 +565,7 @@ impl Mgmd {
         self.apply_everywhere(SchemaChange::DropTable(def.id)).await?;
         self.lock().tables.retain(|t| t.id != def.id);
         self.persist()?;
-        log("mgmd", format!("dropped table {}", def.qualified_name()));
+        self.event(Severity::Info, format!("dropped table {}", def.qualified_name()));
         Ok(())
     }
 
@@ -634,7 +700,10 @@ impl Mgmd {
                 (id, shards, recovery)
             }
             _ => {
-                log("mgmd", format!("data node {node_id} registered but did not start; releasing its node id"));
+                self.event(
+                    Severity::Warning,
+                    format!("data node {node_id} registered but did not start; releasing its node id"),
+                );
                 self.lock().registering.remove(&node_id);
                 return;
             }
@@ -642,7 +711,7 @@ impl Mgmd {
         let plan = match self.start_plan(node_id, recovery).await {
             Ok(plan) => plan,
             Err(e) => {
-                log("mgmd", format!("data node {node_id} cannot start: {}", e.message));
+                self.event(Severity::Warning, format!("data node {node_id} cannot start: {}", e.message));
                 self.lock().registering.remove(&node_id);
                 let _ = conn.send_with_id(id, &MgmResponse::Error(e)).await;
                 return;
@@ -662,7 +731,10 @@ impl Mgmd {
         let id = match ready {
             Ok(Ok(Some((id, MgmRequest::DataNodeReady { node_id: n })))) if n == node_id => id,
             _ => {
-                log("mgmd", format!("data node {node_id} did not finish starting; releasing its node id"));
+                self.event(
+                    Severity::Warning,
+                    format!("data node {node_id} did not finish starting; releasing its node id"),
+                );
                 self.lock().registering.remove(&node_id);
                 return;
             }
@@ -674,15 +746,16 @@ impl Mgmd {
             return;
         }
         if join {
-            log(
-                "mgmd",
-                format!(
+            self.event(Severity::Info, format!(
                     "data node {node_id} is restarting (pid {pid}, shards {}): it copies its partitions from the primaries",
                     shards.join(", ")
                 ),
             );
         } else {
-            log("mgmd", format!("data node {node_id} started (pid {pid}, shards {})", shards.join(", ")));
+            self.event(
+                Severity::Info,
+                format!("data node {node_id} started (pid {pid}, shards {})", shards.join(", ")),
+            );
         }
         self.broadcast_layout();
         self.serve_node(node_id, &mut conn, rx).await;
@@ -726,7 +799,10 @@ impl Mgmd {
             state.layout.first_view = first;
             state.recovery.clear();
             state.arbiter = Arbiter::new_at(first, view.clone());
-            log("mgmd", format!("the cluster has formed: data nodes {view:?} now watch each other (view {first})"));
+            self.event(
+                Severity::Info,
+                format!("the cluster has formed: data nodes {view:?} now watch each other (view {first})"),
+            );
         }
         generation
     }
@@ -755,7 +831,7 @@ impl Mgmd {
                         Ok(Ok(NodeReply::Done)) => {}
                         Ok(Ok(_)) | Ok(Err(_)) => break,
                         Err(_) => {
-                            log("mgmd", format!("data node {node_id} missed {} heartbeats", self.config.cluster.heartbeat_missed));
+                            self.event(Severity::Warning, format!("data node {node_id} missed {} heartbeats", self.config.cluster.heartbeat_missed));
                             break;
                         }
                     }
@@ -786,7 +862,7 @@ impl Mgmd {
             }
             stale
         };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        let deadline = tokio::time::Instant::now() + crate::datanode::FORMATION_WAIT;
         let mut told = false;
         loop {
             {
@@ -807,19 +883,30 @@ impl Mgmd {
                         .filter(|n| !state.recovery.contains_key(n))
                         .collect();
                     if missing.is_empty() {
-                        return plan_for(&state, node_id);
+                        let plan = plan_for(&state, node_id)?;
+                        let durable = state.layout.durable_epoch;
+                        drop(state);
+                        if let Some(restored) = plan.restore_epoch.filter(|&e| e < durable) {
+                            self.event(
+                                Severity::Alert,
+                                format!("the data nodes' disks hold epochs up to {restored} only, but epoch {durable} was durable: commits of the epochs between are lost (a disk lost synced data)"),
+                            );
+                        }
+                        return Ok(plan);
                     }
                     format!("data node {node_id} waits for data nodes {missing:?} to start")
                 };
                 if !told {
-                    log("mgmd", why_waiting);
+                    self.event(Severity::Info, why_waiting);
                     told = true;
                 }
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(DbError::new(
                     ErrorCode::ClusterNotReady,
-                    "the data nodes the cluster needs to form did not all start within 600 s (every configured one at the first start, every one of the last view at a system restart, whose disks hold the data); start them",
+                    format!("the data nodes the cluster needs to form did not all start within {} s (every configured one at the first start, every one of the last view at a system restart, whose disks hold the data); start them",
+                        crate::datanode::FORMATION_WAIT.as_secs()
+                    ),
                 ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -878,7 +965,7 @@ impl Mgmd {
         link.send((NodeCommand::Stop, tx))
             .map_err(|_| DbError::bad_request(format!("data node {node_id} is not running")))?;
         let _ = tokio::time::timeout(NODE_COMMAND_TIMEOUT, rx).await;
-        log("mgmd", format!("data node {node_id} stopped on request"));
+        self.event(Severity::Info, format!("data node {node_id} stopped on request"));
         Ok(MgmResponse::Done)
     }
 
@@ -918,7 +1005,10 @@ impl Mgmd {
             .map_err(|_| DbError::new(ErrorCode::NodeUnavailable, format!("data node {president} disconnected")))?;
         match tokio::time::timeout(NODE_COMMAND_TIMEOUT, rx).await {
             Ok(Ok(Ok(NodeReply::Done))) => {
-                log("mgmd", format!("data node {president} proposes a view that admits data node {node_id}"));
+                self.event(
+                    Severity::Info,
+                    format!("data node {president} proposes a view that admits data node {node_id}"),
+                );
                 Ok(MgmResponse::Done)
             }
             Ok(Ok(Ok(NodeReply::Error(e)))) | Ok(Ok(Err(e))) => Err(e),
@@ -994,7 +1084,10 @@ impl Mgmd {
             state.layout.restrict_to_view(&members);
             state.layout.version += 1;
             drop(state);
-            log("mgmd", format!("view {epoch} (reported by data node {from}): live data nodes {members:?}"));
+            self.event(
+                Severity::Info,
+                format!("view {epoch} (reported by data node {from}): live data nodes {members:?}"),
+            );
             // Restarting nodes are no members: they learn views from here.
             self.broadcast_layout();
         }
@@ -1033,14 +1126,12 @@ impl Mgmd {
                 state.arbiter = Arbiter::new(state.layout.datanodes.iter().map(|d| d.node_id).collect());
                 let durable = state.layout.durable_epoch;
                 drop(state);
-                log(
-                    "mgmd",
-                    format!(
+                self.event(Severity::Warning, format!(
                         "every data node has stopped (last view {last_view:?}, durable epoch {durable}); starting them again is a system restart"
                     ),
                 );
                 if let Err(e) = self.persist() {
-                    log("mgmd", format!("cannot save the state: {}", e.message));
+                    self.event(Severity::Alert, format!("cannot save the state: {}", e.message));
                 }
                 return;
             }
@@ -1050,7 +1141,7 @@ impl Mgmd {
                 // may still reach it); their president reports the view.
                 // (A restarting node is no member: this server decides.)
                 drop(state);
-                log("mgmd", format!("lost the connection to data node {node_id}"));
+                self.event(Severity::Warning, format!("lost the connection to data node {node_id}"));
                 return;
             }
             if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
@@ -1060,7 +1151,7 @@ impl Mgmd {
             }
             state.layout.version += 1;
         }
-        log("mgmd", format!("data node {node_id} disconnected"));
+        self.event(Severity::Warning, format!("data node {node_id} disconnected"));
         self.broadcast_layout();
     }
 }
@@ -1118,14 +1209,5 @@ fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::Start
         }
     }
     let restore_epoch = saved.into_iter().min().unwrap_or(CommitEpoch::NONE);
-    if restore_epoch < state.layout.durable_epoch {
-        log(
-            "mgmd",
-            format!(
-                "warning: the data nodes' disks hold epochs up to {restore_epoch} only, but epoch {} was durable: commits of the epochs between are lost (a disk lost synced data)",
-                state.layout.durable_epoch
-            ),
-        );
-    }
     Ok(latsdb_types::proto::StartPlan { restore_epoch: Some(restore_epoch), first_epoch, join: false })
 }

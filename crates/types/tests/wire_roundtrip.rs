@@ -267,6 +267,10 @@ fn round_trip<T: Serialize + DeserializeOwned + PartialEq + Debug>(message: &T, 
 }
 
 /// Round-trips `CASES` random instances of each of `variants` variants.
+fn any_severity(g: &mut Gen) -> Severity {
+    [Severity::Info, Severity::Warning, Severity::Alert][g.u16() as usize % 3]
+}
+
 fn every_variant<T: Serialize + DeserializeOwned + PartialEq + Debug>(
     variants: u64,
     make: impl Fn(&mut Gen, u64) -> T,
@@ -388,7 +392,7 @@ fn membership_messages_round_trip() {
 
 #[test]
 fn management_messages_round_trip() {
-    every_variant(21, |g, v| {
+    every_variant(23, |g, v| {
         let (database, table, node_id) = (g.string(), g.string(), g.u16());
         match v {
             0 => MgmRequest::GetLayout,
@@ -429,7 +433,7 @@ fn management_messages_round_trip() {
             14 => MgmRequest::Shutdown,
             15 => MgmRequest::StopNode { node_id },
             16 => MgmRequest::StartNode { node_id, initial: g.bool() },
-            17 => MgmRequest::TakeStartRequests,
+            17 => MgmRequest::TakeStartRequests { only: g.option(Gen::u16) },
             18 => MgmRequest::Member { from: node_id, msg: any_member_message(g) },
             19 => MgmRequest::ChangeColumns {
                 database,
@@ -443,10 +447,12 @@ fn management_messages_round_trip() {
                     },
                 ],
             },
-            _ => MgmRequest::RenameTable { database, table, new_database: g.string(), new_name: g.string() },
+            20 => MgmRequest::RenameTable { database, table, new_database: g.string(), new_name: g.string() },
+            21 => MgmRequest::ReportEvent { severity: any_severity(g), source: g.string(), text: g.string() },
+            _ => MgmRequest::GetClusterLog { last: g.u32() },
         }
     });
-    every_variant(10, |g, v| match v {
+    every_variant(11, |g, v| match v {
         0 => MgmResponse::Layout(g.layout()),
         1 => MgmResponse::Registered {
             node_id: g.u16(),
@@ -474,7 +480,13 @@ fn management_messages_round_trip() {
         6 => MgmResponse::Member(g.option(any_member_message)),
         7 => MgmResponse::StartRequests(g.list(3, |g| (g.u16(), g.bool()))),
         8 => MgmResponse::Done,
-        _ => MgmResponse::Error(g.error()),
+        9 => MgmResponse::Error(g.error()),
+        _ => MgmResponse::ClusterLog(g.list(3, |g| ClusterEvent {
+            unix_ms: g.u64(),
+            severity: any_severity(g),
+            source: g.string(),
+            text: g.string(),
+        })),
     });
     every_variant(6, |g, v| match v {
         0 => NodeCommand::Heartbeat,

@@ -302,7 +302,7 @@ pub fn start_datanodes(cluster: &TestCluster, data_dir: &std::path::Path, ids: &
     for node in ids {
         let log = std::fs::File::create(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
         let child = Command::new(BIN)
-            .args(["datanode", "--mgmd", &cluster.mgmd, "--node-id", node, "--data-dir"])
+            .args(["datanode", "--no-restart", "--mgmd", &cluster.mgmd, "--node-id", node, "--data-dir"])
             .arg(data_dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

@@ -83,9 +83,12 @@ pub enum MgmRequest {
         node_id: NodeId,
         initial: bool,
     },
-    /// The process manager collects the pending start requests (answered
-    /// with `StartRequests`).
-    TakeStartRequests,
+    /// A process manager collects the pending start requests (answered
+    /// with `StartRequests`): every node's (`latsdb start`), or one node's
+    /// (the angel of a standalone `latsdb datanode`).
+    TakeStartRequests {
+        only: Option<NodeId>,
+    },
     /// A data node's membership message to the arbitrator (answered with
     /// `Member`).
     Member {
@@ -107,6 +110,62 @@ pub enum MgmRequest {
         new_database: String,
         new_name: String,
     },
+    /// Adds a line to the cluster log (answered with `Done`): what a
+    /// process manager decided about a data node, for instance.
+    ReportEvent {
+        severity: Severity,
+        source: String,
+        text: String,
+    },
+    /// The newest `last` events of the cluster log, oldest first (answered
+    /// with `ClusterLog`).
+    GetClusterLog {
+        last: u32,
+    },
+}
+
+/// How much a cluster event asks of an operator.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Something happened as planned (a node started, a table was created).
+    Info,
+    /// Something needs watching (a node died and is being restarted, memory
+    /// is running out).
+    Warning,
+    /// Something needs an operator (a node left down after dying too often,
+    /// a limit reached).
+    Alert,
+}
+
+impl Severity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Info => "INFO",
+            Severity::Warning => "WARNING",
+            Severity::Alert => "ALERT",
+        }
+    }
+}
+
+/// One line of the cluster log, kept by the management server.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ClusterEvent {
+    /// Milliseconds since the Unix epoch, by the management server's clock.
+    pub unix_ms: u64,
+    pub severity: Severity,
+    /// Who reported it: `mgmd`, `data node 3`, `angel of data node 3`.
+    pub source: String,
+    pub text: String,
+}
+
+impl std::fmt::Display for ClusterEvent {
+    /// One line, as the cluster log file and `latsdb mgm log` show it:
+    /// `2026-11-27 22:40:01.123 UTC WARNING angel of data node 3: ...`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = i64::try_from(self.unix_ms).unwrap_or(i64::MAX / 1000);
+        let whole = crate::value::format_datetime(ms.div_euclid(1000).saturating_mul(1_000_000));
+        write!(f, "{whole}.{:03} UTC {:<7} {}: {}", ms.rem_euclid(1000), self.severity.name(), self.source, self.text)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -152,6 +211,7 @@ pub enum MgmResponse {
     StartRequests(Vec<(NodeId, bool)>),
     Done,
     Error(DbError),
+    ClusterLog(Vec<ClusterEvent>),
 }
 
 /// What a data node's disk holds, reported when it starts.
@@ -204,6 +264,37 @@ pub struct ShardMemory {
     pub pages_read_at_once: u64,
     /// Rows and row bytes of each partition the shard holds a replica of.
     pub partitions: Vec<PartitionSize>,
+}
+
+/// Usage (percent of a limit) from which the cluster log warns, and from
+/// which it raises an alert; a shard at 100% refuses writes.
+pub const USAGE_WARNING_PERCENT: f64 = 80.0;
+pub const USAGE_ALERT_PERCENT: f64 = 95.0;
+
+impl ShardMemory {
+    /// Percent of the shard's data memory in use (None: no limit).
+    pub fn memory_percent(&self) -> Option<f64> {
+        (self.budget_bytes > 0).then(|| self.used_bytes as f64 * 100.0 / self.budget_bytes as f64)
+    }
+
+    /// Percent of the shard's tablespace limit its live records take (None:
+    /// no limit). Deletes lower it: their space is reused.
+    pub fn tablespace_percent(&self) -> Option<f64> {
+        (self.tablespace_limit_bytes > 0)
+            .then(|| self.tablespace_used_bytes as f64 * 100.0 / self.tablespace_limit_bytes as f64)
+    }
+}
+
+/// What a usage percent asks of an operator: nothing below the warning
+/// level, else a warning or an alert.
+pub fn usage_severity(percent: f64) -> Option<Severity> {
+    if percent >= USAGE_ALERT_PERCENT {
+        Some(Severity::Alert)
+    } else if percent >= USAGE_WARNING_PERCENT {
+        Some(Severity::Warning)
+    } else {
+        None
+    }
 }
 
 /// Rows of one partition replica and the bytes of their keys and values.

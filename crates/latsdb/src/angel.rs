@@ -1,0 +1,255 @@
+//! The angel of a standalone `latsdb datanode` (NDB's angel process): the
+//! command runs the data node as its child and starts it again when it
+//! dies unasked, with the launcher's backoff and give-up rules (`Healer`).
+//! It also carries out `latsdb mgm N start` for its node while the node is
+//! down, and reports what it decides to the cluster log. `--no-restart`
+//! runs the data node in the process itself, for supervisors such as
+//! systemd, and for the launcher, which is its data nodes' angel.
+
+use crate::healer::{describe_exit, Decision, Healer};
+use latsdb_net::RpcConn;
+use latsdb_types::proto::{MgmRequest, MgmResponse, Severity};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How often the angel looks at its child and the management server.
+const POLL: Duration = Duration::from_millis(200);
+/// A node that is down and a management server that has not answered for
+/// this long: the cluster was shut down, and the angel ends too.
+const MGMD_GONE: Duration = Duration::from_secs(10);
+/// How long a child asked to stop (the angel got SIGTERM) may take.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// The data node's command line, less what the angel decides per start.
+pub struct AngelArgs {
+    pub mgmd: String,
+    pub node_id: Option<u16>,
+    /// `datanode`'s other flags (threads, data dir, diskless), passed on.
+    pub flags: Vec<String>,
+    /// The first start is an initial one; restarts never are (the node
+    /// restores what it has and copies the rest).
+    pub initial: bool,
+}
+
+/// Runs the data node as a child until the angel is stopped, or the
+/// cluster is shut down while the node is down.
+pub fn run(args: AngelArgs) -> Result<(), String> {
+    let rt = crate::runtime(1)?;
+    rt.block_on(Angel { args, node: None, child: None, healer: Healer::default(), mgmd: None }.watch())
+}
+
+struct Angel {
+    args: AngelArgs,
+    /// The node id, once known (given, or learned from the layout by the
+    /// child's pid).
+    node: Option<u16>,
+    child: Option<Child>,
+    healer: Healer,
+    mgmd: Option<RpcConn>,
+}
+
+impl Angel {
+    async fn watch(mut self) -> Result<(), String> {
+        self.node = self.args.node_id;
+        let initial = self.args.initial;
+        self.start(initial).await?;
+        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
+        let mut mgmd_answered = Instant::now();
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return self.stop("interrupt"),
+                _ = sigterm.recv() => return self.stop("SIGTERM"),
+                _ = tokio::time::sleep(POLL) => {}
+            }
+            if self.child.is_some() {
+                self.reap().await?;
+                mgmd_answered = Instant::now();
+                continue;
+            }
+            let due = self.healer.due(Instant::now());
+            if !due.is_empty() {
+                self.start(false).await?;
+                continue;
+            }
+            match self.start_request().await {
+                Some(initial) => self.start(initial).await?,
+                None if self.mgmd.is_some() => mgmd_answered = Instant::now(),
+                None if mgmd_answered.elapsed() >= MGMD_GONE => {
+                    println!(
+                        "angel: the data node is down and the management server has not answered for {} s (the cluster was shut down); exiting",
+                        MGMD_GONE.as_secs()
+                    );
+                    return Ok(());
+                }
+                None => {}
+            }
+        }
+    }
+
+    fn name(&self) -> String {
+        match self.node {
+            Some(node) => format!("data node {node}"),
+            None => "the data node".into(),
+        }
+    }
+
+    /// Notes the child's node id once the management server lists its
+    /// pid, and decides what to do when it exits.
+    async fn reap(&mut self) -> Result<(), String> {
+        let Some(child) = self.child.as_mut() else { return Ok(()) };
+        let pid = child.id();
+        let status = match child.try_wait() {
+            Ok(Some(status)) => status,
+            Ok(None) => {
+                if self.node.is_none() {
+                    self.node = self.node_of(pid).await;
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(format!("cannot wait for the data node (pid {pid}): {e}")),
+        };
+        self.child = None;
+        // A child that died before it registered has no node id: its
+        // deaths are counted under id 0.
+        let decision = self.healer.on_exit(self.node.unwrap_or(0), status.success(), Instant::now());
+        let (severity, text) = describe_exit(&self.name(), status, &decision);
+        self.report(severity, text).await;
+        if self.node.is_none() && !matches!(decision, Decision::Restart { .. }) {
+            // `latsdb mgm N start` names a node: it cannot reach this angel.
+            return Err(format!(
+                "the data node exited ({status}) before it took a node id; see its output above, then start `latsdb datanode` again"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts the data node (`initial`: from an empty data directory).
+    async fn start(&mut self, initial: bool) -> Result<(), String> {
+        debug_assert!(self.child.is_none(), "one data node per angel");
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the latsdb executable: {e}"))?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["datanode", "--no-restart", "--mgmd", &self.args.mgmd]).args(&self.args.flags);
+        if let Some(node) = self.node {
+            cmd.args(["--node-id", &node.to_string()]);
+        }
+        if initial {
+            cmd.arg("--initial");
+        }
+        cmd.stdin(Stdio::null());
+        let angel = std::process::id() as libc::pid_t;
+        // SAFETY: prctl, getppid and _exit are async-signal-safe. The data
+        // node stops when the angel dies, even by SIGKILL, so no data node
+        // runs unwatched; one whose angel died before the prctl took
+        // effect stops at once.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if libc::getppid() != angel {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| format!("cannot start the data node: {e}"))?;
+        let how = if initial { " from an empty data directory" } else { "" };
+        let text = format!("{} started{how} (pid {})", self.name(), child.id());
+        self.child = Some(child);
+        self.report(Severity::Info, text).await;
+        Ok(())
+    }
+
+    /// The angel was asked to stop: so is its data node (it stops cleanly,
+    /// as on `latsdb mgm N stop`).
+    fn stop(&mut self, why: &str) -> Result<(), String> {
+        let Some(mut child) = self.child.take() else {
+            println!("angel: stopping ({why})");
+            return Ok(());
+        };
+        println!("angel: stopping ({why}); stopping {} (pid {}) first", self.name(), child.id());
+        // SAFETY: signalling the child this angel started and has not reaped.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    println!("angel: {} exited ({status})", self.name());
+                    return Ok(());
+                }
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    println!("angel: {} did not stop within {} s; killing it", self.name(), STOP_GRACE.as_secs());
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// A pending `latsdb mgm N start` for this node: Some(initial).
+    async fn start_request(&mut self) -> Option<bool> {
+        let node = self.node?;
+        let requests = take_start_requests(&mut self.mgmd, &self.args.mgmd, Some(node)).await;
+        let initial = requests.iter().find(|(n, _)| *n == node).map(|&(_, initial)| initial)?;
+        self.healer.on_requested_start(node);
+        Some(initial)
+    }
+
+    /// The node id the management server lists for `pid`, if any yet.
+    async fn node_of(&mut self, pid: u32) -> Option<u16> {
+        let conn = connected(&mut self.mgmd, &self.args.mgmd).await?;
+        match conn.call(&MgmRequest::GetLayout).await {
+            Ok(MgmResponse::Layout(layout)) => layout.datanodes.iter().find(|d| d.pid == pid).map(|d| d.node_id),
+            Ok(_) => None,
+            Err(_) => {
+                self.mgmd = None;
+                None
+            }
+        }
+    }
+
+    /// Prints a decision and adds it to the cluster log.
+    async fn report(&mut self, severity: Severity, text: String) {
+        println!("angel: {text}");
+        let source = format!("angel of {}", self.name());
+        report_event(&mut self.mgmd, &self.args.mgmd, severity, &source, &text).await;
+    }
+}
+
+/// The connection to the management server, opened if needed (None when
+/// it does not answer right now: the next poll tries again).
+async fn connected<'a>(conn: &'a mut Option<RpcConn>, address: &str) -> Option<&'a mut RpcConn> {
+    if conn.is_none() {
+        *conn = RpcConn::connect(address, Duration::from_secs(1)).await.ok();
+    }
+    conn.as_mut()
+}
+
+/// Start requests queued at the management server, every node's or `only`
+/// one's (none when it cannot be asked right now: the next poll asks
+/// again).
+pub async fn take_start_requests(conn: &mut Option<RpcConn>, address: &str, only: Option<u16>) -> Vec<(u16, bool)> {
+    let Some(c) = connected(conn, address).await else { return Vec::new() };
+    match c.call(&MgmRequest::TakeStartRequests { only }).await {
+        Ok(MgmResponse::StartRequests(r)) => r,
+        Ok(_) => Vec::new(),
+        Err(_) => {
+            *conn = None;
+            Vec::new()
+        }
+    }
+}
+
+/// Adds an event to the cluster log. One that cannot be delivered (the
+/// management server is down) stays only in this process's output.
+pub async fn report_event(conn: &mut Option<RpcConn>, address: &str, severity: Severity, source: &str, text: &str) {
+    let Some(c) = connected(conn, address).await else { return };
+    let event = MgmRequest::ReportEvent { severity, source: source.to_string(), text: text.to_string() };
+    if c.call::<_, MgmResponse>(&event).await.is_err() {
+        *conn = None;
+    }
+}
