@@ -499,3 +499,35 @@ fn sql_prepare_execute_and_deallocate_answer_as_mariadb_does() {
     assert_eq!(latsdb.1, peer.1, "error codes: latsdb (left) against MariaDB (right)");
     assert_eq!(latsdb.1, ["1243", "1210", "1243", "1243", "1064", "1064", "1064", "1064", "1243"], "{latsdb:?}");
 }
+
+/// Dates in MySQL's relaxed forms, DATETIME(n) shown with its n digits,
+/// BINARY(n) padded with zero bytes, and TO_BASE64/FROM_BASE64, against
+/// MariaDB.
+#[test]
+fn value_formats_and_base64_answer_as_mariadb_does() {
+    let script = r"CREATE DATABASE vf; USE vf;
+        CREATE TABLE t (id INT PRIMARY KEY, d DATE, dt DATETIME, dt3 DATETIME(3), dt6 DATETIME(6), b BINARY(4), vb VARBINARY(8));
+        INSERT INTO t VALUES (1, '1111:11:11', '2020/01/02 10.11.12', '2020-01-02 10:11:12.5', '2020-01-02 10:11:12.123456', 'ab', 'ab');
+        INSERT INTO t VALUES (2, '2021^03^04', '20210304101112', '2021-3-4 1:2:3', NULL, x'01020304', '');
+        INSERT INTO t VALUES (3, '99-12-31', '991231235959', '2024-02-29 23:59:59.9994', '2024-02-29 00:00:00', '', NULL);
+        INSERT INTO t VALUES (4, '2024-02-30', NULL, NULL, NULL, NULL, NULL);
+        INSERT INTO t VALUES (5, '2024-02', NULL, NULL, NULL, NULL, NULL);
+        SELECT id, d, dt, dt3, dt6, HEX(b), LENGTH(b), HEX(vb) FROM t ORDER BY id;
+        SELECT dt3 FROM t WHERE id = 1;
+        SELECT id FROM t WHERE b = 'ab';
+        SELECT id FROM t WHERE b = x'61620000';
+        SELECT id FROM t WHERE d = '2021/03/04';
+        SELECT TO_BASE64('abc'), TO_BASE64(REPEAT('a', 60)), FROM_BASE64('YWI='), HEX(FROM_BASE64('YWI'));
+        SELECT HEX(FROM_BASE64('Y W\nJj')), FROM_BASE64('!!!!'), TO_BASE64(NULL), TO_BASE64(123), FROM_BASE64(TO_BASE64(x'00ff'));
+        SELECT id, TO_BASE64(b) FROM t ORDER BY id;
+        SELECT CAST('2020:01:02' AS DATE), DATE('2020.01.02'), '2020:01:02' + INTERVAL 1 DAY;
+        DROP DATABASE vf;";
+    let cluster = TestCluster::start(&["--no-rest"]);
+    let (host, port) = host_port(&cluster);
+    let latsdb = script_on(&host, &port, "root", script);
+    let mariadb = common::MariaDb::start();
+    let peer = script_on("127.0.0.1", &mariadb.port.to_string(), "root", script);
+    assert_eq!(latsdb.0, peer.0, "rows: latsdb (left) against MariaDB (right)");
+    assert_eq!(latsdb.1, peer.1, "error codes: latsdb (left) against MariaDB (right)");
+    assert_eq!(latsdb.1, ["1292", "1292"], "{latsdb:?}");
+}

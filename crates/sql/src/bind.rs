@@ -1355,6 +1355,8 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["TO_DAYS"], Func::ToDays, 1, 1),
     (&["FROM_DAYS"], Func::FromDays, 1, 1),
     (&["UNHEX"], Func::Unhex, 1, 1),
+    (&["TO_BASE64"], Func::ToBase64, 1, 1),
+    (&["FROM_BASE64"], Func::FromBase64, 1, 1),
     (&["MD5"], Func::Md5, 1, 1),
     (&["SHA1", "SHA"], Func::Sha1, 1, 1),
     (&["SHA2"], Func::Sha2, 2, 2),

@@ -565,18 +565,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     fn wires(columns: &[ResultColumn], rows: &[Vec<Value>]) -> Vec<Wire> {
-        columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let w = c.ty.map(wire_of).unwrap_or_else(|| infer_wire(rows, i));
-                match c.double_decimals {
-                    // A DOUBLE whose type fixes its places tells the client.
-                    Some(d) if w.ty == T_DOUBLE => Wire { decimals: d, ..w },
-                    _ => w,
-                }
-            })
-            .collect()
+        columns.iter().enumerate().map(|(i, c)| Self::wire_of_column(c, rows, i)).collect()
+    }
+
+    fn wire_of_column(c: &ResultColumn, rows: &[Vec<Value>], i: usize) -> Wire {
+        let w = c.ty.map(wire_of).unwrap_or_else(|| infer_wire(rows, i));
+        match (c.double_decimals, c.fraction_digits) {
+            // A DOUBLE whose type fixes its places tells the client.
+            (Some(d), _) if w.ty == T_DOUBLE => Wire { decimals: d, ..w },
+            // 'YYYY-MM-DD hh:mm:ss' and a point before the digits, if any.
+            (_, Some(d)) if matches!(w.ty, T_DATETIME | T_TIMESTAMP) => {
+                Wire { decimals: d, length: 19 + if d > 0 { u32::from(d) + 1 } else { 0 }, ..w }
+            }
+            _ => w,
+        }
     }
 
     fn result_set(&mut self, columns: &[ResultColumn], rows: &[Vec<Value>], binary: bool, more: bool) {
@@ -596,8 +598,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             if binary {
                 binary_row(p, r, &wires);
             } else {
-                for (v, w) in r.iter().zip(&wires) {
+                for ((v, w), c) in r.iter().zip(&wires).zip(columns) {
                     match (v, w.ty) {
+                        (Value::DateTime(us) | Value::Timestamp(us), T_DATETIME | T_TIMESTAMP)
+                            if c.fraction_digits.is_some() =>
+                        {
+                            put_lenenc_str(p, datetime_text(*us, w.decimals).as_bytes())
+                        }
                         (Value::Float(f), T_FLOAT) => {
                             put_lenenc_str(p, crate::eval::format_float(*f as f32).as_bytes())
                         }
@@ -811,8 +818,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         collation: c.ty.is_string().then_some((c.collation, false)),
                         decimal_scale: None,
                         double_decimals: None,
+                        fraction_digits: crate::session::is_datetime(c.ty).then_some(c.fraction_digits),
                     };
-                    self.column_def(&rc, wire_of(c.ty));
+                    self.column_def(&rc, Self::wire_of_column(&rc, &[], 0));
                 }
                 self.eof(false);
             }
@@ -1091,6 +1099,19 @@ fn time_param(b: &[u8]) -> String {
     let days = u32::from_le_bytes([b[1], b[2], b[3], b[4]]) as u64;
     let hours = days * 24 + b[5] as u64;
     format!("{}{:02}:{:02}:{:02}", if neg { "-" } else { "" }, hours, b[6], b[7])
+}
+
+/// A date and time with exactly `digits` digits of a second, as MySQL
+/// shows a DATETIME(`digits`) column ('2026-11-27 10:00:00.500' for 3).
+fn datetime_text(micros: i64, digits: u8) -> String {
+    let seconds = micros.div_euclid(1_000_000);
+    let whole = latsdb_types::value::format_datetime(seconds * 1_000_000);
+    if digits == 0 {
+        return whole;
+    }
+    let digits = digits.min(6);
+    let fraction = micros.rem_euclid(1_000_000) / crate::session::fraction_step(digits);
+    format!("{whole}.{fraction:0width$}", width = usize::from(digits))
 }
 
 /// A value as text-protocol bytes; None for NULL.

@@ -150,6 +150,8 @@ pub enum Func {
     Ascii,
     Hex,
     Unhex,
+    ToBase64,
+    FromBase64,
     /// CHAR(n, ...): the bytes of the integers.
     Char,
     /// FORMAT(x, d): x rounded to d decimals with thousands separators.
@@ -1020,6 +1022,8 @@ fn call(f: Func, a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         | Func::Char
         | Func::Hex
         | Func::Unhex
+        | Func::ToBase64
+        | Func::FromBase64
         | Func::Md5
         | Func::Sha1
         | Func::Sha2
@@ -1390,6 +1394,11 @@ fn call_encoding(f: Func, a: Vec<Value>) -> SqlResult<Value> {
                 None => Value::Null,
             }
         }
+        Func::ToBase64 => Value::Str(to_base64(&match &a[0] {
+            Value::Bytes(b) => b.clone(),
+            v => to_text(v).into_bytes(),
+        })),
+        Func::FromBase64 => from_base64(&to_text(&a[0])).map_or(Value::Null, Value::Bytes),
         Func::Md5 | Func::Sha1 | Func::Sha2 => {
             use sha2::Digest;
             let bytes = match &a[0] {
@@ -2120,6 +2129,30 @@ fn out_of_range(v: &Value, column: &ColumnDef) -> SqlError {
         "22003",
         format!("Out of range value '{}' for column '{}' ({})", to_text(v), column.name, column.ty.sql_name()),
     )
+}
+
+/// MySQL's TO_BASE64: the standard alphabet with padding, and a line break
+/// after every 76 characters of output.
+fn to_base64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
+    let mut out = String::with_capacity(encoded.len() + encoded.len() / 76);
+    for (i, line) in encoded.as_bytes().chunks(76).enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        // The engine's output is ASCII.
+        out.push_str(std::str::from_utf8(line).unwrap_or_default());
+    }
+    out
+}
+
+/// MySQL's FROM_BASE64: white space is skipped; anything else outside the
+/// alphabet, or missing padding, makes NULL (None).
+fn from_base64(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    base64::engine::general_purpose::STANDARD.decode(compact).ok()
 }
 
 #[cfg(test)]

@@ -43,6 +43,10 @@ pub struct ResultColumn {
     pub decimal_scale: Option<u8>,
     /// The places a computed DOUBLE shows (`Binder::double_decimals`).
     pub double_decimals: Option<u8>,
+    /// The digits of a second a DATETIME or TIMESTAMP table column shows
+    /// (its declared ones, all of them, as MySQL: `.500` in a DATETIME(3));
+    /// None: as the value has them (six when it has a fraction).
+    pub fraction_digits: Option<u8>,
 }
 
 impl ResultColumn {
@@ -60,6 +64,7 @@ impl ResultColumn {
             collation: None,
             decimal_scale: None,
             double_decimals: None,
+            fraction_digits: None,
         }
     }
     pub fn typed(name: &str, ty: ColumnType) -> Self {
@@ -1361,6 +1366,10 @@ fn is_numeric(t: ColumnType) -> bool {
     matches!(t, ColumnType::Integer { .. } | ColumnType::Decimal { .. } | ColumnType::Double)
 }
 
+pub(crate) fn is_datetime(t: ColumnType) -> bool {
+    matches!(t, ColumnType::DateTime | ColumnType::Timestamp)
+}
+
 fn is_temporal(t: ColumnType) -> bool {
     matches!(t, ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp)
 }
@@ -1389,6 +1398,7 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
                     collation: collation_of(i),
                     decimal_scale: None,
                     double_decimals: None,
+                    fraction_digits: is_datetime(col.ty).then_some(col.fraction_digits),
                 }
             }
             None => ResultColumn {

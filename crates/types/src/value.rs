@@ -333,12 +333,41 @@ pub fn format_datetime(micros: i64) -> String {
     }
 }
 
-/// Parses `YYYY-MM-DD`.
+/// Parses a date as MySQL reads one from a string: `YYYY-MM-DD` with any
+/// punctuation character between the parts ('2024:02:29', '2024/2/29'),
+/// a two-digit year (70-99 in the 1900s, 00-69 in the 2000s), or the
+/// digits alone (`YYYYMMDD`, `YYMMDD`).
 pub fn parse_date(text: &str) -> Option<i32> {
-    let mut parts = text.trim().splitn(3, '-');
-    let y: i64 = parts.next()?.parse().ok()?;
-    let m: u32 = parts.next()?.parse().ok()?;
-    let d: u32 = parts.next()?.parse().ok()?;
+    let text = text.trim();
+    let (y, m, d, year_digits) = if text.bytes().all(|b| b.is_ascii_digit()) {
+        let (y, rest) = match text.len() {
+            8 => text.split_at(4),
+            6 => text.split_at(2),
+            _ => return None,
+        };
+        (y.parse().ok()?, rest[..2].parse().ok()?, rest[2..].parse().ok()?, y.len())
+    } else {
+        let (parts, seps) = digit_runs(text)?;
+        if parts.len() != 3 || seps.iter().any(|s| !s.is_ascii_punctuation()) {
+            return None;
+        }
+        (parts[0].parse().ok()?, parts[1].parse().ok()?, parts[2].parse().ok()?, parts[0].len())
+    };
+    civil_days(full_year(y, year_digits), m, d)
+}
+
+/// A year as written with `digits` digits: two or fewer are MySQL's
+/// two-digit years.
+fn full_year(y: i64, digits: usize) -> i64 {
+    match (digits, y) {
+        (0..=2, 70..) => 1900 + y,
+        (0..=2, _) => 2000 + y,
+        _ => y,
+    }
+}
+
+/// Days since 1970-01-01 of a valid date in years 0-9999.
+fn civil_days(y: i64, m: u32, d: u32) -> Option<i32> {
     if !(1..=12).contains(&m) || d == 0 || d > 31 || !(0..=9999).contains(&y) {
         return None;
     }
@@ -347,35 +376,91 @@ pub fn parse_date(text: &str) -> Option<i32> {
     (civil_from_days(days) == (y, m, d)).then_some(days as i32)
 }
 
-/// Parses `YYYY-MM-DD[ HH:MM:SS[.ffffff]]` (a `T` may separate date and time).
-pub fn parse_datetime(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let (date, time) = match text.find([' ', 'T']) {
-        Some(pos) => (&text[..pos], Some(&text[pos + 1..])),
-        None => (text, None),
-    };
-    let days = parse_date(date)? as i64;
-    let mut micros = days * 86_400_000_000;
-    if let Some(time) = time {
-        let (hms, frac) = match time.split_once('.') {
-            Some((a, b)) => (a, Some(b)),
-            None => (time, None),
-        };
-        let mut parts = hms.splitn(3, ':');
-        let h: i64 = parts.next()?.parse().ok()?;
-        let mi: i64 = parts.next()?.parse().ok()?;
-        let s: i64 = parts.next().unwrap_or("0").parse().ok()?;
-        if h > 23 || mi > 59 || s > 59 {
+/// The runs of digits of `text` and the single characters between them
+/// (None when it does not start and end with a digit, or two characters
+/// separate two runs).
+fn digit_runs(text: &str) -> Option<(Vec<&str>, Vec<char>)> {
+    let mut parts = Vec::new();
+    let mut seps = Vec::new();
+    let mut rest = text;
+    loop {
+        let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if end == 0 {
             return None;
         }
-        micros += (h * 3600 + mi * 60 + s) * 1_000_000;
-        if let Some(frac) = frac {
-            if frac.is_empty() || frac.len() > 6 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
+        parts.push(&rest[..end]);
+        rest = &rest[end..];
+        let mut chars = rest.chars();
+        match chars.next() {
+            None => return Some((parts, seps)),
+            Some(c) => {
+                seps.push(c);
+                rest = chars.as_str();
             }
-            let f: i64 = frac.parse().ok()?;
-            micros += f * 10i64.pow(6 - frac.len() as u32);
         }
+    }
+}
+
+/// Parses a date and time as MySQL reads one from a string: a date as
+/// `parse_date` reads it, then a space or `T`, then the time with any
+/// punctuation between hours, minutes and seconds and a `.` before up to
+/// six fraction digits; or the digits alone (`YYYYMMDDhhmmss`,
+/// `YYMMDDhhmmss`).
+pub fn parse_datetime(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let (date, time) = if text.len() >= 12 && text.bytes().all(|b| b.is_ascii_digit()) {
+        let date_len = text.len() - 6;
+        (
+            &text[..date_len],
+            Some(format!(
+                "{}:{}:{}",
+                &text[date_len..date_len + 2],
+                &text[date_len + 2..date_len + 4],
+                &text[date_len + 4..]
+            )),
+        )
+    } else {
+        match text.find([' ', 'T']) {
+            Some(pos) => (&text[..pos], Some(text[pos + 1..].to_string())),
+            None => (text, None),
+        }
+    };
+    let days = parse_date(date)? as i64;
+    let time = match time {
+        Some(time) => time_of_day(time.trim())?,
+        None => 0,
+    };
+    Some(days * 86_400_000_000 + time)
+}
+
+/// Microseconds since midnight of `hh:mm[:ss][.ffffff]`, any punctuation
+/// between the parts and `.` before the fraction.
+fn time_of_day(time: &str) -> Option<i64> {
+    let (mut parts, seps) = digit_runs(time)?;
+    let frac = if parts.len() == 4 {
+        if seps[2] != '.' {
+            return None;
+        }
+        parts.pop()
+    } else {
+        None
+    };
+    if !(2..=3).contains(&parts.len()) || seps[..parts.len() - 1].iter().any(|s| !s.is_ascii_punctuation()) {
+        return None;
+    }
+    let h: i64 = parts[0].parse().ok()?;
+    let mi: i64 = parts[1].parse().ok()?;
+    let s: i64 = parts.get(2).map_or(Some(0), |s| s.parse().ok())?;
+    if h > 23 || mi > 59 || s > 59 {
+        return None;
+    }
+    let mut micros = (h * 3600 + mi * 60 + s) * 1_000_000;
+    if let Some(frac) = frac {
+        if frac.len() > 6 {
+            return None;
+        }
+        let f: i64 = frac.parse().ok()?;
+        micros += f * 10i64.pow(6 - frac.len() as u32);
     }
     Some(micros)
 }
@@ -663,6 +748,23 @@ mod tests {
 
     #[test]
     fn dates_round_trip() {
+        // MySQL's relaxed forms.
+        for text in ["2024:02:29", "2024/2/29", "24-02-29", "20240229", "240229", " 2024^02^29 "] {
+            assert_eq!(parse_date(text), parse_date("2024-02-29"), "{text}");
+        }
+        assert_eq!(parse_date("99-12-31"), parse_date("1999-12-31"));
+        for bad in ["2024-02", "2024--02-29", "2024-02-29x", "2024 02 29", "2024022", "", "x"] {
+            assert!(parse_date(bad).is_none(), "{bad}");
+        }
+        assert_eq!(parse_datetime("2020/01/02 10.11.12"), parse_datetime("2020-01-02 10:11:12"));
+        assert_eq!(parse_datetime("20210304101112"), parse_datetime("2021-03-04 10:11:12"));
+        assert_eq!(parse_datetime("2021-3-4 1:2:3.5"), parse_datetime("2021-03-04 01:02:03.500000"));
+        assert_eq!(parse_datetime("2021-03-04T10:11"), parse_datetime("2021-03-04 10:11:00"));
+        for bad in
+            ["2021-03-04 10:11:12:13", "2021-03-04 24:00:00", "2021-03-04 10:11:12.", "2021-03-04 10:11:12.1234567"]
+        {
+            assert!(parse_datetime(bad).is_none(), "{bad}");
+        }
         let d = parse_date("2024-02-29").unwrap();
         assert_eq!(format_date(d), "2024-02-29");
         assert!(parse_date("2023-02-29").is_none());
