@@ -521,6 +521,9 @@ fn value_formats_and_base64_answer_as_mariadb_does() {
         SELECT HEX(FROM_BASE64('Y W\nJj')), FROM_BASE64('!!!!'), TO_BASE64(NULL), TO_BASE64(123), FROM_BASE64(TO_BASE64(x'00ff'));
         SELECT id, TO_BASE64(b) FROM t ORDER BY id;
         SELECT CAST('2020:01:02' AS DATE), DATE('2020.01.02'), '2020:01:02' + INTERVAL 1 DAY;
+        CREATE TABLE n (id INT PRIMARY KEY, a DATETIME(6), b DATETIME(6));
+        INSERT INTO n VALUES (1, NOW(6), NOW(6)), (2, NOW(6), NOW(6));
+        SELECT COUNT(DISTINCT a), SUM(a = b), NOW(6) = NOW(6) FROM n;
         DROP DATABASE vf;";
     let cluster = TestCluster::start(&["--no-rest"]);
     let (host, port) = host_port(&cluster);
@@ -530,4 +533,9 @@ fn value_formats_and_base64_answer_as_mariadb_does() {
     assert_eq!(latsdb.0, peer.0, "rows: latsdb (left) against MariaDB (right)");
     assert_eq!(latsdb.1, peer.1, "error codes: latsdb (left) against MariaDB (right)");
     assert_eq!(latsdb.1, ["1292", "1292"], "{latsdb:?}");
+    // NOW(n) shows n digits (times differ between the servers: only the
+    // shape is compared).
+    let (now, _) = script_on(&host, &port, "root", "SELECT NOW(), NOW(3), NOW(6), CURRENT_TIMESTAMP(1)");
+    let shown: Vec<usize> = now.lines().nth(1).unwrap_or_default().split('\t').map(str::len).collect();
+    assert_eq!(shown, [19, 23, 26, 21], "{now}");
 }

@@ -840,12 +840,21 @@ fn ignored_warning(e: SqlError, column: &ColumnDef, row: usize) -> (u16, String)
     }
 }
 
+/// When the statement began, as NOW(6) reads it (the session's one time
+/// per statement; the clock where there is no session).
+fn statement_time(env: &crate::eval::Env) -> i64 {
+    match env.session.session_value(&crate::eval::SessionValue::Now(6)) {
+        Ok(Value::DateTime(us)) => us,
+        _ => crate::session::now_micros(),
+    }
+}
+
 pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, auto: &A) -> SqlResult<WriteResult> {
     // Strict mode: text that is no number fails the write (IGNORE turns
     // that into warnings, which latsdb does not do for arithmetic yet).
     ctx.env.strict_numbers = !matches!(plan.conflict, OnConflict::Ignore);
     // Every row's clock columns take the one time of the statement.
-    let statement_time = crate::session::now_micros();
+    let statement_time = statement_time(&ctx.env);
     let table = &plan.table;
     let def = table.def();
     let n = def.columns.len();
@@ -1220,7 +1229,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     // Strict mode for the values written (SET), not for the WHERE, which
     // reads text's numeric prefix as MariaDB does.
     ctx.env.strict_numbers = false;
-    let statement_time = crate::session::now_micros();
+    let statement_time = statement_time(&ctx.env);
     let table = &plan.table;
     let def = table.def();
     no_text_keys_of_numbers(plan, &ctx.env)?;

@@ -106,6 +106,8 @@ pub struct OutputColumn {
     pub float: bool,
     /// The places a DOUBLE result shows (`Binder::double_decimals`).
     pub double_decimals: Option<u8>,
+    /// The digits of a second a computed time shows (NOW(n)'s n).
+    pub fraction_digits: Option<u8>,
 }
 
 #[derive(Clone, Debug)]
@@ -305,6 +307,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                         decimal_scale: None,
                         float: false,
                         double_decimals: None,
+                        fraction_digits: None,
                     });
                 }
             }
@@ -327,6 +330,7 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                         decimal_scale: None,
                         float: false,
                         double_decimals: None,
+                        fraction_digits: None,
                     });
                 }
             }
@@ -355,7 +359,19 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     SExpr::TableCol(t, c) => Some((t, c)),
                     _ => None,
                 };
-                outputs.push(OutputColumn { name, expr: bound, origin, decimal_scale, float, double_decimals });
+                let fraction_digits = match bound {
+                    SExpr::Session(crate::eval::SessionValue::Now(digits)) => Some(digits),
+                    _ => None,
+                };
+                outputs.push(OutputColumn {
+                    name,
+                    expr: bound,
+                    origin,
+                    decimal_scale,
+                    float,
+                    double_decimals,
+                    fraction_digits,
+                });
             }
             other => return Err(SqlError::unsupported(format!("select item {other} is not supported"))),
         }

@@ -149,6 +149,10 @@ pub struct Session {
     undo: Vec<Op>,
     /// Statements of SQL-level PREPARE, by lowercase name.
     pub(crate) sql_prepared: crate::prepared::SqlPreparedStatements,
+    /// When the running statement began (µs since the Unix epoch): NOW(),
+    /// CURDATE() and the clock columns it fills all read this one time, as
+    /// in MySQL.
+    statement_time: i64,
 }
 
 pub struct NoSession;
@@ -173,6 +177,7 @@ pub(crate) struct SessionView<'a> {
     /// Warnings and errors of the previous statement (@@warning_count).
     warning_count: usize,
     error_count: usize,
+    statement_time: i64,
 }
 
 pub fn default_variable(name: &str) -> Option<Value> {
@@ -238,8 +243,8 @@ impl SessionLookup for SessionView<'_> {
             SessionValue::LastInsertId => Value::UInt(self.last_insert_id),
             SessionValue::RowCount => Value::Int(self.row_count),
             SessionValue::FoundRows => Value::UInt(self.found_rows),
-            SessionValue::Now(digits) => Value::DateTime(to_digits(now_micros(), *digits)),
-            SessionValue::CurDate => Value::Date(now_micros().div_euclid(86_400_000_000) as i32),
+            SessionValue::Now(digits) => Value::DateTime(to_digits(self.statement_time, *digits)),
+            SessionValue::CurDate => Value::Date(self.statement_time.div_euclid(86_400_000_000) as i32),
             SessionValue::Variable(name) => {
                 if name.starts_with('@') {
                     return Ok(self.vars.get(name).cloned().unwrap_or(Value::Null));
@@ -331,6 +336,7 @@ impl Session {
             vars: HashMap::new(),
             warnings: Vec::new(),
             previous_warnings: (0, 0),
+            statement_time: now_micros(),
             read_only_session: false,
             read_only_tx: false,
             written: HashMap::new(),
@@ -411,6 +417,7 @@ impl Session {
             self.previous_warnings = (self.warnings.len(), errors);
             self.warnings.clear();
         }
+        self.statement_time = now_micros();
         let result = self.dispatch(stmt, params, cached).await;
         match &result {
             Ok(Response::Ok { affected, .. }) => self.row_count = *affected as i64,
@@ -1076,6 +1083,7 @@ impl Session {
             vars: &self.vars,
             warning_count: self.previous_warnings.0,
             error_count: self.previous_warnings.1,
+            statement_time: self.statement_time,
         }
     }
 
@@ -1405,6 +1413,7 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
                 collation: collation_of(i),
                 decimal_scale: o.decimal_scale,
                 double_decimals: o.double_decimals,
+                fraction_digits: o.fraction_digits,
                 ty: o.float.then_some(ColumnType::Float),
                 ..ResultColumn::computed(&o.name)
             },
