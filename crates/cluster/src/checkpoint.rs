@@ -187,6 +187,14 @@ impl Checkpoints {
             0 => 0,
             mb => mb.max(self.last_bytes),
         };
+        // With a REDO limit, a checkpoint is also due once half of it is
+        // kept: it lets the older records go before writes are refused.
+        let limit = cx.cfg.redo_limit_bytes;
+        let trigger = match limit {
+            0 => trigger,
+            _ if trigger == 0 => 0,
+            _ => trigger.min((limit / 2).max(1)),
+        };
         if self.running.is_none() && self.ending.is_none() {
             let due = trigger != 0 && cx.redo.lsn - self.last_start_lsn >= trigger && !copying;
             if !self.forced && !due {
@@ -315,6 +323,7 @@ impl Checkpoints {
         let token = cx.redo.token();
         out.disk.push(DiskOp::RedoSync { token });
         out.disk.push(DiskOp::Trim { keep_checkpoint: newest.0, redo_before: newest.2 });
+        cx.redo.kept_from = cx.redo.kept_from.max(newest.2);
     }
 
     /// Restores the tables in `cx` from a checkpoint and the REDO log that
@@ -380,6 +389,7 @@ impl Checkpoints {
         }
         cx.recount_memory();
         cx.redo.lsn = redo_base + valid as u64;
+        cx.redo.kept_from = redo_base;
         self.last_start_lsn = replay_from;
         Ok(report)
     }

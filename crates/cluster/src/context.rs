@@ -59,13 +59,24 @@ pub(crate) struct Redo {
     buffer: Vec<u8>,
     /// Log sequence number: REDO bytes produced so far, buffered or not.
     pub(crate) lsn: u64,
+    /// Where the REDO a restart may still need begins: the log's start
+    /// after a restore, then the start of the newest checkpoint that let
+    /// older records go (`DiskOp::Trim`).
+    pub(crate) kept_from: u64,
     /// Numbers the host's disk completions (`Shard::on_disk_done`).
     next_token: u64,
 }
 
 impl Redo {
     pub(crate) fn new(enabled: bool) -> Redo {
-        Redo { enabled, buffer: Vec::new(), lsn: 0, next_token: 1 }
+        Redo { enabled, buffer: Vec::new(), lsn: 0, kept_from: 0, next_token: 1 }
+    }
+
+    /// REDO bytes kept for a restart (on disk in whole segments, so the
+    /// files may hold up to one segment more).
+    pub(crate) fn kept(&self) -> u64 {
+        debug_assert!(self.kept_from <= self.lsn, "REDO kept from {} beyond its end {}", self.kept_from, self.lsn);
+        self.lsn - self.kept_from
     }
 
     /// Appends one REDO record.

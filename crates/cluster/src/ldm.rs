@@ -1233,6 +1233,7 @@ impl Ldm {
                 None
             }
         };
+        check_redo_room(&cx.redo, cx.cfg.redo_limit_bytes, cx.layout.checkpoint_trigger_mb, me)?;
         let growth = partition.write_growth(&op.key, new_image.as_deref());
         let budget = cx.cfg.data_memory_bytes;
         if growth > 0 && budget > 0 && cx.data_memory_used as u64 + growth as u64 > budget {
@@ -1346,6 +1347,30 @@ fn check_key(meta: &TableMeta, key: &[u8], partition: u32, projection: Option<&[
 /// tablespace has reached its limit (as the data memory check does for
 /// memory: it counts committed rows, so writes staged at the same time may
 /// pass it together and take the tablespace a little past its limit).
+/// Refuses a write while the shard keeps as much REDO as its limit allows
+/// (`ShardConfig::redo_limit_bytes`): the disk must not fill up, which would
+/// stop the node. A checkpoint lets older REDO go (one starts at half the
+/// limit), so the refusal is temporary unless checkpoints are off.
+fn check_redo_room(redo: &crate::context::Redo, limit: u64, checkpoint_trigger_mb: u64, me: ShardAddr) -> Result<()> {
+    let kept = redo.kept();
+    if limit == 0 || !redo.enabled || kept < limit {
+        return Ok(());
+    }
+    let remedy = if checkpoint_trigger_mb == 0 {
+        "checkpoints are off (checkpoint_trigger_mb = 0), so none is let go: turn them on"
+    } else {
+        "retry once the running checkpoint ends; if this repeats, raise redo_limit_mb"
+    };
+    Err(DbError::new(
+        ErrorCode::RedoFull,
+        format!(
+            "the REDO log of shard {me} is full: it keeps {} MiB, its limit is {} MiB until a checkpoint lets older records go; {remedy}",
+            kept >> 20,
+            limit >> 20
+        ),
+    ))
+}
+
 fn check_tablespace(
     partition: &Partition,
     key: &[u8],

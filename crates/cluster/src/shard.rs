@@ -36,6 +36,11 @@ pub struct ShardConfig {
     /// indexes); 0 means unlimited. A write that would exceed it fails with
     /// `TableFull` instead of exhausting the process.
     pub data_memory_bytes: u64,
+    /// REDO log this shard may keep on disk; 0 means unlimited. At the
+    /// limit writes fail with `RedoFull` until a checkpoint lets older REDO
+    /// go, instead of filling the disk (which would stop the node); a
+    /// checkpoint starts once half of it is kept.
+    pub redo_limit_bytes: u64,
     /// Shared by the shards of a node; its membership keeps it current.
     pub lease: Lease,
     /// The shard has a disk: it writes a REDO log and checkpoints (through
@@ -733,6 +738,11 @@ impl Shard {
     /// Estimated data memory in use and the budget (0 = unlimited), in bytes.
     pub fn data_memory(&self) -> (usize, u64) {
         (self.cx.data_memory_used, self.cx.cfg.data_memory_bytes)
+    }
+
+    /// REDO bytes kept for a restart, and the limit (0: none).
+    pub fn redo_usage(&self) -> (u64, u64) {
+        (self.cx.redo.kept(), self.cx.cfg.redo_limit_bytes)
     }
 
     /// Transactions this shard participates in (holds locks or staged

@@ -83,6 +83,7 @@ impl Net {
                     lock_wait_timeout_us: 100_000,
                     first_tx_seq: u64::from(me.node) << 40,
                     data_memory_bytes: 0,
+                    redo_limit_bytes: 0,
                     lease: latsdb_cluster::Lease::unlimited(),
                     durable: false,
                     node_shards: 1,

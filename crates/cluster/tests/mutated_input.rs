@@ -39,6 +39,7 @@ fn shard_and_meta() -> (Shard, TableMeta) {
         lock_wait_timeout_us: 5_000,
         first_tx_seq: 1,
         data_memory_bytes: 1 << 20,
+        redo_limit_bytes: 0,
         lease: latsdb_cluster::Lease::unlimited(),
         durable: false,
         node_shards: 1,

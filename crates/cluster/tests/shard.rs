@@ -53,6 +53,7 @@ impl Pump {
                         lock_wait_timeout_us: 100_000,
                         first_tx_seq: 0,
                         data_memory_bytes,
+                        redo_limit_bytes: 0,
                         lease: latsdb_cluster::Lease::unlimited(),
                         durable: false,
                         node_shards: 1,

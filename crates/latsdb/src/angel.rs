@@ -26,7 +26,7 @@ pub struct AngelArgs {
     pub mgmd: String,
     pub node_id: Option<u16>,
     /// `datanode`'s other flags (threads, data dir, diskless), passed on.
-    pub flags: Vec<String>,
+    pub flags: Vec<std::ffi::OsString>,
     /// The first start is an initial one; restarts never are (the node
     /// restores what it has and copies the rest).
     pub initial: bool,
@@ -36,14 +36,21 @@ pub struct AngelArgs {
 /// cluster is shut down while the node is down.
 pub fn run(args: AngelArgs) -> Result<(), String> {
     let rt = crate::runtime(1)?;
-    rt.block_on(Angel { args, node: None, child: None, healer: Healer::default(), mgmd: None }.watch())
+    let node_id_file = std::env::temp_dir().join(format!("latsdb-angel-{}.node-id", std::process::id()));
+    let angel = Angel { args, node: None, node_id_file, child: None, healer: Healer::default(), mgmd: None };
+    let file = angel.node_id_file.clone();
+    let result = rt.block_on(angel.watch());
+    let _ = std::fs::remove_file(file);
+    result
 }
 
 struct Angel {
     args: AngelArgs,
-    /// The node id, once known (given, or learned from the layout by the
-    /// child's pid).
+    /// The node id, once known: given, or written by the child to
+    /// `node_id_file` once it registered (pids do not tell, as they repeat
+    /// across hosts and containers).
     node: Option<u16>,
+    node_id_file: std::path::PathBuf,
     child: Option<Child>,
     healer: Healer,
     mgmd: Option<RpcConn>,
@@ -52,14 +59,19 @@ struct Angel {
 impl Angel {
     async fn watch(mut self) -> Result<(), String> {
         self.node = self.args.node_id;
+        // Installed before the first child starts, and kept: a signal that
+        // came while no listener existed would be lost.
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut sigterm =
+            signal(SignalKind::terminate()).map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
+        let mut sigint =
+            signal(SignalKind::interrupt()).map_err(|e| format!("cannot install the SIGINT handler: {e}"))?;
         let initial = self.args.initial;
         self.start(initial).await?;
-        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
         let mut mgmd_answered = Instant::now();
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => return self.stop("interrupt"),
+                _ = sigint.recv() => return self.stop("interrupt"),
                 _ = sigterm.recv() => return self.stop("SIGTERM"),
                 _ = tokio::time::sleep(POLL) => {}
             }
@@ -95,8 +107,8 @@ impl Angel {
         }
     }
 
-    /// Notes the child's node id once the management server lists its
-    /// pid, and decides what to do when it exits.
+    /// Notes the child's node id once it wrote it, and decides what to do
+    /// when the child exits.
     async fn reap(&mut self) -> Result<(), String> {
         let Some(child) = self.child.as_mut() else { return Ok(()) };
         let pid = child.id();
@@ -104,7 +116,7 @@ impl Angel {
             Ok(Some(status)) => status,
             Ok(None) => {
                 if self.node.is_none() {
-                    self.node = self.node_of(pid).await;
+                    self.node = std::fs::read_to_string(&self.node_id_file).ok().and_then(|t| t.trim().parse().ok());
                 }
                 return Ok(());
             }
@@ -131,9 +143,10 @@ impl Angel {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the latsdb executable: {e}"))?;
         let mut cmd = Command::new(exe);
         cmd.args(["datanode", "--no-restart", "--mgmd", &self.args.mgmd]).args(&self.args.flags);
-        if let Some(node) = self.node {
-            cmd.args(["--node-id", &node.to_string()]);
-        }
+        match self.node {
+            Some(node) => cmd.args(["--node-id", &node.to_string()]),
+            None => cmd.arg("--node-id-file").arg(&self.node_id_file),
+        };
         if initial {
             cmd.arg("--initial");
         }
@@ -197,19 +210,6 @@ impl Angel {
         let initial = requests.iter().find(|(n, _)| *n == node).map(|&(_, initial)| initial)?;
         self.healer.on_requested_start(node);
         Some(initial)
-    }
-
-    /// The node id the management server lists for `pid`, if any yet.
-    async fn node_of(&mut self, pid: u32) -> Option<u16> {
-        let conn = connected(&mut self.mgmd, &self.args.mgmd).await?;
-        match conn.call(&MgmRequest::GetLayout).await {
-            Ok(MgmResponse::Layout(layout)) => layout.datanodes.iter().find(|d| d.pid == pid).map(|d| d.node_id),
-            Ok(_) => None,
-            Err(_) => {
-                self.mgmd = None;
-                None
-            }
-        }
     }
 
     /// Prints a decision and adds it to the cluster log.

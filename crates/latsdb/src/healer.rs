@@ -4,8 +4,9 @@
 //! can be tested without processes. A node that exits cleanly (stopped by
 //! `latsdb mgm N stop` or `restart`, or the cluster's shutdown) is left
 //! alone; one that crashes or is killed is started again after a backoff
-//! that doubles with each death in the window (1 s, 2 s, 4 s, ... at most
-//! 30 s); one that dies `MAX_DEATHS` times within `WINDOW` stays down, as
+//! that doubles with each death in the window (1 s, then 2 s: the third
+//! death ends it; at most 30 s were `MAX_DEATHS` raised); one that dies
+//! `MAX_DEATHS` times within `WINDOW` stays down, as
 //! a node that cannot run (a broken disk, a bad configuration) would only
 //! die again, until an operator starts it.
 
@@ -104,9 +105,14 @@ pub fn describe_exit(name: &str, status: std::process::ExitStatus, decision: &De
                 "{name} died ({status}) {deaths} times within {window} min; leaving it down until `latsdb mgm N start` (see its log for why it dies)"
             ),
         ),
-        Decision::LeaveStopped => (
+        Decision::LeaveStopped if status.success() => (
             Severity::Info,
             format!("{name} exited ({status}) as asked (`latsdb mgm N stop`, or the cluster's shutdown); it stays down until `latsdb mgm N start`"),
+        ),
+        // Only when restarts are off (`--no-restart`).
+        Decision::LeaveStopped => (
+            Severity::Warning,
+            format!("{name} died ({status}); not started again (restarts are off); `latsdb mgm N start` starts it"),
         ),
     }
 }

@@ -58,6 +58,9 @@ pub struct StartArgs {
     /// Largest tablespace per data node in MiB (0 = no limit but the disk's).
     #[arg(long, default_value_t = 0)]
     tablespace_mb: u64,
+    /// REDO log each data node may keep on disk in MiB (0 = half the disk's free space at start).
+    #[arg(long, default_value_t = 0)]
+    redo_limit_mb: u64,
     /// Read and write tablespace files with O_DIRECT, so only the page cache caches disk columns (on or off).
     #[arg(long, value_enum, default_value = "off")]
     disk_direct_io: OnOffArg,
@@ -113,8 +116,8 @@ pub struct StartArgs {
     #[arg(long, default_value_t = 60)]
     timeout: u64,
     /// Leave a data node that dies down instead of starting it again (by
-    /// default it is restarted after 1, 2, ... 30 s, and left down after 3
-    /// deaths within 10 minutes).
+    /// default it is restarted after 1 s, then 2 s, and left down at the
+    /// third death within 10 minutes).
     #[arg(long)]
     no_restart: bool,
 }
@@ -444,6 +447,7 @@ fn cluster_config(args: &StartArgs) -> Result<ClusterConfig, String> {
         config.datanode_defaults.data_memory_mb = args.data_memory_mb;
         config.datanode_defaults.disk_page_cache_mb = args.disk_page_cache_mb;
         config.datanode_defaults.tablespace_mb = args.tablespace_mb;
+        config.datanode_defaults.redo_limit_mb = args.redo_limit_mb;
         config.datanode_defaults.disk_direct_io = args.disk_direct_io == OnOffArg::On;
         config.datanode_defaults.cpu_bind = match args.cpu_bind {
             CpuBindArg::Auto => CpuBind::Auto,

@@ -76,11 +76,14 @@ enum Command {
         /// Run the data node in this process, without an angel to start it
         /// again when it dies (for supervisors such as systemd). By default
         /// this process is the angel: it runs the data node as its child,
-        /// starts it again after 1, 2, 4 ... 30 s when it dies unasked
-        /// (leaving it down after 3 deaths within 10 minutes), carries out
+        /// starts it again after 1 s, then 2 s, when it dies unasked
+        /// (leaving it down at the third death within 10 minutes), carries out
         /// `latsdb mgm N start` for it, and reports to the cluster log.
         #[arg(long)]
         no_restart: bool,
+        /// Write the node id here once registered (the angel's channel).
+        #[arg(long, hide = true)]
+        node_id_file: Option<PathBuf>,
     },
     /// Run a REST node (HTTP/JSON key lookups and feature vectors).
     Rest(rest_cmd::RestArgs),
@@ -172,18 +175,18 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Start(args) => launcher::run(args),
         Command::Mgmd { config, port, ready_file, data_dir } => run_mgmd(config, port, ready_file, data_dir),
-        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial, no_restart: false } => {
-            let mut flags = vec!["--data-dir".to_string(), data_dir.display().to_string()];
+        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial, no_restart: false, .. } => {
+            let mut flags = vec![std::ffi::OsString::from("--data-dir"), data_dir.into_os_string()];
             if let Some(threads) = threads {
-                flags.extend(["--threads".to_string(), threads.to_string()]);
+                flags.extend(["--threads".into(), threads.to_string().into()]);
             }
             if diskless {
                 flags.push("--diskless".into());
             }
             angel::run(angel::AngelArgs { mgmd, node_id, flags, initial })
         }
-        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial, no_restart: true } => runtime(1)
-            .and_then(|rt| {
+        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial, no_restart: true, node_id_file } => {
+            runtime(1).and_then(|rt| {
                 use_huge_pages();
                 rt.block_on(latsdb_node::datanode::run_datanode(latsdb_node::datanode::DataNodeOptions {
                     mgmd,
@@ -192,9 +195,11 @@ fn main() -> ExitCode {
                     connect_timeout: Duration::from_secs(30),
                     data_dir: (!diskless).then_some(data_dir),
                     initial,
+                    node_id_file,
                 }))
                 .map_err(|e| e.to_string())
-            }),
+            })
+        }
         Command::Rest(args) => rest_cmd::run_rest(args),
         Command::Sql(args) => sql_cmd::run_sql(args),
         Command::Apikey(args) => runtime(1).and_then(|rt| rt.block_on(rest_cmd::run_apikey(args))),

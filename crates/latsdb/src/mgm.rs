@@ -224,7 +224,7 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
         }
         MgmCommand::Log { lines } => match answer(conn.call(&MgmRequest::GetClusterLog { last: lines }).await)? {
             MgmResponse::ClusterLog(events) => {
-                if events.is_empty() {
+                if events.is_empty() && lines > 0 {
                     println!("the cluster log is empty (it starts when the management server does)");
                 }
                 for event in events {
@@ -303,6 +303,16 @@ pub fn render_memory(nodes: &[(u16, Vec<ShardMemory>)]) -> String {
             usage_flag(*node, shards, ShardMemory::memory_percent),
             shards.len()
         ));
+        let redo_limit: u64 = shards.iter().map(|s| s.redo_limit_bytes).sum();
+        if redo_limit > 0 {
+            let kept: u64 = shards.iter().map(|s| s.redo_bytes).sum();
+            out.push_str(&format!(
+                "node {node}: REDO log {:.1} MiB kept of {:.0} MiB{}\n",
+                mib(kept),
+                mib(redo_limit),
+                usage_flag(*node, shards, ShardMemory::redo_percent)
+            ));
+        }
         let file: u64 = shards.iter().map(|s| s.tablespace_bytes).sum();
         if file > 0 {
             let live: u64 = shards.iter().map(|s| s.tablespace_used_bytes).sum();

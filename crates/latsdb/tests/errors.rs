@@ -302,9 +302,10 @@ async fn a_full_node_refuses_writes_with_table_full_and_keeps_serving() {
     }
     assert!(refused > 0, "16 MiB of data memory per node cannot hold 100,000 rows of 200 bytes");
     let report = cluster.mgm(&["report-memory"]);
-    assert_eq!(report.lines().count(), 2, "{report}");
-    assert!(report.lines().all(|l| l.contains("of 16 MiB") && l.contains("rows in 1 shard")), "{report}");
-    assert!(report.lines().all(|l| l.contains(", ALERT: shard ")), "a full node is flagged: {report}");
+    let memory: Vec<&str> = report.lines().filter(|l| l.contains("data memory")).collect();
+    assert_eq!(memory.len(), 2, "{report}");
+    assert!(memory.iter().all(|l| l.contains("of 16 MiB") && l.contains("rows in 1 shard")), "{report}");
+    assert!(memory.iter().all(|l| l.contains(", ALERT: shard ")), "a full node is flagged: {report}");
     // The cluster log has an alert for each node (the fill may have been
     // too quick for the 5 s checks to see the warning level on the way).
     let alerted = |log: &str, node: u16| {
@@ -334,6 +335,52 @@ async fn a_full_node_refuses_writes_with_table_full_and_keeps_serving() {
             log.contains(&format!("INFO    mgmd: data node {node}: data memory"))
                 && log.contains("below the warning level again")
         })
+    });
+}
+
+/// With checkpoints off, the REDO log only grows: at its limit writes are
+/// refused with a temporary error that says why, without effect, while the
+/// node keeps serving reads and the cluster log raises an alert (the disk
+/// is never filled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redo_log_refuses_writes_and_keeps_serving() {
+    let cluster =
+        TestCluster::start(&["--checkpoint-trigger-mb", "0", "--redo-limit-mb", "8", "--no-sql", "--no-rest"]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let t = client
+        .create_table(
+            TableSpec::new("r", "log")
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+                .column(ColumnDef::new("payload", ColumnType::VarBinary(1000)))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+    let mut refused = None;
+    'fill: for first in (0..100_000i64).step_by(100) {
+        let ops = (first..first + 100)
+            .map(|id| Op::insert(&t, vec![Value::Int(id), Value::Bytes(vec![7; 1000])]).unwrap())
+            .collect();
+        for (offset, r) in client.batch(ops).await.unwrap().into_iter().enumerate() {
+            if let Err(e) = r {
+                assert_eq!(e.code, ErrorCode::RedoFull, "{e}");
+                assert!(e.is_retriable(), "{e}");
+                assert!(e.message.contains("REDO log of shard") && e.message.contains("checkpoints are off"), "{e}");
+                refused = Some(first + offset as i64);
+                break 'fill;
+            }
+        }
+    }
+    let refused = refused.expect("8 MiB of REDO cannot log 100 MB of rows");
+    assert!(refused > 1000, "writes were refused too early, at row {refused}");
+    assert!(client.get(&t, &[Value::Int(refused)]).await.unwrap().is_none(), "a refused write left a row");
+    assert_eq!(client.get(&t, &[Value::Int(0)]).await.unwrap().unwrap().get(1), Value::Bytes(vec![7; 1000]));
+    let report = cluster.mgm(&["report-memory"]);
+    assert!(report.contains("REDO log") && report.contains(", ALERT: shard "), "{report}");
+    wait_for_log(&cluster, |log| {
+        log.contains("ALERT   mgmd: data node")
+            && log.contains("REDO log")
+            && log.contains("a shard refuses writes (a temporary error) when its REDO log is full")
     });
 }
 

@@ -286,15 +286,18 @@ fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often(
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(events.contains("WARNING mgmd: lost the connection to data node 3"), "{events}");
-    std::thread::sleep(Duration::from_secs(3));
+    // Longer than any backoff (2 s here) a restart would have waited.
+    std::thread::sleep(Duration::from_secs(5));
     let still = wait_for_node(&mgmd, 3, "still down", |l| l.contains("not started"));
     assert!(common::datanode_pids(&still).is_empty(), "{line} / {still}");
 
     // An operator's start is carried out by the angel.
+    let starts = |events: &str| events.matches("angel of data node 3: data node 3 started (pid").count();
+    let before = starts(&mgm_at(&mgmd, &["log", "--lines", "500"]));
     let out = mgm_at(&mgmd, &["3", "start", "--timeout", "120"]);
     assert!(out.contains("started"), "{out}");
     let events = mgm_at(&mgmd, &["log", "--lines", "500"]);
-    assert!(events.contains("angel of data node 3: data node 3 started (pid"), "{events}");
+    assert_eq!(starts(&events), before + 1, "the angel did not start the node on request:\n{events}");
 
     // Stopping the angel stops its data node, which the cluster notices.
     let angel = &mut procs.0[2];

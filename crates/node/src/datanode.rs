@@ -26,6 +26,9 @@ pub struct DataNodeOptions {
     /// Discard what the data directory holds first (an initial node
     /// restart: the node copies everything from live replicas).
     pub initial: bool,
+    /// Where to write the node id once registered (for the angel that
+    /// started this node without naming one).
+    pub node_id_file: Option<std::path::PathBuf>,
 }
 
 /// Shard threads chosen from the CPUs this process may use: on two CPUs or
@@ -103,10 +106,23 @@ async fn register(opts: &DataNodeOptions) -> Result<(RpcConn, MgmResponse)> {
     }
 }
 
+/// Writes the node id where the angel that started this node without one
+/// looks for it (`--node-id-file`).
+fn tell_angel(path: Option<&std::path::Path>, node_id: NodeId) {
+    let Some(path) = path else { return };
+    // Written whole, then renamed: the angel never reads half of it.
+    let partial = path.with_extension("partial");
+    let written = std::fs::write(&partial, node_id.to_string()).and_then(|()| std::fs::rename(&partial, path));
+    if let Err(e) = written {
+        log("datanode", format!("node {node_id}: cannot tell the angel its node id through {}: {e}", path.display()));
+    }
+}
+
 pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     let (mut mgm, registered) = register(&opts).await?;
     let settings = node_settings(&opts, registered)?;
     let node_id = settings.node_id;
+    tell_angel(opts.node_id_file.as_deref(), node_id);
     let threads = settings.threads;
     let shards = spawn_shards(&opts, &settings)?;
     let addresses: Vec<String> = shards.iter().map(|s| s.address.clone()).collect();
@@ -265,6 +281,8 @@ struct NodeSettings {
     /// The node's page cache and tablespace limit, in MiB (0: no limit).
     disk_page_cache_mb: u64,
     tablespace_mb: u64,
+    /// REDO the node may keep, in MiB (0: no limit, a node without disk).
+    redo_limit_mb: u64,
     disk_direct_io: bool,
     placement: crate::cpus::Placement,
 }
@@ -278,6 +296,7 @@ fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<Node
         data_memory_mb,
         disk_page_cache_mb,
         tablespace_mb,
+        redo_limit_mb,
         disk_direct_io,
         nodes_on_host,
         host_index,
@@ -300,6 +319,11 @@ fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<Node
         0 => (data_memory_mb / 4).max(16),
         n => n,
     };
+    let redo_limit_mb = match (&opts.data_dir, redo_limit_mb) {
+        (None, _) => 0,
+        (Some(dir), 0) => auto_redo_limit_mb(dir),
+        (Some(_), mb) => mb,
+    };
     let allowed = crate::cpus::allowed();
     let share = crate::cpus::HostShare {
         bind: cpu_bind,
@@ -319,8 +343,10 @@ fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<Node
     log(
         "datanode",
         format!(
-            "node {node_id}: registered with {}; starting {threads} shard thread(s), {}, {data_memory_mb} MiB data memory, {disk_page_cache_mb} MiB page cache",
-            opts.mgmd, placement.reason
+            "node {node_id}: registered with {}; starting {threads} shard thread(s), {}, {data_memory_mb} MiB data memory, {disk_page_cache_mb} MiB page cache, {} REDO",
+            opts.mgmd,
+            placement.reason,
+            if redo_limit_mb == 0 { "no limit on".to_string() } else { format!("{redo_limit_mb} MiB at most of") }
         ),
     );
     Ok(NodeSettings {
@@ -331,6 +357,7 @@ fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<Node
         data_memory_mb,
         disk_page_cache_mb,
         tablespace_mb,
+        redo_limit_mb,
         disk_direct_io,
         placement,
     })
@@ -347,6 +374,7 @@ fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<S
         data_memory_mb,
         disk_page_cache_mb,
         tablespace_mb,
+        redo_limit_mb,
         disk_direct_io,
         placement,
     } = settings;
@@ -369,6 +397,7 @@ fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<S
             lock_wait_timeout_us: 1_500_000,
             first_tx_seq: first_tx_seq(),
             data_memory_bytes: (data_memory_mb << 20) / threads as u64,
+            redo_limit_bytes: (*redo_limit_mb << 20) / threads as u64,
             lease: lease.clone(),
             durable: opts.data_dir.is_some(),
             node_shards: threads,
@@ -611,6 +640,24 @@ fn auto_data_memory_mb(nodes_on_host: u16) -> u64 {
         })
         .unwrap_or(2 << 20);
     (total_kb / 1024 / 2 / nodes_on_host.max(1) as u64).max(64)
+}
+
+/// Half of the free space of the file system holding `dir` (made if
+/// missing), read once at start; 0 (no limit) where it cannot be read.
+fn auto_redo_limit_mb(dir: &std::path::Path) -> u64 {
+    let _ = std::fs::create_dir_all(dir);
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return 0 };
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs writes the struct it is given and reads a
+    // NUL-terminated path; the struct is read only when it succeeded.
+    let stats = unsafe {
+        if libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) != 0 {
+            return 0;
+        }
+        stats.assume_init()
+    };
+    let free = stats.f_bavail as u64 * stats.f_frsize as u64;
+    ((free / 2) >> 20).max(64)
 }
 
 /// Transaction ids restart from the wall clock (microseconds), so a

@@ -84,7 +84,8 @@ struct Mgmd {
     /// One `persist` at a time: they share the temporary file.
     persist_lock: Mutex<()>,
     shutdown: Notify,
-    /// The cluster log; never locked while taking `state`.
+    /// The cluster log. It may be locked while `state` is held, never the
+    /// other way round.
     events: Mutex<ClusterLog>,
 }
 
@@ -680,6 +681,7 @@ impl Mgmd {
             data_memory_mb,
             disk_page_cache_mb: self.config.datanode_defaults.disk_page_cache_mb,
             tablespace_mb: self.config.datanode_defaults.tablespace_mb,
+            redo_limit_mb: self.config.datanode_defaults.redo_limit_mb,
             disk_direct_io: self.config.datanode_defaults.disk_direct_io,
             nodes_on_host: on_host.len() as u16,
             host_index,
@@ -922,12 +924,8 @@ impl Mgmd {
         if status != NodeStatus::NotStarted || state.registering.contains(&node_id) {
             return Err(DbError::bad_request(format!("data node {node_id} is already running")));
         }
-        if !state.formed {
-            return Err(DbError::new(
-                ErrorCode::ClusterNotReady,
-                "the cluster is not running: start all its data nodes (latsdb start) instead",
-            ));
-        }
+        // Before the cluster formed, the request goes to the node's angel
+        // too (one that gave up on a node dying at start waits for it).
         state.start_requests.retain(|(n, _)| *n != node_id);
         state.start_requests.push((node_id, initial));
         Ok(MgmResponse::Done)
@@ -1068,6 +1066,9 @@ impl Mgmd {
                 ),
             ));
         }
+        // A start asked for meanwhile is done: left queued, it would start
+        // the node again after its next stop.
+        state.start_requests.retain(|(n, _)| *n != id);
         state.registering.insert(id);
         Ok(id)
     }

@@ -485,6 +485,7 @@ fn run_shard(
                     let shard = host.shard.borrow();
                     let (used, budget) = shard.data_memory();
                     let disk = shard.disk_usage();
+                    let (redo_bytes, redo_limit_bytes) = shard.redo_usage();
                     let _ = reply.send(latsdb_types::proto::ShardMemory {
                         shard: host.me.shard,
                         rows: shard.row_count() as u64,
@@ -499,6 +500,8 @@ fn run_shard(
                         pages_read_on_shard_thread: disk.read_here,
                         pages_read_at_once: disk.read_at_once,
                         partitions: shard.partition_sizes(),
+                        redo_bytes,
+                        redo_limit_bytes,
                     });
                 }
                 Control::Restore(image, plan, reply) => {

@@ -476,6 +476,7 @@ pub fn status_of(e: &DbError) -> u16 {
         | ErrorCode::SchemaVersionMismatch
         | ErrorCode::TransactionAborted
         | ErrorCode::UnknownTransaction
+        | ErrorCode::RedoFull
         | ErrorCode::OutOfMemory => 503,
         ErrorCode::TableFull => 507,
         ErrorCode::Io | ErrorCode::Internal => 500,

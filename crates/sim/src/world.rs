@@ -337,6 +337,7 @@ fn new_shard(
         lock_wait_timeout_us: cfg.lock_wait_timeout_us,
         first_tx_seq,
         data_memory_bytes: 0,
+        redo_limit_bytes: 0,
         lease: lease.clone(),
         durable: true,
         node_shards: cfg.shards_per_node,

@@ -117,6 +117,7 @@ impl From<DbError> for SqlError {
             | ErrorCode::ClusterNotReady
             | ErrorCode::Timeout
             | ErrorCode::NotServing
+            | ErrorCode::RedoFull
             | ErrorCode::OutOfMemory => (ER_GET_TEMPORARY_ERRMSG, "HY000"),
             ErrorCode::Malformed | ErrorCode::BadRequest | ErrorCode::FrameTooLarge | ErrorCode::NodeIdInUse => {
                 (ER_UNKNOWN_ERROR, "HY000")

@@ -2147,12 +2147,17 @@ fn to_base64(bytes: &[u8]) -> String {
     out
 }
 
-/// MySQL's FROM_BASE64: white space is skipped; anything else outside the
-/// alphabet, or missing padding, makes NULL (None).
+/// MySQL's FROM_BASE64: white space is skipped, and so are set bits after
+/// the last byte ('YR==' is 'a'); anything else outside the alphabet, or
+/// missing padding, makes NULL (None).
 fn from_base64(text: &str) -> Option<Vec<u8>> {
     use base64::Engine;
+    const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+    );
     let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    base64::engine::general_purpose::STANDARD.decode(compact).ok()
+    LENIENT.decode(compact).ok()
 }
 
 #[cfg(test)]

@@ -97,6 +97,12 @@ pub struct DataNodeDefaults {
     /// parts of rows, all shards together); 0 is no limit but the disk's.
     /// A write that would grow a full tablespace fails with "table is full".
     pub tablespace_mb: u64,
+    /// REDO log a data node may keep on disk in MiB (all shards together);
+    /// 0 chooses half of the free space of its data directory's file
+    /// system when it starts. A checkpoint starts once a shard keeps half
+    /// its share; at its share, writes fail with a temporary error until a
+    /// checkpoint lets older REDO go, instead of filling the disk.
+    pub redo_limit_mb: u64,
     /// Whether tablespace files are read and written with `O_DIRECT`,
     /// bypassing the operating system's page cache (so that only
     /// `disk_page_cache_mb` caches disk columns).
@@ -116,6 +122,7 @@ impl Default for DataNodeDefaults {
             data_memory_mb: 0,
             disk_page_cache_mb: 0,
             tablespace_mb: 0,
+            redo_limit_mb: 0,
             disk_direct_io: false,
             cpu_bind: CpuBind::Auto,
             idle_poll: true,

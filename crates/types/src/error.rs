@@ -55,6 +55,10 @@ pub enum ErrorCode {
     /// node's tablespace is full (MySQL's 1114). The message names the
     /// setting to raise.
     TableFull,
+    /// A shard keeps as much REDO log as its limit allows (NDB's "REDO log
+    /// files overloaded"): the write was refused without effect and may be
+    /// retried once a checkpoint lets older records go.
+    RedoFull,
 }
 
 impl ErrorCode {
@@ -70,6 +74,7 @@ impl ErrorCode {
                 | ErrorCode::ClusterNotReady
                 | ErrorCode::Timeout
                 | ErrorCode::NotServing
+                | ErrorCode::RedoFull
         )
     }
 }

@@ -403,22 +403,25 @@ fn digit_runs(text: &str) -> Option<(Vec<&str>, Vec<char>)> {
 
 /// Parses a date and time as MySQL reads one from a string: a date as
 /// `parse_date` reads it, then a space or `T`, then the time with any
-/// punctuation between hours, minutes and seconds and a `.` before up to
-/// six fraction digits; or the digits alone (`YYYYMMDDhhmmss`,
-/// `YYMMDDhhmmss`).
+/// punctuation between hours, minutes and seconds and a `.` before the
+/// fraction (digits past the sixth dropped); or the digits alone
+/// (`YYYYMMDDhhmmss`, `YYMMDDhhmmss`, either with a fraction).
 pub fn parse_datetime(text: &str) -> Option<i64> {
     let text = text.trim();
-    let (date, time) = if text.len() >= 12 && text.bytes().all(|b| b.is_ascii_digit()) {
-        let date_len = text.len() - 6;
-        (
-            &text[..date_len],
-            Some(format!(
-                "{}:{}:{}",
-                &text[date_len..date_len + 2],
-                &text[date_len + 2..date_len + 4],
-                &text[date_len + 4..]
-            )),
-        )
+    // The digits alone may have a fraction: '20210304101112.5'.
+    let (digits, fraction) = match text.split_once('.') {
+        Some((d, f)) if d.len() >= 12 && d.bytes().all(|b| b.is_ascii_digit()) => (d, Some(f)),
+        _ => (text, None),
+    };
+    let (date, time) = if digits.len() >= 12 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        let date_len = digits.len() - 6;
+        let (hh, mm, ss) =
+            (&digits[date_len..date_len + 2], &digits[date_len + 2..date_len + 4], &digits[date_len + 4..]);
+        let time = match fraction {
+            Some(f) => format!("{hh}:{mm}:{ss}.{f}"),
+            None => format!("{hh}:{mm}:{ss}"),
+        };
+        (&digits[..date_len], Some(time))
     } else {
         match text.find([' ', 'T']) {
             Some(pos) => (&text[..pos], Some(text[pos + 1..].to_string())),
@@ -456,9 +459,8 @@ fn time_of_day(time: &str) -> Option<i64> {
     }
     let mut micros = (h * 3600 + mi * 60 + s) * 1_000_000;
     if let Some(frac) = frac {
-        if frac.len() > 6 {
-            return None;
-        }
+        // Digits past the sixth are dropped, as MariaDB does.
+        let frac = &frac[..frac.len().min(6)];
         let f: i64 = frac.parse().ok()?;
         micros += f * 10i64.pow(6 - frac.len() as u32);
     }
@@ -760,9 +762,9 @@ mod tests {
         assert_eq!(parse_datetime("20210304101112"), parse_datetime("2021-03-04 10:11:12"));
         assert_eq!(parse_datetime("2021-3-4 1:2:3.5"), parse_datetime("2021-03-04 01:02:03.500000"));
         assert_eq!(parse_datetime("2021-03-04T10:11"), parse_datetime("2021-03-04 10:11:00"));
-        for bad in
-            ["2021-03-04 10:11:12:13", "2021-03-04 24:00:00", "2021-03-04 10:11:12.", "2021-03-04 10:11:12.1234567"]
-        {
+        assert_eq!(parse_datetime("20210304101112.5"), parse_datetime("2021-03-04 10:11:12.5"));
+        assert_eq!(parse_datetime("2021-03-04 10:11:12.1234567"), parse_datetime("2021-03-04 10:11:12.123456"));
+        for bad in ["2021-03-04 10:11:12:13", "2021-03-04 24:00:00", "2021-03-04 10:11:12.", "20210304101112.x"] {
             assert!(parse_datetime(bad).is_none(), "{bad}");
         }
         let d = parse_date("2024-02-29").unwrap();

@@ -243,6 +243,8 @@ impl Gen {
                 rows: g.u64(),
                 bytes: g.u64(),
             }),
+            redo_bytes: self.u64(),
+            redo_limit_bytes: self.u64(),
         }
     }
 }
@@ -462,6 +464,7 @@ fn management_messages_round_trip() {
             data_memory_mb: g.u64(),
             disk_page_cache_mb: g.u64(),
             tablespace_mb: g.u64(),
+            redo_limit_mb: g.u64(),
             disk_direct_io: g.bool(),
             nodes_on_host: g.u16(),
             host_index: g.u16(),

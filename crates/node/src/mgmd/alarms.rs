@@ -1,8 +1,8 @@
 //! Alarms on the data nodes' limits: the management server asks every
 //! started data node for its usage now and then, and the cluster log gets a
-//! warning when a shard's data memory or tablespace passes 80% of its
+//! warning when a shard's data memory, tablespace or REDO log passes 80% of its
 //! limit, an alert from 95% (at 100% the shard refuses writes with
-//! `TableFull`), and a note when it is back below. A level is left only a
+//! `TableFull`, or `RedoFull` for the REDO log), and a note when it is back below. A level is left only a
 //! few points below where it was entered, so a usage hovering at a
 //! threshold does not fill the log. The decisions only, from reports, so
 //! they can be tested without a cluster.
@@ -17,6 +17,7 @@ const HYSTERESIS: f64 = 5.0;
 enum Resource {
     DataMemory,
     Tablespace,
+    Redo,
 }
 
 impl Resource {
@@ -24,16 +25,20 @@ impl Resource {
         match self {
             Resource::DataMemory => "data memory",
             Resource::Tablespace => "tablespace",
+            Resource::Redo => "REDO log",
         }
     }
 
     fn remedy(self) -> &'static str {
         match self {
             Resource::DataMemory => {
-                "a shard refuses writes when its data memory is full: delete rows, or raise data_memory_mb and restart the node"
+                "a shard refuses writes when its data memory is full: delete rows, or raise data_memory_mb in the configuration and restart the cluster"
             }
             Resource::Tablespace => {
-                "a shard refuses writes to disk columns when its tablespace is full: delete rows, or raise tablespace_mb and restart the node"
+                "a shard refuses writes to disk columns when its tablespace is full: delete rows, or raise tablespace_mb in the configuration and restart the cluster"
+            }
+            Resource::Redo => {
+                "a shard refuses writes (a temporary error) when its REDO log is full, until a checkpoint lets older records go: check that checkpoints run and keep up (checkpoint_trigger_mb), or raise redo_limit_mb in the configuration and restart the cluster"
             }
         }
     }
@@ -42,6 +47,7 @@ impl Resource {
         match self {
             Resource::DataMemory => shard.memory_percent(),
             Resource::Tablespace => shard.tablespace_percent(),
+            Resource::Redo => shard.redo_percent(),
         }
     }
 
@@ -49,6 +55,7 @@ impl Resource {
         match self {
             Resource::DataMemory => (shard.used_bytes, shard.budget_bytes),
             Resource::Tablespace => (shard.tablespace_used_bytes, shard.tablespace_limit_bytes),
+            Resource::Redo => (shard.redo_bytes, shard.redo_limit_bytes),
         }
     }
 }
@@ -63,7 +70,7 @@ impl Alarms {
     /// A data node's usage report: the events its changes of level make.
     pub fn check(&mut self, node: NodeId, shards: &[ShardMemory]) -> Vec<(Severity, String)> {
         let mut events = Vec::new();
-        for resource in [Resource::DataMemory, Resource::Tablespace] {
+        for resource in [Resource::DataMemory, Resource::Tablespace, Resource::Redo] {
             // The fullest shard decides: it is the one that refuses writes first.
             let fullest =
                 shards.iter().filter_map(|s| resource.percent(s).map(|p| (p, s))).max_by(|a, b| a.0.total_cmp(&b.0));
@@ -91,7 +98,7 @@ impl Alarms {
                 None => (Severity::Info, format!("{what}: below the warning level again")),
             });
         }
-        debug_assert!(events.len() <= 2, "one event per resource at most");
+        debug_assert!(events.len() <= 3, "one event per resource at most");
         events
     }
 }
@@ -122,6 +129,8 @@ mod tests {
             pages_read_on_shard_thread: 0,
             pages_read_at_once: 0,
             partitions: Vec::new(),
+            redo_bytes: 0,
+            redo_limit_bytes: 0,
         }
     }
 
@@ -145,6 +154,22 @@ mod tests {
         assert!(alarms.check(3, &[shard(0, 10, 100)]).is_empty(), "another node has its own level");
         // Unlimited shards never alarm.
         assert!(alarms.check(4, &[shard(0, 10_000, 0)]).is_empty());
+    }
+
+    #[test]
+    fn a_full_redo_log_raises_its_own_alert() {
+        let mut alarms = Alarms::default();
+        let mut s = shard(0, 10, 100);
+        s.redo_bytes = 97 << 20;
+        s.redo_limit_bytes = 100 << 20;
+        let events = alarms.check(2, &[s]);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].0, Severity::Alert);
+        assert!(
+            events[0].1.starts_with("data node 2: REDO log 97% used (shard 2.0: 97.0 of 100 MiB)"),
+            "{}",
+            events[0].1
+        );
     }
 
     #[test]

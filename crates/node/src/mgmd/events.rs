@@ -46,7 +46,7 @@ impl ClusterLog {
         let event = ClusterEvent {
             unix_ms,
             severity,
-            source: cut(source, MAX_SOURCE).to_string(),
+            source: cut(source, MAX_SOURCE).replace(['\n', '\r'], " "),
             // One event is one line of the file.
             text: cut(text, MAX_TEXT).replace(['\n', '\r'], " "),
         };

@@ -182,6 +182,8 @@ pub enum MgmResponse {
         disk_page_cache_mb: u64,
         /// 0: no limit.
         tablespace_mb: u64,
+        /// 0 lets the node choose from its disk's free space.
+        redo_limit_mb: u64,
         /// Tablespace files bypass the OS page cache (`O_DIRECT`).
         disk_direct_io: bool,
         /// Data nodes configured on the same host (they share its memory
@@ -264,6 +266,9 @@ pub struct ShardMemory {
     pub pages_read_at_once: u64,
     /// Rows and row bytes of each partition the shard holds a replica of.
     pub partitions: Vec<PartitionSize>,
+    /// REDO bytes the shard keeps for a restart, and its limit (0: none).
+    pub redo_bytes: u64,
+    pub redo_limit_bytes: u64,
 }
 
 /// Usage (percent of a limit) from which the cluster log warns, and from
@@ -275,6 +280,11 @@ impl ShardMemory {
     /// Percent of the shard's data memory in use (None: no limit).
     pub fn memory_percent(&self) -> Option<f64> {
         (self.budget_bytes > 0).then(|| self.used_bytes as f64 * 100.0 / self.budget_bytes as f64)
+    }
+
+    /// Percent of the shard's REDO limit it keeps (None: no limit).
+    pub fn redo_percent(&self) -> Option<f64> {
+        (self.redo_limit_bytes > 0).then(|| self.redo_bytes as f64 * 100.0 / self.redo_limit_bytes as f64)
     }
 
     /// Percent of the shard's tablespace limit its live records take (None:
