@@ -244,20 +244,35 @@ fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often(
         std::thread::sleep(Duration::from_millis(20));
     };
     // Node 3 starts well after node 2, as on another host: node 2 waits
-    // for it instead of timing out.
+    // for it instead of timing out. Node 2 dies while it waits: its angel
+    // starts it again, and the new process takes the node id back.
     procs.0.push(spawn(&["datanode", "--mgmd", &mgmd, "--node-id", "2", "--data-dir", &data], "angel-2.log"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !mgm_at(&mgmd, &["log"]).contains("INFO    mgmd: data node 2 waits for data nodes [3] to start") {
-        assert!(Instant::now() < deadline, "data node 2 did not start waiting for node 3");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let wait_log = |what: &str, count: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let log = mgm_at(&mgmd, &["log", "--lines", "500"]);
+            if log.matches(what).count() >= count {
+                return log;
+            }
+            assert!(Instant::now() < deadline, "the cluster log did not say {what:?} {count} time(s):\n{log}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let waiting = "INFO    mgmd: data node 2 waits for data nodes [3] to start";
+    wait_log(waiting, 1);
+    let children = format!("/proc/{0}/task/{0}/children", procs.0[1].id());
+    let child: i32 = std::fs::read_to_string(&children).unwrap().trim().parse().expect("the angel runs one child");
+    common::sigkill(child);
+    wait_log("data node 2 went away while it waited for the cluster to form; releasing its node id", 1);
+    wait_log(waiting, 2);
     std::thread::sleep(Duration::from_secs(3));
     procs.0.push(spawn(&["datanode", "--mgmd", &mgmd, "--node-id", "3", "--data-dir", &data], "angel-3.log"));
     let started = |l: &str| l.contains(" started") && !l.contains("not started");
     let mut pid = common::datanode_pids(&wait_for_node(&mgmd, 3, "started", started))[0];
     assert_ne!(pid, procs.0[2].id() as i32, "the angel runs the data node as its child");
+    wait_for_node(&mgmd, 2, "started", started);
     let formed = mgm_at(&mgmd, &["log"]);
-    assert!(!formed.contains("died"), "a data node died while the cluster formed:\n{formed}");
+    assert_eq!(formed.matches("died").count(), 1, "only the killed data node died while the cluster formed:\n{formed}");
 
     // Two deaths: each time the angel starts the node again and it rejoins.
     for death in 1..=2 {

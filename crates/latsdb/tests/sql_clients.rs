@@ -251,7 +251,8 @@ fn current_timestamp_columns_take_the_time_on_insert_and_on_change() {
     }
     assert_eq!(
         (inserted[2][3].as_str(), inserted[3][3].as_str()),
-        ("2024-01-01 10:00:00.123000", "2024-01-01 10:00:01")
+        ("2024-01-01 10:00:00.123", "2024-01-01 10:00:01.000"),
+        "a DATETIME(3) shows its three digits, as MySQL"
     );
     assert_eq!(rows_of(&cluster, "SELECT MICROSECOND(NOW()), MICROSECOND(CURRENT_TIMESTAMP)"), [["0", "0"]]);
 
@@ -462,6 +463,19 @@ fn script_on(host: &str, port: &str, user: &str, script: &str) -> (String, Vec<S
     (out, codes)
 }
 
+/// Runs `script` through the mariadb client on the cluster's SQL node and
+/// on a MariaDB server of the test's own; asserts both print the same rows
+/// and error codes, and returns latsdb's.
+fn same_as_mariadb(cluster: &TestCluster, script: &str) -> (String, Vec<String>) {
+    let (host, port) = host_port(cluster);
+    let latsdb = script_on(&host, &port, "root", script);
+    let mariadb = common::MariaDb::start();
+    let peer = script_on("127.0.0.1", &mariadb.port.to_string(), "root", script);
+    assert_eq!(latsdb.0, peer.0, "rows: latsdb (left) against MariaDB (right)");
+    assert_eq!(latsdb.1, peer.1, "error codes: latsdb (left) against MariaDB (right)");
+    latsdb
+}
+
 #[test]
 fn sql_prepare_execute_and_deallocate_answer_as_mariadb_does() {
     let script = "CREATE DATABASE ps; USE ps;
@@ -491,12 +505,7 @@ fn sql_prepare_execute_and_deallocate_answer_as_mariadb_does() {
         PREPARE p FROM 'SELECT 1'; PREPARE p FROM 'SELEKT 1'; EXECUTE p;
         DROP DATABASE ps;";
     let cluster = TestCluster::start(&[]);
-    let (host, port) = host_port(&cluster);
-    let latsdb = script_on(&host, &port, "root", script);
-    let mariadb = common::MariaDb::start();
-    let peer = script_on("127.0.0.1", &mariadb.port.to_string(), "root", script);
-    assert_eq!(latsdb.0, peer.0, "rows: latsdb (left) against MariaDB (right)");
-    assert_eq!(latsdb.1, peer.1, "error codes: latsdb (left) against MariaDB (right)");
+    let latsdb = same_as_mariadb(&cluster, script);
     assert_eq!(latsdb.1, ["1243", "1210", "1243", "1243", "1064", "1064", "1064", "1064", "1243"], "{latsdb:?}");
 }
 
@@ -527,13 +536,9 @@ fn value_formats_and_base64_answer_as_mariadb_does() {
         SELECT COUNT(DISTINCT a), SUM(a = b), NOW(6) = NOW(6) FROM n;
         DROP DATABASE vf;";
     let cluster = TestCluster::start(&["--no-rest"]);
-    let (host, port) = host_port(&cluster);
-    let latsdb = script_on(&host, &port, "root", script);
-    let mariadb = common::MariaDb::start();
-    let peer = script_on("127.0.0.1", &mariadb.port.to_string(), "root", script);
-    assert_eq!(latsdb.0, peer.0, "rows: latsdb (left) against MariaDB (right)");
-    assert_eq!(latsdb.1, peer.1, "error codes: latsdb (left) against MariaDB (right)");
+    let latsdb = same_as_mariadb(&cluster, script);
     assert_eq!(latsdb.1, ["1292", "1292"], "{latsdb:?}");
+    let (host, port) = host_port(&cluster);
     // NOW(n) shows n digits (times differ between the servers: only the
     // shape is compared).
     let (now, _) = script_on(&host, &port, "root", "SELECT NOW(), NOW(3), NOW(6), CURRENT_TIMESTAMP(1)");

@@ -710,7 +710,27 @@ impl Mgmd {
                 return;
             }
         };
-        let plan = match self.start_plan(node_id, recovery).await {
+        // The node sends nothing while it waits for its plan (for the
+        // cluster to form, perhaps minutes): a read that ends means it died,
+        // and its node id and disk report go, so that a new process of it
+        // (its angel's restart) can take them.
+        let planned = tokio::select! {
+            plan = self.start_plan(node_id, recovery) => Some(plan),
+            _ = conn.receive::<MgmRequest>() => None,
+        };
+        let Some(planned) = planned else {
+            self.event(
+                Severity::Warning,
+                format!("data node {node_id} went away while it waited for the cluster to form; releasing its node id"),
+            );
+            let mut state = self.lock();
+            state.registering.remove(&node_id);
+            if !state.formed {
+                state.recovery.remove(&node_id);
+            }
+            return;
+        };
+        let plan = match planned {
             Ok(plan) => plan,
             Err(e) => {
                 self.event(Severity::Warning, format!("data node {node_id} cannot start: {}", e.message));
