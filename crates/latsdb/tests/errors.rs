@@ -384,6 +384,57 @@ async fn a_full_redo_log_refuses_writes_and_keeps_serving() {
     });
 }
 
+/// With checkpoints on, a REDO limit smaller than the checkpoint trigger
+/// starts checkpoints at half the limit: a load that logs several times the
+/// limit goes through (a write refused meanwhile is retried), and the REDO
+/// kept ends below the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redo_limit_starts_checkpoints_that_let_older_redo_go() {
+    let cluster =
+        TestCluster::start(&["--checkpoint-trigger-mb", "1024", "--redo-limit-mb", "16", "--no-sql", "--no-rest"]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let t = client
+        .create_table(
+            TableSpec::new("r", "churn")
+                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+                .column(ColumnDef::new("payload", ColumnType::VarBinary(1000)))
+                .primary_key(&["id"]),
+        )
+        .await
+        .unwrap();
+    // 60 MB of REDO over 2,000 rows rewritten again and again.
+    let mut refused = 0;
+    for round in 0..300i64 {
+        let ops: Vec<Op> = (0..200i64)
+            .map(|i| {
+                Op::upsert(&t, vec![Value::Int((round * 200 + i) % 2000), Value::Bytes(vec![round as u8; 1000])])
+                    .unwrap()
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let results = client.batch(ops.clone()).await.unwrap();
+            let full = results.iter().filter(|r| matches!(r, Err(e) if e.code == ErrorCode::RedoFull)).count();
+            assert!(
+                results.iter().all(|r| r.is_ok() || matches!(r, Err(e) if e.code == ErrorCode::RedoFull)),
+                "{results:?}"
+            );
+            if full == 0 {
+                break;
+            }
+            refused += full;
+            assert!(std::time::Instant::now() < deadline, "writes stayed refused for 60 s: no checkpoint let REDO go");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let report = cluster.mgm(&["report-memory"]);
+    let kept: Vec<f64> =
+        report.lines().filter_map(|l| l.split("REDO log ").nth(1)?.split(" MiB kept").next()?.parse().ok()).collect();
+    assert_eq!(kept.len(), 2, "{report}");
+    assert!(kept.iter().all(|&k| k < 16.0), "a node keeps more REDO than its limit: {report}");
+    eprintln!("writes refused and retried while checkpoints caught up: {refused}");
+}
+
 /// Polls `latsdb mgm log` until `done` holds (the management server checks
 /// usage every 5 s).
 fn wait_for_log(cluster: &TestCluster, done: impl Fn(&str) -> bool) -> String {

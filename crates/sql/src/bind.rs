@@ -714,9 +714,13 @@ impl<'a> Binder<'a> {
             "LAST_INSERT_ID" => return need(0, 0).and(session(SessionValue::LastInsertId)),
             "ROW_COUNT" => return need(0, 0).and(session(SessionValue::RowCount)),
             "FOUND_ROWS" => return need(0, 0).and(session(SessionValue::FoundRows)),
-            "NOW" | "CURRENT_TIMESTAMP" | "SYSDATE" | "LOCALTIME" | "LOCALTIMESTAMP" | "UTC_TIMESTAMP" => {
+            "NOW" | "CURRENT_TIMESTAMP" | "LOCALTIME" | "LOCALTIMESTAMP" | "UTC_TIMESTAMP" => {
                 need(0, 1)?;
                 return session(SessionValue::Now(fraction_digits_arg(&name, args.first())?));
+            }
+            "SYSDATE" => {
+                need(0, 1)?;
+                return session(SessionValue::SysDate(fraction_digits_arg(&name, args.first())?));
             }
             "CURDATE" | "CURRENT_DATE" | "UTC_DATE" => return need(0, 0).and(session(SessionValue::CurDate)),
             "MOD" => {

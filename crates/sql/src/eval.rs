@@ -77,6 +77,8 @@ pub enum SessionValue {
     /// The current time with this many digits of a second (NOW(3) has 3;
     /// NOW() and CURRENT_TIMESTAMP none, as in MySQL).
     Now(u8),
+    /// SYSDATE(n): the time it is evaluated, not the statement's (MySQL).
+    SysDate(u8),
     CurDate,
     Variable(String),
 }

@@ -360,7 +360,9 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     _ => None,
                 };
                 let fraction_digits = match bound {
-                    SExpr::Session(crate::eval::SessionValue::Now(digits)) => Some(digits),
+                    SExpr::Session(
+                        crate::eval::SessionValue::Now(digits) | crate::eval::SessionValue::SysDate(digits),
+                    ) => Some(digits),
                     _ => None,
                 };
                 outputs.push(OutputColumn {

@@ -244,6 +244,7 @@ impl SessionLookup for SessionView<'_> {
             SessionValue::RowCount => Value::Int(self.row_count),
             SessionValue::FoundRows => Value::UInt(self.found_rows),
             SessionValue::Now(digits) => Value::DateTime(to_digits(self.statement_time, *digits)),
+            SessionValue::SysDate(digits) => Value::DateTime(to_digits(now_micros(), *digits)),
             SessionValue::CurDate => Value::Date(self.statement_time.div_euclid(86_400_000_000) as i32),
             SessionValue::Variable(name) => {
                 if name.starts_with('@') {
