@@ -438,9 +438,17 @@ impl Session {
         params: &[Value],
         cached: Option<&mut CachedPlan>,
     ) -> SqlResult<Response> {
+        if let Statement::Insert(insert) = stmt {
+            // INSERT INTO t WITH ... SELECT: the CTEs first, as for a query.
+            if let Some((with, main)) = insert_without_with(insert) {
+                return self.execute_with_ctes(&with, Statement::Insert(main), params).await;
+            }
+        }
         if let Statement::Query(q) = stmt {
-            if q.with.is_some() {
-                return self.execute_with_ctes(q, params).await;
+            if let Some(with) = &q.with {
+                let mut main = q.clone();
+                main.with = None;
+                return self.execute_with_ctes(with, Statement::Query(main), params).await;
             }
             if crate::union::is_set_operation(q) {
                 return self.execute_union(q, params).await;
@@ -544,6 +552,7 @@ impl Session {
     /// (a CTE, a union, or a statement with subqueries or derived tables).
     pub fn planned_at_execution(stmt: &Statement) -> bool {
         matches!(stmt, Statement::Query(q) if q.with.is_some() || crate::union::is_set_operation(q))
+            || matches!(stmt, Statement::Insert(i) if i.source.as_ref().is_some_and(|q| q.with.is_some()))
             || crate::subquery::has_nested_query(stmt)
     }
 
@@ -702,15 +711,10 @@ impl Session {
         self.execute_over(&stmt, params, tables).await
     }
 
-    /// WITH a AS (...), b AS (...) SELECT ...: each common table expression
-    /// runs in turn (seeing those before it), then the query over them.
-    async fn execute_with_ctes(&mut self, q: &ast::Query, params: &[Value]) -> SqlResult<Response> {
-        let Some(with) = &q.with else {
-            return Err(SqlError::new(crate::error::ER_INTERNAL, "HY000", "no WITH clause"));
-        };
-        let mut main = q.clone();
-        main.with = None;
-        let main = Statement::Query(Box::new(main));
+    /// WITH a AS (...), b AS (...) SELECT ... (or an INSERT's SELECT): each
+    /// common table expression runs in turn (seeing those before it), then
+    /// `main`, the statement without its WITH, over them.
+    async fn execute_with_ctes(&mut self, with: &ast::With, main: Statement, params: &[Value]) -> SqlResult<Response> {
         let mut shadowed = Vec::new();
         let mut result = Ok(());
         for cte in &with.cte_tables {
@@ -1420,6 +1424,16 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
             },
         })
         .collect()
+}
+
+/// An INSERT whose SELECT has a WITH: the WITH, and the INSERT without it.
+fn insert_without_with(insert: &ast::Insert) -> Option<(ast::With, ast::Insert)> {
+    let with = insert.source.as_ref()?.with.clone()?;
+    let mut main = insert.clone();
+    if let Some(source) = main.source.as_mut() {
+        source.with = None;
+    }
+    Some((with, main))
 }
 
 /// The anchor SELECT, the recursive SELECT and UNION ALL (true) or
