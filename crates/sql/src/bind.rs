@@ -1538,7 +1538,16 @@ fn cast_target(t: &DataType) -> SqlResult<CastTo> {
             CastTo::Decimal(p.min(38) as u8, s.min(38) as u8)
         }
         DataType::Date => CastTo::Date,
-        DataType::Datetime(_) | DataType::Timestamp(..) => CastTo::DateTime,
+        DataType::Datetime(n) | DataType::Timestamp(n, _) => match n.unwrap_or(0) {
+            digits @ 0..=6 => CastTo::DateTime(digits as u8),
+            digits => {
+                return Err(SqlError::new(
+                    1426,
+                    "42000",
+                    format!("Too big precision {digits} specified for 'CAST'. Maximum is 6."),
+                ))
+            }
+        },
         other => return Err(SqlError::unsupported(format!("CAST to {other} is not supported"))),
     })
 }

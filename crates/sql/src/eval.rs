@@ -223,7 +223,8 @@ pub enum CastTo {
     Decimal(u8, u8),
     Double,
     Date,
-    DateTime,
+    /// DATETIME(n): the digits of a second kept (the rest cut, as MariaDB).
+    DateTime(u8),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -1656,7 +1657,7 @@ fn call_dates(f: Func, a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         Func::UnixTimestamp => {
             let micros = match a.first() {
                 None => env.session.session_value(&SessionValue::Now(0))?,
-                Some(v) => cast(v.clone(), CastTo::DateTime)?,
+                Some(v) => cast(v.clone(), CastTo::DateTime(6))?,
             };
             match micros {
                 Value::DateTime(us) | Value::Timestamp(us) => Value::Int(us.div_euclid(1_000_000)),
@@ -1786,7 +1787,7 @@ fn civil(v: &Value) -> Option<crate::dates::Civil> {
 /// A date or datetime argument as microseconds since 1970; None when it is
 /// not one.
 fn datetime_micros(v: &Value) -> Option<i64> {
-    match cast(v.clone(), CastTo::DateTime) {
+    match cast(v.clone(), CastTo::DateTime(6)) {
         Ok(Value::DateTime(us)) => Some(us),
         _ => None,
     }
@@ -1875,10 +1876,12 @@ fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
             Value::DateTime(us) | Value::Timestamp(us) => Value::Date(us.div_euclid(86_400_000_000) as i32),
             other => value::parse_date(&to_text(&other)).map(Value::Date).unwrap_or(Value::Null),
         },
-        CastTo::DateTime => match v {
+        CastTo::DateTime(digits) => match v {
             Value::Date(d) => Value::DateTime(d as i64 * 86_400_000_000),
-            Value::DateTime(us) | Value::Timestamp(us) => Value::DateTime(us),
-            other => value::parse_datetime(&to_text(&other)).map(Value::DateTime).unwrap_or(Value::Null),
+            Value::DateTime(us) | Value::Timestamp(us) => Value::DateTime(crate::session::to_digits(us, digits)),
+            other => value::parse_datetime(&to_text(&other))
+                .map(|us| Value::DateTime(crate::session::to_digits(us, digits)))
+                .unwrap_or(Value::Null),
         },
     })
 }

@@ -362,7 +362,8 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                 let fraction_digits = match bound {
                     SExpr::Session(
                         crate::eval::SessionValue::Now(digits) | crate::eval::SessionValue::SysDate(digits),
-                    ) => Some(digits),
+                    )
+                    | SExpr::Cast(_, crate::eval::CastTo::DateTime(digits)) => Some(digits),
                     _ => None,
                 };
                 outputs.push(OutputColumn {
