@@ -40,6 +40,9 @@ pub struct StartArgs {
     /// Management server port (0 picks a free port).
     #[arg(long, default_value_t = 1186)]
     mgmd_port: u16,
+    /// Serve the management server's GET /metrics (Prometheus) on this port.
+    #[arg(long)]
+    mgmd_metrics_port: Option<u16>,
     /// Data nodes to start.
     #[arg(long, default_value_t = 2)]
     datanodes: u16,
@@ -465,6 +468,9 @@ fn cluster_config(args: &StartArgs) -> Result<ClusterConfig, String> {
             StorageArg::Disk => latsdb_types::Storage::Disk,
         };
         config.validate().map_err(|e| e.message)?;
+    }
+    if args.mgmd_metrics_port.is_some() {
+        config.mgmd.metrics_port = args.mgmd_metrics_port;
     }
     config.validate().map_err(|e| e.message)?;
     Ok(config)

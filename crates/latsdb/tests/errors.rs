@@ -435,6 +435,46 @@ async fn a_redo_limit_starts_checkpoints_that_let_older_redo_go() {
     eprintln!("writes refused and retried while checkpoints caught up: {refused}");
 }
 
+/// The management server's GET /metrics shows the nodes, the cluster log's
+/// counts and each shard's usage, in the Prometheus text format.
+#[test]
+fn the_management_server_serves_prometheus_metrics() {
+    let port = common::free_port().to_string();
+    let cluster = TestCluster::start(&["--mgmd-metrics-port", &port, "--no-sql", "--no-rest"]);
+    let get = |path: &str| -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(get("/nothing").starts_with("HTTP/1.1 404"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = get("/metrics");
+        // The usage arrives with the first poll of the data nodes (5 s).
+        if text.contains("latsdb_rows{node=\"3\"") {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "no usage in the metrics within 30 s:\n{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(text.starts_with("HTTP/1.1 200") && text.contains("text/plain; version=0.0.4"), "{text}");
+    for line in [
+        "latsdb_cluster_formed 1",
+        "latsdb_data_node_started{node=\"2\",node_group=\"0\"} 1",
+        "latsdb_data_node_started{node=\"3\",node_group=\"0\"} 1",
+        "# TYPE latsdb_data_memory_used_bytes gauge",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
+    }
+    let info = text.lines().find_map(|l| l.strip_prefix("latsdb_cluster_events_total{severity=\"info\"} "));
+    assert!(info.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 0), "{text}");
+    let log = cluster.mgm(&["log"]);
+    assert!(log.contains(&format!("metrics at http://127.0.0.1:{port}/metrics")), "{log}");
+}
+
 /// Polls `latsdb mgm log` until `done` holds (the management server checks
 /// usage every 5 s).
 fn wait_for_log(cluster: &TestCluster, done: impl Fn(&str) -> bool) -> String {

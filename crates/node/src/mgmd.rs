@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 mod alarms;
 mod events;
+pub mod metrics;
 mod state;
 use events::ClusterLog;
 use state::{load_state, Persisted};
@@ -87,6 +88,8 @@ struct Mgmd {
     /// The cluster log. It may be locked while `state` is held, never the
     /// other way round.
     events: Mutex<ClusterLog>,
+    /// Each started data node's usage at the last poll (`watch_usage`).
+    usage: Mutex<Vec<(NodeId, Vec<latsdb_types::proto::ShardMemory>)>>,
 }
 
 pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
@@ -165,12 +168,25 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         persist_lock: Mutex::new(()),
         shutdown: Notify::new(),
         events: Mutex::new(events),
+        usage: Mutex::new(Vec::new()),
     });
     if let Some(path) = &opts.ready_file {
         std::fs::write(path, &address).map_err(|e| DbError::io(&format!("writing {}", path.display()), e))?;
     }
     mgmd.event(Severity::Info, format!("management server started, listening on {address}"));
     tokio::spawn(mgmd.clone().watch_usage());
+    if let Some(port) = mgmd.config.mgmd.metrics_port {
+        let host = mgmd.config.mgmd.host.clone();
+        let listener = TcpListener::bind((host.as_str(), port)).await.map_err(|e| {
+            DbError::new(
+                ErrorCode::Io,
+                format!("the management server cannot serve metrics on {host}:{port}: {e}; pick another [mgmd] metrics_port"),
+            )
+        })?;
+        let at = listener.local_addr().map_err(|e| DbError::io("local_addr", e))?;
+        mgmd.event(Severity::Info, format!("metrics at http://{at}/metrics"));
+        tokio::spawn(metrics::serve(mgmd.clone(), listener));
+    }
     println!("mgmd listening on {address}");
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DbError::io("installing the SIGTERM handler", e))?;
@@ -466,15 +482,31 @@ impl Mgmd {
         let mut alarms = alarms::Alarms::default();
         loop {
             tokio::time::sleep(USAGE_INTERVAL).await;
+            let mut usage = Vec::new();
             for (node, reply) in self.send_all(NodeCommand::ReportMemory).await {
                 // A node that does not answer is reported by the heartbeats.
                 if let Ok(NodeReply::Memory(shards)) = reply {
                     for (severity, text) in alarms.check(node, &shards) {
                         self.event(severity, text);
                     }
+                    usage.push((node, shards));
                 }
             }
+            usage.sort_by_key(|(node, _)| *node);
+            *self.usage.lock().unwrap_or_else(|p| p.into_inner()) = usage;
         }
+    }
+
+    /// `GET /metrics`: the layout, the cluster log's counts and the last
+    /// usage poll, rendered.
+    fn metrics_text(&self) -> String {
+        let (layout, formed) = {
+            let state = self.lock();
+            (state.layout.clone(), state.formed)
+        };
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner()).counts();
+        let usage = self.usage.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        metrics::render(&metrics::Snapshot { layout: &layout, formed, events, usage: &usage })
     }
 
     /// Tells every data node to stop, waiting at most 5 s for each.

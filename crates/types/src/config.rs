@@ -73,11 +73,15 @@ pub struct MgmdSection {
     pub host: String,
     /// 0 picks a free port.
     pub port: u16,
+    /// Port of the management server's `GET /metrics` (Prometheus text
+    /// format) on `host`; unset serves none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_port: Option<u16>,
 }
 
 impl Default for MgmdSection {
     fn default() -> Self {
-        MgmdSection { node_id: 1, host: "127.0.0.1".into(), port: 1186 }
+        MgmdSection { node_id: 1, host: "127.0.0.1".into(), port: 1186, metrics_port: None }
     }
 }
 

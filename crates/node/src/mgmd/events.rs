@@ -20,6 +20,8 @@ const MAX_TEXT: usize = 2000;
 
 pub struct ClusterLog {
     recent: VecDeque<ClusterEvent>,
+    /// Events recorded so far by severity (info, warning, alert).
+    counts: [u64; 3],
     file: Option<(PathBuf, std::fs::File)>,
     /// The file could not be written once: said once on stderr, not per event.
     file_failed: bool,
@@ -38,7 +40,7 @@ impl ClusterLog {
             }
             None => None,
         };
-        Ok(ClusterLog { recent: VecDeque::new(), file, file_failed: false })
+        Ok(ClusterLog { recent: VecDeque::new(), counts: [0; 3], file, file_failed: false })
     }
 
     /// Records an event at `unix_ms` and returns it as recorded.
@@ -58,12 +60,18 @@ impl ClusterLog {
                 }
             }
         }
+        self.counts[severity as usize] += 1;
         if self.recent.len() == KEPT {
             self.recent.pop_front();
         }
         self.recent.push_back(event.clone());
         debug_assert!(self.recent.len() <= KEPT);
         event
+    }
+
+    /// Events recorded so far by severity: info, warning, alert.
+    pub fn counts(&self) -> [u64; 3] {
+        self.counts
     }
 
     /// The newest `last` events, oldest first.

@@ -1,0 +1,195 @@
+//! `GET /metrics` of the management server, in the Prometheus text format
+//! (`[mgmd] metrics_port`): the cluster as the management server sees it.
+//! It holds the layout (nodes and their status, the durable epoch), the
+//! cluster log's counts, and each started data node's usage as the alarms'
+//! last poll found it (`watch_usage`, every 5 s), so a scrape sends nothing
+//! to the data nodes.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use latsdb_types::proto::{ClusterLayout, NodeId, NodeStatus, ShardMemory};
+use std::convert::Infallible;
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// What a scrape shows, taken under the management server's locks.
+pub struct Snapshot<'a> {
+    pub layout: &'a ClusterLayout,
+    pub formed: bool,
+    /// Cluster log events so far, by severity: info, warning, alert.
+    pub events: [u64; 3],
+    pub usage: &'a [(NodeId, Vec<ShardMemory>)],
+}
+
+/// Serves `/metrics` on `listener` until the process ends.
+pub(super) async fn serve(mgmd: Arc<super::Mgmd>, listener: TcpListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let mgmd = mgmd.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let service = hyper::service::service_fn(move |request| handle(mgmd.clone(), request));
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_secs(30));
+            // A scraper that goes away mid-request is not an error of ours.
+            let _ = builder.serve_connection(io, service).await;
+        });
+    }
+}
+
+async fn handle(mgmd: Arc<super::Mgmd>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (status, body) = if request.uri().path() != "/metrics" {
+        (404, "not found: the management server serves GET /metrics only\n".to_string())
+    } else if request.method() != hyper::Method::GET {
+        (405, "use GET for /metrics\n".to_string())
+    } else {
+        (200, mgmd.metrics_text())
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(value) = hyper::header::HeaderValue::from_str("text/plain; version=0.0.4; charset=utf-8") {
+        response.headers_mut().insert(hyper::header::CONTENT_TYPE, value);
+    }
+    Ok(response)
+}
+
+/// One metric's HELP and TYPE lines.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// The metrics text of a snapshot.
+pub fn render(s: &Snapshot<'_>) -> String {
+    let mut out = String::new();
+    header(&mut out, "latsdb_cluster_formed", "gauge", "1 once every data node the cluster needs has started.");
+    let _ = writeln!(out, "latsdb_cluster_formed {}", u8::from(s.formed));
+    header(&mut out, "latsdb_durable_epoch", "gauge", "The latest commit epoch every live data node has synced.");
+    let _ = writeln!(out, "latsdb_durable_epoch {}", s.layout.durable_epoch.0);
+    header(&mut out, "latsdb_layout_version", "gauge", "Version of the cluster layout.");
+    let _ = writeln!(out, "latsdb_layout_version {}", s.layout.version);
+    header(&mut out, "latsdb_data_node_started", "gauge", "1 for a started data node, 0 otherwise.");
+    for d in &s.layout.datanodes {
+        let started = u8::from(d.status == NodeStatus::Started);
+        let _ = writeln!(
+            out,
+            "latsdb_data_node_started{{node=\"{}\",node_group=\"{}\"}} {started}",
+            d.node_id, d.node_group
+        );
+    }
+    header(
+        &mut out,
+        "latsdb_cluster_events_total",
+        "counter",
+        "Cluster log events since the management server started.",
+    );
+    for (severity, count) in ["info", "warning", "alert"].iter().zip(s.events) {
+        let _ = writeln!(out, "latsdb_cluster_events_total{{severity=\"{severity}\"}} {count}");
+    }
+    render_usage(&mut out, s.usage);
+    out
+}
+
+/// Per shard gauges and counters of the data nodes' last usage reports.
+fn render_usage(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)]) {
+    type Field = fn(&ShardMemory) -> u64;
+    let series: [(&str, &str, &str, Field); 10] = [
+        ("latsdb_rows", "gauge", "Rows of the partition replicas a shard holds.", |m| m.rows),
+        ("latsdb_data_memory_used_bytes", "gauge", "Data memory a shard uses.", |m| m.used_bytes),
+        ("latsdb_data_memory_limit_bytes", "gauge", "A shard's data memory limit (0: none).", |m| m.budget_bytes),
+        ("latsdb_tablespace_used_bytes", "gauge", "Bytes of live disk-column records.", |m| m.tablespace_used_bytes),
+        ("latsdb_tablespace_file_bytes", "gauge", "Bytes of a shard's tablespace file.", |m| m.tablespace_bytes),
+        ("latsdb_tablespace_limit_bytes", "gauge", "A shard's tablespace limit (0: none).", |m| {
+            m.tablespace_limit_bytes
+        }),
+        ("latsdb_redo_kept_bytes", "gauge", "REDO a shard keeps for a restart.", |m| m.redo_bytes),
+        ("latsdb_redo_limit_bytes", "gauge", "A shard's REDO limit (0: none).", |m| m.redo_limit_bytes),
+        ("latsdb_page_cache_hits_total", "counter", "Page cache lookups that found the page.", |m| m.page_cache_hits),
+        ("latsdb_page_cache_misses_total", "counter", "Page cache lookups that read the page.", |m| {
+            m.page_cache_misses
+        }),
+    ];
+    for (name, kind, help, field) in series {
+        header(out, name, kind, help);
+        for (node, shards) in usage {
+            for shard in shards {
+                let _ = writeln!(out, "{name}{{node=\"{node}\",shard=\"{}\"}} {}", shard.shard, field(shard));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latsdb_types::proto::{CommitEpoch, DataNodeInfo};
+
+    #[test]
+    fn a_snapshot_renders_as_prometheus_text() {
+        let mut layout = ClusterLayout::builder("c")
+            .datanodes(vec![
+                DataNodeInfo {
+                    node_id: 2,
+                    node_group: 0,
+                    host: "h".into(),
+                    status: NodeStatus::Started,
+                    shards: Vec::new(),
+                    pid: 1,
+                },
+                DataNodeInfo {
+                    node_id: 3,
+                    node_group: 0,
+                    host: "h".into(),
+                    status: NodeStatus::NotStarted,
+                    shards: Vec::new(),
+                    pid: 0,
+                },
+            ])
+            .build();
+        layout.durable_epoch = CommitEpoch(42);
+        let shard = ShardMemory {
+            shard: 0,
+            rows: 7,
+            used_bytes: 100,
+            budget_bytes: 1000,
+            tablespace_bytes: 0,
+            tablespace_used_bytes: 0,
+            tablespace_limit_bytes: 0,
+            page_cache_hits: 5,
+            page_cache_misses: 1,
+            page_waits: 0,
+            pages_read_on_shard_thread: 0,
+            pages_read_at_once: 0,
+            partitions: Vec::new(),
+            redo_bytes: 64,
+            redo_limit_bytes: 128,
+        };
+        let usage = [(2, vec![shard])];
+        let text = render(&Snapshot { layout: &layout, formed: true, events: [5, 1, 0], usage: &usage });
+        for line in [
+            "latsdb_cluster_formed 1",
+            "latsdb_durable_epoch 42",
+            "latsdb_data_node_started{node=\"2\",node_group=\"0\"} 1",
+            "latsdb_data_node_started{node=\"3\",node_group=\"0\"} 0",
+            "latsdb_cluster_events_total{severity=\"warning\"} 1",
+            "latsdb_rows{node=\"2\",shard=\"0\"} 7",
+            "latsdb_redo_kept_bytes{node=\"2\",shard=\"0\"} 64",
+            "# TYPE latsdb_page_cache_hits_total counter",
+            "latsdb_page_cache_hits_total{node=\"2\",shard=\"0\"} 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
+        }
+        // Every sample belongs to a metric with HELP and TYPE lines.
+        for sample in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = sample.split(['{', ' ']).next().unwrap_or_default();
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} has no TYPE line");
+        }
+    }
+}
