@@ -110,16 +110,16 @@ impl Angel {
     /// Notes the child's node id once it wrote it, and decides what to do
     /// when the child exits.
     async fn reap(&mut self) -> Result<(), String> {
+        if self.node.is_none() {
+            // Read before the exit is looked at: a child that registered
+            // and died since the last poll still named its node.
+            self.node = std::fs::read_to_string(&self.node_id_file).ok().and_then(|t| t.trim().parse().ok());
+        }
         let Some(child) = self.child.as_mut() else { return Ok(()) };
         let pid = child.id();
         let status = match child.try_wait() {
             Ok(Some(status)) => status,
-            Ok(None) => {
-                if self.node.is_none() {
-                    self.node = std::fs::read_to_string(&self.node_id_file).ok().and_then(|t| t.trim().parse().ok());
-                }
-                return Ok(());
-            }
+            Ok(None) => return Ok(()),
             Err(e) => return Err(format!("cannot wait for the data node (pid {pid}): {e}")),
         };
         self.child = None;

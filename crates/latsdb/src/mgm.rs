@@ -2,7 +2,8 @@
 
 use clap::{Args, Subcommand};
 use latsdb_net::RpcConn;
-use latsdb_types::proto::{usage_severity, ClusterLayout, MgmRequest, MgmResponse, NodeStatus, ShardMemory};
+use latsdb_types::proto::{ClusterLayout, MgmRequest, MgmResponse, NodeStatus, ShardMemory};
+use latsdb_types::usage::{usage_severity, UsageLimit};
 use std::time::Duration;
 
 /// The data-node commands, which clap cannot list (they start with a
@@ -279,9 +280,8 @@ pub fn render_show(layout: &ClusterLayout) -> String {
 
 /// ", WARNING: shard 2.1 at 83%" when a shard's usage is at a level the
 /// cluster log warns about (the fullest shard is named).
-fn usage_flag(node: u16, shards: &[ShardMemory], percent: impl Fn(&ShardMemory) -> Option<f64>) -> String {
-    let fullest = shards.iter().filter_map(|s| percent(s).map(|p| (p, s.shard))).max_by(|a, b| a.0.total_cmp(&b.0));
-    match fullest.and_then(|(p, shard)| usage_severity(p).map(|severity| (severity, p, shard))) {
+fn usage_flag(node: u16, shards: &[ShardMemory], limit: UsageLimit) -> String {
+    match limit.fullest(shards).and_then(|(p, s)| usage_severity(p).map(|severity| (severity, p, s.shard))) {
         Some((severity, p, shard)) => format!(", {}: shard {node}.{shard} at {p:.0}%", severity.name()),
         None => String::new(),
     }
@@ -300,7 +300,7 @@ pub fn render_memory(nodes: &[(u16, Vec<ShardMemory>)]) -> String {
             "node {node}: data memory {:.1} MiB used of {:.0} MiB ({share}{}), {rows} rows in {} shard(s)\n",
             mib(used),
             mib(budget),
-            usage_flag(*node, shards, ShardMemory::memory_percent),
+            usage_flag(*node, shards, UsageLimit::DataMemory),
             shards.len()
         ));
         let redo_limit: u64 = shards.iter().map(|s| s.redo_limit_bytes).sum();
@@ -310,7 +310,7 @@ pub fn render_memory(nodes: &[(u16, Vec<ShardMemory>)]) -> String {
                 "node {node}: REDO log {:.1} MiB kept of {:.0} MiB{}\n",
                 mib(kept),
                 mib(redo_limit),
-                usage_flag(*node, shards, ShardMemory::redo_percent)
+                usage_flag(*node, shards, UsageLimit::Redo)
             ));
         }
         let file: u64 = shards.iter().map(|s| s.tablespace_bytes).sum();
@@ -328,7 +328,7 @@ pub fn render_memory(nodes: &[(u16, Vec<ShardMemory>)]) -> String {
                 "node {node}: tablespace {:.1} MiB {limit}, {:.1} MiB in live records{}; page cache hit rate {:.1}% ({hits} hits, {misses} misses); {waits} requests waited for pages read off the shard thread, {at_once} pages read at once from the OS cache, {read_here} pages read on the shard thread otherwise\n",
                 mib(file),
                 mib(live),
-                usage_flag(*node, shards, ShardMemory::tablespace_percent),
+                usage_flag(*node, shards, UsageLimit::Tablespace),
                 hits as f64 * 100.0 / lookups as f64,
             ));
         }

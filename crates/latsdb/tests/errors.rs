@@ -346,16 +346,7 @@ async fn a_full_node_refuses_writes_with_table_full_and_keeps_serving() {
 async fn a_full_redo_log_refuses_writes_and_keeps_serving() {
     let cluster =
         TestCluster::start(&["--checkpoint-trigger-mb", "0", "--redo-limit-mb", "8", "--no-sql", "--no-rest"]);
-    let client = Client::connect(&cluster.mgmd).await.unwrap();
-    let t = client
-        .create_table(
-            TableSpec::new("r", "log")
-                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
-                .column(ColumnDef::new("payload", ColumnType::VarBinary(1000)))
-                .primary_key(&["id"]),
-        )
-        .await
-        .unwrap();
+    let (client, t) = payload_table(&cluster, "log").await;
     let mut refused = None;
     'fill: for first in (0..100_000i64).step_by(100) {
         let ops = (first..first + 100)
@@ -392,16 +383,7 @@ async fn a_full_redo_log_refuses_writes_and_keeps_serving() {
 async fn a_redo_limit_starts_checkpoints_that_let_older_redo_go() {
     let cluster =
         TestCluster::start(&["--checkpoint-trigger-mb", "1024", "--redo-limit-mb", "16", "--no-sql", "--no-rest"]);
-    let client = Client::connect(&cluster.mgmd).await.unwrap();
-    let t = client
-        .create_table(
-            TableSpec::new("r", "churn")
-                .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
-                .column(ColumnDef::new("payload", ColumnType::VarBinary(1000)))
-                .primary_key(&["id"]),
-        )
-        .await
-        .unwrap();
+    let (client, t) = payload_table(&cluster, "churn").await;
     // 60 MB of REDO over 2,000 rows rewritten again and again.
     let mut refused = 0;
     for round in 0..300i64 {
@@ -473,6 +455,18 @@ fn the_management_server_serves_prometheus_metrics() {
     assert!(info.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 0), "{text}");
     let log = cluster.mgm(&["log"]);
     assert!(log.contains(&format!("metrics at http://127.0.0.1:{port}/metrics")), "{log}");
+}
+
+/// A connected client and a new table r.NAME of a BIGINT key and a
+/// VARBINARY(1000) payload.
+async fn payload_table(cluster: &TestCluster, name: &str) -> (Client, std::sync::Arc<latsdb_client::Table>) {
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let spec = TableSpec::new("r", name)
+        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
+        .column(ColumnDef::new("payload", ColumnType::VarBinary(1000)))
+        .primary_key(&["id"]);
+    let table = client.create_table(spec).await.unwrap();
+    (client, table)
 }
 
 /// Polls `latsdb mgm log` until `done` holds (the management server checks

@@ -344,6 +344,10 @@ impl Mgmd {
                     .into_iter()
                     .partition(|(node, _)| only.is_none_or(|n| n == *node));
                 state.start_requests = kept;
+                debug_assert!(
+                    state.start_requests.iter().all(|(node, _)| only.is_some_and(|n| n != *node)),
+                    "a request the process manager asked for was left queued"
+                );
                 Ok(MgmResponse::StartRequests(taken))
             }
             MgmRequest::ReportEvent { severity, source, text } => {

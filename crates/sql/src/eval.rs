@@ -1939,24 +1939,12 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
         (Value::Bytes(b), ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text) => {
             Value::Str(String::from_utf8(b.clone()).map_err(|_| wrong_value(&v, column))?)
         }
-        (Value::Str(t), ColumnType::Date) if value::parse_date(t).is_none() => {
-            let t = t.trim();
-            if let Some(us) = value::parse_datetime(t) {
-                Value::Date(us.div_euclid(86_400_000_000) as i32)
-            } else if t.len() == 8 && t.bytes().all(|b| b.is_ascii_digit()) {
-                Value::Str(format!("{}-{}-{}", &t[..4], &t[4..6], &t[6..]))
-            } else {
-                v
-            }
-        }
-        (Value::Str(t), ColumnType::DateTime | ColumnType::Timestamp)
-            if value::parse_datetime(t).is_none()
-                && t.trim().len() == 14
-                && t.trim().bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            let t = t.trim();
-            Value::Str(format!("{}-{}-{} {}:{}:{}", &t[..4], &t[4..6], &t[6..8], &t[8..10], &t[10..12], &t[12..]))
-        }
+        // A date and time into a DATE keeps the day (value::parse_date
+        // reads dates alone, in MySQL's relaxed forms).
+        (Value::Str(t), ColumnType::Date) if value::parse_date(t).is_none() => match value::parse_datetime(t) {
+            Some(us) => Value::Date(us.div_euclid(86_400_000_000) as i32),
+            None => v,
+        },
         // BINARY(n) is padded with zero bytes to its length, as in MySQL.
         (Value::Str(_) | Value::Bytes(_), ColumnType::Binary(n)) => {
             let mut b = match &v {

@@ -17,6 +17,7 @@ pub mod proto;
 pub mod rng;
 pub mod row;
 pub mod schema;
+pub mod usage;
 pub mod value;
 
 pub use collation::Collation;

@@ -7,55 +7,24 @@
 //! threshold does not fill the log. The decisions only, from reports, so
 //! they can be tested without a cluster.
 
-use latsdb_types::proto::{usage_severity, NodeId, Severity, ShardMemory};
+use latsdb_types::proto::{NodeId, Severity, ShardMemory};
+use latsdb_types::usage::{usage_severity, UsageLimit};
 use std::collections::HashMap;
 
 /// Percent points below a level's threshold that leave it.
 const HYSTERESIS: f64 = 5.0;
 
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-enum Resource {
-    DataMemory,
-    Tablespace,
-    Redo,
-}
-
-impl Resource {
-    fn name(self) -> &'static str {
-        match self {
-            Resource::DataMemory => "data memory",
-            Resource::Tablespace => "tablespace",
-            Resource::Redo => "REDO log",
+/// What a shard at a limit does, and what the operator can do about it.
+fn remedy(limit: UsageLimit) -> &'static str {
+    match limit {
+        UsageLimit::DataMemory => {
+            "a shard refuses writes when its data memory is full: delete rows, or raise data_memory_mb in the configuration and restart the cluster"
         }
-    }
-
-    fn remedy(self) -> &'static str {
-        match self {
-            Resource::DataMemory => {
-                "a shard refuses writes when its data memory is full: delete rows, or raise data_memory_mb in the configuration and restart the cluster"
-            }
-            Resource::Tablespace => {
-                "a shard refuses writes to disk columns when its tablespace is full: delete rows, or raise tablespace_mb in the configuration and restart the cluster"
-            }
-            Resource::Redo => {
-                "a shard refuses writes (a temporary error) when its REDO log is full, until a checkpoint lets older records go: check that checkpoints run and keep up (checkpoint_trigger_mb), or raise redo_limit_mb in the configuration and restart the cluster"
-            }
+        UsageLimit::Tablespace => {
+            "a shard refuses writes to disk columns when its tablespace is full: delete rows, or raise tablespace_mb in the configuration and restart the cluster"
         }
-    }
-
-    fn percent(self, shard: &ShardMemory) -> Option<f64> {
-        match self {
-            Resource::DataMemory => shard.memory_percent(),
-            Resource::Tablespace => shard.tablespace_percent(),
-            Resource::Redo => shard.redo_percent(),
-        }
-    }
-
-    fn used_and_limit(self, shard: &ShardMemory) -> (u64, u64) {
-        match self {
-            Resource::DataMemory => (shard.used_bytes, shard.budget_bytes),
-            Resource::Tablespace => (shard.tablespace_used_bytes, shard.tablespace_limit_bytes),
-            Resource::Redo => (shard.redo_bytes, shard.redo_limit_bytes),
+        UsageLimit::Redo => {
+            "a shard refuses writes (a temporary error) when its REDO log is full, until a checkpoint lets older records go: check that checkpoints run and keep up (checkpoint_trigger_mb), or raise redo_limit_mb in the configuration and restart the cluster"
         }
     }
 }
@@ -63,18 +32,16 @@ impl Resource {
 /// The level each (node, resource) is at; absent: below the warning level.
 #[derive(Default)]
 pub struct Alarms {
-    raised: HashMap<(NodeId, Resource), Severity>,
+    raised: HashMap<(NodeId, UsageLimit), Severity>,
 }
 
 impl Alarms {
     /// A data node's usage report: the events its changes of level make.
     pub fn check(&mut self, node: NodeId, shards: &[ShardMemory]) -> Vec<(Severity, String)> {
         let mut events = Vec::new();
-        for resource in [Resource::DataMemory, Resource::Tablespace, Resource::Redo] {
+        for resource in UsageLimit::ALL {
             // The fullest shard decides: it is the one that refuses writes first.
-            let fullest =
-                shards.iter().filter_map(|s| resource.percent(s).map(|p| (p, s))).max_by(|a, b| a.0.total_cmp(&b.0));
-            let Some((percent, shard)) = fullest else { continue };
+            let Some((percent, shard)) = resource.fullest(shards) else { continue };
             let was = self.raised.get(&(node, resource)).copied();
             let now = level(percent, was);
             if now == was {
@@ -94,7 +61,7 @@ impl Alarms {
                 mib(limit)
             );
             events.push(match now {
-                Some(severity) => (severity, format!("{what}; {}", resource.remedy())),
+                Some(severity) => (severity, format!("{what}; {}", remedy(resource))),
                 None => (Severity::Info, format!("{what}: below the warning level again")),
             });
         }

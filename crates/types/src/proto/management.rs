@@ -271,42 +271,6 @@ pub struct ShardMemory {
     pub redo_limit_bytes: u64,
 }
 
-/// Usage (percent of a limit) from which the cluster log warns, and from
-/// which it raises an alert; a shard at 100% refuses writes.
-pub const USAGE_WARNING_PERCENT: f64 = 80.0;
-pub const USAGE_ALERT_PERCENT: f64 = 95.0;
-
-impl ShardMemory {
-    /// Percent of the shard's data memory in use (None: no limit).
-    pub fn memory_percent(&self) -> Option<f64> {
-        (self.budget_bytes > 0).then(|| self.used_bytes as f64 * 100.0 / self.budget_bytes as f64)
-    }
-
-    /// Percent of the shard's REDO limit it keeps (None: no limit).
-    pub fn redo_percent(&self) -> Option<f64> {
-        (self.redo_limit_bytes > 0).then(|| self.redo_bytes as f64 * 100.0 / self.redo_limit_bytes as f64)
-    }
-
-    /// Percent of the shard's tablespace limit its live records take (None:
-    /// no limit). Deletes lower it: their space is reused.
-    pub fn tablespace_percent(&self) -> Option<f64> {
-        (self.tablespace_limit_bytes > 0)
-            .then(|| self.tablespace_used_bytes as f64 * 100.0 / self.tablespace_limit_bytes as f64)
-    }
-}
-
-/// What a usage percent asks of an operator: nothing below the warning
-/// level, else a warning or an alert.
-pub fn usage_severity(percent: f64) -> Option<Severity> {
-    if percent >= USAGE_ALERT_PERCENT {
-        Some(Severity::Alert)
-    } else if percent >= USAGE_WARNING_PERCENT {
-        Some(Severity::Warning)
-    } else {
-        None
-    }
-}
-
 /// Rows of one partition replica and the bytes of their keys and values.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartitionSize {
