@@ -7,10 +7,10 @@
 
 mod common;
 
-use common::{run_bounded, MariaDb, TestCluster, BIN};
+use common::{run_bounded, MariaDb, Redis, TestCluster, BIN};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 #[test]
 fn every_core_workload_loads_and_runs_without_a_failure() {
@@ -29,34 +29,11 @@ fn every_core_workload_runs_through_the_sql_node_and_against_mariadb() {
     every_workload(&["--db", &target], dir.path());
 }
 
-/// A Redis server of this test's own, on a free loopback port, stopped by
-/// its PID when the test ends.
-struct Redis(Child);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn every_core_workload_runs_against_redis_with_the_same_generator() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let child = Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--port", &port, "--save", "", "--appendonly", "no", "--dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server (scripts/install-deps.sh installs it)");
-    let _redis = Redis(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let target = format!("redis://127.0.0.1:{port}");
+    let redis = Redis::start();
+    let target = format!("redis://127.0.0.1:{}", redis.port);
     every_workload(&["--db", &target], dir.path());
 }
 

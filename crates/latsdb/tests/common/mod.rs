@@ -427,7 +427,9 @@ impl MariaDb {
                 if let Ok(Some(_)) = child.try_wait() {
                     break;
                 }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // The greeting names the server: a port another process
+                // took between free_port and mariadbd's bind must not pass.
+                if answers_with(port, b"", b"MariaDB") {
                     return MariaDb { child, port, _dir: dir };
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -444,6 +446,74 @@ impl MariaDb {
 impl Drop for MariaDb {
     fn drop(&mut self) {
         terminate(&mut self.child, Duration::from_secs(30));
+    }
+}
+
+/// A Redis server of the test's own on a free loopback port, without
+/// persistence, stopped by its PID when dropped.
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        for attempt in 0..5 {
+            let port = free_port();
+            let mut child = Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .arg("--logfile")
+                .arg(dir.path().join("redis.log"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start redis-server (scripts/install-deps.sh installs redis-server)");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                // PONG proves it is this Redis listening, not a process that
+                // took the port between free_port and redis-server's bind.
+                if answers_with(port, b"PING\r\n", b"+PONG") {
+                    return Redis { child, port, _dir: dir };
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("redis-server did not answer on port {port} (attempt {}); trying another port", attempt + 1);
+        }
+        let log = std::fs::read_to_string(dir.path().join("redis.log")).unwrap_or_default();
+        panic!("redis-server did not start within 10 s, five times; its log:\n{log}");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        terminate(&mut self.child, Duration::from_secs(10));
+    }
+}
+
+/// Whether the server on loopback `port` answers `request` (sent first,
+/// if not empty) with bytes that contain `expected` within a second.
+fn answers_with(port: u16, request: &[u8], expected: &[u8]) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    if !request.is_empty() && stream.write_all(request).is_err() {
+        return false;
+    }
+    let mut reply = [0u8; 256];
+    match stream.read(&mut reply) {
+        Ok(n) => reply[..n].windows(expected.len()).any(|w| w == expected),
+        Err(_) => false,
     }
 }
 
