@@ -2,7 +2,7 @@
 
 use crate::ops::{outcome, Op, Outcome};
 use crate::Client;
-use latsdb_types::proto::{ClientRequest, ClientResponse, ShardAddr, TxId};
+use latsdb_types::proto::{ClientRequest, ClientResponse, CommitEpoch, ShardAddr, TxId};
 use latsdb_types::{DbError, ErrorCode, Result};
 
 /// A transaction. Operations run under row locks (writes and locking reads)
@@ -21,11 +21,21 @@ pub struct Transaction {
     /// A commit was asked for and no answer came (the coordinator's node
     /// failed or the connection broke): it may have committed or not.
     outcome_unknown: bool,
+    /// The epoch the commit belongs to, once committed.
+    epoch: Option<CommitEpoch>,
 }
 
 impl Transaction {
     pub(crate) fn new(client: Client) -> Transaction {
-        Transaction { client, tc: None, id: None, finished: false, committed: false, outcome_unknown: false }
+        Transaction {
+            client,
+            tc: None,
+            id: None,
+            finished: false,
+            committed: false,
+            outcome_unknown: false,
+            epoch: None,
+        }
     }
 
     pub fn id(&self) -> Option<TxId> {
@@ -59,6 +69,15 @@ impl Transaction {
     /// Whether the coordinator answered that the transaction committed.
     pub fn is_committed(&self) -> bool {
         self.committed
+    }
+
+    /// The epoch the transaction committed in (NDB's global checkpoint
+    /// index), once it committed: every commit of epochs up to a durable
+    /// epoch survives a crash of the whole cluster, and a backup at epoch
+    /// E holds exactly the commits of epochs up to E. None until the
+    /// coordinator answered the commit.
+    pub fn commit_epoch(&self) -> Option<CommitEpoch> {
+        self.epoch
     }
 
     /// Whether a commit was asked for and left unanswered (the coordinator
@@ -155,10 +174,13 @@ impl Transaction {
             }
         };
         match answer {
-            ClientResponse::TxExec { tx, results, committed } => {
+            ClientResponse::TxExec { tx, results, committed, epoch } => {
                 self.id = Some(tx);
                 self.finished = committed;
                 self.committed = committed;
+                if committed {
+                    self.epoch = Some(epoch);
+                }
                 debug_assert!(!self.outcome_unknown, "an answered transaction has a known outcome");
                 if committed && self.client.inner.opts.wait_durable {
                     self.client.await_durable(tc).await?;

@@ -146,6 +146,83 @@ pub struct RestoreReport {
     pub redo_skipped: u64,
 }
 
+/// What [`replay`] went through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replayed {
+    pub report: RestoreReport,
+    /// The checkpoint's id, if one was given.
+    pub checkpoint_id: Option<u64>,
+    /// LSN from which the REDO log was replayed (the checkpoint's start).
+    pub replay_from: u64,
+    /// Bytes of `redo` that are intact.
+    pub redo_len: usize,
+}
+
+/// Replays a shard's disk image to epoch `restore_epoch`: every row of
+/// the checkpoint, then the REDO records after its start of epochs up to
+/// `restore_epoch` that no later `Restarted` marker voids, each handed to
+/// `apply(table, partition, key, row or None for a delete)`, which answers
+/// whether it used the row. A data node restores its shards with it, and
+/// `latsdb restore` a backup's.
+///
+/// `redo` is the REDO log from LSN `redo_base`. The checkpoint (if any)
+/// must start at or after `redo_base` and end at or before `restore_epoch`.
+pub fn replay(
+    checkpoint: Option<&[u8]>,
+    redo: &[u8],
+    redo_base: u64,
+    restore_epoch: CommitEpoch,
+    mut apply: impl FnMut(TableId, u32, &[u8], Option<&[u8]>) -> Result<bool>,
+) -> Result<Replayed> {
+    let corrupt = |what: String| DbError::new(ErrorCode::Internal, what);
+    let mut replayed = Replayed { replay_from: redo_base, ..Replayed::default() };
+    if let Some(bytes) = checkpoint {
+        let info =
+            checkpoint_info(bytes).ok_or_else(|| corrupt("the checkpoint chosen for restore is incomplete".into()))?;
+        if info.end_epoch > restore_epoch || info.start_lsn < redo_base {
+            return Err(corrupt(format!(
+                "checkpoint {} (start LSN {}, end epoch {}) cannot restore epoch {restore_epoch} from REDO starting at LSN {redo_base}",
+                info.id, info.start_lsn, info.end_epoch
+            )));
+        }
+        for (_, record) in Reader::new(bytes) {
+            if let Record::CheckpointRow { table, partition, key, row } = record {
+                if apply(table, partition, key, Some(row))? {
+                    replayed.report.checkpoint_rows += 1;
+                }
+            }
+        }
+        replayed.replay_from = info.start_lsn;
+        replayed.checkpoint_id = Some(info.id);
+    }
+    // Ranges of epochs discarded by later restarts, with the offset of
+    // the marker: a record before a marker in its range is void.
+    let mut discarded: Vec<(usize, CommitEpoch, CommitEpoch)> = Vec::new();
+    let mut reader = Reader::new(redo);
+    for (at, record) in reader.by_ref() {
+        if let Record::Restarted { restored, discarded: upto } = record {
+            discarded.push((at, restored, upto));
+        }
+    }
+    replayed.redo_len = reader.valid_len();
+    let skip_to = (replayed.replay_from - redo_base) as usize;
+    for (at, record) in Reader::new(&redo[..replayed.redo_len]) {
+        if at < skip_to {
+            continue;
+        }
+        let Record::Write { epoch, table, partition, key, row } = record else { continue };
+        let void = discarded.iter().any(|&(m, lo, hi)| m > at && epoch > lo && epoch <= hi);
+        if epoch > restore_epoch || void {
+            replayed.report.redo_skipped += 1;
+            continue;
+        }
+        if apply(table, partition, key, row)? {
+            replayed.report.redo_applied += 1;
+        }
+    }
+    Ok(replayed)
+}
+
 impl Checkpoints {
     /// Checks the block's invariants (run by the simulator after every step).
     pub(crate) fn check(&self, cx: &Context) {
@@ -327,11 +404,7 @@ impl Checkpoints {
     }
 
     /// Restores the tables in `cx` from a checkpoint and the REDO log that
-    /// follows it, to epoch `restore_epoch`.
-    ///
-    /// `redo` is the intact REDO log from LSN `redo_base`. The checkpoint
-    /// (if any) must start at or after `redo_base` and end at or before
-    /// `restore_epoch`.
+    /// follows it, to epoch `restore_epoch` (see [`replay`]).
     pub(crate) fn restore(
         &mut self,
         cx: &mut Context,
@@ -340,58 +413,17 @@ impl Checkpoints {
         redo_base: u64,
         restore_epoch: CommitEpoch,
     ) -> Result<RestoreReport> {
-        let corrupt = |what: String| DbError::new(ErrorCode::Internal, what);
-        let mut report = RestoreReport::default();
-        let mut replay_from = redo_base;
-        if let Some(bytes) = checkpoint {
-            let info = checkpoint_info(bytes)
-                .ok_or_else(|| corrupt("the checkpoint chosen for restore is incomplete".into()))?;
-            if info.end_epoch > restore_epoch || info.start_lsn < redo_base {
-                return Err(corrupt(format!(
-                    "checkpoint {} (start LSN {}, end epoch {}) cannot restore epoch {restore_epoch} from REDO starting at LSN {redo_base}",
-                    info.id, info.start_lsn, info.end_epoch
-                )));
-            }
-            for (_, record) in Reader::new(bytes) {
-                if let Record::CheckpointRow { table, partition, key, row } = record {
-                    if restore_row(cx, table, partition, key, Some(row))? {
-                        report.checkpoint_rows += 1;
-                    }
-                }
-            }
-            replay_from = info.start_lsn;
-            self.next_id = info.id;
-        }
-        // Ranges of epochs discarded by later restarts, with the offset of
-        // the marker: a record before a marker in its range is void.
-        let mut discarded: Vec<(usize, CommitEpoch, CommitEpoch)> = Vec::new();
-        let mut reader = Reader::new(redo);
-        for (at, record) in reader.by_ref() {
-            if let Record::Restarted { restored, discarded: upto } = record {
-                discarded.push((at, restored, upto));
-            }
-        }
-        let valid = reader.valid_len();
-        let skip_to = (replay_from - redo_base) as usize;
-        for (at, record) in Reader::new(&redo[..valid]) {
-            if at < skip_to {
-                continue;
-            }
-            let Record::Write { epoch, table, partition, key, row } = record else { continue };
-            let void = discarded.iter().any(|&(m, lo, hi)| m > at && epoch > lo && epoch <= hi);
-            if epoch > restore_epoch || void {
-                report.redo_skipped += 1;
-                continue;
-            }
-            if restore_row(cx, table, partition, key, row)? {
-                report.redo_applied += 1;
-            }
+        let replayed = replay(checkpoint, redo, redo_base, restore_epoch, |table, partition, key, row| {
+            restore_row(cx, table, partition, key, row)
+        })?;
+        if let Some(id) = replayed.checkpoint_id {
+            self.next_id = id;
         }
         cx.recount_memory();
-        cx.redo.lsn = redo_base + valid as u64;
+        cx.redo.lsn = redo_base + replayed.redo_len as u64;
         cx.redo.kept_from = redo_base;
-        self.last_start_lsn = replay_from;
-        Ok(report)
+        self.last_start_lsn = replayed.replay_from;
+        Ok(replayed.report)
     }
 
     /// Starts a checkpoint at the next tick (after a node restart copied

@@ -51,7 +51,8 @@ mod takeover;
 mod tc;
 
 pub use checkpoint::{
-    checkpoint_for, checkpoint_info, node_recovery, redo_summary, CheckpointInfo, RedoSummary, RestoreReport,
+    checkpoint_for, checkpoint_info, node_recovery, redo_summary, replay, CheckpointInfo, RedoSummary, Replayed,
+    RestoreReport,
 };
 pub use context::{ConnId, Micros};
 pub use durability::DiskOp;

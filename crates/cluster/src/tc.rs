@@ -302,7 +302,11 @@ impl Coordinator {
             return;
         }
         let results = std::mem::take(&mut t.results).into_iter().map(|r| r.expect("result present")).collect();
-        out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: false }));
+        out.client.push((
+            t.conn,
+            t.req_id,
+            ClientResponse::TxExec { tx, results, committed: false, epoch: CommitEpoch::NONE },
+        ));
     }
 
     /// A participant applied the commit of `tx` on every replica.
@@ -323,7 +327,10 @@ impl Coordinator {
         let t = self.txs.remove(&tx).expect("transaction exists");
         debug_assert!(t.commit && t.error.is_none(), "a transaction finished committing without a commit decision");
         let results = t.results.into_iter().map(|r| r.expect("result present")).collect();
-        out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: true }));
+        // A transaction that wrote nothing has no participant and no epoch.
+        debug_assert!(t.epoch > CommitEpoch::NONE || t.participants.is_empty(), "a commit without its epoch");
+        let epoch = t.epoch;
+        out.client.push((t.conn, t.req_id, ClientResponse::TxExec { tx, results, committed: true, epoch }));
     }
 
     /// Aborts at every participant and tells the client.

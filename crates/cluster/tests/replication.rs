@@ -551,7 +551,7 @@ fn inserts_that_only_find_their_keys_taken_leave_the_transaction_open() {
     n.request(A, 2, ClientRequest::TxExec { tx: None, ops: vec![n.insert(taken)], commit: false });
     n.deliver_all();
     let tx = match n.take(2) {
-        Some(ClientResponse::TxExec { tx, results, committed: false }) => {
+        Some(ClientResponse::TxExec { tx, results, committed: false, .. }) => {
             assert!(matches!(&results[..], [OpResult::Error(e)] if e.code == ErrorCode::DuplicateKey), "{results:?}");
             tx
         }

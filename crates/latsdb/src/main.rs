@@ -7,6 +7,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod angel;
+mod backup;
 mod healer;
 mod launcher;
 mod mgm;
@@ -93,6 +94,9 @@ enum Command {
     Apikey(rest_cmd::ApiKeyArgs),
     /// Admin client: show the cluster, stop, start and restart data nodes, shut it down.
     Mgm(mgm::MgmArgs),
+    /// Load an online backup (`latsdb mgm backup start`) into a running
+    /// cluster, which may have another number of data nodes or replicas.
+    Restore(backup::RestoreArgs),
     /// Benchmarks.
     Bench(latsdb_bench::BenchArgs),
     /// Deterministic simulation: replay one seed, or sweep a range of seeds.
@@ -204,6 +208,7 @@ fn main() -> ExitCode {
         Command::Sql(args) => sql_cmd::run_sql(args),
         Command::Apikey(args) => runtime(1).and_then(|rt| rt.block_on(rest_cmd::run_apikey(args))),
         Command::Mgm(args) => runtime(1).and_then(|rt| rt.block_on(mgm::run(args))),
+        Command::Restore(args) => runtime(2).and_then(|rt| rt.block_on(backup::run_restore(args))),
         Command::Bench(args) => latsdb_bench::run(args).map_err(|e| e.to_string()),
         Command::Sim(args) => run_sim(args),
     };

@@ -44,6 +44,12 @@ enum MgmCommand {
         #[arg(long, default_value_t = 50)]
         lines: u32,
     },
+    /// Online backups: `backup start [--no-wait]`, `backup status [ID]`,
+    /// `backup list`, `backup abort ID` (restore with `latsdb restore`).
+    Backup {
+        #[command(subcommand)]
+        action: crate::backup::BackupAction,
+    },
     /// `N stop`, `N start [--initial]`, `N restart [--initial]`: stop or
     /// (re)start data node N. A start is a node restart: the node restores
     /// its disk, copies what changed from a live replica, checkpoints, and
@@ -95,7 +101,7 @@ fn parse_node_action(args: &[String]) -> Result<NodeAction, String> {
 }
 
 /// A management server's answer, its error as the command's error.
-fn answer(r: latsdb_types::Result<MgmResponse>) -> Result<MgmResponse, String> {
+pub(crate) fn answer(r: latsdb_types::Result<MgmResponse>) -> Result<MgmResponse, String> {
     match r {
         Ok(MgmResponse::Error(e)) | Err(e) => Err(e.to_string()),
         Ok(other) => Ok(other),
@@ -235,6 +241,7 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
             }
             other => Err(format!("unexpected answer {other:?}")),
         },
+        MgmCommand::Backup { action } => crate::backup::run_backup(&mut conn, action).await,
         MgmCommand::Node(args) => run_node_action(&mut conn, parse_node_action(&args)?).await,
     }
 }

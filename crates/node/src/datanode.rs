@@ -186,6 +186,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         None
     };
     let mut restart_tick = tokio::time::interval(Duration::from_millis(50));
+    let mut backups = crate::backup::NodeBackups::new(node_id, settings.host.clone(), opts.data_dir.clone());
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DbError::io("installing the SIGTERM handler", e))?;
@@ -236,7 +237,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
                         if let NodeCommand::SetLayout(l) = &command {
                             base_layout = l.clone();
                         }
-                        let (reply, stop) = handle_command(&shards, command, view.as_ref()).await;
+                        let (reply, stop) = handle_command(&shards, command, view.as_ref(), &mut backups).await;
                         if mgm.send_with_id(id, &reply).await.is_err() {
                             mgm_alive = false;
                         }
@@ -762,6 +763,7 @@ async fn handle_command(
     shards: &[ShardHandle],
     command: NodeCommand,
     view: Option<&(latsdb_types::proto::ViewNumber, Vec<NodeId>)>,
+    backups: &mut crate::backup::NodeBackups,
 ) -> (NodeReply, bool) {
     match command {
         NodeCommand::Heartbeat => (NodeReply::Done, false),
@@ -794,5 +796,45 @@ async fn handle_command(
             Some(true) => (NodeReply::Done, false),
             _ => (NodeReply::Error(DbError::internal("the membership shard has stopped")), false),
         },
+        NodeCommand::BackupHold { id } => {
+            let held = match hold_shards(shards).await {
+                Ok(held) => backups.hold(id, held).await,
+                Err(e) => Err(e),
+            };
+            (held.unwrap_or_else(NodeReply::Error), false)
+        }
+        NodeCommand::BackupWrite { id, epoch, tables } => match backups.write(id, epoch, tables) {
+            Ok(()) => (NodeReply::Done, false),
+            Err(e) => (NodeReply::Error(e), false),
+        },
+        NodeCommand::BackupProgress { id } => match backups.progress(id) {
+            Ok(part) => (NodeReply::BackupProgress(part), false),
+            Err(e) => (NodeReply::Error(e), false),
+        },
+        NodeCommand::BackupAbort { id } => {
+            backups.abort(id);
+            (NodeReply::Done, false)
+        }
+    }
+}
+
+/// Holds every shard's files for a backup; if one cannot, lets the others go.
+async fn hold_shards(shards: &[ShardHandle]) -> Result<Vec<crate::backup::HeldShard>> {
+    let mut held = Vec::new();
+    let mut failure = None;
+    for s in shards {
+        match ask(s, Control::BackupHold).await.and_then(|r| r) {
+            Ok(h) => held.push(h),
+            Err(e) => failure = failure.or(Some(e)),
+        }
+    }
+    match failure {
+        None => Ok(held),
+        Some(e) => {
+            for h in held {
+                let _ = h.disk.send(crate::disk::DiskMsg::Release);
+            }
+            Err(e)
+        }
     }
 }

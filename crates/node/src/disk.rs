@@ -207,6 +207,67 @@ pub fn drop_checkpoints_except(dir: &Path, keep: Option<u64>) -> Result<()> {
     Ok(())
 }
 
+/// A shard's files that restore epoch `epoch`, as a backup copies them.
+pub struct BackupImage {
+    /// The newest intact checkpoint that ends at or before the epoch, if any.
+    pub checkpoint: Option<(CheckpointInfo, Vec<u8>)>,
+    /// The intact REDO log from LSN `redo_base`, the start of the segment
+    /// that holds the checkpoint's start (or of the oldest segment).
+    pub redo_base: u64,
+    pub redo: Vec<u8>,
+}
+
+/// Reads what restores epoch `epoch` from a running shard's directory,
+/// changing nothing. The caller holds the files (`DiskMsg::Hold`) so that
+/// no trim deletes them meanwhile; the disk thread may still append to the
+/// newest segment, whose torn tail (if the read meets an append) is cut
+/// like any other.
+pub fn read_for_backup(dir: &Path, epoch: CommitEpoch) -> Result<BackupImage> {
+    let names = list(dir)?;
+    let mut segments: Vec<u64> = names.iter().filter_map(|n| parse_number(n, "redo-", ".log")).collect();
+    segments.sort_unstable();
+    let Some(&first) = segments.first() else {
+        return Err(DbError::new(ErrorCode::Io, format!("{}: the shard has no REDO log to back up", dir.display())));
+    };
+    let mut ids: Vec<u64> = names.iter().filter_map(|n| parse_number(n, "lcp-", ".ckpt")).collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    let mut checkpoint = None;
+    for id in ids {
+        let path = dir.join(checkpoint_name(id, true));
+        let bytes = fs::read(&path).map_err(|e| io_error("cannot read checkpoint", &path, e))?;
+        match checkpoint_info(&bytes) {
+            Some(info) if info.id == id && info.end_epoch <= epoch && info.start_lsn >= first => {
+                checkpoint = Some((info, bytes));
+                break;
+            }
+            // Newer than the epoch, or damaged: an older one may do.
+            _ => {}
+        }
+    }
+    let from = checkpoint.as_ref().map_or(first, |(info, _)| info.start_lsn);
+    let start_at = segments.iter().rposition(|&s| s <= from).unwrap_or(0);
+    let redo_base = segments[start_at];
+    let mut redo = Vec::new();
+    for (i, &start) in segments.iter().enumerate().skip(start_at) {
+        if redo_base + redo.len() as u64 != start {
+            return Err(DbError::new(
+                ErrorCode::Io,
+                format!("{}: the REDO log has a gap before LSN {start}", dir.display()),
+            ));
+        }
+        let path = dir.join(segment_name(start));
+        let mut bytes = fs::read(&path).map_err(|e| io_error("cannot read REDO segment", &path, e))?;
+        if let Some(&next) = segments.get(i + 1) {
+            // A finished segment ends where the next one begins.
+            bytes.truncate(next.saturating_sub(start) as usize);
+        }
+        redo.extend_from_slice(&bytes);
+    }
+    let summary = redo_summary(&redo);
+    redo.truncate(summary.valid_len);
+    Ok(BackupImage { checkpoint, redo_base, redo })
+}
+
 /// A file written by appending, with `O_DIRECT` where the file system
 /// supports it (not tmpfs, for one) and through the page cache otherwise.
 ///
@@ -609,18 +670,56 @@ impl latsdb_cluster::PageFile for TablespaceFile {
     }
 }
 
+/// What a shard's disk thread is sent: the shard's operations, and the
+/// holds of backups on its files.
+pub enum DiskMsg {
+    Op(DiskOp),
+    /// A backup keeps every file from now on: trims wait until as many
+    /// `Release`s came. Acknowledged once every operation sent before it
+    /// is done, so the files are then what the backup will read.
+    Hold(tokio::sync::oneshot::Sender<()>),
+    Release,
+}
+
 /// Runs a shard's disk thread: operations in order; each finished sync's
-/// token goes to `done`. A failure stops the process.
+/// token goes to `done`. A failure stops the process. While a backup holds
+/// the files, the latest trim waits (a trim deletes everything older than
+/// what it keeps, so the latest one does the work of all).
 pub fn spawn_disk_thread(
     mut disk: ShardDisk,
     name: String,
     done: tokio::sync::mpsc::UnboundedSender<u64>,
-) -> Result<std::sync::mpsc::Sender<DiskOp>> {
-    let (tx, rx) = std::sync::mpsc::channel::<DiskOp>();
+) -> Result<std::sync::mpsc::Sender<DiskMsg>> {
+    let (tx, rx) = std::sync::mpsc::channel::<DiskMsg>();
     std::thread::Builder::new()
         .name(format!("disk-{name}"))
         .spawn(move || {
-            while let Ok(op) = rx.recv() {
+            let mut holds = 0u32;
+            let mut waiting_trim = None;
+            while let Ok(msg) = rx.recv() {
+                let op = match msg {
+                    DiskMsg::Op(op @ DiskOp::Trim { .. }) if holds > 0 => {
+                        waiting_trim = Some(op);
+                        continue;
+                    }
+                    DiskMsg::Op(op) => op,
+                    DiskMsg::Hold(ack) => {
+                        holds += 1;
+                        let _ = ack.send(());
+                        continue;
+                    }
+                    DiskMsg::Release => {
+                        debug_assert!(holds > 0, "shard {name}: a backup let go of files it did not hold");
+                        holds = holds.saturating_sub(1);
+                        match waiting_trim.take() {
+                            Some(op) if holds == 0 => op,
+                            kept => {
+                                waiting_trim = kept;
+                                continue;
+                            }
+                        }
+                    }
+                };
                 match disk.execute(op) {
                     Ok(Some(token)) => {
                         let _ = done.send(token);

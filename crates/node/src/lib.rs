@@ -4,6 +4,8 @@
 //!   runtime that owns a [`latsdb_cluster::Shard`] and its sockets. Requests
 //!   are handled on the thread that read them, with no hand-off to another
 //!   thread, and answers leave through a coalescing writer.
+//! - [`backup`]: a data node's part of an online backup, and the manifest
+//!   a restore reads.
 //! - [`cpus`]: which CPU each shard thread is bound to.
 //! - [`datanode`]: the `latsdb datanode` process: registers with the
 //!   management server, starts its shards, applies schema changes.
@@ -12,6 +14,7 @@
 //! - [`mgmd`]: the `latsdb mgmd` process: configuration, node ids, cluster
 //!   layout, schema metadata, admin requests.
 
+pub mod backup;
 pub mod cpus;
 pub mod datanode;
 pub mod disk;

@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 mod alarms;
+mod backup;
 mod events;
 pub mod metrics;
 mod state;
@@ -90,6 +91,8 @@ struct Mgmd {
     events: Mutex<ClusterLog>,
     /// Each started data node's usage at the last poll (`watch_usage`).
     usage: Mutex<Vec<(NodeId, Vec<latsdb_types::proto::ShardMemory>)>>,
+    /// The online backups run (`backup.rs`).
+    backups: Mutex<backup::Backups>,
 }
 
 pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
@@ -169,6 +172,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         shutdown: Notify::new(),
         events: Mutex::new(events),
         usage: Mutex::new(Vec::new()),
+        backups: Mutex::new(backup::Backups::load(opts.data_dir.as_deref())?),
     });
     if let Some(path) = &opts.ready_file {
         std::fs::write(path, &address).map_err(|e| DbError::io(&format!("writing {}", path.display()), e))?;
@@ -305,7 +309,7 @@ impl Mgmd {
         state::write_state(dir, &snapshot)
     }
 
-    async fn handle(&self, request: MgmRequest) -> Result<MgmResponse> {
+    async fn handle(self: &Arc<Self>, request: MgmRequest) -> Result<MgmResponse> {
         let changed = match &request {
             MgmRequest::DropTable { name, .. } => Some(name),
             MgmRequest::CreateIndex { table, .. }
@@ -358,6 +362,10 @@ impl Mgmd {
                 let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
                 Ok(MgmResponse::ClusterLog(events.last(last as usize)))
             }
+            MgmRequest::BackupStart => self.start_backup(),
+            MgmRequest::BackupStatus { id } => self.backup_status(id, false),
+            MgmRequest::BackupList => self.backup_status(None, true),
+            MgmRequest::BackupAbort { id } => self.abort_backup(id),
             MgmRequest::RegisterDataNode { .. }
             | MgmRequest::DataNodeStarted { .. }
             | MgmRequest::DataNodeReady { .. } => {
@@ -629,8 +637,27 @@ impl Mgmd {
 
     /// Sends a command to every started data node and waits for all answers.
     async fn send_all(&self, command: NodeCommand) -> Vec<(NodeId, Result<NodeReply>)> {
-        let links: Vec<(NodeId, mpsc::UnboundedSender<Command>)> =
-            self.lock().links.iter().map(|(id, l)| (*id, l.commands.clone())).collect();
+        let nodes: Vec<NodeId> = self.lock().links.keys().copied().collect();
+        self.send_to(&nodes, command).await
+    }
+
+    /// Sends a command to these data nodes and waits for all answers (a
+    /// node without a connection answers that it is unavailable).
+    async fn send_to(&self, nodes: &[NodeId], command: NodeCommand) -> Vec<(NodeId, Result<NodeReply>)> {
+        let mut links: Vec<(NodeId, mpsc::UnboundedSender<Command>)> = Vec::new();
+        let mut results = Vec::new();
+        {
+            let state = self.lock();
+            for node in nodes {
+                match state.links.get(node) {
+                    Some(l) => links.push((*node, l.commands.clone())),
+                    None => results.push((
+                        *node,
+                        Err(DbError::new(ErrorCode::NodeUnavailable, format!("data node {node} is not connected"))),
+                    )),
+                }
+            }
+        }
         let mut waits = Vec::new();
         for (node, link) in links {
             let (tx, rx) = oneshot::channel();
@@ -638,7 +665,6 @@ impl Mgmd {
                 waits.push((node, rx));
             }
         }
-        let mut results = Vec::new();
         for (node, rx) in waits {
             let r = match tokio::time::timeout(NODE_COMMAND_TIMEOUT, rx).await {
                 Ok(Ok(r)) => r,

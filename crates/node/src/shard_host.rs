@@ -54,6 +54,8 @@ pub enum Control {
     StopServing(oneshot::Sender<CommitEpoch>),
     /// The latest durable epoch this shard knows.
     DurableEpoch(oneshot::Sender<CommitEpoch>),
+    /// A backup begins: hold the shard's files (see `backup.rs`).
+    BackupHold(oneshot::Sender<Result<crate::backup::HeldShard>>),
     Stop,
 }
 
@@ -95,8 +97,10 @@ struct Host {
     /// be admitted).
     joining: Cell<bool>,
     node_events: RefCell<Option<mpsc::UnboundedSender<NodeEvent>>>,
-    /// The shard's disk thread, once restored (None without a data directory).
-    disk: RefCell<Option<std::sync::mpsc::Sender<latsdb_cluster::DiskOp>>>,
+    /// The shard's disk thread and directory, once restored (None without
+    /// a data directory).
+    disk: RefCell<Option<std::sync::mpsc::Sender<crate::disk::DiskMsg>>>,
+    dir: RefCell<Option<std::path::PathBuf>>,
     /// Reads the shard's tablespace pages on the runtime's blocking
     /// threads, once restored (None without a data directory).
     pages: RefCell<Option<Arc<crate::disk::PageReader>>>,
@@ -193,7 +197,7 @@ impl Host {
                 Some(d) => {
                     for op in out.disk.drain(..) {
                         // The disk thread only stops by exiting the process.
-                        let _ = d.send(op);
+                        let _ = d.send(crate::disk::DiskMsg::Op(op));
                     }
                 }
                 None => out.disk.clear(),
@@ -312,6 +316,7 @@ impl Host {
         disk.execute(latsdb_cluster::DiskOp::RedoSync { token: 0 })?;
         let (done_tx, mut done_rx) = mpsc::unbounded_channel();
         *self.disk.borrow_mut() = Some(crate::disk::spawn_disk_thread(disk, self.me.to_string(), done_tx)?);
+        *self.dir.borrow_mut() = Some(dir);
         let host = self.clone();
         spawn_local(async move {
             while let Some(token) = done_rx.recv().await {
@@ -366,6 +371,34 @@ impl Host {
         spawn_local(peer_link(self.clone(), to, rx));
         tx
     }
+}
+
+/// Holds the shard's files for a backup and answers with what the backup
+/// needs to know of the shard. The durable epoch is read as the hold is
+/// queued (no await between them): every trim queued before it was decided
+/// by a durable epoch no later than that one, every later trim waits.
+async fn hold_for_backup(host: Rc<Host>, reply: oneshot::Sender<Result<crate::backup::HeldShard>>) {
+    let held = async {
+        let no_disk = || {
+            DbError::bad_request(format!(
+                "shard {} has no data directory: a backup needs data nodes that keep their data on disk",
+                host.me
+            ))
+        };
+        let disk = host.disk.borrow().clone().ok_or_else(no_disk)?;
+        let dir = host.dir.borrow().clone().ok_or_else(no_disk)?;
+        let (durable, partitions) = {
+            let shard = host.shard.borrow();
+            let partitions = shard.partition_sizes().iter().map(|p| (p.table, p.partition)).collect();
+            (shard.durable_epoch(), partitions)
+        };
+        let (ack, acked) = oneshot::channel();
+        disk.send(crate::disk::DiskMsg::Hold(ack))
+            .map_err(|_| DbError::internal(format!("shard {}: its disk thread has stopped", host.me)))?;
+        acked.await.map_err(|_| DbError::internal(format!("shard {}: its disk thread has stopped", host.me)))?;
+        Ok(crate::backup::HeldShard { shard: host.me.shard, dir, durable, partitions, disk })
+    };
+    let _ = reply.send(held.await);
 }
 
 /// Binds a shard's listener and starts its thread.
@@ -435,6 +468,7 @@ fn run_shard(
             joining: Cell::new(false),
             node_events: RefCell::new(None),
             disk: RefCell::new(None),
+            dir: RefCell::new(None),
             pages: RefCell::new(None),
             direct_io,
             durable_reported_at: Cell::new(None),
@@ -512,6 +546,9 @@ fn run_shard(
                 }
                 Control::DurableEpoch(reply) => {
                     let _ = reply.send(host.shard.borrow().durable_epoch());
+                }
+                Control::BackupHold(reply) => {
+                    spawn_local(hold_for_backup(host.clone(), reply));
                 }
                 Control::Stop => break,
             }

@@ -57,6 +57,18 @@ impl Gen {
     fn list<T>(&mut self, most: u64, mut f: impl FnMut(&mut Gen) -> T) -> Vec<T> {
         (0..self.n(most + 1)).map(|_| f(self)).collect()
     }
+    fn backup_part(&mut self) -> BackupPart {
+        BackupPart {
+            node_id: self.u16(),
+            host: self.string(),
+            dir: self.string(),
+            bytes: self.u64(),
+            total_bytes: self.u64(),
+            done: self.bool(),
+            error: self.option(Gen::string),
+        }
+    }
+
     fn epoch(&mut self) -> CommitEpoch {
         CommitEpoch(self.u64())
     }
@@ -303,7 +315,12 @@ fn client_messages_round_trip() {
     every_variant(8, |g, v| match v {
         0 => ClientResponse::Hello { shard: g.shard() },
         1 => ClientResponse::Batch(g.list(5, Gen::op_result)),
-        2 => ClientResponse::TxExec { tx: g.tx(), results: g.list(5, Gen::op_result), committed: g.bool() },
+        2 => ClientResponse::TxExec {
+            tx: g.tx(),
+            results: g.list(5, Gen::op_result),
+            committed: g.bool(),
+            epoch: CommitEpoch(g.u64()),
+        },
         3 => ClientResponse::TxAborted { tx: g.tx(), error: g.option(Gen::error) },
         4 => ClientResponse::Scan(ScanPage {
             rows: g.list(3, |g| serde_bytes::ByteBuf::from(g.bytes())),
@@ -394,7 +411,7 @@ fn membership_messages_round_trip() {
 
 #[test]
 fn management_messages_round_trip() {
-    every_variant(23, |g, v| {
+    every_variant(27, |g, v| {
         let (database, table, node_id) = (g.string(), g.string(), g.u16());
         match v {
             0 => MgmRequest::GetLayout,
@@ -451,10 +468,14 @@ fn management_messages_round_trip() {
             },
             20 => MgmRequest::RenameTable { database, table, new_database: g.string(), new_name: g.string() },
             21 => MgmRequest::ReportEvent { severity: any_severity(g), source: g.string(), text: g.string() },
-            _ => MgmRequest::GetClusterLog { last: g.u32() },
+            22 => MgmRequest::GetClusterLog { last: g.u32() },
+            23 => MgmRequest::BackupStart,
+            24 => MgmRequest::BackupStatus { id: g.option(Gen::u64) },
+            25 => MgmRequest::BackupList,
+            _ => MgmRequest::BackupAbort { id: g.u64() },
         }
     });
-    every_variant(11, |g, v| match v {
+    every_variant(12, |g, v| match v {
         0 => MgmResponse::Layout(g.layout()),
         1 => MgmResponse::Registered {
             node_id: g.u16(),
@@ -484,14 +505,27 @@ fn management_messages_round_trip() {
         7 => MgmResponse::StartRequests(g.list(3, |g| (g.u16(), g.bool()))),
         8 => MgmResponse::Done,
         9 => MgmResponse::Error(g.error()),
-        _ => MgmResponse::ClusterLog(g.list(3, |g| ClusterEvent {
+        10 => MgmResponse::ClusterLog(g.list(3, |g| ClusterEvent {
             unix_ms: g.u64(),
             severity: any_severity(g),
             source: g.string(),
             text: g.string(),
         })),
+        _ => MgmResponse::Backups(g.list(2, |g| BackupInfo {
+            id: g.u64(),
+            state: match g.n(4) {
+                0 => BackupState::Running,
+                1 => BackupState::Completed,
+                2 => BackupState::Failed(g.string()),
+                _ => BackupState::Aborted,
+            },
+            epoch: g.epoch(),
+            started_unix_ms: g.u64(),
+            finished_unix_ms: g.u64(),
+            parts: g.list(3, Gen::backup_part),
+        })),
     });
-    every_variant(6, |g, v| match v {
+    every_variant(10, |g, v| match v {
         0 => NodeCommand::Heartbeat,
         1 => NodeCommand::SetLayout(g.layout()),
         2 => NodeCommand::ApplySchema(match g.n(3) {
@@ -501,12 +535,20 @@ fn management_messages_round_trip() {
         }),
         3 => NodeCommand::ReportMemory,
         4 => NodeCommand::Stop,
-        _ => NodeCommand::Admit(g.u16()),
+        5 => NodeCommand::Admit(g.u16()),
+        6 => NodeCommand::BackupHold { id: g.u64() },
+        7 => NodeCommand::BackupWrite { id: g.u64(), epoch: g.epoch(), tables: g.list(2, Gen::table_def) },
+        8 => NodeCommand::BackupProgress { id: g.u64() },
+        _ => NodeCommand::BackupAbort { id: g.u64() },
     });
-    every_variant(3, |g, v| match v {
+    every_variant(5, |g, v| match v {
         0 => NodeReply::Done,
         1 => NodeReply::Memory(g.list(3, Gen::shard_memory)),
-        _ => NodeReply::Error(g.error()),
+        2 => NodeReply::Error(g.error()),
+        3 => {
+            NodeReply::BackupHeld { durable: g.epoch(), partitions: g.list(4, |g| (g.u32(), g.u32())), dir: g.string() }
+        }
+        _ => NodeReply::BackupProgress(g.backup_part()),
     });
 }
 

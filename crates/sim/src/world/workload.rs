@@ -347,7 +347,7 @@ impl World {
         let doing = std::mem::replace(&mut self.clients[c].doing, Doing::Idle);
         match doing {
             Doing::Locking { shard, req, a, b, amount, abandon } if req == req_id => match resp {
-                ClientResponse::TxExec { tx, results, committed: false } => {
+                ClientResponse::TxExec { tx, results, committed: false, .. } => {
                     let old = [self.account_of(&results[0])?, self.account_of(&results[1])?];
                     let new_a = Account { balance: old[0].balance - amount, version: old[0].version + 1 };
                     let new_b = Account { balance: old[1].balance + amount, version: old[1].version + 1 };

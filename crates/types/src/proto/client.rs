@@ -147,6 +147,9 @@ pub enum ClientResponse {
         tx: TxId,
         results: Vec<OpResult>,
         committed: bool,
+        /// The epoch the commit belongs to (NONE while the transaction
+        /// stays open, and for one that wrote nothing).
+        epoch: CommitEpoch,
     },
     /// The transaction was aborted (by an error or on request).
     TxAborted {

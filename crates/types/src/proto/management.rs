@@ -122,6 +122,58 @@ pub enum MgmRequest {
     GetClusterLog {
         last: u32,
     },
+    /// Starts an online backup (answered at once with `Backups`, holding
+    /// the new one; `BackupStatus` follows it).
+    BackupStart,
+    /// One backup's state (None: the newest), answered with `Backups`.
+    BackupStatus {
+        id: Option<u64>,
+    },
+    /// Every backup this management server has run, answered with `Backups`.
+    BackupList,
+    /// Stops a running backup; the data nodes delete what they wrote of it.
+    BackupAbort {
+        id: u64,
+    },
+}
+
+/// Where an online backup is.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum BackupState {
+    Running,
+    /// Every data node wrote and synced its part, manifest last.
+    Completed,
+    Failed(String),
+    Aborted,
+}
+
+/// An online backup as the management server tracks it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BackupInfo {
+    pub id: u64,
+    pub state: BackupState,
+    /// The epoch the backup restores: every commit up to it, none after
+    /// (NONE until every data node holds its files).
+    pub epoch: CommitEpoch,
+    /// Milliseconds since the Unix epoch (0: not finished).
+    pub started_unix_ms: u64,
+    pub finished_unix_ms: u64,
+    /// Each data node's part.
+    pub parts: Vec<BackupPart>,
+}
+
+/// One data node's part of a backup: where it writes and how far it is.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BackupPart {
+    pub node_id: NodeId,
+    pub host: String,
+    /// The folder on that host.
+    pub dir: String,
+    pub bytes: u64,
+    /// Bytes to write (known once writing began).
+    pub total_bytes: u64,
+    pub done: bool,
+    pub error: Option<String>,
 }
 
 /// How much a cluster event asks of an operator.
@@ -214,6 +266,7 @@ pub enum MgmResponse {
     Done,
     Error(DbError),
     ClusterLog(Vec<ClusterEvent>),
+    Backups(Vec<BackupInfo>),
 }
 
 /// What a data node's disk holds, reported when it starts.
@@ -300,6 +353,27 @@ pub enum NodeCommand {
     /// To the president of the view: propose a view that adds this
     /// starting node (answered once it is chosen).
     Admit(NodeId),
+    /// Backup `id`: keep every file that restores this node's shards (no
+    /// checkpoint or REDO is deleted until the backup lets them go);
+    /// answered with `BackupHeld`.
+    BackupHold {
+        id: u64,
+    },
+    /// Write this node's part of backup `id` at `epoch` with the schema
+    /// `tables`, in the background; answered with `Done` at once.
+    BackupWrite {
+        id: u64,
+        epoch: CommitEpoch,
+        tables: Vec<TableDef>,
+    },
+    /// How this node's part of backup `id` goes; answered with `BackupProgress`.
+    BackupProgress {
+        id: u64,
+    },
+    /// Stop backup `id`, delete what it wrote and let the held files go.
+    BackupAbort {
+        id: u64,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -307,4 +381,13 @@ pub enum NodeReply {
     Done,
     Memory(Vec<ShardMemory>),
     Error(DbError),
+    /// The node holds its files for a backup: the latest durable epoch its
+    /// shards knew when they began holding, the partitions (table,
+    /// partition) they hold replicas of, and the folder it will write.
+    BackupHeld {
+        durable: CommitEpoch,
+        partitions: Vec<(crate::schema::TableId, u32)>,
+        dir: String,
+    },
+    BackupProgress(BackupPart),
 }

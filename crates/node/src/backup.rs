@@ -1,0 +1,405 @@
+//! A data node's part of an online backup, and the manifest that
+//! `latsdb restore` reads.
+//!
+//! A backup is consistent at one durable epoch E: it holds every commit of
+//! epochs up to E and none after, on every node (restoring "every epoch up
+//! to E" is a consistent cut, see durability.rs). The management server
+//! runs it in two steps (`mgmd/backup.rs`):
+//!
+//! 1. **Hold.** Every started data node makes each shard's disk thread keep
+//!    its files: trims wait, so the checkpoint and REDO that restore any
+//!    epoch from then on stay. Each shard reports the durable epoch it knew
+//!    as the hold began; E is the highest of them. Every trim done before a
+//!    hold was decided by a durable epoch no later than E, so each shard
+//!    still has a checkpoint that ends at or before E.
+//! 2. **Write.** Each node copies, per shard, that checkpoint and the REDO
+//!    log from its start to the end written so far (which holds every
+//!    commit up to E, since E is durable), checks that the copy reaches E,
+//!    syncs it, writes a manifest last, and lets the files go.
+//!
+//! ```text
+//! <data dir>/backups/BACKUP-<id>/datanode-<n>/
+//!     shard-<k>.ckpt   the shard's checkpoint that restores E (absent if it has none)
+//!     shard-<k>.redo   its REDO log from the checkpoint's start
+//!     manifest.json    written last: backup id, epoch, schema, and per shard
+//!                      its partitions and files with their sizes and SHA-256
+//! ```
+//!
+//! The copy runs on a thread of its own: the shard threads serve on, and
+//! the disk threads append on (a backup costs reads, not stalls). A hold
+//! that no write follows within `HOLD_LEASE` is let go, so a management
+//! server that died mid-backup cannot keep a node's REDO growing.
+
+use crate::disk::DiskMsg;
+use latsdb_types::proto::{BackupPart, CommitEpoch, NodeId, NodeReply};
+use latsdb_types::schema::{TableDef, TableId};
+use latsdb_types::{DbError, ErrorCode, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a held backup may wait for the management server's write.
+const HOLD_LEASE: Duration = Duration::from_secs(60);
+
+/// The manifest's format; `latsdb restore` refuses others.
+pub const MANIFEST_FORMAT: u32 = 1;
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// What a data node wrote of a backup (`manifest.json`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Manifest {
+    pub format: u32,
+    pub backup_id: u64,
+    /// The epoch the backup restores.
+    pub epoch: u64,
+    pub node_id: NodeId,
+    pub created_unix_ms: u64,
+    /// The schema when the backup began (hidden tables of unique indexes
+    /// included; a restore rebuilds them from their tables' rows).
+    pub tables: Vec<TableDef>,
+    pub shards: Vec<ShardPart>,
+}
+
+/// One shard's files in a backup.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ShardPart {
+    pub shard: u16,
+    /// (table, partition) of every partition replica the shard held.
+    pub partitions: Vec<(TableId, u32)>,
+    pub checkpoint: Option<FileEntry>,
+    pub redo: FileEntry,
+    /// LSN of the REDO file's first byte.
+    pub redo_base: u64,
+}
+
+/// A file of a backup, by name within its folder.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct FileEntry {
+    pub name: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// A shard's files held for a backup (`Control::BackupHold`).
+pub struct HeldShard {
+    pub shard: u16,
+    pub dir: PathBuf,
+    /// The durable epoch the shard knew as the hold began.
+    pub durable: CommitEpoch,
+    pub partitions: Vec<(TableId, u32)>,
+    /// The shard's disk thread, to let the files go.
+    pub disk: std::sync::mpsc::Sender<DiskMsg>,
+}
+
+fn io_error(what: &str, path: &Path, e: std::io::Error) -> DbError {
+    DbError::new(ErrorCode::Io, format!("{what} {}: {e}", path.display()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The folder a node writes backup `id` in, under its data directory.
+pub fn part_dir(data_dir: &Path, id: u64, node_id: NodeId) -> PathBuf {
+    data_dir.join("backups").join(format!("BACKUP-{id}")).join(format!("datanode-{node_id}"))
+}
+
+/// How one node's part of a backup goes, shared with its writer thread.
+#[derive(Default)]
+struct Progress {
+    bytes: AtomicU64,
+    total: AtomicU64,
+    /// The write began (the hold's lease no longer applies).
+    writing: AtomicBool,
+    done: AtomicBool,
+    abort: AtomicBool,
+    error: Mutex<Option<String>>,
+}
+
+impl Progress {
+    fn fail(&self, why: String) {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(why);
+    }
+
+    fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// One backup on this node: its folder, the shards it holds (until the
+/// files are let go) and its progress.
+struct Job {
+    dir: PathBuf,
+    held: Arc<Mutex<Vec<HeldShard>>>,
+    progress: Arc<Progress>,
+}
+
+/// Lets every held file of a backup go (once: the list is emptied).
+fn release(held: &Mutex<Vec<HeldShard>>) {
+    for shard in held.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        let _ = shard.disk.send(DiskMsg::Release);
+    }
+}
+
+/// The backups of one data node.
+pub struct NodeBackups {
+    node_id: NodeId,
+    host: String,
+    data_dir: Option<PathBuf>,
+    jobs: HashMap<u64, Job>,
+}
+
+impl NodeBackups {
+    pub fn new(node_id: NodeId, host: String, data_dir: Option<PathBuf>) -> NodeBackups {
+        NodeBackups { node_id, host, data_dir, jobs: HashMap::new() }
+    }
+
+    /// `NodeCommand::BackupHold`: holds every shard's files; answers with
+    /// the highest durable epoch they knew and the partitions they hold.
+    pub async fn hold(&mut self, id: u64, shards: Vec<HeldShard>) -> Result<NodeReply> {
+        let Some(data_dir) = &self.data_dir else {
+            release(&Mutex::new(shards));
+            return Err(DbError::bad_request(format!(
+                "data node {} has no data directory: a backup needs data nodes that keep their data on disk",
+                self.node_id
+            )));
+        };
+        let dir = part_dir(data_dir, id, self.node_id);
+        if self.jobs.contains_key(&id) || dir.exists() {
+            release(&Mutex::new(shards));
+            return Err(DbError::bad_request(format!(
+                "backup {id} already exists on data node {} ({}); a backup id is used once",
+                self.node_id,
+                dir.display()
+            )));
+        }
+        let durable = shards.iter().map(|s| s.durable).max().unwrap_or(CommitEpoch::NONE);
+        let mut partitions: Vec<(TableId, u32)> = shards.iter().flat_map(|s| s.partitions.iter().copied()).collect();
+        partitions.sort_unstable();
+        partitions.dedup();
+        let held = Arc::new(Mutex::new(shards));
+        let progress = Arc::new(Progress::default());
+        // The lease: a hold that no write follows lets its files go.
+        let (lease_held, lease_progress) = (held.clone(), progress.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(HOLD_LEASE).await;
+            if !lease_progress.writing.load(Ordering::Acquire) {
+                lease_progress.fail(format!("no write followed the hold within {} s", HOLD_LEASE.as_secs()));
+                release(&lease_held);
+            }
+        });
+        self.jobs.insert(id, Job { dir: dir.clone(), held, progress });
+        Ok(NodeReply::BackupHeld { durable, partitions, dir: dir.display().to_string() })
+    }
+
+    /// `NodeCommand::BackupWrite`: starts writing the held files at `epoch`.
+    pub fn write(&mut self, id: u64, epoch: CommitEpoch, tables: Vec<TableDef>) -> Result<()> {
+        let job = self.job(id)?;
+        if let Some(why) = job.progress.error() {
+            return Err(DbError::new(ErrorCode::Internal, format!("backup {id} failed on this node: {why}")));
+        }
+        if job.progress.writing.swap(true, Ordering::AcqRel) {
+            return Err(DbError::bad_request(format!("backup {id} is already being written")));
+        }
+        let (dir, held, progress, node_id) = (job.dir.clone(), job.held.clone(), job.progress.clone(), self.node_id);
+        std::thread::Builder::new()
+            .name(format!("backup-{id}"))
+            .spawn(move || {
+                let written = write_part(&dir, node_id, id, epoch, tables, &held, &progress);
+                release(&held);
+                match written {
+                    Ok(()) => progress.done.store(true, Ordering::Release),
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&dir);
+                        progress.fail(e.message);
+                    }
+                }
+            })
+            .map_err(|e| DbError::io("spawning a backup thread", e))?;
+        Ok(())
+    }
+
+    /// `NodeCommand::BackupProgress`.
+    pub fn progress(&self, id: u64) -> Result<BackupPart> {
+        let job = self.job(id)?;
+        let p = &job.progress;
+        Ok(BackupPart {
+            node_id: self.node_id,
+            host: self.host.clone(),
+            dir: job.dir.display().to_string(),
+            bytes: p.bytes.load(Ordering::Relaxed),
+            total_bytes: p.total.load(Ordering::Relaxed),
+            done: p.done.load(Ordering::Acquire),
+            error: p.error(),
+        })
+    }
+
+    /// `NodeCommand::BackupAbort`: a running write stops at its next file
+    /// and deletes the folder; a hold lets its files go now.
+    pub fn abort(&mut self, id: u64) {
+        if let Some(job) = self.jobs.get(&id) {
+            job.progress.abort.store(true, Ordering::Release);
+            if !job.progress.writing.swap(true, Ordering::AcqRel) {
+                job.progress.fail("aborted".into());
+                release(&job.held);
+            }
+        }
+    }
+
+    fn job(&self, id: u64) -> Result<&Job> {
+        self.jobs.get(&id).ok_or_else(|| {
+            DbError::bad_request(format!("data node {} knows no backup {id} (did it restart?)", self.node_id))
+        })
+    }
+}
+
+/// Writes a node's part of a backup: per shard its checkpoint and REDO,
+/// then the manifest.
+fn write_part(
+    dir: &Path,
+    node_id: NodeId,
+    id: u64,
+    epoch: CommitEpoch,
+    tables: Vec<TableDef>,
+    held: &Mutex<Vec<HeldShard>>,
+    progress: &Progress,
+) -> Result<()> {
+    let shards: Vec<(u16, PathBuf, Vec<(TableId, u32)>)> = held
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|s| (s.shard, s.dir.clone(), s.partitions.clone()))
+        .collect();
+    std::fs::create_dir_all(dir).map_err(|e| io_error("cannot create the backup folder", dir, e))?;
+    let total: u64 = shards.iter().map(|(_, d, _)| files_bytes(d)).sum();
+    progress.total.store(total, Ordering::Relaxed);
+    let mut parts = Vec::new();
+    for (shard, shard_dir, partitions) in shards {
+        if progress.abort.load(Ordering::Acquire) {
+            return Err(DbError::new(ErrorCode::Internal, "aborted"));
+        }
+        let image = crate::disk::read_for_backup(&shard_dir, epoch)?;
+        let reached = latsdb_cluster::redo_summary(&image.redo).saved_epoch;
+        if reached < epoch {
+            return Err(DbError::new(
+                ErrorCode::Internal,
+                format!(
+                    "shard {node_id}.{shard}: its REDO log is saved through epoch {reached}, not the backup's {epoch}; try again"
+                ),
+            ));
+        }
+        let checkpoint = match &image.checkpoint {
+            Some((_, bytes)) => Some(write_file(dir, &format!("shard-{shard}.ckpt"), bytes, progress)?),
+            None => None,
+        };
+        let redo = write_file(dir, &format!("shard-{shard}.redo"), &image.redo, progress)?;
+        parts.push(ShardPart { shard, partitions, checkpoint, redo, redo_base: image.redo_base });
+    }
+    let manifest = Manifest {
+        format: MANIFEST_FORMAT,
+        backup_id: id,
+        epoch: epoch.0,
+        node_id,
+        created_unix_ms: unix_ms(),
+        tables,
+        shards: parts,
+    };
+    let json = serde_json::to_vec_pretty(&manifest)
+        .map_err(|e| DbError::internal(format!("cannot encode the backup manifest: {e}")))?;
+    let tmp = dir.join("manifest.json.tmp");
+    write_synced(&tmp, &json)?;
+    let path = dir.join(MANIFEST_FILE);
+    std::fs::rename(&tmp, &path).map_err(|e| io_error("cannot publish", &path, e))?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error("cannot sync", dir, e))
+}
+
+/// Bytes of a shard's checkpoint and REDO files (the most a backup copies).
+fn files_bytes(dir: &Path) -> u64 {
+    let (redo, checkpoints) = crate::disk::ShardDisk::usage(dir);
+    redo + checkpoints
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = std::fs::File::create(path).map_err(|e| io_error("cannot create", path, e))?;
+    file.write_all(bytes).map_err(|e| io_error("cannot write", path, e))?;
+    file.sync_all().map_err(|e| io_error("cannot sync", path, e))
+}
+
+/// Writes and syncs one file of a backup, counting its bytes.
+fn write_file(dir: &Path, name: &str, bytes: &[u8], progress: &Progress) -> Result<FileEntry> {
+    write_synced(&dir.join(name), bytes)?;
+    progress.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    Ok(FileEntry { name: name.to_string(), bytes: bytes.len() as u64, sha256: hex(&Sha256::digest(bytes)) })
+}
+
+/// Reads a backup file and checks its size and checksum against the manifest.
+pub fn read_checked(dir: &Path, entry: &FileEntry) -> Result<Vec<u8>> {
+    let path = dir.join(&entry.name);
+    let bytes = std::fs::read(&path).map_err(|e| {
+        DbError::new(ErrorCode::Io, format!("the backup is incomplete: cannot read {}: {e}", path.display()))
+    })?;
+    if bytes.len() as u64 != entry.bytes || hex(&Sha256::digest(&bytes)) != entry.sha256 {
+        return Err(DbError::new(
+            ErrorCode::Io,
+            format!(
+                "the backup is corrupt: {} ({} bytes) does not match its manifest ({} bytes, SHA-256 {}); restore from another copy",
+                path.display(),
+                bytes.len(),
+                entry.bytes,
+                entry.sha256
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Reads a node's manifest, refusing one of another format.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| io_error("cannot read", &path, e))?;
+    let manifest: Manifest = serde_json::from_slice(&bytes)
+        .map_err(|e| DbError::new(ErrorCode::Io, format!("the backup manifest {} is damaged: {e}", path.display())))?;
+    if manifest.format != MANIFEST_FORMAT {
+        return Err(DbError::bad_request(format!(
+            "{} is of backup format {}; this latsdb reads format {MANIFEST_FORMAT}",
+            path.display(),
+            manifest.format
+        )));
+    }
+    Ok(manifest)
+}
+
+/// The rows of the chosen partitions of one shard of a backup at its
+/// epoch, as (table, partition, key, row): the checkpoint replayed with
+/// the REDO up to the epoch (`latsdb_cluster::replay`), files checked.
+pub fn shard_rows(
+    dir: &Path,
+    part: &ShardPart,
+    epoch: CommitEpoch,
+    wanted: &std::collections::HashSet<(TableId, u32)>,
+) -> Result<Vec<(TableId, u32, Vec<u8>, Vec<u8>)>> {
+    let checkpoint = part.checkpoint.as_ref().map(|c| read_checked(dir, c)).transpose()?;
+    let redo = read_checked(dir, &part.redo)?;
+    let mut rows: HashMap<(TableId, u32, Vec<u8>), Vec<u8>> = HashMap::new();
+    latsdb_cluster::replay(checkpoint.as_deref(), &redo, part.redo_base, epoch, |table, partition, key, row| {
+        if !wanted.contains(&(table, partition)) {
+            return Ok(false);
+        }
+        match row {
+            Some(row) => rows.insert((table, partition, key.to_vec()), row.to_vec()),
+            None => rows.remove(&(table, partition, key.to_vec())),
+        };
+        Ok(true)
+    })
+    .map_err(|e| DbError::new(ErrorCode::Io, format!("shard {} of {}: {}", part.shard, dir.display(), e.message)))?;
+    Ok(rows.into_iter().map(|((table, partition, key), row)| (table, partition, key, row)).collect())
+}
