@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 const SYSTEM_DATABASE: &str = "latsdb_system";
 /// Its table of auto-increment counters, keyed by table id.
 const AUTOINC_TABLE: &str = "sql_auto_increment";
+/// Its table of the SQL node's databases.
+const DATABASES_TABLE: &str = "sql_databases";
 
 #[derive(Subcommand)]
 pub enum BackupAction {
@@ -206,18 +208,48 @@ fn find_parts(folders: &[PathBuf]) -> Result<Vec<Part>, String> {
     Ok(parts)
 }
 
+/// Checks what a restore relies on in a table definition read from a
+/// manifest (column ids in range, row parts in order), so a damaged one
+/// is refused rather than crashing the restore.
+fn check_def(def: &TableDef) -> Result<(), String> {
+    let n = def.columns.len();
+    let in_range = |c: &u16| (*c as usize) < n;
+    let parts_ok = def.added_parts.windows(2).all(|w| w[0].first_column < w[1].first_column)
+        && def.added_parts.iter().all(|p| in_range(&p.first_column) && p.first_column > 0);
+    if n == 0
+        || def.partitions == 0
+        || def.primary_key.is_empty()
+        || !def.primary_key.iter().all(in_range)
+        || !def.indexes.iter().all(|i| i.columns.iter().all(in_range))
+        || !parts_ok
+    {
+        return Err(format!(
+            "the backup's definition of table {} is damaged (column numbers out of range); the manifest cannot be used",
+            def.qualified_name()
+        ));
+    }
+    Ok(())
+}
+
 /// The tables to restore: user tables the filters name (all without
 /// filters), plus the system tables, never the hidden ones.
 fn chosen_tables(all: &[TableDef], tables: &[String], databases: &[String]) -> Result<Vec<TableDef>, String> {
     for name in tables {
-        if !all.iter().any(|t| t.qualified_name() == *name) {
-            return Err(format!("the backup has no table {name} (give database.table)"));
+        match all.iter().find(|t| t.qualified_name() == *name) {
+            None => return Err(format!("the backup has no table {name} (give database.table)")),
+            Some(t) if t.is_hidden() => {
+                return Err(format!("{name} is the hidden table of a unique index; restore its table instead"))
+            }
+            Some(_) => {}
         }
     }
     for db in databases {
         if !all.iter().any(|t| t.database == *db) {
             return Err(format!("the backup has no table in database {db}"));
         }
+    }
+    for def in all {
+        check_def(def)?;
     }
     let filtered = !tables.is_empty() || !databases.is_empty();
     Ok(all
@@ -300,6 +332,20 @@ fn spec_of(def: &TableDef) -> TableSpec {
 /// Creates the chosen tables and their indexes in the target cluster;
 /// system tables that exist there already are used as they are.
 async fn create_tables(client: &Client, tables: &[TableDef]) -> Result<HashMap<TableId, Arc<Table>>, String> {
+    // Every name is checked before the first table is created, so a
+    // refused restore leaves the target as it was.
+    for def in tables.iter().filter(|t| t.database != SYSTEM_DATABASE) {
+        match client.table(&def.database, &def.name).await {
+            Ok(_) => {
+                return Err(format!(
+                    "table {} already exists in the target cluster; restore into an empty cluster, drop the table, or leave it out with --tables",
+                    def.qualified_name()
+                ))
+            }
+            Err(e) if e.code == ErrorCode::UnknownTable => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
     let mut created = HashMap::new();
     for def in tables {
         let system = def.database == SYSTEM_DATABASE;
@@ -355,6 +401,8 @@ pub async fn run_restore(args: RestoreArgs) -> Result<(), String> {
     let created = create_tables(&client, &tables).await?;
     let metas: HashMap<TableId, TableMeta> = tables.iter().map(|t| (t.id, TableMeta::new(t.clone()))).collect();
     let new_ids: HashMap<u64, u64> = created.iter().map(|(old, t)| (*old as u64, t.def().id as u64)).collect();
+    let databases: HashSet<String> =
+        tables.iter().filter(|t| t.database != SYSTEM_DATABASE).map(|t| t.database.clone()).collect();
     let bar = indicatif::ProgressBar::new(plan.len() as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("restore {bar:30} {pos}/{len} shards {msg}")
@@ -365,7 +413,14 @@ pub async fn run_restore(args: RestoreArgs) -> Result<(), String> {
         let part = &parts[*pi];
         let shard = &part.manifest.shards[*si];
         let found = shard_rows(&part.dir, shard, epoch, wanted).map_err(|e| e.message)?;
-        let loader = Loader { client: &client, created: &created, metas: &metas, new_ids: &new_ids };
+        let loader = Loader {
+            client: &client,
+            created: &created,
+            metas: &metas,
+            new_ids: &new_ids,
+            filtered: !args.tables.is_empty() || !args.databases.is_empty(),
+            databases: &databases,
+        };
         rows += loader.load(found, args.parallel.max(1)).await?;
         bar.set_message(format!("{rows} rows"));
         bar.inc(1);
@@ -387,6 +442,10 @@ struct Loader<'a> {
     metas: &'a HashMap<TableId, TableMeta>,
     /// Old table id -> new, for the auto-increment counters.
     new_ids: &'a HashMap<u64, u64>,
+    /// `--tables`/`--databases` chose the tables: of the system tables
+    /// only the counters and database entries of those tables are merged.
+    filtered: bool,
+    databases: &'a HashSet<String>,
 }
 
 /// Rows written per batch.
@@ -395,21 +454,25 @@ const BATCH: usize = 256;
 impl Loader<'_> {
     /// Inserts the rows (system tables' rows are merged), `parallel`
     /// batches at once; returns how many were written.
-    async fn load(&self, rows: Vec<(TableId, u32, Vec<u8>, Vec<u8>)>, parallel: usize) -> Result<u64, String> {
-        let mut ops = Vec::with_capacity(rows.len());
-        for (table, _, _, row) in rows {
-            if let Some(op) = self.op(table, &row)? {
-                ops.push(op);
-            }
-        }
-        let count = ops.len() as u64;
-        let mut batches: Vec<Vec<Op>> = Vec::new();
-        while !ops.is_empty() {
-            let rest = ops.split_off(ops.len().min(BATCH));
-            batches.push(std::mem::replace(&mut ops, rest));
-        }
+    async fn load(&self, rows: latsdb_node::backup::ShardRows, parallel: usize) -> Result<u64, String> {
+        let mut count = 0u64;
+        let mut rows = rows.into_iter();
         let mut running = tokio::task::JoinSet::new();
-        for batch in batches {
+        loop {
+            // Decoded a batch at a time: the rows stay bytes until written.
+            let mut batch = Vec::with_capacity(BATCH);
+            for ((table, _, _), row) in rows.by_ref() {
+                if let Some(op) = self.op(table, &row)? {
+                    batch.push(op);
+                    if batch.len() == BATCH {
+                        break;
+                    }
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            count += batch.len() as u64;
             if running.len() >= parallel {
                 finished(running.join_next().await)?;
             }
@@ -425,17 +488,39 @@ impl Loader<'_> {
     /// The write of one restored row (None: the row is left out).
     fn op(&self, table: TableId, row: &[u8]) -> Result<Option<Op>, String> {
         let (Some(meta), Some(target)) = (self.metas.get(&table), self.created.get(&table)) else { return Ok(None) };
-        let mut values = meta.layout.decode(row);
         let def = &meta.def;
+        meta.layout.validate(row).map_err(|e| {
+            format!(
+                "a row of table {} in the backup does not match its definition: {}",
+                def.qualified_name(),
+                e.message
+            )
+        })?;
+        let mut values = meta.layout.decode(row);
         if def.database != SYSTEM_DATABASE {
             return Op::insert(target, values).map(Some).map_err(|e| e.to_string());
         }
-        if def.name == AUTOINC_TABLE {
-            // Counters are keyed by table id, which the target renumbers;
-            // the counter of a table not restored is left out.
-            let Some(Value::UInt(old)) = values.first() else { return Ok(None) };
-            let Some(&new) = self.new_ids.get(old) else { return Ok(None) };
-            values[0] = Value::UInt(new);
+        // A system table of another shape in the target (another version
+        // of latsdb) is left as it is.
+        if !target.def().columns.iter().map(|c| &c.name).eq(def.columns.iter().map(|c| &c.name)) {
+            return Ok(None);
+        }
+        match def.name.as_str() {
+            AUTOINC_TABLE => {
+                // Counters are keyed by table id, which the target renumbers;
+                // the counter of a table not restored is left out.
+                let Some(Value::UInt(old)) = values.first() else { return Ok(None) };
+                let Some(&new) = self.new_ids.get(old) else { return Ok(None) };
+                values[0] = Value::UInt(new);
+            }
+            DATABASES_TABLE if self.filtered => {
+                let restored = matches!(values.first(), Some(Value::Str(db)) if self.databases.contains(db));
+                if !restored {
+                    return Ok(None);
+                }
+            }
+            _ if self.filtered => return Ok(None),
+            _ => {}
         }
         Op::upsert(target, values).map(Some).map_err(|e| e.to_string())
     }

@@ -192,7 +192,7 @@ impl NodeBackups {
         let (lease_held, lease_progress) = (held.clone(), progress.clone());
         tokio::spawn(async move {
             tokio::time::sleep(HOLD_LEASE).await;
-            if !lease_progress.writing.load(Ordering::Acquire) {
+            if !lease_progress.writing.swap(true, Ordering::AcqRel) {
                 lease_progress.fail(format!("no write followed the hold within {} s", HOLD_LEASE.as_secs()));
                 release(&lease_held);
             }
@@ -204,27 +204,34 @@ impl NodeBackups {
     /// `NodeCommand::BackupWrite`: starts writing the held files at `epoch`.
     pub fn write(&mut self, id: u64, epoch: CommitEpoch, tables: Vec<TableDef>) -> Result<()> {
         let job = self.job(id)?;
-        if let Some(why) = job.progress.error() {
-            return Err(DbError::new(ErrorCode::Internal, format!("backup {id} failed on this node: {why}")));
-        }
+        // Whoever sets `writing` first owns the holds: this write, the
+        // lease, or an abort.
         if job.progress.writing.swap(true, Ordering::AcqRel) {
-            return Err(DbError::bad_request(format!("backup {id} is already being written")));
+            let why = job.progress.error().unwrap_or_else(|| "it is already being written".into());
+            return Err(DbError::new(
+                ErrorCode::Internal,
+                format!("backup {id} cannot be written on this node: {why}"),
+            ));
         }
         let (dir, held, progress, node_id) = (job.dir.clone(), job.held.clone(), job.progress.clone(), self.node_id);
-        std::thread::Builder::new()
-            .name(format!("backup-{id}"))
-            .spawn(move || {
-                let written = write_part(&dir, node_id, id, epoch, tables, &held, &progress);
-                release(&held);
-                match written {
-                    Ok(()) => progress.done.store(true, Ordering::Release),
-                    Err(e) => {
-                        let _ = std::fs::remove_dir_all(&dir);
-                        progress.fail(e.message);
-                    }
+        let thread_held = held.clone();
+        let spawned = std::thread::Builder::new().name(format!("backup-{id}")).spawn(move || {
+            let written = write_part(&dir, node_id, id, epoch, tables, &thread_held, &progress);
+            release(&thread_held);
+            let aborted = progress.abort.load(Ordering::Acquire);
+            match written {
+                Ok(()) if !aborted => progress.done.store(true, Ordering::Release),
+                outcome => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    progress.fail(outcome.err().map_or_else(|| "aborted".to_string(), |e| e.message));
                 }
-            })
-            .map_err(|e| DbError::io("spawning a backup thread", e))?;
+            }
+        });
+        if let Err(e) = spawned {
+            release(&held);
+            job.progress.fail(format!("cannot start a backup thread: {e}"));
+            return Err(DbError::io("spawning a backup thread", e));
+        }
         Ok(())
     }
 
@@ -243,15 +250,18 @@ impl NodeBackups {
         })
     }
 
-    /// `NodeCommand::BackupAbort`: a running write stops at its next file
-    /// and deletes the folder; a hold lets its files go now.
+    /// `NodeCommand::BackupAbort`: a hold lets its files go now, a running
+    /// write stops at its next file and deletes the folder, and a finished
+    /// part is deleted (another node's part failed).
     pub fn abort(&mut self, id: u64) {
-        if let Some(job) = self.jobs.get(&id) {
-            job.progress.abort.store(true, Ordering::Release);
-            if !job.progress.writing.swap(true, Ordering::AcqRel) {
-                job.progress.fail("aborted".into());
-                release(&job.held);
-            }
+        let Some(job) = self.jobs.get(&id) else { return };
+        job.progress.abort.store(true, Ordering::Release);
+        if !job.progress.writing.swap(true, Ordering::AcqRel) {
+            job.progress.fail("aborted".into());
+            release(&job.held);
+        } else if job.progress.done.swap(false, Ordering::AcqRel) {
+            let _ = std::fs::remove_dir_all(&job.dir);
+            job.progress.fail("aborted".into());
         }
     }
 
@@ -273,12 +283,17 @@ fn write_part(
     held: &Mutex<Vec<HeldShard>>,
     progress: &Progress,
 ) -> Result<()> {
-    let shards: Vec<(u16, PathBuf, Vec<(TableId, u32)>)> = held
+    // What to copy, taken from the holds (which stay until the end).
+    type ShardToCopy = (u16, PathBuf, Vec<(TableId, u32)>);
+    let shards: Vec<ShardToCopy> = held
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .map(|s| (s.shard, s.dir.clone(), s.partitions.clone()))
         .collect();
+    if shards.is_empty() {
+        return Err(DbError::new(ErrorCode::Internal, "the node no longer holds its files for this backup"));
+    }
     std::fs::create_dir_all(dir).map_err(|e| io_error("cannot create the backup folder", dir, e))?;
     let total: u64 = shards.iter().map(|(_, d, _)| files_bytes(d)).sum();
     progress.total.store(total, Ordering::Relaxed);
@@ -334,8 +349,24 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     file.sync_all().map_err(|e| io_error("cannot sync", path, e))
 }
 
-/// Writes and syncs one file of a backup, counting its bytes.
+/// Writes and syncs one file of a backup, counting its bytes. A file that
+/// would leave less than 5% of the disk free is not written: the data
+/// node's REDO log shares the disk, and a full disk stops the node.
 fn write_file(dir: &Path, name: &str, bytes: &[u8], progress: &Progress) -> Result<FileEntry> {
+    if let Some((free, total)) = crate::disk::space(dir) {
+        let keep = total / 20;
+        if free < bytes.len() as u64 + keep {
+            return Err(DbError::new(
+                ErrorCode::Io,
+                format!(
+                    "not enough disk space for the backup in {}: {} MB free, {} MB to write and 5% of the disk kept free; free space (old backups?) and try again",
+                    dir.display(),
+                    free >> 20,
+                    bytes.len() >> 20
+                ),
+            ));
+        }
+    }
     write_synced(&dir.join(name), bytes)?;
     progress.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
     Ok(FileEntry { name: name.to_string(), bytes: bytes.len() as u64, sha256: hex(&Sha256::digest(bytes)) })
@@ -378,18 +409,21 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     Ok(manifest)
 }
 
+/// A shard's rows at a backup's epoch: (table, partition, key) -> row.
+pub type ShardRows = HashMap<(TableId, u32, Vec<u8>), Vec<u8>>;
+
 /// The rows of the chosen partitions of one shard of a backup at its
-/// epoch, as (table, partition, key, row): the checkpoint replayed with
-/// the REDO up to the epoch (`latsdb_cluster::replay`), files checked.
+/// epoch: the checkpoint replayed with the REDO up to the epoch
+/// (`latsdb_cluster::replay`), files checked.
 pub fn shard_rows(
     dir: &Path,
     part: &ShardPart,
     epoch: CommitEpoch,
     wanted: &std::collections::HashSet<(TableId, u32)>,
-) -> Result<Vec<(TableId, u32, Vec<u8>, Vec<u8>)>> {
+) -> Result<ShardRows> {
     let checkpoint = part.checkpoint.as_ref().map(|c| read_checked(dir, c)).transpose()?;
     let redo = read_checked(dir, &part.redo)?;
-    let mut rows: HashMap<(TableId, u32, Vec<u8>), Vec<u8>> = HashMap::new();
+    let mut rows = ShardRows::new();
     latsdb_cluster::replay(checkpoint.as_deref(), &redo, part.redo_base, epoch, |table, partition, key, row| {
         if !wanted.contains(&(table, partition)) {
             return Ok(false);
@@ -401,5 +435,5 @@ pub fn shard_rows(
         Ok(true)
     })
     .map_err(|e| DbError::new(ErrorCode::Io, format!("shard {} of {}: {}", part.shard, dir.display(), e.message)))?;
-    Ok(rows.into_iter().map(|((table, partition, key), row)| (table, partition, key, row)).collect())
+    Ok(rows)
 }

@@ -647,18 +647,10 @@ fn auto_data_memory_mb(nodes_on_host: u16) -> u64 {
 /// missing), read once at start; 0 (no limit) where it cannot be read.
 fn auto_redo_limit_mb(dir: &std::path::Path) -> u64 {
     let _ = std::fs::create_dir_all(dir);
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return 0 };
-    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: statvfs writes the struct it is given and reads a
-    // NUL-terminated path; the struct is read only when it succeeded.
-    let stats = unsafe {
-        if libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) != 0 {
-            return 0;
-        }
-        stats.assume_init()
-    };
-    let free = stats.f_bavail as u64 * stats.f_frsize as u64;
-    ((free / 2) >> 20).max(64)
+    match crate::disk::space(dir) {
+        Some((free, _)) => ((free / 2) >> 20).max(64),
+        None => 0,
+    }
 }
 
 /// Transaction ids restart from the wall clock (microseconds), so a
@@ -820,10 +812,21 @@ async fn handle_command(
 
 /// Holds every shard's files for a backup; if one cannot, lets the others go.
 async fn hold_shards(shards: &[ShardHandle]) -> Result<Vec<crate::backup::HeldShard>> {
+    // Asked all at once: each waits for its disk thread to reach the hold.
+    let mut waits = Vec::new();
+    for s in shards {
+        let (tx, rx) = oneshot::channel();
+        let sent = s.control.send(Control::BackupHold(tx)).is_ok();
+        waits.push((s.me, sent.then_some(rx)));
+    }
     let mut held = Vec::new();
     let mut failure = None;
-    for s in shards {
-        match ask(s, Control::BackupHold).await.and_then(|r| r) {
+    for (me, rx) in waits {
+        let answer = match rx {
+            Some(rx) => rx.await.unwrap_or_else(|_| Err(DbError::internal(format!("shard {me} has stopped")))),
+            None => Err(DbError::internal(format!("shard {me} has stopped"))),
+        };
+        match answer {
             Ok(h) => held.push(h),
             Err(e) => failure = failure.or(Some(e)),
         }

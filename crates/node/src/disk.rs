@@ -207,6 +207,23 @@ pub fn drop_checkpoints_except(dir: &Path, keep: Option<u64>) -> Result<()> {
     Ok(())
 }
 
+/// Free bytes (for unprivileged users) and total bytes of the file system
+/// holding `dir`, if it can be read.
+pub fn space(dir: &Path) -> Option<(u64, u64)> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs writes the struct it is given and reads a
+    // NUL-terminated path; the struct is read only when it succeeded.
+    let stats = unsafe {
+        if libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stats.assume_init()
+    };
+    let block = stats.f_frsize as u64;
+    Some((stats.f_bavail as u64 * block, stats.f_blocks as u64 * block))
+}
+
 /// A shard's files that restore epoch `epoch`, as a backup copies them.
 pub struct BackupImage {
     /// The newest intact checkpoint that ends at or before the epoch, if any.
@@ -240,9 +257,27 @@ pub fn read_for_backup(dir: &Path, epoch: CommitEpoch) -> Result<BackupImage> {
                 checkpoint = Some((info, bytes));
                 break;
             }
-            // Newer than the epoch, or damaged: an older one may do.
-            _ => {}
+            Some(info) if info.id == id => {}
+            // Published only after a sync: this is damage, and the one
+            // the backup needs may be this one.
+            _ => {
+                return Err(DbError::new(
+                    ErrorCode::Io,
+                    format!(
+                        "{} is damaged; this node would not restart from it either: restart it with `latsdb mgm N restart --initial`",
+                        path.display()
+                    ),
+                ))
+            }
         }
+    }
+    // Without a checkpoint the REDO must reach back to the log's start:
+    // segments go only after a checkpoint that replaces them.
+    if checkpoint.is_none() && first > 0 {
+        return Err(DbError::new(
+            ErrorCode::Internal,
+            format!("{}: no checkpoint restores epoch {epoch} and the REDO log starts at LSN {first}", dir.display()),
+        ));
     }
     let from = checkpoint.as_ref().map_or(first, |(info, _)| info.start_lsn);
     let start_at = segments.iter().rposition(|&s| s <= from).unwrap_or(0);

@@ -44,7 +44,11 @@ impl Backups {
     /// Reads `backups.json`; a missing file is no backup yet, a damaged
     /// one is refused (ids must never repeat).
     pub(super) fn load(dir: Option<&Path>) -> Result<Backups> {
-        let Some(path) = dir.map(|d| d.join(BACKUPS_FILE)) else { return Ok(Backups::default()) };
+        let Some(path) = dir.map(|d| d.join(BACKUPS_FILE)) else {
+            // Nothing recorded across restarts: ids from the clock (in
+            // seconds) do not repeat those of an earlier run.
+            return Ok(Backups { next_id: unix_ms() / 1000, ..Backups::default() });
+        };
         let mut backups: Backups = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 DbError::new(ErrorCode::Io, format!("{} is damaged ({e}); repair or remove it", path.display()))
