@@ -297,27 +297,40 @@ fn plan(parts: &[Part], tables: &[TableDef], intact: &HashSet<(usize, usize)>) -
     Ok(plan.into_iter().map(|((pi, si), wanted)| (pi, si, wanted)).collect())
 }
 
-/// Checks every file of every part given: the shards whose files are
-/// intact (part, shard), and what is wrong with the others.
-fn check_files(parts: &[Part]) -> (HashSet<(usize, usize)>, Vec<String>) {
-    let mut intact = HashSet::new();
+/// A plan whose every shard's files are intact: shards found damaged
+/// are left out and the plan made again. Returns it with what was wrong
+/// with the shards left out.
+fn checked_plan(parts: &[Part], tables: &[TableDef]) -> Result<(Plan, Vec<String>), String> {
+    let mut intact: HashSet<(usize, usize)> =
+        parts.iter().enumerate().flat_map(|(pi, p)| (0..p.manifest.shards.len()).map(move |si| (pi, si))).collect();
+    let mut checked = HashSet::new();
     let mut damaged = Vec::new();
-    for (pi, part) in parts.iter().enumerate() {
-        for (si, shard) in part.manifest.shards.iter().enumerate() {
-            let checked = shard
+    loop {
+        let plan = plan(parts, tables, &intact).map_err(|e| match damaged.is_empty() {
+            true => e,
+            false => format!("{e}\n{}", damaged.join("\n")),
+        })?;
+        let mut all_intact = true;
+        for (pi, si, _) in &plan {
+            if !checked.insert((*pi, *si)) {
+                continue;
+            }
+            let shard = &parts[*pi].manifest.shards[*si];
+            let verified = shard
                 .checkpoint
                 .iter()
                 .chain([&shard.redo])
-                .try_for_each(|file| read_checked(&part.dir, file).map(drop));
-            match checked {
-                Ok(()) => {
-                    intact.insert((pi, si));
-                }
-                Err(e) => damaged.push(e.message),
+                .try_for_each(|f| read_checked(&parts[*pi].dir, f).map(drop));
+            if let Err(e) = verified {
+                intact.remove(&(*pi, *si));
+                damaged.push(e.message);
+                all_intact = false;
             }
         }
+        if all_intact {
+            return Ok((plan, damaged));
+        }
     }
-    (intact, damaged)
 }
 
 /// The spec that creates a table like `def` (indexes come after; the new
@@ -384,16 +397,12 @@ pub async fn run_restore(args: RestoreArgs) -> Result<(), String> {
     let tables = chosen_tables(&first.tables, &args.tables, &args.databases)?;
     let nodes: Vec<u16> = parts.iter().map(|p| p.manifest.node_id).collect();
     println!("backup {backup_id}: epoch {epoch}, parts of data nodes {nodes:?}, {} table(s)", tables.len());
-    // Every file is checked before the target cluster is touched; a
-    // damaged shard's partitions come from another replica, if any.
-    let (intact, damaged) = check_files(&parts);
+    // The files restored from are checked before the target cluster is
+    // touched; a damaged shard's partitions come from another replica.
+    let (plan, damaged) = checked_plan(&parts, &tables)?;
     for why in &damaged {
-        eprintln!("warning: {why}");
+        eprintln!("warning: {why} (its partitions come from another replica's part)");
     }
-    let plan = plan(&parts, &tables, &intact).map_err(|e| match damaged.is_empty() {
-        true => e,
-        false => format!("{e}\n{}", damaged.join("\n")),
-    })?;
     println!("checksums verified");
     let client = Client::connect(&args.mgmd)
         .await

@@ -387,16 +387,16 @@ async fn hold_for_backup(host: Rc<Host>, reply: oneshot::Sender<Result<crate::ba
         };
         let disk = host.disk.borrow().clone().ok_or_else(no_disk)?;
         let dir = host.dir.borrow().clone().ok_or_else(no_disk)?;
-        let (durable, partitions) = {
+        let (durable, current, partitions) = {
             let shard = host.shard.borrow();
             let partitions = shard.partition_sizes().iter().map(|p| (p.table, p.partition)).collect();
-            (shard.durable_epoch(), partitions)
+            (shard.durable_epoch(), shard.current_epoch(), partitions)
         };
         let (ack, acked) = oneshot::channel();
         disk.send(crate::disk::DiskMsg::Hold(ack))
             .map_err(|_| DbError::internal(format!("shard {}: its disk thread has stopped", host.me)))?;
         acked.await.map_err(|_| DbError::internal(format!("shard {}: its disk thread has stopped", host.me)))?;
-        Ok(crate::backup::HeldShard { shard: host.me.shard, dir, durable, partitions, disk })
+        Ok(crate::backup::HeldShard { shard: host.me.shard, dir, durable, current, partitions, disk })
     };
     let _ = reply.send(held.await);
 }

@@ -545,9 +545,12 @@ fn management_messages_round_trip() {
         0 => NodeReply::Done,
         1 => NodeReply::Memory(g.list(3, Gen::shard_memory)),
         2 => NodeReply::Error(g.error()),
-        3 => {
-            NodeReply::BackupHeld { durable: g.epoch(), partitions: g.list(4, |g| (g.u32(), g.u32())), dir: g.string() }
-        }
+        3 => NodeReply::BackupHeld {
+            durable: g.epoch(),
+            current: g.epoch(),
+            partitions: g.list(4, |g| (g.u32(), g.u32())),
+            dir: g.string(),
+        },
         _ => NodeReply::BackupProgress(g.backup_part()),
     });
 }

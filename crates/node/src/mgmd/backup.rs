@@ -29,6 +29,8 @@ use std::time::Duration;
 const BACKUPS_FILE: &str = "backups.json";
 /// How often a running backup's progress is polled.
 const POLL: Duration = Duration::from_millis(200);
+/// How long the backup's epoch may take to become durable.
+const DURABLE_WAIT: Duration = Duration::from_secs(30);
 
 /// The backups this server has run (the newest last).
 #[derive(Default, Serialize, Deserialize)]
@@ -218,6 +220,7 @@ impl Mgmd {
             let epoch = self.hold_everywhere(id, nodes, &tables).await?;
             (epoch, tables)
         };
+        self.await_durable(epoch).await?;
         self.event(Severity::Info, format!("backup {id} started: consistent at epoch {epoch}, data nodes {nodes:?}"));
         for (node, reply) in self.send_to(nodes, NodeCommand::BackupWrite { id, epoch, tables }).await {
             node_answer(node, reply)?;
@@ -245,7 +248,28 @@ impl Mgmd {
         }
     }
 
-    /// Step 1: every node holds; returns the backup's epoch.
+    /// Waits until the data nodes report `epoch` durable (they do about
+    /// once a second).
+    async fn await_durable(&self, epoch: CommitEpoch) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + DURABLE_WAIT;
+        while self.lock().layout.durable_epoch < epoch {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DbError::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "epoch {epoch} did not become durable within {} s; see the cluster log",
+                        DURABLE_WAIT.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Step 1: every node holds; returns the backup's epoch: the highest
+    /// any shard was committing in, so that the backup holds every commit
+    /// acknowledged before it began.
     async fn hold_everywhere(
         &self,
         id: u64,
@@ -257,8 +281,8 @@ impl Mgmd {
         let mut parts = Vec::new();
         for (node, reply) in self.send_to(nodes, NodeCommand::BackupHold { id }).await {
             match node_answer(node, reply)? {
-                NodeReply::BackupHeld { durable, partitions, dir } => {
-                    epoch = epoch.max(durable);
+                NodeReply::BackupHeld { durable, current, partitions, dir } => {
+                    epoch = epoch.max(durable).max(current);
                     covered.extend(partitions);
                     let host = self.lock().layout.datanode(node).map(|d| d.host.clone()).unwrap_or_default();
                     parts.push(BackupPart {

@@ -382,10 +382,13 @@ pub enum NodeReply {
     Memory(Vec<ShardMemory>),
     Error(DbError),
     /// The node holds its files for a backup: the latest durable epoch its
-    /// shards knew when they began holding, the partitions (table,
-    /// partition) they hold replicas of, and the folder it will write.
+    /// shards knew when they began holding, the highest epoch they were
+    /// committing in (the backup holds every commit up to it), the
+    /// partitions (table, partition) they hold replicas of, and the folder
+    /// it will write.
     BackupHeld {
         durable: CommitEpoch,
+        current: CommitEpoch,
         partitions: Vec<(crate::schema::TableId, u32)>,
         dir: String,
     },
