@@ -126,29 +126,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     let threads = settings.threads;
     let shards = spawn_shards(&opts, &settings)?;
     let addresses: Vec<String> = shards.iter().map(|s| s.address.clone()).collect();
-    let images = match &opts.data_dir {
-        Some(dir) => {
-            let node_dir = dir.join(format!("datanode-{node_id}"));
-            if opts.initial {
-                wipe_node_dir(&node_dir)?;
-                log("datanode", format!("node {node_id}: initial start: emptied {}", node_dir.display()));
-            }
-            scan_node_dir(&node_dir, threads)?
-        }
-        None => Vec::new(),
-    };
-    let recovery = node_recovery(&images);
-    match &recovery {
-        Some(r) => log(
-            "datanode",
-            format!(
-                "node {node_id}: data directory holds epochs up to {} (synced through {})",
-                r.max_epoch, r.saved_epoch
-            ),
-        ),
-        None if opts.data_dir.is_some() => log("datanode", format!("node {node_id}: data directory is empty")),
-        None => log("datanode", format!("node {node_id}: no data directory; nothing this node commits is durable")),
-    }
+    let (images, recovery) = read_data_dir(&opts, node_id, threads)?;
     let started = MgmRequest::DataNodeStarted { node_id, shards: addresses.clone(), recovery };
     // The management server answers once the cluster can form, which
     // waits for the other data nodes to start (on other hosts, perhaps
@@ -268,6 +246,39 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         Some(reason) => Err(DbError::new(ErrorCode::NodeUnavailable, reason)),
         None => Ok(()),
     }
+}
+
+/// Reads the node's data directory (emptied first on an initial start):
+/// its shards' disk images and what they hold, logged.
+fn read_data_dir(
+    opts: &DataNodeOptions,
+    node_id: NodeId,
+    threads: u16,
+) -> Result<(Vec<crate::disk::ShardImage>, Option<latsdb_types::proto::NodeRecovery>)> {
+    let images = match &opts.data_dir {
+        Some(dir) => {
+            let node_dir = dir.join(format!("datanode-{node_id}"));
+            if opts.initial {
+                wipe_node_dir(&node_dir)?;
+                log("datanode", format!("node {node_id}: initial start: emptied {}", node_dir.display()));
+            }
+            scan_node_dir(&node_dir, threads)?
+        }
+        None => Vec::new(),
+    };
+    let recovery = node_recovery(&images);
+    match &recovery {
+        Some(r) => log(
+            "datanode",
+            format!(
+                "node {node_id}: data directory holds epochs up to {} (synced through {})",
+                r.max_epoch, r.saved_epoch
+            ),
+        ),
+        None if opts.data_dir.is_some() => log("datanode", format!("node {node_id}: data directory is empty")),
+        None => log("datanode", format!("node {node_id}: no data directory; nothing this node commits is durable")),
+    }
+    Ok((images, recovery))
 }
 
 /// What a data node runs with: its registration's settings, with the
