@@ -159,11 +159,13 @@ pub struct NodeBackups {
     host: String,
     data_dir: Option<PathBuf>,
     jobs: HashMap<u64, Job>,
+    /// How long a hold waits for its write (`HOLD_LEASE`).
+    lease: Duration,
 }
 
 impl NodeBackups {
     pub fn new(node_id: NodeId, host: String, data_dir: Option<PathBuf>) -> NodeBackups {
-        NodeBackups { node_id, host, data_dir, jobs: HashMap::new() }
+        NodeBackups { node_id, host, data_dir, jobs: HashMap::new(), lease: HOLD_LEASE }
     }
 
     /// `NodeCommand::BackupHold`: holds every shard's files; answers with
@@ -193,11 +195,11 @@ impl NodeBackups {
         let held = Arc::new(Mutex::new(shards));
         let progress = Arc::new(Progress::default());
         // The lease: a hold that no write follows lets its files go.
-        let (lease_held, lease_progress) = (held.clone(), progress.clone());
+        let (lease_held, lease_progress, lease) = (held.clone(), progress.clone(), self.lease);
         tokio::spawn(async move {
-            tokio::time::sleep(HOLD_LEASE).await;
+            tokio::time::sleep(lease).await;
             if !lease_progress.writing.swap(true, Ordering::AcqRel) {
-                lease_progress.fail(format!("no write followed the hold within {} s", HOLD_LEASE.as_secs()));
+                lease_progress.fail(format!("no write followed the hold within {} s", lease.as_secs()));
                 release(&lease_held);
             }
         });
@@ -453,4 +455,78 @@ pub fn shard_rows(
     })
     .map_err(|e| DbError::new(ErrorCode::Io, format!("shard {} of {}: {}", part.shard, dir.display(), e.message)))?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::Receiver;
+
+    fn shards(n: u16, dir: &Path) -> (Vec<HeldShard>, Vec<Receiver<DiskMsg>>) {
+        (0..n)
+            .map(|shard| {
+                let (disk, rx) = std::sync::mpsc::channel();
+                let held = HeldShard {
+                    shard,
+                    dir: dir.join(format!("missing-shard-{shard}")),
+                    durable: CommitEpoch(3),
+                    current: CommitEpoch(4),
+                    partitions: vec![(1, shard as u32)],
+                    disk,
+                };
+                (held, rx)
+            })
+            .unzip()
+    }
+
+    fn releases(rxs: &[Receiver<DiskMsg>]) -> Vec<usize> {
+        rxs.iter().map(|rx| rx.try_iter().filter(|m| matches!(m, DiskMsg::Release)).count()).collect()
+    }
+
+    /// A hold is let go exactly once, by whichever comes first: an abort,
+    /// its lease, or the end of its write (here a failing one); and what
+    /// let it go keeps the others from writing.
+    #[tokio::test]
+    async fn every_hold_is_let_go_once_whoever_ends_it() {
+        let dir = std::env::temp_dir().join(format!("latsdb-backup-holds-{}", std::process::id()));
+        let mut backups = NodeBackups::new(2, "h".into(), Some(dir.clone()));
+        backups.lease = Duration::from_millis(20);
+
+        let (held, aborted) = shards(2, &dir);
+        match backups.hold(1, held).await.unwrap() {
+            NodeReply::BackupHeld { durable, current, partitions, .. } => {
+                assert_eq!((durable, current), (CommitEpoch(3), CommitEpoch(4)));
+                assert_eq!(partitions, vec![(1, 0), (1, 1)]);
+            }
+            other => panic!("{other:?}"),
+        }
+        backups.abort(1);
+        assert_eq!(releases(&aborted), [1, 1]);
+        assert!(backups.write(1, CommitEpoch(4), Vec::new()).is_err(), "an aborted backup is not written");
+
+        let (held, leased) = shards(2, &dir);
+        backups.hold(2, held).await.unwrap();
+        let (again, refused) = shards(1, &dir);
+        assert!(backups.hold(2, again).await.is_err(), "an id is held once");
+        assert_eq!(releases(&refused), [1], "a refused hold lets its shards go at once");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(releases(&leased), [1, 1]);
+        let late = backups.write(2, CommitEpoch(4), Vec::new()).unwrap_err();
+        assert!(late.message.contains("no write followed"), "{}", late.message);
+        backups.abort(2);
+        assert_eq!(releases(&leased), [0, 0], "an abort after the lease lets nothing go twice");
+
+        let (held, written) = shards(2, &dir);
+        backups.hold(3, held).await.unwrap();
+        backups.write(3, CommitEpoch(4), Vec::new()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while backups.progress(3).unwrap().error.is_none() {
+            assert!(std::time::Instant::now() < deadline, "the write of missing shards did not fail");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(releases(&written), [1, 1]);
+        assert!(!part_dir(&dir, 3, 2).exists(), "a failed write leaves no folder");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

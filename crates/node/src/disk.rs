@@ -885,4 +885,62 @@ mod tests {
         assert!(!dir.join(checkpoint_name(3, false)).exists());
         fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// Writes checkpoint `id` (header, one row, trailer ending at `end`)
+    /// through the disk ops, starting at the log's current `lsn`.
+    fn checkpoint(disk: &mut ShardDisk, id: u64, start_lsn: u64, end: u64) {
+        let mut bytes = Vec::new();
+        latsdb_storage::log::encode(&mut bytes, &Record::CheckpointHeader { id, start_lsn });
+        let row = pattern(50, id as u8);
+        let record = Record::CheckpointRow { table: 7, partition: 0, key: &[1, 2], row: &row };
+        latsdb_storage::log::encode(&mut bytes, &record);
+        let end_epoch = latsdb_types::proto::CommitEpoch(end);
+        latsdb_storage::log::encode(&mut bytes, &Record::CheckpointTrailer { end_epoch, rows: 1 });
+        disk.execute(DiskOp::CheckpointBegin { id }).unwrap();
+        disk.execute(DiskOp::CheckpointAppend { id, bytes }).unwrap();
+        disk.execute(DiskOp::CheckpointEnd { id, token: 0 }).unwrap();
+    }
+
+    #[test]
+    fn a_backup_reads_the_newest_checkpoint_of_its_epoch_and_refuses_damage() {
+        let dir = scratch("backup");
+        let mut disk = ShardDisk::open_with(&dir, 0, 10_000).unwrap();
+        let mut lsn = 0u64;
+        let mut append = |disk: &mut ShardDisk, n: u32| {
+            for i in 0..n {
+                let rec = redo_record(i);
+                lsn += rec.len() as u64;
+                disk.execute(DiskOp::RedoAppend(rec)).unwrap();
+            }
+            disk.execute(DiskOp::RedoSync { token: 0 }).unwrap();
+            lsn
+        };
+        let first_start = append(&mut disk, 100);
+        checkpoint(&mut disk, 1, first_start, 5);
+        let second_start = append(&mut disk, 100);
+        checkpoint(&mut disk, 2, second_start, 9);
+        let end = append(&mut disk, 10);
+
+        let at_7 = read_for_backup(&dir, latsdb_types::proto::CommitEpoch(7)).unwrap();
+        let (info, _) = at_7.checkpoint.expect("checkpoint 1 ends at epoch 5");
+        assert_eq!((info.id, info.start_lsn), (1, first_start));
+        assert!(at_7.redo_base <= first_start, "the REDO copied starts at or before the checkpoint");
+        assert_eq!(at_7.redo_base + at_7.redo.len() as u64, end, "the REDO copied runs to the end written");
+        let at_9 = read_for_backup(&dir, latsdb_types::proto::CommitEpoch(9)).unwrap();
+        assert_eq!(at_9.checkpoint.map(|(c, _)| c.id), Some(2));
+        // Before either checkpoint ends, with the log's start still there:
+        // the whole log and no checkpoint.
+        let at_2 = read_for_backup(&dir, latsdb_types::proto::CommitEpoch(2)).unwrap();
+        assert!(at_2.checkpoint.is_none() && at_2.redo_base == 0);
+
+        // A damaged checkpoint may be the one a backup needs: refused.
+        let path = dir.join(checkpoint_name(2, true));
+        let mut bytes = fs::read(&path).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x55;
+        fs::write(&path, bytes).unwrap();
+        let err = read_for_backup(&dir, latsdb_types::proto::CommitEpoch(9)).err().expect("a damaged checkpoint");
+        assert!(err.message.contains("is damaged"), "{}", err.message);
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }
