@@ -417,19 +417,30 @@ pub async fn run_restore(args: RestoreArgs) -> Result<(), String> {
         indicatif::ProgressStyle::with_template("restore {bar:30} {pos}/{len} shards {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    let loader = Loader {
+        client: &client,
+        created: &created,
+        metas: &metas,
+        new_ids: &new_ids,
+        filtered: !args.tables.is_empty() || !args.databases.is_empty(),
+        databases: &databases,
+    };
+    // The next shard is replayed on a blocking thread while the rows of
+    // the one before are written.
+    let parts = Arc::new(parts);
+    let replay = |(pi, si, wanted): (usize, usize, HashSet<(TableId, u32)>)| {
+        let parts = parts.clone();
+        tokio::task::spawn_blocking(move || {
+            let part = &parts[pi];
+            shard_rows(&part.dir, &part.manifest.shards[si], epoch, &wanted).map_err(|e| e.message)
+        })
+    };
+    let mut plan = plan.into_iter();
+    let mut next = plan.next().map(replay);
     let mut rows = 0u64;
-    for (pi, si, wanted) in &plan {
-        let part = &parts[*pi];
-        let shard = &part.manifest.shards[*si];
-        let found = shard_rows(&part.dir, shard, epoch, wanted).map_err(|e| e.message)?;
-        let loader = Loader {
-            client: &client,
-            created: &created,
-            metas: &metas,
-            new_ids: &new_ids,
-            filtered: !args.tables.is_empty() || !args.databases.is_empty(),
-            databases: &databases,
-        };
+    while let Some(replaying) = next.take() {
+        let found = replaying.await.map_err(|e| format!("a replay task failed: {e}"))??;
+        next = plan.next().map(replay);
         rows += loader.load(found, args.parallel.max(1)).await?;
         bar.set_message(format!("{rows} rows"));
         bar.inc(1);
