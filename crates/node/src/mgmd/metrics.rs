@@ -23,6 +23,10 @@ pub struct Snapshot<'a> {
     /// Cluster log events so far, by severity: info, warning, alert.
     pub events: [u64; 3],
     pub usage: &'a [(NodeId, Vec<ShardMemory>)],
+    /// Backups run: (completed, failed or aborted), and the newest
+    /// completed one's end (Unix ms), bytes and epoch.
+    pub backups: (u64, u64),
+    pub last_backup: Option<(u64, u64, u64)>,
 }
 
 /// Serves `/metrics` on `listener` until the process ends.
@@ -93,8 +97,35 @@ pub fn render(s: &Snapshot<'_>) -> String {
     for (severity, count) in ["info", "warning", "alert"].iter().zip(s.events) {
         let _ = writeln!(out, "latsdb_cluster_events_total{{severity=\"{severity}\"}} {count}");
     }
+    render_backups(&mut out, s);
     render_usage(&mut out, s.usage);
     out
+}
+
+/// Backups: an alert on `time() - latsdb_last_backup_completed_seconds`
+/// finds a cluster whose backups stopped.
+fn render_backups(out: &mut String, s: &Snapshot<'_>) {
+    header(out, "latsdb_backups_total", "counter", "Online backups run, by how they ended.");
+    let _ = writeln!(out, "latsdb_backups_total{{result=\"completed\"}} {}", s.backups.0);
+    let _ = writeln!(out, "latsdb_backups_total{{result=\"failed\"}} {}", s.backups.1);
+    if let Some((finished_ms, bytes, epoch)) = s.last_backup {
+        header(
+            out,
+            "latsdb_last_backup_completed_seconds",
+            "gauge",
+            "When the newest completed backup ended (Unix time).",
+        );
+        let _ = writeln!(out, "latsdb_last_backup_completed_seconds {}", finished_ms / 1000);
+        header(
+            out,
+            "latsdb_last_backup_bytes",
+            "gauge",
+            "Bytes the newest completed backup wrote, over all data nodes.",
+        );
+        let _ = writeln!(out, "latsdb_last_backup_bytes {bytes}");
+        header(out, "latsdb_last_backup_epoch", "gauge", "The epoch the newest completed backup restores.");
+        let _ = writeln!(out, "latsdb_last_backup_epoch {epoch}");
+    }
 }
 
 /// Per shard gauges and counters of the data nodes' last usage reports.
@@ -172,7 +203,15 @@ mod tests {
             redo_limit_bytes: 128,
         };
         let usage = [(2, vec![shard])];
-        let text = render(&Snapshot { layout: &layout, formed: true, events: [5, 1, 0], usage: &usage });
+        let snapshot = Snapshot {
+            layout: &layout,
+            formed: true,
+            events: [5, 1, 0],
+            usage: &usage,
+            backups: (2, 1),
+            last_backup: Some((1_800_000_000_500, 4096, 40)),
+        };
+        let text = render(&snapshot);
         for line in [
             "latsdb_cluster_formed 1",
             "latsdb_durable_epoch 42",
@@ -183,6 +222,9 @@ mod tests {
             "latsdb_redo_kept_bytes{node=\"2\",shard=\"0\"} 64",
             "# TYPE latsdb_page_cache_hits_total counter",
             "latsdb_page_cache_hits_total{node=\"2\",shard=\"0\"} 5",
+            "latsdb_backups_total{result=\"failed\"} 1",
+            "latsdb_last_backup_completed_seconds 1800000000",
+            "latsdb_last_backup_epoch 40",
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
         }
