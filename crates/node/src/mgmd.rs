@@ -518,8 +518,8 @@ impl Mgmd {
         };
         let events = self.events.lock().unwrap_or_else(|p| p.into_inner()).counts();
         let usage = self.usage.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let (backups, last_backup) = self.backup_counts();
-        metrics::render(&metrics::Snapshot { layout: &layout, formed, events, usage: &usage, backups, last_backup })
+        let backups = self.backup_counts();
+        metrics::render(&metrics::Snapshot { layout: &layout, formed, events, usage: &usage, backups })
     }
 
     /// Tells every data node to stop, waiting at most 5 s for each.

@@ -98,15 +98,21 @@ impl Mgmd {
         }
     }
 
-    /// For `/metrics`: backups (completed, failed or aborted), and the
-    /// newest completed one's end (Unix ms), bytes and epoch.
-    pub(super) fn backup_counts(&self) -> ((u64, u64), Option<(u64, u64, u64)>) {
+    /// For `/metrics`: the backups run and the newest completed one.
+    pub(super) fn backup_counts(&self) -> super::metrics::Backups {
         let backups = self.backups();
-        let completed = backups.list.iter().filter(|b| b.state == BackupState::Completed);
-        let ended = backups.list.iter().filter(|b| matches!(b.state, BackupState::Failed(_) | BackupState::Aborted));
-        let last =
-            completed.clone().last().map(|b| (b.finished_unix_ms, b.parts.iter().map(|p| p.bytes).sum(), b.epoch.0));
-        ((completed.count() as u64, ended.count() as u64), last)
+        let mut counts = super::metrics::Backups::default();
+        for b in &backups.list {
+            match b.state {
+                BackupState::Completed => {
+                    counts.completed += 1;
+                    counts.last = Some((b.finished_unix_ms, b.parts.iter().map(|p| p.bytes).sum(), b.epoch.0));
+                }
+                BackupState::Failed(_) | BackupState::Aborted => counts.failed += 1,
+                BackupState::Running => {}
+            }
+        }
+        counts
     }
 
     /// `MgmRequest::BackupStart`: starts one in the background.

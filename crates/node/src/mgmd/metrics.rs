@@ -23,10 +23,17 @@ pub struct Snapshot<'a> {
     /// Cluster log events so far, by severity: info, warning, alert.
     pub events: [u64; 3],
     pub usage: &'a [(NodeId, Vec<ShardMemory>)],
-    /// Backups run: (completed, failed or aborted), and the newest
-    /// completed one's end (Unix ms), bytes and epoch.
-    pub backups: (u64, u64),
-    pub last_backup: Option<(u64, u64, u64)>,
+    pub backups: Backups,
+}
+
+/// The backups run, for `/metrics`.
+#[derive(Default)]
+pub struct Backups {
+    pub completed: u64,
+    /// Failed or aborted.
+    pub failed: u64,
+    /// The newest completed one: its end (Unix ms), bytes and epoch.
+    pub last: Option<(u64, u64, u64)>,
 }
 
 /// Serves `/metrics` on `listener` until the process ends.
@@ -106,9 +113,9 @@ pub fn render(s: &Snapshot<'_>) -> String {
 /// finds a cluster whose backups stopped.
 fn render_backups(out: &mut String, s: &Snapshot<'_>) {
     header(out, "latsdb_backups_total", "counter", "Online backups run, by how they ended.");
-    let _ = writeln!(out, "latsdb_backups_total{{result=\"completed\"}} {}", s.backups.0);
-    let _ = writeln!(out, "latsdb_backups_total{{result=\"failed\"}} {}", s.backups.1);
-    if let Some((finished_ms, bytes, epoch)) = s.last_backup {
+    let _ = writeln!(out, "latsdb_backups_total{{result=\"completed\"}} {}", s.backups.completed);
+    let _ = writeln!(out, "latsdb_backups_total{{result=\"failed\"}} {}", s.backups.failed);
+    if let Some((finished_ms, bytes, epoch)) = s.backups.last {
         header(
             out,
             "latsdb_last_backup_completed_seconds",
@@ -208,8 +215,7 @@ mod tests {
             formed: true,
             events: [5, 1, 0],
             usage: &usage,
-            backups: (2, 1),
-            last_backup: Some((1_800_000_000_500, 4096, 40)),
+            backups: Backups { completed: 2, failed: 1, last: Some((1_800_000_000_500, 4096, 40)) },
         };
         let text = render(&snapshot);
         for line in [
