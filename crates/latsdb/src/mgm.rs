@@ -34,6 +34,9 @@ enum MgmCommand {
     Tables,
     /// Rows and data memory of every data node (used of budget).
     ReportMemory,
+    /// Every number the management server's /metrics serves (node status,
+    /// events, per-shard usage, backups), one per line.
+    Report,
     /// Stop every data node and the management server.
     Shutdown,
     /// The newest events of the cluster log (nodes started, stopped, lost
@@ -220,6 +223,16 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
         MgmCommand::ReportMemory => match answer(conn.call(&MgmRequest::ReportMemory).await)? {
             MgmResponse::Memory(nodes) => {
                 print!("{}", render_memory(&nodes));
+                Ok(())
+            }
+            other => Err(format!("unexpected answer {other:?}")),
+        },
+        MgmCommand::Report => match answer(conn.call(&MgmRequest::Report).await)? {
+            MgmResponse::Report(text) => {
+                // The samples without the HELP and TYPE lines.
+                for line in text.lines().filter(|l| !l.starts_with('#')) {
+                    println!("{line}");
+                }
                 Ok(())
             }
             other => Err(format!("unexpected answer {other:?}")),

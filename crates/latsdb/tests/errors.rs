@@ -455,6 +455,10 @@ fn the_management_server_serves_prometheus_metrics() {
     assert!(info.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 0), "{text}");
     let log = cluster.mgm(&["log"]);
     assert!(log.contains(&format!("metrics at http://127.0.0.1:{port}/metrics")), "{log}");
+    // `mgm report` prints the same samples, without the comment lines.
+    let report = cluster.mgm(&["report"]);
+    assert!(report.lines().any(|l| l == "latsdb_cluster_formed 1") && !report.contains("# TYPE"), "{report}");
+    assert!(report.contains("latsdb_rows{node=\"3\""), "{report}");
 }
 
 /// A connected client and a new table r.NAME of a BIGINT key and a

@@ -366,6 +366,7 @@ impl Mgmd {
             MgmRequest::BackupStatus { id } => self.backup_status(id, false),
             MgmRequest::BackupList => self.backup_status(None, true),
             MgmRequest::BackupAbort { id } => self.abort_backup(id),
+            MgmRequest::Report => Ok(MgmResponse::Report(self.metrics_text())),
             MgmRequest::RegisterDataNode { .. }
             | MgmRequest::DataNodeStarted { .. }
             | MgmRequest::DataNodeReady { .. } => {

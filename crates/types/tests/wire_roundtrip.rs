@@ -411,7 +411,7 @@ fn membership_messages_round_trip() {
 
 #[test]
 fn management_messages_round_trip() {
-    every_variant(27, |g, v| {
+    every_variant(28, |g, v| {
         let (database, table, node_id) = (g.string(), g.string(), g.u16());
         match v {
             0 => MgmRequest::GetLayout,
@@ -472,10 +472,11 @@ fn management_messages_round_trip() {
             23 => MgmRequest::BackupStart,
             24 => MgmRequest::BackupStatus { id: g.option(Gen::u64) },
             25 => MgmRequest::BackupList,
-            _ => MgmRequest::BackupAbort { id: g.u64() },
+            26 => MgmRequest::BackupAbort { id: g.u64() },
+            _ => MgmRequest::Report,
         }
     });
-    every_variant(12, |g, v| match v {
+    every_variant(13, |g, v| match v {
         0 => MgmResponse::Layout(g.layout()),
         1 => MgmResponse::Registered {
             node_id: g.u16(),
@@ -511,7 +512,7 @@ fn management_messages_round_trip() {
             source: g.string(),
             text: g.string(),
         })),
-        _ => MgmResponse::Backups(g.list(2, |g| BackupInfo {
+        11 => MgmResponse::Backups(g.list(2, |g| BackupInfo {
             id: g.u64(),
             state: match g.n(4) {
                 0 => BackupState::Running,
@@ -524,6 +525,7 @@ fn management_messages_round_trip() {
             finished_unix_ms: g.u64(),
             parts: g.list(3, Gen::backup_part),
         })),
+        _ => MgmResponse::Report(g.string()),
     });
     every_variant(10, |g, v| match v {
         0 => NodeCommand::Heartbeat,

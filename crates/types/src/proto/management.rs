@@ -135,6 +135,9 @@ pub enum MgmRequest {
     BackupAbort {
         id: u64,
     },
+    /// The numbers `/metrics` serves, in the Prometheus text format
+    /// (answered with `Report`), for `latsdb mgm report`.
+    Report,
 }
 
 /// Where an online backup is.
@@ -267,6 +270,7 @@ pub enum MgmResponse {
     Error(DbError),
     ClusterLog(Vec<ClusterEvent>),
     Backups(Vec<BackupInfo>),
+    Report(String),
 }
 
 /// What a data node's disk holds, reported when it starts.
