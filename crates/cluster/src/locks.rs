@@ -52,11 +52,14 @@ pub struct LockTable<P> {
     rows: HashMap<LockKey, RowLock<P>, foldhash::fast::RandomState>,
     deadlines: BTreeMap<(Micros, u64), LockKey>,
     next_seq: u64,
+    /// Requests that had to wait, and waits that timed out (for reports).
+    pub(crate) waits: u64,
+    pub(crate) timeouts: u64,
 }
 
 impl<P> Default for LockTable<P> {
     fn default() -> Self {
-        LockTable { rows: HashMap::default(), deadlines: BTreeMap::new(), next_seq: 1 }
+        LockTable { rows: HashMap::default(), deadlines: BTreeMap::new(), next_seq: 1, waits: 0, timeouts: 0 }
     }
 }
 
@@ -122,6 +125,7 @@ impl<P> LockTable<P> {
             lock.queue.push_back(waiter);
         }
         self.deadlines.insert((deadline, seq), key.clone());
+        self.waits += 1;
         (Acquire::Waiting, None)
     }
 
@@ -182,6 +186,7 @@ impl<P> LockTable<P> {
             if let Some(pos) = lock.queue.iter().position(|w| w.seq == seq) {
                 let waiter = lock.queue.remove(pos).expect("position is in range");
                 expired.push((waiter.owner, waiter.payload));
+                self.timeouts += 1;
                 granted.extend(self.grant_waiters(&key));
             }
         }

@@ -158,6 +158,9 @@ pub struct Shard {
     pager: Pager,
     /// This shard's node is starting (in the layout): it refuses clients.
     restarting: bool,
+    /// Keyed operations and scan pages clients asked of this shard.
+    key_ops: u64,
+    scan_pages: u64,
     /// This shard's node is shutting down: it refuses clients while the
     /// commits it took part in become durable (`stop_serving`).
     stopping: bool,
@@ -178,6 +181,8 @@ impl Shard {
             sync: PartitionSync::default(),
             pager: Pager::default(),
             restarting,
+            key_ops: 0,
+            scan_pages: 0,
             stopping: false,
         }
     }
@@ -338,6 +343,11 @@ impl Shard {
                 return;
             }
         }
+        match &req {
+            ClientRequest::Batch(ops) | ClientRequest::TxExec { ops, .. } => self.key_ops += ops.len() as u64,
+            ClientRequest::Scan(_) => self.scan_pages += 1,
+            _ => {}
+        }
         let cx = &mut self.cx;
         match req {
             ClientRequest::Batch(ops) => self.client_batch(conn, req_id, ops, out),
@@ -367,6 +377,7 @@ impl Shard {
             return false;
         }
         self.cx.now = now;
+        self.key_ops += reads.len() as u64;
         self.lookups(conn, req_id, body, &reads, &columns, out);
         self.finish_turn(out);
         true
@@ -691,6 +702,18 @@ impl Shard {
     /// Rows stored on this shard (committed), for reports and checks.
     pub fn row_count(&self) -> usize {
         self.cx.tables.values().flat_map(|t| t.partitions.iter().flatten()).map(|p| p.len()).sum()
+    }
+
+    /// What clients asked of this shard and how it went, since it started.
+    pub fn op_counts(&self) -> latsdb_types::proto::OpCounts {
+        latsdb_types::proto::OpCounts {
+            key_ops: self.key_ops,
+            scan_pages: self.scan_pages,
+            committed: self.tc.committed,
+            aborted: self.tc.aborted,
+            lock_waits: self.ldm.locks.waits,
+            lock_wait_timeouts: self.ldm.locks.timeouts,
+        }
     }
 
     /// Rows and row bytes of every partition replica this shard holds.

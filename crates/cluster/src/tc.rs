@@ -106,11 +106,15 @@ impl TcTx {
 pub(crate) struct Coordinator {
     txs: FastMap<TxId, TcTx>,
     next_seq: u64,
+    /// Transactions this shard coordinated that committed, and that
+    /// aborted (for reports).
+    pub(crate) committed: u64,
+    pub(crate) aborted: u64,
 }
 
 impl Coordinator {
     pub(crate) fn starting_at(first_seq: u64) -> Coordinator {
-        Coordinator { txs: FastMap::default(), next_seq: first_seq }
+        Coordinator { txs: FastMap::default(), next_seq: first_seq, committed: 0, aborted: 0 }
     }
 
     pub(crate) fn open(&self) -> usize {
@@ -326,6 +330,7 @@ impl Coordinator {
     fn finish_commit(&mut self, out: &mut Outbox, tx: TxId) {
         let t = self.txs.remove(&tx).expect("transaction exists");
         debug_assert!(t.commit && t.error.is_none(), "a transaction finished committing without a commit decision");
+        self.committed += 1;
         let results = t.results.into_iter().map(|r| r.expect("result present")).collect();
         // A transaction that wrote nothing has no participant and no epoch.
         debug_assert!(t.epoch > CommitEpoch::NONE || t.participants.is_empty(), "a commit without its epoch");
@@ -339,6 +344,7 @@ impl Coordinator {
             return;
         };
         debug_assert!(!matches!(t.phase, Phase::Committing { .. }), "a committing transaction was aborted");
+        self.aborted += 1;
         send_abort(cx, out, tx, &t);
         out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
     }
@@ -380,6 +386,7 @@ impl Coordinator {
         orphans.sort_unstable();
         for tx in orphans {
             let t = self.txs.remove(&tx).expect("transaction exists");
+            self.aborted += 1;
             send_abort(cx, out, tx, &t);
         }
         debug_assert!(
@@ -418,6 +425,7 @@ impl Coordinator {
 
     fn abort_for_failure(&mut self, cx: &mut Context, out: &mut Outbox, tx: TxId, dead: &[ShardAddr]) {
         let Some(t) = self.txs.remove(&tx) else { return };
+        self.aborted += 1;
         send_abort(cx, out, tx, &t);
         let nodes: Vec<String> = dead.iter().map(|d| d.node.to_string()).collect();
         let error = DbError::new(

@@ -329,6 +329,10 @@ fn a_transaction_executing_on_a_failed_node_aborts_with_a_retriable_error() {
     n.deliver_all();
     assert!(matches!(n.take(2), Some(ClientResponse::TxExec { committed: true, .. })));
     assert_eq!(n.read_at(A, on_b), Some(on_b * 10));
+    // The coordinator counted both outcomes and every keyed operation.
+    let counts = n.shards[0].op_counts();
+    assert_eq!((counts.committed, counts.aborted), (1, 1), "{counts:?}");
+    assert!(counts.key_ops >= 3, "{counts:?}");
 }
 
 #[test]

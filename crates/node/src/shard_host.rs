@@ -536,6 +536,7 @@ fn run_shard(
                         partitions: shard.partition_sizes(),
                         redo_bytes,
                         redo_limit_bytes,
+                        ops: shard.op_counts(),
                     });
                 }
                 Control::Restore(image, plan, reply) => {

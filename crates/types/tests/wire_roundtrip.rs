@@ -257,6 +257,14 @@ impl Gen {
             }),
             redo_bytes: self.u64(),
             redo_limit_bytes: self.u64(),
+            ops: OpCounts {
+                key_ops: self.u64(),
+                scan_pages: self.u64(),
+                committed: self.u64(),
+                aborted: self.u64(),
+                lock_waits: self.u64(),
+                lock_wait_timeouts: self.u64(),
+            },
         }
     }
 }

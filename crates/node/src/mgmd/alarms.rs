@@ -98,6 +98,7 @@ mod tests {
             partitions: Vec::new(),
             redo_bytes: 0,
             redo_limit_bytes: 0,
+            ops: Default::default(),
         }
     }
 

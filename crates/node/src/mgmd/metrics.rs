@@ -138,7 +138,7 @@ fn render_backups(out: &mut String, s: &Snapshot<'_>) {
 /// Per shard gauges and counters of the data nodes' last usage reports.
 fn render_usage(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)]) {
     type Field = fn(&ShardMemory) -> u64;
-    let series: [(&str, &str, &str, Field); 10] = [
+    let series: [(&str, &str, &str, Field); 16] = [
         ("latsdb_rows", "gauge", "Rows of the partition replicas a shard holds.", |m| m.rows),
         ("latsdb_data_memory_used_bytes", "gauge", "Data memory a shard uses.", |m| m.used_bytes),
         ("latsdb_data_memory_limit_bytes", "gauge", "A shard's data memory limit (0: none).", |m| m.budget_bytes),
@@ -153,6 +153,16 @@ fn render_usage(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)]) {
         ("latsdb_page_cache_misses_total", "counter", "Page cache lookups that read the page.", |m| {
             m.page_cache_misses
         }),
+        ("latsdb_key_operations_total", "counter", "Keyed reads and writes clients sent a shard.", |m| m.ops.key_ops),
+        ("latsdb_scan_pages_total", "counter", "Scan pages clients asked a shard for.", |m| m.ops.scan_pages),
+        ("latsdb_transactions_committed_total", "counter", "Transactions a shard coordinated that committed.", |m| {
+            m.ops.committed
+        }),
+        ("latsdb_transactions_aborted_total", "counter", "Transactions a shard coordinated that aborted.", |m| {
+            m.ops.aborted
+        }),
+        ("latsdb_lock_waits_total", "counter", "Row-lock requests that had to wait.", |m| m.ops.lock_waits),
+        ("latsdb_lock_wait_timeouts_total", "counter", "Row-lock waits that timed out.", |m| m.ops.lock_wait_timeouts),
     ];
     for (name, kind, help, field) in series {
         header(out, name, kind, help);
@@ -208,6 +218,7 @@ mod tests {
             partitions: Vec::new(),
             redo_bytes: 64,
             redo_limit_bytes: 128,
+            ops: latsdb_types::proto::OpCounts { key_ops: 9, ..Default::default() },
         };
         let usage = [(2, vec![shard])];
         let snapshot = Snapshot {
@@ -229,6 +240,7 @@ mod tests {
             "# TYPE latsdb_page_cache_hits_total counter",
             "latsdb_page_cache_hits_total{node=\"2\",shard=\"0\"} 5",
             "latsdb_backups_total{result=\"failed\"} 1",
+            "latsdb_key_operations_total{node=\"2\",shard=\"0\"} 9",
             "latsdb_last_backup_completed_seconds 1800000000",
             "latsdb_last_backup_epoch 40",
         ] {

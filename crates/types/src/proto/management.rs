@@ -326,6 +326,23 @@ pub struct ShardMemory {
     /// REDO bytes the shard keeps for a restart, and its limit (0: none).
     pub redo_bytes: u64,
     pub redo_limit_bytes: u64,
+    /// What clients asked of the shard since it started.
+    pub ops: OpCounts,
+}
+
+/// A shard's work since it started.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpCounts {
+    /// Keyed operations (reads and writes, alone or in transactions).
+    pub key_ops: u64,
+    /// Pages of scans.
+    pub scan_pages: u64,
+    /// Transactions this shard coordinated that committed, and aborted.
+    pub committed: u64,
+    pub aborted: u64,
+    /// Row-lock requests that waited, and waits that timed out.
+    pub lock_waits: u64,
+    pub lock_wait_timeouts: u64,
 }
 
 /// Rows of one partition replica and the bytes of their keys and values.
