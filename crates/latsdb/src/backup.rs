@@ -200,9 +200,9 @@ fn find_parts(folders: &[PathBuf]) -> Result<Vec<Part>, String> {
                 ));
             }
         }
-        if !parts.iter().any(|p| p.manifest.node_id == manifest.node_id) {
-            parts.push(Part { dir, manifest });
-        }
+        // Two copies of one node's part are both kept: the plan takes the
+        // first intact one.
+        parts.push(Part { dir, manifest });
     }
     parts.sort_by_key(|p| p.manifest.node_id);
     Ok(parts)
