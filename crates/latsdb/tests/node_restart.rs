@@ -33,7 +33,20 @@ fn copy_stage(log: &str) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identical() {
-    let cluster = TestCluster::start(&["--no-restart", "--replicas", "2", "--no-rest", "--checkpoint-trigger-mb", "1"]);
+    // Two shard threads per node: the second shard's links carry no
+    // heartbeat, so a link to a dead node's second shard is found dead only
+    // when the layout shows the node started again (it used to take the
+    // first copy messages to the new process into the dead socket).
+    let cluster = TestCluster::start(&[
+        "--no-restart",
+        "--replicas",
+        "2",
+        "--no-rest",
+        "--checkpoint-trigger-mb",
+        "1",
+        "--threads",
+        "2",
+    ]);
     let data_dir = cluster.dir.path().join("data");
     let client = Client::connect(&cluster.mgmd).await.unwrap();
     let table = tagged::create_table(&client).await;

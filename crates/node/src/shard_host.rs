@@ -368,8 +368,40 @@ impl Host {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         self.peers.borrow_mut().insert(to, tx.clone());
-        spawn_local(peer_link(self.clone(), to, rx));
+        spawn_local(peer_link(self.clone(), to, tx.downgrade(), rx));
         tx
+    }
+
+    /// A data node that started again serves its shards at new addresses
+    /// (or the same ones, from a new process): links to its old process
+    /// are dropped, and the next message opens a new one. A link that
+    /// carried nothing since the peer died would otherwise take the first
+    /// messages to the new process into a dead socket and lose them (only
+    /// the membership's heartbeats keep the first shards' links fresh).
+    fn drop_links_to_moved_shards(&self, new: &ClusterLayout) {
+        let old = self.layout.borrow();
+        let moved: Vec<NodeId> = new
+            .datanodes
+            .iter()
+            .filter(|d| old.datanode(d.node_id).is_some_and(|o| o.shards != d.shards || o.pid != d.pid))
+            .map(|d| d.node_id)
+            .collect();
+        if !moved.is_empty() {
+            self.peers.borrow_mut().retain(|to, _| !moved.contains(&to.node));
+        }
+    }
+
+    /// Forgets the link to `to` if it is still the one `link` sends on (a
+    /// newer link to the same shard may have replaced it).
+    fn forget_link(&self, to: ShardAddr, link: &mpsc::WeakUnboundedSender<Vec<u8>>) {
+        let mut peers = self.peers.borrow_mut();
+        let ours = match (peers.get(&to), link.upgrade()) {
+            (Some(current), Some(link)) => current.same_channel(&link),
+            _ => false,
+        };
+        if ours {
+            peers.remove(&to);
+        }
     }
 }
 
@@ -510,6 +542,7 @@ fn run_shard(
                 }
                 Control::Layout(l) => {
                     host.maybe_start_membership(&l);
+                    host.drop_links_to_moved_shards(&l);
                     *host.layout.borrow_mut() = l.clone();
                     let mut out = Outbox::default();
                     host.shard.borrow_mut().set_layout(l, host.now(), &mut out);
@@ -749,7 +782,12 @@ async fn peer_loop(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<to
 
 /// Outgoing link to another shard: connects (retrying for a while), says
 /// Hello, then writes queued messages.
-async fn peer_link(host: Rc<Host>, to: ShardAddr, rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn peer_link(
+    host: Rc<Host>,
+    to: ShardAddr,
+    link: mpsc::WeakUnboundedSender<Vec<u8>>,
+    rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
     let mut attempts = 0;
     let stream = loop {
         let address = host.layout.borrow().shard_address(to).map(|s| s.to_string());
@@ -758,14 +796,14 @@ async fn peer_link(host: Rc<Host>, to: ShardAddr, rx: mpsc::UnboundedReceiver<Ve
                 Ok(s) => break s,
                 Err(e) if attempts >= 25 => {
                     crate::log("datanode", format!("shard {}: giving up on peer {to}: {e}", host.me));
-                    host.peers.borrow_mut().remove(&to);
+                    host.forget_link(to, &link);
                     return;
                 }
                 Err(_) => {}
             }
         } else if attempts >= 25 {
             crate::log("datanode", format!("shard {}: peer {to} is not in the cluster layout", host.me));
-            host.peers.borrow_mut().remove(&to);
+            host.forget_link(to, &link);
             return;
         }
         attempts += 1;
@@ -774,11 +812,11 @@ async fn peer_link(host: Rc<Host>, to: ShardAddr, rx: mpsc::UnboundedReceiver<Ve
     let (_r, mut w) = stream.into_split();
     let hello = proto::frame(0, &Hello::Peer { protocol: PROTOCOL_VERSION, from: host.me });
     if tokio::io::AsyncWriteExt::write_all(&mut w, &hello).await.is_err() {
-        host.peers.borrow_mut().remove(&to);
+        host.forget_link(to, &link);
         return;
     }
     write_frames(w, rx, latsdb_net::Coalesce::Never).await;
-    host.peers.borrow_mut().remove(&to);
+    host.forget_link(to, &link);
 }
 
 /// Sends one membership message to the arbitrator (the management server)
