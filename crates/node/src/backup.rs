@@ -99,16 +99,10 @@ pub struct HeldShard {
     pub disk: std::sync::mpsc::Sender<DiskMsg>,
 }
 
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> DbError {
-    DbError::new(ErrorCode::Io, format!("{what} {}: {e}", path.display()))
-}
+use crate::disk::io_error;
 
 fn checksum(bytes: &[u8]) -> String {
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(bytes))
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// The folder a node writes backup `id` in, under its data directory.
@@ -343,7 +337,7 @@ fn write_part(
         backup_id: id,
         epoch: epoch.0,
         node_id,
-        created_unix_ms: unix_ms(),
+        created_unix_ms: crate::unix_ms(),
         tables,
         shards: parts,
     };

@@ -46,7 +46,7 @@ const SEGMENT_BYTES: u64 = 64 << 20;
 /// and the length. 4 KiB covers devices with 512-byte and 4 KiB sectors.
 const BLOCK: usize = 4096;
 
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> DbError {
+pub(crate) fn io_error(what: &str, path: &Path, e: std::io::Error) -> DbError {
     DbError::new(ErrorCode::Io, format!("{what} {}: {e}", path.display()))
 }
 

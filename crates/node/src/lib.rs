@@ -21,6 +21,12 @@ pub mod disk;
 pub mod mgmd;
 pub mod shard_host;
 
+/// Milliseconds since the Unix epoch by this host's clock (0 if it reads
+/// before 1970).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Prints a timestamped log line to stderr.
 pub fn log(role: &str, message: impl std::fmt::Display) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

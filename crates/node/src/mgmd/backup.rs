@@ -49,7 +49,7 @@ impl Backups {
         let Some(path) = dir.map(|d| d.join(BACKUPS_FILE)) else {
             // Nothing recorded across restarts: ids from the clock (in
             // seconds) do not repeat those of an earlier run.
-            return Ok(Backups { next_id: unix_ms() / 1000, ..Backups::default() });
+            return Ok(Backups { next_id: crate::unix_ms() / 1000, ..Backups::default() });
         };
         let mut backups: Backups = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
@@ -80,10 +80,6 @@ impl Backups {
     fn get_mut(&mut self, id: u64) -> &mut BackupInfo {
         self.list.iter_mut().find(|b| b.id == id).expect("a running backup is listed")
     }
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl Mgmd {
@@ -136,7 +132,7 @@ impl Mgmd {
                 id: backups.next_id,
                 state: BackupState::Running,
                 epoch: CommitEpoch::NONE,
-                started_unix_ms: unix_ms(),
+                started_unix_ms: crate::unix_ms(),
                 finished_unix_ms: 0,
                 parts: Vec::new(),
             };
@@ -218,7 +214,7 @@ impl Mgmd {
             let mut backups = self.backups();
             let b = backups.get_mut(id);
             b.state = state;
-            b.finished_unix_ms = unix_ms();
+            b.finished_unix_ms = crate::unix_ms();
         }
         self.save_backups();
         self.event(severity, text);
