@@ -198,6 +198,11 @@ impl NodeBackups {
             }
         });
         self.jobs.insert(id, Job { dir: dir.clone(), held, progress });
+        debug_assert!(
+            self.jobs.get(&id).is_some_and(|j| !j.progress.writing.load(Ordering::Acquire)),
+            "a new hold is not yet written"
+        );
+        debug_assert!(durable <= current, "a shard committed in an epoch below its durable one");
         Ok(NodeReply::BackupHeld { durable, current, partitions, dir: dir.display().to_string() })
     }
 
