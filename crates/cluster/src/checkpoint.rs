@@ -325,7 +325,10 @@ impl Checkpoints {
                 continue;
             };
             let Some(partition) = slot else {
+                // Not held here (or freed after it moved to another group
+                // while the checkpoint wrote it).
                 run.partition += 1;
+                run.resume = None;
                 continue;
             };
             let budget = chunk - bytes.len();

@@ -331,6 +331,18 @@ impl Ldm {
         })
     }
 
+    /// Whether any transaction, as primary or backup, holds, waits for or
+    /// staged a row of the partition here.
+    pub(crate) fn touches_partition(
+        &self,
+        meta: &TableMeta,
+        table: latsdb_types::schema::TableId,
+        partition: u32,
+    ) -> bool {
+        let staged_in = |t: &LdmTx| t.staged.iter().any(|(k, s)| k.table == table && s.partition == partition);
+        self.holds_in_partition(meta, table, partition) || self.replica_txs.values().any(staged_in)
+    }
+
     /// Whether every commit this block is responsible for in an epoch
     /// below `epoch` reached all its replicas: none waits for a backup's
     /// `ReplicaCommitted`, no write a backup applied at once waits for its

@@ -170,6 +170,19 @@ impl Membership {
         self.members.clear();
     }
 
+    /// How many data nodes the cluster has.
+    pub fn data_nodes(&self) -> usize {
+        self.cfg.groups.len()
+    }
+
+    /// The data nodes of the cluster changed (a node group was added).
+    pub fn set_groups(&mut self, groups: BTreeMap<NodeId, u32>) {
+        for (node, group) in &self.cfg.groups {
+            assert_eq!(groups.get(node), Some(group), "data node {node} left node group {group}");
+        }
+        self.cfg.groups = groups;
+    }
+
     /// Proposes the next view with `node` added (a restarted node that
     /// copied its data). Only the president proposes; the others step in
     /// if it fails.
@@ -439,10 +452,13 @@ impl Membership {
         2 * nodes > self.members.len() || (2 * nodes == self.members.len() && arbiter)
     }
 
+    /// Whether `view` keeps a node of every node group that holds data:
+    /// those with a member in the current view (a node group being added
+    /// holds none until the view that admits its first node).
     fn covers_every_group(&self, view: &[NodeId]) -> bool {
-        let groups: BTreeSet<u32> = self.cfg.groups.values().copied().collect();
+        let groups: BTreeSet<u32> = self.members.iter().filter_map(|n| self.cfg.groups.get(n).copied()).collect();
         let present: BTreeSet<u32> = view.iter().filter_map(|n| self.cfg.groups.get(n).copied()).collect();
-        groups == present
+        groups.is_subset(&present)
     }
 
     fn on_proposal_reply(&mut self, from: Voter, msg: MemberMsg, now: Micros, out: &mut MemberOut) {
@@ -893,5 +909,41 @@ mod tests {
             assert!(ms[&id].serving_until() > 600_000, "node {id} serves");
         }
         assert_eq!(arbiter.view(), (ViewNumber(3), &[2, 3][..]));
+    }
+
+    #[test]
+    fn nodes_of_an_added_node_group_are_admitted_one_by_one() {
+        let nodes = [2, 3];
+        let mut ms: BTreeMap<NodeId, Membership> = nodes.iter().map(|n| (*n, node(*n, &nodes, 2))).collect();
+        let mut arbiter = Arbiter::new(nodes.to_vec());
+        run(&mut ms, &mut arbiter, &[], 0, 100_000);
+        let grown = [2, 3, 4, 5];
+        let groups: BTreeMap<NodeId, u32> = grown.iter().enumerate().map(|(i, n)| (*n, i as u32 / 2)).collect();
+        for m in ms.values_mut() {
+            m.set_groups(groups.clone());
+        }
+        for new in [4, 5] {
+            let cfg = MembershipConfig { me: new, interval_us: I, detect_us: 5 * I, groups: groups.clone() };
+            let mut fresh = Membership::new(cfg);
+            fresh.activate_joining();
+            ms.insert(new, fresh);
+        }
+        let mut now = 100_000;
+        for (admitted, new) in [(vec![2, 3, 4], 4), (vec![2, 3, 4, 5], 5)] {
+            let mut out = MemberOut::default();
+            ms.get_mut(&2).unwrap().admit(new, now, &mut out);
+            let queued: Vec<(Voter, Voter, MemberMsg)> =
+                out.send.into_iter().map(|(to, m)| (Voter::Node(2), to, m)).collect();
+            assert!(!queued.is_empty(), "the president proposes no view that admits node {new}");
+            deliver(&mut ms, &mut arbiter, queued, now);
+            run(&mut ms, &mut arbiter, &[], now, now + 200_000);
+            now += 200_000;
+            for id in &admitted {
+                assert_eq!(ms[id].members(), admitted, "node {id}");
+            }
+        }
+        // The new group holds data now: a view without it is refused.
+        assert!(!ms[&2].covers_every_group(&[2, 3]));
+        assert!(ms[&2].covers_every_group(&[2, 4]));
     }
 }

@@ -164,6 +164,9 @@ pub struct Shard {
     /// This shard's node is shutting down: it refuses clients while the
     /// commits it took part in become durable (`stop_serving`).
     stopping: bool,
+    /// Some partition this shard still holds moved to another node group
+    /// (`free_moved_partitions` frees it once no transaction uses it).
+    moved_away: bool,
 }
 
 impl Shard {
@@ -184,6 +187,7 @@ impl Shard {
             key_ops: 0,
             scan_pages: 0,
             stopping: false,
+            moved_away: false,
         }
     }
 
@@ -279,24 +283,61 @@ impl Shard {
         if change.sources_switched {
             self.ldm.apply_held(cx, &self.sync, out);
         }
+        // A move to an added node group is done once the view admitted a
+        // node of it; the placement then says so (settled moves).
+        if self.moved_away || !self.cx.layout.moves.is_empty() || !self.cx.layout.placement.is_empty() {
+            self.free_moved_partitions();
+        }
         self.finish_turn(out);
     }
 
     /// Whether this shard holds a replica of `partition` by the configured
     /// node groups (whether or not its node is started yet: a restarting
-    /// node restores its partitions before it is).
+    /// node restores its partitions before it is), also while the
+    /// partition moves to this node's group.
     fn holds_partition(&self, partition: u32) -> bool {
-        let groups = self.cx.layout.node_groups;
-        if groups == 0 {
-            return false;
-        }
+        let router = &self.cx.router;
+        let place = router.place_of(partition);
+        self.holds_place(place) || router.moving_to(partition).is_some_and(|to| self.holds_place(to))
+    }
+
+    /// Whether this shard is where its node keeps a partition at `place`.
+    fn holds_place(&self, place: latsdb_types::proto::PartitionPlace) -> bool {
         let me = self.cx.me();
-        let nodes = self.cx.layout.group_nodes(partition % groups);
+        let nodes = self.cx.layout.group_nodes(place.group);
         if !nodes.iter().any(|d| d.node_id == me.node) {
             return false;
         }
-        let local = (partition / groups) as usize;
-        (local / nodes.len() % self.cx.cfg.node_shards.max(1) as usize) as u16 == me.shard
+        (place.slot as usize / nodes.len() % self.cx.cfg.node_shards.max(1) as usize) as u16 == me.shard
+    }
+
+    /// Frees the partitions this shard holds that moved to another node
+    /// group, once no transaction here has a lock or a staged write in
+    /// them (the partition's old primary handed it over before the move,
+    /// so only the ends of transactions decided before it remain).
+    fn free_moved_partitions(&mut self) {
+        let mut gone = Vec::new();
+        for (id, table) in &self.cx.tables {
+            for (p, slot) in table.partitions.iter().enumerate() {
+                if slot.is_some()
+                    && !self.holds_partition(p as u32)
+                    && !self.ldm.touches_partition(&table.meta, *id, p as u32)
+                {
+                    gone.push((*id, p));
+                }
+            }
+        }
+        for (id, p) in gone {
+            let Some(table) = self.cx.tables.get_mut(&id) else { continue };
+            let Some(mut partition) = table.partitions[p].take() else { continue };
+            let freed = partition.memory();
+            partition.free_disk_parts();
+            self.cx.account(freed, 0);
+        }
+        self.moved_away =
+            !self.cx.tables.values().all(|t| {
+                t.partitions.iter().enumerate().all(|(p, slot)| slot.is_none() || self.holds_partition(p as u32))
+            });
     }
 
     pub fn apply_schema(&mut self, change: SchemaChange) -> Result<()> {
@@ -549,6 +590,9 @@ impl Shard {
         self.epochs.tick(&mut self.cx, out);
         self.lcp.tick(&mut self.cx, out, self.sync.copying());
         self.sync.tick(&mut self.cx, &self.ldm, out);
+        if self.moved_away {
+            self.free_moved_partitions();
+        }
         self.finish_turn(out);
     }
 

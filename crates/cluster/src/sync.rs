@@ -45,7 +45,7 @@
 use crate::context::{unknown_table, wrong_shard, Context};
 use crate::ldm::Ldm;
 use crate::shard::Outbox;
-use latsdb_types::proto::{CommitEpoch, NodeStatus, PeerMsg, ShardAddr, SyncRange, SyncRow, TxId};
+use latsdb_types::proto::{CommitEpoch, NodeId, NodeStatus, PeerMsg, ShardAddr, SyncRange, SyncRow, TxId};
 use latsdb_types::schema::TableId;
 use latsdb_types::DbError;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -65,9 +65,11 @@ pub(crate) struct SyncSource {
     /// them to finish.
     barrier: BTreeSet<TxId>,
     jobs: VecDeque<Job>,
-    /// Partitions handed to a restarted node once it is admitted: no new
-    /// locks are taken on them here, and it hears when none is held.
-    frozen: BTreeMap<(TableId, u32), (ShardAddr, bool)>,
+    /// Partitions handed to a restarted node once it is admitted (by
+    /// partition and node: the nodes of an added node group each ask for
+    /// every partition moving to it), and whether it was told: no new locks
+    /// are taken on them here, and it hears when none is held.
+    frozen: BTreeMap<(TableId, u32, ShardAddr), bool>,
 }
 
 /// One copy of a partition: (the other side, table, partition, the
@@ -205,7 +207,13 @@ impl PartitionSync {
     /// the primary handing it over, or as the new primary waiting for the
     /// other replicas to drain their locks).
     pub(crate) fn frozen(&self, table: TableId, partition: u32) -> bool {
-        self.src.frozen.contains_key(&(table, partition)) || self.dst.confirming.contains_key(&(table, partition))
+        let asked = |table, partition| {
+            let lowest = ShardAddr { node: 0, shard: 0 };
+            let highest = ShardAddr { node: NodeId::MAX, shard: u16::MAX };
+            self.src.frozen.range((table, partition, lowest)..=(table, partition, highest)).next().is_some()
+        };
+        (!self.src.frozen.is_empty() && asked(table, partition))
+            || self.dst.confirming.contains_key(&(table, partition))
     }
 
     /// Checks the block's invariants (run by the simulator after every step).
@@ -367,8 +375,14 @@ impl PartitionSync {
                 if table.partitions.get(p).is_none_or(Option::is_none) || !table.is_primary(p as u32, me) {
                     continue;
                 }
-                let others: BTreeSet<ShardAddr> =
+                let mut others: BTreeSet<ShardAddr> =
                     replicas.iter().copied().filter(|s| *s != me && cx.layout.takes_writes(s.node)).collect();
+                // A partition that moved to this node's group: its old
+                // group's primary may have changed since it handed it over.
+                if cx.layout.moves.iter().any(|m| m.partition == p as u32 && cx.layout.move_done(m.to.group)) {
+                    let old = cx.router.replicas_in(cx.layout.placed(p as u32));
+                    others.extend(old.into_iter().filter(|s| *s != me));
+                }
                 if !others.is_empty() {
                     asks.extend(others.iter().map(|s| (*s, *id, p as u32)));
                     self.dst.confirming.insert((*id, p as u32), others);
@@ -601,11 +615,16 @@ impl PartitionSync {
         let mut admitted = cx.layout.clone();
         admitted.restrict_to_view(&cx.layout.writer_nodes());
         let future = latsdb_types::proto::Router::new(&admitted);
+        let my_group = cx.layout.datanode(me.node).map(|d| d.node_group);
         let mut asks = Vec::new();
         for (id, table) in &cx.tables {
             for (p, slot) in table.partitions.iter().enumerate() {
                 let p = p as u32;
-                if slot.is_none() || future.primary_of(p) != Some(me) {
+                // A node of an added group asks for every partition moving
+                // to its group: the view that admits the group's first
+                // node makes that node primary of all of them.
+                let moving_here = cx.router.moving_to(p).is_some_and(|to| Some(to.group) == my_group);
+                if slot.is_none() || (future.primary_of(p) != Some(me) && !moving_here) {
                     continue;
                 }
                 match cx.router.primary_of(p).filter(|s| *s != me) {
@@ -672,7 +691,7 @@ impl PartitionSync {
         table: TableId,
         partition: u32,
     ) {
-        self.src.frozen.insert((table, partition), (from, false));
+        self.src.frozen.insert((table, partition, from), false);
         self.check_frozen(cx, ldm, out);
     }
 
@@ -685,11 +704,11 @@ impl PartitionSync {
         }
         let me = cx.me();
         let mut frozen = std::mem::take(&mut self.src.frozen);
-        frozen.retain(|(table, partition), (to, told)| {
+        frozen.retain(|(table, partition, to), told| {
             cx.layout.takes_writes(to.node)
                 && cx.tables.get(table).is_some_and(|t| !*told || t.is_primary(*partition, me))
         });
-        for ((table, partition), (to, told)) in frozen.iter_mut() {
+        for ((table, partition, to), told) in frozen.iter_mut() {
             if *told {
                 continue;
             }

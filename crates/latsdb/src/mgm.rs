@@ -53,6 +53,14 @@ enum MgmCommand {
         #[command(subcommand)]
         action: crate::backup::BackupAction,
     },
+    /// Node groups: `nodegroup add --config FILE` adds the data nodes that
+    /// FILE (the cluster's configuration with [[datanode]] sections
+    /// appended) lists beyond the cluster's, as new node groups, and moves
+    /// their share of the partitions to them online; `nodegroup status`.
+    Nodegroup {
+        #[command(subcommand)]
+        action: NodeGroupAction,
+    },
     /// `N stop`, `N start [--initial]`, `N restart [--initial]`: stop or
     /// (re)start data node N. A start is a node restart: the node restores
     /// its disk, copies what changed from a live replica, checkpoints, and
@@ -62,6 +70,26 @@ enum MgmCommand {
     /// `--timeout SECS` (default 600) or `--no-wait`.
     #[command(external_subcommand)]
     Node(Vec<String>),
+}
+
+#[derive(Subcommand)]
+enum NodeGroupAction {
+    /// Add node groups and move partitions to them while the cluster
+    /// serves; shows the moves until they are done.
+    Add {
+        /// The cluster's configuration file with the new [[datanode]]
+        /// sections appended (a whole number of node groups).
+        #[arg(long)]
+        config: std::path::PathBuf,
+        /// Return once the nodes are added instead of waiting for the moves.
+        #[arg(long)]
+        no_wait: bool,
+        /// Give up waiting after this many seconds (the moves go on).
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
+    /// Node groups, their data nodes and partitions, and the moves under way.
+    Status,
 }
 
 /// A parsed `N stop|start|restart` command.
@@ -255,7 +283,50 @@ pub async fn run(args: MgmArgs) -> Result<(), String> {
             other => Err(format!("unexpected answer {other:?}")),
         },
         MgmCommand::Backup { action } => crate::backup::run_backup(&mut conn, action).await,
+        MgmCommand::Nodegroup { action } => run_node_group_action(&mut conn, action).await,
         MgmCommand::Node(args) => run_node_action(&mut conn, parse_node_action(&args)?).await,
+    }
+}
+
+async fn node_group_text(conn: &mut RpcConn, request: &MgmRequest) -> Result<String, String> {
+    match answer(conn.call(request).await)? {
+        MgmResponse::Report(text) => Ok(text),
+        other => Err(format!("unexpected answer {other:?}")),
+    }
+}
+
+async fn run_node_group_action(conn: &mut RpcConn, action: NodeGroupAction) -> Result<(), String> {
+    let (config, no_wait, timeout) = match action {
+        NodeGroupAction::Status => {
+            print!("{}", node_group_text(conn, &MgmRequest::NodeGroups).await?);
+            return Ok(());
+        }
+        NodeGroupAction::Add { config, no_wait, timeout } => (config, no_wait, timeout),
+    };
+    let text = std::fs::read_to_string(&config).map_err(|e| format!("cannot read {}: {e}", config.display()))?;
+    print!("{}", node_group_text(conn, &MgmRequest::AddNodeGroups { config: text }).await?);
+    if no_wait {
+        return Ok(());
+    }
+    // Progress: the status whenever it changes, until nothing moves.
+    let deadline = std::time::Instant::now() + Duration::from_secs(timeout.max(1));
+    let mut shown = String::new();
+    loop {
+        let status = node_group_text(conn, &MgmRequest::NodeGroups).await?;
+        if status != shown {
+            print!("{status}");
+            shown = status;
+        }
+        if shown.contains("no partition is moving") {
+            println!("done: every partition is in its new place");
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "the partitions did not finish moving within {timeout} s (they go on; `latsdb mgm nodegroup status` and `latsdb mgm log` show where they are)"
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

@@ -37,7 +37,14 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
     // Three writers acknowledged at commit, two only once durable.
     for w in 0..5i64 {
         let (c, set) = if w < 3 { (&client, &acked) } else { (&durable_client, &durable_acked) };
-        tasks.push(tokio::spawn(tagged::writer(c.clone(), table.clone(), w * 1_000_000, stop.clone(), set.clone())));
+        tasks.push(tokio::spawn(tagged::writer(
+            c.clone(),
+            table.clone(),
+            w * 1_000_000,
+            stop.clone(),
+            set.clone(),
+            Arc::default(),
+        )));
     }
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let durable_before = durable_acked.lock().unwrap().len();

@@ -26,6 +26,7 @@ mod alarms;
 mod backup;
 mod events;
 pub mod metrics;
+mod nodegroups;
 mod state;
 use events::ClusterLog;
 use state::{load_state, Persisted};
@@ -80,7 +81,9 @@ struct State {
 
 struct Mgmd {
     data_dir: Option<PathBuf>,
-    config: ClusterConfig,
+    /// The configuration: the file's, with the node groups added since
+    /// (`nodegroups.rs`).
+    config: std::sync::RwLock<Arc<ClusterConfig>>,
     state: Mutex<State>,
     schema_lock: tokio::sync::Mutex<()>,
     /// One `persist` at a time: they share the temporary file.
@@ -93,11 +96,27 @@ struct Mgmd {
     usage: Mutex<Vec<(NodeId, Vec<latsdb_types::proto::ShardMemory>)>>,
     /// The online backups run (`backup.rs`).
     backups: Mutex<backup::Backups>,
+    /// The node groups added online and where partitions live (`nodegroups.rs`).
+    node_groups: Mutex<nodegroups::NodeGroups>,
 }
 
 pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
     opts.config.validate()?;
-    let config = opts.config;
+    let mut config = opts.config;
+    let persisted = match &opts.data_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| DbError::io(&format!("creating {}", dir.display()), e))?;
+            load_state(dir)?
+        }
+        None => Persisted::default(),
+    };
+    let fresh = persisted.tables.is_empty() && persisted.last_view.is_empty();
+    let node_groups = nodegroups::NodeGroups::at_start(
+        nodegroups::NodeGroups::load(opts.data_dir.as_deref())?,
+        &mut config,
+        fresh,
+        opts.data_dir.as_deref(),
+    )?;
 
     let port = opts.port.unwrap_or(config.mgmd.port);
     let listener = TcpListener::bind((config.mgmd.host.as_str(), port)).await.map_err(|e| {
@@ -132,16 +151,10 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         .checkpoint_trigger_mb(config.cluster.checkpoint_trigger_mb)
         .default_column_storage(config.cluster.default_column_storage)
         .build();
-    let persisted = match &opts.data_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| DbError::io(&format!("creating {}", dir.display()), e))?;
-            load_state(dir)?
-        }
-        None => Persisted::default(),
-    };
     let events = ClusterLog::open(opts.data_dir.as_deref())?;
     let mut layout = layout;
     layout.durable_epoch = persisted.durable_epoch;
+    node_groups.place(&mut layout);
     if !persisted.tables.is_empty() {
         log(
             "mgmd",
@@ -151,7 +164,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
     let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
     let mgmd = Arc::new(Mgmd {
         data_dir: opts.data_dir.clone(),
-        config,
+        config: std::sync::RwLock::new(Arc::new(config)),
         state: Mutex::new(State {
             layout,
             tables: persisted.tables,
@@ -173,14 +186,15 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         events: Mutex::new(events),
         usage: Mutex::new(Vec::new()),
         backups: Mutex::new(backup::Backups::load(opts.data_dir.as_deref())?),
+        node_groups: Mutex::new(node_groups),
     });
     if let Some(path) = &opts.ready_file {
         std::fs::write(path, &address).map_err(|e| DbError::io(&format!("writing {}", path.display()), e))?;
     }
     mgmd.event(Severity::Info, format!("management server started, listening on {address}"));
     tokio::spawn(mgmd.clone().watch_usage());
-    if let Some(port) = mgmd.config.mgmd.metrics_port {
-        let host = mgmd.config.mgmd.host.clone();
+    if let Some(port) = mgmd.config().mgmd.metrics_port {
+        let host = mgmd.config().mgmd.host.clone();
         let listener = TcpListener::bind((host.as_str(), port)).await.map_err(|e| {
             DbError::new(
                 ErrorCode::Io,
@@ -224,6 +238,11 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
 }
 
 impl Mgmd {
+    /// The configuration as it is now.
+    fn config(&self) -> Arc<ClusterConfig> {
+        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Records a cluster event of this server's (and prints it).
     fn event(&self, severity: Severity, text: impl std::fmt::Display) {
         self.record_event(severity, "mgmd", &text.to_string());
@@ -247,7 +266,7 @@ impl Mgmd {
     async fn serve(self: Arc<Self>, stream: TcpStream) {
         let _ = stream.set_nodelay(true);
         let (r, mut w) = stream.into_split();
-        let mut reader = FrameReader::new(r, self.config.cluster.max_frame_bytes);
+        let mut reader = FrameReader::new(r, self.config().cluster.max_frame_bytes);
         loop {
             let (id, request) = match reader.next().await {
                 Ok(Some((id, body))) => match proto::decode_body::<MgmRequest>(body) {
@@ -367,6 +386,8 @@ impl Mgmd {
             MgmRequest::BackupList => self.backup_status(None, true),
             MgmRequest::BackupAbort { id } => self.abort_backup(id),
             MgmRequest::Report => Ok(MgmResponse::Report(self.metrics_text())),
+            MgmRequest::AddNodeGroups { config } => self.add_node_groups(&config).await,
+            MgmRequest::NodeGroups => self.node_group_status(),
             MgmRequest::RegisterDataNode { .. }
             | MgmRequest::DataNodeStarted { .. }
             | MgmRequest::DataNodeReady { .. } => {
@@ -378,6 +399,14 @@ impl Mgmd {
     /// A schema change: one at a time (`schema_lock`), each applied to
     /// every data node before it is answered.
     async fn change_schema(&self, request: MgmRequest) -> Result<MgmResponse> {
+        if !self.lock().layout.moves.is_empty() {
+            // New data nodes copy the tables they were given when they
+            // started; a schema change meanwhile would miss their copies.
+            return Err(DbError::new(
+                ErrorCode::ClusterNotReady,
+                "partitions are moving to an added node group; change the schema once they have (`latsdb mgm nodegroup status`)",
+            ));
+        }
         match request {
             MgmRequest::CreateTable(spec) => {
                 if spec.name.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX) {
@@ -582,8 +611,8 @@ impl Mgmd {
             }
             let partitions = if spec.partitions > 0 {
                 spec.partitions
-            } else if self.config.cluster.partitions_per_table > 0 {
-                self.config.cluster.partitions_per_table
+            } else if self.config().cluster.partitions_per_table > 0 {
+                self.config().cluster.partitions_per_table
             } else {
                 // Enough partitions that every shard of every node holds several.
                 let shards: usize = state.layout.datanodes.iter().map(|d| d.shards.len().max(1)).sum();
@@ -727,15 +756,16 @@ impl Mgmd {
                 return;
             }
         };
-        let section = self.config.datanodes.iter().find(|d| d.node_id == node_id).cloned();
+        let config = self.config();
+        let section = config.datanodes.iter().find(|d| d.node_id == node_id).cloned();
         let Some(section) = section else {
             self.lock().registering.remove(&node_id);
             return;
         };
-        let threads = section.threads.unwrap_or(self.config.datanode_defaults.threads);
-        let data_memory_mb = section.data_memory_mb.unwrap_or(self.config.datanode_defaults.data_memory_mb);
+        let threads = section.threads.unwrap_or(config.datanode_defaults.threads);
+        let data_memory_mb = section.data_memory_mb.unwrap_or(config.datanode_defaults.data_memory_mb);
         let on_host: Vec<NodeId> =
-            self.config.datanodes.iter().filter(|d| d.host == section.host).map(|d| d.node_id).collect();
+            config.datanodes.iter().filter(|d| d.host == section.host).map(|d| d.node_id).collect();
         let host_index = on_host.iter().position(|&id| id == node_id).unwrap_or(0) as u16;
         let reply = MgmResponse::Registered {
             node_id,
@@ -743,15 +773,15 @@ impl Mgmd {
             port: section.port,
             threads,
             data_memory_mb,
-            disk_page_cache_mb: self.config.datanode_defaults.disk_page_cache_mb,
-            tablespace_mb: self.config.datanode_defaults.tablespace_mb,
-            redo_limit_mb: self.config.datanode_defaults.redo_limit_mb,
-            disk_direct_io: self.config.datanode_defaults.disk_direct_io,
+            disk_page_cache_mb: config.datanode_defaults.disk_page_cache_mb,
+            tablespace_mb: config.datanode_defaults.tablespace_mb,
+            redo_limit_mb: config.datanode_defaults.redo_limit_mb,
+            disk_direct_io: config.datanode_defaults.disk_direct_io,
             nodes_on_host: on_host.len() as u16,
             host_index,
-            cpu_bind: self.config.datanode_defaults.cpu_bind,
+            cpu_bind: config.datanode_defaults.cpu_bind,
             cpus: section.cpus.clone(),
-            idle_poll: self.config.datanode_defaults.idle_poll,
+            idle_poll: config.datanode_defaults.idle_poll,
         };
         if w.write_all(&proto::frame(request_id, &reply)).await.is_err() {
             self.lock().registering.remove(&node_id);
@@ -874,8 +904,9 @@ impl Mgmd {
             d.shards = shards.to_vec();
             d.pid = pid;
         }
+        self.settle(&mut state);
         state.layout.version += 1;
-        let view = view_nodes(&state, &self.config);
+        let view = view_nodes(&state, &self.config());
         let formed = view.iter().all(|n| state.layout.datanode(*n).is_some_and(|d| d.status == NodeStatus::Started));
         if !state.formed && formed {
             state.formed = true;
@@ -896,8 +927,8 @@ impl Mgmd {
     /// Serves commands to a started node, and checks it is alive between
     /// them, until its connection breaks or it stops answering.
     async fn serve_node(&self, node_id: NodeId, conn: &mut RpcConn, mut rx: mpsc::UnboundedReceiver<Command>) {
-        let interval = Duration::from_millis(self.config.cluster.heartbeat_interval_ms);
-        let deadline = interval * self.config.cluster.heartbeat_missed;
+        let interval = Duration::from_millis(self.config().cluster.heartbeat_interval_ms);
+        let deadline = interval * self.config().cluster.heartbeat_missed;
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -917,7 +948,7 @@ impl Mgmd {
                         Ok(Ok(NodeReply::Done)) => {}
                         Ok(Ok(_)) | Ok(Err(_)) => break,
                         Err(_) => {
-                            self.event(Severity::Warning, format!("data node {node_id} missed {} heartbeats", self.config.cluster.heartbeat_missed));
+                            self.event(Severity::Warning, format!("data node {node_id} missed {} heartbeats", self.config().cluster.heartbeat_missed));
                             break;
                         }
                     }
@@ -964,7 +995,7 @@ impl Mgmd {
                         state.last_view
                     )
                 } else {
-                    let missing: Vec<NodeId> = view_nodes(&state, &self.config)
+                    let missing: Vec<NodeId> = view_nodes(&state, &self.config())
                         .into_iter()
                         .filter(|n| !state.recovery.contains_key(n))
                         .collect();
@@ -1167,6 +1198,7 @@ impl Mgmd {
         if epoch > before {
             let members = members.to_vec();
             state.layout.restrict_to_view(&members);
+            self.settle(&mut state);
             state.layout.version += 1;
             drop(state);
             self.event(

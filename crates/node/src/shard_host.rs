@@ -155,6 +155,16 @@ impl Host {
         *self.membership.borrow_mut() = Some(m);
     }
 
+    /// Tells the membership of data nodes the layout lists that it does
+    /// not know (a node group was added), so that it can admit them.
+    fn learn_data_nodes(&self, layout: &ClusterLayout) {
+        if let Some(m) = self.membership.borrow_mut().as_mut() {
+            if m.data_nodes() != layout.datanodes.len() {
+                m.set_groups(layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect());
+            }
+        }
+    }
+
     /// Runs one membership step and carries out what it asks for.
     fn member_step(self: &Rc<Self>, step: impl FnOnce(&mut Membership, u64, &mut MemberOut)) {
         let out = {
@@ -542,6 +552,7 @@ fn run_shard(
                 }
                 Control::Layout(l) => {
                     host.maybe_start_membership(&l);
+                    host.learn_data_nodes(&l);
                     host.drop_links_to_moved_shards(&l);
                     *host.layout.borrow_mut() = l.clone();
                     let mut out = Outbox::default();

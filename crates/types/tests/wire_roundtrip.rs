@@ -233,6 +233,11 @@ impl Gen {
             .durable_epoch(self.epoch())
             .first_view(ViewNumber(self.u64()))
             .default_column_storage(*self.0.pick(&[Storage::Memory, Storage::Disk]))
+            .placement(
+                self.list(3, |g| PartitionPlace { group: 0, slot: g.u32() }),
+                self.u32(),
+                self.list(2, |g| PartitionMove { partition: g.u32(), to: PartitionPlace { group: 0, slot: g.u32() } }),
+            )
             .build()
     }
     fn shard_memory(&mut self) -> ShardMemory {
@@ -419,7 +424,7 @@ fn membership_messages_round_trip() {
 
 #[test]
 fn management_messages_round_trip() {
-    every_variant(28, |g, v| {
+    every_variant(30, |g, v| {
         let (database, table, node_id) = (g.string(), g.string(), g.u16());
         match v {
             0 => MgmRequest::GetLayout,
@@ -481,7 +486,9 @@ fn management_messages_round_trip() {
             24 => MgmRequest::BackupStatus { id: g.option(Gen::u64) },
             25 => MgmRequest::BackupList,
             26 => MgmRequest::BackupAbort { id: g.u64() },
-            _ => MgmRequest::Report,
+            27 => MgmRequest::Report,
+            28 => MgmRequest::AddNodeGroups { config: g.string() },
+            _ => MgmRequest::NodeGroups,
         }
     });
     every_variant(13, |g, v| match v {

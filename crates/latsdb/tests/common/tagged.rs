@@ -3,7 +3,7 @@
 
 use latsdb_client::{Client, Op, Table};
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
-use latsdb_types::Value;
+use latsdb_types::{DbError, Value};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,13 +29,14 @@ pub async fn create_table(client: &Client) -> Arc<Table> {
 /// Writes transactions of ROWS_PER_TX rows tagged `tag` (from `first_tag`
 /// up) until stopped; records the tags whose commit was acknowledged.
 /// Failures while nodes fail or restart leave the outcome unknown: those
-/// tags are not recorded.
+/// tags are not recorded, and the errors are kept in `errors`.
 pub async fn writer(
     client: Client,
     table: Arc<Table>,
     first_tag: i64,
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<BTreeSet<i64>>>,
+    errors: Arc<Mutex<Vec<DbError>>>,
 ) {
     let mut tag = first_tag;
     while !stop.load(Ordering::Relaxed) {
@@ -46,7 +47,10 @@ pub async fn writer(
             Ok(Ok(_)) => {
                 acked.lock().unwrap().insert(tag);
             }
-            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Ok(Err(e)) => {
+                errors.lock().unwrap().push(e);
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
             Err(_) => panic!("a transaction hung for 10 s"),
         }
         tag += 1;
@@ -59,6 +63,8 @@ pub struct Writers {
     stop: Arc<AtomicBool>,
     /// Tags whose commit was acknowledged so far.
     pub acked: Arc<Mutex<BTreeSet<i64>>>,
+    /// The errors the writers' transactions failed with.
+    pub errors: Arc<Mutex<Vec<DbError>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -66,10 +72,14 @@ impl Writers {
     pub fn start(client: &Client, table: &Arc<Table>, n: i64) -> Writers {
         let stop = Arc::new(AtomicBool::new(false));
         let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+        let errors: Arc<Mutex<Vec<DbError>>> = Arc::default();
         let tasks = (0..n)
-            .map(|w| tokio::spawn(writer(client.clone(), table.clone(), w * 1_000_000, stop.clone(), acked.clone())))
+            .map(|w| {
+                let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
+                tokio::spawn(writer(client.clone(), table.clone(), w * 1_000_000, stop, acked, errors))
+            })
             .collect();
-        Writers { stop, acked, tasks }
+        Writers { stop, acked, errors, tasks }
     }
 
     /// Transactions acknowledged so far.

@@ -32,6 +32,27 @@ pub struct DataNodeInfo {
     pub pid: u32,
 }
 
+/// Where a partition number lives: its node group, and its slot there.
+/// The slot picks, as `p / node groups` does for a partition of the
+/// default rule, the partition's primary among the group's nodes (`slot mod
+/// replicas`) and its shard on them (`slot / replicas mod shards`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionPlace {
+    pub group: u32,
+    pub slot: u32,
+}
+
+/// A partition number moving to a node group that is being added. Until a
+/// node of the target group is started, the partition stays in its group
+/// and the target group's starting nodes take its writes as extra backups
+/// while they copy it; once one is started (the view that admits it), the
+/// partition is the target group's alone.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionMove {
+    pub partition: u32,
+    pub to: PartitionPlace,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ClusterLayout {
     pub version: u64,
@@ -68,6 +89,17 @@ pub struct ClusterLayout {
     /// (`[cluster] default_column_storage`).
     #[serde(default)]
     pub default_column_storage: crate::schema::Storage,
+    /// The place of each partition number below its length. Numbers beyond
+    /// follow the default rule: group `p mod placement_groups`, slot
+    /// `p / placement_groups`. Empty until a node group is added.
+    #[serde(default)]
+    pub placement: Vec<PartitionPlace>,
+    /// The node groups of the default rule (0: `node_groups`).
+    #[serde(default)]
+    pub placement_groups: u32,
+    /// Partitions moving to added node groups, by partition number.
+    #[serde(default)]
+    pub moves: Vec<PartitionMove>,
 }
 
 impl ClusterLayout {
@@ -158,6 +190,53 @@ impl ClusterLayout {
     pub fn shard_address(&self, shard: ShardAddr) -> Option<&str> {
         self.datanode(shard.node)?.shards.get(shard.shard as usize).map(|s| s.as_str())
     }
+
+    /// The node groups of the default placement rule.
+    pub fn default_groups(&self) -> u32 {
+        if self.placement_groups > 0 {
+            self.placement_groups
+        } else {
+            self.node_groups
+        }
+    }
+
+    /// Where partition `p` lives by `placement` and the default rule,
+    /// moves not counted.
+    pub fn placed(&self, p: u32) -> PartitionPlace {
+        match self.placement.get(p as usize) {
+            Some(place) => *place,
+            None => {
+                let groups = self.default_groups().max(1);
+                PartitionPlace { group: p % groups, slot: p / groups }
+            }
+        }
+    }
+
+    /// Whether a move to `group` is done: a node of it is started (the view
+    /// that admitted it made the group the partition's only holder).
+    pub fn move_done(&self, group: u32) -> bool {
+        self.datanodes.iter().any(|d| d.node_group == group && d.status == NodeStatus::Started)
+    }
+
+    /// Writes the moves that are done into `placement` and drops them, as
+    /// the management server does once a view admitted a node of their
+    /// target group; routing is the same before and after. Returns the
+    /// partition numbers that moved.
+    pub fn settle_moves(&mut self) -> Vec<u32> {
+        let (done, pending): (Vec<PartitionMove>, Vec<PartitionMove>) =
+            self.moves.iter().partition(|m| self.move_done(m.to.group));
+        for m in &done {
+            assert!(
+                (m.partition as usize) < self.placement.len(),
+                "partition {} moves but `placement` covers only {}",
+                m.partition,
+                self.placement.len()
+            );
+            self.placement[m.partition as usize] = m.to;
+        }
+        self.moves = pending;
+        done.iter().map(|m| m.partition).collect()
+    }
 }
 
 /// Builds a `ClusterLayout`: every field starts at the value a new,
@@ -191,6 +270,9 @@ impl ClusterLayout {
                 durable_epoch: CommitEpoch::NONE,
                 first_view: ViewNumber::NONE,
                 default_column_storage: crate::schema::Storage::Memory,
+                placement: Vec::new(),
+                placement_groups: 0,
+                moves: Vec::new(),
             },
         }
     }
@@ -262,6 +344,14 @@ impl ClusterLayoutBuilder {
         self
     }
 
+    /// Where partitions live beyond the default rule (see the fields).
+    pub fn placement(mut self, placement: Vec<PartitionPlace>, default_groups: u32, moves: Vec<PartitionMove>) -> Self {
+        self.layout.placement = placement;
+        self.layout.placement_groups = default_groups;
+        self.layout.moves = moves;
+        self
+    }
+
     pub fn first_view(mut self, view: ViewNumber) -> Self {
         self.layout.first_view = view;
         self
@@ -271,6 +361,14 @@ impl ClusterLayoutBuilder {
     /// replicas, a node group for each data node and no node id twice.
     pub fn build(self) -> ClusterLayout {
         let layout = self.layout;
+        for place in layout.placement.iter().chain(layout.moves.iter().map(|m| &m.to)) {
+            assert!(
+                place.group < layout.node_groups,
+                "a partition is placed in node group {} of {}",
+                place.group,
+                layout.node_groups
+            );
+        }
         assert!((1..=4).contains(&layout.replicas), "a layout has 1 to 4 replicas, not {}", layout.replicas);
         for d in &layout.datanodes {
             assert!(

@@ -138,6 +138,16 @@ pub enum MgmRequest {
     /// The numbers `/metrics` serves, in the Prometheus text format
     /// (answered with `Report`), for `latsdb mgm report`.
     Report,
+    /// Adds node groups to the running cluster: `config` is the cluster's
+    /// configuration file (TOML) with `[[datanode]]` sections appended, a
+    /// whole number of node groups. Their share of the partitions moves to
+    /// them as they start. Answered with `Report` (what will move).
+    AddNodeGroups {
+        config: String,
+    },
+    /// The node groups, their nodes and partitions, and the moves under
+    /// way, as text (answered with `Report`).
+    NodeGroups,
 }
 
 /// Where an online backup is.

@@ -5,11 +5,20 @@ use super::*;
 /// Partition-to-shard routing precomputed from a layout, for hot paths.
 ///
 /// Partitions are dealt round-robin over node groups, primaries round-robin
-/// over a group's replicas, and then over the primary node's shards.
+/// over a group's replicas, and then over the primary node's shards (the
+/// default rule; `ClusterLayout::placement` places partitions that moved to
+/// an added node group, see `PartitionPlace`).
 #[derive(Clone, Debug, Default)]
 pub struct Router {
     /// Per node group, its nodes in node-id order: (node, shard count, status).
     groups: Vec<Vec<(NodeId, u16, NodeStatus)>>,
+    /// The place of each partition number below its length, with the moves
+    /// that are done applied.
+    placement: Vec<PartitionPlace>,
+    /// The node groups of the default rule, for numbers beyond `placement`.
+    default_groups: u32,
+    /// Moves not done yet, by partition number.
+    moving: Vec<PartitionMove>,
 }
 
 impl Router {
@@ -17,26 +26,64 @@ impl Router {
         let groups = (0..layout.node_groups)
             .map(|g| layout.group_nodes(g).iter().map(|d| (d.node_id, d.shards.len() as u16, d.status)).collect())
             .collect();
-        Router { groups }
+        let mut placement = layout.placement.clone();
+        let mut moving = Vec::new();
+        for m in &layout.moves {
+            match placement.get_mut(m.partition as usize) {
+                Some(place) if layout.move_done(m.to.group) => *place = m.to,
+                Some(_) => moving.push(*m),
+                None => debug_assert!(false, "partition {} moves but is not placed", m.partition),
+            }
+        }
+        moving.sort_unstable_by_key(|m| m.partition);
+        Router { groups, placement, default_groups: layout.default_groups().max(1), moving }
+    }
+
+    /// Where partition `p` lives (a move that is done counted).
+    pub fn place_of(&self, p: u32) -> PartitionPlace {
+        match self.placement.get(p as usize) {
+            Some(place) => *place,
+            None => PartitionPlace { group: p % self.default_groups, slot: p / self.default_groups },
+        }
+    }
+
+    /// Where partition `p` is moving to, while the move is not done.
+    pub fn moving_to(&self, p: u32) -> Option<PartitionPlace> {
+        if self.moving.is_empty() {
+            return None;
+        }
+        self.moving.binary_search_by_key(&p, |m| m.partition).ok().map(|i| self.moving[i].to)
+    }
+
+    /// The nodes of `place`'s group with `status`, from the one whose turn
+    /// the slot is, each with the shard that holds the slot.
+    fn in_group(&self, place: PartitionPlace, status: NodeStatus) -> impl Iterator<Item = ShardAddr> + '_ {
+        let nodes: &[(NodeId, u16, NodeStatus)] = self.groups.get(place.group as usize).map_or(&[], |g| g.as_slice());
+        let local = place.slot as usize;
+        (0..nodes.len())
+            .map(move |k| nodes[(local + k) % nodes.len()])
+            .filter(move |&(_, shards, s)| s == status && shards > 0)
+            .map(move |(node, shards, _)| ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
+    }
+
+    /// The shards of the nodes of `place`'s group that take writes,
+    /// started ones first.
+    pub fn replicas_in(&self, place: PartitionPlace) -> Vec<ShardAddr> {
+        self.in_group(place, NodeStatus::Started).chain(self.in_group(place, NodeStatus::Starting)).collect()
     }
 
     /// The replicas of a partition that take its writes: the started ones,
     /// primary first, then backups in node-group order after it, then those
-    /// of starting nodes (which are catching up).
+    /// of starting nodes (which are catching up), then those of the node
+    /// group it is moving to (which copy it).
     pub fn replicas_of(&self, partition: u32) -> Vec<ShardAddr> {
-        let groups = self.groups.len() as u32;
-        if groups == 0 {
-            return Vec::new();
+        let place = self.place_of(partition);
+        let mut replicas: Vec<ShardAddr> =
+            self.in_group(place, NodeStatus::Started).chain(self.in_group(place, NodeStatus::Starting)).collect();
+        if let Some(to) = self.moving_to(partition) {
+            replicas.extend(self.in_group(to, NodeStatus::Starting));
         }
-        let nodes = &self.groups[(partition % groups) as usize];
-        let local = (partition / groups) as usize;
-        let with = |status: NodeStatus| {
-            (0..nodes.len())
-                .map(|k| nodes[(local + k) % nodes.len()])
-                .filter(move |&(_, shards, s)| s == status && shards > 0)
-                .map(|(node, shards, _)| ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
-        };
-        with(NodeStatus::Started).chain(with(NodeStatus::Starting)).collect()
+        replicas
     }
 
     /// The position of `node` in its node group (what `read_replica_of`'s
@@ -56,12 +103,9 @@ impl Router {
     /// A batch that uses one `prefer` for all its reads reaches one node per
     /// node group instead of all of them. Allocation-free.
     pub fn read_replica_of(&self, partition: u32, prefer: usize) -> Option<ShardAddr> {
-        let groups = self.groups.len() as u32;
-        if groups == 0 {
-            return None;
-        }
-        let nodes = &self.groups[(partition % groups) as usize];
-        let local = (partition / groups) as usize;
+        let place = self.place_of(partition);
+        let nodes = self.groups.get(place.group as usize)?;
+        let local = place.slot as usize;
         match nodes.get(prefer % nodes.len().max(1)) {
             Some(&(node, shards, NodeStatus::Started)) if shards > 0 => {
                 Some(ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
@@ -73,15 +117,6 @@ impl Router {
     /// The first started replica of a partition: its primary, or the backup
     /// that took over when the primary's node left. Allocation-free.
     pub fn primary_of(&self, partition: u32) -> Option<ShardAddr> {
-        let groups = self.groups.len() as u32;
-        if groups == 0 {
-            return None;
-        }
-        let nodes = &self.groups[(partition % groups) as usize];
-        let local = (partition / groups) as usize;
-        (0..nodes.len())
-            .map(|k| nodes[(local + k) % nodes.len()])
-            .find(|&(_, shards, status)| status == NodeStatus::Started && shards > 0)
-            .map(|(node, shards, _)| ShardAddr { node, shard: ((local / nodes.len()) % shards as usize) as u16 })
+        self.in_group(self.place_of(partition), NodeStatus::Started).next()
     }
 }
