@@ -7,7 +7,7 @@
 //!
 //! 1. adds the nodes to the layout (not started) and chooses which
 //!    partition numbers move to the new groups, so that every group holds
-//!    about as many as the others (`plan_moves`): the layout lists them as
+//!    about as many as the others (`ClusterLayout::add_node_groups`): the layout lists them as
 //!    moves (`ClusterLayout::moves`), and asks the process managers to start
 //!    the new nodes;
 //! 2. each new node starts as a node restart does: it takes every write of
@@ -149,35 +149,6 @@ fn added_nodes(current: &ClusterConfig, new: &ClusterConfig) -> Result<Vec<DataN
     Ok(new.datanodes[n..].to_vec())
 }
 
-/// Chooses the partition numbers below `partitions` that move to the node
-/// groups from `first_new` on, so that every group holds about as many:
-/// each new group in turn takes the highest-slot partition of the group
-/// that holds the most, until it holds its share. Slots in a new group are
-/// numbered from 0 in the order its partitions arrive.
-fn plan_moves(layout: &ClusterLayout, partitions: u32, first_new: u32) -> Vec<PartitionMove> {
-    let groups = layout.node_groups;
-    assert!(first_new < groups, "no node group is new ({first_new} of {groups})");
-    let mut held: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
-    for p in 0..partitions {
-        let place = layout.placed(p);
-        held.entry(place.group).or_default().push((place.slot, p));
-    }
-    let share = partitions / groups;
-    let mut moves = Vec::new();
-    for group in first_new..groups {
-        for slot in 0..share {
-            let Some((_, from)) = held.iter_mut().filter(|(g, _)| **g < first_new).max_by_key(|(_, ps)| ps.len())
-            else {
-                break;
-            };
-            from.sort_unstable();
-            let Some((_, partition)) = from.pop() else { break };
-            moves.push(PartitionMove { partition, to: PartitionPlace { group, slot } });
-        }
-    }
-    moves
-}
-
 impl Mgmd {
     fn save_node_groups(&self, state: &State) {
         let mut groups = self.node_groups.lock().unwrap_or_else(|p| p.into_inner());
@@ -212,25 +183,18 @@ impl Mgmd {
         }
         let old_groups = state.layout.node_groups;
         let partitions = state.tables.iter().map(|t| t.partitions).max().unwrap_or(0);
-        let layout = &mut state.layout;
-        // Every partition number that a table has gets a place of its own;
-        // larger ones (tables created later) follow the default rule.
-        layout.placement = (0..partitions).map(|p| layout.placed(p)).collect();
-        layout.placement_groups = layout.default_groups();
-        layout.node_groups = new_groups;
-        for d in &added {
-            layout.datanodes.push(DataNodeInfo {
+        let nodes = added
+            .iter()
+            .map(|d| DataNodeInfo {
                 node_id: d.node_id,
                 node_group: new.node_group_of(d.node_id).unwrap_or(0),
                 host: d.host.clone(),
                 status: NodeStatus::NotStarted,
                 shards: Vec::new(),
                 pid: 0,
-            });
-        }
-        layout.moves = plan_moves(layout, partitions, old_groups);
-        layout.version += 1;
-        let moves = layout.moves.clone();
+            })
+            .collect();
+        let moves = state.layout.add_node_groups(nodes, new_groups, partitions);
         let ids: Vec<NodeId> = added.iter().map(|d| d.node_id).collect();
         for id in &ids {
             state.start_requests.push((*id, false));
@@ -271,9 +235,6 @@ impl Mgmd {
         let moved = state.layout.settle_moves();
         if moved.is_empty() {
             return;
-        }
-        if state.layout.moves.is_empty() {
-            state.layout.placement_groups = state.layout.node_groups;
         }
         self.save_node_groups(state);
         self.event(
@@ -324,38 +285,6 @@ fn describe_moves(moves: &[PartitionMove]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use latsdb_types::proto::ClusterLayout;
-
-    fn layout(groups: u32, replicas: u8) -> ClusterLayout {
-        let datanodes = (0..groups * replicas as u32)
-            .map(|i| DataNodeInfo {
-                node_id: 2 + i as NodeId,
-                node_group: i / replicas as u32,
-                host: "h".into(),
-                status: NodeStatus::Started,
-                shards: vec!["a".into()],
-                pid: 0,
-            })
-            .collect();
-        ClusterLayout::builder("c").replicas(replicas).datanodes(datanodes).node_groups(groups).build()
-    }
-
-    #[test]
-    fn a_new_group_takes_an_even_share_from_the_fullest_groups() {
-        let mut l = layout(2, 2);
-        l.placement = (0..12).map(|p| l.placed(p)).collect();
-        l.placement_groups = 2;
-        l.node_groups = 3;
-        let moves = plan_moves(&l, 12, 2);
-        assert_eq!(moves.len(), 4, "{moves:?}");
-        let from: Vec<u32> = moves.iter().map(|m| l.placed(m.partition).group).collect();
-        assert_eq!(from.iter().filter(|g| **g == 0).count(), 2, "{moves:?}");
-        assert_eq!(from.iter().filter(|g| **g == 1).count(), 2, "{moves:?}");
-        let slots: Vec<u32> = moves.iter().map(|m| m.to.slot).collect();
-        assert_eq!(slots, vec![0, 1, 2, 3]);
-        // The highest slots leave: the old groups keep slots 0..4.
-        assert!(moves.iter().all(|m| l.placed(m.partition).slot >= 4), "{moves:?}");
-    }
 
     #[test]
     fn the_configuration_may_only_append_data_nodes() {

@@ -218,10 +218,53 @@ impl ClusterLayout {
         self.datanodes.iter().any(|d| d.node_group == group && d.status == NodeStatus::Started)
     }
 
+    /// Adds the data nodes of new node groups (not started; the node group
+    /// count becomes `groups`) and plans the moves that give each new group
+    /// its share of the partition numbers below `partitions` (every number
+    /// a table has): each new group in turn takes the highest-slot
+    /// partition of the old group that holds the most, until it holds
+    /// `partitions / groups`; its slots number from 0 in that order.
+    /// Numbers below `partitions` get a place of their own; larger ones
+    /// follow the default rule over the old groups until the moves are
+    /// done (`settle_moves`). Returns the moves.
+    pub fn add_node_groups(&mut self, nodes: Vec<DataNodeInfo>, groups: u32, partitions: u32) -> Vec<PartitionMove> {
+        let old = self.node_groups;
+        assert!(self.moves.is_empty(), "node groups added while partitions still move");
+        assert!(groups > old, "no node group is added ({old} -> {groups})");
+        for d in &nodes {
+            assert!((old..groups).contains(&d.node_group), "data node {} is not in an added group", d.node_id);
+            assert!(self.datanode(d.node_id).is_none(), "data node {} is in the cluster already", d.node_id);
+        }
+        self.placement = (0..partitions).map(|p| self.placed(p)).collect();
+        self.placement_groups = self.default_groups();
+        self.node_groups = groups;
+        self.datanodes.extend(nodes);
+        let mut held: std::collections::BTreeMap<u32, Vec<(u32, u32)>> = std::collections::BTreeMap::new();
+        for (p, place) in self.placement.iter().enumerate() {
+            held.entry(place.group).or_default().push((place.slot, p as u32));
+        }
+        for list in held.values_mut() {
+            list.sort_unstable();
+        }
+        let share = partitions / groups;
+        for group in old..groups {
+            for slot in 0..share {
+                let Some((_, from)) = held.iter_mut().max_by_key(|(g, ps)| (ps.len(), std::cmp::Reverse(**g))) else {
+                    break;
+                };
+                let Some((_, partition)) = from.pop() else { break };
+                self.moves.push(PartitionMove { partition, to: PartitionPlace { group, slot } });
+            }
+        }
+        self.version += 1;
+        self.moves.clone()
+    }
+
     /// Writes the moves that are done into `placement` and drops them, as
     /// the management server does once a view admitted a node of their
-    /// target group; routing is the same before and after. Returns the
-    /// partition numbers that moved.
+    /// target group; routing is the same before and after. Once none is
+    /// left, numbers beyond the placement follow the default rule over
+    /// every node group. Returns the partition numbers that moved.
     pub fn settle_moves(&mut self) -> Vec<u32> {
         let (done, pending): (Vec<PartitionMove>, Vec<PartitionMove>) =
             self.moves.iter().partition(|m| self.move_done(m.to.group));
@@ -235,6 +278,9 @@ impl ClusterLayout {
             self.placement[m.partition as usize] = m.to;
         }
         self.moves = pending;
+        if !done.is_empty() && self.moves.is_empty() {
+            self.placement_groups = self.node_groups;
+        }
         done.iter().map(|m| m.partition).collect()
     }
 }

@@ -310,4 +310,63 @@ mod tests {
         let whole = body(&ClientResponse::Batch(vec![OpResult::Row(vec![7; 30])]));
         assert!(decode_batch_answer(&whole[..whole.len() - 5], |_| Ok(())).is_err());
     }
+
+    #[test]
+    fn a_moving_partition_takes_writes_in_its_new_group_and_moves_when_a_node_of_it_starts() {
+        let node = |id: u16, group: u32, status: NodeStatus| DataNodeInfo {
+            node_id: id,
+            node_group: group,
+            host: "h".into(),
+            status,
+            shards: vec!["a".into(), "b".into()],
+            pid: 0,
+        };
+        let started = NodeStatus::Started;
+        let mut layout = ClusterLayout::builder("c")
+            .replicas(2)
+            .datanodes(vec![node(2, 0, started), node(3, 0, started), node(4, 1, started), node(5, 1, started)])
+            .node_groups(2)
+            .build();
+        let before: Vec<Vec<ShardAddr>> = (0..16).map(|p| Router::new(&layout).replicas_of(p)).collect();
+        let new = vec![node(6, 2, NodeStatus::NotStarted), node(7, 2, NodeStatus::NotStarted)];
+        let moves = layout.add_node_groups(new, 3, 12);
+        // Each old group gives two of its highest slots: 12 / 3 = 4 each.
+        let moved: Vec<u32> = moves.iter().map(|m| m.partition).collect();
+        assert_eq!(moved, vec![10, 11, 8, 9], "{moves:?}");
+        assert_eq!(moves.iter().map(|m| m.to.slot).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        // Nothing changes for partitions that stay, nor before a node of
+        // the new group starts.
+        let router = Router::new(&layout);
+        for p in 0..16 {
+            assert_eq!(router.replicas_of(p), before[p as usize], "partition {p}");
+        }
+        // Starting nodes of the new group take the moving partitions' writes.
+        layout.datanodes[4].status = NodeStatus::Starting;
+        layout.datanodes[5].status = NodeStatus::Starting;
+        let router = Router::new(&layout);
+        let at = |node, shard| ShardAddr { node, shard };
+        assert_eq!(router.replicas_of(10), [before[10].clone(), vec![at(6, 0), at(7, 0)]].concat());
+        assert_eq!(router.replicas_of(9), [before[9].clone(), vec![at(7, 1), at(6, 1)]].concat());
+        assert_eq!(router.primary_of(10), before[10].first().copied());
+        for p in 0..8 {
+            assert_eq!(router.replicas_of(p), before[p as usize], "partition {p} does not move");
+        }
+        // The view that starts node 6 moves them all to it.
+        layout.datanodes[4].status = started;
+        let router = Router::new(&layout);
+        for m in &moves {
+            assert_eq!(router.primary_of(m.partition).map(|s| s.node), Some(6), "{m:?}");
+            assert!(router.replicas_of(m.partition).iter().all(|s| s.node >= 6), "{m:?}");
+        }
+        // Settled, the placement says the same, and numbers beyond it (new
+        // tables' partitions) spread over all three groups.
+        let settled_before = layout.clone();
+        assert_eq!(layout.settle_moves(), vec![10, 11, 8, 9]);
+        assert!(layout.moves.is_empty());
+        let (a, b) = (Router::new(&settled_before), Router::new(&layout));
+        for p in 0..12 {
+            assert_eq!(a.replicas_of(p), b.replicas_of(p), "partition {p}");
+        }
+        assert_eq!(b.place_of(14).group, 2);
+    }
 }
