@@ -89,17 +89,26 @@ pub(crate) struct Replicating {
 }
 
 /// The backups a write still waits for, kept inline: every replicated
-/// write has such a set, and a node group has at most four replicas.
+/// write has such a set. A node group has at most four replicas, and a
+/// partition moving to an added group has the new group's too.
 #[derive(Clone, Copy)]
 pub(crate) struct Backups {
-    addrs: [ShardAddr; 3],
+    addrs: [ShardAddr; MAX_BACKUPS],
     len: u8,
 }
 
+/// The most backups a write can have: its group's other replicas and, while
+/// it moves, every replica of the group it moves to.
+const MAX_BACKUPS: usize = 7;
+
 impl Backups {
     fn new(backups: &[ShardAddr]) -> Backups {
-        assert!(backups.len() <= 3, "a partition has {} backups; a node group has at most 4 replicas", backups.len());
-        let mut addrs = [ShardAddr { node: 0, shard: 0 }; 3];
+        assert!(
+            backups.len() <= MAX_BACKUPS,
+            "a partition has {} backups; two node groups of at most 4 replicas have at most {MAX_BACKUPS} besides the primary",
+            backups.len()
+        );
+        let mut addrs = [ShardAddr { node: 0, shard: 0 }; MAX_BACKUPS];
         addrs[..backups.len()].copy_from_slice(backups);
         Backups { addrs, len: backups.len() as u8 }
     }

@@ -171,9 +171,12 @@ impl Takeovers {
             if failed.contains(dead) {
                 return true;
             }
-            // Started (again): the round is over, but reports made in newer
-            // views may be about a failure this shard has yet to see.
-            round.early.retain(|(_, r)| view_of(r.version) > view_of(version));
+            // Started (again), or not in this layout yet (a node of a node
+            // group being added): the round is over, but reports made in
+            // newer layouts may be about a failure this shard has yet to
+            // see. (Counted once it sees it, only if made in its view or a
+            // later one.)
+            round.early.retain(|(_, r)| r.version > version);
             *round = Round { early: std::mem::take(&mut round.early), ..Default::default() };
             !round.early.is_empty()
         });

@@ -159,6 +159,11 @@ struct SimArgs {
     /// other at once).
     #[arg(long, default_value_t = 0)]
     resets: u32,
+    /// Node groups added to the running cluster (`replicas` new nodes
+    /// each): the new nodes copy their share of the partitions and take it
+    /// over while the workload runs.
+    #[arg(long, default_value_t = 0)]
+    add_groups: u32,
     /// Percent of membership messages lost, and duplicated.
     #[arg(long, default_value_t = 0)]
     member_faults: u64,
@@ -273,6 +278,7 @@ fn run_sim(args: SimArgs) -> Result<(), String> {
         splits: args.splits,
         glitches: args.glitches,
         resets: args.resets,
+        add_groups: args.add_groups,
         member_fault_pct: args.member_faults,
         stop_after: args.stop_after,
         shards_per_node: args.shards,
@@ -364,7 +370,7 @@ fn run_sim_spec(path: &std::path::Path, seeds: Option<&str>) -> Result<(), Strin
 /// The flags that reproduce a sweep's run (all but the seed range).
 fn replay_flags(args: &SimArgs) -> String {
     format!(
-        "--steps {} --nodes {} --shards {} --replicas {} --clients {} --crashes {} --restarts {} --cluster-crashes {} --disk-faults {} --splits {} --glitches {} --resets {} --member-faults {}",
+        "--steps {} --nodes {} --shards {} --replicas {} --clients {} --crashes {} --restarts {} --cluster-crashes {} --disk-faults {} --splits {} --glitches {} --resets {} --add-groups {} --member-faults {}",
         args.steps,
         args.nodes,
         args.shards,
@@ -377,6 +383,7 @@ fn replay_flags(args: &SimArgs) -> String {
         args.splits,
         args.glitches,
         args.resets,
+        args.add_groups,
         args.member_faults
     )
 }

@@ -74,6 +74,12 @@ pub struct SimConfig {
     /// link to the other break and suspects it at once (the other may
     /// still be serving).
     pub resets: u32,
+    /// Node groups added to the running cluster (`replicas` new data nodes
+    /// each, as `latsdb mgm nodegroup add` adds them), each once every data
+    /// node is started: the new nodes copy the partitions moving to their
+    /// group while the workload runs, and the view that admits the group's
+    /// first node moves them.
+    pub add_groups: u32,
     /// Percent of membership messages lost, and duplicated.
     pub member_fault_pct: u64,
     pub heartbeat_interval_us: u64,
@@ -103,6 +109,7 @@ impl Default for SimConfig {
             splits: 0,
             glitches: 0,
             resets: 0,
+            add_groups: 0,
             member_fault_pct: 0,
             heartbeat_interval_us: 20_000,
             heartbeat_missed: 5,
@@ -164,6 +171,9 @@ pub struct SimReport {
     pub splits: u32,
     pub glitches: u32,
     pub resets: u32,
+    /// Node groups added, and partitions moved to them.
+    pub groups_added: u32,
+    pub partitions_moved: u32,
     /// Nodes that shut themselves down (removed from the view or cut off).
     pub shutdowns: u32,
     /// The number of the final view.
@@ -216,6 +226,8 @@ struct World {
     next_register_value: i64,
     /// Crashed or shut-down nodes (by index).
     dead: BTreeSet<usize>,
+    /// Nodes of node groups not added yet (`add_groups`; dead until then).
+    spares: BTreeSet<usize>,
     /// Per node, when it was last started again: what was sent to it
     /// before went to the process that died.
     restarted_at: Vec<u64>,
@@ -434,7 +446,8 @@ impl World {
         let mut memberships = Vec::new();
         let mut leases = Vec::new();
         let groups: BTreeMap<NodeId, u32> = layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect();
-        for n in 0..cfg.nodes {
+        let all_nodes = cfg.nodes + (cfg.add_groups * cfg.replicas as u32) as u16;
+        for n in 0..all_nodes {
             let lease = Lease::unlimited();
             let mut m = Membership::new(MembershipConfig {
                 me: 2 + n,
@@ -442,7 +455,10 @@ impl World {
                 detect_us: cfg.heartbeat_interval_us * cfg.heartbeat_missed as u64,
                 groups: groups.clone(),
             });
-            m.activate(0);
+            // A spare node's membership starts when its group is added.
+            if n < cfg.nodes {
+                m.activate(0);
+            }
             lease.set(m.serving_until());
             for s in 0..cfg.shards_per_node {
                 let me = ShardAddr { node: 2 + n, shard: s };
@@ -456,7 +472,8 @@ impl World {
             .map(|_| Client { generation: 0, next_req: 1, doing: Doing::Idle, own_versions: HashMap::new() })
             .collect();
         let accounts = (cfg.accounts + registers(&cfg)) as usize;
-        let cfg_nodes = cfg.nodes as usize;
+        let cfg_nodes = all_nodes as usize;
+        let spares: BTreeSet<usize> = (cfg.nodes as usize..cfg_nodes).collect();
         let shard_count = shards.len();
         let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
         let mut world = World {
@@ -482,7 +499,8 @@ impl World {
             maybe: vec![BTreeMap::new(); accounts],
             acked_max: vec![0; accounts],
             next_register_value: 1,
-            dead: BTreeSet::new(),
+            dead: spares.clone(),
+            spares,
             restarted_at: vec![0; cfg_nodes],
             joining: BTreeSet::new(),
             restarts: BTreeMap::new(),
@@ -513,6 +531,11 @@ impl World {
         kinds.extend((0..world.cfg.resets).map(|_| Fault::Reset));
         if world.rng.chance(2) {
             kinds.reverse();
+        }
+        // Node groups are added first, so that the other faults hit the
+        // moves (each addition waits until every data node is started).
+        for _ in 0..world.cfg.add_groups {
+            kinds.insert(0, Fault::AddGroup);
         }
         for _ in 0..world.cfg.glitches {
             let at = world.rng.below(kinds.len() as u64 + 1) as usize;
@@ -811,6 +834,13 @@ impl World {
                 if self.base_layout.datanodes[k].status == NodeStatus::Starting && !self.joining.contains(&k) {
                     self.set_base_status(k, NodeStatus::Started);
                 }
+            }
+            // The management server settles the moves the view finished.
+            let moved = self.base_layout.settle_moves();
+            if !moved.is_empty() {
+                self.base_layout.version += 1;
+                self.report.partitions_moved += moved.len() as u32;
+                self.trace(format!("{:>9} partitions {moved:?} MOVED to their new node group", self.now));
             }
             let layout = self.base_layout.of_view(epoch, &members);
             self.send_layout(Endpoint::Node(n), n, &layout);

@@ -14,6 +14,7 @@ pub(super) enum Fault {
     Reset,
     ClusterCrash,
     DiskFailure,
+    AddGroup,
 }
 
 pub(super) struct Split {
@@ -40,6 +41,7 @@ impl World {
             Fault::Reset => self.inject_reset(),
             Fault::ClusterCrash => self.inject_cluster_crash(),
             Fault::DiskFailure => self.inject_disk_failure(),
+            Fault::AddGroup => self.inject_add_group(),
         };
         if injected {
             self.plan.pop();
@@ -57,9 +59,14 @@ impl World {
     /// arbitrator)?
     pub(super) fn viable(&self, side: &[usize], with_arbiter: bool) -> bool {
         let view = self.live().len();
-        let groups = self.cfg.nodes / self.cfg.replicas as u16;
-        let present: BTreeSet<u16> = side.iter().map(|n| *n as u16 / self.cfg.replicas as u16).collect();
-        present.len() == groups as usize && (2 * side.len() > view || (2 * side.len() == view && with_arbiter))
+        // Every node group with a member holds data (one being added has
+        // none until its first node is admitted).
+        let group = |n: &usize| self.base_layout.datanodes[*n].node_group;
+        let members: Vec<usize> =
+            self.arbiter.view().1.iter().map(|id| (*id - 2) as usize).filter(|n| !self.dead.contains(n)).collect();
+        let needed: BTreeSet<u32> = members.iter().chain(side).map(group).collect();
+        let present: BTreeSet<u32> = side.iter().map(group).collect();
+        needed == present && (2 * side.len() > view || (2 * side.len() == view && with_arbiter))
     }
 
     /// Live nodes whose loss the cluster survives.
@@ -199,11 +206,69 @@ impl World {
         // The management server lets a node start again only once the view
         // that removed it reached it (until then it counts it as a member).
         let members = self.arbiter.view().1.to_vec();
-        let Some(&n) = self.dead.iter().find(|n| !members.contains(&node_id(**n))) else { return false };
-        self.dead.remove(&n);
-        self.restarted_at[n] = self.now;
+        let Some(&n) = self.dead.iter().find(|n| !members.contains(&node_id(**n)) && !self.spares.contains(n)) else {
+            return false;
+        };
         self.report.restarts += 1;
         self.trace(format!("{:>9} node {} RESTARTS", self.now, node_id(n)));
+        // A node restart is an initial one a third of the time.
+        let initial = self.rng.chance(33);
+        if initial {
+            self.report.initial_restarts += 1;
+        }
+        self.start_joining(n, initial);
+        true
+    }
+
+    /// Adds the next spare nodes as a node group, as `latsdb mgm nodegroup
+    /// add` does once every data node is started: the layout plans the
+    /// moves (`ClusterLayout::add_node_groups`), the members learn the new
+    /// nodes, and each new node starts empty and joins as a restarting one.
+    pub(super) fn inject_add_group(&mut self) -> bool {
+        // As the management server sees it: started in the view it knows.
+        let every_started = self.mgmd_layout().all_started();
+        if !every_started || !self.joining.is_empty() || self.spares.len() < self.cfg.replicas as usize {
+            return false;
+        }
+        let new: Vec<usize> = self.spares.iter().copied().take(self.cfg.replicas as usize).collect();
+        let group = self.base_layout.node_groups;
+        let nodes = new
+            .iter()
+            .map(|n| DataNodeInfo {
+                node_id: node_id(*n),
+                node_group: group,
+                host: "sim".into(),
+                status: NodeStatus::NotStarted,
+                shards: (0..self.cfg.shards_per_node).map(|s| format!("sim:{n}.{s}")).collect(),
+                pid: 0,
+            })
+            .collect();
+        assert_eq!(self.base_layout.datanodes.len(), new[0], "spare nodes are added in order");
+        let moves = self.base_layout.add_node_groups(nodes, group + 1, self.def.partitions);
+        self.report.groups_added += 1;
+        let moved: Vec<u32> = moves.iter().map(|m| m.partition).collect();
+        self.trace(format!(
+            "{:>9} NODE GROUP {group} ADDED: nodes {:?}; partitions {moved:?} move to it",
+            self.now,
+            new.iter().map(|n| node_id(*n)).collect::<Vec<_>>()
+        ));
+        let groups: BTreeMap<NodeId, u32> =
+            self.base_layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect();
+        for n in self.live() {
+            self.memberships[n].set_groups(groups.clone());
+        }
+        for n in new {
+            self.spares.remove(&n);
+            self.start_joining(n, true);
+        }
+        true
+    }
+
+    /// Starts a new process of node `n` (from an empty disk if `initial`),
+    /// joining the running cluster as a restarting node.
+    fn start_joining(&mut self, n: usize, initial: bool) {
+        self.dead.remove(&n);
+        self.restarted_at[n] = self.now;
         let groups: BTreeMap<NodeId, u32> =
             self.base_layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect();
         let mut m = Membership::new(MembershipConfig {
@@ -221,10 +286,6 @@ impl World {
         let layout = self.mgmd_layout();
         // A node restart restores what the node's disk holds up to the
         // epoch it synced through, then copies what changed.
-        let initial = self.rng.chance(33);
-        if initial {
-            self.report.initial_restarts += 1;
-        }
         let (images, recovery) = self.scan_node(n, initial);
         let first_epoch =
             recovery.as_ref().map_or(CommitEpoch::NONE, |r| r.max_epoch).max(self.report.durable_epoch).next();
@@ -238,7 +299,6 @@ impl World {
         // as long as it takes (the simulator's views always come).
         self.restarts.insert(n, NodeRestart::new(20 * self.cfg.heartbeat_interval_us, u32::MAX));
         self.broadcast_layouts();
-        true
     }
 
     /// A joining node's progress, checked on its membership timer: the
@@ -257,11 +317,13 @@ impl World {
         match step {
             RestartStep::Wait => {}
             RestartStep::Checkpoint { summary } => {
+                self.trace(format!("{:>9} node {} copied its partitions; it checkpoints", self.now, node_id(n)));
                 self.report.copy_switches += summary.sources_switched;
                 let targets = shards.iter().map(|s| self.shards[*s].checkpoint_now()).collect();
                 self.restarts.get_mut(&n).expect("looked up above").checkpoints_begun(targets);
             }
             RestartStep::HandOver => {
+                self.trace(format!("{:>9} node {} checkpointed; its primaries hand over", self.now, node_id(n)));
                 for s in shards {
                     self.shard_step(s, |shard, _, out| shard.sync_hand_over(out));
                 }
@@ -270,7 +332,7 @@ impl World {
                 let president = self.live().into_iter().find(|k| !self.joining.contains(k));
                 let Some(president) = president else { return };
                 self.trace(format!(
-                    "{:>9} node {} copied its partitions; node {} admits it",
+                    "{:>9} node {} is ready; node {} admits it",
                     self.now,
                     node_id(n),
                     node_id(president)
@@ -404,7 +466,7 @@ impl World {
         let first = self.views.keys().max().copied().unwrap_or(ViewNumber(1)).max(self.arbiter.view().0).next();
         self.arbiter = Arbiter::new_at(first, ids.clone());
         self.views.insert(first, ids.clone());
-        for n in 0..self.memberships.len() {
+        for n in 0..self.base_layout.datanodes.len() {
             let status = if nodes.contains(&n) { NodeStatus::Started } else { NodeStatus::NotStarted };
             self.set_base_status(n, status);
         }

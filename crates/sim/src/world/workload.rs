@@ -411,12 +411,14 @@ impl World {
                 other => Err(format!("client {c}: audit answered {other:?}")),
             },
             Doing::Reading { req, account, floor, .. } if req == req_id => match resp {
-                ClientResponse::Batch(results) if results.len() == 1 => {
-                    self.on_committed_read(c, account, floor, &results[0])
-                }
+                // A retriable refusal first: a stale route (the partition
+                // moved to an added node group) is not a row.
                 ClientResponse::Batch(results) if matches!(&results[..], [OpResult::Error(e)] if retriable(e)) => {
                     self.wake_later(c);
                     Ok(())
+                }
+                ClientResponse::Batch(results) if results.len() == 1 => {
+                    self.on_committed_read(c, account, floor, &results[0])
                 }
                 other => Err(format!("client {c}: read answered {other:?}")),
             },
