@@ -521,43 +521,7 @@ impl World {
             report: SimReport::default(),
         };
         world.report.seed = world.cfg.seed;
-        // Faults are spread over the first half of the workload, crashes and
-        // splits in a random order (each waits until the cluster can
-        // survive it), glitches and resets among them.
-        let steps = world.cfg.steps;
-        let mut kinds: Vec<Fault> = Vec::new();
-        kinds.extend((0..world.cfg.crashes).map(|_| Fault::Crash));
-        kinds.extend((0..world.cfg.splits).map(|_| Fault::Split));
-        kinds.extend((0..world.cfg.resets).map(|_| Fault::Reset));
-        if world.rng.chance(2) {
-            kinds.reverse();
-        }
-        // Node groups are added first, so that the other faults hit the
-        // moves (each addition waits until every data node is started).
-        for _ in 0..world.cfg.add_groups {
-            kinds.insert(0, Fault::AddGroup);
-        }
-        for _ in 0..world.cfg.glitches {
-            let at = world.rng.below(kinds.len() as u64 + 1) as usize;
-            kinds.insert(at, Fault::Glitch);
-        }
-        // Whole-cluster crashes (each starts crashed nodes again first) and
-        // failed syncs fall anywhere among those.
-        let others = (0..world.cfg.cluster_crashes)
-            .map(|_| Fault::ClusterCrash)
-            .chain((0..world.cfg.disk_faults).map(|_| Fault::DiskFailure))
-            .collect::<Vec<_>>();
-        for kind in others {
-            let at = world.rng.below(kinds.len() as u64 + 1) as usize;
-            kinds.insert(at, kind);
-        }
-        // Restarts come last: each needs a node that crashed before.
-        kinds.extend((0..world.cfg.restarts).map(|_| Fault::Restart));
-        let mut times: Vec<u64> = kinds.iter().map(|_| steps / 20 + world.rng.below(steps / 2 + 1)).collect();
-        times.sort_unstable();
-        let mut plan: Vec<(u64, Fault)> = times.into_iter().zip(kinds).collect();
-        plan.reverse();
-        world.plan = plan;
+        world.plan_faults();
         world.load_accounts()?;
         for s in 0..world.shards.len() {
             let at = world.rng.below(TICK_US);
@@ -572,6 +536,48 @@ impl World {
             world.schedule(at, Endpoint::Client(c), Endpoint::Client(c), Payload::Wake);
         }
         Ok(world)
+    }
+
+    /// The faults to inject, in order, each with the event number it may
+    /// come at: spread over the first half of the workload.
+    fn plan_faults(&mut self) {
+        // Faults are spread over the first half of the workload, crashes and
+        // splits in a random order (each waits until the cluster can
+        // survive it), glitches and resets among them.
+        let steps = self.cfg.steps;
+        let mut kinds: Vec<Fault> = Vec::new();
+        kinds.extend((0..self.cfg.crashes).map(|_| Fault::Crash));
+        kinds.extend((0..self.cfg.splits).map(|_| Fault::Split));
+        kinds.extend((0..self.cfg.resets).map(|_| Fault::Reset));
+        if self.rng.chance(2) {
+            kinds.reverse();
+        }
+        // Node groups are added first, so that the other faults hit the
+        // moves (each addition waits until every data node is started).
+        for _ in 0..self.cfg.add_groups {
+            kinds.insert(0, Fault::AddGroup);
+        }
+        for _ in 0..self.cfg.glitches {
+            let at = self.rng.below(kinds.len() as u64 + 1) as usize;
+            kinds.insert(at, Fault::Glitch);
+        }
+        // Whole-cluster crashes (each starts crashed nodes again first) and
+        // failed syncs fall anywhere among those.
+        let others = (0..self.cfg.cluster_crashes)
+            .map(|_| Fault::ClusterCrash)
+            .chain((0..self.cfg.disk_faults).map(|_| Fault::DiskFailure))
+            .collect::<Vec<_>>();
+        for kind in others {
+            let at = self.rng.below(kinds.len() as u64 + 1) as usize;
+            kinds.insert(at, kind);
+        }
+        // Restarts come last: each needs a node that crashed before.
+        kinds.extend((0..self.cfg.restarts).map(|_| Fault::Restart));
+        let mut times: Vec<u64> = kinds.iter().map(|_| steps / 20 + self.rng.below(steps / 2 + 1)).collect();
+        times.sort_unstable();
+        let mut plan: Vec<(u64, Fault)> = times.into_iter().zip(kinds).collect();
+        plan.reverse();
+        self.plan = plan;
     }
 
     fn node_of_shard(&self, s: usize) -> usize {
