@@ -9,18 +9,10 @@
 mod common;
 
 use common::{mgm, tagged, TestCluster};
-use latsdb_client::{Client, Op, Scan};
+use latsdb_client::Client;
 use latsdb_types::config::{ClusterConfig, DataNodeSection};
-use latsdb_types::Value;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// Every row, by id -> tag.
-async fn all_rows(client: &Client, table: &Arc<latsdb_client::Table>) -> BTreeMap<i64, i64> {
-    let rows = client.scan(table, Scan::all()).await.unwrap();
-    rows.iter().map(|r| (r.get(0).as_i64().unwrap(), r.get(1).as_i64().unwrap())).collect()
-}
 
 /// Rows each data node holds, from `latsdb mgm report-memory`.
 async fn rows_by_node(cluster: &TestCluster) -> BTreeMap<u16, u64> {
@@ -51,14 +43,7 @@ async fn a_node_group_added_under_load_takes_its_share_and_loses_no_transaction(
     let data_dir = cluster.dir.path().join("data");
     let client = Client::connect(&cluster.mgmd).await.unwrap();
     let table = tagged::create_table(&client).await;
-    for chunk in 0..10i64 {
-        let ops = (0..1000)
-            .map(|i| Op::upsert(&table, vec![Value::Int(-(chunk * 1000 + i) - 1), Value::Int(-1)]).unwrap())
-            .collect();
-        for r in client.batch(ops).await.unwrap() {
-            r.unwrap();
-        }
-    }
+    tagged::load_base_rows(&client, &table, 10).await;
     let writers = tagged::Writers::start(&client, &table, 3);
     tokio::time::sleep(Duration::from_millis(1000)).await;
 
@@ -100,20 +85,8 @@ async fn a_node_group_added_under_load_takes_its_share_and_loses_no_transaction(
     assert!(errors.iter().all(|e| e.is_retriable()), "a writer saw an error it cannot retry: {errors:?}");
 
     // Nothing acknowledged is lost, nothing is half-present.
-    let rows = all_rows(&client, &table).await;
-    let mut by_tag: BTreeMap<i64, i64> = BTreeMap::new();
-    for (id, tag) in &rows {
-        if *tag >= 0 {
-            assert_eq!(id / 10, *tag, "row {id} carries tag {tag}");
-            *by_tag.entry(*tag).or_default() += 1;
-        }
-    }
-    assert_eq!(rows.len() - by_tag.values().sum::<i64>() as usize, 10_000, "base rows lost");
-    for (tag, n) in &by_tag {
-        assert_eq!(*n, tagged::ROWS_PER_TX, "transaction {tag} is half-present ({n} rows)");
-    }
-    let lost: Vec<&i64> = acked.iter().filter(|t| !by_tag.contains_key(t)).collect();
-    assert!(lost.is_empty(), "acknowledged transactions are lost: {lost:?}");
+    let rows = tagged::all_rows(&client, &table).await;
+    tagged::check_ledger(&rows, &acked, 10_000);
 
     // Each node group holds its share, and the old one freed what left.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -140,7 +113,7 @@ async fn a_node_group_added_under_load_takes_its_share_and_loses_no_transaction(
         for n in stop {
             mgm(&cluster, &[n, "stop"]).await;
         }
-        let alone = all_rows(&client, &table).await;
+        let alone = tagged::all_rows(&client, &table).await;
         assert!(alone == rows, "with nodes {stop:?} stopped, {} rows are served of {}", alone.len(), rows.len());
         for n in start {
             let out = mgm(&cluster, &[n, "start", "--timeout", "120"]).await;

@@ -9,17 +9,8 @@
 mod common;
 
 use common::{mgm, process_exists, tagged, TestCluster};
-use latsdb_client::{Client, Op, Scan};
-use latsdb_types::Value;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use latsdb_client::Client;
 use std::time::{Duration, Instant};
-
-/// Every row, by id -> tag.
-async fn all_rows(client: &Client, table: &Arc<latsdb_client::Table>) -> BTreeMap<i64, i64> {
-    let rows = client.scan(table, Scan::all()).await.unwrap();
-    rows.iter().map(|r| (r.get(0).as_i64().unwrap(), r.get(1).as_i64().unwrap())).collect()
-}
 
 /// The "N ranges equal, M ranges copied" of a node's last copy stage.
 fn copy_stage(log: &str) -> (u64, u64) {
@@ -52,14 +43,7 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
     let table = tagged::create_table(&client).await;
     // A base of rows the load never touches: after the node restart most
     // of its ranges are unchanged and need no copy.
-    for chunk in 0..20i64 {
-        let ops = (0..1000)
-            .map(|i| Op::upsert(&table, vec![Value::Int(-(chunk * 1000 + i) - 1), Value::Int(-1)]).unwrap())
-            .collect();
-        for r in client.batch(ops).await.unwrap() {
-            r.unwrap();
-        }
-    }
+    tagged::load_base_rows(&client, &table, 20).await;
 
     let writers = tagged::Writers::start(&client, &table, 3);
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -106,29 +90,17 @@ async fn node_restart_and_initial_node_restart_under_load_keep_replicas_identica
     let acked = writers.stop().await;
 
     // Nothing acknowledged is lost, nothing is half-present.
-    let both = all_rows(&client, &table).await;
-    let mut by_tag: BTreeMap<i64, i64> = BTreeMap::new();
-    for (id, tag) in &both {
-        if *tag >= 0 {
-            assert_eq!(id / 10, *tag, "row {id} carries tag {tag}");
-            *by_tag.entry(*tag).or_default() += 1;
-        }
-    }
-    assert_eq!(both.len() - by_tag.values().sum::<i64>() as usize, 20_000, "base rows lost");
-    for (tag, n) in &by_tag {
-        assert_eq!(*n, tagged::ROWS_PER_TX, "transaction {tag} is half-present ({n} rows)");
-    }
-    let lost: Vec<&i64> = acked.iter().filter(|t| !by_tag.contains_key(t)).collect();
-    assert!(lost.is_empty(), "acknowledged transactions are lost: {lost:?}");
+    let both = tagged::all_rows(&client, &table).await;
+    tagged::check_ledger(&both, &acked, 20_000);
     assert!(acked.len() > 100, "only {} transactions were acknowledged", acked.len());
 
     // Each replica alone serves the same rows.
     mgm(&cluster, &["3", "stop"]).await;
-    let only_2 = all_rows(&client, &table).await;
+    let only_2 = tagged::all_rows(&client, &table).await;
     assert!(only_2 == both, "node 2 alone serves {} rows, both served {}", only_2.len(), both.len());
     mgm(&cluster, &["3", "start", "--timeout", "120"]).await;
     mgm(&cluster, &["2", "stop"]).await;
-    let only_3 = all_rows(&client, &table).await;
+    let only_3 = tagged::all_rows(&client, &table).await;
     assert!(only_3 == both, "node 3 alone serves {} rows, both served {}", only_3.len(), both.len());
 }
 

@@ -8,8 +8,8 @@ use latsdb_cluster::membership::Arbiter;
 use latsdb_net::{FrameError, FrameReader, RpcConn};
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::proto::{
-    self, ClusterLayout, CommitEpoch, DataNodeInfo, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply,
-    NodeStatus, SchemaChange, Severity, PROTOCOL_VERSION,
+    self, ClusterLayout, CommitEpoch, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply, NodeStatus,
+    SchemaChange, Severity, PROTOCOL_VERSION,
 };
 use latsdb_types::schema::{TableDef, TableSpec};
 use latsdb_types::{DbError, ErrorCode, Result};
@@ -129,20 +129,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
     let layout = ClusterLayout::builder(config.cluster.name.clone())
         .replicas(config.cluster.replicas)
         .mgmd(config.mgmd.node_id, address.clone())
-        .datanodes(
-            config
-                .datanodes
-                .iter()
-                .map(|d| DataNodeInfo {
-                    node_id: d.node_id,
-                    node_group: config.node_group_of(d.node_id).unwrap_or(0),
-                    host: d.host.clone(),
-                    status: NodeStatus::NotStarted,
-                    shards: Vec::new(),
-                    pid: 0,
-                })
-                .collect(),
-        )
+        .datanodes(config.datanodes.iter().map(|d| config.not_started(d)).collect())
         .node_groups(config.node_groups())
         .default_partitions(config.cluster.partitions_per_table)
         .lock_wait_timeout_ms(config.cluster.lock_wait_timeout_ms)

@@ -281,6 +281,18 @@ impl ClusterConfig {
         Some((pos / self.cluster.replicas as usize) as u32)
     }
 
+    /// A configured data node as the layout lists it before it starts.
+    pub fn not_started(&self, section: &DataNodeSection) -> crate::proto::DataNodeInfo {
+        crate::proto::DataNodeInfo {
+            node_id: section.node_id,
+            node_group: self.node_group_of(section.node_id).unwrap_or(0),
+            host: section.host.clone(),
+            status: crate::proto::NodeStatus::NotStarted,
+            shards: Vec::new(),
+            pid: 0,
+        }
+    }
+
     pub fn node_groups(&self) -> u32 {
         (self.datanodes.len() / self.cluster.replicas as usize) as u32
     }

@@ -97,3 +97,41 @@ impl Writers {
         acked
     }
 }
+
+/// Rows the load never touches (negative ids, tag -1), `count` thousand of
+/// them: a node restart or a move has something to copy besides the load.
+pub async fn load_base_rows(client: &Client, table: &Arc<Table>, thousands: i64) {
+    for chunk in 0..thousands {
+        let ops = (0..1000)
+            .map(|i| Op::upsert(table, vec![Value::Int(-(chunk * 1000 + i) - 1), Value::Int(-1)]).unwrap())
+            .collect();
+        for r in client.batch(ops).await.unwrap() {
+            r.unwrap();
+        }
+    }
+}
+
+/// Every row, by id -> tag.
+pub async fn all_rows(client: &Client, table: &Arc<Table>) -> std::collections::BTreeMap<i64, i64> {
+    let rows = client.scan(table, latsdb_client::Scan::all()).await.unwrap();
+    rows.iter().map(|r| (r.get(0).as_i64().unwrap(), r.get(1).as_i64().unwrap())).collect()
+}
+
+/// Checks the rows against the writers' ledger: every row of a transaction
+/// carries its tag, `base` rows of the base load are all there, no
+/// transaction is half-present, and every acknowledged one is there.
+pub fn check_ledger(rows: &std::collections::BTreeMap<i64, i64>, acked: &BTreeSet<i64>, base: usize) {
+    let mut by_tag: std::collections::BTreeMap<i64, i64> = std::collections::BTreeMap::new();
+    for (id, tag) in rows {
+        if *tag >= 0 {
+            assert_eq!(id / 10, *tag, "row {id} carries tag {tag}");
+            *by_tag.entry(*tag).or_default() += 1;
+        }
+    }
+    assert_eq!(rows.len() - by_tag.values().sum::<i64>() as usize, base, "base rows lost");
+    for (tag, n) in &by_tag {
+        assert_eq!(*n, ROWS_PER_TX, "transaction {tag} is half-present ({n} rows)");
+    }
+    let lost: Vec<&i64> = acked.iter().filter(|t| !by_tag.contains_key(t)).collect();
+    assert!(lost.is_empty(), "acknowledged transactions are lost: {lost:?}");
+}

@@ -27,9 +27,7 @@
 
 use super::{Mgmd, State};
 use latsdb_types::config::{ClusterConfig, DataNodeSection};
-use latsdb_types::proto::{
-    ClusterLayout, DataNodeInfo, MgmResponse, NodeId, NodeStatus, PartitionMove, PartitionPlace, Severity,
-};
+use latsdb_types::proto::{ClusterLayout, MgmResponse, NodeId, PartitionMove, PartitionPlace, Severity};
 use latsdb_types::{DbError, ErrorCode, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -183,17 +181,7 @@ impl Mgmd {
         }
         let old_groups = state.layout.node_groups;
         let partitions = state.tables.iter().map(|t| t.partitions).max().unwrap_or(0);
-        let nodes = added
-            .iter()
-            .map(|d| DataNodeInfo {
-                node_id: d.node_id,
-                node_group: new.node_group_of(d.node_id).unwrap_or(0),
-                host: d.host.clone(),
-                status: NodeStatus::NotStarted,
-                shards: Vec::new(),
-                pid: 0,
-            })
-            .collect();
+        let nodes = added.iter().map(|d| new.not_started(d)).collect();
         let moves = state.layout.add_node_groups(nodes, new_groups, partitions);
         let ids: Vec<NodeId> = added.iter().map(|d| d.node_id).collect();
         for id in &ids {
