@@ -99,6 +99,11 @@ pub(crate) struct SyncTarget {
     confirming: BTreeMap<(TableId, u32), BTreeSet<ShardAddr>>,
     /// Numbers this shard's copy requests (`PeerMsg::SyncRequest`).
     attempts: u64,
+    /// Partitions that were moving to this node's group when the copy
+    /// began, with their old place: once admitted, their old group's
+    /// replicas must confirm they hold no lock either (whatever the layout
+    /// says of the move by then: the management server may have settled it).
+    moving_in: BTreeMap<u32, latsdb_types::proto::PartitionPlace>,
 }
 
 struct Part {
@@ -298,6 +303,12 @@ impl PartitionSync {
                 }
             }
         }
+        let my_group = cx.layout.datanode(me.node).map(|d| d.node_group);
+        for (_, p, _) in &wanted {
+            if cx.router.moving_to(*p).is_some_and(|to| Some(to.group) == my_group) {
+                self.dst.moving_in.insert(*p, cx.router.place_of(*p));
+            }
+        }
         self.dst.begun = true;
         self.dst.progress.begun = true;
         self.dst.progress.partitions = wanted.len();
@@ -379,9 +390,8 @@ impl PartitionSync {
                     replicas.iter().copied().filter(|s| *s != me && cx.layout.takes_writes(s.node)).collect();
                 // A partition that moved to this node's group: its old
                 // group's primary may have changed since it handed it over.
-                if cx.layout.moves.iter().any(|m| m.partition == p as u32 && cx.layout.move_done(m.to.group)) {
-                    let old = cx.router.replicas_in(cx.layout.placed(p as u32));
-                    others.extend(old.into_iter().filter(|s| *s != me));
+                if let Some(old) = self.dst.moving_in.get(&(p as u32)) {
+                    others.extend(cx.router.replicas_in(*old).into_iter().filter(|s| *s != me));
                 }
                 if !others.is_empty() {
                     asks.extend(others.iter().map(|s| (*s, *id, p as u32)));
@@ -582,6 +592,13 @@ impl PartitionSync {
     /// The primary refused the copy (`SyncRefused`): the restart fails.
     pub(crate) fn on_refused(&mut self, copy: CopyOf, error: DbError) {
         let (from, table, partition, _) = copy;
+        if error.code == latsdb_types::ErrorCode::WrongShard {
+            // The source no longer holds the partition: it moved to an
+            // added node group in a view this shard has not seen yet. The
+            // layout that shows it names the new primary, and the copy
+            // starts over from there (`switch_sources`).
+            return;
+        }
         if self.dst.part(copy).is_some() {
             self.fail(format!(
                 "shard {from} refused to copy partition {partition} of table id {table}: {}",

@@ -225,6 +225,20 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
 }
 
 impl Mgmd {
+    /// Refuses a schema change while partitions move to an added node
+    /// group (the caller holds the schema lock, which adding one takes):
+    /// the new data nodes copy the tables they were given when they
+    /// started, and a change meanwhile would miss their copies.
+    fn refuse_while_moving(&self) -> Result<()> {
+        if self.lock().layout.moves.is_empty() {
+            return Ok(());
+        }
+        Err(DbError::new(
+            ErrorCode::ClusterNotReady,
+            "partitions are moving to an added node group; change the schema once they have (`latsdb mgm nodegroup status`)",
+        ))
+    }
+
     /// The configuration as it is now.
     fn config(&self) -> Arc<ClusterConfig> {
         self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
@@ -386,14 +400,6 @@ impl Mgmd {
     /// A schema change: one at a time (`schema_lock`), each applied to
     /// every data node before it is answered.
     async fn change_schema(&self, request: MgmRequest) -> Result<MgmResponse> {
-        if !self.lock().layout.moves.is_empty() {
-            // New data nodes copy the tables they were given when they
-            // started; a schema change meanwhile would miss their copies.
-            return Err(DbError::new(
-                ErrorCode::ClusterNotReady,
-                "partitions are moving to an added node group; change the schema once they have (`latsdb mgm nodegroup status`)",
-            ));
-        }
         match request {
             MgmRequest::CreateTable(spec) => {
                 if spec.name.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX) {
@@ -403,10 +409,12 @@ impl Mgmd {
                     )));
                 }
                 let _guard = self.schema_lock.lock().await;
+                self.refuse_while_moving()?;
                 self.create_table(spec).await.map(MgmResponse::Table)
             }
             MgmRequest::DropTable { database, name } => {
                 let _guard = self.schema_lock.lock().await;
+                self.refuse_while_moving()?;
                 let def = self.find_table(&database, &name)?;
                 self.drop_table(&def).await?;
                 for index in def.unique_indexes() {
@@ -416,6 +424,7 @@ impl Mgmd {
             }
             MgmRequest::CreateIndex { database, table, index, columns, unique } => {
                 let _guard = self.schema_lock.lock().await;
+                self.refuse_while_moving()?;
                 let def = self.find_table(&database, &table)?.with_index(&index, &columns, unique)?;
                 if !unique {
                     return self.alter(def).await.map(MgmResponse::Table);
@@ -433,6 +442,7 @@ impl Mgmd {
             }
             MgmRequest::DropIndex { database, table, index } => {
                 let _guard = self.schema_lock.lock().await;
+                self.refuse_while_moving()?;
                 let old = self.find_table(&database, &table)?;
                 let def = self.alter(old.without_index(&index)?).await?;
                 if let Some(dropped) = old.unique_indexes().find(|i| i.name.eq_ignore_ascii_case(&index)) {
@@ -442,6 +452,7 @@ impl Mgmd {
             }
             MgmRequest::AddColumns { database, table, columns, fill } => {
                 let _guard = self.schema_lock.lock().await;
+                self.refuse_while_moving()?;
                 let def = self.find_table(&database, &table)?.with_columns(&columns, &fill)?;
                 let added: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
                 self.event(
@@ -452,6 +463,7 @@ impl Mgmd {
             }
             MgmRequest::ChangeColumns { database, table, changes } => {
                 let _guard = self.schema_lock.lock().await;
+                self.refuse_while_moving()?;
                 let def = self.find_table(&database, &table)?.with_changed_columns(&changes)?;
                 self.event(
                     Severity::Info,
@@ -467,6 +479,7 @@ impl Mgmd {
                     )));
                 }
                 let _guard = self.schema_lock.lock().await;
+                self.refuse_while_moving()?;
                 let old = self.find_table(&database, &table)?;
                 if self.find_table(&new_database, &new_name).is_ok() {
                     return Err(DbError::new(

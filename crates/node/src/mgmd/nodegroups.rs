@@ -132,9 +132,10 @@ impl NodeGroups {
 /// must start with `current`'s, unchanged, and nothing but data nodes may
 /// differ.
 fn added_nodes(current: &ClusterConfig, new: &ClusterConfig) -> Result<Vec<DataNodeSection>> {
-    if new.cluster != current.cluster || new.datanode_defaults != current.datanode_defaults {
+    if new.cluster != current.cluster || new.datanode_defaults != current.datanode_defaults || new.mgmd != current.mgmd
+    {
         return Err(DbError::bad_request(
-            "the new configuration changes [cluster] or [datanode_defaults]; only [[datanode]] sections may be added",
+            "the new configuration changes [cluster], [mgmd] or [datanode_defaults]; only [[datanode]] sections may be added",
         ));
     }
     let n = current.datanodes.len();
@@ -182,17 +183,21 @@ impl Mgmd {
         let old_groups = state.layout.node_groups;
         let partitions = state.tables.iter().map(|t| t.partitions).max().unwrap_or(0);
         let nodes = added.iter().map(|d| new.not_started(d)).collect();
-        let moves = state.layout.add_node_groups(nodes, new_groups, partitions);
+        let mut layout = state.layout.clone();
+        let moves = layout.add_node_groups(nodes, new_groups, partitions);
         let ids: Vec<NodeId> = added.iter().map(|d| d.node_id).collect();
-        for id in &ids {
-            state.start_requests.push((*id, false));
-        }
-        {
-            let mut groups = self.node_groups.lock().unwrap_or_else(|p| p.into_inner());
-            groups.added.extend(added.iter().cloned());
-            groups.known.extend(&ids);
-        }
-        self.save_node_groups(&state);
+        // Saved before anything changes: a server that restarted without
+        // the record would forget the nodes and where partitions go.
+        let mut groups = self.node_groups.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        groups.added.extend(added.iter().cloned());
+        groups.known.extend(&ids);
+        groups.placement = layout.placement.clone();
+        groups.placement_groups = layout.placement_groups;
+        groups.moves = layout.moves.clone();
+        groups.save(self.data_dir.as_deref())?;
+        *self.node_groups.lock().unwrap_or_else(|p| p.into_inner()) = groups;
+        state.layout = layout;
+        state.start_requests.extend(ids.iter().map(|id| (*id, false)));
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
         drop(state);
         let named = if new_groups == old_groups + 1 {
@@ -283,6 +288,9 @@ mod tests {
         let mut changed = grown.clone();
         changed.cluster.lock_wait_timeout_ms += 1;
         assert!(added_nodes(&current, &changed).unwrap_err().message.contains("only [[datanode]]"));
+        let mut other_mgmd = grown.clone();
+        other_mgmd.mgmd.node_id = 9;
+        assert!(added_nodes(&current, &other_mgmd).is_err(), "[mgmd] may not change");
         let mut moved = grown.clone();
         moved.datanodes.swap(0, 2);
         assert!(added_nodes(&current, &moved).unwrap_err().message.contains("unchanged and in order"));

@@ -256,6 +256,11 @@ impl ClusterLayout {
                 self.moves.push(PartitionMove { partition, to: PartitionPlace { group, slot } });
             }
         }
+        if self.moves.is_empty() {
+            // Nothing to move (too few partitions): tables created from now
+            // on use the new groups too.
+            self.placement_groups = groups;
+        }
         self.version += 1;
         self.moves.clone()
     }

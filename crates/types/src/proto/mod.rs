@@ -368,5 +368,11 @@ mod tests {
             assert_eq!(a.replicas_of(p), b.replicas_of(p), "partition {p}");
         }
         assert_eq!(b.place_of(14).group, 2);
+        // Too few partitions to move any: new tables use the new group at once.
+        let mut small = settled_before.clone();
+        small.moves.clear();
+        let more = vec![node(8, 3, NodeStatus::NotStarted), node(9, 3, NodeStatus::NotStarted)];
+        assert!(small.add_node_groups(more, 4, 2).is_empty());
+        assert_eq!(small.default_groups(), 4);
     }
 }
