@@ -284,10 +284,8 @@ impl Shard {
             self.ldm.apply_held(cx, &self.sync, out);
         }
         // A move to an added node group is done once the view admitted a
-        // node of it; the placement then says so (settled moves).
-        if self.moved_away || !self.cx.layout.moves.is_empty() || !self.cx.layout.placement.is_empty() {
-            self.free_moved_partitions();
-        }
+        // node of it: the partitions it took are freed here.
+        self.free_moved_partitions();
         self.finish_turn(out);
     }
 
@@ -317,27 +315,28 @@ impl Shard {
     /// so only the ends of transactions decided before it remain).
     fn free_moved_partitions(&mut self) {
         let mut gone = Vec::new();
+        let mut in_use = false;
         for (id, table) in &self.cx.tables {
             for (p, slot) in table.partitions.iter().enumerate() {
-                if slot.is_some()
-                    && !self.holds_partition(p as u32)
-                    && !self.ldm.touches_partition(&table.meta, *id, p as u32)
-                {
+                if slot.is_none() || self.holds_partition(p as u32) {
+                    continue;
+                }
+                if self.ldm.touches_partition(&table.meta, *id, p as u32) {
+                    in_use = true;
+                } else {
                     gone.push((*id, p));
                 }
             }
         }
         for (id, p) in gone {
-            let Some(table) = self.cx.tables.get_mut(&id) else { continue };
-            let Some(mut partition) = table.partitions[p].take() else { continue };
+            let Some(mut partition) = self.cx.tables.get_mut(&id).and_then(|t| t.partitions[p].take()) else {
+                continue;
+            };
             let freed = partition.memory();
             partition.free_disk_parts();
             self.cx.account(freed, 0);
         }
-        self.moved_away =
-            !self.cx.tables.values().all(|t| {
-                t.partitions.iter().enumerate().all(|(p, slot)| slot.is_none() || self.holds_partition(p as u32))
-            });
+        self.moved_away = in_use;
     }
 
     pub fn apply_schema(&mut self, change: SchemaChange) -> Result<()> {
@@ -735,6 +734,17 @@ impl Shard {
         self.epochs.check(&self.cx);
         self.lcp.check(&self.cx);
         self.sync.check(&self.cx);
+        if !self.moved_away {
+            for (id, table) in &self.cx.tables {
+                for (p, slot) in table.partitions.iter().enumerate() {
+                    assert!(
+                        slot.is_none() || self.holds_partition(p as u32),
+                        "shard {}: partition {p} of table id {id} moved away but was not freed",
+                        self.cx.me()
+                    );
+                }
+            }
+        }
         assert_eq!(
             self.restarting,
             is_restarting(&self.cx.layout, self.cx.me()),

@@ -637,9 +637,11 @@ impl PartitionSync {
         for (id, table) in &cx.tables {
             for (p, slot) in table.partitions.iter().enumerate() {
                 let p = p as u32;
-                // A node of an added group asks for every partition moving
-                // to its group: the view that admits the group's first
-                // node makes that node primary of all of them.
+                // A node of an added group asks for every partition still
+                // moving to its group: the view that admits the group's
+                // first node makes that node primary of all of them. (Not
+                // once the move is done: the primary it would ask keeps the
+                // role, and would stay frozen.)
                 let moving_here = cx.router.moving_to(p).is_some_and(|to| Some(to.group) == my_group);
                 if slot.is_none() || (future.primary_of(p) != Some(me) && !moving_here) {
                     continue;

@@ -120,6 +120,13 @@ impl NodeGroups {
         Ok(groups)
     }
 
+    /// Takes the layout's placement and moves, to be saved.
+    fn record_placement(&mut self, layout: &ClusterLayout) {
+        self.placement = layout.placement.clone();
+        self.placement_groups = layout.placement_groups;
+        self.moves = layout.moves.clone();
+    }
+
     /// Puts the saved placement into a new layout.
     pub(super) fn place(&self, layout: &mut ClusterLayout) {
         layout.placement = self.placement.clone();
@@ -151,9 +158,7 @@ fn added_nodes(current: &ClusterConfig, new: &ClusterConfig) -> Result<Vec<DataN
 impl Mgmd {
     fn save_node_groups(&self, state: &State) {
         let mut groups = self.node_groups.lock().unwrap_or_else(|p| p.into_inner());
-        groups.placement = state.layout.placement.clone();
-        groups.placement_groups = state.layout.placement_groups;
-        groups.moves = state.layout.moves.clone();
+        groups.record_placement(&state.layout);
         if let Err(e) = groups.save(self.data_dir.as_deref()) {
             drop(groups);
             self.event(Severity::Alert, format!("cannot save the node groups: {}", e.message));
@@ -181,7 +186,7 @@ impl Mgmd {
             ));
         }
         let old_groups = state.layout.node_groups;
-        let partitions = state.tables.iter().map(|t| t.partitions).max().unwrap_or(0);
+        let partitions = most_partitions(&state);
         let nodes = added.iter().map(|d| new.not_started(d)).collect();
         let mut layout = state.layout.clone();
         let moves = layout.add_node_groups(nodes, new_groups, partitions);
@@ -191,9 +196,7 @@ impl Mgmd {
         let mut groups = self.node_groups.lock().unwrap_or_else(|p| p.into_inner()).clone();
         groups.added.extend(added.iter().cloned());
         groups.known.extend(&ids);
-        groups.placement = layout.placement.clone();
-        groups.placement_groups = layout.placement_groups;
-        groups.moves = layout.moves.clone();
+        groups.record_placement(&layout);
         groups.save(self.data_dir.as_deref())?;
         *self.node_groups.lock().unwrap_or_else(|p| p.into_inner()) = groups;
         state.layout = layout;
@@ -242,9 +245,11 @@ impl Mgmd {
     /// `MgmRequest::NodeGroups`: every node group with its nodes and how
     /// many partition numbers it holds, and the moves under way.
     pub(super) fn node_group_status(&self) -> Result<MgmResponse> {
-        let layout = self.lock().layout.clone();
+        let (layout, partitions) = {
+            let state = self.lock();
+            (state.layout.clone(), most_partitions(&state))
+        };
         let router = latsdb_types::proto::Router::new(&layout);
-        let partitions = self.lock().tables.iter().map(|t| t.partitions).max().unwrap_or(0);
         let mut text = String::new();
         for g in 0..layout.node_groups {
             let nodes: Vec<String> =
@@ -264,6 +269,12 @@ impl Mgmd {
         }
         Ok(MgmResponse::Report(text))
     }
+}
+
+/// The partition count of the table with the most: every partition number
+/// any table has is below it.
+fn most_partitions(state: &State) -> u32 {
+    state.tables.iter().map(|t| t.partitions).max().unwrap_or(0)
 }
 
 fn describe_moves(moves: &[PartitionMove]) -> String {

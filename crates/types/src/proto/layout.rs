@@ -42,6 +42,15 @@ pub struct PartitionPlace {
     pub slot: u32,
 }
 
+impl PartitionPlace {
+    /// The place of partition `p` by the default rule over `groups` node
+    /// groups: dealt round-robin.
+    pub fn by_default(p: u32, groups: u32) -> PartitionPlace {
+        let groups = groups.max(1);
+        PartitionPlace { group: p % groups, slot: p / groups }
+    }
+}
+
 /// A partition number moving to a node group that is being added. Until a
 /// node of the target group is started, the partition stays in its group
 /// and the target group's starting nodes take its writes as extra backups
@@ -205,11 +214,35 @@ impl ClusterLayout {
     pub fn placed(&self, p: u32) -> PartitionPlace {
         match self.placement.get(p as usize) {
             Some(place) => *place,
-            None => {
-                let groups = self.default_groups().max(1);
-                PartitionPlace { group: p % groups, slot: p / groups }
+            None => PartitionPlace::by_default(p, self.default_groups()),
+        }
+    }
+
+    /// The placement with the moves that are done written in, and the
+    /// moves still under way: what routing follows (`Router`) and what the
+    /// management server settles (`settle_moves`).
+    pub fn current_placement(&self) -> (Vec<PartitionPlace>, Vec<PartitionMove>) {
+        let mut placement = self.placement.clone();
+        let mut pending = Vec::new();
+        for m in &self.moves {
+            // Every move is of a placed partition (`add_node_groups`); a
+            // layout from the wire that breaks this is routed without it.
+            let Some(place) = placement.get_mut(m.partition as usize) else {
+                debug_assert!(
+                    false,
+                    "partition {} moves but `placement` covers only {}",
+                    m.partition,
+                    self.placement.len()
+                );
+                continue;
+            };
+            if self.move_done(m.to.group) {
+                *place = m.to;
+            } else {
+                pending.push(*m);
             }
         }
+        (placement, pending)
     }
 
     /// Whether a move to `group` is done: a node of it is started (the view
@@ -261,6 +294,11 @@ impl ClusterLayout {
             // on use the new groups too.
             self.placement_groups = groups;
         }
+        debug_assert!(
+            self.moves.iter().all(|m| self.placed(m.partition).group < old && m.to.group >= old),
+            "a move does not go from an old node group to a new one: {:?}",
+            self.moves
+        );
         self.version += 1;
         self.moves.clone()
     }
@@ -271,22 +309,15 @@ impl ClusterLayout {
     /// left, numbers beyond the placement follow the default rule over
     /// every node group. Returns the partition numbers that moved.
     pub fn settle_moves(&mut self) -> Vec<u32> {
-        let (done, pending): (Vec<PartitionMove>, Vec<PartitionMove>) =
-            self.moves.iter().partition(|m| self.move_done(m.to.group));
-        for m in &done {
-            assert!(
-                (m.partition as usize) < self.placement.len(),
-                "partition {} moves but `placement` covers only {}",
-                m.partition,
-                self.placement.len()
-            );
-            self.placement[m.partition as usize] = m.to;
-        }
+        let (placement, pending) = self.current_placement();
+        let moved: Vec<u32> = self.moves.iter().filter(|m| !pending.contains(m)).map(|m| m.partition).collect();
+        self.placement = placement;
         self.moves = pending;
-        if !done.is_empty() && self.moves.is_empty() {
+        if !moved.is_empty() && self.moves.is_empty() {
             self.placement_groups = self.node_groups;
         }
-        done.iter().map(|m| m.partition).collect()
+        debug_assert!(self.moves.iter().all(|m| !self.move_done(m.to.group)), "a done move was left unsettled");
+        moved
     }
 }
 

@@ -26,24 +26,16 @@ impl Router {
         let groups = (0..layout.node_groups)
             .map(|g| layout.group_nodes(g).iter().map(|d| (d.node_id, d.shards.len() as u16, d.status)).collect())
             .collect();
-        let mut placement = layout.placement.clone();
-        let mut moving = Vec::new();
-        for m in &layout.moves {
-            match placement.get_mut(m.partition as usize) {
-                Some(place) if layout.move_done(m.to.group) => *place = m.to,
-                Some(_) => moving.push(*m),
-                None => debug_assert!(false, "partition {} moves but is not placed", m.partition),
-            }
-        }
+        let (placement, mut moving) = layout.current_placement();
         moving.sort_unstable_by_key(|m| m.partition);
-        Router { groups, placement, default_groups: layout.default_groups().max(1), moving }
+        Router { groups, placement, default_groups: layout.default_groups(), moving }
     }
 
     /// Where partition `p` lives (a move that is done counted).
     pub fn place_of(&self, p: u32) -> PartitionPlace {
         match self.placement.get(p as usize) {
             Some(place) => *place,
-            None => PartitionPlace { group: p % self.default_groups, slot: p / self.default_groups },
+            None => PartitionPlace::by_default(p, self.default_groups),
         }
     }
 
@@ -77,9 +69,7 @@ impl Router {
     /// of starting nodes (which are catching up), then those of the node
     /// group it is moving to (which copy it).
     pub fn replicas_of(&self, partition: u32) -> Vec<ShardAddr> {
-        let place = self.place_of(partition);
-        let mut replicas: Vec<ShardAddr> =
-            self.in_group(place, NodeStatus::Started).chain(self.in_group(place, NodeStatus::Starting)).collect();
+        let mut replicas = self.replicas_in(self.place_of(partition));
         if let Some(to) = self.moving_to(partition) {
             replicas.extend(self.in_group(to, NodeStatus::Starting));
         }
