@@ -1,6 +1,6 @@
 //! Multi-operation transactions, coordinated by a data-node shard.
 
-use crate::ops::{outcome, Op, Outcome};
+use crate::ops::{outcome, Op, Outcome, STALE_LAYOUT_RETRIES};
 use crate::Client;
 use latsdb_types::proto::{ClientRequest, ClientResponse, CommitEpoch, ShardAddr, TxId};
 use latsdb_types::{DbError, ErrorCode, Result};
@@ -131,6 +131,14 @@ impl Transaction {
 
     /// Sends operations as they are (writes of tables with unique indexes
     /// must come with their entries, see `unique.rs`).
+    ///
+    /// A transaction's first request that the cluster refused or aborted
+    /// because of its own change (a node failed or restarts, a partition
+    /// moves: `nothing_done`) left nothing behind, so it runs again as a new
+    /// transaction, routed by a fresh layout, up to `STALE_LAYOUT_RETRIES`
+    /// times: the application sees no error for what the cluster does to
+    /// itself. A later request cannot be run again this way: what the
+    /// transaction read before may have changed.
     pub(crate) async fn exec_plain(&mut self, ops: Vec<Op>, commit: bool) -> Result<Vec<Outcome>> {
         if self.finished {
             return Err(DbError::new(
@@ -138,26 +146,55 @@ impl Transaction {
                 "the transaction has already committed or aborted",
             ));
         }
-        let tc = match self.tc {
-            Some(tc) => tc,
-            None => {
-                // Start at the shard that holds the first key: its operation is local.
-                let first = ops.first().ok_or_else(|| {
-                    DbError::bad_request("a transaction's first request needs at least one operation")
-                })?;
-                let tc = self.client.route(first.op.partition)?;
-                self.tc = Some(tc);
-                tc
+        let first_partition = match ops.first() {
+            Some(op) => op.op.partition,
+            None if self.tc.is_none() => {
+                return Err(DbError::bad_request("a transaction's first request needs at least one operation"))
             }
+            None => 0,
         };
         let layouts: Vec<_> = ops.iter().map(|o| o.layout.clone()).collect();
         let request = ClientRequest::TxExec { tx: self.id, ops: ops.into_iter().map(|o| o.op).collect(), commit };
-        // A request that could not be sent (no connection to the
-        // coordinator) did nothing; one sent and left unanswered may have.
-        let (answer, sent) = match self.client.start(tc, &request).await {
-            Ok(rx) => (self.client.finish(rx).await, true),
-            Err(e) => (Err(e), false),
-        };
+        let fresh = self.id.is_none();
+        let mut attempt = 0;
+        loop {
+            // Start at the shard that holds the first key: its operation is local.
+            let tc = match self.tc {
+                Some(tc) => tc,
+                None => *self.tc.insert(self.client.route(first_partition)?),
+            };
+            // A request that could not be sent (no connection to the
+            // coordinator) did nothing; one sent and left unanswered may have.
+            let (answer, sent) = match self.client.start(tc, &request).await {
+                Ok(rx) => (self.client.finish(rx).await, true),
+                Err(e) => (Err(e), false),
+            };
+            let undone = match &answer {
+                Ok(ClientResponse::TxAborted { error: Some(e), .. }) | Ok(ClientResponse::Error(e)) => nothing_done(e),
+                Err(e) => !sent && nothing_done(e),
+                Ok(_) => false,
+            };
+            if fresh && undone && attempt < STALE_LAYOUT_RETRIES {
+                debug_assert!(self.id.is_none() && !self.committed, "a transaction that began is run again");
+                self.tc = None;
+                self.client.after_stale_layout(attempt, true).await?;
+                attempt += 1;
+                continue;
+            }
+            return self.answered(answer, sent, commit, tc, layouts).await;
+        }
+    }
+
+    /// The transaction's state and the request's outcomes from the
+    /// coordinator's answer (or the failure to get one).
+    async fn answered(
+        &mut self,
+        answer: Result<ClientResponse>,
+        sent: bool,
+        commit: bool,
+        tc: ShardAddr,
+        layouts: Vec<std::sync::Arc<latsdb_types::row::RowLayout>>,
+    ) -> Result<Vec<Outcome>> {
         let answer = match answer {
             Ok(a) => a,
             Err(e) => {
@@ -205,6 +242,15 @@ impl Transaction {
             other => Err(DbError::internal(format!("a transaction request was answered with {other:?}"))),
         }
     }
+}
+
+/// Whether a refusal or an abort with this error left nothing of the
+/// transaction behind, because the cluster was changing: a node failed or
+/// is restarting, or a partition moved or is being handed over. (A lock
+/// wait timeout also undoes the transaction, but it is the application's
+/// contention, and the application decides.)
+fn nothing_done(e: &DbError) -> bool {
+    matches!(e.code, ErrorCode::NotServing | ErrorCode::NodeUnavailable | ErrorCode::WrongShard)
 }
 
 impl Drop for Transaction {

@@ -8,6 +8,7 @@
 
 use crate::context::{owned_partition, unknown_table, wrong_shard, ConnId, Context, FastMap};
 use crate::locks::{Acquire, LockKey, LockTable};
+use crate::prepare::{check_key, check_redo_room, check_tablespace, prepare, Prepared, Unprepared};
 use crate::shard::Outbox;
 use crate::sync::PartitionSync;
 use latsdb_storage::Partition;
@@ -20,15 +21,6 @@ use latsdb_types::{DbError, ErrorCode, Result, TableMeta};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-
-/// An operation that passed validation, with its new row already encoded.
-pub(crate) struct Prepared {
-    pub(crate) op: KeyOp,
-    pub(crate) meta: Arc<TableMeta>,
-    pub(crate) new_row: Option<Box<[u8]>>,
-    /// The key's hash in its partition's index.
-    pub(crate) hash: u64,
-}
 
 #[derive(Clone, Copy)]
 pub(crate) enum Origin {
@@ -451,67 +443,6 @@ fn lock_mode(kind: &OpKind) -> LockMode {
 }
 
 impl Ldm {
-    /// Validates an operation against the schema and ownership, and encodes
-    /// its new row.
-    fn prepare(&self, cx: &Context, sync: &PartitionSync, op: KeyOp) -> Result<Prepared> {
-        let table = cx.table(op.table, op.table_version)?;
-        let meta = &table.meta;
-        let partition = owned_partition(table, op.partition, cx.cfg.me)?;
-        // Backups serve committed reads; writes and locking reads go to the primary.
-        let needs_primary = !matches!(op.kind, OpKind::Read { lock: LockMode::Committed });
-        if needs_primary && !table.is_primary(op.partition, cx.cfg.me) {
-            return Err(wrong_shard(op.partition, cx.cfg.me));
-        }
-        if needs_primary && sync.frozen(op.table, op.partition) {
-            return Err(DbError::new(
-                ErrorCode::NotServing,
-                format!(
-                    "partition {} is being handed to its restarted primary; nothing was done, retry in a moment",
-                    op.partition
-                ),
-            ));
-        }
-        check_key(meta, &op.key, op.partition, op.projection.as_deref())?;
-        let new_row = match &op.kind {
-            OpKind::Insert { row } | OpKind::Upsert { row } => {
-                let values = meta.coerce_row(row.clone())?;
-                let encoded = meta.layout.encode(&values);
-                if meta.key_of_row(&encoded) != op.key {
-                    return Err(DbError::bad_request(
-                        "the operation's key does not match the primary-key columns of its row",
-                    ));
-                }
-                Some(encoded.into_boxed_slice())
-            }
-            OpKind::Update { set } => {
-                if set.is_empty() {
-                    return Err(DbError::bad_request("an update must assign at least one column"));
-                }
-                for (column, expr) in set {
-                    if *column as usize >= meta.def.columns.len() {
-                        return Err(DbError::new(
-                            ErrorCode::UnknownColumn,
-                            format!("update names column number {column}, which does not exist"),
-                        ));
-                    }
-                    if meta.def.primary_key.contains(column) {
-                        return Err(DbError::bad_request(format!(
-                            "primary-key column '{}' cannot be updated; delete the row and insert it again",
-                            meta.def.columns[*column as usize].name
-                        )));
-                    }
-                    expr.validate(meta.def.columns.len())?;
-                }
-                None
-            }
-            OpKind::Read { .. } | OpKind::Delete => None,
-        };
-        // Start loading the key's index slot now; it is read a little later.
-        let hash = partition.key_hash(&op.key);
-        partition.prefetch_slot(hash);
-        Ok(Prepared { meta: meta.clone(), op, new_row, hash })
-    }
-
     /// The answer to a client's batch of committed reads (`on_lookups`),
     /// as a frame: what `ldm_batch` answers the same reads, in three passes
     /// as it does, with the rows found copied straight from the table into
@@ -624,7 +555,10 @@ impl Ldm {
         let mut apply_now = true;
         let batch = self.next_batch;
         let ops_left = ops.len();
-        let prepared: Vec<Result<Prepared>> = ops.into_iter().map(|op| self.prepare(cx, sync, op)).collect();
+        // A refused operation goes back to the client with its error: the
+        // client routes it again itself.
+        let prepared: Vec<Result<Prepared>> =
+            ops.into_iter().map(|op| prepare(cx, sync, op).map_err(|u| u.error)).collect();
         for p in prepared.iter().flatten() {
             Self::prefetch_row(cx, p);
         }
@@ -908,13 +842,15 @@ impl Ldm {
         }
     }
 
-    /// Operations of a transaction, sent by its coordinator.
-    /// Answers operations with a retriable error, executing none.
-    pub(crate) fn refuse_ops(&mut self, cx: &mut Context, tx: TxId, indexes: Vec<u32>, e: DbError, out: &mut Outbox) {
-        let results = indexes.into_iter().map(|idx| (idx, OpResult::Error(e.clone()))).collect();
-        self.report(cx, tx, results, out);
+    /// Hands operations back to their coordinator unexecuted, with the
+    /// retriable error that says why (`TxOpsReturned`): it sends them again
+    /// once its layout moves on.
+    pub(crate) fn return_ops(cx: &mut Context, tx: TxId, ops: Vec<(u32, KeyOp)>, error: DbError, out: &mut Outbox) {
+        debug_assert!(error.is_retriable(), "operations handed back with a final error: {error:?}");
+        cx.send_peer(tx.tc, PeerMsg::TxOpsReturned { tx, ops, error }, out);
     }
 
+    /// Operations of a transaction, sent by its coordinator.
     pub(crate) fn tx_ops(
         &mut self,
         cx: &mut Context,
@@ -924,11 +860,18 @@ impl Ldm {
         out: &mut Outbox,
     ) {
         let mut results = Vec::with_capacity(ops.len());
+        let mut returned: Vec<(u32, KeyOp)> = Vec::new();
+        let mut returned_error = None;
         for (idx, op) in ops {
-            let prepared = match self.prepare(cx, sync, op) {
+            let prepared = match prepare(cx, sync, op) {
                 Ok(p) => p,
-                Err(e) => {
-                    results.push((idx, OpResult::Error(e)));
+                Err(Unprepared { error, returned: Some(op) }) => {
+                    returned.push((idx, op));
+                    returned_error.get_or_insert(error);
+                    continue;
+                }
+                Err(Unprepared { error, .. }) => {
+                    results.push((idx, OpResult::Error(error)));
                     continue;
                 }
             };
@@ -960,6 +903,9 @@ impl Ldm {
         }
         if !results.is_empty() {
             self.report(cx, tx, results, out);
+        }
+        if let Some(error) = returned_error {
+            Self::return_ops(cx, tx, returned, error, out);
         }
     }
 
@@ -1349,80 +1295,6 @@ pub(crate) fn forget_wait(ltx: &mut LdmTx, key: &LockKey) {
             ltx.waits.remove(key);
         }
     }
-}
-
-/// Checks that `key` is a well-formed key of the table, of `partition`,
-/// and that `projection` names its columns.
-fn check_key(meta: &TableMeta, key: &[u8], partition: u32, projection: Option<&[ColumnId]>) -> Result<()> {
-    meta.validate_key(key)?;
-    if meta.partition_of(key) != partition {
-        return Err(DbError::bad_request(format!(
-            "the key belongs to partition {} but the request names partition {partition}",
-            meta.partition_of(key)
-        )));
-    }
-    meta.validate_projection(projection)
-}
-
-/// Refuses a write whose disk part does not fit a page, or whose table's
-/// tablespace has reached its limit (as the data memory check does for
-/// memory: it counts committed rows, so writes staged at the same time may
-/// pass it together and take the tablespace a little past its limit).
-/// Refuses a write while the shard keeps as much REDO as its limit allows
-/// (`ShardConfig::redo_limit_bytes`): the disk must not fill up, which would
-/// stop the node. A checkpoint lets older REDO go (one starts at half the
-/// limit), so the refusal is temporary unless checkpoints are off.
-fn check_redo_room(redo: &crate::context::Redo, limit: u64, checkpoint_trigger_mb: u64, me: ShardAddr) -> Result<()> {
-    let kept = redo.kept();
-    if limit == 0 || !redo.enabled || kept < limit {
-        return Ok(());
-    }
-    let remedy = if checkpoint_trigger_mb == 0 {
-        "checkpoints are off (checkpoint_trigger_mb = 0), so none is let go: turn them on"
-    } else {
-        "retry once the running checkpoint ends; if this repeats, raise redo_limit_mb"
-    };
-    Err(DbError::new(
-        ErrorCode::RedoFull,
-        format!(
-            "the REDO log of shard {me} is full: it keeps {} MiB, its limit is {} MiB until a checkpoint lets older records go; {remedy}",
-            kept >> 20,
-            limit >> 20
-        ),
-    ))
-}
-
-fn check_tablespace(
-    partition: &Partition,
-    key: &[u8],
-    new: Option<&[u8]>,
-    meta: &TableMeta,
-    me: ShardAddr,
-) -> Result<()> {
-    let Some(pages) = partition.pages() else { return Ok(()) };
-    if let Some(row) = new {
-        partition.check_row(row)?;
-    }
-    // Without a limit there is nothing to weigh (and no old record to read).
-    if latsdb_storage::pages::DiskPages::lock(pages).limit_bytes() == 0 {
-        return Ok(());
-    }
-    let growth = partition.disk_growth(key, new);
-    // A record that grows may have to move to another page whole, so the
-    // room asked for is its new length, not its growth.
-    let need = new.map_or(0, |row| partition.disk_len(row)) as u64 + 4;
-    let pages = latsdb_storage::pages::DiskPages::lock(pages);
-    if growth > 0 && !pages.has_room(need) {
-        return Err(DbError::new(
-            ErrorCode::TableFull,
-            format!(
-                "table {} is full: the tablespace of shard {me} reached its limit of {} MiB; delete rows or raise tablespace_mb in the cluster configuration",
-                meta.def.qualified_name(),
-                pages.limit_bytes() >> 20
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// A committed read's outcome in `ldm_lookups`.

@@ -16,7 +16,8 @@
 //! - `Ldm` (`ldm`, `replica`): executes key operations on its own partitions
 //!   under row locks (`locks`), stages transactional writes until commit,
 //!   and stages every write on the partition's backups before it is
-//!   acknowledged (the backup side is `replica`);
+//!   acknowledged (the backup side is `replica`; what an operation must
+//!   pass before it runs is `prepare`);
 //! - `Takeovers` (`takeover`): the transactions of a failed coordinator are
 //!   committed or aborted consistently by the survivors;
 //! - `Epochs` (`durability`) and `Checkpoints` (`checkpoint`): commit epochs,
@@ -43,6 +44,7 @@ mod ldm;
 mod locks;
 pub mod membership;
 mod pager;
+mod prepare;
 mod replica;
 mod restart;
 mod shard;

@@ -58,8 +58,9 @@
 
 use crate::context::{owned_partition, unknown_table, Context};
 use crate::ldm::{apply_staged, Ldm};
-use crate::ldm::{forget_wait, KeyMap, LdmTx, Origin, Pending, Prepared, Staged};
+use crate::ldm::{forget_wait, KeyMap, LdmTx, Origin, Pending, Staged};
 use crate::locks::{Acquire, LockKey};
+use crate::prepare::Prepared;
 use crate::shard::Outbox;
 use crate::sync::PartitionSync;
 use latsdb_types::proto::{KeyOp, OpKind, PeerMsg, ReplicaWrite, ShardAddr, TxId};

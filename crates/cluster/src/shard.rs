@@ -505,17 +505,22 @@ impl Shard {
             self.refuse_peer(from, msg, out);
             return;
         }
-        if let PeerMsg::TxOps { tx, ops } = &msg {
-            if let Some(e) = self.not_serving(now) {
+        let msg = match msg {
+            PeerMsg::TxOps { tx, ops } => match self.not_serving(now) {
                 // The coordinator's layout may lag behind a view that left
                 // this node out (and made another replica primary): without
                 // a lease it takes no lock and reads nothing, as for a
-                // client of its own.
-                self.ldm.refuse_ops(&mut self.cx, *tx, ops.iter().map(|(idx, _)| *idx).collect(), e, out);
-                self.finish_turn(out);
-                return;
-            }
-        }
+                // client of its own. The coordinator sends the operations
+                // again when its layout moves on.
+                Some(e) => {
+                    Ldm::return_ops(&mut self.cx, tx, ops, e, out);
+                    self.finish_turn(out);
+                    return;
+                }
+                None => PeerMsg::TxOps { tx, ops },
+            },
+            msg => msg,
+        };
         self.dispatch_peer(from, msg, out);
         self.finish_turn(out);
     }
@@ -568,9 +573,7 @@ impl Shard {
                 let results = writes.iter().map(|w| (w.idx, Some(refusal.clone()))).collect();
                 self.cx.send_peer(from, PeerMsg::ReplicaPrepared { tx, results }, out);
             }
-            PeerMsg::TxOps { tx, ops } => {
-                self.ldm.refuse_ops(&mut self.cx, tx, ops.iter().map(|(idx, _)| *idx).collect(), refusal, out);
-            }
+            PeerMsg::TxOps { tx, ops } => Ldm::return_ops(&mut self.cx, tx, ops, refusal, out),
             _ => return,
         }
         self.finish_turn(out);
@@ -580,6 +583,7 @@ impl Shard {
     pub fn on_tick(&mut self, now: Micros, out: &mut Outbox) {
         self.cx.now = now;
         self.ldm.expire_waits(&mut self.cx, out);
+        self.tc.send_returned_again(&mut self.cx, out);
         if self.takeover.report_due(&self.cx) {
             // A shard created with its layout reports in that version too.
             self.takeover.on_layout_changed(&mut self.cx, out);
@@ -652,6 +656,7 @@ impl Shard {
                 self.tc.on_op_results(cx, out, from, tx, results, epoch)
             }
             PeerMsg::TxCommitted { tx } => self.tc.on_committed(out, from, tx),
+            PeerMsg::TxOpsReturned { tx, ops, error } => self.tc.on_ops_returned(cx, out, from, tx, ops, error),
             PeerMsg::ReplicaPrepare { tx, writes } => {
                 if writes.len() > 1 {
                     self.ldm.replica_txs.entry(tx).or_default().reserve(writes.len());

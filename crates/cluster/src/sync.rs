@@ -240,6 +240,14 @@ impl PartitionSync {
             assert!(part.attempt <= dst.attempts, "shard {me}: copy attempt beyond the last one numbered");
             assert!(part.source != me, "shard {me}: copies partition {partition} of table {table} from itself");
         }
+        // (A dropped table's entries go at the next layout change or tick.)
+        for (&(table, partition, to), &told) in self.src.frozen.iter().filter(|((t, ..), _)| cx.tables.contains_key(t))
+        {
+            assert!(
+                !handover_over(cx, table, partition, to, told),
+                "shard {me}: partition {partition} of table {table} stays frozen for {to} after its handover ended"
+            );
+        }
     }
 
     /// A new layout: a primary holds copies back until the transactions
@@ -715,20 +723,15 @@ impl PartitionSync {
     }
 
     /// Tells each restarted replica once no transaction holds a lock on a
-    /// partition handed to it; drops handovers that are over (told, and
-    /// this shard is no longer the primary) or void (the replica left).
+    /// partition handed to it; then drops the handovers that are over or
+    /// void (`handover_over`).
     fn check_frozen(&mut self, cx: &mut Context, ldm: &Ldm, out: &mut Outbox) {
         if self.src.frozen.is_empty() {
             return;
         }
-        let me = cx.me();
         let mut frozen = std::mem::take(&mut self.src.frozen);
-        frozen.retain(|(table, partition, to), told| {
-            cx.layout.takes_writes(to.node)
-                && cx.tables.get(table).is_some_and(|t| !*told || t.is_primary(*partition, me))
-        });
         for ((table, partition, to), told) in frozen.iter_mut() {
-            if *told {
+            if *told || !cx.layout.takes_writes(to.node) {
                 continue;
             }
             let Some(meta) = cx.tables.get(table).map(|t| t.meta.clone()) else { continue };
@@ -737,8 +740,21 @@ impl PartitionSync {
                 cx.send_peer(*to, PeerMsg::SyncHandedOver { table: *table, partition: *partition }, out);
             }
         }
+        frozen.retain(|&(table, partition, to), told| !handover_over(cx, table, partition, to, *told));
         self.src.frozen = frozen;
     }
+}
+
+/// Whether this shard's handover of `partition` to `to` is over: `to`
+/// left, the table was dropped, or `to` was told and either this shard is
+/// no longer the partition's primary or `to` is started. (A started node
+/// asked for a partition it did not become primary of when its layout
+/// lagged a move that was already done; the primary of this layout keeps
+/// its role, and must not stay frozen.)
+fn handover_over(cx: &Context, table: TableId, partition: u32, to: ShardAddr, told: bool) -> bool {
+    let Some(t) = cx.tables.get(&table) else { return true };
+    let started = cx.layout.datanode(to.node).is_some_and(|d| d.status == NodeStatus::Started);
+    !cx.layout.takes_writes(to.node) || (told && (!t.is_primary(partition, cx.me()) || started))
 }
 
 /// Makes this shard's rows of `range` exactly `rows`.

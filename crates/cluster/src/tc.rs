@@ -10,6 +10,17 @@
 //! except inserts that find their key taken in a request that changed
 //! nothing else and does not commit.
 //!
+//! A participant that cannot take an operation now (its partition is being
+//! handed to a restarted primary, or the coordinator's layout is behind the
+//! participant's) hands it back unexecuted (`TxOpsReturned`). A transaction
+//! that holds nothing yet keeps such operations and sends them again on
+//! every tick and layout change, routed by its layout of the moment, for as
+//! long as a lock wait may last: a node restart or a partition move stays
+//! invisible to its client. One that may hold a lock fails them at once,
+//! as any failed operation: a handover waits for the locks on its partition
+//! to go, and a transaction waiting for a handover while it holds one could
+//! be what that handover, or another one, waits for.
+//!
 //! ```text
 //! client        TC shard            LDM shard(s)
 //!   |--TxExec----->|                     |
@@ -22,7 +33,7 @@
 //!   |<--TxExec{committed}                |
 //! ```
 
-use crate::context::{ConnId, Context, FastMap};
+use crate::context::{ConnId, Context, FastMap, Micros};
 use crate::shard::Outbox;
 use latsdb_types::proto::{ClientResponse, CommitEpoch, KeyOp, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::schema::TableId;
@@ -54,6 +65,17 @@ struct TcTx {
     /// The highest epoch a participant reported; the commit's epoch is at
     /// least this (see durability.rs).
     epoch: CommitEpoch,
+    /// Operations of the current request a participant handed back
+    /// unexecuted, by index, to send again; with why they were handed back
+    /// (their result if they cannot be placed by `retry_until`).
+    returned: Vec<(u32, KeyOp)>,
+    returned_error: Option<DbError>,
+    /// Set when the current request has its first operation handed back:
+    /// a request is never resent for longer than a lock wait may last.
+    retry_until: Option<Micros>,
+    /// An operation of the transaction succeeded somewhere: it may hold a
+    /// lock.
+    may_hold_locks: bool,
 }
 
 impl TcTx {
@@ -69,7 +91,21 @@ impl TcTx {
             phase: Phase::Idle,
             error: None,
             epoch: CommitEpoch::NONE,
+            returned: Vec::new(),
+            returned_error: None,
+            retry_until: None,
+            may_hold_locks: false,
         }
+    }
+
+    /// An operation of the current request fails with `error` without
+    /// having reached a participant.
+    fn fail(&mut self, idx: u32, error: DbError) {
+        let slot = &mut self.results[idx as usize];
+        debug_assert!(slot.is_none(), "operation {idx} failed after its result came");
+        *slot = Some(OpResult::Error(error.clone()));
+        self.remaining -= 1;
+        self.error.get_or_insert(error);
     }
 
     /// The transaction's invariants, whatever its phase.
@@ -78,6 +114,20 @@ impl TcTx {
         assert!(self.epoch <= commit_epoch, "tx {id:?}: epoch {} above the shard's {commit_epoch}", self.epoch);
         let distinct: BTreeSet<&ShardAddr> = self.participants.iter().collect();
         assert_eq!(distinct.len(), self.participants.len(), "tx {id:?}: a participant listed twice");
+        assert_eq!(
+            self.returned.is_empty(),
+            self.returned_error.is_none(),
+            "tx {id:?}: returned operations without why"
+        );
+        assert!(
+            self.returned.is_empty() || self.phase == Phase::Executing,
+            "tx {id:?}: operations waiting to be sent again while {:?}",
+            self.phase
+        );
+        assert!(
+            self.returned.iter().all(|(idx, _)| self.results.get(*idx as usize).is_some_and(Option::is_none)),
+            "tx {id:?}: a returned operation already has its result"
+        );
         match &self.phase {
             Phase::Executing => {
                 assert!(self.remaining > 0, "tx {id:?}: executing with no operation outstanding");
@@ -106,6 +156,9 @@ impl TcTx {
 pub(crate) struct Coordinator {
     txs: FastMap<TxId, TcTx>,
     next_seq: u64,
+    /// Transactions with operations handed back, to send again (ordered,
+    /// so the simulation replays).
+    with_returned: BTreeSet<TxId>,
     /// Transactions this shard coordinated that committed, and that
     /// aborted (for reports).
     pub(crate) committed: u64,
@@ -114,7 +167,13 @@ pub(crate) struct Coordinator {
 
 impl Coordinator {
     pub(crate) fn starting_at(first_seq: u64) -> Coordinator {
-        Coordinator { txs: FastMap::default(), next_seq: first_seq, committed: 0, aborted: 0 }
+        Coordinator {
+            txs: FastMap::default(),
+            next_seq: first_seq,
+            with_returned: BTreeSet::new(),
+            committed: 0,
+            aborted: 0,
+        }
     }
 
     pub(crate) fn open(&self) -> usize {
@@ -134,7 +193,16 @@ impl Coordinator {
             assert_eq!(id.tc, cx.me(), "shard {} coordinates transaction {id:?} of another shard", cx.me());
             assert!(id.seq <= self.next_seq, "transaction {id:?} numbered beyond {}", self.next_seq);
             t.check(*id, cx.commit_epoch);
+            assert_eq!(
+                self.with_returned.contains(id),
+                !t.returned.is_empty(),
+                "transaction {id:?}: its returned operations are not tracked"
+            );
         }
+        assert!(
+            self.with_returned.iter().all(|id| self.txs.contains_key(id)),
+            "a finished transaction still has operations to send again"
+        );
     }
 
     /// A client's `TxExec`: opens the transaction if `tx` is None, routes
@@ -172,6 +240,7 @@ impl Coordinator {
         debug_assert_eq!(t.phase, Phase::Idle, "a request ran on a transaction that was not idle");
         t.req_id = req_id;
         t.commit = commit;
+        t.retry_until = None;
         if let Some(e) = route_error {
             self.abort(cx, out, id, Some(e));
             return;
@@ -256,15 +325,120 @@ impl Coordinator {
             if slot.is_some() {
                 continue;
             }
-            if let OpResult::Error(e) = &r {
-                if t.error.is_none() {
-                    t.error = Some(e.clone());
+            match &r {
+                OpResult::Error(e) => {
+                    if t.error.is_none() {
+                        t.error = Some(e.clone());
+                    }
                 }
+                _ => t.may_hold_locks = true,
             }
             *slot = Some(r);
             t.remaining -= 1;
         }
         if t.remaining == 0 {
+            t.phase = Phase::Idle;
+            self.executed(cx, out, tx);
+        } else if !t.returned.is_empty() && t.remaining == t.returned.len() {
+            // Only operations handed back are left: whether they may wait
+            // is known now.
+            self.send_again(cx, out, tx, None);
+        }
+    }
+
+    /// A participant handed operations of `tx` back unexecuted
+    /// (`TxOpsReturned`): they are kept to be sent again. One that goes
+    /// to another shard in this layout already is sent at once, once the
+    /// rest of the request is answered.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_ops_returned(
+        &mut self,
+        cx: &mut Context,
+        out: &mut Outbox,
+        from: ShardAddr,
+        tx: TxId,
+        ops: Vec<(u32, KeyOp)>,
+        error: DbError,
+    ) {
+        let Some(t) = self.txs.get_mut(&tx) else { return };
+        if t.phase != Phase::Executing || !t.participants.contains(&from) {
+            return;
+        }
+        let before = t.returned.len();
+        for (idx, op) in ops {
+            let unanswered = t.results.get(idx as usize).is_some_and(Option::is_none);
+            if unanswered && !t.returned.iter().any(|(i, _)| *i == idx) {
+                t.returned.push((idx, op));
+            }
+        }
+        if t.returned.len() == before {
+            return;
+        }
+        t.retry_until.get_or_insert(cx.now + cx.cfg.lock_wait_timeout_us);
+        t.returned_error = Some(error);
+        self.with_returned.insert(tx);
+        self.send_again(cx, out, tx, Some(from));
+    }
+
+    /// Sends the returned operations of every transaction again (each
+    /// tick and layout change), routed by the layout of the moment.
+    pub(crate) fn send_returned_again(&mut self, cx: &mut Context, out: &mut Outbox) {
+        if self.with_returned.is_empty() {
+            return;
+        }
+        let txs: Vec<TxId> = self.with_returned.iter().copied().collect();
+        for tx in txs {
+            self.send_again(cx, out, tx, None);
+        }
+    }
+
+    /// Sends the returned operations of `tx` to their primaries, except
+    /// those that would go to `not_to` (which just handed them back). It
+    /// waits while other operations of the request are unanswered. They
+    /// fail with the error they were handed back with once `retry_until`
+    /// has passed, when the transaction may hold a lock, or when another
+    /// operation failed; the request then finishes as any failed one does.
+    fn send_again(&mut self, cx: &mut Context, out: &mut Outbox, tx: TxId, not_to: Option<ShardAddr>) {
+        let Some(t) = self.txs.get_mut(&tx) else { return };
+        debug_assert!(t.phase == Phase::Executing && !t.returned.is_empty(), "tx {tx:?}: nothing to send again");
+        let timed_out = t.retry_until.is_some_and(|until| cx.now >= until);
+        if t.remaining > t.returned.len() && !timed_out {
+            return;
+        }
+        let expired = timed_out || t.may_hold_locks || t.error.is_some();
+        let why = t.returned_error.take().expect("returned operations have their error");
+        let mut routed: Vec<(ShardAddr, Vec<(u32, KeyOp)>)> = Vec::new();
+        for (idx, op) in std::mem::take(&mut t.returned) {
+            match route(cx, &op) {
+                Ok(shard) if Some(shard) != not_to && !expired => match routed.iter_mut().find(|(s, _)| *s == shard) {
+                    Some((_, list)) => list.push((idx, op)),
+                    None => routed.push((shard, vec![(idx, op)])),
+                },
+                // No primary now, or the same one: the next tick or layout
+                // change tries again.
+                Ok(_) | Err(DbError { code: ErrorCode::NodeUnavailable, .. }) if !expired => t.returned.push((idx, op)),
+                Ok(_) | Err(DbError { code: ErrorCode::NodeUnavailable, .. }) => t.fail(idx, why.clone()),
+                Err(e) => t.fail(idx, e),
+            }
+        }
+        for (shard, ops) in &routed {
+            if !t.participants.contains(shard) {
+                t.participants.push(*shard);
+            }
+            for (_, op) in ops {
+                t.touched.insert((*shard, op.table, op.partition));
+            }
+        }
+        if t.returned.is_empty() {
+            self.with_returned.remove(&tx);
+        } else {
+            t.returned_error = Some(why);
+        }
+        let answered = t.remaining == 0;
+        for (shard, ops) in routed {
+            cx.send_peer(shard, PeerMsg::TxOps { tx, ops }, out);
+        }
+        if answered {
             t.phase = Phase::Idle;
             self.executed(cx, out, tx);
         }
@@ -343,6 +517,7 @@ impl Coordinator {
         let Some(t) = self.txs.remove(&tx) else {
             return;
         };
+        self.with_returned.remove(&tx);
         debug_assert!(!matches!(t.phase, Phase::Committing { .. }), "a committing transaction was aborted");
         self.aborted += 1;
         send_abort(cx, out, tx, &t);
@@ -386,6 +561,7 @@ impl Coordinator {
         orphans.sort_unstable();
         for tx in orphans {
             let t = self.txs.remove(&tx).expect("transaction exists");
+            self.with_returned.remove(&tx);
             self.aborted += 1;
             send_abort(cx, out, tx, &t);
         }
@@ -421,10 +597,12 @@ impl Coordinator {
                 self.abort_for_failure(cx, out, tx, &dead);
             }
         }
+        self.send_returned_again(cx, out);
     }
 
     fn abort_for_failure(&mut self, cx: &mut Context, out: &mut Outbox, tx: TxId, dead: &[ShardAddr]) {
         let Some(t) = self.txs.remove(&tx) else { return };
+        self.with_returned.remove(&tx);
         self.aborted += 1;
         send_abort(cx, out, tx, &t);
         let nodes: Vec<String> = dead.iter().map(|d| d.node.to_string()).collect();

@@ -82,7 +82,10 @@ async fn a_node_group_added_under_load_takes_its_share_and_loses_no_transaction(
     let errors = writers.errors.lock().unwrap().clone();
     let acked = writers.stop().await;
     eprintln!("{} transactions acknowledged; {} failed: {errors:?}", acked.len(), errors.len());
-    assert!(errors.iter().all(|e| e.is_retriable()), "a writer saw an error it cannot retry: {errors:?}");
+    // The handovers refuse operations on the moving partitions for a
+    // moment; coordinators and the client send them again, so no writer
+    // sees an error.
+    assert!(errors.is_empty(), "the writers saw errors while the node group was added: {errors:?}");
 
     // Nothing acknowledged is lost, nothing is half-present.
     let rows = tagged::all_rows(&client, &table).await;

@@ -553,8 +553,15 @@ fn run_shard(
                 Control::Layout(l) => {
                     host.maybe_start_membership(&l);
                     host.learn_data_nodes(&l);
-                    host.drop_links_to_moved_shards(&l);
-                    *host.layout.borrow_mut() = l.clone();
+                    // A stale layout (a restarting node hears of views from
+                    // the management server and from its own membership,
+                    // which may lag) must not move the host's back: links
+                    // to live processes would look moved and be dropped, and
+                    // the peer suspects a node whose link closes.
+                    if l.version >= host.layout.borrow().version {
+                        host.drop_links_to_moved_shards(&l);
+                        *host.layout.borrow_mut() = l.clone();
+                    }
                     let mut out = Outbox::default();
                     host.shard.borrow_mut().set_layout(l, host.now(), &mut out);
                     host.dispatch(&mut out);

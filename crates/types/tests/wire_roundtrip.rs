@@ -348,7 +348,7 @@ fn client_messages_round_trip() {
 
 #[test]
 fn peer_messages_round_trip() {
-    every_variant(27, |g, v| {
+    every_variant(28, |g, v| {
         let (tx, epoch, table, partition, attempt) = (g.tx(), g.epoch(), g.u32(), g.u32(), g.u64());
         match v {
             0 => PeerMsg::TxOps { tx, ops: g.list(4, |g| (g.u32(), g.key_op())) },
@@ -389,7 +389,8 @@ fn peer_messages_round_trip() {
             },
             24 => PeerMsg::SyncHandover { table, partition },
             25 => PeerMsg::SyncHandedOver { table, partition },
-            _ => PeerMsg::SyncRefused { table, partition, attempt, error: g.error() },
+            26 => PeerMsg::SyncRefused { table, partition, attempt, error: g.error() },
+            _ => PeerMsg::TxOpsReturned { tx, ops: g.list(4, |g| (g.u32(), g.key_op())), error: g.error() },
         }
     });
 }

@@ -175,6 +175,17 @@ pub enum PeerMsg {
         attempt: u64,
         error: DbError,
     },
+    /// Participant -> coordinator: operations of `tx` this shard cannot
+    /// take now, handed back unexecuted (it looked at nothing and locked
+    /// nothing): it is not their partition's primary in its layout, or the
+    /// partition is being handed to another primary. The coordinator sends
+    /// them again once its layout moves on, and answers `error` if that
+    /// takes longer than the lock-wait timeout.
+    TxOpsReturned {
+        tx: TxId,
+        ops: Vec<(u32, KeyOp)>,
+        error: DbError,
+    },
 }
 
 /// Keys after `after` (exclusive) up to `upto` (inclusive); None is
