@@ -174,12 +174,15 @@ impl Transaction {
                 Err(e) => !sent && nothing_done(e),
                 Ok(_) => false,
             };
+            // (If the layout cannot be read again, the request's own error
+            // says more than the refresh's.)
             if fresh && undone && attempt < STALE_LAYOUT_RETRIES {
                 debug_assert!(self.id.is_none() && !self.committed, "a transaction that began is run again");
                 self.tc = None;
-                self.client.after_stale_layout(attempt, true).await?;
-                attempt += 1;
-                continue;
+                if self.client.after_stale_layout(attempt, true).await.is_ok() {
+                    attempt += 1;
+                    continue;
+                }
             }
             return self.answered(answer, sent, commit, tc, layouts).await;
         }

@@ -11,8 +11,10 @@
 //! nothing else and does not commit.
 //!
 //! A participant that cannot take an operation now (its partition is being
-//! handed to a restarted primary, or the coordinator's layout is behind the
-//! participant's) hands it back unexecuted (`TxOpsReturned`). A transaction
+//! handed to a restarted primary, one of the two layouts lags the other, or
+//! the participant has no lease, restarts or stops) hands it back
+//! unexecuted (`TxOpsReturned`); a shard that only handed operations back
+//! is no participant. A transaction
 //! that holds nothing yet keeps such operations and sends them again on
 //! every tick and layout change, routed by its layout of the moment, for as
 //! long as a lock wait may last: a node restart or a partition move stays
@@ -73,9 +75,17 @@ struct TcTx {
     /// Set when the current request has its first operation handed back:
     /// a request is never resent for longer than a lock wait may last.
     retry_until: Option<Micros>,
-    /// An operation of the transaction succeeded somewhere: it may hold a
-    /// lock.
+    /// A participant answered an operation of the transaction (even a
+    /// `DuplicateKey` keeps its row lock): it may hold a lock.
     may_hold_locks: bool,
+    /// Operations of the current request sent to each shard and neither
+    /// answered nor handed back yet.
+    in_flight: Vec<(ShardAddr, u32)>,
+    /// Shards that answered an operation of the transaction: participants
+    /// that may hold its state. A shard that only handed operations back
+    /// holds none and stops being a participant (it may not even listen to
+    /// this coordinator's commit).
+    answered_by: Vec<ShardAddr>,
 }
 
 impl TcTx {
@@ -95,6 +105,29 @@ impl TcTx {
             returned_error: None,
             retry_until: None,
             may_hold_locks: false,
+            in_flight: Vec::new(),
+            answered_by: Vec::new(),
+        }
+    }
+
+    /// `n` operations of the current request go to `shard`.
+    fn sent_to(&mut self, shard: ShardAddr, n: usize) {
+        if !self.participants.contains(&shard) {
+            self.participants.push(shard);
+        }
+        match self.in_flight.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, count)) => *count += n as u32,
+            None => self.in_flight.push((shard, n as u32)),
+        }
+    }
+
+    /// `shard` answered or handed back one operation.
+    fn came_back(&mut self, shard: ShardAddr) {
+        let entry = self.in_flight.iter_mut().find(|(s, _)| *s == shard);
+        let Some((_, count)) = entry else { panic!("an operation came back from {shard}, which was sent none") };
+        *count -= 1;
+        if *count == 0 {
+            self.in_flight.retain(|(s, _)| *s != shard);
         }
     }
 
@@ -114,6 +147,16 @@ impl TcTx {
         assert!(self.epoch <= commit_epoch, "tx {id:?}: epoch {} above the shard's {commit_epoch}", self.epoch);
         let distinct: BTreeSet<&ShardAddr> = self.participants.iter().collect();
         assert_eq!(distinct.len(), self.participants.len(), "tx {id:?}: a participant listed twice");
+        let in_flight: u32 = self.in_flight.iter().map(|(_, n)| n).sum();
+        assert_eq!(
+            in_flight as usize + self.returned.len(),
+            self.remaining,
+            "tx {id:?}: unanswered operations are neither in flight nor handed back"
+        );
+        assert!(
+            self.in_flight.iter().all(|(s, n)| *n > 0 && self.participants.contains(s)),
+            "tx {id:?}: operations in flight to a shard that is not a participant"
+        );
         assert_eq!(
             self.returned.is_empty(),
             self.returned_error.is_none(),
@@ -247,10 +290,9 @@ impl Coordinator {
         }
         t.results = (0..count).map(|_| None).collect();
         t.remaining = count;
+        debug_assert!(t.in_flight.is_empty(), "a request began with operations of the last one in flight");
         for (shard, ops) in &routed {
-            if !t.participants.contains(shard) {
-                t.participants.push(*shard);
-            }
+            t.sent_to(*shard, ops.len());
             for (_, op) in ops {
                 t.touched.insert((*shard, op.table, op.partition));
             }
@@ -325,16 +367,18 @@ impl Coordinator {
             if slot.is_some() {
                 continue;
             }
-            match &r {
-                OpResult::Error(e) => {
-                    if t.error.is_none() {
-                        t.error = Some(e.clone());
-                    }
+            if let OpResult::Error(e) = &r {
+                if t.error.is_none() {
+                    t.error = Some(e.clone());
                 }
-                _ => t.may_hold_locks = true,
             }
             *slot = Some(r);
             t.remaining -= 1;
+            t.may_hold_locks = true;
+            t.came_back(from);
+            if !t.answered_by.contains(&from) {
+                t.answered_by.push(from);
+            }
         }
         if t.remaining == 0 {
             t.phase = Phase::Idle;
@@ -369,10 +413,14 @@ impl Coordinator {
             let unanswered = t.results.get(idx as usize).is_some_and(Option::is_none);
             if unanswered && !t.returned.iter().any(|(i, _)| *i == idx) {
                 t.returned.push((idx, op));
+                t.came_back(from);
             }
         }
         if t.returned.len() == before {
             return;
+        }
+        if !t.answered_by.contains(&from) && !t.in_flight.iter().any(|(s, _)| *s == from) {
+            t.participants.retain(|s| *s != from);
         }
         t.retry_until.get_or_insert(cx.now + cx.cfg.lock_wait_timeout_us);
         t.returned_error = Some(error);
@@ -422,9 +470,7 @@ impl Coordinator {
             }
         }
         for (shard, ops) in &routed {
-            if !t.participants.contains(shard) {
-                t.participants.push(*shard);
-            }
+            t.sent_to(*shard, ops.len());
             for (_, op) in ops {
                 t.touched.insert((*shard, op.table, op.partition));
             }

@@ -636,8 +636,18 @@ fn effective_layout(
     view: Option<&(latsdb_types::proto::ViewNumber, Vec<NodeId>)>,
 ) -> ClusterLayout {
     match view {
-        Some((number, members)) => base.of_view(*number, members),
-        None => base.clone(),
+        Some((number, members)) if *number >= base.view => base.of_view(*number, members),
+        // The management server heard of a newer view than this node's
+        // membership installed (or the node is not a member yet): its
+        // layout already is of that view. Restricting it to this node's
+        // older view would show the nodes that view added as gone (links to
+        // them would be dropped, and they would suspect this node), and a
+        // joining node's takeover reports must count in the current view.
+        _ => {
+            let mut layout = base.clone();
+            layout.version = ClusterLayout::view_version(base.version, base.view);
+            layout
+        }
     }
 }
 

@@ -914,6 +914,7 @@ impl Mgmd {
             // an epoch after every view of an earlier run.
             let first = state.last_view_number.next();
             state.layout.first_view = first;
+            state.layout.view = first;
             state.recovery.clear();
             state.arbiter = Arbiter::new_at(first, view.clone());
             self.event(
@@ -1198,6 +1199,7 @@ impl Mgmd {
         if epoch > before {
             let members = members.to_vec();
             state.layout.restrict_to_view(&members);
+            state.layout.view = epoch;
             self.settle(&mut state);
             state.layout.version += 1;
             drop(state);
@@ -1232,6 +1234,7 @@ impl Mgmd {
                 state.last_view_number = state.arbiter.view().0;
                 state.formed = false;
                 state.layout.first_view = latsdb_types::proto::ViewNumber::NONE;
+                state.layout.view = latsdb_types::proto::ViewNumber::NONE;
                 state.ever_started.clear();
                 state.recovery.clear();
                 for d in state.layout.datanodes.iter_mut() {

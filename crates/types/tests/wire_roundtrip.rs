@@ -232,6 +232,7 @@ impl Gen {
             .node_groups(1)
             .durable_epoch(self.epoch())
             .first_view(ViewNumber(self.u64()))
+            .view(ViewNumber(self.u64()))
             .default_column_storage(*self.0.pick(&[Storage::Memory, Storage::Disk]))
             .placement(
                 self.list(3, |g| PartitionPlace { group: 0, slot: g.u32() }),

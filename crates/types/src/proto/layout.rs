@@ -109,6 +109,12 @@ pub struct ClusterLayout {
     /// Partitions moving to added node groups, by partition number.
     #[serde(default)]
     pub moves: Vec<PartitionMove>,
+    /// The membership view this layout's node statuses are of: for the
+    /// management server's layout the newest view it heard of (`NONE`
+    /// before the cluster formed), for a data node's the view it made
+    /// effective (`of_view`).
+    #[serde(default)]
+    pub view: ViewNumber,
 }
 
 impl ClusterLayout {
@@ -130,6 +136,7 @@ impl ClusterLayout {
         let mut layout = self.clone();
         layout.restrict_to_view(members);
         layout.version = ClusterLayout::view_version(self.version, view);
+        layout.view = view;
         debug_assert!(
             layout.datanodes.iter().all(|d| d.status != NodeStatus::Started || members.contains(&d.node_id)),
             "a node outside view {view} is started in its layout"
@@ -355,6 +362,7 @@ impl ClusterLayout {
                 placement: Vec::new(),
                 placement_groups: 0,
                 moves: Vec::new(),
+                view: ViewNumber::NONE,
             },
         }
     }
@@ -436,6 +444,11 @@ impl ClusterLayoutBuilder {
 
     pub fn first_view(mut self, view: ViewNumber) -> Self {
         self.layout.first_view = view;
+        self
+    }
+
+    pub fn view(mut self, view: ViewNumber) -> Self {
+        self.layout.view = view;
         self
     }
 
