@@ -1196,7 +1196,10 @@ impl Mgmd {
         let before = state.arbiter.view().0;
         let answer = state.arbiter.on_message(msg);
         let (epoch, members) = state.arbiter.view();
-        if epoch > before {
+        // (Before the cluster forms, a late message of the last run's
+        // processes may still move the arbiter; the view the layout names
+        // starts with the run's first view.)
+        if epoch > before && state.formed {
             let members = members.to_vec();
             state.layout.restrict_to_view(&members);
             state.layout.view = epoch;

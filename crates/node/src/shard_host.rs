@@ -397,7 +397,20 @@ impl Host {
             .map(|d| d.node_id)
             .collect();
         if !moved.is_empty() {
-            self.peers.borrow_mut().retain(|to, _| !moved.contains(&to.node));
+            let mut peers = self.peers.borrow_mut();
+            let before = peers.len();
+            peers.retain(|to, _| !moved.contains(&to.node));
+            if peers.len() < before {
+                crate::log(
+                    "datanode",
+                    format!(
+                        "shard {}: data nodes {moved:?} have new processes or addresses in layout {}; dropped {} link(s) to their old ones",
+                        self.me,
+                        new.version,
+                        before - peers.len()
+                    ),
+                );
+            }
         }
     }
 
@@ -714,6 +727,10 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
                 if from.shard == 0 {
                     // A killed node's links break at once: suspect it now
                     // rather than after the missed heartbeats.
+                    crate::log(
+                        "datanode",
+                        format!("shard {}: the link from data node {} closed; suspecting it", host.me, from.node),
+                    );
                     host.member_step(|m, now, out| m.on_link_lost(from.node, now, out));
                 }
             }

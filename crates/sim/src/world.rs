@@ -762,13 +762,21 @@ impl World {
         let mgmd = self.mgmd_layout();
         self.router = Router::new(&mgmd);
         for n in self.live() {
-            let layout = if self.joining.contains(&n) {
-                mgmd.clone()
-            } else {
-                let m = &self.memberships[n];
-                self.base_layout.of_view(m.epoch(), &m.members())
-            };
+            let layout = self.node_layout(n, &mgmd);
             self.send_layout(Endpoint::Node(n), n, &layout);
+        }
+    }
+
+    /// The layout node `n`'s shards use, composed as a data node composes
+    /// it (`effective_layout` in crates/node): the management server's when
+    /// that is of a newer view than the node's membership installed (or the
+    /// node is joining), else the server's statuses in the node's own view.
+    fn node_layout(&self, n: usize, mgmd: &ClusterLayout) -> ClusterLayout {
+        let m = &self.memberships[n];
+        if self.joining.contains(&n) || mgmd.view > m.epoch() {
+            mgmd.clone()
+        } else {
+            self.base_layout.of_view(m.epoch(), &m.members())
         }
     }
 
@@ -848,7 +856,7 @@ impl World {
                 self.report.partitions_moved += moved.len() as u32;
                 self.trace(format!("{:>9} partitions {moved:?} MOVED to their new node group", self.now));
             }
-            let layout = self.base_layout.of_view(epoch, &members);
+            let layout = self.node_layout(n, &self.mgmd_layout());
             self.send_layout(Endpoint::Node(n), n, &layout);
         }
         if let Some(reason) = out.shutdown {
