@@ -824,7 +824,16 @@ async fn peer_link(
     rx: mpsc::UnboundedReceiver<Vec<u8>>,
 ) {
     let mut attempts = 0;
+    // A link dropped while it was still connecting (its peer's process
+    // died, `drop_links_to_moved_shards`) must never reach the peer's next
+    // process: it would connect, send what was meant for the old one and
+    // close, and the new process suspects this node when a link from it
+    // closes. (This removed live nodes from the cluster after a restart.)
+    let dropped = |link: &mpsc::WeakUnboundedSender<Vec<u8>>| link.upgrade().is_none();
     let stream = loop {
+        if dropped(&link) {
+            return;
+        }
         let address = host.layout.borrow().shard_address(to).map(|s| s.to_string());
         if let Some(address) = address {
             match latsdb_net::connect(&address, Duration::from_secs(2)).await {
@@ -844,6 +853,9 @@ async fn peer_link(
         attempts += 1;
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    if dropped(&link) {
+        return;
+    }
     let (_r, mut w) = stream.into_split();
     let hello = proto::frame(0, &Hello::Peer { protocol: PROTOCOL_VERSION, from: host.me });
     if tokio::io::AsyncWriteExt::write_all(&mut w, &hello).await.is_err() {
