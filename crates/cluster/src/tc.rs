@@ -110,14 +110,18 @@ impl TcTx {
         }
     }
 
-    /// `n` operations of the current request go to `shard`.
-    fn sent_to(&mut self, shard: ShardAddr, n: usize) {
+    /// Operations of the current request go to `shard`.
+    fn sent_to(&mut self, shard: ShardAddr, ops: &[(u32, KeyOp)]) {
         if !self.participants.contains(&shard) {
             self.participants.push(shard);
         }
+        for (_, op) in ops {
+            self.touched.insert((shard, op.table, op.partition));
+        }
+        let n = ops.len() as u32;
         match self.in_flight.iter_mut().find(|(s, _)| *s == shard) {
-            Some((_, count)) => *count += n as u32,
-            None => self.in_flight.push((shard, n as u32)),
+            Some((_, count)) => *count += n,
+            None => self.in_flight.push((shard, n)),
         }
     }
 
@@ -271,10 +275,7 @@ impl Coordinator {
         let mut route_error = None;
         for (idx, op) in ops.into_iter().enumerate() {
             match route(cx, &op) {
-                Ok(shard) => match routed.iter_mut().find(|(s, _)| *s == shard) {
-                    Some((_, list)) => list.push((idx as u32, op)),
-                    None => routed.push((shard, vec![(idx as u32, op)])),
-                },
+                Ok(shard) => add_routed(&mut routed, shard, idx as u32, op),
                 Err(e) => {
                     route_error = Some(e);
                     break;
@@ -295,10 +296,7 @@ impl Coordinator {
         t.remaining = count;
         debug_assert!(t.in_flight.is_empty(), "a request began with operations of the last one in flight");
         for (shard, ops) in &routed {
-            t.sent_to(*shard, ops.len());
-            for (_, op) in ops {
-                t.touched.insert((*shard, op.table, op.partition));
-            }
+            t.sent_to(*shard, ops);
         }
         if count == 0 {
             self.executed(cx, out, id);
@@ -461,10 +459,7 @@ impl Coordinator {
         let mut routed: Vec<(ShardAddr, Vec<(u32, KeyOp)>)> = Vec::new();
         for (idx, op) in std::mem::take(&mut t.returned) {
             match route(cx, &op) {
-                Ok(shard) if Some(shard) != not_to && !expired => match routed.iter_mut().find(|(s, _)| *s == shard) {
-                    Some((_, list)) => list.push((idx, op)),
-                    None => routed.push((shard, vec![(idx, op)])),
-                },
+                Ok(shard) if Some(shard) != not_to && !expired => add_routed(&mut routed, shard, idx, op),
                 // No primary now, or the same one: the next tick or layout
                 // change tries again.
                 Ok(_) | Err(DbError { code: ErrorCode::NodeUnavailable, .. }) if !expired => t.returned.push((idx, op)),
@@ -473,10 +468,7 @@ impl Coordinator {
             }
         }
         for (shard, ops) in &routed {
-            t.sent_to(*shard, ops.len());
-            for (_, op) in ops {
-                t.touched.insert((*shard, op.table, op.partition));
-            }
+            t.sent_to(*shard, ops);
         }
         if t.returned.is_empty() {
             self.with_returned.remove(&tx);
@@ -693,6 +685,14 @@ impl Coordinator {
         if done {
             self.finish_commit(out, tx);
         }
+    }
+}
+
+/// Adds an operation to the list of those going to `shard`.
+fn add_routed(routed: &mut Vec<(ShardAddr, Vec<(u32, KeyOp)>)>, shard: ShardAddr, idx: u32, op: KeyOp) {
+    match routed.iter_mut().find(|(s, _)| *s == shard) {
+        Some((_, list)) => list.push((idx, op)),
+        None => routed.push((shard, vec![(idx, op)])),
     }
 }
 
