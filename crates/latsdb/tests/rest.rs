@@ -536,3 +536,64 @@ fn the_rest_node_serves_https_with_the_configured_certificate() {
     let (status, _) = common::https(&cluster.rest, &cert, "GET", "/0.1.0/health", b"");
     assert_eq!(status, 200, "the node still serves TLS clients");
 }
+
+/// TIME(n), YEAR, BIT(n), ENUM and SET columns through the REST node as
+/// RonDB's REST API shows them: a TIME with its column's digits, a YEAR
+/// as a number, a BIT as base64 of its big-endian bytes, ENUM and SET as
+/// their text; a TIME key with more digits than its column finds the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_year_bit_enum_and_set_columns_as_rondb_shows_them() {
+    let cluster = TestCluster::start(&[]);
+    let client = Client::connect(&cluster.mgmd).await.unwrap();
+    let spec = TableSpec::new("rest", "kinds")
+        .column(ColumnDef::new("tm", ColumnType::Time).fraction_digits(3))
+        .column(ColumnDef::new("y", ColumnType::Year))
+        .column(ColumnDef::new("b", ColumnType::Bit(10)))
+        .column(
+            ColumnDef::new("e", ColumnType::Enum)
+                .collated(latsdb_types::Collation::GeneralCi)
+                .members(["small", "medium"]),
+        )
+        .column(ColumnDef::new("s", ColumnType::Set).members(["a", "b", "c"]))
+        .primary_key(&["tm"]);
+    let table = client.create_table(spec).await.unwrap();
+    let row = |tm: &str, y: Value, b: Value, e: &str, s: &str| {
+        Op::insert(&table, vec![Value::Str(tm.into()), y, b, Value::Str(e.into()), Value::Str(s.into())]).unwrap()
+    };
+    let ops = vec![
+        row("11:11:11.123", Value::Int(2022), Value::UInt(5), "medium", "c,a"),
+        row("-838:59:59", Value::Int(69), Value::UInt(1023), "small", ""),
+    ];
+    for result in client.batch(ops).await.unwrap() {
+        assert!(matches!(result, Ok(Outcome::Done)), "{result:?}");
+    }
+    let c = &cluster;
+    let read = |key: &str| {
+        post(c, "/0.1.0/rest/kinds/pk-read", &format!(r#"{{"filters":[{{"column":"tm","value":"{key}"}}]}}"#))
+    };
+    assert_eq!(
+        read("11:11:11.123456"),
+        (200, r#"{"data":{"tm":"11:11:11.123","y":2022,"b":"AAU=","e":"medium","s":"a,c"}}"#.to_string())
+    );
+    assert_eq!(
+        read("-838:59:59"),
+        (200, r#"{"data":{"tm":"-838:59:59.000","y":2069,"b":"A/8=","e":"small","s":""}}"#.to_string())
+    );
+    let (status, body) = read("11:61:11");
+    assert_eq!(status, 400, "{body}");
+    // Written through REST: a member's text in any case (the column is
+    // case-insensitive), a BIT as base64.
+    let (status, body) = post(
+        c,
+        "/0.1.0/rest/kinds/pk-write",
+        r#"{"data":{"tm":"01:02:03","y":"1999","b":"Ag==","e":"MEDIUM","s":"b"}}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        read("01:02:03"),
+        (200, r#"{"data":{"tm":"01:02:03.000","y":1999,"b":"AAI=","e":"medium","s":"b"}}"#.to_string())
+    );
+    let (status, body) = post(c, "/0.1.0/rest/kinds/pk-write", r#"{"data":{"tm":"01:02:04","e":"large"}}"#);
+    assert_ne!(status, 200, "a value that is no member is refused: {body}");
+    assert!(body.contains("not a member"), "{body}");
+}

@@ -47,6 +47,13 @@ async fn system_restart_after_sigkill_of_every_data_node_restores_a_durable_pref
         )));
     }
     tokio::time::sleep(Duration::from_millis(2500)).await;
+    // On a loaded machine the writers may not have filled a MiB of REDO
+    // yet: they go on until each node has published a checkpoint.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !["2", "3"].iter().all(|n| has_checkpoint(&data_dir.join(format!("datanode-{n}")))) {
+        assert!(Instant::now() < deadline, "no checkpoint on both data nodes within 60 s of writes");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let durable_before = durable_acked.lock().unwrap().len();
     let plain_before = acked.lock().unwrap().len();
     assert!(durable_before > 20, "only {durable_before} durable transactions before the crash");
@@ -340,4 +347,13 @@ async fn added_columns_survive_a_system_restart() {
         let log = std::fs::read_to_string(data_dir.join(format!("datanode-{node}-restart.log"))).unwrap();
         eprintln!("node {node}: {}", log.lines().filter(|l| l.contains("restored")).collect::<Vec<_>>().join(" | "));
     }
+}
+
+/// Whether some shard of a data node's folder holds a published checkpoint.
+fn has_checkpoint(node_dir: &std::path::Path) -> bool {
+    let Ok(shards) = std::fs::read_dir(node_dir) else { return false };
+    shards.flatten().any(|shard| {
+        std::fs::read_dir(shard.path())
+            .is_ok_and(|files| files.flatten().any(|f| f.file_name().to_string_lossy().ends_with(".ckpt")))
+    })
 }

@@ -550,3 +550,42 @@ fn value_formats_and_base64_answer_as_mariadb_does() {
     let shown: Vec<usize> = now.lines().nth(1).unwrap_or_default().split('\t').map(str::len).collect();
     assert_eq!(shown, [19, 23, 26, 21], "{now}");
 }
+
+/// TIME(n), YEAR, BIT(n), ENUM and SET columns: values in MySQL's forms
+/// written and read back, compared, taken apart and refused, against
+/// MariaDB.
+#[test]
+fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
+    let script = r"CREATE DATABASE ty COLLATE utf8mb4_general_ci; USE ty;
+        CREATE TABLE t (id INT PRIMARY KEY, tm TIME, tm3 TIME(3), y YEAR, b BIT(10),
+            e ENUM('small', 'medium', 'large') NOT NULL, s SET('a', 'b', 'c'));
+        INSERT INTO t VALUES (1, '10:11:12', '-1 02:03:04.567', 2024, b'1010', 'medium', 'c,a');
+        INSERT INTO t VALUES (2, 101112, '838:59:59', '69', 5, 2, 3);
+        INSERT INTO t VALUES (3, '-00:00:01', NULL, 0, NULL, 'LARGE', '');
+        INSERT INTO t (id) VALUES (4);
+        SELECT id, tm, tm3, y, b + 0, e, s FROM t ORDER BY id;
+        SELECT id FROM t WHERE tm > '10:00:00' ORDER BY id;
+        SELECT id FROM t WHERE e = 'Medium' ORDER BY id;
+        SELECT id FROM t WHERE y = 2069;
+        SELECT id FROM t WHERE s = 'a,c';
+        SELECT HOUR(tm3), MINUTE(tm3), SECOND(tm3), MICROSECOND(tm3) FROM t WHERE id = 1;
+        SELECT CAST('12:34:56.789' AS TIME(2)), CAST(123456 AS TIME);
+        INSERT INTO t VALUES (5, '839:00:00', NULL, NULL, NULL, 'small', NULL);
+        INSERT INTO t VALUES (6, NULL, NULL, 1900, NULL, 'small', NULL);
+        INSERT INTO t VALUES (7, NULL, NULL, NULL, 1024, 'small', NULL);
+        INSERT INTO t VALUES (8, NULL, NULL, NULL, NULL, 'huge', NULL);
+        INSERT INTO t VALUES (9, NULL, NULL, NULL, NULL, 'small', 'a,d');
+        UPDATE t SET e = 3, y = 1999, b = b'1111111111' WHERE id = 2;
+        SELECT id, y, b + 0, e FROM t WHERE id = 2;
+        CREATE TABLE k (tm TIME PRIMARY KEY, e ENUM('x', 'y'), UNIQUE KEY (e));
+        INSERT INTO k VALUES ('01:00:00', 'x'), ('-01:00:00', 'y');
+        INSERT INTO k VALUES ('02:00:00', 'X');
+        SELECT * FROM k WHERE tm = '-01:00:00';
+        SELECT * FROM k WHERE e = 'Y';
+        DROP DATABASE ty;";
+    let cluster = TestCluster::start(&[]);
+    let (out, codes) = same_as_mariadb(&cluster, script);
+    assert_eq!(codes, ["1292", "1264", "1406", "1265", "1265", "1062"], "{out}");
+    assert!(out.contains("1\t10:11:12\t-26:03:04.567\t2024\t10\tmedium\ta,c"), "{out}");
+    assert!(out.contains("4\tNULL\tNULL\tNULL\tNULL\tsmall\tNULL"), "{out}");
+}

@@ -137,6 +137,9 @@ pub fn feature_type(ty: ColumnType) -> String {
         ColumnType::Date => "date".into(),
         ColumnType::DateTime | ColumnType::Timestamp => "timestamp".into(),
         ColumnType::Boolean => "boolean".into(),
+        ColumnType::Time | ColumnType::Enum | ColumnType::Set => "string".into(),
+        ColumnType::Year => "int".into(),
+        ColumnType::Bit(_) => "binary".into(),
     }
 }
 
@@ -522,7 +525,7 @@ fn plan_entry<'a>(
         })?;
         let column = &view.serving_keys[index].1;
         let value = match scalar {
-            Scalar::Str(text) if column.ty.is_string() => {
+            Scalar::Str(text) if column.ty.is_free_text() => {
                 KeyValue::Text(fit_text(text, column).map_err(|e| fs_error(400, code::WRONG_DATA_TYPE, e.message))?)
             }
             _ => KeyValue::Value(scalar.to_column_value(column).map_err(|m| fs_error(400, code::WRONG_DATA_TYPE, m))?),
@@ -598,7 +601,7 @@ fn write_vector(
         } else {
             match &reads[feature.group] {
                 Ok(slot) => match results.get(*slot) {
-                    Found::Row(row) => out.value_ref(&row.get_ref(feature.position), feature.column.ty),
+                    Found::Row(row) => out.value_ref(&row.get_ref(feature.position), &feature.column),
                     _ => out.raw("null"),
                 },
                 Err(_) => out.raw("null"),

@@ -8,7 +8,7 @@
 use base64::Engine;
 use latsdb_types::row::{RowLayout, ValueRef};
 use latsdb_types::schema::{ColumnDef, ColumnType};
-use latsdb_types::value::{coerce, format_date, format_datetime};
+use latsdb_types::value::{coerce, format_date, format_datetime, temporal_text};
 use latsdb_types::Value;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -77,7 +77,7 @@ impl Scalar<'_> {
             Scalar::Int(i) => Value::Int(*i),
             Scalar::UInt(u) => Value::UInt(*u),
             Scalar::Float(f) => Value::Float(*f),
-            Scalar::Str(s) if column.ty.is_binary() => {
+            Scalar::Str(s) if column.ty.is_binary() || matches!(column.ty, ColumnType::Bit(_)) => {
                 let bytes = base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map_err(|e| {
                     format!("column '{}' is {}: send its value as base64 ({e})", column.name, column.ty.sql_name())
                 })?;
@@ -92,7 +92,22 @@ impl Scalar<'_> {
                 column.ty.sql_name()
             ));
         }
-        coerce(value, column).map_err(|e| e.message)
+        let value = coerce(value, column).map_err(|e| e.message)?;
+        Ok(within_digits(value, column.fraction_digits))
+    }
+}
+
+/// A time cut to the digits of a second its column keeps, as RonDB reads
+/// one (a key of '11:11:11.123' finds 11:11:11 in a TIME(0) column).
+fn within_digits(value: Value, digits: u8) -> Value {
+    let step = 10i64.pow(6 - u32::from(digits.min(6)));
+    let cut = |us: i64| us - us % step;
+    match value {
+        Value::DateTime(us) => Value::DateTime(us.div_euclid(step) * step),
+        Value::Timestamp(us) => Value::Timestamp(us.div_euclid(step) * step),
+        // Toward zero, so that -00:00:01.5 is -00:00:01 in a TIME(0).
+        Value::Time(us) => Value::Time(cut(us)),
+        other => other,
     }
 }
 
@@ -348,13 +363,26 @@ impl JsonOut {
     /// A column value in the documented JSON rendering of its type:
     /// numbers for integers, floats and decimals, strings for text, base64
     /// for binary, ISO-8601 strings for dates and times, null for NULL.
-    pub fn value_ref(&mut self, value: &ValueRef<'_>, ty: ColumnType) {
+    pub fn value_ref(&mut self, value: &ValueRef<'_>, column: &ColumnDef) {
+        let ty = column.ty;
         match value {
             ValueRef::Null => self.raw("null"),
             ValueRef::Str(s) => self.str(s),
             ValueRef::Bytes(b) if ty.is_string() => self.str(&String::from_utf8_lossy(b)),
             ValueRef::Bytes(b) => self.base64(b),
-            ValueRef::Scalar(v) => self.value(v),
+            ValueRef::Scalar(v) => match (v, ty) {
+                // A BIT as MySQL sends it: its bytes, big-endian.
+                (Value::UInt(bits), ColumnType::Bit(width)) => {
+                    self.base64(&latsdb_types::mysql_types::bit_bytes(*bits, width))
+                }
+                // Times with the column's digits of a second, as RonDB and
+                // MySQL show them.
+                (Value::DateTime(_) | Value::Timestamp(_) | Value::Time(_), _) => match temporal_text(v, column) {
+                    Some(text) => self.str(&text),
+                    None => self.value(v),
+                },
+                _ => self.value(v),
+            },
         }
     }
 
@@ -371,6 +399,7 @@ impl JsonOut {
             Value::DateTime(us) => self.str(&format_datetime(*us)),
             Value::Timestamp(us) => self.str(&format_datetime(*us)),
             Value::Bool(b) => self.raw(if *b { "true" } else { "false" }),
+            Value::Time(us) => self.str(&latsdb_types::mysql_types::format_time(*us, None)),
         }
     }
 
@@ -475,7 +504,7 @@ mod tests {
     #[test]
     fn values_render_per_type() {
         let mut out = JsonOut::default();
-        out.value_ref(&ValueRef::Bytes(&[0, 1, 2]), ColumnType::Blob);
+        out.value_ref(&ValueRef::Bytes(&[0, 1, 2]), &ColumnDef::new("b", ColumnType::Blob));
         out.byte(b' ');
         out.value(&Value::Date(0));
         out.byte(b' ');

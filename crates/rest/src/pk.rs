@@ -352,7 +352,7 @@ fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> R
 /// Appends one key column's value as a filter gives it.
 fn encode_filter(out: &mut Vec<u8>, filter: &Filter, column: &ColumnDef) -> Result<(), HttpError> {
     match &filter.value {
-        Scalar::Str(text) if column.ty.is_string() => {
+        Scalar::Str(text) if column.ty.is_free_text() => {
             keycodec::encode_text(out, column, text).map_err(|e| HttpError::bad_request(e.message))
         }
         _ => {
@@ -433,7 +433,7 @@ pub fn write_item(out: &mut JsonOut, keys: &mut ColumnKeys, planned: &Planned, r
             keys.use_layout(layout);
             for (i, column) in layout.columns().iter().enumerate() {
                 out.bytes(keys.key(i));
-                out.value_ref(&row.get_ref(i), column.ty);
+                out.value_ref(&row.get_ref(i), column);
                 out.byte(b',');
             }
             out.trim_comma();

@@ -1456,6 +1456,22 @@ fn typed_as(e: SExpr, kind: NumericKind) -> SExpr {
     }
 }
 
+/// The bytes of MySQL's bit-value literal `b'0101'`: its bits read as a
+/// big-endian number, in as few whole bytes as hold them all.
+fn bit_literal(bits: &str) -> SqlResult<Vec<u8>> {
+    if !bits.bytes().all(|b| b == b'0' || b == b'1') {
+        return Err(SqlError::parse(format!("b'{bits}' is no bit-value literal: it takes only the digits 0 and 1")));
+    }
+    let mut bytes = vec![0u8; bits.len().div_ceil(8)];
+    for (i, bit) in bits.bytes().rev().enumerate() {
+        if bit == b'1' {
+            let at = bytes.len() - 1 - i / 8;
+            bytes[at] |= 1 << (i % 8);
+        }
+    }
+    Ok(bytes)
+}
+
 pub fn literal(v: &ast::Value) -> SqlResult<SExpr> {
     Ok(SExpr::Const(match v {
         ast::Value::Number(n, _) => number(n)?,
@@ -1463,7 +1479,7 @@ pub fn literal(v: &ast::Value) -> SqlResult<SExpr> {
         ast::Value::EscapedStringLiteral(s) | ast::Value::NationalStringLiteral(s) => Value::Str(s.clone()),
         ast::Value::HexStringLiteral(h) => Value::Bytes(hex(h)?),
         ast::Value::SingleQuotedByteStringLiteral(s) | ast::Value::DoubleQuotedByteStringLiteral(s) => {
-            Value::Bytes(s.clone().into_bytes())
+            Value::Bytes(bit_literal(s)?)
         }
         ast::Value::Boolean(b) => Value::Int(*b as i64),
         ast::Value::Null => Value::Null,
@@ -1540,6 +1556,16 @@ fn cast_target(t: &DataType) -> SqlResult<CastTo> {
         DataType::Date => CastTo::Date,
         DataType::Datetime(n) | DataType::Timestamp(n, _) => match n.unwrap_or(0) {
             digits @ 0..=6 => CastTo::DateTime(digits as u8),
+            digits => {
+                return Err(SqlError::new(
+                    1426,
+                    "42000",
+                    format!("Too big precision {digits} specified for 'CAST'. Maximum is 6."),
+                ))
+            }
+        },
+        DataType::Time(n, _) => match n.unwrap_or(0) {
+            digits @ 0..=6 => CastTo::Time(digits as u8),
             digits => {
                 return Err(SqlError::new(
                     1426,

@@ -1018,6 +1018,20 @@ pub fn column_type(t: &DataType) -> SqlResult<ColumnType> {
         D::Datetime(_) => ColumnType::DateTime,
         D::Timestamp(..) => ColumnType::Timestamp,
         D::Bool | D::Boolean => ColumnType::Boolean,
+        D::Time(_, ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) => ColumnType::Time,
+        D::Bit(n) => match n.unwrap_or(1) {
+            n @ 1..=64 => ColumnType::Bit(n as u8),
+            n => {
+                return Err(SqlError::new(1439, "42000", format!("Display width out of range for BIT({n}) (max = 64)")))
+            }
+        },
+        D::Enum(_, None) => ColumnType::Enum,
+        D::Set(_) => ColumnType::Set,
+        D::Custom(name, modifiers) if name.to_string().eq_ignore_ascii_case("year") => match modifiers.as_slice() {
+            [] => ColumnType::Year,
+            [width] if width == "4" => ColumnType::Year,
+            _ => return Err(SqlError::parse("YEAR takes no width but 4 (MySQL's YEAR(4))")),
+        },
         other => return Err(SqlError::unsupported(format!("column type {other} is not supported"))),
     })
 }
@@ -1033,11 +1047,27 @@ struct ColumnSpec {
     storage: Option<Storage>,
 }
 
-/// The digits of a second a DATETIME(n) or TIMESTAMP(n) keeps (MySQL
+/// The members an ENUM or SET declares, without trailing spaces (MySQL
+/// drops them when the table is created); none for other types.
+fn members(ty: &ast::DataType) -> Vec<String> {
+    let names: Vec<&str> = match ty {
+        ast::DataType::Enum(members, _) => members
+            .iter()
+            .map(|m| match m {
+                ast::EnumMember::Name(name) | ast::EnumMember::NamedValue(name, _) => name.as_str(),
+            })
+            .collect(),
+        ast::DataType::Set(members) => members.iter().map(String::as_str).collect(),
+        _ => return Vec::new(),
+    };
+    names.into_iter().map(|n| n.trim_end_matches(' ').to_string()).collect()
+}
+
+/// The digits of a second a DATETIME(n), TIMESTAMP(n) or TIME(n) keeps (MySQL
 /// refuses more than 6 with 1426); 0 for every other type.
 fn fraction_digits(column: &str, ty: &ast::DataType) -> SqlResult<u8> {
     let digits = match ty {
-        ast::DataType::Datetime(n) | ast::DataType::Timestamp(n, _) => n.unwrap_or(0),
+        ast::DataType::Datetime(n) | ast::DataType::Timestamp(n, _) | ast::DataType::Time(n, _) => n.unwrap_or(0),
         _ => 0,
     };
     if digits > 6 {
@@ -1222,7 +1252,8 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) 
     let mut spec = ColumnSpec {
         def: ColumnDef::new(c.name.value.clone(), ty)
             .collated(collation)
-            .fraction_digits(fraction_digits(&c.name.value, &c.data_type)?),
+            .fraction_digits(fraction_digits(&c.name.value, &c.data_type)?)
+            .members(members(&c.data_type)),
         primary_key: false,
         unique: false,
         auto_increment: false,
@@ -1305,6 +1336,10 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) 
             ColumnOption::Comment(_) => {}
             other => return Err(SqlError::unsupported(format!("column option {other} is not supported"))),
         }
+    }
+    // A NOT NULL ENUM without a DEFAULT takes its first member (MySQL).
+    if spec.def.ty == ColumnType::Enum && !spec.def.nullable && spec.def.default.is_none() {
+        spec.def.default = spec.def.members.first().cloned().map(Value::Str);
     }
     Ok(spec)
 }
@@ -1590,11 +1625,14 @@ async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<R
 /// information_schema.COLUMNS (BOOLEAN is stored as tinyint(1), which
 /// drivers map back to a boolean; DATETIME(3) names its digits).
 fn column_type_text(c: &ColumnDef) -> String {
+    let members = || c.members.iter().map(|m| format!("'{}'", m.replace('\'', "''"))).collect::<Vec<_>>().join(",");
     match c.ty {
         ColumnType::Boolean => "tinyint(1)".into(),
-        ColumnType::DateTime | ColumnType::Timestamp if c.fraction_digits > 0 => {
+        ColumnType::DateTime | ColumnType::Timestamp | ColumnType::Time if c.fraction_digits > 0 => {
             format!("{}({})", c.ty.sql_name().to_lowercase(), c.fraction_digits)
         }
+        ColumnType::Enum => format!("enum({})", members()),
+        ColumnType::Set => format!("set({})", members()),
         other => other.sql_name().to_lowercase(),
     }
 }
@@ -1613,7 +1651,17 @@ fn shown_default(c: &ColumnDef) -> Value {
     if c.clock.on_insert {
         return Value::Str(clock_text(c));
     }
-    c.default.as_ref().map(|d| Value::Str(to_text(d))).unwrap_or(Value::Null)
+    c.default.as_ref().map(|d| Value::Str(default_text(d, c))).unwrap_or(Value::Null)
+}
+
+/// A column's default as MySQL shows it: times with the column's digits,
+/// a BIT as its bits (`b'101'` in SHOW CREATE TABLE, the quotes added by
+/// [`quote`]).
+fn default_text(d: &Value, c: &ColumnDef) -> String {
+    match (d, c.ty) {
+        (Value::UInt(bits), ColumnType::Bit(_)) => format!("b'{bits:b}'"),
+        _ => latsdb_types::value::temporal_text(d, c).unwrap_or_else(|| to_text(d)),
+    }
 }
 
 /// The Extra of DESCRIBE and information_schema.COLUMNS, in MySQL 8's words.
@@ -1631,11 +1679,12 @@ fn column_extra(c: &ColumnDef, auto_increment: bool) -> String {
     extra.join(" ")
 }
 
-fn quote(v: &Value) -> String {
-    match v {
-        Value::Null => "NULL".into(),
-        Value::Int(_) | Value::UInt(_) | Value::Decimal(_) | Value::Float(_) => format!("'{}'", to_text(v)),
-        other => format!("'{}'", to_text(other).replace('\'', "''")),
+fn quote(v: &Value, c: &ColumnDef) -> String {
+    match (v, c.ty) {
+        (Value::Null, _) => "NULL".into(),
+        (Value::UInt(_), ColumnType::Bit(_)) => default_text(v, c),
+        (Value::Int(_) | Value::UInt(_) | Value::Decimal(_) | Value::Float(_), _) => format!("'{}'", to_text(v)),
+        _ => format!("'{}'", default_text(v, c).replace('\'', "''")),
     }
 }
 
@@ -1657,7 +1706,7 @@ pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
         } else if c.clock.on_insert {
             l.push_str(&format!(" DEFAULT {}", clock_text(c)));
         } else if let Some(d) = &c.default {
-            l.push_str(&format!(" DEFAULT {}", quote(d)));
+            l.push_str(&format!(" DEFAULT {}", quote(d, c)));
         } else if c.nullable {
             l.push_str(" DEFAULT NULL");
         }
@@ -1777,7 +1826,7 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                     Err(_) => None,
                 };
                 for (position, (i, c)) in t.visible_columns().enumerate() {
-                    let (data_type, max_len, precision, scale) = info_type(c.ty);
+                    let (data_type, max_len, precision, scale) = info_type(c);
                     rows.push(vec![
                         s("def"),
                         s(&t.database),
@@ -1994,9 +2043,18 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
     })
 }
 
-fn info_type(ty: ColumnType) -> (&'static str, Value, Value, Value) {
+fn info_type(c: &ColumnDef) -> (&'static str, Value, Value, Value) {
     let n = |v: u32| Value::Int(v as i64);
-    match ty {
+    // An ENUM's longest member, a SET's members with commas between.
+    let member_chars = |joined: bool| {
+        let lengths = c.members.iter().map(|m| m.chars().count() as u32);
+        if joined {
+            lengths.sum::<u32>() + c.members.len().saturating_sub(1) as u32
+        } else {
+            lengths.max().unwrap_or(0)
+        }
+    };
+    match c.ty {
         ColumnType::Integer { width, .. } => (
             match width {
                 IntWidth::Tiny => "tinyint",
@@ -2028,5 +2086,10 @@ fn info_type(ty: ColumnType) -> (&'static str, Value, Value, Value) {
         ColumnType::DateTime => ("datetime", Value::Null, Value::Null, Value::Null),
         ColumnType::Timestamp => ("timestamp", Value::Null, Value::Null, Value::Null),
         ColumnType::Boolean => ("tinyint", Value::Null, n(3), n(0)),
+        ColumnType::Time => ("time", Value::Null, Value::Null, Value::Null),
+        ColumnType::Year => ("year", Value::Null, Value::Null, Value::Null),
+        ColumnType::Bit(bits) => ("bit", Value::Null, n(u32::from(bits)), Value::Null),
+        ColumnType::Enum => ("enum", n(member_chars(false)), Value::Null, Value::Null),
+        ColumnType::Set => ("set", n(member_chars(true)), Value::Null, Value::Null),
     }
 }

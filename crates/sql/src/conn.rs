@@ -9,6 +9,7 @@ use crate::eval::{format_double, to_text};
 use crate::parse::parse;
 use crate::session::{Planned, Response, ResultColumn, Session, Shared, SERVER_VERSION};
 use crate::wire::{put_lenenc_int, put_lenenc_str, PacketIo, ReadError, Reader};
+use latsdb_types::mysql_types::{bit_bytes, format_time};
 use latsdb_types::schema::{ColumnType, IntWidth};
 use latsdb_types::value::{civil_from_days, days_from_civil, Decimal};
 use latsdb_types::Value;
@@ -74,6 +75,7 @@ const T_DATE: u8 = 10;
 const T_TIME: u8 = 11;
 const T_DATETIME: u8 = 12;
 const T_YEAR: u8 = 13;
+const T_BIT: u8 = 16;
 const T_NEWDECIMAL: u8 = 246;
 const T_BLOB: u8 = 252;
 const T_VAR_STRING: u8 = 253;
@@ -122,6 +124,11 @@ fn wire_of(ty: ColumnType) -> Wire {
         ColumnType::DateTime => Wire { decimals: 6, ..w(T_DATETIME, 26) },
         ColumnType::Timestamp => Wire { decimals: 6, ..w(T_TIMESTAMP, 26) },
         ColumnType::Boolean => w(T_TINY, 1),
+        ColumnType::Time => w(T_TIME, 10),
+        ColumnType::Year => Wire { unsigned: true, ..w(T_YEAR, 4) },
+        ColumnType::Bit(n) => Wire { unsigned: true, ..w(T_BIT, u32::from(n)) },
+        // As MySQL: text, flagged ENUM or SET in the column definition.
+        ColumnType::Enum | ColumnType::Set => w(T_STRING, 1020),
     }
 }
 
@@ -148,6 +155,7 @@ fn infer_wire(rows: &[Vec<Value>], i: usize) -> Wire {
                 Wire { ty: T_NEWDECIMAL, unsigned: false, binary: false, decimals: d.scale, length: 66 }
             }
             Some(Value::Date(_)) => wire_of(ColumnType::Date),
+            Some(Value::Time(_)) => Wire { decimals: 6, ..wire_of(ColumnType::Time) },
             Some(Value::DateTime(_) | Value::Timestamp(_)) => wire_of(ColumnType::DateTime),
             Some(Value::Bytes(_)) => {
                 Wire { ty: T_VAR_STRING, unsigned: false, binary: true, decimals: 0, length: 65_535 }
@@ -555,6 +563,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         if c.auto_increment {
             flags |= 0x200;
         }
+        match c.ty {
+            Some(ColumnType::Enum) => flags |= 0x100,
+            Some(ColumnType::Set) => flags |= 0x800,
+            // MySQL flags a YEAR ZEROFILL.
+            Some(ColumnType::Year) => flags |= 0x40,
+            _ => {}
+        }
         if w.binary || !text {
             flags |= 128;
         }
@@ -576,6 +591,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             // 'YYYY-MM-DD hh:mm:ss' and a point before the digits, if any.
             (_, Some(d)) if matches!(w.ty, T_DATETIME | T_TIMESTAMP) => {
                 Wire { decimals: d, length: 19 + if d > 0 { u32::from(d) + 1 } else { 0 }, ..w }
+            }
+            // '[-]hhh:mm:ss' and a point before the digits, if any.
+            (_, Some(d)) if w.ty == T_TIME => {
+                Wire { decimals: d, length: 10 + if d > 0 { u32::from(d) + 1 } else { 0 }, ..w }
             }
             _ => w,
         }
@@ -603,8 +622,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         (Value::DateTime(us) | Value::Timestamp(us), T_DATETIME | T_TIMESTAMP)
                             if c.fraction_digits.is_some() =>
                         {
-                            put_lenenc_str(p, datetime_text(*us, w.decimals).as_bytes())
+                            put_lenenc_str(p, latsdb_types::value::format_datetime_digits(*us, w.decimals).as_bytes())
                         }
+                        (Value::Time(us), T_TIME) if c.fraction_digits.is_some() => {
+                            put_lenenc_str(p, format_time(*us, Some(w.decimals)).as_bytes())
+                        }
+                        (Value::UInt(bits), T_BIT) => put_lenenc_str(p, &bit_bytes(*bits, w.length as u8)),
+                        (Value::UInt(year), T_YEAR) => put_lenenc_str(p, format!("{year:04}").as_bytes()),
                         (Value::Float(f), T_FLOAT) => {
                             put_lenenc_str(p, crate::eval::format_float(*f as f32).as_bytes())
                         }
@@ -818,7 +842,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         collation: c.ty.is_string().then_some((c.collation, false)),
                         decimal_scale: None,
                         double_decimals: None,
-                        fraction_digits: crate::session::is_datetime(c.ty).then_some(c.fraction_digits),
+                        fraction_digits: crate::session::keeps_fractions(c.ty).then_some(c.fraction_digits),
                     };
                     self.column_def(&rc, Self::wire_of_column(&rc, &[], 0));
                 }
@@ -1037,7 +1061,7 @@ fn decode_params(
             T_TIME => {
                 let len = r.u8().map_err(|_| malformed("time length"))? as usize;
                 let b = r.bytes(len).map_err(|_| malformed("time value"))?;
-                Value::Str(time_param(b))
+                time_param(b).ok_or_else(|| malformed("time value"))?
             }
             T_NEWDECIMAL | T_DECIMAL => {
                 let b = r.lenenc_bytes().map_err(|_| malformed("decimal value"))?;
@@ -1091,27 +1115,20 @@ fn temporal_param(b: &[u8]) -> Option<Value> {
     Some(Value::DateTime(days * 86_400_000_000 + secs * 1_000_000 + micros))
 }
 
-fn time_param(b: &[u8]) -> String {
+/// A TIME parameter: a sign, days, hours, minutes, seconds and, in 12
+/// bytes, microseconds; no bytes at all is zero.
+fn time_param(b: &[u8]) -> Option<Value> {
+    if b.is_empty() {
+        return Some(Value::Time(0));
+    }
     if b.len() < 8 {
-        return "00:00:00".into();
+        return None;
     }
-    let neg = b[0] == 1;
-    let days = u32::from_le_bytes([b[1], b[2], b[3], b[4]]) as u64;
-    let hours = days * 24 + b[5] as u64;
-    format!("{}{:02}:{:02}:{:02}", if neg { "-" } else { "" }, hours, b[6], b[7])
-}
-
-/// A date and time with exactly `digits` digits of a second, as MySQL
-/// shows a DATETIME(`digits`) column ('2026-11-27 10:00:00.500' for 3).
-fn datetime_text(micros: i64, digits: u8) -> String {
-    let seconds = micros.div_euclid(1_000_000);
-    let whole = latsdb_types::value::format_datetime(seconds * 1_000_000);
-    if digits == 0 {
-        return whole;
-    }
-    let digits = digits.min(6);
-    let fraction = micros.rem_euclid(1_000_000) / crate::session::fraction_step(digits);
-    format!("{whole}.{fraction:0width$}", width = usize::from(digits))
+    let days = i64::from(u32::from_le_bytes([b[1], b[2], b[3], b[4]]));
+    let seconds = days * 86_400 + i64::from(b[5]) * 3600 + i64::from(b[6]) * 60 + i64::from(b[7]);
+    let fraction = if b.len() >= 12 { i64::from(u32::from_le_bytes([b[8], b[9], b[10], b[11]])) } else { 0 };
+    let micros = seconds * 1_000_000 + fraction;
+    Some(Value::Time(if b[0] == 1 { -micros } else { micros }))
 }
 
 /// A value as text-protocol bytes; None for NULL.
@@ -1175,11 +1192,39 @@ fn binary_row(p: &mut Vec<u8>, row: &[Value], wires: &[Wire]) {
                     p.extend_from_slice(&(us as u32).to_le_bytes());
                 }
             }
+            T_TIME => put_binary_time(p, v),
+            T_BIT => match v {
+                Value::UInt(bits) => put_lenenc_str(p, &bit_bytes(*bits, w.length as u8)),
+                other => put_lenenc_str(p, &text_value(other).unwrap_or_default()),
+            },
             _ => match text_value(v) {
                 Some(b) => put_lenenc_str(p, &b),
                 None => put_lenenc_str(p, b""),
             },
         }
+    }
+}
+
+/// A TIME in the binary protocol: 0, 8 or 12 bytes after their count (a
+/// sign, days, hours, minutes, seconds, then microseconds if any).
+fn put_binary_time(p: &mut Vec<u8>, v: &Value) {
+    let micros = match v {
+        Value::Time(us) => *us,
+        other => latsdb_types::mysql_types::parse_time(&to_text(other)).unwrap_or(0),
+    };
+    if micros == 0 {
+        p.push(0);
+        return;
+    }
+    let magnitude = micros.unsigned_abs();
+    let seconds = magnitude / 1_000_000;
+    let fraction = (magnitude % 1_000_000) as u32;
+    p.push(if fraction == 0 { 8 } else { 12 });
+    p.push(u8::from(micros < 0));
+    p.extend_from_slice(&((seconds / 86_400) as u32).to_le_bytes());
+    p.extend_from_slice(&[(seconds / 3600 % 24) as u8, (seconds / 60 % 60) as u8, (seconds % 60) as u8]);
+    if fraction != 0 {
+        p.extend_from_slice(&fraction.to_le_bytes());
     }
 }
 

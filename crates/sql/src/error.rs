@@ -49,6 +49,7 @@ pub const ER_WRONG_VALUE: u16 = 1525;
 pub const ER_WARN_DATA_OUT_OF_RANGE: u16 = 1264;
 pub const ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: u16 = 1366;
 pub const ER_DATA_TOO_LONG: u16 = 1406;
+pub const ER_DATA_TRUNCATED: u16 = 1265;
 pub const ER_MALFORMED_PACKET: u16 = 1835;
 pub const ER_SP_DOES_NOT_EXIST: u16 = 1305;
 pub const ER_INTERNAL: u16 = 1815;

@@ -4,7 +4,8 @@
 //! that drivers and ORMs send.
 
 use crate::error::{
-    SqlError, SqlResult, ER_DATA_TOO_LONG, ER_TRUNCATED_WRONG_VALUE_FOR_FIELD, ER_WARN_DATA_OUT_OF_RANGE,
+    SqlError, SqlResult, ER_DATA_TOO_LONG, ER_DATA_TRUNCATED, ER_TRUNCATED_WRONG_VALUE_FOR_FIELD,
+    ER_WARN_DATA_OUT_OF_RANGE,
 };
 use latsdb_types::expr::{arith, ArithOp, CmpOp};
 use latsdb_types::schema::{ColumnDef, ColumnType};
@@ -225,6 +226,8 @@ pub enum CastTo {
     Date,
     /// DATETIME(n): the digits of a second kept (the rest cut, as MariaDB).
     DateTime(u8),
+    /// TIME(n), its digits as DATETIME(n)'s.
+    Time(u8),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -519,6 +522,7 @@ pub fn truth(v: &Value) -> Option<bool> {
         Value::Str(s) => Some(parse_number_prefix(s) != 0.0),
         Value::Bytes(b) => Some(parse_number_prefix(&String::from_utf8_lossy(b)) != 0.0),
         Value::Date(_) | Value::DateTime(_) | Value::Timestamp(_) => Some(true),
+        Value::Time(us) => Some(*us != 0),
     }
 }
 
@@ -598,6 +602,16 @@ pub fn numeric(v: &Value) -> Value {
                 Value::Decimal(Decimal::new(whole as i128 * 1_000_000 + c.micros as i128, 6))
             }
         }
+        // A time is its digits too: -26:03:04.5 is -260304.5.
+        Value::Time(us) => {
+            let (magnitude, sign) = (us.abs(), us.signum());
+            let seconds = magnitude / 1_000_000;
+            let whole = sign * (seconds / 3600 * 10_000 + seconds / 60 % 60 * 100 + seconds % 60);
+            match magnitude % 1_000_000 {
+                0 => Value::Int(whole),
+                micros => Value::Decimal(Decimal::new(whole as i128 * 1_000_000 + (sign * micros) as i128, 6)),
+            }
+        }
         other => other.clone(),
     }
 }
@@ -628,6 +642,16 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
             }
         }
         (Value::DateTime(x), Value::Timestamp(y)) | (Value::Timestamp(x), Value::DateTime(y)) => return Some(x.cmp(y)),
+        (Value::Time(_), Value::Str(s)) => {
+            if let Some(t) = latsdb_types::mysql_types::parse_time(s) {
+                return a.sql_cmp(&Value::Time(t));
+            }
+        }
+        (Value::Str(s), Value::Time(_)) => {
+            if let Some(t) = latsdb_types::mysql_types::parse_time(s) {
+                return Value::Time(t).sql_cmp(b);
+            }
+        }
         _ => {}
     }
     if let Some(o) = a.sql_cmp(b) {
@@ -1615,7 +1639,11 @@ fn call_dates(f: Func, a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             Some(secs) if (0.0..=32_536_771_199.0).contains(&secs) => Value::DateTime((secs * 1e6).round() as i64),
             _ => Value::Null,
         },
-        Func::DatePart(part) => civil(&a[0]).map_or(Value::Null, |c| Value::Int(c.part(part))),
+        Func::DatePart(part) => match (&a[0], time_part(&a[0], part)) {
+            (_, Some(n)) => Value::Int(n),
+            (Value::Time(_), None) => Value::Null,
+            (v, None) => civil(v).map_or(Value::Null, |c| Value::Int(c.part(part))),
+        },
         Func::DateOf => civil(&a[0]).map_or(Value::Null, |c| Value::Date(c.days as i32)),
         Func::TimeOf => civil(&a[0]).map_or(Value::Null, |c| {
             let format = if c.micros != 0 { "%H:%i:%s.%f" } else { "%H:%i:%s" };
@@ -1780,6 +1808,22 @@ fn conv(n: &Value, from: i64, to: i64) -> Value {
     Value::Str(out.into_iter().rev().collect())
 }
 
+/// HOUR(), MINUTE(), SECOND() and MICROSECOND() of a TIME, which may pass
+/// 24 hours and be negative (MySQL gives the parts of its magnitude).
+fn time_part(v: &Value, part: crate::dates::Part) -> Option<i64> {
+    use crate::dates::Part;
+    let Value::Time(us) = v else { return None };
+    let magnitude = us.abs();
+    let seconds = magnitude / 1_000_000;
+    match part {
+        Part::Hour => Some(seconds / 3600),
+        Part::Minute => Some(seconds / 60 % 60),
+        Part::Second => Some(seconds % 60),
+        Part::Microsecond => Some(magnitude % 1_000_000),
+        _ => None,
+    }
+}
+
 fn civil(v: &Value) -> Option<crate::dates::Civil> {
     datetime_micros(v).map(crate::dates::Civil::from_micros)
 }
@@ -1844,7 +1888,7 @@ fn round_to(v: Value, digits: i64, truncate: bool) -> Value {
     }
 }
 
-fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
+pub(crate) fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
     if v.is_null() {
         return Ok(Value::Null);
     }
@@ -1883,6 +1927,15 @@ fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
                 .map(|us| Value::DateTime(crate::session::to_digits(us, digits)))
                 .unwrap_or(Value::Null),
         },
+        CastTo::Time(digits) => {
+            let micros = match v {
+                Value::Time(us) => Some(us),
+                Value::DateTime(us) | Value::Timestamp(us) => Some(us.rem_euclid(86_400_000_000)),
+                Value::Date(_) => Some(0),
+                other => latsdb_types::mysql_types::parse_time(&to_text(&other)),
+            };
+            micros.map_or(Value::Null, |us| Value::Time(us.signum() * crate::session::to_digits(us.abs(), digits)))
+        }
     })
 }
 
@@ -1974,10 +2027,16 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
     // Rounded after the type's checks; rounding up past the last second of
     // year 9999 ('9999-12-31 23:59:59.7' in a DATETIME) is a wrong value.
     let coerced = latsdb_types::value::coerce(converted, column).map(|v| to_fraction_digits(v, column.fraction_digits));
-    if let Ok(Value::DateTime(us) | Value::Timestamp(us)) = &coerced {
-        if *us >= value::days_from_civil(10_000, 1, 1) * 86_400_000_000 {
+    match &coerced {
+        Ok(Value::DateTime(us) | Value::Timestamp(us))
+            if *us >= value::days_from_civil(10_000, 1, 1) * 86_400_000_000 =>
+        {
             return Err(wrong_value(&shown, column));
         }
+        Ok(Value::Time(us)) if us.abs() > latsdb_types::mysql_types::MAX_TIME_MICROS => {
+            return Err(wrong_value(&shown, column));
+        }
+        _ => {}
     }
     coerced.map_err(|e| match e.code {
         ErrorCode::TypeError if e.message.contains("cannot be NULL") => {
@@ -1988,8 +2047,26 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
             "22001",
             format!("Data too long for column '{}': {}", column.name, e.message),
         ),
+        // MySQL's words for a BIT value wider than the column.
+        ErrorCode::TypeError if matches!(column.ty, ColumnType::Bit(_)) && e.message.contains("out of range") => {
+            SqlError::new(
+                ER_DATA_TOO_LONG,
+                "22001",
+                format!("Data too long for column '{}' at row 1: {}", column.name, e.message),
+            )
+        }
         ErrorCode::TypeError if e.message.contains("out of range") => out_of_range(&shown, column),
-        _ if matches!(column.ty, ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp) => {
+        // MySQL's strict mode refuses a value that is no member so.
+        ErrorCode::TypeError if e.message.contains("is not a member") => SqlError::new(
+            ER_DATA_TRUNCATED,
+            "01000",
+            format!("Data truncated for column '{}' at row 1: {}", column.name, e.message),
+        ),
+        _ if matches!(
+            column.ty,
+            ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp | ColumnType::Time
+        ) =>
+        {
             wrong_value(&shown, column)
         }
         _ => SqlError::new(
@@ -2000,7 +2077,7 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
     })
 }
 
-/// A DATETIME or TIMESTAMP value rounded to the digits of a second its
+/// A DATETIME, TIMESTAMP or TIME value rounded to the digits of a second its
 /// column keeps, half up as MySQL rounds ('10:00:00.5' in a DATETIME is
 /// 10:00:01); other values as they are.
 fn to_fraction_digits(v: Value, digits: u8) -> Value {
@@ -2009,6 +2086,8 @@ fn to_fraction_digits(v: Value, digits: u8) -> Value {
     match v {
         Value::DateTime(us) => Value::DateTime(round(us)),
         Value::Timestamp(us) => Value::Timestamp(round(us)),
+        // A negative time rounds away from zero as a positive one does.
+        Value::Time(us) => Value::Time(us.signum() * round(us.abs())),
         other => other,
     }
 }
@@ -2026,12 +2105,16 @@ fn int_to_date_text(i: i64) -> Option<String> {
 fn wrong_value(v: &Value, column: &ColumnDef) -> SqlError {
     match column.ty {
         // MySQL's code for a date it cannot read ('2023-02-29').
-        ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp => SqlError::new(
+        ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp | ColumnType::Time => SqlError::new(
             crate::error::ER_TRUNCATED_WRONG_VALUE,
             "22007",
             format!(
                 "Incorrect {} value: '{}' for column '{}'",
-                if column.ty == ColumnType::Date { "date" } else { "datetime" },
+                match column.ty {
+                    ColumnType::Date => "date",
+                    ColumnType::Time => "time",
+                    _ => "datetime",
+                },
                 to_text(v),
                 column.name
             ),

@@ -675,9 +675,15 @@ fn for_column(v: Value, ty: ColumnType) -> Value {
         | ColumnType::Double
         | ColumnType::Decimal { .. }
         | ColumnType::Boolean => numeric(&v),
-        ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text => match v {
+        ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text | ColumnType::Enum | ColumnType::Set => match v
+        {
             Value::Str(_) | Value::Bytes(_) => v,
             other => Value::Str(to_text(&other)),
+        },
+        ColumnType::Year | ColumnType::Bit(_) => numeric(&v),
+        ColumnType::Time => match &v {
+            Value::Time(_) => v,
+            other => crate::eval::cast(other.clone(), crate::eval::CastTo::Time(6)).unwrap_or(Value::Null),
         },
         ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp => {
             let parsed = match &v {

@@ -344,6 +344,16 @@ fn column_key_len(c: &ColumnDef) -> u32 {
         ColumnType::DateTime => 5 + fraction,
         ColumnType::Timestamp => 4 + fraction,
         ColumnType::Boolean => 1,
+        ColumnType::Time => 3 + fraction,
+        ColumnType::Year => 1,
+        ColumnType::Bit(n) => u32::from(n).div_ceil(8),
+        ColumnType::Enum if c.members.len() > 255 => 2,
+        ColumnType::Enum => 1,
+        // A SET of n members takes (n + 7) / 8 bytes, 8 past 32 members.
+        ColumnType::Set => match c.members.len().div_ceil(8) {
+            n @ 0..=4 => n as u32,
+            _ => 8,
+        },
     };
     width + u32::from(c.nullable)
 }

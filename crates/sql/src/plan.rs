@@ -363,7 +363,9 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                     SExpr::Session(
                         crate::eval::SessionValue::Now(digits) | crate::eval::SessionValue::SysDate(digits),
                     )
-                    | SExpr::Cast(_, crate::eval::CastTo::DateTime(digits)) => Some(digits),
+                    | SExpr::Cast(_, crate::eval::CastTo::DateTime(digits) | crate::eval::CastTo::Time(digits)) => {
+                        Some(digits)
+                    }
                     _ => None,
                 };
                 outputs.push(OutputColumn {
@@ -918,6 +920,9 @@ fn index_gives_order(def: &TableDef, access: &mut Access, order: &[(SExpr, bool)
                         | ColumnType::DateTime
                         | ColumnType::Timestamp
                         | ColumnType::Boolean
+                        | ColumnType::Time
+                        | ColumnType::Year
+                        | ColumnType::Bit(_)
                 )
         })
     };

@@ -588,7 +588,13 @@ impl Session {
             if defs.iter().any(|d| d.name.eq_ignore_ascii_case(name)) {
                 return Err(SqlError::new(1060, "42S21", format!("Duplicate column name '{name}'")));
             }
-            defs.push(ColumnDef::new(name.clone(), c.ty.unwrap_or_else(|| column_type_of(&rows, i))));
+            // The result keeps an ENUM's or SET's text, not its members.
+            let ty = match c.ty {
+                Some(ColumnType::Enum | ColumnType::Set) => ColumnType::Text,
+                Some(ty) => ty,
+                None => column_type_of(&rows, i),
+            };
+            defs.push(ColumnDef::new(name.clone(), ty));
         }
         Ok(crate::plan::VirtualTable { columns: defs, rows })
     }
@@ -1346,6 +1352,7 @@ fn column_type_of(rows: &[Vec<Value>], i: usize) -> ColumnType {
         Value::Date(_) => ColumnType::Date,
         Value::DateTime(_) => ColumnType::DateTime,
         Value::Timestamp(_) => ColumnType::Timestamp,
+        Value::Time(_) => ColumnType::Time,
     };
     let mut merged: Option<ColumnType> = None;
     for v in rows.iter().filter_map(|r| r.get(i)).filter(|v| !v.is_null()) {
@@ -1379,8 +1386,9 @@ fn is_numeric(t: ColumnType) -> bool {
     matches!(t, ColumnType::Integer { .. } | ColumnType::Decimal { .. } | ColumnType::Double)
 }
 
-pub(crate) fn is_datetime(t: ColumnType) -> bool {
-    matches!(t, ColumnType::DateTime | ColumnType::Timestamp)
+/// Types whose columns keep a declared number of digits of a second.
+pub(crate) fn keeps_fractions(t: ColumnType) -> bool {
+    matches!(t, ColumnType::DateTime | ColumnType::Timestamp | ColumnType::Time)
 }
 
 fn is_temporal(t: ColumnType) -> bool {
@@ -1411,7 +1419,7 @@ pub fn result_columns_of(plan: &SelectPlan, shared: &Shared) -> Vec<ResultColumn
                     collation: collation_of(i),
                     decimal_scale: None,
                     double_decimals: None,
-                    fraction_digits: is_datetime(col.ty).then_some(col.fraction_digits),
+                    fraction_digits: keeps_fractions(col.ty).then_some(col.fraction_digits),
                 }
             }
             None => ResultColumn {

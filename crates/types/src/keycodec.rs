@@ -56,7 +56,9 @@ pub fn encode_value(out: &mut Vec<u8>, ty: ColumnType, collation: Collation, val
         (ColumnType::Integer { unsigned: false, .. }, Value::Int(i)) => {
             out.extend_from_slice(&((*i as u64) ^ (1 << 63)).to_be_bytes())
         }
-        (ColumnType::Integer { unsigned: true, .. }, Value::UInt(u)) => out.extend_from_slice(&u.to_be_bytes()),
+        (ColumnType::Integer { unsigned: true, .. } | ColumnType::Year | ColumnType::Bit(_), Value::UInt(u)) => {
+            out.extend_from_slice(&u.to_be_bytes())
+        }
         (ColumnType::Float | ColumnType::Double, Value::Float(f)) => {
             let bits = f.to_bits();
             let bits = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
@@ -66,9 +68,9 @@ pub fn encode_value(out: &mut Vec<u8>, ty: ColumnType, collation: Collation, val
             out.extend_from_slice(&((d.unscaled as u128) ^ (1 << 127)).to_be_bytes())
         }
         (ColumnType::Date, Value::Date(d)) => out.extend_from_slice(&((*d as i64 as u64) ^ (1 << 63)).to_be_bytes()),
-        (ColumnType::DateTime, Value::DateTime(t)) | (ColumnType::Timestamp, Value::Timestamp(t)) => {
-            out.extend_from_slice(&((*t as u64) ^ (1 << 63)).to_be_bytes())
-        }
+        (ColumnType::DateTime, Value::DateTime(t))
+        | (ColumnType::Timestamp, Value::Timestamp(t))
+        | (ColumnType::Time, Value::Time(t)) => out.extend_from_slice(&((*t as u64) ^ (1 << 63)).to_be_bytes()),
         (ColumnType::Boolean, Value::Bool(b)) => out.push(*b as u8),
         (_, Value::Str(s)) if collation.is_case_insensitive() => encode_bytes(out, collation.weight(s).as_bytes()),
         (_, Value::Str(s)) => encode_bytes(out, s.as_bytes()),
@@ -180,9 +182,13 @@ pub fn decode_value<'a>(ty: ColumnType, input: &'a [u8]) -> Result<(Value, &'a [
             let (b, r) = take(8)?;
             (Value::Int((be8(b) ^ (1 << 63)) as i64), r)
         }
-        ColumnType::Integer { unsigned: true, .. } => {
+        ColumnType::Integer { unsigned: true, .. } | ColumnType::Year | ColumnType::Bit(_) => {
             let (b, r) = take(8)?;
             (Value::UInt(be8(b)), r)
+        }
+        ColumnType::Time => {
+            let (b, r) = take(8)?;
+            (Value::Time((be8(b) ^ (1 << 63)) as i64), r)
         }
         ColumnType::Float | ColumnType::Double => {
             let (b, r) = take(8)?;
@@ -283,7 +289,10 @@ fn skip_value(ty: ColumnType, input: &[u8]) -> Result<&[u8]> {
         | ColumnType::Float
         | ColumnType::Double
         | ColumnType::DateTime
-        | ColumnType::Timestamp => 8,
+        | ColumnType::Timestamp
+        | ColumnType::Time
+        | ColumnType::Year
+        | ColumnType::Bit(_) => 8,
         ColumnType::Decimal { .. } => 16,
         ColumnType::Boolean => 1,
         ColumnType::Date => {

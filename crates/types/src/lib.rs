@@ -13,6 +13,7 @@ pub mod error;
 pub mod expr;
 pub mod keycodec;
 pub mod meta;
+pub mod mysql_types;
 pub mod proto;
 pub mod rng;
 pub mod row;

@@ -450,6 +450,9 @@ fn write_fixed(out: &mut [u8], ty: ColumnType, value: &Value) {
             out.copy_from_slice(&t.to_le_bytes())
         }
         (ColumnType::Boolean, Value::Bool(b)) => out[0] = *b as u8,
+        (ColumnType::Time, Value::Time(t)) => out.copy_from_slice(&t.to_le_bytes()),
+        (ColumnType::Year, Value::UInt(y)) => out.copy_from_slice(&(*y as u16).to_le_bytes()),
+        (ColumnType::Bit(_), Value::UInt(u)) => out.copy_from_slice(&u.to_le_bytes()),
         (ty, v) => panic!("write_fixed: {v:?} was not coerced to {ty:?}"),
     }
 }
@@ -481,6 +484,13 @@ fn read_fixed(bytes: &[u8], ty: ColumnType) -> Value {
             Value::Timestamp(i64::from_le_bytes([raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7]]))
         }
         ColumnType::Boolean => Value::Bool(raw[0] != 0),
+        ColumnType::Time => {
+            Value::Time(i64::from_le_bytes([raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7]]))
+        }
+        ColumnType::Year => Value::UInt(u64::from(u16::from_le_bytes([raw[0], raw[1]]))),
+        ColumnType::Bit(_) => {
+            Value::UInt(u64::from_le_bytes([raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7]]))
+        }
         other => panic!("read_fixed on variable-size type {other:?}"),
     }
 }

@@ -93,6 +93,20 @@ pub enum ColumnType {
     /// Microseconds since the Unix epoch, UTC.
     Timestamp,
     Boolean,
+    /// MySQL's TIME: a signed span of microseconds, at most 838:59:59
+    /// either way (a time of day, or an elapsed time).
+    Time,
+    /// YEAR: 1901-2155, or 0 (MySQL's '0000').
+    Year,
+    /// BIT(n), n from 1 to 64: n bits, read and written as an unsigned
+    /// integer.
+    Bit(u8),
+    /// ENUM: one of the column's members ([`ColumnDef::members`]), kept as
+    /// its text.
+    Enum,
+    /// SET: any of the column's members, kept as their text joined by
+    /// commas in the order the column declares them.
+    Set,
 }
 
 impl ColumnType {
@@ -113,16 +127,30 @@ impl ColumnType {
             ColumnType::Date => Some(4),
             ColumnType::DateTime | ColumnType::Timestamp => Some(8),
             ColumnType::Boolean => Some(1),
+            ColumnType::Time | ColumnType::Bit(_) => Some(8),
+            ColumnType::Year => Some(2),
             ColumnType::Char(_)
             | ColumnType::VarChar(_)
             | ColumnType::Binary(_)
             | ColumnType::VarBinary(_)
             | ColumnType::Text
-            | ColumnType::Blob => None,
+            | ColumnType::Blob
+            | ColumnType::Enum
+            | ColumnType::Set => None,
         }
     }
 
+    /// Text kept as text (compared and keyed by the column's collation).
     pub fn is_string(self) -> bool {
+        matches!(
+            self,
+            ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text | ColumnType::Enum | ColumnType::Set
+        )
+    }
+
+    /// CHAR, VARCHAR and TEXT: text stored as given (up to a length),
+    /// which a key may encode straight from a request's text.
+    pub fn is_free_text(self) -> bool {
         matches!(self, ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text)
     }
 
@@ -151,6 +179,9 @@ impl ColumnType {
                 return Err(DbError::bad_request(format!(
                     "VARCHAR/VARBINARY length {n} is too large (at most {MAX_DECLARED_LENGTH}); use TEXT/BLOB"
                 )));
+            }
+            ColumnType::Bit(n) if n == 0 || n > 64 => {
+                return Err(DbError::bad_request(format!("BIT({n}) is invalid: a BIT column has 1 to 64 bits")));
             }
             _ => {}
         }
@@ -187,6 +218,11 @@ impl ColumnType {
             ColumnType::DateTime => "DATETIME".into(),
             ColumnType::Timestamp => "TIMESTAMP".into(),
             ColumnType::Boolean => "BOOLEAN".into(),
+            ColumnType::Time => "TIME".into(),
+            ColumnType::Year => "YEAR".into(),
+            ColumnType::Bit(n) => format!("BIT({n})"),
+            ColumnType::Enum => "ENUM".into(),
+            ColumnType::Set => "SET".into(),
         }
     }
 }
@@ -228,13 +264,23 @@ pub struct ColumnDef {
     pub collation: crate::Collation,
     /// Where the data nodes keep the column's values.
     pub storage: Storage,
-    /// Digits of a second a DATETIME or TIMESTAMP column keeps (MySQL's
-    /// fractional seconds precision, 0-6; `DATETIME(3)` keeps 3); 0 for
-    /// every other type. The SQL node rounds what it writes to them.
+    /// Digits of a second a DATETIME, TIMESTAMP or TIME column keeps
+    /// (MySQL's fractional seconds precision, 0-6; `DATETIME(3)` keeps 3);
+    /// 0 for every other type. The SQL node rounds what it writes to them.
     pub fraction_digits: u8,
     /// When the SQL node writes the current time into the column.
     pub clock: ClockFill,
+    /// The values an ENUM or SET column admits, in declared order (MySQL
+    /// numbers them from 1 in this order); empty for every other type.
+    /// Absent from backup manifests written before ENUM and SET existed.
+    #[serde(default)]
+    pub members: Vec<String>,
 }
+
+/// Most members an ENUM may declare (MySQL's limit).
+pub const MAX_ENUM_MEMBERS: usize = 65_535;
+/// Most members a SET may declare (one bit each in MySQL's 64-bit set).
+pub const MAX_SET_MEMBERS: usize = 64;
 
 /// When the SQL node writes the current time into a DATETIME or TIMESTAMP
 /// column, as MySQL's `DEFAULT CURRENT_TIMESTAMP` and `ON UPDATE
@@ -283,7 +329,13 @@ impl ColumnDef {
             storage: Storage::Memory,
             fraction_digits: 0,
             clock: ClockFill::default(),
+            members: Vec::new(),
         }
+    }
+    /// ENUM and SET only: the values the column admits, in order.
+    pub fn members<S: Into<String>>(mut self, members: impl IntoIterator<Item = S>) -> Self {
+        self.members = members.into_iter().map(Into::into).collect();
+        self
     }
     /// Keeps the column on disk or in memory (see [`Storage`]).
     pub fn storage(mut self, storage: Storage) -> Self {
@@ -305,7 +357,7 @@ impl ColumnDef {
         self.default = Some(value);
         self
     }
-    /// DATETIME and TIMESTAMP only: the digits of a second it keeps (0-6).
+    /// DATETIME, TIMESTAMP and TIME only: the digits of a second it keeps (0-6).
     pub fn fraction_digits(mut self, digits: u8) -> Self {
         self.fraction_digits = digits;
         self
@@ -320,12 +372,20 @@ impl ColumnDef {
         matches!(self.ty, ColumnType::DateTime | ColumnType::Timestamp)
     }
 
-    /// Fraction digits and clock fills belong to DATETIME and TIMESTAMP
-    /// columns, and a second has at most 6 digits that latsdb keeps.
+    /// Fraction digits belong to DATETIME, TIMESTAMP and TIME columns,
+    /// clock fills to the first two, and a second has at most 6 digits
+    /// that latsdb keeps.
+    /// The options a column's type gives meaning to, and only those.
+    fn validate_options(&self) -> Result<()> {
+        self.validate_time_options()?;
+        self.validate_members()
+    }
+
     fn validate_time_options(&self) -> Result<()> {
-        if self.fraction_digits > 6 || (self.fraction_digits > 0 && !self.is_temporal()) {
+        let keeps_fractions = self.is_temporal() || self.ty == ColumnType::Time;
+        if self.fraction_digits > 6 || (self.fraction_digits > 0 && !keeps_fractions) {
             return Err(DbError::bad_request(format!(
-                "column '{}' ({}) cannot keep {} fraction digits: DATETIME and TIMESTAMP keep 0 to 6",
+                "column '{}' ({}) cannot keep {} fraction digits: DATETIME, TIMESTAMP and TIME keep 0 to 6",
                 self.name,
                 self.ty.sql_name(),
                 self.fraction_digits
@@ -337,6 +397,55 @@ impl ColumnDef {
                 self.name,
                 self.ty.sql_name()
             )));
+        }
+        Ok(())
+    }
+}
+
+impl ColumnDef {
+    /// An ENUM or SET declares at least one member, no two equal under the
+    /// column's collation (MySQL: 1291), a SET's without commas and at
+    /// most 64; no other type declares any.
+    fn validate_members(&self) -> Result<()> {
+        let (kind, limit) = match self.ty {
+            ColumnType::Enum => ("ENUM", MAX_ENUM_MEMBERS),
+            ColumnType::Set => ("SET", MAX_SET_MEMBERS),
+            _ if self.members.is_empty() => return Ok(()),
+            _ => {
+                return Err(DbError::bad_request(format!(
+                    "column '{}' is {}: only ENUM and SET columns list members",
+                    self.name,
+                    self.ty.sql_name()
+                )))
+            }
+        };
+        if self.members.is_empty() || self.members.len() > limit {
+            return Err(DbError::bad_request(format!(
+                "column '{}' ({kind}) lists {} members: it takes 1 to {limit}",
+                self.name,
+                self.members.len()
+            )));
+        }
+        for (i, member) in self.members.iter().enumerate() {
+            if self.ty == ColumnType::Set && member.contains(',') {
+                return Err(DbError::bad_request(format!(
+                    "member '{member}' of SET column '{}' holds a comma, which separates a SET's members",
+                    self.name
+                )));
+            }
+            if member.chars().count() > 255 {
+                return Err(DbError::bad_request(format!(
+                    "a member of column '{}' is longer than 255 characters",
+                    self.name
+                )));
+            }
+            let folded = self.collation.fold(member.trim_end_matches(' '));
+            if self.members[..i].iter().any(|m| self.collation.fold(m.trim_end_matches(' ')) == folded) {
+                return Err(DbError::bad_request(format!(
+                    "Column '{}' has duplicated value '{member}' in {kind}",
+                    self.name
+                )));
+            }
         }
         Ok(())
     }
@@ -467,7 +576,7 @@ impl TableDef {
         for (i, column) in columns.iter().enumerate() {
             validate_name("column", &column.name)?;
             column.ty.validate()?;
-            column.validate_time_options()?;
+            column.validate_options()?;
             if columns[..i].iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
                 return Err(DbError::bad_request(format!("duplicate column name '{}'", column.name)));
             }
@@ -554,7 +663,7 @@ impl TableDef {
         for (column, value) in added.iter().zip(fill) {
             validate_name("column", &column.name)?;
             column.ty.validate()?;
-            column.validate_time_options()?;
+            column.validate_options()?;
             if def.columns.iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
                 return Err(DbError::new(
                     crate::ErrorCode::ColumnExists,
@@ -634,7 +743,7 @@ impl TableDef {
                     let id = def.column_id(column)?;
                     let c = &mut def.columns[id as usize];
                     c.clock = *clock;
-                    c.validate_time_options()?;
+                    c.validate_options()?;
                 }
                 ColumnChange::AllowNull { column } => {
                     let id = def.column_id(column)?;
@@ -736,13 +845,20 @@ impl TableDef {
     /// The definition of the hidden table of a unique index.
     pub fn unique_table_spec(&self, index: &IndexDef) -> TableSpec {
         let mut spec = TableSpec::new(self.database.clone(), unique_table_name(self.id, index.id));
+        // A copy of a column keeps what its values are checked against: the
+        // collation, an ENUM's or SET's members, a time's digits.
+        let copy = |name: String, column: &ColumnDef| {
+            ColumnDef::new(name, column.ty)
+                .collated(column.collation)
+                .members(column.members.iter().cloned())
+                .fraction_digits(column.fraction_digits)
+                .not_null()
+        };
         for (i, &c) in index.columns.iter().enumerate() {
-            let column = &self.columns[c as usize];
-            spec = spec.column(ColumnDef::new(format!("u{i}"), column.ty).collated(column.collation).not_null());
+            spec = spec.column(copy(format!("u{i}"), &self.columns[c as usize]));
         }
         for (i, &c) in self.primary_key.iter().enumerate() {
-            let column = &self.columns[c as usize];
-            spec = spec.column(ColumnDef::new(format!("k{i}"), column.ty).collated(column.collation).not_null());
+            spec = spec.column(copy(format!("k{i}"), &self.columns[c as usize]));
         }
         spec.primary_key = (0..index.columns.len()).map(|i| format!("u{i}")).collect();
         spec

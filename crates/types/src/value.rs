@@ -136,6 +136,8 @@ pub enum Value {
     /// Microseconds since the Unix epoch, UTC.
     Timestamp(i64),
     Bool(bool),
+    /// A TIME: signed microseconds (see [`crate::mysql_types`]).
+    Time(i64),
 }
 
 impl Value {
@@ -156,6 +158,7 @@ impl Value {
             Value::DateTime(_) => "datetime",
             Value::Timestamp(_) => "timestamp",
             Value::Bool(_) => "boolean",
+            Value::Time(_) => "time",
         }
     }
 
@@ -236,6 +239,7 @@ impl Value {
             (Date(a), DateTime(b)) => Some((*a as i64 * 86_400_000_000).cmp(b)),
             (DateTime(a), Date(b)) => Some(a.cmp(&(*b as i64 * 86_400_000_000))),
             (Bool(a), Bool(b)) => Some(a.cmp(b)),
+            (Time(a), Time(b)) => Some(a.cmp(b)),
             (a, b) if a.is_numeric() && b.is_numeric() => {
                 if let (Some(x), Some(y)) = (a.as_decimal(), b.as_decimal()) {
                     let scale = x.scale.max(y.scale);
@@ -285,6 +289,7 @@ impl fmt::Display for Value {
             Value::Date(d) => write!(f, "{}", crate::value::format_date(*d)),
             Value::DateTime(us) | Value::Timestamp(us) => write!(f, "{}", format_datetime(*us)),
             Value::Bool(b) => write!(f, "{}", *b as u8),
+            Value::Time(us) => write!(f, "{}", crate::mysql_types::format_time(*us, None)),
         }
     }
 }
@@ -330,6 +335,39 @@ pub fn format_datetime(micros: i64) -> String {
         base
     } else {
         format!("{base}.{frac:06}")
+    }
+}
+
+/// A date and time with exactly `digits` digits of a second, as MySQL
+/// shows a DATETIME(`digits`) column ('2026-11-27 10:00:00.500' for 3).
+pub fn format_datetime_digits(micros: i64, digits: u8) -> String {
+    let seconds = micros.div_euclid(1_000_000);
+    let whole = format_datetime(seconds * 1_000_000);
+    if digits == 0 {
+        return whole;
+    }
+    let digits = digits.min(6);
+    let fraction = micros.rem_euclid(1_000_000) / 10i64.pow(6 - u32::from(digits));
+    format!("{whole}.{fraction:0width$}", width = usize::from(digits))
+}
+
+/// A value of column `column` as text, temporal values with the column's
+/// digits of a second (MySQL shows a DATETIME(3) as '... 10:00:00.500'
+/// and a TIME as '10:00:00'), or all six where the value holds finer ones
+/// (the native client stores what it is given, unrounded): text never
+/// hides what is stored. None for values not temporal.
+pub fn temporal_text(value: &Value, column: &ColumnDef) -> Option<String> {
+    let micros = match value {
+        Value::DateTime(us) | Value::Timestamp(us) | Value::Time(us) => *us,
+        _ => return None,
+    };
+    let declared = column.fraction_digits.min(6);
+    let step = 10i64.pow(6 - u32::from(declared));
+    let digits = if micros % step == 0 { declared } else { 6 };
+    match value {
+        Value::DateTime(us) | Value::Timestamp(us) => Some(format_datetime_digits(*us, digits)),
+        Value::Time(us) => Some(crate::mysql_types::format_time(*us, Some(digits))),
+        _ => None,
     }
 }
 
@@ -616,6 +654,7 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
                 Value::Str(s) => s.into_bytes(),
                 other => return Err(mismatch(&other, column)),
             };
+            let mut bytes = bytes;
             let limit = match column.ty {
                 ColumnType::Binary(n) | ColumnType::VarBinary(n) => n as usize,
                 _ => MAX_LOB_BYTES,
@@ -627,6 +666,10 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
                     column.name,
                     column.ty.sql_name()
                 )));
+            }
+            // MySQL pads a BINARY(n) value with zero bytes to n bytes.
+            if let ColumnType::Binary(n) = column.ty {
+                bytes.resize(n as usize, 0);
             }
             Ok(Value::Bytes(bytes))
         }
@@ -650,6 +693,11 @@ pub fn coerce(value: Value, column: &ColumnDef) -> Result<Value> {
             Value::UInt(v) => Ok(Value::Bool(v != 0)),
             other => Err(mismatch(&other, column)),
         },
+        ColumnType::Time => crate::mysql_types::coerce_time(value, column),
+        ColumnType::Year => crate::mysql_types::coerce_year(value, column),
+        ColumnType::Bit(bits) => crate::mysql_types::coerce_bit(value, column, bits),
+        ColumnType::Enum => crate::mysql_types::coerce_enum(value, column),
+        ColumnType::Set => crate::mysql_types::coerce_set(value, column),
     }
 }
 

@@ -23,8 +23,9 @@ const STATE_FILE: &str = "mgmd-state.bin";
 /// predates `TableDef::added_parts` (ALTER TABLE ADD COLUMN) and
 /// `IndexDef::unique`; format 1 predates `ColumnDef::storage` (disk
 /// columns); format 2 predates `ColumnDef::fraction_digits` and
-/// `ColumnDef::clock` (DATETIME(n), DEFAULT/ON UPDATE CURRENT_TIMESTAMP).
-const STATE_FORMAT: u64 = 3;
+/// `ColumnDef::clock` (DATETIME(n), DEFAULT/ON UPDATE CURRENT_TIMESTAMP);
+/// format 3 predates `ColumnDef::members` (ENUM and SET).
+const STATE_FORMAT: u64 = 4;
 
 /// A column as formats 0 and 1 wrote it (every column was in memory).
 #[derive(serde::Deserialize)]
@@ -62,14 +63,14 @@ struct ColumnDefV2 {
     storage: latsdb_types::schema::Storage,
 }
 
-impl From<ColumnDefV2> for latsdb_types::schema::ColumnDef {
+impl From<ColumnDefV2> for ColumnDefV3 {
     fn from(old: ColumnDefV2) -> Self {
         use latsdb_types::schema::ColumnType;
         // Until format 3 DATETIME and TIMESTAMP columns kept whatever
         // microseconds they were given: they are declared with all six
         // digits so that no stored value is shown otherwise than it was.
         let digits = if matches!(old.ty, ColumnType::DateTime | ColumnType::Timestamp) { 6 } else { 0 };
-        latsdb_types::schema::ColumnDef {
+        ColumnDefV3 {
             name: old.name,
             ty: old.ty,
             nullable: old.nullable,
@@ -82,7 +83,44 @@ impl From<ColumnDefV2> for latsdb_types::schema::ColumnDef {
     }
 }
 
-/// The state file as formats 1 and 2 wrote it, with their columns `C`.
+impl From<ColumnDefV1> for ColumnDefV3 {
+    fn from(old: ColumnDefV1) -> Self {
+        ColumnDefV2::from(old).into()
+    }
+}
+
+/// A column as format 3 wrote it.
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct ColumnDefV3 {
+    name: String,
+    ty: latsdb_types::schema::ColumnType,
+    nullable: bool,
+    default: Option<latsdb_types::Value>,
+    collation: latsdb_types::Collation,
+    storage: latsdb_types::schema::Storage,
+    fraction_digits: u8,
+    clock: latsdb_types::schema::ClockFill,
+}
+
+impl From<ColumnDefV3> for latsdb_types::schema::ColumnDef {
+    /// Columns of format 3 and before had no ENUM or SET, so no members.
+    fn from(old: ColumnDefV3) -> Self {
+        latsdb_types::schema::ColumnDef {
+            name: old.name,
+            ty: old.ty,
+            nullable: old.nullable,
+            default: old.default,
+            collation: old.collation,
+            storage: old.storage,
+            fraction_digits: old.fraction_digits,
+            clock: old.clock,
+            members: Vec::new(),
+        }
+    }
+}
+
+/// The state file as formats 1 to 3 wrote it, with their columns `C`.
 #[derive(serde::Deserialize)]
 #[cfg_attr(test, derive(serde::Serialize))]
 struct PersistedV1<C> {
@@ -107,7 +145,7 @@ struct TableDefV1<C> {
     added_parts: Vec<latsdb_types::schema::RowPart>,
 }
 
-impl<C: Into<ColumnDefV2>> From<PersistedV1<C>> for Persisted {
+impl<C: Into<ColumnDefV3>> From<PersistedV1<C>> for Persisted {
     fn from(old: PersistedV1<C>) -> Persisted {
         let tables = old
             .tables
@@ -232,6 +270,7 @@ pub(super) fn load_state(dir: &std::path::Path) -> Result<Persisted> {
             .map_err(unreadable),
         1 => proto::decode_body::<PersistedV1<ColumnDefV1>>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
         2 => proto::decode_body::<PersistedV1<ColumnDefV2>>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
+        3 => proto::decode_body::<PersistedV1<ColumnDefV3>>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
         STATE_FORMAT => proto::decode_body(&bytes[12..]).map_err(unreadable),
         newer => Err(DbError::new(
             ErrorCode::Io,
@@ -329,7 +368,7 @@ mod tests {
         }
     }
 
-    /// `t` as formats 1 and 2 wrote it, its columns made by `column`.
+    /// `t` as formats 1 to 3 wrote it, its columns made by `column`.
     fn old_state<C>(t: &TableDef, column: impl Fn(&ColumnDef) -> C) -> PersistedV1<C> {
         PersistedV1 {
             tables: vec![TableDefV1 {
@@ -387,9 +426,33 @@ mod tests {
     }
 
     #[test]
-    fn the_current_format_keeps_added_columns_and_a_newer_one_is_refused() {
+    fn a_state_file_of_the_format_before_enum_members_still_loads() {
         let dir = scratch_dir("v3");
-        let t = table().with_columns(&[ColumnDef::new("n", ColumnType::Double)], &[Value::Float(0.5)]).unwrap();
+        let at = ColumnDef::new("at", ColumnType::DateTime).fraction_digits(3);
+        let t = table().with_columns(&[at], &[Value::Null]).unwrap();
+        let old_column = |c: &ColumnDef| ColumnDefV3 {
+            name: c.name.clone(),
+            ty: c.ty,
+            nullable: c.nullable,
+            default: c.default.clone(),
+            collation: c.collation,
+            storage: c.storage,
+            fraction_digits: c.fraction_digits,
+            clock: c.clock,
+        };
+        let old = old_state(&t, old_column);
+        std::fs::write(dir.join(STATE_FILE), proto::frame(3, &old)).unwrap();
+        assert_eq!(load_state(&dir).unwrap().tables, vec![t]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_current_format_keeps_added_columns_and_a_newer_one_is_refused() {
+        let dir = scratch_dir("v4");
+        let size = ColumnDef::new("size", ColumnType::Enum).members(["small", "large"]);
+        let t = table()
+            .with_columns(&[ColumnDef::new("n", ColumnType::Double), size], &[Value::Float(0.5), Value::Null])
+            .unwrap();
         let t = TableDef {
             columns: t.columns.into_iter().map(|c| if c.name == "v" { c.storage(Storage::Disk) } else { c }).collect(),
             ..t
