@@ -1120,7 +1120,7 @@ pub fn collation_named(name: &str) -> SqlResult<Collation> {
         SqlError::new(
             1273,
             "HY000",
-            format!("Unknown collation: '{name}' (latsdb offers utf8mb4_bin and the case-insensitive utf8mb4_general_ci, which utf8mb4_unicode_ci, utf8mb4_unicode_520_ci and utf8mb4_0900_ai_ci also name; language collations are not offered)"),
+            format!("Unknown collation: '{name}' (latsdb offers utf8mb4_bin, which the case-sensitive *_general_cs, utf8mb4_0900_as_cs and utf8mb4_0900_bin also name, and the case-insensitive utf8mb4_general_ci, which utf8mb4_unicode_ci, utf8mb4_unicode_520_ci and utf8mb4_0900_ai_ci also name; language collations are not offered)"),
         )
     })
 }

@@ -32,9 +32,13 @@ impl Collation {
     /// the general and Unicode case-insensitive ones of utf8mb4 and utf8mb3
     /// (and latin1's and ascii's defaults) are `GeneralCi`, whose rules
     /// they share for Latin, Greek and Cyrillic case and accents (text is
-    /// stored as utf8mb4 whatever the character set). Language collations
-    /// (swedish, turkish, ...) and accent- or case-sensitive ones are not
-    /// offered: their rules differ.
+    /// stored as utf8mb4 whatever the character set). The case- and
+    /// accent-sensitive ones (`latin1_general_cs`, `utf8mb4_0900_as_cs`,
+    /// `utf8mb4_0900_bin`) are `Bin`: they hold equal exactly the texts
+    /// bytes hold equal, though they order 'a' before 'B' where bytes put
+    /// 'B' first. Language collations (swedish, turkish, ...) and the
+    /// accent-sensitive case-insensitive ones are not offered: their rules
+    /// differ.
     pub fn named(name: &str) -> Option<Collation> {
         let name = name.to_ascii_lowercase();
         if name == "binary" {
@@ -46,7 +50,8 @@ impl Collation {
         }
         let unicode = matches!(charset, "utf8mb4" | "utf8mb3" | "utf8");
         match rest {
-            "bin" => Some(Collation::Bin),
+            "bin" | "general_cs" => Some(Collation::Bin),
+            "0900_as_cs" | "0900_bin" if unicode => Some(Collation::Bin),
             "general_ci" => Some(Collation::GeneralCi),
             "unicode_ci" | "unicode_520_ci" | "0900_ai_ci" | "uca1400_ai_ci" if unicode => Some(Collation::GeneralCi),
             "swedish_ci" if charset == "latin1" => Some(Collation::GeneralCi),
@@ -154,11 +159,14 @@ mod tests {
     fn names_map_to_the_two_collations() {
         assert_eq!(Collation::named("utf8mb4_bin"), Some(Collation::Bin));
         assert_eq!(Collation::named("UTF8MB4_GENERAL_CI"), Some(Collation::GeneralCi));
+        assert_eq!(Collation::named("latin1_general_cs"), Some(Collation::Bin));
+        assert_eq!(Collation::named("utf8mb4_0900_as_cs"), Some(Collation::Bin));
+        assert_eq!(Collation::named("utf8mb4_0900_as_ci"), None);
+        assert_eq!(Collation::named("latin1_0900_as_cs"), None);
         assert_eq!(Collation::named("utf8mb4_0900_ai_ci"), Some(Collation::GeneralCi));
         assert_eq!(Collation::named("utf8_unicode_ci"), Some(Collation::GeneralCi));
         assert_eq!(Collation::named("latin1_swedish_ci"), Some(Collation::GeneralCi));
         assert_eq!(Collation::named("binary"), Some(Collation::Bin));
-        assert_eq!(Collation::named("utf8mb4_0900_as_cs"), None);
         assert_eq!(Collation::named("utf8mb4_turkish_ci"), None, "a language's own rules are not general_ci's");
         assert_eq!(Collation::named("utf8mb4_klingon_ci"), None);
         assert_eq!(Collation::named("koi8r_general_ci"), None);
