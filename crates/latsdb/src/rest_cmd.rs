@@ -46,8 +46,9 @@ pub struct RestArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
-    /// Most operations per batch (and entries per batch feature request).
-    #[arg(long, default_value_t = 4096)]
+    /// Most operations per batch (and entries per batch feature request);
+    /// 256 is RonDB's limit.
+    #[arg(long, default_value_t = 256)]
     max_batch_ops: usize,
     /// TLS certificate chain (PEM); with --tls-key the node serves HTTPS only.
     #[arg(long, requires = "tls_key")]

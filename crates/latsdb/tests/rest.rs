@@ -272,10 +272,13 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     }
     let item =
         r#"{"method":"POST","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":1}]}}"#;
-    let too_many = format!(r#"{{"operations":[{}]}}"#, vec![item; 4097].join(","));
+    // RonDB's limit of 256 operations per batch is the default.
+    let (status, body) = post(c, "/0.1.0/batch", &format!(r#"{{"operations":[{}]}}"#, vec![item; 256].join(",")));
+    assert_eq!(status, 200, "{body}");
+    let too_many = format!(r#"{{"operations":[{}]}}"#, vec![item; 257].join(","));
     let (status, body) = post(c, "/0.1.0/batch", &too_many);
     assert_eq!(status, 400);
-    assert!(body.contains("more than the limit of 4096"), "{body}");
+    assert!(body.contains("more than the limit of 256"), "{body}");
 
     // Feature views: create, list, get; vectors across two tables.
     let view = r#"{"featureStoreName":"fs","featureViewName":"churn","featureViewVersion":1,"featureGroups":[
@@ -425,12 +428,18 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     assert_eq!(status, 404);
 
     // Health, ping, metrics, OpenAPI; the server kept serving through all of the above.
-    let (status, body) = http(&c.rest, "GET", "/0.1.0/health", &[], b"");
+    // /health answers as RonDB does; /health/details as latsdb.
+    assert_eq!(http(&c.rest, "GET", "/0.1.0/health", &[], b""), (200, "1".to_string()));
+    let (status, body) = http(&c.rest, "GET", "/0.1.0/health/details", &[], b"");
     assert_eq!((status, body.as_str()), (200, r#"{"status":"ok","datanodesStarted":2,"datanodes":2}"#));
+    // RonDB 24.10's API version serves the same endpoints.
+    let (status, body) = post(c, "/0.2.0/rest/types/pk-read", r#"{"filters":[{"column":"id","value":1}]}"#);
+    assert_eq!((status, body), (200, format!(r#"{{"data":{ROW_1}}}"#)));
+    assert_eq!(http(&c.rest, "GET", "/0.3.0/health", &[], b"").0, 404);
     assert_eq!(http(&c.rest, "GET", "/0.1.0/ping", &[], b""), (200, String::new()));
     let (status, body) = http(&c.rest, "GET", "/metrics", &[], b"");
     assert_eq!(status, 200);
-    assert!(body.contains("latsdb_rest_requests_total{endpoint=\"batch\",status=\"2xx\"} 3"), "{body}");
+    assert!(body.contains("latsdb_rest_requests_total{endpoint=\"batch\",status=\"2xx\"} 4"), "{body}");
     assert!(body.contains("latsdb_rest_key_operations_total{outcome=\"not_found\"}"), "{body}");
     let (status, body) = http(&c.rest, "GET", "/0.1.0/openapi.json", &[], b"");
     assert_eq!(status, 200);
@@ -445,6 +454,7 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
         "/0.1.0/feature_view",
         "/0.1.0/feature_view/{store}/{name}/{version}",
         "/0.1.0/health",
+        "/0.1.0/health/details",
         "/0.1.0/ping",
         "/metrics",
     ] {

@@ -7,7 +7,9 @@
 //! - `POST /0.1.0/batch`: many of the above, each its own operation
 //! - `POST /0.1.0/feature_store`, `POST /0.1.0/batch_feature_store`
 //! - `POST|GET /0.1.0/feature_view`, `GET|DELETE /0.1.0/feature_view/{store}/{name}/{version}`
-//! - `GET /0.1.0/health`, `GET /0.1.0/ping`, `GET /metrics`
+//! - `GET /0.1.0/health` (RonDB's `1`/`0`), `GET /0.1.0/health/details`, `GET /0.1.0/ping`, `GET /metrics`
+//!
+//! Every endpoint is served at `/0.2.0/` too, as RonDB 24.10 serves it.
 //!
 //! HTTP/1.1 with keep-alive on hyper; a worker thread per CPU, each with its
 //! own tokio runtime and cluster client (`serve_per_thread`). A request's
@@ -41,6 +43,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const API_VERSION: &str = "0.1.0";
+/// Every API version this server answers at: RonDB 24.10 serves the same
+/// endpoints at 0.2.0 as at 0.1.0.
+pub const API_VERSIONS: [&str; 2] = ["0.1.0", "0.2.0"];
+
+/// The rest of a path after `/{version}/`, for a version this server serves.
+pub fn strip_api_version(path: &str) -> Option<&str> {
+    API_VERSIONS.iter().find_map(|v| path.strip_prefix(v).and_then(|p| p.strip_prefix('/')))
+}
 
 /// The OpenAPI document of every endpoint.
 pub const OPENAPI: &str = include_str!("../openapi.json");
@@ -58,7 +68,7 @@ pub struct RestConfig {
 
 impl Default for RestConfig {
     fn default() -> Self {
-        RestConfig { auth: AuthMode::ApiKey, open_health: true, max_body_bytes: 4 << 20, max_batch_ops: 4096 }
+        RestConfig { auth: AuthMode::ApiKey, open_health: true, max_body_bytes: 4 << 20, max_batch_ops: 256 }
     }
 }
 
@@ -162,14 +172,13 @@ async fn route(rest: &Rest, request: Request<Incoming>) -> (Endpoint, Answer, &'
         }
         return (Endpoint::Metrics, Ok((200, rest.metrics.render().into_bytes())), "text/plain; version=0.0.4");
     }
-    let Some(rest_of_path) =
-        path.strip_prefix('/').and_then(|p| p.strip_prefix(API_VERSION)).and_then(|p| p.strip_prefix('/'))
-    else {
+    let Some(rest_of_path) = path.strip_prefix('/').and_then(strip_api_version) else {
         return (Endpoint::Other, Err(not_found(&path)), JSON);
     };
     let segments: Vec<&str> = rest_of_path.split('/').collect();
     match segments.as_slice() {
-        ["health"] => (Endpoint::Health, health(rest, &method, request).await, JSON),
+        ["health"] => (Endpoint::Health, health(rest, &method, request, Health::Rondb).await, JSON),
+        ["health", "details"] => (Endpoint::Health, health(rest, &method, request, Health::Details).await, JSON),
         ["ping"] => (Endpoint::Ping, ping(rest, &method, request).await, JSON),
         ["openapi.json"] if method == Method::GET => (Endpoint::OpenApi, Ok((200, OPENAPI.as_bytes().to_vec())), JSON),
         ["batch"] => (Endpoint::Batch, with_body(rest, &method, request, Body::Batch).await, JSON),
@@ -214,7 +223,15 @@ fn api_key(request: &Request<Incoming>) -> Option<Vec<u8>> {
     request.headers().get("x-api-key").map(|v| v.as_bytes().to_vec())
 }
 
-async fn health(rest: &Rest, method: &Method, request: Request<Incoming>) -> Answer {
+/// What a health request answers: RonDB's body (`1` while the cluster
+/// serves, `0` otherwise), or latsdb's JSON with the data nodes' counts.
+#[derive(Clone, Copy, PartialEq)]
+enum Health {
+    Rondb,
+    Details,
+}
+
+async fn health(rest: &Rest, method: &Method, request: Request<Incoming>, shape: Health) -> Answer {
     if method != Method::GET {
         return Err(wrong_method("GET"));
     }
@@ -228,6 +245,10 @@ async fn health(rest: &Rest, method: &Method, request: Request<Incoming>) -> Ans
     let started = layout.datanodes.iter().filter(|d| d.status == latsdb_types::proto::NodeStatus::Started).count();
     let mut out = JsonOut::default();
     let healthy = rest.client.ping().await.is_ok();
+    let status = if healthy { 200 } else { 503 };
+    if shape == Health::Rondb {
+        return Ok((status, if healthy { b"1".to_vec() } else { b"0".to_vec() }));
+    }
     out.raw("{\"status\":");
     out.str(if healthy { "ok" } else { "unavailable" });
     out.raw(",\"datanodesStarted\":");
@@ -235,7 +256,7 @@ async fn health(rest: &Rest, method: &Method, request: Request<Incoming>) -> Ans
     out.raw(",\"datanodes\":");
     out.uint(layout.datanodes.len() as u64);
     out.byte(b'}');
-    Ok((if healthy { 200 } else { 503 }, out.buf))
+    Ok((status, out.buf))
 }
 
 async fn ping(rest: &Rest, method: &Method, request: Request<Incoming>) -> Answer {

@@ -147,7 +147,11 @@ pub struct PkRequest<'a> {
 /// with a leading "/" or the API version) into its parts.
 pub fn parse_relative_url(url: &str) -> Result<(&str, &str, PkKind), String> {
     let trimmed = url.trim_start_matches('/');
-    let trimmed = trimmed.strip_prefix(crate::API_VERSION).map(|r| r.trim_start_matches('/')).unwrap_or(trimmed);
+    let trimmed = crate::API_VERSIONS
+        .iter()
+        .find_map(|v| trimmed.strip_prefix(v))
+        .map(|r| r.trim_start_matches('/'))
+        .unwrap_or(trimmed);
     let mut parts = trimmed.split('/');
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(db), Some(table), Some(op), None) if !db.is_empty() && !table.is_empty() => {
