@@ -145,6 +145,7 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     assert_eq!((status, body.as_str()), (404, r#"{"message":"table 'rest.nope' does not exist"}"#));
     let bad = [
         (r#"{"filters":[{"column":"id","value":"one"}]}"#, "column 'id' is BIGINT but the value is string"),
+        (r#"{"filters":[{"column":"id","value":"1.5"}]}"#, "column 'id' is BIGINT but the value is string"),
         (r#"{"filters":[{"column":"ti","value":1}]}"#, "filter column 'ti' is not part of the primary key"),
         (r#"{"filters":[{"column":"zz","value":1}]}"#, "has no column 'zz'"),
         (r#"{"filters":[{"column":"id","value":1}],"readColumns":[{"column":"zz"}]}"#, "has no column 'zz'"),
@@ -428,6 +429,9 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     assert_eq!(status, 404);
 
     // Health, ping, metrics, OpenAPI; the server kept serving through all of the above.
+    // A number written as a string reaches an integer key, as in RonDB.
+    let (status, body) = post(c, "/0.1.0/rest/types/pk-read", r#"{"filters":[{"column":"id","value":"1"}]}"#);
+    assert_eq!((status, body), (200, format!(r#"{{"data":{ROW_1}}}"#)));
     // /health answers as RonDB does; /health/details as latsdb.
     assert_eq!(http(&c.rest, "GET", "/0.1.0/health", &[], b""), (200, "1".to_string()));
     let (status, body) = http(&c.rest, "GET", "/0.1.0/health/details", &[], b"");

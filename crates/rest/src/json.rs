@@ -83,6 +83,9 @@ impl Scalar<'_> {
                 })?;
                 Value::Bytes(bytes)
             }
+            // RonDB reads a number written as a string for an integer
+            // column ("1" for an INT key).
+            Scalar::Str(s) if matches!(column.ty, ColumnType::Integer { .. }) => integer_text(s, column)?,
             Scalar::Str(s) => Value::Str(s.to_string()),
         };
         if column.ty.is_binary() && !matches!(value, Value::Bytes(_) | Value::Null) {
@@ -95,6 +98,22 @@ impl Scalar<'_> {
         let value = coerce(value, column).map_err(|e| e.message)?;
         Ok(within_digits(value, column.fraction_digits))
     }
+}
+
+/// An integer given as text (digits with an optional sign), or why not.
+fn integer_text(text: &str, column: &ColumnDef) -> Result<Value, String> {
+    let parsed = match text.strip_prefix('-') {
+        Some(_) => text.parse::<i64>().ok().map(Value::Int),
+        None => text.parse::<u64>().ok().map(Value::UInt),
+    };
+    parsed.ok_or_else(|| {
+        format!(
+            "column '{}' is {} but the value is string ({})",
+            column.name,
+            column.ty.sql_name(),
+            text.chars().take(40).collect::<String>()
+        )
+    })
 }
 
 /// A time cut to the digits of a second its column keeps, as RonDB reads
@@ -491,7 +510,9 @@ mod tests {
     fn column_values_are_checked_against_the_column_type() {
         let id = ColumnDef::new("id", ColumnType::int(IntWidth::Int));
         assert_eq!(Scalar::Int(7).to_column_value(&id), Ok(Value::Int(7)));
-        let e = Scalar::Str("7".into()).to_column_value(&id).unwrap_err();
+        assert_eq!(Scalar::Str("7".into()).to_column_value(&id), Ok(Value::Int(7)));
+        assert_eq!(Scalar::Str("-7".into()).to_column_value(&id), Ok(Value::Int(-7)));
+        let e = Scalar::Str("7x".into()).to_column_value(&id).unwrap_err();
         assert!(e.contains("column 'id' is INT but the value is string"), "{e}");
         let e = Scalar::Int(1 << 40).to_column_value(&id).unwrap_err();
         assert!(e.contains("out of range"), "{e}");
