@@ -570,6 +570,11 @@ fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
         SELECT id FROM t WHERE s = 'a,c';
         SELECT HOUR(tm3), MINUTE(tm3), SECOND(tm3), MICROSECOND(tm3) FROM t WHERE id = 1;
         SELECT CAST('12:34:56.789' AS TIME(2)), CAST(123456 AS TIME);
+        SELECT TIME('2024-01-02 10:11:12'), TIME_TO_SEC('01:00:01'), TIME_TO_SEC(tm3), SEC_TO_TIME(3661),
+            SEC_TO_TIME(10000000), MAKETIME(-12, 5, 7), MAKETIME(1, 60, 0) FROM t WHERE id = 1;
+        SELECT TIMEDIFF('10:00:00', '12:30:00'), TIMEDIFF('2024-01-02 00:00:00', '2024-01-01 12:00:00'),
+            TIMEDIFF('2024-01-02 00:00:00', '12:00:00'), ADDTIME('2024-01-01 23:00:00', '02:00:00'),
+            SUBTIME(tm, '11:00:00'), ADDTIME(tm, tm) FROM t WHERE id = 1;
         INSERT INTO t VALUES (5, '839:00:00', NULL, NULL, NULL, 'small', NULL);
         INSERT INTO t VALUES (6, NULL, NULL, 1900, NULL, 'small', NULL);
         INSERT INTO t VALUES (7, NULL, NULL, NULL, 1024, 'small', NULL);

@@ -6,6 +6,7 @@
 use crate::dates::{Part, Unit};
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{Arith, CastTo, Cmp, Func, SExpr, SessionValue};
+use crate::times::TimeFunc;
 use latsdb_types::schema::{ColumnDef, ColumnType};
 use latsdb_types::value::Decimal;
 use latsdb_types::{Collation, Value};
@@ -1333,7 +1334,13 @@ const SCALAR_FUNCTIONS: &[(&[&str], Func, usize, usize)] = &[
     (&["WEEKDAY"], Func::DatePart(Part::Weekday), 1, 1),
     (&["DAYOFYEAR"], Func::DatePart(Part::DayOfYear), 1, 1),
     (&["DATE"], Func::DateOf, 1, 1),
-    (&["TIME"], Func::TimeOf, 1, 1),
+    (&["TIME"], Func::Times(TimeFunc::Of), 1, 1),
+    (&["TIME_TO_SEC"], Func::Times(TimeFunc::ToSeconds), 1, 1),
+    (&["SEC_TO_TIME"], Func::Times(TimeFunc::FromSeconds), 1, 1),
+    (&["TIMEDIFF"], Func::Times(TimeFunc::Diff), 2, 2),
+    (&["ADDTIME"], Func::Times(TimeFunc::Add), 2, 2),
+    (&["SUBTIME"], Func::Times(TimeFunc::Subtract), 2, 2),
+    (&["MAKETIME"], Func::Times(TimeFunc::Make), 3, 3),
     (&["DATE_FORMAT"], Func::DateFormat, 2, 2),
     (&["DATEDIFF"], Func::DateDiff, 2, 2),
     (&["WEEK"], Func::Week, 1, 2),

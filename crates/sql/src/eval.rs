@@ -120,7 +120,8 @@ pub enum Func {
     DatePart(crate::dates::Part),
     /// DATE(x).
     DateOf,
-    TimeOf,
+    /// TIME() and the other functions of TIME values (`times.rs`).
+    Times(crate::times::TimeFunc),
     DateFormat,
     /// DATEDIFF(a, b): days from b to a.
     DateDiff,
@@ -1095,13 +1096,13 @@ fn call(f: Func, a: Vec<Value>, env: &Env) -> SqlResult<Value> {
         | Func::FromUnixTime
         | Func::DatePart(..)
         | Func::DateOf
-        | Func::TimeOf
         | Func::DateFormat
         | Func::ExtractCompound(..)
         | Func::DateAdd(..)
         | Func::DateAddCompound(..)
         | Func::DateDiff
         | Func::UnixTimestamp => call_dates(f, a, env),
+        Func::Times(function) => Ok(crate::times::call(function, &a)),
     }
 }
 
@@ -1645,10 +1646,6 @@ fn call_dates(f: Func, a: Vec<Value>, env: &Env) -> SqlResult<Value> {
             (v, None) => civil(v).map_or(Value::Null, |c| Value::Int(c.part(part))),
         },
         Func::DateOf => civil(&a[0]).map_or(Value::Null, |c| Value::Date(c.days as i32)),
-        Func::TimeOf => civil(&a[0]).map_or(Value::Null, |c| {
-            let format = if c.micros != 0 { "%H:%i:%s.%f" } else { "%H:%i:%s" };
-            Value::Str(crate::dates::format(&c, format))
-        }),
         Func::DateFormat => match civil(&a[0]) {
             Some(c) => Value::Str(crate::dates::format(&c, &to_text(&a[1]))),
             None => Value::Null,

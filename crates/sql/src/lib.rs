@@ -25,6 +25,7 @@ pub mod regexp;
 pub mod session;
 pub mod shared;
 pub mod subquery;
+pub mod times;
 pub mod union;
 pub mod window;
 pub mod wire;
