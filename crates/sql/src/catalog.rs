@@ -774,7 +774,10 @@ async fn column_changes(
                 let current = &def.columns[id];
                 let is_auto = auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&current.name));
                 let in_key = def.primary_key.contains(&(id as latsdb_types::schema::ColumnId));
-                if spec.def.ty != current.ty || spec.def.fraction_digits != current.fraction_digits {
+                if spec.def.ty != current.ty
+                    || spec.def.fraction_digits != current.fraction_digits
+                    || spec.def.members != current.members
+                {
                     return Err(SqlError::unsupported(format!(
                         "changing the type of column '{}' from {} to {} is not supported: only its name, DEFAULT, ON UPDATE and NULL can change (add a new column and copy the values)",
                         current.name,
@@ -1423,6 +1426,10 @@ fn implicit_default(column: &ColumnDef) -> SqlResult<Value> {
         ColumnType::Float | ColumnType::Double => Value::Float(0.0),
         ColumnType::Decimal { .. } => Value::Int(0),
         ColumnType::Boolean => Value::Bool(false),
+        ColumnType::Time => Value::Time(0),
+        ColumnType::Year | ColumnType::Bit(_) => Value::UInt(0),
+        // A NOT NULL ENUM's default is its first member (column_spec).
+        ColumnType::Enum => column.default.clone().unwrap_or(Value::Null),
         ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp => {
             return Err(SqlError::new(
                 1292,
@@ -1625,7 +1632,10 @@ async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<R
 /// information_schema.COLUMNS (BOOLEAN is stored as tinyint(1), which
 /// drivers map back to a boolean; DATETIME(3) names its digits).
 fn column_type_text(c: &ColumnDef) -> String {
-    let members = || c.members.iter().map(|m| format!("'{}'", m.replace('\'', "''"))).collect::<Vec<_>>().join(",");
+    let members = || {
+        let quoted = c.members.iter().map(|m| format!("'{}'", m.replace('\\', "\\\\").replace('\'', "''")));
+        quoted.collect::<Vec<_>>().join(",")
+    };
     match c.ty {
         ColumnType::Boolean => "tinyint(1)".into(),
         ColumnType::DateTime | ColumnType::Timestamp | ColumnType::Time if c.fraction_digits > 0 => {
@@ -1660,6 +1670,7 @@ fn shown_default(c: &ColumnDef) -> Value {
 fn default_text(d: &Value, c: &ColumnDef) -> String {
     match (d, c.ty) {
         (Value::UInt(bits), ColumnType::Bit(_)) => format!("b'{bits:b}'"),
+        (Value::UInt(year), ColumnType::Year) => format!("{year:04}"),
         _ => latsdb_types::value::temporal_text(d, c).unwrap_or_else(|| to_text(d)),
     }
 }
@@ -1683,6 +1694,7 @@ fn quote(v: &Value, c: &ColumnDef) -> String {
     match (v, c.ty) {
         (Value::Null, _) => "NULL".into(),
         (Value::UInt(_), ColumnType::Bit(_)) => default_text(v, c),
+        (Value::UInt(_), ColumnType::Year) => format!("'{}'", default_text(v, c)),
         (Value::Int(_) | Value::UInt(_) | Value::Decimal(_) | Value::Float(_), _) => format!("'{}'", to_text(v)),
         _ => format!("'{}'", default_text(v, c).replace('\'', "''")),
     }

@@ -1125,9 +1125,14 @@ fn time_param(b: &[u8]) -> Option<Value> {
         return None;
     }
     let days = i64::from(u32::from_le_bytes([b[1], b[2], b[3], b[4]]));
-    let seconds = days * 86_400 + i64::from(b[5]) * 3600 + i64::from(b[6]) * 60 + i64::from(b[7]);
+    let (hours, minutes, seconds) = (i64::from(b[5]), i64::from(b[6]), i64::from(b[7]));
     let fraction = if b.len() >= 12 { i64::from(u32::from_le_bytes([b[8], b[9], b[10], b[11]])) } else { 0 };
-    let micros = seconds * 1_000_000 + fraction;
+    // MySQL's TIME spans at most 34 days and some hours; anything else is
+    // no TIME (and must not overflow the sum below).
+    if days > 34 || hours > 23 || minutes > 59 || seconds > 59 || fraction > 999_999 {
+        return None;
+    }
+    let micros = ((days * 24 + hours) * 3600 + minutes * 60 + seconds) * 1_000_000 + fraction;
     Some(Value::Time(if b[0] == 1 { -micros } else { micros }))
 }
 

@@ -605,7 +605,7 @@ pub fn numeric(v: &Value) -> Value {
         }
         // A time is its digits too: -26:03:04.5 is -260304.5.
         Value::Time(us) => {
-            let (magnitude, sign) = (us.abs(), us.signum());
+            let (magnitude, sign) = (us.saturating_abs(), us.signum());
             let seconds = magnitude / 1_000_000;
             let whole = sign * (seconds / 3600 * 10_000 + seconds / 60 % 60 * 100 + seconds % 60);
             match magnitude % 1_000_000 {
@@ -1810,7 +1810,7 @@ fn conv(n: &Value, from: i64, to: i64) -> Value {
 fn time_part(v: &Value, part: crate::dates::Part) -> Option<i64> {
     use crate::dates::Part;
     let Value::Time(us) = v else { return None };
-    let magnitude = us.abs();
+    let magnitude = us.saturating_abs();
     let seconds = magnitude / 1_000_000;
     match part {
         Part::Hour => Some(seconds / 3600),
@@ -1931,7 +1931,9 @@ pub(crate) fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
                 Value::Date(_) => Some(0),
                 other => latsdb_types::mysql_types::parse_time(&to_text(&other)),
             };
-            micros.map_or(Value::Null, |us| Value::Time(us.signum() * crate::session::to_digits(us.abs(), digits)))
+            micros.map_or(Value::Null, |us| {
+                Value::Time(us.signum() * crate::session::to_digits(us.saturating_abs(), digits))
+            })
         }
     })
 }
@@ -2030,7 +2032,7 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
         {
             return Err(wrong_value(&shown, column));
         }
-        Ok(Value::Time(us)) if us.abs() > latsdb_types::mysql_types::MAX_TIME_MICROS => {
+        Ok(Value::Time(us)) if us.saturating_abs() > latsdb_types::mysql_types::MAX_TIME_MICROS => {
             return Err(wrong_value(&shown, column));
         }
         _ => {}
@@ -2084,7 +2086,7 @@ fn to_fraction_digits(v: Value, digits: u8) -> Value {
         Value::DateTime(us) => Value::DateTime(round(us)),
         Value::Timestamp(us) => Value::Timestamp(round(us)),
         // A negative time rounds away from zero as a positive one does.
-        Value::Time(us) => Value::Time(us.signum() * round(us.abs())),
+        Value::Time(us) => Value::Time(us.signum() * round(us.saturating_abs())),
         other => other,
     }
 }
@@ -2143,8 +2145,13 @@ pub fn to_column_ignoring(v: Value, column: &ColumnDef) -> SqlResult<(Value, Opt
             ColumnType::Decimal { .. } => Value::Int(0),
             ColumnType::Char(_) | ColumnType::VarChar(_) | ColumnType::Text => Value::Str(String::new()),
             ColumnType::Binary(_) | ColumnType::VarBinary(_) | ColumnType::Blob => Value::Bytes(Vec::new()),
+            ColumnType::Time => Value::Time(0),
+            ColumnType::Year | ColumnType::Bit(_) => Value::UInt(0),
+            ColumnType::Set => Value::Str(String::new()),
             _ => return Err(e),
         },
+        // A BIT too wide for its column is all ones, as MySQL stores it.
+        (ER_DATA_TOO_LONG, ColumnType::Bit(n)) => Value::UInt(if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }),
         (ER_DATA_TOO_LONG, ColumnType::Char(n) | ColumnType::VarChar(n)) => {
             Value::Str(to_text(&v).chars().take(n as usize).collect())
         }
@@ -2185,6 +2192,8 @@ pub fn to_column_ignoring(v: Value, column: &ColumnDef) -> SqlResult<(Value, Opt
                 ColumnType::Float => Value::Float(x.clamp(-(f32::MAX as f64), f32::MAX as f64)),
                 ColumnType::Double if x.is_finite() => Value::Float(x),
                 ColumnType::Double => Value::Float(if x > 0.0 { f64::MAX } else { -f64::MAX }),
+                ColumnType::Year => Value::UInt(0),
+                ColumnType::Time => nearest_time(&v),
                 _ => return Err(e),
             }
         }
@@ -2194,6 +2203,26 @@ pub fn to_column_ignoring(v: Value, column: &ColumnDef) -> SqlResult<(Value, Opt
         Ok(v) => Ok((v, Some(e))),
         Err(_) => Err(e),
     }
+}
+
+/// The TIME INSERT IGNORE stores for a value beyond TIME's range: the
+/// range's end on the value's side ('900:00:00' is 838:59:59), or
+/// 00:00:00 for text that is no time at all.
+fn nearest_time(v: &Value) -> Value {
+    let text = to_text(v);
+    let t = text.trim();
+    let (negative, body) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t),
+    };
+    let hours_like =
+        body.split([':', '.']).next().is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_digit()));
+    let max = latsdb_types::mysql_types::MAX_TIME_MICROS;
+    Value::Time(match (hours_like, negative) {
+        (false, _) => 0,
+        (true, true) => -max,
+        (true, false) => max,
+    })
 }
 
 fn out_of_range(v: &Value, column: &ColumnDef) -> SqlError {

@@ -187,6 +187,10 @@ fn key_values(table: &Table, exprs: &[SExpr], row: &[Value], env: &Env) -> SqlRe
 /// The value of a key column that equals `v`, in the column's type; None
 /// when no value does (NULL, or `id = 4.5` on an integer column, which
 /// converting to the column's type would round to 5).
+fn holds_only_its_values(ty: ColumnType) -> bool {
+    matches!(ty, ColumnType::Time | ColumnType::Year | ColumnType::Bit(_) | ColumnType::Enum | ColumnType::Set)
+}
+
 fn equal_key_part(v: Value, column: &ColumnDef) -> SqlResult<Option<Value>> {
     if v.is_null() {
         return Ok(None);
@@ -198,7 +202,9 @@ fn equal_key_part(v: Value, column: &ColumnDef) -> SqlResult<Option<Value>> {
             None => {}
         }
     }
-    if column.fraction_digits < 6 && matches!(column.ty, ColumnType::DateTime | ColumnType::Timestamp) {
+    if column.fraction_digits < 6
+        && matches!(column.ty, ColumnType::DateTime | ColumnType::Timestamp | ColumnType::Time)
+    {
         // A value with more digits of a second than the column keeps
         // matches no stored value (10:00:00.6 is not 10:00:01).
         let exact = to_column(v.clone(), &ColumnDef { fraction_digits: 6, ..column.clone() })?;
@@ -601,7 +607,14 @@ pub(crate) fn build_scan(
     if let Access::Range { index, columns, eq, lower, upper } = access {
         let mut prefix = Vec::with_capacity(eq.len() + 1);
         for (e, &c) in eq.iter().zip(columns) {
-            match equal_key_part(e.eval(&[], env)?, &def.columns[c as usize])? {
+            let column = &def.columns[c as usize];
+            let part = match equal_key_part(e.eval(&[], env)?, column) {
+                // A TIME, YEAR, BIT, ENUM or SET column holds no value it
+                // cannot take: an equality with one matches no row.
+                Err(_) if holds_only_its_values(column.ty) => None,
+                other => other?,
+            };
+            match part {
                 Some(v) => prefix.push(v),
                 None => return Ok(None),
             }
@@ -680,7 +693,12 @@ fn for_column(v: Value, ty: ColumnType) -> Value {
             Value::Str(_) | Value::Bytes(_) => v,
             other => Value::Str(to_text(&other)),
         },
-        ColumnType::Year | ColumnType::Bit(_) => numeric(&v),
+        ColumnType::Year => numeric(&v),
+        // b'1010' and x'0A' are the number their bytes spell (big-endian).
+        ColumnType::Bit(_) => match &v {
+            Value::Bytes(b) if b.len() <= 8 => Value::UInt(b.iter().fold(0u64, |n, &byte| n << 8 | u64::from(byte))),
+            _ => numeric(&v),
+        },
         ColumnType::Time => match &v {
             Value::Time(_) => v,
             other => crate::eval::cast(other.clone(), crate::eval::CastTo::Time(6)).unwrap_or(Value::Null),

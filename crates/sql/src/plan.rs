@@ -613,6 +613,8 @@ async fn plan_query<C: Catalog>(catalog: &C, query: &ast::Query, push_aggregates
                         && matches!(a.arg, None | Some(SExpr::TableCol(0, _)))
                         // The data nodes' MIN and MAX compare text as bytes.
                         && !(matches!(a.kind, AggKind::Min | AggKind::Max) && a.collation.is_case_insensitive())
+                        // They add numbers only (a TIME sums as its digits here).
+                        && (!matches!(a.kind, AggKind::Sum | AggKind::Avg) || sums_on_data_nodes(&sources[0], &a.arg))
             });
         if pushable {
             let mut pushed_aggs = Vec::new();
@@ -956,6 +958,25 @@ fn index_gives_order(def: &TableDef, access: &mut Access, order: &[(SExpr, bool)
         }
         Access::Keys(_) => false,
     }
+}
+
+/// Whether the data nodes can SUM or AVG the column an aggregate reads:
+/// they add numbers; a temporal or text column is summed by the SQL node,
+/// as MySQL sums it (a time as its digits, text as the number it starts with).
+fn sums_on_data_nodes(source: &Source, arg: &Option<SExpr>) -> bool {
+    let Some(SExpr::TableCol(0, c)) = arg else { return false };
+    source.stored().and_then(|t| t.def().columns.get(*c as usize).map(|col| col.ty)).is_some_and(|ty| {
+        matches!(
+            ty,
+            ColumnType::Integer { .. }
+                | ColumnType::Float
+                | ColumnType::Double
+                | ColumnType::Decimal { .. }
+                | ColumnType::Boolean
+                | ColumnType::Year
+                | ColumnType::Bit(_)
+        )
+    })
 }
 
 /// Whether `e` reads column `col` of the `table`-th table as its keys and

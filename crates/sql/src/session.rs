@@ -594,7 +594,9 @@ impl Session {
                 Some(ty) => ty,
                 None => column_type_of(&rows, i),
             };
-            defs.push(ColumnDef::new(name.clone(), ty));
+            // A table column's digits of a second go with it (TIME(3)).
+            let digits = c.fraction_digits.filter(|_| keeps_fractions(ty)).unwrap_or(0);
+            defs.push(ColumnDef::new(name.clone(), ty).fraction_digits(digits));
         }
         Ok(crate::plan::VirtualTable { columns: defs, rows })
     }

@@ -162,7 +162,7 @@ fn whole_number(value: &Value) -> Option<i128> {
 /// written as `hhmmss[.f]`, or the time of day of a date and time.
 pub fn coerce_time(value: Value, column: &ColumnDef) -> Result<Value> {
     let micros = match &value {
-        Value::Time(us) => Some(*us).filter(|us| us.abs() <= MAX_TIME_MICROS),
+        Value::Time(us) => Some(*us).filter(|us| us.unsigned_abs() <= MAX_TIME_MICROS as u64),
         Value::DateTime(us) | Value::Timestamp(us) => Some(us.rem_euclid(MICROS_PER_DAY)),
         Value::Str(s) => parse_time(s),
         Value::Int(_) | Value::UInt(_) | Value::Decimal(_) => parse_time(&value.to_string()),
@@ -182,6 +182,11 @@ pub fn coerce_year(value: Value, column: &ColumnDef) -> Result<Value> {
                 return Err(mismatch(&value, column));
             }
             (digits.parse::<i128>().map_err(|_| mismatch(&value, column))?, digits.len() <= 2)
+        }
+        // A date's year (MySQL takes YEAR(NOW()) from NOW()).
+        Value::Date(d) => (i128::from(crate::value::civil_from_days(i64::from(*d)).0), false),
+        Value::DateTime(us) | Value::Timestamp(us) => {
+            (i128::from(crate::value::civil_from_days(us.div_euclid(MICROS_PER_DAY)).0), false)
         }
         other => (whole_number(other).ok_or_else(|| mismatch(&value, column))?, false),
     };
@@ -240,7 +245,11 @@ fn member_number(column: &ColumnDef, text: &str) -> Option<usize> {
 /// number from 1. MySQL's strict mode refuses anything else, '' included.
 pub fn coerce_enum(value: Value, column: &ColumnDef) -> Result<Value> {
     let number = match &value {
-        Value::Str(s) => member_number(column, s),
+        // Text that names no member may be a member's number ('2'), as
+        // MySQL reads it.
+        Value::Str(s) => member_number(column, s).or_else(|| {
+            s.trim().parse::<usize>().ok().and_then(|n| n.checked_sub(1)).filter(|&i| i < column.members.len())
+        }),
         other => whole_number(other).and_then(|n| usize::try_from(n).ok()).and_then(|n| n.checked_sub(1)),
     };
     match number.and_then(|i| column.members.get(i)) {
@@ -335,6 +344,7 @@ mod tests {
         assert!(year(Value::Int(1900)).is_err());
         assert!(year(Value::Int(2156)).is_err());
         assert!(year(Value::Str("20x4".into())).is_err());
+        assert_eq!(year(Value::Date(crate::value::parse_date("2024-05-06").unwrap_or(0))).unwrap(), 2024);
     }
 
     #[test]
@@ -357,6 +367,7 @@ mod tests {
         assert!(coerce_enum(Value::Int(0), &e).is_err());
         assert!(coerce_enum(Value::Str("".into()), &e).is_err());
         assert!(coerce_enum(Value::Str("medium".into()), &e).is_err());
+        assert_eq!(coerce_enum(Value::Str("2".into()), &e).unwrap(), Value::Str("Large".into()));
         let s = column(ColumnType::Set).members(["a", "b", "c"]);
         assert_eq!(coerce_set(Value::Str("c,a,c".into()), &s).unwrap(), Value::Str("a,c".into()));
         assert_eq!(coerce_set(Value::Int(6), &s).unwrap(), Value::Str("b,c".into()));

@@ -426,7 +426,8 @@ impl ColumnDef {
                 self.members.len()
             )));
         }
-        for (i, member) in self.members.iter().enumerate() {
+        let mut seen = std::collections::HashSet::with_capacity(self.members.len());
+        for member in &self.members {
             if self.ty == ColumnType::Set && member.contains(',') {
                 return Err(DbError::bad_request(format!(
                     "member '{member}' of SET column '{}' holds a comma, which separates a SET's members",
@@ -439,8 +440,7 @@ impl ColumnDef {
                     self.name
                 )));
             }
-            let folded = self.collation.fold(member.trim_end_matches(' '));
-            if self.members[..i].iter().any(|m| self.collation.fold(m.trim_end_matches(' ')) == folded) {
+            if !seen.insert(self.collation.fold(member.trim_end_matches(' ')).into_owned()) {
                 return Err(DbError::bad_request(format!(
                     "Column '{}' has duplicated value '{member}' in {kind}",
                     self.name
