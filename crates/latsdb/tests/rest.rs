@@ -143,6 +143,11 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     assert_eq!((status, body.as_str()), (404, r#"{"operationId":"x","message":"Not Found"}"#));
     let (status, body) = post(c, "/0.1.0/rest/nope/pk-read", r#"{"filters":[{"column":"id","value":1}]}"#);
     assert_eq!((status, body.as_str()), (404, r#"{"message":"table 'rest.nope' does not exist"}"#));
+    // A name no table can have is refused before any lookup (as RonDB).
+    let long = "t".repeat(65);
+    let (status, body) = post(c, &format!("/0.1.0/rest/{long}/pk-read"), r#"{"filters":[{"column":"id","value":1}]}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("must be 1 to 64 bytes long"), "{body}");
     let bad = [
         (r#"{"filters":[{"column":"id","value":"one"}]}"#, "column 'id' is BIGINT but the value is string"),
         (r#"{"filters":[{"column":"id","value":"1.5"}]}"#, "column 'id' is BIGINT but the value is string"),
@@ -610,4 +615,23 @@ async fn time_year_bit_enum_and_set_columns_as_rondb_shows_them() {
     let (status, body) = post(c, "/0.1.0/rest/kinds/pk-write", r#"{"data":{"tm":"01:02:04","e":"large"}}"#);
     assert_ne!(status, 200, "a value that is no member is refused: {body}");
     assert!(body.contains("not a member"), "{body}");
+}
+
+/// A table dropped and created again with other columns through SQL is
+/// served with its new definition at the next REST request, and a column
+/// added through SQL shows at once.
+#[test]
+fn the_rest_node_follows_schema_changes_made_through_sql() {
+    let cluster = TestCluster::start(&[]);
+    let sql = |script: &str| {
+        let (ok, _, err) = common::mariadb(&cluster, &[], script);
+        assert!(ok, "{script}: {err}");
+    };
+    let read = || post(&cluster, "/0.1.0/s/t/pk-read", r#"{"filters":[{"column":"id","value":1}]}"#);
+    sql("CREATE DATABASE s; CREATE TABLE s.t (id INT PRIMARY KEY, a INT); INSERT INTO s.t VALUES (1, 10)");
+    assert_eq!(read(), (200, r#"{"data":{"id":1,"a":10}}"#.to_string()));
+    sql("DROP TABLE s.t; CREATE TABLE s.t (id INT PRIMARY KEY, b VARCHAR(10)); INSERT INTO s.t VALUES (1, 'x')");
+    assert_eq!(read(), (200, r#"{"data":{"id":1,"b":"x"}}"#.to_string()));
+    sql("ALTER TABLE s.t ADD COLUMN c INT DEFAULT 5");
+    assert_eq!(read(), (200, r#"{"data":{"id":1,"b":"x","c":5}}"#.to_string()));
 }

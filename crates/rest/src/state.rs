@@ -71,7 +71,11 @@ impl Rest {
     }
 
     /// The table `database.name`, from the cache or the management server.
+    /// A name no table can have is a bad request (400) before any lookup,
+    /// as RonDB validates identifiers first.
     pub async fn table(&self, database: &str, name: &str) -> Result<Arc<ResolvedTable>, HttpError> {
+        latsdb_types::schema::validate_name("database", database).map_err(HttpError::from_db)?;
+        latsdb_types::schema::validate_name("table", name).map_err(HttpError::from_db)?;
         {
             let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
             match tables.get(database).and_then(|t| t.get(name)) {
