@@ -696,7 +696,7 @@ fn for_column(v: Value, ty: ColumnType) -> Value {
         ColumnType::Year => numeric(&v),
         // b'1010' and x'0A' are the number their bytes spell (big-endian).
         ColumnType::Bit(_) => match &v {
-            Value::Bytes(b) if b.len() <= 8 => Value::UInt(b.iter().fold(0u64, |n, &byte| n << 8 | u64::from(byte))),
+            Value::Bytes(b) => latsdb_types::mysql_types::big_endian(b).map_or(Value::Null, Value::UInt),
             _ => numeric(&v),
         },
         ColumnType::Time => match &v {

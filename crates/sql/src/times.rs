@@ -4,11 +4,9 @@
 //! beyond are clipped to that, as MySQL clips them (with a warning there).
 
 use crate::eval::to_text;
-use latsdb_types::mysql_types::{parse_time, MAX_TIME_MICROS};
-use latsdb_types::value::{parse_date, parse_datetime, Decimal};
+use latsdb_types::mysql_types::{names_a_date, parse_time, MAX_TIME_MICROS, MICROS_PER_DAY};
+use latsdb_types::value::{parse_datetime, Decimal};
 use latsdb_types::Value;
-
-const MICROS_PER_DAY: i64 = 86_400_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeFunc {
@@ -38,14 +36,7 @@ fn moment(v: &Value) -> Option<Moment> {
         Value::Null => None,
         other => {
             let text = to_text(other);
-            let t = text.trim();
-            // A date part: text before a space with more than digits in it
-            // ('2024-01-02 10:00', '1 10:00' is a span of days), or a date
-            // alone ('2024-01-02', not '-01:00:00').
-            let date_part = t.split_once([' ', 'T']).map(|(d, _)| d);
-            let has_date = date_part.is_some_and(|d| d.trim_start_matches('-').contains(|c: char| !c.is_ascii_digit()))
-                || (t.contains('-') && !t.starts_with('-') && parse_date(t).is_some());
-            if has_date {
+            if names_a_date(&text) {
                 parse_datetime(&text).map(Moment::DateTime)
             } else {
                 parse_time(&text).map(Moment::Time)

@@ -15,7 +15,8 @@ use crate::value::{Decimal, Value};
 /// The largest span a TIME holds either way: 838:59:59 (MySQL's range).
 pub const MAX_TIME_MICROS: i64 = (838 * 3600 + 59 * 60 + 59) * 1_000_000;
 
-const MICROS_PER_DAY: i64 = 86_400_000_000;
+/// Microseconds in a day.
+pub const MICROS_PER_DAY: i64 = 86_400_000_000;
 
 /// A TIME as MySQL shows it: `[-]hh:mm:ss`, hours of two digits or more,
 /// then `digits` digits of a second (`None`: six when there is a fraction,
@@ -45,11 +46,9 @@ pub fn format_time(micros: i64, digits: Option<u8>) -> String {
 /// beyond 838:59:59 either way.
 pub fn parse_time(text: &str) -> Option<i64> {
     let text = text.trim();
-    if let Some((date, _)) = text.split_once([' ', 'T']) {
-        if date.trim_start_matches('-').contains(|c: char| !c.is_ascii_digit()) {
-            let micros = crate::value::parse_datetime(text)?;
-            return Some(micros.rem_euclid(MICROS_PER_DAY));
-        }
+    if names_a_date(text) {
+        let micros = crate::value::parse_datetime(text)?;
+        return Some(micros.rem_euclid(MICROS_PER_DAY));
     }
     let (negative, body) = match text.strip_prefix('-') {
         Some(rest) => (true, rest.trim_start()),
@@ -66,6 +65,16 @@ pub fn parse_time(text: &str) -> Option<i64> {
         return None;
     }
     Some(if negative { -micros } else { micros })
+}
+
+/// Whether text read as a time names a date too: a part before a space
+/// with more than digits in it ('2024-01-02 10:00'; '1 10:00' is a span of
+/// days), or a date alone ('2024-01-02'; '-01:00:00' is a negative time).
+pub fn names_a_date(text: &str) -> bool {
+    let text = text.trim();
+    let date_part = text.split_once([' ', 'T']).map(|(d, _)| d);
+    date_part.is_some_and(|d| d.trim_start_matches('-').contains(|c: char| !c.is_ascii_digit()))
+        || (text.contains('-') && !text.starts_with('-') && crate::value::parse_date(text).is_some())
 }
 
 /// Seconds of `[D ]hh[:mm[:ss]]`.
@@ -169,7 +178,9 @@ pub fn coerce_time(value: Value, column: &ColumnDef) -> Result<Value> {
         Value::Float(f) if f.is_finite() => Decimal::of_double(*f).and_then(|d| parse_time(&d.to_string())),
         _ => return Err(mismatch(&value, column)),
     };
-    micros.map(Value::Time).ok_or_else(|| mismatch(&value, column))
+    let micros = micros.ok_or_else(|| mismatch(&value, column))?;
+    debug_assert!(micros.unsigned_abs() <= MAX_TIME_MICROS as u64, "a TIME within its range");
+    Ok(Value::Time(micros))
 }
 
 /// A YEAR column's value: 1901-2155 or 0, a number or text of one or two
@@ -198,6 +209,7 @@ pub fn coerce_year(value: Value, column: &ColumnDef) -> Result<Value> {
         1901..=2155 => n,
         _ => return Err(out_of_range(&value, column)),
     };
+    debug_assert!(year == 0 || (1901..=2155).contains(&year), "a YEAR within its range: {year}");
     Ok(Value::UInt(year as u64))
 }
 
@@ -219,7 +231,9 @@ pub fn coerce_bit(value: Value, column: &ColumnDef, bits: u8) -> Result<Value> {
     Ok(Value::UInt(n))
 }
 
-fn big_endian(bytes: &[u8]) -> Option<u64> {
+/// The number bytes spell big-endian (a BIT value, b'1010', x'0A'); None
+/// past 8 significant bytes.
+pub fn big_endian(bytes: &[u8]) -> Option<u64> {
     let significant = &bytes[bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len())..];
     if significant.len() > 8 {
         return None;
@@ -283,6 +297,7 @@ pub fn coerce_set(value: Value, column: &ColumnDef) -> Result<Value> {
     };
     let named: Vec<&str> =
         column.members.iter().enumerate().filter(|(i, _)| mask >> i & 1 == 1).map(|(_, m)| m.as_str()).collect();
+    debug_assert_eq!(named.len() as u32, mask.count_ones(), "every bit names a member");
     Ok(Value::Str(named.join(",")))
 }
 

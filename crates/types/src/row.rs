@@ -451,7 +451,10 @@ fn write_fixed(out: &mut [u8], ty: ColumnType, value: &Value) {
         }
         (ColumnType::Boolean, Value::Bool(b)) => out[0] = *b as u8,
         (ColumnType::Time, Value::Time(t)) => out.copy_from_slice(&t.to_le_bytes()),
-        (ColumnType::Year, Value::UInt(y)) => out.copy_from_slice(&(*y as u16).to_le_bytes()),
+        (ColumnType::Year, Value::UInt(y)) => {
+            debug_assert!(*y <= 2155, "YEAR {y} was not coerced");
+            out.copy_from_slice(&(*y as u16).to_le_bytes())
+        }
         (ColumnType::Bit(_), Value::UInt(u)) => out.copy_from_slice(&u.to_le_bytes()),
         (ty, v) => panic!("write_fixed: {v:?} was not coerced to {ty:?}"),
     }
