@@ -268,7 +268,7 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
         ),
         (
             r#"{"operations":[{"method":"POST","relative-url":"rest/types/pk-read","body":{}}]}"#,
-            "operation 0: 'filters' is required",
+            "operation 0: Field validation for 'Filters' failed: 'filters' is required",
         ),
         (r#"{"operations":{}}"#, "the request body is not valid"),
     ] {
@@ -541,7 +541,7 @@ fn the_rest_node_serves_https_with_the_configured_certificate() {
     let (status, body) = common::https(&cluster.rest, &cert, "POST", "/0.1.0/batch", br#"{"operations":[]}"#);
     assert_eq!(
         (status, body.as_str()),
-        (400, r#"{"message":"'operations' is empty: give at least one operation"}"#),
+        (400, r#"{"message":"No operations defined ('operations' is empty): give at least one operation"}"#),
         "a bad batch over TLS"
     );
     // Plain HTTP to the TLS port: no HTTP answer, and no harm done.

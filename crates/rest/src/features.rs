@@ -528,7 +528,9 @@ fn plan_entry<'a>(
             Scalar::Str(text) if column.ty.is_free_text() => {
                 KeyValue::Text(fit_text(text, column).map_err(|e| fs_error(400, code::WRONG_DATA_TYPE, e.message))?)
             }
-            _ => KeyValue::Value(scalar.to_column_value(column).map_err(|m| fs_error(400, code::WRONG_DATA_TYPE, m))?),
+            _ => KeyValue::Value(
+                scalar.to_column_value(column).map_err(|m| fs_error(400, code::WRONG_DATA_TYPE, m.message))?,
+            ),
         };
         keys[index] = Some(value);
     }

@@ -5,7 +5,9 @@
 //! straight into one output buffer from row bytes, without building an
 //! intermediate document. Both are on the lookup hot path.
 
+use crate::rondb::ErrorClass;
 use base64::Engine;
+use latsdb_types::mysql_types::{MICROS_PER_DAY, TIMESTAMP_RANGE};
 use latsdb_types::row::{RowLayout, ValueRef};
 use latsdb_types::schema::{ColumnDef, ColumnType};
 use latsdb_types::value::{coerce, format_date, format_datetime, temporal_text};
@@ -67,10 +69,39 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
     }
 }
 
+/// Why a JSON value cannot go into its column: RonDB's class of the error
+/// and latsdb's words for it (which column, which value).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadValue {
+    pub class: ErrorClass,
+    pub message: String,
+}
+
+impl BadValue {
+    fn new(class: ErrorClass, message: String) -> BadValue {
+        BadValue { class, message }
+    }
+}
+
+impl fmt::Display for BadValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<BadValue> for crate::HttpError {
+    fn from(bad: BadValue) -> crate::HttpError {
+        crate::HttpError::invalid(bad.class, &bad.message)
+    }
+}
+
 impl Scalar<'_> {
     /// The value as it goes into a column of type `column`, checked and
-    /// converted; the error says which column and why.
-    pub fn to_column_value(&self, column: &ColumnDef) -> Result<Value, String> {
+    /// converted; the error says which column and why, in RonDB's class:
+    /// text or bytes too long (or not base64) are invalid column data, a
+    /// string that is no date or time an invalid date/time, and any other
+    /// value of the wrong type or out of range a wrong data type.
+    pub fn to_column_value(&self, column: &ColumnDef) -> Result<Value, BadValue> {
         let value = match self {
             Scalar::Null => Value::Null,
             Scalar::Bool(b) => Value::Bool(*b),
@@ -79,40 +110,88 @@ impl Scalar<'_> {
             Scalar::Float(f) => Value::Float(*f),
             Scalar::Str(s) if column.ty.is_binary() || matches!(column.ty, ColumnType::Bit(_)) => {
                 let bytes = base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map_err(|e| {
-                    format!("column '{}' is {}: send its value as base64 ({e})", column.name, column.ty.sql_name())
+                    BadValue::new(
+                        ErrorClass::InvalidColumnData,
+                        format!("column '{}' is {}: send its value as base64 ({e})", column.name, column.ty.sql_name()),
+                    )
                 })?;
                 Value::Bytes(bytes)
             }
             // RonDB reads a number written as a string for an integer
             // column ("1" for an INT key).
             Scalar::Str(s) if matches!(column.ty, ColumnType::Integer { .. }) => integer_text(s, column)?,
+            Scalar::Str(s) if column.ty == ColumnType::Date => date_text(s, column)?,
             Scalar::Str(s) => Value::Str(s.to_string()),
         };
         if column.ty.is_binary() && !matches!(value, Value::Bytes(_) | Value::Null) {
-            return Err(format!(
-                "column '{}' is {}: send its value as a base64 string",
-                column.name,
-                column.ty.sql_name()
+            return Err(BadValue::new(
+                ErrorClass::WrongDataType,
+                format!("column '{}' is {}: send its value as a base64 string", column.name, column.ty.sql_name()),
             ));
         }
-        let value = coerce(value, column).map_err(|e| e.message)?;
+        let class = match (&value, column.ty) {
+            (Value::Str(_), ColumnType::DateTime | ColumnType::Timestamp | ColumnType::Time) => {
+                ErrorClass::InvalidDateTime
+            }
+            (Value::Str(_) | Value::Bytes(_), ty) if ty.is_free_text() || ty.is_binary() => {
+                ErrorClass::InvalidColumnData
+            }
+            _ => ErrorClass::WrongDataType,
+        };
+        let value = coerce(value, column).map_err(|e| BadValue::new(class, e.message))?;
+        if let Value::Timestamp(us) = value {
+            if !TIMESTAMP_RANGE.contains(&us) {
+                return Err(BadValue::new(
+                    ErrorClass::InvalidDateTime,
+                    format!(
+                        "value '{}' is outside the TIMESTAMP range ('1970-01-01 00:00:01' to '2038-01-19 03:14:07.999999' UTC) of column '{}'",
+                        format_datetime(us),
+                        column.name
+                    ),
+                ));
+            }
+        }
         Ok(within_digits(value, column.fraction_digits))
     }
 }
 
+/// A DATE given as text. RonDB takes a datetime whose time of day is
+/// midnight as its date, and refuses one with any other time as invalid
+/// column data; text that is no date is an invalid date/time.
+fn date_text(text: &str, column: &ColumnDef) -> Result<Value, BadValue> {
+    let invalid = |class| {
+        let shown: String = text.chars().take(40).collect();
+        BadValue::new(class, format!("value '{shown}' is not a valid DATE for column '{}'", column.name))
+    };
+    if let Ok(date) = coerce(Value::Str(text.to_string()), column) {
+        return Ok(date);
+    }
+    let as_datetime = ColumnDef::new(&column.name, ColumnType::DateTime).fraction_digits(6);
+    match coerce(Value::Str(text.to_string()), &as_datetime) {
+        Ok(Value::DateTime(us)) if us.rem_euclid(MICROS_PER_DAY) == 0 => {
+            let days =
+                i32::try_from(us.div_euclid(MICROS_PER_DAY)).map_err(|_| invalid(ErrorClass::InvalidDateTime))?;
+            Ok(Value::Date(days))
+        }
+        Ok(_) => Err(invalid(ErrorClass::InvalidColumnData)),
+        Err(_) => Err(invalid(ErrorClass::InvalidDateTime)),
+    }
+}
+
 /// An integer given as text (digits with an optional sign), or why not.
-fn integer_text(text: &str, column: &ColumnDef) -> Result<Value, String> {
+fn integer_text(text: &str, column: &ColumnDef) -> Result<Value, BadValue> {
     let parsed = match text.strip_prefix('-') {
         Some(_) => text.parse::<i64>().ok().map(Value::Int),
         None => text.parse::<u64>().ok().map(Value::UInt),
     };
     parsed.ok_or_else(|| {
-        format!(
+        let message = format!(
             "column '{}' is {} but the value is string ({})",
             column.name,
             column.ty.sql_name(),
             text.chars().take(40).collect::<String>()
-        )
+        );
+        BadValue::new(ErrorClass::WrongDataType, message)
     })
 }
 
@@ -370,13 +449,30 @@ impl JsonOut {
         self.buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
 
+    /// A DOUBLE (or a float from a request) as MySQL prints it: the
+    /// shortest digits that read back as the same number, without ".0" on
+    /// a whole number.
     pub fn float(&mut self, v: f64) {
         if v.is_finite() {
-            self.buf.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+            self.shortest(ryu::Buffer::new().format_finite(v));
         } else {
             // JSON has no NaN or infinity; the column types never store them.
             self.raw("null");
         }
+    }
+
+    /// A FLOAT as MySQL prints it: the shortest digits that read back as
+    /// the same 4-byte float (-123.123, not -123.12300109863281).
+    pub fn float32(&mut self, v: f32) {
+        if v.is_finite() {
+            self.shortest(ryu::Buffer::new().format_finite(v));
+        } else {
+            self.raw("null");
+        }
+    }
+
+    fn shortest(&mut self, digits: &str) {
+        self.raw(digits.strip_suffix(".0").unwrap_or(digits));
     }
 
     /// A column value in the documented JSON rendering of its type:
@@ -390,6 +486,7 @@ impl JsonOut {
             ValueRef::Bytes(b) if ty.is_string() => self.str(&String::from_utf8_lossy(b)),
             ValueRef::Bytes(b) => self.base64(b),
             ValueRef::Scalar(v) => match (v, ty) {
+                (Value::Float(f), ColumnType::Float) => self.float32(*f as f32),
                 // A BIT as MySQL sends it: its bytes, big-endian.
                 (Value::UInt(bits), ColumnType::Bit(width)) => {
                     self.base64(&latsdb_types::mysql_types::bit_bytes(*bits, width))
@@ -513,13 +610,42 @@ mod tests {
         assert_eq!(Scalar::Str("7".into()).to_column_value(&id), Ok(Value::Int(7)));
         assert_eq!(Scalar::Str("-7".into()).to_column_value(&id), Ok(Value::Int(-7)));
         let e = Scalar::Str("7x".into()).to_column_value(&id).unwrap_err();
-        assert!(e.contains("column 'id' is INT but the value is string"), "{e}");
+        assert!(e.message.contains("column 'id' is INT but the value is string"), "{e}");
+        assert_eq!(e.class, ErrorClass::WrongDataType);
         let e = Scalar::Int(1 << 40).to_column_value(&id).unwrap_err();
-        assert!(e.contains("out of range"), "{e}");
+        assert!(e.message.contains("out of range"), "{e}");
+        assert_eq!(e.class, ErrorClass::WrongDataType);
         let bin = ColumnDef::new("b", ColumnType::VarBinary(8));
         assert_eq!(Scalar::Str("AAEC".into()).to_column_value(&bin), Ok(Value::Bytes(vec![0, 1, 2])));
-        assert!(Scalar::Str("not base64!".into()).to_column_value(&bin).unwrap_err().contains("base64"));
-        assert!(Scalar::Int(3).to_column_value(&bin).unwrap_err().contains("base64"));
+        assert!(Scalar::Str("not base64!".into()).to_column_value(&bin).unwrap_err().message.contains("base64"));
+        assert!(Scalar::Int(3).to_column_value(&bin).unwrap_err().message.contains("base64"));
+        let e = Scalar::Str("AAECAwQFBgcI".into()).to_column_value(&bin).unwrap_err();
+        assert_eq!(e.class, ErrorClass::InvalidColumnData, "{e}");
+    }
+
+    #[test]
+    fn date_and_time_keys_are_read_as_rondb_reads_them() {
+        let date = ColumnDef::new("d", ColumnType::Date);
+        let day = Scalar::Str("2024-02-29".into()).to_column_value(&date).unwrap();
+        assert_eq!(Scalar::Str("2024-02-29 00:00:00".into()).to_column_value(&date), Ok(day.clone()));
+        assert_eq!(Scalar::Str("2024-02-29 00:00:00.000000".into()).to_column_value(&date), Ok(day));
+        let e = Scalar::Str("2024-02-29 11:00:00".into()).to_column_value(&date).unwrap_err();
+        assert_eq!(e.class, ErrorClass::InvalidColumnData, "{e}");
+        let e = Scalar::Str("2024-13-29".into()).to_column_value(&date).unwrap_err();
+        assert_eq!(e.class, ErrorClass::InvalidDateTime, "{e}");
+        let datetime = ColumnDef::new("t", ColumnType::DateTime);
+        let e = Scalar::Str("2024-13-29 11:00:00".into()).to_column_value(&datetime).unwrap_err();
+        assert_eq!(e.class, ErrorClass::InvalidDateTime, "{e}");
+        let time = ColumnDef::new("t", ColumnType::Time);
+        let e = Scalar::Str("11:61:00".into()).to_column_value(&time).unwrap_err();
+        assert_eq!(e.class, ErrorClass::InvalidDateTime, "{e}");
+        let timestamp = ColumnDef::new("t", ColumnType::Timestamp);
+        assert!(Scalar::Str("1970-01-01 00:00:01".into()).to_column_value(&timestamp).is_ok());
+        assert!(Scalar::Str("2038-01-19 03:14:07".into()).to_column_value(&timestamp).is_ok());
+        for outside in ["1970-01-01 00:00:00", "1111-11-11 11:11:11", "2038-01-19 03:14:08"] {
+            let e = Scalar::Str(outside.into()).to_column_value(&timestamp).unwrap_err();
+            assert_eq!(e.class, ErrorClass::InvalidDateTime, "{e}");
+        }
     }
 
     #[test]
@@ -538,5 +664,19 @@ mod tests {
             String::from_utf8(out.buf).unwrap(),
             "\"AAEC\" \"1970-01-01\" \"1970-01-01 00:00:01.500000\" -123.45 0.1"
         );
+    }
+
+    #[test]
+    fn floats_print_as_mysql_prints_them() {
+        let shown = |value: f64, ty: ColumnType| {
+            let mut out = JsonOut::default();
+            out.value_ref(&ValueRef::Scalar(Value::Float(value)), &ColumnDef::new("f", ty));
+            String::from_utf8(out.buf).unwrap()
+        };
+        assert_eq!(shown(-123.123f32 as f64, ColumnType::Float), "-123.123");
+        assert_eq!(shown(0.0, ColumnType::Float), "0");
+        assert_eq!(shown(-5.0, ColumnType::Double), "-5");
+        assert_eq!(shown(0.1, ColumnType::Double), "0.1");
+        assert_eq!(shown(1.5e300, ColumnType::Double), "1.5e300");
     }
 }

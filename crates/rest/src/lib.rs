@@ -21,6 +21,7 @@ pub mod features;
 pub mod json;
 pub mod metrics;
 pub mod pk;
+pub mod rondb;
 pub mod state;
 
 use auth::{AuthMode, Grant};
@@ -34,6 +35,7 @@ use latsdb_client::{Answers, Client, Lookups};
 use latsdb_types::{DbError, ErrorCode};
 use metrics::Endpoint;
 use pk::{Filter, ItemResult, OpBody, PkKind, PkRequest, Planned};
+use rondb::ErrorClass;
 use state::Rest;
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -73,7 +75,9 @@ impl Default for RestConfig {
 }
 
 /// An answer that is not a success: its status and a message that says
-/// what went wrong and what to do. Feature-store errors carry RonDB's code.
+/// what went wrong and what to do. Feature-store errors carry RonDB's code;
+/// errors RonDB words with a fixed sentence carry its class, and their
+/// message leads with that sentence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpError {
     pub status: u16,
@@ -91,10 +95,24 @@ impl HttpError {
     pub fn internal(message: String) -> HttpError {
         HttpError::new(500, message)
     }
+    /// An error of one of RonDB's classes: RonDB's sentence, then `detail`.
+    pub fn rondb(status: u16, class: ErrorClass, detail: &str) -> HttpError {
+        HttpError::new(status, format!("{} {detail}", class.text()))
+    }
+    /// A 400 of one of RonDB's classes.
+    pub fn invalid(class: ErrorClass, detail: &str) -> HttpError {
+        HttpError::rondb(400, class, detail)
+    }
     pub fn from_db(e: DbError) -> HttpError {
-        HttpError::new(pk::status_of(&e), e.message)
+        let status = pk::status_of(&e);
+        match pk::class_of(&e) {
+            Some(class) => HttpError::rondb(status, class, &e.message),
+            None => HttpError::new(status, e.message),
+        }
     }
 
+    /// The body as API 0.1.0 answers it: `{"message": ..}`, or a feature
+    /// store's `{"code", "reason", "message"}`.
     fn body(&self) -> Vec<u8> {
         match self.code {
             None => json::message_body(&self.message),
@@ -110,6 +128,23 @@ impl HttpError {
                 out.buf
             }
         }
+    }
+
+    /// The body as API 0.2.0 answers it, RonDB's shape: `{"error": {"code":
+    /// <status>, "message": .., "status", "classification", "ndbCode",
+    /// "mysqlCode"}}`, the last four -1 as RonDB gives them for errors the
+    /// REST server finds itself. Feature-store errors keep their shape.
+    fn body_v2(&self) -> Vec<u8> {
+        if self.code.is_some() {
+            return self.body();
+        }
+        let mut out = JsonOut::with_capacity(self.message.len() + 96);
+        out.raw("{\"error\":{\"code\":");
+        out.uint(self.status as u64);
+        out.raw(",\"message\":");
+        out.str(&self.message);
+        out.raw(",\"status\":-1,\"classification\":-1,\"ndbCode\":-1,\"mysqlCode\":-1}}");
+        out.buf
     }
 }
 
@@ -152,9 +187,11 @@ async fn read_body(rest: &Rest, request: Request<Incoming>) -> Result<Bytes, Htt
 
 async fn handle(rest: Arc<Rest>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let started = Instant::now();
+    let json_errors = request.uri().path().starts_with("/0.2.0/");
     let (endpoint, answer, content_type) = route(&rest, request).await;
     let (status, body) = match answer {
         Ok(ok) => ok,
+        Err(e) if json_errors => (e.status, e.body_v2()),
         Err(e) => (e.status, e.body()),
     };
     rest.metrics.record(endpoint, status, started.elapsed().as_micros() as u64);
@@ -345,7 +382,10 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<(Vec<PkRequest<'a>>, V
         None => json::parse::<pk::BatchBody>(body).map_err(HttpError::bad_request)?,
     };
     if batch.operations.is_empty() {
-        return Err(HttpError::bad_request("'operations' is empty: give at least one operation"));
+        return Err(HttpError::invalid(
+            ErrorClass::NoOperations,
+            "('operations' is empty): give at least one operation",
+        ));
     }
     if batch.operations.len() > rest.config.max_batch_ops {
         return Err(HttpError::bad_request(format!(

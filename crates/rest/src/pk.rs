@@ -9,6 +9,7 @@
 //! parallel; the answers are written into one buffer in request order.
 
 use crate::json::{ColumnKeys, Fields, JsonOut, Scalar};
+use crate::rondb::ErrorClass;
 use crate::state::{ResolvedTable, Rest};
 use crate::HttpError;
 use latsdb_client::{Answers, Found, Lookups, Op, Outcome, Projection};
@@ -169,10 +170,16 @@ pub fn parse_relative_url(url: &str) -> Result<(&str, &str, PkKind), String> {
 pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
     match kind {
         PkKind::Read | PkKind::Delete => {
-            let filters =
-                body.filters.as_ref().ok_or("'filters' is required: give a value for every primary-key column")?;
+            // RonDB's sentences lead, as its clients look for them.
+            let filters = body
+                .filters
+                .as_ref()
+                .ok_or("Field validation for 'Filters' failed: 'filters' is required; give a value for every primary-key column")?;
             if filters.is_empty() {
-                return Err("'filters' is empty: give a value for every primary-key column".into());
+                return Err(
+                    "Field validation for 'Filters' failed: 'filters' is empty; give a value for every primary-key column"
+                        .into(),
+                );
             }
             if body.data.is_some() {
                 return Err("'data' belongs to pk-write only".into());
@@ -194,7 +201,10 @@ pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
     }
     if let Some(columns) = &body.read_columns {
         if columns.is_empty() {
-            return Err("'readColumns' is empty: leave it out to read every column".into());
+            return Err(
+                "Field validation for 'ReadColumn' failed on the 'min' tag: 'readColumns' is empty; leave it out to read every column"
+                    .into(),
+            );
         }
         for c in columns.iter() {
             match c.data_return_type.as_deref() {
@@ -205,7 +215,7 @@ pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
     }
     if let Some(id) = &body.operation_id {
         if id.len() > 256 {
-            return Err("'operationId' is longer than 256 bytes".into());
+            return Err("operationId is invalid: it is longer than 256 bytes".into());
         }
     }
     Ok(())
@@ -280,14 +290,12 @@ pub fn plan_write(table: &Arc<ResolvedTable>, request: &PkRequest, batch_filters
             Ok(Op::delete_encoded(&table.table, key))
         }
         PkKind::Write => {
-            if def.hidden_key().is_some() {
-                return Err(HttpError::bad_request(no_key(def)));
-            }
+            check_key(table)?;
             let data = request.body.data.as_ref().map(|d| d.0.as_slice()).unwrap_or_default();
             let mut row: Vec<Option<Value>> = vec![None; def.columns.len()];
             for (name, scalar) in data {
                 let column = def.column_id(name).map_err(HttpError::from_db)? as usize;
-                row[column] = Some(scalar.to_column_value(&def.columns[column]).map_err(HttpError::bad_request)?);
+                row[column] = Some(scalar.to_column_value(&def.columns[column])?);
             }
             for &key_column in &def.primary_key {
                 if row[key_column as usize].is_none() {
@@ -312,9 +320,7 @@ pub fn plan_write(table: &Arc<ResolvedTable>, request: &PkRequest, batch_filters
 /// so a lookup's key costs no allocation of its own.
 fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> Result<(), HttpError> {
     let def = &table.table.meta.def;
-    if def.hidden_key().is_some() {
-        return Err(HttpError::bad_request(no_key(def)));
-    }
+    check_key(table)?;
     // The usual lookup: one filter on a one-column key.
     if let ([filter], &[key_column]) = (filters, def.primary_key.as_slice()) {
         let column = &def.columns[key_column as usize];
@@ -325,10 +331,13 @@ fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> R
     for (i, filter) in filters.iter().enumerate() {
         let column = def.column_id(&filter.column).map_err(HttpError::from_db)?;
         if !def.primary_key.contains(&column) {
-            return Err(HttpError::bad_request(format!(
-                "filter column '{}' is not part of the primary key of {}.{} (primary key: {})",
-                filter.column, def.database, def.name, table.key_names
-            )));
+            return Err(HttpError::invalid(
+                ErrorClass::WrongKeyColumn,
+                &format!(
+                    "filter column '{}' is not part of the primary key of {}.{} (primary key: {})",
+                    filter.column, def.database, def.name, table.key_names
+                ),
+            ));
         }
         if filters[..i].iter().any(|f| def.column_id(&f.column).ok() == Some(column)) {
             return Err(HttpError::bad_request(format!("filter column '{}' is given twice", filter.column)));
@@ -337,10 +346,16 @@ fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> R
     // Every filter names a different key column: as many as the key has
     // name them all.
     if filters.len() != def.primary_key.len() {
-        return Err(HttpError::bad_request(format!(
-            "the filters must give every primary-key column of {}.{} ({})",
-            def.database, def.name, table.key_names
-        )));
+        return Err(HttpError::invalid(
+            ErrorClass::WrongKeyCount,
+            &format!(
+                "the filters must give every primary-key column of {}.{} ({}); {} given",
+                def.database,
+                def.name,
+                table.key_names,
+                filters.len()
+            ),
+        ));
     }
     for &key_column in &def.primary_key {
         let column = &def.columns[key_column as usize];
@@ -367,6 +382,25 @@ fn encode_filter(out: &mut Vec<u8>, filter: &Filter, column: &ColumnDef) -> Resu
     }
 }
 
+/// Refuses key operations on a table whose key a client cannot give: one
+/// without a primary key, or with a FLOAT or DOUBLE key column.
+fn check_key(table: &ResolvedTable) -> Result<(), HttpError> {
+    let def = &table.table.meta.def;
+    if def.hidden_key().is_some() {
+        return Err(HttpError::bad_request(no_key(def)));
+    }
+    if table.float_key {
+        return Err(HttpError::invalid(
+            ErrorClass::UnsupportedKeyType,
+            &format!(
+                "The primary key of {}.{} ({}) has a FLOAT or DOUBLE column, which cannot name a row exactly; read it through SQL",
+                def.database, def.name, table.key_names
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Why a table created without a primary key cannot be reached by key.
 pub fn no_key(def: &latsdb_types::schema::TableDef) -> String {
     format!(
@@ -377,7 +411,7 @@ pub fn no_key(def: &latsdb_types::schema::TableDef) -> String {
 
 /// A filter's value as its key column stores it; NULL is no key.
 fn key_value(filter: &Filter, column: &latsdb_types::schema::ColumnDef) -> Result<Value, HttpError> {
-    let value = filter.value.to_column_value(column).map_err(HttpError::bad_request)?;
+    let value = filter.value.to_column_value(column)?;
     if value.is_null() {
         return Err(HttpError::bad_request(format!("filter column '{}' is NULL", filter.column)));
     }
@@ -454,6 +488,17 @@ pub fn write_item(out: &mut JsonOut, keys: &mut ColumnKeys, planned: &Planned, r
         }
     }
     out.byte(b'}');
+}
+
+/// The RonDB error class of a database error, for those RonDB words with a
+/// fixed sentence.
+pub fn class_of(e: &DbError) -> Option<ErrorClass> {
+    match e.code {
+        ErrorCode::UnknownTable => Some(ErrorClass::TableNotExist),
+        ErrorCode::UnknownColumn => Some(ErrorClass::ColumnNotExist),
+        ErrorCode::TypeError => Some(ErrorClass::WrongDataType),
+        _ => None,
+    }
 }
 
 /// Maps database errors to HTTP statuses.

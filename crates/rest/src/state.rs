@@ -7,8 +7,10 @@
 use crate::auth::ApiKeys;
 use crate::metrics::Metrics;
 use crate::pk::{build_projection, ReadColumn};
+use crate::rondb::ErrorClass;
 use crate::{HttpError, RestConfig};
 use latsdb_client::{Client, Projection, Table};
+use latsdb_types::schema::ColumnType;
 use latsdb_types::ErrorCode;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,6 +27,11 @@ pub struct ResolvedTable {
     pub table: Arc<Table>,
     /// The primary-key column names, for error messages.
     pub key_names: String,
+    /// A primary-key column is FLOAT or DOUBLE: RonDB refuses key
+    /// operations on such a table, and so does this node (a float read
+    /// back from JSON need not be the stored one, so a key could never be
+    /// trusted to name its row).
+    pub float_key: bool,
     projections: Mutex<Vec<(Vec<String>, Projection)>>,
 }
 
@@ -81,7 +88,7 @@ impl Rest {
             match tables.get(database).and_then(|t| t.get(name)) {
                 Some(CachedTable::Found(t)) => return Ok(t.clone()),
                 Some(CachedTable::Missing(at, message)) if at.elapsed() < MISSING_TABLE_TTL => {
-                    return Err(HttpError::new(404, message.clone()));
+                    return Err(missing_table(message));
                 }
                 _ => {}
             }
@@ -110,7 +117,12 @@ impl Rest {
                     .map(|&c| table.def().columns[c as usize].name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ");
-                Ok(Arc::new(ResolvedTable { table, key_names, projections: Mutex::new(Vec::new()) }))
+                let float_key = table
+                    .def()
+                    .primary_key
+                    .iter()
+                    .any(|&c| matches!(table.def().columns[c as usize].ty, ColumnType::Float | ColumnType::Double));
+                Ok(Arc::new(ResolvedTable { table, key_names, float_key, projections: Mutex::new(Vec::new()) }))
             }
             Err(e) if e.code == ErrorCode::UnknownTable => Err(format!("table '{database}.{name}' does not exist")),
             Err(e) => return Err(HttpError::from_db(e)),
@@ -124,7 +136,7 @@ impl Rest {
             }
             Err(message) => {
                 slot.insert(name.to_string(), CachedTable::Missing(Instant::now(), message.clone()));
-                Err(HttpError::new(404, message))
+                Err(missing_table(&message))
             }
         }
     }
@@ -145,4 +157,9 @@ impl Rest {
         cache.push((columns.iter().map(|c| c.column.to_string()).collect(), projection.clone()));
         Ok(projection)
     }
+}
+
+/// The answer for a table that does not exist (or is hidden), as RonDB words it.
+fn missing_table(message: &str) -> HttpError {
+    HttpError::rondb(404, ErrorClass::TableNotExist, message)
 }

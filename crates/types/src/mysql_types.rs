@@ -18,6 +18,10 @@ pub const MAX_TIME_MICROS: i64 = (838 * 3600 + 59 * 60 + 59) * 1_000_000;
 /// Microseconds in a day.
 pub const MICROS_PER_DAY: i64 = 86_400_000_000;
 
+/// The TIMESTAMP range, in microseconds since 1970-01-01 00:00:00 UTC:
+/// '1970-01-01 00:00:01' to '2038-01-19 03:14:07.999999', as MySQL's.
+pub const TIMESTAMP_RANGE: std::ops::RangeInclusive<i64> = 1_000_000..=2_147_483_647_999_999;
+
 /// A TIME as MySQL shows it: `[-]hh:mm:ss`, hours of two digits or more,
 /// then `digits` digits of a second (`None`: six when there is a fraction,
 /// as an expression's time shows).

@@ -467,8 +467,12 @@ pub fn parse_datetime(text: &str) -> Option<i64> {
         }
     };
     let days = parse_date(date)? as i64;
+    // MySQL skips any run of spaces and punctuation between the date and
+    // the time ('1111-11-11 -11:11:11' is 11:11:11).
     let time = match time {
-        Some(time) => time_of_day(time.trim())?,
+        Some(time) => {
+            time_of_day(time.trim_start_matches(|c: char| c.is_ascii_punctuation() || c.is_whitespace()).trim())?
+        }
         None => 0,
     };
     Some(days * 86_400_000_000 + time)
@@ -811,6 +815,8 @@ mod tests {
         assert_eq!(parse_datetime("2021-3-4 1:2:3.5"), parse_datetime("2021-03-04 01:02:03.500000"));
         assert_eq!(parse_datetime("2021-03-04T10:11"), parse_datetime("2021-03-04 10:11:00"));
         assert_eq!(parse_datetime("20210304101112.5"), parse_datetime("2021-03-04 10:11:12.5"));
+        assert_eq!(parse_datetime("1111-11-11 -11:11:11.5"), parse_datetime("1111-11-11 11:11:11.5"));
+        assert_eq!(parse_datetime("1111-11-11  :11:11:11"), parse_datetime("1111-11-11 11:11:11"));
         assert_eq!(parse_datetime("2021-03-04 10:11:12.1234567"), parse_datetime("2021-03-04 10:11:12.123456"));
         for bad in ["2021-03-04 10:11:12:13", "2021-03-04 24:00:00", "2021-03-04 10:11:12.", "20210304101112.x"] {
             assert!(parse_datetime(bad).is_none(), "{bad}");
