@@ -142,12 +142,15 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
         post(c, "/0.1.0/rest/types/pk-read", r#"{"filters":[{"column":"id","value":99}],"operationId":"x"}"#);
     assert_eq!((status, body.as_str()), (404, r#"{"operationId":"x","message":"Not Found"}"#));
     let (status, body) = post(c, "/0.1.0/rest/nope/pk-read", r#"{"filters":[{"column":"id","value":1}]}"#);
-    assert_eq!((status, body.as_str()), (404, r#"{"message":"table 'rest.nope' does not exist"}"#));
+    assert_eq!(
+        (status, body.as_str()),
+        (404, r#"{"message":"Database/Table does not exist. table 'rest.nope' does not exist"}"#)
+    );
     // A name no table can have is refused before any lookup (as RonDB).
     let long = "t".repeat(65);
     let (status, body) = post(c, &format!("/0.1.0/rest/{long}/pk-read"), r#"{"filters":[{"column":"id","value":1}]}"#);
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("must be 1 to 64 bytes long"), "{body}");
+    assert!(body.contains("Field validation for 'Table' failed on the 'max' tag"), "{body}");
     let bad = [
         (r#"{"filters":[{"column":"id","value":"one"}]}"#, "column 'id' is BIGINT but the value is string"),
         (r#"{"filters":[{"column":"id","value":"1.5"}]}"#, "column 'id' is BIGINT but the value is string"),
@@ -167,7 +170,10 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
     }
     let (status, body) = post(c, "/0.1.0/rest/pairs/pk-read", r#"{"filters":[{"column":"a","value":1}]}"#);
     assert_eq!(status, 400);
-    assert!(body.contains("must give every primary-key column of rest.pairs (a, b)"), "{body}");
+    assert!(
+        body.contains("Expecting: 2 Got: 1. The filters must give every primary-key column of rest.pairs (a, b)"),
+        "{body}"
+    );
     // A table created without a primary key has no key a client could know.
     for (op, request) in [
         ("pk-read", r#"{"filters":[{"column":"$row_id","value":1}]}"#),
@@ -216,8 +222,8 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
             r#"{"result":["#,
             r#"{"code":200,"body":{"operationId":"a","data":{"bo":null}}},"#,
             r#"{"code":404,"body":{"operationId":"b","message":"Not Found"}},"#,
-            r#"{"code":404,"body":{"message":"table 'rest.missing' does not exist"}},"#,
-            r#"{"code":400,"body":{"message":"column 'id' is BIGINT but the value is string (bad)"}},"#,
+            r#"{"code":404,"body":{"message":"Database/Table does not exist. table 'rest.missing' does not exist"}},"#,
+            r#"{"code":400,"body":{"message":"Wrong data type. column 'id' is BIGINT but the value is string (bad)"}},"#,
             r#"{"code":200,"body":{}},"#,
             r#"{"code":200,"body":{"data":{"a":1,"b":"x","v":10}}}"#,
             "]}"
@@ -260,15 +266,15 @@ async fn pk_reads_writes_batches_and_feature_vectors() {
         (r#"{"operations":[]}"#, "'operations' is empty"),
         (
             r#"{"operations":[{"method":"GET","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":1}]}}]}"#,
-            "operation 0: method must be",
+            "operation 0: the Method section should be POST",
         ),
         (
             r#"{"operations":[{"method":"POST","relative-url":"rest/types/pk-read","body":{"filters":[{"column":"id","value":1}]}},{"method":"POST","relative-url":"rest/types","body":{}}]}"#,
-            "operation 1: relative-url 'rest/types' must look like",
+            "operation 1: Field validation for 'RelativeURL' failed: relative-url 'rest/types' must look like",
         ),
         (
             r#"{"operations":[{"method":"POST","relative-url":"rest/types/pk-read","body":{}}]}"#,
-            "operation 0: Field validation for 'Filters' failed: 'filters' is required",
+            "operation 0: Field validation for 'Filters' failed: the Field section is null",
         ),
         (r#"{"operations":{}}"#, "the request body is not valid"),
     ] {
@@ -634,4 +640,79 @@ fn the_rest_node_follows_schema_changes_made_through_sql() {
     assert_eq!(read(), (200, r#"{"data":{"id":1,"b":"x"}}"#.to_string()));
     sql("ALTER TABLE s.t ADD COLUMN c INT DEFAULT 5");
     assert_eq!(read(), (200, r#"{"data":{"id":1,"b":"x","c":5}}"#.to_string()));
+}
+
+/// Errors lead with RonDB's sentence for them (its clients and tests look
+/// for it) and come in RonDB's JSON shape at /0.2.0/; names are checked
+/// before any lookup; keys convert as RonDB converts them: a DATE takes a
+/// midnight datetime, a TIMESTAMP outside its range and a FLOAT key are
+/// refused; FLOATs print as MySQL prints them.
+#[test]
+fn errors_and_key_conversions_as_rondb_gives_them() {
+    let cluster = TestCluster::start(&[]);
+    let (ok, _, err) = common::mariadb(
+        &cluster,
+        &[],
+        "CREATE DATABASE r;
+         CREATE TABLE r.days (d DATE PRIMARY KEY, f FLOAT, x DOUBLE);
+         INSERT INTO r.days VALUES ('1111-11-11', -123.123, 0);
+         CREATE TABLE r.stamps (ts TIMESTAMP PRIMARY KEY, v INT);
+         INSERT INTO r.stamps VALUES ('2020-01-01 00:00:00', 1);
+         CREATE TABLE r.floats (k FLOAT PRIMARY KEY, v INT);
+         INSERT INTO r.floats VALUES (0, 1);
+         CREATE TABLE r.two (a INT, b INT UNSIGNED, c VARCHAR(4), PRIMARY KEY (a, b))",
+    );
+    assert!(ok, "{err}");
+    let c = &cluster;
+    let read = |table: &str, body: &str| post(c, &format!("/0.1.0/r/{table}/pk-read"), body);
+    // Conversions and formatting.
+    let day = r#"{"data":{"d":"1111-11-11","f":-123.123,"x":0}}"#.to_string();
+    assert_eq!(read("days", r#"{"filters":[{"column":"d","value":"1111-11-11"}]}"#), (200, day.clone()));
+    assert_eq!(read("days", r#"{"filters":[{"column":"d","value":"1111-11-11 00:00:00"}]}"#), (200, day));
+    let sentence = |table: &str, body: &str, status: u16, words: &str| {
+        let (got, answer) = read(table, body);
+        assert_eq!(got, status, "{body} -> {answer}");
+        assert!(answer.contains(words), "{body} -> {answer}, expected {words:?}");
+    };
+    sentence("days", r#"{"filters":[{"column":"d","value":"1111-11-11 11:00:00"}]}"#, 400, "Invalid column data.");
+    sentence("days", r#"{"filters":[{"column":"d","value":"1111-13-11"}]}"#, 400, "Invalid Date/Time.");
+    sentence("stamps", r#"{"filters":[{"column":"ts","value":"1970-01-01 00:00:00"}]}"#, 400, "Invalid Date/Time.");
+    sentence("stamps", r#"{"filters":[{"column":"ts","value":"2020-01-01 -00:00:00"}]}"#, 200, r#""v":1"#);
+    sentence("floats", r#"{"filters":[{"column":"k","value":0}]}"#, 400, "Hash indexes on float and double");
+    // RonDB's sentences, then latsdb's detail.
+    let two = |filters: &str| format!(r#"{{"filters":[{filters}]}}"#);
+    sentence(
+        "two",
+        &two(r#"{"column":"a","value":1}"#),
+        400,
+        "Wrong number of primary-key columns. Expecting: 2 Got: 1",
+    );
+    sentence("two", &two(r#"{"column":"a","value":1},{"column":"c","value":"x"}"#), 400, "Wrong primary-key column.");
+    sentence("two", &two(r#"{"column":"a","value":1},{"column":"z","value":1}"#), 400, "Column does not exist.");
+    sentence("two", &two(r#"{"column":"a","value":2147483648},{"column":"b","value":1}"#), 400, "Wrong data type.");
+    sentence("two", &two(r#"{"column":"a","value":1},{"column":"b","value":-1}"#), 400, "Wrong data type.");
+    sentence("nope", &two(r#"{"column":"a","value":1}"#), 404, "Database/Table does not exist.");
+    sentence("two", "{}", 400, "the Field section is null");
+    sentence("two", &two(r#"{"column":null,"value":1}"#), 400, "a Column name in the Field section is null");
+    // Names no table can hold are refused before any lookup: 400, not 404.
+    let long = "c".repeat(65);
+    sentence(
+        "nope",
+        &two(&format!(r#"{{"column":"{long}","value":1}}"#)),
+        400,
+        &format!("identifier is too large: {long}"),
+    );
+    let (status, body) = post(c, "/0.1.0/r/db%F0%90%80%80/pk-read", &two(r#"{"column":"a","value":1}"#));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("table name is invalid"), "{body}");
+    // API 0.2.0 answers errors in RonDB's JSON shape.
+    let (status, body) = post(c, "/0.2.0/r/two/pk-read", &two(r#"{"column":"a","value":1}"#));
+    assert_eq!(status, 400);
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], 400, "{body}");
+    assert!(error["error"]["message"].as_str().unwrap().starts_with("Wrong number of primary-key columns."), "{body}");
+    assert_eq!(error["error"]["mysqlCode"], -1, "{body}");
+    let (status, body) = post(c, "/0.2.0/batch", r#"{"operations":[]}"#);
+    assert_eq!(status, 400);
+    assert!(body.starts_with(r#"{"error":{"code":400,"message":"No operations defined"#), "{body}");
 }

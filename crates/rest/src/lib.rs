@@ -236,12 +236,27 @@ async fn route(rest: &Rest, request: Request<Incoming>) -> (Endpoint, Answer, &'
                     PkKind::Write => Endpoint::PkWrite,
                     PkKind::Delete => Endpoint::PkDelete,
                 };
-                let (db, table) = (db.to_string(), table.to_string());
-                (endpoint, with_body(rest, &method, request, Body::Pk { db, table, kind }).await, JSON)
+                let names = decoded(db).and_then(|db| Ok((db, decoded(table)?)));
+                let answer = match names {
+                    Ok((db, table)) => with_body(rest, &method, request, Body::Pk { db, table, kind }).await,
+                    Err(e) => Err(e),
+                };
+                (endpoint, answer, JSON)
             }
             None => (Endpoint::Other, Err(not_found(&path)), JSON),
         },
         _ => (Endpoint::Other, Err(not_found(&path)), JSON),
+    }
+}
+
+/// A path segment with its `%XX` escapes decoded, as RonDB reads names in
+/// paths; one that does not decode to UTF-8 names nothing.
+fn decoded(segment: &str) -> Result<String, HttpError> {
+    match percent_encoding::percent_decode_str(segment).decode_utf8() {
+        Ok(name) => Ok(name.into_owned()),
+        Err(_) => Err(HttpError::bad_request(format!(
+            "Field validation for the name '{segment}' failed: its %-escapes do not decode to UTF-8"
+        ))),
     }
 }
 
@@ -326,6 +341,8 @@ async fn with_body(rest: &Rest, method: &Method, request: Request<Incoming>, wha
         Body::Pk { db, table, kind } => {
             let op: OpBody = json::parse(&body).map_err(HttpError::bad_request)?;
             pk::check_shape(kind, &op).map_err(HttpError::bad_request)?;
+            pk::check_table_names(&db, &table).map_err(HttpError::bad_request)?;
+            pk::check_names(&op, &[]).map_err(HttpError::bad_request)?;
             let grant = rest.keys.authenticate(key.as_deref()).await?;
             grant.check(&db)?;
             let request = PkRequest { database: Cow::Borrowed(&db), table: Cow::Borrowed(&table), kind, body: op };
@@ -400,7 +417,7 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<(Vec<PkRequest<'a>>, V
     for (i, item) in batch.operations.into_iter().enumerate() {
         if item.method != "POST" {
             return Err(HttpError::bad_request(format!(
-                "operation {i}: method must be \"POST\", not \"{}\"",
+                "operation {i}: the Method section should be POST, not \"{}\"",
                 item.method
             )));
         }
@@ -422,7 +439,9 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<(Vec<PkRequest<'a>>, V
                 (Cow::Owned(d.to_string()), Cow::Owned(t.to_string()), kind)
             }
         };
-        pk::check_shape(kind, &item.body).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
+        pk::check_shape(kind, &item.body)
+            .and_then(|()| pk::check_names(&item.body, &batch.filters))
+            .map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
         requests.push(PkRequest { database, table, kind, body: item.body });
     }
     Ok((requests, batch.filters))
@@ -578,6 +597,10 @@ fn fail_all(items: &[usize], e: HttpError, results: &mut [ItemResult]) {
 async fn single(rest: &Rest, request: PkRequest<'_>) -> Answer {
     let Executed { mut items, found } = execute(rest, vec![request], &[]).await;
     let (planned, result) = items.pop().ok_or_else(|| HttpError::internal("a request got no answer".into()))?;
+    // An error is the request's answer, in the shape of its API version.
+    if let ItemResult::Error(e) = result {
+        return Err(e);
+    }
     let mut out = JsonOut::with_capacity(256);
     pk::write_item(&mut out, &mut json::ColumnKeys::default(), &planned, &result, &found);
     Ok((result.status(), out.buf))

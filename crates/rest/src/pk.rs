@@ -23,7 +23,7 @@ use std::sync::Arc;
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct Filter<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "filter_column")]
     pub column: Cow<'a, str>,
     #[serde(borrow)]
     pub value: Scalar<'a>,
@@ -128,12 +128,42 @@ pub struct BatchBody<'a> {
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct BatchItem<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "method")]
     pub method: Cow<'a, str>,
-    #[serde(borrow, rename = "relative-url")]
+    #[serde(borrow, rename = "relative-url", deserialize_with = "relative_url")]
     pub relative_url: Cow<'a, str>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "op_body")]
     pub body: OpBody<'a>,
+}
+
+/// A JSON string, borrowed from the body when it has no escapes.
+#[derive(Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// A string field that may not be null; `when_null` words the error as
+/// RonDB does.
+fn non_null<'de, D: serde::Deserializer<'de>>(d: D, when_null: &'static str) -> Result<Cow<'de, str>, D::Error> {
+    match Option::<Text<'de>>::deserialize(d)? {
+        Some(Text(text)) => Ok(text),
+        None => Err(serde::de::Error::custom(when_null)),
+    }
+}
+
+fn filter_column<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'de, str>, D::Error> {
+    non_null(d, "a Column name in the Field section is null; give each filter a 'column'")
+}
+
+fn method<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'de, str>, D::Error> {
+    non_null(d, "the Method section should be POST, not null")
+}
+
+fn relative_url<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'de, str>, D::Error> {
+    non_null(d, "the relativeUrl section is required, not null")
+}
+
+fn op_body<'de, D: serde::Deserializer<'de>>(d: D) -> Result<OpBody<'de>, D::Error> {
+    Option::<OpBody<'de>>::deserialize(d)?
+        .ok_or_else(|| serde::de::Error::custom("Field validation for 'Body' failed: the body is null"))
 }
 
 /// One operation, located: database, table and kind.
@@ -157,11 +187,14 @@ pub fn parse_relative_url(url: &str) -> Result<(&str, &str, PkKind), String> {
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(db), Some(table), Some(op), None) if !db.is_empty() && !table.is_empty() => {
             let kind = PkKind::from_path(op).ok_or_else(|| {
-                format!("relative-url '{url}' names operation '{op}'; use pk-read, pk-write or pk-delete")
+                format!("Field validation for 'RelativeURL' failed: relative-url '{url}' names operation '{op}'; use pk-read, pk-write or pk-delete")
             })?;
+            check_table_names(db, table)?;
             Ok((db, table, kind))
         }
-        _ => Err(format!("relative-url '{url}' must look like 'database/table/pk-read'")),
+        _ => Err(format!(
+            "Field validation for 'RelativeURL' failed: relative-url '{url}' must look like 'database/table/pk-read'"
+        )),
     }
 }
 
@@ -174,7 +207,7 @@ pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
             let filters = body
                 .filters
                 .as_ref()
-                .ok_or("Field validation for 'Filters' failed: 'filters' is required; give a value for every primary-key column")?;
+                .ok_or("Field validation for 'Filters' failed: the Field section is null; give 'filters', a value for every primary-key column")?;
             if filters.is_empty() {
                 return Err(
                     "Field validation for 'Filters' failed: 'filters' is empty; give a value for every primary-key column"
@@ -216,6 +249,110 @@ pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
     if let Some(id) = &body.operation_id {
         if id.len() > 256 {
             return Err("operationId is invalid: it is longer than 256 bytes".into());
+        }
+    }
+    Ok(())
+}
+
+/// Checks the names a body gives, as RonDB does before any lookup: every
+/// column name is an identifier (`check_identifier`), every filter has a
+/// value, and no filter and no read column is given twice. RonDB's
+/// sentences lead the messages. (RonDB also refuses a read column that is
+/// a filter; latsdb reads it, as nothing is lost by answering it.)
+pub fn check_names(body: &OpBody, batch_filters: &[Filter]) -> Result<(), String> {
+    let filters = body.filters(batch_filters);
+    for (i, filter) in filters.iter().enumerate() {
+        if filter.column.is_empty() {
+            return Err("a Column name in the Field section is empty: give each filter its column's name".into());
+        }
+        check_identifier(&filter.column)?;
+        if matches!(filter.value, Scalar::Null) {
+            return Err(format!(
+                "a Column in the Field section is null: filter column '{}' has no value",
+                shown_name(&filter.column)
+            ));
+        }
+        if filters[..i].iter().any(|f| f.column == filter.column) {
+            return Err(format!(
+                "field validation for filter failed on the 'unique' tag: column '{}' is given twice",
+                shown_name(&filter.column)
+            ));
+        }
+    }
+    if let Some(columns) = &body.read_columns {
+        for (i, read) in columns.iter().enumerate() {
+            if read.column.is_empty() {
+                return Err("a column to read is missing a name: give each of 'readColumns' a 'column'".into());
+            }
+            check_identifier(&read.column)?;
+            if columns[..i].iter().any(|c| c.column == read.column) {
+                return Err(format!(
+                    "field validation for 'ReadColumns' failed on the 'unique' tag: column '{}' is read twice",
+                    shown_name(&read.column)
+                ));
+            }
+        }
+    }
+    if let Some(data) = &body.data {
+        for (name, _) in &data.0 {
+            check_identifier(name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a column name as RonDB checks identifiers: 1 to 64 bytes of
+/// characters from U+0001 to U+FFFF. The message starts with RonDB's words
+/// and the name, as RonDB's does.
+fn check_identifier(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("identifier is empty: a column name needs at least one character".into());
+    }
+    if name.len() > MAX_IDENTIFIER_BYTES {
+        return Err(format!(
+            "identifier is too large: {}; a column name is at most {MAX_IDENTIFIER_BYTES} bytes",
+            shown_name(name)
+        ));
+    }
+    if name.chars().any(|c| c == '\0' || c > '\u{FFFF}') {
+        return Err(format!(
+            "identifier carries an invalid character: {}; a column name holds characters U+0001 to U+FFFF",
+            shown_name(name)
+        ));
+    }
+    Ok(())
+}
+
+/// The longest database, table or column name: MySQL's 64.
+const MAX_IDENTIFIER_BYTES: usize = 64;
+
+/// A name for a message: its first 256 characters (all of a name one
+/// byte too long), control characters escaped.
+fn shown_name(name: &str) -> String {
+    name.chars().take(256).flat_map(char::escape_debug).collect()
+}
+
+/// Checks the database and table names of a request before any lookup,
+/// in RonDB's words: 1 to 64 bytes, characters U+0001 to U+FFFF, and none
+/// of the characters no table name can hold ('/', '.', '`', control
+/// characters).
+pub fn check_table_names(database: &str, table: &str) -> Result<(), String> {
+    for (field, kind, name) in [("DB", "db", database), ("Table", "table", table)] {
+        if name.is_empty() {
+            return Err(format!("Field validation for '{field}' failed on the 'min' tag: the {kind} name is empty"));
+        }
+        if name.len() > MAX_IDENTIFIER_BYTES {
+            return Err(format!(
+                "Field validation for '{field}' failed on the 'max' tag: the {kind} name '{}' is longer than 64 bytes",
+                shown_name(name)
+            ));
+        }
+        let forbidden = |c: char| c.is_control() || c > '\u{FFFF}' || matches!(c, '/' | '.' | '`');
+        if name.chars().any(forbidden) {
+            return Err(format!(
+                "{kind} name is invalid: identifier carries an invalid character: '{}' (no name holds control characters, '/', '.', '`' or characters past U+FFFF)",
+                shown_name(name)
+            ));
         }
     }
     Ok(())
@@ -265,6 +402,9 @@ pub fn plan_read<'a>(
 ) -> Result<usize, HttpError> {
     debug_assert_eq!(request.kind, PkKind::Read);
     let filters = request.body.filters(batch_filters);
+    // The key's shape is checked before the read columns, as RonDB does.
+    check_key(table)?;
+    check_key_count(table, filters.len())?;
     let projection = match &request.body.read_columns {
         None => None,
         Some(columns) => {
@@ -328,6 +468,7 @@ fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> R
             return encode_filter(out, filter, column);
         }
     }
+    check_key_count(table, filters.len())?;
     for (i, filter) in filters.iter().enumerate() {
         let column = def.column_id(&filter.column).map_err(HttpError::from_db)?;
         if !def.primary_key.contains(&column) {
@@ -343,20 +484,6 @@ fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> R
             return Err(HttpError::bad_request(format!("filter column '{}' is given twice", filter.column)));
         }
     }
-    // Every filter names a different key column: as many as the key has
-    // name them all.
-    if filters.len() != def.primary_key.len() {
-        return Err(HttpError::invalid(
-            ErrorClass::WrongKeyCount,
-            &format!(
-                "the filters must give every primary-key column of {}.{} ({}); {} given",
-                def.database,
-                def.name,
-                table.key_names,
-                filters.len()
-            ),
-        ));
-    }
     for &key_column in &def.primary_key {
         let column = &def.columns[key_column as usize];
         let filter = filters
@@ -368,12 +495,30 @@ fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> R
     Ok(())
 }
 
+/// Refuses filters that cannot give the whole primary key by their count
+/// alone: checked before the columns are looked up, as RonDB does.
+pub fn check_key_count(table: &ResolvedTable, given: usize) -> Result<(), HttpError> {
+    let def = &table.table.meta.def;
+    if given == def.primary_key.len() {
+        return Ok(());
+    }
+    Err(HttpError::invalid(
+        ErrorClass::WrongKeyCount,
+        &format!(
+            "Expecting: {} Got: {given}. The filters must give every primary-key column of {}.{} ({})",
+            def.primary_key.len(),
+            def.database,
+            def.name,
+            table.key_names
+        ),
+    ))
+}
+
 /// Appends one key column's value as a filter gives it.
 fn encode_filter(out: &mut Vec<u8>, filter: &Filter, column: &ColumnDef) -> Result<(), HttpError> {
     match &filter.value {
-        Scalar::Str(text) if column.ty.is_free_text() => {
-            keycodec::encode_text(out, column, text).map_err(|e| HttpError::bad_request(e.message))
-        }
+        Scalar::Str(text) if column.ty.is_free_text() => keycodec::encode_text(out, column, text)
+            .map_err(|e| HttpError::invalid(ErrorClass::InvalidColumnData, &e.message)),
         _ => {
             let value = key_value(filter, column)?;
             keycodec::encode_value(out, column.ty, column.collation, &value);
@@ -551,7 +696,7 @@ mod tests {
         assert!(check_shape(PkKind::Read, &read).is_ok());
         assert!(check_shape(PkKind::Write, &read).unwrap_err().contains("'data' is required"));
         let empty: OpBody = crate::json::parse(b"{}").unwrap();
-        assert!(check_shape(PkKind::Read, &empty).unwrap_err().contains("'filters' is required"));
+        assert!(check_shape(PkKind::Read, &empty).unwrap_err().contains("the Field section is null"));
         let typo = crate::json::parse::<OpBody>(br#"{"filter":[]}"#).unwrap_err();
         assert!(typo.contains("unknown field `filter`"), "{typo}");
         let bad_type: OpBody = crate::json::parse(
@@ -559,5 +704,52 @@ mod tests {
         )
         .unwrap();
         assert!(check_shape(PkKind::Read, &bad_type).unwrap_err().contains("dataReturnType 'x'"));
+    }
+
+    /// The names a body gives are checked before any lookup, in RonDB's words.
+    #[test]
+    fn names_are_checked_as_rondb_checks_identifiers() {
+        let refused = |body: &str| {
+            let body: OpBody = crate::json::parse(body.as_bytes()).unwrap();
+            check_names(&body, &[]).unwrap_err()
+        };
+        let long = "c".repeat(65);
+        let e = refused(&format!(r#"{{"filters":[{{"column":"{long}","value":1}}]}}"#));
+        assert!(e.starts_with(&format!("identifier is too large: {long}")), "{e}");
+        let e = refused(r#"{"filters":[{"column":"a\u0000","value":1}]}"#);
+        assert!(e.starts_with("identifier carries an invalid character"), "{e}");
+        let e = refused(r#"{"filters":[{"column":"","value":1}]}"#);
+        assert!(e.starts_with("a Column name in the Field section is empty"), "{e}");
+        let e = refused(r#"{"filters":[{"column":"a","value":null}]}"#);
+        assert!(e.starts_with("a Column in the Field section is null"), "{e}");
+        let e = refused(r#"{"filters":[{"column":"a","value":1},{"column":"a","value":2}]}"#);
+        assert!(e.starts_with("field validation for filter failed on the 'unique' tag"), "{e}");
+        let e = refused(r#"{"filters":[{"column":"a","value":1}],"readColumns":[{"column":"b"},{"column":"b"}]}"#);
+        assert!(e.starts_with("field validation for 'ReadColumns' failed on the 'unique' tag"), "{e}");
+        let key_too: OpBody =
+            crate::json::parse(br#"{"filters":[{"column":"a","value":1}],"readColumns":[{"column":"a"}]}"#).unwrap();
+        assert_eq!(check_names(&key_too, &[]), Ok(()), "a key column may be read");
+        let e = refused(r#"{"filters":[{"column":"a","value":1}],"readColumns":[{"column":""}]}"#);
+        assert!(e.starts_with("a column to read is missing a name"), "{e}");
+        let fine: OpBody = crate::json::parse(br#"{"filters":[{"column":"\u00e9\uffff","value":1}]}"#).unwrap();
+        assert_eq!(check_names(&fine, &[]), Ok(()));
+        let e = crate::json::parse::<OpBody>(br#"{"filters":[{"column":null,"value":1}]}"#).unwrap_err();
+        assert!(e.contains("a Column name in the Field section is null"), "{e}");
+    }
+
+    #[test]
+    fn table_names_are_checked_before_any_lookup() {
+        assert_eq!(check_table_names("db", "t"), Ok(()));
+        assert!(check_table_names("", "t")
+            .unwrap_err()
+            .starts_with("Field validation for 'DB' failed on the 'min' tag"));
+        let long = "t".repeat(65);
+        let e = check_table_names("db", &long).unwrap_err();
+        assert!(e.starts_with("Field validation for 'Table' failed on the 'max' tag"), "{e}");
+        let e = check_table_names("db\u{10000}", "t").unwrap_err();
+        assert!(e.starts_with("db name is invalid"), "{e}");
+        assert!(check_table_names("db", "a.b").unwrap_err().starts_with("table name is invalid"));
+        let e = parse_relative_url("db/t/pk-scan").unwrap_err();
+        assert!(e.starts_with("Field validation for 'RelativeURL' failed"), "{e}");
     }
 }
