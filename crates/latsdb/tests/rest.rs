@@ -715,4 +715,49 @@ fn errors_and_key_conversions_as_rondb_gives_them() {
     let (status, body) = post(c, "/0.2.0/batch", r#"{"operations":[]}"#);
     assert_eq!(status, 400);
     assert!(body.starts_with(r#"{"error":{"code":400,"message":"No operations defined"#), "{body}");
+    batch_writes_and_deletes_as_rondb_takes_them(c);
+}
+
+/// RonDB's `batchwrite` (pk-write, pk-update, pk-insert with `filters` and
+/// `writeColumns`) and `batchdelete`; pk-update and pk-insert alone too.
+fn batch_writes_and_deletes_as_rondb_takes_them(c: &TestCluster) {
+    let op = |url: &str, body: &str| format!(r#"{{"method":"POST","relative-url":"r/two/{url}","body":{body}}}"#);
+    let key = |a: i32| format!(r#"[{{"column":"a","value":{a}}},{{"column":"b","value":1}}]"#);
+    let write = |a: i32, c: &str| {
+        format!(r#"{{"filters":{},"writeColumns":[{{"column":"c","value":"{c}"}}],"operationId":"w{a}"}}"#, key(a))
+    };
+    let batch = format!(
+        r#"{{"operations":[{},{},{},{}]}}"#,
+        op("pk-write", &write(1, "one")),
+        op("pk-insert", &write(2, "two")),
+        op("pk-insert", &write(1, "dup")),
+        op("pk-update", &write(3, "none")),
+    );
+    let (status, body) = post(c, "/0.1.0/batchwrite", &batch);
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let codes: Vec<i64> = answer["result"].as_array().unwrap().iter().map(|r| r["code"].as_i64().unwrap()).collect();
+    assert_eq!(codes, [200, 200, 409, 404], "{body}");
+    assert_eq!(answer["result"][0]["body"]["operationId"], "w1", "{body}");
+    let (status, body) = post(c, "/0.1.0/r/two/pk-update", &write(2, "TWO"));
+    assert_eq!(status, 200, "{body}");
+    let read = |a: i32| post(c, "/0.1.0/r/two/pk-read", &format!(r#"{{"filters":{}}}"#, key(a)));
+    assert_eq!(read(2), (200, r#"{"data":{"a":2,"b":1,"c":"TWO"}}"#.to_string()));
+    assert_eq!(read(1), (200, r#"{"data":{"a":1,"b":1,"c":"one"}}"#.to_string()));
+    // Only writes in batchwrite, only deletes in batchdelete.
+    let (status, body) = post(
+        c,
+        "/0.1.0/batchwrite",
+        &format!(r#"{{"operations":[{}]}}"#, op("pk-read", &format!(r#"{{"filters":{}}}"#, key(1)))),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("pk-write, pk-update, or pk-insert"), "{body}");
+    let delete = |a: i32| op("pk-delete", &format!(r#"{{"filters":{}}}"#, key(a)));
+    let (status, body) = post(c, "/0.1.0/batchdelete", &format!(r#"{{"operations":[{},{}]}}"#, delete(1), delete(7)));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with(r#"{"result":[{"code":200,"body":{}},{"code":404"#), "{body}");
+    assert_eq!(read(1).0, 404);
+    let (status, body) = post(c, "/0.2.0/batchdelete", "{invalid json}");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.starts_with(r#"{"error":{"code":400,"#), "{body}");
 }

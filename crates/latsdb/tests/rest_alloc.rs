@@ -155,7 +155,7 @@ async fn fewest_allocations(rest: &Rest, endpoint: Endpoint, body: &str) -> (u64
     for _ in 0..5 {
         let before = allocations();
         let answer = match endpoint {
-            Endpoint::Batch => latsdb_rest::answer_batch(rest, None, body.as_bytes()).await,
+            Endpoint::Batch => latsdb_rest::answer_batch(rest, None, body.as_bytes(), latsdb_rest::Batch::Any).await,
             Endpoint::Features => match rest.keys.authenticate(None).await {
                 Ok(grant) => latsdb_rest::features::serve_batch(rest, &grant, body.as_bytes()).await,
                 Err(e) => Err(e),

@@ -3,8 +3,9 @@
 //!
 //! Endpoints (all JSON; the OpenAPI document is `openapi.json` beside this
 //! crate and is served at `/0.1.0/openapi.json`):
-//! - `POST /0.1.0/{db}/{table}/pk-read|pk-write|pk-delete`
+//! - `POST /0.1.0/{db}/{table}/pk-read|pk-write|pk-update|pk-insert|pk-delete`
 //! - `POST /0.1.0/batch`: many of the above, each its own operation
+//! - `POST /0.1.0/batchwrite`, `POST /0.1.0/batchdelete`: RonDB's batches of writes only, deletes only
 //! - `POST /0.1.0/feature_store`, `POST /0.1.0/batch_feature_store`
 //! - `POST|GET /0.1.0/feature_view`, `GET|DELETE /0.1.0/feature_view/{store}/{name}/{version}`
 //! - `GET /0.1.0/health` (RonDB's `1`/`0`), `GET /0.1.0/health/details`, `GET /0.1.0/ping`, `GET /metrics`
@@ -218,7 +219,11 @@ async fn route(rest: &Rest, request: Request<Incoming>) -> (Endpoint, Answer, &'
         ["health", "details"] => (Endpoint::Health, health(rest, &method, request, Health::Details).await, JSON),
         ["ping"] => (Endpoint::Ping, ping(rest, &method, request).await, JSON),
         ["openapi.json"] if method == Method::GET => (Endpoint::OpenApi, Ok((200, OPENAPI.as_bytes().to_vec())), JSON),
-        ["batch"] => (Endpoint::Batch, with_body(rest, &method, request, Body::Batch).await, JSON),
+        ["batch"] => (Endpoint::Batch, with_body(rest, &method, request, Body::Batch(Batch::Any)).await, JSON),
+        ["batchwrite"] => (Endpoint::Batch, with_body(rest, &method, request, Body::Batch(Batch::Writes)).await, JSON),
+        ["batchdelete"] => {
+            (Endpoint::Batch, with_body(rest, &method, request, Body::Batch(Batch::Deletes)).await, JSON)
+        }
         ["feature_store"] => {
             (Endpoint::FeatureStore, with_body(rest, &method, request, Body::FeatureStore).await, JSON)
         }
@@ -233,7 +238,7 @@ async fn route(rest: &Rest, request: Request<Incoming>) -> (Endpoint, Answer, &'
             Some(kind) => {
                 let endpoint = match kind {
                     PkKind::Read => Endpoint::PkRead,
-                    PkKind::Write => Endpoint::PkWrite,
+                    PkKind::Write | PkKind::Update | PkKind::Insert => Endpoint::PkWrite,
                     PkKind::Delete => Endpoint::PkDelete,
                 };
                 let names = decoded(db).and_then(|db| Ok((db, decoded(table)?)));
@@ -325,7 +330,7 @@ async fn ping(rest: &Rest, method: &Method, request: Request<Incoming>) -> Answe
 }
 
 enum Body {
-    Batch,
+    Batch(Batch),
     FeatureStore,
     BatchFeatureStore,
     Pk { db: String, table: String, kind: PkKind },
@@ -348,7 +353,7 @@ async fn with_body(rest: &Rest, method: &Method, request: Request<Incoming>, wha
             let request = PkRequest { database: Cow::Borrowed(&db), table: Cow::Borrowed(&table), kind, body: op };
             single(rest, request).await
         }
-        Body::Batch => answer_batch(rest, key.as_deref(), &body).await,
+        Body::Batch(kinds) => answer_batch(rest, key.as_deref(), &body, kinds).await,
         Body::FeatureStore => {
             let grant = rest.keys.authenticate(key.as_deref()).await?;
             features::serve_one(rest, &grant, &body).await
@@ -382,17 +387,44 @@ fn locate(i: usize, url: &str) -> Result<(&str, &str, PkKind), HttpError> {
     pk::parse_relative_url(url).map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))
 }
 
-/// The answer (status and JSON body) to a `POST /0.1.0/batch` with `body`,
-/// sent with API key `key`.
-pub async fn answer_batch(rest: &Rest, key: Option<&[u8]>, body: &[u8]) -> Answer {
-    let (requests, filters) = parse_batch(rest, body)?;
+/// Which operations a batch endpoint takes: `batch` any, RonDB's
+/// `batchwrite` pk-write, pk-update and pk-insert, its `batchdelete`
+/// pk-delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Batch {
+    Any,
+    Writes,
+    Deletes,
+}
+
+impl Batch {
+    /// Why an operation of `kind` does not belong in this batch, or nothing.
+    fn refuses(self, kind: PkKind) -> Option<&'static str> {
+        match (self, kind) {
+            (Batch::Writes, PkKind::Read | PkKind::Delete) => {
+                Some("a batchwrite operation is pk-write, pk-update, or pk-insert")
+            }
+            (Batch::Deletes, PkKind::Delete) | (Batch::Any, _) | (Batch::Writes, _) => None,
+            (Batch::Deletes, _) => Some("a batchdelete operation is pk-delete"),
+        }
+    }
+}
+
+/// The answer (status and JSON body) to a `POST /0.1.0/batch` (or
+/// `batchwrite`, `batchdelete`) with `body`, sent with API key `key`.
+pub async fn answer_batch(rest: &Rest, key: Option<&[u8]>, body: &[u8], kinds: Batch) -> Answer {
+    let (requests, filters) = parse_batch(rest, body, kinds)?;
     let grant = rest.keys.authenticate(key).await?;
     batch(rest, &grant, requests, &filters).await
 }
 
 /// Parses and checks a whole batch; any malformed item rejects all of it.
 /// Returns the requests and the filters they hold by range (`pk::Filters`).
-fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<(Vec<PkRequest<'a>>, Vec<Filter<'a>>), HttpError> {
+fn parse_batch<'a>(
+    rest: &Rest,
+    body: &'a [u8],
+    kinds: Batch,
+) -> Result<(Vec<PkRequest<'a>>, Vec<Filter<'a>>), HttpError> {
     // The usual shape by the fast path; anything else (and every error) by serde.
     let batch = match std::str::from_utf8(body).ok().and_then(fastpath::parse_batch) {
         Some(batch) => batch,
@@ -439,6 +471,12 @@ fn parse_batch<'a>(rest: &Rest, body: &'a [u8]) -> Result<(Vec<PkRequest<'a>>, V
                 (Cow::Owned(d.to_string()), Cow::Owned(t.to_string()), kind)
             }
         };
+        if let Some(why) = kinds.refuses(kind) {
+            return Err(HttpError::bad_request(format!(
+                "operation {i}: Field validation for 'RelativeURL' failed: {why}, not '{database}/{table}/{}'",
+                kind.path()
+            )));
+        }
         pk::check_shape(kind, &item.body)
             .and_then(|()| pk::check_names(&item.body, &batch.filters))
             .map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
@@ -526,10 +564,12 @@ async fn execute_round<'a>(
             PkKind::Read => {
                 pk::plan_read(rest, &table, request, filters, &mut lookups, &mut last_projection).map(|_| reads.push(i))
             }
-            PkKind::Write | PkKind::Delete => pk::plan_write(&table, request, filters).map(|op| {
-                writes.push(op);
-                written.push(i);
-            }),
+            PkKind::Write | PkKind::Update | PkKind::Insert | PkKind::Delete => {
+                pk::plan_write(&table, request, filters).map(|op| {
+                    writes.push(op);
+                    written.push(i);
+                })
+            }
         });
         if let Err(e) = planned {
             results[i] = ItemResult::Error(e);

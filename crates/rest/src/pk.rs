@@ -13,8 +13,9 @@ use crate::rondb::ErrorClass;
 use crate::state::{ResolvedTable, Rest};
 use crate::HttpError;
 use latsdb_client::{Answers, Found, Lookups, Op, Outcome, Projection};
+use latsdb_types::expr::Expr;
 use latsdb_types::keycodec;
-use latsdb_types::schema::ColumnDef;
+use latsdb_types::schema::{ColumnDef, ColumnId};
 use latsdb_types::{DbError, ErrorCode, Value};
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -84,9 +85,14 @@ pub struct OpBody<'a> {
     pub read_columns: Option<Arc<[ReadColumn<'a>]>>,
     #[serde(borrow, default, rename = "operationId")]
     pub operation_id: Option<Cow<'a, str>>,
-    /// Column values of a `pk-write`.
+    /// Column values of a `pk-write`, `pk-update` or `pk-insert`, as an
+    /// object (latsdb's form; the key columns among them).
     #[serde(borrow, default)]
     pub data: Option<Fields<'a>>,
+    /// The non-key column values of a write, as a list of `{column,
+    /// value}` beside `filters` (RonDB's form).
+    #[serde(borrow, default, rename = "writeColumns")]
+    pub write_columns: Option<Vec<Filter<'a>>>,
 }
 
 impl<'a> OpBody<'a> {
@@ -100,15 +106,33 @@ impl<'a> OpBody<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PkKind {
     Read,
+    /// Insert the row or overwrite it whole.
     Write,
+    /// Set the given columns of an existing row (404 when there is none).
+    Update,
+    /// Insert a row whose key is new (409 when it exists).
+    Insert,
     Delete,
 }
 
 impl PkKind {
+    /// The operation's name in a path: `pk-read` and so on.
+    pub fn path(self) -> &'static str {
+        match self {
+            PkKind::Read => "pk-read",
+            PkKind::Write => "pk-write",
+            PkKind::Update => "pk-update",
+            PkKind::Insert => "pk-insert",
+            PkKind::Delete => "pk-delete",
+        }
+    }
+
     pub fn from_path(name: &str) -> Option<PkKind> {
         match name {
             "pk-read" => Some(PkKind::Read),
             "pk-write" => Some(PkKind::Write),
+            "pk-update" => Some(PkKind::Update),
+            "pk-insert" => Some(PkKind::Insert),
             "pk-delete" => Some(PkKind::Delete),
             _ => None,
         }
@@ -214,23 +238,14 @@ pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
                         .into(),
                 );
             }
-            if body.data.is_some() {
-                return Err("'data' belongs to pk-write only".into());
+            if body.data.is_some() || body.write_columns.is_some() {
+                return Err("'data' and 'writeColumns' belong to pk-write, pk-update and pk-insert only".into());
             }
             if kind == PkKind::Delete && body.read_columns.is_some() {
                 return Err("'readColumns' belongs to pk-read only".into());
             }
         }
-        PkKind::Write => {
-            if body.data.as_ref().is_none_or(|d| d.0.is_empty()) {
-                return Err("'data' is required: an object of column names to values".into());
-            }
-            if body.filters.is_some() || body.read_columns.is_some() {
-                return Err(
-                    "pk-write takes 'data' (with the primary-key columns in it), not 'filters' or 'readColumns'".into(),
-                );
-            }
-        }
+        PkKind::Write | PkKind::Update | PkKind::Insert => check_write_shape(body)?,
     }
     if let Some(columns) = &body.read_columns {
         if columns.is_empty() {
@@ -252,6 +267,46 @@ pub fn check_shape(kind: PkKind, body: &OpBody) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The fields a write takes: `data` with every column in it (latsdb's
+/// form), or `filters` with the key and `writeColumns` with the rest
+/// (RonDB's form); never `readColumns`.
+fn check_write_shape(body: &OpBody) -> Result<(), String> {
+    if body.read_columns.is_some() {
+        return Err("'readColumns' belongs to pk-read only".into());
+    }
+    if body.data.is_some() {
+        if body.data.as_ref().is_some_and(|d| d.0.is_empty()) {
+            return Err("'data' is empty: an object of column names to values".into());
+        }
+        if body.filters.is_some() || body.write_columns.is_some() {
+            return Err(
+                "a write takes 'data' (with the primary-key columns in it), or 'filters' and 'writeColumns', not both"
+                    .into(),
+            );
+        }
+        return Ok(());
+    }
+    match (&body.filters, &body.write_columns) {
+        (None, None) => {
+            Err("'data' is required: an object of column names to values (or 'filters' and 'writeColumns')".into())
+        }
+        (None, Some(_)) => {
+            Err("Field validation for 'Filters' failed: the filters section is null; give the primary-key columns"
+                .into())
+        }
+        (Some(f), _) if f.is_empty() => {
+            Err("Field validation for 'Filters' failed: 'filters' is empty; give the primary-key columns".into())
+        }
+        (Some(_), None) => {
+            Err("the writeColumns section is null: give the columns to write as [{\"column\", \"value\"}]".into())
+        }
+        (Some(_), Some(w)) if w.is_empty() => {
+            Err("the writeColumns section is empty: give at least one column to write".into())
+        }
+        (Some(_), Some(_)) => Ok(()),
+    }
 }
 
 /// Checks the names a body gives, as RonDB does before any lookup: every
@@ -297,6 +352,9 @@ pub fn check_names(body: &OpBody, batch_filters: &[Filter]) -> Result<(), String
         for (name, _) in &data.0 {
             check_identifier(name)?;
         }
+    }
+    for written in body.write_columns.iter().flatten() {
+        check_identifier(&written.column)?;
     }
     Ok(())
 }
@@ -418,10 +476,9 @@ pub fn plan_read<'a>(
     lookups.push(&table.table, projection, |key| encode_key(table, filters, key))
 }
 
-/// Builds the client operation of a pk-write or pk-delete, or says why it
-/// is invalid.
+/// Builds the client operation of a pk-write, pk-update, pk-insert or
+/// pk-delete, or says why it is invalid.
 pub fn plan_write(table: &Arc<ResolvedTable>, request: &PkRequest, batch_filters: &[Filter]) -> Result<Op, HttpError> {
-    let def = &table.table.meta.def;
     match request.kind {
         PkKind::Read => Err(HttpError::internal("a pk-read was planned as a write".into())),
         PkKind::Delete => {
@@ -429,29 +486,90 @@ pub fn plan_write(table: &Arc<ResolvedTable>, request: &PkRequest, batch_filters
             encode_key(table, request.body.filters(batch_filters), &mut key)?;
             Ok(Op::delete_encoded(&table.table, key))
         }
-        PkKind::Write => {
+        PkKind::Write | PkKind::Update | PkKind::Insert => {
             check_key(table)?;
-            let data = request.body.data.as_ref().map(|d| d.0.as_slice()).unwrap_or_default();
-            let mut row: Vec<Option<Value>> = vec![None; def.columns.len()];
-            for (name, scalar) in data {
-                let column = def.column_id(name).map_err(HttpError::from_db)? as usize;
-                row[column] = Some(scalar.to_column_value(&def.columns[column])?);
-            }
-            for &key_column in &def.primary_key {
-                if row[key_column as usize].is_none() {
-                    return Err(HttpError::bad_request(format!(
-                        "'data' must give every primary-key column of {}.{} ({})",
-                        def.database, def.name, table.key_names
-                    )));
-                }
-            }
-            let row: Vec<Value> = row
-                .into_iter()
-                .zip(&def.columns)
-                .map(|(v, c)| v.unwrap_or_else(|| c.default.clone().unwrap_or(Value::Null)))
-                .collect();
-            Op::upsert(&table.table, row).map_err(HttpError::from_db)
+            let row = given_row(table, &request.body, batch_filters)?;
+            written_op(table, request.kind, row)
         }
+    }
+}
+
+/// The values a write gives, by column, checked against their columns:
+/// from `data`, or from `filters` and `writeColumns`. Every key column
+/// must be among them.
+fn given_row(table: &ResolvedTable, body: &OpBody, batch_filters: &[Filter]) -> Result<Vec<Option<Value>>, HttpError> {
+    let def = &table.table.meta.def;
+    let mut row: Vec<Option<Value>> = vec![None; def.columns.len()];
+    let mut give = |name: &str, scalar: &Scalar| -> Result<(), HttpError> {
+        let column = def.column_id(name).map_err(HttpError::from_db)? as usize;
+        if row[column].is_some() {
+            return Err(HttpError::bad_request(format!("column '{name}' is given twice")));
+        }
+        row[column] = Some(scalar.to_column_value(&def.columns[column])?);
+        Ok(())
+    };
+    match &body.data {
+        Some(data) => data.0.iter().try_for_each(|(name, scalar)| give(name, scalar))?,
+        None => {
+            let filters = body.filters(batch_filters);
+            check_key_count(table, filters.len())?;
+            for filter in filters {
+                if !def.primary_key.contains(&def.column_id(&filter.column).map_err(HttpError::from_db)?) {
+                    return Err(HttpError::invalid(
+                        ErrorClass::WrongKeyColumn,
+                        &format!(
+                            "filter column '{}' is not part of the primary key ({})",
+                            filter.column, table.key_names
+                        ),
+                    ));
+                }
+                give(&filter.column, &filter.value)?;
+            }
+            for written in body.write_columns.iter().flatten() {
+                give(&written.column, &written.value)?;
+            }
+        }
+    }
+    if def.primary_key.iter().any(|&k| row[k as usize].is_none()) {
+        return Err(HttpError::invalid(
+            ErrorClass::WrongKeyCount,
+            &format!(
+                "a write must give every primary-key column of {}.{} ({})",
+                def.database, def.name, table.key_names
+            ),
+        ));
+    }
+    Ok(row)
+}
+
+/// The client operation of a write of `row` (key columns all given):
+/// pk-write overwrites the whole row (columns not given take their
+/// defaults), pk-insert inserts it, pk-update sets the given columns.
+fn written_op(table: &ResolvedTable, kind: PkKind, row: Vec<Option<Value>>) -> Result<Op, HttpError> {
+    let def = &table.table.meta.def;
+    let whole_row = || -> Vec<Value> {
+        row.iter()
+            .zip(&def.columns)
+            .map(|(v, c)| v.clone().unwrap_or_else(|| c.default.clone().unwrap_or(Value::Null)))
+            .collect()
+    };
+    match kind {
+        PkKind::Write => Op::upsert(&table.table, whole_row()).map_err(HttpError::from_db),
+        PkKind::Insert => Op::insert(&table.table, whole_row()).map_err(HttpError::from_db),
+        PkKind::Update => {
+            let key: Vec<Value> = def.primary_key.iter().filter_map(|&k| row[k as usize].clone()).collect();
+            let set: Vec<(ColumnId, Expr)> = row
+                .into_iter()
+                .enumerate()
+                .filter(|(i, v)| v.is_some() && !def.primary_key.contains(&(*i as ColumnId)))
+                .filter_map(|(i, v)| Some((i as ColumnId, Expr::Const(v?))))
+                .collect();
+            if set.is_empty() {
+                return Err(HttpError::bad_request("pk-update sets no column: give a column outside the primary key"));
+            }
+            Op::update_expr(&table.table, &key, set).map_err(HttpError::from_db)
+        }
+        PkKind::Read | PkKind::Delete => Err(HttpError::internal(format!("a {kind:?} was planned as a write"))),
     }
 }
 
@@ -694,7 +812,16 @@ mod tests {
     fn shapes_are_checked_per_operation() {
         let read: OpBody = crate::json::parse(br#"{"filters":[{"column":"id","value":1}]}"#).unwrap();
         assert!(check_shape(PkKind::Read, &read).is_ok());
-        assert!(check_shape(PkKind::Write, &read).unwrap_err().contains("'data' is required"));
+        assert!(check_shape(PkKind::Write, &read).unwrap_err().contains("the writeColumns section is null"));
+        let nothing: OpBody = crate::json::parse(b"{}").unwrap();
+        assert!(check_shape(PkKind::Update, &nothing).unwrap_err().contains("'data' is required"));
+        let rondb: OpBody =
+            crate::json::parse(br#"{"filters":[{"column":"id","value":1}],"writeColumns":[{"column":"v","value":2}]}"#)
+                .unwrap();
+        assert_eq!(check_shape(PkKind::Insert, &rondb), Ok(()));
+        assert!(check_shape(PkKind::Read, &rondb).unwrap_err().contains("belong to pk-write, pk-update and pk-insert"));
+        let no_key: OpBody = crate::json::parse(br#"{"writeColumns":[{"column":"v","value":2}]}"#).unwrap();
+        assert!(check_shape(PkKind::Write, &no_key).unwrap_err().contains("the filters section is null"));
         let empty: OpBody = crate::json::parse(b"{}").unwrap();
         assert!(check_shape(PkKind::Read, &empty).unwrap_err().contains("the Field section is null"));
         let typo = crate::json::parse::<OpBody>(br#"{"filter":[]}"#).unwrap_err();
