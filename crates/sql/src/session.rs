@@ -220,6 +220,9 @@ pub fn default_variable(name: &str) -> Option<Value> {
         "hostname" => s("localhost"),
         "sql_select_limit" => Some(Value::UInt(u64::MAX)),
         "sql_auto_is_null" | "sql_safe_updates" | "foreign_key_checks" | "unique_checks" => i(0),
+        // Set and restored by mysqldump's and Hopsworks' schema files.
+        "sql_notes" | "sql_quote_show_create" => i(1),
+        "sql_warnings" => i(0),
         "warning_count" | "error_count" => i(0),
         "default_authentication_plugin" => s(crate::auth::NATIVE),
         "session_track_schema" | "session_track_state_change" => s("OFF"),
@@ -1227,13 +1230,16 @@ impl Session {
                 .unwrap_or(&lower)
                 .to_string();
             // ON/OFF and bare words are values, not column names.
+            // A variable (`SET @old = @@sql_notes`) is read, not taken as a word.
             let v = match value {
-                ast::Expr::Identifier(id) if id.quote_style.is_none() => match id.value.to_ascii_uppercase().as_str() {
-                    "ON" | "TRUE" => Value::Int(1),
-                    "OFF" | "FALSE" => Value::Int(0),
-                    "DEFAULT" => default_variable(&var).unwrap_or(Value::Null),
-                    other => Value::Str(other.to_string()),
-                },
+                ast::Expr::Identifier(id) if id.quote_style.is_none() && !id.value.starts_with('@') => {
+                    match id.value.to_ascii_uppercase().as_str() {
+                        "ON" | "TRUE" => Value::Int(1),
+                        "OFF" | "FALSE" => Value::Int(0),
+                        "DEFAULT" => default_variable(&var).unwrap_or(Value::Null),
+                        other => Value::Str(other.to_string()),
+                    }
+                }
                 e => self.constant(e)?,
             };
             if var.starts_with('@') {

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Runs RonDB's own REST API integration tests (the Go packages of
+# storage/ndb/rest-server2/server/test_go in logicalclocks/rondb) against a
+# latsdb cluster this script starts, and prints pass/fail/skip per package.
+# The suite is not part of latsdb: get it yourself and point RONDB_TESTS at
+# its test_go folder.
+#
+#   RONDB_TESTS=/path/to/test_go scripts/rondb-rest-suite.sh
+#
+# Environment (defaults in brackets):
+#   RONDB_TESTS   the suite's test_go folder (go.mod: hopsworks.ai/rdrs2)   [required]
+#   PACKAGES      packages under internal/integrationtests
+#                 [pkread batchpkread health ping jsonerrors batchwrite batchdelete]
+#   SKIP          `go test -skip` pattern   [RateLimit|Performance|Benchmark]
+#   GO            the go binary             [go on PATH, else /usr/local/go/bin/go]
+#   OUT           logs, go test -json output and failures   [results/rondb-rest-suite-<time>]
+#
+# The suite's packages import RonDB's cgo bindings (internal/dal, log
+# callbacks) only for RonDB's own server; to build them outside RonDB's
+# tree those imports must be stubbed out (docs/compatibility.md says which).
+# The suite sends RonDB's fixed test API key; the script stores it in the
+# cluster with a grant on the test databases only, as one test expects a
+# 401 for a database outside the grant.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${RONDB_TESTS:?set RONDB_TESTS to the suite's test_go folder}"
+RONDB_TESTS=$(cd "$RONDB_TESTS" && pwd)
+PACKAGES=${PACKAGES:-pkread batchpkread health ping jsonerrors batchwrite batchdelete}
+SKIP=${SKIP:-RateLimit|Performance|Benchmark}
+GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+command -v mysql > /dev/null || { echo "needs the mysql client (scripts/install-deps.sh installs it)" >&2; exit 1; }
+[ -x "$GO" ] || command -v "$GO" > /dev/null || { echo "needs Go: set GO to the go binary" >&2; exit 1; }
+source scripts/lib.sh
+OUT=${OUT:-results/rondb-rest-suite-$STAMP}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+start_latsdb 2 --rest-auth api-key
+SQL_HOST=${SQL%:*} SQL_PORT=${SQL##*:} REST_HOST=${REST%:*} REST_PORT=${REST##*:}
+sql() { mysql -h "$SQL_HOST" -P "$SQL_PORT" -u root "$@"; }
+
+# The suite's databases (its resources/testdbs): fixed/DBnnn.sql, and
+# dynamic/textual_columns.sql instantiated for the text and binary kinds
+# as the suite's own loader does.
+TESTDBS=$RONDB_TESTS/resources/testdbs
+DBS=$(seq -f 'db%03g' 0 28 | tr '\n' ' ')
+schema_of() {
+  local textual=$TESTDBS/dynamic/textual_columns.sql
+  case $1 in
+    db012) sed -e "s/DATABASE_NAME/db012/g; s/COLUMN_TYPE/char/g; s/COLUMN_LENGTH/100/g" "$textual" ;;
+    db014) sed -e "s/DATABASE_NAME/db014/g; s/COLUMN_TYPE/VARCHAR/g; s/COLUMN_LENGTH/50/g" "$textual" ;;
+    db015) sed -e "s/DATABASE_NAME/db015/g; s/COLUMN_TYPE/VARCHAR/g; s/COLUMN_LENGTH/256/g" "$textual" ;;
+    db016) sed -e "s/DATABASE_NAME/db016/g; s/COLUMN_TYPE/BINARY/g; s/COLUMN_LENGTH/100/g" "$textual" ;;
+    db017) sed -e "s/DATABASE_NAME/db017/g; s/COLUMN_TYPE/VARBINARY/g; s/COLUMN_LENGTH/100/g" "$textual" ;;
+    db018) sed -e "s/DATABASE_NAME/db018/g; s/COLUMN_TYPE/VARBINARY/g; s/COLUMN_LENGTH/256/g" "$textual" ;;
+    *) cat "$TESTDBS/fixed/$(echo "$1" | tr a-z A-Z).sql" ;;
+  esac
+}
+
+echo "== loading the suite's schemas through the SQL node (refused statements: $OUT/refused.txt)"
+: > "$OUT/refused.txt"
+n=0
+for db in $DBS; do
+  n=$((n + 1))
+  printf '\r   %s (%d of 29)' "$db" "$n"
+  schema_of "$db" > "$OUT/$db.sql"
+  sql --force < "$OUT/$db.sql" > /dev/null 2> "$OUT/$db.err" || true
+  grep '^ERROR' "$OUT/$db.err" | sed "s/^/$db: /" >> "$OUT/refused.txt" || true
+done
+echo
+echo "   $(wc -l < "$OUT/refused.txt") statements refused"
+# With this database present the suite does not load the schemas itself.
+sql -e 'CREATE DATABASE sentinel'
+
+echo "== storing RonDB's test API key (grant: the test databases)"
+KEY_ID=bkYjEz6OTZyevbqt
+KEY_SECRET=ocHajJhnE0ytBh8zbYj3IXupyMqeMZp8PW464eTxzxqP5afBjodEQUgY0lmL33ub
+# The first key creates latsdb_system.api_keys; RonDB's key is then stored
+# with its fixed secret, which `latsdb apikey create` does not take.
+probe=$($BIN apikey --mgmd "$MGMD" create --name rondb-suite-probe --db db000 | head -1)
+$BIN apikey --mgmd "$MGMD" delete "${probe%%.*}" > /dev/null
+grants="$(echo $DBS | tr ' ' ','),fsdb001,fsdb002,fsdb003,fsdb004"
+sql -e "INSERT INTO latsdb_system.api_keys (id, name, secret_sha256, \`databases\`, created)
+        VALUES ('$KEY_ID', 'rondb-test-suite', UNHEX(SHA2('$KEY_SECRET', 256)), '$grants', NOW())"
+
+cat > "$OUT/config.json" <<EOF
+{
+  "REST": {"Enable": true, "ServerIP": "$REST_HOST", "ServerPort": $REST_PORT},
+  "GRPC": {"Enable": false},
+  "RonDB": {"Mgmds": [{"IP": "127.0.0.1", "Port": 1186}]},
+  "Security": {"TLS": {"EnableTLS": false},
+               "APIKey": {"UseHopsworksAPIKeys": true, "CacheRefreshIntervalMS": 10000,
+                          "CacheUnusedEntriesEvictionMS": 60000, "CacheRefreshIntervalJitterMS": 1000}},
+  "Log": {"Level": "warn"},
+  "Testing": {"MySQL": {"Servers": [{"IP": "$SQL_HOST", "Port": $SQL_PORT}], "User": "root", "Password": ""}}
+}
+EOF
+export RDRS_CONFIG_FILE=$OUT/config.json GOFLAGS=${GOFLAGS:--p=1}
+
+summary=""
+for package in $PACKAGES; do
+  echo "== go test ./internal/integrationtests/$package (at most 10 min)"
+  (cd "$RONDB_TESTS" && "$GO" test -json -count=1 -timeout 10m -skip "$SKIP" \
+    "./internal/integrationtests/$package/") > "$OUT/$package.json" 2>&1 || true
+  python3 scripts/go-test-summary.py "$OUT/$package.json" --failures > "$OUT/$package.failures.txt"
+  line=$(python3 scripts/go-test-summary.py "$OUT/$package.json")
+  echo "   $line"
+  summary+="$line"$'\n'
+done
+echo
+echo "== RonDB REST suite against latsdb $(git rev-parse --short HEAD), $(date -u +%F)"
+printf '%s' "$summary"
+printf '%s' "$summary" | awk '{for (i = 2; i <= 4; i++) {split($i, kv, "="); n[kv[1]] += kv[2]}}
+  END {t = n["pass"] + n["fail"]; printf "total                pass=%3d fail=%3d skip=%3d  (%.1f%% of run cases pass)\n", n["pass"], n["fail"], n["skip"], t ? 100 * n["pass"] / t : 0}'
+echo "failing cases with their requests and answers: $OUT/<package>.failures.txt"
