@@ -553,7 +553,7 @@ fn value_formats_and_base64_answer_as_mariadb_does() {
 
 /// TIME(n), YEAR, BIT(n), ENUM and SET columns: values in MySQL's forms
 /// written and read back, compared, taken apart and refused, against
-/// MariaDB.
+/// MariaDB; and TIMESTAMP's range.
 #[test]
 fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
     let script = r"CREATE DATABASE ty COLLATE utf8mb4_general_ci; USE ty;
@@ -597,10 +597,15 @@ fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
         SELECT * FROM k WHERE e = 'Y';
         SELECT * FROM k WHERE e = 'z';
         SELECT * FROM k WHERE tm = '-01:00:00.4';
+        CREATE TABLE st (id INT PRIMARY KEY, ts TIMESTAMP NULL);
+        INSERT INTO st VALUES (1, '2038-01-19 03:14:07'), (4, '1970-01-01 00:00:01');
+        INSERT INTO st VALUES (2, '2038-01-19 03:14:08');
+        INSERT INTO st VALUES (3, '1111-11-11 11:11:11');
+        SELECT * FROM st ORDER BY id;
         DROP DATABASE ty;";
     let cluster = TestCluster::start(&[]);
     let (out, codes) = same_as_mariadb(&cluster, script);
-    assert_eq!(codes, ["1292", "1264", "1406", "1265", "1265", "1062"], "{out}");
+    assert_eq!(codes, ["1292", "1264", "1406", "1265", "1265", "1062", "1292", "1292"], "{out}");
     assert!(out.contains("1\t10:11:12\t-26:03:04.567\t2024\t10\tmedium\ta,c"), "{out}");
     assert!(out.contains("4\tNULL\tNULL\tNULL\tNULL\tsmall\tNULL"), "{out}");
     // Members cannot change in place (MySQL rewrites the table): refused,

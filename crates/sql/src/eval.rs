@@ -2035,6 +2035,11 @@ pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
         Ok(Value::Time(us)) if us.saturating_abs() > latsdb_types::mysql_types::MAX_TIME_MICROS => {
             return Err(wrong_value(&shown, column));
         }
+        // A TIMESTAMP holds '1970-01-01 00:00:01' to '2038-01-19
+        // 03:14:07.999999' UTC; MySQL's strict mode refuses the rest.
+        Ok(Value::Timestamp(us)) if !latsdb_types::mysql_types::TIMESTAMP_RANGE.contains(us) => {
+            return Err(wrong_value(&shown, column));
+        }
         _ => {}
     }
     coerced.map_err(|e| match e.code {
