@@ -614,4 +614,8 @@ fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
         mariadb(&cluster, &[], "CREATE DATABASE clock; CREATE TABLE clock.m (id INT PRIMARY KEY, e ENUM('a'))");
     assert!(ok, "{err}");
     assert_eq!(error_code(&cluster, "ALTER TABLE m MODIFY e ENUM('a', 'b')"), "1235");
+    // UNSIGNED on a DECIMAL is not kept: the client is told so.
+    let (ok, out, err) =
+        mariadb(&cluster, &["clock"], "CREATE TABLE u (id INT PRIMARY KEY, d DECIMAL(5,2) UNSIGNED); SHOW WARNINGS");
+    assert!(ok && out.contains("UNSIGNED is ignored for column 'd'"), "{out}{err}");
 }

@@ -965,6 +965,20 @@ async fn drop_table(shared: &Shared, def: &TableDef) -> SqlResult<()> {
     shared.forget_auto_column(def.id).await
 }
 
+/// MySQL deprecates UNSIGNED on DECIMAL, FLOAT and DOUBLE; latsdb stores
+/// such a column signed, so it does not refuse a negative value: the client
+/// is warned rather than left to believe it does.
+fn signed_anyway(session: &mut Session, column: &str, t: &DataType) {
+    use DataType as D;
+    if matches!(t, D::DecimalUnsigned(_) | D::DecUnsigned(_) | D::FloatUnsigned(_) | D::DoubleUnsigned(_)) {
+        session.warnings.push((
+            "Warning",
+            crate::error::ER_NOT_SUPPORTED_YET,
+            format!("UNSIGNED is ignored for column '{column}': latsdb stores DECIMAL, FLOAT and DOUBLE signed and does not refuse negative values"),
+        ));
+    }
+}
+
 /// Maps a SQL type to a column type.
 pub fn column_type(t: &DataType) -> SqlResult<ColumnType> {
     use DataType as D;
@@ -1252,6 +1266,7 @@ fn reserved_name(name: &str) -> SqlResult<()> {
 fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) -> SqlResult<ColumnSpec> {
     reserved_name(&c.name.value)?;
     let ty = column_type(&c.data_type)?;
+    signed_anyway(session, &c.name.value, &c.data_type);
     let mut spec = ColumnSpec {
         def: ColumnDef::new(c.name.value.clone(), ty)
             .collated(collation)
