@@ -660,7 +660,8 @@ fn errors_and_key_conversions_as_rondb_gives_them() {
          INSERT INTO r.stamps VALUES ('2020-01-01 00:00:00', 1);
          CREATE TABLE r.floats (k FLOAT PRIMARY KEY, v INT);
          INSERT INTO r.floats VALUES (0, 1);
-         CREATE TABLE r.two (a INT, b INT UNSIGNED, c VARCHAR(4), PRIMARY KEY (a, b))",
+         CREATE TABLE r.two (a INT, b INT UNSIGNED, c VARCHAR(4), PRIMARY KEY (a, b));
+         CREATE TABLE r.wide (a INT PRIMARY KEY, x INT, y INT DEFAULT 7)",
     );
     assert!(ok, "{err}");
     let c = &cluster;
@@ -715,6 +716,15 @@ fn errors_and_key_conversions_as_rondb_gives_them() {
     let (status, body) = post(c, "/0.2.0/batch", r#"{"operations":[]}"#);
     assert_eq!(status, 400);
     assert!(body.starts_with(r#"{"error":{"code":400,"message":"No operations defined"#), "{body}");
+    // An item without a method fails alone, as RonDB answers it.
+    let item =
+        r#"{"relative-url":"r/two/pk-read","body":{"filters":[{"column":"a","value":1},{"column":"b","value":1}]}}"#;
+    let (status, body) = post(c, "/0.1.0/batch", &format!(r#"{{"operations":[{item}]}}"#));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.starts_with(r#"{"result":[{"code":400,"body":{"message":"operation 0: the Method section should be POST"#),
+        "{body}"
+    );
     batch_writes_and_deletes_as_rondb_takes_them(c);
 }
 
@@ -757,6 +767,21 @@ fn batch_writes_and_deletes_as_rondb_takes_them(c: &TestCluster) {
     assert_eq!(status, 200, "{body}");
     assert!(body.starts_with(r#"{"result":[{"code":200,"body":{}},{"code":404"#), "{body}");
     assert_eq!(read(1).0, 404);
+    // RonDB's pk-write sets the columns it gives and keeps the others (a
+    // missing row is inserted with defaults); with `data` it writes the row.
+    let write = |body: &str| post(c, "/0.1.0/r/wide/pk-write", body);
+    let read = || post(c, "/0.1.0/r/wide/pk-read", r#"{"filters":[{"column":"a","value":1}]}"#).1;
+    let given = |column: &str, value: i32| {
+        format!(
+            r#"{{"filters":[{{"column":"a","value":1}}],"writeColumns":[{{"column":"{column}","value":{value}}}]}}"#
+        )
+    };
+    assert_eq!(write(&given("x", 1)).0, 200);
+    assert_eq!(read(), r#"{"data":{"a":1,"x":1,"y":7}}"#);
+    assert_eq!(write(&given("y", 9)).0, 200);
+    assert_eq!(read(), r#"{"data":{"a":1,"x":1,"y":9}}"#);
+    assert_eq!(write(r#"{"data":{"a":1,"x":5}}"#).0, 200);
+    assert_eq!(read(), r#"{"data":{"a":1,"x":5,"y":7}}"#);
     let (status, body) = post(c, "/0.2.0/batchdelete", "{invalid json}");
     assert_eq!(status, 400, "{body}");
     assert!(body.starts_with(r#"{"error":{"code":400,"#), "{body}");

@@ -185,7 +185,7 @@ impl<'a> Cursor<'a> {
             }
             Some(())
         })?;
-        Some(BatchItem { method: Cow::Borrowed(method?), relative_url: Cow::Borrowed(url?), body: body? })
+        Some(BatchItem { method: Some(Cow::Borrowed(method?)), relative_url: Cow::Borrowed(url?), body: body? })
     }
 
     fn body(&mut self) -> Option<OpBody<'a>> {
@@ -264,7 +264,7 @@ mod tests {
                 let filters = item.body.filters.as_ref().map(|f| f.get(&batch.filters));
                 let body = &item.body;
                 format!(
-                    "{} {} filters {filters:?} readColumns {:?} operationId {:?} data {:?}",
+                    "{:?} {} filters {filters:?} readColumns {:?} operationId {:?} data {:?}",
                     item.method, item.relative_url, body.read_columns, body.operation_id, body.data
                 )
             })

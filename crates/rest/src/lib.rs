@@ -350,7 +350,8 @@ async fn with_body(rest: &Rest, method: &Method, request: Request<Incoming>, wha
             pk::check_names(&op, &[]).map_err(HttpError::bad_request)?;
             let grant = rest.keys.authenticate(key.as_deref()).await?;
             grant.check(&db)?;
-            let request = PkRequest { database: Cow::Borrowed(&db), table: Cow::Borrowed(&table), kind, body: op };
+            let request =
+                PkRequest { database: Cow::Borrowed(&db), table: Cow::Borrowed(&table), kind, body: op, refused: None };
             single(rest, request).await
         }
         Body::Batch(kinds) => answer_batch(rest, key.as_deref(), &body, kinds).await,
@@ -447,10 +448,9 @@ fn parse_batch<'a>(
     // Batches mostly repeat one relative-url: split it once.
     let mut last_url: Option<(&'a str, (&'a str, &'a str, PkKind))> = None;
     for (i, item) in batch.operations.into_iter().enumerate() {
-        if item.method != "POST" {
+        if let Some(method) = item.method.as_deref().filter(|m| *m != "POST") {
             return Err(HttpError::bad_request(format!(
-                "operation {i}: the Method section should be POST, not \"{}\"",
-                item.method
+                "operation {i}: the Method section should be POST, not \"{method}\""
             )));
         }
         // Unescaped URLs (the usual case) lend the names straight from the body.
@@ -480,9 +480,62 @@ fn parse_batch<'a>(
         pk::check_shape(kind, &item.body)
             .and_then(|()| pk::check_names(&item.body, &batch.filters))
             .map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
-        requests.push(PkRequest { database, table, kind, body: item.body });
+        let refused = item.method.is_none().then(|| {
+            HttpError::bad_request(format!("operation {i}: the Method section should be POST: 'method' is missing"))
+        });
+        requests.push(PkRequest { database, table, kind, body: item.body, refused });
     }
     Ok((requests, batch.filters))
+}
+
+/// RonDB's pk-write of some of a row's columns (`writeColumns`) was
+/// planned as an update; where it found no row, the row is inserted (the
+/// other columns take their defaults), and where a concurrent writer
+/// inserted it first, updated once more. Each step is its own single-row
+/// transaction, as every batch item is.
+async fn insert_missing<'a>(
+    rest: &Rest,
+    requests: &[PkRequest<'a>],
+    filters: &[Filter<'a>],
+    results: &mut [ItemResult],
+) {
+    let mut todo: Vec<usize> = (0..requests.len())
+        .filter(|&i| pk::writes_given_columns_only(&requests[i]) && matches!(results[i], ItemResult::NotFound))
+        .collect();
+    for kind in [PkKind::Insert, PkKind::Update] {
+        if todo.is_empty() {
+            return;
+        }
+        let mut ops = Vec::with_capacity(todo.len());
+        let mut planned = Vec::with_capacity(todo.len());
+        for &i in &todo {
+            let request = &requests[i];
+            let op = match rest.table(&request.database, &request.table).await {
+                Ok(table) => pk::plan_write_as(&table, request, filters, kind),
+                Err(e) => Err(e),
+            };
+            match op {
+                Ok(op) => {
+                    ops.push(op);
+                    planned.push(i);
+                }
+                Err(e) => results[i] = ItemResult::Error(e),
+            }
+        }
+        let mut raced = Vec::new();
+        match rest.client.batch(ops).await {
+            Ok(outcomes) => {
+                for (i, outcome) in planned.into_iter().zip(outcomes) {
+                    if matches!(&outcome, Err(e) if e.code == ErrorCode::DuplicateKey) {
+                        raced.push(i);
+                    }
+                    results[i] = pk::write_result(outcome);
+                }
+            }
+            Err(e) => fail_all(&planned, HttpError::from_db(e), results),
+        }
+        todo = raced;
+    }
 }
 
 /// The outcomes of primary-key requests: an item's row is in `found`.
@@ -495,9 +548,10 @@ struct Executed<'a> {
 /// that the data nodes refuse because the table changed or went away since
 /// it was cached are planned again against a fresh definition, once.
 async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>, filters: &[Filter<'a>]) -> Executed<'a> {
-    let mut results: Vec<ItemResult> = requests.iter().map(|_| ItemResult::Done).collect();
+    let mut results: Vec<ItemResult> =
+        requests.iter().map(|r| r.refused.clone().map_or(ItemResult::Done, ItemResult::Error)).collect();
     let mut found = Vec::new();
-    let mut todo: Vec<usize> = (0..requests.len()).collect();
+    let mut todo: Vec<usize> = (0..requests.len()).filter(|&i| requests[i].refused.is_none()).collect();
     for round in 0..2 {
         let stale = execute_round(rest, &requests, filters, &todo, &mut results, &mut found).await;
         if stale.is_empty() || round == 1 {
@@ -508,6 +562,7 @@ async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>, filters: &[Filte
         }
         todo = stale;
     }
+    insert_missing(rest, &requests, filters, &mut results).await;
     // Counted here and added once: the counters are shared by all workers.
     let (mut ok, mut not_found, mut failed) = (0, 0, 0);
     for result in &results {

@@ -152,8 +152,9 @@ pub struct BatchBody<'a> {
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct BatchItem<'a> {
-    #[serde(borrow, deserialize_with = "method")]
-    pub method: Cow<'a, str>,
+    /// Absent, only this item fails (as RonDB answers); null, the batch.
+    #[serde(borrow, default, deserialize_with = "method")]
+    pub method: Option<Cow<'a, str>>,
     #[serde(borrow, rename = "relative-url", deserialize_with = "relative_url")]
     pub relative_url: Cow<'a, str>,
     #[serde(borrow, deserialize_with = "op_body")]
@@ -177,8 +178,8 @@ fn filter_column<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'de, str>
     non_null(d, "a Column name in the Field section is null; give each filter a 'column'")
 }
 
-fn method<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'de, str>, D::Error> {
-    non_null(d, "the Method section should be POST, not null")
+fn method<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    non_null(d, "the Method section should be POST, not null").map(Some)
 }
 
 fn relative_url<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'de, str>, D::Error> {
@@ -196,6 +197,8 @@ pub struct PkRequest<'a> {
     pub table: Cow<'a, str>,
     pub kind: PkKind,
     pub body: OpBody<'a>,
+    /// Why this batch item fails on its own, before it is planned.
+    pub refused: Option<HttpError>,
 }
 
 /// Splits a batch item's `relative-url` ("db/table/pk-read", optionally
@@ -479,7 +482,25 @@ pub fn plan_read<'a>(
 /// Builds the client operation of a pk-write, pk-update, pk-insert or
 /// pk-delete, or says why it is invalid.
 pub fn plan_write(table: &Arc<ResolvedTable>, request: &PkRequest, batch_filters: &[Filter]) -> Result<Op, HttpError> {
-    match request.kind {
+    plan_write_as(table, request, batch_filters, request.kind)
+}
+
+/// Whether a pk-write sets only the columns it gives (RonDB's form, with
+/// `writeColumns`): then it is planned as an update, and a row it does not
+/// find is inserted by `insert_missing` (lib.rs). A pk-write with `data`
+/// overwrites the whole row.
+pub fn writes_given_columns_only(request: &PkRequest) -> bool {
+    request.kind == PkKind::Write && request.body.data.is_none()
+}
+
+/// `plan_write` as if the request were of `kind`.
+pub fn plan_write_as(
+    table: &Arc<ResolvedTable>,
+    request: &PkRequest,
+    batch_filters: &[Filter],
+    kind: PkKind,
+) -> Result<Op, HttpError> {
+    match kind {
         PkKind::Read => Err(HttpError::internal("a pk-read was planned as a write".into())),
         PkKind::Delete => {
             let mut key = Vec::new();
@@ -489,7 +510,10 @@ pub fn plan_write(table: &Arc<ResolvedTable>, request: &PkRequest, batch_filters
         PkKind::Write | PkKind::Update | PkKind::Insert => {
             check_key(table)?;
             let row = given_row(table, &request.body, batch_filters)?;
-            written_op(table, request.kind, row)
+            // RonDB's pk-write keeps the columns it does not give (NDB's
+            // writeTuple): an update first, unless it gives them all.
+            let partial = writes_given_columns_only(request) && row.iter().any(Option::is_none);
+            written_op(table, if partial && kind == PkKind::Write { PkKind::Update } else { kind }, row)
         }
     }
 }
