@@ -2,6 +2,7 @@
 """Counts the cases of a `go test -json` run, per package.
 
     go-test-summary.py RUN.json [--failures]
+    go-test-summary.py --total RUN.json...
 
 A test with subtests counts through its subtests only, so a case is one
 leaf test. With --failures, every failing case follows its package's line
@@ -19,7 +20,10 @@ def read_events(path):
         for line in run:
             if not line.startswith("{"):
                 continue
-            event = json.loads(line)
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a build message, not an event
             key = (event.get("Package"), event.get("Test"))
             action = event.get("Action")
             if action == "output":
@@ -41,9 +45,23 @@ def leaves(results):
     }
 
 
+def total(paths):
+    """One line: the cases of every run together."""
+    counts = collections.Counter()
+    for path in paths:
+        counts.update(leaves(read_events(path)[0]).values())
+    run = counts["pass"] + counts["fail"]
+    share = 100 * counts["pass"] / run if run else 0
+    print(f"{'total':20s} pass={counts['pass']:3d} fail={counts['fail']:3d} skip={counts['skip']:3d}"
+          f"  ({share:.1f}% of the cases run pass)")
+
+
 def main():
     if len(sys.argv) < 2:
-        sys.exit("usage: go-test-summary.py RUN.json [--failures]")
+        sys.exit("usage: go-test-summary.py RUN.json [--failures] | --total RUN.json...")
+    if sys.argv[1] == "--total":
+        total(sys.argv[2:])
+        return
     results, output, packages = read_events(sys.argv[1])
     cases = leaves(results)
     for package in sorted(set(packages) | {key[0] for key in results}):

@@ -10,7 +10,7 @@
 # Environment (defaults in brackets):
 #   RONDB_TESTS   the suite's test_go folder (go.mod: hopsworks.ai/rdrs2)   [required]
 #   PACKAGES      packages under internal/integrationtests
-#                 [pkread batchpkread health ping jsonerrors batchwrite batchdelete]
+#                 [pkread batchpkread health ping jsonerrors batchwrite batchdelete batchcomprehensive]
 #   SKIP          `go test -skip` pattern   [RateLimit|Performance|Benchmark]
 #   GO            the go binary             [go on PATH, else /usr/local/go/bin/go]
 #   OUT           logs, go test -json output and failures   [results/rondb-rest-suite-<time>]
@@ -23,9 +23,9 @@
 # 401 for a database outside the grant.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${RONDB_TESTS:?set RONDB_TESTS to the suite's test_go folder}"
+: "${RONDB_TESTS:?set RONDB_TESTS to the test_go folder of the suite}"
 RONDB_TESTS=$(cd "$RONDB_TESTS" && pwd)
-PACKAGES=${PACKAGES:-pkread batchpkread health ping jsonerrors batchwrite batchdelete}
+PACKAGES=${PACKAGES:-pkread batchpkread health ping jsonerrors batchwrite batchdelete batchcomprehensive}
 SKIP=${SKIP:-RateLimit|Performance|Benchmark}
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 command -v mysql > /dev/null || { echo "needs the mysql client (scripts/install-deps.sh installs it)" >&2; exit 1; }
@@ -110,6 +110,5 @@ done
 echo
 echo "== RonDB REST suite against latsdb $(git rev-parse --short HEAD), $(date -u +%F)"
 printf '%s' "$summary"
-printf '%s' "$summary" | awk '{for (i = 2; i <= 4; i++) {split($i, kv, "="); n[kv[1]] += kv[2]}}
-  END {t = n["pass"] + n["fail"]; printf "total                pass=%3d fail=%3d skip=%3d  (%.1f%% of run cases pass)\n", n["pass"], n["fail"], n["skip"], t ? 100 * n["pass"] / t : 0}'
+python3 scripts/go-test-summary.py --total $(for p in $PACKAGES; do echo "$OUT/$p.json"; done)
 echo "failing cases with their requests and answers: $OUT/<package>.failures.txt"
