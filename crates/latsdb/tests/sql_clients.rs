@@ -581,6 +581,7 @@ fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
         INSERT INTO t VALUES (8, NULL, NULL, NULL, NULL, 'huge', NULL);
         INSERT INTO t VALUES (9, NULL, NULL, NULL, NULL, 'small', 'a,d');
         SELECT id FROM t WHERE b = b'1010';
+        SELECT TO_BASE64(b), LENGTH(b), HEX(b), MD5(b), b + 0 FROM t WHERE id = 1;
         SELECT SUM(tm), MIN(tm), MAX(y) FROM t;
         SELECT * FROM (SELECT tm3 FROM t WHERE id = 1) d;
         INSERT IGNORE INTO t VALUES (10, '-900:00:00', NULL, 1900, 1024, 'small', NULL);

@@ -782,7 +782,11 @@ impl<'a> Binder<'a> {
             | Func::Repeat
             | Func::Reverse
             | Func::InsertStr
-            | Func::Quote => args.into_iter().map(|a| self.text_of(a)).collect(),
+            | Func::Quote
+            | Func::ToBase64
+            | Func::Md5
+            | Func::Sha1
+            | Func::Sha2 => args.into_iter().map(|a| self.text_of(a)).collect(),
             _ => args,
         };
         // These return one of their arguments as written, so the collation
@@ -826,6 +830,13 @@ impl<'a> Binder<'a> {
     /// The cast that gives a number the text MySQL shows for it, when that
     /// is not the plain value's text.
     fn number_text(&self, e: &SExpr) -> Option<CastTo> {
+        if let SExpr::TableCol(t, c) = e {
+            if let Some(ColumnType::Bit(width)) =
+                self.tables.get(*t).and_then(|s| s.columns.get(*c as usize)).map(|d| d.ty)
+            {
+                return Some(CastTo::BitBytes(width));
+            }
+        }
         if self.is_float(e) {
             Some(CastTo::FloatText)
         } else {

@@ -229,6 +229,10 @@ pub enum CastTo {
     DateTime(u8),
     /// TIME(n), its digits as DATETIME(n)'s.
     Time(u8),
+    /// A BIT(n) where it becomes text (CONCAT, TO_BASE64, MD5): its
+    /// (n + 7) / 8 bytes, big-endian, as MySQL gives a BIT in a string
+    /// context.
+    BitBytes(u8),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -1903,6 +1907,10 @@ pub(crate) fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
         CastTo::Char => Value::Str(to_text(&v)),
         CastTo::FloatText => Value::Str(format_float(numeric(&v).as_f64().unwrap_or(0.0) as f32)),
         CastTo::PlacesText(places) => Value::Str(format_double_places(numeric(&v).as_f64().unwrap_or(0.0), places)),
+        CastTo::BitBytes(width) => match v {
+            Value::UInt(bits) => Value::Bytes(latsdb_types::mysql_types::bit_bytes(bits, width)),
+            other => other,
+        },
         CastTo::Binary => Value::Bytes(match v {
             Value::Bytes(b) => b,
             other => to_text(&other).into_bytes(),
