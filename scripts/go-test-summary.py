@@ -37,12 +37,14 @@ def read_events(path):
 
 
 def leaves(results):
-    """The tests that have no subtests of their own."""
-    return {
-        key: action
-        for key, action in results.items()
-        if not any(other[0] == key[0] and other[1].startswith(key[1] + "/") for other in results)
-    }
+    """The tests that have no subtests of their own, and a test that failed
+    by itself although its subtests passed (a t.Fatal after t.Run)."""
+    cases = {}
+    for key, action in results.items():
+        subtests = [a for o, a in results.items() if o[0] == key[0] and o[1].startswith(key[1] + "/")]
+        if not subtests or (action == "fail" and "fail" not in subtests):
+            cases[key] = action
+    return cases
 
 
 def total(paths):

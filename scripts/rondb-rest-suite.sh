@@ -22,9 +22,11 @@
 # cluster with a grant on the test databases only, as one test expects a
 # 401 for a database outside the grant.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 : "${RONDB_TESTS:?set RONDB_TESTS to the test_go folder of the suite}"
+# Paths given relative to where the script is started from.
 RONDB_TESTS=$(cd "$RONDB_TESTS" && pwd)
+if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd); fi
+cd "$(dirname "$0")/.."
 PACKAGES=${PACKAGES:-pkread batchpkread health ping jsonerrors batchwrite batchdelete batchcomprehensive}
 SKIP=${SKIP:-RateLimit|Performance|Benchmark}
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
@@ -77,7 +79,7 @@ KEY_ID=bkYjEz6OTZyevbqt
 KEY_SECRET=ocHajJhnE0ytBh8zbYj3IXupyMqeMZp8PW464eTxzxqP5afBjodEQUgY0lmL33ub
 # The first key creates latsdb_system.api_keys; RonDB's key is then stored
 # with its fixed secret, which `latsdb apikey create` does not take.
-probe=$($BIN apikey --mgmd "$MGMD" create --name rondb-suite-probe --db db000 | head -1)
+probe=$($BIN apikey --mgmd "$MGMD" create --name rondb-suite-probe --db db000 | sed -n 1p)
 $BIN apikey --mgmd "$MGMD" delete "${probe%%.*}" > /dev/null
 grants="$(echo $DBS | tr ' ' ','),fsdb001,fsdb002,fsdb003,fsdb004"
 sql -e "INSERT INTO latsdb_system.api_keys (id, name, secret_sha256, \`databases\`, created)
@@ -87,7 +89,7 @@ cat > "$OUT/config.json" <<EOF
 {
   "REST": {"Enable": true, "ServerIP": "$REST_HOST", "ServerPort": $REST_PORT},
   "GRPC": {"Enable": false},
-  "RonDB": {"Mgmds": [{"IP": "127.0.0.1", "Port": 1186}]},
+  "RonDB": {"Mgmds": [{"IP": "${MGMD%:*}", "Port": ${MGMD##*:}}]},
   "Security": {"TLS": {"EnableTLS": false},
                "APIKey": {"UseHopsworksAPIKeys": true, "CacheRefreshIntervalMS": 10000,
                           "CacheUnusedEntriesEvictionMS": 60000, "CacheRefreshIntervalJitterMS": 1000}},
@@ -110,5 +112,7 @@ done
 echo
 echo "== RonDB REST suite against latsdb $(git rev-parse --short HEAD), $(date -u +%F)"
 printf '%s' "$summary"
-python3 scripts/go-test-summary.py --total $(for p in $PACKAGES; do echo "$OUT/$p.json"; done)
+runs=()
+for package in $PACKAGES; do runs+=("$OUT/$package.json"); done
+python3 scripts/go-test-summary.py --total "${runs[@]}"
 echo "failing cases with their requests and answers: $OUT/<package>.failures.txt"

@@ -661,7 +661,9 @@ fn errors_and_key_conversions_as_rondb_gives_them() {
          CREATE TABLE r.floats (k FLOAT PRIMARY KEY, v INT);
          INSERT INTO r.floats VALUES (0, 1);
          CREATE TABLE r.two (a INT, b INT UNSIGNED, c VARCHAR(4), PRIMARY KEY (a, b));
-         CREATE TABLE r.wide (a INT PRIMARY KEY, x INT, y INT DEFAULT 7)",
+         CREATE TABLE r.wide (a INT PRIMARY KEY, x INT, y INT DEFAULT 7);
+         CREATE TABLE r.uniq (a INT PRIMARY KEY, u INT, UNIQUE KEY (u));
+         INSERT INTO r.uniq VALUES (1, 5)",
     );
     assert!(ok, "{err}");
     let c = &cluster;
@@ -782,6 +784,18 @@ fn batch_writes_and_deletes_as_rondb_takes_them(c: &TestCluster) {
     assert_eq!(read(), r#"{"data":{"a":1,"x":1,"y":9}}"#);
     assert_eq!(write(r#"{"data":{"a":1,"x":5}}"#).0, 200);
     assert_eq!(read(), r#"{"data":{"a":1,"x":5,"y":7}}"#);
+    // A new row that breaks a unique index is refused as a duplicate.
+    let (status, body) = post(
+        c,
+        "/0.1.0/r/uniq/pk-write",
+        r#"{"filters":[{"column":"a","value":2}],"writeColumns":[{"column":"u","value":5}]}"#,
+    );
+    assert_eq!(status, 409, "{body}");
+    // At 0.1.0 an operation's error echoes its operationId.
+    let (status, body) =
+        post(c, "/0.1.0/r/uniq/pk-read", r#"{"filters":[{"column":"a","value":"x"}],"operationId":"o1"}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.starts_with(r#"{"operationId":"o1","message":"Wrong data type."#), "{body}");
     let (status, body) = post(c, "/0.2.0/batchdelete", "{invalid json}");
     assert_eq!(status, 400, "{body}");
     assert!(body.starts_with(r#"{"error":{"code":400,"#), "{body}");

@@ -598,11 +598,14 @@ fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
         SELECT * FROM k WHERE e = 'Y';
         SELECT * FROM k WHERE e = 'z';
         SELECT * FROM k WHERE tm = '-01:00:00.4';
-        CREATE TABLE st (id INT PRIMARY KEY, ts TIMESTAMP NULL);
+        CREATE TABLE st (id INT PRIMARY KEY, ts TIMESTAMP NULL, KEY (ts));
         INSERT INTO st VALUES (1, '2038-01-19 03:14:07'), (4, '1970-01-01 00:00:01');
         INSERT INTO st VALUES (2, '2038-01-19 03:14:08');
         INSERT INTO st VALUES (3, '1111-11-11 11:11:11');
         SELECT * FROM st ORDER BY id;
+        SELECT id FROM st WHERE ts >= '1960-01-01' ORDER BY id;
+        SELECT id FROM st WHERE ts BETWEEN '2000-01-01' AND '2099-12-31' ORDER BY id;
+        SELECT id FROM st WHERE ts = '1111-11-11 11:11:11';
         DROP DATABASE ty;";
     let cluster = TestCluster::start(&[]);
     let (out, codes) = same_as_mariadb(&cluster, script);

@@ -449,14 +449,23 @@ impl JsonOut {
         self.buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
 
-    /// A DOUBLE (or a float from a request) as MySQL prints it: the
-    /// shortest digits that read back as the same number, without ".0" on
-    /// a whole number.
+    /// A float as JSON: the shortest digits that read back as the same
+    /// number ("1.0" stays a float for the client).
     pub fn float(&mut self, v: f64) {
+        if v.is_finite() {
+            self.raw(ryu::Buffer::new().format_finite(v));
+        } else {
+            // JSON has no NaN or infinity; the column types never store them.
+            self.raw("null");
+        }
+    }
+
+    /// A DOUBLE column's value as MySQL prints it: the shortest digits that
+    /// read back as the same number, without ".0" on a whole number.
+    pub fn double(&mut self, v: f64) {
         if v.is_finite() {
             self.shortest(ryu::Buffer::new().format_finite(v));
         } else {
-            // JSON has no NaN or infinity; the column types never store them.
             self.raw("null");
         }
     }
@@ -487,6 +496,7 @@ impl JsonOut {
             ValueRef::Bytes(b) => self.base64(b),
             ValueRef::Scalar(v) => match (v, ty) {
                 (Value::Float(f), ColumnType::Float) => self.float32(*f as f32),
+                (Value::Float(f), _) => self.double(*f),
                 // A BIT as MySQL sends it: its bytes, big-endian.
                 (Value::UInt(bits), ColumnType::Bit(width)) => {
                     self.base64(&latsdb_types::mysql_types::bit_bytes(*bits, width))

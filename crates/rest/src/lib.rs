@@ -341,18 +341,19 @@ async fn with_body(rest: &Rest, method: &Method, request: Request<Incoming>, wha
         return Err(wrong_method("POST"));
     }
     let key = api_key(&request);
+    let json_errors = request.uri().path().starts_with("/0.2.0/");
     let body = read_body(rest, request).await?;
     match what {
         Body::Pk { db, table, kind } => {
             let op: OpBody = json::parse(&body).map_err(HttpError::bad_request)?;
             pk::check_shape(kind, &op).map_err(HttpError::bad_request)?;
             pk::check_table_names(&db, &table).map_err(HttpError::bad_request)?;
-            pk::check_names(&op, &[]).map_err(HttpError::bad_request)?;
+            pk::check_names(&op, &[], true).map_err(HttpError::bad_request)?;
             let grant = rest.keys.authenticate(key.as_deref()).await?;
             grant.check(&db)?;
             let request =
                 PkRequest { database: Cow::Borrowed(&db), table: Cow::Borrowed(&table), kind, body: op, refused: None };
-            single(rest, request).await
+            single(rest, request, json_errors).await
         }
         Body::Batch(kinds) => answer_batch(rest, key.as_deref(), &body, kinds).await,
         Body::FeatureStore => {
@@ -447,6 +448,7 @@ fn parse_batch<'a>(
     let mut requests = Vec::with_capacity(batch.operations.len());
     // Batches mostly repeat one relative-url: split it once.
     let mut last_url: Option<(&'a str, (&'a str, &'a str, PkKind))> = None;
+    let mut last_read_columns: Option<Arc<[pk::ReadColumn<'a>]>> = None;
     for (i, item) in batch.operations.into_iter().enumerate() {
         if let Some(method) = item.method.as_deref().filter(|m| *m != "POST") {
             return Err(HttpError::bad_request(format!(
@@ -477,8 +479,17 @@ fn parse_batch<'a>(
                 kind.path()
             )));
         }
+        // Items that share the previous item's readColumns list (the fast
+        // path's) need it checked once.
+        let shared = match (&item.body.read_columns, &last_read_columns) {
+            (Some(list), Some(last)) => Arc::ptr_eq(list, last),
+            _ => false,
+        };
+        if !shared {
+            last_read_columns = item.body.read_columns.clone();
+        }
         pk::check_shape(kind, &item.body)
-            .and_then(|()| pk::check_names(&item.body, &batch.filters))
+            .and_then(|()| pk::check_names(&item.body, &batch.filters, !shared))
             .map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
         let refused = item.method.is_none().then(|| {
             HttpError::bad_request(format!("operation {i}: the Method section should be POST: 'method' is missing"))
@@ -526,10 +537,20 @@ async fn insert_missing<'a>(
         match rest.client.batch(ops).await {
             Ok(outcomes) => {
                 for (i, outcome) in planned.into_iter().zip(outcomes) {
-                    if matches!(&outcome, Err(e) if e.code == ErrorCode::DuplicateKey) {
-                        raced.push(i);
+                    let duplicate = matches!(&outcome, Err(e) if e.code == ErrorCode::DuplicateKey);
+                    match (kind, pk::write_result(outcome)) {
+                        // Either a concurrent writer inserted the row first
+                        // (the update that follows finds it), or the row
+                        // breaks a unique index: kept as the answer in case
+                        // the update finds no row.
+                        (PkKind::Insert, result) if duplicate => {
+                            results[i] = result;
+                            raced.push(i);
+                        }
+                        // The row went away again: the insert's refusal stands.
+                        (PkKind::Update, ItemResult::NotFound) => {}
+                        (_, result) => results[i] = result,
                     }
-                    results[i] = pk::write_result(outcome);
                 }
             }
             Err(e) => fail_all(&planned, HttpError::from_db(e), results),
@@ -689,12 +710,14 @@ fn fail_all(items: &[usize], e: HttpError, results: &mut [ItemResult]) {
     }
 }
 
-async fn single(rest: &Rest, request: PkRequest<'_>) -> Answer {
+/// One pk-read, pk-write, ... alone. An error answers as the request's API
+/// version shapes errors: at 0.2.0 RonDB's `{"error": ..}`, at 0.1.0 the
+/// item's body, `{"operationId", "message"}`.
+async fn single(rest: &Rest, request: PkRequest<'_>, json_errors: bool) -> Answer {
     let Executed { mut items, found } = execute(rest, vec![request], &[]).await;
     let (planned, result) = items.pop().ok_or_else(|| HttpError::internal("a request got no answer".into()))?;
-    // An error is the request's answer, in the shape of its API version.
-    if let ItemResult::Error(e) = result {
-        return Err(e);
+    if let (ItemResult::Error(e), true) = (&result, json_errors) {
+        return Err(e.clone());
     }
     let mut out = JsonOut::with_capacity(256);
     pk::write_item(&mut out, &mut json::ColumnKeys::default(), &planned, &result, &found);

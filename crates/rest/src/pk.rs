@@ -214,7 +214,7 @@ pub fn parse_relative_url(url: &str) -> Result<(&str, &str, PkKind), String> {
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(db), Some(table), Some(op), None) if !db.is_empty() && !table.is_empty() => {
             let kind = PkKind::from_path(op).ok_or_else(|| {
-                format!("Field validation for 'RelativeURL' failed: relative-url '{url}' names operation '{op}'; use pk-read, pk-write or pk-delete")
+                format!("Field validation for 'RelativeURL' failed: relative-url '{url}' names operation '{op}'; use pk-read, pk-write, pk-update, pk-insert or pk-delete")
             })?;
             check_table_names(db, table)?;
             Ok((db, table, kind))
@@ -314,12 +314,18 @@ fn check_write_shape(body: &OpBody) -> Result<(), String> {
 
 /// Checks the names a body gives, as RonDB does before any lookup: every
 /// column name is an identifier (`check_identifier`), every filter has a
-/// value, and no filter and no read column is given twice. RonDB's
-/// sentences lead the messages. (RonDB also refuses a read column that is
-/// a filter; latsdb reads it, as nothing is lost by answering it.)
-pub fn check_names(body: &OpBody, batch_filters: &[Filter]) -> Result<(), String> {
+/// value, and no filter and no read column is given twice (names compare
+/// case-insensitively, as MySQL's column names). RonDB's sentences lead
+/// the messages. (RonDB also refuses a read column that is a filter;
+/// latsdb reads it, as nothing is lost by answering it.) `read_columns`
+/// is false when the caller has checked this body's list already (batch
+/// items share one).
+pub fn check_names(body: &OpBody, batch_filters: &[Filter], read_columns: bool) -> Result<(), String> {
     let filters = body.filters(batch_filters);
-    for (i, filter) in filters.iter().enumerate() {
+    if filters.len() > MAX_COLUMNS {
+        return Err(format!("Field validation for 'Filters' failed: more than {MAX_COLUMNS} filters"));
+    }
+    for filter in filters {
         if filter.column.is_empty() {
             return Err("a Column name in the Field section is empty: give each filter its column's name".into());
         }
@@ -330,26 +336,15 @@ pub fn check_names(body: &OpBody, batch_filters: &[Filter]) -> Result<(), String
                 shown_name(&filter.column)
             ));
         }
-        if filters[..i].iter().any(|f| f.column == filter.column) {
-            return Err(format!(
-                "field validation for filter failed on the 'unique' tag: column '{}' is given twice",
-                shown_name(&filter.column)
-            ));
-        }
     }
-    if let Some(columns) = &body.read_columns {
-        for (i, read) in columns.iter().enumerate() {
-            if read.column.is_empty() {
-                return Err("a column to read is missing a name: give each of 'readColumns' a 'column'".into());
-            }
-            check_identifier(&read.column)?;
-            if columns[..i].iter().any(|c| c.column == read.column) {
-                return Err(format!(
-                    "field validation for 'ReadColumns' failed on the 'unique' tag: column '{}' is read twice",
-                    shown_name(&read.column)
-                ));
-            }
-        }
+    if let Some(name) = repeated(filters.len(), |i| &filters[i].column) {
+        return Err(format!(
+            "field validation for filter failed on the 'unique' tag: column '{}' is given twice",
+            shown_name(name)
+        ));
+    }
+    if let Some(columns) = body.read_columns.as_ref().filter(|_| read_columns) {
+        check_read_columns(columns)?;
     }
     if let Some(data) = &body.data {
         for (name, _) in &data.0 {
@@ -360,6 +355,44 @@ pub fn check_names(body: &OpBody, batch_filters: &[Filter]) -> Result<(), String
         check_identifier(&written.column)?;
     }
     Ok(())
+}
+
+/// The most columns a request may name in one list: the most a table has
+/// (NDB's 512), so that checking a list stays cheap.
+pub const MAX_COLUMNS: usize = 512;
+
+fn check_read_columns(columns: &[ReadColumn]) -> Result<(), String> {
+    if columns.len() > MAX_COLUMNS {
+        return Err(format!("field validation for read columns failed: more than {MAX_COLUMNS} read columns"));
+    }
+    for read in columns {
+        if read.column.is_empty() {
+            return Err("a column to read is missing a name: give each of 'readColumns' a 'column'".into());
+        }
+        check_identifier(&read.column)?;
+    }
+    if let Some(name) = repeated(columns.len(), |i| &columns[i].column) {
+        return Err(format!(
+            "field validation for 'ReadColumns' failed on the 'unique' tag: column '{}' is read twice",
+            shown_name(name)
+        ));
+    }
+    Ok(())
+}
+
+/// The first of `n` names (`name(i)`) that an earlier one repeats, ignoring
+/// ASCII case. A few names are compared pairwise, without allocating (the
+/// usual request); more through a set, so a long list costs linear time.
+fn repeated<'s>(n: usize, name: impl Fn(usize) -> &'s str) -> Option<&'s str> {
+    if n <= 16 {
+        return (1..n)
+            .map(&name)
+            .zip(1..)
+            .find(|(x, i)| (0..*i).any(|j| name(j).eq_ignore_ascii_case(x)))
+            .map(|(x, _)| x);
+    }
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    (0..n).map(name).find(|x| !seen.insert(x.to_ascii_lowercase()))
 }
 
 /// Checks a column name as RonDB checks identifiers: 1 to 64 bytes of
@@ -862,7 +895,7 @@ mod tests {
     fn names_are_checked_as_rondb_checks_identifiers() {
         let refused = |body: &str| {
             let body: OpBody = crate::json::parse(body.as_bytes()).unwrap();
-            check_names(&body, &[]).unwrap_err()
+            check_names(&body, &[], true).unwrap_err()
         };
         let long = "c".repeat(65);
         let e = refused(&format!(r#"{{"filters":[{{"column":"{long}","value":1}}]}}"#));
@@ -879,11 +912,22 @@ mod tests {
         assert!(e.starts_with("field validation for 'ReadColumns' failed on the 'unique' tag"), "{e}");
         let key_too: OpBody =
             crate::json::parse(br#"{"filters":[{"column":"a","value":1}],"readColumns":[{"column":"a"}]}"#).unwrap();
-        assert_eq!(check_names(&key_too, &[]), Ok(()), "a key column may be read");
+        assert_eq!(check_names(&key_too, &[], true), Ok(()), "a key column may be read");
         let e = refused(r#"{"filters":[{"column":"a","value":1}],"readColumns":[{"column":""}]}"#);
         assert!(e.starts_with("a column to read is missing a name"), "{e}");
         let fine: OpBody = crate::json::parse(br#"{"filters":[{"column":"\u00e9\uffff","value":1}]}"#).unwrap();
-        assert_eq!(check_names(&fine, &[]), Ok(()));
+        assert_eq!(check_names(&fine, &[], true), Ok(()));
+        let e = refused(r#"{"filters":[{"column":"a","value":1},{"column":"A","value":2}]}"#);
+        assert!(e.starts_with("field validation for filter failed on the 'unique' tag: column 'A'"), "{e}");
+        let many: Vec<String> = (0..40).map(|i| format!(r#"{{"column":"c{i}"}}"#)).collect();
+        let body = format!(
+            r#"{{"filters":[{{"column":"a","value":1}}],"readColumns":[{},{{"column":"C7"}}]}}"#,
+            many.join(",")
+        );
+        assert!(refused(&body).contains("column 'C7' is read twice"));
+        let too_many: Vec<String> = (0..=MAX_COLUMNS).map(|i| format!(r#"{{"column":"c{i}"}}"#)).collect();
+        let body = format!(r#"{{"filters":[{{"column":"a","value":1}}],"readColumns":[{}]}}"#, too_many.join(","));
+        assert!(refused(&body).contains("more than 512 read columns"));
         let e = crate::json::parse::<OpBody>(br#"{"filters":[{"column":null,"value":1}]}"#).unwrap_err();
         assert!(e.contains("a Column name in the Field section is null"), "{e}");
     }

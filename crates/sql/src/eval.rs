@@ -1949,6 +1949,20 @@ pub(crate) fn cast(v: Value, to: CastTo) -> SqlResult<Value> {
 /// Converts a value for storing into a column as MySQL does in strict
 /// mode: numbers from strings, strings from numbers, dates from strings;
 /// anything that does not fit is an error naming the column.
+/// A value as a key or range bound of `column` compares it: as
+/// [`to_column`], but a TIMESTAMP outside its range is a value no row holds
+/// rather than an error, so `ts >= '1960-01-01'` reads the range.
+pub fn to_key_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
+    if column.ty != ColumnType::Timestamp {
+        return to_column(v, column);
+    }
+    let as_datetime = ColumnDef { ty: ColumnType::DateTime, ..column.clone() };
+    Ok(match to_column(v, &as_datetime)? {
+        Value::DateTime(us) => Value::Timestamp(us),
+        other => other,
+    })
+}
+
 pub fn to_column(v: Value, column: &ColumnDef) -> SqlResult<Value> {
     let ty = column.ty;
     let shown = v.clone();

@@ -4,7 +4,7 @@
 
 use crate::bind::{AggKind, AggSpec};
 use crate::error::{SqlError, SqlResult};
-use crate::eval::{bits_of, compare, numeric, to_column, to_text, truth, Arith, Env, SExpr};
+use crate::eval::{bits_of, compare, numeric, to_key_column, to_text, truth, Arith, Env, SExpr};
 use crate::plan::{Access, AggMode, SelectPlan, Source, SourceKind};
 use latsdb_client::{Client, Op, Outcome, Row, Scan, Table, Transaction};
 use latsdb_types::expr::{Aggregate, Expr};
@@ -198,7 +198,7 @@ fn equal_key_part(v: Value, column: &ColumnDef) -> SqlResult<Option<Value>> {
     if let Some(steps) = Steps::of(column.ty) {
         match steps.floor_ceil(&v) {
             Some((floor, ceil)) if floor != ceil || floor < steps.min || floor > steps.max => return Ok(None),
-            Some((k, _)) => return to_column(steps.value(k), column).map(Some),
+            Some((k, _)) => return to_key_column(steps.value(k), column).map(Some),
             None => {}
         }
     }
@@ -207,11 +207,11 @@ fn equal_key_part(v: Value, column: &ColumnDef) -> SqlResult<Option<Value>> {
     {
         // A value with more digits of a second than the column keeps
         // matches no stored value (10:00:00.6 is not 10:00:01).
-        let exact = to_column(v.clone(), &ColumnDef { fraction_digits: 6, ..column.clone() })?;
-        let stored = to_column(v, column)?;
+        let exact = to_key_column(v.clone(), &ColumnDef { fraction_digits: 6, ..column.clone() })?;
+        let stored = to_key_column(v, column)?;
         return Ok((exact == stored).then_some(stored));
     }
-    to_column(v, column).map(Some)
+    to_key_column(v, column).map(Some)
 }
 
 /// The distinct keys of key-lookup expressions (row-free), converted to the
@@ -634,7 +634,7 @@ pub(crate) fn build_scan(
             Ok(Some(match stepped {
                 Some((_, StepBound::Nothing)) => return Ok(None),
                 Some((steps, StepBound::At(k))) => {
-                    p.push(to_column(steps.value(k), column)?);
+                    p.push(to_key_column(steps.value(k), column)?);
                     Bound::Included(p)
                 }
                 // Not reaching the NULLs, which sort first.
@@ -644,7 +644,7 @@ pub(crate) fn build_scan(
                 }
                 Some((_, StepBound::All)) => whole_prefix(),
                 None => {
-                    p.push(to_column(v, column)?);
+                    p.push(to_key_column(v, column)?);
                     if *inclusive {
                         Bound::Included(p)
                     } else {

@@ -550,9 +550,11 @@ pub fn validate_name(kind: &str, name: &str) -> Result<()> {
     if name.is_empty() || name.len() > 64 {
         return Err(DbError::bad_request(format!("{kind} name '{name}' must be 1 to 64 bytes long")));
     }
-    if name.chars().any(|c| c.is_control() || c == '/' || c == '.' || c == '`') {
+    // MySQL's identifiers hold characters of the Basic Multilingual Plane
+    // only (U+0001 to U+FFFF), and RonDB's REST server checks the same.
+    if name.chars().any(|c| c.is_control() || c == '/' || c == '.' || c == '`' || c > '\u{FFFF}') {
         return Err(DbError::bad_request(format!(
-            "{kind} name '{name}' contains a character that is not allowed (control characters, '/', '.', '`')"
+            "{kind} name '{name}' contains a character that is not allowed (control characters, '/', '.', '`', characters past U+FFFF)"
         )));
     }
     Ok(())
