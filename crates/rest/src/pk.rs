@@ -536,8 +536,11 @@ pub fn plan_write_as(
     match kind {
         PkKind::Read => Err(HttpError::internal("a pk-read was planned as a write".into())),
         PkKind::Delete => {
+            let filters = request.body.filters(batch_filters);
+            check_key(table)?;
+            check_key_count(table, filters.len())?;
             let mut key = Vec::new();
-            encode_key(table, request.body.filters(batch_filters), &mut key)?;
+            encode_key(table, filters, &mut key)?;
             Ok(Op::delete_encoded(&table.table, key))
         }
         PkKind::Write | PkKind::Update | PkKind::Insert => {
@@ -633,9 +636,11 @@ fn written_op(table: &ResolvedTable, kind: PkKind, row: Vec<Option<Value>>) -> R
 /// Appends the primary key that `filters` give, encoded, to `out`. Text
 /// is encoded straight from the request and numbers need no allocation,
 /// so a lookup's key costs no allocation of its own.
+/// The caller has checked the table has a usable key and the filters
+/// their count (`check_key`, `check_key_count`).
 fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> Result<(), HttpError> {
     let def = &table.table.meta.def;
-    check_key(table)?;
+    debug_assert_eq!(filters.len(), def.primary_key.len(), "the caller checks the count");
     // The usual lookup: one filter on a one-column key.
     if let ([filter], &[key_column]) = (filters, def.primary_key.as_slice()) {
         let column = &def.columns[key_column as usize];
@@ -643,7 +648,6 @@ fn encode_key(table: &ResolvedTable, filters: &[Filter], out: &mut Vec<u8>) -> R
             return encode_filter(out, filter, column);
         }
     }
-    check_key_count(table, filters.len())?;
     for (i, filter) in filters.iter().enumerate() {
         let column = def.column_id(&filter.column).map_err(HttpError::from_db)?;
         if !def.primary_key.contains(&column) {
