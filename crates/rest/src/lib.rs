@@ -417,7 +417,7 @@ impl Batch {
 pub async fn answer_batch(rest: &Rest, key: Option<&[u8]>, body: &[u8], kinds: Batch) -> Answer {
     let (requests, filters) = parse_batch(rest, body, kinds)?;
     let grant = rest.keys.authenticate(key).await?;
-    batch(rest, &grant, requests, &filters).await
+    batch(rest, &grant, requests, &filters, kinds).await
 }
 
 /// Parses and checks a whole batch; any malformed item rejects all of it.
@@ -695,7 +695,13 @@ async fn execute_round<'a>(
                 if let Err(e) = &outcome {
                     refused(i, e);
                 }
-                results[i] = pk::write_result(outcome);
+                results[i] = match outcome {
+                    // RonDB's clients know a pk-insert's conflict by NDB's sentence.
+                    Err(e) if e.code == ErrorCode::DuplicateKey && requests[i].kind == PkKind::Insert => {
+                        ItemResult::Error(HttpError::rondb(409, ErrorClass::TupleExists, &e.message))
+                    }
+                    outcome => pk::write_result(outcome),
+                };
             }
         }
         Some(Err(e)) => fail_all(&written, HttpError::from_db(e), results),
@@ -724,11 +730,30 @@ async fn single(rest: &Rest, request: PkRequest<'_>, json_errors: bool) -> Answe
     Ok((result.status(), out.buf))
 }
 
-async fn batch<'a>(rest: &Rest, grant: &Grant, requests: Vec<PkRequest<'a>>, filters: &[Filter<'a>]) -> Answer {
+/// Runs a batch and answers each item's outcome in order. A `batchwrite`
+/// with a pk-insert that found its key taken fails as a whole with 409, as
+/// RonDB's does (the items that succeeded stay written: a batch is not a
+/// transaction).
+async fn batch<'a>(
+    rest: &Rest,
+    grant: &Grant,
+    requests: Vec<PkRequest<'a>>,
+    filters: &[Filter<'a>],
+    kinds: Batch,
+) -> Answer {
     for request in &requests {
         grant.check(&request.database)?;
     }
     let Executed { items, found } = execute(rest, requests, filters).await;
+    if kinds == Batch::Writes {
+        let conflict = items.iter().find_map(|(planned, result)| match result {
+            ItemResult::Error(e) if planned.kind == PkKind::Insert && e.status == 409 => Some(e),
+            _ => None,
+        });
+        if let Some(e) = conflict {
+            return Err(e.clone());
+        }
+    }
     let mut out = JsonOut::with_capacity(64 + items.len() * 128);
     out.raw("{\"result\":[");
     let mut keys = json::ColumnKeys::default();

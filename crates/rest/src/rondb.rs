@@ -27,6 +27,8 @@ pub enum ErrorClass {
     InvalidDateTime,
     /// A batch without operations.
     NoOperations,
+    /// A pk-insert of a key that has a row already.
+    TupleExists,
 }
 
 impl ErrorClass {
@@ -44,6 +46,7 @@ impl ErrorClass {
             }
             ErrorClass::InvalidDateTime => "Invalid Date/Time.",
             ErrorClass::NoOperations => "No operations defined",
+            ErrorClass::TupleExists => "Tuple already existed when attempting to insert.",
         }
     }
 }
