@@ -506,7 +506,7 @@ async fn api_keys_grant_databases() {
     assert_eq!(with(&rest_key, "/0.1.0/rest/types/pk-read", read), (200, r#"{"data":{"bo":null}}"#.to_string()));
     let (status, body) = with(&rest_key, "/0.1.0/fs/customers/pk-read", r#"{"filters":[{"column":"id","value":1}]}"#);
     assert_eq!(status, 401);
-    assert!(body.contains("not authorized to access database 'fs'"), "{body}");
+    assert!(body.contains("API key not authorized to access fs"), "{body}");
     assert_eq!(with(&all_key, "/0.1.0/fs/customers/pk-read", r#"{"filters":[{"column":"id","value":1}]}"#).0, 200);
     // One item on a database the key may not read rejects the whole batch.
     let batch = r#"{"operations":[
@@ -809,4 +809,144 @@ fn batch_writes_and_deletes_as_rondb_takes_them(c: &TestCluster) {
     let (status, body) = post(c, "/0.2.0/batchdelete", "{invalid json}");
     assert_eq!(status, 400, "{body}");
     assert!(body.starts_with(r#"{"error":{"code":400,"#), "{body}");
+}
+
+/// The tables of Hopsworks' metadata that feature serving reads, with the
+/// columns it reads (Hopsworks' own schema has many more), and a project
+/// `demo` whose user holds an API key; store `fsx` belongs to the project,
+/// `fsy` to no project of the key's user.
+const HOPSWORKS: &str = "CREATE DATABASE hopsworks;
+    CREATE TABLE hopsworks.users (uid INT PRIMARY KEY, email VARCHAR(150) NOT NULL, UNIQUE KEY (email));
+    CREATE TABLE hopsworks.project (id INT PRIMARY KEY, projectname VARCHAR(100) NOT NULL);
+    CREATE TABLE hopsworks.project_team (project_id INT, team_member VARCHAR(150), team_role VARCHAR(32),
+        PRIMARY KEY (project_id, team_member), KEY (team_member));
+    CREATE TABLE hopsworks.api_key (id INT PRIMARY KEY, prefix VARCHAR(45) NOT NULL, secret VARCHAR(512),
+        salt VARCHAR(256), name VARCHAR(45), user_id INT, UNIQUE KEY prefix_UNIQUE (prefix));
+    CREATE TABLE hopsworks.feature_store (id INT PRIMARY KEY, name VARCHAR(100) NOT NULL, project_id INT,
+        UNIQUE KEY (name));
+    CREATE TABLE hopsworks.shared_feature_store (id INT PRIMARY KEY, feature_store INT,
+        shared_with_project INT, shared_entirely TINYINT(1), KEY (shared_with_project));
+    CREATE TABLE hopsworks.feature_view (id INT PRIMARY KEY, name VARCHAR(63), version INT,
+        feature_store_id INT, KEY (feature_store_id, name, version));
+    CREATE TABLE hopsworks.on_demand_feature_group (id INT PRIMARY KEY, spine TINYINT(1));
+    CREATE TABLE hopsworks.feature_group (id INT PRIMARY KEY, name VARCHAR(63), version INT,
+        feature_store_id INT, on_demand_feature_group_id INT);
+    CREATE TABLE hopsworks.training_dataset_join (id INT PRIMARY KEY, feature_view_id INT, prefix VARCHAR(63),
+        idx INT, KEY (feature_view_id));
+    CREATE TABLE hopsworks.training_dataset_feature (id INT PRIMARY KEY, feature_view_id INT,
+        feature_group INT, name VARCHAR(1000), type VARCHAR(1000), td_join INT, idx INT, label TINYINT(1),
+        KEY (feature_view_id));
+    CREATE TABLE hopsworks.serving_key (id INT PRIMARY KEY, feature_view_id INT, feature_group_id INT,
+        feature_name VARCHAR(1000), prefix VARCHAR(63), required TINYINT(1), join_on VARCHAR(1000),
+        join_index INT, KEY (feature_view_id));
+    INSERT INTO hopsworks.users VALUES (10, 'ann@example.com');
+    INSERT INTO hopsworks.project VALUES (1, 'demo'), (2, 'other');
+    INSERT INTO hopsworks.project_team VALUES (1, 'ann@example.com', 'Data scientist');
+    INSERT INTO hopsworks.api_key VALUES (1, 'AAAAAAAAAAAAAAAA', SHA2(CONCAT('s3cret', 'pepper'), 256), 'pepper', 'ann', 10);
+    INSERT INTO hopsworks.feature_store VALUES (7, 'fsx', 2), (8, 'fsy', 2);
+    INSERT INTO hopsworks.shared_feature_store VALUES (1, 7, 1, 1), (2, 8, 1, 0);
+    INSERT INTO hopsworks.feature_view VALUES (100, 'orders', 1, 7), (101, 'hidden', 1, 8);
+    INSERT INTO hopsworks.feature_group VALUES (20, 'customer', 1, 7, NULL), (21, 'product', 2, 7, NULL),
+        (22, 'secret', 1, 8, NULL);
+    INSERT INTO hopsworks.training_dataset_join VALUES (1, 100, NULL, 0), (2, 100, 'p_', 1), (3, 101, NULL, 0);
+    INSERT INTO hopsworks.training_dataset_feature VALUES
+        (1, 100, 20, 'cid', 'bigint', 1, 0, 0), (2, 100, 20, 'age', 'int', 1, 1, 0),
+        (3, 100, 20, 'churned', 'boolean', 1, 2, 1), (4, 100, 21, 'sku', 'string', 2, 3, 0),
+        (5, 100, 21, 'price', 'double', 2, 4, 0), (6, 100, 20, 'since', 'timestamp', 1, 5, 0),
+        (7, 101, 22, 'id', 'bigint', 3, 0, 0);
+    INSERT INTO hopsworks.serving_key VALUES (1, 100, 20, 'cid', NULL, 1, NULL, 0),
+        (2, 100, 21, 'sku', 'p_', 1, NULL, 1), (3, 101, 22, 'id', NULL, 1, NULL, 0);
+    CREATE DATABASE fsx;
+    CREATE TABLE fsx.customer_1 (cid BIGINT PRIMARY KEY, age INT, churned TINYINT(1), since TIMESTAMP);
+    CREATE TABLE fsx.product_2 (sku VARCHAR(20) PRIMARY KEY, price DOUBLE);
+    INSERT INTO fsx.customer_1 VALUES (1, 42, 0, '2024-01-02 03:04:05'), (2, 17, 1, NULL);
+    INSERT INTO fsx.product_2 VALUES ('a-1', 9.5);
+    CREATE DATABASE fsy;
+    CREATE TABLE fsy.secret_1 (id BIGINT PRIMARY KEY);";
+
+/// Feature vectors of views defined in Hopsworks' metadata, with Hopsworks'
+/// API keys, answered as RonDB's REST server answers them: features in
+/// `idx` order without labels, a join's prefix, serving keys echoed from
+/// the entries, MISSING for an absent row, passed features, RonDB's error
+/// codes, a store not shared with the key's project refused.
+#[test]
+fn feature_vectors_from_hopsworks_metadata() {
+    let cluster = TestCluster::start(&["--rest-auth", "api-key"]);
+    let (ok, _, err) = common::mariadb(&cluster, &[], HOPSWORKS);
+    assert!(ok, "{err}");
+    let c = &cluster;
+    let key = "AAAAAAAAAAAAAAAA.s3cret";
+    let fs = |path: &str, body: &str| http(&c.rest, "POST", path, &[("X-API-KEY", key)], body.as_bytes());
+    let one = |entries: &str, extra: &str| {
+        fs(
+            "/0.1.0/feature_store",
+            &format!(
+                r#"{{"featureStoreName":"fsx","featureViewName":"orders","featureViewVersion":1,"entries":{entries}{extra}}}"#
+            ),
+        )
+    };
+    let (status, body) =
+        one(r#"{"cid":1,"p_sku":"a-1"}"#, r#","metadataOptions":{"featureName":true,"featureType":true}"#);
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["features"], serde_json::json!([1, 42, "a-1", 9.5, "2024-01-02 03:04:05"]), "{body}");
+    assert_eq!(answer["status"], "COMPLETE", "{body}");
+    let names: Vec<&str> =
+        answer["metadata"].as_array().unwrap().iter().map(|m| m["featureName"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cid", "age", "p_sku", "p_price", "since"], "{body}");
+    assert_eq!(answer["metadata"][3]["featureType"], "double", "{body}");
+    // An absent row: its features are null and the key is echoed as sent.
+    let (status, body) = one(r#"{"cid":"3","p_sku":"a-1"}"#, r#","options":{"includeDetailedStatus":true}"#);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with(r#"{"features":["3",null,"a-1",9.5,null],"metadata":[],"status":"MISSING","#), "{body}");
+    assert!(
+        body.contains(
+            r#""detailedStatus":[{"featureGroupId":20,"httpStatus":404},{"featureGroupId":21,"httpStatus":200}]"#
+        ),
+        "{body}"
+    );
+    // Passed features replace values; they must be features of the right kind.
+    let (_, body) = one(r#"{"cid":2,"p_sku":"a-1"}"#, r#","passedFeatures":{"p_price":1.25}"#);
+    assert!(body.starts_with(r#"{"features":[2,17,"a-1",1.25,null],"#), "{body}");
+    let refused = |entries: &str, extra: &str, status: u16, code: u64| {
+        let (got, body) = one(entries, extra);
+        assert_eq!(got, status, "{entries}{extra} -> {body}");
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error["code"], code, "{entries}{extra} -> {body}");
+    };
+    refused(r#"{"cid":1}"#, r#","passedFeatures":{"churned":true}"#, 400, 11);
+    refused(r#"{"cid":1}"#, r#","passedFeatures":{"p_price":"cheap"}"#, 400, 10);
+    refused(r#"{"nope":1}"#, "", 400, 12);
+    refused(r#"{"cid":"x"}"#, "", 415, 10);
+    let named = |store: &str, view: &str| {
+        fs(
+            "/0.1.0/feature_store",
+            &format!(
+                r#"{{"featureStoreName":"{store}","featureViewName":"{view}","featureViewVersion":1,"entries":{{"id":1}}}}"#
+            ),
+        )
+    };
+    let (status, body) = named("nostore", "orders");
+    assert_eq!((status, body.contains(r#""code":2"#)), (400, true), "{body}");
+    let (status, body) = named("fsx", "noview");
+    assert_eq!((status, body.contains(r#""code":1"#)), (400, true), "{body}");
+    // fsy is shared with the key's project, but not entirely: no access.
+    let (status, body) = named("fsy", "hidden");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("API key not authorized to access fsy"), "{body}");
+    // A batch: an entry that fails its checks is ERROR with an empty vector.
+    let (status, body) = fs(
+        "/0.1.0/batch_feature_store",
+        r#"{"featureStoreName":"fsx","featureViewName":"orders","featureViewVersion":1,
+            "entries":[{"cid":1,"p_sku":"a-1"},{"bad":1},{"cid":2}]}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["status"], serde_json::json!(["COMPLETE", "ERROR", "MISSING"]), "{body}");
+    assert_eq!(answer["features"][1], serde_json::json!([]), "{body}");
+    assert_eq!(answer["features"][2], serde_json::json!([2, 17, null, null, null]), "{body}");
+    assert_eq!(answer["metadata"].as_array().map(Vec::len), Some(5), "{body}");
+    // A wrong secret is refused.
+    let (status, _) = http(&c.rest, "POST", "/0.1.0/feature_store", &[("X-API-KEY", "AAAAAAAAAAAAAAAA.wrong")], b"{}");
+    assert_eq!(status, 401);
 }

@@ -55,9 +55,10 @@ impl Grant {
         if self.allows(database) {
             Ok(())
         } else {
+            // RonDB's words first: its clients look for them.
             Err(HttpError::new(
                 401,
-                format!("API key '{}' is not authorized to access database '{database}'", self.name),
+                format!("API key not authorized to access {database} (key '{}' has no grant on it)", self.name),
             ))
         }
     }
@@ -71,7 +72,25 @@ pub fn open_grant() -> Arc<Grant> {
 struct CachedKey {
     fetched: Instant,
     /// None: no such key.
-    entry: Option<(Vec<u8>, Arc<Grant>)>,
+    entry: Option<(Secret, Arc<Grant>)>,
+}
+
+/// How a key's secret is checked.
+#[derive(Clone)]
+enum Secret {
+    /// latsdb's own key: the secret's SHA-256.
+    Sha256(Vec<u8>),
+    /// A key of Hopsworks' metadata (`crate::hopsworks::keys`).
+    Hopsworks(Box<crate::hopsworks::keys::StoredKey>),
+}
+
+impl Secret {
+    fn accepts(&self, secret: &str) -> bool {
+        match self {
+            Secret::Sha256(hash) => constant_time_eq(hash, &Sha256::digest(secret.as_bytes())),
+            Secret::Hopsworks(key) => key.accepts(secret),
+        }
+    }
 }
 
 pub struct ApiKeys {
@@ -122,23 +141,32 @@ impl ApiKeys {
             }
         };
         match entry {
-            Some((hash, grant)) if constant_time_eq(&hash, &Sha256::digest(secret.as_bytes())) => Ok(grant),
+            Some((stored, grant)) if stored.accepts(secret) => Ok(grant),
             _ => Err(HttpError::new(401, "the API key is not valid (unknown or revoked)".into())),
         }
     }
 
-    async fn fetch(&self, id: &str) -> Result<Option<(Vec<u8>, Arc<Grant>)>> {
+    /// The key with `id`: latsdb's own, or else one of Hopsworks' metadata.
+    async fn fetch(&self, id: &str) -> Result<Option<(Secret, Arc<Grant>)>> {
         let table = match self.client.table(SYSTEM_DATABASE, API_KEYS_TABLE).await {
-            Ok(t) => t,
-            Err(e) if e.code == ErrorCode::UnknownTable => return Ok(None),
+            Ok(t) => Some(t),
+            Err(e) if e.code == ErrorCode::UnknownTable => None,
             Err(e) => return Err(e),
         };
-        let Some(row) = self.client.get(&table, &[Value::Str(id.to_string())]).await? else {
-            return Ok(None);
+        let row = match &table {
+            Some(table) => self.client.get(table, &[Value::Str(id.to_string())]).await?,
+            None => None,
+        };
+        let Some(row) = row else {
+            let hopsworks = crate::hopsworks::keys::fetch(&self.client, id).await?;
+            return Ok(hopsworks.map(|key| {
+                let grant = Arc::new(key.grant.clone());
+                (Secret::Hopsworks(Box::new(key)), grant)
+            }));
         };
         let grant = grant_of(&row)?;
         let hash = row.get_by_name("secret_sha256")?.as_bytes().map(|b| b.to_vec()).unwrap_or_default();
-        Ok(Some((hash, Arc::new(grant))))
+        Ok(Some((Secret::Sha256(hash), Arc::new(grant))))
     }
 }
 
@@ -156,7 +184,7 @@ fn grant_of(row: &latsdb_client::Row) -> Result<Grant> {
     })
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

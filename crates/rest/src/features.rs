@@ -9,6 +9,7 @@
 //! reads of a request, across all its entries, go out in one batch.
 
 use crate::auth::{ensure_table, Grant, SYSTEM_DATABASE};
+use crate::hopsworks::metadata::{HopsView, Loaded};
 use crate::json::{Field, Fields, FieldsList, JsonOut, Scalar};
 use crate::state::{ResolvedTable, Rest};
 use crate::HttpError;
@@ -29,24 +30,41 @@ const MAX_FEATURES: usize = 4096;
 /// Error codes of feature-store answers (the numbering RonDB's clients know).
 pub mod code {
     pub const FEATURE_VIEW_NOT_EXIST: u16 = 1;
+    pub const FEATURE_STORE_NOT_EXIST: u16 = 2;
     pub const FEATURE_GROUP_NOT_EXIST: u16 = 3;
+    pub const FG_READ_FAIL: u16 = 4;
+    pub const FS_READ_FAIL: u16 = 5;
+    pub const FEATURE_VIEW_READ_FAIL: u16 = 6;
+    pub const TD_JOIN_READ_FAIL: u16 = 7;
+    pub const TD_FEATURE_READ_FAIL: u16 = 8;
     pub const WRONG_DATA_TYPE: u16 = 10;
     pub const FEATURE_NOT_EXIST: u16 = 11;
     pub const INCORRECT_PRIMARY_KEY: u16 = 12;
     pub const INCORRECT_PASSED_FEATURE: u16 = 13;
     pub const READ_FAILED: u16 = 14;
     pub const NO_PRIMARY_KEY: u16 = 15;
+    pub const INCORRECT_FEATURE_VALUE: u16 = 16;
+    pub const READ_FROM_DB_FAIL_BAD_INPUT: u16 = 18;
+    pub const DESERIALISE_FEATURE_FAIL: u16 = 19;
 
     pub fn reason(code: u16) -> &'static str {
         match code {
             FEATURE_VIEW_NOT_EXIST => "Feature view does not exist.",
+            FEATURE_STORE_NOT_EXIST => "Feature store does not exist.",
             FEATURE_GROUP_NOT_EXIST => "Feature group does not exist.",
+            FG_READ_FAIL => "Reading feature group failed.",
+            FS_READ_FAIL => "Reading feature store failed.",
+            FEATURE_VIEW_READ_FAIL => "Reading feature view failed.",
+            TD_JOIN_READ_FAIL => "Reading training dataset join failed.",
+            TD_FEATURE_READ_FAIL => "Reading training dataset feature failed.",
             WRONG_DATA_TYPE => "Wrong data type.",
             FEATURE_NOT_EXIST => "Feature does not exist.",
             INCORRECT_PRIMARY_KEY => "Incorrect primary key.",
             INCORRECT_PASSED_FEATURE => "Incorrect passed feature.",
-            READ_FAILED => "Reading from the database failed.",
+            READ_FAILED | READ_FROM_DB_FAIL_BAD_INPUT => "Reading from db failed.",
             NO_PRIMARY_KEY => "No primary key is given.",
+            INCORRECT_FEATURE_VALUE => "Incorrect feature value.",
+            DESERIALISE_FEATURE_FAIL => "Deserialising complex feature failed.",
             _ => "Invalid feature store request.",
         }
     }
@@ -262,6 +280,75 @@ struct CachedView {
 #[derive(Default)]
 pub struct ViewCache {
     views: RwLock<HashMap<(String, String, u32), CachedView>>,
+    /// Views read from Hopsworks' metadata, with when they were read. Only
+    /// views found are kept: a view created after a miss is served at once.
+    hopsworks: RwLock<HashMap<ViewKey, (Instant, Arc<HopsView>)>>,
+}
+
+/// A feature view's store, name and version.
+type ViewKey = (String, String, u32);
+
+/// Where a feature view's definition was found.
+enum Source {
+    /// Hopsworks' metadata defines it.
+    Hopsworks(Arc<HopsView>),
+    /// Hopsworks' metadata is loaded but has no such feature store.
+    NotInHopsworks,
+    /// No Hopsworks metadata is loaded.
+    NoHopsworks,
+}
+
+/// The view from Hopsworks' metadata, cached for `VIEW_CACHE_TTL`.
+async fn hopsworks_view(rest: &Rest, store: &str, name: &str, version: u32) -> Result<Source, HttpError> {
+    let key = (store.to_string(), name.to_string(), version);
+    {
+        let views = rest.views.hopsworks.read().unwrap_or_else(|p| p.into_inner());
+        if let Some((fetched, view)) = views.get(&key).filter(|(at, _)| at.elapsed() < VIEW_CACHE_TTL) {
+            debug_assert!(fetched.elapsed() < VIEW_CACHE_TTL);
+            return Ok(Source::Hopsworks(view.clone()));
+        }
+    }
+    match crate::hopsworks::metadata::load(rest, store, name, version).await? {
+        Loaded::View(view) => {
+            let mut views = rest.views.hopsworks.write().unwrap_or_else(|p| p.into_inner());
+            views.retain(|_, (at, _)| at.elapsed() < VIEW_CACHE_TTL);
+            views.insert(key, (Instant::now(), view.clone()));
+            Ok(Source::Hopsworks(view))
+        }
+        Loaded::NoStore => Ok(Source::NotInHopsworks),
+        Loaded::NoSchema => Ok(Source::NoHopsworks),
+    }
+}
+
+/// Serves a request from Hopsworks' metadata when it defines the view;
+/// None when latsdb's own definitions should serve it.
+async fn from_hopsworks(
+    rest: &Rest,
+    grant: &Grant,
+    request: &crate::hopsworks::serve::Request<'_>,
+    serve: impl AsyncFnOnce(&HopsView) -> Result<(u16, Vec<u8>), HttpError>,
+) -> Result<Option<(u16, Vec<u8>)>, HttpError> {
+    let (store, name, version) = match request.target() {
+        Ok(target) => target,
+        // latsdb's own path words a malformed request.
+        Err(_) => return Ok(None),
+    };
+    match hopsworks_view(rest, store, name, version).await? {
+        Source::Hopsworks(view) => {
+            for store in &view.stores {
+                grant.check(store)?;
+            }
+            serve(&view).await.map(Some)
+        }
+        Source::NotInHopsworks => {
+            // Neither source knows the store: answer as RonDB does.
+            match load_def(&rest.client, store, name, version).await.map_err(HttpError::from_db)? {
+                Some(_) => Ok(None),
+                None => Err(fs_error(400, code::FEATURE_STORE_NOT_EXIST, String::new())),
+            }
+        }
+        Source::NoHopsworks => Ok(None),
+    }
 }
 
 impl ViewCache {
@@ -683,6 +770,12 @@ fn first_cluster_error(results: &Answers) -> Option<HttpError> {
 
 /// `POST /0.1.0/feature_store`.
 pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
+    if let Ok(request) = crate::json::parse::<crate::hopsworks::serve::Request>(body) {
+        let serve = async |view: &HopsView| crate::hopsworks::serve::one(rest, view, &request).await;
+        if let Some(answer) = from_hopsworks(rest, grant, &request, serve).await? {
+            return Ok(answer);
+        }
+    }
     let request: FeatureRequest = crate::json::parse(body).map_err(|m| fs_error(400, 0, m))?;
     let view =
         view(rest, &request.feature_store_name, &request.feature_view_name, request.feature_view_version).await?;
@@ -717,6 +810,12 @@ pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, 
 /// `POST /0.1.0/batch_feature_store`: entries that fail validation get
 /// status "ERROR" and an empty vector; the others are served.
 pub async fn serve_batch(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
+    if let Ok(request) = crate::json::parse::<crate::hopsworks::serve::Request>(body) {
+        let serve = async |view: &HopsView| crate::hopsworks::serve::batch(rest, view, &request).await;
+        if let Some(answer) = from_hopsworks(rest, grant, &request, serve).await? {
+            return Ok(answer);
+        }
+    }
     let request: BatchFeatureRequest = crate::json::parse(body).map_err(|m| fs_error(400, 0, m))?;
     if request.entries.is_empty() {
         return Err(fs_error(

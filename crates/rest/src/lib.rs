@@ -19,6 +19,7 @@
 pub mod auth;
 mod fastpath;
 pub mod features;
+pub mod hopsworks;
 pub mod json;
 pub mod metrics;
 pub mod pk;

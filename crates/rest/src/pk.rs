@@ -694,7 +694,7 @@ pub fn check_key_count(table: &ResolvedTable, given: usize) -> Result<(), HttpEr
 }
 
 /// Appends one key column's value as a filter gives it.
-fn encode_filter(out: &mut Vec<u8>, filter: &Filter, column: &ColumnDef) -> Result<(), HttpError> {
+pub(crate) fn encode_filter(out: &mut Vec<u8>, filter: &Filter, column: &ColumnDef) -> Result<(), HttpError> {
     match &filter.value {
         Scalar::Str(text) if column.ty.is_free_text() => keycodec::encode_text(out, column, text)
             .map_err(|e| HttpError::invalid(ErrorClass::InvalidColumnData, &e.message)),
