@@ -575,6 +575,8 @@ fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
         SELECT TIMEDIFF('10:00:00', '12:30:00'), TIMEDIFF('2024-01-02 00:00:00', '2024-01-01 12:00:00'),
             TIMEDIFF('2024-01-02 00:00:00', '12:00:00'), ADDTIME('2024-01-01 23:00:00', '02:00:00'),
             SUBTIME(tm, '11:00:00'), ADDTIME(tm, tm) FROM t WHERE id = 1;
+        SELECT TIMESTAMP('2022-01-21'), TIMESTAMP('2022-01-21 10:00:00.25'),
+            TIMESTAMP('2022-01-21 23:00:00', '02:30:00'), TIMESTAMP(NULL);
         INSERT INTO t VALUES (5, '839:00:00', NULL, NULL, NULL, 'small', NULL);
         INSERT INTO t VALUES (6, NULL, NULL, 1900, NULL, 'small', NULL);
         INSERT INTO t VALUES (7, NULL, NULL, NULL, 1024, 'small', NULL);

@@ -724,6 +724,26 @@ impl<'a> Binder<'a> {
                 return session(SessionValue::SysDate(fraction_digits_arg(&name, args.first())?));
             }
             "CURDATE" | "CURRENT_DATE" | "UTC_DATE" => return need(0, 0).and(session(SessionValue::CurDate)),
+            "TIMESTAMP" => {
+                // TIMESTAMP(x) is x as a DATETIME with the digits of a second
+                // x gives; TIMESTAMP(x, t) adds TIME t to it, as ADDTIME.
+                need(1, 2)?;
+                let mut it = args.into_iter();
+                let (Some(x), t) = (it.next(), it.next()) else {
+                    return Err(SqlError::parse("TIMESTAMP takes one or two arguments"));
+                };
+                let digits = match &x {
+                    SExpr::Const(Value::Str(text)) => text
+                        .rsplit_once('.')
+                        .map_or(0, |(_, f)| f.bytes().take_while(u8::is_ascii_digit).count().min(6)),
+                    _ => 6,
+                };
+                let datetime = SExpr::Cast(Box::new(x), CastTo::DateTime(digits as u8));
+                return Ok(match t {
+                    Some(t) => SExpr::Func(Func::Times(TimeFunc::Add), vec![datetime, t]),
+                    None => datetime,
+                });
+            }
             "MOD" => {
                 need(2, 2)?;
                 let mut it = args.into_iter();

@@ -108,6 +108,18 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
             i = next;
             continue;
         }
+        if table.is_some() && is_charset_option(&tokens, i) {
+            // MySQL's column option `CHARSET x`, a synonym the parser does
+            // not read, as `CHARACTER SET x`.
+            let space = Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
+            out.extend([word("CHARACTER", Keyword::CHARACTER), space, word("SET", Keyword::SET)].map(at));
+            i += 1;
+            continue;
+        }
+        if let Some(next) = table.filter(|_| depth == 0).and_then(|_| partition_by_key(&tokens, i)) {
+            i = next;
+            continue;
+        }
         if matches!(t, Token::Placeholder(p) if p == "?") {
             out.push(at(Token::Placeholder(format!("?{params}"))));
             params += 1;
@@ -247,6 +259,51 @@ fn storage_clause(tokens: &[&Token], i: usize, depth: usize, statement: Keyword)
         ]
     };
     Some((rewritten, value + 1))
+}
+
+/// Whether `tokens[i]` is the column option `CHARSET` (not the table
+/// option `[DEFAULT] CHARSET [=] x`, which the parser reads): inside a
+/// column definition, followed by a name rather than `=`.
+fn is_charset_option(tokens: &[&Token], i: usize) -> bool {
+    let Token::Word(w) = tokens[i] else { return false };
+    if w.quote_style.is_some() || !w.value.eq_ignore_ascii_case("CHARSET") {
+        return false;
+    }
+    let next = tokens[i + 1..].iter().find(|t| !matches!(t, Token::Whitespace(_)));
+    let before = tokens[..i].iter().rev().find(|t| !matches!(t, Token::Whitespace(_)));
+    let after_type = matches!(before, Some(Token::RParen) | Some(Token::Word(_)))
+        && !before.is_some_and(|t| {
+            is_word(t, Keyword::DEFAULT) || matches!(t, Token::Word(w) if w.value.eq_ignore_ascii_case("TABLE"))
+        });
+    after_type && matches!(next, Some(Token::Word(_)) | Some(Token::SingleQuotedString(_)))
+}
+
+/// NDB's and MySQL's `PARTITION BY KEY (columns) [PARTITIONS n]` after a
+/// CREATE TABLE's columns (mysqldump writes it inside `/*!50100 ... */`):
+/// the index after it, so that it is left out. latsdb places every table's
+/// rows by the hash of its whole primary key over the cluster's partitions
+/// (docs/limitations.md), which gives the same rows to every query.
+fn partition_by_key(tokens: &[&Token], i: usize) -> Option<usize> {
+    if !is_word(tokens[i], Keyword::PARTITION) {
+        return None;
+    }
+    let significant: Vec<usize> = (i..tokens.len()).filter(|&j| !matches!(tokens[j], Token::Whitespace(_))).collect();
+    let (by, key, open) = (significant.get(1)?, significant.get(2)?, significant.get(3)?);
+    let linear = |t: &Token| matches!(t, Token::Word(w) if w.value.eq_ignore_ascii_case("KEY"));
+    if !is_word(tokens[*by], Keyword::BY) || !linear(tokens[*key]) || !matches!(tokens[*open], Token::LParen) {
+        return None;
+    }
+    let close = (*open..tokens.len()).find(|&j| matches!(tokens[j], Token::RParen))?;
+    let rest: Vec<usize> = significant.iter().copied().filter(|&j| j > close).take(2).collect();
+    match rest[..] {
+        [partitions, count]
+            if matches!(tokens[partitions], Token::Word(w) if w.value.eq_ignore_ascii_case("PARTITIONS"))
+                && matches!(tokens[count], Token::Number(..)) =>
+        {
+            Some(count + 1)
+        }
+        _ => Some(close + 1),
+    }
 }
 
 /// Whether the next token starts a statement: only whitespace and
@@ -595,5 +652,22 @@ mod tests {
         assert!(!view.contains("TABLESPACE"), "{view}");
         let modify = text("ALTER TABLE t MODIFY c TEXT STORAGE MEMORY");
         assert!(modify.contains(&format!("{STORAGE_MARKER}MEMORY")), "{modify}");
+    }
+
+    #[test]
+    fn column_charset_and_partition_by_key_as_mysqldump_writes_them() {
+        let text = |sql: &str| parse(sql).unwrap().statements[0].to_string();
+        let create = text(
+            "CREATE TABLE t (a INT, b VARCHAR(3) CHARSET utf8mb4 COLLATE utf8mb4_0900_ai_ci, PRIMARY KEY (a, b))
+             ENGINE=ndbcluster DEFAULT CHARSET = latin1 /*!50100 PARTITION BY KEY (a) */",
+        );
+        assert!(create.contains("CHARACTER SET utf8mb4"), "{create}");
+        assert!(!create.contains("PARTITION"), "{create}");
+        let counted = text("CREATE TABLE t (a INT PRIMARY KEY) PARTITION BY KEY (a) PARTITIONS 4");
+        assert!(!counted.contains("PARTITION"), "{counted}");
+        // A column named charset, and other partitionings, are left alone.
+        assert!(text("CREATE TABLE t (charset INT)").contains("charset INT"));
+        assert!(parse("CREATE TABLE t (a INT) PARTITION BY RANGE (a) (PARTITION p VALUES LESS THAN (5))").is_err());
+        assert!(parse("SELECT charset FROM t").is_ok());
     }
 }
