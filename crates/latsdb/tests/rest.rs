@@ -839,6 +839,9 @@ const HOPSWORKS: &str = "CREATE DATABASE hopsworks;
     CREATE TABLE hopsworks.serving_key (id INT PRIMARY KEY, feature_view_id INT, feature_group_id INT,
         feature_name VARCHAR(1000), prefix VARCHAR(63), required TINYINT(1), join_on VARCHAR(1000),
         join_index INT, KEY (feature_view_id));
+    CREATE TABLE hopsworks.subjects (id INT PRIMARY KEY, subject VARCHAR(255), version INT, schema_id INT,
+        project_id INT, KEY (project_id));
+    CREATE TABLE hopsworks.schemas (id INT PRIMARY KEY, `schema` TEXT, project_id INT);
     INSERT INTO hopsworks.users VALUES (10, 'ann@example.com');
     INSERT INTO hopsworks.project VALUES (1, 'demo'), (2, 'other');
     INSERT INTO hopsworks.project_team VALUES (1, 'ann@example.com', 'Data scientist');
@@ -853,13 +856,19 @@ const HOPSWORKS: &str = "CREATE DATABASE hopsworks;
         (1, 100, 20, 'cid', 'bigint', 1, 0, 0), (2, 100, 20, 'age', 'int', 1, 1, 0),
         (3, 100, 20, 'churned', 'boolean', 1, 2, 1), (4, 100, 21, 'sku', 'string', 2, 3, 0),
         (5, 100, 21, 'price', 'double', 2, 4, 0), (6, 100, 20, 'since', 'timestamp', 1, 5, 0),
-        (7, 101, 22, 'id', 'bigint', 3, 0, 0);
+        (7, 101, 22, 'id', 'bigint', 3, 0, 0), (8, 100, 20, 'tags', 'array<string>', 1, 6, 0);
+    INSERT INTO hopsworks.schemas VALUES (1, '{\"type\":\"record\",\"name\":\"old\",\"fields\":[]}', 2),
+        (2, '{\"type\":\"record\",\"name\":\"customer_1\",\"fields\":[{\"name\":\"tags\",
+            \"type\":[\"null\",{\"type\":\"array\",\"items\":[\"null\",\"string\"]}]}]}', 2);
+    INSERT INTO hopsworks.subjects VALUES (1, 'customer_1', 1, 1, 2), (2, 'customer_1', 2, 2, 2);
     INSERT INTO hopsworks.serving_key VALUES (1, 100, 20, 'cid', NULL, 1, NULL, 0),
         (2, 100, 21, 'sku', 'p_', 1, NULL, 1), (3, 101, 22, 'id', NULL, 1, NULL, 0);
     CREATE DATABASE fsx;
-    CREATE TABLE fsx.customer_1 (cid BIGINT PRIMARY KEY, age INT, churned TINYINT(1), since TIMESTAMP);
+    CREATE TABLE fsx.customer_1 (cid BIGINT PRIMARY KEY, age INT, churned TINYINT(1), since TIMESTAMP,
+        tags VARBINARY(100));
     CREATE TABLE fsx.product_2 (sku VARCHAR(20) PRIMARY KEY, price DOUBLE);
-    INSERT INTO fsx.customer_1 VALUES (1, 42, 0, '2024-01-02 03:04:05'), (2, 17, 1, NULL);
+    INSERT INTO fsx.customer_1 VALUES (1, 42, 0, '2024-01-02 03:04:05', X'020402026102026200'),
+        (2, 17, 1, NULL, NULL);
     INSERT INTO fsx.product_2 VALUES ('a-1', 9.5);
     CREATE DATABASE fsy;
     CREATE TABLE fsy.secret_1 (id BIGINT PRIMARY KEY);";
@@ -889,25 +898,31 @@ fn feature_vectors_from_hopsworks_metadata() {
         one(r#"{"cid":1,"p_sku":"a-1"}"#, r#","metadataOptions":{"featureName":true,"featureType":true}"#);
     assert_eq!(status, 200, "{body}");
     let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(answer["features"], serde_json::json!([1, 42, "a-1", 9.5, "2024-01-02 03:04:05"]), "{body}");
+    assert_eq!(answer["features"], serde_json::json!([1, 42, "a-1", 9.5, "2024-01-02 03:04:05", ["a", "b"]]), "{body}");
     assert_eq!(answer["status"], "COMPLETE", "{body}");
     let names: Vec<&str> =
         answer["metadata"].as_array().unwrap().iter().map(|m| m["featureName"].as_str().unwrap()).collect();
-    assert_eq!(names, ["cid", "age", "p_sku", "p_price", "since"], "{body}");
+    assert_eq!(names, ["cid", "age", "p_sku", "p_price", "since", "tags"], "{body}");
     assert_eq!(answer["metadata"][3]["featureType"], "double", "{body}");
     // An absent row: its features are null and the key is echoed as sent.
     let (status, body) = one(r#"{"cid":"3","p_sku":"a-1"}"#, r#","options":{"includeDetailedStatus":true}"#);
     assert_eq!(status, 200, "{body}");
-    assert!(body.starts_with(r#"{"features":["3",null,"a-1",9.5,null],"metadata":[],"status":"MISSING","#), "{body}");
+    assert!(
+        body.starts_with(r#"{"features":["3",null,"a-1",9.5,null,null],"metadata":[],"status":"MISSING","#),
+        "{body}"
+    );
     assert!(
         body.contains(
             r#""detailedStatus":[{"featureGroupId":20,"httpStatus":404},{"featureGroupId":21,"httpStatus":200}]"#
         ),
         "{body}"
     );
+    // A key the entry does not complete: that group is not read (400).
+    let (_, body) = one(r#"{"cid":1}"#, r#","options":{"includeDetailedStatus":true}"#);
+    assert!(body.contains(r#""status":"MISSING","detailedStatus":[{"featureGroupId":20,"httpStatus":200},{"featureGroupId":21,"httpStatus":400}]"#), "{body}");
     // Passed features replace values; they must be features of the right kind.
     let (_, body) = one(r#"{"cid":2,"p_sku":"a-1"}"#, r#","passedFeatures":{"p_price":1.25}"#);
-    assert!(body.starts_with(r#"{"features":[2,17,"a-1",1.25,null],"#), "{body}");
+    assert!(body.starts_with(r#"{"features":[2,17,"a-1",1.25,null,null],"#), "{body}");
     let refused = |entries: &str, extra: &str, status: u16, code: u64| {
         let (got, body) = one(entries, extra);
         assert_eq!(got, status, "{entries}{extra} -> {body}");
@@ -944,8 +959,8 @@ fn feature_vectors_from_hopsworks_metadata() {
     let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["status"], serde_json::json!(["COMPLETE", "ERROR", "MISSING"]), "{body}");
     assert_eq!(answer["features"][1], serde_json::json!([]), "{body}");
-    assert_eq!(answer["features"][2], serde_json::json!([2, 17, null, null, null]), "{body}");
-    assert_eq!(answer["metadata"].as_array().map(Vec::len), Some(5), "{body}");
+    assert_eq!(answer["features"][2], serde_json::json!([2, 17, null, null, null, null]), "{body}");
+    assert_eq!(answer["metadata"].as_array().map(Vec::len), Some(6), "{body}");
     // A wrong secret is refused.
     let (status, _) = http(&c.rest, "POST", "/0.1.0/feature_store", &[("X-API-KEY", "AAAAAAAAAAAAAAAA.wrong")], b"{}");
     assert_eq!(status, 401);

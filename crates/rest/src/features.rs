@@ -10,6 +10,7 @@
 
 use crate::auth::{ensure_table, Grant, SYSTEM_DATABASE};
 use crate::hopsworks::metadata::{HopsView, Loaded};
+use crate::hopsworks::serve::Served;
 use crate::json::{Field, Fields, FieldsList, JsonOut, Scalar};
 use crate::state::{ResolvedTable, Rest};
 use crate::HttpError;
@@ -321,34 +322,57 @@ async fn hopsworks_view(rest: &Rest, store: &str, name: &str, version: u32) -> R
 }
 
 /// Serves a request from Hopsworks' metadata when it defines the view;
-/// None when latsdb's own definitions should serve it.
+/// None when latsdb's own definitions should serve it. A view whose tables
+/// changed since it was read (the data nodes refuse the reads) is read
+/// again, once.
 async fn from_hopsworks(
     rest: &Rest,
     grant: &Grant,
     request: &crate::hopsworks::serve::Request<'_>,
-    serve: impl AsyncFnOnce(&HopsView) -> Result<(u16, Vec<u8>), HttpError>,
+    batch: bool,
 ) -> Result<Option<(u16, Vec<u8>)>, HttpError> {
     let (store, name, version) = match request.target() {
         Ok(target) => target,
-        // latsdb's own path words a malformed request.
-        Err(_) => return Ok(None),
+        // With Hopsworks' metadata loaded, RonDB's words; else latsdb's own.
+        Err(e) => {
+            return match crate::hopsworks::is_loaded(&rest.client).await.map_err(HttpError::from_db)? {
+                true => Err(e),
+                false => Ok(None),
+            }
+        }
     };
-    match hopsworks_view(rest, store, name, version).await? {
-        Source::Hopsworks(view) => {
-            for store in &view.stores {
-                grant.check(store)?;
+    for attempt in 0..2 {
+        let view = match hopsworks_view(rest, store, name, version).await? {
+            Source::Hopsworks(view) => view,
+            Source::NotInHopsworks => {
+                // Neither source knows the store: answer as RonDB does.
+                return match load_def(&rest.client, store, name, version).await.map_err(HttpError::from_db)? {
+                    Some(_) => Ok(None),
+                    None => Err(fs_error(400, code::FEATURE_STORE_NOT_EXIST, String::new())),
+                };
             }
-            serve(&view).await.map(Some)
+            Source::NoHopsworks => return Ok(None),
+        };
+        for store in &view.stores {
+            grant.check(store)?;
         }
-        Source::NotInHopsworks => {
-            // Neither source knows the store: answer as RonDB does.
-            match load_def(&rest.client, store, name, version).await.map_err(HttpError::from_db)? {
-                Some(_) => Ok(None),
-                None => Err(fs_error(400, code::FEATURE_STORE_NOT_EXIST, String::new())),
+        let served = match batch {
+            false => crate::hopsworks::serve::one(rest, &view, request).await?,
+            true => crate::hopsworks::serve::batch(rest, &view, request).await?,
+        };
+        match served {
+            Served::Answer(answer) => return Ok(Some(answer)),
+            Served::Stale if attempt == 0 => {
+                let key = (store.to_string(), name.to_string(), version);
+                rest.views.hopsworks.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                for (database, table) in view.tables() {
+                    rest.forget_table(database, table);
+                }
             }
+            Served::Stale => {}
         }
-        Source::NoHopsworks => Ok(None),
     }
+    Err(fs_error(503, code::READ_FAILED, "the feature view's tables changed while it was read; retry".to_string()))
 }
 
 impl ViewCache {
@@ -771,8 +795,7 @@ fn first_cluster_error(results: &Answers) -> Option<HttpError> {
 /// `POST /0.1.0/feature_store`.
 pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
     if let Ok(request) = crate::json::parse::<crate::hopsworks::serve::Request>(body) {
-        let serve = async |view: &HopsView| crate::hopsworks::serve::one(rest, view, &request).await;
-        if let Some(answer) = from_hopsworks(rest, grant, &request, serve).await? {
+        if let Some(answer) = from_hopsworks(rest, grant, &request, false).await? {
             return Ok(answer);
         }
     }
@@ -811,8 +834,7 @@ pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, 
 /// status "ERROR" and an empty vector; the others are served.
 pub async fn serve_batch(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
     if let Ok(request) = crate::json::parse::<crate::hopsworks::serve::Request>(body) {
-        let serve = async |view: &HopsView| crate::hopsworks::serve::batch(rest, view, &request).await;
-        if let Some(answer) = from_hopsworks(rest, grant, &request, serve).await? {
+        if let Some(answer) = from_hopsworks(rest, grant, &request, true).await? {
             return Ok(answer);
         }
     }

@@ -11,6 +11,7 @@
 //! joined group (`Group`) fetches its features; the serving keys say which
 //! request entry gives each key column.
 
+use super::avro::{self, Avro};
 use super::{int, required_table, rows_where, table, text};
 use crate::features::code;
 use crate::state::{ResolvedTable, Rest};
@@ -53,6 +54,8 @@ pub struct Group {
     pub slots: Vec<usize>,
     /// Read columns' definitions, in projection order.
     pub columns: Vec<ColumnDef>,
+    /// For each read column of a complex feature: its Avro type.
+    pub avro: Vec<Option<Arc<Avro>>>,
 }
 
 /// A feature view resolved from Hopsworks' metadata.
@@ -75,6 +78,16 @@ pub struct HopsView {
     /// the view: its features come from the entries only, and a vector is
     /// never complete.
     pub has_spine: bool,
+}
+
+impl HopsView {
+    /// The online tables the view reads, as (database, table).
+    pub fn tables(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.groups.iter().filter_map(|g| g.table.as_ref()).map(|t| {
+            let def = t.table.def();
+            (def.database.as_str(), def.name.as_str())
+        })
+    }
 }
 
 fn fs_error(code: u16, message: impl Into<String>) -> HttpError {
@@ -103,6 +116,8 @@ struct GroupFacts {
     name: String,
     version: i64,
     store: String,
+    /// The project of the group's feature store (its schemas' owner).
+    project_id: i64,
     spine: bool,
 }
 
@@ -217,7 +232,10 @@ async fn group_facts(rest: &Rest, id: i64) -> Result<GroupFacts, HttpError> {
     };
     let stores = required_table(&rest.client, "feature_store").await.map_err(fail)?;
     let store_id = int(row, "feature_store_id").map_err(fail)?;
-    let store = rows_where(&rest.client, &stores, &[("id", Value::Int(store_id))], &["name"]).await.map_err(fail)?;
+    let store = rows_where(&rest.client, &stores, &[("id", Value::Int(store_id))], &["name", "project_id"])
+        .await
+        .map_err(fail)?;
+    let project_id = store.first().map(|r| int(r, "project_id")).transpose().map_err(fail)?.unwrap_or_default();
     let store = store.first().map(|r| text(r, "name")).transpose().map_err(fail)?.unwrap_or_default();
     let on_demand = int(row, "on_demand_feature_group_id").map_err(fail)?;
     let spine = if on_demand == 0 {
@@ -233,6 +251,7 @@ async fn group_facts(rest: &Rest, id: i64) -> Result<GroupFacts, HttpError> {
         name: text(row, "name").map_err(fail)?,
         version: int(row, "version").map_err(fail)?,
         store,
+        project_id,
         spine,
     })
 }
@@ -349,13 +368,22 @@ async fn resolve_group(
         Err(e) if e.status == 404 => None,
         Err(e) => return Err(HttpError { status: e.status, message: e.message, code: Some(code::FG_READ_FAIL) }),
     };
-    let mut group =
-        Group { feature_group_id: facts.id, table, keys, projection: None, slots: Vec::new(), columns: Vec::new() };
+    let mut group = Group {
+        feature_group_id: facts.id,
+        table,
+        keys,
+        projection: None,
+        slots: Vec::new(),
+        columns: Vec::new(),
+        avro: Vec::new(),
+    };
     let Some(table) = &group.table else {
         return Ok(group);
     };
     let def = table.table.def();
     let mut names = Vec::new();
+    // The group's Avro schema, read at its first complex feature.
+    let mut schema: Option<String> = None;
     for (column, slot) in read {
         // A feature the table lacks reads as null, as a missing column of
         // an older online table does in RonDB.
@@ -363,6 +391,10 @@ async fn resolve_group(
             names.push(def.columns[id as usize].name.as_str());
             group.slots.push(*slot);
             group.columns.push(def.columns[id as usize].clone());
+            group.avro.push(match is_complex(&features[*slot].type_name) {
+                true => Some(Arc::new(avro_type(rest, facts, &mut schema, column).await?)),
+                false => None,
+            });
         }
     }
     debug_assert!(group.slots.iter().all(|&s| s < features.len()));
@@ -378,6 +410,43 @@ async fn resolve_group(
     })?;
     group.projection = Some(projection);
     Ok(group)
+}
+
+/// Whether a Hopsworks type is complex (stored as Avro): `array<..>`,
+/// `struct<..>`, `map<..>`, `uniontype<..>`.
+fn is_complex(type_name: &str) -> bool {
+    let outer = type_name.split('<').next().unwrap_or_default();
+    ["array", "struct", "map", "uniontype"].iter().any(|k| outer.trim().eq_ignore_ascii_case(k))
+}
+
+/// The Avro type of complex feature `column` of a group, from the newest
+/// version of the group's subject (`<name>_<version>`) in its project's
+/// schema registry (`subjects`, `schemas`); `schema` caches the schema text.
+async fn avro_type(
+    rest: &Rest,
+    facts: &GroupFacts,
+    schema: &mut Option<String>,
+    column: &str,
+) -> Result<Avro, HttpError> {
+    let fail = |message: String| HttpError { status: 500, message, code: Some(code::FEATURE_VIEW_READ_FAIL) };
+    if schema.is_none() {
+        let db = |e: latsdb_types::DbError| fail(e.message);
+        let subjects = required_table(&rest.client, "subjects").await.map_err(db)?;
+        let subject = format!("{}_{}", facts.name, facts.version);
+        let equal = [("subject", Value::Str(subject.clone())), ("project_id", Value::Int(facts.project_id))];
+        let rows = rows_where(&rest.client, &subjects, &equal, &["version", "schema_id"]).await.map_err(db)?;
+        let newest = rows.iter().max_by_key(|r| int(r, "version").unwrap_or(i64::MIN));
+        let Some(newest) = newest else {
+            return Err(fail(format!("no Avro schema is registered for feature group {subject}")));
+        };
+        let schema_id = int(newest, "schema_id").map_err(db)?;
+        let schemas = required_table(&rest.client, "schemas").await.map_err(db)?;
+        let found =
+            rows_where(&rest.client, &schemas, &[("id", Value::Int(schema_id))], &["schema"]).await.map_err(db)?;
+        let text = found.first().map(|r| text(r, "schema")).transpose().map_err(db)?;
+        *schema = Some(text.ok_or_else(|| fail(format!("Avro schema {schema_id} of {subject} does not exist")))?);
+    }
+    avro::field_type(schema.as_deref().unwrap_or_default(), column).map_err(fail)
 }
 
 /// RonDB's maps from entry names to the serving keys they fill, and the

@@ -12,6 +12,7 @@
 //! (`crate::features`) remain a second source for stores Hopsworks does not
 //! know.
 
+pub mod avro;
 pub mod keys;
 pub mod metadata;
 pub mod serve;
@@ -34,6 +35,11 @@ async fn table(client: &Client, name: &str) -> Result<Option<Arc<Table>>> {
     }
 }
 
+/// Whether Hopsworks' metadata is loaded (its `feature_store` table exists).
+pub async fn is_loaded(client: &Client) -> Result<bool> {
+    Ok(table(client, "feature_store").await?.is_some())
+}
+
 /// The table `hopsworks.<name>`, which a loaded schema must have.
 async fn required_table(client: &Client, name: &str) -> Result<Arc<Table>> {
     table(client, name).await?.ok_or_else(|| {
@@ -47,8 +53,25 @@ async fn required_table(client: &Client, name: &str) -> Result<Arc<Table>> {
 /// `WHERE a = ? AND b = ?`), with `columns` read. The scan follows an
 /// ordered index that starts with the first column when the table has one
 /// (Hopsworks indexes every column it looks rows up by), and filters the
-/// rest on the data nodes. Rows come in no particular order.
+/// rest on the data nodes. Rows come in no particular order. A table
+/// changed since it was cached (Hopsworks migrates its schema while
+/// serving) is read again with its new definition.
 async fn rows_where(
+    client: &Client,
+    table: &Arc<Table>,
+    equal: &[(&str, Value)],
+    columns: &[&str],
+) -> Result<Vec<Row>> {
+    match scan_where(client, table, equal, columns).await {
+        Err(e) if e.code == latsdb_types::ErrorCode::SchemaVersionMismatch => {
+            let fresh = client.refresh_table(&table.def().database, &table.def().name).await?;
+            scan_where(client, &fresh, equal, columns).await
+        }
+        result => result,
+    }
+}
+
+async fn scan_where(
     client: &Client,
     table: &Arc<Table>,
     equal: &[(&str, Value)],

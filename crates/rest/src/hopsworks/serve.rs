@@ -8,6 +8,7 @@
 //! features replace their slots. Entry and passed-feature values are echoed
 //! as the request wrote them.
 
+use super::avro;
 use super::metadata::HopsView;
 use crate::features::code;
 use crate::json::{JsonOut, Scalar};
@@ -15,7 +16,8 @@ use crate::pk::{self, Filter};
 use crate::rondb::ErrorClass;
 use crate::HttpError;
 use latsdb_client::{Answers, Found, Lookups};
-use latsdb_types::DbError;
+use latsdb_types::row::ValueRef;
+use latsdb_types::{DbError, ErrorCode};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -76,14 +78,31 @@ fn fs_error(status: u16, code: u16, message: impl Into<String>) -> HttpError {
     HttpError { status, message: message.into(), code: Some(code) }
 }
 
+/// A request's answer, or word that the view's tables changed since it was
+/// read (read the view again and retry).
+pub enum Served {
+    Answer((u16, Vec<u8>)),
+    Stale,
+}
+
+/// Whether the data nodes refused a read for a table that changed or went
+/// away since the view was read.
+fn stale(answers: &Answers) -> bool {
+    (0..answers.len()).any(|i| {
+        matches!(answers.get(i), Found::Error(e) if matches!(e.code, ErrorCode::SchemaVersionMismatch | ErrorCode::UnknownTable))
+    })
+}
+
 /// What one group's read of one entry became before execution.
 #[derive(Clone, Copy)]
 enum Read {
     /// Planned as lookup `n`.
     Lookup(usize),
-    /// Not read: the key is incomplete, or the table is gone (404). The
-    /// vector is missing this group's features.
-    Missing,
+    /// Not read: the entry does not give the whole key (RonDB's read
+    /// answers 400). The vector is missing this group's features.
+    Partial,
+    /// Not read: the group's online table does not exist (404).
+    NoTable,
 }
 
 impl Request<'_> {
@@ -176,7 +195,7 @@ fn plan_entry(view: &HopsView, entries: &RawFields, lookups: &mut Lookups) -> Re
     let mut reads = Vec::with_capacity(view.groups.len());
     for group in &view.groups {
         let (Some(table), Some(projection)) = (&group.table, &group.projection) else {
-            reads.push(Read::Missing);
+            reads.push(Read::NoTable);
             continue;
         };
         let def = table.table.def();
@@ -193,7 +212,7 @@ fn plan_entry(view: &HopsView, entries: &RawFields, lookups: &mut Lookups) -> Re
             })
             .collect();
         if given.len() != def.primary_key.len() {
-            reads.push(Read::Missing);
+            reads.push(Read::Partial);
             continue;
         }
         let mut key = Vec::new();
@@ -232,7 +251,11 @@ fn encode_key_value(key: &mut Vec<u8>, raw: &RawValue, column: &latsdb_types::Co
             format!("Primary key '{}' should be in '{}' format.", column.name, column.ty.sql_name().to_uppercase()),
         )
     };
-    let value: Scalar = serde_json::from_str(raw.get()).map_err(|_| wrong_type())?;
+    let mut value: Scalar = serde_json::from_str(raw.get()).map_err(|_| wrong_type())?;
+    // RonDB reads a number given for a text key as its digits.
+    if column.ty.is_free_text() && matches!(value, Scalar::Int(_) | Scalar::UInt(_) | Scalar::Float(_)) {
+        value = Scalar::Str(Cow::Borrowed(raw.get().trim()));
+    }
     let filter = Filter { column: Cow::Borrowed(column.name.as_str()), value };
     pk::encode_filter(key, &filter, column).map_err(|e| {
         if e.message.starts_with(ErrorClass::WrongDataType.text()) {
@@ -248,7 +271,8 @@ fn statuses(reads: &[Read], answers: &Answers) -> Vec<u16> {
     reads
         .iter()
         .map(|read| match read {
-            Read::Missing => 404,
+            Read::Partial => 400,
+            Read::NoTable => 404,
             Read::Lookup(n) => match answers.get(*n) {
                 Found::Row(_) => 200,
                 Found::NotFound => 404,
@@ -258,18 +282,21 @@ fn statuses(reads: &[Read], answers: &Answers) -> Vec<u16> {
         .collect()
 }
 
-/// RonDB's status of a vector from its reads' statuses.
-fn status_text(view: &HopsView, statuses: &[u16]) -> &'static str {
-    if statuses.iter().any(|&s| s != 200 && s != 404) {
+/// RonDB's status of a vector from its reads: a read that failed makes
+/// it ERROR; a missing row or an incomplete key, MISSING.
+fn status_text(view: &HopsView, reads: &[Read], statuses: &[u16]) -> &'static str {
+    let partial = |(read, _): &(&Read, &u16)| matches!(read, Read::Partial);
+    if reads.iter().zip(statuses).filter(|r| !partial(r)).any(|(_, &s)| s != 200 && s != 404) {
         "ERROR"
-    } else if view.has_spine || statuses.contains(&404) {
+    } else if view.has_spine || statuses.iter().any(|&s| s != 200) {
         "MISSING"
     } else {
         "COMPLETE"
     }
 }
 
-/// Writes one entry's vector.
+/// Writes one entry's vector, or says which complex feature's bytes are
+/// not a value of its Avro type.
 fn write_vector(
     out: &mut JsonOut,
     view: &HopsView,
@@ -277,7 +304,7 @@ fn write_vector(
     answers: &Answers,
     entries: &RawFields,
     passed: Option<&RawFields>,
-) {
+) -> Result<(), String> {
     // Each slot's value: a column of a read row, or a request's JSON text.
     enum Slot<'r> {
         Null,
@@ -317,16 +344,27 @@ fn write_vector(
                 let (group, Read::Lookup(n)) = (&view.groups[*g], reads[*g]) else {
                     unreachable!("a column slot comes from a planned read")
                 };
-                match answers.get(n) {
-                    Found::Row(row) => out.value_ref(&row.get_ref(*position), &group.columns[*position]),
-                    _ => out.raw("null"),
+                let Found::Row(row) = answers.get(n) else {
+                    out.raw("null");
+                    continue;
+                };
+                let value = row.get_ref(*position);
+                match (&group.avro[*position], &value) {
+                    (Some(ty), ValueRef::Bytes(bytes)) => avro::write_json(out, ty, bytes),
+                    (Some(ty), ValueRef::Str(text)) => avro::write_json(out, ty, text.as_bytes()),
+                    _ => {
+                        out.value_ref(&value, &group.columns[*position]);
+                        Ok(())
+                    }
                 }
+                .map_err(|e| format!("Feature name: {}; {e}", group.columns[*position].name))?;
             }
         }
         out.byte(b',');
     }
     out.trim_comma();
     out.byte(b']');
+    Ok(())
 }
 
 fn write_metadata(out: &mut JsonOut, view: &HopsView, options: Option<&MetadataOptions>, always: bool) {
@@ -385,16 +423,12 @@ fn read_error(answers: &Answers, reads: &[Read]) -> Option<HttpError> {
             }
             _ => None,
         },
-        Read::Missing => None,
+        Read::Partial | Read::NoTable => None,
     })
 }
 
 /// `POST /feature_store` for a Hopsworks view: checks, reads, answers.
-pub async fn one(
-    rest: &crate::state::Rest,
-    view: &HopsView,
-    request: &Request<'_>,
-) -> Result<(u16, Vec<u8>), HttpError> {
+pub async fn one(rest: &crate::state::Rest, view: &HopsView, request: &Request<'_>) -> Result<Served, HttpError> {
     let passed: Option<RawFields> = field(request.passed_features, "passedFeatures")?;
     let entries: RawFields = field(request.entries, "entries")?
         .ok_or_else(|| HttpError::bad_request("Error:Field validation for 'Body' failed entries".to_string()))?;
@@ -409,17 +443,21 @@ pub async fn one(
         return Err(fs_error(400, code::INCORRECT_PRIMARY_KEY, "Feature store does not exist"));
     }
     let answers = rest.client.lookup(&lookups).await.map_err(HttpError::from_db)?;
+    if stale(&answers) {
+        return Ok(Served::Stale);
+    }
     if let Some(e) = read_error(&answers, &reads) {
         return Err(e);
     }
     let statuses = statuses(&reads, &answers);
     let mut out = JsonOut::with_capacity(64 + 24 * view.features.len());
     out.raw("{\"features\":");
-    write_vector(&mut out, view, &reads, &answers, entries, passed);
+    write_vector(&mut out, view, &reads, &answers, entries, passed)
+        .map_err(|message| fs_error(500, code::DESERIALISE_FEATURE_FAIL, message))?;
     out.raw(",\"metadata\":");
     write_metadata(&mut out, view, request.metadata_options.as_ref(), false);
     out.raw(",\"status\":");
-    out.str(status_text(view, &statuses));
+    out.str(status_text(view, &reads, &statuses));
     out.raw(",\"detailedStatus\":");
     if request.detailed() {
         write_detailed(&mut out, view, &statuses);
@@ -427,17 +465,13 @@ pub async fn one(
         out.raw("null");
     }
     out.byte(b'}');
-    Ok((200, out.buf))
+    Ok(Served::Answer((200, out.buf)))
 }
 
 /// `POST /batch_feature_store` for a Hopsworks view. An entry that fails
 /// its checks gets status "ERROR" and an empty vector; the others are read
 /// in one batch, and a failed read marks only its entry.
-pub async fn batch(
-    rest: &crate::state::Rest,
-    view: &HopsView,
-    request: &Request<'_>,
-) -> Result<(u16, Vec<u8>), HttpError> {
+pub async fn batch(rest: &crate::state::Rest, view: &HopsView, request: &Request<'_>) -> Result<Served, HttpError> {
     let entries: Vec<RawFields> = field(request.entries, "entries")?.unwrap_or_default();
     let passed: Vec<Option<RawFields>> = field(request.passed_features, "passedFeatures")?.unwrap_or_default();
     if entries.is_empty() {
@@ -469,6 +503,9 @@ pub async fn batch(
         })
         .collect();
     let answers = rest.client.lookup(&lookups).await.map_err(HttpError::from_db)?;
+    if stale(&answers) {
+        return Ok(Served::Stale);
+    }
     let mut out = JsonOut::with_capacity(64 + 24 * view.features.len() * entries.len());
     let mut texts = Vec::with_capacity(entries.len());
     let mut all_statuses = Vec::with_capacity(entries.len());
@@ -477,8 +514,17 @@ pub async fn batch(
         match plan {
             Some(reads) => {
                 let statuses = statuses(reads, &answers);
-                texts.push(status_text(view, &statuses));
-                write_vector(&mut out, view, reads, &answers, &entries[i], passed.get(i).and_then(Option::as_ref));
+                let passed = passed.get(i).and_then(Option::as_ref);
+                let start = out.buf.len();
+                match write_vector(&mut out, view, reads, &answers, &entries[i], passed) {
+                    Ok(()) => texts.push(status_text(view, reads, &statuses)),
+                    // A complex feature that cannot be decoded fails its entry.
+                    Err(_) => {
+                        out.buf.truncate(start);
+                        out.raw("[]");
+                        texts.push("ERROR");
+                    }
+                }
                 all_statuses.push(Some(statuses));
             }
             None => {
@@ -510,5 +556,5 @@ pub async fn batch(
         out.trim_comma();
     }
     out.raw("]}");
-    Ok((200, out.buf))
+    Ok(Served::Answer((200, out.buf)))
 }
