@@ -284,7 +284,14 @@ pub struct ViewCache {
     /// Views read from Hopsworks' metadata, with when they were read. Only
     /// views found are kept: a view created after a miss is served at once.
     hopsworks: RwLock<HashMap<ViewKey, (Instant, Arc<HopsView>)>>,
+    /// Feature stores Hopsworks' metadata did not know, with when it was
+    /// asked: latsdb's own views of such a store are served without asking
+    /// again for `UNKNOWN_STORE_TTL`.
+    not_in_hopsworks: RwLock<HashMap<String, Instant>>,
 }
+
+/// How long a feature store Hopsworks' metadata does not know is remembered.
+const UNKNOWN_STORE_TTL: Duration = Duration::from_secs(1);
 
 /// A feature view's store, name and version.
 type ViewKey = (String, String, u32);
@@ -304,9 +311,12 @@ async fn hopsworks_view(rest: &Rest, store: &str, name: &str, version: u32) -> R
     let key = (store.to_string(), name.to_string(), version);
     {
         let views = rest.views.hopsworks.read().unwrap_or_else(|p| p.into_inner());
-        if let Some((fetched, view)) = views.get(&key).filter(|(at, _)| at.elapsed() < VIEW_CACHE_TTL) {
-            debug_assert!(fetched.elapsed() < VIEW_CACHE_TTL);
+        if let Some((_, view)) = views.get(&key).filter(|(at, _)| at.elapsed() < VIEW_CACHE_TTL) {
             return Ok(Source::Hopsworks(view.clone()));
+        }
+        let unknown = rest.views.not_in_hopsworks.read().unwrap_or_else(|p| p.into_inner());
+        if unknown.get(store).is_some_and(|at| at.elapsed() < UNKNOWN_STORE_TTL) {
+            return Ok(Source::NotInHopsworks);
         }
     }
     match crate::hopsworks::metadata::load(rest, store, name, version).await? {
@@ -316,8 +326,25 @@ async fn hopsworks_view(rest: &Rest, store: &str, name: &str, version: u32) -> R
             views.insert(key, (Instant::now(), view.clone()));
             Ok(Source::Hopsworks(view))
         }
-        Loaded::NoStore => Ok(Source::NotInHopsworks),
+        Loaded::NoStore => {
+            let mut unknown = rest.views.not_in_hopsworks.write().unwrap_or_else(|p| p.into_inner());
+            unknown.retain(|_, at| at.elapsed() < UNKNOWN_STORE_TTL);
+            unknown.insert(store.to_string(), Instant::now());
+            Ok(Source::NotInHopsworks)
+        }
         Loaded::NoSchema => Ok(Source::NoHopsworks),
+    }
+}
+
+/// Whether Hopsworks' metadata is loaded: its `feature_store` table exists.
+/// The answer comes from the node's table cache, which remembers a missing
+/// table for a second, so a node without Hopsworks asks the management
+/// server at most once a second, not per request.
+async fn hopsworks_loaded(rest: &Rest) -> Result<bool, HttpError> {
+    match rest.table(crate::hopsworks::DATABASE, "feature_store").await {
+        Ok(_) => Ok(true),
+        Err(e) if e.status == 404 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -333,13 +360,8 @@ async fn from_hopsworks(
 ) -> Result<Option<(u16, Vec<u8>)>, HttpError> {
     let (store, name, version) = match request.target() {
         Ok(target) => target,
-        // With Hopsworks' metadata loaded, RonDB's words; else latsdb's own.
-        Err(e) => {
-            return match crate::hopsworks::is_loaded(&rest.client).await.map_err(HttpError::from_db)? {
-                true => Err(e),
-                false => Ok(None),
-            }
-        }
+        // Hopsworks' metadata is loaded (the caller checked): RonDB's words.
+        Err(e) => return Err(e),
     };
     for attempt in 0..2 {
         let view = match hopsworks_view(rest, store, name, version).await? {
@@ -794,7 +816,9 @@ fn first_cluster_error(results: &Answers) -> Option<HttpError> {
 
 /// `POST /0.1.0/feature_store`.
 pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
-    if let Ok(request) = crate::json::parse::<crate::hopsworks::serve::Request>(body) {
+    if hopsworks_loaded(rest).await? {
+        let request = crate::json::parse::<crate::hopsworks::serve::Request>(body)
+            .map_err(|m| HttpError::bad_request(format!("Error:{m}")))?;
         if let Some(answer) = from_hopsworks(rest, grant, &request, false).await? {
             return Ok(answer);
         }
@@ -833,7 +857,9 @@ pub async fn serve_one(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, 
 /// `POST /0.1.0/batch_feature_store`: entries that fail validation get
 /// status "ERROR" and an empty vector; the others are served.
 pub async fn serve_batch(rest: &Rest, grant: &Grant, body: &[u8]) -> Result<(u16, Vec<u8>), HttpError> {
-    if let Ok(request) = crate::json::parse::<crate::hopsworks::serve::Request>(body) {
+    if hopsworks_loaded(rest).await? {
+        let request = crate::json::parse::<crate::hopsworks::serve::Request>(body)
+            .map_err(|m| HttpError::bad_request(format!("Error:{m}")))?;
         if let Some(answer) = from_hopsworks(rest, grant, &request, true).await? {
             return Ok(answer);
         }

@@ -35,11 +35,6 @@ async fn table(client: &Client, name: &str) -> Result<Option<Arc<Table>>> {
     }
 }
 
-/// Whether Hopsworks' metadata is loaded (its `feature_store` table exists).
-pub async fn is_loaded(client: &Client) -> Result<bool> {
-    Ok(table(client, "feature_store").await?.is_some())
-}
-
 /// The table `hopsworks.<name>`, which a loaded schema must have.
 async fn required_table(client: &Client, name: &str) -> Result<Arc<Table>> {
     table(client, name).await?.ok_or_else(|| {
