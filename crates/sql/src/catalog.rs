@@ -600,6 +600,12 @@ fn foreign_key_ignored(session: &mut Session) {
     ));
 }
 
+/// Whether column `id` is in the primary key or an index of `def`.
+fn before_indexed(def: &TableDef, id: usize) -> bool {
+    let id = id as latsdb_types::schema::ColumnId;
+    def.primary_key.contains(&id) || def.indexes.iter().any(|i| i.columns.contains(&id))
+}
+
 /// The ALTER TABLE operations latsdb carries out.
 fn alter_supported(op: &ast::AlterTableOperation) -> bool {
     use ast::AlterTableOperation as Op;
@@ -774,12 +780,17 @@ async fn column_changes(
                 let current = &def.columns[id];
                 let is_auto = auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&current.name));
                 let in_key = def.primary_key.contains(&(id as latsdb_types::schema::ColumnId));
-                if spec.def.ty != current.ty
-                    || spec.def.fraction_digits != current.fraction_digits
-                    || spec.def.members != current.members
-                {
+                let retyped = spec.def.ty != current.ty || spec.def.members != current.members;
+                let indexed = before_indexed(def, id);
+                let widened = retyped
+                    && spec.def.fraction_digits == current.fraction_digits
+                    && current.ty.widens_to(spec.def.ty)
+                    && spec.def.members.starts_with(&current.members)
+                    && !indexed
+                    && current.storage == latsdb_types::schema::Storage::Memory;
+                if (retyped && !widened) || spec.def.fraction_digits != current.fraction_digits {
                     return Err(SqlError::unsupported(format!(
-                        "changing the type of column '{}' from {} to {} is not supported: only its name, DEFAULT, ON UPDATE and NULL can change (add a new column and copy the values)",
+                        "changing the type of column '{}' from {} to {} is not supported: only its name, DEFAULT, ON UPDATE and NULL can change, or a non-indexed text or binary column grow (add a new column and copy the values)",
                         current.name,
                         column_type_text(current),
                         column_type_text(&spec.def)
@@ -813,6 +824,13 @@ async fn column_changes(
                     )));
                 }
                 rename(&mut names, &mut changes, id, &new_name.value)?;
+                if widened {
+                    changes.push(ColumnChange::Widen {
+                        column: names[id].clone(),
+                        ty: spec.def.ty,
+                        members: spec.def.members.clone(),
+                    });
+                }
                 if spec.def.nullable && !current.nullable && !in_key {
                     changes.push(ColumnChange::AllowNull { column: names[id].clone() });
                 }

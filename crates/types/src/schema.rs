@@ -117,6 +117,20 @@ impl ColumnType {
         ColumnType::Integer { width, unsigned: true }
     }
 
+    /// Whether a column of this type may take type `to` without rewriting
+    /// its stored values: both are stored as a length and bytes, of the
+    /// same kind (text or binary), and `to` holds at least as much. An
+    /// ENUM or SET stays one (its members are checked apart).
+    pub fn widens_to(self, to: ColumnType) -> bool {
+        use ColumnType::{Blob, Enum, Set, Text, VarBinary, VarChar};
+        match (self, to) {
+            (VarChar(a), VarChar(b)) | (VarBinary(a), VarBinary(b)) => b >= a,
+            (VarChar(_) | Text, Text) | (VarBinary(_) | Blob, Blob) => true,
+            (Enum, Enum) | (Set, Set) => true,
+            _ => false,
+        }
+    }
+
     /// Size in the fixed part of a row, or None for variable-sized types.
     pub fn fixed_size(self) -> Option<usize> {
         match self {
@@ -249,6 +263,14 @@ pub enum ColumnChange {
     SetClock {
         column: String,
         clock: ClockFill,
+    },
+    /// A variable-size column takes a type that holds every value the old
+    /// one held, stored the same way (see [`ColumnType::widens_to`]), or an
+    /// ENUM/SET gains members after its own: stored rows stay valid.
+    Widen {
+        column: String,
+        ty: ColumnType,
+        members: Vec<String>,
     },
 }
 
@@ -745,6 +767,21 @@ impl TableDef {
                     let id = def.column_id(column)?;
                     let c = &mut def.columns[id as usize];
                     c.clock = *clock;
+                    c.validate_options()?;
+                }
+                ColumnChange::Widen { column, ty, members } => {
+                    let id = def.column_id(column)?;
+                    let indexed = def.indexes.iter().any(|i| i.columns.contains(&id));
+                    let c = &mut def.columns[id as usize];
+                    let kept = members.len() >= c.members.len() && members[..c.members.len()] == c.members[..];
+                    if !c.ty.widens_to(*ty) || !kept || indexed || c.storage != Storage::Memory {
+                        return Err(DbError::bad_request(format!(
+                            "column '{column}' cannot become {} in place: only a non-indexed, in-memory text or binary column can grow (or an ENUM/SET gain members at its end)",
+                            ty.sql_name()
+                        )));
+                    }
+                    c.ty = *ty;
+                    c.members = members.clone();
                     c.validate_options()?;
                 }
                 ColumnChange::AllowNull { column } => {
