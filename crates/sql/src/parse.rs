@@ -120,6 +120,17 @@ pub fn parse(sql: &str) -> SqlResult<Parsed> {
             i = next;
             continue;
         }
+        if table.is_some() && index_option_visible(&tokens, i) {
+            // MySQL 8's index option VISIBLE: every index is.
+            i += 1;
+            continue;
+        }
+        if table == Some(Keyword::ALTER) && is_word(t, Keyword::KEY) && previous_is(&tokens, i, Keyword::DROP) {
+            // MySQL's `DROP KEY name`, a synonym the parser does not read.
+            out.push(at(word("INDEX", Keyword::INDEX)));
+            i += 1;
+            continue;
+        }
         if matches!(t, Token::Placeholder(p) if p == "?") {
             out.push(at(Token::Placeholder(format!("?{params}"))));
             params += 1;
@@ -276,6 +287,25 @@ fn is_charset_option(tokens: &[&Token], i: usize) -> bool {
             is_word(t, Keyword::DEFAULT) || matches!(t, Token::Word(w) if w.value.eq_ignore_ascii_case("TABLE"))
         });
     after_type && matches!(next, Some(Token::Word(_)) | Some(Token::SingleQuotedString(_)))
+}
+
+/// Whether the significant token before `tokens[i]` is the keyword `kw`.
+fn previous_is(tokens: &[&Token], i: usize, kw: Keyword) -> bool {
+    tokens[..i].iter().rev().find(|t| !matches!(t, Token::Whitespace(_))).is_some_and(|t| is_word(t, kw))
+}
+
+/// Whether `tokens[i]` is MySQL 8's index option `VISIBLE`: the word right
+/// after an index's column list. (`INVISIBLE` is left to fail: latsdb has
+/// no index the planner ignores.)
+fn index_option_visible(tokens: &[&Token], i: usize) -> bool {
+    let visible =
+        matches!(tokens[i], Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("VISIBLE"));
+    visible
+        && tokens[..i]
+            .iter()
+            .rev()
+            .find(|t| !matches!(t, Token::Whitespace(_)))
+            .is_some_and(|t| matches!(t, Token::RParen))
 }
 
 /// NDB's and MySQL's `PARTITION BY KEY (columns) [PARTITIONS n]` after a
@@ -669,5 +699,8 @@ mod tests {
         assert!(text("CREATE TABLE t (charset INT)").contains("charset INT"));
         assert!(parse("CREATE TABLE t (a INT) PARTITION BY RANGE (a) (PARTITION p VALUES LESS THAN (5))").is_err());
         assert!(parse("SELECT charset FROM t").is_ok());
+        let alter = text("ALTER TABLE t DROP KEY k, ADD UNIQUE INDEX u (a ASC, b ASC) VISIBLE");
+        assert!(alter.contains("DROP INDEX k") && !alter.contains("VISIBLE"), "{alter}");
+        assert!(parse("ALTER TABLE t ADD INDEX i (a) INVISIBLE").is_err());
     }
 }
