@@ -761,17 +761,29 @@ fn write_metadata(out: &mut JsonOut, view: &ResolvedView, options: Option<&Metad
         out.raw("null");
         return;
     };
+    let features = view.features.iter().map(|f| (f.name.as_str(), f.type_name.as_str()));
+    write_feature_metadata(out, features, options.feature_name, options.feature_type);
+}
+
+/// `[{"featureName", "featureType"}, ..]` of a vector's features, each
+/// field null unless asked for; both feature-view sources answer so.
+pub(crate) fn write_feature_metadata<'a>(
+    out: &mut JsonOut,
+    features: impl Iterator<Item = (&'a str, &'a str)>,
+    name: bool,
+    ty: bool,
+) {
     out.byte(b'[');
-    for feature in &view.features {
+    for (feature_name, type_name) in features {
         out.raw("{\"featureName\":");
-        if options.feature_name {
-            out.str(&feature.name);
+        if name {
+            out.str(feature_name);
         } else {
             out.raw("null");
         }
         out.raw(",\"featureType\":");
-        if options.feature_type {
-            out.str(&feature.type_name);
+        if ty {
+            out.str(type_name);
         } else {
             out.raw("null");
         }
@@ -782,12 +794,18 @@ fn write_metadata(out: &mut JsonOut, view: &ResolvedView, options: Option<&Metad
 }
 
 fn write_detailed(out: &mut JsonOut, view: &ResolvedView, statuses: &[u16]) {
+    let groups = view.groups.iter().map(|g| g.table.table.def().id as i64);
+    write_group_statuses(out, groups.zip(statuses.iter().copied()));
+}
+
+/// `[{"featureGroupId", "httpStatus"}, ..]`: each group read's status.
+pub(crate) fn write_group_statuses(out: &mut JsonOut, statuses: impl Iterator<Item = (i64, u16)>) {
     out.byte(b'[');
-    for (group, status) in view.groups.iter().zip(statuses) {
+    for (group, status) in statuses {
         out.raw("{\"featureGroupId\":");
-        out.uint(group.table.table.def().id as u64);
+        out.int(group);
         out.raw(",\"httpStatus\":");
-        out.uint(*status as u64);
+        out.uint(status as u64);
         out.raw("},");
     }
     out.trim_comma();

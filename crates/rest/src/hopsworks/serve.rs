@@ -374,37 +374,13 @@ fn write_metadata(out: &mut JsonOut, view: &HopsView, options: Option<&MetadataO
         return;
     }
     let (name, ty) = wanted.map_or((false, false), |o| (o.feature_name == Some(true), o.feature_type == Some(true)));
-    out.byte(b'[');
-    for feature in &view.features {
-        out.raw("{\"featureName\":");
-        if name {
-            out.str(&feature.name)
-        } else {
-            out.raw("null")
-        }
-        out.raw(",\"featureType\":");
-        if ty {
-            out.str(&feature.type_name)
-        } else {
-            out.raw("null")
-        }
-        out.raw("},");
-    }
-    out.trim_comma();
-    out.byte(b']');
+    let features = view.features.iter().map(|f| (f.name.as_str(), f.type_name.as_str()));
+    crate::features::write_feature_metadata(out, features, name, ty);
 }
 
 fn write_detailed(out: &mut JsonOut, view: &HopsView, statuses: &[u16]) {
-    out.byte(b'[');
-    for (group, status) in view.groups.iter().zip(statuses) {
-        out.raw("{\"featureGroupId\":");
-        out.int(group.feature_group_id);
-        out.raw(",\"httpStatus\":");
-        out.uint(*status as u64);
-        out.raw("},");
-    }
-    out.trim_comma();
-    out.byte(b']');
+    let groups = view.groups.iter().map(|g| g.feature_group_id);
+    crate::features::write_group_statuses(out, groups.zip(statuses.iter().copied()));
 }
 
 /// The error a single request fails with for a read that failed, as RonDB
