@@ -135,7 +135,10 @@ fn primitive(name: &str) -> Option<Avro> {
 /// Decodes one value of type `ty` from Avro binary `bytes` and writes it
 /// as JSON. The whole input must be the value.
 pub fn write_json(out: &mut JsonOut, ty: &Avro, bytes: &[u8]) -> Result<(), String> {
-    let mut reader = Reader { bytes, at: 0 };
+    // Items of a type that takes no bytes (null) would let a few bytes
+    // claim billions of items: no value may hold more items than bytes,
+    // give or take a margin for empty ones.
+    let mut reader = Reader { bytes, at: 0, items_left: bytes.len().saturating_mul(8).saturating_add(64) };
     reader.value(out, ty, 0)?;
     if reader.at != bytes.len() {
         return Err(format!("{} bytes are left after the value", bytes.len() - reader.at));
@@ -146,6 +149,8 @@ pub fn write_json(out: &mut JsonOut, ty: &Avro, bytes: &[u8]) -> Result<(), Stri
 struct Reader<'b> {
     bytes: &'b [u8],
     at: usize,
+    /// Array and map items the value may still hold.
+    items_left: usize,
 }
 
 impl Reader<'_> {
@@ -215,10 +220,8 @@ impl Reader<'_> {
                 }
                 out.byte(b'}');
             }
-            Avro::Array(items) => {
-                self.blocks(out, depth, b'[', b']', |reader, out| reader.value(out, items, depth + 1))?
-            }
-            Avro::Map(values) => self.blocks(out, depth, b'{', b'}', |reader, out| {
+            Avro::Array(items) => self.blocks(out, b'[', b']', |reader, out| reader.value(out, items, depth + 1))?,
+            Avro::Map(values) => self.blocks(out, b'{', b'}', |reader, out| {
                 let n = reader.length()?;
                 let key = std::str::from_utf8(reader.take(n)?).map_err(|_| "a map key is not UTF-8")?;
                 out.str(key);
@@ -249,7 +252,6 @@ impl Reader<'_> {
     fn blocks(
         &mut self,
         out: &mut JsonOut,
-        _depth: usize,
         open: u8,
         close: u8,
         mut item: impl FnMut(&mut Self, &mut JsonOut) -> Result<(), String>,
@@ -265,6 +267,9 @@ impl Reader<'_> {
                 count = count.checked_neg().ok_or("a block count out of range")?;
                 self.long()?;
             }
+            let count = usize::try_from(count).map_err(|_| "a block count out of range")?;
+            self.items_left =
+                self.items_left.checked_sub(count).ok_or("the value claims more items than its bytes hold")?;
             for _ in 0..count {
                 if !first {
                     out.byte(b',');
@@ -329,5 +334,9 @@ mod tests {
         assert!(write_json(&mut out, &ty, &[0xff; 12]).is_err());
         assert!(write_json(&mut out, &Avro::Long, &[2, 0]).is_err());
         assert!(write_json(&mut out, &Avro::Union(vec![Avro::Null]), &[4]).is_err());
+        // A billion nulls in five bytes are refused, not written.
+        let nulls = Avro::Array(Box::new(Avro::Null));
+        assert!(write_json(&mut out, &nulls, &[0x80, 0xa8, 0xd6, 0xb9, 0x07, 0]).is_err());
+        assert_eq!(json(&nulls, &[4, 0]), "[null,null]");
     }
 }
