@@ -12,7 +12,7 @@ use latsdb_types::{ColumnDef, ColumnType, DbError, ErrorCode, Result, TableSpec,
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The database holding latsdb's own metadata tables.
@@ -98,11 +98,16 @@ pub struct ApiKeys {
     mode: AuthMode,
     open: Arc<Grant>,
     cache: RwLock<HashMap<String, CachedKey>>,
+    /// When `hopsworks.api_key` was last found missing.
+    no_hopsworks: Mutex<Option<Instant>>,
 }
+
+/// How long a missing `hopsworks.api_key` is remembered.
+const NO_HOPSWORKS_TTL: Duration = Duration::from_secs(1);
 
 impl ApiKeys {
     pub fn new(client: Client, mode: AuthMode) -> ApiKeys {
-        ApiKeys { client, mode, open: open_grant(), cache: RwLock::new(HashMap::new()) }
+        ApiKeys { client, mode, open: open_grant(), cache: RwLock::new(HashMap::new()), no_hopsworks: Mutex::new(None) }
     }
 
     pub fn mode(&self) -> AuthMode {
@@ -146,6 +151,28 @@ impl ApiKeys {
         }
     }
 
+    /// A key of Hopsworks' metadata. Without that metadata, unknown keys
+    /// would each ask the management server for `hopsworks.api_key`: its
+    /// absence is remembered for `NO_HOPSWORKS_TTL`.
+    async fn fetch_hopsworks(&self, id: &str) -> Result<Option<(Secret, Arc<Grant>)>> {
+        use crate::hopsworks::keys::{fetch, Found};
+        let absent = *self.no_hopsworks.lock().unwrap_or_else(|p| p.into_inner());
+        if absent.is_some_and(|at| at.elapsed() < NO_HOPSWORKS_TTL) {
+            return Ok(None);
+        }
+        Ok(match fetch(&self.client, id).await? {
+            Found::Key(key) => {
+                let grant = Arc::new(key.grant.clone());
+                Some((Secret::Hopsworks(key), grant))
+            }
+            Found::NoKey => None,
+            Found::NoMetadata => {
+                *self.no_hopsworks.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                None
+            }
+        })
+    }
+
     /// The key with `id`: latsdb's own, or else one of Hopsworks' metadata.
     async fn fetch(&self, id: &str) -> Result<Option<(Secret, Arc<Grant>)>> {
         let table = match self.client.table(SYSTEM_DATABASE, API_KEYS_TABLE).await {
@@ -158,11 +185,7 @@ impl ApiKeys {
             None => None,
         };
         let Some(row) = row else {
-            let hopsworks = crate::hopsworks::keys::fetch(&self.client, id).await?;
-            return Ok(hopsworks.map(|key| {
-                let grant = Arc::new(key.grant.clone());
-                (Secret::Hopsworks(Box::new(key)), grant)
-            }));
+            return self.fetch_hopsworks(id).await;
         };
         let grant = grant_of(&row)?;
         let hash = row.get_by_name("secret_sha256")?.as_bytes().map(|b| b.to_vec()).unwrap_or_default();

@@ -358,19 +358,20 @@ async fn from_hopsworks(
     request: &crate::hopsworks::serve::Request<'_>,
     batch: bool,
 ) -> Result<Option<(u16, Vec<u8>)>, HttpError> {
-    let (store, name, version) = match request.target() {
-        Ok(target) => target,
-        // Hopsworks' metadata is loaded (the caller checked): RonDB's words.
-        Err(e) => return Err(e),
-    };
+    // Hopsworks' metadata is loaded (the caller checked): RonDB's words.
+    let (store, name, version) = request.target()?;
     for attempt in 0..2 {
         let view = match hopsworks_view(rest, store, name, version).await? {
             Source::Hopsworks(view) => view,
             Source::NotInHopsworks => {
-                // Neither source knows the store: answer as RonDB does.
-                return match load_def(&rest.client, store, name, version).await.map_err(HttpError::from_db)? {
-                    Some(_) => Ok(None),
-                    None => Err(fs_error(400, code::FEATURE_STORE_NOT_EXIST, String::new())),
+                // latsdb's own view (from its cache, which serving then
+                // reuses); neither source knowing it is RonDB's answer.
+                return match view(rest, store, name, version).await {
+                    Ok(_) => Ok(None),
+                    Err(e) if e.code == Some(code::FEATURE_VIEW_NOT_EXIST) => {
+                        Err(fs_error(400, code::FEATURE_STORE_NOT_EXIST, String::new()))
+                    }
+                    Err(e) => Err(e),
                 };
             }
             Source::NoHopsworks => return Ok(None),

@@ -600,12 +600,6 @@ fn foreign_key_ignored(session: &mut Session) {
     ));
 }
 
-/// Whether column `id` is in the primary key or an index of `def`.
-fn before_indexed(def: &TableDef, id: usize) -> bool {
-    let id = id as latsdb_types::schema::ColumnId;
-    def.primary_key.contains(&id) || def.indexes.iter().any(|i| i.columns.contains(&id))
-}
-
 /// The ALTER TABLE operations latsdb carries out.
 fn alter_supported(op: &ast::AlterTableOperation) -> bool {
     use ast::AlterTableOperation as Op;
@@ -781,7 +775,7 @@ async fn column_changes(
                 let is_auto = auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&current.name));
                 let in_key = def.primary_key.contains(&(id as latsdb_types::schema::ColumnId));
                 let retyped = spec.def.ty != current.ty || spec.def.members != current.members;
-                let indexed = before_indexed(def, id);
+                let indexed = def.is_indexed(id as latsdb_types::schema::ColumnId);
                 let widened = retyped
                     && spec.def.fraction_digits == current.fraction_digits
                     && current.ty.widens_to(spec.def.ty)

@@ -771,7 +771,7 @@ impl TableDef {
                 }
                 ColumnChange::Widen { column, ty, members } => {
                     let id = def.column_id(column)?;
-                    let indexed = def.indexes.iter().any(|i| i.columns.contains(&id));
+                    let indexed = def.is_indexed(id);
                     let c = &mut def.columns[id as usize];
                     let kept = members.len() >= c.members.len() && members[..c.members.len()] == c.members[..];
                     if !c.ty.widens_to(*ty) || !kept || indexed || c.storage != Storage::Memory {
@@ -797,6 +797,12 @@ impl TableDef {
         }
         def.version += 1;
         Ok(def)
+    }
+
+    /// Whether column `id` is in the primary key or an index (index 0 is
+    /// the primary key's).
+    pub fn is_indexed(&self, id: ColumnId) -> bool {
+        self.primary_key.contains(&id) || self.indexes.iter().any(|i| i.columns.contains(&id))
     }
 
     /// The same table under another name (and bumps the version).

@@ -35,24 +35,32 @@ impl StoredKey {
     }
 }
 
-/// The Hopsworks key with `prefix`, or None (no such key, or no Hopsworks
-/// metadata loaded).
-pub async fn fetch(client: &Client, prefix: &str) -> Result<Option<StoredKey>> {
+/// What Hopsworks' metadata says of a key prefix.
+pub enum Found {
+    Key(Box<StoredKey>),
+    /// The metadata has no key with the prefix.
+    NoKey,
+    /// No Hopsworks metadata is loaded (no `hopsworks.api_key`).
+    NoMetadata,
+}
+
+/// The Hopsworks key with `prefix`.
+pub async fn fetch(client: &Client, prefix: &str) -> Result<Found> {
     let Some(keys) = table(client, "api_key").await? else {
-        return Ok(None);
+        return Ok(Found::NoMetadata);
     };
     let found =
         rows_where(client, &keys, &[("prefix", Value::Str(prefix.into()))], &["secret", "salt", "name", "user_id"])
             .await?;
     let Some(row) = found.first() else {
-        return Ok(None);
+        return Ok(Found::NoKey);
     };
     let databases = databases_of_user(client, int(row, "user_id")?).await?;
-    Ok(Some(StoredKey {
+    Ok(Found::Key(Box::new(StoredKey {
         hash_hex: text(row, "secret")?,
         salt: text(row, "salt")?,
         grant: Grant { id: prefix.to_string(), name: text(row, "name")?, databases: Some(databases) },
-    }))
+    })))
 }
 
 /// The databases a Hopsworks user reaches: its member projects' and the

@@ -88,6 +88,21 @@ impl HopsView {
             (def.database.as_str(), def.name.as_str())
         })
     }
+
+    /// The view's invariants: every slot a group or a name points at is a
+    /// feature, a feature points at an existing group, and a group's read
+    /// columns, slots and Avro types line up.
+    fn check(&self) {
+        let features = self.features.len();
+        assert!(self.features.iter().all(|f| f.group.is_none_or(|g| g < self.groups.len())));
+        assert!(self.by_name.values().flatten().all(|&slot| slot < features));
+        for group in &self.groups {
+            assert_eq!(group.slots.len(), group.columns.len(), "a read column per slot");
+            assert_eq!(group.slots.len(), group.avro.len(), "an Avro type (or none) per read column");
+            assert!(group.slots.iter().all(|&slot| slot < features));
+            assert_eq!(group.table.is_some(), group.projection.is_some(), "a table is read with a projection");
+        }
+    }
 }
 
 fn fs_error(code: u16, message: impl Into<String>) -> HttpError {
@@ -351,6 +366,7 @@ async fn build(rest: &Rest, store: &str, rows: Vec<FeatureRow>, keys: Vec<KeyRow
         view.groups.push(group);
     }
     derive_key_maps(&mut view, &keys);
+    view.check();
     Ok(view)
 }
 
