@@ -103,3 +103,13 @@ if ! echo "$JDBC_SHA256  $JDBC_JAR" | sha256sum --check --status 2>/dev/null; th
   find target/jdbc -maxdepth 1 -name 'mysql-connector-j-*.jar' ! -name "${JDBC_JAR##*/}" -delete
 fi
 # ---- JDBC driver for tests/sql_jdbc.rs (end) ----
+
+# cargo-fuzz for scripts/fuzz.sh (the full tier's bounded fuzzing run),
+# pinned, by its crate name through cargo. It builds the fuzz targets on
+# stable Rust with `--sanitizer none` (safe Rust needs no AddressSanitizer
+# to turn a bad access into a panic).
+CARGO_FUZZ_VERSION=0.13.2
+if [[ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]]; then
+  echo "installing: cargo-fuzz $CARGO_FUZZ_VERSION (cargo install)"
+  cargo install --quiet --locked cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+fi

@@ -10,7 +10,9 @@
 #                            simulator's seed sweeps, the tidy check and the
 #                            multi-process cluster tests (each starts
 #                            `latsdb start` on ephemeral loopback ports and
-#                            stops it again) with real clients
+#                            stops it again) with real clients, then a
+#                            bounded fuzzing run (scripts/fuzz.sh, 60 s per
+#                            target; skipped when arguments filter tests)
 #   scripts/test.sh quick    the inner loop: everything but the cluster
 #                            tests; installs nothing
 #
@@ -33,4 +35,7 @@ if [[ $tier == quick ]]; then
 else
   scripts/install-deps.sh
   cargo test --profile checked --locked --workspace "$@"
+  if [[ $# -eq 0 ]]; then
+    scripts/fuzz.sh --seconds 60
+  fi
 fi

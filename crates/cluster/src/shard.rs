@@ -501,6 +501,11 @@ impl Shard {
 
     pub fn on_peer(&mut self, from: ShardAddr, msg: PeerMsg, now: Micros, out: &mut Outbox) {
         self.cx.now = now;
+        if msg.malformed().is_some() {
+            // No shard sends it; nothing the receiver could answer would
+            // help the sender, so it is dropped unanswered.
+            return;
+        }
         if !self.listens_to(from, &msg) {
             self.refuse_peer(from, msg, out);
             return;

@@ -3,141 +3,12 @@
 //! decodes is executed by a real shard. Any panic fails the test. Seeded, so
 //! a failure replays.
 
-use latsdb_cluster::{Outbox, Shard, ShardConfig};
-use latsdb_types::expr::{Aggregate, CmpOp, Expr};
+mod input_seeds;
+
+use input_seeds::{seeds, shard_and_meta};
+use latsdb_cluster::Outbox;
 use latsdb_types::proto::{self, *};
 use latsdb_types::rng::Rng;
-use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableDef, TableSpec};
-use latsdb_types::{TableMeta, Value};
-
-fn shard_and_meta() -> (Shard, TableMeta) {
-    let spec = TableSpec::new("f", "t")
-        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Int)))
-        .column(ColumnDef::new("s", ColumnType::VarChar(8)))
-        .column(ColumnDef::new("d", ColumnType::Decimal { precision: 10, scale: 2 }))
-        .column(ColumnDef::new("b", ColumnType::Blob))
-        .column(ColumnDef::new("ts", ColumnType::Timestamp))
-        .primary_key(&["id"]);
-    let def = TableDef::from_spec(&spec, 1, 1).unwrap().with_index("s_idx", &["s".into()], false).unwrap();
-    let layout = ClusterLayout::builder("f")
-        .mgmd(1, "f")
-        .datanodes(vec![DataNodeInfo {
-            node_id: 2,
-            node_group: 0,
-            host: "f".into(),
-            status: NodeStatus::Started,
-            shards: vec!["f".into()],
-            pid: 0,
-        }])
-        .node_groups(1)
-        .default_partitions(1)
-        .lock_wait_timeout_ms(5)
-        .first_view(ViewNumber(1))
-        .build();
-    let cfg = ShardConfig {
-        me: ShardAddr { node: 2, shard: 0 },
-        lock_wait_timeout_us: 5_000,
-        first_tx_seq: 1,
-        data_memory_bytes: 1 << 20,
-        redo_limit_bytes: 0,
-        lease: latsdb_cluster::Lease::unlimited(),
-        durable: false,
-        node_shards: 1,
-        pages: latsdb_cluster::PagesConfig::default(),
-    };
-    let mut shard = Shard::new(cfg, layout);
-    shard.apply_schema(SchemaChange::CreateTable(def.clone())).unwrap();
-    (shard, TableMeta::new(def))
-}
-
-fn seeds(meta: &TableMeta) -> Vec<ClientRequest> {
-    let key = |i: i64| meta.encode_key(&[Value::Int(i)]).unwrap();
-    let op =
-        |i: i64, kind: OpKind| KeyOp { table: 1, table_version: 2, partition: 0, key: key(i), kind, projection: None };
-    let row = |i: i64| {
-        vec![
-            Value::Int(i),
-            Value::Str("abc".into()),
-            Value::Str("12.5".into()),
-            Value::Bytes(vec![1, 2]),
-            Value::Timestamp(5),
-        ]
-    };
-    let filter = Expr::And(vec![
-        Expr::cmp(CmpOp::Gt, Expr::Column(0), Expr::Const(Value::Int(3))),
-        Expr::Like(Box::new(Expr::Column(1)), "a%".into()),
-    ]);
-    vec![
-        ClientRequest::Batch(vec![op(1, OpKind::Insert { row: row(1) }), op(2, OpKind::Upsert { row: row(2) })]),
-        ClientRequest::Batch(vec![
-            op(1, OpKind::Read { lock: LockMode::Shared }),
-            KeyOp {
-                projection: Some(std::sync::Arc::from([1, 3])),
-                ..op(2, OpKind::Read { lock: LockMode::Committed })
-            },
-        ]),
-        ClientRequest::TxExec {
-            tx: None,
-            ops: vec![
-                op(
-                    1,
-                    OpKind::Update {
-                        set: vec![(
-                            2,
-                            Expr::Arith(
-                                latsdb_types::expr::ArithOp::Add,
-                                Box::new(Expr::Column(2)),
-                                Box::new(Expr::Const(Value::Int(1))),
-                            ),
-                        )],
-                    },
-                ),
-                op(3, OpKind::Delete),
-            ],
-            commit: true,
-        },
-        ClientRequest::TxExec { tx: None, ops: vec![op(2, OpKind::Read { lock: LockMode::Exclusive })], commit: false },
-        ClientRequest::Scan(ScanRequest {
-            table: 1,
-            table_version: 2,
-            partition: 0,
-            index: 1,
-            lower: KeyBound::Included(vec![1, b'a', 0, 1]),
-            upper: KeyBound::Unbounded,
-            resume_after: None,
-            filter: Some(filter),
-            projection: Some(vec![0, 4]),
-            max_rows: 10,
-            aggregates: vec![],
-        }),
-        ClientRequest::Scan(ScanRequest {
-            table: 1,
-            table_version: 2,
-            partition: 0,
-            index: 0,
-            lower: KeyBound::Unbounded,
-            upper: KeyBound::Excluded(key(9)),
-            resume_after: Some(key(1)),
-            filter: None,
-            projection: None,
-            max_rows: 3,
-            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(2), Aggregate::Max(1)],
-        }),
-        ClientRequest::TxAbort { tx: TxId { tc: ShardAddr { node: 2, shard: 0 }, seq: 2 } },
-        // Committed reads only: answered from the frame (`on_lookups`).
-        ClientRequest::Batch(vec![
-            op(1, OpKind::Read { lock: LockMode::Committed }),
-            KeyOp {
-                projection: Some(std::sync::Arc::from([1, 3])),
-                ..op(2, OpKind::Read { lock: LockMode::Committed })
-            },
-            KeyOp {
-                projection: Some(std::sync::Arc::from([1, 3])),
-                ..op(3, OpKind::Read { lock: LockMode::Committed })
-            },
-        ]),
-    ]
-}
 
 fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>) {
     match rng.index(5) {
@@ -203,4 +74,33 @@ fn mutated_requests_never_panic_a_shard() {
     }
     assert!(decoded > 20_000, "too few mutated requests decoded ({decoded}) to exercise the shard");
     assert!(from_frame > 2_000, "too few mutated batches of committed reads ({from_frame}) answered from the frame");
+}
+
+/// Writes the seed requests as frame bodies into the fuzz corpus of the
+/// `native_frames` target: `cargo test -p latsdb-cluster --test
+/// mutated_input -- --ignored` after the requests change.
+#[test]
+#[ignore]
+fn write_native_frames_corpus() {
+    let (_, meta) = shard_and_meta();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/native_frames");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, request) in seeds(&meta).iter().enumerate() {
+        std::fs::write(dir.join(format!("seed-{i:02}")), &proto::frame(0, request)[12..]).unwrap();
+    }
+}
+
+/// Every input the `native_frames` fuzz target found a panic with (kept in
+/// fuzz/regressions/native_frames once fixed) runs through a shard again,
+/// as the target runs it.
+#[test]
+fn fuzz_findings_never_panic_a_shard() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/native_frames");
+    let mut replayed = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        input_seeds::run_frames(&data);
+        replayed += 1;
+    }
+    assert!(replayed >= 2, "the findings are kept in {}", dir.display());
 }

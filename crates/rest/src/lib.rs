@@ -17,7 +17,7 @@
 //! key operations go to the data nodes in one round trip per shard.
 
 pub mod auth;
-mod fastpath;
+pub mod fastpath;
 pub mod features;
 pub mod hopsworks;
 pub mod json;

@@ -35,6 +35,19 @@ pub struct ResolvedTable {
     projections: Mutex<Vec<(Vec<String>, Projection)>>,
 }
 
+impl ResolvedTable {
+    pub fn new(table: Arc<Table>) -> ResolvedTable {
+        let def = table.def();
+        let key_names =
+            def.primary_key.iter().map(|&c| def.columns[c as usize].name.as_str()).collect::<Vec<_>>().join(", ");
+        let float_key = def
+            .primary_key
+            .iter()
+            .any(|&c| matches!(def.columns[c as usize].ty, ColumnType::Float | ColumnType::Double));
+        ResolvedTable { table, key_names, float_key, projections: Mutex::new(Vec::new()) }
+    }
+}
+
 enum CachedTable {
     Found(Arc<ResolvedTable>),
     Missing(Instant, String),
@@ -109,21 +122,7 @@ impl Rest {
             // The hidden tables of unique indexes are written only with
             // their tables.
             Ok(table) if table.def().is_hidden() => Err(format!("table '{database}.{name}' does not exist")),
-            Ok(table) => {
-                let key_names = table
-                    .def()
-                    .primary_key
-                    .iter()
-                    .map(|&c| table.def().columns[c as usize].name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                let float_key = table
-                    .def()
-                    .primary_key
-                    .iter()
-                    .any(|&c| matches!(table.def().columns[c as usize].ty, ColumnType::Float | ColumnType::Double));
-                Ok(Arc::new(ResolvedTable { table, key_names, float_key, projections: Mutex::new(Vec::new()) }))
-            }
+            Ok(table) => Ok(Arc::new(ResolvedTable::new(table))),
             Err(e) if e.code == ErrorCode::UnknownTable => Err(format!("table '{database}.{name}' does not exist")),
             Err(e) => return Err(HttpError::from_db(e)),
         };

@@ -40,7 +40,7 @@ const ALLOWED_ENTRIES_MAX: usize = 9;
 /// Rust files over `FILE_LINES_MAX` lines. Shrinking.
 const LONG_FILES_ALLOWED: &[&str] = &["crates/sql/src/bind.rs", "crates/sql/src/catalog.rs", "crates/sql/src/eval.rs"];
 
-/// Host names of package registries. Cargo.lock is exempt: cargo writes
+/// Host names of package registries. Cargo.lock files are exempt (the workspace's and fuzz/'s): cargo writes
 /// its registry's identifier into it, and it is not edited by hand.
 const REGISTRY_HOSTS: &[&str] = &[
     "repo1.maven.org",
@@ -385,7 +385,7 @@ fn no_package_registry_host_is_named() {
     let root = repo_root();
     let mut found = Vec::new();
     for (path, text) in repo_files(&root) {
-        if path == "Cargo.lock" || path.ends_with("tidy.rs") {
+        if path == "Cargo.lock" || path.ends_with("/Cargo.lock") || path.ends_with("tidy.rs") {
             continue;
         }
         for (number, line) in text.lines().enumerate() {

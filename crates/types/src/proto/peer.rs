@@ -188,6 +188,51 @@ pub enum PeerMsg {
     },
 }
 
+impl PeerMsg {
+    /// Epochs at or past this are refused from peers: at one epoch a
+    /// millisecond a cluster would need 146 million years to reach it, so
+    /// only corrupt or hostile bytes carry one, and taking it would make
+    /// every later epoch overflow.
+    pub const EPOCH_LIMIT: CommitEpoch = CommitEpoch(1 << 62);
+
+    /// The commit epoch the message carries, if any.
+    fn epoch(&self) -> Option<CommitEpoch> {
+        match self {
+            PeerMsg::TxOpResults { epoch, .. }
+            | PeerMsg::TxCommit { epoch, .. }
+            | PeerMsg::ReplicaCommit { epoch, .. }
+            | PeerMsg::ReplicaApply { epoch, .. }
+            | PeerMsg::TakeoverCommit { epoch, .. }
+            | PeerMsg::EpochSwitch { epoch }
+            | PeerMsg::EpochCompleted { epoch, .. }
+            | PeerMsg::EpochSave { epoch }
+            | PeerMsg::EpochSaved { epoch }
+            | PeerMsg::EpochDurable { epoch }
+            | PeerMsg::SyncRows { epoch, .. } => Some(*epoch),
+            PeerMsg::TakeoverReport(report) => report.committed.iter().map(|(_, e)| *e).max(),
+            _ => None,
+        }
+    }
+
+    /// What makes the message impossible whatever the receiver's state,
+    /// or None. A shard drops such a message before it reaches a block:
+    /// the bytes came off a socket, and the blocks assert these facts.
+    pub fn malformed(&self) -> Option<&'static str> {
+        let commits = matches!(
+            self,
+            PeerMsg::TxCommit { .. }
+                | PeerMsg::ReplicaCommit { .. }
+                | PeerMsg::ReplicaApply { .. }
+                | PeerMsg::TakeoverCommit { .. }
+        );
+        match self.epoch() {
+            Some(epoch) if epoch >= Self::EPOCH_LIMIT => Some("an epoch no cluster reaches"),
+            Some(CommitEpoch::NONE) if commits => Some("a commit in epoch 0"),
+            _ => None,
+        }
+    }
+}
+
 /// Keys after `after` (exclusive) up to `upto` (inclusive); None is
 /// unbounded on that side.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
