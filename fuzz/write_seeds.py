@@ -68,24 +68,39 @@ EXPRESSIONS = [
     "LAST_INSERT_ID()",
 ]
 
+STATEMENTS = [
+    "SELECT v, COUNT(*), SUM(n) FROM t WHERE i BETWEEN 1 AND 10 AND c LIKE 'a%' GROUP BY v HAVING COUNT(*) > 1 "
+    "ORDER BY 2 DESC LIMIT 3, 4",
+    "SELECT a.v, b.dt FROM t a LEFT JOIN u b ON a.i = b.i WHERE b.tm IS NULL OR a.e = 'b' FOR UPDATE",
+    "SELECT * FROM t WHERE v = ? AND i IN (SELECT i FROM u WHERE y > 2000) UNION ALL SELECT * FROM u",
+    "WITH r AS (SELECT i, ROW_NUMBER() OVER (PARTITION BY e ORDER BY dtm) AS rn FROM t) SELECT * FROM r WHERE rn < 3",
+    "SELECT DISTINCT CAST(tx AS DATETIME), (SELECT MAX(f) FROM u) FROM t WHERE i > ? ORDER BY v LIMIT 10",
+    "INSERT INTO t (i, v, n, dt) VALUES (1, 'x', 1.5, '2024-01-01'), (?, ?, ?, ?) "
+    "ON DUPLICATE KEY UPDATE n = VALUES(n) + 1",
+    "INSERT INTO t SELECT * FROM u WHERE i < 5",
+    "UPDATE t SET f = f * 2, v = CONCAT(v, 'x') WHERE i = 7",
+    "UPDATE t JOIN u ON t.i = u.i SET t.y = u.y WHERE u.b",
+    "DELETE FROM t WHERE dtm < NOW() - INTERVAL 1 DAY ORDER BY i LIMIT 5",
+]
+
 REST_BODIES = {
     "batch": '{"operations":[{"method":"POST","relative-url":"db/t/pk-read","body":{"filters":'
-             '[{"column":"id","value":7},{"column":"k","value":"a"}],"readColumns":[{"column":"f"},'
+             '[{"column":"i","value":7},{"column":"v","value":"a"}],"readColumns":[{"column":"f"},'
              '{"column":"bl","dataReturnType":"default"}],"operationId":"op1"}}]}',
     "batch_write": '{"operations":[{"method":"POST","relative-url":"/0.1.0/db/t/pk-write","body":{"data":'
-                   '{"id":1,"k":"x","n":"12.5","dt":"2024-01-01","bn":"AAEC","tm":"-838:59:59"}}},'
+                   '{"i":1,"v":"x","n":"12.5","dt":"2024-01-01","bn":"AAEC","tm":"-838:59:59"}}},'
                    '{"method":"POST","relative-url":"db/t/pk-delete","body":{"filters":'
-                   '[{"column":"id","value":-1},{"column":"k","value":"\\u00e9"}]}}]}',
-    "op_read": '{"filters":[{"column":"id","value":1},{"column":"k","value":"z"}],"readColumns":[{"column":"dtm"}]}',
-    "op_write": '{"filters":[{"column":"id","value":1},{"column":"k","value":"z"}],"writeColumns":'
+                   '[{"column":"i","value":-1},{"column":"v","value":"\\u00e9"}]}}]}',
+    "op_read": '{"filters":[{"column":"i","value":1},{"column":"v","value":"z"}],"readColumns":[{"column":"dtm"}]}',
+    "op_write": '{"filters":[{"column":"i","value":1},{"column":"v","value":"z"}],"writeColumns":'
                 '[{"column":"u","value":65535},{"column":"f","value":1.5e38},'
                 '{"column":"ts","value":"2038-01-19 03:14:07.999"},{"column":"bt","value":"Hw=="},'
-                '{"column":"s","value":"x,y"},{"column":"bo","value":true},{"column":"y","value":1901}]}',
-    "op_data": '{"data":{"id":9223372036854775807,"k":"","e":"b","dt":"1111:11:11","bl":null}}',
+                '{"column":"s","value":"x,y"},{"column":"b","value":true},{"column":"y","value":1901}]}',
+    "op_data": '{"data":{"i":2147483647,"v":"","e":"b","dt":"1111:11:11","bl":null}}',
     "feature_view": '{"name":"fv","version":1,"featureStore":"fs","groups":[{"table":"db.t","prefix":"p_",'
-                    '"features":["f","n"],"join":["id"]}]}',
+                    '"features":["f","n"],"join":["i"]}]}',
     "feature_request": '{"featureStoreName":"fs","featureViewName":"fv","featureViewVersion":1,'
-                       '"entries":{"id":1},"passedFeatures":{"f":2.5},"metadataOptions":'
+                       '"entries":{"i":1},"passedFeatures":{"f":2.5},"metadataOptions":'
                        '{"featureName":true,"featureType":true},"options":{"validatePassedFeatures":true}}',
     "url": "db/t/pk-read",
 }
@@ -106,6 +121,8 @@ def main():
     mysql_packets()
     for i, expression in enumerate(EXPRESSIONS):
         write("sql_expressions", f"e{i:02}", expression)
+    for i, statement in enumerate(STATEMENTS):
+        write("sql_statements", f"s{i:02}", statement)
     for name, body in REST_BODIES.items():
         write("rest_bodies", name, body)
     for name, data in AVRO.items():

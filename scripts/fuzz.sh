@@ -71,22 +71,24 @@ run_one() {
 }
 
 failed=0
-pids=()
+running=0
 for target in "${targets[@]}"; do
   if [[ ! -d fuzz/corpus/$target ]]; then
     echo "fuzz: no target $target (cargo fuzz list names them)" >&2
     exit 2
   fi
+  # Two at a time: the next starts as soon as either ends.
+  if [[ $running -ge 2 ]]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
   if [[ $runs -gt 0 ]]; then echo "fuzz: $target started ($runs executions)"; else echo "fuzz: $target started (${seconds} s)"; fi
   run_one "$target" &
-  pids+=($!)
-  if [[ ${#pids[@]} -ge 2 ]]; then
-    wait "${pids[0]}" || failed=1
-    pids=("${pids[@]:1}")
-  fi
+  running=$((running + 1))
 done
-for pid in "${pids[@]}"; do
-  wait "$pid" || failed=1
+while [[ $running -gt 0 ]]; do
+  wait -n || failed=1
+  running=$((running - 1))
 done
 if [[ $failed -ne 0 ]]; then
   echo "fuzz: a target found an input that fails it (above)" >&2

@@ -37,11 +37,12 @@ fi
 # Python tools of the test suite, pinned, in a virtual environment of the
 # project's own (target/pyenv), so nothing depends on what is installed by hand:
 # schemathesis for the REST fuzz test, the MySQL drivers PyMySQL and
-# mysql-connector-python for the SQL node's client test. Each requirements
+# mysql-connector-python for the SQL node's client test, prometheus_client
+# for the metrics test. Each requirements
 # file is installed again only when it differs from the copy kept beside the
 # venv when it was last installed.
 VENV=target/pyenv
-for REQ in scripts/requirements-rest-fuzz.txt scripts/requirements-sql-clients.txt; do
+for REQ in scripts/requirements-rest-fuzz.txt scripts/requirements-sql-clients.txt scripts/requirements-metrics.txt; do
   INSTALLED="$VENV/installed-$(basename "$REQ")"
   if ! cmp -s "$REQ" "$INSTALLED" 2>/dev/null; then
     command -v python3 >/dev/null 2>&1 || { echo "python3 is needed for the Python test tools ($REQ); install it" >&2; exit 1; }

@@ -1,17 +1,18 @@
 //! REST request bodies and paths from any HTTP client: a batch body is read
 //! by the fast path and by serde, and where the fast path answers it must
 //! answer what serde reads; an operation body is checked and planned as
-//! every kind of operation against a table with a key and a column of
-//! each kind (JSON values converted to column values); a relative URL is
-//! split; feature-view definitions and feature-vector requests are parsed.
-//! Errors are answers; a panic is a finding.
+//! every kind of operation (JSON values converted to column values) against
+//! a table with a two-column key and a column of every type
+//! (`latsdb_fuzz::columns_of_every_type`); a relative URL is split;
+//! feature-view definitions and feature-vector requests are parsed. Errors
+//! are answers; a panic is a finding.
 #![no_main]
 
 use latsdb_client::Table;
 use latsdb_rest::fastpath;
 use latsdb_rest::pk::{self, BatchBody, OpBody, PkKind, PkRequest};
 use latsdb_rest::state::ResolvedTable;
-use latsdb_types::schema::{ColumnDef, ColumnType as T, IntWidth, TableDef, TableSpec};
+use latsdb_types::schema::{TableDef, TableSpec};
 use libfuzzer_sys::fuzz_target;
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
@@ -21,24 +22,10 @@ const KINDS: [PkKind; 5] = [PkKind::Read, PkKind::Write, PkKind::Update, PkKind:
 fn table() -> &'static Arc<ResolvedTable> {
     static TABLE: OnceLock<Arc<ResolvedTable>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let spec = TableSpec::new("db", "t")
-            .column(ColumnDef::new("id", T::int(IntWidth::Big)))
-            .column(ColumnDef::new("k", T::VarChar(8)))
-            .column(ColumnDef::new("u", T::uint(IntWidth::Small)))
-            .column(ColumnDef::new("f", T::Float))
-            .column(ColumnDef::new("n", T::Decimal { precision: 9, scale: 3 }))
-            .column(ColumnDef::new("bn", T::Binary(3)))
-            .column(ColumnDef::new("bl", T::Blob))
-            .column(ColumnDef::new("dt", T::Date))
-            .column(ColumnDef::new("dtm", T::DateTime).fraction_digits(3))
-            .column(ColumnDef::new("ts", T::Timestamp))
-            .column(ColumnDef::new("tm", T::Time))
-            .column(ColumnDef::new("y", T::Year))
-            .column(ColumnDef::new("bt", T::Bit(5)))
-            .column(ColumnDef::new("e", T::Enum).members(["a", "b"]))
-            .column(ColumnDef::new("s", T::Set).members(["x", "y"]))
-            .column(ColumnDef::new("bo", T::Boolean))
-            .primary_key(&["id", "k"]);
+        let spec = latsdb_fuzz::columns_of_every_type()
+            .into_iter()
+            .fold(TableSpec::new("db", "t"), |spec, (column, _)| spec.column(column))
+            .primary_key(&["i", "v"]);
         let def = TableDef::from_spec(&spec, 7, 1).expect("a valid table");
         Arc::new(ResolvedTable::new(Table::from_def(def)))
     })

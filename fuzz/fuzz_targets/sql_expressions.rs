@@ -11,8 +11,8 @@ use latsdb_sql::bind::{Binder, ScopeTable};
 use latsdb_sql::error::SqlResult;
 use latsdb_sql::eval::{self, Env, SessionLookup, SessionValue};
 use latsdb_sql::parse;
-use latsdb_types::schema::{ColumnDef, ColumnType as T, IntWidth};
-use latsdb_types::{Collation, Decimal, Value};
+use latsdb_types::schema::ColumnDef;
+use latsdb_types::Value;
 use libfuzzer_sys::fuzz_target;
 use sqlparser::ast::{SelectItem, SetExpr, Statement};
 
@@ -30,34 +30,7 @@ impl SessionLookup for Session {
 }
 
 fn table() -> (ScopeTable, Vec<Value>) {
-    let text = |n: &str, t: T| ColumnDef::new(n, t);
-    let columns = vec![
-        (text("i", T::int(IntWidth::Int)), Value::Int(-42)),
-        (text("u", T::uint(IntWidth::Big)), Value::UInt(u64::MAX)),
-        (text("f", T::Float), Value::Float(1.5)),
-        (text("d", T::Double), Value::Float(-2.25e300)),
-        (
-            text("n", T::Decimal { precision: 20, scale: 4 }),
-            Value::Decimal(Decimal::parse("-1234.5678").expect("a decimal")),
-        ),
-        (text("c", T::Char(4)).collated(Collation::GeneralCi), Value::Str("Ab".into())),
-        (text("v", T::VarChar(16)), Value::Str("héllo wörld".into())),
-        (text("bn", T::Binary(4)), Value::Bytes(vec![0, 255, 1, 0])),
-        (text("vb", T::VarBinary(8)), Value::Bytes(vec![0x80, 0x7f])),
-        (text("tx", T::Text), Value::Str("2024-02-29 23:59:59.5".into())),
-        (text("bl", T::Blob), Value::Bytes(b"\xff\xfe".to_vec())),
-        (text("dt", T::Date), Value::Date(19_782)),
-        (text("dtm", T::DateTime).fraction_digits(6), Value::DateTime(1_700_000_000_999_999)),
-        (text("ts", T::Timestamp), Value::Timestamp(1_000_000)),
-        (text("b", T::Boolean), Value::Bool(true)),
-        (text("tm", T::Time).fraction_digits(3), Value::Time(-3_020_399_000_000)),
-        (text("y", T::Year), Value::Int(2155)),
-        (text("bt", T::Bit(12)), Value::UInt(0xfff)),
-        (text("e", T::Enum).members(["a", "b", "c"]), Value::Str("b".into())),
-        (text("s", T::Set).members(["x", "y", "z"]), Value::Str("x,z".into())),
-        (text("nl", T::int(IntWidth::Tiny)), Value::Null),
-    ];
-    let (defs, row): (Vec<ColumnDef>, Vec<Value>) = columns.into_iter().unzip();
+    let (defs, row): (Vec<ColumnDef>, Vec<Value>) = latsdb_fuzz::columns_of_every_type().into_iter().unzip();
     let scope = ScopeTable {
         alias: "t".into(),
         db: "db".into(),

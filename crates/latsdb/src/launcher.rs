@@ -43,6 +43,11 @@ pub struct StartArgs {
     /// Serve the management server's GET /metrics (Prometheus) on this port.
     #[arg(long)]
     mgmd_metrics_port: Option<u16>,
+    /// Serve GET /metrics from every process on free ports (the management
+    /// server's on --mgmd-metrics-port if given) and print their addresses;
+    /// the REST node always answers GET /metrics on its own port.
+    #[arg(long)]
+    metrics: bool,
     /// Data nodes to start.
     #[arg(long, default_value_t = 2)]
     datanodes: u16,
@@ -278,6 +283,9 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                 "--data-dir".into(),
                 dir.display().to_string(),
             ]
+            .into_iter()
+            .chain(args.metrics.then(|| ["--metrics-port".to_string(), "0".into()]).into_iter().flatten())
+            .collect::<Vec<String>>()
         };
         for d in &config.datanodes {
             let name = format!("datanode {}", d.node_id);
@@ -304,6 +312,9 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             for u in &args.sql_users {
                 sql_args.extend(["--user".to_string(), u.clone()]);
             }
+            if args.metrics {
+                sql_args.extend(["--metrics-port".to_string(), "0".into()]);
+            }
             if let (Some(cert), Some(key)) = (&args.sql_tls_cert, &args.sql_tls_key) {
                 sql_args.extend(["--tls-cert".to_string(), cert.display().to_string(), "--tls-key".into(), key.display().to_string()]);
             }
@@ -321,6 +332,11 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         if let Some((rest, auth)) = &rest_address {
             let scheme = if args.rest_tls_cert.is_some() { "https" } else { "http" };
             println!("  rest         {scheme}://{rest}/{} (auth: {auth})", latsdb_rest::API_VERSION);
+        }
+        if args.metrics {
+            for (name, at) in metrics_addresses(&procs) {
+                println!("  metrics      {name:<12} {at}");
+            }
         }
         println!("  logs         {}", dir.display());
         println!("Try: latsdb mgm --mgmd {address} show");
@@ -471,6 +487,8 @@ fn cluster_config(args: &StartArgs) -> Result<ClusterConfig, String> {
     }
     if args.mgmd_metrics_port.is_some() {
         config.mgmd.metrics_port = args.mgmd_metrics_port;
+    } else if args.metrics {
+        config.mgmd.metrics_port = Some(0);
     }
     config.validate().map_err(|e| e.message)?;
     Ok(config)
@@ -499,6 +517,24 @@ async fn wait_started(address: &str, procs: &mut [Proc], deadline: Instant) -> R
 
 /// Starts an API node (`rest`, `sql`) and waits until it writes its
 /// listening address to `<name>.addr`.
+/// Where each started process serves GET /metrics, as its log says (a
+/// process given `--metrics-port 0` prints the address it got).
+fn metrics_addresses(procs: &[Proc]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for p in procs {
+        let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+        let address = text
+            .split_whitespace()
+            .rev()
+            .find(|w| w.starts_with("http://") && w.ends_with("/metrics"))
+            .map(|w| w.trim_end_matches(['.', ',']).to_string());
+        if let Some(address) = address {
+            found.push((p.name.clone(), address));
+        }
+    }
+    found
+}
+
 async fn start_api_node(
     name: &str,
     what: &str,

@@ -82,6 +82,9 @@ enum Command {
         /// `latsdb mgm N start` for it, and reports to the cluster log.
         #[arg(long)]
         no_restart: bool,
+        /// Serve GET /metrics (Prometheus) on this port (0 picks a free one; the address is printed).
+        #[arg(long)]
+        metrics_port: Option<u16>,
         /// Write the node id here once registered (the angel's channel).
         #[arg(long, hide = true)]
         node_id_file: Option<PathBuf>,
@@ -184,31 +187,53 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Start(args) => launcher::run(args),
         Command::Mgmd { config, port, ready_file, data_dir } => run_mgmd(config, port, ready_file, data_dir),
-        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial, no_restart: false, .. } => {
+        Command::Datanode {
+            mgmd,
+            node_id,
+            threads,
+            data_dir,
+            diskless,
+            initial,
+            no_restart: false,
+            metrics_port,
+            ..
+        } => {
             let mut flags = vec![std::ffi::OsString::from("--data-dir"), data_dir.into_os_string()];
             if let Some(threads) = threads {
                 flags.extend(["--threads".into(), threads.to_string().into()]);
+            }
+            if let Some(port) = metrics_port {
+                flags.extend(["--metrics-port".into(), port.to_string().into()]);
             }
             if diskless {
                 flags.push("--diskless".into());
             }
             angel::run(angel::AngelArgs { mgmd, node_id, flags, initial })
         }
-        Command::Datanode { mgmd, node_id, threads, data_dir, diskless, initial, no_restart: true, node_id_file } => {
-            runtime(1).and_then(|rt| {
-                use_huge_pages();
-                rt.block_on(latsdb_node::datanode::run_datanode(latsdb_node::datanode::DataNodeOptions {
-                    mgmd,
-                    node_id,
-                    threads,
-                    connect_timeout: Duration::from_secs(30),
-                    data_dir: (!diskless).then_some(data_dir),
-                    initial,
-                    node_id_file,
-                }))
-                .map_err(|e| e.to_string())
-            })
-        }
+        Command::Datanode {
+            mgmd,
+            node_id,
+            threads,
+            data_dir,
+            diskless,
+            initial,
+            no_restart: true,
+            node_id_file,
+            metrics_port,
+        } => runtime(1).and_then(|rt| {
+            use_huge_pages();
+            rt.block_on(latsdb_node::datanode::run_datanode(latsdb_node::datanode::DataNodeOptions {
+                mgmd,
+                node_id,
+                threads,
+                connect_timeout: Duration::from_secs(30),
+                data_dir: (!diskless).then_some(data_dir),
+                initial,
+                node_id_file,
+                metrics_port,
+            }))
+            .map_err(|e| e.to_string())
+        }),
         Command::Rest(args) => rest_cmd::run_rest(args),
         Command::Sql(args) => sql_cmd::run_sql(args),
         Command::Apikey(args) => runtime(1).and_then(|rt| rt.block_on(rest_cmd::run_apikey(args))),

@@ -39,6 +39,9 @@ pub struct SqlArgs {
     /// Refuse clients that do not use TLS.
     #[arg(long)]
     require_secure_transport: bool,
+    /// Serve GET /metrics (Prometheus) on this port of --bind (0 picks a free one; the address is printed).
+    #[arg(long)]
+    metrics_port: Option<u16>,
 }
 
 pub fn run_sql(args: SqlArgs) -> Result<(), String> {
@@ -58,5 +61,6 @@ pub fn run_sql(args: SqlArgs) -> Result<(), String> {
         ready_file: args.ready_file,
         tls: args.tls_cert.zip(args.tls_key),
         require_tls: args.require_secure_transport,
+        metrics_port: args.metrics_port,
     })
 }

@@ -5,6 +5,7 @@
 //! requests costs one read. The writer gathers every frame queued while it
 //! was busy into one write, so answers to many requests share a syscall.
 
+pub mod metrics;
 pub mod serve;
 pub mod tls;
 

@@ -29,6 +29,9 @@ pub struct DataNodeOptions {
     /// Where to write the node id once registered (for the angel that
     /// started this node without naming one).
     pub node_id_file: Option<std::path::PathBuf>,
+    /// Serve `GET /metrics` (Prometheus) on this port of the node's host
+    /// (0 picks a free one); None serves none.
+    pub metrics_port: Option<u16>,
 }
 
 /// Shard threads chosen from the CPUs this process may use: on two CPUs or
@@ -125,6 +128,9 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     tell_angel(opts.node_id_file.as_deref(), node_id);
     let threads = settings.threads;
     let shards = spawn_shards(&opts, &settings)?;
+    if let Some(port) = opts.metrics_port {
+        serve_metrics(node_id, &settings.host, port, &shards).await?;
+    }
     let addresses: Vec<String> = shards.iter().map(|s| s.address.clone()).collect();
     let (images, recovery) = read_data_dir(&opts, node_id, threads)?;
     let started = MgmRequest::DataNodeStarted { node_id, shards: addresses.clone(), recovery };
@@ -246,6 +252,52 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
         Some(reason) => Err(DbError::new(ErrorCode::NodeUnavailable, reason)),
         None => Ok(()),
     }
+}
+
+/// Serves this node's `GET /metrics`: each shard's usage and operation
+/// counts, asked of the shard threads at each scrape (the same series the
+/// management server shows for every node, `latsdb_rows` and so on).
+async fn serve_metrics(node_id: NodeId, host: &str, port: u16, shards: &[ShardHandle]) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind((host, port)).await.map_err(|e| {
+        DbError::new(
+            ErrorCode::Io,
+            format!("data node {node_id} cannot serve metrics on {host}:{port}: {e}; pick another --metrics-port"),
+        )
+    })?;
+    let at = listener.local_addr().map_err(|e| DbError::io("local_addr", e))?;
+    log("datanode", format!("node {node_id}: metrics at http://{at}/metrics"));
+    println!("datanode {node_id} metrics http://{at}/metrics");
+    let controls: std::sync::Arc<[_]> = shards.iter().map(|s| s.control.clone()).collect();
+    tokio::spawn(latsdb_net::metrics::serve(listener, "data node", move || {
+        let controls = controls.clone();
+        async move {
+            let report = shard_reports(&controls).await;
+            let mut out = String::with_capacity(4096);
+            crate::mgmd::metrics::render_usage(&mut out, &[(node_id, report)]);
+            out
+        }
+    }));
+    Ok(())
+}
+
+/// Every running shard's usage report (a stopped shard is left out).
+async fn shard_reports(
+    controls: &[tokio::sync::mpsc::UnboundedSender<Control>],
+) -> Vec<latsdb_types::proto::ShardMemory> {
+    let mut waits = Vec::new();
+    for control in controls {
+        let (tx, rx) = oneshot::channel();
+        if control.send(Control::Memory(tx)).is_ok() {
+            waits.push(rx);
+        }
+    }
+    let mut report = Vec::new();
+    for rx in waits {
+        if let Ok(m) = rx.await {
+            report.push(m);
+        }
+    }
+    report
 }
 
 /// Reads the node's data directory (emptied first on an initial start):
@@ -789,20 +841,8 @@ async fn handle_command(
             Err(e) => (NodeReply::Error(e), false),
         },
         NodeCommand::ReportMemory => {
-            let mut waits = Vec::new();
-            for s in shards {
-                let (tx, rx) = oneshot::channel();
-                if s.control.send(Control::Memory(tx)).is_ok() {
-                    waits.push(rx);
-                }
-            }
-            let mut report = Vec::new();
-            for rx in waits {
-                if let Ok(m) = rx.await {
-                    report.push(m);
-                }
-            }
-            (NodeReply::Memory(report), false)
+            let controls: Vec<_> = shards.iter().map(|s| s.control.clone()).collect();
+            (NodeReply::Memory(shard_reports(&controls).await), false)
         }
         NodeCommand::Stop => (NodeReply::Done, true),
         NodeCommand::Admit(node) => match shards.first().map(|s| s.control.send(Control::Admit(node)).is_ok()) {

@@ -190,7 +190,11 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         })?;
         let at = listener.local_addr().map_err(|e| DbError::io("local_addr", e))?;
         mgmd.event(Severity::Info, format!("metrics at http://{at}/metrics"));
-        tokio::spawn(metrics::serve(mgmd.clone(), listener));
+        let scraped = mgmd.clone();
+        tokio::spawn(latsdb_net::metrics::serve(listener, "management server", move || {
+            let mgmd = scraped.clone();
+            async move { mgmd.metrics_text() }
+        }));
     }
     println!("mgmd listening on {address}");
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

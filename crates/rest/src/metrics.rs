@@ -1,11 +1,8 @@
 //! Counters for `GET /metrics`, in the Prometheus text format.
 
+use latsdb_net::metrics::{header, Histogram};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Upper bounds of the request latency histogram, in microseconds.
-const LATENCY_BUCKETS_US: [u64; 12] =
-    [100, 250, 500, 1_000, 2_000, 5_000, 10_000, 25_000, 50_000, 100_000, 500_000, 2_000_000];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
@@ -63,9 +60,7 @@ const CLASSES: [&str; 3] = ["2xx", "4xx", "5xx"];
 #[derive(Default)]
 pub struct Metrics {
     requests: [[AtomicU64; 3]; 12],
-    latency_buckets: [AtomicU64; 12],
-    latency_count: AtomicU64,
-    latency_sum_us: AtomicU64,
+    latency: Histogram,
     /// Key operations executed inside requests, by outcome.
     pub ops_ok: AtomicU64,
     pub ops_not_found: AtomicU64,
@@ -81,11 +76,7 @@ impl Metrics {
         };
         let index = ENDPOINTS.iter().position(|&e| e == endpoint).unwrap_or(ENDPOINTS.len() - 1);
         self.requests[index][class].fetch_add(1, Ordering::Relaxed);
-        if let Some(bucket) = LATENCY_BUCKETS_US.iter().position(|&b| micros <= b) {
-            self.latency_buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
-        self.latency_sum_us.fetch_add(micros, Ordering::Relaxed);
+        self.latency.record(micros);
     }
 
     pub fn render(&self) -> String {
@@ -112,21 +103,8 @@ impl Metrics {
                 counter.load(Ordering::Relaxed)
             );
         }
-        out.push_str("# HELP latsdb_rest_request_seconds Time from a request's arrival to its answer.\n");
-        out.push_str("# TYPE latsdb_rest_request_seconds histogram\n");
-        let mut cumulative = 0;
-        for (bound, counter) in LATENCY_BUCKETS_US.iter().zip(&self.latency_buckets) {
-            cumulative += counter.load(Ordering::Relaxed);
-            let _ = writeln!(out, "latsdb_rest_request_seconds_bucket{{le=\"{}\"}} {cumulative}", *bound as f64 / 1e6);
-        }
-        let count = self.latency_count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "latsdb_rest_request_seconds_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(
-            out,
-            "latsdb_rest_request_seconds_sum {}",
-            self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "latsdb_rest_request_seconds_count {count}");
+        header(&mut out, "latsdb_rest_request_seconds", "histogram", "Time from a request's arrival to its answer.");
+        self.latency.render(&mut out, "latsdb_rest_request_seconds", "");
         out
     }
 }

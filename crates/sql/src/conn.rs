@@ -218,6 +218,13 @@ pub struct Tls {
 /// `tls`, the greeting offers CLIENT_SSL and a client that answers with an
 /// SSLRequest continues over TLS.
 pub async fn serve(shared: Arc<Shared>, stream: tokio::net::TcpStream, max_packet: usize, tls: Option<Tls>) {
+    let metrics = shared.metrics.clone();
+    metrics.connected();
+    serve_connected(shared, stream, max_packet, tls).await;
+    metrics.disconnected();
+}
+
+async fn serve_connected(shared: Arc<Shared>, stream: tokio::net::TcpStream, max_packet: usize, tls: Option<Tls>) {
     let connection_id = shared.connection_id();
     let host = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let mut io = PacketIo::new(stream, max_packet);

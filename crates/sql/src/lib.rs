@@ -17,6 +17,7 @@ pub mod error;
 pub mod eval;
 pub mod exec;
 pub mod explain;
+pub mod metrics;
 pub mod parse;
 pub mod plan;
 pub mod prepared;
@@ -51,6 +52,9 @@ pub struct SqlOptions {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Refuse clients that do not switch to TLS.
     pub require_tls: bool,
+    /// Serve GET /metrics (Prometheus) on this port of the listening
+    /// address's host (0 picks a free one); None serves none.
+    pub metrics_port: Option<u16>,
 }
 
 /// Runs a SQL node until SIGTERM or Ctrl-C: a thread per worker, each with
@@ -77,12 +81,16 @@ pub fn run(options: SqlOptions) -> Result<(), String> {
         coalesce: latsdb_net::Coalesce::Never,
         ..Default::default()
     };
+    let metrics = Arc::new(metrics::SqlMetrics::default());
+    if let Some(port) = options.metrics_port {
+        serve_metrics(std::net::SocketAddr::new(options.listen.ip(), port), metrics.clone())?;
+    }
     let (mgmd, accounts) = (options.mgmd.clone(), options.accounts.clone());
     let init = move || async move {
         let client = Client::connect_with(&mgmd, client_options)
             .await
             .map_err(|e| format!("cannot reach the cluster through {mgmd}: {}", e.message))?;
-        let shared = session::Shared::new(client, accounts);
+        let shared = session::Shared::new(client, accounts, metrics);
         shared.ensure_system_tables().await.map_err(|e| {
             format!("cannot create the SQL metadata tables in {}: {}", session::SYSTEM_DATABASE, e.message)
         })?;
@@ -114,5 +122,37 @@ pub fn run(options: SqlOptions) -> Result<(), String> {
         move |shared: &Arc<session::Shared>, stream| conn::serve(shared.clone(), stream, max_packet, tls.clone());
     latsdb_net::serve::serve_per_thread("sql-worker", threads, options.listen, init, join, listening, serve)?;
     println!("latsdb sql node stopped");
+    Ok(())
+}
+
+/// Serves GET /metrics at `address` from a thread of its own (the workers
+/// each run their own runtime); says where, or why it cannot.
+fn serve_metrics(address: SocketAddr, metrics: Arc<metrics::SqlMetrics>) -> Result<(), String> {
+    let listener = std::net::TcpListener::bind(address)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| format!("the SQL node cannot serve metrics on {address}: {e}; pick another --metrics-port"))?;
+    let at = listener.local_addr().map_err(|e| format!("metrics listener: {e}"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("the SQL node's metrics thread: {e}"))?;
+    std::thread::Builder::new()
+        .name("sql-metrics".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => {
+                        latsdb_net::metrics::serve(listener, "SQL node", move || {
+                            let metrics = metrics.clone();
+                            async move { metrics.render() }
+                        })
+                        .await
+                    }
+                    Err(e) => eprintln!("the SQL node's metrics listener failed: {e}; no metrics are served"),
+                }
+            })
+        })
+        .map_err(|e| format!("the SQL node's metrics thread: {e}"))?;
+    println!("latsdb sql node metrics http://{at}/metrics");
     Ok(())
 }

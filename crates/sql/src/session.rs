@@ -422,7 +422,9 @@ impl Session {
             self.warnings.clear();
         }
         self.statement_time = now_micros();
+        let started = std::time::Instant::now();
         let result = self.dispatch(stmt, params, cached).await;
+        self.shared.metrics.statement(stmt, started.elapsed().as_micros() as u64, result.is_err());
         match &result {
             Ok(Response::Ok { affected, .. }) => self.row_count = *affected as i64,
             Ok(Response::Rows { rows, .. }) => {

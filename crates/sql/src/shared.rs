@@ -33,6 +33,8 @@ pub struct Shared {
     auto_ranges: Arc<tokio::sync::Mutex<HashMap<u32, AutoRange>>>,
     /// When the node started (SHOW STATUS's Uptime).
     pub started: std::time::Instant,
+    /// The node's counters for GET /metrics, shared by its workers.
+    pub metrics: Arc<crate::metrics::SqlMetrics>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -45,7 +47,11 @@ struct AutoRange {
 }
 
 impl Shared {
-    pub fn new(client: Client, accounts: Vec<crate::auth::Account>) -> Arc<Shared> {
+    pub fn new(
+        client: Client,
+        accounts: Vec<crate::auth::Account>,
+        metrics: Arc<crate::metrics::SqlMetrics>,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
             client,
             accounts,
@@ -54,6 +60,7 @@ impl Shared {
             auto_columns: Arc::default(),
             auto_ranges: Arc::default(),
             started: std::time::Instant::now(),
+            metrics,
         })
     }
 
@@ -69,6 +76,7 @@ impl Shared {
             auto_columns: self.auto_columns.clone(),
             auto_ranges: self.auto_ranges.clone(),
             started: self.started,
+            metrics: self.metrics.clone(),
         })
     }
 

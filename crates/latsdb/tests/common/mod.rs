@@ -22,6 +22,8 @@ pub struct TestCluster {
     pub sql: String,
     pub output: mpsc::Receiver<String>,
     pub dir: tempfile::TempDir,
+    /// With `--metrics`: each process's name and its GET /metrics URL.
+    pub metrics: Vec<(String, String)>,
 }
 
 impl TestCluster {
@@ -45,8 +47,15 @@ impl TestCluster {
                 }
             }
         });
-        let mut cluster =
-            TestCluster { child, mgmd: String::new(), rest: String::new(), sql: String::new(), output: rx, dir };
+        let mut cluster = TestCluster {
+            child,
+            mgmd: String::new(),
+            rest: String::new(),
+            sql: String::new(),
+            output: rx,
+            dir,
+            metrics: Vec::new(),
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -60,6 +69,12 @@ impl TestCluster {
             if let Some(url) = line.trim().strip_prefix("rest") {
                 let url = url.trim().trim_start_matches("http://").trim_start_matches("https://");
                 cluster.rest = url.split('/').next().unwrap_or_default().to_string();
+            }
+            if let Some(words) = line.trim().strip_prefix("metrics ") {
+                let words: Vec<&str> = words.split_whitespace().collect();
+                if let Some((url, name)) = words.split_last() {
+                    cluster.metrics.push((name.join(" "), url.to_string()));
+                }
             }
             if let Some(rest) = line.trim().strip_prefix("sql ") {
                 cluster.sql = rest.split_whitespace().next().unwrap_or_default().to_string();

@@ -5,16 +5,9 @@
 //! last poll found it (`watch_usage`, every 5 s), so a scrape sends nothing
 //! to the data nodes.
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Request, Response};
+use latsdb_net::metrics::header;
 use latsdb_types::proto::{ClusterLayout, NodeId, NodeStatus, ShardMemory};
-use std::convert::Infallible;
 use std::fmt::Write;
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::net::TcpListener;
 
 /// What a scrape shows, taken under the management server's locks.
 pub struct Snapshot<'a> {
@@ -34,47 +27,6 @@ pub struct Backups {
     pub failed: u64,
     /// The newest completed one: its end (Unix ms), bytes and epoch.
     pub last: Option<(u64, u64, u64)>,
-}
-
-/// Serves `/metrics` on `listener` until the process ends.
-pub(super) async fn serve(mgmd: Arc<super::Mgmd>, listener: TcpListener) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let mgmd = mgmd.clone();
-        tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let service = hyper::service::service_fn(move |request| handle(mgmd.clone(), request));
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_secs(30));
-            // A scraper that goes away mid-request is not an error of ours.
-            let _ = builder.serve_connection(io, service).await;
-        });
-    }
-}
-
-async fn handle(mgmd: Arc<super::Mgmd>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (status, body) = if request.uri().path() != "/metrics" {
-        (404, "not found: the management server serves GET /metrics only\n".to_string())
-    } else if request.method() != hyper::Method::GET {
-        (405, "use GET for /metrics\n".to_string())
-    } else {
-        (200, mgmd.metrics_text())
-    };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    if let Ok(value) = hyper::header::HeaderValue::from_str("text/plain; version=0.0.4; charset=utf-8") {
-        response.headers_mut().insert(hyper::header::CONTENT_TYPE, value);
-    }
-    Ok(response)
-}
-
-/// One metric's HELP and TYPE lines.
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 /// The metrics text of a snapshot.
@@ -136,7 +88,9 @@ fn render_backups(out: &mut String, s: &Snapshot<'_>) {
 }
 
 /// Per shard gauges and counters of the data nodes' last usage reports.
-fn render_usage(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)]) {
+/// Each shard's usage and operation counts, labelled by node and shard (the
+/// management server's view of every data node, and each data node's own).
+pub(crate) fn render_usage(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)]) {
     type Field = fn(&ShardMemory) -> u64;
     let series: [(&str, &str, &str, Field); 16] = [
         ("latsdb_rows", "gauge", "Rows of the partition replicas a shard holds.", |m| m.rows),

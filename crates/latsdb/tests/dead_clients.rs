@@ -1,0 +1,167 @@
+//! Locks never outlive their transaction: a client killed (SIGKILL) while
+//! its transaction holds row locks leaves none behind. Through the SQL
+//! node (the mariadb CLI, mid-transaction) and through the native client
+//! (a process of its own), under a background load of writers on other
+//! rows; after each kill another client writes the locked rows, and must
+//! get them within the lock-wait timeout (the cluster's default, 1.5 s),
+//! without a `LockWaitTimeout`.
+
+mod common;
+
+use common::{host_port, sigkill, TestCluster};
+use latsdb_client::{Client, Op, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// Waits (bounded) until `child` prints a line that ends with `line` on its
+/// stdout (the test harness prints the test's name on the same line).
+fn wait_for_line(child: &mut Child, line: &str, within: Duration) {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + within;
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.trim().ends_with(line) => return,
+            Ok(_) => continue,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("the client did not print {line:?} within {within:?}");
+            }
+        }
+    }
+}
+
+/// Kills `child` with SIGKILL and reaps it.
+fn kill(mut child: Child) {
+    sigkill(child.id() as i32);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("try_wait").is_none() {
+        assert!(Instant::now() < deadline, "a SIGKILLed client did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Writes the rows `ids` in one transaction. A lock left behind by the
+/// killed client makes it wait the lock-wait timeout and fail with
+/// `LockWaitTimeout`; a lock released within that timeout lets it through.
+async fn write_rows(client: &Client, ids: &[i64], value: i64) {
+    let t = client.table("dc", "t").await.expect("table dc.t");
+    let ops = ids.iter().map(|&id| Op::update(&t, &[Value::Int(id)], &[("v", Value::Int(value))]).unwrap()).collect();
+    client.transaction().execute_commit(ops).await.expect("the killed client's rows are free again");
+}
+
+/// Writers on rows 100..104 until `stop`: the kills happen under load.
+fn background_writers(
+    client: &Client,
+    stop: &Arc<AtomicBool>,
+    done: &Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..4)
+        .map(|w| {
+            let (client, stop, done) = (client.clone(), stop.clone(), done.clone());
+            tokio::spawn(async move {
+                let t = client.table("dc", "t").await.expect("table dc.t");
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let op = Op::update(&t, &[Value::Int(100 + w)], &[("v", Value::Int(n))]).unwrap();
+                    client.transaction().execute_commit(vec![op]).await.expect("a background write");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect()
+}
+
+/// The SQL client: the mariadb CLI, fed from a pipe, inside a transaction
+/// that has updated rows 1 and 2 when it prints `locked`.
+fn sql_lock_holder(cluster: &TestCluster) -> Child {
+    let (host, port) = host_port(cluster);
+    let mut child = Command::new("mariadb")
+        .args(["-h", &host, "-P", &port, "-u", "root", "--batch", "--unbuffered", "--connect-timeout=10"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the mariadb client (scripts/install-deps.sh installs it)");
+    let stdin = child.stdin.as_mut().expect("stdin is piped");
+    stdin
+        .write_all(b"BEGIN;\nUPDATE dc.t SET v = v + 1 WHERE id IN (1, 2);\nSELECT 'locked' AS state;\n")
+        .expect("write to the mariadb client");
+    stdin.flush().expect("flush the mariadb client's input");
+    child
+}
+
+/// The native client: this test binary run again as `native_lock_holder`.
+fn spawn_native_lock_holder(cluster: &TestCluster) -> Child {
+    Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["native_lock_holder", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("LOCK_HOLDER_MGMD", &cluster.mgmd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the native lock holder")
+}
+
+/// Not a test on its own: the native client process that
+/// `killed_clients_leave_no_lock_behind` starts and kills. Locks row 3 in
+/// an open transaction, says `locked`, and waits to be killed.
+#[tokio::test]
+#[ignore]
+async fn native_lock_holder() {
+    let Ok(mgmd) = std::env::var("LOCK_HOLDER_MGMD") else { return };
+    let client = Client::connect(&mgmd).await.expect("connect to the cluster");
+    let t = client.table("dc", "t").await.expect("table dc.t");
+    let mut tx = client.transaction();
+    tx.execute(vec![Op::update(&t, &[Value::Int(3)], &[("v", Value::Int(-1))]).unwrap()]).await.expect("lock row 3");
+    println!("locked");
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    panic!("the lock holder was not killed within 120 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_clients_leave_no_lock_behind() {
+    let cluster = TestCluster::start(&[]);
+    let rows: Vec<String> = [1, 2, 3, 100, 101, 102, 103].iter().map(|id| format!("({id}, 0)")).collect();
+    let script = format!(
+        "CREATE DATABASE dc; CREATE TABLE dc.t (id INT PRIMARY KEY, v INT); INSERT INTO dc.t VALUES {};",
+        rows.join(", ")
+    );
+    let (ok, _, err) = common::mariadb(&cluster, &[], &script);
+    assert!(ok, "schema: {err}");
+    let client = Client::connect(&cluster.mgmd).await.expect("connect");
+    let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let writers = background_writers(&client, &stop, &done);
+
+    for round in 0..3 {
+        let mut holder = sql_lock_holder(&cluster);
+        wait_for_line(&mut holder, "locked", Duration::from_secs(30));
+        kill(holder);
+        write_rows(&client, &[1, 2], round).await;
+    }
+    for round in 0..2 {
+        let mut holder = spawn_native_lock_holder(&cluster);
+        wait_for_line(&mut holder, "locked", Duration::from_secs(60));
+        kill(holder);
+        write_rows(&client, &[3], round).await;
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.expect("a background writer");
+    }
+    assert!(done.load(Ordering::Relaxed) > 0, "the background writers ran");
+    let (ok, out, err) = common::mariadb(&cluster, &[], "SELECT id, v FROM dc.t WHERE id <= 3 ORDER BY id;");
+    assert!(ok, "{err}");
+    assert_eq!(out, "id\tv\n1\t2\n2\t2\n3\t1\n", "the last writes after the kills are the rows' values");
+}
