@@ -32,7 +32,9 @@ fn command(packet: &[u8], types: &mut Vec<u16>) {
     }
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| latsdb_fuzz::on_worker_stack(run, data));
+
+fn run(data: &[u8]) {
     let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a current-thread runtime");
     runtime.block_on(async {
         let stream = tokio::io::join(data, tokio::io::sink());
@@ -51,4 +53,4 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     });
-});
+}

@@ -58,7 +58,9 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     RUNTIME.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().expect("a current-thread runtime"))
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| latsdb_fuzz::on_worker_stack(run, data));
+
+fn run(data: &[u8]) {
     let text = parse::decode_query(data);
     let Ok(parsed) = parse::parse(&text) else { return };
     for statement in &parsed.statements {
@@ -71,4 +73,4 @@ fuzz_target!(|data: &[u8]| {
             }
         });
     }
-});
+}

@@ -36,3 +36,35 @@ pub fn columns_of_every_type() -> Vec<(ColumnDef, Value)> {
         (column("nl", T::int(IntWidth::Tiny)), Value::Null),
     ]
 }
+
+/// A target's input for the worker thread, and where its outcome goes.
+type Job = (fn(&[u8]), Vec<u8>, std::sync::mpsc::Sender<std::thread::Result<()>>);
+
+/// Runs `f(data)` on a thread with an API node worker's stack (64 MiB), as
+/// the SQL node runs a statement: on libFuzzer's main thread (8 MiB) a
+/// target would report stack overflows that the node cannot have. One
+/// thread serves every input (a thread per input costs more than most
+/// inputs); a panic there is raised again here.
+pub fn on_worker_stack(f: fn(&[u8]), data: &[u8]) {
+    use std::sync::{mpsc, Mutex, OnceLock};
+    static WORKER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let worker = WORKER.get_or_init(|| {
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("fuzz-worker".into())
+            .stack_size(latsdb_net::serve::WORKER_STACK_BYTES)
+            .spawn(move || {
+                for (f, data, outcome) in inbox {
+                    let _ = outcome.send(std::panic::catch_unwind(|| f(&data)));
+                }
+            })
+            .expect("the worker thread");
+        Mutex::new(jobs)
+    });
+    let (outcome, result) = mpsc::channel();
+    let sent = worker.lock().unwrap_or_else(|p| p.into_inner()).send((f, data.to_vec(), outcome));
+    sent.expect("the worker thread takes inputs");
+    if let Err(panic) = result.recv().expect("the worker thread answers") {
+        std::panic::resume_unwind(panic)
+    }
+}

@@ -637,3 +637,28 @@ fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
         mariadb(&cluster, &["clock"], "CREATE TABLE u (id INT PRIMARY KEY, d DECIMAL(5,2) UNSIGNED); SHOW WARNINGS");
     assert!(ok && out.contains("UNSIGNED is ignored for column 'd'"), "{out}{err}");
 }
+
+#[test]
+fn expressions_nested_too_deeply_are_refused_and_the_nodes_stay_up() {
+    let cluster = TestCluster::start(&[]);
+    // 8,000 terms: bound, evaluated and dropped on a worker's stack.
+    let (ok, out, err) = mariadb(&cluster, &["--skip-column-names"], &format!("SELECT 1{};", "+1".repeat(8_000)));
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "8001");
+    // A long OR chain pushed down to the data nodes as a filter.
+    let ors: Vec<String> = (0..3_000).map(|i| format!("v = {i}")).collect();
+    let script = format!(
+        "CREATE DATABASE deep; CREATE TABLE deep.t (id INT PRIMARY KEY, v INT); \
+         INSERT INTO deep.t VALUES (1, 5), (2, 5000), (3, 2999); SELECT COUNT(*) FROM deep.t WHERE {};",
+        ors.join(" OR ")
+    );
+    let (ok, out, err) = mariadb(&cluster, &["--skip-column-names"], &script);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "2");
+    // 20,000 terms aborted the SQL node once (its worker's stack overflowed):
+    // now refused with MySQL's 1436 before anything is built.
+    let (ok, _, err) = mariadb(&cluster, &[], &format!("SELECT 1{};", "+1".repeat(20_000)));
+    assert!(!ok && err.contains("ERROR 1436"), "{err}");
+    let (ok, out, err) = mariadb(&cluster, &["--skip-column-names"], "SELECT COUNT(*) FROM deep.t;");
+    assert!(ok && out.trim() == "3", "the nodes still answer: {err}");
+}

@@ -188,6 +188,14 @@ pub fn write_ready_file(path: Option<&std::path::Path>, address: std::net::Socke
     }
 }
 
+/// Stack of an API node's worker thread. Requests are handled on it, and
+/// SQL expressions are bound, evaluated and dropped recursively, about
+/// 1 KiB a level: the SQL node refuses expressions that could nest deeper
+/// than 8 Ki levels (`latsdb_sql::parse::MAX_EXPRESSION_TOKENS`), which
+/// this holds eight times over. Address space only: pages are used as the
+/// stack grows.
+pub const WORKER_STACK_BYTES: usize = 64 << 20;
+
 fn spawn_worker(
     name: &str,
     index: usize,
@@ -195,6 +203,7 @@ fn spawn_worker(
 ) -> Result<std::thread::JoinHandle<Result<(), String>>, String> {
     std::thread::Builder::new()
         .name(format!("{name}-{index}"))
+        .stack_size(WORKER_STACK_BYTES)
         .spawn(body)
         .map_err(|e| format!("cannot start worker thread {index}: {e}"))
 }

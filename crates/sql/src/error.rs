@@ -35,6 +35,8 @@ pub const ER_CANT_DROP_KEY: u16 = 1091;
 pub const ER_NO_SUCH_TABLE: u16 = 1146;
 pub const ER_UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
 pub const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+/// MySQL's "Thread stack overrun": a statement too deep for the stack.
+pub const ER_STACK_OVERRUN: u16 = 1436;
 pub const ER_DB_CREATE_EXISTS: u16 = 1007;
 pub const ER_DB_DROP_EXISTS: u16 = 1008;
 pub const ER_LOCK_DEADLOCK: u16 = 1213;

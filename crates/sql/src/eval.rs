@@ -774,7 +774,11 @@ fn arith_op(op: Arith, a: &Value, b: &Value, strict: bool) -> SqlResult<Value> {
                     // MySQL's div_precision_increment: four more digits.
                     let scale = (x.scale + 4).min(30);
                     let shift = scale as i32 - x.scale as i32 + y.scale as i32;
-                    match x.unscaled.checked_mul(10i128.pow(shift.max(0) as u32)) {
+                    // A divisor of many decimal places may shift past
+                    // i128 (found by the sql_expressions fuzz target):
+                    // then the quotient is a double, as below.
+                    let shifted = 10i128.checked_pow(shift.max(0) as u32).and_then(|p| x.unscaled.checked_mul(p));
+                    match shifted {
                         Some(n) => {
                             let q = n / y.unscaled;
                             let r = n % y.unscaled;
@@ -2292,6 +2296,19 @@ fn from_base64(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn division_by_a_decimal_of_many_places_does_not_overflow() {
+        // Found by the sql_expressions fuzz target: 3333333333 / 0.333...
+        // (37 places) shifted the dividend by 10^41, past i128.
+        let a = Value::Int(3_333_333_333);
+        let b = Value::Decimal(Decimal::parse(&format!("0.{}", "3".repeat(37))).unwrap());
+        let q = arith_op(Arith::Div, &a, &b, false).unwrap();
+        let f = q.as_f64().unwrap();
+        assert!((f - 9_999_999_999.0).abs() < 1.0, "{q:?}");
+        let small = arith_op(Arith::Div, &Value::Int(1), &Value::Decimal(Decimal::parse("0.5").unwrap()), false);
+        assert_eq!(small.unwrap(), Value::Decimal(Decimal::parse("2.0000").unwrap()));
+    }
 
     #[test]
     fn floats_print_six_significant_digits_as_mariadb_shows_them() {

@@ -787,11 +787,33 @@ fn pushed_expr(e: &SExpr, table: &Table, env: &Env) -> SqlResult<Expr> {
                 inner
             }
         }
-        SExpr::And(a, b) => Expr::And(vec![pushed_expr(a, table, env)?, pushed_expr(b, table, env)?]),
-        SExpr::Or(a, b) => Expr::Or(vec![pushed_expr(a, table, env)?, pushed_expr(b, table, env)?]),
+        SExpr::And(a, b) => flat(true, pushed_expr(a, table, env)?, pushed_expr(b, table, env)?),
+        SExpr::Or(a, b) => flat(false, pushed_expr(a, table, env)?, pushed_expr(b, table, env)?),
         SExpr::Not(a) => Expr::Not(Box::new(pushed_expr(a, table, env)?)),
         _ => return Err(SqlError::general("internal: condition is not pushable")),
     })
+}
+
+/// `a AND b` (`and`) or `a OR b` as one list, splicing in the lists of
+/// operands of the same kind: SQL's chain of 3,000 ORs (bound as a tree
+/// 3,000 deep) reaches the data node as one level, which takes at most
+/// `MAX_EXPR_DEPTH` levels.
+fn flat(and: bool, a: Expr, b: Expr) -> Expr {
+    // The left operand's list is kept and grown: a left-deep chain costs
+    // one push a level, not a copy of everything before it.
+    let mut parts = match (and, a) {
+        (true, Expr::And(list)) | (false, Expr::Or(list)) => list,
+        (_, a) => vec![a],
+    };
+    match (and, b) {
+        (true, Expr::And(list)) | (false, Expr::Or(list)) => parts.extend(list),
+        (_, b) => parts.push(b),
+    }
+    if and {
+        Expr::And(parts)
+    } else {
+        Expr::Or(parts)
+    }
 }
 
 async fn join(

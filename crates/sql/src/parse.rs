@@ -75,12 +75,70 @@ fn word(kw: &str, keyword: Keyword) -> Token {
     Token::Word(Word { value: kw.to_string(), quote_style: None, keyword })
 }
 
+/// Tokens one expression may hold between commas, its parenthesised parts
+/// included (`check_nesting`). 16 Ki tokens make at most 8 Ki levels of
+/// `1+1+...`, which the SQL node's workers bind, evaluate and drop in well
+/// under their stack (`latsdb_net::serve`, 64 MiB; about 1 KiB a level).
+pub const MAX_EXPRESSION_TOKENS: usize = 16 * 1024;
+
+/// Refuses a statement with an expression that could nest deeper than the
+/// SQL node's stack allows. The parser builds `1+1+...+1` (and chains of
+/// AND, OR, IS NULL ...) as a tree as deep as the chain is long without
+/// recursing itself, but binding, evaluating and dropping that tree
+/// recurse once per level: 10,000 terms overflowed a worker's stack and
+/// aborted the node. The depth of an expression is at most the tokens
+/// between its commas plus the depth of the deepest parenthesised group
+/// among them, which is what this counts, before anything is built.
+fn check_nesting(tokens: &[&Token]) -> SqlResult<()> {
+    /// Per open parenthesis: tokens of the current comma-separated part,
+    /// the deepest group closed in that part, and the deepest part so far.
+    #[derive(Default)]
+    struct Level {
+        part: usize,
+        inner: usize,
+        deepest: usize,
+    }
+    let mut levels = vec![Level::default()];
+    for token in tokens {
+        let top = levels.len() - 1;
+        match token {
+            Token::Whitespace(_) => continue,
+            Token::LParen => levels.push(Level::default()),
+            Token::RParen if top > 0 => {
+                let closed = &levels[top];
+                let depth = closed.deepest.max(closed.part + closed.inner) + 1;
+                levels.pop();
+                let parent = &mut levels[top - 1];
+                parent.inner = parent.inner.max(depth);
+            }
+            Token::Comma | Token::SemiColon => {
+                let level = &mut levels[top];
+                level.deepest = level.deepest.max(level.part + level.inner);
+                (level.part, level.inner) = (0, 0);
+            }
+            _ => levels[top].part += 1,
+        }
+        let level = &levels[levels.len() - 1];
+        if level.part + level.inner > MAX_EXPRESSION_TOKENS {
+            return Err(SqlError::new(
+                crate::error::ER_STACK_OVERRUN,
+                "HY000",
+                format!(
+                    "an expression of this statement is too long or nested too deeply for the SQL node (more than {MAX_EXPRESSION_TOKENS} tokens between commas, its parentheses included); split it into several statements, or use IN (...) lists instead of long chains of OR"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn parse(sql: &str) -> SqlResult<Parsed> {
     let dialect = MySqlDialect {};
     let spanned = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
         .map_err(|e| SqlError::parse(format!("You have an error in your SQL syntax: {e}")))?;
     let tokens: Vec<&Token> = spanned.iter().map(|t| &t.token).collect();
+    check_nesting(&tokens)?;
     let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
     let mut params = 0;
     let mut i = 0;
@@ -598,6 +656,23 @@ fn select_item_texts(sql: &str, tokens: &[TokenWithSpan]) -> HashMap<Location, V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expressions_deeper_than_the_stack_allows_are_refused_before_parsing() {
+        let chain = |terms: usize| format!("SELECT 1{}", "+1".repeat(terms));
+        // 8 Ki terms make 16 Ki tokens: the limit, taken.
+        assert!(parse(&chain(MAX_EXPRESSION_TOKENS / 2 - 1)).is_ok());
+        let e = parse(&chain(MAX_EXPRESSION_TOKENS)).err().expect("too deep");
+        assert_eq!(e.code, crate::error::ER_STACK_OVERRUN, "{}", e.message);
+        // Parentheses add their contents to the part that holds them.
+        let half = "+1".repeat(MAX_EXPRESSION_TOKENS / 4);
+        assert!(parse(&format!("SELECT 1{half} + (1{half})")).is_err());
+        // Commas end a part: long lists and many rows are fine.
+        let list = vec!["1"; 3 * MAX_EXPRESSION_TOKENS].join(", ");
+        assert!(parse(&format!("SELECT * FROM t WHERE a IN ({list})")).is_ok());
+        let rows = vec!["(1, -2, 'x')"; MAX_EXPRESSION_TOKENS].join(", ");
+        assert!(parse(&format!("INSERT INTO t VALUES {rows}")).is_ok());
+    }
 
     #[test]
     fn placeholders_are_numbered_in_text_order() {

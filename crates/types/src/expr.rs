@@ -33,23 +33,51 @@ pub enum ArithOp {
     Mul,
 }
 
+/// A filter or computed value a data node evaluates. Every operand it
+/// nests is decoded through `nested`, which refuses more than
+/// `MAX_EXPR_DEPTH` levels: decoding recurses once per level, and a frame
+/// of a few MiB could otherwise nest deep enough to overflow a shard
+/// thread's stack before `validate` could refuse it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum Expr {
     Column(ColumnId),
     Const(Value),
-    Cmp(CmpOp, Box<Expr>, Box<Expr>),
-    And(Vec<Expr>),
-    Or(Vec<Expr>),
-    Not(Box<Expr>),
-    IsNull(Box<Expr>),
-    In(Box<Expr>, Vec<Value>),
+    Cmp(CmpOp, #[serde(deserialize_with = "nested")] Box<Expr>, #[serde(deserialize_with = "nested")] Box<Expr>),
+    And(#[serde(deserialize_with = "nested")] Vec<Expr>),
+    Or(#[serde(deserialize_with = "nested")] Vec<Expr>),
+    Not(#[serde(deserialize_with = "nested")] Box<Expr>),
+    IsNull(#[serde(deserialize_with = "nested")] Box<Expr>),
+    In(#[serde(deserialize_with = "nested")] Box<Expr>, Vec<Value>),
     /// SQL LIKE with `%` and `_` wildcards and `\` escapes.
-    Like(Box<Expr>, String),
-    Arith(ArithOp, Box<Expr>, Box<Expr>),
+    Like(#[serde(deserialize_with = "nested")] Box<Expr>, String),
+    Arith(ArithOp, #[serde(deserialize_with = "nested")] Box<Expr>, #[serde(deserialize_with = "nested")] Box<Expr>),
     /// Text folded to its utf8mb4_general_ci weight (`Collation::fold`), so
     /// comparisons and LIKE over it are case- and accent-insensitive; other
     /// values pass unchanged.
-    Fold(Box<Expr>),
+    Fold(#[serde(deserialize_with = "nested")] Box<Expr>),
+}
+
+thread_local! {
+    /// Levels of `Expr` being decoded on this thread now.
+    static DECODE_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Decodes the operands one level below an `Expr`, refusing to go deeper
+/// than `MAX_EXPR_DEPTH` levels (with room for `validate`'s own check to
+/// word the error for anything it lets through).
+fn nested<'de, D, T>(decoder: D) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let depth = DECODE_DEPTH.with(|d| d.get());
+    if depth > 2 * MAX_EXPR_DEPTH {
+        return Err(serde::de::Error::custom(format!("an expression nests deeper than {MAX_EXPR_DEPTH} levels")));
+    }
+    DECODE_DEPTH.with(|d| d.set(depth + 1));
+    let decoded = T::deserialize(decoder);
+    DECODE_DEPTH.with(|d| d.set(depth));
+    decoded
 }
 
 impl Expr {
@@ -417,6 +445,25 @@ fn arith_sum(a: &Value, b: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `NOT NOT ... NOT column 0`, `levels` deep, as the wire encodes it
+    /// (variant index 5 is `Not`, 0 is `Column`), built without recursing.
+    fn nots_on_the_wire(levels: usize) -> Vec<u8> {
+        let mut bytes = [5u8, 0, 0, 0].repeat(levels);
+        bytes.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        bytes
+    }
+
+    #[test]
+    fn decoding_refuses_deep_nesting_without_recursing_into_it() {
+        let shallow: Expr = crate::proto::decode_body(&nots_on_the_wire(10)).expect("10 levels decode");
+        assert!(shallow.validate(1).is_ok());
+        // A million levels would overflow any thread's stack if decoded.
+        let e = crate::proto::decode_body::<Expr>(&nots_on_the_wire(1_000_000)).expect_err("too deep");
+        assert!(e.message.contains("deeper than"), "{}", e.message);
+        // The thread's decode depth is back to 0: a shallow one decodes again.
+        assert!(crate::proto::decode_body::<Expr>(&nots_on_the_wire(100)).is_ok());
+    }
     use crate::schema::{ColumnDef, ColumnType, IntWidth};
 
     #[test]
