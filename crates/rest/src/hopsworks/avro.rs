@@ -38,10 +38,52 @@ pub enum Avro {
 /// Deepest nesting of types a schema or a value may have.
 const MAX_DEPTH: usize = 64;
 
+/// Type nodes that references to named types may copy into one schema.
+const MAX_COPIED_NODES: usize = 100_000;
+
+/// The named types a schema defined so far, each with its node count, and
+/// how many nodes references may still copy. Every reference copies its
+/// type, so a schema of a few lines whose types each use the one before
+/// twice would otherwise grow to billions of nodes (and take the REST
+/// node's memory) when a view over it is loaded.
+struct Names {
+    types: HashMap<String, (Avro, usize)>,
+    copies_left: usize,
+}
+
+impl Names {
+    fn define(&mut self, name: &str, ty: &Avro) {
+        self.types.insert(name.to_string(), (ty.clone(), nodes(ty)));
+    }
+
+    /// A copy of the type `name` names, if it is defined and the budget
+    /// allows.
+    fn reference(&mut self, name: &str) -> Option<Result<Avro, String>> {
+        let (ty, size) = self.types.get(name)?;
+        if *size > self.copies_left {
+            return Some(Err(format!(
+                "the Avro schema expands to more than {MAX_COPIED_NODES} types through its named types"
+            )));
+        }
+        self.copies_left -= size;
+        Some(Ok(ty.clone()))
+    }
+}
+
+/// The nodes of a type tree.
+fn nodes(ty: &Avro) -> usize {
+    1 + match ty {
+        Avro::Record(fields) => fields.iter().map(|(_, t)| nodes(t)).sum(),
+        Avro::Array(t) | Avro::Map(t) => nodes(t),
+        Avro::Union(branches) => branches.iter().map(nodes).sum(),
+        _ => 0,
+    }
+}
+
 /// Reads the type of field `field` from a record schema (JSON text).
 pub fn field_type(schema: &str, field: &str) -> Result<Avro, String> {
     let json: Json = serde_json::from_str(schema).map_err(|e| format!("the Avro schema is not JSON: {e}"))?;
-    let mut names = HashMap::new();
+    let mut names = Names { types: HashMap::new(), copies_left: MAX_COPIED_NODES };
     let record = parse(&json, &mut names, 0)?;
     match record {
         Avro::Record(fields) => fields
@@ -53,14 +95,15 @@ pub fn field_type(schema: &str, field: &str) -> Result<Avro, String> {
     }
 }
 
-fn parse(json: &Json, names: &mut HashMap<String, Avro>, depth: usize) -> Result<Avro, String> {
+fn parse(json: &Json, names: &mut Names, depth: usize) -> Result<Avro, String> {
     if depth > MAX_DEPTH {
         return Err("the Avro schema nests too deeply".into());
     }
     match json {
-        Json::String(name) => {
-            primitive(name).or_else(|| names.get(name).cloned()).ok_or_else(|| format!("unknown Avro type '{name}'"))
-        }
+        Json::String(name) => match primitive(name) {
+            Some(ty) => Ok(ty),
+            None => names.reference(name).unwrap_or_else(|| Err(format!("unknown Avro type '{name}'"))),
+        },
         Json::Array(branches) => {
             Ok(Avro::Union(branches.iter().map(|b| parse(b, names, depth + 1)).collect::<Result<_, _>>()?))
         }
@@ -92,7 +135,7 @@ fn parse(json: &Json, names: &mut HashMap<String, Avro>, depth: usize) -> Result
                 _ => parse(ty, names, depth + 1)?,
             };
             if let Some(name) = object.get("name").and_then(Json::as_str) {
-                names.insert(name.to_string(), parsed.clone());
+                names.define(name, &parsed);
             }
             Ok(parsed)
         }
@@ -104,11 +147,7 @@ fn child<'j>(object: &'j serde_json::Map<String, Json>, key: &str) -> Result<&'j
     object.get(key).ok_or_else(|| format!("an Avro type has no '{key}'"))
 }
 
-fn record(
-    object: &serde_json::Map<String, Json>,
-    names: &mut HashMap<String, Avro>,
-    depth: usize,
-) -> Result<Avro, String> {
+fn record(object: &serde_json::Map<String, Json>, names: &mut Names, depth: usize) -> Result<Avro, String> {
     let fields = child(object, "fields")?.as_array().ok_or("an Avro record's fields are not a list")?;
     let mut out = Vec::with_capacity(fields.len());
     for field in fields {
@@ -304,6 +343,26 @@ fn rfc3339(micros: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn named_types_that_double_at_each_step_are_refused() {
+        // T0 is a long; each Tn is a record of two T(n-1): 2^40 nodes.
+        let mut types = vec![r#"{"type":"record","name":"T0","fields":[{"name":"a","type":"long"}]}"#.to_string()];
+        for n in 1..=40 {
+            let p = n - 1;
+            types.push(format!(
+                r#"{{"type":"record","name":"T{n}","fields":[{{"name":"a","type":"T{p}"}},{{"name":"b","type":"T{p}"}}]}}"#
+            ));
+        }
+        let defs: Vec<String> =
+            types.iter().enumerate().map(|(i, t)| format!(r#"{{"name":"d{i}","type":{t}}}"#)).collect();
+        let schema = format!(r#"{{"type":"record","name":"r","fields":[{}]}}"#, defs.join(","));
+        let e = field_type(&schema, "d40").expect_err("too many copies");
+        assert!(e.contains("named types"), "{e}");
+        // A few references are fine.
+        let small = format!(r#"{{"type":"record","name":"r","fields":[{}]}}"#, defs[..4].join(","));
+        assert!(field_type(&small, "d3").is_ok());
+    }
 
     fn json(ty: &Avro, bytes: &[u8]) -> String {
         let mut out = JsonOut::default();

@@ -110,12 +110,28 @@ async fn databases_of_user(client: &Client, user_id: i64) -> Result<Vec<String>>
     }
     databases.sort();
     databases.dedup();
+    // Grants go by name: a project or shared store named like a system
+    // database must not reach latsdb's API keys or Hopsworks' own tables.
+    databases.retain(|d| !is_system_database(d));
     Ok(databases)
+}
+
+/// The databases no Hopsworks project's key may reach, whatever the
+/// project is called.
+fn is_system_database(name: &str) -> bool {
+    [crate::auth::SYSTEM_DATABASE, super::DATABASE].iter().any(|s| s.eq_ignore_ascii_case(name))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_project_name_reaches_a_system_database() {
+        assert!(is_system_database("latsdb_system"));
+        assert!(is_system_database("HOPSWORKS"));
+        assert!(!is_system_database("fsdb001"));
+    }
 
     #[test]
     fn a_secret_is_checked_with_its_salt() {
