@@ -10,24 +10,16 @@ mod common;
 
 use common::{host_port, sigkill, TestCluster};
 use latsdb_client::{Client, Op, Value};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Waits (bounded) until `child` prints a line that ends with `line` on its
 /// stdout (the test harness prints the test's name on the same line).
 fn wait_for_line(child: &mut Child, line: &str, within: Duration) {
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = common::lines_of(child.stdout.take().expect("stdout is piped"));
     let deadline = Instant::now() + within;
     loop {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {

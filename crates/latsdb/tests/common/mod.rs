@@ -38,15 +38,7 @@ impl TestCluster {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn latsdb start");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(child.stdout.take().expect("stdout is piped"));
         let mut cluster = TestCluster {
             child,
             mgmd: String::new(),
@@ -132,6 +124,20 @@ impl Drop for TestCluster {
         }
         terminate(&mut self.child, Duration::from_secs(15));
     }
+}
+
+/// The lines a child prints, read on a thread of their own so that a
+/// test can wait for one with a timeout.
+pub fn lines_of(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// Stops a child process the test started: SIGTERM, then SIGKILL if it has
