@@ -23,6 +23,9 @@ pub struct FlexArgs {
     /// Management server address.
     #[arg(long, env = "LATSDB_MGMD", default_value = "127.0.0.1:1186")]
     pub mgmd: String,
+    /// Directory with the cluster's ca.pem and an api certificate, for a cluster that requires TLS (`latsdb certs create`).
+    #[arg(long, env = "LATSDB_TLS_DIR")]
+    pub tls_dir: Option<std::path::PathBuf>,
     /// Client threads.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -164,7 +167,8 @@ pub fn run(args: FlexArgs) -> Result<(), String> {
 }
 
 async fn run_async(args: FlexArgs, phases: Vec<Phase>) -> Result<(), String> {
-    let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
+    let options = latsdb_client::ClientOptions::with_tls_dir(args.tls_dir.as_deref())?;
+    let client = Client::connect_with(&args.mgmd, options).await.map_err(|e| e.to_string())?;
     let table = prepare_table(&client, &args, phases.first() == Some(&Phase::Insert)).await?;
     println!(
         "flex: {} thread(s) x {} batches in flight x {} ops per batch{}, {} rows of {} x {} bytes, {} partitions",

@@ -41,6 +41,9 @@ pub struct LookupArgs {
     /// Management server (to create and load the table).
     #[arg(long, env = "LATSDB_MGMD", default_value = "127.0.0.1:1186")]
     pub mgmd: String,
+    /// Directory with the cluster's ca.pem and an api certificate, for a cluster that requires TLS (`latsdb certs create`).
+    #[arg(long, env = "LATSDB_TLS_DIR")]
+    pub tls_dir: Option<std::path::PathBuf>,
     /// REST node address (host:port).
     #[arg(long, default_value = "127.0.0.1:4406")]
     pub rest: String,
@@ -215,7 +218,8 @@ pub fn run(args: LookupArgs) -> Result<(), String> {
 }
 
 async fn load(args: &LookupArgs, table_name: &str) -> Result<(), String> {
-    let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
+    let options = latsdb_client::ClientOptions::with_tls_dir(args.tls_dir.as_deref())?;
+    let client = Client::connect_with(&args.mgmd, options).await.map_err(|e| e.to_string())?;
     let mut spec =
         TableSpec::new(&args.database, table_name).column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)));
     for (name, ty) in value_columns(args.columns) {

@@ -46,8 +46,8 @@ pub(crate) struct ShardConn {
 
 impl ShardConn {
     pub(crate) async fn open(shard: ShardAddr, address: &str, opts: &ClientOptions) -> Result<Arc<ShardConn>> {
-        let stream = latsdb_net::connect(address, opts.connect_timeout).await?;
-        let (r, w) = stream.into_split();
+        let link = latsdb_net::connect_link(address, opts.connect_timeout, opts.tls.as_deref()).await?;
+        let (r, w) = link.into_split();
         let (frames, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_frames(w, rx, opts.coalesce));
         let conn = Arc::new(ShardConn {
@@ -136,7 +136,7 @@ impl Reply {
     }
 }
 
-async fn read_loop(conn: Arc<ShardConn>, mut reader: FrameReader<tokio::net::tcp::OwnedReadHalf>) {
+async fn read_loop(conn: Arc<ShardConn>, mut reader: FrameReader<latsdb_net::LinkReader>) {
     loop {
         match reader.next().await {
             Ok(Some((id, body))) => {

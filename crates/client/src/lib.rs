@@ -71,6 +71,25 @@ pub struct ClientOptions {
     /// many requests in flight); `Never` writes at once (one request at a
     /// time per caller, as a SQL session sends them).
     pub coalesce: latsdb_net::Coalesce,
+    /// This client's identity in a cluster that requires TLS (the cluster
+    /// CA and an `api` certificate, `ClusterTls::load(dir, Role::Api)`);
+    /// None speaks plain TCP, which such a cluster refuses.
+    pub tls: Option<Arc<latsdb_net::tls::ClusterTls>>,
+}
+
+impl ClientOptions {
+    /// The defaults, with the API role's certificate from `dir` (as
+    /// `latsdb certs create` writes it) when a directory is given.
+    pub fn with_tls_dir(dir: Option<&std::path::Path>) -> std::result::Result<ClientOptions, String> {
+        let tls = match dir {
+            Some(dir) => Some(
+                latsdb_net::tls::ClusterTls::load(dir, latsdb_net::tls::Role::Api)
+                    .map_err(|e| format!("--tls-dir: {e}"))?,
+            ),
+            None => None,
+        };
+        Ok(ClientOptions { tls, ..Default::default() })
+    }
 }
 
 impl Default for ClientOptions {
@@ -82,6 +101,7 @@ impl Default for ClientOptions {
             wait_for_cluster: Duration::from_secs(30),
             wait_durable: false,
             coalesce: latsdb_net::Coalesce::YieldOnce,
+            tls: None,
         }
     }
 }
@@ -209,7 +229,7 @@ impl Client {
         tables: Arc<TableCache>,
         requests: Arc<std::sync::atomic::AtomicU64>,
     ) -> Result<Client> {
-        let mut mgm = RpcConn::connect(mgmd, opts.connect_timeout)
+        let mut mgm = RpcConn::connect(mgmd, opts.connect_timeout, opts.tls.as_deref())
             .await
             .map_err(|e| DbError::new(e.code, format!("{}; is the management server running at {mgmd}?", e.message)))?;
         let deadline = tokio::time::Instant::now() + opts.wait_for_cluster;
@@ -304,7 +324,10 @@ impl Client {
         let mut guard = self.inner.mgm.lock().await;
         for attempt in 0..2 {
             if guard.is_none() {
-                *guard = Some(RpcConn::connect(&self.inner.mgmd, self.inner.opts.connect_timeout).await?);
+                *guard = Some(
+                    RpcConn::connect(&self.inner.mgmd, self.inner.opts.connect_timeout, self.inner.opts.tls.as_deref())
+                        .await?,
+                );
             }
             let conn = guard.as_mut().expect("connected above");
             match conn.call::<_, MgmResponse>(&request).await {

@@ -7,6 +7,7 @@
 //! systemd, and for the launcher, which is its data nodes' angel.
 
 use crate::healer::{describe_exit, Decision, Healer};
+use latsdb_net::tls::{ClusterTls, Role};
 use latsdb_net::RpcConn;
 use latsdb_types::proto::{MgmRequest, MgmResponse, Severity};
 use std::os::unix::process::CommandExt;
@@ -30,6 +31,9 @@ pub struct AngelArgs {
     /// The first start is an initial one; restarts never are (the node
     /// restores what it has and copies the rest).
     pub initial: bool,
+    /// The data node's TLS directory: the angel speaks to the management
+    /// server with the data node's certificate.
+    pub tls: crate::TlsArgs,
 }
 
 /// Runs the data node as a child until the angel is stopped, or the
@@ -37,7 +41,8 @@ pub struct AngelArgs {
 pub fn run(args: AngelArgs) -> Result<(), String> {
     let rt = crate::runtime(1)?;
     let node_id_file = std::env::temp_dir().join(format!("latsdb-angel-{}.node-id", std::process::id()));
-    let angel = Angel { args, node: None, node_id_file, child: None, healer: Healer::default(), mgmd: None };
+    let mgmd = MgmdLink::new(&args.mgmd, args.tls.load(Role::DataNode)?);
+    let angel = Angel { args, node: None, node_id_file, child: None, healer: Healer::default(), mgmd };
     let file = angel.node_id_file.clone();
     let result = rt.block_on(angel.watch());
     let _ = std::fs::remove_file(file);
@@ -53,7 +58,7 @@ struct Angel {
     node_id_file: std::path::PathBuf,
     child: Option<Child>,
     healer: Healer,
-    mgmd: Option<RpcConn>,
+    mgmd: MgmdLink,
 }
 
 impl Angel {
@@ -87,7 +92,7 @@ impl Angel {
             }
             match self.start_request().await {
                 Some(initial) => self.start(initial).await?,
-                None if self.mgmd.is_some() => mgmd_answered = Instant::now(),
+                None if self.mgmd.is_connected() => mgmd_answered = Instant::now(),
                 None if mgmd_answered.elapsed() >= MGMD_GONE => {
                     println!(
                         "angel: the data node is down and the management server has not answered for {} s (the cluster was shut down); exiting",
@@ -206,7 +211,7 @@ impl Angel {
     /// A pending `latsdb mgm N start` for this node: Some(initial).
     async fn start_request(&mut self) -> Option<bool> {
         let node = self.node?;
-        let requests = take_start_requests(&mut self.mgmd, &self.args.mgmd, Some(node)).await;
+        let requests = self.mgmd.take_start_requests(Some(node)).await;
         let initial = requests.iter().find(|(n, _)| *n == node).map(|&(_, initial)| initial)?;
         self.healer.on_requested_start(node);
         Some(initial)
@@ -216,40 +221,56 @@ impl Angel {
     async fn report(&mut self, severity: Severity, text: String) {
         println!("angel: {text}");
         let source = format!("angel of {}", self.name());
-        report_event(&mut self.mgmd, &self.args.mgmd, severity, &source, &text).await;
+        self.mgmd.report_event(severity, &source, &text).await;
     }
 }
 
-/// The connection to the management server, opened if needed (None when
-/// it does not answer right now: the next poll tries again).
-async fn connected<'a>(conn: &'a mut Option<RpcConn>, address: &str) -> Option<&'a mut RpcConn> {
-    if conn.is_none() {
-        *conn = RpcConn::connect(address, Duration::from_secs(1)).await.ok();
-    }
-    conn.as_mut()
+/// The management server as the angel and the launcher ask it: connected
+/// when needed (None while it does not answer; the next poll tries again).
+pub struct MgmdLink {
+    address: String,
+    tls: Option<std::sync::Arc<ClusterTls>>,
+    conn: Option<RpcConn>,
 }
 
-/// Start requests queued at the management server, every node's or `only`
-/// one's (none when it cannot be asked right now: the next poll asks
-/// again).
-pub async fn take_start_requests(conn: &mut Option<RpcConn>, address: &str, only: Option<u16>) -> Vec<(u16, bool)> {
-    let Some(c) = connected(conn, address).await else { return Vec::new() };
-    match c.call(&MgmRequest::TakeStartRequests { only }).await {
-        Ok(MgmResponse::StartRequests(r)) => r,
-        Ok(_) => Vec::new(),
-        Err(_) => {
-            *conn = None;
-            Vec::new()
+impl MgmdLink {
+    pub fn new(address: &str, tls: Option<std::sync::Arc<ClusterTls>>) -> MgmdLink {
+        MgmdLink { address: address.to_string(), tls, conn: None }
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    async fn connected(&mut self) -> Option<&mut RpcConn> {
+        if self.conn.is_none() {
+            self.conn = RpcConn::connect(&self.address, Duration::from_secs(1), self.tls.as_deref()).await.ok();
+        }
+        self.conn.as_mut()
+    }
+
+    /// Start requests queued at the management server, every node's or
+    /// `only` one's (none when it cannot be asked right now: the next poll
+    /// asks again).
+    pub async fn take_start_requests(&mut self, only: Option<u16>) -> Vec<(u16, bool)> {
+        let Some(c) = self.connected().await else { return Vec::new() };
+        match c.call(&MgmRequest::TakeStartRequests { only }).await {
+            Ok(MgmResponse::StartRequests(r)) => r,
+            Ok(_) => Vec::new(),
+            Err(_) => {
+                self.conn = None;
+                Vec::new()
+            }
         }
     }
-}
 
-/// Adds an event to the cluster log. One that cannot be delivered (the
-/// management server is down) stays only in this process's output.
-pub async fn report_event(conn: &mut Option<RpcConn>, address: &str, severity: Severity, source: &str, text: &str) {
-    let Some(c) = connected(conn, address).await else { return };
-    let event = MgmRequest::ReportEvent { severity, source: source.to_string(), text: text.to_string() };
-    if c.call::<_, MgmResponse>(&event).await.is_err() {
-        *conn = None;
+    /// Adds an event to the cluster log. One that cannot be delivered (the
+    /// management server is down) stays only in this process's output.
+    pub async fn report_event(&mut self, severity: Severity, source: &str, text: &str) {
+        let Some(c) = self.connected().await else { return };
+        let event = MgmRequest::ReportEvent { severity, source: source.to_string(), text: text.to_string() };
+        if c.call::<_, MgmResponse>(&event).await.is_err() {
+            self.conn = None;
+        }
     }
 }

@@ -140,6 +140,8 @@ pub struct RestoreArgs {
     /// Address of the management server of the cluster to load into.
     #[arg(long, env = "LATSDB_MGMD", default_value = crate::DEFAULT_MGMD)]
     mgmd: String,
+    #[command(flatten)]
+    tls: crate::TlsArgs,
     /// A backup folder: BACKUP-<id> (its datanode-<n> folders are read),
     /// or one data node's part. Repeat for parts on several hosts; every
     /// partition must be in one of them.
@@ -404,7 +406,7 @@ pub async fn run_restore(args: RestoreArgs) -> Result<(), String> {
         eprintln!("warning: {why} (its partitions come from another replica's part)");
     }
     println!("checksums verified");
-    let client = Client::connect(&args.mgmd)
+    let client = Client::connect_with(&args.mgmd, args.tls.client_options()?)
         .await
         .map_err(|e| format!("{}; is the cluster running at {}? (set --mgmd or LATSDB_MGMD)", e.message, args.mgmd))?;
     let created = create_tables(&client, &tables).await?;

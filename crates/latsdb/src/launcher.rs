@@ -2,7 +2,7 @@
 //! server and the data nodes as separate processes on loopback, prints the
 //! endpoints, and stops them all on Ctrl-C or SIGTERM.
 
-use crate::angel::{report_event, take_start_requests};
+use crate::angel::MgmdLink;
 use crate::healer::{describe_exit, Decision, Healer};
 use clap::Args;
 use latsdb_net::RpcConn;
@@ -128,6 +128,11 @@ pub struct StartArgs {
     /// third death within 10 minutes).
     #[arg(long)]
     no_restart: bool,
+    /// Run every native link (clients, data nodes, the management server)
+    /// over TLS with mutual authentication: a cluster CA and a certificate
+    /// per role are made in <dir>/tls on the first start, and kept.
+    #[arg(long)]
+    tls: bool,
 }
 
 struct Proc {
@@ -240,6 +245,8 @@ pub fn run(args: StartArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
     let ready = dir.join("mgmd.addr");
     let _ = std::fs::remove_file(&ready);
+    let tls = if args.tls { make_certificates(&dir, &config)? } else { crate::TlsArgs::default() };
+    let api_tls = tls.load(latsdb_net::tls::Role::Api)?;
 
     let rt = crate::runtime(1)?;
     let mut procs: Vec<Proc> = Vec::new();
@@ -256,7 +263,10 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             ready.display().to_string(),
             "--data-dir".into(),
             dir.display().to_string(),
-        ];
+        ]
+        .into_iter()
+        .chain(tls.flags())
+        .collect::<Vec<String>>();
         procs.push(spawn("mgmd", &mgmd_args, &dir.join("mgmd.log"))?);
         let deadline = Instant::now() + Duration::from_secs(args.timeout);
         let address = loop {
@@ -285,13 +295,14 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             ]
             .into_iter()
             .chain(args.metrics.then(|| ["--metrics-port".to_string(), "0".into()]).into_iter().flatten())
+            .chain(tls.flags())
             .collect::<Vec<String>>()
         };
         for d in &config.datanodes {
             let name = format!("datanode {}", d.node_id);
             procs.push(spawn(&name, &datanode_args(d.node_id), &dir.join(format!("datanode-{}.log", d.node_id)))?);
         }
-        let layout = wait_started(&address, &mut procs, deadline).await?;
+        let layout = wait_started(&address, api_tls.as_deref(), &mut procs, deadline).await?;
         let rest_address = if args.no_rest {
             None
         } else {
@@ -303,6 +314,7 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             if let (Some(cert), Some(key)) = (&args.rest_tls_cert, &args.rest_tls_key) {
                 rest_args.extend(["--tls-cert".to_string(), cert.display().to_string(), "--tls-key".into(), key.display().to_string()]);
             }
+            rest_args.extend(tls.flags());
             Some((start_api_node("rest", "REST", rest_args, &dir, &mut procs, deadline, args.timeout).await?, auth))
         };
         let sql_address = if args.no_sql {
@@ -318,6 +330,7 @@ pub fn run(args: StartArgs) -> Result<(), String> {
             if let (Some(cert), Some(key)) = (&args.sql_tls_cert, &args.sql_tls_key) {
                 sql_args.extend(["--tls-cert".to_string(), cert.display().to_string(), "--tls-key".into(), key.display().to_string()]);
             }
+            sql_args.extend(tls.flags());
             Some(start_api_node("sql", "SQL", sql_args, &dir, &mut procs, deadline, args.timeout).await?)
         };
         println!("latsdb cluster \"{}\" is up ({} data nodes, {} replica(s))", layout.cluster_name, layout.datanodes.len(), layout.replicas);
@@ -338,13 +351,16 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                 println!("  metrics      {name:<12} {at}");
             }
         }
+        if let Some(tls_dir) = &tls.tls_dir {
+            println!("  tls          {} (every native link; give clients --tls-dir or LATSDB_TLS_DIR)", tls_dir.display());
+        }
         println!("  logs         {}", dir.display());
         println!("Try: latsdb mgm --mgmd {address} show");
         println!("Press Ctrl-C to stop.");
         // This launcher is the cluster's process manager: it starts the
         // data nodes that `latsdb mgm N start` asks for, and those that die
         // unasked (unless --no-restart).
-        let mut manager: Option<RpcConn> = None;
+        let mut manager = MgmdLink::new(&address, api_tls.clone());
         let mut healer = Healer::default();
         loop {
             tokio::select! {
@@ -353,10 +369,10 @@ pub fn run(args: StartArgs) -> Result<(), String> {
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {
                     let mut tending = Tending { procs: &mut procs, healer: &mut healer, heal: !args.no_restart, dir: &dir, events: Vec::new() };
                     tending.reap()?;
-                    let requested = take_start_requests(&mut manager, &address, None).await;
+                    let requested = manager.take_start_requests(None).await;
                     tending.start(requested, &datanode_args);
                     for (severity, text) in tending.events {
-                        report_event(&mut manager, &address, severity, "launcher", &text).await;
+                        manager.report_event(severity, "launcher", &text).await;
                     }
                 }
             }
@@ -494,12 +510,34 @@ fn cluster_config(args: &StartArgs) -> Result<ClusterConfig, String> {
     Ok(config)
 }
 
-async fn wait_started(address: &str, procs: &mut [Proc], deadline: Instant) -> Result<ClusterLayout, String> {
+/// The cluster's certificates in `<dir>/tls`, made on the first start
+/// for the hosts of the configuration and kept afterwards.
+fn make_certificates(dir: &Path, config: &ClusterConfig) -> Result<crate::TlsArgs, String> {
+    let tls_dir = dir.join("tls");
+    let mut hosts = vec![config.mgmd.host.clone(), "localhost".to_string()];
+    hosts.extend(config.datanodes.iter().map(|d| d.host.clone()));
+    hosts.sort();
+    hosts.dedup();
+    let roles = latsdb_net::tls::Role::ALL;
+    for line in crate::certs::create(&tls_dir, &hosts, &roles, 365, false)? {
+        if !line.starts_with("kept") {
+            println!("tls: {line}");
+        }
+    }
+    Ok(crate::TlsArgs { tls_dir: Some(tls_dir) })
+}
+
+async fn wait_started(
+    address: &str,
+    tls: Option<&latsdb_net::tls::ClusterTls>,
+    procs: &mut [Proc],
+    deadline: Instant,
+) -> Result<ClusterLayout, String> {
     let mut conn: Option<RpcConn> = None;
     loop {
         check_alive(procs)?;
         if conn.is_none() {
-            conn = RpcConn::connect(address, Duration::from_secs(2)).await.ok();
+            conn = RpcConn::connect(address, Duration::from_secs(2), tls).await.ok();
         }
         if let Some(c) = conn.as_mut() {
             match c.call::<_, MgmResponse>(&MgmRequest::GetLayout).await {

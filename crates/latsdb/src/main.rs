@@ -8,6 +8,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod angel;
 mod backup;
+mod certs;
 mod healer;
 mod launcher;
 mod mgm;
@@ -51,6 +52,8 @@ enum Command {
         /// Folder where the schema and the latest durable epoch are kept.
         #[arg(long, default_value = "latsdb-data")]
         data_dir: PathBuf,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Run a data node.
     Datanode {
@@ -88,6 +91,8 @@ enum Command {
         /// Write the node id here once registered (the angel's channel).
         #[arg(long, hide = true)]
         node_id_file: Option<PathBuf>,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Run a REST node (HTTP/JSON key lookups and feature vectors).
     Rest(rest_cmd::RestArgs),
@@ -104,6 +109,44 @@ enum Command {
     Bench(latsdb_bench::BenchArgs),
     /// Deterministic simulation: replay one seed, or sweep a range of seeds.
     Sim(SimArgs),
+    /// TLS certificates for the native protocol: `certs create` makes a cluster CA and a certificate per role.
+    Certs(certs::CertsArgs),
+}
+
+/// This process's TLS identity on the native protocol.
+#[derive(clap::Args, Clone, Default)]
+pub struct TlsArgs {
+    /// Directory with the cluster's ca.pem and this role's certificate and
+    /// key (`latsdb certs create`): every native link then uses TLS, and
+    /// only processes with a certificate of that CA get in.
+    #[arg(long, env = "LATSDB_TLS_DIR")]
+    pub tls_dir: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// Loads the identity of `role`; None without --tls-dir.
+    pub fn load(
+        &self,
+        role: latsdb_net::tls::Role,
+    ) -> Result<Option<std::sync::Arc<latsdb_net::tls::ClusterTls>>, String> {
+        match &self.tls_dir {
+            Some(dir) => latsdb_net::tls::ClusterTls::load(dir, role).map(Some).map_err(|e| format!("--tls-dir: {e}")),
+            None => Ok(None),
+        }
+    }
+
+    /// Client options that connect with the API role's certificate.
+    pub fn client_options(&self) -> Result<latsdb_client::ClientOptions, String> {
+        latsdb_client::ClientOptions::with_tls_dir(self.tls_dir.as_deref())
+    }
+
+    /// The flags that pass this identity's directory on to a child process.
+    pub fn flags(&self) -> Vec<String> {
+        match &self.tls_dir {
+            Some(dir) => vec!["--tls-dir".into(), dir.display().to_string()],
+            None => Vec::new(),
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -186,7 +229,7 @@ fn main() -> ExitCode {
     set_huge_page_faults(matches!(cli.command, Command::Datanode { .. }));
     let result = match cli.command {
         Command::Start(args) => launcher::run(args),
-        Command::Mgmd { config, port, ready_file, data_dir } => run_mgmd(config, port, ready_file, data_dir),
+        Command::Mgmd { config, port, ready_file, data_dir, tls } => run_mgmd(config, port, ready_file, data_dir, tls),
         Command::Datanode {
             mgmd,
             node_id,
@@ -196,6 +239,7 @@ fn main() -> ExitCode {
             initial,
             no_restart: false,
             metrics_port,
+            tls,
             ..
         } => {
             let mut flags = vec![std::ffi::OsString::from("--data-dir"), data_dir.into_os_string()];
@@ -208,7 +252,8 @@ fn main() -> ExitCode {
             if diskless {
                 flags.push("--diskless".into());
             }
-            angel::run(angel::AngelArgs { mgmd, node_id, flags, initial })
+            flags.extend(tls.flags().into_iter().map(Into::into));
+            angel::run(angel::AngelArgs { mgmd, node_id, flags, initial, tls })
         }
         Command::Datanode {
             mgmd,
@@ -220,8 +265,10 @@ fn main() -> ExitCode {
             no_restart: true,
             node_id_file,
             metrics_port,
+            tls,
         } => runtime(1).and_then(|rt| {
             use_huge_pages();
+            let tls = tls.load(latsdb_net::tls::Role::DataNode)?;
             rt.block_on(latsdb_node::datanode::run_datanode(latsdb_node::datanode::DataNodeOptions {
                 mgmd,
                 node_id,
@@ -231,6 +278,7 @@ fn main() -> ExitCode {
                 initial,
                 node_id_file,
                 metrics_port,
+                tls,
             }))
             .map_err(|e| e.to_string())
         }),
@@ -241,6 +289,7 @@ fn main() -> ExitCode {
         Command::Restore(args) => runtime(2).and_then(|rt| rt.block_on(backup::run_restore(args))),
         Command::Bench(args) => latsdb_bench::run(args).map_err(|e| e.to_string()),
         Command::Sim(args) => run_sim(args),
+        Command::Certs(args) => certs::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -418,6 +467,7 @@ fn run_mgmd(
     port: Option<u16>,
     ready_file: Option<PathBuf>,
     data_dir: PathBuf,
+    tls: TlsArgs,
 ) -> Result<(), String> {
     let config = match config {
         Some(path) => {
@@ -427,12 +477,19 @@ fn run_mgmd(
         }
         None => ClusterConfig::local(2, 1, 1186),
     };
+    let tls = tls.load(latsdb_net::tls::Role::Mgmd)?;
+    if config.tls.require_tls && tls.is_none() {
+        return Err("the configuration says [tls] require_tls = true, but no --tls-dir (or LATSDB_TLS_DIR) names \
+                    this server's certificates; make them with `latsdb certs create`"
+            .into());
+    }
     let rt = runtime(2)?;
     rt.block_on(latsdb_node::mgmd::run_mgmd(latsdb_node::mgmd::MgmdOptions {
         config,
         port,
         ready_file,
         data_dir: Some(data_dir),
+        tls,
     }))
     .map_err(|e| e.to_string())
 }

@@ -22,6 +22,8 @@ pub struct MgmArgs {
     /// Address of the management server.
     #[arg(long, env = "LATSDB_MGMD", default_value = crate::DEFAULT_MGMD)]
     mgmd: String,
+    #[command(flatten)]
+    tls: crate::TlsArgs,
     #[command(subcommand)]
     command: MgmCommand,
 }
@@ -216,7 +218,8 @@ async fn run_node_action(conn: &mut RpcConn, action: NodeAction) -> Result<(), S
 }
 
 pub async fn run(args: MgmArgs) -> Result<(), String> {
-    let mut conn = RpcConn::connect(&args.mgmd, Duration::from_secs(5)).await.map_err(|e| {
+    let tls = args.tls.load(latsdb_net::tls::Role::Api)?;
+    let mut conn = RpcConn::connect(&args.mgmd, Duration::from_secs(5), tls.as_deref()).await.map_err(|e| {
         format!("{}; is the management server running at {}? (set --mgmd or LATSDB_MGMD)", e.message, args.mgmd)
     })?;
     match args.command {

@@ -59,6 +59,8 @@ pub struct RestArgs {
     /// Write the listening address to this file once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    #[command(flatten)]
+    cluster_tls: crate::TlsArgs,
 }
 
 pub fn run_rest(args: RestArgs) -> Result<(), String> {
@@ -80,6 +82,7 @@ pub fn run_rest(args: RestArgs) -> Result<(), String> {
         threads: args.threads,
         tls: args.tls_cert.zip(args.tls_key),
         ready_file: args.ready_file,
+        cluster_tls: args.cluster_tls.load(latsdb_net::tls::Role::Api)?,
     })
 }
 
@@ -88,6 +91,8 @@ pub struct ApiKeyArgs {
     /// Address of the management server.
     #[arg(long, env = "LATSDB_MGMD", default_value = crate::DEFAULT_MGMD)]
     mgmd: String,
+    #[command(flatten)]
+    tls: crate::TlsArgs,
     #[command(subcommand)]
     command: ApiKeyCommand,
 }
@@ -110,7 +115,8 @@ enum ApiKeyCommand {
 }
 
 pub async fn run_apikey(args: ApiKeyArgs) -> Result<(), String> {
-    let client = latsdb_client::Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
+    let client =
+        latsdb_client::Client::connect_with(&args.mgmd, args.tls.client_options()?).await.map_err(|e| e.to_string())?;
     match args.command {
         ApiKeyCommand::Create { name, databases } => {
             let key = auth::create_key(&client, &name, &databases).await.map_err(|e| e.to_string())?;

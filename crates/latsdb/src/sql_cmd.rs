@@ -42,6 +42,8 @@ pub struct SqlArgs {
     /// Serve GET /metrics (Prometheus) on this port of --bind (0 picks a free one; the address is printed).
     #[arg(long)]
     metrics_port: Option<u16>,
+    #[command(flatten)]
+    cluster_tls: crate::TlsArgs,
 }
 
 pub fn run_sql(args: SqlArgs) -> Result<(), String> {
@@ -62,5 +64,6 @@ pub fn run_sql(args: SqlArgs) -> Result<(), String> {
         tls: args.tls_cert.zip(args.tls_key),
         require_tls: args.require_secure_transport,
         metrics_port: args.metrics_port,
+        cluster_tls: args.cluster_tls.load(latsdb_net::tls::Role::Api)?,
     })
 }

@@ -5,9 +5,12 @@
 //! requests costs one read. The writer gathers every frame queued while it
 //! was busy into one write, so answers to many requests share a syscall.
 
+pub mod link;
 pub mod metrics;
 pub mod serve;
 pub mod tls;
+
+pub use link::{accept_link, connect_link, Link, LinkReader, LinkWriter};
 
 use latsdb_types::proto::{self, FRAME_HEADER};
 use latsdb_types::{DbError, ErrorCode, Result};
@@ -185,21 +188,22 @@ pub async fn connect(address: &str, timeout: Duration) -> Result<TcpStream> {
 
 /// A simple sequential request/response connection (management traffic).
 pub struct RpcConn {
-    reader: FrameReader<tokio::net::tcp::OwnedReadHalf>,
-    writer: tokio::net::tcp::OwnedWriteHalf,
+    reader: FrameReader<LinkReader>,
+    writer: LinkWriter,
     next_id: u64,
     address: String,
     timeout: Duration,
 }
 
 impl RpcConn {
-    pub async fn connect(address: &str, timeout: Duration) -> Result<RpcConn> {
-        let stream = connect(address, timeout).await?;
-        Ok(RpcConn::from_stream(stream, address, timeout))
+    /// Connects, through TLS with this process's identity when `tls` is given.
+    pub async fn connect(address: &str, timeout: Duration, tls: Option<&tls::ClusterTls>) -> Result<RpcConn> {
+        let link = connect_link(address, timeout, tls).await?;
+        Ok(RpcConn::from_link(link, address, timeout))
     }
 
-    pub fn from_stream(stream: TcpStream, address: &str, timeout: Duration) -> RpcConn {
-        let (r, w) = stream.into_split();
+    pub fn from_link(link: Link, address: &str, timeout: Duration) -> RpcConn {
+        let (r, w) = link.into_split();
         RpcConn {
             reader: FrameReader::new(r, proto::DEFAULT_MAX_FRAME_BYTES),
             writer: w,
@@ -212,8 +216,8 @@ impl RpcConn {
     /// Continues a connection whose first frames were read elsewhere
     /// (keeping whatever the reader has buffered).
     pub fn from_parts(
-        reader: FrameReader<tokio::net::tcp::OwnedReadHalf>,
-        writer: tokio::net::tcp::OwnedWriteHalf,
+        reader: FrameReader<LinkReader>,
+        writer: LinkWriter,
         address: &str,
         timeout: Duration,
     ) -> RpcConn {

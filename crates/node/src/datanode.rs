@@ -32,6 +32,8 @@ pub struct DataNodeOptions {
     /// Serve `GET /metrics` (Prometheus) on this port of the node's host
     /// (0 picks a free one); None serves none.
     pub metrics_port: Option<u16>,
+    /// The node's identity when the cluster requires TLS (`--tls-dir`).
+    pub tls: Option<std::sync::Arc<latsdb_net::tls::ClusterTls>>,
 }
 
 /// Shard threads chosen from the CPUs this process may use: on two CPUs or
@@ -65,7 +67,7 @@ pub const FORMATION_WAIT: Duration = Duration::from_secs(600);
 
 async fn connect_mgmd(opts: &DataNodeOptions, deadline: tokio::time::Instant) -> Result<RpcConn> {
     loop {
-        match RpcConn::connect(&opts.mgmd, Duration::from_secs(2)).await {
+        match RpcConn::connect(&opts.mgmd, Duration::from_secs(2), opts.tls.as_deref()).await {
             Ok(c) => return Ok(c),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(DbError::new(
@@ -198,7 +200,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
             },
             _ = restart_tick.tick(), if restart.is_some() => {
                 if let Some(r) = restart.as_mut() {
-                    if let Err(e) = r.step(node_id, &shards, &opts.mgmd).await {
+                    if let Err(e) = r.step(node_id, &shards, &opts).await {
                         log("datanode", format!("node {node_id}: node restart failed: {}", e.message));
                         failure = Some(e.message);
                         break;
@@ -475,6 +477,7 @@ fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<S
             shard_port,
             placeholder.clone(),
             latsdb_types::proto::DEFAULT_MAX_FRAME_BYTES,
+            opts.tls.clone(),
         )?);
     }
     Ok(shards)
@@ -559,7 +562,7 @@ impl Restart {
     }
 
     /// One look at the shards; carries out what the restart's next step is.
-    async fn step(&mut self, node_id: NodeId, shards: &[ShardHandle], mgmd: &str) -> Result<()> {
+    async fn step(&mut self, node_id: NodeId, shards: &[ShardHandle], opts: &DataNodeOptions) -> Result<()> {
         let mut progress = Vec::with_capacity(shards.len());
         for s in shards {
             progress.push(ask(s, Control::SyncProgress).await?);
@@ -591,7 +594,7 @@ impl Restart {
                 if tries == 0 {
                     self.stage_done("handover", node_id, String::new());
                 }
-                self.ask_admit(node_id, mgmd).await?;
+                self.ask_admit(node_id, opts).await?;
             }
             RestartStep::Fail(why) => return Err(DbError::new(ErrorCode::NodeUnavailable, why)),
         }
@@ -607,8 +610,8 @@ impl Restart {
         }
     }
 
-    async fn ask_admit(&mut self, node_id: NodeId, mgmd: &str) -> Result<()> {
-        let mut conn = RpcConn::connect(mgmd, Duration::from_secs(2)).await?;
+    async fn ask_admit(&mut self, node_id: NodeId, opts: &DataNodeOptions) -> Result<()> {
+        let mut conn = RpcConn::connect(&opts.mgmd, Duration::from_secs(2), opts.tls.as_deref()).await?;
         match conn.call(&MgmRequest::DataNodeSynced { node_id }).await? {
             MgmResponse::Done => Ok(()),
             other => Err(unexpected("the request to admit the restarted node", other)),

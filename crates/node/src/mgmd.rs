@@ -5,6 +5,7 @@
 
 use crate::log;
 use latsdb_cluster::membership::Arbiter;
+use latsdb_net::tls::{ClusterTls, Role};
 use latsdb_net::{FrameError, FrameReader, RpcConn};
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::proto::{
@@ -45,6 +46,8 @@ pub struct MgmdOptions {
     /// Where the schema and the latest durable epoch are kept across
     /// restarts (`mgmd-state.bin`); None keeps them in memory only.
     pub data_dir: Option<PathBuf>,
+    /// The server's identity when the cluster requires TLS (`--tls-dir`).
+    pub tls: Option<Arc<ClusterTls>>,
 }
 
 type Command = (NodeCommand, oneshot::Sender<Result<NodeReply>>);
@@ -81,6 +84,7 @@ struct State {
 
 struct Mgmd {
     data_dir: Option<PathBuf>,
+    tls: Option<Arc<ClusterTls>>,
     /// The configuration: the file's, with the node groups added since
     /// (`nodegroups.rs`).
     config: std::sync::RwLock<Arc<ClusterConfig>>,
@@ -151,6 +155,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
     let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
     let mgmd = Arc::new(Mgmd {
         data_dir: opts.data_dir.clone(),
+        tls: opts.tls.clone(),
         config: std::sync::RwLock::new(Arc::new(config)),
         state: Mutex::new(State {
             layout,
@@ -269,8 +274,17 @@ impl Mgmd {
     }
 
     async fn serve(self: Arc<Self>, stream: TcpStream) {
-        let _ = stream.set_nodelay(true);
-        let (r, mut w) = stream.into_split();
+        let peer_ip = stream.peer_addr().ok().map(|a| a.ip());
+        let refusal = |id, e| proto::frame(id, &MgmResponse::Error(e));
+        let link = match latsdb_net::accept_link(stream, self.tls.as_deref(), refusal).await {
+            Ok(link) => link,
+            Err(why) => {
+                log("mgmd", format!("refused a connection: {why}"));
+                return;
+            }
+        };
+        let identity = link.peer_identity();
+        let (r, mut w) = link.into_split();
         let mut reader = FrameReader::new(r, self.config().cluster.max_frame_bytes);
         loop {
             let (id, request) = match reader.next().await {
@@ -292,6 +306,11 @@ impl Mgmd {
                 }
                 Err(FrameError::Io(_)) => return,
             };
+            if let Err(e) = self.authorize(&request, identity.as_ref(), peer_ip) {
+                log("mgmd", e.message.clone());
+                let _ = w.write_all(&proto::frame(id, &MgmResponse::Error(e))).await;
+                return;
+            }
             if let MgmRequest::RegisterDataNode { node_id, pid, protocol } = request {
                 // The connection now belongs to the data node's lifecycle.
                 self.register(id, node_id, pid, protocol, reader, w).await;
@@ -310,6 +329,31 @@ impl Mgmd {
                 return;
             }
         }
+    }
+
+    /// With TLS, what only a data node may say (its lifecycle, its durable
+    /// epoch, membership votes) needs a data node's certificate made for
+    /// the connection's source address; anything else any certificate of
+    /// the cluster's CA may ask (the handshake checked the CA).
+    fn authorize(
+        &self,
+        request: &MgmRequest,
+        identity: Option<&latsdb_net::tls::PeerIdentity>,
+        ip: Option<std::net::IpAddr>,
+    ) -> Result<()> {
+        if self.tls.is_none() || !request.only_from_data_nodes() {
+            return Ok(());
+        }
+        let checked = match identity {
+            Some(identity) => identity.check(Role::DataNode, ip),
+            None => Err("it has no certificate".to_string()),
+        };
+        checked.map_err(|why| {
+            DbError::new(
+                ErrorCode::AccessDenied,
+                format!("refused {} from {}: {why}", request.kind(), ip.map_or("?".to_string(), |ip| ip.to_string())),
+            )
+        })
     }
 
     /// Writes the schema, durable epoch and last view (atomically: a
@@ -749,8 +793,8 @@ impl Mgmd {
         wanted: Option<NodeId>,
         pid: u32,
         protocol: u32,
-        reader: FrameReader<tokio::net::tcp::OwnedReadHalf>,
-        mut w: tokio::net::tcp::OwnedWriteHalf,
+        reader: FrameReader<latsdb_net::LinkReader>,
+        mut w: latsdb_net::LinkWriter,
     ) {
         let assigned = self.assign_node_id(wanted, protocol);
         let node_id = match assigned {

@@ -8,7 +8,8 @@
 
 use latsdb_cluster::membership::{MemberOut, Membership, MembershipConfig, Voter};
 use latsdb_cluster::{ConnId, Lease, Outbox, Shard, ShardConfig};
-use latsdb_net::{write_frames, FrameError, FrameReader};
+use latsdb_net::tls::{ClusterTls, Role};
+use latsdb_net::{write_frames, FrameError, FrameReader, LinkReader};
 use latsdb_types::proto::{
     self, ClientRequest, ClientResponse, ClusterLayout, CommitEpoch, Hello, MemberMsg, MgmRequest, MgmResponse, NodeId,
     NodeStatus, PeerMsg, SchemaChange, ShardAddr, StartPlan, ViewNumber, PROTOCOL_VERSION,
@@ -108,6 +109,9 @@ struct Host {
     direct_io: bool,
     /// When the last durable epoch report went to the management server.
     durable_reported_at: Cell<Option<Instant>>,
+    /// The node's identity when the cluster requires TLS: every link in
+    /// and out goes through it.
+    tls: Option<Arc<ClusterTls>>,
 }
 
 impl Host {
@@ -263,8 +267,10 @@ impl Host {
         }
         self.durable_reported_at.set(Some(now));
         let address = self.layout.borrow().mgmd_address.clone();
+        let tls = self.tls.clone();
         spawn_local(async move {
-            let Ok(mut conn) = latsdb_net::RpcConn::connect(&address, Duration::from_secs(1)).await else { return };
+            let connected = latsdb_net::RpcConn::connect(&address, Duration::from_secs(1), tls.as_deref()).await;
+            let Ok(mut conn) = connected else { return };
             let request = MgmRequest::EpochDurable { epoch };
             let _ = tokio::time::timeout(Duration::from_secs(2), conn.call::<MgmRequest, MgmResponse>(&request)).await;
         });
@@ -354,6 +360,27 @@ impl Host {
             ))),
             (None, _) => Err(DbError::bad_request(format!("shard {from} is not a started shard of this cluster"))),
         }
+    }
+
+    /// With TLS, only a data node's certificate made for the link's source
+    /// address may open a peer link: an API node's certificate must never
+    /// let it speak as a data node.
+    fn check_peer_identity(
+        &self,
+        identity: Option<&latsdb_net::tls::PeerIdentity>,
+        ip: Option<std::net::IpAddr>,
+    ) -> Result<()> {
+        if self.tls.is_none() {
+            return Ok(());
+        }
+        // accept_link completes a handshake that requires a client
+        // certificate, so a TLS link always has one.
+        let Some(identity) = identity else {
+            return Err(DbError::new(ErrorCode::AccessDenied, "a peer link without a certificate"));
+        };
+        identity
+            .check(Role::DataNode, ip)
+            .map_err(|why| DbError::new(ErrorCode::AccessDenied, format!("a peer link is refused: {why}")))
     }
 
     /// `check_peer`, allowing a peer that is not started in this shard's
@@ -464,6 +491,7 @@ pub fn spawn_shard(
     port: u16,
     layout: ClusterLayout,
     max_frame: usize,
+    tls: Option<Arc<ClusterTls>>,
 ) -> Result<ShardHandle> {
     let listener = std::net::TcpListener::bind((host, port)).map_err(|e| {
         DbError::new(
@@ -483,7 +511,7 @@ pub fn spawn_shard(
                     crate::log("datanode", format!("shard {me}: cannot bind to CPU {cpu}: {e}; the OS places it"));
                 }
             }
-            run_shard(cfg, listener, layout, max_frame, control_rx)
+            run_shard(cfg, listener, layout, max_frame, tls, control_rx)
         })
         .map_err(|e| DbError::io("spawning a shard thread", e))?;
     Ok(ShardHandle { me, address, control, thread })
@@ -494,6 +522,7 @@ fn run_shard(
     listener: std::net::TcpListener,
     layout: ClusterLayout,
     max_frame: usize,
+    tls: Option<Arc<ClusterTls>>,
     mut control: mpsc::UnboundedReceiver<Control>,
 ) {
     // Blocking threads read tablespace pages: this many reads of one shard
@@ -527,6 +556,7 @@ fn run_shard(
             pages: RefCell::new(None),
             direct_io,
             durable_reported_at: Cell::new(None),
+            tls,
         });
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
@@ -679,9 +709,16 @@ fn too_large(len: usize, max: usize) -> DbError {
 }
 
 async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
     let peer_ip = stream.peer_addr().ok().map(|a| a.ip());
-    let (r, w) = stream.into_split();
+    let link = match latsdb_net::accept_link(stream, host.tls.as_deref(), error_frame).await {
+        Ok(link) => link,
+        Err(why) => {
+            crate::log("datanode", format!("shard {}: refused a connection: {why}", host.me));
+            return;
+        }
+    };
+    let identity = link.peer_identity();
+    let (r, w) = link.into_split();
     let mut reader = FrameReader::new(r, host.max_frame);
     let (tx, rx) = mpsc::unbounded_channel();
     spawn_local(write_frames(w, rx, latsdb_net::Coalesce::Never));
@@ -721,31 +758,40 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
             host.shard.borrow_mut().on_disconnect(conn, host.now(), &mut out);
             host.dispatch(&mut out);
         }
-        Hello::Peer { from, .. } => match host.check_peer_soon(from, peer_ip).await {
-            Ok(()) => {
-                peer_loop(&host, from, &mut reader).await;
-                if from.shard == 0 {
-                    // A killed node's links break at once: suspect it now
-                    // rather than after the missed heartbeats.
-                    crate::log(
-                        "datanode",
-                        format!("shard {}: the link from data node {} closed; suspecting it", host.me, from.node),
-                    );
-                    host.member_step(|m, now, out| m.on_link_lost(from.node, now, out));
+        Hello::Peer { from, .. } => {
+            let checked = match host.check_peer_identity(identity.as_ref(), peer_ip) {
+                Ok(()) => host.check_peer_soon(from, peer_ip).await,
+                Err(e) => Err(e),
+            };
+            match checked {
+                Ok(()) => serve_peer(&host, from, &mut reader).await,
+                Err(e) => {
+                    crate::log("datanode", format!("shard {}: refused a peer link: {}", host.me, e.message));
+                    let _ = tx.send(error_frame(req_id, e));
                 }
             }
-            Err(e) => {
-                crate::log("datanode", format!("shard {}: refused a peer link: {}", host.me, e.message));
-                let _ = tx.send(error_frame(req_id, e));
-            }
-        },
+        }
+    }
+}
+
+/// Takes a checked peer's messages until its link closes.
+async fn serve_peer(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<LinkReader>) {
+    peer_loop(host, from, reader).await;
+    if from.shard == 0 {
+        // A killed node's links break at once: suspect it now
+        // rather than after the missed heartbeats.
+        crate::log(
+            "datanode",
+            format!("shard {}: the link from data node {} closed; suspecting it", host.me, from.node),
+        );
+        host.member_step(|m, now, out| m.on_link_lost(from.node, now, out));
     }
 }
 
 async fn client_loop(
     host: &Rc<Host>,
     conn: ConnId,
-    reader: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
+    reader: &mut FrameReader<LinkReader>,
     tx: &mpsc::UnboundedSender<Vec<u8>>,
 ) {
     let mut out = Outbox::default();
@@ -775,7 +821,7 @@ async fn client_loop(
     }
 }
 
-async fn peer_loop(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>) {
+async fn peer_loop(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<LinkReader>) {
     let mut out = Outbox::default();
     loop {
         match reader.next().await {
@@ -836,7 +882,7 @@ async fn peer_link(
         }
         let address = host.layout.borrow().shard_address(to).map(|s| s.to_string());
         if let Some(address) = address {
-            match latsdb_net::connect(&address, Duration::from_secs(2)).await {
+            match latsdb_net::connect_link(&address, Duration::from_secs(2), host.tls.as_deref()).await {
                 Ok(s) => break s,
                 Err(e) if attempts >= 25 => {
                     crate::log("datanode", format!("shard {}: giving up on peer {to}: {e}", host.me));
@@ -871,7 +917,8 @@ async fn peer_link(
 /// that does not answer.
 async fn ask_arbiter(host: Rc<Host>, msg: MemberMsg) {
     let address = host.layout.borrow().mgmd_address.clone();
-    let Ok(mut conn) = latsdb_net::RpcConn::connect(&address, Duration::from_secs(1)).await else { return };
+    let connected = latsdb_net::RpcConn::connect(&address, Duration::from_secs(1), host.tls.as_deref()).await;
+    let Ok(mut conn) = connected else { return };
     let request = MgmRequest::Member { from: host.me.node, msg };
     let answer = tokio::time::timeout(Duration::from_secs(2), conn.call::<MgmRequest, MgmResponse>(&request)).await;
     if let Ok(Ok(MgmResponse::Member(Some(reply)))) = answer {

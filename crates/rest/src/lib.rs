@@ -782,6 +782,8 @@ pub struct RestOptions {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Written with the listening address once the node serves.
     pub ready_file: Option<PathBuf>,
+    /// The node's identity towards the cluster when it requires TLS.
+    pub cluster_tls: Option<Arc<latsdb_net::tls::ClusterTls>>,
 }
 
 /// Runs a REST node until SIGTERM or Ctrl-C: a thread per worker, each
@@ -794,8 +796,9 @@ pub fn run(options: RestOptions) -> Result<(), String> {
         None => None,
     };
     let (mgmd, config) = (options.mgmd.clone(), options.config.clone());
+    let cluster_tls = options.cluster_tls.clone();
     let init = move || async move {
-        let client = connect_client(&mgmd).await?;
+        let client = connect_client(&mgmd, cluster_tls).await?;
         auth::ensure_system_tables(&client)
             .await
             .map_err(|e| format!("cannot create the metadata tables in {}: {}", auth::SYSTEM_DATABASE, e.message))?;
@@ -827,8 +830,11 @@ pub fn run(options: RestOptions) -> Result<(), String> {
     Ok(())
 }
 
-async fn connect_client(mgmd: &str) -> Result<Client, String> {
-    Client::connect(mgmd).await.map_err(|e| format!("cannot reach the cluster through {mgmd}: {}", e.message))
+async fn connect_client(mgmd: &str, tls: Option<Arc<latsdb_net::tls::ClusterTls>>) -> Result<Client, String> {
+    let options = latsdb_client::ClientOptions { tls, ..Default::default() };
+    Client::connect_with(mgmd, options)
+        .await
+        .map_err(|e| format!("cannot reach the cluster through {mgmd}: {}", e.message))
 }
 
 async fn serve_stream(rest: Arc<Rest>, tls: Option<tokio_rustls::TlsAcceptor>, stream: tokio::net::TcpStream) {

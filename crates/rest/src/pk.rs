@@ -852,7 +852,8 @@ pub fn status_of(e: &DbError) -> u16 {
         | ErrorCode::RedoFull
         | ErrorCode::OutOfMemory => 503,
         ErrorCode::TableFull => 507,
-        ErrorCode::Io | ErrorCode::Internal => 500,
+        // AccessDenied: the REST node itself was refused by the cluster.
+        ErrorCode::Io | ErrorCode::Internal | ErrorCode::AccessDenied => 500,
     }
 }
 

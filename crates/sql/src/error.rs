@@ -125,7 +125,9 @@ impl From<DbError> for SqlError {
             ErrorCode::Malformed | ErrorCode::BadRequest | ErrorCode::FrameTooLarge | ErrorCode::NodeIdInUse => {
                 (ER_UNKNOWN_ERROR, "HY000")
             }
-            ErrorCode::Io | ErrorCode::Internal => (ER_INTERNAL, "HY000"),
+            // The SQL node itself was refused by the cluster (its certificate):
+            // a server configuration problem, not the user's.
+            ErrorCode::Io | ErrorCode::Internal | ErrorCode::AccessDenied => (ER_INTERNAL, "HY000"),
             ErrorCode::TableFull => (ER_RECORD_FILE_FULL, "HY000"),
         };
         let mut message = e.message;

@@ -55,6 +55,8 @@ pub struct SqlOptions {
     /// Serve GET /metrics (Prometheus) on this port of the listening
     /// address's host (0 picks a free one); None serves none.
     pub metrics_port: Option<u16>,
+    /// The node's identity towards the cluster when it requires TLS.
+    pub cluster_tls: Option<Arc<latsdb_net::tls::ClusterTls>>,
 }
 
 /// Runs a SQL node until SIGTERM or Ctrl-C: a thread per worker, each with
@@ -79,6 +81,7 @@ pub fn run(options: SqlOptions) -> Result<(), String> {
         // back to back: 1,137-1,174 TPS written at once vs 1,035-1,071 with
         // YieldOnce, p95 19 vs 20-24 ms).
         coalesce: latsdb_net::Coalesce::Never,
+        tls: options.cluster_tls.clone(),
         ..Default::default()
     };
     let metrics = Arc::new(metrics::SqlMetrics::default());

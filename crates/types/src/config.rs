@@ -16,6 +16,20 @@ pub struct ClusterConfig {
     pub datanode_defaults: DataNodeDefaults,
     #[serde(default, rename = "datanode")]
     pub datanodes: Vec<DataNodeSection>,
+    #[serde(default)]
+    pub tls: TlsSection,
+}
+
+/// TLS on the native protocol. Each process names its certificates with
+/// `--tls-dir`; this section states the cluster's policy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSection {
+    /// The management server refuses to start without `--tls-dir`, so a
+    /// cluster meant to run with TLS cannot come up without it by mistake.
+    /// (A process with `--tls-dir` always speaks TLS and refuses peers
+    /// without a certificate of its CA, whatever this says.)
+    pub require_tls: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -194,6 +208,7 @@ impl ClusterConfig {
                     cpus: None,
                 })
                 .collect(),
+            tls: TlsSection::default(),
         }
     }
 

@@ -59,6 +59,10 @@ pub enum ErrorCode {
     /// files overloaded"): the write was refused without effect and may be
     /// retried once a checkpoint lets older records go.
     RedoFull,
+    /// The peer is not allowed in: it spoke without TLS to a cluster that
+    /// requires it, or its certificate is not of the cluster's CA or does
+    /// not hold the role the request needs. Not retriable.
+    AccessDenied,
 }
 
 impl ErrorCode {

@@ -25,6 +25,9 @@ pub struct YcsbArgs {
     /// Management server address.
     #[arg(long, env = "LATSDB_MGMD", default_value = "127.0.0.1:1186")]
     pub mgmd: String,
+    /// Directory with the cluster's ca.pem and an api certificate, for a cluster that requires TLS (`latsdb certs create`).
+    #[arg(long, env = "LATSDB_TLS_DIR")]
+    pub tls_dir: Option<std::path::PathBuf>,
     /// Where operations go: latsdb (native client, --mgmd), redis://HOST:PORT (YCSB's Redis data model; use an empty server), or mysql://USER:PASSWORD@HOST:PORT (YCSB's JDBC statements; the SQL node or MariaDB).
     #[arg(long, default_value = "latsdb")]
     pub db: String,

@@ -149,7 +149,8 @@ pub(super) async fn run(args: YcsbArgs, workload: Workload) -> Result<(), String
         ),
         None if args.db.starts_with("mysql://") => mysql_target(&args, &workload, load).await?,
         None if args.db == "latsdb" => {
-            let client = Client::connect(&args.mgmd).await.map_err(|e| e.to_string())?;
+            let options = latsdb_client::ClientOptions::with_tls_dir(args.tls_dir.as_deref())?;
+            let client = Client::connect_with(&args.mgmd, options).await.map_err(|e| e.to_string())?;
             let table = prepare_table(&client, &args, &workload, load).await?;
             let target = serde_json::json!({"db": "latsdb", "data_nodes": client.layout().datanodes.len(), "replicas": client.layout().replicas});
             (Db::Native { client, table }, target)

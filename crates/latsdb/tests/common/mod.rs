@@ -24,6 +24,8 @@ pub struct TestCluster {
     pub dir: tempfile::TempDir,
     /// With `--metrics`: each process's name and its GET /metrics URL.
     pub metrics: Vec<(String, String)>,
+    /// With `--tls`: the directory of the cluster's certificates.
+    pub tls_dir: Option<std::path::PathBuf>,
 }
 
 impl TestCluster {
@@ -47,6 +49,7 @@ impl TestCluster {
             output: rx,
             dir,
             metrics: Vec::new(),
+            tls_dir: None,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -67,6 +70,9 @@ impl TestCluster {
                 if let Some((url, name)) = words.split_last() {
                     cluster.metrics.push((name.join(" "), url.to_string()));
                 }
+            }
+            if let Some(words) = line.trim().strip_prefix("tls ") {
+                cluster.tls_dir = words.split_whitespace().next().map(std::path::PathBuf::from);
             }
             if let Some(rest) = line.trim().strip_prefix("sql ") {
                 cluster.sql = rest.split_whitespace().next().unwrap_or_default().to_string();
@@ -98,8 +104,19 @@ impl TestCluster {
         }
     }
 
+    /// Options for a native client of this cluster (with its API
+    /// certificate when it runs with `--tls`).
+    pub fn client_options(&self) -> ClientOptions {
+        ClientOptions::with_tls_dir(self.tls_dir.as_deref()).expect("the cluster's API certificate loads")
+    }
+
     pub fn mgm(&self, args: &[&str]) -> String {
-        let out = Command::new(BIN).args(["mgm", "--mgmd", &self.mgmd]).args(args).output().expect("run latsdb mgm");
+        let mut mgm = Command::new(BIN);
+        mgm.args(["mgm", "--mgmd", &self.mgmd]);
+        if let Some(dir) = &self.tls_dir {
+            mgm.arg("--tls-dir").arg(dir);
+        }
+        let out = mgm.args(args).output().expect("run latsdb mgm");
         assert!(out.status.success(), "latsdb mgm {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }

@@ -150,6 +150,36 @@ pub enum MgmRequest {
     NodeGroups,
 }
 
+impl MgmRequest {
+    /// What only a data node may send: its lifecycle, its durable epoch and
+    /// its membership votes. With TLS the management server takes these
+    /// only from a data node's certificate.
+    pub fn only_from_data_nodes(&self) -> bool {
+        matches!(
+            self,
+            MgmRequest::RegisterDataNode { .. }
+                | MgmRequest::DataNodeStarted { .. }
+                | MgmRequest::DataNodeReady { .. }
+                | MgmRequest::DataNodeSynced { .. }
+                | MgmRequest::EpochDurable { .. }
+                | MgmRequest::Member { .. }
+        )
+    }
+
+    /// The request's name, for logs and errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MgmRequest::RegisterDataNode { .. } => "RegisterDataNode",
+            MgmRequest::DataNodeStarted { .. } => "DataNodeStarted",
+            MgmRequest::DataNodeReady { .. } => "DataNodeReady",
+            MgmRequest::DataNodeSynced { .. } => "DataNodeSynced",
+            MgmRequest::EpochDurable { .. } => "EpochDurable",
+            MgmRequest::Member { .. } => "Member",
+            _ => "a management request",
+        }
+    }
+}
+
 /// Where an online backup is.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum BackupState {

@@ -1,0 +1,209 @@
+//! A native-protocol connection, plain TCP or TLS, and its two halves.
+//!
+//! Every native link (client to data node, data node to data node, any
+//! process to the management server) is one of these, so a cluster with
+//! certificates runs every byte through TLS and one without runs plain TCP
+//! with no indirection on its hot path: the halves are enums, not boxes.
+
+use crate::tls::{ClusterTls, PeerIdentity};
+use latsdb_types::proto::FRAME_HEADER;
+use latsdb_types::{DbError, ErrorCode, Result};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
+type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
+
+/// One native connection after its TLS handshake (if the cluster has TLS).
+pub enum Link {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
+}
+
+pub enum LinkReader {
+    Plain(OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<tokio_rustls::TlsStream<TcpStream>>),
+}
+
+pub enum LinkWriter {
+    Plain(OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<tokio_rustls::TlsStream<TcpStream>>),
+}
+
+impl Link {
+    pub fn into_split(self) -> (LinkReader, LinkWriter) {
+        match self {
+            Link::Plain(stream) => {
+                let (r, w) = stream.into_split();
+                (LinkReader::Plain(r), LinkWriter::Plain(w))
+            }
+            Link::Tls(stream) => {
+                let (r, w) = tokio::io::split(*stream);
+                (LinkReader::Tls(r), LinkWriter::Tls(w))
+            }
+        }
+    }
+
+    /// Who is at the other end, by its certificate; None on plain TCP.
+    pub fn peer_identity(&self) -> Option<PeerIdentity> {
+        let Link::Tls(stream) = self else { return None };
+        let certificates = stream.get_ref().1.peer_certificates()?;
+        certificates.first().map(|c| PeerIdentity::new(c.clone().into_owned()))
+    }
+}
+
+/// Connects to a native port: TCP, then the TLS handshake when `tls` is
+/// given. The error names the address and, for TLS, what to check.
+pub async fn connect_link(address: &str, timeout: Duration, tls: Option<&ClusterTls>) -> Result<Link> {
+    let stream = crate::connect(address, timeout).await?;
+    let Some(tls) = tls else { return Ok(Link::Plain(stream)) };
+    let handshake = tls.connect(address, stream)?;
+    let stream: ClientTls = tokio::time::timeout(timeout, handshake)
+        .await
+        .map_err(|_| {
+            DbError::new(
+                ErrorCode::NodeUnavailable,
+                format!("the TLS handshake with {address} timed out after {timeout:?}"),
+            )
+        })?
+        .map_err(|e| handshake_failed(address, &e))?;
+    Ok(Link::Tls(Box::new(stream.into())))
+}
+
+fn handshake_failed(address: &str, e: &io::Error) -> DbError {
+    DbError::new(
+        ErrorCode::AccessDenied,
+        format!(
+            "the TLS handshake with {address} failed: {e}. The cluster's nodes authenticate each other with \
+             certificates of one cluster CA: check that --tls-dir holds this cluster's ca.pem and this \
+             process's certificate (`latsdb certs create`), and that the certificate names the host it is \
+             reached by"
+        ),
+    )
+}
+
+/// The bytes a TLS client sends first: a handshake record of TLS 1.0-1.3.
+fn looks_like_tls(first: &[u8]) -> bool {
+    first.len() >= 2 && first[0] == 0x16 && first[1] == 0x03
+}
+
+/// Takes an accepted TCP connection through the TLS handshake when `tls` is
+/// given. A peer that speaks plain native frames to a TLS port is answered
+/// with one error frame made by `refusal` (so that it reads why), and the
+/// connection is closed.
+pub async fn accept_link(
+    stream: TcpStream,
+    tls: Option<&ClusterTls>,
+    refusal: impl FnOnce(u64, DbError) -> Vec<u8>,
+) -> std::result::Result<Link, String> {
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else { return Ok(Link::Plain(stream)) };
+    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown address".into());
+    let mut first = [0u8; FRAME_HEADER];
+    let peeked = tokio::time::timeout(ACCEPT_TIMEOUT, peek_at_least(&stream, &mut first, 2))
+        .await
+        .map_err(|_| format!("{peer} sent nothing within {ACCEPT_TIMEOUT:?}"))?
+        .map_err(|e| format!("{peer}: {e}"))?;
+    if !looks_like_tls(&first[..peeked]) {
+        refuse_plain(stream, &peer, refusal).await;
+        return Err(format!("{peer} spoke without TLS; this cluster requires TLS (refused)"));
+    }
+    let stream: ServerTls = tokio::time::timeout(ACCEPT_TIMEOUT, tls.acceptor().accept(stream))
+        .await
+        .map_err(|_| format!("the TLS handshake with {peer} timed out"))?
+        .map_err(|e| format!("the TLS handshake with {peer} failed: {e}"))?;
+    Ok(Link::Tls(Box::new(stream.into())))
+}
+
+/// How long an accepted connection may take to finish its TLS handshake.
+const ACCEPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn peek_at_least(stream: &TcpStream, buf: &mut [u8], at_least: usize) -> io::Result<usize> {
+    loop {
+        let n = stream.peek(buf).await?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed before saying anything"));
+        }
+        if n >= at_least {
+            return Ok(n);
+        }
+        stream.readable().await?;
+    }
+}
+
+/// Answers a plain-TCP peer's first frame with an error it can decode, then
+/// closes. The frame's header is read (bounded in time) for its request id.
+async fn refuse_plain(mut stream: TcpStream, peer: &str, refusal: impl FnOnce(u64, DbError) -> Vec<u8>) {
+    use tokio::io::AsyncWriteExt;
+    let mut header = [0u8; FRAME_HEADER];
+    let read = tokio::time::timeout(Duration::from_secs(1), stream.read_exact(&mut header)).await;
+    let request_id = match read {
+        Ok(Ok(_)) => u64::from_le_bytes(header[4..12].try_into().unwrap_or([0; 8])),
+        _ => 0,
+    };
+    let error = DbError::new(
+        ErrorCode::AccessDenied,
+        format!(
+            "{peer} connected without TLS, and this cluster requires TLS with a certificate of its CA: \
+             give this process --tls-dir (or LATSDB_TLS_DIR) with the cluster's ca.pem and a certificate \
+             made by `latsdb certs create`"
+        ),
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&refusal(request_id, error))).await;
+    let _ = stream.shutdown().await;
+}
+
+impl AsyncRead for LinkReader {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            LinkReader::Plain(r) => Pin::new(r).poll_read(cx, buf),
+            LinkReader::Tls(r) => Pin::new(r).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for LinkWriter {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            LinkWriter::Plain(w) => Pin::new(w).poll_write(cx, buf),
+            LinkWriter::Tls(w) => Pin::new(w).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            LinkWriter::Plain(w) => Pin::new(w).poll_flush(cx),
+            LinkWriter::Tls(w) => Pin::new(w).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            LinkWriter::Plain(w) => Pin::new(w).poll_shutdown(cx),
+            LinkWriter::Tls(w) => Pin::new(w).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            LinkWriter::Plain(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            LinkWriter::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            LinkWriter::Plain(w) => w.is_write_vectored(),
+            LinkWriter::Tls(w) => w.is_write_vectored(),
+        }
+    }
+}
