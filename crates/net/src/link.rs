@@ -16,23 +16,30 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
-type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
+/// What TLS runs over: the socket behind a read buffer. rustls reads at
+/// most 4 KiB per call, so a 12 KiB answer would cost three `recv`s (and
+/// rustls a compaction of its buffer after each); one 64 KiB read serves
+/// them all. Writes go straight through.
+pub type TlsIo = tokio::io::BufReader<TcpStream>;
+const TLS_READ_BUFFER: usize = 64 << 10;
+
+type ClientTls = tokio_rustls::client::TlsStream<TlsIo>;
+type ServerTls = tokio_rustls::server::TlsStream<TlsIo>;
 
 /// One native connection after its TLS handshake (if the cluster has TLS).
 pub enum Link {
     Plain(TcpStream),
-    Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::TlsStream<TlsIo>>),
 }
 
 pub enum LinkReader {
     Plain(OwnedReadHalf),
-    Tls(tokio::io::ReadHalf<tokio_rustls::TlsStream<TcpStream>>),
+    Tls(tokio::io::ReadHalf<tokio_rustls::TlsStream<TlsIo>>),
 }
 
 pub enum LinkWriter {
     Plain(OwnedWriteHalf),
-    Tls(tokio::io::WriteHalf<tokio_rustls::TlsStream<TcpStream>>),
+    Tls(tokio::io::WriteHalf<tokio_rustls::TlsStream<TlsIo>>),
 }
 
 impl Link {
@@ -62,7 +69,7 @@ impl Link {
 pub async fn connect_link(address: &str, timeout: Duration, tls: Option<&ClusterTls>) -> Result<Link> {
     let stream = crate::connect(address, timeout).await?;
     let Some(tls) = tls else { return Ok(Link::Plain(stream)) };
-    let handshake = tls.connect(address, stream)?;
+    let handshake = tls.connect(address, TlsIo::with_capacity(TLS_READ_BUFFER, stream))?;
     let stream: ClientTls = tokio::time::timeout(timeout, handshake)
         .await
         .map_err(|_| {
@@ -113,10 +120,11 @@ pub async fn accept_link(
         refuse_plain(stream, &peer, refusal).await;
         return Err(format!("{peer} spoke without TLS; this cluster requires TLS (refused)"));
     }
-    let stream: ServerTls = tokio::time::timeout(ACCEPT_TIMEOUT, tls.acceptor().accept(stream))
-        .await
-        .map_err(|_| format!("the TLS handshake with {peer} timed out"))?
-        .map_err(|e| format!("the TLS handshake with {peer} failed: {e}"))?;
+    let stream: ServerTls =
+        tokio::time::timeout(ACCEPT_TIMEOUT, tls.acceptor().accept(TlsIo::with_capacity(TLS_READ_BUFFER, stream)))
+            .await
+            .map_err(|_| format!("the TLS handshake with {peer} timed out"))?
+            .map_err(|e| format!("the TLS handshake with {peer} failed: {e}"))?;
     Ok(Link::Tls(Box::new(stream.into())))
 }
 
@@ -132,7 +140,9 @@ async fn peek_at_least(stream: &TcpStream, buf: &mut [u8], at_least: usize) -> i
         if n >= at_least {
             return Ok(n);
         }
-        stream.readable().await?;
+        // The socket stays readable while the byte that came waits, so
+        // waiting for readiness would spin: look again a little later.
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -149,8 +159,8 @@ async fn refuse_plain(mut stream: TcpStream, peer: &str, refusal: impl FnOnce(u6
     let error = DbError::new(
         ErrorCode::AccessDenied,
         format!(
-            "{peer} connected without TLS, and this cluster requires TLS with a certificate of its CA: \
-             give this process --tls-dir (or LATSDB_TLS_DIR) with the cluster's ca.pem and a certificate \
+            "this cluster requires TLS with a certificate of its CA, and this process connected without it \
+             (from {peer}): give it --tls-dir (or LATSDB_TLS_DIR) with the cluster's ca.pem and a certificate \
              made by `latsdb certs create`"
         ),
     );
