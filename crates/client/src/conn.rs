@@ -46,7 +46,13 @@ pub(crate) struct ShardConn {
 
 impl ShardConn {
     pub(crate) async fn open(shard: ShardAddr, address: &str, opts: &ClientOptions) -> Result<Arc<ShardConn>> {
-        let link = latsdb_net::connect_link(address, opts.connect_timeout, opts.tls.as_deref()).await?;
+        let link = latsdb_net::connect_link(
+            address,
+            opts.connect_timeout,
+            opts.tls.as_deref(),
+            latsdb_net::tls::Role::DataNode,
+        )
+        .await?;
         let (r, w) = link.into_split();
         let (frames, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_frames(w, rx, opts.coalesce));

@@ -229,9 +229,12 @@ impl Client {
         tables: Arc<TableCache>,
         requests: Arc<std::sync::atomic::AtomicU64>,
     ) -> Result<Client> {
-        let mut mgm = RpcConn::connect(mgmd, opts.connect_timeout, opts.tls.as_deref())
-            .await
-            .map_err(|e| DbError::new(e.code, format!("{}; is the management server running at {mgmd}?", e.message)))?;
+        let mut mgm =
+            RpcConn::connect(mgmd, opts.connect_timeout, opts.tls.as_deref()).await.map_err(|e| match e.code {
+                // Refused by it: it runs; its message says what to fix.
+                ErrorCode::AccessDenied => e,
+                _ => DbError::new(e.code, format!("{}; is the management server running at {mgmd}?", e.message)),
+            })?;
         let deadline = tokio::time::Instant::now() + opts.wait_for_cluster;
         let layout = loop {
             let layout = match mgm.call::<_, MgmResponse>(&MgmRequest::GetLayout).await? {

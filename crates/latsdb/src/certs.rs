@@ -94,6 +94,12 @@ pub fn create(dir: &Path, hosts: &[String], roles: &[Role], days: u32, force: bo
     if days == 0 {
         return Err("--days must be at least 1".into());
     }
+    if let Some(bad) = hosts.iter().find(|h| h.contains('*') || h.ends_with(".invalid") || h.is_empty()) {
+        return Err(format!(
+            "--hosts {bad}: give host names or IP addresses the nodes are reached at (no wildcards, \
+             nothing under .invalid, where the roles' names are)"
+        ));
+    }
     create_private_dir(dir)?;
     let mut done = Vec::new();
     let (ca_params, ca_key) = ca(dir, &mut done)?;
@@ -110,7 +116,8 @@ pub fn create(dir: &Path, hosts: &[String], roles: &[Role], days: u32, force: bo
         let cert = params.signed_by(&key, &issuer).map_err(|e| format!("cannot sign the {stem} certificate: {e}"))?;
         write_file(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
         write_file(&cert_path, cert.pem().as_bytes(), 0o644)?;
-        done.push(format!("wrote {} for {}, valid {days} days", cert_path.display(), hosts.join(", ")));
+        let bound = if role == Role::Api { "any host".to_string() } else { hosts.join(", ") };
+        done.push(format!("wrote {} for {bound}, valid {days} days", cert_path.display()));
     }
     Ok(done)
 }
@@ -163,14 +170,22 @@ fn ca_params() -> Result<CertificateParams, String> {
 
 fn role_params(role: Role, hosts: &[String], days: u32) -> Result<CertificateParams, String> {
     let mut names = vec![role.certificate_name().to_string()];
-    names.extend(hosts.iter().cloned());
+    // An API node only connects: its certificate names no host, so it can
+    // never serve as a data node or management server at one.
+    if role != Role::Api {
+        names.extend(hosts.iter().cloned());
+    }
     let mut params =
         CertificateParams::new(names).map_err(|e| format!("--hosts {}: not a host name: {e}", hosts.join(",")))?;
     params.is_ca = IsCa::ExplicitNoCa;
     params.distinguished_name.push(DnType::CommonName, format!("latsdb {}", role.file_stem()));
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    // Every process both accepts connections and opens them.
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    // Data nodes and the management server both accept connections and
+    // open them; API nodes only open them.
+    params.extended_key_usages = match role {
+        Role::Api => vec![ExtendedKeyUsagePurpose::ClientAuth],
+        Role::DataNode | Role::Mgmd => vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth],
+    };
     (params.not_before, params.not_after) = validity(days)?;
     Ok(params)
 }

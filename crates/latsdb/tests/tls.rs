@@ -30,7 +30,9 @@ fn certs_create(dir: &Path, extra: &[&str]) {
 /// `identity`, and returns what the data node answers.
 async fn hello_as_peer(shard: &str, identity: &ClusterTls) -> ClientResponse {
     use tokio::io::AsyncWriteExt;
-    let link = connect_link(shard, Duration::from_secs(5), Some(identity)).await.expect("the TLS handshake succeeds");
+    let link = connect_link(shard, Duration::from_secs(5), Some(identity), Role::DataNode)
+        .await
+        .expect("the TLS handshake succeeds");
     let (r, mut w) = link.into_split();
     let hello = Hello::Peer { protocol: PROTOCOL_VERSION, from: ShardAddr { node: 2, shard: 0 } };
     w.write_all(&proto::frame(7, &hello)).await.unwrap();
@@ -90,7 +92,22 @@ async fn only_the_clusters_certificates_get_in() {
     let options = ClientOptions::with_tls_dir(Some(&stranger)).unwrap();
     let foreign = Client::connect_with(&cluster.mgmd, options).await.err().expect("another CA's client is refused");
     assert_eq!(foreign.code, ErrorCode::AccessDenied, "{foreign}");
-    assert!(foreign.message.contains("TLS handshake"), "{foreign}");
+    assert!(foreign.message.contains("invalid peer certificate"), "{foreign}");
+
+    // A certificate of another CA beside the cluster's own ca.pem: the
+    // client accepts the server, the server refuses the client (under TLS
+    // 1.3 the client reads that after its handshake); not retried.
+    let impostor = cluster.dir.path().join("impostor");
+    std::fs::create_dir_all(&impostor).unwrap();
+    std::fs::copy(tls_dir.join("ca.pem"), impostor.join("ca.pem")).unwrap();
+    for file in ["api.pem", "api.key"] {
+        std::fs::copy(stranger.join(file), impostor.join(file)).unwrap();
+    }
+    let options = ClientOptions::with_tls_dir(Some(&impostor)).unwrap();
+    let refused =
+        Client::connect_with(&cluster.mgmd, options).await.err().expect("another CA's certificate is refused");
+    assert_eq!(refused.code, ErrorCode::AccessDenied, "{refused}");
+    assert!(refused.message.contains("TLS"), "{refused}");
 
     // An API certificate of the cluster's own CA cannot speak as a data
     // node, to a data node or to the management server.

@@ -10,7 +10,7 @@ pub mod metrics;
 pub mod serve;
 pub mod tls;
 
-pub use link::{accept_link, connect_link, Link, LinkReader, LinkWriter};
+pub use link::{accept_link, connect_link, link_failed, Link, LinkReader, LinkWriter};
 
 use latsdb_types::proto::{self, FRAME_HEADER};
 use latsdb_types::{DbError, ErrorCode, Result};
@@ -186,7 +186,8 @@ pub async fn connect(address: &str, timeout: Duration) -> Result<TcpStream> {
     Ok(stream)
 }
 
-/// A simple sequential request/response connection (management traffic).
+/// A simple sequential request/response connection: the management
+/// protocol, to the management server.
 pub struct RpcConn {
     reader: FrameReader<LinkReader>,
     writer: LinkWriter,
@@ -198,7 +199,7 @@ pub struct RpcConn {
 impl RpcConn {
     /// Connects, through TLS with this process's identity when `tls` is given.
     pub async fn connect(address: &str, timeout: Duration, tls: Option<&tls::ClusterTls>) -> Result<RpcConn> {
-        let link = connect_link(address, timeout, tls).await?;
+        let link = connect_link(address, timeout, tls, tls::Role::Mgmd).await?;
         Ok(RpcConn::from_link(link, address, timeout))
     }
 
@@ -237,7 +238,7 @@ impl RpcConn {
 
     pub async fn send_with_id<T: Serialize>(&mut self, id: u64, message: &T) -> Result<()> {
         let frame = proto::frame(id, message);
-        self.writer.write_all(&frame).await.map_err(|e| self.lost(e.to_string()))
+        self.writer.write_all(&frame).await.map_err(|e| link_failed(&self.address, &e))
     }
 
     /// Waits for the next frame; None when the peer closed the connection.
@@ -245,6 +246,7 @@ impl RpcConn {
         match self.reader.next().await {
             Ok(Some((id, body))) => Ok(Some((id, proto::decode_body(body)?))),
             Ok(None) => Ok(None),
+            Err(FrameError::Io(e)) => Err(link_failed(&self.address, &e)),
             Err(e) => Err(self.lost(e.to_string())),
         }
     }

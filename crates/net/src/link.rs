@@ -5,7 +5,7 @@
 //! certificates runs every byte through TLS and one without runs plain TCP
 //! with no indirection on its hot path: the halves are enums, not boxes.
 
-use crate::tls::{ClusterTls, PeerIdentity};
+use crate::tls::{ClusterTls, PeerIdentity, Role};
 use latsdb_types::proto::FRAME_HEADER;
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::io;
@@ -65,8 +65,12 @@ impl Link {
 }
 
 /// Connects to a native port: TCP, then the TLS handshake when `tls` is
-/// given. The error names the address and, for TLS, what to check.
-pub async fn connect_link(address: &str, timeout: Duration, tls: Option<&ClusterTls>) -> Result<Link> {
+/// given, after which the server must hold a certificate of the `server`
+/// role (a data node's shard, or the management server): another
+/// certificate of the cluster, an API node's, valid for the same host must
+/// not be able to pose as either. The error names the address and, for
+/// TLS, what to check.
+pub async fn connect_link(address: &str, timeout: Duration, tls: Option<&ClusterTls>, server: Role) -> Result<Link> {
     let stream = crate::connect(address, timeout).await?;
     let Some(tls) = tls else { return Ok(Link::Plain(stream)) };
     let handshake = tls.connect(address, TlsIo::with_capacity(TLS_READ_BUFFER, stream))?;
@@ -78,18 +82,38 @@ pub async fn connect_link(address: &str, timeout: Duration, tls: Option<&Cluster
                 format!("the TLS handshake with {address} timed out after {timeout:?}"),
             )
         })?
-        .map_err(|e| handshake_failed(address, &e))?;
-    Ok(Link::Tls(Box::new(stream.into())))
+        .map_err(|e| link_failed(address, &e))?;
+    let link = Link::Tls(Box::new(stream.into()));
+    match link.peer_identity() {
+        Some(identity) if identity.has_role(server) => Ok(link),
+        _ => Err(DbError::new(
+            ErrorCode::AccessDenied,
+            format!(
+                "{address} answered with a certificate of this cluster's CA that does not hold the {} role; \
+                 is something else listening at that address?",
+                server.file_stem()
+            ),
+        )),
+    }
 }
 
-fn handshake_failed(address: &str, e: &io::Error) -> DbError {
+/// The error for a native connection that failed. rustls's own errors (a
+/// certificate refused by either side, an alert received, which under TLS
+/// 1.3 a client may only read after its handshake) are `AccessDenied` and
+/// say what to check; anything else is the connection failing, which a
+/// client retries like any unreachable node.
+pub fn link_failed(address: &str, e: &io::Error) -> DbError {
+    let from_tls = e.get_ref().is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
+    if !from_tls {
+        return DbError::new(ErrorCode::NodeUnavailable, format!("the connection to {address} failed: {e}"));
+    }
     DbError::new(
         ErrorCode::AccessDenied,
         format!(
-            "the TLS handshake with {address} failed: {e}. The cluster's nodes authenticate each other with \
-             certificates of one cluster CA: check that --tls-dir holds this cluster's ca.pem and this \
-             process's certificate (`latsdb certs create`), and that the certificate names the host it is \
-             reached by"
+            "TLS with {address} failed: {e}. The cluster's nodes authenticate each other with certificates \
+             of one cluster CA: check that --tls-dir holds this cluster's ca.pem and this process's \
+             certificate of the same CA (`latsdb certs create`), and that the certificate names the host \
+             it is reached by"
         ),
     )
 }
@@ -129,7 +153,7 @@ pub async fn accept_link(
 }
 
 /// How long an accepted connection may take to finish its TLS handshake.
-const ACCEPT_TIMEOUT: Duration = Duration::from_secs(10);
+const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
 
 async fn peek_at_least(stream: &TcpStream, buf: &mut [u8], at_least: usize) -> io::Result<usize> {
     loop {

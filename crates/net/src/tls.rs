@@ -195,17 +195,16 @@ impl PeerIdentity {
         }
     }
 
-    /// Whether the certificate holds `role` and, when the peer's address is
-    /// known, names that address: certificates of data nodes and management
-    /// servers are bound to the hosts they were made for.
+    /// Whether the certificate holds `role` and names the address the peer
+    /// connects from: certificates of data nodes are bound to the hosts
+    /// they were made for. An unknown address is refused.
     pub fn check(&self, role: Role, from: Option<IpAddr>) -> Result<(), String> {
         if !self.has_role(role) {
             return Err(format!("its certificate does not hold the {} role", role.file_stem()));
         }
-        if let Some(ip) = from {
-            if !self.names(&ServerName::IpAddress(ip.into())) {
-                return Err(format!("its {} certificate is not made for its address {ip}", role.file_stem()));
-            }
+        let Some(ip) = from else { return Err("its address is unknown".to_string()) };
+        if !self.names(&ServerName::IpAddress(ip.into())) {
+            return Err(format!("its {} certificate is not made for its address {ip}", role.file_stem()));
         }
         Ok(())
     }

@@ -69,6 +69,8 @@ async fn connect_mgmd(opts: &DataNodeOptions, deadline: tokio::time::Instant) ->
     loop {
         match RpcConn::connect(&opts.mgmd, Duration::from_secs(2), opts.tls.as_deref()).await {
             Ok(c) => return Ok(c),
+            // A certificate refused is not cured by waiting.
+            Err(e) if e.code == ErrorCode::AccessDenied => return Err(e),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(DbError::new(
                     ErrorCode::NodeUnavailable,

@@ -882,7 +882,8 @@ async fn peer_link(
         }
         let address = host.layout.borrow().shard_address(to).map(|s| s.to_string());
         if let Some(address) = address {
-            match latsdb_net::connect_link(&address, Duration::from_secs(2), host.tls.as_deref()).await {
+            match latsdb_net::connect_link(&address, Duration::from_secs(2), host.tls.as_deref(), Role::DataNode).await
+            {
                 Ok(s) => break s,
                 Err(e) if attempts >= 25 => {
                     crate::log("datanode", format!("shard {}: giving up on peer {to}: {e}", host.me));
