@@ -172,6 +172,23 @@ impl ClusterTls {
     }
 }
 
+/// Whether a peer may act as a data node (open a peer link, or speak for a
+/// data node to the management server): always without TLS (`tls` None);
+/// with it, only with a data node's certificate made for `from`.
+pub fn check_data_node(
+    tls: Option<&ClusterTls>,
+    identity: Option<&PeerIdentity>,
+    from: Option<IpAddr>,
+) -> Result<(), String> {
+    if tls.is_none() {
+        return Ok(());
+    }
+    // accept_link completes a handshake that requires a client
+    // certificate, so a TLS link always has one.
+    let Some(identity) = identity else { return Err("it has no certificate".to_string()) };
+    identity.check(Role::DataNode, from)
+}
+
 /// The certificate a peer presented, for what the peer may do.
 pub struct PeerIdentity {
     certificate: CertificateDer<'static>,

@@ -5,7 +5,7 @@
 
 use crate::log;
 use latsdb_cluster::membership::Arbiter;
-use latsdb_net::tls::{ClusterTls, Role};
+use latsdb_net::tls::ClusterTls;
 use latsdb_net::{FrameError, FrameReader, RpcConn};
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::proto::{
@@ -341,18 +341,10 @@ impl Mgmd {
         identity: Option<&latsdb_net::tls::PeerIdentity>,
         ip: Option<std::net::IpAddr>,
     ) -> Result<()> {
-        if self.tls.is_none() || !request.only_from_data_nodes() {
-            return Ok(());
-        }
-        let checked = match identity {
-            Some(identity) => identity.check(Role::DataNode, ip),
-            None => Err("it has no certificate".to_string()),
-        };
-        checked.map_err(|why| {
-            DbError::new(
-                ErrorCode::AccessDenied,
-                format!("refused {} from {}: {why}", request.kind(), ip.map_or("?".to_string(), |ip| ip.to_string())),
-            )
+        let Some(kind) = request.data_node_only() else { return Ok(()) };
+        latsdb_net::tls::check_data_node(self.tls.as_deref(), identity, ip).map_err(|why| {
+            let from = ip.map_or("?".to_string(), |ip| ip.to_string());
+            DbError::new(ErrorCode::AccessDenied, format!("refused {kind} from {from}: {why}"))
         })
     }
 

@@ -370,16 +370,7 @@ impl Host {
         identity: Option<&latsdb_net::tls::PeerIdentity>,
         ip: Option<std::net::IpAddr>,
     ) -> Result<()> {
-        if self.tls.is_none() {
-            return Ok(());
-        }
-        // accept_link completes a handshake that requires a client
-        // certificate, so a TLS link always has one.
-        let Some(identity) = identity else {
-            return Err(DbError::new(ErrorCode::AccessDenied, "a peer link without a certificate"));
-        };
-        identity
-            .check(Role::DataNode, ip)
+        latsdb_net::tls::check_data_node(self.tls.as_deref(), identity, ip)
             .map_err(|why| DbError::new(ErrorCode::AccessDenied, format!("a peer link is refused: {why}")))
     }
 

@@ -151,32 +151,20 @@ pub enum MgmRequest {
 }
 
 impl MgmRequest {
-    /// What only a data node may send: its lifecycle, its durable epoch and
-    /// its membership votes. With TLS the management server takes these
-    /// only from a data node's certificate.
-    pub fn only_from_data_nodes(&self) -> bool {
-        matches!(
-            self,
-            MgmRequest::RegisterDataNode { .. }
-                | MgmRequest::DataNodeStarted { .. }
-                | MgmRequest::DataNodeReady { .. }
-                | MgmRequest::DataNodeSynced { .. }
-                | MgmRequest::EpochDurable { .. }
-                | MgmRequest::Member { .. }
-        )
-    }
-
-    /// The request's name, for logs and errors.
-    pub fn kind(&self) -> &'static str {
-        match self {
+    /// The name of a request only a data node may send (its lifecycle, its
+    /// durable epoch, its membership votes); None for any other. With TLS
+    /// the management server takes these only from a data node's
+    /// certificate.
+    pub fn data_node_only(&self) -> Option<&'static str> {
+        Some(match self {
             MgmRequest::RegisterDataNode { .. } => "RegisterDataNode",
             MgmRequest::DataNodeStarted { .. } => "DataNodeStarted",
             MgmRequest::DataNodeReady { .. } => "DataNodeReady",
             MgmRequest::DataNodeSynced { .. } => "DataNodeSynced",
             MgmRequest::EpochDurable { .. } => "EpochDurable",
             MgmRequest::Member { .. } => "Member",
-            _ => "a management request",
-        }
+            _ => return None,
+        })
     }
 }
 
