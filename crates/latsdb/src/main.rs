@@ -111,6 +111,11 @@ enum Command {
     Sim(SimArgs),
     /// TLS certificates for the native protocol: `certs create` makes a cluster CA and a certificate per role.
     Certs(certs::CertsArgs),
+    /// A fault campaign on real processes in network namespaces (needs
+    /// root): kills, pauses, partitions, slow links, restarts and full
+    /// crashes under register, bank and ledger workloads, judged by
+    /// Porcupine and by bank and ledger checks.
+    Chaos(latsdb_chaos::ChaosArgs),
 }
 
 /// This process's TLS identity on the native protocol.
@@ -290,6 +295,9 @@ fn main() -> ExitCode {
         Command::Bench(args) => latsdb_bench::run(args).map_err(|e| e.to_string()),
         Command::Sim(args) => run_sim(args),
         Command::Certs(args) => certs::run(args),
+        Command::Chaos(args) => std::env::current_exe()
+            .map_err(|e| format!("cannot find the latsdb executable: {e}"))
+            .and_then(|exe| latsdb_chaos::run(args, exe)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
