@@ -22,6 +22,12 @@ need redis-server
 # A JDK (javac, and java's source-file mode) for the JDBC test; only when none is there.
 command -v javac >/dev/null 2>&1 || need openjdk-17-jdk-headless
 
+# The fault campaign (tests/chaos.rs, `latsdb chaos`) makes network
+# namespaces with ip and tc, and judges histories with a Go program
+# (crates/chaos/checker): Go from the distribution when none is installed.
+need iproute2
+command -v go >/dev/null 2>&1 || [[ -x /usr/local/go/bin/go ]] || need golang-go
+
 if [[ "${1:-}" == "bench" ]]; then
   need redis-tools
   need linux-perf
@@ -57,6 +63,11 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo is not installed: install Rust from your distribution or rustup, then run this again" >&2
   exit 1
 fi
+
+# The campaign checker's one module (Porcupine, pinned in its go.mod and
+# go.sum), through the go command from whatever module proxy it is set to use.
+GO=$(command -v go || echo /usr/local/go/bin/go)
+(cd crates/chaos/checker && "$GO" mod download)
 
 # ---- JDBC driver for tests/sql_jdbc.rs (begin) ----
 # MySQL Connector/J, pinned, into target/jdbc/, fetched by its Maven

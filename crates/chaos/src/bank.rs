@@ -48,7 +48,10 @@ fn int_table(name: &str, value: &str) -> TableSpec {
 }
 
 pub async fn create_bank(client: &Client) -> Result<Arc<Table>, String> {
-    let table = client.create_table(int_table("accounts", "balance")).await.map_err(|e| format!("cannot create chaos.accounts: {e}"))?;
+    let table = client
+        .create_table(int_table("accounts", "balance"))
+        .await
+        .map_err(|e| format!("cannot create chaos.accounts: {e}"))?;
     let rows = (1..=ACCOUNTS).map(|k| Op::insert(&table, vec![Value::Int(k), Value::Int(OPENING)]));
     let ops = rows.collect::<latsdb_types::Result<Vec<Op>>>().map_err(|e| e.to_string())?;
     for result in client.batch(ops).await.map_err(|e| format!("cannot open the accounts: {e}"))? {
@@ -65,7 +68,14 @@ fn balance(outcome: Outcome) -> Option<i64> {
     outcome.into_row()?.get(1).as_i64()
 }
 
-pub async fn transfer_worker(worker: u32, seed: u64, client: Client, table: Arc<Table>, shared: Arc<Shared>, log: Arc<Mutex<BankLog>>) {
+pub async fn transfer_worker(
+    worker: u32,
+    seed: u64,
+    client: Client,
+    table: Arc<Table>,
+    shared: Arc<Shared>,
+    log: Arc<Mutex<BankLog>>,
+) {
     let mut rng = Rng::new(seed ^ (u64::from(worker) << 48) ^ 0xBA4C);
     while shared.enter().await {
         let a = 1 + rng.below(ACCOUNTS as u64) as i64;
@@ -96,7 +106,13 @@ async fn transfer(client: &Client, table: &Arc<Table>, a: i64, b: i64, amount: i
     tx.is_committed().then_some(())
 }
 
-pub async fn audit_worker(worker: u32, client: Client, table: Arc<Table>, shared: Arc<Shared>, log: Arc<Mutex<BankLog>>) {
+pub async fn audit_worker(
+    worker: u32,
+    client: Client,
+    table: Arc<Table>,
+    shared: Arc<Shared>,
+    log: Arc<Mutex<BankLog>>,
+) {
     while shared.enter().await {
         if let Some(total) = audit(&client, &table).await {
             shared.succeeded(worker);
@@ -123,7 +139,13 @@ pub async fn audit(client: &Client, table: &Arc<Table>) -> Option<i64> {
     total
 }
 
-pub async fn ledger_worker(worker: u32, client: Client, table: Arc<Table>, shared: Arc<Shared>, log: Arc<Mutex<LedgerLog>>) {
+pub async fn ledger_worker(
+    worker: u32,
+    client: Client,
+    table: Arc<Table>,
+    shared: Arc<Shared>,
+    log: Arc<Mutex<LedgerLog>>,
+) {
     let mut seq = 0i64;
     while shared.enter().await {
         seq += 1;
@@ -155,11 +177,20 @@ pub async fn check_ledger(client: &Client, table: &Arc<Table>, log: &LedgerLog) 
     let mut findings = Vec::new();
     let lost: Vec<&i64> = log.acknowledged.difference(&present).collect();
     if !lost.is_empty() {
-        findings.push(format!("ledger: {} acknowledged durable insert(s) are missing, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]));
+        findings.push(format!(
+            "ledger: {} acknowledged durable insert(s) are missing, e.g. {:?}",
+            lost.len(),
+            &lost[..lost.len().min(5)]
+        ));
     }
-    let invented: Vec<&i64> = present.iter().filter(|id| !log.acknowledged.contains(id) && !log.unknown.contains(id)).collect();
+    let invented: Vec<&i64> =
+        present.iter().filter(|id| !log.acknowledged.contains(id) && !log.unknown.contains(id)).collect();
     if !invented.is_empty() {
-        findings.push(format!("ledger: {} row(s) no one inserted, e.g. {:?}", invented.len(), &invented[..invented.len().min(5)]));
+        findings.push(format!(
+            "ledger: {} row(s) no one inserted, e.g. {:?}",
+            invented.len(),
+            &invented[..invented.len().min(5)]
+        ));
     }
     Ok(findings)
 }

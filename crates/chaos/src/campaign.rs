@@ -29,8 +29,8 @@ pub struct Verdict {
     pub audits: u64,
     pub ledger_rows: usize,
     /// The longest time a worker took to complete an operation after a
-    /// data node was killed, in ms.
-    pub slowest_back_ms: u64,
+    /// data node was killed, in ms (None without a kill).
+    pub slowest_back_ms: Option<u64>,
     pub checker: String,
 }
 
@@ -41,8 +41,17 @@ impl Verdict {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} faults; {} register operations, {} transfers, {} audits, {} ledger rows; clients back after a kill within {} ms; {}",
-            self.faults, self.register_ops, self.transfers, self.audits, self.ledger_rows, self.slowest_back_ms, self.checker
+            "{} faults; {} register operations, {} transfers, {} audits, {} ledger rows; {}; {}",
+            self.faults,
+            self.register_ops,
+            self.transfers,
+            self.audits,
+            self.ledger_rows,
+            match self.slowest_back_ms {
+                Some(ms) => format!("every client back within {ms} ms of a kill"),
+                None => "no single-node kill".to_string(),
+            },
+            self.checker
         )
     }
 }
@@ -53,7 +62,7 @@ pub fn build_checker(out: &Path) -> Result<PathBuf, String> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("checker");
     let target = std::fs::canonicalize(out).map_err(|e| format!("{}: {e}", out.display()))?.join("chaos-checker");
     println!("building the Porcupine checker ({})", source.display());
-    let output = std::process::Command::new("go")
+    let output = std::process::Command::new(go_binary())
         .arg("build")
         .arg("-o")
         .arg(&target)
@@ -65,6 +74,12 @@ pub fn build_checker(out: &Path) -> Result<PathBuf, String> {
         return Err(format!("go build of the checker failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
     }
     Ok(target)
+}
+
+/// The go command: on the PATH, or where Go's own archive installs it.
+pub fn go_binary() -> PathBuf {
+    let on_path = std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());
+    on_path.map(|dir| dir.join("go")).find(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("/usr/local/go/bin/go"))
 }
 
 struct Workloads {
@@ -108,24 +123,46 @@ async fn start_workloads(mgmd: &str, seed: u64) -> Result<Workloads, String> {
     }
     for worker in 5..=6 {
         let c = connect(mgmd, false).await?;
-        tasks.push(tokio::spawn(bank::transfer_worker(worker, seed, c, accounts.clone(), shared.clone(), bank_log.clone())));
+        tasks.push(tokio::spawn(bank::transfer_worker(
+            worker,
+            seed,
+            c,
+            accounts.clone(),
+            shared.clone(),
+            bank_log.clone(),
+        )));
     }
     let c = connect(mgmd, false).await?;
     tasks.push(tokio::spawn(bank::audit_worker(7, c, accounts.clone(), shared.clone(), bank_log.clone())));
     for worker in 8..=9 {
         let c = connect(mgmd, true).await?;
-        tasks.push(tokio::spawn(bank::ledger_worker(worker, c, ledger_table.clone(), shared.clone(), ledger_log.clone())));
+        tasks.push(tokio::spawn(bank::ledger_worker(
+            worker,
+            c,
+            ledger_table.clone(),
+            shared.clone(),
+            ledger_log.clone(),
+        )));
     }
     Ok(Workloads { shared, bank: bank_log, ledger: ledger_log, tasks, client, registers, accounts, ledger_table })
 }
 
-pub fn run_schedule(exe: &Path, checker: &Path, seed: u64, seconds: u64, kinds: &[&str], dir: &Path) -> Result<Verdict, String> {
+pub fn run_schedule(
+    exe: &Path,
+    checker: &Path,
+    seed: u64,
+    seconds: u64,
+    kinds: &[&str],
+    dir: &Path,
+) -> Result<Verdict, String> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let steps = schedule::draw(seed, seconds, kinds);
     let hosts = Hosts::create(&["mgmd", "node2", "node3", "node4", "node5"])?;
     if !hosts.netem_available() {
-        println!("  (this kernel has no netem qdisc: slow links are HTB rate limits, which delay and drop by queueing)");
+        println!(
+            "  (this kernel has no netem qdisc: slow links are HTB rate limits, which delay and drop by queueing)"
+        );
     }
     let mut cluster = Cluster::start(exe, dir, &hosts)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -146,7 +183,8 @@ pub fn run_schedule(exe: &Path, checker: &Path, seed: u64, seconds: u64, kinds: 
     for step in &steps {
         let due = work.shared.start + Duration::from_millis(step.at_ms);
         if due.max(Instant::now()) >= last_fault {
-            let line = format!("{} later fault(s) not injected: the schedule's time for faults is up", steps.len() - injected);
+            let line =
+                format!("{} later fault(s) not injected: the schedule's time for faults is up", steps.len() - injected);
             println!("  {line}");
             let _ = writeln!(log, "{line}");
             break;
@@ -159,7 +197,12 @@ pub fn run_schedule(exe: &Path, checker: &Path, seed: u64, seconds: u64, kinds: 
         }
         let outcome = inject(&rt, &mut cluster, &hosts, &work, &step.fault);
         let line = match outcome {
-            Ok(recovered) => format!("[{:6.1} s] {}: whole again after {:.1} s", at.as_secs_f64(), step.fault, recovered.as_secs_f64()),
+            Ok(recovered) => format!(
+                "[{:6.1} s] {}: whole again after {:.1} s",
+                at.as_secs_f64(),
+                step.fault,
+                recovered.as_secs_f64()
+            ),
             Err(e) => {
                 findings.push(format!("after \"{}\": {e}", step.fault));
                 format!("[{:6.1} s] {}: {e}", at.as_secs_f64(), step.fault)
@@ -178,7 +221,13 @@ pub fn run_schedule(exe: &Path, checker: &Path, seed: u64, seconds: u64, kinds: 
 
 /// Injects one fault, heals it, and waits until every data node is
 /// started again; returns how long that took after the heal.
-fn inject(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, hosts: &Hosts, work: &Workloads, fault: &Fault) -> Result<Duration, String> {
+fn inject(
+    rt: &tokio::runtime::Runtime,
+    cluster: &mut Cluster,
+    hosts: &Hosts,
+    work: &Workloads,
+    fault: &Fault,
+) -> Result<Duration, String> {
     let sleep = |ms: u64| std::thread::sleep(Duration::from_millis(ms));
     match *fault {
         Fault::Kill { node } => {
@@ -262,9 +311,12 @@ fn recover(rt: &tokio::runtime::Runtime, cluster: &Cluster) -> Result<Duration, 
     for node in &down {
         let _ = cluster.mgm(&[&node.to_string(), "start", "--no-wait"]);
     }
-    rt.block_on(cluster::wait_all_started(&mgmd, RECOVERY))
-        .map(|_| start.elapsed())
-        .map_err(|e| format!("the cluster did not heal: {e} (nodes {down:?} were started by mgm after {} s)", RECOVERY_BEFORE_START.as_secs()))
+    rt.block_on(cluster::wait_all_started(&mgmd, RECOVERY)).map(|_| start.elapsed()).map_err(|e| {
+        format!(
+            "the cluster did not heal: {e} (nodes {down:?} were started by mgm after {} s)",
+            RECOVERY_BEFORE_START.as_secs()
+        )
+    })
 }
 
 /// Holds the workers, kills every data node, waits for the system restart
@@ -312,7 +364,9 @@ async fn judge(
     final_register_reads(&work.client, &work.registers, &work.shared).await;
     match final_audit(&work.client, &work.accounts).await {
         Some(total) if total == bank::ACCOUNTS * bank::OPENING => {}
-        Some(total) => findings.push(format!("bank: the final total is {total}, not {}", bank::ACCOUNTS * bank::OPENING)),
+        Some(total) => {
+            findings.push(format!("bank: the final total is {total}, not {}", bank::ACCOUNTS * bank::OPENING))
+        }
         None => findings.push("bank: no audit succeeded after the run".into()),
     }
     let bank_log = std::mem::take(&mut *work.bank.lock().map_err(|_| "bank log poisoned")?);
@@ -342,14 +396,27 @@ async fn final_register_reads(client: &Client, table: &Arc<Table>, shared: &Shar
     for key in 1..=workload::REGISTERS {
         let call = shared.now_ns();
         let mut tx = client.transaction();
-        let Ok(op) = latsdb_client::Op::read_locked(table, &[latsdb_types::Value::Int(key)], latsdb_client::LockMode::Exclusive) else {
+        let Ok(op) =
+            latsdb_client::Op::read_locked(table, &[latsdb_types::Value::Int(key)], latsdb_client::LockMode::Exclusive)
+        else {
             continue;
         };
         let Ok(mut found) = tx.execute(vec![op]).await else { continue };
         let _ = tx.commit().await;
         let Some(value) = found.pop().and_then(|o| o.into_row()).and_then(|r| r.get(1).as_i64()) else { continue };
         let era = shared.era.load(Ordering::SeqCst);
-        let op = RegisterOp { worker: 0, key, era, kind: "lread", from: 0, value, ok: true, unknown: false, call, ret: shared.now_ns() };
+        let op = RegisterOp {
+            worker: 0,
+            key,
+            era,
+            kind: "lread",
+            from: 0,
+            value,
+            ok: true,
+            unknown: false,
+            call,
+            ret: shared.now_ns(),
+        };
         if let Ok(mut h) = shared.history.lock() {
             h.push(op);
         }
@@ -369,7 +436,12 @@ async fn final_audit(client: &Client, table: &Arc<Table>) -> Option<i64> {
     }
 }
 
-fn run_checker(checker: &Path, dir: &Path, history: &[RegisterOp], findings: &mut Vec<String>) -> Result<String, String> {
+fn run_checker(
+    checker: &Path,
+    dir: &Path,
+    history: &[RegisterOp],
+    findings: &mut Vec<String>,
+) -> Result<String, String> {
     let path = dir.join("history.jsonl");
     let mut text = String::with_capacity(history.len() * 120);
     for op in history {
@@ -403,8 +475,11 @@ fn run_checker(checker: &Path, dir: &Path, history: &[RegisterOp], findings: &mu
 }
 
 /// For each kill, the time until every worker completed an operation
-/// after it; the largest, in ms.
-fn slowest_back_ms(kills: &[u64], successes: &[(u32, u64)]) -> u64 {
+/// after it; the largest, in ms (None without a kill).
+fn slowest_back_ms(kills: &[u64], successes: &[(u32, u64)]) -> Option<u64> {
+    if kills.is_empty() {
+        return None;
+    }
     let workers: std::collections::BTreeSet<u32> = successes.iter().map(|(w, _)| *w).collect();
     let mut slowest = 0;
     for &kill in kills {
@@ -415,5 +490,5 @@ fn slowest_back_ms(kills: &[u64], successes: &[(u32, u64)]) -> u64 {
             }
         }
     }
-    slowest
+    Some(slowest)
 }

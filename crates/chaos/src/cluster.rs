@@ -57,16 +57,23 @@ impl Cluster {
     /// until every data node has started.
     pub fn start(exe: &Path, dir: &Path, hosts: &Hosts) -> Result<Cluster, String> {
         let config_path = dir.join("config.toml");
-        std::fs::write(&config_path, config(hosts)).map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
+        std::fs::write(&config_path, config(hosts))
+            .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
         let ready = dir.join("mgmd.addr");
         let mut cmd = hosts.command(0, exe);
         cmd.arg("mgmd").arg("--config").arg(&config_path).arg("--data-dir").arg(dir.join("mgmd"));
         cmd.arg("--ready-file").arg(&ready);
         let mgmd = spawn(cmd, &dir.join("mgmd.log"))?;
-        let mut cluster =
-            Cluster { exe: exe.to_path_buf(), dir: dir.to_path_buf(), mgmd_address: String::new(), mgmd, angels: BTreeMap::new() };
-        cluster.mgmd_address = wait_for_file(&ready, Duration::from_secs(20))
-            .map_err(|e| format!("the management server did not start ({e}); see {}", dir.join("mgmd.log").display()))?;
+        let mut cluster = Cluster {
+            exe: exe.to_path_buf(),
+            dir: dir.to_path_buf(),
+            mgmd_address: String::new(),
+            mgmd,
+            angels: BTreeMap::new(),
+        };
+        cluster.mgmd_address = wait_for_file(&ready, Duration::from_secs(20)).map_err(|e| {
+            format!("the management server did not start ({e}); see {}", dir.join("mgmd.log").display())
+        })?;
         for id in DATA_NODES {
             let mut cmd = hosts.command(host_of(id), exe);
             cmd.args(["datanode", "--mgmd", &cluster.mgmd_address, "--node-id", &id.to_string(), "--data-dir"]);
@@ -115,7 +122,10 @@ impl Cluster {
     /// node's angel, not the node, which may be down on purpose).
     pub fn check_alive(&mut self) -> Result<(), String> {
         if let Ok(Some(status)) = self.mgmd.try_wait() {
-            return Err(format!("the management server exited ({status}); see {}", self.dir.join("mgmd.log").display()));
+            return Err(format!(
+                "the management server exited ({status}); see {}",
+                self.dir.join("mgmd.log").display()
+            ));
         }
         for (id, angel) in &mut self.angels {
             if let Ok(Some(status)) = angel.try_wait() {

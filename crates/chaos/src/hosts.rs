@@ -219,9 +219,5 @@ fn run(program: &str, args: &[&str]) -> Result<(), String> {
     if output.status.success() {
         return Ok(());
     }
-    Err(format!(
-        "`{program} {}` failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr).trim()
-    ))
+    Err(format!("`{program} {}` failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr).trim()))
 }

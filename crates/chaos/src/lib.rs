@@ -61,7 +61,9 @@ pub fn run(args: ChaosArgs, exe: PathBuf) -> Result<(), String> {
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err("latsdb chaos creates network namespaces and needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN)".into());
+        return Err(
+            "latsdb chaos creates network namespaces and needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN)".into()
+        );
     }
     let kinds = fault_kinds(&args.faults)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
@@ -73,7 +75,8 @@ pub fn run(args: ChaosArgs, exe: PathBuf) -> Result<(), String> {
         Some(path) => path,
         None => campaign::build_checker(&args.out)?,
     };
-    let first = args.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(1));
+    let first =
+        args.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(1));
     let mut failed = Vec::new();
     for i in 0..u64::from(args.schedules) {
         let seed = first.wrapping_add(i);
@@ -126,7 +129,10 @@ fn fault_kinds(asked: &[String]) -> Result<Vec<&'static str>, String> {
     let mut kinds = Vec::new();
     for name in asked {
         let Some(kind) = schedule::KINDS.iter().find(|k| **k == name.trim()) else {
-            return Err(format!("--faults: unknown kind {name:?}; the kinds are {} (or all)", schedule::KINDS.join(", ")));
+            return Err(format!(
+                "--faults: unknown kind {name:?}; the kinds are {} (or all)",
+                schedule::KINDS.join(", ")
+            ));
         };
         kinds.push(*kind);
     }

@@ -32,12 +32,14 @@ pub enum Fault {
 }
 
 /// The kinds of fault, by the names `--faults` takes.
-pub const KINDS: [&str; 9] = ["kill", "pause", "isolate", "cut", "isolate-mgmd", "slow", "restart", "restart-initial", "crash-all"];
+pub const KINDS: [&str; 9] =
+    ["kill", "pause", "isolate", "cut", "isolate-mgmd", "slow", "restart", "restart-initial", "crash-all"];
 
 /// The kinds a campaign injects unless told otherwise: all but
 /// `isolate-mgmd`, which today leaves the cluster unable to restart a
 /// data node until a system restart (docs/limitations.md).
-pub const DEFAULT_KINDS: [&str; 8] = ["kill", "pause", "isolate", "cut", "slow", "restart", "restart-initial", "crash-all"];
+pub const DEFAULT_KINDS: [&str; 8] =
+    ["kill", "pause", "isolate", "cut", "slow", "restart", "restart-initial", "crash-all"];
 
 impl Fault {
     pub fn kind(&self) -> &'static str {
@@ -133,9 +135,15 @@ mod tests {
     fn a_seed_replays_the_same_faults_and_seeds_differ() {
         let a = draw(7, 60, &KINDS);
         let b = draw(7, 60, &KINDS);
-        assert_eq!(a.iter().map(|s| (s.at_ms, s.fault.clone())).collect::<Vec<_>>(), b.iter().map(|s| (s.at_ms, s.fault.clone())).collect::<Vec<_>>());
+        assert_eq!(
+            a.iter().map(|s| (s.at_ms, s.fault.clone())).collect::<Vec<_>>(),
+            b.iter().map(|s| (s.at_ms, s.fault.clone())).collect::<Vec<_>>()
+        );
         let c = draw(8, 60, &KINDS);
-        assert_ne!(a.iter().map(|s| s.fault.clone()).collect::<Vec<_>>(), c.iter().map(|s| s.fault.clone()).collect::<Vec<_>>());
+        assert_ne!(
+            a.iter().map(|s| s.fault.clone()).collect::<Vec<_>>(),
+            c.iter().map(|s| s.fault.clone()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

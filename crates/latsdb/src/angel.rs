@@ -42,7 +42,11 @@ pub fn run(args: AngelArgs) -> Result<(), String> {
     let rt = crate::runtime(1)?;
     let node_id_file = std::env::temp_dir().join(format!("latsdb-angel-{}.node-id", std::process::id()));
     let mgmd = MgmdLink::new(&args.mgmd, args.tls.load(Role::DataNode)?);
-    let angel = Angel { args, node: None, node_id_file, child: None, healer: Healer::default(), mgmd };
+    // Resolved now, by path: once the file is replaced (an upgrade in
+    // place), this process's own executable reads as "... (deleted)", and
+    // the restarted node is to run the new file.
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the latsdb executable: {e}"))?;
+    let angel = Angel { args, exe, node: None, node_id_file, child: None, healer: Healer::default(), mgmd };
     let file = angel.node_id_file.clone();
     let result = rt.block_on(angel.watch());
     let _ = std::fs::remove_file(file);
@@ -51,6 +55,8 @@ pub fn run(args: AngelArgs) -> Result<(), String> {
 
 struct Angel {
     args: AngelArgs,
+    /// The latsdb executable the data node is started from.
+    exe: std::path::PathBuf,
     /// The node id, once known: given, or written by the child to
     /// `node_id_file` once it registered (pids do not tell, as they repeat
     /// across hosts and containers).
@@ -145,8 +151,7 @@ impl Angel {
     /// Starts the data node (`initial`: from an empty data directory).
     async fn start(&mut self, initial: bool) -> Result<(), String> {
         debug_assert!(self.child.is_none(), "one data node per angel");
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the latsdb executable: {e}"))?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(&self.exe);
         cmd.args(["datanode", "--no-restart", "--mgmd", &self.args.mgmd]).args(&self.args.flags);
         match self.node {
             Some(node) => cmd.args(["--node-id", &node.to_string()]),

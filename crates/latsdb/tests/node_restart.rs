@@ -185,7 +185,8 @@ fn wait_for_node(mgmd: &str, node: u16, what: &str, done: impl Fn(&str) -> bool)
 /// node killed with SIGKILL is started again and rejoins; one that dies
 /// three times within ten minutes is left down, with an alert in the
 /// cluster log, until `latsdb mgm N start`, which the angel carries out;
-/// stopping the angel stops its data node.
+/// stopping the angel stops its data node. An angel whose executable was
+/// replaced in place (an upgrade) starts its node from the new file.
 #[test]
 fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often() {
     let dir = tempfile::tempdir().unwrap();
@@ -194,9 +195,12 @@ fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often(
     std::fs::write(dir.path().join("config.toml"), config.to_toml()).unwrap();
     let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
     let ready = dir.path().join("mgmd.addr");
-    let spawn = |args: &[&str], log_name: &str| {
+    // Node 3's angel runs from a copy of the binary, replaced below.
+    let exe_copy = dir.path().join("latsdb-copy");
+    std::fs::copy(common::BIN, &exe_copy).unwrap();
+    let spawn_from = |program: &std::path::Path, args: &[&str], log_name: &str| {
         let out = log(log_name);
-        std::process::Command::new(common::BIN)
+        std::process::Command::new(program)
             .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(out.try_clone().unwrap())
@@ -204,6 +208,7 @@ fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often(
             .spawn()
             .unwrap()
     };
+    let spawn = |args: &[&str], log_name: &str| spawn_from(std::path::Path::new(common::BIN), args, log_name);
     let data = dir.path().display().to_string();
     let config_path = dir.path().join("config.toml").display().to_string();
     let mut procs = common::Restarted(vec![spawn(
@@ -251,7 +256,11 @@ fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often(
     wait_log("data node 2 went away while it waited for the cluster to form; releasing its node id", 1);
     wait_log(waiting, 2);
     std::thread::sleep(Duration::from_secs(3));
-    procs.0.push(spawn(&["datanode", "--mgmd", &mgmd, "--node-id", "3", "--data-dir", &data], "angel-3.log"));
+    procs.0.push(spawn_from(
+        &exe_copy,
+        &["datanode", "--mgmd", &mgmd, "--node-id", "3", "--data-dir", &data],
+        "angel-3.log",
+    ));
     let started = |l: &str| l.contains(" started") && !l.contains("not started");
     let mut pid = common::datanode_pids(&wait_for_node(&mgmd, 3, "started", started))[0];
     assert_ne!(pid, procs.0[2].id() as i32, "the angel runs the data node as its child");
@@ -259,6 +268,10 @@ fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often(
     let formed = mgm_at(&mgmd, &["log"]);
     assert_eq!(formed.matches("died").count(), 1, "only the killed data node died while the cluster formed:\n{formed}");
 
+    // An upgrade in place: a new file renamed over the angel's executable.
+    let replacement = dir.path().join("latsdb-new");
+    std::fs::copy(common::BIN, &replacement).unwrap();
+    std::fs::rename(&replacement, &exe_copy).unwrap();
     // Two deaths: each time the angel starts the node again and it rejoins.
     for death in 1..=2 {
         common::sigkill(pid);
