@@ -3,7 +3,7 @@
 
 use crate::ClientOptions;
 use latsdb_net::{write_frames, FrameError, FrameReader};
-use latsdb_types::proto::{self, ClientResponse, Hello, ShardAddr, PROTOCOL_VERSION};
+use latsdb_types::proto::{self, ClientRequest, ClientResponse, Hello, ShardAddr, PROTOCOL_VERSION};
 use latsdb_types::{DbError, ErrorCode, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -120,6 +120,18 @@ impl ShardConn {
         Ok(rx)
     }
 
+    /// An answer no caller heard (its request timed out, or its caller
+    /// went away): a transaction it reports open would hold its locks at
+    /// the coordinator for good, waiting for a next request that never
+    /// comes, so it is aborted. (Its id is in this answer only, when the
+    /// request was the transaction's first, so nothing else can.)
+    fn abort_if_open(&self, reply: Reply) {
+        let Ok(ClientResponse::TxExec { tx, committed: false, .. }) = reply.decoded() else { return };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // Its answer has no waiter either, and is dropped when it comes.
+        let _ = self.frames.send(proto::frame(id, &ClientRequest::TxAbort { tx }));
+    }
+
     fn fail_all(&self, why: &str) {
         self.alive.store(false, Ordering::Release);
         let waiters: Vec<Waiter> = self.pending().drain().map(|(_, p)| p.waiter).collect();
@@ -146,12 +158,19 @@ async fn read_loop(conn: Arc<ShardConn>, mut reader: FrameReader<latsdb_net::Lin
     loop {
         match reader.next().await {
             Ok(Some((id, body))) => {
-                if let Some(p) = conn.pending().remove(&id) {
-                    let answer = match p.raw {
-                        true => Ok(Reply::Raw(body.to_vec())),
-                        false => proto::decode_body::<ClientResponse>(body).map(Reply::Decoded),
-                    };
-                    let _ = p.waiter.send(answer);
+                let unheard = match conn.pending().remove(&id) {
+                    Some(p) => {
+                        let answer = match p.raw {
+                            true => Ok(Reply::Raw(body.to_vec())),
+                            false => proto::decode_body::<ClientResponse>(body).map(Reply::Decoded),
+                        };
+                        p.waiter.send(answer).err().and_then(|a| a.ok())
+                    }
+                    // It timed out: the answer comes after its caller gave up.
+                    None => proto::decode_body::<ClientResponse>(body).ok().map(Reply::Decoded),
+                };
+                if let Some(reply) = unheard {
+                    conn.abort_if_open(reply);
                 }
             }
             Ok(None) => return conn.fail_all("closed by the data node"),

@@ -4,7 +4,8 @@
 //! (a process of its own), under a background load of writers on other
 //! rows; after each kill another client writes the locked rows, and must
 //! get them within the lock-wait timeout (the cluster's default, 1.5 s),
-//! without a `LockWaitTimeout`.
+//! without a `LockWaitTimeout`. The same for a live client whose request
+//! timed out while its transaction waited for a lock.
 
 mod common;
 
@@ -156,4 +157,50 @@ async fn killed_clients_leave_no_lock_behind() {
     let (ok, out, err) = common::mariadb(&cluster, &[], "SELECT id, v FROM dc.t WHERE id <= 3 ORDER BY id;");
     assert!(ok, "{err}");
     assert_eq!(out, "id\tv\n1\t2\n2\t2\n3\t1\n", "the last writes after the kills are the rows' values");
+}
+
+/// A transaction whose first request times out at the client while it
+/// waits for a row lock: the coordinator grants the lock later and answers
+/// a request no one waits for any more. Without the client aborting it,
+/// that transaction would hold the lock for good (found by the fault
+/// campaign, `latsdb chaos`, as a node restart whose copy waited forever
+/// for a transaction to finish).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_whose_request_timed_out_leaves_no_lock_behind() {
+    let cluster = TestCluster::start(&["--no-rest", "--no-sql"]);
+    let client = Client::connect(&cluster.mgmd).await.expect("connect");
+    let spec = latsdb_types::TableSpec::new("dc", "t")
+        .column(latsdb_types::ColumnDef::new("id", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
+        .column(latsdb_types::ColumnDef::new("v", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
+        .primary_key(&["id"]);
+    let t = client.create_table(spec).await.expect("create dc.t");
+    client.batch(vec![Op::insert(&t, vec![Value::Int(1), Value::Int(0)]).unwrap()]).await.expect("insert row 1");
+    let lock = || Op::read_locked(&t, &[Value::Int(1)], latsdb_client::LockMode::Exclusive).unwrap();
+
+    let mut holder = client.transaction();
+    holder.execute(vec![lock()]).await.expect("the holder locks row 1");
+    let impatient = Client::connect_with(
+        &cluster.mgmd,
+        latsdb_client::ClientOptions { request_timeout: Duration::from_millis(200), ..Default::default() },
+    )
+    .await
+    .expect("connect the impatient client");
+    let it = impatient.table("dc", "t").await.expect("table dc.t");
+    let mut waiter = impatient.transaction();
+    let started = Instant::now();
+    let lock_it = Op::read_locked(&it, &[Value::Int(1)], latsdb_client::LockMode::Exclusive).unwrap();
+    let timed_out = waiter.execute(vec![lock_it]).await;
+    assert!(
+        matches!(&timed_out, Err(e) if e.code == latsdb_types::ErrorCode::Timeout),
+        "the impatient client gives up after 200 ms: {timed_out:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(1_000), "it gave up before the lock-wait timeout");
+    // The holder commits within the lock-wait timeout of the abandoned
+    // request: the coordinator grants it the lock and answers.
+    holder.commit().await.expect("the holder commits");
+    drop(waiter);
+    // Another transaction must get the row within the lock-wait timeout.
+    let mut next = client.transaction();
+    next.execute(vec![lock()]).await.expect("row 1 is free again: the abandoned transaction was aborted");
+    next.commit().await.expect("commit");
 }
