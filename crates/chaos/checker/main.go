@@ -4,12 +4,13 @@
 //
 // Input: a JSON-lines file, one operation per line:
 //
-//	{"worker":3,"key":5,"era":0,"kind":"write","from":0,"value":77,"ok":true,"unknown":false,"call":12,"ret":40}
+//	{"worker":3,"key":5,"era":0,"kind":"write","from":0,"value":77,"read":0,"ok":true,"unknown":false,"call":12,"ret":40}
 //
 // kind is "read" (a committed read: no lock, any replica), "lread" (a read
 // under an exclusive lock, at the primary), "write" (a blind write), or
 // "cas" (compare-and-set: a locking read, then a write when the value read
-// equals from). For reads, value is the value read. unknown marks a write
+// equals from). For reads, value is the value read; for a compare-and-set,
+// value is the one it writes and read the one it read. unknown marks a write
 // or cas whose outcome the client never learnt (it may or may not have
 // taken effect); such an operation is given no return time.
 //
@@ -49,6 +50,7 @@ type record struct {
 	Kind    string `json:"kind"`
 	From    int64  `json:"from"`
 	Value   int64  `json:"value"`
+	Read    int64  `json:"read"`
 	Ok      bool   `json:"ok"`
 	Unknown bool   `json:"unknown"`
 	Call    int64  `json:"call"`
@@ -75,46 +77,57 @@ type state struct {
 	value int64
 }
 
-func step(s0 interface{}, in0 interface{}, out0 interface{}) (bool, interface{}) {
-	s, in, out := s0.(state), in0.(input), out0.(output)
-	switch in.Kind {
-	case "read", "lread":
-		if !s.known {
-			return true, state{true, out.Value}
-		}
-		return out.Value == s.value, s
-	case "write":
-		return true, state{true, in.Value}
-	case "cas":
-		if in.Unknown {
-			// Applied if it matched; an aborted one is linearized last,
-			// where nothing observes it.
-			if !s.known || s.value == in.From {
-				return true, state{true, in.Value}
+// step is the register's sequential specification. A state not known (the
+// start of an era after a restart of the whole cluster) may turn out to be
+// only 0 or a value some write of an earlier era wrote (allowed).
+func step(allowed map[int64]bool) func(interface{}, interface{}, interface{}) (bool, interface{}) {
+	return func(s0 interface{}, in0 interface{}, out0 interface{}) (bool, interface{}) {
+		s, in, out := s0.(state), in0.(input), out0.(output)
+		switch in.Kind {
+		case "read", "lread":
+			if !s.known {
+				return allowed[out.Value], state{true, out.Value}
 			}
-			return true, s
+			return out.Value == s.value, s
+		case "write":
+			return true, state{true, in.Value}
+		case "cas":
+			return casStep(allowed, s, in, out)
 		}
-		if !s.known {
-			if out.Ok {
-				return true, state{true, in.Value}
-			}
-			return true, s
-		}
-		if out.Ok != (s.value == in.From) {
-			return false, s
-		}
-		if out.Ok {
+		return false, s
+	}
+}
+
+func casStep(allowed map[int64]bool, s state, in input, out output) (bool, interface{}) {
+	if in.Unknown {
+		// Applied if it matched; an aborted one is linearized last,
+		// where nothing observes it.
+		if !s.known || s.value == in.From {
 			return true, state{true, in.Value}
 		}
 		return true, s
 	}
-	return false, s
+	// A compare-and-set read out.Value under its lock, then wrote in.Value
+	// when that was in.From.
+	if out.Ok != (out.Value == in.From) {
+		return false, s
+	}
+	if s.known && out.Value != s.value {
+		return false, s
+	}
+	if !s.known && !allowed[out.Value] {
+		return false, s
+	}
+	if out.Ok {
+		return true, state{true, in.Value}
+	}
+	return true, state{true, out.Value}
 }
 
-func model(era int) porcupine.Model {
+func model(era int, allowed map[int64]bool) porcupine.Model {
 	return porcupine.Model{
 		Init: func() interface{} { return state{known: era == 0, value: 0} },
-		Step: step,
+		Step: step(allowed),
 		DescribeOperation: func(in0 interface{}, out0 interface{}) string {
 			in, out := in0.(input), out0.(output)
 			suffix := ""
@@ -127,7 +140,7 @@ func model(era int) porcupine.Model {
 			case "write":
 				return fmt.Sprintf("write(%d)%s", in.Value, suffix)
 			default:
-				return fmt.Sprintf("cas(%d, %d) -> %v%s", in.From, in.Value, out.Ok, suffix)
+				return fmt.Sprintf("cas(%d, %d) read %d -> %v%s", in.From, in.Value, out.Value, out.Ok, suffix)
 			}
 		},
 		DescribeState: func(s0 interface{}) string {
@@ -141,9 +154,12 @@ func model(era int) porcupine.Model {
 }
 
 type group struct {
-	key  int64
-	era  int
-	base []porcupine.Operation
+	key int64
+	era int
+	// allowed is 0 and every value a write of an earlier era of this key
+	// wrote: what a restart of the whole cluster may have left.
+	allowed map[int64]bool
+	base    []porcupine.Operation
 	// reads are the committed reads, in call order.
 	reads []porcupine.Operation
 }
@@ -155,6 +171,8 @@ func load(path string) (map[[2]int64]*group, int, error) {
 	}
 	defer f.Close()
 	groups := map[[2]int64]*group{}
+	// Per key, (era, value) of every write and compare-and-set.
+	written := map[int64][][2]int64{}
 	scanner := bufio.NewScanner(f)
 	scanner.Buffer(make([]byte, 1<<20), 1<<20)
 	count := 0
@@ -170,12 +188,19 @@ func load(path string) (map[[2]int64]*group, int, error) {
 			}
 			ret = math.MaxInt64
 		}
+		seen := r.Value
+		if r.Kind == "cas" {
+			seen = r.Read
+		}
 		op := porcupine.Operation{
 			ClientId: r.Worker,
 			Input:    input{Kind: r.Kind, From: r.From, Value: r.Value, Unknown: r.Unknown},
 			Call:     r.Call,
-			Output:   output{Value: r.Value, Ok: r.Ok},
+			Output:   output{Value: seen, Ok: r.Ok},
 			Return:   ret,
+		}
+		if r.Kind == "write" || r.Kind == "cas" {
+			written[r.Key] = append(written[r.Key], [2]int64{int64(r.Era), r.Value})
 		}
 		k := [2]int64{r.Key, int64(r.Era)}
 		g := groups[k]
@@ -189,6 +214,14 @@ func load(path string) (map[[2]int64]*group, int, error) {
 			g.base = append(g.base, op)
 		}
 		count++
+	}
+	for _, g := range groups {
+		g.allowed = map[int64]bool{0: true}
+		for _, w := range written[g.key] {
+			if w[0] < int64(g.era) {
+				g.allowed[w[1]] = true
+			}
+		}
 	}
 	return groups, count, scanner.Err()
 }
@@ -297,7 +330,7 @@ func judge(path string, timeout time.Duration, deadline time.Time) (verdict, err
 }
 
 func judgeGroup(g *group, timeout time.Duration, deadline time.Time, v *verdict, fail func(string, porcupine.Model, porcupine.LinearizationInfo)) {
-	m := model(g.era)
+	m := model(g.era, g.allowed)
 	sort.Slice(g.base, func(i, j int) bool { return g.base[i].Call < g.base[j].Call })
 	res, info := check(m, g.base, timeout)
 	if res == porcupine.Unknown {

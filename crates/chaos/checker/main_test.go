@@ -11,9 +11,17 @@ import (
 
 // op is one history line: worker, key, era, kind, from, value, ok,
 // unknown, call, return.
+// (A compare-and-set's read is its from when it succeeded; casRead
+// writes one that failed.)
 func op(worker int, key int64, era int, kind string, from, value int64, ok, unknown bool, call, ret int64) string {
-	return fmt.Sprintf(`{"worker":%d,"key":%d,"era":%d,"kind":%q,"from":%d,"value":%d,"ok":%v,"unknown":%v,"call":%d,"ret":%d}`,
-		worker, key, era, kind, from, value, ok, unknown, call, ret)
+	read := from
+	return fmt.Sprintf(`{"worker":%d,"key":%d,"era":%d,"kind":%q,"from":%d,"value":%d,"read":%d,"ok":%v,"unknown":%v,"call":%d,"ret":%d}`,
+		worker, key, era, kind, from, value, read, ok, unknown, call, ret)
+}
+
+func casRead(worker int, key int64, from, value, read int64, call, ret int64) string {
+	return fmt.Sprintf(`{"worker":%d,"key":%d,"era":0,"kind":"cas","from":%d,"value":%d,"read":%d,"ok":false,"unknown":false,"call":%d,"ret":%d}`,
+		worker, key, from, value, read, call, ret)
 }
 
 func judged(t *testing.T, lines ...string) verdict {
@@ -84,17 +92,38 @@ func TestAWriteOfUnknownOutcomeMayHaveHappenedOrNot(t *testing.T) {
 
 func TestALaterEraStartsFromWhatCameBack(t *testing.T) {
 	v := judged(t,
-		op(1, 1, 0, "write", 0, 5, true, false, 1, 10),
+		op(1, 1, 0, "write", 0, 3, true, false, 1, 10),
+		op(1, 1, 0, "write", 0, 5, true, false, 11, 12),
 		op(2, 1, 1, "lread", 0, 3, true, false, 20, 21),
 		op(2, 1, 1, "lread", 0, 3, true, false, 22, 23))
 	if !v.Linearizable {
-		t.Fatalf("an era after a full restart begins with an unknown value: %+v", v)
+		t.Fatalf("after a full restart a register may hold any value written before: %+v", v)
 	}
 	v = judged(t,
+		op(1, 1, 0, "write", 0, 3, true, false, 1, 10),
+		op(1, 1, 0, "write", 0, 4, true, false, 11, 12),
 		op(2, 1, 1, "lread", 0, 3, true, false, 20, 21),
 		op(2, 1, 1, "lread", 0, 4, true, false, 22, 23))
 	if v.Linearizable {
 		t.Fatalf("within an era, a value cannot change without a write: %+v", v)
+	}
+	v = judged(t,
+		op(1, 1, 0, "write", 0, 3, true, false, 1, 10),
+		op(2, 1, 1, "lread", 0, 9, true, false, 20, 21))
+	if v.Linearizable {
+		t.Fatalf("after a full restart a register cannot hold a value no one wrote: %+v", v)
+	}
+}
+
+func TestAFailedCompareAndSetReadsTheCurrentValue(t *testing.T) {
+	ok := judged(t,
+		op(1, 1, 0, "write", 0, 5, true, false, 1, 10),
+		casRead(2, 1, 0, 7, 5, 11, 12))
+	stale := judged(t,
+		op(1, 1, 0, "write", 0, 5, true, false, 1, 10),
+		casRead(2, 1, 4, 7, 0, 11, 12))
+	if !ok.Linearizable || stale.Linearizable {
+		t.Fatalf("a failed cas that read 5 is fine, one that read the old 0 is not: %+v %+v", ok, stale)
 	}
 }
 

@@ -102,7 +102,7 @@ async fn transfer(client: &Client, table: &Arc<Table>, a: i64, b: i64, amount: i
     let mut found = tx.execute(vec![lock(a)?, lock(b)?]).await.ok()?.into_iter();
     let (from, to) = (balance(found.next()?)?, balance(found.next()?)?);
     let set = |k: i64, v: i64| Op::update(table, &[Value::Int(k)], &[("balance", Value::Int(v))]).ok();
-    tx.execute_and_commit(vec![set(a, from - amount)?, set(b, to + amount)?]).await.ok()?;
+    let _ = tx.execute_and_commit(vec![set(a, from - amount)?, set(b, to + amount)?]).await;
     tx.is_committed().then_some(())
 }
 

@@ -195,7 +195,17 @@ pub fn run_schedule(
         if matches!(step.fault, Fault::Kill { .. }) {
             kills.push(work.shared.now_ns());
         }
-        let outcome = inject(&rt, &mut cluster, &hosts, &work, &step.fault);
+        let outcome = match inject(&rt, &mut cluster, &hosts, &work, &step.fault) {
+            Ok(outcome) => outcome,
+            Err(tooling) => {
+                // ip or tc failed: the campaign, not the cluster. Undo what
+                // was applied, and stop this schedule as one that could
+                // not run.
+                hosts.heal();
+                let _ = recover(&rt, &cluster);
+                return Err(format!("could not inject \"{}\": {tooling}", step.fault));
+            }
+        };
         let line = match outcome {
             Ok(recovered) => format!(
                 "[{:6.1} s] {}: whole again after {:.1} s",
@@ -220,14 +230,16 @@ pub fn run_schedule(
 }
 
 /// Injects one fault, heals it, and waits until every data node is
-/// started again; returns how long that took after the heal.
+/// started again: the inner result is how long that took after the heal,
+/// or why the cluster did not heal (a finding); the outer error is a
+/// command of the campaign's own (ip, tc) that failed.
 fn inject(
     rt: &tokio::runtime::Runtime,
     cluster: &mut Cluster,
     hosts: &Hosts,
     work: &Workloads,
     fault: &Fault,
-) -> Result<Duration, String> {
+) -> Result<Result<Duration, String>, String> {
     let sleep = |ms: u64| std::thread::sleep(Duration::from_millis(ms));
     match *fault {
         Fault::Kill { node } => {
@@ -274,9 +286,9 @@ fn inject(
                 println!("    ({e})");
             }
         }
-        Fault::CrashAll => return crash_all(rt, cluster, work),
+        Fault::CrashAll => return Ok(crash_all(rt, cluster, work)),
     }
-    recover(rt, cluster)
+    Ok(recover(rt, cluster))
 }
 
 /// Waits (up to 4 s) until the killed data nodes' angels have started
@@ -359,7 +371,13 @@ async fn judge(
     }
     work.shared.stop.store(true, Ordering::SeqCst);
     for task in work.tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+        let abort = task.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(30), task).await.is_err() {
+            // Its operation could still commit after the history is taken:
+            // judging it would not be sound.
+            abort.abort();
+            return Err("could not judge: a worker did not stop within 30 s".into());
+        }
     }
     final_register_reads(&work.client, &work.registers, &work.shared).await;
     match final_audit(&work.client, &work.accounts).await {
@@ -412,6 +430,7 @@ async fn final_register_reads(client: &Client, table: &Arc<Table>, shared: &Shar
             kind: "lread",
             from: 0,
             value,
+            read: value,
             ok: true,
             unknown: false,
             call,

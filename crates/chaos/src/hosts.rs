@@ -120,11 +120,14 @@ impl Hosts {
         let ns = self.namespace(i);
         let outer = self.outer_link(i);
         let ends: [(&[&str], &str); 2] = [(&[], &outer), (&["-n", &ns], "eth0")];
+        let Some(kbit) = kbit else {
+            // Both ends, whatever the first says: a limit left on one end
+            // would slow the link for the rest of the run.
+            let removed: Vec<Result<(), String>> =
+                ends.iter().map(|(prefix, dev)| tc(prefix, &["qdisc", "del", "dev", dev, "root"])).collect();
+            return removed.into_iter().collect();
+        };
         for (prefix, dev) in ends {
-            let Some(kbit) = kbit else {
-                tc(prefix, &["qdisc", "del", "dev", dev, "root"])?;
-                continue;
-            };
             tc(prefix, &["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"])?;
             let rate = format!("{kbit}kbit");
             tc(prefix, &["class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", &rate])?;
@@ -184,8 +187,10 @@ pub fn remove_stale() -> usize {
         let Some(name) = line.split_whitespace().next() else { continue };
         let Some(rest) = name.strip_prefix(NAMESPACE_PREFIX) else { continue };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
-        // SAFETY: signal 0 only asks whether the process exists.
-        if unsafe { libc::kill(pid, 0) } == 0 {
+        // SAFETY: signal 0 only asks whether the process exists. (This
+        // campaign has made none yet: ones named by its own pid are an
+        // earlier campaign's that had the same pid.)
+        if pid != std::process::id() as i32 && unsafe { libc::kill(pid, 0) } == 0 {
             continue;
         }
         if ip(&["netns", "del", name]).is_ok() {

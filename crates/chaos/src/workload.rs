@@ -27,6 +27,8 @@ pub struct RegisterOp {
     pub kind: &'static str,
     pub from: i64,
     pub value: i64,
+    /// What a compare-and-set read (under its lock).
+    pub read: i64,
     pub ok: bool,
     pub unknown: bool,
     /// Nanoseconds since the workload started.
@@ -134,31 +136,31 @@ pub async fn register_worker(worker: u32, seed: u64, client: Client, table: Arc<
         let call = shared.now_ns();
         let roll = rng.below(100);
         let op = if roll < 40 {
-            read(&client, &table, key).await.map(|v| ("read", 0, v, true, false))
+            read(&client, &table, key).await.map(|v| ("read", 0, v, v, true, false))
         } else if roll < 50 {
-            locked_read(&client, &table, key).await.map(|v| ("lread", 0, v, true, false))
+            locked_read(&client, &table, key).await.map(|v| ("lread", 0, v, v, true, false))
         } else {
             writes += 1;
             let value = (i64::from(worker) << 40) | writes;
             if roll < 75 {
-                write(&client, &table, key, value).await.map(|unknown| ("write", 0, value, !unknown, unknown))
+                write(&client, &table, key, value).await.map(|unknown| ("write", 0, value, 0, !unknown, unknown))
             } else {
                 let from = seen[key as usize];
                 cas(&client, &table, key, from, value).await.map(|(ok, unknown, current)| {
-                    seen[key as usize] = current;
-                    ("cas", from, value, ok, unknown)
+                    seen[key as usize] = if ok { value } else { current };
+                    ("cas", from, value, current, ok, unknown)
                 })
             }
         };
         let ret = shared.now_ns();
         // After a failure, wait a little: an outage then adds a few
         // operations of unknown outcome to the history, not thousands.
-        let pause = if matches!(op, Some((_, _, _, _, false))) { 3_000 } else { 50_000 };
-        if let Some((kind, from, value, ok, unknown)) = op {
+        let pause = if matches!(op, Some((_, _, _, _, _, false))) { 3_000 } else { 50_000 };
+        if let Some((kind, from, value, read, ok, unknown)) = op {
             if !unknown && kind != "cas" {
                 seen[key as usize] = value;
             }
-            shared.record(RegisterOp { worker, key, era, kind, from, value, ok, unknown, call, ret });
+            shared.record(RegisterOp { worker, key, era, kind, from, value, read, ok, unknown, call, ret });
         }
         shared.leave();
         tokio::time::sleep(Duration::from_micros(pause + rng.below(4_000))).await;
@@ -193,16 +195,21 @@ async fn locked_read(client: &Client, table: &Arc<Table>, key: i64) -> Option<i6
 async fn write(client: &Client, table: &Arc<Table>, key: i64, value: i64) -> Option<bool> {
     let op = Op::update(table, &[Value::Int(key)], &[("val", Value::Int(value))]).ok()?;
     let mut tx = client.transaction();
-    match tx.execute_and_commit(vec![op]).await {
-        Ok(_) if tx.is_committed() => Some(false),
-        _ if tx.outcome_unknown() => Some(true),
-        _ => None,
+    // Committed is what the coordinator said, even when the call then
+    // failed (e.g. waiting for durability).
+    let _ = tx.execute_and_commit(vec![op]).await;
+    if tx.is_committed() {
+        Some(false)
+    } else if tx.outcome_unknown() {
+        Some(true)
+    } else {
+        None
     }
 }
 
-/// A compare-and-set: `(applied, outcome unknown, the value it leaves as
-/// far as the worker knows)`, or None when it failed without effect (the
-/// transaction aborted).
+/// A compare-and-set: `(applied, outcome unknown, the value it read under
+/// its lock)`, or None when it failed without effect (the transaction
+/// aborted).
 async fn cas(client: &Client, table: &Arc<Table>, key: i64, from: i64, to: i64) -> Option<(bool, bool, i64)> {
     let mut tx = client.transaction();
     let op = Op::read_locked(table, &[Value::Int(key)], LockMode::Exclusive).ok()?;
@@ -212,9 +219,12 @@ async fn cas(client: &Client, table: &Arc<Table>, key: i64, from: i64, to: i64) 
         return Some((false, false, current));
     }
     let update = Op::update(table, &[Value::Int(key)], &[("val", Value::Int(to))]).ok()?;
-    match tx.execute_and_commit(vec![update]).await {
-        Ok(_) if tx.is_committed() => Some((true, false, to)),
-        _ if tx.outcome_unknown() => Some((true, true, to)),
-        _ => None,
+    let _ = tx.execute_and_commit(vec![update]).await;
+    if tx.is_committed() {
+        Some((true, false, current))
+    } else if tx.outcome_unknown() {
+        Some((true, true, current))
+    } else {
+        None
     }
 }

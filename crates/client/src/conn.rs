@@ -120,13 +120,13 @@ impl ShardConn {
         Ok(rx)
     }
 
-    /// An answer no caller heard (its request timed out, or its caller
-    /// went away): a transaction it reports open would hold its locks at
-    /// the coordinator for good, waiting for a next request that never
-    /// comes, so it is aborted. (Its id is in this answer only, when the
-    /// request was the transaction's first, so nothing else can.)
-    fn abort_if_open(&self, reply: Reply) {
-        let Ok(ClientResponse::TxExec { tx, committed: false, .. }) = reply.decoded() else { return };
+    /// The answer to a request that timed out: a transaction it reports
+    /// open would hold its locks at the coordinator for good, waiting for a
+    /// next request that never comes, so it is aborted. (Its caller counts
+    /// it finished; when the request was the transaction's first, its id is
+    /// in this answer only, so nothing else can.)
+    fn abort_if_open(&self, reply: ClientResponse) {
+        let ClientResponse::TxExec { tx, committed: false, .. } = reply else { return };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // Its answer has no waiter either, and is dropped when it comes.
         let _ = self.frames.send(proto::frame(id, &ClientRequest::TxAbort { tx }));
@@ -158,19 +158,22 @@ async fn read_loop(conn: Arc<ShardConn>, mut reader: FrameReader<latsdb_net::Lin
     loop {
         match reader.next().await {
             Ok(Some((id, body))) => {
-                let unheard = match conn.pending().remove(&id) {
+                match conn.pending().remove(&id) {
                     Some(p) => {
                         let answer = match p.raw {
                             true => Ok(Reply::Raw(body.to_vec())),
                             false => proto::decode_body::<ClientResponse>(body).map(Reply::Decoded),
                         };
-                        p.waiter.send(answer).err().and_then(|a| a.ok())
+                        let _ = p.waiter.send(answer);
                     }
-                    // It timed out: the answer comes after its caller gave up.
-                    None => proto::decode_body::<ClientResponse>(body).ok().map(Reply::Decoded),
-                };
-                if let Some(reply) = unheard {
-                    conn.abort_if_open(reply);
+                    // It timed out, and its caller was told so (a
+                    // transaction then counts as finished for it): the
+                    // answer comes after the caller gave up.
+                    None => {
+                        if let Ok(reply) = proto::decode_body::<ClientResponse>(body) {
+                            conn.abort_if_open(reply);
+                        }
+                    }
                 }
             }
             Ok(None) => return conn.fail_all("closed by the data node"),
