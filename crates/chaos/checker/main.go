@@ -269,10 +269,6 @@ type verdict struct {
 	Seconds      float64 `json:"seconds"`
 }
 
-func check(m porcupine.Model, ops []porcupine.Operation, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
-	return porcupine.CheckOperationsVerbose(m, ops, timeout)
-}
-
 func main() {
 	timeout := flag.Duration("timeout", 30*time.Second, "longest time for one check")
 	budget := flag.Duration("budget", 5*time.Minute, "longest time for the whole history; reads left unchecked then are reported")
@@ -332,7 +328,7 @@ func judge(path string, timeout time.Duration, deadline time.Time) (verdict, err
 func judgeGroup(g *group, timeout time.Duration, deadline time.Time, v *verdict, fail func(string, porcupine.Model, porcupine.LinearizationInfo)) {
 	m := model(g.era, g.allowed)
 	sort.Slice(g.base, func(i, j int) bool { return g.base[i].Call < g.base[j].Call })
-	res, info := check(m, g.base, timeout)
+	res, info := porcupine.CheckOperationsVerbose(m, g.base, timeout)
 	if res == porcupine.Unknown {
 		v.TimedOut = true
 	} else if res == porcupine.Illegal {
@@ -348,7 +344,7 @@ func judgeGroup(g *group, timeout time.Duration, deadline time.Time, v *verdict,
 		}
 		v.ReadsChecked++
 		ops := append(append([]porcupine.Operation{}, closure(g.base, maxReturn, r.Return)...), r)
-		res, info := check(m, ops, timeout)
+		res, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
 		if res == porcupine.Unknown {
 			v.TimedOut = true
 		} else if res == porcupine.Illegal {
@@ -363,7 +359,7 @@ func judgeGroup(g *group, timeout time.Duration, deadline time.Time, v *verdict,
 		return
 	}
 	all := append(append([]porcupine.Operation{}, g.base...), g.reads...)
-	if res, _ := check(m, all, timeout/4); res == porcupine.Illegal {
+	if res, _ := porcupine.CheckOperationsVerbose(m, all, timeout/4); res == porcupine.Illegal {
 		v.Atomic = false
 	}
 }

@@ -18,7 +18,7 @@
 use crate::workload::Shared;
 use latsdb_client::{Client, LockMode, Op, Outcome, Scan, Table};
 use latsdb_types::rng::Rng;
-use latsdb_types::{ColumnDef, ColumnType, IntWidth, TableSpec, Value};
+use latsdb_types::Value;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,28 +40,15 @@ pub struct LedgerLog {
     pub unknown: BTreeSet<i64>,
 }
 
-fn int_table(name: &str, value: &str) -> TableSpec {
-    TableSpec::new("chaos", name)
-        .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
-        .column(ColumnDef::new(value, ColumnType::int(IntWidth::Big)))
-        .primary_key(&["id"])
-}
-
 pub async fn create_bank(client: &Client) -> Result<Arc<Table>, String> {
-    let table = client
-        .create_table(int_table("accounts", "balance"))
-        .await
-        .map_err(|e| format!("cannot create chaos.accounts: {e}"))?;
-    let rows = (1..=ACCOUNTS).map(|k| Op::insert(&table, vec![Value::Int(k), Value::Int(OPENING)]));
-    let ops = rows.collect::<latsdb_types::Result<Vec<Op>>>().map_err(|e| e.to_string())?;
-    for result in client.batch(ops).await.map_err(|e| format!("cannot open the accounts: {e}"))? {
-        result.map_err(|e| format!("cannot open the accounts: {e}"))?;
-    }
-    Ok(table)
+    crate::workload::create_filled(client, "accounts", "balance", ACCOUNTS, OPENING).await
 }
 
 pub async fn create_ledger(client: &Client) -> Result<Arc<Table>, String> {
-    client.create_table(int_table("ledger", "worker")).await.map_err(|e| format!("cannot create chaos.ledger: {e}"))
+    client
+        .create_table(crate::workload::int_table("ledger", "worker"))
+        .await
+        .map_err(|e| format!("cannot create chaos.ledger: {e}"))
 }
 
 fn balance(outcome: Outcome) -> Option<i64> {

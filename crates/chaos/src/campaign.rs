@@ -345,12 +345,14 @@ fn crash_all(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, work: &Workloa
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    assert_eq!(shared.in_flight.load(Ordering::SeqCst), 0, "the cluster is crashed with operations under way");
     let before: Vec<(u16, Option<i32>)> = DATA_NODES.iter().map(|&n| (n, cluster.datanode_pid(n))).collect();
     for node in DATA_NODES {
         cluster.signal(node, libc::SIGKILL);
     }
     wait_replaced(cluster, &before);
     let recovered = recover(rt, cluster);
+    assert!(shared.paused.load(Ordering::SeqCst), "workers ran across the crash");
     shared.era.fetch_add(1, Ordering::SeqCst);
     shared.paused.store(false, Ordering::SeqCst);
     recovered

@@ -9,6 +9,7 @@
 
 mod bank;
 mod campaign;
+pub use campaign::go_binary;
 mod cluster;
 mod hosts;
 mod schedule;
@@ -121,7 +122,7 @@ pub fn run(args: ChaosArgs, exe: PathBuf) -> Result<(), String> {
 /// The fault kinds `--faults` names, checked against the known ones.
 fn fault_kinds(asked: &[String]) -> Result<Vec<&'static str>, String> {
     if asked.is_empty() {
-        return Ok(schedule::DEFAULT_KINDS.to_vec());
+        return Ok(schedule::default_kinds());
     }
     if asked.iter().any(|k| k == "all") {
         return Ok(schedule::KINDS.to_vec());

@@ -101,6 +101,10 @@ impl Shared {
     }
 
     fn record(&self, op: RegisterOp) {
+        // What the checker relies on, asserted where the history is made.
+        assert!(op.ret >= op.call, "an operation returned before it was called: {op:?}");
+        assert!(!op.unknown || matches!(op.kind, "write" | "cas"), "only a write can end unknown: {op:?}");
+        assert!(op.kind != "cas" || !op.ok || op.read == op.from, "a compare-and-set applied on another value: {op:?}");
         if !op.unknown {
             self.succeeded(op.worker);
         }
@@ -110,18 +114,34 @@ impl Shared {
     }
 }
 
-pub async fn create_registers(client: &Client) -> Result<Arc<Table>, String> {
-    let spec = TableSpec::new("chaos", "registers")
+/// A table `chaos.<name>` of two big integers: the key `id` and `value`.
+pub fn int_table(name: &str, value: &str) -> TableSpec {
+    TableSpec::new("chaos", name)
         .column(ColumnDef::new("id", ColumnType::int(IntWidth::Big)))
-        .column(ColumnDef::new("val", ColumnType::int(IntWidth::Big)))
-        .primary_key(&["id"]);
-    let table = client.create_table(spec).await.map_err(|e| format!("cannot create chaos.registers: {e}"))?;
-    let rows = (1..=REGISTERS).map(|k| Op::insert(&table, vec![Value::Int(k), Value::Int(0)]));
-    let ops = rows.collect::<latsdb_types::Result<Vec<Op>>>().map_err(|e| e.to_string())?;
-    for result in client.batch(ops).await.map_err(|e| format!("cannot fill chaos.registers: {e}"))? {
-        result.map_err(|e| format!("cannot fill chaos.registers: {e}"))?;
+        .column(ColumnDef::new(value, ColumnType::int(IntWidth::Big)))
+        .primary_key(&["id"])
+}
+
+/// Creates `chaos.<name>` with rows 1..=rows holding `first`.
+pub async fn create_filled(
+    client: &Client,
+    name: &str,
+    value: &str,
+    rows: i64,
+    first: i64,
+) -> Result<Arc<Table>, String> {
+    let table =
+        client.create_table(int_table(name, value)).await.map_err(|e| format!("cannot create chaos.{name}: {e}"))?;
+    let inserts = (1..=rows).map(|k| Op::insert(&table, vec![Value::Int(k), Value::Int(first)]));
+    let ops = inserts.collect::<latsdb_types::Result<Vec<Op>>>().map_err(|e| e.to_string())?;
+    for result in client.batch(ops).await.map_err(|e| format!("cannot fill chaos.{name}: {e}"))? {
+        result.map_err(|e| format!("cannot fill chaos.{name}: {e}"))?;
     }
     Ok(table)
+}
+
+pub async fn create_registers(client: &Client) -> Result<Arc<Table>, String> {
+    create_filled(client, "registers", "val", REGISTERS, 0).await
 }
 
 /// One register worker: runs until the campaign stops it.
