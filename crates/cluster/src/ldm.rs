@@ -128,6 +128,10 @@ impl Backups {
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    fn as_slice(&self) -> &[ShardAddr] {
+        &self.addrs[..self.len as usize]
+    }
 }
 
 /// Rows a transaction locked, in the order it locked them.
@@ -311,6 +315,38 @@ impl Ldm {
     /// The transactions this shard takes part in, as primary or backup.
     pub(crate) fn all_txs(&self) -> impl Iterator<Item = TxId> + '_ {
         self.txs.keys().chain(self.replica_txs.keys()).copied()
+    }
+
+    /// What this shard holds of `tx`, for a log line that explains a wait.
+    pub(crate) fn describe(&self, tx: &TxId) -> String {
+        let of = |role: &str, t: &LdmTx| {
+            let replicating: Vec<String> = t
+                .replicating
+                .iter()
+                .map(|(idx, r)| format!("write {idx} waits for {:?}", r.waiting.as_slice()))
+                .collect();
+            format!(
+                "as {role}: {} lock(s), {} lock wait(s), {} staged, backups {:?}{}{}{}",
+                t.locks.len(),
+                t.waits.len(),
+                t.staged.len(),
+                t.backups,
+                if t.autocommit.is_some() { ", a batch's implicit transaction" } else { "" },
+                if replicating.is_empty() { String::new() } else { format!(", {}", replicating.join(", ")) },
+                t.held.map_or(String::new(), |e| format!(", held for epoch {e}")),
+            )
+        };
+        let mut parts = Vec::new();
+        if let Some(t) = self.txs.get(tx) {
+            parts.push(of("primary", t));
+        }
+        if let Some(t) = self.replica_txs.get(tx) {
+            parts.push(of("backup", t));
+        }
+        if self.committing.contains_key(tx) {
+            parts.push("committing".to_string());
+        }
+        parts.join("; ")
     }
 
     /// Whether this shard still takes part in `tx`, as primary or backup.

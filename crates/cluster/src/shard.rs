@@ -853,6 +853,25 @@ impl Shard {
         self.cx.commit_epoch
     }
 
+    /// Whether partition copies that restarting replicas asked of this
+    /// shard wait to start.
+    pub fn copies_wait(&self) -> bool {
+        self.sync.copies_wait()
+    }
+
+    /// Why the partition copies restarting replicas asked of this shard
+    /// have not started (None: none waits).
+    pub fn copy_waits(&self) -> Option<String> {
+        let mut text = self.sync.copy_waits(&self.cx, &self.ldm)?;
+        for tx in self.sync.copy_barrier(&self.ldm).take(3) {
+            text += &format!("\n  {}.{}#{}: {}", tx.tc.node, tx.tc.shard, tx.seq, self.ldm.describe(tx));
+            if let Some(tc) = self.tc.describe(tx) {
+                text += &format!("; {tc}");
+            }
+        }
+        Some(text)
+    }
+
     /// How the copy of a starting shard goes.
     pub fn sync_progress(&self) -> SyncProgress {
         self.sync.progress()

@@ -422,6 +422,59 @@ impl PartitionSync {
         target.parts.clear();
     }
 
+    /// Whether copies asked of this shard wait to start.
+    pub(crate) fn copies_wait(&self) -> bool {
+        !self.src.waiting.is_empty()
+    }
+
+    /// The transactions copies asked of this shard wait for.
+    pub(crate) fn copy_barrier<'a>(&'a self, ldm: &'a Ldm) -> impl Iterator<Item = &'a TxId> + 'a {
+        self.src.barrier.iter().filter(move |tx| ldm.is_open(tx))
+    }
+
+    /// Why the copies asked of this shard have not started, for its host
+    /// to log while a node restart waits on them: each waiting request,
+    /// and the transactions open here since it came (None when no copy
+    /// waits).
+    pub(crate) fn copy_waits(&self, cx: &Context, ldm: &Ldm) -> Option<String> {
+        if self.src.waiting.is_empty() {
+            return None;
+        }
+        let me = cx.me();
+        let requests: Vec<String> = self
+            .src
+            .waiting
+            .iter()
+            .map(|&(to, table, partition, _)| {
+                let listed = cx.tables.get(&table).is_some_and(|t| {
+                    t.replicas.get(partition as usize).is_some_and(|r| r.contains(&to)) && t.is_primary(partition, me)
+                });
+                let why = if listed { "" } else { " (the layout here does not yet list it, or this shard as primary)" };
+                format!("partition {partition} of table {table} for {to}{why}")
+            })
+            .collect();
+        let open: Vec<String> = self
+            .src
+            .barrier
+            .iter()
+            .filter(|tx| ldm.is_open(tx))
+            .take(8)
+            .map(|tx| {
+                let role = if ldm.txs.contains_key(tx) { "primary" } else { "backup" };
+                let coordinator = if cx.layout.takes_writes(tx.tc.node) { "live" } else { "gone" };
+                format!("{}.{}#{} (here as {role}; coordinator's node {coordinator})", tx.tc.node, tx.tc.shard, tx.seq)
+            })
+            .collect();
+        let barrier = self.src.barrier.iter().filter(|tx| ldm.is_open(tx)).count();
+        Some(format!(
+            "{} copy request(s) wait: {}; {barrier} transaction(s) open since must finish first{}{}",
+            requests.len(),
+            requests.join(", "),
+            if open.is_empty() { "" } else { ": " },
+            open.join(", ")
+        ))
+    }
+
     // ---- primary ----
 
     /// A starting replica asks for a copy of a partition (`SyncRequest`).

@@ -226,6 +226,23 @@ impl Coordinator {
         }
     }
 
+    /// How a transaction this shard coordinates stands, for a log line
+    /// that explains a wait (None: not open here).
+    pub(crate) fn describe(&self, tx: &TxId) -> Option<String> {
+        let t = self.txs.get(tx)?;
+        Some(format!(
+            "coordinator: {:?}, client connection {:?} request {}, participants {:?}, in flight {:?}, {} handed back, {} of {} results missing",
+            t.phase,
+            t.conn,
+            t.req_id,
+            t.participants,
+            t.in_flight,
+            t.returned.len(),
+            t.remaining,
+            t.results.len()
+        ))
+    }
+
     pub(crate) fn open(&self) -> usize {
         self.txs.len()
     }

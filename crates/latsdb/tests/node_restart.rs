@@ -181,6 +181,111 @@ fn wait_for_node(mgmd: &str, node: u16, what: &str, done: impl Fn(&str) -> bool)
     }
 }
 
+/// Starts `latsdb mgmd` on `dir/config.toml` with its data in `dir`,
+/// logging to `dir/mgmd.log`; returns the process and its address.
+fn spawn_mgmd(dir: &std::path::Path) -> (std::process::Child, String) {
+    let ready = dir.join("mgmd.addr");
+    let out = std::fs::File::create(dir.join("mgmd.log")).unwrap();
+    let child = std::process::Command::new(common::BIN)
+        .arg("mgmd")
+        .arg("--config")
+        .arg(dir.join("config.toml"))
+        .args(["--port", "0", "--ready-file"])
+        .arg(&ready)
+        .arg("--data-dir")
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match std::fs::read_to_string(&ready) {
+            Ok(a) if !a.is_empty() => return (child, a),
+            _ => assert!(Instant::now() < deadline, "the management server did not start"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The management server loses its connection to every data node at once
+/// (here it is paused with SIGSTOP, longer than its heartbeats allow, as a
+/// network fault around its host would do) while the data nodes run on.
+/// They connect again on their own, and the cluster is the same running
+/// cluster afterwards: both nodes started with their processes of before,
+/// schema changes work, and a node killed later is started again by its
+/// angel and rejoins by a node restart.
+#[test]
+fn data_nodes_connect_again_after_the_management_server_lost_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = latsdb_types::config::ClusterConfig::local(2, 2, 0);
+    config.datanode_defaults.data_memory_mb = 256;
+    std::fs::write(dir.path().join("config.toml"), config.to_toml()).unwrap();
+    let (mgmd_process, mgmd) = spawn_mgmd(dir.path());
+    let mgmd_pid = mgmd_process.id() as i32;
+    let mut procs = common::Restarted(vec![mgmd_process]);
+    for node in ["2", "3"] {
+        let out = std::fs::File::create(dir.path().join(format!("angel-{node}.log"))).unwrap();
+        let angel = std::process::Command::new(common::BIN)
+            .args(["datanode", "--mgmd", &mgmd, "--node-id", node, "--data-dir"])
+            .arg(dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        procs.0.push(angel);
+    }
+    let started = |l: &str| l.contains(" started") && !l.contains("not started");
+    let pids: Vec<i32> =
+        [2, 3].iter().map(|&n| common::datanode_pids(&wait_for_node(&mgmd, n, "started", started))[0]).collect();
+
+    common::send(mgmd_pid, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(3));
+    common::send(mgmd_pid, libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let events = loop {
+        let events = mgm_at(&mgmd, &["log", "--lines", "500"]);
+        let back =
+            |n: i32| events.contains(&format!("data node {n} (pid {}) is connected again", pids[n as usize - 2]));
+        if back(2) && back(3) {
+            break events;
+        }
+        assert!(Instant::now() < deadline, "the data nodes did not connect again within 60 s:\n{events}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(events.contains("lost the connection to data node"), "the pause broke no connection:\n{events}");
+    for (node, pid) in [2, 3].into_iter().zip(&pids) {
+        let line = wait_for_node(&mgmd, node, "started", started);
+        assert_eq!(common::datanode_pids(&line), vec![*pid], "data node {node} is not its process of before: {line}");
+    }
+
+    // Schema changes reach both nodes again.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = Client::connect(&mgmd).await.unwrap();
+        let spec = latsdb_types::schema::TableSpec::new("m", "t")
+            .column(latsdb_types::schema::ColumnDef::new(
+                "id",
+                latsdb_types::schema::ColumnType::int(latsdb_types::schema::IntWidth::Big),
+            ))
+            .primary_key(&["id"]);
+        let table = client.create_table(spec).await.unwrap();
+        let op = latsdb_client::Op::upsert(&table, vec![latsdb_types::Value::Int(7)]).unwrap();
+        for r in client.batch(vec![op]).await.unwrap() {
+            r.unwrap();
+        }
+    });
+
+    // A node that dies now is started again and rejoins.
+    common::sigkill(pids[1]);
+    let line = wait_for_node(&mgmd, 3, "started again with a new pid", |l| {
+        started(l) && common::datanode_pids(l).first().is_some_and(|&p| p != pids[1])
+    });
+    assert!(started(&line), "{line}");
+}
+
 /// A standalone `latsdb datanode` (no launcher) is its own angel: a data
 /// node killed with SIGKILL is started again and rejoins; one that dies
 /// three times within ten minutes is left down, with an alert in the
@@ -194,7 +299,6 @@ fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often(
     config.datanode_defaults.data_memory_mb = 256;
     std::fs::write(dir.path().join("config.toml"), config.to_toml()).unwrap();
     let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
-    let ready = dir.path().join("mgmd.addr");
     // Node 3's angel runs from a copy of the binary, replaced below.
     let exe_copy = dir.path().join("latsdb-copy");
     std::fs::copy(common::BIN, &exe_copy).unwrap();
@@ -210,29 +314,8 @@ fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often(
     };
     let spawn = |args: &[&str], log_name: &str| spawn_from(std::path::Path::new(common::BIN), args, log_name);
     let data = dir.path().display().to_string();
-    let config_path = dir.path().join("config.toml").display().to_string();
-    let mut procs = common::Restarted(vec![spawn(
-        &[
-            "mgmd",
-            "--config",
-            &config_path,
-            "--port",
-            "0",
-            "--ready-file",
-            &ready.display().to_string(),
-            "--data-dir",
-            &data,
-        ],
-        "mgmd.log",
-    )]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mgmd = loop {
-        match std::fs::read_to_string(&ready) {
-            Ok(a) if !a.is_empty() => break a,
-            _ => assert!(Instant::now() < deadline, "the management server did not start"),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (mgmd_process, mgmd) = spawn_mgmd(dir.path());
+    let mut procs = common::Restarted(vec![mgmd_process]);
     // Node 3 starts well after node 2, as on another host: node 2 waits
     // for it instead of timing out. Node 2 dies while it waits: its angel
     // starts it again, and the new process takes the node id back.

@@ -178,7 +178,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DbError::io("installing the SIGTERM handler", e))?;
-    let mut mgm_alive = true;
+    let mut mgm = MgmLink::new(&opts, node_id, mgm, &base_layout);
     let mut failure = None;
     let mut graceful = false;
     loop {
@@ -219,25 +219,16 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
                 graceful = true;
                 break;
             }
-            command = mgm.receive::<NodeCommand>(), if mgm_alive => {
-                match command {
-                    Ok(Some((id, command))) => {
-                        if let NodeCommand::SetLayout(l) = &command {
-                            base_layout = l.clone();
-                        }
-                        let (reply, stop) = handle_command(&shards, command, view.as_ref(), &mut backups).await;
-                        if mgm.send_with_id(id, &reply).await.is_err() {
-                            mgm_alive = false;
-                        }
-                        if stop {
-                            log("datanode", format!("node {node_id}: stopped by the management server"));
-                            break;
-                        }
-                    }
-                    Ok(None) | Err(_) => {
-                        log("datanode", format!("node {node_id}: lost the management server; still serving, but schema changes are unavailable"));
-                        mgm_alive = false;
-                    }
+            command = mgm.next_command() => {
+                let Some((id, command)) = command else { continue };
+                if let NodeCommand::SetLayout(l) = &command {
+                    base_layout = l.clone();
+                }
+                let (reply, stop) = handle_command(&shards, command, view.as_ref(), &mut backups).await;
+                mgm.reply(id, &reply).await;
+                if stop {
+                    log("datanode", format!("node {node_id}: stopped by the management server"));
+                    break;
                 }
             }
         }
@@ -255,6 +246,136 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     match failure {
         Some(reason) => Err(DbError::new(ErrorCode::NodeUnavailable, reason)),
         None => Ok(()),
+    }
+}
+
+/// This node's connection to the management server, which sends it
+/// heartbeats, layouts, schema changes and other commands. A connection
+/// that breaks, or stays silent longer than the server's heartbeats allow
+/// (a network fault may leave it open), is replaced: the node connects
+/// again and says it is still running (`ReattachDataNode`), until the
+/// server takes it back. The node serves throughout; only schema changes
+/// wait for it.
+struct MgmLink<'a> {
+    opts: &'a DataNodeOptions,
+    node_id: NodeId,
+    conn: Option<RpcConn>,
+    /// When the server was last heard from (any command, heartbeats
+    /// included).
+    heard_at: tokio::time::Instant,
+    /// How long the server may stay silent.
+    silence: Duration,
+    attaching: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<RpcConn>> + 'a>>>,
+    /// The last refusal logged (each new one is logged once).
+    refused: Option<String>,
+}
+
+/// How long a data node waits before asking a management server that
+/// refused it again (it may resume the cluster once other nodes connect).
+const REATTACH_RETRY: Duration = Duration::from_secs(2);
+
+impl<'a> MgmLink<'a> {
+    fn new(opts: &'a DataNodeOptions, node_id: NodeId, conn: RpcConn, layout: &ClusterLayout) -> MgmLink<'a> {
+        // Three times the server's own deadline for this node's answers.
+        let deadline = layout.heartbeat_interval_ms.saturating_mul(u64::from(layout.heartbeat_missed));
+        MgmLink {
+            opts,
+            node_id,
+            conn: Some(conn),
+            heard_at: tokio::time::Instant::now(),
+            silence: Duration::from_millis(deadline.saturating_mul(3).max(1000)),
+            attaching: None,
+            refused: None,
+        }
+    }
+
+    /// The next command from the management server (None: the connection
+    /// was lost or replaced meanwhile). Safe to cancel.
+    async fn next_command(&mut self) -> Option<(u64, NodeCommand)> {
+        if let Some(conn) = self.conn.as_mut() {
+            let received = tokio::time::timeout_at(self.heard_at + self.silence, conn.receive::<NodeCommand>()).await;
+            match received {
+                Ok(Ok(Some(command))) => {
+                    self.heard_at = tokio::time::Instant::now();
+                    return Some(command);
+                }
+                Ok(Ok(None)) => self.lose("it closed the connection".into()),
+                Ok(Err(e)) => self.lose(e.message),
+                Err(_) => self.lose(format!("it sent nothing for {} ms", self.silence.as_millis())),
+            }
+            return None;
+        }
+        let Some(attaching) = self.attaching.as_mut() else { return std::future::pending().await };
+        let attached = attaching.await;
+        self.attaching = None;
+        match attached {
+            Ok(conn) => {
+                log("datanode", format!("node {}: connected to the management server again", self.node_id));
+                self.conn = Some(conn);
+                self.heard_at = tokio::time::Instant::now();
+                self.refused = None;
+            }
+            Err(e) => {
+                if self.refused.as_deref() != Some(e.message.as_str()) {
+                    log(
+                        "datanode",
+                        format!(
+                            "node {}: the management server refused it: {}; still serving, asking again every {} s",
+                            self.node_id,
+                            e.message,
+                            REATTACH_RETRY.as_secs()
+                        ),
+                    );
+                    self.refused = Some(e.message);
+                }
+                self.attaching = Some(Box::pin(reattach(self.opts, self.node_id, REATTACH_RETRY)));
+            }
+        }
+        None
+    }
+
+    /// Answers a command; a connection that fails is replaced.
+    async fn reply(&mut self, id: u64, reply: &NodeReply) {
+        let Some(conn) = self.conn.as_mut() else { return };
+        if let Err(e) = conn.send_with_id(id, reply).await {
+            self.lose(e.message);
+        }
+    }
+
+    fn lose(&mut self, why: String) {
+        debug_assert!(self.attaching.is_none(), "connecting again while connected");
+        log(
+            "datanode",
+            format!(
+                "node {}: lost the management server ({why}); still serving, connecting again (schema changes wait)",
+                self.node_id
+            ),
+        );
+        self.conn = None;
+        self.attaching = Some(Box::pin(reattach(self.opts, self.node_id, Duration::ZERO)));
+    }
+}
+
+/// Connects to the management server again after `after` and says this
+/// process still runs. A connection that fails or goes unanswered is
+/// tried again; the server's refusal is returned.
+async fn reattach(opts: &DataNodeOptions, node_id: NodeId, after: Duration) -> Result<RpcConn> {
+    tokio::time::sleep(after).await;
+    let request = MgmRequest::ReattachDataNode { node_id, pid: std::process::id(), protocol: PROTOCOL_VERSION };
+    loop {
+        match RpcConn::connect(&opts.mgmd, Duration::from_secs(2), opts.tls.as_deref()).await {
+            Ok(mut conn) => match conn.call::<_, MgmResponse>(&request).await {
+                Ok(MgmResponse::Done) => return Ok(conn),
+                Ok(other) => return Err(unexpected("reattach", other)),
+                // It broke or the server did not answer: try again.
+                Err(_) => {}
+            },
+            // A certificate refused is not cured by waiting, but the node
+            // keeps serving: the caller asks again later.
+            Err(e) if e.code == ErrorCode::AccessDenied => return Err(e),
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 

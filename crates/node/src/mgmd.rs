@@ -6,11 +6,10 @@
 use crate::log;
 use latsdb_cluster::membership::Arbiter;
 use latsdb_net::tls::ClusterTls;
-use latsdb_net::{FrameError, FrameReader, RpcConn};
+use latsdb_net::{FrameError, FrameReader};
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::proto::{
-    self, ClusterLayout, CommitEpoch, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply, NodeStatus,
-    SchemaChange, Severity, PROTOCOL_VERSION,
+    self, ClusterLayout, MgmRequest, MgmResponse, NodeCommand, NodeId, NodeReply, NodeStatus, SchemaChange, Severity,
 };
 use latsdb_types::schema::{TableDef, TableSpec};
 use latsdb_types::{DbError, ErrorCode, Result};
@@ -26,6 +25,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 mod alarms;
 mod backup;
 mod events;
+mod lifecycle;
 pub mod metrics;
 mod nodegroups;
 mod state;
@@ -80,6 +80,19 @@ struct State {
     next_generation: u64,
     /// Data nodes to start (node, initial), for the process manager.
     start_requests: Vec<(NodeId, bool)>,
+    /// The running cluster as it was when this server lost its connection
+    /// to every data node and took the cluster for stopped. A node of it
+    /// that connects again (`ReattachDataNode`) shows it never stopped
+    /// (the links broke in a network fault, or this server was paused),
+    /// and the cluster is resumed from here; a system restart begun
+    /// meanwhile ends that chance.
+    stopped: Option<StoppedCluster>,
+}
+
+/// What a cluster taken for stopped is resumed from.
+struct StoppedCluster {
+    layout: ClusterLayout,
+    ever_started: HashSet<NodeId>,
 }
 
 struct Mgmd {
@@ -171,6 +184,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             arbiter,
             next_generation: 1,
             start_requests: Vec::new(),
+            stopped: None,
         }),
         schema_lock: tokio::sync::Mutex::new(()),
         persist_lock: Mutex::new(()),
@@ -237,15 +251,41 @@ impl Mgmd {
     /// Refuses a schema change while partitions move to an added node
     /// group (the caller holds the schema lock, which adding one takes):
     /// the new data nodes copy the tables they were given when they
-    /// started, and a change meanwhile would miss their copies.
-    fn refuse_while_moving(&self) -> Result<()> {
-        if self.lock().layout.moves.is_empty() {
-            return Ok(());
+    /// started, and a change meanwhile would miss their copies. Refuses it
+    /// too while a running data node is not connected.
+    fn refuse_schema_change_now(&self) -> Result<()> {
+        let state = self.lock();
+        if !state.layout.moves.is_empty() {
+            return Err(DbError::new(
+                ErrorCode::ClusterNotReady,
+                "partitions are moving to an added node group; change the schema once they have (`latsdb mgm nodegroup status`)",
+            ));
         }
-        Err(DbError::new(
-            ErrorCode::ClusterNotReady,
-            "partitions are moving to an added node group; change the schema once they have (`latsdb mgm nodegroup status`)",
-        ))
+        if state.stopped.is_some() {
+            return Err(DbError::new(
+                ErrorCode::NodeUnavailable,
+                "the management server lost its connection to every data node; they may still be running and connect again on their own: retry the schema change in a few seconds",
+            ));
+        }
+        // A change reaches the data nodes through their connections to
+        // this server: a running node without one would miss it and go on
+        // with the old definition (a stopped node gets the schema when it
+        // starts again).
+        let detached = state
+            .layout
+            .datanodes
+            .iter()
+            .find(|d| state.layout.takes_writes(d.node_id) && !state.links.contains_key(&d.node_id));
+        if let Some(d) = detached {
+            return Err(DbError::new(
+                ErrorCode::NodeUnavailable,
+                format!(
+                    "data node {} is running but not connected to the management server (it connects again on its own, or the other data nodes remove it if it is gone); retry the schema change in a few seconds",
+                    d.node_id
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The configuration as it is now.
@@ -314,6 +354,10 @@ impl Mgmd {
             if let MgmRequest::RegisterDataNode { node_id, pid, protocol } = request {
                 // The connection now belongs to the data node's lifecycle.
                 self.register(id, node_id, pid, protocol, reader, w).await;
+                return;
+            }
+            if let MgmRequest::ReattachDataNode { node_id, pid, protocol } = request {
+                self.reattach(id, node_id, pid, protocol, reader, w).await;
                 return;
             }
             let shutdown = matches!(request, MgmRequest::Shutdown);
@@ -430,6 +474,7 @@ impl Mgmd {
             MgmRequest::AddNodeGroups { config } => self.add_node_groups(&config).await,
             MgmRequest::NodeGroups => self.node_group_status(),
             MgmRequest::RegisterDataNode { .. }
+            | MgmRequest::ReattachDataNode { .. }
             | MgmRequest::DataNodeStarted { .. }
             | MgmRequest::DataNodeReady { .. } => {
                 Err(DbError::bad_request("data-node registration must be the first request on its connection"))
@@ -449,12 +494,12 @@ impl Mgmd {
                     )));
                 }
                 let _guard = self.schema_lock.lock().await;
-                self.refuse_while_moving()?;
+                self.refuse_schema_change_now()?;
                 self.create_table(spec).await.map(MgmResponse::Table)
             }
             MgmRequest::DropTable { database, name } => {
                 let _guard = self.schema_lock.lock().await;
-                self.refuse_while_moving()?;
+                self.refuse_schema_change_now()?;
                 let def = self.find_table(&database, &name)?;
                 self.drop_table(&def).await?;
                 for index in def.unique_indexes() {
@@ -464,7 +509,7 @@ impl Mgmd {
             }
             MgmRequest::CreateIndex { database, table, index, columns, unique } => {
                 let _guard = self.schema_lock.lock().await;
-                self.refuse_while_moving()?;
+                self.refuse_schema_change_now()?;
                 let def = self.find_table(&database, &table)?.with_index(&index, &columns, unique)?;
                 if !unique {
                     return self.alter(def).await.map(MgmResponse::Table);
@@ -482,7 +527,7 @@ impl Mgmd {
             }
             MgmRequest::DropIndex { database, table, index } => {
                 let _guard = self.schema_lock.lock().await;
-                self.refuse_while_moving()?;
+                self.refuse_schema_change_now()?;
                 let old = self.find_table(&database, &table)?;
                 let def = self.alter(old.without_index(&index)?).await?;
                 if let Some(dropped) = old.unique_indexes().find(|i| i.name.eq_ignore_ascii_case(&index)) {
@@ -492,7 +537,7 @@ impl Mgmd {
             }
             MgmRequest::AddColumns { database, table, columns, fill } => {
                 let _guard = self.schema_lock.lock().await;
-                self.refuse_while_moving()?;
+                self.refuse_schema_change_now()?;
                 let def = self.find_table(&database, &table)?.with_columns(&columns, &fill)?;
                 let added: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
                 self.event(
@@ -503,7 +548,7 @@ impl Mgmd {
             }
             MgmRequest::ChangeColumns { database, table, changes } => {
                 let _guard = self.schema_lock.lock().await;
-                self.refuse_while_moving()?;
+                self.refuse_schema_change_now()?;
                 let def = self.find_table(&database, &table)?.with_changed_columns(&changes)?;
                 self.event(
                     Severity::Info,
@@ -519,7 +564,7 @@ impl Mgmd {
                     )));
                 }
                 let _guard = self.schema_lock.lock().await;
-                self.refuse_while_moving()?;
+                self.refuse_schema_change_now()?;
                 let old = self.find_table(&database, &table)?;
                 if self.find_table(&new_database, &new_name).is_ok() {
                     return Err(DbError::new(
@@ -779,298 +824,6 @@ impl Mgmd {
         }
     }
 
-    async fn register(
-        self: Arc<Self>,
-        request_id: u64,
-        wanted: Option<NodeId>,
-        pid: u32,
-        protocol: u32,
-        reader: FrameReader<latsdb_net::LinkReader>,
-        mut w: latsdb_net::LinkWriter,
-    ) {
-        let assigned = self.assign_node_id(wanted, protocol);
-        let node_id = match assigned {
-            Ok(id) => id,
-            Err(e) => {
-                let _ = w.write_all(&proto::frame(request_id, &MgmResponse::Error(e))).await;
-                return;
-            }
-        };
-        let config = self.config();
-        let section = config.datanodes.iter().find(|d| d.node_id == node_id).cloned();
-        let Some(section) = section else {
-            self.lock().registering.remove(&node_id);
-            return;
-        };
-        let threads = section.threads.unwrap_or(config.datanode_defaults.threads);
-        let data_memory_mb = section.data_memory_mb.unwrap_or(config.datanode_defaults.data_memory_mb);
-        let on_host: Vec<NodeId> =
-            config.datanodes.iter().filter(|d| d.host == section.host).map(|d| d.node_id).collect();
-        let host_index = on_host.iter().position(|&id| id == node_id).unwrap_or(0) as u16;
-        let reply = MgmResponse::Registered {
-            node_id,
-            host: section.host.clone(),
-            port: section.port,
-            threads,
-            data_memory_mb,
-            disk_page_cache_mb: config.datanode_defaults.disk_page_cache_mb,
-            tablespace_mb: config.datanode_defaults.tablespace_mb,
-            redo_limit_mb: config.datanode_defaults.redo_limit_mb,
-            disk_direct_io: config.datanode_defaults.disk_direct_io,
-            nodes_on_host: on_host.len() as u16,
-            host_index,
-            cpu_bind: config.datanode_defaults.cpu_bind,
-            cpus: section.cpus.clone(),
-            idle_poll: config.datanode_defaults.idle_poll,
-        };
-        if w.write_all(&proto::frame(request_id, &reply)).await.is_err() {
-            self.lock().registering.remove(&node_id);
-            return;
-        }
-        let mut conn = RpcConn::from_parts(reader, w, &format!("data node {node_id}"), NODE_COMMAND_TIMEOUT);
-        let started = tokio::time::timeout(Duration::from_secs(60), conn.receive::<MgmRequest>()).await;
-        let (id, shards, recovery) = match started {
-            Ok(Ok(Some((id, MgmRequest::DataNodeStarted { node_id: n, shards, recovery }))))
-                if n == node_id && !shards.is_empty() =>
-            {
-                (id, shards, recovery)
-            }
-            _ => {
-                self.event(
-                    Severity::Warning,
-                    format!("data node {node_id} registered but did not start; releasing its node id"),
-                );
-                self.lock().registering.remove(&node_id);
-                return;
-            }
-        };
-        // The node sends nothing while it waits for its plan (for the
-        // cluster to form, perhaps minutes): a read that ends means it died,
-        // and its node id and disk report go, so that a new process of it
-        // (its angel's restart) can take them.
-        let planned = tokio::select! {
-            plan = self.start_plan(node_id, recovery) => Some(plan),
-            _ = conn.receive::<MgmRequest>() => None,
-        };
-        let Some(planned) = planned else {
-            self.event(
-                Severity::Warning,
-                format!("data node {node_id} went away while it waited for the cluster to form; releasing its node id"),
-            );
-            let mut state = self.lock();
-            state.registering.remove(&node_id);
-            if !state.formed {
-                state.recovery.remove(&node_id);
-            }
-            return;
-        };
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(e) => {
-                self.event(Severity::Warning, format!("data node {node_id} cannot start: {}", e.message));
-                self.lock().registering.remove(&node_id);
-                let _ = conn.send_with_id(id, &MgmResponse::Error(e)).await;
-                return;
-            }
-        };
-        let (layout, tables) = {
-            let state = self.lock();
-            (state.layout.clone(), state.tables.clone())
-        };
-        let join = plan.join;
-        if conn.send_with_id(id, &MgmResponse::Started { layout, tables, start: plan }).await.is_err() {
-            self.lock().registering.remove(&node_id);
-            return;
-        }
-        // The node restores its data; it is started once it says so.
-        let ready = tokio::time::timeout(Duration::from_secs(3600), conn.receive::<MgmRequest>()).await;
-        let id = match ready {
-            Ok(Ok(Some((id, MgmRequest::DataNodeReady { node_id: n })))) if n == node_id => id,
-            _ => {
-                self.event(
-                    Severity::Warning,
-                    format!("data node {node_id} did not finish starting; releasing its node id"),
-                );
-                self.lock().registering.remove(&node_id);
-                return;
-            }
-        };
-        let (tx, rx) = mpsc::unbounded_channel::<Command>();
-        let generation = self.mark_started(node_id, join, &shards, pid, tx);
-        if conn.send_with_id(id, &MgmResponse::Done).await.is_err() {
-            self.node_lost(node_id, generation);
-            return;
-        }
-        if join {
-            self.event(Severity::Info, format!(
-                    "data node {node_id} is restarting (pid {pid}, shards {}): it copies its partitions from the primaries",
-                    shards.join(", ")
-                ),
-            );
-        } else {
-            self.event(
-                Severity::Info,
-                format!("data node {node_id} started (pid {pid}, shards {})", shards.join(", ")),
-            );
-        }
-        self.broadcast_layout();
-        self.serve_node(node_id, &mut conn, rx).await;
-        self.node_lost(node_id, generation);
-    }
-
-    /// A registered node finished starting: it gets its command link
-    /// (numbered by a new generation, which this returns), and the layout
-    /// lists it as starting (a node restart: it takes writes while it
-    /// catches up) or started. The first view forms once every node of it
-    /// is started.
-    fn mark_started(
-        &self,
-        node_id: NodeId,
-        join: bool,
-        shards: &[String],
-        pid: u32,
-        commands: mpsc::UnboundedSender<Command>,
-    ) -> u64 {
-        let mut state = self.lock();
-        state.registering.remove(&node_id);
-        let generation = state.next_generation;
-        state.next_generation += 1;
-        state.links.insert(node_id, NodeLink { commands, generation });
-        state.ever_started.insert(node_id);
-        if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
-            // A restarting node takes writes while it catches up; the
-            // view that admits it makes it started.
-            d.status = if join { NodeStatus::Starting } else { NodeStatus::Started };
-            d.shards = shards.to_vec();
-            d.pid = pid;
-        }
-        self.settle(&mut state);
-        state.layout.version += 1;
-        let view = view_nodes(&state, &self.config());
-        let formed = view.iter().all(|n| state.layout.datanode(*n).is_some_and(|d| d.status == NodeStatus::Started));
-        if !state.formed && formed {
-            state.formed = true;
-            // The first view is the nodes that formed the cluster, in
-            // an epoch after every view of an earlier run.
-            let first = state.last_view_number.next();
-            state.layout.first_view = first;
-            state.layout.view = first;
-            state.recovery.clear();
-            state.arbiter = Arbiter::new_at(first, view.clone());
-            self.event(
-                Severity::Info,
-                format!("the cluster has formed: data nodes {view:?} now watch each other (view {first})"),
-            );
-        }
-        generation
-    }
-
-    /// Serves commands to a started node, and checks it is alive between
-    /// them, until its connection breaks or it stops answering.
-    async fn serve_node(&self, node_id: NodeId, conn: &mut RpcConn, mut rx: mpsc::UnboundedReceiver<Command>) {
-        let interval = Duration::from_millis(self.config().cluster.heartbeat_interval_ms);
-        let deadline = interval * self.config().cluster.heartbeat_missed;
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                command = rx.recv() => {
-                    let Some((command, reply)) = command else { break };
-                    let answer = conn.call::<NodeCommand, NodeReply>(&command).await;
-                    let failed = answer.is_err();
-                    let _ = reply.send(answer);
-                    if failed {
-                        break;
-                    }
-                }
-                _ = ticker.tick() => {
-                    // A broken connection fails at once; a hung node times out.
-                    match tokio::time::timeout(deadline, conn.call::<NodeCommand, NodeReply>(&NodeCommand::Heartbeat)).await {
-                        Ok(Ok(NodeReply::Done)) => {}
-                        Ok(Ok(_)) | Ok(Err(_)) => break,
-                        Err(_) => {
-                            self.event(Severity::Warning, format!("data node {node_id} missed {} heartbeats", self.config().cluster.heartbeat_missed));
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// How a starting data node begins. While the cluster is not running,
-    /// every node of the last view reports what its disk holds before any
-    /// is answered: a system restart restores the latest epoch that every
-    /// node of the last view synced, and new commits begin above any epoch
-    /// a log holds. A node that had left before the last view waits until
-    /// the others formed the cluster and then joins it by a node restart.
-    async fn start_plan(
-        &self,
-        node_id: NodeId,
-        recovery: Option<latsdb_types::proto::NodeRecovery>,
-    ) -> Result<latsdb_types::proto::StartPlan> {
-        let stale = {
-            let mut state = self.lock();
-            if state.formed {
-                return Ok(node_restart_plan(&state, recovery));
-            }
-            let stale = !state.last_view.is_empty() && !state.last_view.contains(&node_id);
-            if !stale {
-                state.recovery.insert(node_id, recovery.clone());
-            }
-            stale
-        };
-        let deadline = tokio::time::Instant::now() + crate::datanode::FORMATION_WAIT;
-        let mut told = false;
-        loop {
-            {
-                let state = self.lock();
-                if state.formed {
-                    // The node had left before the last view: its disk is
-                    // older than its peers', so it copies what changed.
-                    return Ok(node_restart_plan(&state, recovery));
-                }
-                let why_waiting = if stale {
-                    format!(
-                        "data node {node_id} had left before the last view {:?}; it joins by a node restart once they have started",
-                        state.last_view
-                    )
-                } else {
-                    let missing: Vec<NodeId> = view_nodes(&state, &self.config())
-                        .into_iter()
-                        .filter(|n| !state.recovery.contains_key(n))
-                        .collect();
-                    if missing.is_empty() {
-                        let plan = plan_for(&state, node_id)?;
-                        let durable = state.layout.durable_epoch;
-                        drop(state);
-                        if let Some(restored) = plan.restore_epoch.filter(|&e| e < durable) {
-                            self.event(
-                                Severity::Alert,
-                                format!("the data nodes' disks hold epochs up to {restored} only, but epoch {durable} was durable: commits of the epochs between are lost (a disk lost synced data)"),
-                            );
-                        }
-                        return Ok(plan);
-                    }
-                    format!("data node {node_id} waits for data nodes {missing:?} to start")
-                };
-                if !told {
-                    self.event(Severity::Info, why_waiting);
-                    told = true;
-                }
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(DbError::new(
-                    ErrorCode::ClusterNotReady,
-                    format!("the data nodes the cluster needs to form did not all start within {} s (every configured one at the first start, every one of the last view at a system restart, whose disks hold the data); start them",
-                        crate::datanode::FORMATION_WAIT.as_secs()
-                    ),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     /// Queues a start of a stopped data node for the process manager.
     fn start_node(&self, node_id: NodeId, initial: bool) -> Result<MgmResponse> {
         let mut state = self.lock();
@@ -1173,62 +926,6 @@ impl Mgmd {
         }
     }
 
-    fn assign_node_id(&self, wanted: Option<NodeId>, protocol: u32) -> Result<NodeId> {
-        if protocol != PROTOCOL_VERSION {
-            return Err(DbError::bad_request(format!(
-                "data node speaks protocol {protocol}; this management server speaks {PROTOCOL_VERSION}"
-            )));
-        }
-        let mut state = self.lock();
-        let free = |state: &State, id: NodeId| {
-            state.layout.datanode(id).is_some_and(|d| d.status == NodeStatus::NotStarted)
-                && !state.registering.contains(&id)
-        };
-        let id = match wanted {
-            Some(id) => {
-                if state.layout.datanode(id).is_none() {
-                    return Err(DbError::bad_request(format!(
-                        "node id {id} is not a data node in the cluster configuration"
-                    )));
-                }
-                if !free(&state, id) {
-                    let pid = state.layout.datanode(id).map_or(0, |d| d.pid);
-                    let running = if pid != 0 { format!(" (pid {pid})") } else { String::new() };
-                    return Err(DbError::new(
-                        ErrorCode::NodeIdInUse,
-                        format!(
-                            "data node {id} is already started{running}; stop that process first, or pick another node id"
-                        ),
-                    ));
-                }
-                id
-            }
-            None => {
-                let ids: Vec<NodeId> = state.layout.datanodes.iter().map(|d| d.node_id).collect();
-                ids.into_iter().find(|&id| free(&state, id)).ok_or_else(|| {
-                    DbError::bad_request(
-                        "every data node in the cluster configuration is already started; add a [[datanode]] section",
-                    )
-                })?
-            }
-        };
-        if !state.formed && state.ever_started.contains(&id) {
-            // The cluster is still starting (some configured node never
-            // came up): this node's disk took part in the start already.
-            return Err(DbError::new(
-                ErrorCode::ClusterNotReady,
-                format!(
-                    "data node {id} stopped while the cluster was still starting; start the remaining data nodes first (a node restart needs a running cluster to copy from)"
-                ),
-            ));
-        }
-        // A start asked for meanwhile is done: left queued, it would start
-        // the node again after its next stop.
-        state.start_requests.retain(|(n, _)| *n != id);
-        state.registering.insert(id);
-        Ok(id)
-    }
-
     /// A membership message from a data node to the arbitrator. A view a
     /// president installed becomes the layout clients read.
     fn arbitrate(&self, from: NodeId, msg: latsdb_types::proto::MemberMsg) -> Option<latsdb_types::proto::MemberMsg> {
@@ -1255,122 +952,4 @@ impl Mgmd {
         }
         answer
     }
-
-    fn node_lost(&self, node_id: NodeId, generation: u64) {
-        {
-            let mut state = self.lock();
-            if state.links.get(&node_id).map(|l| l.generation) != Some(generation) {
-                return;
-            }
-            state.links.remove(&node_id);
-            if state.formed && state.links.is_empty() {
-                // The whole cluster is down: the next start is a system
-                // restart from the last view's disks.
-                let last_view: Vec<NodeId> = state
-                    .layout
-                    .datanodes
-                    .iter()
-                    .filter(|d| d.status == NodeStatus::Started)
-                    .map(|d| d.node_id)
-                    .collect();
-                state.last_view = last_view.clone();
-                state.last_view_number = state.arbiter.view().0;
-                state.formed = false;
-                state.layout.first_view = latsdb_types::proto::ViewNumber::NONE;
-                state.layout.view = latsdb_types::proto::ViewNumber::NONE;
-                state.ever_started.clear();
-                state.recovery.clear();
-                for d in state.layout.datanodes.iter_mut() {
-                    d.status = NodeStatus::NotStarted;
-                    d.shards.clear();
-                    d.pid = 0;
-                }
-                state.layout.version += 1;
-                state.arbiter = Arbiter::new(state.layout.datanodes.iter().map(|d| d.node_id).collect());
-                let durable = state.layout.durable_epoch;
-                drop(state);
-                self.event(Severity::Warning, format!(
-                        "every data node has stopped (last view {last_view:?}, durable epoch {durable}); starting them again is a system restart"
-                    ),
-                );
-                if let Err(e) = self.persist() {
-                    self.event(Severity::Alert, format!("cannot save the state: {}", e.message));
-                }
-                return;
-            }
-            let starting = state.layout.datanode(node_id).is_some_and(|d| d.status == NodeStatus::Starting);
-            if state.formed && !starting {
-                // Whether it left is for the data nodes to decide (they
-                // may still reach it); their president reports the view.
-                // (A restarting node is no member: this server decides.)
-                drop(state);
-                self.event(Severity::Warning, format!("lost the connection to data node {node_id}"));
-                return;
-            }
-            if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
-                d.status = NodeStatus::NotStarted;
-                d.shards.clear();
-                d.pid = 0;
-            }
-            state.layout.version += 1;
-        }
-        self.event(Severity::Warning, format!("data node {node_id} disconnected"));
-        self.broadcast_layout();
-    }
-}
-
-/// The nodes that must start for the cluster to form: the last view's
-/// (after every data node stopped), or every configured one.
-fn view_nodes(state: &State, config: &ClusterConfig) -> Vec<NodeId> {
-    if state.last_view.is_empty() {
-        config.datanodes.iter().map(|d| d.node_id).collect()
-    } else {
-        state.last_view.clone()
-    }
-}
-
-/// A node restart into the running cluster: the node restores what its own
-/// disk holds, then copies what changed from the live replicas.
-fn node_restart_plan(
-    state: &State,
-    recovery: Option<latsdb_types::proto::NodeRecovery>,
-) -> latsdb_types::proto::StartPlan {
-    let durable = state.layout.durable_epoch;
-    let first_epoch = recovery.as_ref().map_or(CommitEpoch::NONE, |r| r.max_epoch).max(durable).next();
-    latsdb_types::proto::StartPlan { restore_epoch: recovery.map(|r| r.saved_epoch), first_epoch, join: true }
-}
-
-/// The start plan once every node of the last view reported its disk.
-fn plan_for(state: &State, node_id: NodeId) -> Result<latsdb_types::proto::StartPlan> {
-    let reports: Vec<(NodeId, &latsdb_types::proto::NodeRecovery)> =
-        state.recovery.iter().filter_map(|(n, r)| r.as_ref().map(|r| (*n, r))).collect();
-    let max_logged = reports.iter().map(|(_, r)| r.max_epoch).max().unwrap_or(CommitEpoch::NONE);
-    let first_epoch = max_logged.max(state.layout.durable_epoch).next();
-    if reports.is_empty() {
-        return Ok(latsdb_types::proto::StartPlan { restore_epoch: None, first_epoch, join: false });
-    }
-    // The last view's disks hold the latest data; a node that left earlier
-    // holds less and could only rejoin by copying from a peer.
-    let view: Vec<NodeId> =
-        if state.last_view.is_empty() { state.recovery.keys().copied().collect() } else { state.last_view.clone() };
-    if !view.contains(&node_id) {
-        // `start_plan` sends such a node into a node restart instead.
-        return Err(DbError::internal(format!("data node {node_id} is not in the last view {view:?}")));
-    }
-    let mut saved = Vec::with_capacity(view.len());
-    for n in &view {
-        match state.recovery.get(n) {
-            Some(Some(r)) => saved.push(r.saved_epoch),
-            _ => {
-                return Err(DbError::new(
-                    ErrorCode::ClusterNotReady,
-                    format!(
-                        "data node {n} was in the last view but its data directory is empty: the cluster cannot restore every partition consistently; start it with its data directory"
-                    ),
-                ))
-            }
-        }
-    }
-    let restore_epoch = saved.into_iter().min().unwrap_or(CommitEpoch::NONE);
-    Ok(latsdb_types::proto::StartPlan { restore_epoch: Some(restore_epoch), first_epoch, join: false })
 }

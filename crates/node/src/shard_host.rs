@@ -680,11 +680,45 @@ async fn tick_loop(host: Rc<Host>) {
     let mut interval = tokio::time::interval(TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut out = Outbox::default();
+    let mut copy_waits = CopyWaits::default();
     loop {
         interval.tick().await;
         host.member_step(|m, now, out| m.on_tick(now, out));
         host.shard.borrow_mut().on_tick(host.now(), &mut out);
         host.dispatch(&mut out);
+        copy_waits.check(&host);
+    }
+}
+
+/// Logs why partition copies that restarting replicas asked of this shard
+/// wait, once they have waited `COPY_WAIT_LOG` (and again every
+/// `COPY_WAIT_LOG` while they do): a node restart that does not progress
+/// then says what holds it.
+#[derive(Default)]
+struct CopyWaits {
+    since: Option<Instant>,
+    logged_at: Option<Instant>,
+}
+
+const COPY_WAIT_LOG: Duration = Duration::from_secs(5);
+
+impl CopyWaits {
+    fn check(&mut self, host: &Host) {
+        if !host.shard.borrow().copies_wait() {
+            self.since = None;
+            self.logged_at = None;
+            return;
+        }
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        let due = self
+            .logged_at
+            .map_or(now.duration_since(since) >= COPY_WAIT_LOG, |t| now.duration_since(t) >= COPY_WAIT_LOG);
+        if let Some(waits) = host.shard.borrow().copy_waits().filter(|_| due) {
+            self.logged_at = Some(now);
+            let waited = now.duration_since(since).as_secs();
+            crate::log("datanode", format!("shard {}: for {waited} s, {waits}", host.me));
+        }
     }
 }
 
@@ -767,8 +801,14 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
 
 /// Takes a checked peer's messages until its link closes.
 async fn serve_peer(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<LinkReader>) {
+    // The process the layout lists for the peer as its link opens.
+    let process = |host: &Host| host.layout.borrow().datanode(from.node).map(|d| (d.pid, d.shards.clone()));
+    let opened_by = process(host);
     peer_loop(host, from, reader).await;
-    if from.shard == 0 {
+    // A link of a process that has since been replaced may close late (a
+    // network fault held back its end): that says nothing of the process
+    // running now, which must not be suspected for it.
+    if from.shard == 0 && process(host) == opened_by {
         // A killed node's links break at once: suspect it now
         // rather than after the missed heartbeats.
         crate::log(
@@ -854,6 +894,11 @@ async fn peer_loop(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<Li
 
 /// Outgoing link to another shard: connects (retrying for a while), says
 /// Hello, then writes queued messages.
+/// Connection attempts to a peer, 200 ms apart, before a link says it
+/// cannot reach it (and then tries once a second), or gives up on a peer
+/// the layout does not list.
+const PEER_PATIENCE: u32 = 25;
+
 async fn peer_link(
     host: Rc<Host>,
     to: ShardAddr,
@@ -871,25 +916,30 @@ async fn peer_link(
         if dropped(&link) {
             return;
         }
+        // While the layout lists the peer's process, the link keeps trying
+        // (a network fault may last seconds): what is queued on it must
+        // reach that process, since nothing sends it again (a write
+        // waiting for a backup's answer would wait for ever). The layout
+        // that drops or replaces the process drops the link.
         let address = host.layout.borrow().shard_address(to).map(|s| s.to_string());
         if let Some(address) = address {
             match latsdb_net::connect_link(&address, Duration::from_secs(2), host.tls.as_deref(), Role::DataNode).await
             {
                 Ok(s) => break s,
-                Err(e) if attempts >= 25 => {
-                    crate::log("datanode", format!("shard {}: giving up on peer {to}: {e}", host.me));
-                    host.forget_link(to, &link);
-                    return;
-                }
+                Err(e) if attempts == PEER_PATIENCE => crate::log(
+                    "datanode",
+                    format!("shard {}: cannot reach peer {to} ({e}); trying on while the layout lists it", host.me),
+                ),
                 Err(_) => {}
             }
-        } else if attempts >= 25 {
+        } else if attempts >= PEER_PATIENCE {
             crate::log("datanode", format!("shard {}: peer {to} is not in the cluster layout", host.me));
             host.forget_link(to, &link);
             return;
         }
         attempts += 1;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pause = if attempts <= PEER_PATIENCE { 200 } else { 1000 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
     };
     if dropped(&link) {
         return;

@@ -426,7 +426,7 @@ fn membership_messages_round_trip() {
 
 #[test]
 fn management_messages_round_trip() {
-    every_variant(30, |g, v| {
+    every_variant(31, |g, v| {
         let (database, table, node_id) = (g.string(), g.string(), g.u16());
         match v {
             0 => MgmRequest::GetLayout,
@@ -490,7 +490,8 @@ fn management_messages_round_trip() {
             26 => MgmRequest::BackupAbort { id: g.u64() },
             27 => MgmRequest::Report,
             28 => MgmRequest::AddNodeGroups { config: g.string() },
-            _ => MgmRequest::NodeGroups,
+            29 => MgmRequest::NodeGroups,
+            _ => MgmRequest::ReattachDataNode { node_id, pid: g.u32(), protocol: g.u32() },
         }
     });
     every_variant(13, |g, v| match v {

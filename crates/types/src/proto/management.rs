@@ -148,6 +148,16 @@ pub enum MgmRequest {
     /// The node groups, their nodes and partitions, and the moves under
     /// way, as text (answered with `Report`).
     NodeGroups,
+    /// A running data node lost its connection to the management server
+    /// and connects again (answered with `Done`, or with an error saying
+    /// why the server no longer counts this process as running). From
+    /// then on the connection carries `NodeCommand`s again, as after
+    /// `DataNodeStarted`.
+    ReattachDataNode {
+        node_id: NodeId,
+        pid: u32,
+        protocol: u32,
+    },
 }
 
 impl MgmRequest {
@@ -158,6 +168,7 @@ impl MgmRequest {
     pub fn data_node_only(&self) -> Option<&'static str> {
         Some(match self {
             MgmRequest::RegisterDataNode { .. } => "RegisterDataNode",
+            MgmRequest::ReattachDataNode { .. } => "ReattachDataNode",
             MgmRequest::DataNodeStarted { .. } => "DataNodeStarted",
             MgmRequest::DataNodeReady { .. } => "DataNodeReady",
             MgmRequest::DataNodeSynced { .. } => "DataNodeSynced",
