@@ -203,7 +203,12 @@ impl Transaction {
             Err(e) => {
                 // The coordinator is unreachable: its node may have failed. The
                 // outcome is unknown if a commit was sent; either way the
-                // next transaction should route by a fresh layout.
+                // next transaction should route by a fresh layout. If the
+                // coordinator lives after all (the request was not sent, or
+                // its answer is late), the transaction must not stay open
+                // there holding its locks: it is asked to abort (a commit
+                // under way can no longer be, and says so).
+                self.abort_in_background();
                 self.finished = true;
                 self.outcome_unknown = commit && sent;
                 debug_assert!(!self.committed, "a committed transaction sends nothing more");
@@ -256,11 +261,9 @@ fn nothing_done(e: &DbError) -> bool {
     matches!(e.code, ErrorCode::NotServing | ErrorCode::NodeUnavailable | ErrorCode::WrongShard)
 }
 
-impl Drop for Transaction {
-    fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
+impl Transaction {
+    /// Asks the coordinator to abort the transaction, without waiting.
+    fn abort_in_background(&self) {
         let (Some(tc), Some(tx)) = (self.tc, self.id) else {
             return;
         };
@@ -269,6 +272,14 @@ impl Drop for Transaction {
             handle.spawn(async move {
                 let _ = client.call(tc, &ClientRequest::TxAbort { tx }).await;
             });
+        }
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.abort_in_background();
         }
     }
 }

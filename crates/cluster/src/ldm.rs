@@ -307,9 +307,17 @@ impl Ldm {
         (prepared.into_iter().collect(), self.commit_log.coordinated_by(dead))
     }
 
-    /// The transactions this shard takes part in as a primary.
-    pub(crate) fn primary_txs(&self) -> impl Iterator<Item = TxId> + '_ {
-        self.txs.keys().copied()
+    /// The transactions that staged or are staging writes here as primary.
+    /// A transaction that only read (and holds locks) is not one of them:
+    /// what it writes later is replicated to the replicas of that moment.
+    pub(crate) fn primary_writers(&self) -> impl Iterator<Item = TxId> + '_ {
+        self.txs.iter().filter(|(_, t)| !t.staged.is_empty() || !t.replicating.is_empty()).map(|(id, _)| *id)
+    }
+
+    /// `primary_writers`, and the transactions this shard takes part in as
+    /// a backup (every one of which stages, or waits to stage, a write).
+    pub(crate) fn writers(&self) -> impl Iterator<Item = TxId> + '_ {
+        self.primary_writers().chain(self.replica_txs.keys().copied())
     }
 
     /// The transactions this shard takes part in, as primary or backup.

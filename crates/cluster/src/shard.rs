@@ -377,7 +377,12 @@ impl Shard {
 
     pub fn on_client(&mut self, conn: ConnId, req_id: u64, req: ClientRequest, now: Micros, out: &mut Outbox) {
         self.cx.now = now;
-        if !matches!(req, ClientRequest::Ping) {
+        // An abort is taken even without a lease: it only releases what
+        // the transaction holds, and refused it would leave the
+        // transaction open at this coordinator for good, its rows locked.
+        // (A takeover, if this node left the view meanwhile, aborts what
+        // was not committing as well.)
+        if !matches!(req, ClientRequest::Ping | ClientRequest::TxAbort { .. }) {
             if let Some(error) = self.not_serving(now) {
                 out.client.push((conn, req_id, ClientResponse::Error(error)));
                 return;

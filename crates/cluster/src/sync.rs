@@ -23,7 +23,9 @@
 //! same link, as a full row image. The one gap: a transaction that wrote a
 //! row at the primary before the primary learned of the starting replica
 //! did not stage that write there. So the primary starts a copy only once
-//! every transaction that was open when a replica joined has finished.
+//! every transaction that had staged a write there when a replica joined
+//! has finished. (One that had only read, under locks, does not hold the
+//! copy back: whatever it writes later is staged on the new replica too.)
 //!
 //! ```text
 //! starting shard                primary
@@ -61,8 +63,8 @@ const TICK_BYTES: usize = 1 << 20;
 pub(crate) struct SyncSource {
     /// Requests not started yet.
     waiting: Vec<CopyOf>,
-    /// Transactions that were open when a replica joined: copies wait for
-    /// them to finish.
+    /// Transactions that had staged writes here when a replica joined:
+    /// copies wait for them to finish.
     barrier: BTreeSet<TxId>,
     jobs: VecDeque<Job>,
     /// Partitions handed to a restarted node once it is admitted (by
@@ -263,7 +265,7 @@ impl PartitionSync {
     ) -> SyncLayoutChange {
         let mut change = SyncLayoutChange { sources_switched: false };
         if replica_joined {
-            self.src.barrier.extend(ldm.primary_txs());
+            self.src.barrier.extend(ldm.primary_writers());
         }
         self.admit(cx, ldm, out);
         self.check_frozen(cx, ldm, out);
@@ -490,7 +492,7 @@ impl PartitionSync {
         // The requester may have staged writes of transactions this shard
         // took part in under another primary (whose copy it gave up):
         // nothing is sent before those are finished here.
-        self.src.barrier.extend(ldm.all_txs());
+        self.src.barrier.extend(ldm.writers());
         self.admit(cx, ldm, out);
     }
 
@@ -546,7 +548,7 @@ impl PartitionSync {
                 // primary. The copy starts over (after the transactions
                 // open now) if both hold again.
                 self.src.waiting.push(job.copy);
-                self.src.barrier.extend(ldm.all_txs());
+                self.src.barrier.extend(ldm.writers());
                 continue;
             }
             let Some(p) = cx.tables.get(&table).and_then(|t| t.partitions.get(partition as usize)) else {

@@ -9,6 +9,8 @@ use std::collections::VecDeque;
 
 struct Pump {
     shards: Vec<Shard>,
+    /// Each shard's lease, which a test may let run out.
+    leases: Vec<latsdb_cluster::Lease>,
     meta: TableMeta,
     now: u64,
     responses: Vec<(u64, u64, ClientResponse)>,
@@ -44,9 +46,11 @@ impl Pump {
             .column(ColumnDef::new("balance", ColumnType::int(IntWidth::Big)))
             .primary_key(&["id"]);
         let def = TableDef::from_spec(&spec, 1, 8).unwrap();
+        let leases = vec![latsdb_cluster::Lease::unlimited(), latsdb_cluster::Lease::unlimited()];
         let shards: Vec<Shard> = [2u16, 3]
             .iter()
-            .map(|&node| {
+            .zip(&leases)
+            .map(|(&node, lease)| {
                 let mut s = Shard::new(
                     ShardConfig {
                         me: ShardAddr { node, shard: 0 },
@@ -54,7 +58,7 @@ impl Pump {
                         first_tx_seq: 0,
                         data_memory_bytes,
                         redo_limit_bytes: 0,
-                        lease: latsdb_cluster::Lease::unlimited(),
+                        lease: lease.clone(),
                         durable: false,
                         node_shards: 1,
                         pages: latsdb_cluster::PagesConfig::default(),
@@ -65,7 +69,7 @@ impl Pump {
                 s
             })
             .collect();
-        Pump { shards, meta: TableMeta::new(def), now: 0, responses: Vec::new() }
+        Pump { shards, leases, meta: TableMeta::new(def), now: 0, responses: Vec::new() }
     }
 
     fn index(&self, addr: ShardAddr) -> usize {
@@ -487,4 +491,39 @@ fn committed_reads_from_the_frame_answer_as_decoded_ones() {
         assert!(out.is_empty(), "{other:?}");
     }
     assert_eq!(p.balance(1), Some(101), "nothing was deleted");
+}
+
+/// A coordinator whose node cannot confirm its membership for a moment
+/// (its lease ran out: a network fault) refuses new work, but still takes
+/// a client's abort: refusing it left the transaction open for good,
+/// holding its row locks (found by the fault campaign: an audit's locks
+/// blocked every later transfer, and a node restart's copy, which waits
+/// for older transactions).
+#[test]
+fn a_coordinator_without_a_lease_still_aborts_a_transaction() {
+    let mut p = Pump::new();
+    let id = 5;
+    let insert = p.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(10)] });
+    let owner = p.owner(&insert);
+    p.request(owner, 1, 1, ClientRequest::Batch(vec![insert]));
+    assert_eq!(p.take(1), Some(ClientResponse::Batch(vec![OpResult::Done])));
+    let read = p.op(id, OpKind::Read { lock: LockMode::Exclusive });
+    p.request(owner, 1, 2, ClientRequest::TxExec { tx: None, ops: vec![read], commit: false });
+    let tx = open_tx(p.take(2));
+
+    p.leases[owner].set(0);
+    let more = p.op(id, set_balance(id, 20));
+    p.request(owner, 1, 3, ClientRequest::TxExec { tx: Some(tx), ops: vec![more], commit: true });
+    assert!(
+        matches!(p.take(3), Some(ClientResponse::Error(e)) if e.code == ErrorCode::NotServing),
+        "a node without a lease took new work"
+    );
+    p.request(owner, 1, 4, ClientRequest::TxAbort { tx });
+    assert!(matches!(p.take(4), Some(ClientResponse::TxAborted { .. })), "the abort was refused");
+
+    // The row's lock is free again once the node serves.
+    p.leases[owner].set(u64::MAX);
+    let read = p.op(id, OpKind::Read { lock: LockMode::Exclusive });
+    p.request(owner, 2, 5, ClientRequest::TxExec { tx: None, ops: vec![read], commit: true });
+    assert!(matches!(p.take(5), Some(ClientResponse::TxExec { committed: true, .. })), "the row is still locked");
 }

@@ -182,15 +182,17 @@ fn wait_for_node(mgmd: &str, node: u16, what: &str, done: impl Fn(&str) -> bool)
 }
 
 /// Starts `latsdb mgmd` on `dir/config.toml` with its data in `dir`,
-/// logging to `dir/mgmd.log`; returns the process and its address.
-fn spawn_mgmd(dir: &std::path::Path) -> (std::process::Child, String) {
+/// listening on `port` (0: any), logging to `dir/mgmd.log`; returns the
+/// process and its address.
+fn spawn_mgmd(dir: &std::path::Path, port: u16) -> (std::process::Child, String) {
     let ready = dir.join("mgmd.addr");
-    let out = std::fs::File::create(dir.join("mgmd.log")).unwrap();
+    let _ = std::fs::remove_file(&ready);
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("mgmd.log")).unwrap();
     let child = std::process::Command::new(common::BIN)
         .arg("mgmd")
         .arg("--config")
         .arg(dir.join("config.toml"))
-        .args(["--port", "0", "--ready-file"])
+        .args(["--port", &port.to_string(), "--ready-file"])
         .arg(&ready)
         .arg("--data-dir")
         .arg(dir)
@@ -210,19 +212,20 @@ fn spawn_mgmd(dir: &std::path::Path) -> (std::process::Child, String) {
 }
 
 /// The management server loses its connection to every data node at once
-/// (here it is paused with SIGSTOP, longer than its heartbeats allow, as a
-/// network fault around its host would do) while the data nodes run on.
-/// They connect again on their own, and the cluster is the same running
-/// cluster afterwards: both nodes started with their processes of before,
-/// schema changes work, and a node killed later is started again by its
-/// angel and rejoins by a node restart.
+/// while the data nodes run on: first it is paused with SIGSTOP, longer
+/// than its heartbeats allow (as a network fault around its host would
+/// do), then it is killed and started again. Each time the data nodes
+/// connect again on their own, and the cluster is the same running cluster
+/// afterwards: both nodes started with their processes of before, schema
+/// changes work, and a node killed later is started again by its angel and
+/// rejoins by a node restart.
 #[test]
 fn data_nodes_connect_again_after_the_management_server_lost_them_all() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = latsdb_types::config::ClusterConfig::local(2, 2, 0);
     config.datanode_defaults.data_memory_mb = 256;
     std::fs::write(dir.path().join("config.toml"), config.to_toml()).unwrap();
-    let (mgmd_process, mgmd) = spawn_mgmd(dir.path());
+    let (mgmd_process, mgmd) = spawn_mgmd(dir.path(), 0);
     let mgmd_pid = mgmd_process.id() as i32;
     let mut procs = common::Restarted(vec![mgmd_process]);
     for node in ["2", "3"] {
@@ -241,42 +244,64 @@ fn data_nodes_connect_again_after_the_management_server_lost_them_all() {
     let pids: Vec<i32> =
         [2, 3].iter().map(|&n| common::datanode_pids(&wait_for_node(&mgmd, n, "started", started))[0]).collect();
 
+    // Both nodes back with their processes of before (the `times`th time
+    // in this management server's cluster log), and a schema change
+    // reaches them.
+    let back_again = |times: usize, table: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let events = mgm_at(&mgmd, &["log", "--lines", "500"]);
+            let back = |n: usize| {
+                events.matches(&format!("data node {n} (pid {}) is connected again", pids[n - 2])).count() >= times
+            };
+            if back(2) && back(3) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the data nodes did not connect again within 60 s:\n{events}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for (node, pid) in [2, 3].into_iter().zip(&pids) {
+            let line = wait_for_node(&mgmd, node, "started", started);
+            assert_eq!(
+                common::datanode_pids(&line),
+                vec![*pid],
+                "data node {node} is not its process of before: {line}"
+            );
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let client = Client::connect(&mgmd).await.unwrap();
+            let spec = latsdb_types::schema::TableSpec::new("m", table)
+                .column(latsdb_types::schema::ColumnDef::new(
+                    "id",
+                    latsdb_types::schema::ColumnType::int(latsdb_types::schema::IntWidth::Big),
+                ))
+                .primary_key(&["id"]);
+            let table = client.create_table(spec).await.unwrap();
+            let op = latsdb_client::Op::upsert(&table, vec![latsdb_types::Value::Int(7)]).unwrap();
+            for r in client.batch(vec![op]).await.unwrap() {
+                r.unwrap();
+            }
+        });
+    };
+
     common::send(mgmd_pid, libc::SIGSTOP);
     std::thread::sleep(Duration::from_secs(3));
     common::send(mgmd_pid, libc::SIGCONT);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let events = loop {
-        let events = mgm_at(&mgmd, &["log", "--lines", "500"]);
-        let back =
-            |n: i32| events.contains(&format!("data node {n} (pid {}) is connected again", pids[n as usize - 2]));
-        if back(2) && back(3) {
-            break events;
-        }
-        assert!(Instant::now() < deadline, "the data nodes did not connect again within 60 s:\n{events}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    back_again(1, "after_pause");
+    let events = mgm_at(&mgmd, &["log", "--lines", "500"]);
     assert!(events.contains("lost the connection to data node"), "the pause broke no connection:\n{events}");
-    for (node, pid) in [2, 3].into_iter().zip(&pids) {
-        let line = wait_for_node(&mgmd, node, "started", started);
-        assert_eq!(common::datanode_pids(&line), vec![*pid], "data node {node} is not its process of before: {line}");
-    }
 
-    // Schema changes reach both nodes again.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let client = Client::connect(&mgmd).await.unwrap();
-        let spec = latsdb_types::schema::TableSpec::new("m", "t")
-            .column(latsdb_types::schema::ColumnDef::new(
-                "id",
-                latsdb_types::schema::ColumnType::int(latsdb_types::schema::IntWidth::Big),
-            ))
-            .primary_key(&["id"]);
-        let table = client.create_table(spec).await.unwrap();
-        let op = latsdb_client::Op::upsert(&table, vec![latsdb_types::Value::Int(7)]).unwrap();
-        for r in client.batch(vec![op]).await.unwrap() {
-            r.unwrap();
-        }
-    });
+    // A management server killed and started again (same port, same
+    // data directory) takes the running cluster back from the nodes.
+    common::sigkill(mgmd_pid);
+    let _ = procs.0[0].wait();
+    let port: u16 = mgmd.rsplit(':').next().and_then(|p| p.parse().ok()).expect("mgmd address has a port");
+    let (restarted, address) = spawn_mgmd(dir.path(), port);
+    assert_eq!(address, mgmd);
+    procs.0[0] = restarted;
+    // (The new process's cluster log starts empty: once more is once.)
+    back_again(1, "after_mgmd_restart");
 
     // A node that dies now is started again and rejoins.
     common::sigkill(pids[1]);
@@ -314,7 +339,7 @@ fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often(
     };
     let spawn = |args: &[&str], log_name: &str| spawn_from(std::path::Path::new(common::BIN), args, log_name);
     let data = dir.path().display().to_string();
-    let (mgmd_process, mgmd) = spawn_mgmd(dir.path());
+    let (mgmd_process, mgmd) = spawn_mgmd(dir.path(), 0);
     let mut procs = common::Restarted(vec![mgmd_process]);
     // Node 3 starts well after node 2, as on another host: node 2 waits
     // for it instead of timing out. Node 2 dies while it waits: its angel

@@ -265,6 +265,9 @@ struct MgmLink<'a> {
     heard_at: tokio::time::Instant,
     /// How long the server may stay silent.
     silence: Duration,
+    /// The last layout the server sent (a restarted server resumes the
+    /// running cluster from it).
+    layout: ClusterLayout,
     attaching: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<RpcConn>> + 'a>>>,
     /// The last refusal logged (each new one is logged once).
     refused: Option<String>,
@@ -284,6 +287,7 @@ impl<'a> MgmLink<'a> {
             conn: Some(conn),
             heard_at: tokio::time::Instant::now(),
             silence: Duration::from_millis(deadline.saturating_mul(3).max(1000)),
+            layout: layout.clone(),
             attaching: None,
             refused: None,
         }
@@ -297,6 +301,9 @@ impl<'a> MgmLink<'a> {
             match received {
                 Ok(Ok(Some(command))) => {
                     self.heard_at = tokio::time::Instant::now();
+                    if let (_, NodeCommand::SetLayout(layout)) = &command {
+                        self.layout = layout.clone();
+                    }
                     return Some(command);
                 }
                 Ok(Ok(None)) => self.lose("it closed the connection".into()),
@@ -328,7 +335,7 @@ impl<'a> MgmLink<'a> {
                     );
                     self.refused = Some(e.message);
                 }
-                self.attaching = Some(Box::pin(reattach(self.opts, self.node_id, REATTACH_RETRY)));
+                self.attaching = Some(Box::pin(reattach(self.opts, self.node_id, self.layout.clone(), REATTACH_RETRY)));
             }
         }
         None
@@ -352,16 +359,17 @@ impl<'a> MgmLink<'a> {
             ),
         );
         self.conn = None;
-        self.attaching = Some(Box::pin(reattach(self.opts, self.node_id, Duration::ZERO)));
+        self.attaching = Some(Box::pin(reattach(self.opts, self.node_id, self.layout.clone(), Duration::ZERO)));
     }
 }
 
 /// Connects to the management server again after `after` and says this
-/// process still runs. A connection that fails or goes unanswered is
+/// process still runs, with the last layout it had. A connection that fails or goes unanswered is
 /// tried again; the server's refusal is returned.
-async fn reattach(opts: &DataNodeOptions, node_id: NodeId, after: Duration) -> Result<RpcConn> {
+async fn reattach(opts: &DataNodeOptions, node_id: NodeId, layout: ClusterLayout, after: Duration) -> Result<RpcConn> {
     tokio::time::sleep(after).await;
-    let request = MgmRequest::ReattachDataNode { node_id, pid: std::process::id(), protocol: PROTOCOL_VERSION };
+    let pid = std::process::id();
+    let request = MgmRequest::ReattachDataNode { node_id, pid, protocol: PROTOCOL_VERSION, layout };
     loop {
         match RpcConn::connect(&opts.mgmd, Duration::from_secs(2), opts.tls.as_deref()).await {
             Ok(mut conn) => match conn.call::<_, MgmResponse>(&request).await {

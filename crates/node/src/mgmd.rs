@@ -87,6 +87,14 @@ struct State {
     /// and the cluster is resumed from here; a system restart begun
     /// meanwhile ends that chance.
     stopped: Option<StoppedCluster>,
+    /// This server started with the state of a cluster that ran before
+    /// (and keeps it on disk): until that cluster forms again or a system
+    /// restart begins, a running data node that connects again may show
+    /// it never stopped, and its layout resumes it.
+    may_adopt: bool,
+    /// Data node processes whose `ReattachDataNode` was refused (logged
+    /// once each).
+    reattach_refused: HashSet<(NodeId, u32)>,
 }
 
 /// What a cluster taken for stopped is resumed from.
@@ -185,6 +193,8 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             next_generation: 1,
             start_requests: Vec::new(),
             stopped: None,
+            may_adopt: !fresh && opts.data_dir.is_some(),
+            reattach_refused: HashSet::new(),
         }),
         schema_lock: tokio::sync::Mutex::new(()),
         persist_lock: Mutex::new(()),
@@ -356,8 +366,8 @@ impl Mgmd {
                 self.register(id, node_id, pid, protocol, reader, w).await;
                 return;
             }
-            if let MgmRequest::ReattachDataNode { node_id, pid, protocol } = request {
-                self.reattach(id, node_id, pid, protocol, reader, w).await;
+            if let MgmRequest::ReattachDataNode { node_id, pid, protocol, layout } = request {
+                self.reattach(id, (node_id, pid, protocol), layout, reader, w).await;
                 return;
             }
             let shutdown = matches!(request, MgmRequest::Shutdown);

@@ -491,7 +491,7 @@ fn management_messages_round_trip() {
             27 => MgmRequest::Report,
             28 => MgmRequest::AddNodeGroups { config: g.string() },
             29 => MgmRequest::NodeGroups,
-            _ => MgmRequest::ReattachDataNode { node_id, pid: g.u32(), protocol: g.u32() },
+            _ => MgmRequest::ReattachDataNode { node_id, pid: g.u32(), protocol: g.u32(), layout: g.layout() },
         }
     });
     every_variant(13, |g, v| match v {

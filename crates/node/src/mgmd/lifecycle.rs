@@ -164,17 +164,22 @@ impl Mgmd {
     pub(super) async fn reattach(
         self: Arc<Self>,
         request_id: u64,
-        node_id: NodeId,
-        pid: u32,
-        protocol: u32,
+        (node_id, pid, protocol): (NodeId, u32, u32),
+        layout: ClusterLayout,
         reader: FrameReader<latsdb_net::LinkReader>,
         mut w: latsdb_net::LinkWriter,
     ) {
         let (tx, rx) = mpsc::unbounded_channel::<Command>();
-        let (generation, resumed) = match self.attach_running(node_id, pid, protocol, tx) {
+        let (generation, resumed) = match self.attach_running(node_id, pid, protocol, layout, tx) {
             Ok(attached) => attached,
             Err(e) => {
-                self.event(Severity::Warning, format!("refused data node {node_id} connecting again: {}", e.message));
+                // The node asks again every 2 s: the cluster log says it once.
+                if self.lock().reattach_refused.insert((node_id, pid)) {
+                    self.event(
+                        Severity::Warning,
+                        format!("refused data node {node_id} connecting again: {}", e.message),
+                    );
+                }
                 let _ = w.write_all(&proto::frame(request_id, &MgmResponse::Error(e))).await;
                 return;
             }
@@ -204,6 +209,7 @@ impl Mgmd {
         node_id: NodeId,
         pid: u32,
         protocol: u32,
+        layout: ClusterLayout,
         commands: mpsc::UnboundedSender<Command>,
     ) -> Result<(u64, bool)> {
         if protocol != PROTOCOL_VERSION {
@@ -214,6 +220,15 @@ impl Mgmd {
         let mut state = self.lock();
         let listed =
             |layout: &ClusterLayout| layout.datanode(node_id).is_some_and(|d| d.pid == pid && d.status.takes_writes());
+        if state.may_adopt && !state.formed && state.stopped.is_none() && listed(&layout) {
+            // This server restarted while the cluster ran: the node's
+            // layout is the running cluster's, if it is this cluster's.
+            let ids = |l: &ClusterLayout| l.datanodes.iter().map(|d| d.node_id).collect::<Vec<_>>();
+            if layout.cluster_name == state.layout.cluster_name && ids(&layout) == ids(&state.layout) {
+                let ever_started = layout.writer_nodes().into_iter().collect();
+                state.stopped = Some(StoppedCluster { layout, ever_started });
+            }
+        }
         let mut resumed = false;
         if !state.formed && state.stopped.as_ref().is_some_and(|s| listed(&s.layout)) {
             if let Some(stopped) = state.stopped.take() {
@@ -258,6 +273,13 @@ impl Mgmd {
         if view > layout.view {
             layout.restrict_to_view(members);
             layout.view = view;
+        } else if view < layout.view {
+            // This server restarted: its arbitrator starts at the running
+            // cluster's view (what it promised before is gone with its
+            // process, and any promise for an older view is void anyway).
+            let members: Vec<NodeId> =
+                layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).map(|d| d.node_id).collect();
+            state.arbiter = Arbiter::new_at(layout.view, members);
         }
         state.layout = layout;
         state.ever_started = stopped.ever_started;
@@ -304,6 +326,7 @@ impl Mgmd {
         if !state.formed && formed {
             state.formed = true;
             state.stopped = None;
+            state.may_adopt = false;
             // The first view is the nodes that formed the cluster, in
             // an epoch after every view of an earlier run.
             let first = state.last_view_number.next();
@@ -400,6 +423,7 @@ impl Mgmd {
                         // Every node of the last view started a new process:
                         // the old cluster cannot be resumed any more.
                         state.stopped = None;
+                        state.may_adopt = false;
                         drop(state);
                         if let Some(restored) = plan.restore_epoch.filter(|&e| e < durable) {
                             self.event(

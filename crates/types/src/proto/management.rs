@@ -152,11 +152,14 @@ pub enum MgmRequest {
     /// and connects again (answered with `Done`, or with an error saying
     /// why the server no longer counts this process as running). From
     /// then on the connection carries `NodeCommand`s again, as after
-    /// `DataNodeStarted`.
+    /// `DataNodeStarted`. `layout` is the last one the node had from a
+    /// management server: one that restarted meanwhile resumes the
+    /// running cluster from it.
     ReattachDataNode {
         node_id: NodeId,
         pid: u32,
         protocol: u32,
+        layout: ClusterLayout,
     },
 }
 
