@@ -40,8 +40,7 @@ pub struct ChaosArgs {
     pub keep: bool,
     /// Kinds of fault to inject, comma-separated, from: kill, pause,
     /// isolate, cut, isolate-mgmd, slow, restart, restart-initial,
-    /// crash-all. The default is all but isolate-mgmd (docs/limitations.md
-    /// says why); `all` is every kind.
+    /// crash-all; `all` (the default) is every kind.
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<String>,
     /// A built chaos checker (default: built with `go build` from the

@@ -35,10 +35,9 @@ pub enum Fault {
 pub const KINDS: [&str; 9] =
     ["kill", "pause", "isolate", "cut", "isolate-mgmd", "slow", "restart", "restart-initial", "crash-all"];
 
-/// The kind left out unless asked for: isolating the management server
-/// today leaves the cluster unable to restart a data node until a system
-/// restart (docs/limitations.md).
-pub const OPT_IN_KINDS: [&str; 1] = ["isolate-mgmd"];
+/// Kinds left out unless asked for by name (a kind whose known finding is
+/// not fixed yet goes here, with the limitation it hits); none today.
+pub const OPT_IN_KINDS: [&str; 0] = [];
 
 /// The kinds a campaign injects unless told otherwise.
 pub fn default_kinds() -> Vec<&'static str> {
@@ -171,7 +170,6 @@ mod tests {
             for step in draw(seed, 60, &["kill", "cut"]) {
                 assert!(matches!(step.fault, Fault::Kill { .. } | Fault::Cut { .. }), "{:?}", step.fault);
             }
-            assert!(draw(seed, 60, &default_kinds()).iter().all(|s| s.fault.kind() != "isolate-mgmd"));
         }
     }
 }

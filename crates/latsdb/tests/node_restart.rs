@@ -181,6 +181,16 @@ fn wait_for_node(mgmd: &str, node: u16, what: &str, done: impl Fn(&str) -> bool)
     }
 }
 
+/// A folder with the configuration of two data nodes (one node group of
+/// two replicas) in `config.toml`.
+fn two_data_nodes_config() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = latsdb_types::config::ClusterConfig::local(2, 2, 0);
+    config.datanode_defaults.data_memory_mb = 256;
+    std::fs::write(dir.path().join("config.toml"), config.to_toml()).unwrap();
+    dir
+}
+
 /// Starts `latsdb mgmd` on `dir/config.toml` with its data in `dir`,
 /// listening on `port` (0: any), logging to `dir/mgmd.log`; returns the
 /// process and its address.
@@ -221,10 +231,7 @@ fn spawn_mgmd(dir: &std::path::Path, port: u16) -> (std::process::Child, String)
 /// rejoins by a node restart.
 #[test]
 fn data_nodes_connect_again_after_the_management_server_lost_them_all() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = latsdb_types::config::ClusterConfig::local(2, 2, 0);
-    config.datanode_defaults.data_memory_mb = 256;
-    std::fs::write(dir.path().join("config.toml"), config.to_toml()).unwrap();
+    let dir = two_data_nodes_config();
     let (mgmd_process, mgmd) = spawn_mgmd(dir.path(), 0);
     let mgmd_pid = mgmd_process.id() as i32;
     let mut procs = common::Restarted(vec![mgmd_process]);
@@ -319,10 +326,7 @@ fn data_nodes_connect_again_after_the_management_server_lost_them_all() {
 /// replaced in place (an upgrade) starts its node from the new file.
 #[test]
 fn a_standalone_data_node_is_started_again_by_its_angel_until_it_dies_too_often() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = latsdb_types::config::ClusterConfig::local(2, 2, 0);
-    config.datanode_defaults.data_memory_mb = 256;
-    std::fs::write(dir.path().join("config.toml"), config.to_toml()).unwrap();
+    let dir = two_data_nodes_config();
     let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
     // Node 3's angel runs from a copy of the binary, replaced below.
     let exe_copy = dir.path().join("latsdb-copy");
