@@ -372,6 +372,14 @@ impl Coordinator {
         epoch: CommitEpoch,
     ) {
         let Some(t) = self.txs.get_mut(&tx) else {
+            // A transaction this coordinator does not have: it finished
+            // (every participant hears its end anyway), or it was begun by
+            // this shard's previous process, whose operations reached the
+            // participant late (held back by a network fault) and were
+            // executed there after the takeover had ended. Nothing would
+            // ever end it: the participant is told to abort (an abort is
+            // idempotent, and it passes it on to the backups it staged on).
+            cx.send_peer(from, PeerMsg::TxAbort { tx }, out);
             return;
         };
         // Late answers (after an abort), answers from a shard that was not

@@ -527,3 +527,33 @@ fn a_coordinator_without_a_lease_still_aborts_a_transaction() {
     p.request(owner, 2, 5, ClientRequest::TxExec { tx: None, ops: vec![read], commit: true });
     assert!(matches!(p.take(5), Some(ClientResponse::TxExec { committed: true, .. })), "the row is still locked");
 }
+
+/// Operations of a transaction that its coordinator does not have (they
+/// were sent by the coordinator's previous process and arrived late, held
+/// back by a network fault) are executed by the participant, which then
+/// reports to the coordinator: it tells the participant to abort, and the
+/// rows are not locked for good (found by the fault campaign: a copy for a
+/// node restart waited for such a transaction for ever).
+#[test]
+fn a_coordinator_aborts_a_transaction_it_does_not_have() {
+    let mut p = Pump::new();
+    // A key whose primary is shard 3.0, operated on by a transaction of 2.0.
+    let id = (0..).find(|&i| p.owner(&p.op(i, OpKind::Delete)) == 1).unwrap();
+    let insert = p.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(10)] });
+    p.request(1, 1, 1, ClientRequest::Batch(vec![insert]));
+    assert_eq!(p.take(1), Some(ClientResponse::Batch(vec![OpResult::Done])));
+
+    let stale = TxId { tc: p.shards[0].address(), seq: 7 };
+    let lock = p.op(id, OpKind::Read { lock: LockMode::Exclusive });
+    let mut out = Outbox::default();
+    let from = p.shards[0].address();
+    p.shards[1].on_peer(from, PeerMsg::TxOps { tx: stale, ops: vec![(0, lock)] }, p.now, &mut out);
+    p.deliver(1, out);
+
+    let read = p.op(id, OpKind::Read { lock: LockMode::Exclusive });
+    p.request(1, 2, 2, ClientRequest::TxExec { tx: None, ops: vec![read], commit: true });
+    assert!(
+        matches!(p.take(2), Some(ClientResponse::TxExec { committed: true, .. })),
+        "the stale transaction still locks the row"
+    );
+}

@@ -13,10 +13,10 @@ use std::time::Duration;
 const SCHEDULES: &str = "10";
 const SECONDS: &str = "30";
 /// Every kind of fault but the two network faults between data nodes
-/// (`isolate`, `cut`): with them about one 60 s schedule in 20 still leaves
-/// a node restart stuck (docs/reliability.md, "What the campaign found"),
-/// and the tier would fail in some runs. `latsdb chaos` without --faults
-/// includes them.
+/// (`isolate`, `cut`): with them about one 60 s schedule in 20 left a node
+/// restart stuck, and the fix of its last cause (docs/reliability.md,
+/// "What the campaign found") awaits a campaign run. `latsdb chaos`
+/// without --faults includes them.
 const FAULTS: &str = "kill,pause,isolate-mgmd,slow,restart,restart-initial,crash-all";
 
 #[test]

@@ -220,7 +220,18 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
                 break;
             }
             command = mgm.next_command() => {
-                let Some((id, command)) = command else { continue };
+                let Some((id, command)) = command else {
+                    // A restarting node the management server no longer
+                    // counts (it marked it stopped when the connection
+                    // broke) cannot be admitted: it starts over.
+                    if let Some(why) = mgm.refusal().filter(|_| restart.is_some()) {
+                        let why = format!("node {node_id}: lost the management server during its restart, which refused it again ({why}); stopping so that its angel restarts it");
+                        log("datanode", why.clone());
+                        failure = Some(why);
+                        break;
+                    }
+                    continue;
+                };
                 if let NodeCommand::SetLayout(l) = &command {
                     base_layout = l.clone();
                 }
@@ -339,6 +350,12 @@ impl<'a> MgmLink<'a> {
             }
         }
         None
+    }
+
+    /// Why the server refused this process when it connected again, while
+    /// it has not taken it back.
+    fn refusal(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// Answers a command; a connection that fails is replaced.

@@ -714,8 +714,11 @@ impl CopyWaits {
         let due = self
             .logged_at
             .map_or(now.duration_since(since) >= COPY_WAIT_LOG, |t| now.duration_since(t) >= COPY_WAIT_LOG);
-        if let Some(waits) = host.shard.borrow().copy_waits().filter(|_| due) {
-            self.logged_at = Some(now);
+        if !due {
+            return;
+        }
+        self.logged_at = Some(now);
+        if let Some(waits) = host.shard.borrow().copy_waits() {
             let waited = now.duration_since(since).as_secs();
             crate::log("datanode", format!("shard {}: for {waited} s, {waits}", host.me));
         }

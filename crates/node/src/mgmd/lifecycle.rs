@@ -226,6 +226,7 @@ impl Mgmd {
             let ids = |l: &ClusterLayout| l.datanodes.iter().map(|d| d.node_id).collect::<Vec<_>>();
             if layout.cluster_name == state.layout.cluster_name && ids(&layout) == ids(&state.layout) {
                 let ever_started = layout.writer_nodes().into_iter().collect();
+                let layout = running_layout(&state.layout, &layout);
                 state.stopped = Some(StoppedCluster { layout, ever_started });
             }
         }
@@ -575,6 +576,27 @@ impl Mgmd {
         self.event(Severity::Warning, format!("data node {node_id} disconnected"));
         self.broadcast_layout();
     }
+}
+
+/// The running cluster's layout for a management server that restarted:
+/// what this server knows from its configuration and disk (its own
+/// address, the settings, the node groups and placement), with what only
+/// the running data nodes know from a data node's copy (which process runs
+/// each node and where, their state, the views, the layout's version).
+fn running_layout(own: &ClusterLayout, node_copy: &ClusterLayout) -> ClusterLayout {
+    let mut layout = own.clone();
+    for d in layout.datanodes.iter_mut() {
+        if let Some(running) = node_copy.datanode(d.node_id) {
+            d.status = running.status;
+            d.shards = running.shards.clone();
+            d.pid = running.pid;
+        }
+    }
+    layout.version = node_copy.version;
+    layout.first_view = node_copy.first_view;
+    layout.view = node_copy.view;
+    layout.durable_epoch = layout.durable_epoch.max(node_copy.durable_epoch);
+    layout
 }
 
 /// The nodes that must start for the cluster to form: the last view's
