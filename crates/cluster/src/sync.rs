@@ -448,18 +448,13 @@ impl PartitionSync {
             .waiting
             .iter()
             .map(|&(to, table, partition, _)| {
-                let listed = cx.tables.get(&table).is_some_and(|t| {
-                    t.replicas.get(partition as usize).is_some_and(|r| r.contains(&to)) && t.is_primary(partition, me)
-                });
+                let listed = cx.tables.get(&table).is_some_and(|t| copy_may_start(t, partition, to, me));
                 let why = if listed { "" } else { " (the layout here does not yet list it, or this shard as primary)" };
                 format!("partition {partition} of table {table} for {to}{why}")
             })
             .collect();
         let open: Vec<String> = self
-            .src
-            .barrier
-            .iter()
-            .filter(|tx| ldm.is_open(tx))
+            .copy_barrier(ldm)
             .take(8)
             .map(|tx| {
                 let role = if ldm.txs.contains_key(tx) { "primary" } else { "backup" };
@@ -467,7 +462,7 @@ impl PartitionSync {
                 format!("{}.{}#{} (here as {role}; coordinator's node {coordinator})", tx.tc.node, tx.tc.shard, tx.seq)
             })
             .collect();
-        let barrier = self.src.barrier.iter().filter(|tx| ldm.is_open(tx)).count();
+        let barrier = self.copy_barrier(ldm).count();
         Some(format!(
             "{} copy request(s) wait: {}; {barrier} transaction(s) open since must finish first{}{}",
             requests.len(),
@@ -516,8 +511,7 @@ impl PartitionSync {
                 cx.send_peer(to, PeerMsg::SyncRefused { table, partition, attempt, error }, out);
                 continue;
             };
-            let listed = state.replicas.get(partition as usize).is_some_and(|r| r.contains(&to));
-            if !listed || !state.is_primary(partition, me) {
+            if !copy_may_start(state, partition, to, me) {
                 // This shard's layout does not list the requester yet, or
                 // does not make this shard the primary yet (the requester
                 // saw a newer layout): wait for it. A request that is void
@@ -806,6 +800,12 @@ impl PartitionSync {
 /// asked for a partition it did not become primary of when its layout
 /// lagged a move that was already done; the primary of this layout keeps
 /// its role, and must not stay frozen.)
+/// Whether a copy of `partition` for `to` may start at shard `me`: the
+/// layout here lists `to` as a replica and `me` as the primary.
+fn copy_may_start(table: &crate::context::TableState, partition: u32, to: ShardAddr, me: ShardAddr) -> bool {
+    table.replicas.get(partition as usize).is_some_and(|r| r.contains(&to)) && table.is_primary(partition, me)
+}
+
 fn handover_over(cx: &Context, table: TableId, partition: u32, to: ShardAddr, told: bool) -> bool {
     let Some(t) = cx.tables.get(&table) else { return true };
     let started = cx.layout.datanode(to.node).is_some_and(|d| d.status == NodeStatus::Started);

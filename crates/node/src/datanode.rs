@@ -328,6 +328,7 @@ impl<'a> MgmLink<'a> {
         self.attaching = None;
         match attached {
             Ok(conn) => {
+                debug_assert!(self.conn.is_none(), "connected again while still connected");
                 log("datanode", format!("node {}: connected to the management server again", self.node_id));
                 self.conn = Some(conn);
                 self.heard_at = tokio::time::Instant::now();

@@ -252,6 +252,7 @@ impl Mgmd {
         state.next_generation += 1;
         state.links.insert(node_id, NodeLink { commands, generation });
         debug_assert!(state.links.len() <= state.layout.datanodes.len(), "more command links than data nodes");
+        debug_assert!(state.formed && state.stopped.is_none(), "a node attached to a cluster taken for stopped");
         Ok((generation, resumed))
     }
 
@@ -287,6 +288,10 @@ impl Mgmd {
         state.recovery.clear();
         state.formed = true;
         self.settle(state);
+        debug_assert!(
+            state.layout.datanodes.iter().all(|d| !state.registering.contains(&d.node_id) || d.pid == 0),
+            "a node whose new process registered is listed as running after the resume"
+        );
         let view = state.layout.view;
         self.event(
             Severity::Warning,
@@ -584,6 +589,11 @@ impl Mgmd {
 /// the running data nodes know from a data node's copy (which process runs
 /// each node and where, their state, the views, the layout's version).
 fn running_layout(own: &ClusterLayout, node_copy: &ClusterLayout) -> ClusterLayout {
+    debug_assert_eq!(
+        own.datanodes.iter().map(|d| d.node_id).collect::<Vec<_>>(),
+        node_copy.datanodes.iter().map(|d| d.node_id).collect::<Vec<_>>(),
+        "a layout of another cluster's data nodes"
+    );
     let mut layout = own.clone();
     for d in layout.datanodes.iter_mut() {
         if let Some(running) = node_copy.datanode(d.node_id) {
