@@ -75,6 +75,11 @@ pub struct ClientOptions {
     /// CA and an `api` certificate, `ClusterTls::load(dir, Role::Api)`);
     /// None speaks plain TCP, which such a cluster refuses.
     pub tls: Option<Arc<latsdb_net::tls::ClusterTls>>,
+    /// The location domain (availability zone) this client runs in: its
+    /// committed reads go to a started replica in that domain when the
+    /// partition has one, and its transactions are coordinated there
+    /// (`Router::for_domain`). None routes without regard to domains.
+    pub location_domain: Option<String>,
 }
 
 impl ClientOptions {
@@ -102,6 +107,7 @@ impl Default for ClientOptions {
             wait_durable: false,
             coalesce: latsdb_net::Coalesce::YieldOnce,
             tls: None,
+            location_domain: None,
         }
     }
 }
@@ -229,6 +235,10 @@ impl Client {
         tables: Arc<TableCache>,
         requests: Arc<std::sync::atomic::AtomicU64>,
     ) -> Result<Client> {
+        if let Some(domain) = &opts.location_domain {
+            latsdb_types::location::check_domain(domain)
+                .map_err(|why| DbError::bad_request(format!("the client's location domain {why}")))?;
+        }
         let mut mgm =
             RpcConn::connect(mgmd, opts.connect_timeout, opts.tls.as_deref()).await.map_err(|e| match e.code {
                 // Refused by it: it runs; its message says what to fix.
@@ -258,11 +268,12 @@ impl Client {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
+        let router = Router::for_domain(&layout, opts.location_domain.as_deref());
         Ok(Client {
             inner: Arc::new(Inner {
                 mgmd: mgmd.to_string(),
                 opts,
-                router: RwLock::new(Arc::new(Router::new(&layout))),
+                router: RwLock::new(Arc::new(router)),
                 layout: RwLock::new(Arc::new(layout)),
                 conns: Mutex::new(HashMap::new()),
                 connecting: tokio::sync::Mutex::new(()),
@@ -318,7 +329,8 @@ impl Client {
             MgmResponse::Layout(l) => Arc::new(l),
             other => return Err(unexpected("GetLayout", other)),
         };
-        *self.inner.router.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Router::new(&layout));
+        let router = Router::for_domain(&layout, self.inner.opts.location_domain.as_deref());
+        *self.inner.router.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(router);
         *self.inner.layout.write().unwrap_or_else(|p| p.into_inner()) = layout.clone();
         Ok(layout)
     }
@@ -513,6 +525,18 @@ impl Client {
 
     fn route(&self, partition: u32) -> Result<ShardAddr> {
         route_with(&self.router(), partition)
+    }
+
+    /// The shard to coordinate a transaction whose first operation is on
+    /// `partition`: in this client's location domain if one is named
+    /// (`Router::coordinator_of`), else the partition's primary.
+    pub(crate) fn coordinator_for(&self, partition: u32) -> Result<ShardAddr> {
+        self.router().coordinator_of(partition).ok_or_else(|| {
+            DbError::new(
+                latsdb_types::ErrorCode::NodeUnavailable,
+                format!("no started data node holds partition {partition}; retry later"),
+            )
+        })
     }
 
     async fn shard_conn(&self, shard: ShardAddr) -> Result<Arc<ShardConn>> {

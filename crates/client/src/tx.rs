@@ -158,10 +158,11 @@ impl Transaction {
         let fresh = self.id.is_none();
         let mut attempt = 0;
         loop {
-            // Start at the shard that holds the first key: its operation is local.
+            // Start at the shard that holds the first key (its operation is
+            // then local), or at its replica in the client's domain.
             let tc = match self.tc {
                 Some(tc) => tc,
-                None => *self.tc.insert(self.client.route(first_partition)?),
+                None => *self.tc.insert(self.client.coordinator_for(first_partition)?),
             };
             // A request that could not be sent (no connection to the
             // coordinator) did nothing; one sent and left unanswered may have.

@@ -24,6 +24,7 @@ fn layout() -> ClusterLayout {
         status: NodeStatus::Started,
         shards: vec![format!("sim:{id}")],
         pid: 0,
+        location_domain: None,
     };
     ClusterLayout::builder("t")
         .mgmd(1, "sim")

@@ -118,6 +118,12 @@ enum Command {
     Chaos(latsdb_chaos::ChaosArgs),
 }
 
+/// A `--location-domain` value, checked as the configuration checks one.
+pub fn parse_location_domain(value: &str) -> Result<String, String> {
+    latsdb_types::location::check_domain(value)?;
+    Ok(value.to_string())
+}
+
 /// This process's TLS identity on the native protocol.
 #[derive(clap::Args, Clone, Default)]
 pub struct TlsArgs {

@@ -367,6 +367,9 @@ pub fn render_show(layout: &ClusterLayout) -> String {
         if d.pid != 0 {
             out.push_str(&format!(" pid={}", d.pid));
         }
+        if let Some(domain) = &d.location_domain {
+            out.push_str(&format!(" domain={domain}"));
+        }
         out.push('\n');
     }
     out

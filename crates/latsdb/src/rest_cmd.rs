@@ -59,6 +59,11 @@ pub struct RestArgs {
     /// Write the listening address to this file once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// The location domain (availability zone) this node runs in: its
+    /// committed reads go to data nodes of that domain, and its
+    /// transactions are coordinated there, while one holds the partition.
+    #[arg(long, value_parser = crate::parse_location_domain)]
+    location_domain: Option<String>,
     #[command(flatten)]
     cluster_tls: crate::TlsArgs,
 }
@@ -83,6 +88,7 @@ pub fn run_rest(args: RestArgs) -> Result<(), String> {
         tls: args.tls_cert.zip(args.tls_key),
         ready_file: args.ready_file,
         cluster_tls: args.cluster_tls.load(latsdb_net::tls::Role::Api)?,
+        location_domain: args.location_domain,
     })
 }
 

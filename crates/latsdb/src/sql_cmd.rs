@@ -42,6 +42,11 @@ pub struct SqlArgs {
     /// Serve GET /metrics (Prometheus) on this port of --bind (0 picks a free one; the address is printed).
     #[arg(long)]
     metrics_port: Option<u16>,
+    /// The location domain (availability zone) this node runs in: its
+    /// committed reads go to data nodes of that domain, and its
+    /// transactions are coordinated there, while one holds the partition.
+    #[arg(long, value_parser = crate::parse_location_domain)]
+    location_domain: Option<String>,
     #[command(flatten)]
     cluster_tls: crate::TlsArgs,
 }
@@ -65,5 +70,6 @@ pub fn run_sql(args: SqlArgs) -> Result<(), String> {
         require_tls: args.require_secure_transport,
         metrics_port: args.metrics_port,
         cluster_tls: args.cluster_tls.load(latsdb_net::tls::Role::Api)?,
+        location_domain: args.location_domain,
     })
 }

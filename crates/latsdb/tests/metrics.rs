@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{http, run_bounded, workspace, TestCluster};
+use common::{http, run_bounded, scrape, workspace, TestCluster};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
@@ -45,14 +45,6 @@ fn parse(text: &str, who: &str) -> BTreeMap<String, Vec<(String, f64)>> {
 /// The sum of the samples of `name` whose labels contain `with`.
 fn total(samples: &BTreeMap<String, Vec<(String, f64)>>, name: &str, with: &str) -> f64 {
     samples.get(name).map(|s| s.iter().filter(|(l, _)| l.contains(with)).map(|(_, v)| v).sum()).unwrap_or(0.0)
-}
-
-fn scrape(url: &str) -> String {
-    let rest = url.strip_prefix("http://").expect("an http:// URL");
-    let (address, path) = rest.split_once('/').expect("a path");
-    let (status, body) = http(address, "GET", &format!("/{path}"), &[], b"");
-    assert_eq!(status, 200, "GET {url}: {body}");
-    body
 }
 
 #[test]

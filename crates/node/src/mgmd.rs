@@ -208,6 +208,9 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         std::fs::write(path, &address).map_err(|e| DbError::io(&format!("writing {}", path.display()), e))?;
     }
     mgmd.event(Severity::Info, format!("management server started, listening on {address}"));
+    for warning in latsdb_types::location::placement_warnings(&mgmd.config()) {
+        mgmd.event(Severity::Warning, warning);
+    }
     tokio::spawn(mgmd.clone().watch_usage());
     if let Some(port) = mgmd.config().mgmd.metrics_port {
         let host = mgmd.config().mgmd.host.clone();

@@ -784,6 +784,8 @@ pub struct RestOptions {
     pub ready_file: Option<PathBuf>,
     /// The node's identity towards the cluster when it requires TLS.
     pub cluster_tls: Option<Arc<latsdb_net::tls::ClusterTls>>,
+    /// The location domain this node runs in (`ClientOptions::location_domain`).
+    pub location_domain: Option<String>,
 }
 
 /// Runs a REST node until SIGTERM or Ctrl-C: a thread per worker, each
@@ -796,9 +798,13 @@ pub fn run(options: RestOptions) -> Result<(), String> {
         None => None,
     };
     let (mgmd, config) = (options.mgmd.clone(), options.config.clone());
-    let cluster_tls = options.cluster_tls.clone();
+    let client_options = latsdb_client::ClientOptions {
+        tls: options.cluster_tls.clone(),
+        location_domain: options.location_domain.clone(),
+        ..Default::default()
+    };
     let init = move || async move {
-        let client = connect_client(&mgmd, cluster_tls).await?;
+        let client = connect_client(&mgmd, client_options).await?;
         auth::ensure_system_tables(&client)
             .await
             .map_err(|e| format!("cannot create the metadata tables in {}: {}", auth::SYSTEM_DATABASE, e.message))?;
@@ -830,8 +836,7 @@ pub fn run(options: RestOptions) -> Result<(), String> {
     Ok(())
 }
 
-async fn connect_client(mgmd: &str, tls: Option<Arc<latsdb_net::tls::ClusterTls>>) -> Result<Client, String> {
-    let options = latsdb_client::ClientOptions { tls, ..Default::default() };
+async fn connect_client(mgmd: &str, options: latsdb_client::ClientOptions) -> Result<Client, String> {
     Client::connect_with(mgmd, options)
         .await
         .map_err(|e| format!("cannot reach the cluster through {mgmd}: {}", e.message))

@@ -282,6 +282,7 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
                     status: NodeStatus::Started,
                     shards: (0..cfg.shards_per_node).map(|s| format!("sim:{n}.{s}")).collect(),
                     pid: 0,
+                    location_domain: None,
                 })
                 .collect(),
         )

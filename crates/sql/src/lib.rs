@@ -57,6 +57,8 @@ pub struct SqlOptions {
     pub metrics_port: Option<u16>,
     /// The node's identity towards the cluster when it requires TLS.
     pub cluster_tls: Option<Arc<latsdb_net::tls::ClusterTls>>,
+    /// The location domain this node runs in (`ClientOptions::location_domain`).
+    pub location_domain: Option<String>,
 }
 
 /// Runs a SQL node until SIGTERM or Ctrl-C: a thread per worker, each with
@@ -82,6 +84,7 @@ pub fn run(options: SqlOptions) -> Result<(), String> {
         // YieldOnce, p95 19 vs 20-24 ms).
         coalesce: latsdb_net::Coalesce::Never,
         tls: options.cluster_tls.clone(),
+        location_domain: options.location_domain.clone(),
         ..Default::default()
     };
     let metrics = Arc::new(metrics::SqlMetrics::default());

@@ -91,11 +91,16 @@ pub struct MgmdSection {
     /// format) on `host`; unset serves none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_port: Option<u16>,
+    /// The location domain (availability zone) of the management server,
+    /// which is the arbitrator: it belongs in a third domain, so that
+    /// either domain of data nodes can go on without the other.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location_domain: Option<String>,
 }
 
 impl Default for MgmdSection {
     fn default() -> Self {
-        MgmdSection { node_id: 1, host: "127.0.0.1".into(), port: 1186, metrics_port: None }
+        MgmdSection { node_id: 1, host: "127.0.0.1".into(), port: 1186, metrics_port: None, location_domain: None }
     }
 }
 
@@ -185,6 +190,11 @@ pub struct DataNodeSection {
     /// (overrides `datanode_defaults.cpu_bind`).
     #[serde(default)]
     pub cpus: Option<Vec<u32>>,
+    /// The location domain (availability zone, rack) this node runs in:
+    /// clients of the same domain read committed rows from it and choose
+    /// their transactions' coordinators on it (`crate::location`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location_domain: Option<String>,
 }
 
 fn default_host() -> String {
@@ -206,6 +216,7 @@ impl ClusterConfig {
                     threads: None,
                     data_memory_mb: None,
                     cpus: None,
+                    location_domain: None,
                 })
                 .collect(),
             tls: TlsSection::default(),
@@ -265,6 +276,12 @@ impl ClusterConfig {
         if ids.contains(&0) {
             return bad("node id 0 is reserved".into());
         }
+        let domains = self.datanodes.iter().map(|d| (format!("datanode {}", d.node_id), &d.location_domain));
+        for (who, domain) in domains.chain([("mgmd".to_string(), &self.mgmd.location_domain)]) {
+            if let Err(why) = domain.as_deref().map_or(Ok(()), crate::location::check_domain) {
+                return bad(format!("{who}: location_domain {why}"));
+            }
+        }
         for d in &self.datanodes {
             let Some(cpus) = &d.cpus else { continue };
             let mut sorted = cpus.clone();
@@ -305,6 +322,7 @@ impl ClusterConfig {
             status: crate::proto::NodeStatus::NotStarted,
             shards: Vec::new(),
             pid: 0,
+            location_domain: section.location_domain.clone(),
         }
     }
 

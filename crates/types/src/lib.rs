@@ -12,6 +12,7 @@ pub mod config;
 pub mod error;
 pub mod expr;
 pub mod keycodec;
+pub mod location;
 pub mod meta;
 pub mod mysql_types;
 pub mod proto;

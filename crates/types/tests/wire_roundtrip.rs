@@ -222,6 +222,7 @@ impl Gen {
                 status: [NodeStatus::NotStarted, NodeStatus::Starting, NodeStatus::Started][self.n(3) as usize],
                 shards: self.list(2, Gen::string),
                 pid: self.u32(),
+                location_domain: self.option(Gen::string),
             })
             .collect();
         ClusterLayout::builder(self.string())

@@ -191,6 +191,24 @@ pub fn datanode_pids(show: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The text a GET of `url` (http://host:port/path) answers with 200.
+pub fn scrape(url: &str) -> String {
+    let rest = url.strip_prefix("http://").expect("an http:// URL");
+    let (address, path) = rest.split_once('/').expect("a path");
+    let (status, body) = http(address, "GET", &format!("/{path}"), &[], b"");
+    assert_eq!(status, 200, "GET {url}: {body}");
+    body
+}
+
+/// The sum of the samples of metric `name` in Prometheus text (every label
+/// set), without a parser: for counting, not for checking the format.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' ')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A minimal HTTP/1.1 client for the REST tests: one request per
 /// connection, whole answer read with a timeout.
 pub fn http(address: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {

@@ -144,6 +144,7 @@ mod tests {
                     status: NodeStatus::Started,
                     shards: Vec::new(),
                     pid: 1,
+                    location_domain: None,
                 },
                 DataNodeInfo {
                     node_id: 3,
@@ -152,6 +153,7 @@ mod tests {
                     status: NodeStatus::NotStarted,
                     shards: Vec::new(),
                     pid: 0,
+                    location_domain: None,
                 },
             ])
             .build();

@@ -241,6 +241,7 @@ impl World {
                 status: NodeStatus::NotStarted,
                 shards: (0..self.cfg.shards_per_node).map(|s| format!("sim:{n}.{s}")).collect(),
                 pid: 0,
+                location_domain: None,
             })
             .collect();
         assert_eq!(self.base_layout.datanodes.len(), new[0], "spare nodes are added in order");

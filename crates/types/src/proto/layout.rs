@@ -30,6 +30,8 @@ pub struct DataNodeInfo {
     /// Address of each shard, in shard order (empty until started).
     pub shards: Vec<String>,
     pub pid: u32,
+    /// The location domain the configuration names for this node.
+    pub location_domain: Option<String>,
 }
 
 /// Where a partition number lives: its node group, and its slot there.

@@ -37,7 +37,7 @@ pub use membership::*;
 pub use peer::*;
 pub use routing::*;
 
-pub const PROTOCOL_VERSION: u32 = 17;
+pub const PROTOCOL_VERSION: u32 = 18;
 /// Bytes of the frame header: length (4) and request id (8).
 pub const FRAME_HEADER: usize = 12;
 /// Default largest frame a node accepts.
@@ -168,6 +168,7 @@ mod tests {
             status: NodeStatus::Started,
             shards: vec!["a".into()],
             pid: 0,
+            location_domain: None,
         };
         let layout = ClusterLayout::builder("c")
             .replicas(2)
@@ -211,6 +212,63 @@ mod tests {
         // Admitted to the view, it is started and primary of its share again.
         restarting.restrict_to_view(&[2, 3]);
         assert_eq!(restarting, layout);
+    }
+
+    #[test]
+    fn a_client_of_a_location_domain_reads_and_coordinates_there() {
+        // Two node groups, each with one replica in domain a and one in b.
+        let node = |id: u16, group: u32, domain: &str| DataNodeInfo {
+            node_id: id,
+            node_group: group,
+            host: "h".into(),
+            status: NodeStatus::Started,
+            shards: vec!["s0".into(), "s1".into()],
+            pid: 0,
+            location_domain: Some(domain.into()),
+        };
+        let mut layout = ClusterLayout::builder("c")
+            .replicas(2)
+            .mgmd(1, "m")
+            .datanodes(vec![node(2, 0, "a"), node(3, 0, "b"), node(4, 1, "a"), node(5, 1, "b")])
+            .node_groups(2)
+            .lock_wait_timeout_ms(1)
+            .first_view(ViewNumber(1))
+            .build();
+        let plain = Router::new(&layout);
+        for domain in ["a", "b"] {
+            let router = Router::for_domain(&layout, Some(domain));
+            let local: Vec<u16> = if domain == "a" { vec![2, 4] } else { vec![3, 5] };
+            for p in 0..16 {
+                let replicas = plain.replicas_of(p);
+                for prefer in 0..2 {
+                    let chosen = router.read_replica_of(p, prefer).unwrap();
+                    assert!(local.contains(&chosen.node), "domain {domain}, partition {p}: read from {chosen}");
+                    assert!(replicas.contains(&chosen), "partition {p}: {chosen} is not a replica of it");
+                }
+                let tc = router.coordinator_of(p).unwrap();
+                assert!(
+                    local.contains(&tc.node) && replicas.contains(&tc),
+                    "domain {domain}, partition {p}: coordinator {tc}"
+                );
+                assert_eq!(router.primary_of(p), plain.primary_of(p), "a domain changes no primary");
+            }
+        }
+        // A domain no node is in, or none, routes as before.
+        for router in [Router::for_domain(&layout, Some("c")), Router::for_domain(&layout, None)] {
+            for p in 0..16 {
+                assert_eq!(router.read_replica_of(p, 1), plain.read_replica_of(p, 1));
+                assert_eq!(router.coordinator_of(p), plain.primary_of(p));
+            }
+        }
+        // Node 2 (domain a, group 0) stops: group 0's reads from domain a go
+        // to node 3, group 1's stay on node 4.
+        layout.datanodes[0].status = NodeStatus::NotStarted;
+        let router = Router::for_domain(&layout, Some("a"));
+        for p in 0..16 {
+            let expected = if router.place_of(p).group == 0 { 3 } else { 4 };
+            assert_eq!(router.read_replica_of(p, 0).map(|s| s.node), Some(expected), "partition {p}");
+            assert_eq!(router.coordinator_of(p).map(|s| s.node), Some(expected), "partition {p}");
+        }
     }
 
     /// A batch of committed reads decodes borrowed as it decodes owned, a
@@ -320,6 +378,7 @@ mod tests {
             status,
             shards: vec!["a".into(), "b".into()],
             pid: 0,
+            location_domain: None,
         };
         let started = NodeStatus::Started;
         let mut layout = ClusterLayout::builder("c")
