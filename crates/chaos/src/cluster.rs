@@ -63,7 +63,7 @@ impl Cluster {
         let mut cmd = hosts.command(0, exe);
         cmd.arg("mgmd").arg("--config").arg(&config_path).arg("--data-dir").arg(dir.join("mgmd"));
         cmd.arg("--ready-file").arg(&ready);
-        let mgmd = spawn(cmd, &dir.join("mgmd.log"))?;
+        let mgmd = spawn_logged(cmd, &dir.join("mgmd.log"))?;
         let mut cluster = Cluster {
             exe: exe.to_path_buf(),
             dir: dir.to_path_buf(),
@@ -78,7 +78,7 @@ impl Cluster {
             let mut cmd = hosts.command(host_of(id), exe);
             cmd.args(["datanode", "--mgmd", &cluster.mgmd_address, "--node-id", &id.to_string(), "--data-dir"]);
             cmd.arg(dir.join("data"));
-            let angel = spawn(cmd, &dir.join(format!("datanode-{id}.log")))?;
+            let angel = spawn_logged(cmd, &dir.join(format!("datanode-{id}.log")))?;
             cluster.angels.insert(id, angel);
         }
         Ok(cluster)
@@ -152,7 +152,10 @@ impl Drop for Cluster {
     }
 }
 
-fn spawn(mut cmd: std::process::Command, log: &Path) -> Result<Child, String> {
+/// Starts `cmd` with its output in `log`, in a process group of its own
+/// (so that a signal to the group reaches an angel's data node too), dying
+/// with the thread that started it.
+pub fn spawn_logged(mut cmd: std::process::Command, log: &Path) -> Result<Child, String> {
     let out = std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| format!("cannot open {}: {e}", log.display()))?;
     cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);

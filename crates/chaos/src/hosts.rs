@@ -176,6 +176,14 @@ impl Drop for Hosts {
     }
 }
 
+/// Whether this process may create network namespaces (root, and a kernel
+/// and `ip` that allow it): Err says why not.
+pub fn namespaces_available() -> Result<(), String> {
+    let probe = format!("{NAMESPACE_PREFIX}{}-probe", std::process::id());
+    ip(&["netns", "add", &probe])?;
+    ip(&["netns", "del", &probe])
+}
+
 /// Removes the namespaces and bridges of campaigns whose process is gone
 /// (killed before their drop ran). Returns how many namespaces went.
 pub fn remove_stale() -> usize {
