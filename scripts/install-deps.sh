@@ -44,11 +44,12 @@ fi
 # project's own (target/pyenv), so nothing depends on what is installed by hand:
 # schemathesis for the REST fuzz test, the MySQL drivers PyMySQL and
 # mysql-connector-python for the SQL node's client test, prometheus_client
-# for the metrics test. Each requirements
+# for the metrics test, kubernetes-validate and PyYAML for the Helm chart
+# test. Each requirements
 # file is installed again only when it differs from the copy kept beside the
 # venv when it was last installed.
 VENV=target/pyenv
-for REQ in scripts/requirements-rest-fuzz.txt scripts/requirements-sql-clients.txt scripts/requirements-metrics.txt; do
+for REQ in scripts/requirements-rest-fuzz.txt scripts/requirements-sql-clients.txt scripts/requirements-metrics.txt scripts/requirements-k8s.txt; do
   INSTALLED="$VENV/installed-$(basename "$REQ")"
   if ! cmp -s "$REQ" "$INSTALLED" 2>/dev/null; then
     command -v python3 >/dev/null 2>&1 || { echo "python3 is needed for the Python test tools ($REQ); install it" >&2; exit 1; }
@@ -124,4 +125,20 @@ CARGO_FUZZ_VERSION=0.13.2
 if [[ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]]; then
   echo "installing: cargo-fuzz $CARGO_FUZZ_VERSION (cargo install)"
   cargo install --quiet --locked cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+fi
+
+# Helm for tests/helm_chart.rs (lint and template of deploy/helm/latsdb),
+# pinned, built by the go command from whatever module proxy it is set to
+# use, into target/tools (about a minute on 2 CPUs once its modules are
+# fetched). The chart's schema check uses kubernetes-validate
+# (scripts/requirements-k8s.txt), whose package carries the Kubernetes
+# schemas: kubeconform would fetch them from a web address at each run.
+HELM_VERSION=v3.22.0
+# (A helm built this way reports only its minor version, so a stamp file
+# says which one was built.)
+if [[ ! -x target/tools/helm || ! -f target/tools/helm-$HELM_VERSION.built ]]; then
+  echo "installing: helm $HELM_VERSION (go install)"
+  GOBIN="$PWD/target/tools" "$GO" install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  rm -f target/tools/helm-*.built
+  touch "target/tools/helm-$HELM_VERSION.built"
 fi

@@ -276,6 +276,14 @@ impl ClusterConfig {
         if ids.contains(&0) {
             return bad("node id 0 is reserved".into());
         }
+        let hosts = self.datanodes.iter().map(|d| (format!("datanode {}", d.node_id), &d.host));
+        for (who, host) in hosts.chain([("mgmd".to_string(), &self.mgmd.host)]) {
+            if host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_unspecified()) {
+                return bad(format!(
+                    "{who}: host {host} is not an address others can reach: the layout gives every process the address each node listens on; name the node's own address or host name"
+                ));
+            }
+        }
         let domains = self.datanodes.iter().map(|d| (format!("datanode {}", d.node_id), &d.location_domain));
         for (who, domain) in domains.chain([("mgmd".to_string(), &self.mgmd.location_domain)]) {
             if let Err(why) = domain.as_deref().map_or(Ok(()), crate::location::check_domain) {
@@ -334,6 +342,16 @@ impl ClusterConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_configuration_refuses_an_address_nobody_can_reach() {
+        let mut c = ClusterConfig::local(2, 2, 0);
+        c.mgmd.host = "0.0.0.0".into();
+        assert!(c.validate().unwrap_err().message.contains("mgmd: host 0.0.0.0 is not an address others can reach"));
+        c.mgmd.host = "db-mgmd-0.db".into();
+        c.datanodes[0].host = "::".into();
+        assert!(c.validate().unwrap_err().message.contains("datanode 2: host :: is not"));
+    }
 
     #[test]
     fn parses_and_validates() {
