@@ -665,7 +665,7 @@ impl Shard {
                 cx.observe_epoch(epoch);
                 self.tc.on_op_results(cx, out, from, tx, results, epoch)
             }
-            PeerMsg::TxCommitted { tx } => self.tc.on_committed(out, from, tx),
+            PeerMsg::TxCommitted { tx } => self.tc.on_committed(out, from, tx, self.cx.now),
             PeerMsg::TxOpsReturned { tx, ops, error } => self.tc.on_ops_returned(cx, out, from, tx, ops, error),
             PeerMsg::ReplicaPrepare { tx, writes } => {
                 if writes.len() > 1 {
@@ -779,9 +779,12 @@ impl Shard {
             key_ops: self.key_ops,
             scan_pages: self.scan_pages,
             committed: self.tc.committed,
-            aborted: self.tc.aborted,
+            aborts: self.tc.aborts,
             lock_waits: self.ldm.locks.waits,
             lock_wait_timeouts: self.ldm.locks.timeouts,
+            tx_request_latency: self.tc.request_latency,
+            checkpoints: self.lcp.completed,
+            redo_written_bytes: self.cx.redo.lsn,
         }
     }
 

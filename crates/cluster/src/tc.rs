@@ -55,6 +55,8 @@ enum Phase {
 struct TcTx {
     conn: ConnId,
     req_id: u64,
+    /// When the request `req_id` arrived (for the request latency).
+    req_started: Micros,
     results: Vec<Option<OpResult>>,
     remaining: usize,
     participants: Vec<ShardAddr>,
@@ -89,10 +91,11 @@ struct TcTx {
 }
 
 impl TcTx {
-    fn new(conn: ConnId, req_id: u64, commit: bool) -> TcTx {
+    fn new(conn: ConnId, req_id: u64, commit: bool, now: Micros) -> TcTx {
         TcTx {
             conn,
             req_id,
+            req_started: now,
             results: Vec::new(),
             remaining: 0,
             participants: Vec::new(),
@@ -210,9 +213,11 @@ pub(crate) struct Coordinator {
     /// so the simulation replays).
     with_returned: BTreeSet<TxId>,
     /// Transactions this shard coordinated that committed, and that
-    /// aborted (for reports).
+    /// aborted by cause (for reports).
     pub(crate) committed: u64,
-    pub(crate) aborted: u64,
+    pub(crate) aborts: latsdb_types::work::AbortCounts,
+    /// From a transaction request's arrival to its answer (for reports).
+    pub(crate) request_latency: latsdb_types::work::LatencyCounts,
 }
 
 impl Coordinator {
@@ -222,7 +227,8 @@ impl Coordinator {
             next_seq: first_seq,
             with_returned: BTreeSet::new(),
             committed: 0,
-            aborted: 0,
+            aborts: Default::default(),
+            request_latency: Default::default(),
         }
     }
 
@@ -303,6 +309,7 @@ impl Coordinator {
         let t = self.txs.get_mut(&id).expect("transaction exists");
         debug_assert_eq!(t.phase, Phase::Idle, "a request ran on a transaction that was not idle");
         t.req_id = req_id;
+        t.req_started = cx.now;
         t.commit = commit;
         t.retry_until = None;
         if let Some(e) = route_error {
@@ -340,7 +347,7 @@ impl Coordinator {
         let Some(id) = tx else {
             self.next_seq += 1;
             let id = TxId { tc: cx.me(), seq: self.next_seq };
-            let fresh = self.txs.insert(id, TcTx::new(conn, req_id, commit)).is_none();
+            let fresh = self.txs.insert(id, TcTx::new(conn, req_id, commit, cx.now)).is_none();
             debug_assert!(fresh, "transaction number {} reused", self.next_seq);
             return Some(id);
         };
@@ -530,7 +537,7 @@ impl Coordinator {
         }
         if t.commit {
             if t.participants.is_empty() {
-                self.finish_commit(out, tx);
+                self.finish_commit(out, tx, cx.now);
                 return;
             }
             // The commit decision: its epoch is this shard's or a higher one a
@@ -546,6 +553,7 @@ impl Coordinator {
             return;
         }
         let results = std::mem::take(&mut t.results).into_iter().map(|r| r.expect("result present")).collect();
+        self.request_latency.record(cx.now.saturating_sub(t.req_started));
         out.client.push((
             t.conn,
             t.req_id,
@@ -554,7 +562,7 @@ impl Coordinator {
     }
 
     /// A participant applied the commit of `tx` on every replica.
-    pub(crate) fn on_committed(&mut self, out: &mut Outbox, from: ShardAddr, tx: TxId) {
+    pub(crate) fn on_committed(&mut self, out: &mut Outbox, from: ShardAddr, tx: TxId, now: Micros) {
         let Some(t) = self.txs.get_mut(&tx) else {
             return;
         };
@@ -563,14 +571,15 @@ impl Coordinator {
         };
         waiting.retain(|s| *s != from);
         if waiting.is_empty() {
-            self.finish_commit(out, tx);
+            self.finish_commit(out, tx, now);
         }
     }
 
-    fn finish_commit(&mut self, out: &mut Outbox, tx: TxId) {
+    fn finish_commit(&mut self, out: &mut Outbox, tx: TxId, now: Micros) {
         let t = self.txs.remove(&tx).expect("transaction exists");
         debug_assert!(t.commit && t.error.is_none(), "a transaction finished committing without a commit decision");
         self.committed += 1;
+        self.request_latency.record(now.saturating_sub(t.req_started));
         let results = t.results.into_iter().map(|r| r.expect("result present")).collect();
         // A transaction that wrote nothing has no participant and no epoch.
         debug_assert!(t.epoch > CommitEpoch::NONE || t.participants.is_empty(), "a commit without its epoch");
@@ -585,7 +594,8 @@ impl Coordinator {
         };
         self.with_returned.remove(&tx);
         debug_assert!(!matches!(t.phase, Phase::Committing { .. }), "a committing transaction was aborted");
-        self.aborted += 1;
+        self.aborts.add(latsdb_types::work::AbortCause::of(error.as_ref()));
+        self.request_latency.record(cx.now.saturating_sub(t.req_started));
         send_abort(cx, out, tx, &t);
         out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
     }
@@ -599,6 +609,7 @@ impl Coordinator {
                     out.client.push((conn, t.req_id, ClientResponse::TxAborted { tx, error: None }));
                 }
                 t.req_id = req_id;
+                t.req_started = cx.now;
                 self.abort(cx, out, tx, None);
             }
             Some(t) if t.conn == conn => {
@@ -628,7 +639,7 @@ impl Coordinator {
         for tx in orphans {
             let t = self.txs.remove(&tx).expect("transaction exists");
             self.with_returned.remove(&tx);
-            self.aborted += 1;
+            self.aborts.add(latsdb_types::work::AbortCause::Disconnect);
             send_abort(cx, out, tx, &t);
         }
         debug_assert!(
@@ -669,7 +680,8 @@ impl Coordinator {
     fn abort_for_failure(&mut self, cx: &mut Context, out: &mut Outbox, tx: TxId, dead: &[ShardAddr]) {
         let Some(t) = self.txs.remove(&tx) else { return };
         self.with_returned.remove(&tx);
-        self.aborted += 1;
+        self.aborts.add(latsdb_types::work::AbortCause::NodeFailure);
+        self.request_latency.record(cx.now.saturating_sub(t.req_started));
         send_abort(cx, out, tx, &t);
         let nodes: Vec<String> = dead.iter().map(|d| d.node.to_string()).collect();
         let error = DbError::new(
@@ -708,7 +720,7 @@ impl Coordinator {
             cx.send_peer(s, PeerMsg::TxCommit { tx, epoch }, out);
         }
         if done {
-            self.finish_commit(out, tx);
+            self.finish_commit(out, tx, cx.now);
         }
     }
 }

@@ -332,8 +332,11 @@ fn a_transaction_executing_on_a_failed_node_aborts_with_a_retriable_error() {
     assert_eq!(n.read_at(A, on_b), Some(on_b * 10));
     // The coordinator counted both outcomes and every keyed operation.
     let counts = n.shards[0].op_counts();
-    assert_eq!((counts.committed, counts.aborted), (1, 1), "{counts:?}");
+    let node_failures = counts.aborts.of(latsdb_types::work::AbortCause::NodeFailure);
+    assert_eq!((counts.committed, counts.aborts.total(), node_failures), (1, 1, 1), "{counts:?}");
     assert!(counts.key_ops >= 3, "{counts:?}");
+    // Each of the two requests was answered, and its latency recorded.
+    assert_eq!(counts.tx_request_latency.count, 2, "{counts:?}");
 }
 
 #[test]

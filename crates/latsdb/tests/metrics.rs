@@ -67,13 +67,17 @@ fn every_process_serves_metrics_that_prometheus_parses() {
     for role in ["mgmd", "datanode 2", "datanode 3", "sql"] {
         assert!(names.contains(&role), "the launcher printed no metrics address for {role}: {:?}", cluster.metrics);
     }
+    let mut tx_requests = 0.0;
+    let mut served: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for (name, url) in &cluster.metrics {
         let samples = parse(&scrape(url), name);
+        served.extend(samples.keys().cloned());
         match name.as_str() {
             "mgmd" => {
                 // Usage arrives with its 5 s poll; the nodes' status at once.
                 assert_eq!(total(&samples, "latsdb_data_node_started", "node="), 2.0, "{name}: {samples:?}");
                 assert_eq!(total(&samples, "latsdb_cluster_formed", ""), 1.0, "{name}");
+                assert_eq!(total(&samples, "latsdb_data_node_starts_total", "node="), 2.0, "{name}: {samples:?}");
             }
             "sql" => {
                 assert!(total(&samples, "latsdb_sql_statements_total", "kind=select") >= 2.0, "{name}: {samples:?}");
@@ -87,10 +91,44 @@ fn every_process_serves_metrics_that_prometheus_parses() {
                 let ops = total(&samples, "latsdb_key_operations_total", &format!("node={id}"));
                 assert!(ops >= 1.0, "{name}: its shards counted no key operation: {samples:?}");
                 assert!(samples.contains_key("latsdb_data_memory_used_bytes"), "{name}");
+                assert!(samples.contains_key("latsdb_checkpoints_total"), "{name}");
+                assert!(samples.contains_key("latsdb_redo_written_bytes_total"), "{name}");
+                let causes = samples.get("latsdb_transactions_aborted_total").map_or(0, Vec::len);
+                assert!(causes >= 7, "{name}: aborts are not counted by cause: {samples:?}");
+                tx_requests += total(&samples, "latsdb_transaction_request_seconds_count", &format!("node={id}"));
             }
         }
     }
+    // The SQL inserts ran as transactions, each coordinated by a data node.
+    assert!(tx_requests >= 1.0, "no data node timed a transaction request");
     let rest = parse(&scrape(&format!("http://{}/metrics", cluster.rest)), "rest");
     assert!(total(&rest, "latsdb_rest_requests_total", "endpoint=pk-read") >= 1.0, "rest: {rest:?}");
     assert!(total(&rest, "latsdb_rest_request_seconds_count", "") >= 1.0, "rest");
+    served.extend(rest.keys().cloned());
+    dashboard_names_served_series(&served);
+}
+
+/// Every series the Grafana dashboard's queries name is one a process
+/// served (a histogram's `_bucket` series among them), so the dashboard
+/// cannot drift from the metrics.
+fn dashboard_names_served_series(served: &std::collections::BTreeSet<String>) {
+    // Served only once there is something to report: the newest backup's
+    // figures appear after the first backup completes.
+    const AFTER_AN_EVENT: [&str; 1] = ["latsdb_last_backup_completed_seconds"];
+    let text = std::fs::read_to_string(workspace().join("deploy/grafana/latsdb.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("the dashboard has panels");
+    let exprs: Vec<&str> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter_map(|t| t["expr"].as_str())
+        .collect();
+    assert!(exprs.len() >= 10, "the dashboard has only {} queries", exprs.len());
+    for expr in exprs {
+        let names = expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("latsdb_"));
+        for name in names {
+            let known = served.contains(name) || AFTER_AN_EVENT.contains(&name);
+            assert!(known, "the dashboard's query {expr:?} names {name}, which no process serves: {served:?}");
+        }
+    }
 }

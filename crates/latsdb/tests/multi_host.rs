@@ -60,6 +60,8 @@ fn config(hosts: &Hosts) -> ClusterConfig {
     config.datanode_defaults.data_memory_mb = 256;
     config.datanode_defaults.cpu_bind = latsdb_types::config::CpuBind::Off;
     config.datanode_defaults.idle_poll = false;
+    // Each data node serves /metrics on this port of its own host.
+    config.datanode_defaults.metrics_port = Some(METRICS_PORT);
     config.validate().unwrap();
     config
 }
@@ -92,8 +94,7 @@ fn start(hosts: &Hosts, dir: &Path) -> (Procs, String) {
     let mgmd = wait_for_file(&dir.join("mgmd.addr"), "the management server");
     for (id, host) in [(2, NODE2), (3, NODE3)] {
         let mut cmd = hosts.command(host, exe);
-        cmd.args(["datanode", "--mgmd", &mgmd, "--node-id", &id.to_string(), "--metrics-port"]);
-        cmd.arg(METRICS_PORT.to_string()).arg("--data-dir").arg(dir.join("data"));
+        cmd.args(["datanode", "--mgmd", &mgmd, "--node-id", &id.to_string(), "--data-dir"]).arg(dir.join("data"));
         procs.0.push(spawn_logged(cmd, &dir.join(format!("datanode-{id}.log"))).unwrap());
     }
     let mut cmd = hosts.command(API, exe);

@@ -25,11 +25,7 @@ pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-/// Upper bounds of the latency buckets, in microseconds: 100 us to 10 s.
-pub const LATENCY_BUCKETS_US: [u64; 15] = [
-    100, 250, 500, 1_000, 2_000, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
-    10_000_000,
-];
+pub use latsdb_types::work::{LatencyCounts, LATENCY_BUCKETS_US};
 
 /// A latency histogram in seconds (`_bucket`, `_sum`, `_count`), recorded
 /// from any thread without a lock.
@@ -58,19 +54,32 @@ impl Histogram {
     /// The series of metric `name` with `labels` (`key="value",...` or
     /// empty); the caller writes the header once per metric.
     pub fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (bound, counter) in LATENCY_BUCKETS_US.iter().zip(&self.buckets) {
-            cumulative += counter.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{}\"}} {cumulative}", *bound as f64 / 1e6);
+        let mut snapshot = LatencyCounts::default();
+        for (to, from) in snapshot.buckets.iter_mut().zip(&self.buckets) {
+            *to = from.load(Ordering::Relaxed);
         }
         // Read after the buckets: a count never below their sum.
-        let count = self.count().max(cumulative);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count{braces} {count}");
+        snapshot.count = self.count().max(snapshot.buckets.iter().sum());
+        snapshot.sum_us = self.sum_us.load(Ordering::Relaxed);
+        render_latency(out, name, labels, &snapshot);
     }
+}
+
+/// The `_bucket`, `_sum` and `_count` series of a latency histogram in
+/// seconds, metric `name` with `labels` (`key="value",...` or empty); the
+/// caller writes the header once per metric.
+pub fn render_latency(out: &mut String, name: &str, labels: &str, latency: &LatencyCounts) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    let mut cumulative = 0;
+    for (bound, count) in LATENCY_BUCKETS_US.iter().zip(&latency.buckets) {
+        cumulative += count;
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{}\"}} {cumulative}", *bound as f64 / 1e6);
+    }
+    let count = latency.count.max(cumulative);
+    let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+    let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+    let _ = writeln!(out, "{name}_sum{braces} {}", latency.sum_us as f64 / 1e6);
+    let _ = writeln!(out, "{name}_count{braces} {count}");
 }
 
 /// Serves `GET /metrics` on `listener` until the process ends; each scrape

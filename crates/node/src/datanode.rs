@@ -132,7 +132,7 @@ pub async fn run_datanode(opts: DataNodeOptions) -> Result<()> {
     tell_angel(opts.node_id_file.as_deref(), node_id);
     let threads = settings.threads;
     let shards = spawn_shards(&opts, &settings)?;
-    if let Some(port) = opts.metrics_port {
+    if let Some(port) = opts.metrics_port.or(settings.metrics_port) {
         serve_metrics(node_id, &settings.host, port, &shards).await?;
     }
     let addresses: Vec<String> = shards.iter().map(|s| s.address.clone()).collect();
@@ -500,6 +500,8 @@ struct NodeSettings {
     redo_limit_mb: u64,
     disk_direct_io: bool,
     placement: crate::cpus::Placement,
+    /// The configuration's port for `GET /metrics`.
+    metrics_port: Option<u16>,
 }
 
 fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<NodeSettings> {
@@ -518,6 +520,7 @@ fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<Node
         cpu_bind,
         cpus,
         idle_poll,
+        metrics_port,
     } = registered
     else {
         return Err(unexpected("registration", registered));
@@ -575,6 +578,7 @@ fn node_settings(opts: &DataNodeOptions, registered: MgmResponse) -> Result<Node
         redo_limit_mb,
         disk_direct_io,
         placement,
+        metrics_port,
     })
 }
 
@@ -592,6 +596,7 @@ fn spawn_shards(opts: &DataNodeOptions, settings: &NodeSettings) -> Result<Vec<S
         redo_limit_mb,
         disk_direct_io,
         placement,
+        metrics_port: _,
     } = settings;
     let (node_id, port, threads, data_memory_mb) = (*node_id, *port, *threads, *data_memory_mb);
     let pages = latsdb_cluster::PagesConfig {

@@ -95,6 +95,9 @@ struct State {
     /// Data node processes whose `ReattachDataNode` was refused (logged
     /// once each).
     reattach_refused: HashSet<(NodeId, u32)>,
+    /// How often each data node started since this server started (for
+    /// `/metrics`).
+    node_starts: std::collections::BTreeMap<NodeId, u64>,
 }
 
 /// What a cluster taken for stopped is resumed from.
@@ -195,6 +198,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             stopped: None,
             may_adopt: !fresh && opts.data_dir.is_some(),
             reattach_refused: HashSet::new(),
+            node_starts: Default::default(),
         }),
         schema_lock: tokio::sync::Mutex::new(()),
         persist_lock: Mutex::new(()),
@@ -640,14 +644,21 @@ impl Mgmd {
     /// `GET /metrics`: the layout, the cluster log's counts and the last
     /// usage poll, rendered.
     fn metrics_text(&self) -> String {
-        let (layout, formed) = {
+        let (layout, formed, node_starts) = {
             let state = self.lock();
-            (state.layout.clone(), state.formed)
+            (state.layout.clone(), state.formed, state.node_starts.clone())
         };
         let events = self.events.lock().unwrap_or_else(|p| p.into_inner()).counts();
         let usage = self.usage.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let backups = self.backup_counts();
-        metrics::render(&metrics::Snapshot { layout: &layout, formed, events, usage: &usage, backups })
+        metrics::render(&metrics::Snapshot {
+            layout: &layout,
+            formed,
+            events,
+            usage: &usage,
+            backups,
+            node_starts: &node_starts,
+        })
     }
 
     /// Tells every data node to stop, waiting at most 5 s for each.

@@ -136,6 +136,12 @@ pub struct DataNodeDefaults {
     /// instead of halting while it runs (`/dev/cpu_dma_latency` = 0), so a
     /// message to a thread whose CPU is idle is seen at once.
     pub idle_poll: bool,
+    /// Port of each data node's `GET /metrics` on its host; the data
+    /// nodes configured on one host take this port and the next ones, in
+    /// configuration order. Unset serves none (`latsdb datanode
+    /// --metrics-port` overrides it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_port: Option<u16>,
 }
 
 impl Default for DataNodeDefaults {
@@ -149,6 +155,7 @@ impl Default for DataNodeDefaults {
             disk_direct_io: false,
             cpu_bind: CpuBind::Auto,
             idle_poll: true,
+            metrics_port: None,
         }
     }
 }
@@ -195,6 +202,9 @@ pub struct DataNodeSection {
     /// their transactions' coordinators on it (`crate::location`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location_domain: Option<String>,
+    /// Overrides the port `datanode_defaults.metrics_port` gives this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_port: Option<u16>,
 }
 
 fn default_host() -> String {
@@ -217,6 +227,7 @@ impl ClusterConfig {
                     data_memory_mb: None,
                     cpus: None,
                     location_domain: None,
+                    metrics_port: None,
                 })
                 .collect(),
             tls: TlsSection::default(),
@@ -321,6 +332,19 @@ impl ClusterConfig {
         Some((pos / self.cluster.replicas as usize) as u32)
     }
 
+    /// The port of data node `section`'s `GET /metrics`: its own, else the
+    /// default's plus its position among the data nodes of its host (0
+    /// stays 0: a free port).
+    pub fn metrics_port_of(&self, section: &DataNodeSection) -> Option<u16> {
+        if section.metrics_port.is_some() {
+            return section.metrics_port;
+        }
+        let base = self.datanode_defaults.metrics_port?;
+        let on_host = self.datanodes.iter().filter(|d| d.host == section.host);
+        let position = on_host.take_while(|d| d.node_id != section.node_id).count() as u16;
+        Some(if base == 0 { 0 } else { base.saturating_add(position) })
+    }
+
     /// A configured data node as the layout lists it before it starts.
     pub fn not_started(&self, section: &DataNodeSection) -> crate::proto::DataNodeInfo {
         crate::proto::DataNodeInfo {
@@ -342,6 +366,20 @@ impl ClusterConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_nodes_on_one_host_take_consecutive_metrics_ports() {
+        let mut c = ClusterConfig::local(4, 2, 0);
+        c.datanodes[2].host = "10.0.0.2".into();
+        let ports = |c: &ClusterConfig| c.datanodes.iter().map(|d| c.metrics_port_of(d)).collect::<Vec<_>>();
+        assert_eq!(ports(&c), [None, None, None, None]);
+        c.datanode_defaults.metrics_port = Some(9100);
+        assert_eq!(ports(&c), [Some(9100), Some(9101), Some(9100), Some(9102)]);
+        c.datanodes[1].metrics_port = Some(7000);
+        assert_eq!(ports(&c)[1], Some(7000), "a node's own port wins");
+        c.datanode_defaults.metrics_port = Some(0);
+        assert_eq!(ports(&c)[3], Some(0), "0 stays a free port");
+    }
 
     #[test]
     fn the_configuration_refuses_an_address_nobody_can_reach() {

@@ -21,6 +21,7 @@ pub mod row;
 pub mod schema;
 pub mod usage;
 pub mod value;
+pub mod work;
 
 pub use collation::Collation;
 pub use error::{DbError, ErrorCode, Result};

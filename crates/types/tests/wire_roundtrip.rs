@@ -38,6 +38,22 @@ impl Gen {
             self.n(1000)
         }
     }
+    fn aborts(&mut self) -> latsdb_types::work::AbortCounts {
+        let mut counts = latsdb_types::work::AbortCounts::default();
+        for cause in latsdb_types::work::AbortCause::ALL {
+            for _ in 0..self.n(3) {
+                counts.add(cause);
+            }
+        }
+        counts
+    }
+    fn latency(&mut self) -> latsdb_types::work::LatencyCounts {
+        let mut latency = latsdb_types::work::LatencyCounts::default();
+        for _ in 0..self.n(4) {
+            latency.record(self.u64() % 20_000_000);
+        }
+        latency
+    }
     fn u32(&mut self) -> u32 {
         self.u64() as u32
     }
@@ -268,9 +284,12 @@ impl Gen {
                 key_ops: self.u64(),
                 scan_pages: self.u64(),
                 committed: self.u64(),
-                aborted: self.u64(),
+                aborts: self.aborts(),
                 lock_waits: self.u64(),
                 lock_wait_timeouts: self.u64(),
+                tx_request_latency: self.latency(),
+                checkpoints: self.u64(),
+                redo_written_bytes: self.u64(),
             },
         }
     }
@@ -512,6 +531,7 @@ fn management_messages_round_trip() {
             cpu_bind: Default::default(),
             cpus: g.option(|g| g.list(4, Gen::u32)),
             idle_poll: g.bool(),
+            metrics_port: g.option(Gen::u16),
         },
         2 => MgmResponse::Started {
             layout: g.layout(),

@@ -61,6 +61,7 @@ impl Mgmd {
             cpu_bind: config.datanode_defaults.cpu_bind,
             cpus: section.cpus.clone(),
             idle_poll: config.datanode_defaults.idle_poll,
+            metrics_port: config.metrics_port_of(&section),
         };
         if w.write_all(&proto::frame(request_id, &reply)).await.is_err() {
             self.lock().registering.remove(&node_id);
@@ -318,6 +319,7 @@ impl Mgmd {
         state.next_generation += 1;
         state.links.insert(node_id, NodeLink { commands, generation });
         state.ever_started.insert(node_id);
+        *state.node_starts.entry(node_id).or_default() += 1;
         if let Some(d) = state.layout.datanodes.iter_mut().find(|d| d.node_id == node_id) {
             // A restarting node takes writes while it catches up; the
             // view that admits it makes it started.

@@ -7,6 +7,7 @@
 
 use latsdb_net::metrics::header;
 use latsdb_types::proto::{ClusterLayout, NodeId, NodeStatus, ShardMemory};
+use latsdb_types::work::AbortCause;
 use std::fmt::Write;
 
 /// What a scrape shows, taken under the management server's locks.
@@ -17,6 +18,9 @@ pub struct Snapshot<'a> {
     pub events: [u64; 3],
     pub usage: &'a [(NodeId, Vec<ShardMemory>)],
     pub backups: Backups,
+    /// How often each data node started (first starts and restarts)
+    /// since this server started.
+    pub node_starts: &'a std::collections::BTreeMap<NodeId, u64>,
 }
 
 /// The backups run, for `/metrics`.
@@ -46,6 +50,16 @@ pub fn render(s: &Snapshot<'_>) -> String {
             "latsdb_data_node_started{{node=\"{}\",node_group=\"{}\"}} {started}",
             d.node_id, d.node_group
         );
+    }
+    header(
+        &mut out,
+        "latsdb_data_node_starts_total",
+        "counter",
+        "Times a data node started (first starts and node restarts) since the management server started.",
+    );
+    for d in &s.layout.datanodes {
+        let starts = s.node_starts.get(&d.node_id).copied().unwrap_or(0);
+        let _ = writeln!(out, "latsdb_data_node_starts_total{{node=\"{}\"}} {starts}", d.node_id);
     }
     header(
         &mut out,
@@ -92,7 +106,7 @@ fn render_backups(out: &mut String, s: &Snapshot<'_>) {
 /// management server's view of every data node, and each data node's own).
 pub(crate) fn render_usage(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)]) {
     type Field = fn(&ShardMemory) -> u64;
-    let series: [(&str, &str, &str, Field); 16] = [
+    let series: [(&str, &str, &str, Field); 17] = [
         ("latsdb_rows", "gauge", "Rows of the partition replicas a shard holds.", |m| m.rows),
         ("latsdb_data_memory_used_bytes", "gauge", "Data memory a shard uses.", |m| m.used_bytes),
         ("latsdb_data_memory_limit_bytes", "gauge", "A shard's data memory limit (0: none).", |m| m.budget_bytes),
@@ -112,11 +126,12 @@ pub(crate) fn render_usage(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)
         ("latsdb_transactions_committed_total", "counter", "Transactions a shard coordinated that committed.", |m| {
             m.ops.committed
         }),
-        ("latsdb_transactions_aborted_total", "counter", "Transactions a shard coordinated that aborted.", |m| {
-            m.ops.aborted
-        }),
         ("latsdb_lock_waits_total", "counter", "Row-lock requests that had to wait.", |m| m.ops.lock_waits),
         ("latsdb_lock_wait_timeouts_total", "counter", "Row-lock waits that timed out.", |m| m.ops.lock_wait_timeouts),
+        ("latsdb_checkpoints_total", "counter", "Local checkpoints a shard completed.", |m| m.ops.checkpoints),
+        ("latsdb_redo_written_bytes_total", "counter", "Bytes appended to a shard's REDO log.", |m| {
+            m.ops.redo_written_bytes
+        }),
     ];
     for (name, kind, help, field) in series {
         header(out, name, kind, help);
@@ -125,6 +140,31 @@ pub(crate) fn render_usage(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)
                 let _ = writeln!(out, "{name}{{node=\"{node}\",shard=\"{}\"}} {}", shard.shard, field(shard));
             }
         }
+    }
+    render_work(out, usage);
+}
+
+/// Aborts by cause and the coordinators' request latency, per shard.
+fn render_work(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)]) {
+    let shards = || usage.iter().flat_map(|(node, shards)| shards.iter().map(move |s| (*node, s)));
+    let name = "latsdb_transactions_aborted_total";
+    header(out, name, "counter", "Transactions a shard coordinated that aborted, by cause.");
+    for (node, s) in shards() {
+        for cause in AbortCause::ALL {
+            let (shard, count, cause) = (s.shard, s.ops.aborts.of(cause), cause.name());
+            let _ = writeln!(out, "{name}{{node=\"{node}\",shard=\"{shard}\",cause=\"{cause}\"}} {count}");
+        }
+    }
+    let name = "latsdb_transaction_request_seconds";
+    header(
+        out,
+        name,
+        "histogram",
+        "How long a shard's coordinator took to answer a transaction request (its results, commit or abort).",
+    );
+    for (node, s) in shards() {
+        let labels = format!("node=\"{node}\",shard=\"{}\"", s.shard);
+        latsdb_net::metrics::render_latency(out, name, &labels, &s.ops.tx_request_latency);
     }
 }
 
@@ -174,8 +214,12 @@ mod tests {
             partitions: Vec::new(),
             redo_bytes: 64,
             redo_limit_bytes: 128,
-            ops: latsdb_types::proto::OpCounts { key_ops: 9, ..Default::default() },
+            ops: latsdb_types::proto::OpCounts { key_ops: 9, checkpoints: 3, ..Default::default() },
         };
+        let mut shard = shard;
+        shard.ops.aborts.add(AbortCause::LockWaitTimeout);
+        shard.ops.tx_request_latency.record(300);
+        let node_starts = [(2, 4)].into_iter().collect();
         let usage = [(2, vec![shard])];
         let snapshot = Snapshot {
             layout: &layout,
@@ -183,6 +227,7 @@ mod tests {
             events: [5, 1, 0],
             usage: &usage,
             backups: Backups { completed: 2, failed: 1, last: Some((1_800_000_000_500, 4096, 40)) },
+            node_starts: &node_starts,
         };
         let text = render(&snapshot);
         for line in [
@@ -199,13 +244,23 @@ mod tests {
             "latsdb_key_operations_total{node=\"2\",shard=\"0\"} 9",
             "latsdb_last_backup_completed_seconds 1800000000",
             "latsdb_last_backup_epoch 40",
+            "latsdb_data_node_starts_total{node=\"2\"} 4",
+            "latsdb_data_node_starts_total{node=\"3\"} 0",
+            "latsdb_checkpoints_total{node=\"2\",shard=\"0\"} 3",
+            "latsdb_transactions_aborted_total{node=\"2\",shard=\"0\",cause=\"lock_wait_timeout\"} 1",
+            "latsdb_transactions_aborted_total{node=\"2\",shard=\"0\",cause=\"client\"} 0",
+            "latsdb_transaction_request_seconds_bucket{node=\"2\",shard=\"0\",le=\"0.00025\"} 0",
+            "latsdb_transaction_request_seconds_bucket{node=\"2\",shard=\"0\",le=\"0.0005\"} 1",
+            "latsdb_transaction_request_seconds_count{node=\"2\",shard=\"0\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
         }
         // Every sample belongs to a metric with HELP and TYPE lines.
         for sample in text.lines().filter(|l| !l.starts_with('#')) {
             let name = sample.split(['{', ' ']).next().unwrap_or_default();
-            assert!(text.contains(&format!("# TYPE {name} ")), "{name} has no TYPE line");
+            let histogram = ["_bucket", "_sum", "_count"].iter().find_map(|suffix| name.strip_suffix(suffix));
+            let typed = |n: &str| text.contains(&format!("# TYPE {n} "));
+            assert!(typed(name) || histogram.is_some_and(typed), "{name} has no TYPE line");
         }
     }
 }

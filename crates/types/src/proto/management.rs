@@ -293,6 +293,8 @@ pub enum MgmResponse {
         cpus: Option<Vec<u32>>,
         /// Keep idle CPUs polling while the node runs (`DataNodeDefaults::idle_poll`).
         idle_poll: bool,
+        /// Serve `GET /metrics` on this port (`ClusterConfig::metrics_port_of`).
+        metrics_port: Option<u16>,
     },
     Started {
         layout: ClusterLayout,
@@ -379,12 +381,20 @@ pub struct OpCounts {
     pub key_ops: u64,
     /// Pages of scans.
     pub scan_pages: u64,
-    /// Transactions this shard coordinated that committed, and aborted.
+    /// Transactions this shard coordinated that committed, and that
+    /// aborted by cause.
     pub committed: u64,
-    pub aborted: u64,
+    pub aborts: crate::work::AbortCounts,
     /// Row-lock requests that waited, and waits that timed out.
     pub lock_waits: u64,
     pub lock_wait_timeouts: u64,
+    /// How long this shard's coordinator took to answer transaction
+    /// requests (from a request's arrival to its results, commit or abort).
+    pub tx_request_latency: crate::work::LatencyCounts,
+    /// Local checkpoints completed since the shard started.
+    pub checkpoints: u64,
+    /// The REDO log's end: bytes ever appended to it (0 without a disk).
+    pub redo_written_bytes: u64,
 }
 
 /// Rows of one partition replica and the bytes of their keys and values.
