@@ -59,6 +59,9 @@ pub(crate) struct Redo {
     buffer: Vec<u8>,
     /// Log sequence number: REDO bytes produced so far, buffered or not.
     pub(crate) lsn: u64,
+    /// REDO bytes this shard appended since it started (not those it
+    /// restored): a counter that never goes back, for reports.
+    pub(crate) appended: u64,
     /// Where the REDO a restart may still need begins: the log's start
     /// after a restore, then the start of the newest checkpoint that let
     /// older records go (`DiskOp::Trim`).
@@ -69,7 +72,7 @@ pub(crate) struct Redo {
 
 impl Redo {
     pub(crate) fn new(enabled: bool) -> Redo {
-        Redo { enabled, buffer: Vec::new(), lsn: 0, kept_from: 0, next_token: 1 }
+        Redo { enabled, buffer: Vec::new(), lsn: 0, appended: 0, kept_from: 0, next_token: 1 }
     }
 
     /// REDO bytes kept for a restart (on disk in whole segments, so the
@@ -85,6 +88,7 @@ impl Redo {
         let before = self.buffer.len();
         log::encode(&mut self.buffer, record);
         self.lsn += (self.buffer.len() - before) as u64;
+        self.appended += (self.buffer.len() - before) as u64;
         debug_assert!(self.buffer.len() > before, "a REDO record encoded to nothing");
     }
 

@@ -593,6 +593,7 @@ impl Shard {
     pub fn on_tick(&mut self, now: Micros, out: &mut Outbox) {
         self.cx.now = now;
         self.ldm.expire_waits(&mut self.cx, out);
+        self.tc.expire_inactive(&mut self.cx, out);
         self.tc.send_returned_again(&mut self.cx, out);
         if self.takeover.report_due(&self.cx) {
             // A shard created with its layout reports in that version too.
@@ -784,7 +785,7 @@ impl Shard {
             lock_wait_timeouts: self.ldm.locks.timeouts,
             tx_request_latency: self.tc.request_latency,
             checkpoints: self.lcp.completed,
-            redo_written_bytes: self.cx.redo.lsn,
+            redo_written_bytes: self.cx.redo.appended,
         }
     }
 

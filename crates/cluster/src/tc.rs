@@ -40,7 +40,13 @@ use crate::shard::Outbox;
 use latsdb_types::proto::{ClientResponse, CommitEpoch, KeyOp, OpResult, PeerMsg, ShardAddr, TxId};
 use latsdb_types::schema::TableId;
 use latsdb_types::{DbError, ErrorCode};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
+
+/// How often, at most, open transactions are checked for inactivity.
+const INACTIVITY_CHECK_US: Micros = 100_000;
+/// Transactions aborted for inactivity remembered, so that their client's
+/// next request learns why rather than that the transaction is unknown.
+const EXPIRED_KEPT: usize = 1024;
 
 #[derive(Debug, PartialEq, Eq)]
 enum Phase {
@@ -57,6 +63,9 @@ struct TcTx {
     req_id: u64,
     /// When the request `req_id` arrived (for the request latency).
     req_started: Micros,
+    /// When the transaction last answered its client and began waiting
+    /// for its next request (`expire_inactive`).
+    idle_since: Micros,
     results: Vec<Option<OpResult>>,
     remaining: usize,
     participants: Vec<ShardAddr>,
@@ -96,6 +105,7 @@ impl TcTx {
             conn,
             req_id,
             req_started: now,
+            idle_since: now,
             results: Vec::new(),
             remaining: 0,
             participants: Vec::new(),
@@ -218,6 +228,11 @@ pub(crate) struct Coordinator {
     pub(crate) aborts: latsdb_types::work::AbortCounts,
     /// From a transaction request's arrival to its answer (for reports).
     pub(crate) request_latency: latsdb_types::work::LatencyCounts,
+    /// Transactions aborted for inactivity, newest last, with how long
+    /// they had waited (at most `EXPIRED_KEPT`).
+    expired: VecDeque<(TxId, Micros)>,
+    /// No inactivity check before this time.
+    next_inactivity_check: Micros,
 }
 
 impl Coordinator {
@@ -229,6 +244,8 @@ impl Coordinator {
             committed: 0,
             aborts: Default::default(),
             request_latency: Default::default(),
+            expired: VecDeque::new(),
+            next_inactivity_check: 0,
         }
     }
 
@@ -356,13 +373,24 @@ impl Coordinator {
             Some(t) if t.conn == conn => {
                 DbError::bad_request("the transaction is still executing a previous request; wait for its answer")
             }
-            _ => DbError::new(
-                ErrorCode::UnknownTransaction,
-                format!(
-                    "transaction {}:{} is not open at this coordinator (it finished or was aborted)",
-                    id.tc, id.seq
+            _ => match self.expired.iter().find(|(expired, _)| *expired == id) {
+                Some((_, idle)) => DbError::new(
+                    ErrorCode::TransactionAborted,
+                    format!(
+                        "transaction {}:{} was aborted after {} ms without a request from its client (cluster.transaction_inactive_timeout_ms); run it again",
+                        id.tc,
+                        id.seq,
+                        idle / 1000
+                    ),
                 ),
-            ),
+                None => DbError::new(
+                    ErrorCode::UnknownTransaction,
+                    format!(
+                        "transaction {}:{} is not open at this coordinator (it finished or was aborted)",
+                        id.tc, id.seq
+                    ),
+                ),
+            },
         };
         out.client.push((conn, req_id, ClientResponse::Error(error)));
         None
@@ -554,6 +582,7 @@ impl Coordinator {
         }
         let results = std::mem::take(&mut t.results).into_iter().map(|r| r.expect("result present")).collect();
         self.request_latency.record(cx.now.saturating_sub(t.req_started));
+        t.idle_since = cx.now;
         out.client.push((
             t.conn,
             t.req_id,
@@ -595,7 +624,12 @@ impl Coordinator {
         self.with_returned.remove(&tx);
         debug_assert!(!matches!(t.phase, Phase::Committing { .. }), "a committing transaction was aborted");
         self.aborts.add(latsdb_types::work::AbortCause::of(error.as_ref()));
-        self.request_latency.record(cx.now.saturating_sub(t.req_started));
+        // An abort the client asked for answers its TxAbort, which is no
+        // transaction request of its own (`on_client_abort` timed the
+        // request it cut short).
+        if error.is_some() {
+            self.request_latency.record(cx.now.saturating_sub(t.req_started));
+        }
         send_abort(cx, out, tx, &t);
         out.client.push((t.conn, t.req_id, ClientResponse::TxAborted { tx, error }));
     }
@@ -606,10 +640,10 @@ impl Coordinator {
             Some(t) if t.conn == conn && !matches!(t.phase, Phase::Committing { .. }) => {
                 if t.phase == Phase::Executing {
                     // The request still executing is answered too.
+                    self.request_latency.record(cx.now.saturating_sub(t.req_started));
                     out.client.push((conn, t.req_id, ClientResponse::TxAborted { tx, error: None }));
                 }
                 t.req_id = req_id;
-                t.req_started = cx.now;
                 self.abort(cx, out, tx, None);
             }
             Some(t) if t.conn == conn => {
@@ -623,6 +657,41 @@ impl Coordinator {
             // Already finished or aborted: aborting again is a no-op.
             None => out.client.push((conn, req_id, ClientResponse::TxAborted { tx, error: None })),
         }
+    }
+
+    /// Aborts every transaction that has waited
+    /// `transaction_inactive_timeout_ms` for its client's next request
+    /// (checked every 100 ms at most), as NDB's TransactionInactiveTimeout
+    /// does: its locks and staged writes go at the participants, so an
+    /// idle client holds back neither other writers nor a node restart's
+    /// copy. Its client learns of it at its next request.
+    pub(crate) fn expire_inactive(&mut self, cx: &mut Context, out: &mut Outbox) {
+        let timeout = cx.layout.transaction_inactive_timeout_ms.saturating_mul(1000);
+        if timeout == 0 || cx.now < self.next_inactivity_check {
+            return;
+        }
+        self.next_inactivity_check = cx.now + INACTIVITY_CHECK_US.min(timeout);
+        let now = cx.now;
+        let mut idle: Vec<TxId> = self
+            .txs
+            .iter()
+            .filter(|(_, t)| t.phase == Phase::Idle && now.saturating_sub(t.idle_since) >= timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        // Hash-map order is random; the simulation needs a replayable order.
+        idle.sort_unstable();
+        for tx in idle {
+            let t = self.txs.remove(&tx).expect("transaction exists");
+            debug_assert!(t.in_flight.is_empty() && t.returned.is_empty(), "an idle transaction had operations out");
+            self.with_returned.remove(&tx);
+            self.aborts.add(latsdb_types::work::AbortCause::Inactive);
+            send_abort(cx, out, tx, &t);
+            if self.expired.len() == EXPIRED_KEPT {
+                self.expired.pop_front();
+            }
+            self.expired.push_back((tx, now.saturating_sub(t.idle_since)));
+        }
+        debug_assert!(self.expired.len() <= EXPIRED_KEPT, "more expired transactions kept than promised");
     }
 
     /// A client connection closed: its transactions that are not
@@ -681,7 +750,11 @@ impl Coordinator {
         let Some(t) = self.txs.remove(&tx) else { return };
         self.with_returned.remove(&tx);
         self.aborts.add(latsdb_types::work::AbortCause::NodeFailure);
-        self.request_latency.record(cx.now.saturating_sub(t.req_started));
+        // An idle transaction's last request was answered (and timed)
+        // already; this answer waits for its next one.
+        if t.phase == Phase::Executing {
+            self.request_latency.record(cx.now.saturating_sub(t.req_started));
+        }
         send_abort(cx, out, tx, &t);
         let nodes: Vec<String> = dead.iter().map(|d| d.node.to_string()).collect();
         let error = DbError::new(

@@ -558,3 +558,57 @@ fn a_coordinator_aborts_a_transaction_it_does_not_have() {
         "the stale transaction still locks the row"
     );
 }
+
+#[test]
+fn a_transaction_left_idle_past_the_inactive_timeout_is_aborted() {
+    let mut p = Pump::new();
+    let mut idle_300 = layout();
+    idle_300.transaction_inactive_timeout_ms = 300;
+    idle_300.version += 1;
+    for i in 0..p.shards.len() {
+        let mut out = Outbox::default();
+        p.shards[i].set_layout(idle_300.clone(), p.now, &mut out);
+        p.deliver(i, out);
+    }
+    let insert = p.op(1, OpKind::Insert { row: vec![Value::Int(1), Value::Int(10)] });
+    let s = p.owner(&insert);
+    p.request(s, 1, 1, ClientRequest::Batch(vec![insert]));
+    p.take(1);
+
+    // A client that sends its next request within the timeout keeps its
+    // transaction, however long the transaction lasts.
+    p.request(s, 1, 2, ClientRequest::TxExec { tx: None, ops: vec![p.op(1, set_balance(1, 11))], commit: false });
+    let busy = open_tx(p.take(2));
+    for (step, req_id) in (3..6).enumerate() {
+        p.tick(200_000);
+        let ops = vec![p.op(1, set_balance(1, 20 + step as i64))];
+        p.request(s, 1, req_id, ClientRequest::TxExec { tx: Some(busy), ops, commit: false });
+        assert!(matches!(p.take(req_id), Some(ClientResponse::TxExec { committed: false, .. })), "step {step}");
+    }
+    p.request(s, 1, 6, ClientRequest::TxExec { tx: Some(busy), ops: vec![], commit: true });
+    assert!(matches!(p.take(6), Some(ClientResponse::TxExec { committed: true, .. })));
+    assert_eq!(p.balance(1), Some(22));
+
+    // One that goes quiet with the row locked loses its transaction: the
+    // lock is released, and its next request learns why.
+    p.request(s, 1, 7, ClientRequest::TxExec { tx: None, ops: vec![p.op(1, set_balance(1, 30))], commit: false });
+    let quiet = open_tx(p.take(7));
+    p.tick(200_000);
+    assert_eq!(p.shards[s].activity().0, 1, "still open 200 ms after its last answer");
+    p.tick(200_000);
+    assert_eq!(p.shards[s].activity(), (0, 0, 0), "aborted, its lock and staged write gone");
+    let ops = vec![p.op(1, OpKind::Read { lock: LockMode::Exclusive })];
+    p.request(s, 2, 8, ClientRequest::TxExec { tx: None, ops, commit: true });
+    assert!(matches!(p.take(8), Some(ClientResponse::TxExec { committed: true, .. })), "the row is free");
+    assert_eq!(p.balance(1), Some(22), "the aborted write is gone");
+    p.request(s, 1, 9, ClientRequest::TxExec { tx: Some(quiet), ops: vec![], commit: true });
+    match p.take(9) {
+        Some(ClientResponse::Error(e)) => {
+            assert_eq!(e.code, ErrorCode::TransactionAborted);
+            assert!(e.message.contains("without a request from its client"), "{}", e.message);
+        }
+        other => panic!("{other:?}"),
+    }
+    let aborts = p.shards[s].op_counts().aborts;
+    assert_eq!(aborts.of(latsdb_types::work::AbortCause::Inactive), 1, "{aborts:?}");
+}

@@ -124,12 +124,29 @@ fn parses(name: &str, argv: &[String], bin_dir: &Path) {
     assert!(out.contains("Usage:"), "{name}: --help printed no usage:\n{out}");
 }
 
+/// The node id a data-node pod's shell command passes, run with a stub
+/// `latsdb` (in `stub_dir`) that prints its arguments, as pod `pod`.
+fn node_id_of(argv: &[String], pod: &str, stub_dir: &Path) -> u16 {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &argv[2]]);
+    let path = format!("{}:{}", stub_dir.display(), std::env::var("PATH").unwrap_or_default());
+    cmd.env("PATH", path).env("HOSTNAME", pod);
+    let out = run(&mut cmd, &format!("{pod}: {argv:?} with the stub"));
+    let args: Vec<&str> = out.lines().collect();
+    let at = args.iter().position(|a| *a == "--node-id").unwrap_or_else(|| panic!("{pod}: no --node-id in {args:?}"));
+    args[at + 1].parse().unwrap_or_else(|_| panic!("{pod}: --node-id {:?} is no number", args[at + 1]))
+}
+
 #[test]
 fn the_chart_lints_renders_valid_objects_and_its_commands_parse() {
     let dir = tempfile::tempdir().unwrap();
     let bin_dir = dir.path().join("bin");
     std::fs::create_dir(&bin_dir).unwrap();
     std::os::unix::fs::symlink(BIN, bin_dir.join("latsdb")).unwrap();
+    let stub_dir = dir.path().join("stub");
+    std::fs::create_dir(&stub_dir).unwrap();
+    std::fs::write(stub_dir.join("latsdb"), "#!/bin/sh\nprintf '%s\\n' \"$@\"\n").unwrap();
+    std::fs::set_permissions(stub_dir.join("latsdb"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let zoned = ["zones={zone-a,zone-b}", "mgmdZone=zone-c", "cluster.nodeGroups=2", "sql.zone=zone-a"];
     for sets in [&[][..], &zoned[..]] {
         let mut lint = Command::new(helm());
@@ -163,6 +180,15 @@ fn the_chart_lints_renders_valid_objects_and_its_commands_parse() {
         }
         let warnings = latsdb_types::location::placement_warnings(config);
         assert!(warnings.is_empty(), "{sets:?}: {warnings:?}");
+        // Each data-node pod takes the node id the configuration gives its host.
+        for (name, argv) in rendered.containers.iter().filter(|(n, _)| n.starts_with("db-datanode-")) {
+            for group in 0..groups {
+                let pod = format!("{name}-{group}");
+                let configured = config.datanodes.iter().find(|d| d.host.starts_with(&format!("{pod}.")));
+                let configured = configured.unwrap_or_else(|| panic!("no [[datanode]] for pod {pod}"));
+                assert_eq!(node_id_of(argv, &pod, &stub_dir), configured.node_id, "pod {pod}");
+            }
+        }
     }
 }
 

@@ -93,8 +93,15 @@ fn every_process_serves_metrics_that_prometheus_parses() {
                 assert!(samples.contains_key("latsdb_data_memory_used_bytes"), "{name}");
                 assert!(samples.contains_key("latsdb_checkpoints_total"), "{name}");
                 assert!(samples.contains_key("latsdb_redo_written_bytes_total"), "{name}");
-                let causes = samples.get("latsdb_transactions_aborted_total").map_or(0, Vec::len);
-                assert!(causes >= 7, "{name}: aborts are not counted by cause: {samples:?}");
+                let causes: std::collections::BTreeSet<&str> = samples
+                    .get("latsdb_transactions_aborted_total")
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(labels, _)| labels.split(',').find_map(|l| l.strip_prefix("cause=")))
+                    .collect();
+                let every: std::collections::BTreeSet<&str> =
+                    latsdb_types::work::AbortCause::ALL.iter().map(|c| c.name()).collect();
+                assert_eq!(causes, every, "{name}: aborts are not counted by every cause");
                 tx_requests += total(&samples, "latsdb_transaction_request_seconds_count", &format!("node={id}"));
             }
         }

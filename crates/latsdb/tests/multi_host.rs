@@ -133,9 +133,11 @@ fn sql_retried(hosts: &Hosts, script: &str) -> String {
     }
 }
 
+/// Writes rows `ids` (v = 3 * id); `REPLACE`, so that running it again
+/// after a lost answer changes nothing.
 fn inserts(ids: std::ops::RangeInclusive<i64>) -> String {
     let rows: Vec<String> = ids.map(|id| format!("({id}, {})", id * 3)).collect();
-    format!("INSERT INTO geo.t VALUES {};", rows.join(", "))
+    format!("REPLACE INTO geo.t VALUES {};", rows.join(", "))
 }
 
 /// Reads rows 1..=`rows` by key with a client of domain b (so from data
@@ -180,7 +182,12 @@ async fn a_cluster_on_several_hosts_survives_a_cut_off_host_and_heals() {
     wait_all_started(&mgmd, Duration::from_secs(60)).await.unwrap();
     wait_for_file(&dir.path().join("sql.addr"), "the SQL node");
 
-    sql_retried(&hosts, "CREATE DATABASE geo; CREATE TABLE geo.t (id BIGINT PRIMARY KEY, v BIGINT);");
+    // Retried statements must be safe to run twice: one that ran but lost
+    // its answer is run again.
+    sql_retried(
+        &hosts,
+        "CREATE DATABASE IF NOT EXISTS geo; CREATE TABLE IF NOT EXISTS geo.t (id BIGINT PRIMARY KEY, v BIGINT);",
+    );
     sql(&hosts, &inserts(1..=100)).unwrap();
     assert_eq!(sql(&hosts, "SELECT COUNT(*), SUM(v) FROM geo.t;").unwrap().trim(), "100\t15150");
     read_in_domain_b(&mgmd, 100).await;

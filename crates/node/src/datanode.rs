@@ -412,7 +412,7 @@ async fn serve_metrics(node_id: NodeId, host: &str, port: u16, shards: &[ShardHa
     let listener = tokio::net::TcpListener::bind((host, port)).await.map_err(|e| {
         DbError::new(
             ErrorCode::Io,
-            format!("data node {node_id} cannot serve metrics on {host}:{port}: {e}; pick another --metrics-port"),
+            format!("data node {node_id} cannot serve metrics on {host}:{port}: {e}; pick another metrics port (--metrics-port, or metrics_port in the configuration)"),
         )
     })?;
     let at = listener.local_addr().map_err(|e| DbError::io("local_addr", e))?;

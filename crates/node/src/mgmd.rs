@@ -161,6 +161,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         .node_groups(config.node_groups())
         .default_partitions(config.cluster.partitions_per_table)
         .lock_wait_timeout_ms(config.cluster.lock_wait_timeout_ms)
+        .transaction_inactive_timeout_ms(config.cluster.transaction_inactive_timeout_ms)
         .heartbeat(config.cluster.heartbeat_interval_ms, config.cluster.heartbeat_missed)
         .epoch_interval_ms(config.cluster.epoch_interval_ms)
         .checkpoint_trigger_mb(config.cluster.checkpoint_trigger_mb)

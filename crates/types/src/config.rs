@@ -42,6 +42,10 @@ pub struct ClusterSection {
     /// cluster size.
     pub partitions_per_table: u32,
     pub lock_wait_timeout_ms: u64,
+    /// A transaction's coordinator aborts it once it has waited this long
+    /// for its client's next request (NDB's TransactionInactiveTimeout),
+    /// releasing its locks; 0 never does.
+    pub transaction_inactive_timeout_ms: u64,
     pub max_frame_bytes: usize,
     /// The management server checks every data node this often.
     pub heartbeat_interval_ms: u64,
@@ -70,6 +74,7 @@ impl Default for ClusterSection {
             replicas: 1,
             partitions_per_table: 0,
             lock_wait_timeout_ms: 1500,
+            transaction_inactive_timeout_ms: 0,
             max_frame_bytes: crate::proto::DEFAULT_MAX_FRAME_BYTES,
             heartbeat_interval_ms: 100,
             heartbeat_missed: 5,

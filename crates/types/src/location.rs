@@ -37,7 +37,7 @@ pub fn placement_warnings(config: &ClusterConfig) -> Vec<String> {
     }
     let mut warnings = Vec::new();
     let unnamed: Vec<_> = config.datanodes.iter().filter(|d| d.location_domain.is_none()).map(|d| d.node_id).collect();
-    if !unnamed.is_empty() {
+    if !unnamed.is_empty() && !named.is_empty() {
         warnings.push(format!(
             "data nodes {unnamed:?} name no location_domain while others do: clients of a domain never prefer them; give every data node its domain"
         ));
@@ -113,6 +113,7 @@ mod tests {
     #[test]
     fn a_good_placement_has_no_warning() {
         assert!(placement_warnings(&config(&[None, None], None)).is_empty());
+        assert!(placement_warnings(&config(&[None, None], Some("c"))).is_empty(), "only the arbitrator names one");
         assert!(placement_warnings(&config(&[Some("a"), Some("b"), Some("a"), Some("b")], Some("c"))).is_empty());
     }
 

@@ -25,10 +25,12 @@ pub enum AbortCause {
     /// An operation failed (a duplicate key, a bad value, an unknown
     /// table...).
     Error,
+    /// The client sent no request for `transaction_inactive_timeout_ms`.
+    Inactive,
 }
 
 impl AbortCause {
-    pub const ALL: [AbortCause; 7] = [
+    pub const ALL: [AbortCause; 8] = [
         AbortCause::Client,
         AbortCause::Disconnect,
         AbortCause::NodeFailure,
@@ -36,6 +38,7 @@ impl AbortCause {
         AbortCause::Resources,
         AbortCause::ClusterChange,
         AbortCause::Error,
+        AbortCause::Inactive,
     ];
 
     /// The cause of an abort answered with `error` (None: the client asked).
@@ -62,6 +65,7 @@ impl AbortCause {
             AbortCause::Resources => "resources",
             AbortCause::ClusterChange => "cluster_change",
             AbortCause::Error => "error",
+            AbortCause::Inactive => "inactive",
         }
     }
 

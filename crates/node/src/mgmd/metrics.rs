@@ -129,9 +129,12 @@ pub(crate) fn render_usage(out: &mut String, usage: &[(NodeId, Vec<ShardMemory>)
         ("latsdb_lock_waits_total", "counter", "Row-lock requests that had to wait.", |m| m.ops.lock_waits),
         ("latsdb_lock_wait_timeouts_total", "counter", "Row-lock waits that timed out.", |m| m.ops.lock_wait_timeouts),
         ("latsdb_checkpoints_total", "counter", "Local checkpoints a shard completed.", |m| m.ops.checkpoints),
-        ("latsdb_redo_written_bytes_total", "counter", "Bytes appended to a shard's REDO log.", |m| {
-            m.ops.redo_written_bytes
-        }),
+        (
+            "latsdb_redo_written_bytes_total",
+            "counter",
+            "Bytes a shard appended to its REDO log since it started.",
+            |m| m.ops.redo_written_bytes,
+        ),
     ];
     for (name, kind, help, field) in series {
         header(out, name, kind, help);

@@ -75,6 +75,10 @@ pub struct ClusterLayout {
     pub node_groups: u32,
     pub default_partitions: u32,
     pub lock_wait_timeout_ms: u64,
+    /// A coordinator aborts a transaction that has waited this long for
+    /// its client's next request (`[cluster]
+    /// transaction_inactive_timeout_ms`); 0 never does.
+    pub transaction_inactive_timeout_ms: u64,
     /// Data nodes exchange heartbeats at this interval; a node silent for
     /// `heartbeat_missed` intervals is removed from the view.
     pub heartbeat_interval_ms: u64,
@@ -354,6 +358,7 @@ impl ClusterLayout {
                 node_groups: 0,
                 default_partitions: 0,
                 lock_wait_timeout_ms: 1500,
+                transaction_inactive_timeout_ms: 0,
                 heartbeat_interval_ms: 100,
                 heartbeat_missed: 5,
                 epoch_interval_ms: 100,
@@ -405,6 +410,11 @@ impl ClusterLayoutBuilder {
 
     pub fn lock_wait_timeout_ms(mut self, ms: u64) -> Self {
         self.layout.lock_wait_timeout_ms = ms;
+        self
+    }
+
+    pub fn transaction_inactive_timeout_ms(mut self, ms: u64) -> Self {
+        self.layout.transaction_inactive_timeout_ms = ms;
         self
     }
 

@@ -393,7 +393,7 @@ pub struct OpCounts {
     pub tx_request_latency: crate::work::LatencyCounts,
     /// Local checkpoints completed since the shard started.
     pub checkpoints: u64,
-    /// The REDO log's end: bytes ever appended to it (0 without a disk).
+    /// REDO bytes the shard appended since it started (0 without a disk).
     pub redo_written_bytes: u64,
 }
 

@@ -16,7 +16,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The management server's address, as data nodes and API nodes reach it. */}}
 {{- define "latsdb.mgmdAddress" -}}
-{{ include "latsdb.name" . }}-mgmd-0.{{ include "latsdb.name" . }}-mgmd.{{ .Release.Namespace }}.svc.cluster.local:{{ .Values.mgmd.port }}
+{{ include "latsdb.name" . }}-mgmd-0.{{ include "latsdb.name" . }}-mgmd.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:{{ .Values.mgmd.port }}
+{{- end -}}
+
+{{/* The pods' user: the image's (deploy/Dockerfile), owning the volumes. */}}
+{{- define "latsdb.securityContext" -}}
+securityContext:
+  runAsUser: 10001
+  runAsGroup: 10001
+  fsGroup: 10001
 {{- end -}}
 
 {{/* Scrape annotations for Prometheus. */}}
