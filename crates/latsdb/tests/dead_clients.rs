@@ -5,7 +5,8 @@
 //! rows; after each kill another client writes the locked rows, and must
 //! get them within the lock-wait timeout (the cluster's default, 1.5 s),
 //! without a `LockWaitTimeout`. The same for a live client whose request
-//! timed out while its transaction waited for a lock.
+//! timed out while its transaction waited for a lock, and for one that
+//! stops sending requests mid-transaction (the inactive timeout).
 
 mod common;
 
@@ -203,4 +204,51 @@ async fn a_transaction_whose_request_timed_out_leaves_no_lock_behind() {
     let mut next = client.transaction();
     next.execute(vec![lock()]).await.expect("row 1 is free again: the abandoned transaction was aborted");
     next.commit().await.expect("commit");
+}
+
+/// A live client that stops in the middle of a transaction
+/// (`[cluster] transaction_inactive_timeout_ms`): its coordinator aborts
+/// the transaction, another client gets the locked row, and the silent
+/// client's next request says why its transaction is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_left_idle_loses_its_locks_after_the_inactive_timeout() {
+    let mut config = latsdb_types::config::ClusterConfig::local(2, 2, 0);
+    config.cluster.transaction_inactive_timeout_ms = 700;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("idle.toml");
+    std::fs::write(&path, config.to_toml()).expect("write the configuration");
+    let cluster = TestCluster::start(&["--config", path.to_str().unwrap(), "--no-rest", "--no-sql"]);
+    let client = Client::connect(&cluster.mgmd).await.expect("connect");
+    let spec = latsdb_types::TableSpec::new("dc", "idle")
+        .column(latsdb_types::ColumnDef::new("id", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
+        .column(latsdb_types::ColumnDef::new("v", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
+        .primary_key(&["id"]);
+    let t = client.create_table(spec).await.expect("create dc.idle");
+    client.batch(vec![Op::insert(&t, vec![Value::Int(1), Value::Int(0)]).unwrap()]).await.expect("insert row 1");
+
+    let mut silent = client.transaction();
+    silent.execute(vec![Op::update(&t, &[Value::Int(1)], &[("v", Value::Int(5))]).unwrap()]).await.expect("update");
+    // Another client's write of the row waits for the lock (1.5 s at most
+    // per attempt) and gets it once the silent transaction is aborted.
+    let other = Client::connect(&cluster.mgmd).await.expect("connect the other client");
+    let ot = other.table("dc", "idle").await.expect("table dc.idle");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let write = Op::upsert(&ot, vec![Value::Int(1), Value::Int(9)]).unwrap();
+        match other.transaction().execute_commit(vec![write]).await {
+            Ok(_) => break,
+            Err(e) if e.code == latsdb_types::ErrorCode::LockWaitTimeout && Instant::now() < deadline => continue,
+            Err(e) => panic!("the row stayed locked by the idle transaction: {e}"),
+        }
+    }
+    let row = other.get(&ot, &[Value::Int(1)]).await.expect("read").expect("row 1");
+    assert_eq!(row.get(1), Value::Int(9), "the idle transaction's update is gone");
+    let late = silent.execute(vec![Op::read(&t, &[Value::Int(1)]).unwrap()]).await;
+    match late {
+        Err(e) => {
+            assert_eq!(e.code, latsdb_types::ErrorCode::TransactionAborted, "{e}");
+            assert!(e.message.contains("without a request from its client"), "{e}");
+        }
+        Ok(answer) => panic!("the idle transaction went on: {answer:?}"),
+    }
 }
