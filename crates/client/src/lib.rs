@@ -507,7 +507,11 @@ impl Client {
         const MAX_REPLICAS: usize = 4;
         let turn = self.inner.read_rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let replicas = router.replicas().min(MAX_REPLICAS);
-        if replicas <= 1 {
+        // A client of a location domain takes turns over its domain's
+        // replicas (`read_replica_of` counts `turn` over them): a position
+        // below `replicas` would favour the first of two local nodes of
+        // three.
+        if replicas <= 1 || router.has_local() {
             return turn;
         }
         let mut load = [0usize; MAX_REPLICAS];

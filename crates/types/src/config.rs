@@ -212,6 +212,14 @@ pub struct DataNodeSection {
     pub metrics_port: Option<u16>,
 }
 
+/// Whether `host` names no address in particular (the wildcard a server
+/// may bind, which no other process can connect to): `0.0.0.0`, `::`,
+/// `[::]`, or `0`, which the resolver reads as `0.0.0.0`.
+fn is_unspecified(host: &str) -> bool {
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    bare == "0" || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_unspecified())
+}
+
 fn default_host() -> String {
     "127.0.0.1".into()
 }
@@ -294,7 +302,7 @@ impl ClusterConfig {
         }
         let hosts = self.datanodes.iter().map(|d| (format!("datanode {}", d.node_id), &d.host));
         for (who, host) in hosts.chain([("mgmd".to_string(), &self.mgmd.host)]) {
-            if host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_unspecified()) {
+            if is_unspecified(host) {
                 return bad(format!(
                     "{who}: host {host} is not an address others can reach: the layout gives every process the address each node listens on; name the node's own address or host name"
                 ));
@@ -394,6 +402,12 @@ mod tests {
         c.mgmd.host = "db-mgmd-0.db".into();
         c.datanodes[0].host = "::".into();
         assert!(c.validate().unwrap_err().message.contains("datanode 2: host :: is not"));
+        for wildcard in ["[::]", "0"] {
+            c.datanodes[0].host = wildcard.into();
+            assert!(c.validate().is_err(), "{wildcard} was taken for a reachable address");
+        }
+        c.datanodes[0].host = "10.0.0.7".into();
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -260,6 +260,25 @@ mod tests {
                 assert_eq!(router.coordinator_of(p), plain.primary_of(p));
             }
         }
+        // Calls that take turns (a client of a domain passes its rotation)
+        // spread reads evenly over the domain's replicas: here nodes 2 and 4
+        // of a group of three.
+        let mut three = layout.clone();
+        three.replicas = 3;
+        three.node_groups = 1;
+        for d in &mut three.datanodes {
+            d.node_group = 0;
+            d.location_domain = Some(if d.node_id == 3 { "b" } else { "a" }.into());
+        }
+        three.datanodes.truncate(3);
+        let router = Router::for_domain(&three, Some("a"));
+        for p in 0..4 {
+            let mut reads = std::collections::BTreeMap::new();
+            for turn in 0..6 {
+                *reads.entry(router.read_replica_of(p, turn).unwrap().node).or_insert(0) += 1;
+            }
+            assert_eq!(reads.into_iter().collect::<Vec<_>>(), [(2, 3), (4, 3)], "partition {p}");
+        }
         // Node 2 (domain a, group 0) stops: group 0's reads from domain a go
         // to node 3, group 1's stay on node 4.
         layout.datanodes[0].status = NodeStatus::NotStarted;

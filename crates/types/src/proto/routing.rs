@@ -167,6 +167,12 @@ impl Router {
         Some(self.local_replica(nodes, place.slot as usize, 0).unwrap_or(primary))
     }
 
+    /// Whether the router was made for a location domain that some node is
+    /// in: its reads then prefer that domain (`read_replica_of`).
+    pub fn has_local(&self) -> bool {
+        self.has_local
+    }
+
     /// Whether `node` is in the domain this router was made for.
     pub fn is_local(&self, node: NodeId) -> bool {
         self.groups.iter().flatten().any(|m| m.node == node && m.local)
