@@ -169,7 +169,9 @@ pub fn spawn_logged(mut cmd: std::process::Command, log: &Path) -> Result<Child,
     cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))
 }
 
-fn wait_for_file(path: &Path, timeout: Duration) -> Result<String, String> {
+/// Waits (bounded) until `path` holds text (a process's ready file) and
+/// returns it trimmed.
+pub fn wait_for_file(path: &Path, timeout: Duration) -> Result<String, String> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(text) = std::fs::read_to_string(path) {

@@ -11,7 +11,7 @@ mod bank;
 mod campaign;
 pub use campaign::go_binary;
 mod cluster;
-pub use cluster::{spawn_logged, wait_all_started};
+pub use cluster::{spawn_logged, wait_all_started, wait_for_file};
 mod hosts;
 /// Hosts made of network namespaces, for tests that place processes on
 /// several "machines" (crates/latsdb/tests/multi_host.rs).

@@ -35,6 +35,17 @@ fn wait_for_line(child: &mut Child, line: &str, within: Duration) {
     }
 }
 
+/// Creates `dc.NAME (id BIGINT PRIMARY KEY, v BIGINT)` holding row (1, 0).
+async fn table_with_row_1(client: &Client, name: &str) -> std::sync::Arc<latsdb_client::Table> {
+    let spec = latsdb_types::TableSpec::new("dc", name)
+        .column(latsdb_types::ColumnDef::new("id", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
+        .column(latsdb_types::ColumnDef::new("v", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
+        .primary_key(&["id"]);
+    let t = client.create_table(spec).await.unwrap_or_else(|e| panic!("create dc.{name}: {e}"));
+    client.batch(vec![Op::insert(&t, vec![Value::Int(1), Value::Int(0)]).unwrap()]).await.expect("insert row 1");
+    t
+}
+
 /// Kills `child` with SIGKILL and reaps it.
 fn kill(mut child: Child) {
     sigkill(child.id() as i32);
@@ -170,12 +181,7 @@ async fn killed_clients_leave_no_lock_behind() {
 async fn a_transaction_whose_request_timed_out_leaves_no_lock_behind() {
     let cluster = TestCluster::start(&["--no-rest", "--no-sql"]);
     let client = Client::connect(&cluster.mgmd).await.expect("connect");
-    let spec = latsdb_types::TableSpec::new("dc", "t")
-        .column(latsdb_types::ColumnDef::new("id", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
-        .column(latsdb_types::ColumnDef::new("v", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
-        .primary_key(&["id"]);
-    let t = client.create_table(spec).await.expect("create dc.t");
-    client.batch(vec![Op::insert(&t, vec![Value::Int(1), Value::Int(0)]).unwrap()]).await.expect("insert row 1");
+    let t = table_with_row_1(&client, "t").await;
     let lock = || Op::read_locked(&t, &[Value::Int(1)], latsdb_client::LockMode::Exclusive).unwrap();
 
     let mut holder = client.transaction();
@@ -219,12 +225,7 @@ async fn a_transaction_left_idle_loses_its_locks_after_the_inactive_timeout() {
     std::fs::write(&path, config.to_toml()).expect("write the configuration");
     let cluster = TestCluster::start(&["--config", path.to_str().unwrap(), "--no-rest", "--no-sql"]);
     let client = Client::connect(&cluster.mgmd).await.expect("connect");
-    let spec = latsdb_types::TableSpec::new("dc", "idle")
-        .column(latsdb_types::ColumnDef::new("id", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
-        .column(latsdb_types::ColumnDef::new("v", latsdb_types::ColumnType::int(latsdb_types::IntWidth::Big)))
-        .primary_key(&["id"]);
-    let t = client.create_table(spec).await.expect("create dc.idle");
-    client.batch(vec![Op::insert(&t, vec![Value::Int(1), Value::Int(0)]).unwrap()]).await.expect("insert row 1");
+    let t = table_with_row_1(&client, "idle").await;
 
     let mut silent = client.transaction();
     silent.execute(vec![Op::update(&t, &[Value::Int(1)], &[("v", Value::Int(5))]).unwrap()]).await.expect("update");

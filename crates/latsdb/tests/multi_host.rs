@@ -67,16 +67,8 @@ fn config(hosts: &Hosts) -> ClusterConfig {
 }
 
 fn wait_for_file(path: &Path, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if !text.trim().is_empty() {
-                return text.trim().to_string();
-            }
-        }
-        assert!(Instant::now() < deadline, "{what} did not start within 30 s (its log is next to {})", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    latsdb_chaos::wait_for_file(path, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{what} did not start: {e} (its log is next to {})", path.display()))
 }
 
 /// Starts the management server, both data nodes (under their angels) and

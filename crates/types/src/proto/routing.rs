@@ -70,6 +70,7 @@ impl Router {
             })
             .collect();
         let has_local = groups.iter().flatten().any(|m| m.local);
+        debug_assert!(!has_local || domain.is_some(), "nodes marked local for a router of no domain");
         let (placement, mut moving) = layout.current_placement();
         moving.sort_unstable_by_key(|m| m.partition);
         Router { groups, placement, default_groups: layout.default_groups(), moving, has_local }
