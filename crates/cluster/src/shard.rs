@@ -504,15 +504,17 @@ impl Shard {
         Some(DbError::new(ErrorCode::NotServing, why))
     }
 
-    pub fn on_peer(&mut self, from: ShardAddr, msg: PeerMsg, now: Micros, out: &mut Outbox) {
+    /// A message from shard `from` of the data-node process `pid` (the
+    /// host knows it from the link's `Hello::Peer`).
+    pub fn on_peer(&mut self, from: ShardAddr, pid: u32, msg: PeerMsg, now: Micros, out: &mut Outbox) {
         self.cx.now = now;
         if msg.malformed().is_some() {
             // No shard sends it; nothing the receiver could answer would
             // help the sender, so it is dropped unanswered.
             return;
         }
-        if !self.listens_to(from, &msg) {
-            self.refuse_peer(from, msg, out);
+        if !self.listens_to(from, pid, &msg) {
+            self.refuse_peer(from, pid, msg, out);
             return;
         }
         let msg = match msg {
@@ -545,12 +547,21 @@ impl Shard {
     /// layout lags behind the node's admission, and the sender gets a
     /// retriable refusal). A stray prepare staged here would hold its row
     /// lock for ever, and a stray commit could contradict the takeover.
-    fn listens_to(&self, from: ShardAddr, msg: &PeerMsg) -> bool {
+    /// Nor is a process other than the one the layout lists for the node:
+    /// a previous process's operations, held back by a network fault and
+    /// staged on the node's admitted next process, held that process's
+    /// node restart back for good (fault campaign seed 145). Early
+    /// messages are exempt: a copy request and a newer takeover report are
+    /// checked against the layout when they are acted on.
+    fn listens_to(&self, from: ShardAddr, pid: u32, msg: &PeerMsg) -> bool {
         let early = match msg {
             PeerMsg::SyncRequest { .. } => true,
             PeerMsg::TakeoverReport(r) => r.version > self.cx.layout.version,
             _ => false,
         };
+        if !early && self.cx.layout.lists_other_process(from.node, pid) {
+            return false;
+        }
         let primary_role = matches!(
             msg,
             PeerMsg::ReplicaPrepare { .. }
@@ -573,11 +584,17 @@ impl Shard {
     /// layout newer than this shard's (admitted a moment ago), and would
     /// otherwise wait for ever. A refusal cannot contradict a takeover:
     /// nothing is locked.
-    fn refuse_peer(&mut self, from: ShardAddr, msg: PeerMsg, out: &mut Outbox) {
-        let refusal = DbError::new(
-            ErrorCode::NotServing,
-            format!("shard {} does not yet see node {} as started; nothing was done, retry", self.cx.me(), from.node),
-        );
+    fn refuse_peer(&mut self, from: ShardAddr, pid: u32, msg: PeerMsg, out: &mut Outbox) {
+        let why = if self.cx.layout.lists_other_process(from.node, pid) {
+            format!(
+                "shard {} knows another process of data node {} than pid {pid}; nothing was done, retry",
+                self.cx.me(),
+                from.node
+            )
+        } else {
+            format!("shard {} does not yet see node {} as started; nothing was done, retry", self.cx.me(), from.node)
+        };
+        let refusal = DbError::new(ErrorCode::NotServing, why);
         match msg {
             PeerMsg::ReplicaPrepare { tx, writes } | PeerMsg::ReplicaApply { tx, writes, .. } => {
                 let results = writes.iter().map(|w| (w.idx, Some(refusal.clone()))).collect();

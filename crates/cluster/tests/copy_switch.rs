@@ -130,7 +130,7 @@ impl Net {
             return;
         }
         let mut out = Outbox::default();
-        self.shards[index(to)].on_peer(from, msg, self.now, &mut out);
+        self.shards[index(to)].on_peer(from, 0, msg, self.now, &mut out);
         self.collect(to, &mut out);
     }
 

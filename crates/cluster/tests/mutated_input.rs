@@ -69,7 +69,7 @@ fn mutated_requests_never_panic_a_shard() {
         // Peer messages with garbage must not panic either.
         if let Ok(msg) = proto::decode_body::<PeerMsg>(&bytes) {
             let mut out = Outbox::default();
-            shard.on_peer(ShardAddr { node: 2, shard: 0 }, msg, now, &mut out);
+            shard.on_peer(ShardAddr { node: 2, shard: 0 }, 0, msg, now, &mut out);
         }
     }
     assert!(decoded > 20_000, "too few mutated requests decoded ({decoded}) to exercise the shard");

@@ -96,7 +96,7 @@ impl Net {
                 continue;
             }
             let mut out = Outbox::default();
-            self.shards[index(to)].on_peer(from, msg, 0, &mut out);
+            self.shards[index(to)].on_peer(from, 0, msg, 0, &mut out);
             self.collect(to, &mut out);
         }
     }
@@ -449,7 +449,7 @@ impl Net {
             for _ in 0..3 {
                 if let Some((from, to, msg)) = self.wire.queue.pop_front() {
                     let mut out = Outbox::default();
-                    self.shards[index(to)].on_peer(from, msg, now, &mut out);
+                    self.shards[index(to)].on_peer(from, 0, msg, now, &mut out);
                     self.collect(to, &mut out);
                 }
             }

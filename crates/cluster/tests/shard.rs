@@ -90,7 +90,7 @@ impl Pump {
             };
             let dst = self.index(to);
             let from_addr = self.shards[src].address();
-            self.shards[dst].on_peer(from_addr, msg, self.now, &mut out);
+            self.shards[dst].on_peer(from_addr, 0, msg, self.now, &mut out);
             // Messages produced by `dst` come from `dst`.
             for (to, msg) in out.peer.drain(..) {
                 queue.push_back((dst, to, msg));
@@ -282,15 +282,17 @@ fn unexpected_peer_messages_are_ignored_not_fatal() {
     // TxCommitted for an idle transaction, results for operations that do not
     // exist, results from a shard that was never asked, commits and aborts
     // for unknown transactions: none may panic or answer the client.
-    p.shards[s].on_peer(me, PeerMsg::TxCommitted { tx }, 0, &mut out);
+    p.shards[s].on_peer(me, 0, PeerMsg::TxCommitted { tx }, 0, &mut out);
     p.shards[s].on_peer(
         me,
+        0,
         PeerMsg::TxOpResults { tx, results: vec![(99, OpResult::Done)], epoch: latsdb_types::proto::CommitEpoch(1) },
         0,
         &mut out,
     );
     p.shards[s].on_peer(
         stranger,
+        0,
         PeerMsg::TxOpResults { tx, results: vec![(0, OpResult::Done)], epoch: latsdb_types::proto::CommitEpoch(1) },
         0,
         &mut out,
@@ -298,11 +300,12 @@ fn unexpected_peer_messages_are_ignored_not_fatal() {
     let ghost = TxId { tc: me, seq: 123_456 };
     p.shards[s].on_peer(
         stranger,
+        0,
         PeerMsg::TxCommit { tx: ghost, epoch: latsdb_types::proto::CommitEpoch(1) },
         0,
         &mut out,
     );
-    p.shards[s].on_peer(stranger, PeerMsg::TxAbort { tx: ghost }, 0, &mut out);
+    p.shards[s].on_peer(stranger, 0, PeerMsg::TxAbort { tx: ghost }, 0, &mut out);
     assert!(out.client.is_empty());
     p.deliver(s, out);
     // The transaction still commits normally.
@@ -548,7 +551,7 @@ fn a_coordinator_aborts_a_transaction_it_does_not_have() {
     let lock = p.op(id, OpKind::Read { lock: LockMode::Exclusive });
     let mut out = Outbox::default();
     let from = p.shards[0].address();
-    p.shards[1].on_peer(from, PeerMsg::TxOps { tx: stale, ops: vec![(0, lock)] }, p.now, &mut out);
+    p.shards[1].on_peer(from, 0, PeerMsg::TxOps { tx: stale, ops: vec![(0, lock)] }, p.now, &mut out);
     p.deliver(1, out);
 
     let read = p.op(id, OpKind::Read { lock: LockMode::Exclusive });
@@ -557,6 +560,54 @@ fn a_coordinator_aborts_a_transaction_it_does_not_have() {
         matches!(p.take(2), Some(ClientResponse::TxExec { committed: true, .. })),
         "the stale transaction still locks the row"
     );
+}
+
+/// What a data node's previous process sent and a network fault held
+/// back is not acted on once the layout lists the node's next process:
+/// its operations are refused (retriably, to whichever process now has the
+/// address) and lock nothing, however the layout lists the node.
+#[test]
+fn messages_of_a_previous_process_are_refused() {
+    let mut p = Pump::new();
+    let mut with_pids = layout();
+    with_pids.datanodes[0].pid = 20;
+    with_pids.datanodes[1].pid = 30;
+    with_pids.version += 1;
+    for i in 0..p.shards.len() {
+        let mut out = Outbox::default();
+        p.shards[i].set_layout(with_pids.clone(), p.now, &mut out);
+        p.deliver(i, out);
+    }
+    // A key whose primary is shard 3.0, locked by a transaction of 2.0.
+    let id = (0..).find(|&i| p.owner(&p.op(i, OpKind::Delete)) == 1).unwrap();
+    let insert = p.op(id, OpKind::Insert { row: vec![Value::Int(id), Value::Int(10)] });
+    p.request(1, 1, 1, ClientRequest::Batch(vec![insert]));
+    assert_eq!(p.take(1), Some(ClientResponse::Batch(vec![OpResult::Done])));
+    let from = p.shards[0].address();
+    let lock = p.op(id, OpKind::Read { lock: LockMode::Exclusive });
+
+    // From pid 19, the node's previous process: refused, nothing locked.
+    let stale = TxId { tc: from, seq: 7 };
+    let mut out = Outbox::default();
+    p.shards[1].on_peer(from, 19, PeerMsg::TxOps { tx: stale, ops: vec![(0, lock.clone())] }, p.now, &mut out);
+    assert_eq!(p.shards[1].activity(), (0, 0, 0), "an operation of a previous process was executed");
+    let refusal = out.peer.iter().find_map(|(to, msg)| match msg {
+        PeerMsg::TxOpsReturned { tx, ops, error } if *to == from && *tx == stale => Some((ops.len(), error.clone())),
+        _ => None,
+    });
+    match refusal {
+        Some((1, e)) => {
+            assert_eq!(e.code, ErrorCode::NotServing);
+            assert!(e.message.contains("another process of data node 2 than pid 19"), "{}", e.message);
+        }
+        other => panic!("expected the operation handed back with a retriable refusal, got {other:?}"),
+    }
+
+    // From pid 20, the process the layout lists: executed as always.
+    let live = TxId { tc: from, seq: 8 };
+    let mut out = Outbox::default();
+    p.shards[1].on_peer(from, 20, PeerMsg::TxOps { tx: live, ops: vec![(0, lock)] }, p.now, &mut out);
+    assert_eq!(p.shards[1].activity().2, 1, "the listed process's lock was not taken");
 }
 
 #[test]

@@ -346,14 +346,21 @@ impl Host {
 
     /// A peer link must come from a started (or restarting) node's shard, from the host that
     /// node registered. (A shared cluster secret is still to come.)
-    fn check_peer(&self, from: ShardAddr, ip: Option<std::net::IpAddr>) -> Result<()> {
+    /// A peer link is taken from a started (or starting) shard's host, and
+    /// from the process the layout lists for its node: a link of a
+    /// previous process (its connection held back by a network fault)
+    /// must not speak for the node's next one.
+    fn check_peer(&self, from: ShardAddr, pid: u32, ip: Option<std::net::IpAddr>) -> Result<()> {
         let layout = self.layout.borrow();
-        let registered = layout
-            .datanode(from.node)
-            .filter(|d| d.status.takes_writes())
-            .and_then(|d| d.shards.get(from.shard as usize))
-            .and_then(|a| a.parse::<std::net::SocketAddr>().ok());
+        let node = layout.datanode(from.node).filter(|d| d.status.takes_writes());
+        let registered =
+            node.and_then(|d| d.shards.get(from.shard as usize)).and_then(|a| a.parse::<std::net::SocketAddr>().ok());
         match (registered, ip) {
+            (Some(_), _) if layout.lists_other_process(from.node, pid) => Err(DbError::bad_request(format!(
+                "peer link from shard {from} of process {pid}: the cluster layout lists process {} for data node {}",
+                node.map_or(0, |d| d.pid),
+                from.node
+            ))),
             (Some(addr), Some(ip)) if addr.ip() == ip || (addr.ip().is_loopback() && ip.is_loopback()) => Ok(()),
             (Some(_), _) => Err(DbError::bad_request(format!(
                 "peer link claiming to be shard {from} comes from {ip:?}, not its host"
@@ -378,10 +385,10 @@ impl Host {
     /// layout yet a moment for the layout to arrive: the nodes learn of each
     /// other's start at slightly different times, and a refused link would
     /// lose what the peer queued on it.
-    async fn check_peer_soon(&self, from: ShardAddr, ip: Option<std::net::IpAddr>) -> Result<()> {
+    async fn check_peer_soon(&self, from: ShardAddr, pid: u32, ip: Option<std::net::IpAddr>) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
-            match self.check_peer(from, ip) {
+            match self.check_peer(from, pid, ip) {
                 Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
                 checked => return checked,
             }
@@ -786,13 +793,13 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
             host.shard.borrow_mut().on_disconnect(conn, host.now(), &mut out);
             host.dispatch(&mut out);
         }
-        Hello::Peer { from, .. } => {
+        Hello::Peer { from, pid, .. } => {
             let checked = match host.check_peer_identity(identity.as_ref(), peer_ip) {
-                Ok(()) => host.check_peer_soon(from, peer_ip).await,
+                Ok(()) => host.check_peer_soon(from, pid, peer_ip).await,
                 Err(e) => Err(e),
             };
             match checked {
-                Ok(()) => serve_peer(&host, from, &mut reader).await,
+                Ok(()) => serve_peer(&host, from, pid, &mut reader).await,
                 Err(e) => {
                     crate::log("datanode", format!("shard {}: refused a peer link: {}", host.me, e.message));
                     let _ = tx.send(error_frame(req_id, e));
@@ -803,15 +810,16 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
 }
 
 /// Takes a checked peer's messages until its link closes.
-async fn serve_peer(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<LinkReader>) {
+async fn serve_peer(host: &Rc<Host>, from: ShardAddr, pid: u32, reader: &mut FrameReader<LinkReader>) {
     // The process the layout lists for the peer as its link opens.
     let process = |host: &Host| host.layout.borrow().datanode(from.node).map(|d| (d.pid, d.shards.clone()));
     let opened_by = process(host);
-    peer_loop(host, from, reader).await;
+    peer_loop(host, from, pid, reader).await;
     // A link of a process that has since been replaced may close late (a
     // network fault held back its end): that says nothing of the process
     // running now, which must not be suspected for it.
-    if from.shard == 0 && process(host) == opened_by {
+    let listed = !host.layout.borrow().lists_other_process(from.node, pid);
+    if from.shard == 0 && listed && process(host) == opened_by {
         // A killed node's links break at once: suspect it now
         // rather than after the missed heartbeats.
         crate::log(
@@ -855,7 +863,7 @@ async fn client_loop(
     }
 }
 
-async fn peer_loop(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<LinkReader>) {
+async fn peer_loop(host: &Rc<Host>, from: ShardAddr, pid: u32, reader: &mut FrameReader<LinkReader>) {
     let mut out = Outbox::default();
     loop {
         match reader.next().await {
@@ -870,7 +878,7 @@ async fn peer_loop(host: &Rc<Host>, from: ShardAddr, reader: &mut FrameReader<Li
                             shard = host.shard.borrow_mut();
                             continue;
                         }
-                        shard.on_peer(from, msg, now, &mut out);
+                        shard.on_peer(from, pid, msg, now, &mut out);
                     }
                     drop(shard);
                     host.dispatch(&mut out);
@@ -948,7 +956,7 @@ async fn peer_link(
         return;
     }
     let (_r, mut w) = stream.into_split();
-    let hello = proto::frame(0, &Hello::Peer { protocol: PROTOCOL_VERSION, from: host.me });
+    let hello = proto::frame(0, &Hello::Peer { protocol: PROTOCOL_VERSION, from: host.me, pid: std::process::id() });
     if tokio::io::AsyncWriteExt::write_all(&mut w, &hello).await.is_err() {
         host.forget_link(to, &link);
         return;

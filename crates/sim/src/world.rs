@@ -281,7 +281,9 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
                     host: "sim".into(),
                     status: NodeStatus::Started,
                     shards: (0..cfg.shards_per_node).map(|s| format!("sim:{n}.{s}")).collect(),
-                    pid: 0,
+                    // Each process has its own number, as a real one has its
+                    // pid; a node started again gets a new one (`new_process`).
+                    pid: 1 + n as u32,
                     location_domain: None,
                 })
                 .collect(),
@@ -299,6 +301,24 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
 impl World {
     /// Changes a node's status in the management server's layout, which
     /// makes it a new version (as the management server does).
+    /// The process number of node `n`'s running process.
+    fn pid_of(&self, n: usize) -> u32 {
+        self.base_layout.datanodes[n].pid
+    }
+
+    /// Node `n` runs a new process: the layouts name it by a number no
+    /// process had before, so that what the previous one sent and the
+    /// network held back is not taken for the new one's.
+    pub(super) fn new_process(&mut self, n: usize) {
+        let pid = self.base_layout.datanodes.iter().map(|d| d.pid).max().unwrap_or(0) + 1;
+        self.base_layout.datanodes[n].pid = pid;
+        self.base_layout.version += 1;
+        debug_assert!(
+            self.base_layout.datanodes.iter().filter(|d| d.pid == pid).count() == 1,
+            "a process number is used once"
+        );
+    }
+
     fn set_base_status(&mut self, n: usize, status: NodeStatus) {
         if self.base_layout.datanodes[n].status != status {
             self.base_layout.datanodes[n].status = status;
@@ -615,7 +635,8 @@ impl World {
                 continue;
             }
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
-            self.shards[t].on_peer(src, msg, self.now, &mut out);
+            let pid = self.pid_of((src.node - 2) as usize);
+            self.shards[t].on_peer(src, pid, msg, self.now, &mut out);
             self.read_pages_now(t, &mut out);
             self.run_disk_ops(t, &mut out);
             let from = self.addrs[t];
@@ -906,7 +927,9 @@ impl World {
 
     fn at_shard(&mut self, s: usize, payload: Payload) {
         match payload {
-            Payload::Peer { from, msg } => self.shard_step(s, |shard, now, out| shard.on_peer(from, msg, now, out)),
+            Payload::Peer { from, pid, msg } => {
+                self.shard_step(s, |shard, now, out| shard.on_peer(from, pid, msg, now, out))
+            }
             Payload::Request { conn, req_id, req } => self.shard_step(s, |shard, now, out| {
                 // As a data node does: a batch of committed reads runs
                 // straight from its frame, anything else decoded.
@@ -1000,9 +1023,10 @@ impl World {
         self.shards[s].check();
         self.run_disk_ops(s, &mut out);
         let me = self.addrs[s];
+        let pid = self.pid_of(self.node_of_shard(s));
         for (to, msg) in out.peer.drain(..) {
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
-            self.send(Endpoint::Shard(s), Endpoint::Shard(t), Payload::Peer { from: me, msg });
+            self.send(Endpoint::Shard(s), Endpoint::Shard(t), Payload::Peer { from: me, pid, msg });
         }
         let encoded = out.frames.drain(..).map(|(conn, frame)| {
             let header = latsdb_types::proto::FRAME_HEADER;

@@ -336,7 +336,7 @@ fn every_variant<T: Serialize + DeserializeOwned + PartialEq + Debug>(
 fn client_messages_round_trip() {
     every_variant(2, |g, v| match v {
         0 => Hello::Client { protocol: g.u32(), name: g.string() },
-        _ => Hello::Peer { protocol: g.u32(), from: g.shard() },
+        _ => Hello::Peer { protocol: g.u32(), from: g.shard(), pid: g.u32() },
     });
     every_variant(6, |g, v| match v {
         0 => ClientRequest::Batch(g.list(5, Gen::key_op)),

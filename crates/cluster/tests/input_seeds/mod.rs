@@ -177,7 +177,7 @@ pub fn run_frames(data: &[u8]) {
             }
         }
         if let Ok(msg) = proto::decode_body::<PeerMsg>(body) {
-            shard.on_peer(ShardAddr { node: 2, shard: 0 }, msg, now, &mut out);
+            shard.on_peer(ShardAddr { node: 2, shard: 0 }, 0, msg, now, &mut out);
         }
         // The management server and a data node's greeting decode these;
         // decoding alone must hold (their handlers need a running node).

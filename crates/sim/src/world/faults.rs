@@ -270,6 +270,7 @@ impl World {
     fn start_joining(&mut self, n: usize, initial: bool) {
         self.dead.remove(&n);
         self.restarted_at[n] = self.now;
+        self.new_process(n);
         let groups: BTreeMap<NodeId, u32> =
             self.base_layout.datanodes.iter().map(|d| (d.node_id, d.node_group)).collect();
         let mut m = Membership::new(MembershipConfig {
@@ -470,6 +471,9 @@ impl World {
         for n in 0..self.base_layout.datanodes.len() {
             let status = if nodes.contains(&n) { NodeStatus::Started } else { NodeStatus::NotStarted };
             self.set_base_status(n, status);
+            if nodes.contains(&n) {
+                self.new_process(n);
+            }
         }
         self.base_layout.version += 1;
         let layout = self.base_layout.of_view(first, &ids);

@@ -109,8 +109,18 @@ pub struct ScanPage {
 /// First frame on a data-node connection.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum Hello {
-    Client { protocol: u32, name: String },
-    Peer { protocol: u32, from: ShardAddr },
+    Client {
+        protocol: u32,
+        name: String,
+    },
+    /// A link from shard `from` of the data-node process `pid`: what
+    /// comes over it is that process's alone, so a receiver can tell its
+    /// late messages from those of the node's next process.
+    Peer {
+        protocol: u32,
+        from: ShardAddr,
+        pid: u32,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

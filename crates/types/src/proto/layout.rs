@@ -159,6 +159,16 @@ impl ClusterLayout {
         self.datanodes.iter().find(|d| d.node_id == node)
     }
 
+    /// Whether the layout lists a process of data node `node` other than
+    /// `pid`. What process `pid` sends then comes late from a process that
+    /// died (a network fault held it back), or early from a new one this
+    /// layout does not know yet. A layout that lists no process for the
+    /// node (pid 0: not started, or a node of the simulator's first
+    /// layout) names no other.
+    pub fn lists_other_process(&self, node: NodeId, pid: u32) -> bool {
+        self.datanode(node).is_some_and(|d| d.pid != 0 && d.pid != pid)
+    }
+
     /// Whether the node takes part in writes (started, or starting).
     pub fn takes_writes(&self, node: NodeId) -> bool {
         self.datanode(node).is_some_and(|d| d.status.takes_writes())
