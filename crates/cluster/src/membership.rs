@@ -720,8 +720,11 @@ impl Membership {
 }
 
 /// The arbitrator's side (run by the management server): an acceptor with
-/// no heartbeats. It breaks ties between two halves of the cluster.
-#[derive(Debug, Default)]
+/// no heartbeats. It breaks ties between two halves of the cluster. Its
+/// state is what it has promised and accepted: the management server keeps
+/// it on disk before it answers (a voter that forgot its promises could let
+/// two halves both win).
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Arbiter {
     epoch: ViewNumber,
     members: Vec<NodeId>,

@@ -309,6 +309,9 @@ fn data_nodes_connect_again_after_the_management_server_lost_them_all() {
     procs.0[0] = restarted;
     // (The new process's cluster log starts empty: once more is once.)
     back_again(1, "after_mgmd_restart");
+    // Its arbitrator took back the votes its previous process kept.
+    let log = std::fs::read_to_string(dir.path().join("mgmd.log")).unwrap();
+    assert!(log.contains("loaded the arbitrator's votes: view"), "the restarted server kept no votes:\n{log}");
 
     // A node that dies now is started again and rejoins.
     common::sigkill(pids[1]);

@@ -177,7 +177,17 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             format!("loaded {} table definitions; durable epoch {}", persisted.tables.len(), persisted.durable_epoch),
         );
     }
-    let arbiter = Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect());
+    // The votes the last process kept: a cluster it arbitrated may still
+    // run, and a tie it is asked to break again must be broken the same way.
+    // (A cluster that forms replaces them with its first view.)
+    let saved_votes = match &opts.data_dir {
+        Some(dir) => state::load_votes(dir)?,
+        None => None,
+    };
+    if let Some(votes) = &saved_votes {
+        log("mgmd", format!("loaded the arbitrator's votes: view {}", votes.view().0));
+    }
+    let arbiter = saved_votes.unwrap_or_else(|| Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect()));
     let mgmd = Arc::new(Mgmd {
         data_dir: opts.data_dir.clone(),
         tls: opts.tls.clone(),
@@ -408,6 +418,15 @@ impl Mgmd {
             let from = ip.map_or("?".to_string(), |ip| ip.to_string());
             DbError::new(ErrorCode::AccessDenied, format!("refused {kind} from {from}: {why}"))
         })
+    }
+
+    /// Keeps the arbitrator's votes on disk (synced) when this server has a
+    /// data folder.
+    fn keep_votes(&self, arbiter: &Arbiter) -> Result<()> {
+        match &self.data_dir {
+            Some(dir) => state::write_votes(dir, arbiter),
+            None => Ok(()),
+        }
     }
 
     /// Writes the schema, durable epoch and last view (atomically: a
@@ -953,10 +972,21 @@ impl Mgmd {
 
     /// A membership message from a data node to the arbitrator. A view a
     /// president installed becomes the layout clients read.
+    /// The arbitrator answers only once its votes are on disk: one that
+    /// cannot keep them does not vote (it is a voter that does not answer).
     fn arbitrate(&self, from: NodeId, msg: latsdb_types::proto::MemberMsg) -> Option<latsdb_types::proto::MemberMsg> {
         let mut state = self.lock();
+        let votes_before = state.arbiter.clone();
         let before = state.arbiter.view().0;
         let answer = state.arbiter.on_message(msg);
+        if state.arbiter != votes_before {
+            if let Err(e) = self.keep_votes(&state.arbiter) {
+                state.arbiter = votes_before;
+                drop(state);
+                self.event(Severity::Alert, format!("the arbitrator did not answer data node {from}: {}", e.message));
+                return None;
+            }
+        }
         let (epoch, members) = state.arbiter.view();
         // (Before the cluster forms, a late message of the last run's
         // processes may still move the arbiter; the view the layout names

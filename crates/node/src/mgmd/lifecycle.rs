@@ -262,6 +262,16 @@ impl Mgmd {
     /// views its data nodes installed meanwhile (the arbiter followed
     /// them) and the nodes whose new process registered meanwhile as not
     /// started (their old process is gone; they join by a node restart).
+    /// Keeps the votes of an arbitrator that starts at a new view. They
+    /// hold no promise yet, so failing to keep them loses nothing a
+    /// restarted server could contradict: it would load older votes, which
+    /// the running cluster's view replaces (`resume`).
+    fn keep_votes_or_warn(&self, arbiter: &Arbiter) {
+        if let Err(e) = self.keep_votes(arbiter) {
+            self.event(Severity::Warning, format!("the arbitrator's new view is not on disk: {}", e.message));
+        }
+    }
+
     fn resume(&self, state: &mut State, stopped: StoppedCluster) {
         debug_assert!(!state.formed, "resuming a cluster that runs");
         let mut layout = stopped.layout;
@@ -283,6 +293,7 @@ impl Mgmd {
             let members: Vec<NodeId> =
                 layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).map(|d| d.node_id).collect();
             state.arbiter = Arbiter::new_at(layout.view, members);
+            self.keep_votes_or_warn(&state.arbiter);
         }
         state.layout = layout;
         state.ever_started = stopped.ever_started;
@@ -342,6 +353,7 @@ impl Mgmd {
             state.layout.view = first;
             state.recovery.clear();
             state.arbiter = Arbiter::new_at(first, view.clone());
+            self.keep_votes_or_warn(&state.arbiter);
             self.event(
                 Severity::Info,
                 format!("the cluster has formed: data nodes {view:?} now watch each other (view {first})"),

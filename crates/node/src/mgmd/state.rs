@@ -285,9 +285,56 @@ pub(super) fn load_state(dir: &std::path::Path) -> Result<Persisted> {
 /// Writes the state atomically: a temporary file, synced, renamed over the
 /// old one, and the folder synced.
 pub(super) fn write_state(dir: &std::path::Path, state: &Persisted) -> Result<()> {
-    let bytes = proto::frame(STATE_FORMAT, state);
-    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-    let path = dir.join(STATE_FILE);
+    write_framed(dir, STATE_FILE, STATE_FORMAT, state)
+}
+
+/// The arbitrator's votes (`Arbiter`: the view it knows, what it promised
+/// and accepted), in a file of their own: they change with every view
+/// change, apart from the schema.
+const VOTES_FILE: &str = "arbiter-votes.bin";
+const VOTES_FORMAT: u64 = 1;
+
+/// Keeps the arbitrator's votes on disk, synced, before it answers.
+pub(super) fn write_votes(dir: &std::path::Path, votes: &latsdb_cluster::membership::Arbiter) -> Result<()> {
+    write_framed(dir, VOTES_FILE, VOTES_FORMAT, votes)
+}
+
+/// The arbitrator's votes as the last process kept them; None if it kept
+/// none (a first start, or a server that ran without a data folder).
+pub(super) fn load_votes(dir: &std::path::Path) -> Result<Option<latsdb_cluster::membership::Arbiter>> {
+    let path = dir.join(VOTES_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(DbError::io(&format!("reading {}", path.display()), e)),
+    };
+    let damaged = |why: String| {
+        DbError::new(
+            ErrorCode::Io,
+            format!(
+                "{} is damaged ({why}); the arbitrator's votes cannot be known: remove the file only if no data node of this cluster runs (start them all again: a system restart)",
+                path.display()
+            ),
+        )
+    };
+    let whole =
+        bytes.len() >= 12 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize + 4 == bytes.len();
+    if !whole {
+        return Err(damaged("truncated".into()));
+    }
+    let format = u64::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if format != VOTES_FORMAT {
+        return Err(damaged(format!("format {format}, where this latsdb writes {VOTES_FORMAT}")));
+    }
+    proto::decode_body(&bytes[12..]).map(Some).map_err(|e| damaged(e.message))
+}
+
+/// Writes `value` framed with `format` atomically: a temporary file,
+/// synced, renamed over the old one, and the folder synced.
+fn write_framed<T: serde::Serialize>(dir: &std::path::Path, file: &str, format: u64, value: &T) -> Result<()> {
+    let bytes = proto::frame(format, value);
+    let tmp = dir.join(format!("{file}.tmp"));
+    let path = dir.join(file);
     let write = || -> std::io::Result<()> {
         use std::io::Write;
         let mut f = std::fs::File::create(&tmp)?;
@@ -463,6 +510,39 @@ mod tests {
         std::fs::write(dir.join(STATE_FILE), proto::frame(STATE_FORMAT + 1, &state)).unwrap();
         let refused = load_state(&dir).err().unwrap();
         assert!(refused.message.contains("newer than this latsdb understands"), "{}", refused.message);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A management server that restarts keeps what its arbitrator promised:
+    /// a proposer with a lower ballot for the same view is still refused, and
+    /// the promise's view is still the one it knows.
+    #[test]
+    fn the_arbitrators_votes_survive_a_restart() {
+        use latsdb_cluster::membership::Arbiter;
+        use latsdb_types::proto::{Ballot, MemberMsg, ViewNumber};
+        let dir = scratch_dir("votes");
+        assert!(load_votes(&dir).unwrap().is_none(), "a first start has no votes");
+        let mut arbiter = Arbiter::new_at(ViewNumber(4), vec![2, 3, 4, 5]);
+        let high = Ballot { round: 9, node: 3 };
+        let prepare = MemberMsg::Prepare { epoch: ViewNumber(5), ballot: high, base: vec![2, 3, 4, 5] };
+        assert!(matches!(arbiter.on_message(prepare), Some(MemberMsg::Promise { .. })));
+        write_votes(&dir, &arbiter).unwrap();
+
+        let mut restarted = load_votes(&dir).unwrap().expect("votes were kept");
+        assert_eq!(restarted, arbiter);
+        let low = Ballot { round: 8, node: 2 };
+        let accept = MemberMsg::Accept { epoch: ViewNumber(5), ballot: low, members: vec![2, 4] };
+        match restarted.on_message(accept) {
+            Some(MemberMsg::Reject { promised, .. }) => assert_eq!(promised, Some(high)),
+            other => panic!("a restarted arbitrator forgot its promise: {other:?}"),
+        }
+
+        // A damaged file is refused, saying what to do.
+        let bytes = std::fs::read(dir.join(VOTES_FILE)).unwrap();
+        std::fs::write(dir.join(VOTES_FILE), &bytes[..bytes.len() - 1]).unwrap();
+        let refused = load_votes(&dir).err().unwrap();
+        assert!(refused.message.contains("damaged (truncated)"), "{}", refused.message);
+        assert!(refused.message.contains("system restart"), "{}", refused.message);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
