@@ -269,6 +269,13 @@ fn inject(
             sleep(ms);
             hosts.isolate(0, false)?;
         }
+        Fault::RestartMgmd => {
+            // A management server that cannot start again on its port and
+            // folder is a finding, not a failure of the campaign's tools.
+            if let Err(e) = cluster.restart_mgmd(hosts) {
+                return Ok(Err(e));
+            }
+        }
         Fault::Slow { node, kbit, ms } => {
             hosts.slow(host_of(node), Some(kbit))?;
             sleep(ms);

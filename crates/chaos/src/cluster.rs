@@ -28,6 +28,9 @@ pub struct Cluster {
     dir: PathBuf,
     mgmd_address: String,
     mgmd: Child,
+    /// Management server processes started after the first (each logs to
+    /// `mgmd-<n>.log`).
+    mgmd_restarts: u32,
     angels: BTreeMap<u16, Child>,
 }
 
@@ -60,15 +63,13 @@ impl Cluster {
         std::fs::write(&config_path, config(hosts))
             .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
         let ready = dir.join("mgmd.addr");
-        let mut cmd = hosts.command(0, exe);
-        cmd.arg("mgmd").arg("--config").arg(&config_path).arg("--data-dir").arg(dir.join("mgmd"));
-        cmd.arg("--ready-file").arg(&ready);
-        let mgmd = spawn_logged(cmd, &dir.join("mgmd.log"))?;
+        let mgmd = spawn_logged(mgmd_command(hosts, exe, dir, None), &dir.join("mgmd.log"))?;
         let mut cluster = Cluster {
             exe: exe.to_path_buf(),
             dir: dir.to_path_buf(),
             mgmd_address: String::new(),
             mgmd,
+            mgmd_restarts: 0,
             angels: BTreeMap::new(),
         };
         cluster.mgmd_address = wait_for_file(&ready, Duration::from_secs(20)).map_err(|e| {
@@ -86,6 +87,32 @@ impl Cluster {
 
     pub fn mgmd_address(&self) -> &str {
         &self.mgmd_address
+    }
+
+    /// Kills the management server (SIGKILL) and starts a new one on the
+    /// same port with the same data folder, as an operator or a process
+    /// manager would after a crash; waits until it listens.
+    pub fn restart_mgmd(&mut self, hosts: &Hosts) -> Result<(), String> {
+        // SAFETY: the process group of the management server this campaign started.
+        unsafe {
+            libc::kill(-(self.mgmd.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.mgmd.wait();
+        let port = self.mgmd_address.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+        let Some(port) = port else {
+            return Err(format!("the management server's address {} names no port", self.mgmd_address));
+        };
+        let ready = self.dir.join("mgmd.addr");
+        let _ = std::fs::remove_file(&ready);
+        self.mgmd_restarts += 1;
+        let log = self.dir.join(format!("mgmd-{}.log", self.mgmd_restarts));
+        self.mgmd = spawn_logged(mgmd_command(hosts, &self.exe, &self.dir, Some(port)), &log)?;
+        let address = wait_for_file(&ready, Duration::from_secs(20))
+            .map_err(|e| format!("the management server did not start again ({e}); see {}", log.display()))?;
+        if address != self.mgmd_address {
+            return Err(format!("the management server started again at {address}, not {}", self.mgmd_address));
+        }
+        Ok(())
     }
 
     /// The data node process of node `id` (its angel's child), if running.
@@ -150,6 +177,19 @@ impl Drop for Cluster {
             let _ = child.wait();
         }
     }
+}
+
+/// The management server's command on host 0: `config.toml` and the data
+/// folder `mgmd` in `dir`, its address written to `dir/mgmd.addr`; on
+/// `port` when given, else on the configuration's (any free one).
+fn mgmd_command(hosts: &Hosts, exe: &Path, dir: &Path, port: Option<u16>) -> std::process::Command {
+    let mut cmd = hosts.command(0, exe);
+    cmd.arg("mgmd").arg("--config").arg(dir.join("config.toml")).arg("--data-dir").arg(dir.join("mgmd"));
+    cmd.arg("--ready-file").arg(dir.join("mgmd.addr"));
+    if let Some(port) = port {
+        cmd.args(["--port", &port.to_string()]);
+    }
+    cmd
 }
 
 /// Starts `cmd` with its output in `log`, in a process group of its own

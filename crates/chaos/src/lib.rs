@@ -43,8 +43,8 @@ pub struct ChaosArgs {
     #[arg(long)]
     pub keep: bool,
     /// Kinds of fault to inject, comma-separated, from: kill, pause,
-    /// isolate, cut, isolate-mgmd, slow, restart, restart-initial,
-    /// crash-all; `all` (the default) is every kind.
+    /// isolate, cut, isolate-mgmd, restart-mgmd, slow, restart,
+    /// restart-initial, crash-all; `all` (the default) is every kind.
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<String>,
     /// A built chaos checker (default: built with `go build` from the

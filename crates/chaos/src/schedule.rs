@@ -21,6 +21,10 @@ pub enum Fault {
     Cut { a: u16, b: u16, ms: u64 },
     /// The management server's link down.
     IsolateMgmd { ms: u64 },
+    /// SIGKILL of the management server, then a new process on the same
+    /// port and data folder: it takes the running cluster back from the
+    /// data nodes, and its arbitrator its votes from disk.
+    RestartMgmd,
     /// A data node's link limited to a few hundred kbit/s (queueing delay,
     /// loss when the queue overflows).
     Slow { node: u16, kbit: u32, ms: u64 },
@@ -32,8 +36,18 @@ pub enum Fault {
 }
 
 /// The kinds of fault, by the names `--faults` takes.
-pub const KINDS: [&str; 9] =
-    ["kill", "pause", "isolate", "cut", "isolate-mgmd", "slow", "restart", "restart-initial", "crash-all"];
+pub const KINDS: [&str; 10] = [
+    "kill",
+    "pause",
+    "isolate",
+    "cut",
+    "isolate-mgmd",
+    "restart-mgmd",
+    "slow",
+    "restart",
+    "restart-initial",
+    "crash-all",
+];
 
 /// Kinds left out unless asked for by name (a kind whose known finding is
 /// not fixed yet goes here, with the limitation it hits); none today.
@@ -52,6 +66,7 @@ impl Fault {
             Fault::Isolate { .. } => "isolate",
             Fault::Cut { .. } => "cut",
             Fault::IsolateMgmd { .. } => "isolate-mgmd",
+            Fault::RestartMgmd => "restart-mgmd",
             Fault::Slow { .. } => "slow",
             Fault::Restart { initial: false, .. } => "restart",
             Fault::Restart { initial: true, .. } => "restart-initial",
@@ -68,6 +83,7 @@ impl fmt::Display for Fault {
             Fault::Isolate { node, ms } => write!(f, "isolate data node {node} for {ms} ms"),
             Fault::Cut { a, b, ms } => write!(f, "cut data nodes {a} and {b} apart for {ms} ms"),
             Fault::IsolateMgmd { ms } => write!(f, "isolate the management server for {ms} ms"),
+            Fault::RestartMgmd => write!(f, "kill -9 the management server and start it again"),
             Fault::Slow { node, kbit, ms } => write!(f, "slow data node {node}'s link to {kbit} kbit/s for {ms} ms"),
             Fault::Restart { node, initial: false } => write!(f, "mgm {node} restart"),
             Fault::Restart { node, initial: true } => write!(f, "mgm {node} restart --initial"),
@@ -122,7 +138,8 @@ fn fault(rng: &mut Rng) -> Fault {
             let b = if partner == node { node ^ 1 } else { partner };
             Fault::Cut { a: node.min(b), b: node.max(b), ms: timeout + rng.below(3_000) }
         }
-        60..66 => Fault::IsolateMgmd { ms: 500 + rng.below(2_500) },
+        60..63 => Fault::IsolateMgmd { ms: 500 + rng.below(2_500) },
+        63..66 => Fault::RestartMgmd,
         66..76 => Fault::Slow { node, kbit: 200 + rng.below(600) as u32, ms: 1_000 + rng.below(3_000) },
         76..84 => Fault::Restart { node, initial: false },
         84..92 => Fault::Restart { node, initial: true },
