@@ -89,6 +89,14 @@ impl Cluster {
         &self.mgmd_address
     }
 
+    /// The log of the management server's current process.
+    fn mgmd_log(&self) -> PathBuf {
+        match self.mgmd_restarts {
+            0 => self.dir.join("mgmd.log"),
+            n => self.dir.join(format!("mgmd-{n}.log")),
+        }
+    }
+
     /// Kills the management server (SIGKILL) and starts a new one on the
     /// same port with the same data folder, as an operator or a process
     /// manager would after a crash; waits until it listens.
@@ -105,7 +113,7 @@ impl Cluster {
         let ready = self.dir.join("mgmd.addr");
         let _ = std::fs::remove_file(&ready);
         self.mgmd_restarts += 1;
-        let log = self.dir.join(format!("mgmd-{}.log", self.mgmd_restarts));
+        let log = self.mgmd_log();
         self.mgmd = spawn_logged(mgmd_command(hosts, &self.exe, &self.dir, Some(port)), &log)?;
         let address = wait_for_file(&ready, Duration::from_secs(20))
             .map_err(|e| format!("the management server did not start again ({e}); see {}", log.display()))?;
@@ -149,10 +157,7 @@ impl Cluster {
     /// node's angel, not the node, which may be down on purpose).
     pub fn check_alive(&mut self) -> Result<(), String> {
         if let Ok(Some(status)) = self.mgmd.try_wait() {
-            return Err(format!(
-                "the management server exited ({status}); see {}",
-                self.dir.join("mgmd.log").display()
-            ));
+            return Err(format!("the management server exited ({status}); see {}", self.mgmd_log().display()));
         }
         for (id, angel) in &mut self.angels {
             if let Ok(Some(status)) = angel.try_wait() {

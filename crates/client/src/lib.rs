@@ -527,20 +527,18 @@ impl Client {
         self.inner.router.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn route(&self, partition: u32) -> Result<ShardAddr> {
-        route_with(&self.router(), partition)
+    /// The shard a scan page of `partition` goes to: in this client's
+    /// location domain if one is named and holds the partition
+    /// (`Router::scan_replica_of`), else the partition's primary.
+    fn scan_route(&self, partition: u32) -> Result<ShardAddr> {
+        self.router().scan_replica_of(partition).ok_or_else(|| no_replica(partition))
     }
 
     /// The shard to coordinate a transaction whose first operation is on
     /// `partition`: in this client's location domain if one is named
     /// (`Router::coordinator_of`), else the partition's primary.
     pub(crate) fn coordinator_for(&self, partition: u32) -> Result<ShardAddr> {
-        self.router().coordinator_of(partition).ok_or_else(|| {
-            DbError::new(
-                latsdb_types::ErrorCode::NodeUnavailable,
-                format!("no started data node holds partition {partition}; retry later"),
-            )
-        })
+        self.router().coordinator_of(partition).ok_or_else(|| no_replica(partition))
     }
 
     async fn shard_conn(&self, shard: ShardAddr) -> Result<Arc<ShardConn>> {
@@ -659,12 +657,15 @@ impl Client {
 }
 
 pub(crate) fn route_with(router: &Router, partition: u32) -> Result<ShardAddr> {
-    router.primary_of(partition).ok_or_else(|| {
-        DbError::new(
-            latsdb_types::ErrorCode::NodeUnavailable,
-            format!("no started data node holds partition {partition}; retry later"),
-        )
-    })
+    router.primary_of(partition).ok_or_else(|| no_replica(partition))
+}
+
+/// The error of a request for `partition` when no started node holds it.
+pub(crate) fn no_replica(partition: u32) -> DbError {
+    DbError::new(
+        latsdb_types::ErrorCode::NodeUnavailable,
+        format!("no started data node holds partition {partition}; retry later"),
+    )
 }
 
 /// Position `turn` (modulo the positions), unless it has more than half

@@ -488,12 +488,7 @@ impl Client {
 /// The shard a committed read of `partition` goes to: the replica at
 /// position `prefer` of its node group (`Router::read_replica_of`).
 pub(crate) fn read_route(router: &Router, partition: u32, prefer: usize) -> Result<ShardAddr> {
-    router.read_replica_of(partition, prefer).ok_or_else(|| {
-        DbError::new(
-            ErrorCode::NodeUnavailable,
-            format!("no started data node holds partition {partition}; retry later"),
-        )
-    })
+    router.read_replica_of(partition, prefer).ok_or_else(|| crate::no_replica(partition))
 }
 
 /// The shards of the partitions a batch touched so far, for committed reads

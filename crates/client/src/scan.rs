@@ -201,7 +201,7 @@ impl Client {
     }
 
     async fn start_page(&self, req: &ScanRequest) -> Result<PageReceiver> {
-        self.start(self.route(req.partition)?, &ClientRequest::Scan(req.clone())).await
+        self.start(self.scan_route(req.partition)?, &ClientRequest::Scan(req.clone())).await
     }
 
     /// A page is a read: when its node failed or the layout moved its

@@ -504,17 +504,18 @@ impl Shard {
         Some(DbError::new(ErrorCode::NotServing, why))
     }
 
-    /// A message from shard `from` of the data-node process `pid` (the
-    /// host knows it from the link's `Hello::Peer`).
-    pub fn on_peer(&mut self, from: ShardAddr, pid: u32, msg: PeerMsg, now: Micros, out: &mut Outbox) {
+    /// A message from shard `from` of the data-node process `process`
+    /// (`DataNodeInfo::process`; the host knows it from the link's
+    /// `Hello::Peer`).
+    pub fn on_peer(&mut self, from: ShardAddr, process: u64, msg: PeerMsg, now: Micros, out: &mut Outbox) {
         self.cx.now = now;
         if msg.malformed().is_some() {
             // No shard sends it; nothing the receiver could answer would
             // help the sender, so it is dropped unanswered.
             return;
         }
-        if !self.listens_to(from, pid, &msg) {
-            self.refuse_peer(from, pid, msg, out);
+        if !self.listens_to(from, process, &msg) {
+            self.refuse_peer(from, process, msg, out);
             return;
         }
         let msg = match msg {
@@ -553,13 +554,13 @@ impl Shard {
     /// node restart back for good (fault campaign seed 145). Early
     /// messages are exempt: a copy request and a newer takeover report are
     /// checked against the layout when they are acted on.
-    fn listens_to(&self, from: ShardAddr, pid: u32, msg: &PeerMsg) -> bool {
+    fn listens_to(&self, from: ShardAddr, process: u64, msg: &PeerMsg) -> bool {
         let early = match msg {
             PeerMsg::SyncRequest { .. } => true,
             PeerMsg::TakeoverReport(r) => r.version > self.cx.layout.version,
             _ => false,
         };
-        if !early && self.cx.layout.lists_other_process(from.node, pid) {
+        if !early && self.cx.layout.lists_other_process(from.node, process) {
             return false;
         }
         let primary_role = matches!(
@@ -584,10 +585,10 @@ impl Shard {
     /// layout newer than this shard's (admitted a moment ago), and would
     /// otherwise wait for ever. A refusal cannot contradict a takeover:
     /// nothing is locked.
-    fn refuse_peer(&mut self, from: ShardAddr, pid: u32, msg: PeerMsg, out: &mut Outbox) {
-        let why = if self.cx.layout.lists_other_process(from.node, pid) {
+    fn refuse_peer(&mut self, from: ShardAddr, process: u64, msg: PeerMsg, out: &mut Outbox) {
+        let why = if self.cx.layout.lists_other_process(from.node, process) {
             format!(
-                "shard {} knows another process of data node {} than pid {pid}; nothing was done, retry",
+                "shard {} knows another process of data node {} than process {process:#x}; nothing was done, retry",
                 self.cx.me(),
                 from.node
             )

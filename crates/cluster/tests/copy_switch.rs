@@ -25,6 +25,7 @@ fn layout(version: u64, a: NodeStatus, b: NodeStatus) -> ClusterLayout {
         status,
         shards: if status == NodeStatus::NotStarted { vec![] } else { vec![format!("sim:{id}")] },
         pid: 0,
+        process: 0,
         location_domain: None,
     };
     ClusterLayout::builder("s")

@@ -23,6 +23,7 @@ fn layout(b_started: bool) -> ClusterLayout {
         status: if started { NodeStatus::Started } else { NodeStatus::NotStarted },
         shards: if started { vec![format!("sim:{id}")] } else { vec![] },
         pid: 0,
+        process: 0,
         location_domain: None,
     };
     ClusterLayout::builder("r")

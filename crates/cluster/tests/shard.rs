@@ -24,6 +24,7 @@ fn layout() -> ClusterLayout {
         status: NodeStatus::Started,
         shards: vec![format!("sim:{id}")],
         pid: 0,
+        process: 0,
         location_domain: None,
     };
     ClusterLayout::builder("t")
@@ -569,13 +570,13 @@ fn a_coordinator_aborts_a_transaction_it_does_not_have() {
 #[test]
 fn messages_of_a_previous_process_are_refused() {
     let mut p = Pump::new();
-    let mut with_pids = layout();
-    with_pids.datanodes[0].pid = 20;
-    with_pids.datanodes[1].pid = 30;
-    with_pids.version += 1;
+    let mut with_processes = layout();
+    with_processes.datanodes[0].process = 0x20;
+    with_processes.datanodes[1].process = 0x30;
+    with_processes.version += 1;
     for i in 0..p.shards.len() {
         let mut out = Outbox::default();
-        p.shards[i].set_layout(with_pids.clone(), p.now, &mut out);
+        p.shards[i].set_layout(with_processes.clone(), p.now, &mut out);
         p.deliver(i, out);
     }
     // A key whose primary is shard 3.0, locked by a transaction of 2.0.
@@ -586,10 +587,10 @@ fn messages_of_a_previous_process_are_refused() {
     let from = p.shards[0].address();
     let lock = p.op(id, OpKind::Read { lock: LockMode::Exclusive });
 
-    // From pid 19, the node's previous process: refused, nothing locked.
+    // From process 0x19, the node's previous one: refused, nothing locked.
     let stale = TxId { tc: from, seq: 7 };
     let mut out = Outbox::default();
-    p.shards[1].on_peer(from, 19, PeerMsg::TxOps { tx: stale, ops: vec![(0, lock.clone())] }, p.now, &mut out);
+    p.shards[1].on_peer(from, 0x19, PeerMsg::TxOps { tx: stale, ops: vec![(0, lock.clone())] }, p.now, &mut out);
     assert_eq!(p.shards[1].activity(), (0, 0, 0), "an operation of a previous process was executed");
     let refusal = out.peer.iter().find_map(|(to, msg)| match msg {
         PeerMsg::TxOpsReturned { tx, ops, error } if *to == from && *tx == stale => Some((ops.len(), error.clone())),
@@ -598,15 +599,15 @@ fn messages_of_a_previous_process_are_refused() {
     match refusal {
         Some((1, e)) => {
             assert_eq!(e.code, ErrorCode::NotServing);
-            assert!(e.message.contains("another process of data node 2 than pid 19"), "{}", e.message);
+            assert!(e.message.contains("another process of data node 2 than process 0x19"), "{}", e.message);
         }
         other => panic!("expected the operation handed back with a retriable refusal, got {other:?}"),
     }
 
-    // From pid 20, the process the layout lists: executed as always.
+    // From process 0x20, the one the layout lists: executed as always.
     let live = TxId { tc: from, seq: 8 };
     let mut out = Outbox::default();
-    p.shards[1].on_peer(from, 20, PeerMsg::TxOps { tx: live, ops: vec![(0, lock)] }, p.now, &mut out);
+    p.shards[1].on_peer(from, 0x20, PeerMsg::TxOps { tx: live, ops: vec![(0, lock)] }, p.now, &mut out);
     assert_eq!(p.shards[1].activity().2, 1, "the listed process's lock was not taken");
 }
 

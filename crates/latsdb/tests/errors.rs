@@ -43,6 +43,32 @@ fn expect_error(s: &mut TcpStream, id: u64, code: ErrorCode) -> String {
     }
 }
 
+/// A peer link in the name of another node's process that the layout
+/// does not list (its previous one, say) is refused, saying why; the same
+/// Hello from the listed process is taken. Returns that link: the caller
+/// keeps it open, since a peer's link from its first shard that closes
+/// makes the data node suspect the peer.
+fn peer_links_of_other_processes_are_refused(shard: &str, other: &latsdb_types::proto::DataNodeInfo) -> TcpStream {
+    let peer_hello = |process: u64| {
+        let mut s = TcpStream::connect(shard).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let from = ShardAddr { node: other.node_id, shard: (other.shards.len() - 1) as u16 };
+        s.write_all(&proto::frame(4, &Hello::Peer { protocol: PROTOCOL_VERSION, from, process })).unwrap();
+        s
+    };
+    let mut s = peer_hello(other.process.wrapping_add(1));
+    let msg = expect_error(&mut s, 4, ErrorCode::BadRequest);
+    assert!(msg.contains(&format!("lists process {:#x} for data node {}", other.process, other.node_id)), "{msg}");
+    let mut listed = peer_hello(other.process);
+    listed.set_read_timeout(Some(Duration::from_millis(2500))).unwrap();
+    let mut byte = [0u8; 1];
+    match listed.read(&mut byte) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+        other => panic!("the listed process's peer link was not kept open past the 2 s check: {other:?}"),
+    }
+    listed
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
     let cluster = TestCluster::start(&[]);
@@ -158,29 +184,7 @@ async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(&proto::frame(3, &ClientRequest::Ping)).unwrap();
     expect_error(&mut s, 3, ErrorCode::Malformed);
-    // A peer link in the name of another node's process that the layout
-    // does not list (its previous one, say) is refused, saying why; the
-    // same Hello from the listed process is taken.
-    let other = &layout.datanodes[1];
-    let peer_hello = |pid: u32| {
-        let mut s = TcpStream::connect(&shard).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        // Its last shard: a link from a node's first shard that closes makes
-        // the receiver suspect the node.
-        let from = ShardAddr { node: other.node_id, shard: (other.shards.len() - 1) as u16 };
-        s.write_all(&proto::frame(4, &Hello::Peer { protocol: PROTOCOL_VERSION, from, pid })).unwrap();
-        s
-    };
-    let mut s = peer_hello(other.pid.wrapping_add(1));
-    let msg = expect_error(&mut s, 4, ErrorCode::BadRequest);
-    assert!(msg.contains(&format!("lists process {} for data node {}", other.pid, other.node_id)), "{msg}");
-    let mut listed = peer_hello(other.pid);
-    listed.set_read_timeout(Some(Duration::from_millis(2500))).unwrap();
-    let mut byte = [0u8; 1];
-    match listed.read(&mut byte) {
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-        other => panic!("the listed process's peer link was not kept open past the 2 s check: {other:?}"),
-    }
+    let _listed_link = peer_links_of_other_processes_are_refused(&shard, &layout.datanodes[1]);
     // A frame whose length cannot hold its header.
     let mut s = TcpStream::connect(&shard).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -1,12 +1,13 @@
 //! Location domains: a client that names its domain reads committed rows
-//! from, and has its transactions coordinated by, the data nodes of that
+//! (by key and by scan) from, and has its transactions coordinated by, the
+//! data nodes of that
 //! domain (counted by the nodes' own /metrics), and reads from the other
 //! domain when its own domain's node dies.
 
 mod common;
 
 use common::{datanode_pids, metric_sum, scrape, sigkill, TestCluster};
-use latsdb_client::{Client, ClientOptions, LockMode, Op, Table};
+use latsdb_client::{Client, ClientOptions, LockMode, Op, Scan, Table};
 use latsdb_types::config::ClusterConfig;
 use latsdb_types::schema::{ColumnDef, ColumnType, IntWidth, TableSpec};
 use latsdb_types::Value;
@@ -44,6 +45,11 @@ fn metrics_url(cluster: &TestCluster, node: u16) -> String {
 fn counts(cluster: &TestCluster, node: u16) -> (f64, f64) {
     let text = scrape(&metrics_url(cluster, node));
     (metric_sum(&text, "latsdb_key_operations_total"), metric_sum(&text, "latsdb_transactions_committed_total"))
+}
+
+/// Scan pages a data node served so far, from its own /metrics.
+fn scan_pages(cluster: &TestCluster, node: u16) -> f64 {
+    metric_sum(&scrape(&metrics_url(cluster, node)), "latsdb_scan_pages_total")
 }
 
 async fn client_in(cluster: &TestCluster, domain: &str) -> Client {
@@ -94,6 +100,14 @@ async fn reads_and_coordinators_stay_in_the_clients_domain_until_its_node_dies()
             "domain {domain}: node {local} served {before:?} -> {after:?}"
         );
         assert_eq!(after.1 .0, before.1 .0, "domain {domain}: node {other} of the other domain was read");
+
+        // So does a scan: every partition's pages come from the local node.
+        let before = (scan_pages(&cluster, local), scan_pages(&cluster, other));
+        let rows = client.scan(&table, Scan::all()).await.unwrap();
+        assert_eq!(rows.len(), ROWS as usize, "domain {domain}: the scan saw every row");
+        let after = (scan_pages(&cluster, local), scan_pages(&cluster, other));
+        assert!(after.0 > before.0, "domain {domain}: node {local} served no scan page ({before:?} -> {after:?})");
+        assert_eq!(after.1, before.1, "domain {domain}: node {other} of the other domain served scan pages");
     }
 
     // Transactions of a client in domain b are coordinated by node 3, also

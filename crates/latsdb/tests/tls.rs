@@ -34,7 +34,7 @@ async fn hello_as_peer(shard: &str, identity: &ClusterTls) -> ClientResponse {
         .await
         .expect("the TLS handshake succeeds");
     let (r, mut w) = link.into_split();
-    let hello = Hello::Peer { protocol: PROTOCOL_VERSION, from: ShardAddr { node: 2, shard: 0 }, pid: 0 };
+    let hello = Hello::Peer { protocol: PROTOCOL_VERSION, from: ShardAddr { node: 2, shard: 0 }, process: 0 };
     w.write_all(&proto::frame(7, &hello)).await.unwrap();
     let mut reader = FrameReader::new(r, 1 << 20);
     let answer = tokio::time::timeout(Duration::from_secs(10), reader.next()).await.expect("an answer within 10 s");

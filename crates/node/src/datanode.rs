@@ -85,12 +85,31 @@ async fn connect_mgmd(opts: &DataNodeOptions, deadline: tokio::time::Instant) ->
     }
 }
 
+/// The number this process drew at its start (`DataNodeInfo::process`):
+/// random, never 0, the same for the process's life. An OS pid cannot tell
+/// a node's processes apart where every process is pid 1 (a container).
+pub(crate) fn process_number() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static NUMBER: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NUMBER.get_or_init(|| {
+        // The standard library seeds each RandomState from the operating
+        // system's random source.
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        hasher.finish().max(1)
+    })
+}
+
 /// Registers with the management server, waiting a bounded time while it
 /// still counts an earlier process with the same node id as running.
 async fn register(opts: &DataNodeOptions) -> Result<(RpcConn, MgmResponse)> {
     let deadline = tokio::time::Instant::now() + opts.connect_timeout;
-    let register =
-        MgmRequest::RegisterDataNode { node_id: opts.node_id, pid: std::process::id(), protocol: PROTOCOL_VERSION };
+    let register = MgmRequest::RegisterDataNode {
+        node_id: opts.node_id,
+        pid: std::process::id(),
+        process: process_number(),
+        protocol: PROTOCOL_VERSION,
+    };
     let mut in_use_since: Option<tokio::time::Instant> = None;
     loop {
         let mut mgm = connect_mgmd(opts, deadline).await?;
@@ -386,8 +405,8 @@ impl<'a> MgmLink<'a> {
 /// tried again; the server's refusal is returned.
 async fn reattach(opts: &DataNodeOptions, node_id: NodeId, layout: ClusterLayout, after: Duration) -> Result<RpcConn> {
     tokio::time::sleep(after).await;
-    let pid = std::process::id();
-    let request = MgmRequest::ReattachDataNode { node_id, pid, protocol: PROTOCOL_VERSION, layout };
+    let (pid, process) = (std::process::id(), process_number());
+    let request = MgmRequest::ReattachDataNode { node_id, pid, process, protocol: PROTOCOL_VERSION, layout };
     loop {
         match RpcConn::connect(&opts.mgmd, Duration::from_secs(2), opts.tls.as_deref()).await {
             Ok(mut conn) => match conn.call::<_, MgmResponse>(&request).await {

@@ -128,6 +128,23 @@ struct Mgmd {
     node_groups: Mutex<nodegroups::NodeGroups>,
 }
 
+/// The votes the last process kept, if any: a cluster it arbitrated may
+/// still run, and a tie it is asked to break again must be broken the same
+/// way (a cluster that forms replaces them with its first view). Their view
+/// is the last one this server heard of, newer than the last view on disk
+/// when the server died while the cluster ran: the next system restart
+/// waits for its members, and views go on from its number.
+fn votes_at_start(dir: Option<&std::path::Path>, fresh: bool, persisted: &mut Persisted) -> Result<Option<Arbiter>> {
+    let Some(votes) = dir.map(state::load_votes).transpose()?.flatten() else { return Ok(None) };
+    let (view, members) = votes.view();
+    log("mgmd", format!("loaded the arbitrator's votes: view {view}, data nodes {members:?}"));
+    if !fresh && view > persisted.last_view_number {
+        persisted.last_view = members.to_vec();
+        persisted.last_view_number = view;
+    }
+    Ok(Some(votes))
+}
+
 pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
     opts.config.validate()?;
     let mut config = opts.config;
@@ -177,16 +194,8 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             format!("loaded {} table definitions; durable epoch {}", persisted.tables.len(), persisted.durable_epoch),
         );
     }
-    // The votes the last process kept: a cluster it arbitrated may still
-    // run, and a tie it is asked to break again must be broken the same way.
-    // (A cluster that forms replaces them with its first view.)
-    let saved_votes = match &opts.data_dir {
-        Some(dir) => state::load_votes(dir)?,
-        None => None,
-    };
-    if let Some(votes) = &saved_votes {
-        log("mgmd", format!("loaded the arbitrator's votes: view {}", votes.view().0));
-    }
+    let mut persisted = persisted;
+    let saved_votes = votes_at_start(opts.data_dir.as_deref(), fresh, &mut persisted)?;
     let arbiter = saved_votes.unwrap_or_else(|| Arbiter::new(layout.datanodes.iter().map(|d| d.node_id).collect()));
     let mgmd = Arc::new(Mgmd {
         data_dir: opts.data_dir.clone(),
@@ -379,13 +388,13 @@ impl Mgmd {
                 let _ = w.write_all(&proto::frame(id, &MgmResponse::Error(e))).await;
                 return;
             }
-            if let MgmRequest::RegisterDataNode { node_id, pid, protocol } = request {
+            if let MgmRequest::RegisterDataNode { node_id, pid, process, protocol } = request {
                 // The connection now belongs to the data node's lifecycle.
-                self.register(id, node_id, pid, protocol, reader, w).await;
+                self.register(id, node_id, (pid, process), protocol, reader, w).await;
                 return;
             }
-            if let MgmRequest::ReattachDataNode { node_id, pid, protocol, layout } = request {
-                self.reattach(id, (node_id, pid, protocol), layout, reader, w).await;
+            if let MgmRequest::ReattachDataNode { node_id, pid, process, protocol, layout } = request {
+                self.reattach(id, (node_id, pid, process, protocol), layout, reader, w).await;
                 return;
             }
             let shutdown = matches!(request, MgmRequest::Shutdown);

@@ -344,21 +344,19 @@ impl Host {
         Ok(format!("{summary} in {} ms", started.elapsed().as_millis()))
     }
 
-    /// A peer link must come from a started (or restarting) node's shard, from the host that
-    /// node registered. (A shared cluster secret is still to come.)
-    /// A peer link is taken from a started (or starting) shard's host, and
-    /// from the process the layout lists for its node: a link of a
-    /// previous process (its connection held back by a network fault)
-    /// must not speak for the node's next one.
-    fn check_peer(&self, from: ShardAddr, pid: u32, ip: Option<std::net::IpAddr>) -> Result<()> {
+    /// A peer link is taken from a started (or starting) node's shard, from
+    /// the host that node registered, and from the process the layout lists
+    /// for the node: a link of a previous process (its connection held
+    /// back by a network fault) must not speak for the node's next one.
+    fn check_peer(&self, from: ShardAddr, process: u64, ip: Option<std::net::IpAddr>) -> Result<()> {
         let layout = self.layout.borrow();
         let node = layout.datanode(from.node).filter(|d| d.status.takes_writes());
         let registered =
             node.and_then(|d| d.shards.get(from.shard as usize)).and_then(|a| a.parse::<std::net::SocketAddr>().ok());
         match (registered, ip) {
-            (Some(_), _) if layout.lists_other_process(from.node, pid) => Err(DbError::bad_request(format!(
-                "peer link from shard {from} of process {pid}: the cluster layout lists process {} for data node {}",
-                node.map_or(0, |d| d.pid),
+            (Some(_), _) if layout.lists_other_process(from.node, process) => Err(DbError::bad_request(format!(
+                "peer link from shard {from} of process {process:#x}: the cluster layout lists process {:#x} for data node {}",
+                node.map_or(0, |d| d.process),
                 from.node
             ))),
             (Some(addr), Some(ip)) if addr.ip() == ip || (addr.ip().is_loopback() && ip.is_loopback()) => Ok(()),
@@ -385,10 +383,10 @@ impl Host {
     /// layout yet a moment for the layout to arrive: the nodes learn of each
     /// other's start at slightly different times, and a refused link would
     /// lose what the peer queued on it.
-    async fn check_peer_soon(&self, from: ShardAddr, pid: u32, ip: Option<std::net::IpAddr>) -> Result<()> {
+    async fn check_peer_soon(&self, from: ShardAddr, process: u64, ip: Option<std::net::IpAddr>) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
-            match self.check_peer(from, pid, ip) {
+            match self.check_peer(from, process, ip) {
                 Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
                 checked => return checked,
             }
@@ -418,7 +416,7 @@ impl Host {
         let moved: Vec<NodeId> = new
             .datanodes
             .iter()
-            .filter(|d| old.datanode(d.node_id).is_some_and(|o| o.shards != d.shards || o.pid != d.pid))
+            .filter(|d| old.datanode(d.node_id).is_some_and(|o| o.shards != d.shards || o.process != d.process))
             .map(|d| d.node_id)
             .collect();
         if !moved.is_empty() {
@@ -793,13 +791,13 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
             host.shard.borrow_mut().on_disconnect(conn, host.now(), &mut out);
             host.dispatch(&mut out);
         }
-        Hello::Peer { from, pid, .. } => {
+        Hello::Peer { from, process, .. } => {
             let checked = match host.check_peer_identity(identity.as_ref(), peer_ip) {
-                Ok(()) => host.check_peer_soon(from, pid, peer_ip).await,
+                Ok(()) => host.check_peer_soon(from, process, peer_ip).await,
                 Err(e) => Err(e),
             };
             match checked {
-                Ok(()) => serve_peer(&host, from, pid, &mut reader).await,
+                Ok(()) => serve_peer(&host, from, process, &mut reader).await,
                 Err(e) => {
                     crate::log("datanode", format!("shard {}: refused a peer link: {}", host.me, e.message));
                     let _ = tx.send(error_frame(req_id, e));
@@ -810,16 +808,16 @@ async fn serve_connection(host: Rc<Host>, stream: TcpStream) {
 }
 
 /// Takes a checked peer's messages until its link closes.
-async fn serve_peer(host: &Rc<Host>, from: ShardAddr, pid: u32, reader: &mut FrameReader<LinkReader>) {
-    // The process the layout lists for the peer as its link opens.
-    let process = |host: &Host| host.layout.borrow().datanode(from.node).map(|d| (d.pid, d.shards.clone()));
-    let opened_by = process(host);
-    peer_loop(host, from, pid, reader).await;
+async fn serve_peer(host: &Rc<Host>, from: ShardAddr, process: u64, reader: &mut FrameReader<LinkReader>) {
+    // Where the layout lists the peer as its link opens.
+    let listed_at = |host: &Host| host.layout.borrow().datanode(from.node).map(|d| (d.process, d.shards.clone()));
+    let opened_at = listed_at(host);
+    peer_loop(host, from, process, reader).await;
     // A link of a process that has since been replaced may close late (a
     // network fault held back its end): that says nothing of the process
     // running now, which must not be suspected for it.
-    let listed = !host.layout.borrow().lists_other_process(from.node, pid);
-    if from.shard == 0 && listed && process(host) == opened_by {
+    let listed = !host.layout.borrow().lists_other_process(from.node, process);
+    if from.shard == 0 && listed && listed_at(host) == opened_at {
         // A killed node's links break at once: suspect it now
         // rather than after the missed heartbeats.
         crate::log(
@@ -863,7 +861,7 @@ async fn client_loop(
     }
 }
 
-async fn peer_loop(host: &Rc<Host>, from: ShardAddr, pid: u32, reader: &mut FrameReader<LinkReader>) {
+async fn peer_loop(host: &Rc<Host>, from: ShardAddr, process: u64, reader: &mut FrameReader<LinkReader>) {
     let mut out = Outbox::default();
     loop {
         match reader.next().await {
@@ -878,7 +876,7 @@ async fn peer_loop(host: &Rc<Host>, from: ShardAddr, pid: u32, reader: &mut Fram
                             shard = host.shard.borrow_mut();
                             continue;
                         }
-                        shard.on_peer(from, pid, msg, now, &mut out);
+                        shard.on_peer(from, process, msg, now, &mut out);
                     }
                     drop(shard);
                     host.dispatch(&mut out);
@@ -956,7 +954,8 @@ async fn peer_link(
         return;
     }
     let (_r, mut w) = stream.into_split();
-    let hello = proto::frame(0, &Hello::Peer { protocol: PROTOCOL_VERSION, from: host.me, pid: std::process::id() });
+    let process = crate::datanode::process_number();
+    let hello = proto::frame(0, &Hello::Peer { protocol: PROTOCOL_VERSION, from: host.me, process });
     if tokio::io::AsyncWriteExt::write_all(&mut w, &hello).await.is_err() {
         host.forget_link(to, &link);
         return;

@@ -281,9 +281,11 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
                     host: "sim".into(),
                     status: NodeStatus::Started,
                     shards: (0..cfg.shards_per_node).map(|s| format!("sim:{n}.{s}")).collect(),
-                    // Each process has its own number, as a real one has its
-                    // pid; a node started again gets a new one (`new_process`).
-                    pid: 1 + n as u32,
+                    pid: 0,
+                    // Each process has its own number, as a real one draws
+                    // at its start; a node started again gets a new one
+                    // (`new_process`).
+                    process: 1 + n as u64,
                     location_domain: None,
                 })
                 .collect(),
@@ -299,26 +301,26 @@ fn layout(cfg: &SimConfig) -> ClusterLayout {
 }
 
 impl World {
-    /// Changes a node's status in the management server's layout, which
-    /// makes it a new version (as the management server does).
-    /// The process number of node `n`'s running process.
-    fn pid_of(&self, n: usize) -> u32 {
-        self.base_layout.datanodes[n].pid
+    /// The number of node `n`'s running process (`DataNodeInfo::process`).
+    fn process_of(&self, n: usize) -> u64 {
+        self.base_layout.datanodes[n].process
     }
 
     /// Node `n` runs a new process: the layouts name it by a number no
     /// process had before, so that what the previous one sent and the
     /// network held back is not taken for the new one's.
     pub(super) fn new_process(&mut self, n: usize) {
-        let pid = self.base_layout.datanodes.iter().map(|d| d.pid).max().unwrap_or(0) + 1;
-        self.base_layout.datanodes[n].pid = pid;
+        let process = self.base_layout.datanodes.iter().map(|d| d.process).max().unwrap_or(0) + 1;
+        self.base_layout.datanodes[n].process = process;
         self.base_layout.version += 1;
         debug_assert!(
-            self.base_layout.datanodes.iter().filter(|d| d.pid == pid).count() == 1,
+            self.base_layout.datanodes.iter().filter(|d| d.process == process).count() == 1,
             "a process number is used once"
         );
     }
 
+    /// Changes a node's status in the management server's layout, which
+    /// makes it a new version (as the management server does).
     fn set_base_status(&mut self, n: usize, status: NodeStatus) {
         if self.base_layout.datanodes[n].status != status {
             self.base_layout.datanodes[n].status = status;
@@ -635,8 +637,8 @@ impl World {
                 continue;
             }
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
-            let pid = self.pid_of((src.node - 2) as usize);
-            self.shards[t].on_peer(src, pid, msg, self.now, &mut out);
+            let process = self.process_of((src.node - 2) as usize);
+            self.shards[t].on_peer(src, process, msg, self.now, &mut out);
             self.read_pages_now(t, &mut out);
             self.run_disk_ops(t, &mut out);
             let from = self.addrs[t];
@@ -927,8 +929,8 @@ impl World {
 
     fn at_shard(&mut self, s: usize, payload: Payload) {
         match payload {
-            Payload::Peer { from, pid, msg } => {
-                self.shard_step(s, |shard, now, out| shard.on_peer(from, pid, msg, now, out))
+            Payload::Peer { from, process, msg } => {
+                self.shard_step(s, |shard, now, out| shard.on_peer(from, process, msg, now, out))
             }
             Payload::Request { conn, req_id, req } => self.shard_step(s, |shard, now, out| {
                 // As a data node does: a batch of committed reads runs
@@ -1023,10 +1025,10 @@ impl World {
         self.shards[s].check();
         self.run_disk_ops(s, &mut out);
         let me = self.addrs[s];
-        let pid = self.pid_of(self.node_of_shard(s));
+        let process = self.process_of(self.node_of_shard(s));
         for (to, msg) in out.peer.drain(..) {
             let t = self.addrs.iter().position(|a| *a == to).expect("peer is a simulated shard");
-            self.send(Endpoint::Shard(s), Endpoint::Shard(t), Payload::Peer { from: me, pid, msg });
+            self.send(Endpoint::Shard(s), Endpoint::Shard(t), Payload::Peer { from: me, process, msg });
         }
         let encoded = out.frames.drain(..).map(|(conn, frame)| {
             let header = latsdb_types::proto::FRAME_HEADER;

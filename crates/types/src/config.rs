@@ -367,6 +367,7 @@ impl ClusterConfig {
             status: crate::proto::NodeStatus::NotStarted,
             shards: Vec::new(),
             pid: 0,
+            process: 0,
             location_domain: section.location_domain.clone(),
         }
     }

@@ -238,6 +238,7 @@ impl Gen {
                 status: [NodeStatus::NotStarted, NodeStatus::Starting, NodeStatus::Started][self.n(3) as usize],
                 shards: self.list(2, Gen::string),
                 pid: self.u32(),
+                process: self.u64(),
                 location_domain: self.option(Gen::string),
             })
             .collect();
@@ -336,7 +337,7 @@ fn every_variant<T: Serialize + DeserializeOwned + PartialEq + Debug>(
 fn client_messages_round_trip() {
     every_variant(2, |g, v| match v {
         0 => Hello::Client { protocol: g.u32(), name: g.string() },
-        _ => Hello::Peer { protocol: g.u32(), from: g.shard(), pid: g.u32() },
+        _ => Hello::Peer { protocol: g.u32(), from: g.shard(), process: g.u64() },
     });
     every_variant(6, |g, v| match v {
         0 => ClientRequest::Batch(g.list(5, Gen::key_op)),
@@ -444,13 +445,17 @@ fn membership_messages_round_trip() {
     every_variant(8, member_message);
 }
 
+fn register_request(g: &mut Gen) -> MgmRequest {
+    MgmRequest::RegisterDataNode { node_id: g.option(Gen::u16), pid: g.u32(), process: g.u64(), protocol: g.u32() }
+}
+
 #[test]
 fn management_messages_round_trip() {
     every_variant(31, |g, v| {
         let (database, table, node_id) = (g.string(), g.string(), g.u16());
         match v {
             0 => MgmRequest::GetLayout,
-            1 => MgmRequest::RegisterDataNode { node_id: g.option(Gen::u16), pid: g.u32(), protocol: g.u32() },
+            1 => register_request(g),
             2 => MgmRequest::DataNodeStarted {
                 node_id,
                 shards: g.list(3, Gen::string),
@@ -511,7 +516,13 @@ fn management_messages_round_trip() {
             27 => MgmRequest::Report,
             28 => MgmRequest::AddNodeGroups { config: g.string() },
             29 => MgmRequest::NodeGroups,
-            _ => MgmRequest::ReattachDataNode { node_id, pid: g.u32(), protocol: g.u32(), layout: g.layout() },
+            _ => MgmRequest::ReattachDataNode {
+                node_id,
+                pid: g.u32(),
+                process: g.u64(),
+                protocol: g.u32(),
+                layout: g.layout(),
+            },
         }
     });
     every_variant(13, |g, v| match v {
@@ -566,6 +577,10 @@ fn management_messages_round_trip() {
         })),
         _ => MgmResponse::Report(g.string()),
     });
+}
+
+#[test]
+fn node_commands_and_replies_round_trip() {
     every_variant(10, |g, v| match v {
         0 => NodeCommand::Heartbeat,
         1 => NodeCommand::SetLayout(g.layout()),

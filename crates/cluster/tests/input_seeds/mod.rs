@@ -28,6 +28,7 @@ pub fn shard_and_meta() -> (Shard, TableMeta) {
             status: NodeStatus::Started,
             shards: vec!["f".into()],
             pid: 0,
+            process: 0,
             location_domain: None,
         }])
         .node_groups(1)

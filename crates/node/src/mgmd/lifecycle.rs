@@ -22,7 +22,7 @@ impl Mgmd {
         self: Arc<Self>,
         request_id: u64,
         wanted: Option<NodeId>,
-        pid: u32,
+        (pid, process): (u32, u64),
         protocol: u32,
         reader: FrameReader<latsdb_net::LinkReader>,
         mut w: latsdb_net::LinkWriter,
@@ -136,7 +136,7 @@ impl Mgmd {
             }
         };
         let (tx, rx) = mpsc::unbounded_channel::<Command>();
-        let generation = self.mark_started(node_id, join, &shards, pid, tx);
+        let generation = self.mark_started(node_id, join, &shards, (pid, process), tx);
         if conn.send_with_id(id, &MgmResponse::Done).await.is_err() {
             self.node_lost(node_id, generation);
             return;
@@ -165,13 +165,13 @@ impl Mgmd {
     pub(super) async fn reattach(
         self: Arc<Self>,
         request_id: u64,
-        (node_id, pid, protocol): (NodeId, u32, u32),
+        (node_id, pid, process, protocol): (NodeId, u32, u64, u32),
         layout: ClusterLayout,
         reader: FrameReader<latsdb_net::LinkReader>,
         mut w: latsdb_net::LinkWriter,
     ) {
         let (tx, rx) = mpsc::unbounded_channel::<Command>();
-        let (generation, resumed) = match self.attach_running(node_id, pid, protocol, layout, tx) {
+        let (generation, resumed) = match self.attach_running(node_id, (pid, process), protocol, layout, tx) {
             Ok(attached) => attached,
             Err(e) => {
                 // The node asks again every 2 s: the cluster log says it once.
@@ -208,7 +208,7 @@ impl Mgmd {
     fn attach_running(
         &self,
         node_id: NodeId,
-        pid: u32,
+        (pid, process): (u32, u64),
         protocol: u32,
         layout: ClusterLayout,
         commands: mpsc::UnboundedSender<Command>,
@@ -219,8 +219,9 @@ impl Mgmd {
             )));
         }
         let mut state = self.lock();
-        let listed =
-            |layout: &ClusterLayout| layout.datanode(node_id).is_some_and(|d| d.pid == pid && d.status.takes_writes());
+        let listed = |layout: &ClusterLayout| {
+            layout.datanode(node_id).is_some_and(|d| d.process == process && d.status.takes_writes())
+        };
         if state.may_adopt && !state.formed && state.stopped.is_none() && listed(&layout) {
             // This server restarted while the cluster ran: the node's
             // layout is the running cluster's, if it is this cluster's.
@@ -257,11 +258,6 @@ impl Mgmd {
         Ok((generation, resumed))
     }
 
-    /// The cluster taken for stopped is running after all: its layout
-    /// comes back (newer than any this server published since), with the
-    /// views its data nodes installed meanwhile (the arbiter followed
-    /// them) and the nodes whose new process registered meanwhile as not
-    /// started (their old process is gone; they join by a node restart).
     /// Keeps the votes of an arbitrator that starts at a new view. They
     /// hold no promise yet, so failing to keep them loses nothing a
     /// restarted server could contradict: it would load older votes, which
@@ -272,6 +268,11 @@ impl Mgmd {
         }
     }
 
+    /// The cluster taken for stopped is running after all: its layout
+    /// comes back (newer than any this server published since), with the
+    /// views its data nodes installed meanwhile (the arbiter followed
+    /// them) and the nodes whose new process registered meanwhile as not
+    /// started (their old process is gone; they join by a node restart).
     fn resume(&self, state: &mut State, stopped: StoppedCluster) {
         debug_assert!(!state.formed, "resuming a cluster that runs");
         let mut layout = stopped.layout;
@@ -281,15 +282,16 @@ impl Mgmd {
             d.status = NodeStatus::NotStarted;
             d.shards.clear();
             d.pid = 0;
+            d.process = 0;
         }
         let (view, members) = state.arbiter.view();
         if view > layout.view {
             layout.restrict_to_view(members);
             layout.view = view;
         } else if view < layout.view {
-            // This server restarted: its arbitrator starts at the running
-            // cluster's view (what it promised before is gone with its
-            // process, and any promise for an older view is void anyway).
+            // This server restarted and its votes (if it kept any) are of
+            // an older view: its arbitrator starts at the running
+            // cluster's view (a promise for an older view is void).
             let members: Vec<NodeId> =
                 layout.datanodes.iter().filter(|d| d.status == NodeStatus::Started).map(|d| d.node_id).collect();
             state.arbiter = Arbiter::new_at(layout.view, members);
@@ -301,7 +303,7 @@ impl Mgmd {
         state.formed = true;
         self.settle(state);
         debug_assert!(
-            state.layout.datanodes.iter().all(|d| !state.registering.contains(&d.node_id) || d.pid == 0),
+            state.layout.datanodes.iter().all(|d| !state.registering.contains(&d.node_id) || d.process == 0),
             "a node whose new process registered is listed as running after the resume"
         );
         let view = state.layout.view;
@@ -321,7 +323,7 @@ impl Mgmd {
         node_id: NodeId,
         join: bool,
         shards: &[String],
-        pid: u32,
+        (pid, process): (u32, u64),
         commands: mpsc::UnboundedSender<Command>,
     ) -> u64 {
         let mut state = self.lock();
@@ -337,6 +339,7 @@ impl Mgmd {
             d.status = if join { NodeStatus::Starting } else { NodeStatus::Started };
             d.shards = shards.to_vec();
             d.pid = pid;
+            d.process = process;
         }
         self.settle(&mut state);
         state.layout.version += 1;
@@ -348,7 +351,10 @@ impl Mgmd {
             state.may_adopt = false;
             // The first view is the nodes that formed the cluster, in
             // an epoch after every view of an earlier run.
-            let first = state.last_view_number.next();
+            // (The arbitrator's votes may know a later view than the one
+            // kept on disk: `votes_at_start`.)
+            let first = state.last_view_number.max(state.arbiter.view().0).next();
+            debug_assert!(first > state.arbiter.view().0, "a first view that does not come after the arbitrator's");
             state.layout.first_view = first;
             state.layout.view = first;
             state.recovery.clear();
@@ -559,6 +565,7 @@ impl Mgmd {
                     d.status = NodeStatus::NotStarted;
                     d.shards.clear();
                     d.pid = 0;
+                    d.process = 0;
                 }
                 state.layout.version += 1;
                 // The arbiter keeps its votes: the data nodes may still be
@@ -589,6 +596,7 @@ impl Mgmd {
                 d.status = NodeStatus::NotStarted;
                 d.shards.clear();
                 d.pid = 0;
+                d.process = 0;
             }
             state.layout.version += 1;
         }
@@ -614,6 +622,7 @@ fn running_layout(own: &ClusterLayout, node_copy: &ClusterLayout) -> ClusterLayo
             d.status = running.status;
             d.shards = running.shards.clone();
             d.pid = running.pid;
+            d.process = running.process;
         }
     }
     layout.version = node_copy.version;

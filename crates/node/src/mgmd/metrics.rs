@@ -187,6 +187,7 @@ mod tests {
                     status: NodeStatus::Started,
                     shards: Vec::new(),
                     pid: 1,
+                    process: 1,
                     location_domain: None,
                 },
                 DataNodeInfo {
@@ -196,6 +197,7 @@ mod tests {
                     status: NodeStatus::NotStarted,
                     shards: Vec::new(),
                     pid: 0,
+                    process: 0,
                     location_domain: None,
                 },
             ])

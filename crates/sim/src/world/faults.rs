@@ -241,6 +241,7 @@ impl World {
                 status: NodeStatus::NotStarted,
                 shards: (0..self.cfg.shards_per_node).map(|s| format!("sim:{n}.{s}")).collect(),
                 pid: 0,
+                process: 0,
                 location_domain: None,
             })
             .collect();

@@ -17,8 +17,8 @@ pub(super) enum Endpoint {
 pub(super) enum Payload {
     Peer {
         from: ShardAddr,
-        /// The sending node's process (`DataNodeInfo::pid`) when it sent.
-        pid: u32,
+        /// The sending node's process (`DataNodeInfo::process`) when it sent.
+        process: u64,
         msg: PeerMsg,
     },
     Request {

@@ -113,13 +113,14 @@ pub enum Hello {
         protocol: u32,
         name: String,
     },
-    /// A link from shard `from` of the data-node process `pid`: what
-    /// comes over it is that process's alone, so a receiver can tell its
-    /// late messages from those of the node's next process.
+    /// A link from shard `from` of the data-node process `process`
+    /// (`DataNodeInfo::process`): what comes over it is that process's
+    /// alone, so a receiver can tell its late messages from those of the
+    /// node's next process.
     Peer {
         protocol: u32,
         from: ShardAddr,
-        pid: u32,
+        process: u64,
     },
 }
 

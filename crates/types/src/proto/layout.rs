@@ -29,7 +29,14 @@ pub struct DataNodeInfo {
     pub status: NodeStatus,
     /// Address of each shard, in shard order (empty until started).
     pub shards: Vec<String>,
+    /// The operating system's id of the node's process, for operators
+    /// (logs, `mgm show`).
     pub pid: u32,
+    /// A number the node's process drew at its start, different for every
+    /// process of every node (an OS pid may repeat: in a container every
+    /// process is pid 1); 0 when no process runs. Peers tell a node's
+    /// processes apart by it (`Hello::Peer`).
+    pub process: u64,
     /// The location domain the configuration names for this node.
     pub location_domain: Option<String>,
 }
@@ -160,13 +167,12 @@ impl ClusterLayout {
     }
 
     /// Whether the layout lists a process of data node `node` other than
-    /// `pid`. What process `pid` sends then comes late from a process that
-    /// died (a network fault held it back), or early from a new one this
-    /// layout does not know yet. A layout that lists no process for the
-    /// node (pid 0: not started, or a node of the simulator's first
-    /// layout) names no other.
-    pub fn lists_other_process(&self, node: NodeId, pid: u32) -> bool {
-        self.datanode(node).is_some_and(|d| d.pid != 0 && d.pid != pid)
+    /// `process` (`DataNodeInfo::process`). What that process sends then
+    /// comes late from a process that died (a network fault held it back),
+    /// or early from a new one this layout does not know yet. A layout
+    /// that lists no process for the node (0: not started) names no other.
+    pub fn lists_other_process(&self, node: NodeId, process: u64) -> bool {
+        self.datanode(node).is_some_and(|d| d.process != 0 && d.process != process)
     }
 
     /// Whether the node takes part in writes (started, or starting).
@@ -212,6 +218,7 @@ impl ClusterLayout {
                     d.status = NodeStatus::NotStarted;
                     d.shards.clear();
                     d.pid = 0;
+                    d.process = 0;
                 }
                 NodeStatus::Starting if member => d.status = NodeStatus::Started,
                 _ => {}

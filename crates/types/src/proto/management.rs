@@ -11,6 +11,8 @@ pub enum MgmRequest {
     RegisterDataNode {
         node_id: Option<NodeId>,
         pid: u32,
+        /// The number the process drew at its start (`DataNodeInfo::process`).
+        process: u64,
         protocol: u32,
     },
     /// The registered node has bound its shards (answered with `Started`);
@@ -158,6 +160,7 @@ pub enum MgmRequest {
     ReattachDataNode {
         node_id: NodeId,
         pid: u32,
+        process: u64,
         protocol: u32,
         layout: ClusterLayout,
     },

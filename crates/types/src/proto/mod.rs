@@ -168,6 +168,7 @@ mod tests {
             status: NodeStatus::Started,
             shards: vec!["a".into()],
             pid: 0,
+            process: 0,
             location_domain: None,
         };
         let layout = ClusterLayout::builder("c")
@@ -224,6 +225,7 @@ mod tests {
             status: NodeStatus::Started,
             shards: vec!["s0".into(), "s1".into()],
             pid: 0,
+            process: 0,
             location_domain: Some(domain.into()),
         };
         let mut layout = ClusterLayout::builder("c")
@@ -250,6 +252,11 @@ mod tests {
                     local.contains(&tc.node) && replicas.contains(&tc),
                     "domain {domain}, partition {p}: coordinator {tc}"
                 );
+                let scan = router.scan_replica_of(p).unwrap();
+                assert!(
+                    local.contains(&scan.node) && replicas.contains(&scan),
+                    "domain {domain}, partition {p}: scan at {scan}"
+                );
                 assert_eq!(router.primary_of(p), plain.primary_of(p), "a domain changes no primary");
             }
         }
@@ -258,6 +265,7 @@ mod tests {
             for p in 0..16 {
                 assert_eq!(router.read_replica_of(p, 1), plain.read_replica_of(p, 1));
                 assert_eq!(router.coordinator_of(p), plain.primary_of(p));
+                assert_eq!(router.scan_replica_of(p), plain.primary_of(p));
             }
         }
         // Calls that take turns (a client of a domain passes its rotation)
@@ -287,6 +295,7 @@ mod tests {
             let expected = if router.place_of(p).group == 0 { 3 } else { 4 };
             assert_eq!(router.read_replica_of(p, 0).map(|s| s.node), Some(expected), "partition {p}");
             assert_eq!(router.coordinator_of(p).map(|s| s.node), Some(expected), "partition {p}");
+            assert_eq!(router.scan_replica_of(p).map(|s| s.node), Some(expected), "partition {p}");
         }
     }
 
@@ -397,6 +406,7 @@ mod tests {
             status,
             shards: vec!["a".into(), "b".into()],
             pid: 0,
+            process: 0,
             location_domain: None,
         };
         let started = NodeStatus::Started;

@@ -168,6 +168,16 @@ impl Router {
         Some(self.local_replica(nodes, place.slot as usize, 0).unwrap_or(primary))
     }
 
+    /// Where a page of a scan of `partition` goes (scans read committed
+    /// rows, which every started replica holds): for a router of a
+    /// location domain, the first started replica of the partition in that
+    /// domain; otherwise, or when the domain has none, the primary.
+    pub fn scan_replica_of(&self, partition: u32) -> Option<ShardAddr> {
+        let place = self.place_of(partition);
+        let local = self.groups.get(place.group as usize).and_then(|n| self.local_replica(n, place.slot as usize, 0));
+        local.or_else(|| self.primary_of(partition))
+    }
+
     /// Whether the router was made for a location domain that some node is
     /// in: its reads then prefer that domain (`read_replica_of`).
     pub fn has_local(&self) -> bool {
