@@ -69,6 +69,24 @@ fn peer_links_of_other_processes_are_refused(shard: &str, other: &latsdb_types::
     listed
 }
 
+/// A data node's registration that names no process (0) is refused with
+/// the reason: 0 means "no process" in a layout and would turn the peers'
+/// process check off for that node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_without_a_process_number_is_refused() {
+    use latsdb_types::proto::{MgmRequest, MgmResponse};
+    let cluster = TestCluster::start(&["--no-sql", "--no-rest"]);
+    let mut mgm = latsdb_net::RpcConn::connect(&cluster.mgmd, Duration::from_secs(5), None).await.unwrap();
+    let register = MgmRequest::RegisterDataNode { node_id: None, pid: 1, process: 0, protocol: PROTOCOL_VERSION };
+    match mgm.call::<_, MgmResponse>(&register).await {
+        Ok(MgmResponse::Error(e)) => {
+            assert_eq!(e.code, ErrorCode::BadRequest);
+            assert!(e.message.contains("process number must not be 0"), "{}", e.message);
+        }
+        other => panic!("a registration with process 0 was not refused: {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_unknown_wrong_and_oversized_requests_get_clear_errors() {
     let cluster = TestCluster::start(&[]);

@@ -87,7 +87,8 @@ async fn connect_mgmd(opts: &DataNodeOptions, deadline: tokio::time::Instant) ->
 
 /// The number this process drew at its start (`DataNodeInfo::process`):
 /// random, never 0, the same for the process's life. An OS pid cannot tell
-/// a node's processes apart where every process is pid 1 (a container).
+/// a node's processes apart where pids repeat (a container started again
+/// runs its processes under the same pids).
 pub(crate) fn process_number() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     static NUMBER: std::sync::OnceLock<u64> = std::sync::OnceLock::new();

@@ -27,7 +27,7 @@ impl Mgmd {
         reader: FrameReader<latsdb_net::LinkReader>,
         mut w: latsdb_net::LinkWriter,
     ) {
-        let assigned = self.assign_node_id(wanted, protocol);
+        let assigned = check_speaks(protocol, process).and_then(|()| self.assign_node_id(wanted));
         let node_id = match assigned {
             Ok(id) => id,
             Err(e) => {
@@ -213,11 +213,7 @@ impl Mgmd {
         layout: ClusterLayout,
         commands: mpsc::UnboundedSender<Command>,
     ) -> Result<(u64, bool)> {
-        if protocol != PROTOCOL_VERSION {
-            return Err(DbError::bad_request(format!(
-                "data node speaks protocol {protocol}; this management server speaks {PROTOCOL_VERSION}"
-            )));
-        }
+        check_speaks(protocol, process)?;
         let mut state = self.lock();
         let listed = |layout: &ClusterLayout| {
             layout.datanode(node_id).is_some_and(|d| d.process == process && d.status.takes_writes())
@@ -478,12 +474,7 @@ impl Mgmd {
         }
     }
 
-    fn assign_node_id(&self, wanted: Option<NodeId>, protocol: u32) -> Result<NodeId> {
-        if protocol != PROTOCOL_VERSION {
-            return Err(DbError::bad_request(format!(
-                "data node speaks protocol {protocol}; this management server speaks {PROTOCOL_VERSION}"
-            )));
-        }
+    fn assign_node_id(&self, wanted: Option<NodeId>) -> Result<NodeId> {
         let mut state = self.lock();
         let free = |state: &State, id: NodeId| {
             state.layout.datanode(id).is_some_and(|d| d.status == NodeStatus::NotStarted)
@@ -603,6 +594,21 @@ impl Mgmd {
         self.event(Severity::Warning, format!("data node {node_id} disconnected"));
         self.broadcast_layout();
     }
+}
+
+/// A data node's registration or reattachment speaks this server's
+/// protocol and names its process (a number other than 0, which means "no
+/// process" in a layout and would turn the peers' process check off).
+fn check_speaks(protocol: u32, process: u64) -> Result<()> {
+    if protocol != PROTOCOL_VERSION {
+        return Err(DbError::bad_request(format!(
+            "data node speaks protocol {protocol}; this management server speaks {PROTOCOL_VERSION}"
+        )));
+    }
+    if process == 0 {
+        return Err(DbError::bad_request("a data node's process number must not be 0; start it with this latsdb"));
+    }
+    Ok(())
 }
 
 /// The running cluster's layout for a management server that restarted:

@@ -33,8 +33,8 @@ pub struct DataNodeInfo {
     /// (logs, `mgm show`).
     pub pid: u32,
     /// A number the node's process drew at its start, different for every
-    /// process of every node (an OS pid may repeat: in a container every
-    /// process is pid 1); 0 when no process runs. Peers tell a node's
+    /// process of every node (an OS pid may repeat, for instance when a
+    /// container starts again); 0 when no process runs. Peers tell a node's
     /// processes apart by it (`Hello::Peer`).
     pub process: u64,
     /// The location domain the configuration names for this node.
