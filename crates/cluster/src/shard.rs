@@ -560,7 +560,9 @@ impl Shard {
             PeerMsg::TakeoverReport(r) => r.version > self.cx.layout.version,
             _ => false,
         };
-        if !early && self.cx.layout.lists_other_process(from.node, process) {
+        // One lookup of the sender: this runs for every peer message.
+        let Some(sender) = self.cx.layout.datanode(from.node) else { return early };
+        if !early && sender.runs_other_than(process) {
             return false;
         }
         let primary_role = matches!(
@@ -573,10 +575,10 @@ impl Shard {
                 | PeerMsg::TxCommit { .. }
                 | PeerMsg::TxAbort { .. }
         );
-        match self.cx.layout.datanode(from.node).map(|d| d.status) {
-            Some(NodeStatus::Started) => true,
-            Some(NodeStatus::Starting) => !primary_role,
-            _ => early,
+        match sender.status {
+            NodeStatus::Started => true,
+            NodeStatus::Starting => !primary_role,
+            NodeStatus::NotStarted => early,
         }
     }
 

@@ -142,6 +142,7 @@ fn votes_at_start(dir: Option<&std::path::Path>, fresh: bool, persisted: &mut Pe
         persisted.last_view = members.to_vec();
         persisted.last_view_number = view;
     }
+    debug_assert!(fresh || persisted.last_view_number >= view, "the last view is older than the votes' view");
     Ok(Some(votes))
 }
 

@@ -354,7 +354,7 @@ impl Host {
         let registered =
             node.and_then(|d| d.shards.get(from.shard as usize)).and_then(|a| a.parse::<std::net::SocketAddr>().ok());
         match (registered, ip) {
-            (Some(_), _) if layout.lists_other_process(from.node, process) => Err(DbError::bad_request(format!(
+            (Some(_), _) if node.is_some_and(|d| d.runs_other_than(process)) => Err(DbError::bad_request(format!(
                 "peer link from shard {from} of process {process:#x}: the cluster layout lists process {:#x} for data node {}",
                 node.map_or(0, |d| d.process),
                 from.node

@@ -244,14 +244,8 @@ impl From<PersistedV0> for PersistedV1<ColumnDefV1> {
 
 pub(super) fn load_state(dir: &std::path::Path) -> Result<Persisted> {
     let path = dir.join(STATE_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Persisted::default()),
-        Err(e) => return Err(DbError::io(&format!("reading {}", path.display()), e)),
-    };
-    let whole =
-        bytes.len() >= 12 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize + 4 == bytes.len();
-    if !whole {
+    let Some((format, bytes)) = read_framed(&path)? else { return Ok(Persisted::default()) };
+    let Some(format) = format else {
         return Err(DbError::new(
             ErrorCode::Io,
             format!(
@@ -259,11 +253,9 @@ pub(super) fn load_state(dir: &std::path::Path) -> Result<Persisted> {
                 path.display()
             ),
         ));
-    }
+    };
     let unreadable =
         |e: DbError| DbError::new(ErrorCode::Io, format!("{} cannot be read: {}", path.display(), e.message));
-    // `whole` checked the 12-byte header is there.
-    let format = u64::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11]]);
     match format {
         0 => proto::decode_body::<PersistedV0>(&bytes[12..])
             .map(|v0| Persisted::from(PersistedV1::from(v0)))
@@ -303,11 +295,7 @@ pub(super) fn write_votes(dir: &std::path::Path, votes: &latsdb_cluster::members
 /// none (a first start, or a server that ran without a data folder).
 pub(super) fn load_votes(dir: &std::path::Path) -> Result<Option<latsdb_cluster::membership::Arbiter>> {
     let path = dir.join(VOTES_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(DbError::io(&format!("reading {}", path.display()), e)),
-    };
+    let Some((format, bytes)) = read_framed(&path)? else { return Ok(None) };
     let damaged = |why: String| {
         DbError::new(
             ErrorCode::Io,
@@ -317,16 +305,29 @@ pub(super) fn load_votes(dir: &std::path::Path) -> Result<Option<latsdb_cluster:
             ),
         )
     };
-    let whole =
-        bytes.len() >= 12 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize + 4 == bytes.len();
-    if !whole {
-        return Err(damaged("truncated".into()));
-    }
-    let format = u64::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11]]);
+    let Some(format) = format else { return Err(damaged("truncated".into())) };
     if format != VOTES_FORMAT {
         return Err(damaged(format!("format {format}, where this latsdb writes {VOTES_FORMAT}")));
     }
     proto::decode_body(&bytes[12..]).map(Some).map_err(|e| damaged(e.message))
+}
+
+/// A file `write_framed` wrote: None if it does not exist, else its format
+/// (None if the frame is not whole: a truncated file) and its bytes, the
+/// body from byte 12.
+fn read_framed(path: &std::path::Path) -> Result<Option<(Option<u64>, Vec<u8>)>> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(DbError::io(&format!("reading {}", path.display()), e)),
+    };
+    let whole =
+        bytes.len() >= 12 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize + 4 == bytes.len();
+    // `whole` checked the 12-byte header is there.
+    let format = whole.then(|| {
+        u64::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11]])
+    });
+    Ok(Some((format, bytes)))
 }
 
 /// Writes `value` framed with `format` atomically: a temporary file,

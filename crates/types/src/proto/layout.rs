@@ -41,6 +41,14 @@ pub struct DataNodeInfo {
     pub location_domain: Option<String>,
 }
 
+impl DataNodeInfo {
+    /// Whether the node runs a known process other than `process`
+    /// (`ClusterLayout::lists_other_process`).
+    pub fn runs_other_than(&self, process: u64) -> bool {
+        self.process != 0 && self.process != process
+    }
+}
+
 /// Where a partition number lives: its node group, and its slot there.
 /// The slot picks, as `p / node groups` does for a partition of the
 /// default rule, the partition's primary among the group's nodes (`slot mod
@@ -172,7 +180,7 @@ impl ClusterLayout {
     /// or early from a new one this layout does not know yet. A layout
     /// that lists no process for the node (0: not started) names no other.
     pub fn lists_other_process(&self, node: NodeId, process: u64) -> bool {
-        self.datanode(node).is_some_and(|d| d.process != 0 && d.process != process)
+        self.datanode(node).is_some_and(|d| d.runs_other_than(process))
     }
 
     /// Whether the node takes part in writes (started, or starting).
