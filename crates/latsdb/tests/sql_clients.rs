@@ -662,3 +662,66 @@ fn expressions_nested_too_deeply_are_refused_and_the_nodes_stay_up() {
     let (ok, out, err) = mariadb(&cluster, &["--skip-column-names"], "SELECT COUNT(*) FROM deep.t;");
     assert!(ok && out.trim() == "3", "the nodes still answer: {err}");
 }
+
+/// ALTER TABLE DROP COLUMN against MariaDB: the column leaves `*`, INSERT
+/// without a column list, information_schema and the indexes of that
+/// column alone; rows written before and after read the same; a column of
+/// the same name can come back. Then what latsdb refuses where MySQL
+/// would rewrite the table: a primary-key column, and a column of an index
+/// of several columns unless the statement drops that index too.
+#[test]
+fn dropped_columns_leave_the_table_as_in_mariadb() {
+    let script = "CREATE DATABASE dc; USE dc;
+        CREATE TABLE t (id INT PRIMARY KEY, a INT NOT NULL, b VARCHAR(20) DEFAULT 'x', c INT, d INT, e TEXT,
+            KEY kc (c), UNIQUE KEY ud (d));
+        INSERT INTO t VALUES (1, 10, 'one', 100, 1000, 'e1'), (2, 20, 'two', 200, 2000, 'e2');
+        ALTER TABLE t DROP COLUMN b;
+        SELECT * FROM t ORDER BY id;
+        INSERT INTO t VALUES (3, 30, 300, 3000, 'e3');
+        INSERT INTO t (id, a) VALUES (4, 40);
+        UPDATE t SET a = a + 1 WHERE id = 1;
+        UPDATE t SET id = 5 WHERE id = 2;
+        SELECT * FROM t ORDER BY id;
+        SELECT b FROM t;
+        ALTER TABLE t DROP c, DROP COLUMN d;
+        SELECT * FROM t ORDER BY id;
+        INSERT INTO t VALUES (6, 60, 'e6');
+        SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'dc' AND TABLE_NAME = 't' ORDER BY INDEX_NAME;
+        ALTER TABLE t ADD COLUMN b INT DEFAULT 7;
+        SELECT * FROM t ORDER BY id;
+        SELECT COLUMN_NAME, ORDINAL_POSITION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'dc' AND TABLE_NAME = 't' ORDER BY ORDINAL_POSITION;
+        ALTER TABLE t DROP COLUMN nope;
+        ALTER TABLE t DROP COLUMN IF EXISTS nope;
+        ALTER TABLE t DROP COLUMN e, DROP COLUMN e;
+        SELECT * FROM t WHERE a > 30 ORDER BY id;
+        UPDATE t SET e = 'x';
+        ALTER TABLE t DROP COLUMN a;
+        TRUNCATE TABLE t;
+        INSERT INTO t VALUES (1, 'after', 8);
+        SELECT * FROM t;
+        CREATE TABLE nk (x INT);
+        INSERT INTO nk VALUES (1);
+        ALTER TABLE nk DROP COLUMN x;
+        SELECT * FROM nk;
+        DROP DATABASE dc;";
+    let cluster = TestCluster::start(&[]);
+    let (rows, codes) = same_as_mariadb(&cluster, script);
+    assert_eq!(codes, ["1054", "1091", "1091", "1090"], "{rows}");
+    assert!(rows.contains("5\t20\t200\t2000\te2"), "a row written before the drop moved to a new key:\n{rows}");
+
+    let (host, port) = host_port(&cluster);
+    let refused = "CREATE DATABASE dk; USE dk;
+        CREATE TABLE k (id INT, part INT, v INT, w INT, PRIMARY KEY (id, part), KEY vw (v, w));
+        ALTER TABLE k DROP COLUMN part;
+        ALTER TABLE k DROP COLUMN v;
+        ALTER TABLE k DROP COLUMN `$row_id`;
+        ALTER TABLE k ADD COLUMN `$dropped$9` INT;
+        ALTER TABLE k DROP INDEX vw, DROP COLUMN v;
+        SHOW CREATE TABLE k;";
+    let (out, codes) = script_on(&host, &port, "root", refused);
+    assert_eq!(codes, ["1235", "1235", "1091", "1166"], "{out}");
+    assert!(
+        out.contains("`w` int DEFAULT NULL,\\n  PRIMARY KEY (`id`,`part`)\\n)"),
+        "v and its index are gone, w stays:\n{out}"
+    );
+}

@@ -500,7 +500,7 @@ pub fn plan_read<'a>(
     check_key(table)?;
     check_key_count(table, filters.len())?;
     let projection = match &request.body.read_columns {
-        None => None,
+        None => table.shown.as_ref(),
         Some(columns) => {
             let reused = last.0.as_ref().is_some_and(|(t, c, _)| Arc::ptr_eq(t, table) && Arc::ptr_eq(c, columns));
             if !reused {

@@ -32,6 +32,9 @@ pub struct ResolvedTable {
     /// back from JSON need not be the stored one, so a key could never be
     /// trusted to name its row).
     pub float_key: bool,
+    /// What a read without `readColumns` returns when the table has dropped
+    /// columns: every other column (None: the whole row).
+    pub shown: Option<Projection>,
     projections: Mutex<Vec<(Vec<String>, Projection)>>,
 }
 
@@ -44,7 +47,11 @@ impl ResolvedTable {
             .primary_key
             .iter()
             .any(|&c| matches!(def.columns[c as usize].ty, ColumnType::Float | ColumnType::Double));
-        ResolvedTable { table, key_names, float_key, projections: Mutex::new(Vec::new()) }
+        let shown = def.has_dropped_columns().then(|| {
+            let names: Vec<&str> = def.columns.iter().filter(|c| !c.is_dropped()).map(|c| c.name.as_str()).collect();
+            Projection::new(&table, &names).expect("the names of a table's own columns resolve")
+        });
+        ResolvedTable { table, key_names, float_key, shown, projections: Mutex::new(Vec::new()) }
     }
 }
 

@@ -32,14 +32,19 @@ pub struct ScopeTable {
 }
 
 impl ScopeTable {
-    /// The column `name` reaches.
+    /// The column `name` reaches (never a dropped one).
     pub fn column_named(&self, name: &str) -> Option<usize> {
-        self.columns.iter().position(|d| d.name.eq_ignore_ascii_case(name))
+        self.columns.iter().position(|d| d.name.eq_ignore_ascii_case(name) && !d.is_dropped())
     }
 
-    /// The columns `*` and NATURAL JOIN see: all but the hidden key.
+    /// The columns `*` and NATURAL JOIN see: all but the hidden key and
+    /// dropped columns.
     pub fn shown(&self) -> impl Iterator<Item = (u16, &ColumnDef)> {
-        self.columns.iter().enumerate().map(|(c, d)| (c as u16, d)).filter(move |(c, _)| self.hidden != Some(*c))
+        self.columns
+            .iter()
+            .enumerate()
+            .map(|(c, d)| (c as u16, d))
+            .filter(move |(c, d)| self.hidden != Some(*c) && !d.is_dropped())
     }
 }
 

@@ -11,7 +11,8 @@ use crate::plan::{table_name, VirtualTable};
 use crate::session::{Response, ResultColumn, Session, Shared, SYSTEM_DATABASE};
 use latsdb_client::Op;
 use latsdb_types::schema::{
-    validate_name, ColumnChange, ColumnDef, ColumnType, IntWidth, Storage, TableDef, TableSpec, HIDDEN_KEY_COLUMN,
+    validate_name, ColumnChange, ColumnDef, ColumnId, ColumnType, IntWidth, Storage, TableDef, TableSpec,
+    DROPPED_COLUMN_PREFIX, HIDDEN_KEY_COLUMN,
 };
 use latsdb_types::{Collation, ErrorCode, Value};
 use sqlparser::ast::{self, ColumnOption, DataType, Statement, TableConstraint};
@@ -206,7 +207,8 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 let spec = TableSpec {
                     database: def.database.clone(),
                     name: def.name.clone(),
-                    columns: def.columns.clone(),
+                    // The new table has no place for dropped columns.
+                    columns: def.columns.iter().filter(|c| !c.is_dropped()).cloned().collect(),
                     primary_key: def.primary_key.iter().map(|&c| def.columns[c as usize].name.clone()).collect(),
                     partitions: def.partitions,
                 };
@@ -246,7 +248,8 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             // Checked before anything changes: column changes that would
             // rewrite rows, and the new table name.
             let before = shared.table(&d, &t).await?.def().clone();
-            let (changes, auto_renamed) = column_changes(session, &before, &at.operations).await?;
+            let ColumnPlan { changes, auto_renamed, auto_dropped, drop_first } =
+                column_changes(session, &before, &at.operations).await?;
             check_index_clauses(&before, &changes, &added, &at.operations)?;
             let renamed_to = match at.operations.iter().rev().find_map(|op| match op {
                 ast::AlterTableOperation::RenameTable { table_name } => Some(table_name),
@@ -261,9 +264,16 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             if !added.is_empty() {
                 add_columns(session, &d, &t, &added).await?;
             }
+            // The indexes of dropped columns go first: a column in an
+            // index cannot leave the table.
+            for index in &drop_first {
+                shared.client.drop_index(&d, &t, index).await?;
+            }
             if !changes.is_empty() {
                 shared.client.change_columns(&d, &t, changes).await?;
-                if let Some(new_name) = auto_renamed {
+                if auto_dropped {
+                    shared.forget_auto_column(before.id).await?;
+                } else if let Some(new_name) = auto_renamed {
                     shared.rename_auto_column(before.id, &new_name).await?;
                 }
             }
@@ -285,7 +295,9 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     }
                     // Foreign keys are never kept, so there is none to drop.
                     ast::AlterTableOperation::DropForeignKey { .. } => {}
-                    ast::AlterTableOperation::DropIndex { name } => {
+                    ast::AlterTableOperation::DropIndex { name }
+                        if !drop_first.iter().any(|i| i.eq_ignore_ascii_case(&name.value)) =>
+                    {
                         shared.client.drop_index(&d, &t, name.value.as_str()).await?;
                     }
                     // Added and changed above: all columns of one statement
@@ -611,6 +623,7 @@ fn alter_supported(op: &ast::AlterTableOperation) -> bool {
         } | Op::DropForeignKey { .. }
             | Op::DropIndex { .. }
             | Op::AddColumn { .. }
+            | Op::DropColumn { .. }
             | Op::RenameColumn { .. }
             | Op::ChangeColumn { .. }
             | Op::ModifyColumn { .. }
@@ -636,10 +649,14 @@ fn check_index_clauses(
     use ast::AlterTableOperation as AOp;
     let mut columns: Vec<String> = before.visible_columns().map(|(_, c)| c.name.clone()).collect();
     for change in changes {
-        if let ColumnChange::Rename { from, to } = change {
-            if let Some(c) = columns.iter_mut().find(|c| c.eq_ignore_ascii_case(from)) {
-                *c = to.clone();
+        match change {
+            ColumnChange::Rename { from, to } => {
+                if let Some(c) = columns.iter_mut().find(|c| c.eq_ignore_ascii_case(from)) {
+                    *c = to.clone();
+                }
             }
+            ColumnChange::Drop { column } => columns.retain(|c| !c.eq_ignore_ascii_case(column)),
+            _ => {}
         }
     }
     columns.extend(added.iter().map(|(c, _, _)| c.name.value.clone()));
@@ -710,25 +727,36 @@ async fn rename_target(
     Ok((new_db, new_table))
 }
 
-/// The column changes of an ALTER TABLE that leave stored rows as they are
-/// (renames, defaults, NOT NULL relaxed to NULL), and the auto-increment
-/// column's new name when it is renamed. A CHANGE or MODIFY that would
-/// change a column's type is refused before anything changes.
+/// What the column clauses of an ALTER TABLE change.
+struct ColumnPlan {
+    /// Changes that leave stored rows as they are (renames, defaults, NOT
+    /// NULL relaxed to NULL, growing types, dropped columns).
+    changes: Vec<ColumnChange>,
+    /// The auto-increment column's new name when it is renamed.
+    auto_renamed: Option<String>,
+    /// The auto-increment column is dropped.
+    auto_dropped: bool,
+    /// Indexes to drop before the changes: those of dropped columns.
+    drop_first: Vec<String>,
+}
+
+/// The column changes of an ALTER TABLE that leave stored rows as they are.
+/// A CHANGE or MODIFY that would change a column's type is refused before
+/// anything changes, and so is a DROP COLUMN of a key column.
 async fn column_changes(
     session: &mut Session,
     def: &TableDef,
     ops: &[ast::AlterTableOperation],
-) -> SqlResult<(Vec<ColumnChange>, Option<String>)> {
+) -> SqlResult<ColumnPlan> {
     use ast::AlterTableOperation as AOp;
     let shared = session.shared.clone();
     let auto = shared.auto_counter(def.id).await?.map(|(c, _)| c);
-    // Names as they will be after the changes so far.
+    // Names as they will be after the changes so far (a column dropped by
+    // an earlier clause takes its dropped name, which no clause can name).
     let mut names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-    let find = |names: &[String], name: &str| -> SqlResult<usize> {
-        (0..names.len())
-            .find(|&i| def.is_visible(i as latsdb_types::schema::ColumnId) && names[i].eq_ignore_ascii_case(name))
-            .ok_or_else(|| SqlError::bad_field(name, &def.name))
-    };
+    let find = |names: &[String], name: &str| column_now(def, names, name);
+    let mut auto_dropped = false;
+    let mut drop_first = Vec::new();
     let mut changes = Vec::new();
     let mut auto_renamed = None;
     let mut rename = |names: &mut Vec<String>, changes: &mut Vec<ColumnChange>, id: usize, to: &str| -> SqlResult<()> {
@@ -773,50 +801,8 @@ async fn column_changes(
                 let spec = column_spec(session, &given, def.columns[id].collation)?;
                 let current = &def.columns[id];
                 let is_auto = auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&current.name));
-                let in_key = def.primary_key.contains(&(id as latsdb_types::schema::ColumnId));
-                let retyped = spec.def.ty != current.ty || spec.def.members != current.members;
-                let indexed = def.is_indexed(id as latsdb_types::schema::ColumnId);
-                let widened = retyped
-                    && spec.def.fraction_digits == current.fraction_digits
-                    && current.ty.widens_to(spec.def.ty)
-                    && spec.def.members.starts_with(&current.members)
-                    && !indexed
-                    && current.storage == latsdb_types::schema::Storage::Memory;
-                if (retyped && !widened) || spec.def.fraction_digits != current.fraction_digits {
-                    return Err(SqlError::unsupported(format!(
-                        "changing the type of column '{}' from {} to {} is not supported: only its name, DEFAULT, ON UPDATE and NULL can change, or a non-indexed text or binary column grow (add a new column and copy the values)",
-                        current.name,
-                        column_type_text(current),
-                        column_type_text(&spec.def)
-                    )));
-                }
-                if spec.def.collation != current.collation {
-                    return Err(SqlError::unsupported(format!(
-                        "changing the collation of column '{}' from {} to {} is not supported: keys and indexes are built on it (add a new column and copy the values)",
-                        current.name,
-                        current.collation.name(),
-                        spec.def.collation.name()
-                    )));
-                }
-                if spec.storage.is_some_and(|s| s != current.storage) {
-                    return Err(SqlError::unsupported(format!(
-                        "moving column '{}' to STORAGE {} is not supported yet: copy the table into a new one whose column says where it lives",
-                        current.name,
-                        spec.storage.unwrap_or_default().keyword()
-                    )));
-                }
-                if spec.auto_increment != is_auto || spec.unique || (spec.primary_key && !in_key) {
-                    return Err(SqlError::unsupported(format!(
-                        "changing AUTO_INCREMENT, UNIQUE or PRIMARY KEY of column '{}' with CHANGE/MODIFY is not supported",
-                        current.name
-                    )));
-                }
-                if !spec.def.nullable && current.nullable {
-                    return Err(SqlError::unsupported(format!(
-                        "making column '{}' NOT NULL is not supported: existing rows may hold NULL",
-                        current.name
-                    )));
-                }
+                let widened = check_in_place(def, id, &spec, is_auto)?;
+                let in_key = def.primary_key.contains(&(id as ColumnId));
                 rename(&mut names, &mut changes, id, &new_name.value)?;
                 if widened {
                     changes.push(ColumnChange::Widen {
@@ -833,6 +819,22 @@ async fn column_changes(
                 }
                 if spec.def.clock != current.clock {
                     changes.push(ColumnChange::SetClock { column: names[id].clone(), clock: spec.def.clock });
+                }
+            }
+            AOp::DropColumn { column_names, if_exists, .. } => {
+                for name in column_names {
+                    let Some(id) = dropped_column(def, &names, &name.value, *if_exists)? else { continue };
+                    drop_first.extend(indexes_of_dropped(def, id, ops)?);
+                    auto_dropped |= auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&def.columns[id].name));
+                    changes.push(ColumnChange::Drop { column: names[id].clone() });
+                    names[id] = format!("{DROPPED_COLUMN_PREFIX}{id}");
+                }
+                if (0..names.len()).all(|i| column_now(def, &names, &names[i]).is_err()) {
+                    return Err(SqlError::new(
+                        1090,
+                        "42000",
+                        "You can't delete all columns with ALTER TABLE; use DROP TABLE instead",
+                    ));
                 }
             }
             AOp::AlterColumn { column_name, op } => {
@@ -855,7 +857,117 @@ async fn column_changes(
             _ => {}
         }
     }
-    Ok((changes, auto_renamed))
+    drop_first.sort_unstable();
+    drop_first.dedup();
+    Ok(ColumnPlan { changes, auto_renamed, auto_dropped, drop_first })
+}
+
+/// Checks that a CHANGE or MODIFY of column `id` to `spec` leaves stored
+/// rows as they are, and says whether it grows the column's type.
+fn check_in_place(def: &TableDef, id: usize, spec: &ColumnSpec, is_auto: bool) -> SqlResult<bool> {
+    let current = &def.columns[id];
+    let in_key = def.primary_key.contains(&(id as ColumnId));
+    let retyped = spec.def.ty != current.ty || spec.def.members != current.members;
+    let indexed = def.is_indexed(id as ColumnId);
+    let widened = retyped
+        && spec.def.fraction_digits == current.fraction_digits
+        && current.ty.widens_to(spec.def.ty)
+        && spec.def.members.starts_with(&current.members)
+        && !indexed
+        && current.storage == latsdb_types::schema::Storage::Memory;
+    if (retyped && !widened) || spec.def.fraction_digits != current.fraction_digits {
+        return Err(SqlError::unsupported(format!(
+            "changing the type of column '{}' from {} to {} is not supported: only its name, DEFAULT, ON UPDATE and NULL can change, or a non-indexed text or binary column grow (add a new column and copy the values)",
+            current.name,
+            column_type_text(current),
+            column_type_text(&spec.def)
+        )));
+    }
+    if spec.def.collation != current.collation {
+        return Err(SqlError::unsupported(format!(
+            "changing the collation of column '{}' from {} to {} is not supported: keys and indexes are built on it (add a new column and copy the values)",
+            current.name,
+            current.collation.name(),
+            spec.def.collation.name()
+        )));
+    }
+    if spec.storage.is_some_and(|s| s != current.storage) {
+        return Err(SqlError::unsupported(format!(
+            "moving column '{}' to STORAGE {} is not supported yet: copy the table into a new one whose column says where it lives",
+            current.name,
+            spec.storage.unwrap_or_default().keyword()
+        )));
+    }
+    if spec.auto_increment != is_auto || spec.unique || (spec.primary_key && !in_key) {
+        return Err(SqlError::unsupported(format!(
+            "changing AUTO_INCREMENT, UNIQUE or PRIMARY KEY of column '{}' with CHANGE/MODIFY is not supported",
+            current.name
+        )));
+    }
+    if !spec.def.nullable && current.nullable {
+        return Err(SqlError::unsupported(format!(
+            "making column '{}' NOT NULL is not supported: existing rows may hold NULL",
+            current.name
+        )));
+    }
+    Ok(widened)
+}
+
+/// The column `name` names while an ALTER TABLE's clauses rename and drop
+/// columns (`names`: every column's name so far, a dropped one's its
+/// dropped name, which no clause can name).
+fn column_now(def: &TableDef, names: &[String], name: &str) -> SqlResult<usize> {
+    (0..names.len())
+        .find(|&i| {
+            def.is_visible(i as ColumnId)
+                && !names[i].starts_with(DROPPED_COLUMN_PREFIX)
+                && names[i].eq_ignore_ascii_case(name)
+        })
+        .ok_or_else(|| SqlError::bad_field(name, &def.name))
+}
+
+/// The column a DROP COLUMN clause names, or None for a missing one under
+/// IF EXISTS (MariaDB's form); MySQL's error 1091 otherwise.
+fn dropped_column(def: &TableDef, names: &[String], name: &str, if_exists: bool) -> SqlResult<Option<usize>> {
+    match column_now(def, names, name) {
+        Ok(id) => Ok(Some(id)),
+        Err(_) if if_exists => Ok(None),
+        Err(_) => Err(SqlError::new(
+            crate::error::ER_CANT_DROP_KEY,
+            "42000",
+            format!("Can't DROP COLUMN `{name}`; check that it exists"),
+        )),
+    }
+}
+
+/// The indexes that go with dropped column `id`, as MySQL drops them: one
+/// of that column alone. A primary-key column cannot be dropped, nor one of
+/// an index of several columns unless the statement drops that index too
+/// (MySQL would narrow the index, which latsdb cannot do in place).
+fn indexes_of_dropped(def: &TableDef, id: usize, ops: &[ast::AlterTableOperation]) -> SqlResult<Vec<String>> {
+    let column = &def.columns[id].name;
+    let id = id as ColumnId;
+    if def.primary_key.contains(&id) {
+        return Err(SqlError::unsupported(format!(
+            "dropping column '{column}' of the primary key is not supported: a table's primary key cannot change (copy the table into a new one)"
+        )));
+    }
+    let dropped_by_statement = |index: &str| {
+        ops.iter().any(
+            |op| matches!(op, ast::AlterTableOperation::DropIndex { name } if name.value.eq_ignore_ascii_case(index)),
+        )
+    };
+    let mut drop = Vec::new();
+    for index in def.indexes.iter().skip(1).filter(|i| i.columns.contains(&id)) {
+        if index.columns.len() > 1 && !dropped_by_statement(&index.name) {
+            return Err(SqlError::unsupported(format!(
+                "dropping column '{column}' is not supported while index '{}' has it with other columns: drop the index in the same statement (DROP INDEX `{}`), or first",
+                index.name, index.name
+            )));
+        }
+        drop.push(index.name.clone());
+    }
+    Ok(drop)
 }
 
 /// The node's connections as SHOW PROCESSLIST lists them (`full`: whole
@@ -1252,9 +1364,9 @@ fn table_collation(options: &ast::CreateTableOptions) -> SqlResult<Option<Collat
 /// table keeps no default of its own; each text column of another
 /// collation names its own, so the statement recreates the table exactly).
 pub fn shown_table_collation(def: &TableDef) -> Collation {
-    let texts = def.columns.iter().filter(|c| c.ty.is_string());
-    let insensitive = texts.clone().filter(|c| c.collation.is_case_insensitive()).count();
-    if insensitive * 2 > texts.count() {
+    let texts: Vec<&ColumnDef> = def.visible_columns().map(|(_, c)| c).filter(|c| c.ty.is_string()).collect();
+    let insensitive = texts.iter().filter(|c| c.collation.is_case_insensitive()).count();
+    if insensitive * 2 > texts.len() {
         Collation::GeneralCi
     } else {
         Collation::Bin
@@ -1263,6 +1375,14 @@ pub fn shown_table_collation(def: &TableDef) -> Collation {
 
 /// A user column may not take the hidden key's name.
 fn reserved_name(name: &str) -> SqlResult<()> {
+    let prefix = DROPPED_COLUMN_PREFIX;
+    if name.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix)) {
+        return Err(SqlError::new(
+            1166,
+            "42000",
+            format!("Incorrect column name '{name}': latsdb keeps names starting with '{prefix}' for dropped columns; choose another name"),
+        ));
+    }
     if name.eq_ignore_ascii_case(HIDDEN_KEY_COLUMN) {
         return Err(SqlError::new(
             1166,

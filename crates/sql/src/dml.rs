@@ -382,7 +382,8 @@ fn no_text_keys_of_numbers(plan: &WritePlan, env: &Env) -> SqlResult<()> {
 /// `SELECT * FROM db.t [AS alias] [WHERE ...] [ORDER BY ...] [LIMIT n] FOR
 /// UPDATE` made of the UPDATE's or DELETE's own clauses: a template parsed
 /// once, its parts replaced (their text is never printed and parsed again).
-/// A table with a hidden key lists every column, which `*` would not.
+/// A table with a hidden key or dropped columns lists every column, which
+/// `*` would not.
 fn locking_select(
     table: &Table,
     db: &str,
@@ -406,13 +407,13 @@ fn locking_select(
         return Err(internal());
     };
     let quoted = |s: &str| ast::Ident::with_quote('`', s);
-    if table.def().hidden_key().is_some() {
-        select.projection = table
-            .def()
-            .columns
-            .iter()
-            .map(|c| ast::SelectItem::UnnamedExpr(ast::Expr::Identifier(quoted(&c.name))))
-            .collect();
+    if table.def().hidden_key().is_some() || table.def().has_dropped_columns() {
+        // A dropped column has no name: NULL keeps the others at their places.
+        let column = |c: &latsdb_types::schema::ColumnDef| match c.is_dropped() {
+            true => ast::Expr::value(ast::Value::Null),
+            false => ast::Expr::Identifier(quoted(&c.name)),
+        };
+        select.projection = table.def().columns.iter().map(|c| ast::SelectItem::UnnamedExpr(column(c))).collect();
     }
     let Some(ast::TableFactor::Table { name: table_name, alias: table_alias, .. }) =
         select.from.first_mut().map(|f| &mut f.relation)
@@ -438,10 +439,15 @@ fn every_column(table: &Table, qualifier: Option<&str>) -> String {
     let quote = |s: &str| format!("`{}`", s.replace('`', "``"));
     let prefix = qualifier.map(|q| format!("{}.", quote(q))).unwrap_or_default();
     let def = table.def();
-    if def.hidden_key().is_none() {
+    if def.hidden_key().is_none() && !def.has_dropped_columns() {
         return format!("{prefix}*");
     }
-    def.columns.iter().map(|c| format!("{prefix}{}", quote(&c.name))).collect::<Vec<_>>().join(", ")
+    // A dropped column has no name: NULL keeps the others at their places.
+    let column = |c: &latsdb_types::schema::ColumnDef| match c.is_dropped() {
+        true => "NULL".to_string(),
+        false => format!("{prefix}{}", quote(&c.name)),
+    };
+    def.columns.iter().map(column).collect::<Vec<_>>().join(", ")
 }
 
 /// Plans the SELECT an UPDATE or DELETE was rewritten into, reading its

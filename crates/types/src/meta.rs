@@ -86,7 +86,9 @@ impl TableMeta {
                 values.len()
             )));
         }
-        values.into_iter().zip(&self.def.columns).map(|(v, c)| coerce(v, c)).collect()
+        // A dropped column has a place in the row but never a value.
+        let column_value = |(v, c): (Value, &ColumnDef)| if c.is_dropped() { Ok(Value::Null) } else { coerce(v, c) };
+        values.into_iter().zip(&self.def.columns).map(column_value).collect()
     }
 
     /// A full row from named values; unnamed columns take their default (or NULL).

@@ -272,6 +272,16 @@ pub enum ColumnChange {
         ty: ColumnType,
         members: Vec<String>,
     },
+    /// The column leaves the table's definition (MySQL 8's instant DROP
+    /// COLUMN): it keeps its place in the row format, so stored rows stay
+    /// valid, but it is renamed `$dropped$<id>`, admits NULL and has no
+    /// default, and no name reaches it. Writes store NULL in it; a row
+    /// stored before keeps the value's bytes until it is written again.
+    /// A column of the primary key or of an index cannot be dropped (drop
+    /// the index first).
+    Drop {
+        column: String,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -425,6 +435,11 @@ impl ColumnDef {
 }
 
 impl ColumnDef {
+    /// Whether the column was dropped (see [`ColumnChange::Drop`]).
+    pub fn is_dropped(&self) -> bool {
+        self.name.starts_with(DROPPED_COLUMN_PREFIX)
+    }
+
     /// An ENUM or SET declares at least one member, no two equal under the
     /// column's collation (MySQL: 1291), a SET's without commas and at
     /// most 64; no other type declares any.
@@ -504,6 +519,10 @@ pub fn unique_table_name(table: TableId, index: IndexId) -> String {
 /// statement may write it.
 pub const HIDDEN_KEY_COLUMN: &str = "$row_id";
 
+/// Prefix of the names of dropped columns (see [`ColumnChange::Drop`]);
+/// user columns may not start with it.
+pub const DROPPED_COLUMN_PREFIX: &str = "$dropped$";
+
 /// What a user asks for when creating a table.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct TableSpec {
@@ -566,6 +585,18 @@ pub struct TableDef {
 pub struct RowPart {
     pub first_column: ColumnId,
     pub fill: Vec<crate::Value>,
+}
+
+/// A name a column may take by ADD COLUMN or a rename: a valid name that
+/// is not a dropped column's.
+fn validate_column_name(name: &str) -> Result<()> {
+    validate_name("column", name)?;
+    if name.get(..DROPPED_COLUMN_PREFIX.len()).is_some_and(|p| p.eq_ignore_ascii_case(DROPPED_COLUMN_PREFIX)) {
+        return Err(DbError::bad_request(format!(
+            "column name '{name}' starts with '{DROPPED_COLUMN_PREFIX}', which latsdb keeps for dropped columns; choose another name"
+        )));
+    }
+    Ok(())
 }
 
 pub fn validate_name(kind: &str, name: &str) -> Result<()> {
@@ -685,7 +716,7 @@ impl TableDef {
         let first_column = def.columns.len() as ColumnId;
         let mut coerced = Vec::with_capacity(fill.len());
         for (column, value) in added.iter().zip(fill) {
-            validate_name("column", &column.name)?;
+            validate_column_name(&column.name)?;
             column.ty.validate()?;
             column.validate_options()?;
             if def.columns.iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
@@ -731,7 +762,7 @@ impl TableDef {
         for change in changes {
             match change {
                 ColumnChange::Rename { from, to } => {
-                    validate_name("column", to)?;
+                    validate_column_name(to)?;
                     let id = def.column_id(from)?;
                     let taken = def
                         .columns
@@ -793,10 +824,49 @@ impl TableDef {
                     }
                     def.columns[id as usize].nullable = true;
                 }
+                ColumnChange::Drop { column } => def.drop_column(column)?,
             }
         }
         def.version += 1;
         Ok(def)
+    }
+
+    /// Takes column `name` out of the definition in place (see
+    /// [`ColumnChange::Drop`]).
+    fn drop_column(&mut self, name: &str) -> Result<()> {
+        let id = self.column_id(name)?;
+        if !self.is_visible(id) {
+            return Err(DbError::bad_request(format!(
+                "column '{name}' is the key latsdb added to a table created without a primary key; it cannot be dropped"
+            )));
+        }
+        if self.primary_key.contains(&id) {
+            return Err(DbError::bad_request(format!(
+                "column '{name}' is part of the primary key of {}; a table's primary key cannot change (copy the table into a new one)",
+                self.qualified_name()
+            )));
+        }
+        if let Some(index) = self.indexes.iter().find(|i| i.columns.contains(&id)) {
+            return Err(DbError::bad_request(format!(
+                "column '{name}' is in index '{}' of {}; drop the index first",
+                index.name,
+                self.qualified_name()
+            )));
+        }
+        if self.visible_columns().count() == 1 {
+            return Err(DbError::bad_request(format!(
+                "column '{name}' is the last column of {}; drop the table instead",
+                self.qualified_name()
+            )));
+        }
+        let column = &mut self.columns[id as usize];
+        column.name = format!("{DROPPED_COLUMN_PREFIX}{id}");
+        column.nullable = true;
+        column.default = None;
+        column.clock = ClockFill::default();
+        assert!(!self.is_visible(id), "a dropped column is hidden");
+        debug_assert!(self.column_id(name).is_err(), "no name reaches a dropped column");
+        Ok(())
     }
 
     /// Whether column `id` is in the primary key or an index (index 0 is
@@ -830,15 +900,25 @@ impl TableDef {
         }
     }
 
-    /// Whether column `c` is one SQL shows (every column but the hidden key).
+    /// Whether column `c` is one SQL shows (every column but the hidden key
+    /// and dropped columns).
     pub fn is_visible(&self, c: ColumnId) -> bool {
-        self.hidden_key() != Some(c)
+        self.hidden_key() != Some(c) && !self.columns[c as usize].is_dropped()
     }
 
     /// The columns SQL shows, with their ids.
     pub fn visible_columns(&self) -> impl Iterator<Item = (ColumnId, &ColumnDef)> {
         let hidden = self.hidden_key();
-        self.columns.iter().enumerate().map(|(c, d)| (c as ColumnId, d)).filter(move |(c, _)| hidden != Some(*c))
+        self.columns
+            .iter()
+            .enumerate()
+            .map(|(c, d)| (c as ColumnId, d))
+            .filter(move |(c, d)| hidden != Some(*c) && !d.is_dropped())
+    }
+
+    /// Whether a column was dropped: rows still have a place for it.
+    pub fn has_dropped_columns(&self) -> bool {
+        self.columns.iter().any(ColumnDef::is_dropped)
     }
 
     /// The indexes SQL shows: all but the PRIMARY of a hidden key.
@@ -847,8 +927,10 @@ impl TableDef {
         self.indexes.iter().filter(move |ix| !(hidden && ix.id == 0))
     }
 
+    /// The column `name` names; a dropped column has no name.
     pub fn column_id(&self, name: &str) -> Result<ColumnId> {
-        self.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name)).map(|p| p as ColumnId).ok_or_else(|| {
+        let named = |c: &ColumnDef| c.name.eq_ignore_ascii_case(name) && !c.is_dropped();
+        self.columns.iter().position(named).map(|p| p as ColumnId).ok_or_else(|| {
             DbError::new(
                 crate::ErrorCode::UnknownColumn,
                 format!("table {}.{} has no column '{name}'", self.database, self.name),
@@ -980,5 +1062,53 @@ mod tests {
         assert_eq!(def.hidden_key(), None);
         assert_eq!(def.visible_columns().count(), 2);
         assert_eq!(def.visible_indexes().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["PRIMARY"]);
+    }
+
+    #[test]
+    fn a_dropped_column_keeps_its_place_and_loses_its_name() {
+        let int = || ColumnType::int(IntWidth::Int);
+        let mut not_null = ColumnDef::new("a", int());
+        not_null.nullable = false;
+        not_null.default = Some(crate::Value::Int(3));
+        let spec = TableSpec::new("d", "t")
+            .column(ColumnDef::new("id", int()))
+            .column(not_null)
+            .column(ColumnDef::new("b", int()))
+            .column(ColumnDef::new("c", int()))
+            .primary_key(&["id"]);
+        let def = TableDef::from_spec(&spec, 1, 4).unwrap().with_index("kc", &["c".into()], false).unwrap();
+        let drop =
+            |def: &TableDef, column: &str| def.with_changed_columns(&[ColumnChange::Drop { column: column.into() }]);
+
+        let dropped = drop(&def, "a").unwrap();
+        assert_eq!(dropped.columns.len(), 4, "the column keeps its place in rows");
+        assert_eq!(dropped.version, def.version + 1);
+        let a = &dropped.columns[1];
+        assert!(a.is_dropped() && a.nullable && a.default.is_none(), "{a:?}");
+        assert!(!dropped.is_visible(1) && dropped.has_dropped_columns());
+        assert_eq!(dropped.visible_columns().map(|(c, _)| c).collect::<Vec<_>>(), [0, 2, 3]);
+        assert_eq!(dropped.column_id("a").unwrap_err().code, crate::ErrorCode::UnknownColumn);
+        assert_eq!(dropped.column_id(&a.name).unwrap_err().code, crate::ErrorCode::UnknownColumn, "no name reaches it");
+        let row = crate::meta::TableMeta::new(dropped.clone()).coerce_row([1, 2, 3, 4].map(crate::Value::Int).to_vec());
+        assert_eq!(row.unwrap()[1], crate::Value::Null, "a value given for a dropped column is not stored");
+        // A column of the same name may come back, as a new column.
+        let again = dropped.with_columns(&[ColumnDef::new("A", int())], &[crate::Value::Null]).unwrap();
+        assert_eq!(again.column_id("a").unwrap(), 4);
+
+        for (column, why) in [("id", "primary key"), ("c", "index 'kc'"), ("a", "no column"), ("nope", "no column")] {
+            let message = drop(&dropped, column).unwrap_err().message;
+            assert!(message.contains(why), "{column}: {message}");
+        }
+        let keyless = TableSpec::new("d", "keyless")
+            .column(ColumnDef::new(HIDDEN_KEY_COLUMN, ColumnType::Integer { width: IntWidth::Big, unsigned: true }))
+            .column(ColumnDef::new("x", int()))
+            .primary_key(&[HIDDEN_KEY_COLUMN]);
+        let keyless = TableDef::from_spec(&keyless, 2, 4).unwrap();
+        assert!(drop(&keyless, "x").unwrap_err().message.contains("last column"));
+        assert!(drop(&keyless, HIDDEN_KEY_COLUMN).unwrap_err().message.contains("cannot be dropped"));
+        let renamed = def.with_changed_columns(&[ColumnChange::Rename { from: "b".into(), to: "$DROPPED$1".into() }]);
+        assert!(renamed.unwrap_err().message.contains("dropped columns"));
+        let added = def.with_columns(&[ColumnDef::new("$dropped$9", int())], &[crate::Value::Null]);
+        assert!(added.unwrap_err().message.contains("dropped columns"));
     }
 }

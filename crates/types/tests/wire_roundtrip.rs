@@ -504,6 +504,7 @@ fn management_messages_round_trip() {
                         column: g.string(),
                         clock: ClockFill { on_insert: g.bool(), on_update: g.bool() },
                     },
+                    ColumnChange::Drop { column: g.string() },
                 ],
             },
             20 => MgmRequest::RenameTable { database, table, new_database: g.string(), new_name: g.string() },
