@@ -482,6 +482,42 @@ impl Client {
 
     /// Sends a schema request the management server answers with the
     /// table's (new) definition, and caches that.
+    /// Begins a copying ALTER TABLE (see `MgmRequest::CopyTableBegin`):
+    /// makes the table's copy with the definition `spec` and `indexes`,
+    /// and has every data node refuse writes to the table until the copy
+    /// ends. Returns the table and its (empty) copy. The copy belongs to
+    /// this client's connection to the management server.
+    pub async fn copy_table_begin(
+        &self,
+        database: &str,
+        table: &str,
+        spec: TableSpec,
+        indexes: Vec<latsdb_types::schema::IndexSpec>,
+    ) -> Result<(Arc<Table>, Arc<Table>)> {
+        let request = MgmRequest::CopyTableBegin { database: database.into(), table: table.into(), spec, indexes };
+        match self.mgm(request).await? {
+            MgmResponse::Tables(tables) => match <[TableDef; 2]>::try_from(tables) {
+                Ok([old, copy]) => Ok((self.cache_table(old), self.cache_table(copy))),
+                Err(tables) => Err(DbError::internal(format!("CopyTableBegin answered {} tables", tables.len()))),
+            },
+            other => Err(unexpected("CopyTableBegin", other)),
+        }
+    }
+
+    /// The copy holds every row: it takes the table's name, and the table
+    /// is dropped. Returns the new definition.
+    pub async fn copy_table_finish(&self, table: latsdb_types::schema::TableId) -> Result<Arc<Table>> {
+        self.table_answer("CopyTableFinish", MgmRequest::CopyTableFinish { table }).await
+    }
+
+    /// Gives the copy up: it is dropped and the table takes writes again.
+    pub async fn copy_table_abort(&self, table: latsdb_types::schema::TableId) -> Result<()> {
+        match self.mgm(MgmRequest::CopyTableAbort { table }).await? {
+            MgmResponse::Done => Ok(()),
+            other => Err(unexpected("CopyTableAbort", other)),
+        }
+    }
+
     async fn table_answer(&self, what: &str, request: MgmRequest) -> Result<Arc<Table>> {
         match self.mgm(request).await? {
             MgmResponse::Table(def) => Ok(self.cache_table(def)),

@@ -37,6 +37,9 @@ pub(crate) struct TableState {
     pub partitions: Vec<Option<Partition>>,
     /// Indexed by partition number: its started replicas, primary first.
     pub replicas: Vec<Vec<ShardAddr>>,
+    /// ALTER TABLE copies the table: this shard stages no write to it
+    /// (`SchemaChange::Fence`).
+    pub fenced: bool,
 }
 
 impl TableState {

@@ -294,6 +294,16 @@ impl Ldm {
         Ldm { next_implicit: first_seq, ..Ldm::default() }
     }
 
+    /// Rows of these tables that transactions staged here (as primary or
+    /// backup) and have not applied or dropped yet.
+    pub(crate) fn staged_writes_to(&self, tables: &[latsdb_types::schema::TableId]) -> usize {
+        if tables.is_empty() {
+            return 0;
+        }
+        let staged = self.txs.values().chain(self.replica_txs.values()).flat_map(|t| t.staged.keys());
+        staged.filter(|k| tables.contains(&k.table)).count()
+    }
+
     pub(crate) fn open(&self) -> usize {
         self.txs.len() + self.replica_txs.len() + self.committing.len()
     }
@@ -1189,6 +1199,15 @@ impl Ldm {
             return Err(DbError::new(
                 ErrorCode::SchemaVersionMismatch,
                 "the table changed while the operation waited; retry",
+            ));
+        }
+        if table.fenced && !matches!(op.kind, OpKind::Read { .. }) {
+            return Err(DbError::new(
+                ErrorCode::TableAltering,
+                format!(
+                    "table {} is being copied by ALTER TABLE; writes to it are refused until the ALTER TABLE ends: retry then",
+                    table.meta.def.qualified_name()
+                ),
             ));
         }
         let meta = &table.meta;

@@ -354,7 +354,7 @@ impl Shard {
                 let partitions = (0..meta.def.partitions)
                     .map(|p| self.holds_partition(p).then(|| Partition::for_table(&meta, &self.cx.pages)))
                     .collect();
-                self.cx.tables.insert(meta.def.id, TableState { meta, partitions, replicas });
+                self.cx.tables.insert(meta.def.id, TableState { meta, partitions, replicas, fenced: false });
             }
             SchemaChange::AlterTable(def) => {
                 let table = self.cx.tables.get_mut(&def.id).ok_or_else(|| unknown_table(def.id))?;
@@ -370,8 +370,31 @@ impl Shard {
                     p.free_disk_parts();
                 }
             }
+            SchemaChange::Fence(fenced) => return self.fence(&fenced),
         }
         self.cx.recount_memory();
+        Ok(())
+    }
+
+    /// Refuses writes to exactly the `fenced` tables from now on, and says
+    /// whether transactions (as primary or backup here) still hold writes
+    /// to them that they staged before: a copy of such a table may begin
+    /// only once none does, so that every write it must carry is applied.
+    fn fence(&mut self, fenced: &[latsdb_types::schema::TableId]) -> Result<()> {
+        for (id, table) in self.cx.tables.iter_mut() {
+            table.fenced = fenced.contains(id);
+        }
+        let open = self.ldm.staged_writes_to(fenced);
+        debug_assert!(
+            fenced.iter().all(|t| self.cx.tables.get(t).is_none_or(|s| s.fenced)),
+            "every fenced table this shard has refuses writes"
+        );
+        if open > 0 {
+            return Err(DbError::new(
+                ErrorCode::TableAltering,
+                format!("shard {} still has {open} unfinished write(s) to the table(s) being copied", self.cx.cfg.me),
+            ));
+        }
         Ok(())
     }
 

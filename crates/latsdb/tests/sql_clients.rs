@@ -725,3 +725,40 @@ fn dropped_columns_leave_the_table_as_in_mariadb() {
         "v and its index are gone, w stays:\n{out}"
     );
 }
+
+/// ALTER TABLE clauses that rewrite every row (a type, NOT NULL, a
+/// position, a column leaving an index of several columns) copy the table,
+/// against MariaDB: the rows convert as in strict mode, a value that does
+/// not fit fails the statement and leaves the table as it was, indexes and
+/// the auto-increment counter carry over.
+#[test]
+fn copying_alter_table_answers_as_mariadb() {
+    let script = "CREATE DATABASE ca; USE ca;
+        CREATE TABLE t (id INT PRIMARY KEY AUTO_INCREMENT, a INT, b VARCHAR(20), c INT, KEY kbc (b, c), UNIQUE KEY ua (a));
+        INSERT INTO t (a, b, c) VALUES (1, 'one', 10), (2, 'two', 20), (NULL, 'three', 1000);
+        ALTER TABLE t MODIFY a BIGINT, ADD COLUMN z INT DEFAULT 5 AFTER id, MODIFY b VARCHAR(8) NOT NULL FIRST;
+        SELECT * FROM t ORDER BY id;
+        INSERT INTO t (a, b, c) VALUES (4, 'four', 40);
+        INSERT INTO t (a, b, c) VALUES (4, 'dup', 41);
+        SELECT * FROM t ORDER BY id;
+        ALTER TABLE t MODIFY b VARCHAR(3);
+        ALTER TABLE t MODIFY a INT NOT NULL;
+        ALTER TABLE t MODIFY c TINYINT;
+        UPDATE t SET c = 30 WHERE id = 3;
+        ALTER TABLE t MODIFY c TINYINT;
+        SELECT * FROM t ORDER BY id;
+        ALTER TABLE t DROP COLUMN c, CHANGE COLUMN a aa INT;
+        SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'ca' AND TABLE_NAME = 't' AND INDEX_NAME <> 'PRIMARY' ORDER BY INDEX_NAME, SEQ_IN_INDEX;
+        SELECT COLUMN_NAME, DATA_TYPE, IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'ca' AND TABLE_NAME = 't' ORDER BY ORDINAL_POSITION;
+        UPDATE t SET aa = aa * 10 WHERE id = 2;
+        SELECT * FROM t WHERE b = 'two';
+        ALTER TABLE t MODIFY z DECIMAL(5,2) NOT NULL DEFAULT 1.5 FIRST, ADD COLUMN w VARCHAR(4) NOT NULL AFTER b;
+        SELECT * FROM t ORDER BY id;
+        ALTER TABLE t MODIFY nope INT;
+        SHOW TABLES;
+        DROP DATABASE ca;";
+    let cluster = TestCluster::start(&[]);
+    let (rows, codes) = same_as_mariadb(&cluster, script);
+    assert!(rows.contains("four\t4\t5\t4\t40"), "the next AUTO_INCREMENT value follows the copied rows:\n{rows}");
+    assert_eq!(codes, ["1062", "1265", "1265", "1264", "1054"], "{rows}");
+}

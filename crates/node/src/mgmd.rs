@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 mod alarms;
 mod backup;
+mod copies;
 mod events;
 mod lifecycle;
 pub mod metrics;
@@ -98,6 +99,8 @@ struct State {
     /// How often each data node started since this server started (for
     /// `/metrics`).
     node_starts: std::collections::BTreeMap<NodeId, u64>,
+    /// Tables an ALTER TABLE copies (`copies.rs`): their writes are refused.
+    copies: std::collections::BTreeSet<latsdb_types::schema::TableId>,
 }
 
 /// What a cluster taken for stopped is resumed from.
@@ -220,6 +223,7 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
             may_adopt: !fresh && opts.data_dir.is_some(),
             reattach_refused: HashSet::new(),
             node_starts: Default::default(),
+            copies: Default::default(),
         }),
         schema_lock: tokio::sync::Mutex::new(()),
         persist_lock: Mutex::new(()),
@@ -283,6 +287,15 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The refusal of a user table named like a hidden one.
+fn reserved_table_name(name: &str) -> DbError {
+    DbError::bad_request(format!(
+        "table name '{name}' is reserved: names starting with '{}' or '{}' are latsdb's hidden tables",
+        latsdb_types::schema::HIDDEN_TABLE_PREFIX,
+        latsdb_types::schema::COPY_TABLE_PREFIX
+    ))
 }
 
 impl Mgmd {
@@ -364,6 +377,7 @@ impl Mgmd {
         let identity = link.peer_identity();
         let (r, mut w) = link.into_split();
         let mut reader = FrameReader::new(r, self.config().cluster.max_frame_bytes);
+        let mut copies = copies::CopyOwner::new(self.clone());
         loop {
             let (id, request) = match reader.next().await {
                 Ok(Some((id, body))) => match proto::decode_body::<MgmRequest>(body) {
@@ -399,10 +413,12 @@ impl Mgmd {
                 return;
             }
             let shutdown = matches!(request, MgmRequest::Shutdown);
+            let copy = copies::CopyStep::of(&request);
             let response = match self.handle(request).await {
                 Ok(r) => r,
                 Err(e) => MgmResponse::Error(e),
             };
+            copies.follow(copy, &response);
             if w.write_all(&proto::frame(id, &response)).await.is_err() {
                 return;
             }
@@ -462,18 +478,24 @@ impl Mgmd {
 
     async fn handle(self: &Arc<Self>, request: MgmRequest) -> Result<MgmResponse> {
         let changed = match &request {
-            MgmRequest::DropTable { name, .. } => Some(name),
-            MgmRequest::CreateIndex { table, .. }
-            | MgmRequest::DropIndex { table, .. }
-            | MgmRequest::AddColumns { table, .. }
-            | MgmRequest::ChangeColumns { table, .. }
-            | MgmRequest::RenameTable { table, .. } => Some(table),
+            MgmRequest::DropTable { database, name } => Some((database, name)),
+            MgmRequest::CreateIndex { database, table, .. }
+            | MgmRequest::DropIndex { database, table, .. }
+            | MgmRequest::AddColumns { database, table, .. }
+            | MgmRequest::ChangeColumns { database, table, .. }
+            | MgmRequest::RenameTable { database, table, .. }
+            | MgmRequest::CopyTableBegin { database, table, .. } => Some((database, table)),
             _ => None,
         };
-        if changed.is_some_and(|t| t.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX)) {
-            return Err(DbError::bad_request(
-                "the hidden tables of unique indexes change only with their tables; change the table or drop the index",
-            ));
+        if let Some((database, table)) = changed {
+            if latsdb_types::schema::is_hidden_name(table) {
+                return Err(DbError::bad_request(
+                    "hidden tables (of unique indexes, or an ALTER TABLE's copy) change only with their tables; change the table or drop the index",
+                ));
+            }
+            if !matches!(request, MgmRequest::CopyTableBegin { .. }) {
+                self.refuse_while_copied(database, table)?;
+            }
         }
         match request {
             MgmRequest::GetLayout => Ok(MgmResponse::Layout(self.lock().layout.clone())),
@@ -519,6 +541,11 @@ impl Mgmd {
             MgmRequest::BackupAbort { id } => self.abort_backup(id),
             MgmRequest::Report => Ok(MgmResponse::Report(self.metrics_text())),
             MgmRequest::AddNodeGroups { config } => self.add_node_groups(&config).await,
+            MgmRequest::CopyTableBegin { database, table, spec, indexes } => {
+                self.begin_copy(database, table, spec, indexes).await
+            }
+            MgmRequest::CopyTableFinish { table } => self.finish_copy(table).await,
+            MgmRequest::CopyTableAbort { table } => self.abort_copy(table).await,
             MgmRequest::NodeGroups => self.node_group_status(),
             MgmRequest::RegisterDataNode { .. }
             | MgmRequest::ReattachDataNode { .. }
@@ -534,11 +561,8 @@ impl Mgmd {
     async fn change_schema(&self, request: MgmRequest) -> Result<MgmResponse> {
         match request {
             MgmRequest::CreateTable(spec) => {
-                if spec.name.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX) {
-                    return Err(DbError::bad_request(format!(
-                        "table names starting with '{}' are reserved for the hidden tables of unique indexes",
-                        latsdb_types::schema::HIDDEN_TABLE_PREFIX
-                    )));
+                if latsdb_types::schema::is_hidden_name(&spec.name) {
+                    return Err(reserved_table_name(&spec.name));
                 }
                 let _guard = self.schema_lock.lock().await;
                 self.refuse_schema_change_now()?;
@@ -604,11 +628,8 @@ impl Mgmd {
                 self.alter(def).await.map(MgmResponse::Table)
             }
             MgmRequest::RenameTable { database, table, new_database, new_name } => {
-                if new_name.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX) {
-                    return Err(DbError::bad_request(format!(
-                        "table names starting with '{}' are reserved for the hidden tables of unique indexes",
-                        latsdb_types::schema::HIDDEN_TABLE_PREFIX
-                    )));
+                if latsdb_types::schema::is_hidden_name(&new_name) {
+                    return Err(reserved_table_name(&new_name));
                 }
                 let _guard = self.schema_lock.lock().await;
                 self.refuse_schema_change_now()?;

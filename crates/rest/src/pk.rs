@@ -850,6 +850,7 @@ pub fn status_of(e: &DbError) -> u16 {
         | ErrorCode::TransactionAborted
         | ErrorCode::UnknownTransaction
         | ErrorCode::RedoFull
+        | ErrorCode::TableAltering
         | ErrorCode::OutOfMemory => 503,
         ErrorCode::TableFull => 507,
         // AccessDenied: the REST node itself was refused by the cluster.

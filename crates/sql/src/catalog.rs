@@ -17,6 +17,8 @@ use latsdb_types::schema::{
 use latsdb_types::{Collation, ErrorCode, Value};
 use sqlparser::ast::{self, ColumnOption, DataType, Statement, TableConstraint};
 
+mod alter_copy;
+
 const DATABASES_TABLE: &str = "sql_databases";
 
 fn text_col(name: &str) -> ColumnDef {
@@ -248,9 +250,6 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             // Checked before anything changes: column changes that would
             // rewrite rows, and the new table name.
             let before = shared.table(&d, &t).await?.def().clone();
-            let ColumnPlan { changes, auto_renamed, auto_dropped, drop_first } =
-                column_changes(session, &before, &at.operations).await?;
-            check_index_clauses(&before, &changes, &added, &at.operations)?;
             let renamed_to = match at.operations.iter().rev().find_map(|op| match op {
                 ast::AlterTableOperation::RenameTable { table_name } => Some(table_name),
                 _ => None,
@@ -261,6 +260,12 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 }
                 None => None,
             };
+            if alter_copy::needs_copy(session, &before, &at.operations).await {
+                return alter_copy::alter_by_copy(session, &before, &at.operations, renamed_to).await;
+            }
+            let ColumnPlan { changes, auto_renamed, auto_dropped, drop_first } =
+                column_changes(session, &before, &at.operations).await?;
+            check_index_clauses(&before, &changes, &added, &at.operations)?;
             if !added.is_empty() {
                 add_columns(session, &d, &t, &added).await?;
             }
@@ -1536,16 +1541,7 @@ async fn add_columns(
                 "ADD COLUMN {name} with PRIMARY KEY or AUTO_INCREMENT is not supported: a table's primary key is fixed when it is created"
             )));
         }
-        let value = if spec.def.clock.on_insert {
-            let now = crate::session::to_digits(crate::session::now_micros(), spec.def.fraction_digits);
-            crate::eval::to_column(Value::DateTime(now), &spec.def)?
-        } else if let Some(default) = &spec.def.default {
-            default.clone()
-        } else if spec.def.nullable {
-            Value::Null
-        } else {
-            implicit_default(&spec.def)?
-        };
+        let value = fill_value(&spec.def)?;
         if spec.unique {
             unique.push(spec.def.name.clone());
         }
@@ -1562,6 +1558,20 @@ async fn add_columns(
         create_index(&shared, db, t, &name, &[column], true).await?;
     }
     Ok(())
+}
+
+/// What existing rows hold in a new column: the current time in one the
+/// clock fills, its DEFAULT, NULL, or MySQL's implicit default.
+fn fill_value(column: &ColumnDef) -> SqlResult<Value> {
+    if column.clock.on_insert {
+        let now = crate::session::to_digits(crate::session::now_micros(), column.fraction_digits);
+        return crate::eval::to_column(Value::DateTime(now), column);
+    }
+    match &column.default {
+        Some(default) => Ok(default.clone()),
+        None if column.nullable => Ok(Value::Null),
+        None => implicit_default(column),
+    }
 }
 
 /// What MySQL stores in existing rows for a new NOT NULL column without a

@@ -129,6 +129,9 @@ impl From<DbError> for SqlError {
             // a server configuration problem, not the user's.
             ErrorCode::Io | ErrorCode::Internal | ErrorCode::AccessDenied => (ER_INTERNAL, "HY000"),
             ErrorCode::TableFull => (ER_RECORD_FILE_FULL, "HY000"),
+            // MySQL makes a write wait for a copying ALTER TABLE's metadata
+            // lock and, after lock_wait_timeout, answers 1205; clients retry it.
+            ErrorCode::TableAltering => (ER_LOCK_WAIT_TIMEOUT, "HY000"),
         };
         let mut message = e.message;
         if e.code.is_retriable() && code == ER_GET_TEMPORARY_ERRMSG {

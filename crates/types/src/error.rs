@@ -63,6 +63,11 @@ pub enum ErrorCode {
     /// requires it, or its certificate is not of the cluster's CA or does
     /// not hold the role the request needs. Not retriable.
     AccessDenied,
+    /// ALTER TABLE is copying the table into a new one: writes to it are
+    /// refused without effect until the copy ends (reads go on). Retry the
+    /// write after the ALTER TABLE; it is not retried for the caller, as a
+    /// copy may take long.
+    TableAltering,
 }
 
 impl ErrorCode {

@@ -503,6 +503,31 @@ pub struct IndexDef {
 /// Prefix of the names of hidden tables; user tables may not start with it.
 pub const HIDDEN_TABLE_PREFIX: &str = "$unique$";
 
+/// Prefix of the name of the table an ALTER TABLE copies a table into
+/// (`copy_table_name`); hidden like the tables of unique indexes, and user
+/// tables may not start with it either.
+pub const COPY_TABLE_PREFIX: &str = "$copy$";
+
+/// The table ALTER TABLE copies table `table` into; it takes the table's
+/// name when the copy is done.
+pub fn copy_table_name(table: TableId) -> String {
+    format!("{COPY_TABLE_PREFIX}{table}")
+}
+
+/// Whether a table name is one latsdb keeps for its hidden tables.
+pub fn is_hidden_name(name: &str) -> bool {
+    name.starts_with(HIDDEN_TABLE_PREFIX) || name.starts_with(COPY_TABLE_PREFIX)
+}
+
+/// An index of a table a copying ALTER TABLE makes (see
+/// `MgmRequest::CopyTableBegin`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct IndexSpec {
+    pub name: String,
+    pub columns: Vec<String>,
+    pub unique: bool,
+}
+
 /// The hidden table that keeps a unique index of a table unique: one row per
 /// indexed row whose indexed values are all non-NULL, keyed by those values
 /// (columns `u0..`), holding the row's primary key (columns `k0..`). It lives
@@ -955,9 +980,10 @@ impl TableDef {
         format!("{}.{}", self.database, self.name)
     }
 
-    /// Whether this is a hidden table of a unique index.
+    /// Whether this is a hidden table: of a unique index, or the copy an
+    /// ALTER TABLE is making.
     pub fn is_hidden(&self) -> bool {
-        self.name.starts_with(HIDDEN_TABLE_PREFIX)
+        is_hidden_name(&self.name)
     }
 
     /// The unique indexes other than the primary key.

@@ -248,6 +248,7 @@ impl Mgmd {
         }
         let generation = state.next_generation;
         state.next_generation += 1;
+        super::copies::send_fences(&state, &commands);
         state.links.insert(node_id, NodeLink { commands, generation });
         debug_assert!(state.links.len() <= state.layout.datanodes.len(), "more command links than data nodes");
         debug_assert!(state.formed && state.stopped.is_none(), "a node attached to a cluster taken for stopped");
@@ -326,6 +327,7 @@ impl Mgmd {
         state.registering.remove(&node_id);
         let generation = state.next_generation;
         state.next_generation += 1;
+        super::copies::send_fences(&state, &commands);
         state.links.insert(node_id, NodeLink { commands, generation });
         state.ever_started.insert(node_id);
         *state.node_starts.entry(node_id).or_default() += 1;

@@ -164,6 +164,29 @@ pub enum MgmRequest {
         protocol: u32,
         layout: ClusterLayout,
     },
+    /// A copying ALTER TABLE begins: creates the hidden table
+    /// `copy_table_name(table id)` from `spec` (its name is ignored) with
+    /// `indexes`, then refuses writes to the table on every data node
+    /// (`ErrorCode::TableAltering`) and waits until no transaction holds an
+    /// unfinished write to it. Answered with `Tables([table, copy])`. The
+    /// copy belongs to this connection: it is abandoned (the copy dropped,
+    /// writes let in) if the connection closes before `CopyTableFinish`.
+    CopyTableBegin {
+        database: String,
+        table: String,
+        spec: TableSpec,
+        indexes: Vec<crate::schema::IndexSpec>,
+    },
+    /// The copy holds every row: the table is dropped and its copy takes
+    /// its name (answered with the new `Table`).
+    CopyTableFinish {
+        table: crate::schema::TableId,
+    },
+    /// The copy is abandoned: dropped, and writes to the table let in again
+    /// (answered with `Done`).
+    CopyTableAbort {
+        table: crate::schema::TableId,
+    },
 }
 
 impl MgmRequest {
@@ -415,6 +438,11 @@ pub enum SchemaChange {
     /// A new definition of an existing table (an index was added or dropped).
     AlterTable(TableDef),
     DropTable(TableId),
+    /// The tables whose writes are refused while ALTER TABLE copies them:
+    /// exactly these (a data node forgets any other). A shard answers
+    /// `TableAltering` while a transaction still holds an unfinished write
+    /// to one of them; the management server asks again until none does.
+    Fence(Vec<TableId>),
 }
 
 /// Sent by the management server to a registered data node.
