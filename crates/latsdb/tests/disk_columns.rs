@@ -241,3 +241,40 @@ async fn the_cluster_default_puts_unmodified_tables_on_disk_and_a_full_tablespac
         r.unwrap();
     }
 }
+
+/// ALTER TABLE moves a column between memory and disk by copying the
+/// table (issue 37's offline copy), and adds columns to a table with disk
+/// columns the same way; every value survives each move, and an indexed
+/// column is refused on disk with a message naming the table.
+#[test]
+fn alter_table_moves_columns_between_memory_and_disk_by_copying() {
+    let cluster = TestCluster::start(&["--no-rest"]);
+    let values: Vec<String> = (0..3_000).map(|i| format!("({i}, REPEAT('v', {}), {i})", 50 + i % 200)).collect();
+    let load = format!(
+        "CREATE DATABASE mv; USE mv; CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(300), b INT, KEY kb (b)); INSERT INTO t VALUES {};",
+        values.join(", ")
+    );
+    let (ok, _, err) = common::mariadb(&cluster, &[], &load);
+    assert!(ok, "{err}");
+    let sums = "SELECT COUNT(*), SUM(LENGTH(a)), SUM(b) FROM mv.t;";
+    let (_, before, _) = common::mariadb(&cluster, &["--skip-column-names"], sums);
+    let steps = [
+        (
+            "ALTER TABLE mv.t MODIFY a VARCHAR(300) STORAGE DISK",
+            "`a` varchar(300) DEFAULT NULL /*!50120 STORAGE DISK */",
+        ),
+        ("ALTER TABLE mv.t ADD COLUMN c INT NOT NULL DEFAULT 7", "`c` int NOT NULL DEFAULT '7'"),
+        ("ALTER TABLE mv.t MODIFY a VARCHAR(300) STORAGE MEMORY", "`a` varchar(300) DEFAULT NULL,"),
+    ];
+    for (alter, shown) in steps {
+        let (ok, out, err) = common::mariadb(&cluster, &[], &format!("{alter}; SHOW CREATE TABLE mv.t;"));
+        assert!(ok, "{alter}: {err}");
+        assert!(out.contains(shown), "{alter}:\n{out}");
+        let (_, after, _) = common::mariadb(&cluster, &["--skip-column-names"], sums);
+        assert_eq!(after, before, "{alter} changed the rows");
+    }
+    let (ok, _, err) = common::mariadb(&cluster, &[], "ALTER TABLE mv.t MODIFY b INT STORAGE DISK");
+    assert!(!ok && err.contains("mv.t") && err.contains("indexed"), "{err}");
+    let (_, count, _) = common::mariadb(&cluster, &["--skip-column-names"], "SELECT SUM(c) FROM mv.t");
+    assert_eq!(count, "21000\n", "the added column's value in every row");
+}

@@ -11,7 +11,8 @@ use latsdb_types::expr::{Aggregate, Expr};
 use latsdb_types::proto::*;
 use latsdb_types::rng::Rng;
 use latsdb_types::schema::{
-    ClockFill, ColumnChange, ColumnDef, ColumnId, ColumnType, IndexDef, IntWidth, Storage, TableDef, TableSpec,
+    ClockFill, ColumnChange, ColumnDef, ColumnId, ColumnType, IndexDef, IndexSpec, IntWidth, Storage, TableDef,
+    TableSpec,
 };
 use latsdb_types::{Collation, DbError, ErrorCode, Value};
 use serde::{de::DeserializeOwned, Serialize};
@@ -451,7 +452,7 @@ fn register_request(g: &mut Gen) -> MgmRequest {
 
 #[test]
 fn management_messages_round_trip() {
-    every_variant(31, |g, v| {
+    every_variant(34, |g, v| {
         let (database, table, node_id) = (g.string(), g.string(), g.u16());
         match v {
             0 => MgmRequest::GetLayout,
@@ -517,13 +518,23 @@ fn management_messages_round_trip() {
             27 => MgmRequest::Report,
             28 => MgmRequest::AddNodeGroups { config: g.string() },
             29 => MgmRequest::NodeGroups,
-            _ => MgmRequest::ReattachDataNode {
+            30 => MgmRequest::ReattachDataNode {
                 node_id,
                 pid: g.u32(),
                 process: g.u64(),
                 protocol: g.u32(),
                 layout: g.layout(),
             },
+            31 => {
+                let mut spec = TableSpec::new(database.clone(), table.clone());
+                spec.columns = g.list(3, Gen::column_def);
+                spec.primary_key = g.list(2, Gen::string);
+                let index =
+                    |g: &mut Gen| IndexSpec { name: g.string(), columns: g.list(2, Gen::string), unique: g.bool() };
+                MgmRequest::CopyTableBegin { database, table, spec, indexes: g.list(2, index) }
+            }
+            32 => MgmRequest::CopyTableFinish { table: g.u32() },
+            _ => MgmRequest::CopyTableAbort { table: g.u32() },
         }
     });
     every_variant(13, |g, v| match v {
@@ -585,10 +596,11 @@ fn node_commands_and_replies_round_trip() {
     every_variant(10, |g, v| match v {
         0 => NodeCommand::Heartbeat,
         1 => NodeCommand::SetLayout(g.layout()),
-        2 => NodeCommand::ApplySchema(match g.n(3) {
+        2 => NodeCommand::ApplySchema(match g.n(4) {
             0 => SchemaChange::CreateTable(g.table_def()),
             1 => SchemaChange::AlterTable(g.table_def()),
-            _ => SchemaChange::DropTable(g.u32()),
+            2 => SchemaChange::DropTable(g.u32()),
+            _ => SchemaChange::Fence(g.list(3, Gen::u32)),
         }),
         3 => NodeCommand::ReportMemory,
         4 => NodeCommand::Stop,

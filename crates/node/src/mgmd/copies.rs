@@ -61,8 +61,14 @@ impl Mgmd {
         if let Ok(stale) = self.find_table(&database, &copy_table_name(old.id)) {
             self.drop_with_unique_tables(&stale).await?;
         }
-        let spec = TableSpec { database, name: copy_table_name(old.id), partitions: old.partitions, ..spec };
-        let copy = self.create_table(spec).await?;
+        // Checked under the table's own name first, so that a refusal
+        // names the table the user altered, not its copy.
+        let spec = TableSpec { database, name: old.name.clone(), partitions: old.partitions, ..spec };
+        let mut checked = TableDef::from_spec(&spec, old.id, old.partitions)?;
+        for index in &indexes {
+            checked = checked.with_index(&index.name, &index.columns, index.unique)?;
+        }
+        let copy = self.create_table(TableSpec { name: copy_table_name(old.id), ..spec }).await?;
         let copy = match self.add_indexes(copy.clone(), &indexes).await {
             Ok(copy) => copy,
             Err(e) => {
