@@ -347,6 +347,12 @@ impl Client {
             let conn = guard.as_mut().expect("connected above");
             match conn.call::<_, MgmResponse>(&request).await {
                 Err(e) if e.code == latsdb_types::ErrorCode::NodeUnavailable && attempt == 0 => *guard = None,
+                // The answer may still come: on this connection it would
+                // be taken for the next request's, so the connection goes.
+                Err(e) if e.code == latsdb_types::ErrorCode::Timeout => {
+                    *guard = None;
+                    return Err(e);
+                }
                 other => return other,
             }
         }
@@ -486,15 +492,17 @@ impl Client {
     /// makes the table's copy with the definition `spec` and `indexes`,
     /// and has every data node refuse writes to the table until the copy
     /// ends. Returns the table and its (empty) copy. The copy belongs to
-    /// this client's connection to the management server.
+    /// this client's connection to the management server. Refused with
+    /// `SchemaVersionMismatch` if `table` is not the current definition.
     pub async fn copy_table_begin(
         &self,
-        database: &str,
-        table: &str,
+        table: &Table,
         spec: TableSpec,
         indexes: Vec<latsdb_types::schema::IndexSpec>,
     ) -> Result<(Arc<Table>, Arc<Table>)> {
-        let request = MgmRequest::CopyTableBegin { database: database.into(), table: table.into(), spec, indexes };
+        let def = table.def();
+        let (database, table, version) = (def.database.clone(), def.name.clone(), def.version);
+        let request = MgmRequest::CopyTableBegin { database, table, version, spec, indexes };
         match self.mgm(request).await? {
             MgmResponse::Tables(tables) => match <[TableDef; 2]>::try_from(tables) {
                 Ok([old, copy]) => Ok((self.cache_table(old), self.cache_table(copy))),

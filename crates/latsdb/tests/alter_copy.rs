@@ -127,14 +127,14 @@ fn a_copy_whose_client_leaves_is_given_up() {
         let owner = Client::connect_with(&cluster.mgmd, cluster.client_options()).await.expect("connect");
         let table = owner.table("ag", "t").await.expect("the table");
         let spec = latsdb_types::TableSpec { name: "ignored".into(), ..table_spec(table.def()) };
-        let (old, copy) = owner.copy_table_begin("ag", "t", spec, Vec::new()).await.expect("a copy begins");
+        let (old, copy) = owner.copy_table_begin(&table, spec, Vec::new()).await.expect("a copy begins");
         assert_eq!(old.def().id, table.def().id);
         let other = Client::connect_with(&cluster.mgmd, cluster.client_options()).await.expect("connect");
         let t = other.table("ag", "t").await.expect("the table");
         let write = |v: i64| Op::update(&t, &[Value::Int(1)], &[("v", Value::Int(v))]).expect("an update");
         let refused = other.transaction().execute_commit(vec![write(2)]).await.expect_err("the table is fenced");
         assert_eq!(refused.code, ErrorCode::TableAltering, "{refused}");
-        let again = owner.copy_table_begin("ag", "t", table_spec(table.def()), Vec::new()).await.expect_err("one copy");
+        let again = owner.copy_table_begin(&table, table_spec(table.def()), Vec::new()).await.expect_err("one copy");
         assert!(again.message.contains("already copies"), "{again}");
         drop(owner);
         let deadline = Instant::now() + Duration::from_secs(10);

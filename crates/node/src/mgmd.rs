@@ -289,6 +289,20 @@ pub async fn run_mgmd(opts: MgmdOptions) -> Result<()> {
     Ok(())
 }
 
+/// The database and table a schema change (or a copy's beginning) names.
+fn changed_table(request: &MgmRequest) -> Option<(&String, &String)> {
+    match request {
+        MgmRequest::DropTable { database, name } => Some((database, name)),
+        MgmRequest::CreateIndex { database, table, .. }
+        | MgmRequest::DropIndex { database, table, .. }
+        | MgmRequest::AddColumns { database, table, .. }
+        | MgmRequest::ChangeColumns { database, table, .. }
+        | MgmRequest::RenameTable { database, table, .. }
+        | MgmRequest::CopyTableBegin { database, table, .. } => Some((database, table)),
+        _ => None,
+    }
+}
+
 /// The refusal of a user table named like a hidden one.
 fn reserved_table_name(name: &str) -> DbError {
     DbError::bad_request(format!(
@@ -477,25 +491,10 @@ impl Mgmd {
     }
 
     async fn handle(self: &Arc<Self>, request: MgmRequest) -> Result<MgmResponse> {
-        let changed = match &request {
-            MgmRequest::DropTable { database, name } => Some((database, name)),
-            MgmRequest::CreateIndex { database, table, .. }
-            | MgmRequest::DropIndex { database, table, .. }
-            | MgmRequest::AddColumns { database, table, .. }
-            | MgmRequest::ChangeColumns { database, table, .. }
-            | MgmRequest::RenameTable { database, table, .. }
-            | MgmRequest::CopyTableBegin { database, table, .. } => Some((database, table)),
-            _ => None,
-        };
-        if let Some((database, table)) = changed {
-            if latsdb_types::schema::is_hidden_name(table) {
-                return Err(DbError::bad_request(
-                    "hidden tables (of unique indexes, or an ALTER TABLE's copy) change only with their tables; change the table or drop the index",
-                ));
-            }
-            if !matches!(request, MgmRequest::CopyTableBegin { .. }) {
-                self.refuse_while_copied(database, table)?;
-            }
+        if changed_table(&request).is_some_and(|(_, table)| latsdb_types::schema::is_hidden_name(table)) {
+            return Err(DbError::bad_request(
+                "hidden tables (of unique indexes, or an ALTER TABLE's copy) change only with their tables; change the table or drop the index",
+            ));
         }
         match request {
             MgmRequest::GetLayout => Ok(MgmResponse::Layout(self.lock().layout.clone())),
@@ -541,8 +540,8 @@ impl Mgmd {
             MgmRequest::BackupAbort { id } => self.abort_backup(id),
             MgmRequest::Report => Ok(MgmResponse::Report(self.metrics_text())),
             MgmRequest::AddNodeGroups { config } => self.add_node_groups(&config).await,
-            MgmRequest::CopyTableBegin { database, table, spec, indexes } => {
-                self.begin_copy(database, table, spec, indexes).await
+            MgmRequest::CopyTableBegin { database, table, version, spec, indexes } => {
+                self.begin_copy(&database, &table, version, spec, indexes).await
             }
             MgmRequest::CopyTableFinish { table } => self.finish_copy(table).await,
             MgmRequest::CopyTableAbort { table } => self.abort_copy(table).await,
@@ -559,18 +558,20 @@ impl Mgmd {
     /// A schema change: one at a time (`schema_lock`), each applied to
     /// every data node before it is answered.
     async fn change_schema(&self, request: MgmRequest) -> Result<MgmResponse> {
+        let _guard = self.schema_lock.lock().await;
+        self.refuse_schema_change_now()?;
+        // Under the lock: a copy that begins waits for it too.
+        if let Some((database, table)) = changed_table(&request) {
+            self.refuse_while_copied(database, table)?;
+        }
         match request {
             MgmRequest::CreateTable(spec) => {
                 if latsdb_types::schema::is_hidden_name(&spec.name) {
                     return Err(reserved_table_name(&spec.name));
                 }
-                let _guard = self.schema_lock.lock().await;
-                self.refuse_schema_change_now()?;
                 self.create_table(spec).await.map(MgmResponse::Table)
             }
             MgmRequest::DropTable { database, name } => {
-                let _guard = self.schema_lock.lock().await;
-                self.refuse_schema_change_now()?;
                 let def = self.find_table(&database, &name)?;
                 self.drop_table(&def).await?;
                 for index in def.unique_indexes() {
@@ -579,8 +580,6 @@ impl Mgmd {
                 Ok(MgmResponse::Done)
             }
             MgmRequest::CreateIndex { database, table, index, columns, unique } => {
-                let _guard = self.schema_lock.lock().await;
-                self.refuse_schema_change_now()?;
                 let def = self.find_table(&database, &table)?.with_index(&index, &columns, unique)?;
                 if !unique {
                     return self.alter(def).await.map(MgmResponse::Table);
@@ -597,8 +596,6 @@ impl Mgmd {
                 }
             }
             MgmRequest::DropIndex { database, table, index } => {
-                let _guard = self.schema_lock.lock().await;
-                self.refuse_schema_change_now()?;
                 let old = self.find_table(&database, &table)?;
                 let def = self.alter(old.without_index(&index)?).await?;
                 if let Some(dropped) = old.unique_indexes().find(|i| i.name.eq_ignore_ascii_case(&index)) {
@@ -607,8 +604,6 @@ impl Mgmd {
                 Ok(MgmResponse::Table(def))
             }
             MgmRequest::AddColumns { database, table, columns, fill } => {
-                let _guard = self.schema_lock.lock().await;
-                self.refuse_schema_change_now()?;
                 let def = self.find_table(&database, &table)?.with_columns(&columns, &fill)?;
                 let added: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
                 self.event(
@@ -618,8 +613,6 @@ impl Mgmd {
                 self.alter(def).await.map(MgmResponse::Table)
             }
             MgmRequest::ChangeColumns { database, table, changes } => {
-                let _guard = self.schema_lock.lock().await;
-                self.refuse_schema_change_now()?;
                 let def = self.find_table(&database, &table)?.with_changed_columns(&changes)?;
                 self.event(
                     Severity::Info,
@@ -631,8 +624,6 @@ impl Mgmd {
                 if latsdb_types::schema::is_hidden_name(&new_name) {
                     return Err(reserved_table_name(&new_name));
                 }
-                let _guard = self.schema_lock.lock().await;
-                self.refuse_schema_change_now()?;
                 let old = self.find_table(&database, &table)?;
                 if self.find_table(&new_database, &new_name).is_ok() {
                     return Err(DbError::new(

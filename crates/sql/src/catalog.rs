@@ -261,7 +261,9 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 None => None,
             };
             if alter_copy::needs_copy(session, &before, &at.operations).await {
-                return alter_copy::alter_by_copy(session, &before, &at.operations, renamed_to).await;
+                // The current definition: the copy is planned against it.
+                let table = shared.client.refresh_table(&d, &t).await?;
+                return alter_copy::alter_by_copy(session, &table, &at.operations, renamed_to).await;
             }
             let ColumnPlan { changes, auto_renamed, auto_dropped, drop_first } =
                 column_changes(session, &before, &at.operations).await?;
@@ -828,7 +830,7 @@ async fn column_changes(
             }
             AOp::DropColumn { column_names, if_exists, .. } => {
                 for name in column_names {
-                    let Some(id) = dropped_column(def, &names, &name.value, *if_exists)? else { continue };
+                    let Some(id) = dropped_column(session, def, &names, &name.value, *if_exists)? else { continue };
                     drop_first.extend(indexes_of_dropped(def, id, ops)?);
                     auto_dropped |= auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&def.columns[id].name));
                     changes.push(ColumnChange::Drop { column: names[id].clone() });
@@ -933,16 +935,31 @@ fn column_now(def: &TableDef, names: &[String], name: &str) -> SqlResult<usize> 
 
 /// The column a DROP COLUMN clause names, or None for a missing one under
 /// IF EXISTS (MariaDB's form); MySQL's error 1091 otherwise.
-fn dropped_column(def: &TableDef, names: &[String], name: &str, if_exists: bool) -> SqlResult<Option<usize>> {
+fn dropped_column(
+    session: &mut Session,
+    def: &TableDef,
+    names: &[String],
+    name: &str,
+    if_exists: bool,
+) -> SqlResult<Option<usize>> {
     match column_now(def, names, name) {
         Ok(id) => Ok(Some(id)),
-        Err(_) if if_exists => Ok(None),
+        Err(_) if if_exists => {
+            missing_column_noted(session, name);
+            Ok(None)
+        }
         Err(_) => Err(SqlError::new(
             crate::error::ER_CANT_DROP_KEY,
             "42000",
             format!("Can't DROP COLUMN `{name}`; check that it exists"),
         )),
     }
+}
+
+/// MariaDB's note for DROP COLUMN IF EXISTS of a missing column.
+fn missing_column_noted(session: &mut Session, name: &str) {
+    let note = format!("Can't DROP COLUMN `{name}`; check that it exists");
+    session.warnings.push(("Note", crate::error::ER_CANT_DROP_KEY, note));
 }
 
 /// The indexes that go with dropped column `id`, as MySQL drops them: one

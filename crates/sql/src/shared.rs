@@ -91,8 +91,9 @@ impl Shared {
 
     /// A table by name; an unknown one is MySQL's error 1146.
     pub async fn table(&self, db: &str, name: &str) -> SqlResult<Arc<Table>> {
-        // The hidden tables of unique indexes are written only with their tables.
-        if name.starts_with(latsdb_types::schema::HIDDEN_TABLE_PREFIX) {
+        // Hidden tables (of unique indexes, an ALTER TABLE's copy) are
+        // written only with their tables.
+        if latsdb_types::schema::is_hidden_name(name) {
             return Err(SqlError::no_such_table(db, name));
         }
         self.client.table(db, name).await.map_err(|e| match e.code {
@@ -147,6 +148,12 @@ impl Shared {
         let op = Op::update(&t, &[Value::UInt(table_id as u64)], &[("column_name", Value::Str(name.to_string()))])?;
         self.client.transaction().execute_commit(vec![op]).await?;
         Ok(())
+    }
+
+    /// The next value of the range this node reserved for the table's
+    /// auto-increment column, if it holds one.
+    pub async fn next_reserved(&self, table_id: u32) -> Option<u64> {
+        self.auto_ranges.lock().await.get(&table_id).filter(|r| r.next < r.end).map(|r| r.next)
     }
 
     pub async fn forget_auto_column(&self, table_id: u32) -> SqlResult<()> {

@@ -660,6 +660,13 @@ impl TableDef {
             if columns[..i].iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
                 return Err(DbError::bad_request(format!("duplicate column name '{}'", column.name)));
             }
+            // Only a restore recreates dropped columns, as they were left.
+            if column.is_dropped() && (!column.nullable || column.default.is_some()) {
+                return Err(DbError::bad_request(format!(
+                    "column name '{}' starts with '{DROPPED_COLUMN_PREFIX}', which latsdb keeps for dropped columns (nullable, without a default); choose another name",
+                    column.name
+                )));
+            }
         }
         if spec.primary_key.is_empty() {
             return Err(DbError::bad_request(format!(
@@ -669,7 +676,8 @@ impl TableDef {
         }
         let mut primary_key = Vec::new();
         for name in &spec.primary_key {
-            let pos = columns.iter().position(|c| c.name.eq_ignore_ascii_case(name)).ok_or_else(|| {
+            let named = |c: &ColumnDef| c.name.eq_ignore_ascii_case(name) && !c.is_dropped();
+            let pos = columns.iter().position(named).ok_or_else(|| {
                 DbError::bad_request(format!("primary key column '{name}' is not a column of the table"))
             })?;
             if primary_key.contains(&(pos as ColumnId)) {

@@ -531,7 +531,7 @@ fn management_messages_round_trip() {
                 spec.primary_key = g.list(2, Gen::string);
                 let index =
                     |g: &mut Gen| IndexSpec { name: g.string(), columns: g.list(2, Gen::string), unique: g.bool() };
-                MgmRequest::CopyTableBegin { database, table, spec, indexes: g.list(2, index) }
+                MgmRequest::CopyTableBegin { database, table, version: g.u32(), spec, indexes: g.list(2, index) }
             }
             32 => MgmRequest::CopyTableFinish { table: g.u32() },
             _ => MgmRequest::CopyTableAbort { table: g.u32() },

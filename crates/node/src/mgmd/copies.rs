@@ -27,8 +27,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// How long a copy waits for transactions holding writes to its table.
-const DRAIN_WAIT: Duration = Duration::from_secs(10);
+/// How long a copy waits for transactions holding writes to its table
+/// (less than a client's wait for the management server's answer).
+const DRAIN_WAIT: Duration = Duration::from_secs(3);
+
 /// How often it asks the data nodes meanwhile.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 
@@ -39,17 +41,28 @@ fn retired_table_name(table: TableId) -> String {
 
 impl Mgmd {
     /// Step 1: the copy made and the table's writes fenced (answered with
-    /// the table and its copy).
+    /// the table and its copy). `version` is the table's version the
+    /// client planned the copy against.
     pub(super) async fn begin_copy(
         &self,
-        database: String,
-        table: String,
+        database: &str,
+        table: &str,
+        version: u32,
         spec: TableSpec,
         indexes: Vec<IndexSpec>,
     ) -> Result<MgmResponse> {
         let _guard = self.schema_lock.lock().await;
         self.refuse_schema_change_now()?;
-        let old = self.find_table(&database, &table)?;
+        let old = self.find_table(database, table)?;
+        if old.version != version {
+            return Err(DbError::new(
+                ErrorCode::SchemaVersionMismatch,
+                format!(
+                    "table {} changed since the ALTER TABLE read it; run the ALTER TABLE again",
+                    old.qualified_name()
+                ),
+            ));
+        }
         if self.lock().copies.contains(&old.id) {
             return Err(DbError::bad_request(format!(
                 "an ALTER TABLE already copies table {}; wait until it ends",
@@ -58,24 +71,10 @@ impl Mgmd {
         }
         // A copy an earlier ALTER TABLE left behind (its server stopped
         // before it could drop it) goes first.
-        if let Ok(stale) = self.find_table(&database, &copy_table_name(old.id)) {
+        if let Ok(stale) = self.find_table(database, &copy_table_name(old.id)) {
             self.drop_with_unique_tables(&stale).await?;
         }
-        // Checked under the table's own name first, so that a refusal
-        // names the table the user altered, not its copy.
-        let spec = TableSpec { database, name: old.name.clone(), partitions: old.partitions, ..spec };
-        let mut checked = TableDef::from_spec(&spec, old.id, old.partitions)?;
-        for index in &indexes {
-            checked = checked.with_index(&index.name, &index.columns, index.unique)?;
-        }
-        let copy = self.create_table(TableSpec { name: copy_table_name(old.id), ..spec }).await?;
-        let copy = match self.add_indexes(copy.clone(), &indexes).await {
-            Ok(copy) => copy,
-            Err(e) => {
-                let _ = self.drop_with_unique_tables(&copy).await;
-                return Err(e);
-            }
-        };
+        let copy = self.create_copy(&old, spec, &indexes).await?;
         self.lock().copies.insert(old.id);
         if let Err(e) = self.fence_until_drained().await {
             self.lock().copies.remove(&old.id);
@@ -87,31 +86,73 @@ impl Mgmd {
         Ok(MgmResponse::Tables(vec![old, copy]))
     }
 
-    /// Step 3: the copy takes the table's name (answered with its definition).
+    /// Creates the copy of `old` with the definition `spec` and `indexes`,
+    /// checked under the table's own name first, so that a refusal names
+    /// the table the user altered.
+    async fn create_copy(&self, old: &TableDef, spec: TableSpec, indexes: &[IndexSpec]) -> Result<TableDef> {
+        let spec =
+            TableSpec { database: old.database.clone(), name: old.name.clone(), partitions: old.partitions, ..spec };
+        let mut checked = TableDef::from_spec(&spec, old.id, old.partitions)?;
+        for index in indexes {
+            checked = checked.with_index(&index.name, &index.columns, index.unique)?;
+        }
+        let copy = self.create_table(TableSpec { name: copy_table_name(old.id), ..spec }).await?;
+        match self.add_indexes(copy.clone(), indexes).await {
+            Ok(copy) => Ok(copy),
+            Err(e) => {
+                let _ = self.drop_with_unique_tables(&copy).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Step 3: the copy takes the table's name (answered with its
+    /// definition); the table goes.
     pub(super) async fn finish_copy(&self, table: TableId) -> Result<MgmResponse> {
         let _guard = self.schema_lock.lock().await;
+        self.refuse_schema_change_now()?;
         let (old, copy) = self.copy_of(table)?;
-        // The table steps aside first, so that a failure before the copy
-        // has its name leaves the table where it was.
-        let retired = self.alter(old.renamed(&old.database, &retired_table_name(table))?).await?;
-        let def = match self.alter(copy.renamed(&old.database, &old.name)?).await {
-            Ok(def) => def,
-            Err(e) => {
-                let _ = self.alter(retired.renamed(&old.database, &old.name)?).await;
-                return Err(e);
-            }
-        };
-        self.lock().copies.remove(&table);
-        debug_assert!(!self.lock().copies.contains(&table), "a finished copy still fences its table");
+        let retired = old.renamed(&old.database, &retired_table_name(table))?;
+        let def = copy.renamed(&old.database, &old.name)?;
+        self.swap_names(&[(&old, &retired), (&copy, &def)]).await?;
+        // The old table stays fenced until it is gone: a write a node
+        // took for it meanwhile would be lost with it.
         if let Err(e) = self.drop_with_unique_tables(&retired).await {
             self.event(
                 Severity::Warning,
                 format!("the table ALTER TABLE replaced ({}) could not be dropped: {}", retired.name, e.message),
             );
+            return Ok(MgmResponse::Table(def));
         }
+        self.lock().copies.remove(&table);
+        debug_assert!(!self.lock().copies.contains(&table), "a finished copy still fences its table");
         let _ = self.apply_fences().await;
         self.event(Severity::Info, format!("ALTER TABLE copied table {}", def.qualified_name()));
         Ok(MgmResponse::Table(def))
+    }
+
+    /// Gives tables new definitions (here: names) on every data node, then
+    /// in this server's schema at once, kept on disk once: a client that
+    /// looks a name up finds the old table or the new one, never neither.
+    async fn swap_names(&self, changes: &[(&TableDef, &TableDef)]) -> Result<()> {
+        for (done, (before, after)) in changes.iter().enumerate() {
+            if let Err(e) = self.apply_everywhere(SchemaChange::AlterTable((*after).clone())).await {
+                for (before, _) in &changes[..=done] {
+                    let _ = self.apply_everywhere(SchemaChange::AlterTable((*before).clone())).await;
+                }
+                return Err(e);
+            }
+            debug_assert_eq!(before.id, after.id, "a rename keeps the table id");
+        }
+        {
+            let mut state = self.lock();
+            for (_, after) in changes {
+                if let Some(t) = state.tables.iter_mut().find(|t| t.id == after.id) {
+                    *t = (*after).clone();
+                }
+            }
+        }
+        self.persist()
     }
 
     /// The copy is abandoned: dropped, and the table's writes let in.
@@ -157,13 +198,20 @@ impl Mgmd {
     }
 
     /// Tells every data node which tables are fenced, and asks again while
-    /// a transaction still holds a write to one of them.
+    /// a transaction still holds a write to one of them. Two rounds in a
+    /// row must find none: shards answer at different moments, and a
+    /// backup asked before a write's prepare reached it while its primary,
+    /// asked later, had committed it would both answer none; by the next
+    /// round the backup holds that write until it applies it.
     async fn fence_until_drained(&self) -> Result<()> {
         let started = Instant::now();
-        loop {
+        let mut clean = 0;
+        while clean < 2 {
+            self.refuse_unlinked_nodes()?;
             match self.apply_fences().await {
-                Ok(()) => return Ok(()),
+                Ok(()) => clean += 1,
                 Err(e) if e.code == ErrorCode::TableAltering && started.elapsed() < DRAIN_WAIT => {
+                    clean = 0;
                     tokio::time::sleep(DRAIN_POLL).await;
                 }
                 Err(e) if e.code == ErrorCode::TableAltering => {
@@ -177,6 +225,21 @@ impl Mgmd {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        Ok(())
+    }
+
+    /// A data node that takes writes but has no command link would not
+    /// learn of the fence.
+    fn refuse_unlinked_nodes(&self) -> Result<()> {
+        let state = self.lock();
+        let writers = state.layout.datanodes.iter().filter(|d| d.status != latsdb_types::proto::NodeStatus::NotStarted);
+        match writers.map(|d| d.node_id).find(|n| !state.links.contains_key(n)) {
+            Some(node) => Err(DbError::new(
+                ErrorCode::NodeUnavailable,
+                format!("data node {node} runs but is not connected to the management server, so its writes cannot be fenced; retry the ALTER TABLE once it is"),
+            )),
+            None => Ok(()),
         }
     }
 
@@ -256,7 +319,8 @@ impl CopyOwner {
                 debug_assert!(table.is_some(), "a begun copy is answered with its table");
                 self.tables.extend(table);
             }
-            // Finished or abandoned (an error says it is not under way).
+            // A failed finish or abort leaves the copy this connection's.
+            (CopyStep::End(_), MgmResponse::Error(_)) => {}
             (CopyStep::End(table), _) => self.tables.retain(|t| *t != table),
             _ => {}
         }

@@ -14,7 +14,7 @@
 
 use super::{
     check_in_place, column_spec, constant_default, fill_value, foreign_key_ignored, index_column_names, index_name,
-    shown_table_collation,
+    shown_table_collation, takes_the_clock,
 };
 use crate::error::{SqlError, SqlResult};
 use crate::session::{Response, Session};
@@ -71,14 +71,15 @@ pub(super) async fn needs_copy(session: &mut Session, def: &TableDef, ops: &[ast
     })
 }
 
-/// Runs an ALTER TABLE by copying `before` (see the module's comment).
+/// Runs an ALTER TABLE by copying `table` (see the module's comment).
 pub(super) async fn alter_by_copy(
     session: &mut Session,
-    before: &TableDef,
+    table: &Arc<Table>,
     ops: &[ast::AlterTableOperation],
     rename_to: Option<(String, String)>,
 ) -> SqlResult<Response> {
     let shared = session.shared.clone();
+    let before = table.def();
     let auto = shared.auto_counter(before.id).await?;
     let mut model = Model::of(before, auto.as_ref().map(|(c, _)| c.clone()));
     for op in ops {
@@ -92,29 +93,18 @@ pub(super) async fn alter_by_copy(
         partitions: before.partitions,
     };
     let client = &shared.client;
-    let (old, copy) = client.copy_table_begin(&before.database, &before.name, spec, model.indexes.clone()).await?;
-    let auto_column = model.auto.as_deref().and_then(|a| before.column_id(a).ok());
-    let (copied, highest) = match copy_rows(&shared.client, &old, &copy, &model, auto_column).await {
+    let (old, copy) = client.copy_table_begin(table, spec, model.indexes.clone()).await?;
+    let counter = auto.as_ref().map_or(0, |(_, next)| *next);
+    let copied = match copy_and_count(&shared, &old, &copy, &model, counter).await {
         Ok(copied) => copied,
         Err(e) => {
-            let _ = client.copy_table_abort(old.def().id).await;
+            let _ = client.copy_table_abort(before.id).await;
             return Err(e);
         }
     };
-    let created = match client.copy_table_finish(old.def().id).await {
-        Ok(created) => created,
-        Err(e) => {
-            let _ = client.copy_table_abort(old.def().id).await;
-            return Err(e.into());
-        }
-    };
-    // The counter is kept by table id: the new table's goes on after the
-    // highest value copied (as InnoDB's after a restart; the old counter
-    // stands after the ranges SQL nodes took), and the old one's goes.
-    if let Some(column) = &model.auto {
-        if let Ok(c) = created.def().column_id(column) {
-            shared.register_auto_column(&created, c, highest.saturating_add(1)).await?;
-        }
+    if let Err(e) = client.copy_table_finish(before.id).await {
+        let _ = client.copy_table_abort(before.id).await;
+        return Err(e.into());
     }
     shared.forget_auto_column(before.id).await?;
     if let Some((database, name)) = rename_to {
@@ -122,6 +112,30 @@ pub(super) async fn alter_by_copy(
     }
     let info = format!("Records: {copied}  Duplicates: 0  Warnings: 0");
     Ok(Response::Ok { affected: copied, last_insert_id: 0, info })
+}
+
+/// Copies the rows, then gives the copy its auto-increment counter before
+/// it takes the table's name (a node that inserts right after finds it).
+/// MySQL keeps the table's counter: the value this node would hand out
+/// next (from its reserved range, else the cluster's `counter`), and past
+/// the highest value copied (ranges other SQL nodes reserved and did not
+/// use are given up).
+async fn copy_and_count(
+    shared: &crate::session::Shared,
+    old: &Arc<Table>,
+    copy: &Arc<Table>,
+    model: &Model,
+    counter: u64,
+) -> SqlResult<u64> {
+    let source =
+        model.auto.as_deref().and_then(|a| model.columns.iter().find(|c| c.def.name == a)).and_then(|c| c.from);
+    let (copied, highest) = copy_rows(&shared.client, old, copy, model, source).await?;
+    if let Some(column) = &model.auto {
+        let reserved = shared.next_reserved(old.def().id).await.unwrap_or(counter);
+        let c = copy.def().column_id(column)?;
+        shared.register_auto_column(copy, c, highest.saturating_add(1).max(reserved)).await?;
+    }
+    Ok(copied)
 }
 
 /// Reads every row of `old` along its primary key, a chunk at a time, and
@@ -135,6 +149,10 @@ async fn copy_rows(
     auto: Option<ColumnId>,
 ) -> SqlResult<(u64, u64)> {
     let def = old.def();
+    // A new column's fill is one value for the whole statement (a clock
+    // column takes the statement's time, as in MySQL).
+    let fills = model.columns.iter().map(|c| c.from.map_or_else(|| fill_value(&c.def).map(Some), |_| Ok(None)));
+    let fills = fills.collect::<SqlResult<Vec<Option<Value>>>>()?;
     let mut after: Bound<Vec<Value>> = Bound::Unbounded;
     let mut copied = 0u64;
     let mut highest = 0u64;
@@ -148,7 +166,7 @@ async fn copy_rows(
             if let Some(c) = auto {
                 highest = highest.max(unsigned(&values[c as usize]));
             }
-            ops.push(Op::insert(copy, model.row_from(&values, copied)?)?);
+            ops.push(Op::insert(copy, model.row_from(&values, &fills, copied)?)?);
         }
         if !ops.is_empty() {
             client.transaction().execute_commit(ops).await?;
@@ -230,7 +248,7 @@ impl Model {
                 for name in column_names {
                     match self.position(&name.value, table) {
                         Ok(at) => self.drop(at)?,
-                        Err(_) if *if_exists => {}
+                        Err(_) if *if_exists => super::missing_column_noted(session, &name.value),
                         Err(_) => {
                             return Err(SqlError::new(
                                 crate::error::ER_CANT_DROP_KEY,
@@ -255,10 +273,17 @@ impl Model {
             AOp::AlterColumn { column_name, op } => {
                 let at = self.position(&column_name.value, table)?;
                 let column = &mut self.columns[at].def;
-                column.default = match op {
+                let default = match op {
                     ast::AlterColumnOperation::SetDefault { value } => constant_default(value, column)?,
                     _ => None,
                 };
+                // SET DEFAULT CURRENT_TIMESTAMP fills the column from the clock.
+                let on_insert = matches!(op, ast::AlterColumnOperation::SetDefault { .. }) && default.is_none();
+                if on_insert {
+                    takes_the_clock(column, 1067, "Invalid default value")?;
+                }
+                column.default = default;
+                column.clock.on_insert = on_insert;
                 Ok(())
             }
             AOp::AddConstraint { constraint: TableConstraint::Index(ic), .. } => {
@@ -316,11 +341,12 @@ impl Model {
                 "ADD COLUMN {name} with PRIMARY KEY or AUTO_INCREMENT is not supported: a table's primary key is fixed when it is created"
             )));
         }
-        if spec.unique {
-            self.add_index(None, vec![name.clone()], true)?;
-        }
+        let unique = spec.unique;
         let at = self.place(position, self.columns.len(), &before.name)?;
         self.columns.insert(at, Column { def: spec.def, from: None });
+        if unique {
+            self.add_index(None, vec![name.clone()], true)?;
+        }
         Ok(())
     }
 
@@ -421,15 +447,17 @@ impl Model {
         Ok(())
     }
 
-    /// The copy's row of a row of the table (`values`, by column id): each
-    /// value converted to its column as MySQL's strict mode converts it.
-    /// `number` is the row's number in the copy, for messages.
-    fn row_from(&self, values: &[Value], number: u64) -> SqlResult<Vec<Value>> {
+    /// The copy's row of a row of the table (`values`, by column id; a new
+    /// column takes its `fills` value): each value converted to its column
+    /// as MySQL's strict mode converts it. `number` is the row's number in
+    /// the copy, for messages.
+    fn row_from(&self, values: &[Value], fills: &[Option<Value>], number: u64) -> SqlResult<Vec<Value>> {
         let mut row = Vec::with_capacity(self.columns.len());
-        for column in &self.columns {
-            let value = match column.from {
-                Some(c) => values[c as usize].clone(),
-                None => fill_value(&column.def)?,
+        for (column, fill) in self.columns.iter().zip(fills) {
+            let value = match (column.from, fill) {
+                (Some(c), _) => values[c as usize].clone(),
+                (None, Some(fill)) => fill.clone(),
+                (None, None) => unreachable!("every new column has a fill value"),
             };
             if value.is_null() && !column.def.nullable {
                 return Err(truncated(&column.def.name, number));

@@ -174,6 +174,9 @@ pub enum MgmRequest {
     CopyTableBegin {
         database: String,
         table: String,
+        /// The table's version the copy was planned against: refused with
+        /// `SchemaVersionMismatch` if the table changed since.
+        version: u32,
         spec: TableSpec,
         indexes: Vec<crate::schema::IndexSpec>,
     },
