@@ -125,7 +125,7 @@ fi
 
 cat > "$OUT/config.json" <<EOF
 {
-  "REST": {"Enable": true, "ServerIP": "$REST_HOST", "ServerPort": $REST_PORT},
+  "REST": {"Enable": true, "ServerIP": "$REST_HOST", "ServerPort": $REST_PORT, "ProbeEnable": false},
   "GRPC": {"Enable": false},
   "RonDB": {"Mgmds": [{"IP": "${MGMD%:*}", "Port": ${MGMD##*:}}]},
   "Security": {"TLS": {"EnableTLS": false},

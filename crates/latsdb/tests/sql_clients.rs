@@ -136,11 +136,11 @@ fn errors_carry_mysql_codes_and_the_session_stays_usable() {
         codes,
         [
             "1064", "1146", "1054", "1062", "1406", "1048", "1366", "1364", "1136", "1050", "1049", "1193", "1305",
-            "1075", "1242", "1235", "1241", "1222", "1222", "1248", "1060", "3636", "1060", "1292", "1235", "1235",
-            "1054", "1305", "1062", "1062", "1062", "1062", "1062", "1060", "1235", "1235", "1050", "1049", "1146",
-            "1062", "3593", "1072", "1091", "1054", "1221", "3685", "3686", "1690", "1273", "1253", "1115", "1235",
+            "1075", "1242", "1235", "1241", "1222", "1222", "1248", "1060", "3636", "1060", "1292", "1054", "1235",
+            "1054", "1305", "1062", "1062", "1062", "1062", "1062", "1060", "1366", "1235", "1050", "1049", "1146",
+            "1062", "3593", "1072", "1091", "1054", "1221", "3685", "3686", "1690", "1273", "1253", "1115", "1273",
             "1062", "1062", "1062", "1062", "1062", "1292", "1292", "1166", "1054", "1054", "1072", "1054", "1166",
-            "1113", "1072", "1146", "1292", "1292", "1089", "1089", "1105", "1105", "1235",
+            "1113", "1072", "1146", "1292", "1292", "1089", "1089", "1105", "1105", "1105",
         ],
         "error codes, in statement order:\n{err}"
     );
@@ -632,8 +632,8 @@ fn time_year_bit_enum_and_set_columns_answer_as_mariadb_does() {
         "CREATE DATABASE clock; CREATE TABLE clock.m (id INT PRIMARY KEY, e ENUM('a'), k VARCHAR(3), KEY (k))",
     );
     assert!(ok, "{err}");
-    assert_eq!(error_code(&cluster, "ALTER TABLE m MODIFY e ENUM('b', 'a')"), "1235");
-    assert_eq!(error_code(&cluster, "ALTER TABLE m MODIFY k VARCHAR(10)"), "1235");
+    // Members reordered, and an indexed column grown: the table is copied.
+    rows_of(&cluster, "ALTER TABLE m MODIFY e ENUM('b', 'a'); ALTER TABLE m MODIFY k VARCHAR(10)");
     let (ok, _, err) =
         mariadb(&cluster, &["clock"], "ALTER TABLE m MODIFY e ENUM('a', 'b'); INSERT INTO m VALUES (1, 'b', 'x')");
     assert!(ok, "{err}");

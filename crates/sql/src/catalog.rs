@@ -847,14 +847,7 @@ async fn column_changes(
             AOp::AlterColumn { column_name, op } => {
                 let id = find(&names, &column_name.value)?;
                 let current = &def.columns[id];
-                let default = match op {
-                    ast::AlterColumnOperation::SetDefault { value } => constant_default(value, current)?,
-                    _ => None,
-                };
-                let on_insert = matches!(op, ast::AlterColumnOperation::SetDefault { .. }) && default.is_none();
-                if on_insert {
-                    takes_the_clock(current, 1067, "Invalid default value")?;
-                }
+                let (default, on_insert) = altered_default(op, current)?;
                 changes.push(ColumnChange::SetDefault { column: names[id].clone(), default });
                 if on_insert != current.clock.on_insert {
                     let clock = latsdb_types::schema::ClockFill { on_insert, on_update: current.clock.on_update };
@@ -954,6 +947,20 @@ fn dropped_column(
             format!("Can't DROP COLUMN `{name}`; check that it exists"),
         )),
     }
+}
+
+/// The default an ALTER COLUMN SET/DROP DEFAULT gives `column`, and
+/// whether the clock fills it (SET DEFAULT CURRENT_TIMESTAMP).
+fn altered_default(op: &ast::AlterColumnOperation, column: &ColumnDef) -> SqlResult<(Option<Value>, bool)> {
+    let default = match op {
+        ast::AlterColumnOperation::SetDefault { value } => constant_default(value, column)?,
+        _ => None,
+    };
+    let on_insert = matches!(op, ast::AlterColumnOperation::SetDefault { .. }) && default.is_none();
+    if on_insert {
+        takes_the_clock(column, 1067, "Invalid default value")?;
+    }
+    Ok((default, on_insert))
 }
 
 /// MariaDB's note for DROP COLUMN IF EXISTS of a missing column.

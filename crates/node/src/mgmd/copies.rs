@@ -69,11 +69,7 @@ impl Mgmd {
                 old.qualified_name()
             )));
         }
-        // A copy an earlier ALTER TABLE left behind (its server stopped
-        // before it could drop it) goes first.
-        if let Ok(stale) = self.find_table(database, &copy_table_name(old.id)) {
-            self.drop_with_unique_tables(&stale).await?;
-        }
+        self.drop_leftover_copies().await?;
         let copy = self.create_copy(&old, spec, &indexes).await?;
         self.lock().copies.insert(old.id);
         if let Err(e) = self.fence_until_drained().await {
@@ -84,6 +80,22 @@ impl Mgmd {
         }
         self.event(Severity::Info, format!("ALTER TABLE copies table {}; its writes wait", old.qualified_name()));
         Ok(MgmResponse::Tables(vec![old, copy]))
+    }
+
+    /// Drops the copies and replaced tables that earlier ALTER TABLEs left
+    /// behind (their server stopped midway, or a drop failed): every table
+    /// named as a copy whose table no ALTER TABLE copies now.
+    async fn drop_leftover_copies(&self) -> Result<()> {
+        let leftovers: Vec<TableDef> = {
+            let state = self.lock();
+            let in_use =
+                |name: &str| state.copies.iter().any(|t| name == copy_table_name(*t) || name == retired_table_name(*t));
+            state.tables.iter().filter(|t| t.name.starts_with(COPY_TABLE_PREFIX) && !in_use(&t.name)).cloned().collect()
+        };
+        for table in &leftovers {
+            self.drop_with_unique_tables(table).await?;
+        }
+        Ok(())
     }
 
     /// Creates the copy of `old` with the definition `spec` and `indexes`,

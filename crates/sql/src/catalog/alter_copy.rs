@@ -13,8 +13,8 @@
 //! the table as it was. Reads go on meanwhile; writes get 1205.
 
 use super::{
-    check_in_place, column_spec, constant_default, fill_value, foreign_key_ignored, index_column_names, index_name,
-    shown_table_collation, takes_the_clock,
+    altered_default, check_in_place, column_spec, fill_value, foreign_key_ignored, index_column_names, index_name,
+    shown_table_collation,
 };
 use crate::error::{SqlError, SqlResult};
 use crate::session::{Response, Session};
@@ -273,15 +273,7 @@ impl Model {
             AOp::AlterColumn { column_name, op } => {
                 let at = self.position(&column_name.value, table)?;
                 let column = &mut self.columns[at].def;
-                let default = match op {
-                    ast::AlterColumnOperation::SetDefault { value } => constant_default(value, column)?,
-                    _ => None,
-                };
-                // SET DEFAULT CURRENT_TIMESTAMP fills the column from the clock.
-                let on_insert = matches!(op, ast::AlterColumnOperation::SetDefault { .. }) && default.is_none();
-                if on_insert {
-                    takes_the_clock(column, 1067, "Invalid default value")?;
-                }
+                let (default, on_insert) = altered_default(op, column)?;
                 column.default = default;
                 column.clock.on_insert = on_insert;
                 Ok(())
