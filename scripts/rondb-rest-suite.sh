@@ -123,10 +123,14 @@ sql -e "INSERT INTO latsdb_system.api_keys (id, name, secret_sha256, \`databases
         VALUES ('$KEY_ID', 'rondb-test-suite', UNHEX(SHA2('$KEY_SECRET', 256)), '$grants', NOW())"
 fi
 
+# The suite checks that a batch one operation over the server's limit is
+# refused: tell it the REST node's (max_batch_ops, RonDB's 256 by default).
+MAX_BATCH=${MAX_BATCH:-256}
 cat > "$OUT/config.json" <<EOF
 {
   "REST": {"Enable": true, "ServerIP": "$REST_HOST", "ServerPort": $REST_PORT, "ProbeEnable": false},
   "GRPC": {"Enable": false},
+  "Internal": {"BatchMaxSize": $MAX_BATCH},
   "RonDB": {"Mgmds": [{"IP": "${MGMD%:*}", "Port": ${MGMD##*:}}]},
   "Security": {"TLS": {"EnableTLS": false},
                "APIKey": {"UseHopsworksAPIKeys": true, "CacheRefreshIntervalMS": 10000,
