@@ -407,13 +407,8 @@ fn locking_select(
         return Err(internal());
     };
     let quoted = |s: &str| ast::Ident::with_quote('`', s);
-    if table.def().hidden_key().is_some() || table.def().has_dropped_columns() {
-        // A dropped column has no name: NULL keeps the others at their places.
-        let column = |c: &latsdb_types::schema::ColumnDef| match c.is_dropped() {
-            true => ast::Expr::value(ast::Value::Null),
-            false => ast::Expr::Identifier(quoted(&c.name)),
-        };
-        select.projection = table.def().columns.iter().map(|c| ast::SelectItem::UnnamedExpr(column(c))).collect();
+    if let Some(columns) = row_select_list(table, None) {
+        select.projection = columns.into_iter().map(ast::SelectItem::UnnamedExpr).collect();
     }
     let Some(ast::TableFactor::Table { name: table_name, alias: table_alias, .. }) =
         select.from.first_mut().map(|f| &mut f.relation)
@@ -436,18 +431,32 @@ fn locking_select(
 /// The select list of every column of `table` in order, the hidden key
 /// included (`*` leaves it out).
 fn every_column(table: &Table, qualifier: Option<&str>) -> String {
-    let quote = |s: &str| format!("`{}`", s.replace('`', "``"));
-    let prefix = qualifier.map(|q| format!("{}.", quote(q))).unwrap_or_default();
+    match row_select_list(table, qualifier) {
+        Some(columns) => columns.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", "),
+        None => match qualifier {
+            Some(q) => format!("{}.*", ast::Ident::with_quote('`', q)),
+            None => "*".to_string(),
+        },
+    }
+}
+
+/// Every column of `table` in the order of its ids, for a read whose rows
+/// are indexed by column id; None when `*` is that list (no hidden key, no
+/// dropped column). A dropped column has no name: NULL keeps the others at
+/// their places.
+fn row_select_list(table: &Table, qualifier: Option<&str>) -> Option<Vec<ast::Expr>> {
     let def = table.def();
     if def.hidden_key().is_none() && !def.has_dropped_columns() {
-        return format!("{prefix}*");
+        return None;
     }
-    // A dropped column has no name: NULL keeps the others at their places.
-    let column = |c: &latsdb_types::schema::ColumnDef| match c.is_dropped() {
-        true => "NULL".to_string(),
-        false => format!("{prefix}{}", quote(&c.name)),
+    let column = |c: &latsdb_types::schema::ColumnDef| match (c.is_dropped(), qualifier) {
+        (true, _) => ast::Expr::value(ast::Value::Null),
+        (false, None) => ast::Expr::Identifier(ast::Ident::with_quote('`', &c.name)),
+        (false, Some(q)) => {
+            ast::Expr::CompoundIdentifier(vec![ast::Ident::with_quote('`', q), ast::Ident::with_quote('`', &c.name)])
+        }
     };
-    def.columns.iter().map(column).collect::<Vec<_>>().join(", ")
+    Some(def.columns.iter().map(column).collect())
 }
 
 /// Plans the SELECT an UPDATE or DELETE was rewritten into, reading its
