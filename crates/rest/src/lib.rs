@@ -352,8 +352,7 @@ async fn with_body(rest: &Rest, method: &Method, request: Request<Incoming>, wha
             pk::check_names(&op, &[], true).map_err(HttpError::bad_request)?;
             let grant = rest.keys.authenticate(key.as_deref()).await?;
             grant.check(&db)?;
-            let request =
-                PkRequest { database: Cow::Borrowed(&db), table: Cow::Borrowed(&table), kind, body: op, refused: None };
+            let request = PkRequest { database: Cow::Borrowed(&db), table: Cow::Borrowed(&table), kind, body: op };
             single(rest, request, json_errors).await
         }
         Body::Batch(kinds) => answer_batch(rest, key.as_deref(), &body, kinds).await,
@@ -451,10 +450,20 @@ fn parse_batch<'a>(
     let mut last_url: Option<(&'a str, (&'a str, &'a str, PkKind))> = None;
     let mut last_read_columns: Option<Arc<[pk::ReadColumn<'a>]>> = None;
     for (i, item) in batch.operations.into_iter().enumerate() {
-        if let Some(method) = item.method.as_deref().filter(|m| *m != "POST") {
-            return Err(HttpError::bad_request(format!(
-                "operation {i}: the Method section should be POST, not \"{method}\""
-            )));
+        // RonDB validates every item before it checks the API key, so a
+        // malformed batch is a 400 even for databases the key may not read.
+        match item.method.as_deref() {
+            Some("POST") => {}
+            Some(method) => {
+                return Err(HttpError::bad_request(format!(
+                    "operation {i}: the Method section should be POST, not \"{method}\""
+                )))
+            }
+            None => {
+                return Err(HttpError::bad_request(format!(
+                    "operation {i}: the Method section should be POST: 'method' is missing"
+                )))
+            }
         }
         // Unescaped URLs (the usual case) lend the names straight from the body.
         let (database, table, kind): (Cow<'a, str>, Cow<'a, str>, PkKind) = match item.relative_url {
@@ -492,10 +501,7 @@ fn parse_batch<'a>(
         pk::check_shape(kind, &item.body)
             .and_then(|()| pk::check_names(&item.body, &batch.filters, !shared))
             .map_err(|m| HttpError::bad_request(format!("operation {i}: {m}")))?;
-        let refused = item.method.is_none().then(|| {
-            HttpError::bad_request(format!("operation {i}: the Method section should be POST: 'method' is missing"))
-        });
-        requests.push(PkRequest { database, table, kind, body: item.body, refused });
+        requests.push(PkRequest { database, table, kind, body: item.body });
     }
     Ok((requests, batch.filters))
 }
@@ -570,10 +576,9 @@ struct Executed<'a> {
 /// that the data nodes refuse because the table changed or went away since
 /// it was cached are planned again against a fresh definition, once.
 async fn execute<'a>(rest: &Rest, requests: Vec<PkRequest<'a>>, filters: &[Filter<'a>]) -> Executed<'a> {
-    let mut results: Vec<ItemResult> =
-        requests.iter().map(|r| r.refused.clone().map_or(ItemResult::Done, ItemResult::Error)).collect();
+    let mut results: Vec<ItemResult> = requests.iter().map(|_| ItemResult::Done).collect();
     let mut found = Vec::new();
-    let mut todo: Vec<usize> = (0..requests.len()).filter(|&i| requests[i].refused.is_none()).collect();
+    let mut todo: Vec<usize> = (0..requests.len()).collect();
     for round in 0..2 {
         let stale = execute_round(rest, &requests, filters, &todo, &mut results, &mut found).await;
         if stale.is_empty() || round == 1 {

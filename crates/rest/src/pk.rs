@@ -197,8 +197,6 @@ pub struct PkRequest<'a> {
     pub table: Cow<'a, str>,
     pub kind: PkKind,
     pub body: OpBody<'a>,
-    /// Why this batch item fails on its own, before it is planned.
-    pub refused: Option<HttpError>,
 }
 
 /// Splits a batch item's `relative-url` ("db/table/pk-read", optionally
