@@ -8,7 +8,7 @@ use latsdb_net::RpcConn;
 use latsdb_node::backup::{read_checked, read_manifest, shard_rows, Manifest, MANIFEST_FILE};
 use latsdb_types::meta::TableMeta;
 use latsdb_types::proto::{BackupInfo, BackupState, CommitEpoch, MgmRequest, MgmResponse};
-use latsdb_types::schema::{TableDef, TableId, TableSpec};
+use latsdb_types::schema::{ColumnChange, TableDef, TableId, TableSpec};
 use latsdb_types::{ErrorCode, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -381,6 +381,15 @@ async fn create_tables(client: &Client, tables: &[TableDef]) -> Result<HashMap<T
                         false => client.create_index(&def.database, &def.name, &index.name, &columns).await,
                     }
                     .map_err(|e| format!("creating index {} of {}: {e}", index.name, def.qualified_name()))?;
+                }
+                // The columns keep their ids (`spec_of`), and a parent is
+                // named, so keys are added in any order.
+                if !def.foreign_keys.is_empty() {
+                    let keys = def.foreign_keys.iter().cloned().map(ColumnChange::AddForeignKey).collect();
+                    table = client
+                        .change_columns(&def.database, &def.name, keys)
+                        .await
+                        .map_err(|e| format!("creating the foreign keys of {}: {e}", def.qualified_name()))?;
                 }
                 table
             }

@@ -29,6 +29,7 @@ mod events;
 mod lifecycle;
 pub mod metrics;
 mod nodegroups;
+mod references;
 mod state;
 use events::ClusterLog;
 use state::{load_state, Persisted};
@@ -564,6 +565,12 @@ impl Mgmd {
         if let Some((database, table)) = changed_table(&request) {
             self.refuse_while_copied(database, table)?;
         }
+        let answer = self.apply_schema_change(request).await?;
+        self.link_references(answer).await
+    }
+
+    /// One schema change (the schema lock held).
+    async fn apply_schema_change(&self, request: MgmRequest) -> Result<MgmResponse> {
         match request {
             MgmRequest::CreateTable(spec) => {
                 if latsdb_types::schema::is_hidden_name(&spec.name) {

@@ -282,6 +282,12 @@ pub enum ColumnChange {
     Drop {
         column: String,
     },
+    /// A foreign key (see [`ForeignKeyDef`]): definition only, as the SQL
+    /// node checks the rows (it checks the stored ones before asking).
+    AddForeignKey(ForeignKeyDef),
+    DropForeignKey {
+        name: String,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -601,7 +607,78 @@ pub struct TableDef {
     /// Columns added after the table was created, one entry per
     /// `ADD COLUMN` change, in order (see the row format in `row.rs`).
     pub added_parts: Vec<RowPart>,
+    /// This table's references to parent tables. The SQL node keeps them
+    /// (the data nodes do not look at them).
+    #[serde(default)]
+    pub foreign_keys: Vec<ForeignKeyDef>,
+    /// The foreign keys of other tables (or this one) that reference this
+    /// table, kept by the management server from every table's
+    /// `foreign_keys`: a parent's version changes when a child's does, so a
+    /// writer of the parent planned before a new reference is told to plan
+    /// again.
+    #[serde(default)]
+    pub referenced_by: Vec<ForeignKeyRef>,
 }
+
+/// What a foreign key does to the child rows of a parent row that is
+/// deleted, or whose referenced columns change.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReferenceAction {
+    /// The parent's change fails while child rows reference it (MySQL's
+    /// default; NO ACTION is the same in MySQL, and is kept to be shown).
+    Restrict,
+    NoAction,
+    /// The child rows are deleted, or take the parent's new values.
+    Cascade,
+    /// The child rows' referencing columns become NULL.
+    SetNull,
+}
+
+impl ReferenceAction {
+    /// How SQL spells it.
+    pub fn sql(self) -> &'static str {
+        match self {
+            ReferenceAction::Restrict => "RESTRICT",
+            ReferenceAction::NoAction => "NO ACTION",
+            ReferenceAction::Cascade => "CASCADE",
+            ReferenceAction::SetNull => "SET NULL",
+        }
+    }
+}
+
+/// A reference from columns of this (child) table to the primary key or a
+/// unique index of a parent table, named by database and table: as in
+/// MySQL, the parent may be created after the child (with
+/// `foreign_key_checks` off) or dropped and created again.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ForeignKeyDef {
+    pub name: String,
+    pub columns: Vec<ColumnId>,
+    pub parent_database: String,
+    pub parent_table: String,
+    /// The parent's columns by name, in the order of `columns`.
+    pub parent_columns: Vec<String>,
+    pub on_delete: ReferenceAction,
+    pub on_update: ReferenceAction,
+}
+
+impl ForeignKeyDef {
+    /// Whether the key references table `database`.`table`.
+    pub fn references(&self, database: &str, table: &str) -> bool {
+        self.parent_database.eq_ignore_ascii_case(database) && self.parent_table.eq_ignore_ascii_case(table)
+    }
+}
+
+/// A foreign key that references a table: its child table and name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ForeignKeyRef {
+    pub database: String,
+    pub table: String,
+    pub name: String,
+}
+
+/// Most columns a foreign key may have (MySQL's limit for an index).
+pub const MAX_FOREIGN_KEY_COLUMNS: usize = 16;
 
 /// Columns appended to a table by one schema change: `first_column` and the
 /// ones after it (up to the next part), with the values they read as in rows
@@ -718,6 +795,8 @@ impl TableDef {
             partitions,
             indexes,
             added_parts: Vec::new(),
+            foreign_keys: Vec::new(),
+            referenced_by: Vec::new(),
         })
     }
 
@@ -858,16 +937,85 @@ impl TableDef {
                     def.columns[id as usize].nullable = true;
                 }
                 ColumnChange::Drop { column } => def.drop_column(column)?,
+                ColumnChange::AddForeignKey(key) => def.add_foreign_key(key)?,
+                ColumnChange::DropForeignKey { name } => {
+                    let before = def.foreign_keys.len();
+                    def.foreign_keys.retain(|k| !k.name.eq_ignore_ascii_case(name));
+                    if def.foreign_keys.len() == before {
+                        return Err(DbError::bad_request(format!(
+                            "table {} has no foreign key named '{name}'",
+                            self.qualified_name()
+                        )));
+                    }
+                }
             }
         }
         def.version += 1;
         Ok(def)
     }
 
+    /// Adds a foreign key after checking its shape against this table.
+    /// The parent is not looked at: it may not exist yet.
+    fn add_foreign_key(&mut self, key: &ForeignKeyDef) -> Result<()> {
+        validate_name("foreign key", &key.name)?;
+        validate_name("database", &key.parent_database)?;
+        validate_name("table", &key.parent_table)?;
+        if self.foreign_keys.iter().any(|k| k.name.eq_ignore_ascii_case(&key.name)) {
+            return Err(DbError::bad_request(format!(
+                "table {} has a foreign key named '{}' already",
+                self.qualified_name(),
+                key.name
+            )));
+        }
+        if key.columns.is_empty()
+            || key.columns.len() > MAX_FOREIGN_KEY_COLUMNS
+            || key.columns.len() != key.parent_columns.len()
+        {
+            return Err(DbError::bad_request(format!(
+                "foreign key '{}' needs 1 to {MAX_FOREIGN_KEY_COLUMNS} columns, as many as the parent columns it names",
+                key.name
+            )));
+        }
+        for (i, &c) in key.columns.iter().enumerate() {
+            let column = self.columns.get(c as usize).filter(|_| self.is_visible(c)).ok_or_else(|| {
+                DbError::bad_request(format!("foreign key '{}' names column {c}, which table has none", key.name))
+            })?;
+            if key.columns[..i].contains(&c) {
+                return Err(DbError::bad_request(format!(
+                    "foreign key '{}' names column '{}' twice",
+                    key.name, column.name
+                )));
+            }
+            let sets_null = key.on_delete == ReferenceAction::SetNull || key.on_update == ReferenceAction::SetNull;
+            if sets_null && !column.nullable {
+                return Err(DbError::bad_request(format!(
+                    "column '{}' cannot be NOT NULL: foreign key '{}' sets it to NULL",
+                    column.name, key.name
+                )));
+            }
+        }
+        for name in &key.parent_columns {
+            validate_name("column", name)?;
+        }
+        self.foreign_keys.push(key.clone());
+        Ok(())
+    }
+
+    /// The foreign keys that read column `id`.
+    pub fn foreign_keys_of(&self, id: ColumnId) -> impl Iterator<Item = &ForeignKeyDef> {
+        self.foreign_keys.iter().filter(move |k| k.columns.contains(&id))
+    }
+
     /// Takes column `name` out of the definition in place (see
     /// [`ColumnChange::Drop`]).
     fn drop_column(&mut self, name: &str) -> Result<()> {
         let id = self.column_id(name)?;
+        if let Some(key) = self.foreign_keys_of(id).next() {
+            return Err(DbError::bad_request(format!(
+                "column '{name}' is needed by foreign key '{}'; drop the foreign key first",
+                key.name
+            )));
+        }
         if !self.is_visible(id) {
             return Err(DbError::bad_request(format!(
                 "column '{name}' is the key latsdb added to a table created without a primary key; it cannot be dropped"

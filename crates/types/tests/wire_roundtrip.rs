@@ -11,8 +11,8 @@ use latsdb_types::expr::{Aggregate, Expr};
 use latsdb_types::proto::*;
 use latsdb_types::rng::Rng;
 use latsdb_types::schema::{
-    ClockFill, ColumnChange, ColumnDef, ColumnId, ColumnType, IndexDef, IndexSpec, IntWidth, Storage, TableDef,
-    TableSpec,
+    ClockFill, ColumnChange, ColumnDef, ColumnId, ColumnType, ForeignKeyDef, ForeignKeyRef, IndexDef, IndexSpec,
+    IntWidth, ReferenceAction, Storage, TableDef, TableSpec,
 };
 use latsdb_types::{Collation, DbError, ErrorCode, Value};
 use serde::{de::DeserializeOwned, Serialize};
@@ -228,6 +228,25 @@ impl Gen {
             partitions: self.u32(),
             indexes: vec![IndexDef { id: 0, name: "PRIMARY".into(), columns: vec![0], unique: true }],
             added_parts: Vec::new(),
+            foreign_keys: self.list(2, Gen::foreign_key),
+            referenced_by: self.list(2, |g| ForeignKeyRef {
+                database: g.string(),
+                table: g.string(),
+                name: g.string(),
+            }),
+        }
+    }
+    fn foreign_key(&mut self) -> ForeignKeyDef {
+        let actions =
+            [ReferenceAction::Restrict, ReferenceAction::NoAction, ReferenceAction::Cascade, ReferenceAction::SetNull];
+        ForeignKeyDef {
+            name: self.string(),
+            columns: self.list(3, Gen::u16),
+            parent_database: self.string(),
+            parent_table: self.string(),
+            parent_columns: self.list(3, Gen::string),
+            on_delete: *self.0.pick(&actions),
+            on_update: *self.0.pick(&actions),
         }
     }
     fn layout(&mut self) -> ClusterLayout {
@@ -506,6 +525,8 @@ fn management_messages_round_trip() {
                         clock: ClockFill { on_insert: g.bool(), on_update: g.bool() },
                     },
                     ColumnChange::Drop { column: g.string() },
+                    ColumnChange::AddForeignKey(g.foreign_key()),
+                    ColumnChange::DropForeignKey { name: g.string() },
                 ],
             },
             20 => MgmRequest::RenameTable { database, table, new_database: g.string(), new_name: g.string() },

@@ -34,6 +34,21 @@ const DRAIN_WAIT: Duration = Duration::from_secs(3);
 /// How often it asks the data nodes meanwhile.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 
+/// The foreign keys of `old` for its copy `copy`, their columns found by
+/// name (the SQL node refuses to copy a table without a column a foreign
+/// key reads; such a key would be left out).
+fn carried_foreign_keys(old: &TableDef, copy: &TableDef) -> Vec<latsdb_types::schema::ForeignKeyDef> {
+    let mut keys = Vec::with_capacity(old.foreign_keys.len());
+    for key in &old.foreign_keys {
+        let columns: Option<Vec<_>> =
+            key.columns.iter().map(|&c| copy.column_id(&old.columns[c as usize].name).ok()).collect();
+        if let Some(columns) = columns {
+            keys.push(latsdb_types::schema::ForeignKeyDef { columns, ..key.clone() });
+        }
+    }
+    keys
+}
+
 /// The name a copied table steps aside to while its copy takes its name.
 fn retired_table_name(table: TableId) -> String {
     format!("{COPY_TABLE_PREFIX}{table}$old")
@@ -125,7 +140,9 @@ impl Mgmd {
         self.refuse_schema_change_now()?;
         let (old, copy) = self.copy_of(table)?;
         let retired = old.renamed(&old.database, &retired_table_name(table))?;
-        let def = copy.renamed(&old.database, &old.name)?;
+        let mut def = copy.renamed(&old.database, &old.name)?;
+        def.foreign_keys = carried_foreign_keys(&old, &def);
+        def.referenced_by = old.referenced_by.clone();
         self.swap_names(&[(&old, &retired), (&copy, &def)]).await?;
         // The old table stays fenced until it is gone: a write a node
         // took for it meanwhile would be lost with it.
@@ -134,13 +151,13 @@ impl Mgmd {
                 Severity::Warning,
                 format!("the table ALTER TABLE replaced ({}) could not be dropped: {}", retired.name, e.message),
             );
-            return Ok(MgmResponse::Table(def));
+            return self.link_references(MgmResponse::Table(def)).await;
         }
         self.lock().copies.remove(&table);
         debug_assert!(!self.lock().copies.contains(&table), "a finished copy still fences its table");
         let _ = self.apply_fences().await;
         self.event(Severity::Info, format!("ALTER TABLE copied table {}", def.qualified_name()));
-        Ok(MgmResponse::Table(def))
+        self.link_references(MgmResponse::Table(def)).await
     }
 
     /// Gives tables new definitions (here: names) on every data node, then

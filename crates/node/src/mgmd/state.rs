@@ -24,8 +24,9 @@ const STATE_FILE: &str = "mgmd-state.bin";
 /// `IndexDef::unique`; format 1 predates `ColumnDef::storage` (disk
 /// columns); format 2 predates `ColumnDef::fraction_digits` and
 /// `ColumnDef::clock` (DATETIME(n), DEFAULT/ON UPDATE CURRENT_TIMESTAMP);
-/// format 3 predates `ColumnDef::members` (ENUM and SET).
-const STATE_FORMAT: u64 = 4;
+/// format 3 predates `ColumnDef::members` (ENUM and SET); format 4
+/// predates `TableDef::foreign_keys` and `TableDef::referenced_by`.
+const STATE_FORMAT: u64 = 5;
 
 /// A column as formats 0 and 1 wrote it (every column was in memory).
 #[derive(serde::Deserialize)]
@@ -89,6 +90,18 @@ impl From<ColumnDefV1> for ColumnDefV3 {
     }
 }
 
+impl From<ColumnDefV1> for latsdb_types::schema::ColumnDef {
+    fn from(old: ColumnDefV1) -> Self {
+        ColumnDefV3::from(old).into()
+    }
+}
+
+impl From<ColumnDefV2> for latsdb_types::schema::ColumnDef {
+    fn from(old: ColumnDefV2) -> Self {
+        ColumnDefV3::from(old).into()
+    }
+}
+
 /// A column as format 3 wrote it.
 #[derive(serde::Deserialize)]
 #[cfg_attr(test, derive(serde::Serialize))]
@@ -120,7 +133,7 @@ impl From<ColumnDefV3> for latsdb_types::schema::ColumnDef {
     }
 }
 
-/// The state file as formats 1 to 3 wrote it, with their columns `C`.
+/// The state file as formats 1 to 4 wrote it, with their columns `C`.
 #[derive(serde::Deserialize)]
 #[cfg_attr(test, derive(serde::Serialize))]
 struct PersistedV1<C> {
@@ -145,7 +158,7 @@ struct TableDefV1<C> {
     added_parts: Vec<latsdb_types::schema::RowPart>,
 }
 
-impl<C: Into<ColumnDefV3>> From<PersistedV1<C>> for Persisted {
+impl<C: Into<latsdb_types::schema::ColumnDef>> From<PersistedV1<C>> for Persisted {
     fn from(old: PersistedV1<C>) -> Persisted {
         let tables = old
             .tables
@@ -155,11 +168,14 @@ impl<C: Into<ColumnDefV3>> From<PersistedV1<C>> for Persisted {
                 version: t.version,
                 database: t.database,
                 name: t.name,
-                columns: t.columns.into_iter().map(|c| c.into().into()).collect(),
+                columns: t.columns.into_iter().map(Into::into).collect(),
                 primary_key: t.primary_key,
                 partitions: t.partitions,
                 indexes: t.indexes,
                 added_parts: t.added_parts,
+                // Until format 5 no table kept a foreign key.
+                foreign_keys: Vec::new(),
+                referenced_by: Vec::new(),
             })
             .collect();
         Persisted {
@@ -263,6 +279,9 @@ pub(super) fn load_state(dir: &std::path::Path) -> Result<Persisted> {
         1 => proto::decode_body::<PersistedV1<ColumnDefV1>>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
         2 => proto::decode_body::<PersistedV1<ColumnDefV2>>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
         3 => proto::decode_body::<PersistedV1<ColumnDefV3>>(&bytes[12..]).map(Persisted::from).map_err(unreadable),
+        4 => proto::decode_body::<PersistedV1<latsdb_types::schema::ColumnDef>>(&bytes[12..])
+            .map(Persisted::from)
+            .map_err(unreadable),
         STATE_FORMAT => proto::decode_body(&bytes[12..]).map_err(unreadable),
         newer => Err(DbError::new(
             ErrorCode::Io,
@@ -495,8 +514,19 @@ mod tests {
     }
 
     #[test]
-    fn the_current_format_keeps_added_columns_and_a_newer_one_is_refused() {
+    fn a_state_file_of_the_format_before_foreign_keys_still_loads() {
         let dir = scratch_dir("v4");
+        let size = ColumnDef::new("size", ColumnType::Enum).members(["small", "large"]);
+        let t = table().with_columns(&[size], &[Value::Null]).unwrap();
+        let old = old_state(&t, ColumnDef::clone);
+        std::fs::write(dir.join(STATE_FILE), proto::frame(4, &old)).unwrap();
+        assert_eq!(load_state(&dir).unwrap().tables, vec![t]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_current_format_keeps_added_columns_and_a_newer_one_is_refused() {
+        let dir = scratch_dir("v5");
         let size = ColumnDef::new("size", ColumnType::Enum).members(["small", "large"]);
         let t = table()
             .with_columns(&[ColumnDef::new("n", ColumnType::Double), size], &[Value::Float(0.5), Value::Null])
@@ -505,6 +535,21 @@ mod tests {
             columns: t.columns.into_iter().map(|c| if c.name == "v" { c.storage(Storage::Disk) } else { c }).collect(),
             ..t
         };
+        let key = latsdb_types::schema::ForeignKeyDef {
+            name: "t_ibfk_1".into(),
+            columns: vec![2],
+            parent_database: "db".into(),
+            parent_table: "p".into(),
+            parent_columns: vec!["id".into()],
+            on_delete: latsdb_types::schema::ReferenceAction::Cascade,
+            on_update: latsdb_types::schema::ReferenceAction::Restrict,
+        };
+        let mut t = t.with_changed_columns(&[latsdb_types::schema::ColumnChange::AddForeignKey(key)]).unwrap();
+        t.referenced_by.push(latsdb_types::schema::ForeignKeyRef {
+            database: "db".into(),
+            table: "c".into(),
+            name: "c_ibfk_1".into(),
+        });
         let state = Persisted { tables: vec![t.clone()], next_table_id: 8, ..Persisted::default() };
         std::fs::write(dir.join(STATE_FILE), proto::frame(STATE_FORMAT, &state)).unwrap();
         assert_eq!(load_state(&dir).unwrap().tables, vec![t]);

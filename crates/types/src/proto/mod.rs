@@ -37,7 +37,7 @@ pub use membership::*;
 pub use peer::*;
 pub use routing::*;
 
-pub const PROTOCOL_VERSION: u32 = 21;
+pub const PROTOCOL_VERSION: u32 = 22;
 /// Bytes of the frame header: length (4) and request id (8).
 pub const FRAME_HEADER: usize = 12;
 /// Default largest frame a node accepts.
