@@ -773,3 +773,138 @@ fn copying_alter_table_answers_as_mariadb() {
     assert!(rows.contains("four\t4\t5\t4\t40"), "the next AUTO_INCREMENT value follows the copied rows:\n{rows}");
     assert_eq!(codes, ["1062", "1265", "1265", "1264", "1062", "1054"], "{rows}");
 }
+
+/// Foreign keys are enforced inside the statement's transaction, against
+/// MariaDB (InnoDB): a child row needs its parent (1452), a parent row's
+/// delete or key change runs each key's action down the chain (CASCADE,
+/// SET NULL) or is refused (RESTRICT, NO ACTION: 1451), a refused
+/// statement leaves nothing behind, and `foreign_key_checks = 0` lets
+/// anything through.
+#[test]
+fn foreign_keys_act_as_in_mariadb() {
+    let script = "CREATE DATABASE fk; USE fk;
+        CREATE TABLE p (id INT PRIMARY KEY, code VARCHAR(8) NOT NULL, UNIQUE KEY uc (code));
+        CREATE TABLE c (id INT PRIMARY KEY, pid INT, v INT,
+            CONSTRAINT c_p FOREIGN KEY (pid) REFERENCES p (id) ON DELETE CASCADE ON UPDATE CASCADE);
+        CREATE TABLE g (id INT PRIMARY KEY, cid INT, FOREIGN KEY (cid) REFERENCES c (id) ON DELETE SET NULL);
+        CREATE TABLE r (id INT PRIMARY KEY, code VARCHAR(8), FOREIGN KEY (code) REFERENCES p (code) ON UPDATE NO ACTION);
+        INSERT INTO p VALUES (1, 'one'), (2, 'two'), (3, 'three'), (4, 'four');
+        INSERT INTO c VALUES (10, 1, 0), (11, 1, 0), (12, 2, 0), (13, NULL, 0);
+        INSERT INTO g VALUES (100, 10), (101, 12), (102, NULL);
+        INSERT INTO r VALUES (50, 'three');
+        INSERT INTO c VALUES (14, 9, 0);
+        INSERT INTO c VALUES (15, 2, 0), (16, 9, 0);
+        SELECT * FROM c ORDER BY id;
+        INSERT INTO r VALUES (51, 'nine');
+        UPDATE c SET pid = 9 WHERE id = 12;
+        UPDATE c SET v = 1 WHERE id = 12;
+        DELETE FROM p WHERE id = 3;
+        UPDATE p SET code = 'drei' WHERE id = 3;
+        UPDATE p SET id = 30 WHERE id = 3;
+        DELETE FROM p WHERE id = 1;
+        SELECT * FROM c ORDER BY id;
+        SELECT * FROM g ORDER BY id;
+        UPDATE p SET id = 20 WHERE id = 2;
+        SELECT * FROM c ORDER BY id;
+        SELECT * FROM g ORDER BY id;
+        DELETE FROM c WHERE id = 12;
+        SELECT * FROM g ORDER BY id;
+        BEGIN;
+        INSERT INTO c VALUES (17, 4, 0);
+        DELETE FROM p WHERE id = 4;
+        SELECT * FROM c WHERE id = 17;
+        INSERT INTO r VALUES (52, 'four');
+        DELETE FROM p WHERE id = 4;
+        ROLLBACK;
+        SELECT * FROM c ORDER BY id;
+        SELECT * FROM p ORDER BY id;
+        INSERT IGNORE INTO c VALUES (18, 4, 0), (19, 8, 0);
+        SELECT id FROM c ORDER BY id;
+        INSERT INTO c VALUES (18, 4, 5) ON DUPLICATE KEY UPDATE pid = 7;
+        INSERT INTO c VALUES (18, 4, 5) ON DUPLICATE KEY UPDATE pid = 30;
+        SELECT * FROM c WHERE id = 18;
+        CREATE TABLE t (id INT PRIMARY KEY, up INT, FOREIGN KEY (up) REFERENCES t (id) ON DELETE CASCADE);
+        INSERT INTO t VALUES (1, NULL), (2, 1), (3, 2), (4, 1), (5, NULL);
+        INSERT INTO t VALUES (6, 7), (7, NULL);
+        DELETE FROM t WHERE id = 2;
+        SELECT * FROM t ORDER BY id;
+        SET foreign_key_checks = 0;
+        INSERT INTO c VALUES (90, 99, 0);
+        DELETE FROM p WHERE id = 30;
+        SET foreign_key_checks = 1;
+        SELECT * FROM c WHERE id = 90;
+        SELECT * FROM r;
+        CREATE TABLE late (id INT PRIMARY KEY, pid INT);
+        INSERT INTO late VALUES (1, 20), (2, 77);
+        ALTER TABLE late ADD CONSTRAINT late_p FOREIGN KEY (pid) REFERENCES p (id);
+        DELETE FROM late WHERE id = 2;
+        ALTER TABLE late ADD CONSTRAINT late_p FOREIGN KEY (pid) REFERENCES p (id);
+        DELETE FROM p WHERE id = 20;
+        ALTER TABLE late DROP FOREIGN KEY late_p;
+        ALTER TABLE late DROP FOREIGN KEY late_p;
+        DELETE FROM p WHERE id = 20;
+        SELECT * FROM c ORDER BY id;
+        SELECT * FROM g ORDER BY id;
+        DROP DATABASE fk;";
+    let cluster = TestCluster::start(&[]);
+    let (rows, codes) = same_as_mariadb(&cluster, script);
+    assert_eq!(
+        codes,
+        ["1452", "1452", "1452", "1452", "1451", "1451", "1452", "1452", "1452", "1452", "1451", "1091"],
+        "{rows}"
+    );
+    assert!(rows.contains("11\t1\t0"), "the first rows were written:\n{rows}");
+}
+
+/// What latsdb says where MariaDB's words differ (MySQL 8's codes), and
+/// the definition's own rules: SHOW CREATE TABLE shows a key, a parent
+/// cannot be dropped or truncated under its children, a key needs the
+/// parent's primary key or a unique index, a renamed parent is followed.
+#[test]
+fn foreign_key_definitions_are_kept_checked_and_followed() {
+    let cluster = TestCluster::start(&[]);
+    let (host, port) = host_port(&cluster);
+    let script = "CREATE DATABASE fd; USE fd;
+        CREATE TABLE p (id INT PRIMARY KEY, n INT, m INT NOT NULL, KEY kn (n));
+        CREATE TABLE c (id INT PRIMARY KEY, pid INT NOT NULL, FOREIGN KEY (pid) REFERENCES p (id) ON DELETE CASCADE);
+        SHOW CREATE TABLE c;
+        DROP TABLE p;
+        TRUNCATE TABLE p;
+        CREATE TABLE e1 (id INT PRIMARY KEY, x INT, FOREIGN KEY (x) REFERENCES p (n));
+        CREATE TABLE e2 (id INT PRIMARY KEY, x INT, FOREIGN KEY (x) REFERENCES nowhere (id));
+        CREATE TABLE e3 (id INT PRIMARY KEY, x BIGINT, FOREIGN KEY (x) REFERENCES p (id));
+        CREATE TABLE e4 (id INT PRIMARY KEY, x INT NOT NULL, FOREIGN KEY (x) REFERENCES p (id) ON DELETE SET NULL);
+        CREATE TABLE e5 (id INT PRIMARY KEY, x INT, FOREIGN KEY (x) REFERENCES p (id) ON DELETE SET DEFAULT);
+        ALTER TABLE c DROP INDEX c_ibfk_1;
+        ALTER TABLE c DROP COLUMN pid;
+        REPLACE INTO p VALUES (1, 1, 1);
+        RENAME TABLE p TO parent;
+        SHOW CREATE TABLE c;
+        INSERT INTO parent VALUES (1, 1, 1);
+        INSERT INTO c VALUES (1, 1);
+        DELETE FROM parent;
+        SELECT COUNT(*) FROM c;
+        SET foreign_key_checks = 0;
+        CREATE TABLE orphan (id INT PRIMARY KEY, x INT, FOREIGN KEY (x) REFERENCES later (id));
+        INSERT INTO orphan VALUES (1, 5);
+        SET foreign_key_checks = 1;
+        INSERT INTO orphan VALUES (2, 5);
+        CREATE TABLE later (id INT PRIMARY KEY);
+        INSERT INTO later VALUES (5);
+        INSERT INTO orphan VALUES (2, 5);
+        DELETE FROM later;
+        DROP TABLE c, parent;
+        DROP DATABASE fd;";
+    let (out, codes) = script_on(&host, &port, "root", script);
+    assert_eq!(
+        codes,
+        ["3730", "1701", "1822", "1824", "3780", "1830", "1235", "1553", "1828", "1235", "1452", "1451"],
+        "{out}"
+    );
+    assert!(
+        out.contains("KEY `c_ibfk_1` (`pid`),\\n  CONSTRAINT `c_ibfk_1` FOREIGN KEY (`pid`) REFERENCES `p` (`id`) ON DELETE CASCADE\\n)"),
+        "{out}"
+    );
+    assert!(out.contains("REFERENCES `parent` (`id`) ON DELETE CASCADE"), "the renamed parent is followed:\n{out}");
+    assert!(out.contains("COUNT(*)\n0\n"), "the delete cascaded:\n{out}");
+}

@@ -18,6 +18,7 @@ use latsdb_types::{Collation, ErrorCode, Value};
 use sqlparser::ast::{self, ColumnOption, DataType, Statement, TableConstraint};
 
 mod alter_copy;
+mod foreign_keys;
 
 const DATABASES_TABLE: &str = "sql_databases";
 
@@ -159,12 +160,22 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
         }
         Statement::CreateTable(ct) => create_table(session, ct).await,
         Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, .. } => {
+            let mut dropped = Vec::with_capacity(names.len());
+            for n in names {
+                let (d, t) = table_name(n)?;
+                dropped.push((need_db(d)?, t));
+            }
             for n in names {
                 let (d, t) = table_name(n)?;
                 let d = need_db(d)?;
-                match shared.client.table(&d, &t).await {
+                // The current definition: another table's new foreign key
+                // changed this one's list of references.
+                match shared.client.refresh_table(&d, &t).await {
                     Ok(table) => {
                         let def = table.def().clone();
+                        if session.foreign_key_checks() {
+                            refuse_referenced(&def, &dropped)?;
+                        }
                         drop_table(&shared, &def).await?;
                     }
                     Err(e) if e.code == ErrorCode::UnknownTable => {
@@ -181,7 +192,11 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             let (d, t) = table_name(table)?;
             let d = need_db(d)?;
             for n in names {
-                shared.client.drop_index(&d, &t, n.to_string().trim_matches('`')).await?;
+                let index = n.to_string().trim_matches('`').to_string();
+                shared.table(&d, &t).await?;
+                let def = shared.client.refresh_table(&d, &t).await?.def().clone();
+                foreign_keys::refuse_needed_index(&shared, &def, &index).await?;
+                shared.client.drop_index(&d, &t, &index).await?;
             }
             Ok(Response::ok())
         }
@@ -202,8 +217,24 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             for target in &tr.table_names {
                 let (d, t) = table_name(&target.name)?;
                 let d = need_db(d)?;
-                let table = shared.table(&d, &t).await?;
-                let def = table.def().clone();
+                shared.table(&d, &t).await?;
+                let def = shared.client.refresh_table(&d, &t).await?.def().clone();
+                if let Some(r) = def.referenced_by.iter().find(|r| !(r.database == def.database && r.table == def.name))
+                {
+                    if session.foreign_key_checks() {
+                        let child = shared.table(&r.database, &r.table).await?;
+                        let key = child.def().foreign_keys.iter().find(|k| k.name == r.name);
+                        let text = key.map(|k| crate::foreign::constraint_text(child.def(), k)).unwrap_or_default();
+                        return Err(SqlError::new(
+                            1701,
+                            "42000",
+                            format!(
+                                "Cannot truncate a table referenced in a foreign key constraint (`{}`.`{}`, {text})",
+                                r.database, r.table
+                            ),
+                        ));
+                    }
+                }
                 let auto = shared.auto_counter(def.id).await?;
                 drop_table(&shared, &def).await?;
                 let spec = TableSpec {
@@ -225,6 +256,20 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     if let Ok(c) = created.def().column_id(&column) {
                         shared.register_auto_column(&created, c, 1).await?;
                     }
+                }
+                // The new table's columns are found by name (no dropped ones).
+                let keys: Vec<ColumnChange> = def
+                    .foreign_keys
+                    .iter()
+                    .filter_map(|k| {
+                        let columns =
+                            k.columns.iter().map(|&c| created.def().column_id(&def.columns[c as usize].name).ok());
+                        let columns = columns.collect::<Option<Vec<_>>>()?;
+                        Some(ColumnChange::AddForeignKey(latsdb_types::schema::ForeignKeyDef { columns, ..k.clone() }))
+                    })
+                    .collect();
+                if !keys.is_empty() {
+                    shared.client.change_columns(&def.database, &def.name, keys).await?;
                 }
             }
             Ok(Response::ok())
@@ -249,7 +294,10 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 .collect();
             // Checked before anything changes: column changes that would
             // rewrite rows, and the new table name.
-            let before = shared.table(&d, &t).await?.def().clone();
+            shared.table(&d, &t).await?;
+            // The current definition: a foreign key of another table may
+            // have changed this one's list of references.
+            let before = shared.client.refresh_table(&d, &t).await?.def().clone();
             let renamed_to = match at.operations.iter().rev().find_map(|op| match op {
                 ast::AlterTableOperation::RenameTable { table_name } => Some(table_name),
                 _ => None,
@@ -268,6 +316,13 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             let ColumnPlan { changes, auto_renamed, auto_dropped, drop_first } =
                 column_changes(session, &before, &at.operations).await?;
             check_index_clauses(&before, &changes, &added, &at.operations)?;
+            let renamed_columns: Vec<(String, String)> = changes
+                .iter()
+                .filter_map(|c| match c {
+                    ColumnChange::Rename { from, to } => Some((from.clone(), to.clone())),
+                    _ => None,
+                })
+                .collect();
             if !added.is_empty() {
                 add_columns(session, &d, &t, &added).await?;
             }
@@ -297,14 +352,26 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                         let name = index_name(&index_names(&shared, &d, &t).await?, given, &cols)?;
                         create_index(&shared, &d, &t, &name, &cols, true).await?;
                     }
-                    ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::ForeignKey(_), .. } => {
-                        foreign_key_ignored(session)
+                    ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::ForeignKey(fk), .. } => {
+                        add_foreign_key(session, &d, &t, fk).await?
                     }
-                    // Foreign keys are never kept, so there is none to drop.
-                    ast::AlterTableOperation::DropForeignKey { .. } => {}
+                    ast::AlterTableOperation::DropForeignKey { name, .. } => {
+                        let def = shared.table(&d, &t).await?.def().clone();
+                        if !def.foreign_keys.iter().any(|k| k.name.eq_ignore_ascii_case(&name.value)) {
+                            return Err(SqlError::new(
+                                1091,
+                                "42000",
+                                format!("Can't DROP FOREIGN KEY `{}`; check that it exists", name.value),
+                            ));
+                        }
+                        let change = ColumnChange::DropForeignKey { name: name.value.clone() };
+                        shared.client.change_columns(&d, &t, vec![change]).await?;
+                    }
                     ast::AlterTableOperation::DropIndex { name }
                         if !drop_first.iter().any(|i| i.eq_ignore_ascii_case(&name.value)) =>
                     {
+                        let def = shared.client.refresh_table(&d, &t).await?.def().clone();
+                        foreign_keys::refuse_needed_index(&shared, &def, &name.value).await?;
                         shared.client.drop_index(&d, &t, name.value.as_str()).await?;
                     }
                     // Added and changed above: all columns of one statement
@@ -312,9 +379,11 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     _ => {}
                 }
             }
+            let (final_db, final_name) = renamed_to.clone().unwrap_or_else(|| (d.clone(), t.clone()));
             if let Some((nd, nt)) = renamed_to {
                 shared.client.rename_table(&d, &t, &nd, &nt).await?;
             }
+            foreign_keys::repoint_children(&shared, &before, (&final_db, &final_name), &renamed_columns).await?;
             Ok(Response::ok())
         }
         Statement::RenameTable(renames) => {
@@ -325,7 +394,9 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 shared.table(&od, &ot).await?;
                 let (nd, nt) = table_name(&r.new_name)?;
                 let (nd, nt) = rename_target(&shared, &od, &ot, need_db(nd)?, nt).await?;
+                let before = shared.client.refresh_table(&od, &ot).await?.def().clone();
                 shared.client.rename_table(&od, &ot, &nd, &nt).await?;
+                foreign_keys::repoint_children(&shared, &before, (&nd, &nt), &[]).await?;
             }
             Ok(Response::ok())
         }
@@ -609,13 +680,13 @@ fn first_words(s: &str) -> String {
     s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
-/// FOREIGN KEY clauses are accepted and not enforced, as MySQL's MyISAM
-/// does, so that ORMs' schemas load; the client is warned.
-fn foreign_key_ignored(session: &mut Session) {
+/// A column's own `REFERENCES t (c)` is parsed and ignored, as MySQL
+/// ignores it; the client is warned, as MySQL does not.
+fn inline_reference_ignored(session: &mut Session) {
     session.warnings.push((
         "Warning",
         crate::error::ER_NOT_SUPPORTED_YET,
-        "FOREIGN KEY constraints are accepted but not enforced: latsdb does not check references".into(),
+        "a column's REFERENCES clause is ignored, as in MySQL: declare FOREIGN KEY (column) REFERENCES ... to have the reference kept and checked".into(),
     ));
 }
 
@@ -936,7 +1007,14 @@ fn dropped_column(
     if_exists: bool,
 ) -> SqlResult<Option<usize>> {
     match column_now(def, names, name) {
-        Ok(id) => Ok(Some(id)),
+        Ok(id) => match def.foreign_keys_of(id as u16).next() {
+            Some(key) => Err(SqlError::new(
+                1828,
+                "HY000",
+                format!("Cannot drop column '{name}': needed in a foreign key constraint '{}'", key.name),
+            )),
+            None => Ok(Some(id)),
+        },
         Err(_) if if_exists => {
             missing_column_noted(session, name);
             Ok(None)
@@ -1485,7 +1563,7 @@ fn column_spec(session: &mut Session, c: &ast::ColumnDef, collation: Collation) 
                 }
                 spec.auto_increment = true;
             }
-            ColumnOption::ForeignKey(_) => foreign_key_ignored(session),
+            ColumnOption::ForeignKey(_) => inline_reference_ignored(session),
             ColumnOption::Collation(name) => {
                 let collation = collation_named(&name.to_string())?;
                 if !ty.is_string() {
@@ -1675,6 +1753,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     let mut uniques: Vec<(Option<&ast::Ident>, Vec<String>)> =
         unique_columns.into_iter().map(|c| (None, vec![c])).collect();
     let mut named: Vec<(Option<&ast::Ident>, Vec<String>)> = Vec::new();
+    let mut key_clauses = Vec::new();
     for constraint in &ct.constraints {
         match constraint {
             TableConstraint::PrimaryKey(pk) => primary = index_column_names(&pk.columns),
@@ -1682,7 +1761,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
             TableConstraint::Unique(u) => {
                 uniques.push((u.index_name.as_ref().or(u.name.as_ref()), index_column_names(&u.columns)))
             }
-            TableConstraint::ForeignKey(_) => foreign_key_ignored(session),
+            TableConstraint::ForeignKey(fk) => key_clauses.push(foreign_keys::clause(&db, fk)?),
             other => return Err(SqlError::unsupported(format!("table constraint {other} is not supported"))),
         }
     }
@@ -1732,6 +1811,7 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
             ));
         }
     }
+    let keys = create_foreign_keys(session, (&db, &t), &columns, &primary, &mut indexes, &key_clauses).await?;
     // Every key column must exist before anything is created: a failed
     // index would leave the table behind.
     let exists = |name: &String| columns.iter().any(|c| c.name.eq_ignore_ascii_case(name));
@@ -1766,7 +1846,98 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     for (name, cols, unique) in &indexes {
         create_index(&shared, &db, &t, name, cols, *unique).await?;
     }
+    if !keys.is_empty() {
+        let changes = keys.into_iter().map(ColumnChange::AddForeignKey).collect();
+        if let Err(e) = shared.client.change_columns(&db, &t, changes).await {
+            // CREATE TABLE is one statement: the table goes with its keys.
+            let _ = drop_table(&shared, table.def()).await;
+            return Err(e.into());
+        }
+    }
     Ok(Response::ok())
+}
+
+/// DROP TABLE of a parent whose children stay (MySQL 8's 3730): a key of
+/// the table itself, or of a table the same statement drops, is no obstacle.
+fn refuse_referenced(def: &TableDef, dropped: &[(String, String)]) -> SqlResult<()> {
+    let staying = def.referenced_by.iter().find(|r| {
+        !dropped.iter().any(|(d, t)| d.eq_ignore_ascii_case(&r.database) && t.eq_ignore_ascii_case(&r.table))
+    });
+    match staying {
+        Some(r) => Err(SqlError::new(
+            3730,
+            "HY000",
+            format!(
+                "Cannot drop table '{}' referenced by a foreign key constraint '{}' on table '{}'.",
+                def.name, r.name, r.table
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// ALTER TABLE ... ADD FOREIGN KEY: the key is resolved against the table,
+/// its columns get an index if none starts with them, and with
+/// `foreign_key_checks` on every stored row must find its parent (1452).
+async fn add_foreign_key(session: &Session, db: &str, t: &str, fk: &ast::ForeignKeyConstraint) -> SqlResult<()> {
+    let shared = &session.shared;
+    let clause = foreign_keys::clause(db, fk)?;
+    let table = shared.table(db, t).await?;
+    let def = table.def();
+    let checks = session.foreign_key_checks();
+    let key = foreign_keys::resolve(shared, checks, &foreign_keys::Child::of(def), &clause).await?;
+    let primary: Vec<String> = def.primary_key.iter().map(|&c| def.columns[c as usize].name.clone()).collect();
+    let indexes: Vec<Vec<String>> = def
+        .indexes
+        .iter()
+        .filter(|i| i.id != 0)
+        .map(|i| i.columns.iter().map(|&c| def.columns[c as usize].name.clone()).collect())
+        .collect();
+    if !foreign_keys::has_index(&primary, &indexes, &clause.columns) {
+        let given = ast::Ident::new(clause.index_name.clone().unwrap_or_else(|| key.name.clone()));
+        let taken = index_names(shared, db, t).await?;
+        let free = !taken.iter().any(|n| n.eq_ignore_ascii_case(&given.value));
+        let name = index_name(&taken, free.then_some(&given), &clause.columns)?;
+        create_index(shared, db, t, &name, &clause.columns, false).await?;
+    }
+    if checks {
+        let table = shared.table(db, t).await?;
+        crate::foreign::check_stored_rows(&shared.client, table.def(), &key).await?;
+    }
+    shared.client.change_columns(db, t, vec![ColumnChange::AddForeignKey(key)]).await?;
+    Ok(())
+}
+
+/// The foreign keys of a table CREATE TABLE makes, resolved against its
+/// columns; an index is added to `indexes` for each key no index starts with.
+async fn create_foreign_keys(
+    session: &Session,
+    (db, t): (&str, &str),
+    columns: &[ColumnDef],
+    primary: &[String],
+    indexes: &mut Vec<(String, Vec<String>, bool)>,
+    clauses: &[foreign_keys::Clause],
+) -> SqlResult<Vec<latsdb_types::schema::ForeignKeyDef>> {
+    let unique_keys: Vec<Vec<String>> = std::iter::once(primary.to_vec())
+        .chain(indexes.iter().filter(|(_, _, unique)| *unique).map(|(_, c, _)| c.clone()))
+        .collect();
+    let mut child = foreign_keys::Child { database: db, name: t, columns, unique_keys, taken: Vec::new() };
+    let mut keys = Vec::with_capacity(clauses.len());
+    for clause in clauses {
+        let key = foreign_keys::resolve(&session.shared, session.foreign_key_checks(), &child, clause).await?;
+        let index_columns: Vec<Vec<String>> = indexes.iter().map(|(_, c, _)| c.clone()).collect();
+        if !foreign_keys::has_index(primary, &index_columns, &clause.columns) {
+            let taken: Vec<String> =
+                std::iter::once("PRIMARY".to_string()).chain(indexes.iter().map(|(n, _, _)| n.clone())).collect();
+            let given = ast::Ident::new(clause.index_name.clone().unwrap_or_else(|| key.name.clone()));
+            let free = !taken.iter().any(|n| n.eq_ignore_ascii_case(&given.value));
+            let name = index_name(&taken, free.then_some(&given), &clause.columns)?;
+            indexes.push((name, clause.columns.clone(), false));
+        }
+        child.taken.push(key.name.clone());
+        keys.push(key);
+    }
+    Ok(keys)
 }
 
 async fn describe(shared: &Shared, db: &str, t: &str, full: bool) -> SqlResult<Response> {
@@ -1920,6 +2091,9 @@ pub fn show_create(def: &TableDef, auto: Option<(&str, u64)>) -> String {
     for ix in def.indexes.iter().skip(1) {
         let kind = if ix.unique { "UNIQUE KEY" } else { "KEY" };
         lines.push(format!("  {kind} `{}` ({})", ix.name, col_list(&ix.columns)));
+    }
+    for key in &def.foreign_keys {
+        lines.push(format!("  {}", crate::foreign::constraint_text(def, key)));
     }
     let auto_part = auto.map(|(_, n)| format!(" AUTO_INCREMENT={n}")).unwrap_or_default();
     format!(

@@ -7,6 +7,7 @@ use crate::bind::{Binder, ScopeTable};
 use crate::error::{SqlError, SqlResult};
 use crate::eval::{to_column, Arith, Env, SExpr};
 use crate::exec::{run_select, Ctx};
+use crate::foreign::ParentChange;
 use crate::plan::{plan_select, table_name, Access, Catalog, SelectPlan, SourceKind};
 use latsdb_client::{Op, Outcome, Table};
 use latsdb_types::expr::{ArithOp, Expr};
@@ -684,7 +685,7 @@ fn to_data_node(e: &SExpr, table: &Table, target: ColumnId, env: &Env) -> SqlRes
 /// The primary-key values of a whole row (column id = position), as the
 /// key compares them: text of a case-insensitive column as its weight, so
 /// two rows of one statement that share a key compare equal here.
-fn key_of(def: &latsdb_types::schema::TableDef, row: &[Value]) -> Vec<Value> {
+pub(crate) fn key_of(def: &latsdb_types::schema::TableDef, row: &[Value]) -> Vec<Value> {
     weighed_key(def, def.primary_key.iter().map(|&c| row[c as usize].clone()).collect())
 }
 
@@ -966,6 +967,10 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         let key = key_of(def, r);
         ctx.note_write(table, &key);
     }
+    if crate::foreign::involved(def, ctx) {
+        refuse_parent_rewrites(def, &plan.conflict)?;
+        rows = rows_with_parents(table, rows, &plan.conflict, &mut warnings, ctx).await?;
+    }
     let affected = match &plan.conflict {
         OnConflict::Error => {
             // One row: its insert alone fails on a taken key, and the
@@ -1111,6 +1116,11 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
             }
             let resolved = Resolving { conflict: &plan.conflict, env: &ctx.env, statement_time };
             let (writes, affected) = resolve_conflicts(def, &resolved, rows, conflicting, existing)?;
+            if crate::foreign::involved(def, ctx) {
+                let written: Vec<Vec<Value>> = writes.iter().map(|w| w.row.clone()).collect();
+                let mut lookups = crate::foreign::Lookups::default();
+                crate::foreign::check_parents(table, &written, &mut lookups, ctx).await?;
+            }
             let ops = writes
                 .into_iter()
                 .map(|w| match w.assigned {
@@ -1125,6 +1135,60 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         }
     };
     Ok(WriteResult { affected, last_insert_id: first_auto, warnings })
+}
+
+/// REPLACE deletes the rows it replaces, and ON DUPLICATE KEY UPDATE may
+/// change a key column: on a table that foreign keys reference, both would
+/// need the keys' actions, which latsdb does not run for them yet.
+fn refuse_parent_rewrites(def: &latsdb_types::schema::TableDef, conflict: &OnConflict) -> SqlResult<()> {
+    if def.referenced_by.is_empty() {
+        return Ok(());
+    }
+    let keyed = |c: &ColumnId| def.indexes.iter().any(|i| i.unique && i.columns.contains(c));
+    let refused = match conflict {
+        OnConflict::Replace => Some("REPLACE"),
+        OnConflict::Update(sets) if sets.iter().any(|(c, _)| keyed(c)) => {
+            Some("INSERT ... ON DUPLICATE KEY UPDATE of a primary-key or unique column")
+        }
+        _ => None,
+    };
+    match refused {
+        Some(what) => Err(SqlError::unsupported(format!(
+            "{what} into {}, which foreign keys reference, is not supported; use UPDATE or DELETE (or SET foreign_key_checks = 0)",
+            def.qualified_name()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The rows of an INSERT whose references find their parents: all of them
+/// or error 1452, except that INSERT IGNORE leaves a row out with a
+/// warning, as MySQL does.
+async fn rows_with_parents(
+    table: &Arc<Table>,
+    rows: Vec<Vec<Value>>,
+    conflict: &OnConflict,
+    warnings: &mut Warnings,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<Vec<Vec<Value>>> {
+    let mut lookups = crate::foreign::Lookups::default();
+    if matches!(conflict, OnConflict::Update(_)) {
+        // Checked once the updates are known (`run_insert`).
+        return Ok(rows);
+    }
+    if !matches!(conflict, OnConflict::Ignore) {
+        crate::foreign::check_parents(table, &rows, &mut lookups, ctx).await?;
+        return Ok(rows);
+    }
+    let mut kept = Vec::with_capacity(rows.len());
+    for row in rows {
+        match crate::foreign::check_parents(table, std::slice::from_ref(&row), &mut lookups, ctx).await {
+            Ok(()) => kept.push(row),
+            Err(e) if e.code == crate::foreign::ER_NO_REFERENCED_ROW => warnings.push((e.code, e.message)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(kept)
 }
 
 /// What decides the writes of INSERT IGNORE or ON DUPLICATE KEY UPDATE:
@@ -1254,8 +1318,10 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     let checks_unique = !delete && ctx.in_explicit_transaction() && def.has_unique_indexes();
     // The data nodes tell an update that left its row as it was
     // (`Unchanged`) from one that changed it, as MySQL counts them.
+    // Foreign keys need the rows before and after.
+    let foreign = crate::foreign::involved(def, ctx);
     let direct = match &plan.direct {
-        Some(keys) if !checks_unique && data_nodes_compute_alike(plan, &ctx.env)? => Some(keys),
+        Some(keys) if !checks_unique && !foreign && data_nodes_compute_alike(plan, &ctx.env)? => Some(keys),
         _ => None,
     };
     if let Some(keys) = direct {
@@ -1299,6 +1365,8 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     let mut ops = Vec::with_capacity(rows.len());
     let mut updated = Vec::new();
     let mut moves = Vec::new();
+    // With foreign keys: each changed row as it was and as it becomes.
+    let (mut before, mut after) = (Vec::new(), Vec::new());
     for row in &rows {
         let key = key_of(def, row);
         if delete {
@@ -1324,6 +1392,10 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
             set.push((c, Expr::Const(now)));
         }
         ctx.note_write(table, &key);
+        if foreign {
+            before.push(row[..def.columns.len()].to_vec());
+            after.push(new_row.clone());
+        }
         let new_key = key_of(def, &new_row);
         if new_key != key {
             // The key changes: the row moves (possibly to another partition).
@@ -1345,6 +1417,16 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
     // (A row whose key changes moves by a delete and an insert; a
     // duplicate there ends the transaction.)
     check_unique(table, &updated, ctx).await?;
+    if foreign {
+        let old: Vec<Vec<Value>>;
+        let change = if delete {
+            old = rows.iter().map(|r| r[..def.columns.len()].to_vec()).collect();
+            ParentChange { old: &old, new: None }
+        } else {
+            ParentChange { old: &before, new: Some(&after) }
+        };
+        foreign_key_actions(table, change, ctx).await?;
+    }
     let matched = rows.len() as u64;
     // Rows that move are written after the others, by a request of their own.
     let outcomes = if moves.is_empty() { ctx.run_last_ops(ops).await? } else { ctx.run_ops(ops).await? };
@@ -1353,6 +1435,29 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         changed += move_rows(table, moves, ctx).await?;
     }
     Ok(Affected { matched, changed })
+}
+
+/// Checks the foreign keys of a statement's changed rows and runs their
+/// actions' writes in child tables (`foreign.rs`), before the statement
+/// writes its own rows: every check reads first, so a refused statement
+/// has written nothing.
+async fn foreign_key_actions(table: &Arc<Table>, change: ParentChange<'_>, ctx: &mut Ctx<'_>) -> SqlResult<()> {
+    let def = table.def();
+    let mut lookups = crate::foreign::Lookups::default();
+    if let Some(new) = change.new {
+        // Only references whose columns change are checked again.
+        let moved: Vec<Vec<Value>> = change
+            .old
+            .iter()
+            .zip(new)
+            .filter(|(o, n)| def.foreign_keys.iter().flat_map(|k| &k.columns).any(|&c| o[c as usize] != n[c as usize]))
+            .map(|(_, n)| n.clone())
+            .collect();
+        crate::foreign::check_parents(table, &moved, &mut lookups, ctx).await?;
+    }
+    let writes = crate::foreign::child_writes(table, change, &mut lookups, ctx).await?;
+    ctx.run_ops(writes).await?;
+    Ok(())
 }
 
 /// Rows whose primary key an UPDATE changes: deleted under their old key

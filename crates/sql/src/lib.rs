@@ -17,6 +17,7 @@ pub mod error;
 pub mod eval;
 pub mod exec;
 pub mod explain;
+pub mod foreign;
 pub mod metrics;
 pub mod parse;
 pub mod plan;

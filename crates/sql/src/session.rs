@@ -219,7 +219,8 @@ pub fn default_variable(name: &str) -> Option<Value> {
         "port" => i(3306),
         "hostname" => s("localhost"),
         "sql_select_limit" => Some(Value::UInt(u64::MAX)),
-        "sql_auto_is_null" | "sql_safe_updates" | "foreign_key_checks" | "unique_checks" => i(0),
+        "sql_auto_is_null" | "sql_safe_updates" | "unique_checks" => i(0),
+        "foreign_key_checks" => i(1),
         // Set and restored by mysqldump's and Hopsworks' schema files.
         "sql_notes" | "sql_quote_show_create" => i(1),
         "sql_warnings" => i(0),
@@ -503,7 +504,11 @@ impl Session {
                 // what is there now.
                 for t in tables_of(&p) {
                     let def = t.def();
-                    let _ = self.shared.client.refresh_table(&def.database, &def.name).await;
+                    let Ok(fresh) = self.shared.client.refresh_table(&def.database, &def.name).await else { continue };
+                    // The tables its foreign keys read may have moved on too.
+                    for (database, name) in crate::foreign::related_tables(fresh.def()) {
+                        let _ = self.shared.client.refresh_table(&database, &name).await;
+                    }
                 }
                 if self.in_transaction {
                     return Err(e);
@@ -942,6 +947,7 @@ impl Session {
             written,
             count_matched: self.found_rows_flag,
             undo,
+            foreign_key_checks: self.foreign_key_checks(),
         };
         let result: SqlResult<(Response, Option<u64>, dml::Warnings)> = async {
             Ok(match p {
@@ -1309,6 +1315,16 @@ impl Session {
             }
         }
         Ok(Response::ok())
+    }
+
+    /// Whether foreign keys are checked (`SET foreign_key_checks = 0`
+    /// turns them off, as schema dumps do while they load).
+    pub fn foreign_key_checks(&self) -> bool {
+        match self.vars.get("foreign_key_checks") {
+            None => true,
+            Some(Value::Str(t)) => matches!(t.to_ascii_uppercase().as_str(), "ON" | "1" | "TRUE"),
+            Some(v) => crate::eval::truth(v) == Some(true),
+        }
     }
 
     /// Session variables as SHOW VARIABLES lists them.

@@ -94,7 +94,7 @@ CREATE TABLE notes (id INT PRIMARY KEY, customer_id INT REFERENCES customers (id
 SHOW WARNINGS;
 ALTER TABLE notes ADD CONSTRAINT notes_customer_2 FOREIGN KEY (customer_id) REFERENCES customers (id);
 ALTER TABLE notes DROP FOREIGN KEY notes_customer_2;
-INSERT INTO notes VALUES (1, 999, 'not checked');
+INSERT INTO notes VALUES (1, 1, 'checked');
 SELECT id, customer_id FROM notes;
 DROP TABLE notes;
 SELECT LPAD('7', 3, '0'), RPAD('ab', 5, 'xy'), LPAD('abcdef', 3, '-'), REPEAT('ab', 3), REVERSE('latsdb'), CONCAT('[', SPACE(2), ']'), ASCII('A'), HEX('Hi'), HEX(255), UNHEX('4869');

@@ -13,13 +13,12 @@
 //! the table as it was. Reads go on meanwhile; writes get 1205.
 
 use super::{
-    altered_default, check_in_place, column_spec, fill_value, foreign_key_ignored, index_column_names, index_name,
-    shown_table_collation,
+    altered_default, check_in_place, column_spec, fill_value, index_column_names, index_name, shown_table_collation,
 };
 use crate::error::{SqlError, SqlResult};
 use crate::session::{Response, Session};
 use latsdb_client::{Op, Scan, Table};
-use latsdb_types::schema::{ColumnDef, ColumnId, IndexSpec, TableDef, TableSpec};
+use latsdb_types::schema::{ColumnChange, ColumnDef, ColumnId, IndexSpec, TableDef, TableSpec};
 use latsdb_types::Value;
 use sqlparser::ast::{self, AlterTableOperation as AOp, MySQLColumnPosition, TableConstraint};
 use std::ops::Bound;
@@ -92,6 +91,7 @@ pub(super) async fn alter_by_copy(
         primary_key: model.primary_key.clone(),
         partitions: before.partitions,
     };
+    let kept_keys = model.kept_foreign_keys(before, ops)?;
     let client = &shared.client;
     let (old, copy) = client.copy_table_begin(table, spec, model.indexes.clone()).await?;
     let counter = auto.as_ref().map_or(0, |(_, next)| *next);
@@ -107,11 +107,50 @@ pub(super) async fn alter_by_copy(
         return Err(e.into());
     }
     shared.forget_auto_column(before.id).await?;
-    if let Some((database, name)) = rename_to {
+    settle_foreign_keys(session, before, kept_keys, ops).await?;
+    let (database, name) = rename_to.clone().unwrap_or_else(|| (before.database.clone(), before.name.clone()));
+    if rename_to.is_some() {
         client.rename_table(&before.database, &before.name, &database, &name).await?;
     }
+    let renamed: Vec<(String, String)> = model
+        .columns
+        .iter()
+        .filter_map(|c| c.from.map(|id| (before.columns[id as usize].name.clone(), c.def.name.clone())))
+        .filter(|(old, new)| old != new)
+        .collect();
+    super::foreign_keys::repoint_children(&shared, before, (&database, &name), &renamed).await?;
     let info = format!("Records: {copied}  Duplicates: 0  Warnings: 0");
     Ok(Response::Ok { affected: copied, last_insert_id: 0, info })
+}
+
+/// The copied table's foreign keys: the ones it kept (the management
+/// server carries keys over by column name, which a renamed column
+/// escapes), less the ones the statement drops, plus the ones it adds.
+async fn settle_foreign_keys(
+    session: &mut Session,
+    before: &TableDef,
+    kept: Vec<latsdb_types::schema::ForeignKeyDef>,
+    ops: &[AOp],
+) -> SqlResult<()> {
+    let (db, name) = (&before.database, &before.name);
+    let now = session.shared.client.refresh_table(db, name).await?;
+    let mut changes: Vec<ColumnChange> = now
+        .def()
+        .foreign_keys
+        .iter()
+        .filter(|k| !kept.contains(k))
+        .map(|k| ColumnChange::DropForeignKey { name: k.name.clone() })
+        .collect();
+    changes.extend(kept.into_iter().filter(|k| !now.def().foreign_keys.contains(k)).map(ColumnChange::AddForeignKey));
+    if !changes.is_empty() {
+        session.shared.client.change_columns(db, name, changes).await?;
+    }
+    for op in ops {
+        if let AOp::AddConstraint { constraint: TableConstraint::ForeignKey(fk), .. } = op {
+            super::add_foreign_key(session, db, name, fk).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Copies the rows, then gives the copy its auto-increment counter before
@@ -284,10 +323,9 @@ impl Model {
             AOp::AddConstraint { constraint: TableConstraint::Unique(u), .. } => {
                 self.add_index(u.index_name.as_ref().or(u.name.as_ref()), index_column_names(&u.columns), true)
             }
-            AOp::AddConstraint { constraint: TableConstraint::ForeignKey(_), .. } => {
-                foreign_key_ignored(session);
-                Ok(())
-            }
+            // Foreign keys are added once the copy has the table's name
+            // (`settle_foreign_keys`).
+            AOp::AddConstraint { constraint: TableConstraint::ForeignKey(_), .. } => Ok(()),
             AOp::DropIndex { name } => {
                 let at = self.indexes.iter().position(|i| i.name.eq_ignore_ascii_case(&name.value));
                 let at = at.ok_or_else(|| {
@@ -300,9 +338,38 @@ impl Model {
                 self.indexes.remove(at);
                 Ok(())
             }
-            // The table is renamed once copied; foreign keys are never kept.
+            // The table is renamed once copied; foreign keys are dropped once
+            // copied (`settle_foreign_keys`).
             _ => Ok(()),
         }
+    }
+
+    /// The foreign keys of `before` the copy keeps, with their columns'
+    /// places in the copy; those the statement drops are left out. A key
+    /// whose column the statement drops is error 1828, as in MySQL.
+    fn kept_foreign_keys(&self, before: &TableDef, ops: &[AOp]) -> SqlResult<Vec<latsdb_types::schema::ForeignKeyDef>> {
+        let dropped = |key: &str| {
+            ops.iter().any(|op| matches!(op, AOp::DropForeignKey { name, .. } if name.value.eq_ignore_ascii_case(key)))
+        };
+        let mut kept = Vec::new();
+        for key in before.foreign_keys.iter().filter(|k| !dropped(&k.name)) {
+            let mut columns = Vec::with_capacity(key.columns.len());
+            for &c in &key.columns {
+                let at = self.columns.iter().position(|m| m.from == Some(c)).ok_or_else(|| {
+                    SqlError::new(
+                        1828,
+                        "HY000",
+                        format!(
+                            "Cannot drop column '{}': needed in a foreign key constraint '{}'",
+                            before.columns[c as usize].name, key.name
+                        ),
+                    )
+                })?;
+                columns.push(at as ColumnId);
+            }
+            kept.push(latsdb_types::schema::ForeignKeyDef { columns, ..key.clone() });
+        }
+        Ok(kept)
     }
 
     fn add(

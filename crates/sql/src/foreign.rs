@@ -1,0 +1,415 @@
+//! Foreign keys, as the SQL node enforces them inside the statement's
+//! transaction (InnoDB's and NDB's semantics, checked at each statement):
+//!
+//! - A row written into a child table must find its parent row, read under
+//!   a shared lock that holds until commit, so the parent cannot go away
+//!   meanwhile (1452 otherwise). A reference with a NULL column is not
+//!   checked (MySQL's MATCH SIMPLE).
+//! - A parent row that is deleted, or whose referenced columns change,
+//!   applies each referencing key's action to the child rows, read under
+//!   exclusive locks: RESTRICT and NO ACTION fail the statement (1451),
+//!   CASCADE deletes them or gives them the new values, SET NULL empties
+//!   their referencing columns; and so on down the chain, at most
+//!   `MAX_DEPTH` tables deep.
+//!
+//! Every read comes first and every write after it, so a statement that
+//! fails here has written nothing. `SET foreign_key_checks = 0` turns all
+//! of it off, as in MySQL. Writes through the REST node and the native
+//! client are not checked (limitations.md).
+
+use crate::error::{SqlError, SqlResult};
+use crate::exec::{run_select, Ctx};
+use crate::plan::{plan_select, Catalog, SelectPlan, SourceKind};
+use latsdb_client::{Client, Expr, Op, Table};
+use latsdb_types::schema::{ColumnId, ForeignKeyDef, ReferenceAction, TableDef};
+use latsdb_types::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// How many tables deep a cascade may go (InnoDB's limit).
+const MAX_DEPTH: usize = 15;
+
+pub const ER_ROW_IS_REFERENCED: u16 = 1451;
+pub const ER_NO_REFERENCED_ROW: u16 = 1452;
+const ER_FK_DEPTH_EXCEEDED: u16 = 3008;
+
+/// Resolves stored tables for the SQL node's own lookups.
+struct StoredTables<'a>(&'a Client);
+
+impl Catalog for StoredTables<'_> {
+    async fn resolve(&self, db: Option<&str>, name: &str) -> SqlResult<(String, SourceKind)> {
+        let db = db.ok_or_else(|| SqlError::general("internal: a foreign key lookup without a database"))?;
+        Ok((db.to_string(), SourceKind::Stored(self.0.table(db, name).await?)))
+    }
+}
+
+fn quoted(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+fn quoted_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    names.map(quoted).collect::<Vec<_>>().join(", ")
+}
+
+/// `CONSTRAINT ... FOREIGN KEY (...) REFERENCES ... (...)` with its
+/// actions other than RESTRICT, as SHOW CREATE TABLE and the errors show it;
+/// the parent's database is named when it is not the child's.
+pub fn constraint_text(child: &TableDef, key: &ForeignKeyDef) -> String {
+    let columns = quoted_list(key.columns.iter().map(|&c| child.columns[c as usize].name.as_str()));
+    let parent = if key.parent_database == child.database {
+        quoted(&key.parent_table)
+    } else {
+        format!("{}.{}", quoted(&key.parent_database), quoted(&key.parent_table))
+    };
+    let mut text = format!(
+        "CONSTRAINT {} FOREIGN KEY ({columns}) REFERENCES {parent} ({})",
+        quoted(&key.name),
+        quoted_list(key.parent_columns.iter().map(String::as_str))
+    );
+    for (event, action) in [("DELETE", key.on_delete), ("UPDATE", key.on_update)] {
+        if action != ReferenceAction::Restrict {
+            text.push_str(&format!(" ON {event} {}", action.sql()));
+        }
+    }
+    text
+}
+
+fn fails(code: u16, what: &str, child: &TableDef, key: &ForeignKeyDef) -> SqlError {
+    SqlError::new(
+        code,
+        "23000",
+        format!(
+            "Cannot {what}: a foreign key constraint fails ({}.{}, {})",
+            quoted(&child.database),
+            quoted(&child.name),
+            constraint_text(child, key)
+        ),
+    )
+}
+
+/// A row's values in `columns`, or None when one is NULL (no reference).
+fn values_of(row: &[Value], columns: &[ColumnId]) -> Option<Vec<Value>> {
+    let values: Vec<Value> = columns.iter().map(|&c| row[c as usize].clone()).collect();
+    (!values.iter().any(Value::is_null)).then_some(values)
+}
+
+/// Values as `columns` of `def` compare them ('a' and 'A ' are one value
+/// of a case-insensitive column).
+fn weighed(def: &TableDef, columns: &[ColumnId], values: &[Value]) -> Vec<Value> {
+    values
+        .iter()
+        .zip(columns)
+        .map(|(v, &c)| crate::exec::weight(v, def.columns[c as usize].collation).into_owned())
+        .collect()
+}
+
+/// The column ids of `names` in `def`; None when one is missing.
+fn column_ids(def: &TableDef, names: &[String]) -> Option<Vec<ColumnId>> {
+    names.iter().map(|n| def.column_id(n).ok().filter(|&c| def.is_visible(c))).collect()
+}
+
+/// Plans of the statement's lookups, by table, columns and lock.
+#[derive(Default)]
+pub(crate) struct Lookups {
+    plans: HashMap<(u32, Vec<ColumnId>, bool), Arc<SelectPlan>>,
+}
+
+impl Lookups {
+    /// The rows of `table` whose `columns` equal `values`, every column
+    /// (hidden ones too) in the order of its ids; under an exclusive lock,
+    /// or a shared one for a parent's existence.
+    async fn rows(
+        &mut self,
+        table: &Arc<Table>,
+        columns: &[ColumnId],
+        values: &[Value],
+        exclusive: bool,
+        ctx: &mut Ctx<'_>,
+    ) -> SqlResult<Vec<Vec<Value>>> {
+        let def = table.def();
+        let id = (def.id, columns.to_vec(), exclusive);
+        let plan = match self.plans.get(&id) {
+            Some(p) => p.clone(),
+            None => {
+                let plan = Arc::new(plan_lookup(ctx.client, def, columns, exclusive).await?);
+                self.plans.insert(id, plan.clone());
+                plan
+            }
+        };
+        let mut own = ctx.with_params(values);
+        run_select(&plan, &mut own).await
+    }
+}
+
+/// `SELECT <every column> FROM t WHERE c1 = ?0 AND ... FOR UPDATE` (or
+/// LOCK IN SHARE MODE), planned as any statement is.
+async fn plan_lookup(client: &Client, def: &TableDef, columns: &[ColumnId], exclusive: bool) -> SqlResult<SelectPlan> {
+    let every: Vec<String> =
+        def.columns.iter().map(|c| if c.is_dropped() { "NULL".to_string() } else { quoted(&c.name) }).collect();
+    let conditions: Vec<String> =
+        columns.iter().map(|&c| format!("{} = ?", quoted(&def.columns[c as usize].name))).collect();
+    let sql = format!(
+        "SELECT {} FROM {}.{} WHERE {} {}",
+        every.join(", "),
+        quoted(&def.database),
+        quoted(&def.name),
+        conditions.join(" AND "),
+        if exclusive { "FOR UPDATE" } else { "LOCK IN SHARE MODE" }
+    );
+    let parsed = crate::parse::parse(&sql)?;
+    let Some(sqlparser::ast::Statement::Query(q)) = parsed.statements.first() else {
+        return Err(SqlError::general("internal: a foreign key lookup did not parse as a query"));
+    };
+    plan_select(&StoredTables(client), q).await
+}
+
+/// The parent table a key names, and its referenced columns; None when
+/// either is missing (then no parent row exists).
+async fn parent_of(client: &Client, key: &ForeignKeyDef) -> SqlResult<Option<(Arc<Table>, Vec<ColumnId>)>> {
+    let parent = match client.table(&key.parent_database, &key.parent_table).await {
+        Ok(t) => t,
+        Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(column_ids(parent.def(), &key.parent_columns).map(|ids| (parent, ids)))
+}
+
+/// Fails with 1452 unless every row of `rows` (whole rows of `table`, as
+/// written) finds the parent rows its keys reference; the parents are
+/// locked shared. In a table that references itself a row may reference
+/// itself or a row written before it in the same statement, as InnoDB
+/// checks row by row.
+pub(crate) async fn check_parents(
+    table: &Arc<Table>,
+    rows: &[Vec<Value>],
+    lookups: &mut Lookups,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<()> {
+    let def = table.def();
+    for key in &def.foreign_keys {
+        if rows.iter().all(|r| values_of(r, &key.columns).is_none()) {
+            continue;
+        }
+        let Some((parent, columns)) = parent_of(ctx.client, key).await? else {
+            return Err(fails(ER_NO_REFERENCED_ROW, "add or update a child row", def, key));
+        };
+        let own = parent.def().id == def.id;
+        // Values found already, as the parent's columns compare them.
+        let mut found: Vec<Vec<Value>> = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            let Some(values) = values_of(row, &key.columns) else { continue };
+            let wanted = weighed(parent.def(), &columns, &values);
+            if found.contains(&wanted) {
+                continue;
+            }
+            let earlier = own
+                && rows[..=i]
+                    .iter()
+                    .any(|r| values_of(r, &columns).is_some_and(|v| weighed(def, &columns, &v) == wanted));
+            if !earlier && lookups.rows(&parent, &columns, &values, false, ctx).await?.is_empty() {
+                return Err(fails(ER_NO_REFERENCED_ROW, "add or update a child row", def, key));
+            }
+            found.push(wanted);
+        }
+    }
+    Ok(())
+}
+
+/// What a statement does to parent rows: deletes them, or gives them new
+/// values (`new`, one per old row).
+pub(crate) struct ParentChange<'a> {
+    pub old: &'a [Vec<Value>],
+    pub new: Option<&'a [Vec<Value>]>,
+}
+
+/// The writes the referencing keys' actions make in child tables when
+/// `table`'s rows change as `change` says, found (under exclusive locks)
+/// before anything is written; fails with 1451 where an action is
+/// RESTRICT or NO ACTION. `written` holds the keys the statement writes
+/// already, by table, so that no row is written twice.
+pub(crate) async fn child_writes(
+    table: &Arc<Table>,
+    change: ParentChange<'_>,
+    lookups: &mut Lookups,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<Vec<Op>> {
+    let mut written: HashMap<u32, HashSet<Vec<u8>>> = HashMap::new();
+    let own = written.entry(table.def().id).or_default();
+    for row in change.old {
+        own.insert(table.encode_key(&crate::dml::key_of(table.def(), row))?);
+    }
+    let mut ops = Vec::new();
+    Box::pin(cascade(table, change, 0, &mut written, lookups, ctx, &mut ops)).await?;
+    Ok(ops)
+}
+
+async fn cascade(
+    table: &Arc<Table>,
+    change: ParentChange<'_>,
+    depth: usize,
+    written: &mut HashMap<u32, HashSet<Vec<u8>>>,
+    lookups: &mut Lookups,
+    ctx: &mut Ctx<'_>,
+    ops: &mut Vec<Op>,
+) -> SqlResult<()> {
+    let def = table.def();
+    for reference in &def.referenced_by {
+        let child = match ctx.client.table(&reference.database, &reference.table).await {
+            Ok(t) => t,
+            Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let Some(key) = child.def().foreign_keys.iter().find(|k| k.name == reference.name).cloned() else {
+            continue;
+        };
+        let Some(parent_columns) = column_ids(def, &key.parent_columns) else { continue };
+        for (i, old) in change.old.iter().enumerate() {
+            let Some(values) = values_of(old, &parent_columns) else { continue };
+            let new_values = change.new.map(|n| n[i].clone());
+            if let Some(n) = &new_values {
+                let after: Vec<Value> = parent_columns.iter().map(|&c| n[c as usize].clone()).collect();
+                if weighed(def, &parent_columns, &after) == weighed(def, &parent_columns, &values) {
+                    continue;
+                }
+            }
+            let mut children = lookups.rows(&child, &key.columns, &values, true, ctx).await?;
+            let done = written.entry(child.def().id).or_default();
+            children.retain(|r| {
+                child.encode_key(&crate::dml::key_of(child.def(), r)).map(|k| !done.contains(&k)).unwrap_or(true)
+            });
+            if children.is_empty() {
+                continue;
+            }
+            let action = if change.new.is_some() { key.on_update } else { key.on_delete };
+            let new_children = match action {
+                ReferenceAction::Restrict | ReferenceAction::NoAction => {
+                    return Err(fails(ER_ROW_IS_REFERENCED, "delete or update a parent row", child.def(), &key))
+                }
+                ReferenceAction::Cascade if new_values.is_none() => None,
+                ReferenceAction::Cascade | ReferenceAction::SetNull => {
+                    Some(children_updated(&child, &key, &children, &parent_columns, new_values.as_deref(), action)?)
+                }
+            };
+            if depth + 1 > MAX_DEPTH {
+                return Err(SqlError::new(
+                    ER_FK_DEPTH_EXCEEDED,
+                    "HY000",
+                    format!("Foreign key cascade delete/update exceeds max depth of {MAX_DEPTH}."),
+                ));
+            }
+            for r in &children {
+                let k = crate::dml::key_of(child.def(), r);
+                written.entry(child.def().id).or_default().insert(child.encode_key(&k)?);
+                ctx.note_write(&child, &k);
+            }
+            let next = ParentChange { old: &children, new: new_children.as_deref() };
+            Box::pin(cascade(&child, next, depth + 1, written, lookups, ctx, ops)).await?;
+            push_child_writes(&child, &key, &children, new_children.as_deref(), ops)?;
+        }
+    }
+    Ok(())
+}
+
+/// The child rows after CASCADE (the parent's new values) or SET NULL.
+fn children_updated(
+    child: &Table,
+    key: &ForeignKeyDef,
+    children: &[Vec<Value>],
+    parent_columns: &[ColumnId],
+    parent_new: Option<&[Value]>,
+    action: ReferenceAction,
+) -> SqlResult<Vec<Vec<Value>>> {
+    let def = child.def();
+    if key.columns.iter().any(|c| def.primary_key.contains(c)) {
+        return Err(SqlError::unsupported(format!(
+            "foreign key '{}' would change the primary key of rows of {}; latsdb does not cascade into a primary key",
+            key.name,
+            def.qualified_name()
+        )));
+    }
+    let mut out = Vec::with_capacity(children.len());
+    for row in children {
+        let mut new = row.clone();
+        for (i, &c) in key.columns.iter().enumerate() {
+            new[c as usize] = match (action, parent_new) {
+                (ReferenceAction::Cascade, Some(parent)) => {
+                    crate::eval::to_column(parent[parent_columns[i] as usize].clone(), &def.columns[c as usize])?
+                }
+                _ => Value::Null,
+            };
+        }
+        out.push(new);
+    }
+    Ok(out)
+}
+
+fn push_child_writes(
+    child: &Arc<Table>,
+    key: &ForeignKeyDef,
+    children: &[Vec<Value>],
+    new: Option<&[Vec<Value>]>,
+    ops: &mut Vec<Op>,
+) -> SqlResult<()> {
+    for (i, row) in children.iter().enumerate() {
+        let k = crate::dml::key_of(child.def(), row);
+        ops.push(match new {
+            None => Op::delete(child, &k)?,
+            Some(new) => {
+                let set = key.columns.iter().map(|&c| (c, Expr::Const(new[i][c as usize].clone()))).collect();
+                Op::update_expr(child, &k, set)?
+            }
+        });
+    }
+    Ok(())
+}
+
+/// The tables a write of `def` reads for its foreign keys: its parents
+/// and its children.
+pub(crate) fn related_tables(def: &TableDef) -> Vec<(String, String)> {
+    let parents = def.foreign_keys.iter().map(|k| (k.parent_database.clone(), k.parent_table.clone()));
+    let children = def.referenced_by.iter().map(|r| (r.database.clone(), r.table.clone()));
+    let mut out: Vec<(String, String)> = parents.chain(children).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether a statement writing `def` has foreign keys to look at.
+pub(crate) fn involved(def: &TableDef, ctx: &Ctx<'_>) -> bool {
+    ctx.foreign_key_checks && (!def.foreign_keys.is_empty() || !def.referenced_by.is_empty())
+}
+
+/// ALTER TABLE ... ADD FOREIGN KEY with checks on: every stored row of
+/// `child` must find its parent (1452 otherwise). Both tables are read
+/// whole, once: the parent's referenced values go into a set.
+pub(crate) async fn check_stored_rows(client: &Client, child: &TableDef, key: &ForeignKeyDef) -> SqlResult<()> {
+    let child_table = client.table(&child.database, &child.name).await?;
+    let names: Vec<&str> = key.columns.iter().map(|&c| child.columns[c as usize].name.as_str()).collect();
+    let rows = client.scan(&child_table, latsdb_client::Scan::all().columns(&names)).await?;
+    let referencing: Vec<Vec<Value>> =
+        rows.iter().map(|r| r.values()).filter(|v| !v.iter().any(Value::is_null)).collect();
+    if referencing.is_empty() {
+        return Ok(());
+    }
+    let Some((parent, columns)) = parent_of(client, key).await? else {
+        return Err(fails(ER_NO_REFERENCED_ROW, "add or update a child row", child, key));
+    };
+    let parent_def = parent.def();
+    let parent_names: Vec<&str> = columns.iter().map(|&c| parent_def.columns[c as usize].name.as_str()).collect();
+    // By text of the weighed values, as GROUP BY tells values apart.
+    let text = |values: &[Value]| {
+        let mut out = String::new();
+        crate::exec::group_key(&weighed(parent_def, &columns, values), &mut out);
+        out
+    };
+    let held: HashSet<String> = client
+        .scan(&parent, latsdb_client::Scan::all().columns(&parent_names))
+        .await?
+        .iter()
+        .map(|r| text(&r.values()))
+        .collect();
+    if referencing.iter().any(|v| !held.contains(&text(v))) {
+        return Err(fails(ER_NO_REFERENCED_ROW, "add or update a child row", child, key));
+    }
+    Ok(())
+}
