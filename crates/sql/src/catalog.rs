@@ -165,17 +165,20 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 let (d, t) = table_name(n)?;
                 dropped.push((need_db(d)?, t));
             }
+            // Every table is checked before the first is dropped.
+            if session.foreign_key_checks() {
+                for (d, t) in &dropped {
+                    if let Ok(table) = shared.client.refresh_table(d, t).await {
+                        refuse_referenced(table.def(), &dropped)?;
+                    }
+                }
+            }
             for n in names {
                 let (d, t) = table_name(n)?;
                 let d = need_db(d)?;
-                // The current definition: another table's new foreign key
-                // changed this one's list of references.
                 match shared.client.refresh_table(&d, &t).await {
                     Ok(table) => {
                         let def = table.def().clone();
-                        if session.foreign_key_checks() {
-                            refuse_referenced(&def, &dropped)?;
-                        }
                         drop_table(&shared, &def).await?;
                     }
                     Err(e) if e.code == ErrorCode::UnknownTable => {
@@ -326,6 +329,22 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
             if !added.is_empty() {
                 add_columns(session, &d, &t, &added).await?;
             }
+            // Indexes that leave with their columns may not be needed by a
+            // key (one the statement drops is gone first).
+            for index in &drop_first {
+                let needed = foreign_keys::refuse_needed_index(&shared, &before, index).await;
+                if let Err(e) = needed {
+                    if !at.operations.iter().any(|op| foreign_key_dropped_by(op, &before, index)) {
+                        return Err(e);
+                    }
+                }
+            }
+            // Keys the statement drops go first: their columns may leave.
+            for op in &at.operations {
+                if let ast::AlterTableOperation::DropForeignKey { name, .. } = op {
+                    drop_foreign_key(&shared, &d, &t, &name.value).await?;
+                }
+            }
             // The indexes of dropped columns go first: a column in an
             // index cannot leave the table.
             for index in &drop_first {
@@ -354,18 +373,6 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     }
                     ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::ForeignKey(fk), .. } => {
                         add_foreign_key(session, &d, &t, fk).await?
-                    }
-                    ast::AlterTableOperation::DropForeignKey { name, .. } => {
-                        let def = shared.table(&d, &t).await?.def().clone();
-                        if !def.foreign_keys.iter().any(|k| k.name.eq_ignore_ascii_case(&name.value)) {
-                            return Err(SqlError::new(
-                                1091,
-                                "42000",
-                                format!("Can't DROP FOREIGN KEY `{}`; check that it exists", name.value),
-                            ));
-                        }
-                        let change = ColumnChange::DropForeignKey { name: name.value.clone() };
-                        shared.client.change_columns(&d, &t, vec![change]).await?;
                     }
                     ast::AlterTableOperation::DropIndex { name }
                         if !drop_first.iter().any(|i| i.eq_ignore_ascii_case(&name.value)) =>
@@ -901,7 +908,9 @@ async fn column_changes(
             }
             AOp::DropColumn { column_names, if_exists, .. } => {
                 for name in column_names {
-                    let Some(id) = dropped_column(session, def, &names, &name.value, *if_exists)? else { continue };
+                    let Some(id) = dropped_column(session, def, &names, &name.value, *if_exists, ops)? else {
+                        continue;
+                    };
                     drop_first.extend(indexes_of_dropped(def, id, ops)?);
                     auto_dropped |= auto.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&def.columns[id].name));
                     changes.push(ColumnChange::Drop { column: names[id].clone() });
@@ -999,15 +1008,33 @@ fn column_now(def: &TableDef, names: &[String], name: &str) -> SqlResult<usize> 
 
 /// The column a DROP COLUMN clause names, or None for a missing one under
 /// IF EXISTS (MariaDB's form); MySQL's error 1091 otherwise.
+/// Whether `op` drops the key of `def` that needs index `index` (its
+/// columns are the index's first columns).
+fn foreign_key_dropped_by(op: &ast::AlterTableOperation, def: &TableDef, index: &str) -> bool {
+    let ast::AlterTableOperation::DropForeignKey { name, .. } = op else { return false };
+    let Some(ix) = def.indexes.iter().find(|i| i.name.eq_ignore_ascii_case(index)) else { return false };
+    def.foreign_keys.iter().any(|k| k.name.eq_ignore_ascii_case(&name.value) && ix.columns.starts_with(&k.columns))
+}
+
+/// Whether the statement has `DROP FOREIGN KEY name`.
+fn drops_foreign_key(ops: &[ast::AlterTableOperation], name: &str) -> bool {
+    ops.iter().any(
+        |op| matches!(op, ast::AlterTableOperation::DropForeignKey { name: n, .. } if n.value.eq_ignore_ascii_case(name)),
+    )
+}
+
 fn dropped_column(
     session: &mut Session,
     def: &TableDef,
     names: &[String],
     name: &str,
     if_exists: bool,
+    ops: &[ast::AlterTableOperation],
 ) -> SqlResult<Option<usize>> {
+    // A key the same statement drops is gone first.
+    let kept = |key: &&latsdb_types::schema::ForeignKeyDef| !drops_foreign_key(ops, &key.name);
     match column_now(def, names, name) {
-        Ok(id) => match def.foreign_keys_of(id as u16).next() {
+        Ok(id) => match def.foreign_keys_of(id as u16).find(kept) {
             Some(key) => Err(SqlError::new(
                 1828,
                 "HY000",
@@ -1857,6 +1884,17 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     Ok(Response::ok())
 }
 
+/// ALTER TABLE ... DROP FOREIGN KEY `name` (1091 when the table has none).
+async fn drop_foreign_key(shared: &Shared, db: &str, t: &str, name: &str) -> SqlResult<()> {
+    let def = shared.client.refresh_table(db, t).await?;
+    let Some(key) = def.def().foreign_keys.iter().find(|k| k.name.eq_ignore_ascii_case(name)) else {
+        return Err(SqlError::new(1091, "42000", format!("Can't DROP FOREIGN KEY `{name}`; check that it exists")));
+    };
+    let change = ColumnChange::DropForeignKey { name: key.name.clone() };
+    shared.client.change_columns(db, t, vec![change]).await?;
+    Ok(())
+}
+
 /// DROP TABLE of a parent whose children stay (MySQL 8's 3730): a key of
 /// the table itself, or of a table the same statement drops, is no obstacle.
 fn refuse_referenced(def: &TableDef, dropped: &[(String, String)]) -> SqlResult<()> {
@@ -1900,11 +1938,17 @@ async fn add_foreign_key(session: &Session, db: &str, t: &str, fk: &ast::Foreign
         let name = index_name(&taken, free.then_some(&given), &clause.columns)?;
         create_index(shared, db, t, &name, &clause.columns, false).await?;
     }
+    // The key first, then the rows: a write from then on is checked by its
+    // writer (one planned before is refused with a changed version), so no
+    // row slips between the check and the key.
+    let name = key.name.clone();
+    let table = shared.client.change_columns(db, t, vec![ColumnChange::AddForeignKey(key.clone())]).await?;
     if checks {
-        let table = shared.table(db, t).await?;
-        crate::foreign::check_stored_rows(&shared.client, table.def(), &key).await?;
+        if let Err(e) = crate::foreign::check_stored_rows(&shared.client, table.def(), &key).await {
+            let _ = shared.client.change_columns(db, t, vec![ColumnChange::DropForeignKey { name }]).await;
+            return Err(e);
+        }
     }
-    shared.client.change_columns(db, t, vec![ColumnChange::AddForeignKey(key)]).await?;
     Ok(())
 }
 
@@ -2330,6 +2374,24 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                         ]);
                     }
                 }
+                for key in &t.foreign_keys {
+                    for (seq, (&c, parent_column)) in key.columns.iter().zip(&key.parent_columns).enumerate() {
+                        rows.push(vec![
+                            s("def"),
+                            s(&t.database),
+                            s(&key.name),
+                            s("def"),
+                            s(&t.database),
+                            s(&t.name),
+                            s(&t.columns[c as usize].name),
+                            Value::Int(seq as i64 + 1),
+                            Value::Int(seq as i64 + 1),
+                            s(&key.parent_database),
+                            s(&key.parent_table),
+                            s(parent_column),
+                        ]);
+                    }
+                }
             }
             let text = [
                 "CONSTRAINT_CATALOG",
@@ -2384,9 +2446,21 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
                     let kind = if i.id == 0 { "PRIMARY KEY" } else { "UNIQUE" };
                     vec![s("def"), s(&t.database), s(&i.name), s(&t.database), s(&t.name), s(kind), s("YES")]
                 })
+                .chain(tables.iter().flat_map(|t| {
+                    t.foreign_keys.iter().map(move |k| {
+                        vec![
+                            s("def"),
+                            s(&t.database),
+                            s(&k.name),
+                            s(&t.database),
+                            s(&t.name),
+                            s("FOREIGN KEY"),
+                            s("YES"),
+                        ]
+                    })
+                }))
                 .collect(),
         },
-        // No foreign keys: the table exists and is empty.
         "REFERENTIAL_CONSTRAINTS" => VirtualTable {
             columns: [
                 "CONSTRAINT_CATALOG",
@@ -2404,10 +2478,45 @@ pub async fn information_schema(shared: &Shared, name: &str) -> SqlResult<Virtua
             .iter()
             .map(|c| text_col(c))
             .collect(),
-            rows: Vec::new(),
+            rows: referential_rows(&tables),
         },
         other => return Err(SqlError::no_such_table("information_schema", other)),
     })
+}
+
+/// information_schema.REFERENTIAL_CONSTRAINTS: a row per foreign key, with
+/// the parent's unique constraint its columns use (NULL while the parent
+/// is missing).
+fn referential_rows(tables: &[TableDef]) -> Vec<Vec<Value>> {
+    let s = |v: &str| Value::Str(v.to_string());
+    let mut rows = Vec::new();
+    for t in tables {
+        for key in &t.foreign_keys {
+            let parent = tables.iter().find(|p| key.references(&p.database, &p.name));
+            let unique = parent.and_then(|p| {
+                p.indexes.iter().filter(|i| i.unique).find(|i| {
+                    i.columns.len() == key.parent_columns.len()
+                        && i.columns.iter().all(|&c| {
+                            key.parent_columns.iter().any(|n| n.eq_ignore_ascii_case(&p.columns[c as usize].name))
+                        })
+                })
+            });
+            rows.push(vec![
+                s("def"),
+                s(&t.database),
+                s(&key.name),
+                s("def"),
+                s(&key.parent_database),
+                unique.map_or(Value::Null, |i| s(&i.name)),
+                s("NONE"),
+                s(key.on_update.sql()),
+                s(key.on_delete.sql()),
+                s(&t.name),
+                s(&key.parent_table),
+            ]);
+        }
+    }
+    rows
 }
 
 fn info_type(c: &ColumnDef) -> (&'static str, Value, Value, Value) {

@@ -21,7 +21,7 @@ use crate::error::{SqlError, SqlResult};
 use crate::exec::{run_select, Ctx};
 use crate::plan::{plan_select, Catalog, SelectPlan, SourceKind};
 use latsdb_client::{Client, Expr, Op, Table};
-use latsdb_types::schema::{ColumnId, ForeignKeyDef, ReferenceAction, TableDef};
+use latsdb_types::schema::{ColumnId, ForeignKeyDef, ForeignKeyRef, ReferenceAction, TableDef};
 use latsdb_types::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -165,13 +165,48 @@ async fn plan_lookup(client: &Client, def: &TableDef, columns: &[ColumnId], excl
 
 /// The parent table a key names, and its referenced columns; None when
 /// either is missing (then no parent row exists).
-async fn parent_of(client: &Client, key: &ForeignKeyDef) -> SqlResult<Option<(Arc<Table>, Vec<ColumnId>)>> {
-    let parent = match client.table(&key.parent_database, &key.parent_table).await {
-        Ok(t) => t,
-        Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => return Ok(None),
-        Err(e) => return Err(e.into()),
+/// The parent must list the key among its references: a parent that does
+/// not is read again, and if it still does not, the management server has
+/// not linked the key yet, and the statement is refused as planned against
+/// a changed table (1412, which an autocommit statement retries once): a
+/// writer of the parent could otherwise miss the new child row.
+async fn parent_of(
+    client: &Client,
+    child: &TableDef,
+    key: &ForeignKeyDef,
+) -> SqlResult<Option<(Arc<Table>, Vec<ColumnId>)>> {
+    let listed = |p: &TableDef| {
+        p.referenced_by.iter().any(|r| r.database == child.database && r.table == child.name && r.name == key.name)
     };
-    Ok(column_ids(parent.def(), &key.parent_columns).map(|ids| (parent, ids)))
+    for fresh in [false, true] {
+        let found = match fresh {
+            false => client.table(&key.parent_database, &key.parent_table).await,
+            true => client.refresh_table(&key.parent_database, &key.parent_table).await,
+        };
+        let parent = match found {
+            Ok(t) => t,
+            Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let Some(ids) = column_ids(parent.def(), &key.parent_columns) else { continue };
+        if listed(parent.def()) {
+            return Ok(Some((parent, ids)));
+        }
+        if fresh {
+            return Err(SqlError::new(
+                crate::error::ER_TABLE_DEF_CHANGED,
+                "HY000",
+                format!(
+                    "foreign key '{}' of {} is not linked to its parent {}.{} yet; retry the statement",
+                    key.name,
+                    child.qualified_name(),
+                    key.parent_database,
+                    key.parent_table
+                ),
+            ));
+        }
+    }
+    Ok(None)
 }
 
 /// Fails with 1452 unless every row of `rows` (whole rows of `table`, as
@@ -190,7 +225,7 @@ pub(crate) async fn check_parents(
         if rows.iter().all(|r| values_of(r, &key.columns).is_none()) {
             continue;
         }
-        let Some((parent, columns)) = parent_of(ctx.client, key).await? else {
+        let Some((parent, columns)) = parent_of(ctx.client, def, key).await? else {
             return Err(fails(ER_NO_REFERENCED_ROW, "add or update a child row", def, key));
         };
         let own = parent.def().id == def.id;
@@ -222,74 +257,143 @@ pub(crate) struct ParentChange<'a> {
     pub new: Option<&'a [Vec<Value>]>,
 }
 
+/// What the statement does to a row, by table and encoded key.
+enum Pending {
+    /// One of the statement's own rows: deleted (None) or its new values.
+    Statement(Option<Vec<Value>>),
+    Deleted,
+    /// A child row changed by keys' actions: its new values.
+    Updated(Vec<Value>),
+}
+
+type Rows = Vec<Vec<Value>>;
+
+/// A row by its table's id and its encoded primary key.
+type RowId = (u32, Vec<u8>);
+
+/// A touched row: its table, its values as read, what happens to it.
+type Touched = (Arc<Table>, Vec<Value>, Pending);
+
+/// The rows the statement and the keys' actions write, in the order first
+/// touched: each is written once, with every action's change merged.
+#[derive(Default)]
+struct Effects {
+    rows: HashMap<RowId, Touched>,
+    order: Vec<RowId>,
+}
+
+impl Effects {
+    fn note(&mut self, table: &Arc<Table>, original: Vec<Value>, pending: Pending) -> SqlResult<()> {
+        let id = (table.def().id, table.encode_key(&crate::dml::key_of(table.def(), &original))?);
+        if !self.rows.contains_key(&id) {
+            self.order.push(id.clone());
+        }
+        self.rows.insert(id, (table.clone(), original, pending));
+        Ok(())
+    }
+
+    /// The writes of the rows the actions changed (the statement writes
+    /// its own rows).
+    fn writes(self) -> SqlResult<Vec<Op>> {
+        let Effects { mut rows, order } = self;
+        let mut ops = Vec::new();
+        for id in order {
+            let Some((table, original, pending)) = rows.remove(&id) else { continue };
+            let key = crate::dml::key_of(table.def(), &original);
+            match pending {
+                Pending::Statement(_) => {}
+                Pending::Deleted => ops.push(Op::delete(&table, &key)?),
+                Pending::Updated(new) => {
+                    let set: Vec<(ColumnId, Expr)> = (0..table.def().columns.len())
+                        .filter(|&c| new[c] != original[c])
+                        .map(|c| (c as ColumnId, Expr::Const(new[c].clone())))
+                        .collect();
+                    if !set.is_empty() {
+                        ops.push(Op::update_expr(&table, &key, set)?);
+                    }
+                }
+            }
+        }
+        Ok(ops)
+    }
+}
+
 /// The writes the referencing keys' actions make in child tables when
 /// `table`'s rows change as `change` says, found (under exclusive locks)
 /// before anything is written; fails with 1451 where an action is
-/// RESTRICT or NO ACTION. `written` holds the keys the statement writes
-/// already, by table, so that no row is written twice.
+/// RESTRICT or NO ACTION. A row is written once, with the changes of all
+/// the keys that reach it.
 pub(crate) async fn child_writes(
     table: &Arc<Table>,
     change: ParentChange<'_>,
     lookups: &mut Lookups,
     ctx: &mut Ctx<'_>,
 ) -> SqlResult<Vec<Op>> {
-    let mut written: HashMap<u32, HashSet<Vec<u8>>> = HashMap::new();
-    let own = written.entry(table.def().id).or_default();
-    for row in change.old {
-        own.insert(table.encode_key(&crate::dml::key_of(table.def(), row))?);
+    let mut effects = Effects::default();
+    for (i, row) in change.old.iter().enumerate() {
+        let after = change.new.map(|n| n[i].clone());
+        effects.note(table, row[..table.def().columns.len()].to_vec(), Pending::Statement(after))?;
     }
-    let mut ops = Vec::new();
-    Box::pin(cascade(table, change, 0, &mut written, lookups, ctx, &mut ops)).await?;
-    Ok(ops)
+    Box::pin(cascade(table, change, 0, &mut effects, lookups, ctx)).await?;
+    // The transaction's scans must see the rows it writes.
+    for (table, original, pending) in effects.rows.values() {
+        if !matches!(pending, Pending::Statement(_)) {
+            ctx.note_write(table, &crate::dml::key_of(table.def(), original));
+        }
+    }
+    effects.writes()
+}
+
+/// The child table and key a reference names, read again once when the
+/// cached definition does not have the key (it may be older than the
+/// parent's list of references).
+async fn referencing_key(client: &Client, reference: &ForeignKeyRef) -> SqlResult<Option<(Arc<Table>, ForeignKeyDef)>> {
+    for fresh in [false, true] {
+        let found = match fresh {
+            false => client.table(&reference.database, &reference.table).await,
+            true => client.refresh_table(&reference.database, &reference.table).await,
+        };
+        let child = match found {
+            Ok(t) => t,
+            Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(key) = child.def().foreign_keys.iter().find(|k| k.name == reference.name).cloned() {
+            return Ok(Some((child, key)));
+        }
+    }
+    Ok(None)
 }
 
 async fn cascade(
     table: &Arc<Table>,
     change: ParentChange<'_>,
     depth: usize,
-    written: &mut HashMap<u32, HashSet<Vec<u8>>>,
+    effects: &mut Effects,
     lookups: &mut Lookups,
     ctx: &mut Ctx<'_>,
-    ops: &mut Vec<Op>,
 ) -> SqlResult<()> {
     let def = table.def();
     for reference in &def.referenced_by {
-        let child = match ctx.client.table(&reference.database, &reference.table).await {
-            Ok(t) => t,
-            Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let Some(key) = child.def().foreign_keys.iter().find(|k| k.name == reference.name).cloned() else {
-            continue;
-        };
+        let Some((child, key)) = referencing_key(ctx.client, reference).await? else { continue };
         let Some(parent_columns) = column_ids(def, &key.parent_columns) else { continue };
         for (i, old) in change.old.iter().enumerate() {
             let Some(values) = values_of(old, &parent_columns) else { continue };
             let new_values = change.new.map(|n| n[i].clone());
+            let referenced = weighed(def, &parent_columns, &values);
             if let Some(n) = &new_values {
-                let after: Vec<Value> = parent_columns.iter().map(|&c| n[c as usize].clone()).collect();
-                if weighed(def, &parent_columns, &after) == weighed(def, &parent_columns, &values) {
+                if values_of(n, &parent_columns)
+                    .is_some_and(|after| weighed(def, &parent_columns, &after) == referenced)
+                {
                     continue;
                 }
             }
-            let mut children = lookups.rows(&child, &key.columns, &values, true, ctx).await?;
-            let done = written.entry(child.def().id).or_default();
-            children.retain(|r| {
-                child.encode_key(&crate::dml::key_of(child.def(), r)).map(|k| !done.contains(&k)).unwrap_or(true)
-            });
-            if children.is_empty() {
+            let found = lookups.rows(&child, &key.columns, &values, true, ctx).await?;
+            let (before, after) =
+                act_on_children(&child, &key, found, &referenced, new_values.as_deref(), &parent_columns, effects)?;
+            if before.is_empty() {
                 continue;
             }
-            let action = if change.new.is_some() { key.on_update } else { key.on_delete };
-            let new_children = match action {
-                ReferenceAction::Restrict | ReferenceAction::NoAction => {
-                    return Err(fails(ER_ROW_IS_REFERENCED, "delete or update a parent row", child.def(), &key))
-                }
-                ReferenceAction::Cascade if new_values.is_none() => None,
-                ReferenceAction::Cascade | ReferenceAction::SetNull => {
-                    Some(children_updated(&child, &key, &children, &parent_columns, new_values.as_deref(), action)?)
-                }
-            };
             if depth + 1 > MAX_DEPTH {
                 return Err(SqlError::new(
                     ER_FK_DEPTH_EXCEEDED,
@@ -297,28 +401,87 @@ async fn cascade(
                     format!("Foreign key cascade delete/update exceeds max depth of {MAX_DEPTH}."),
                 ));
             }
-            for r in &children {
-                let k = crate::dml::key_of(child.def(), r);
-                written.entry(child.def().id).or_default().insert(child.encode_key(&k)?);
-                ctx.note_write(&child, &k);
-            }
-            let next = ParentChange { old: &children, new: new_children.as_deref() };
-            Box::pin(cascade(&child, next, depth + 1, written, lookups, ctx, ops)).await?;
-            push_child_writes(&child, &key, &children, new_children.as_deref(), ops)?;
+            let next = ParentChange { old: &before, new: after.as_deref() };
+            Box::pin(cascade(&child, next, depth + 1, effects, lookups, ctx)).await?;
         }
     }
     Ok(())
 }
 
-/// The child rows after CASCADE (the parent's new values) or SET NULL.
-fn children_updated(
+/// Applies a key's action to the child rows found referencing `referenced`
+/// (a parent row's values, weighed), on top of what the statement and
+/// earlier actions do to them. Returns the rows it changed, before and
+/// after (None: deleted), for the next level.
+fn act_on_children(
+    child: &Arc<Table>,
+    key: &ForeignKeyDef,
+    found: Vec<Vec<Value>>,
+    referenced: &[Value],
+    parent_new: Option<&[Value]>,
+    parent_columns: &[ColumnId],
+    effects: &mut Effects,
+) -> SqlResult<(Vec<Vec<Value>>, Option<Rows>)> {
+    let cdef = child.def();
+    let width = cdef.columns.len();
+    let action = if parent_new.is_some() { key.on_update } else { key.on_delete };
+    let still_refers =
+        |row: &[Value]| values_of(row, &key.columns).is_some_and(|v| weighed(cdef, &key.columns, &v) == referenced);
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for row in found {
+        let original = row[..width].to_vec();
+        let id = (cdef.id, child.encode_key(&crate::dml::key_of(cdef, &original))?);
+        let current = match effects.rows.get(&id).map(|(_, _, p)| p) {
+            Some(Pending::Deleted | Pending::Statement(None)) => continue,
+            // The statement's own row keeps its reference: InnoDB refuses
+            // to cascade into the rows of the statement that changes them.
+            Some(Pending::Statement(Some(new))) => {
+                if still_refers(new) {
+                    return Err(fails(ER_ROW_IS_REFERENCED, "delete or update a parent row", cdef, key));
+                }
+                continue;
+            }
+            Some(Pending::Updated(new)) => new.clone(),
+            None => original.clone(),
+        };
+        if !still_refers(&current) {
+            continue;
+        }
+        let changed = match action {
+            ReferenceAction::Restrict | ReferenceAction::NoAction => {
+                return Err(fails(ER_ROW_IS_REFERENCED, "delete or update a parent row", cdef, key))
+            }
+            ReferenceAction::Cascade if parent_new.is_none() => None,
+            ReferenceAction::Cascade | ReferenceAction::SetNull => {
+                Some(child_updated(child, key, &current, parent_columns, parent_new, action)?)
+            }
+        };
+        let pending = match &changed {
+            None => Pending::Deleted,
+            Some(new) => Pending::Updated(new.clone()),
+        };
+        effects.note(child, original, pending)?;
+        before.push(current);
+        if let Some(new) = changed {
+            after.push(new);
+        }
+    }
+    // A delete cascades as deletes; SET NULL, and any update, change rows.
+    let after = match (action, parent_new) {
+        (ReferenceAction::Cascade, None) => None,
+        _ => Some(after),
+    };
+    Ok((before, after))
+}
+
+/// A child row after CASCADE (the parent's new values) or SET NULL.
+fn child_updated(
     child: &Table,
     key: &ForeignKeyDef,
-    children: &[Vec<Value>],
+    row: &[Value],
     parent_columns: &[ColumnId],
     parent_new: Option<&[Value]>,
     action: ReferenceAction,
-) -> SqlResult<Vec<Vec<Value>>> {
+) -> SqlResult<Vec<Value>> {
     let def = child.def();
     if key.columns.iter().any(|c| def.primary_key.contains(c)) {
         return Err(SqlError::unsupported(format!(
@@ -327,41 +490,20 @@ fn children_updated(
             def.qualified_name()
         )));
     }
-    let mut out = Vec::with_capacity(children.len());
-    for row in children {
-        let mut new = row.clone();
-        for (i, &c) in key.columns.iter().enumerate() {
-            new[c as usize] = match (action, parent_new) {
-                (ReferenceAction::Cascade, Some(parent)) => {
-                    crate::eval::to_column(parent[parent_columns[i] as usize].clone(), &def.columns[c as usize])?
-                }
-                _ => Value::Null,
-            };
-        }
-        out.push(new);
+    let mut new = row.to_vec();
+    for (i, &c) in key.columns.iter().enumerate() {
+        new[c as usize] = match (action, parent_new) {
+            (ReferenceAction::Cascade, Some(parent)) => {
+                crate::eval::to_column(parent[parent_columns[i] as usize].clone(), &def.columns[c as usize])?
+            }
+            _ => Value::Null,
+        };
     }
-    Ok(out)
+    Ok(new)
 }
 
-fn push_child_writes(
-    child: &Arc<Table>,
-    key: &ForeignKeyDef,
-    children: &[Vec<Value>],
-    new: Option<&[Vec<Value>]>,
-    ops: &mut Vec<Op>,
-) -> SqlResult<()> {
-    for (i, row) in children.iter().enumerate() {
-        let k = crate::dml::key_of(child.def(), row);
-        ops.push(match new {
-            None => Op::delete(child, &k)?,
-            Some(new) => {
-                let set = key.columns.iter().map(|&c| (c, Expr::Const(new[i][c as usize].clone()))).collect();
-                Op::update_expr(child, &k, set)?
-            }
-        });
-    }
-    Ok(())
-}
+/// Most tables a failed statement's retry reads again along foreign keys.
+pub(crate) const MAX_RELATED: usize = 256;
 
 /// The tables a write of `def` reads for its foreign keys: its parents
 /// and its children.
@@ -391,7 +533,12 @@ pub(crate) async fn check_stored_rows(client: &Client, child: &TableDef, key: &F
     if referencing.is_empty() {
         return Ok(());
     }
-    let Some((parent, columns)) = parent_of(client, key).await? else {
+    // The parent as it is now (the key's link gave it a new version).
+    match client.refresh_table(&key.parent_database, &key.parent_table).await {
+        Err(e) if e.code != latsdb_types::ErrorCode::UnknownTable => return Err(e.into()),
+        _ => {}
+    }
+    let Some((parent, columns)) = parent_of(client, child, key).await? else {
         return Err(fails(ER_NO_REFERENCED_ROW, "add or update a child row", child, key));
     };
     let parent_def = parent.def();

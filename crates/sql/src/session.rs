@@ -502,12 +502,17 @@ impl Session {
                 // plan: read the definitions again (a table gone under its
                 // name leaves the cache), so the statement plans against
                 // what is there now.
-                for t in tables_of(&p) {
-                    let def = t.def();
-                    let Ok(fresh) = self.shared.client.refresh_table(&def.database, &def.name).await else { continue };
-                    // The tables its foreign keys read may have moved on too.
-                    for (database, name) in crate::foreign::related_tables(fresh.def()) {
-                        let _ = self.shared.client.refresh_table(&database, &name).await;
+                // With the tables their foreign keys read, down every chain
+                // (a cascade writes grandchildren too).
+                let mut todo: Vec<(String, String)> =
+                    tables_of(&p).iter().map(|t| (t.def().database.clone(), t.def().name.clone())).collect();
+                let mut seen = std::collections::HashSet::new();
+                while let Some((database, name)) = todo.pop() {
+                    if seen.len() >= crate::foreign::MAX_RELATED || !seen.insert((database.clone(), name.clone())) {
+                        continue;
+                    }
+                    if let Ok(fresh) = self.shared.client.refresh_table(&database, &name).await {
+                        todo.extend(crate::foreign::related_tables(fresh.def()));
                     }
                 }
                 if self.in_transaction {

@@ -35,8 +35,9 @@ const DRAIN_WAIT: Duration = Duration::from_secs(3);
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 
 /// The foreign keys of `old` for its copy `copy`, their columns found by
-/// name (the SQL node refuses to copy a table without a column a foreign
-/// key reads; such a key would be left out).
+/// name. A key whose column the copy names otherwise (a renamed column) is
+/// left out here; the SQL node that copied sets the keys right afterwards
+/// (`settle_foreign_keys`), and refuses to copy without a column a key reads.
 fn carried_foreign_keys(old: &TableDef, copy: &TableDef) -> Vec<latsdb_types::schema::ForeignKeyDef> {
     let mut keys = Vec::with_capacity(old.foreign_keys.len());
     for key in &old.foreign_keys {
@@ -139,7 +140,9 @@ impl Mgmd {
         let _guard = self.schema_lock.lock().await;
         self.refuse_schema_change_now()?;
         let (old, copy) = self.copy_of(table)?;
-        let retired = old.renamed(&old.database, &retired_table_name(table))?;
+        let mut retired = old.renamed(&old.database, &retired_table_name(table))?;
+        // The copy takes the references; the retired table is hidden.
+        retired.referenced_by.clear();
         let mut def = copy.renamed(&old.database, &old.name)?;
         def.foreign_keys = carried_foreign_keys(&old, &def);
         def.referenced_by = old.referenced_by.clone();

@@ -22,7 +22,13 @@ impl Mgmd {
         let changed = relinked(&self.lock().tables);
         let mut answer = answer;
         for def in changed {
-            let def = self.alter(def).await?;
+            let name = def.qualified_name();
+            let def = self.alter(def).await.inspect_err(|e| {
+                self.event(
+                    latsdb_types::proto::Severity::Warning,
+                    format!("the foreign keys that reference {name} could not be linked to it: {}; the next schema change links them", e.message),
+                )
+            })?;
             if let MgmResponse::Table(t) = &mut answer {
                 if t.id == def.id {
                     *t = def;

@@ -92,6 +92,20 @@ pub(super) async fn alter_by_copy(
         partitions: before.partitions,
     };
     let kept_keys = model.kept_foreign_keys(before, ops)?;
+    // An index the copy leaves out or narrows may not be one a key needs
+    // (a key the statement drops needs none).
+    let mut without = before.clone();
+    without.foreign_keys.retain(|k| !super::drops_foreign_key(ops, &k.name));
+    for index in before.indexes.iter().skip(1) {
+        let source = |name: &String| model.columns.iter().find(|c| c.def.name.eq_ignore_ascii_case(name))?.from;
+        let kept = model.indexes.iter().any(|i| {
+            i.name.eq_ignore_ascii_case(&index.name)
+                && i.columns.iter().map(source).collect::<Option<Vec<_>>>().as_deref() == Some(&index.columns[..])
+        });
+        if !kept {
+            super::foreign_keys::refuse_needed_index(&shared, &without, &index.name).await?;
+        }
+    }
     let client = &shared.client;
     let (old, copy) = client.copy_table_begin(table, spec, model.indexes.clone()).await?;
     let counter = auto.as_ref().map_or(0, |(_, next)| *next);
@@ -348,9 +362,18 @@ impl Model {
     /// places in the copy; those the statement drops are left out. A key
     /// whose column the statement drops is error 1828, as in MySQL.
     fn kept_foreign_keys(&self, before: &TableDef, ops: &[AOp]) -> SqlResult<Vec<latsdb_types::schema::ForeignKeyDef>> {
-        let dropped = |key: &str| {
-            ops.iter().any(|op| matches!(op, AOp::DropForeignKey { name, .. } if name.value.eq_ignore_ascii_case(key)))
-        };
+        let dropped = |key: &str| super::drops_foreign_key(ops, key);
+        for op in ops {
+            if let AOp::DropForeignKey { name, .. } = op {
+                if !before.foreign_keys.iter().any(|k| k.name.eq_ignore_ascii_case(&name.value)) {
+                    return Err(SqlError::new(
+                        1091,
+                        "42000",
+                        format!("Can't DROP FOREIGN KEY `{}`; check that it exists", name.value),
+                    ));
+                }
+            }
+        }
         let mut kept = Vec::new();
         for key in before.foreign_keys.iter().filter(|k| !dropped(&k.name)) {
             let mut columns = Vec::with_capacity(key.columns.len());

@@ -220,8 +220,7 @@ pub(super) async fn repoint_children(
     renamed: &[(String, String)],
 ) -> SqlResult<()> {
     for reference in &before.referenced_by {
-        // A self-reference names the table by its new name already in the
-        // definition the rename left (its children list it by the new name).
+        // A key of the table itself is found under the table's new name.
         let own = reference.database == before.database && reference.table == before.name;
         let (child_db, child_name) = if own {
             (database.to_string(), table.to_string())
