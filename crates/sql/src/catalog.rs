@@ -1854,9 +1854,24 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     let table_storage = table_storage(&ct.table_options)?.unwrap_or(shared.client.layout().default_column_storage);
     place_columns(&mut columns, &declared_storage, &indexed, table_storage)?;
     let spec = TableSpec { database: db.clone(), name: t.clone(), columns, primary_key: primary, partitions: 0 };
+    create_and_index(&shared, spec, ct.if_not_exists, auto, &indexes, keys).await
+}
+
+/// Creates the table CREATE TABLE describes, then its auto-increment
+/// counter, its indexes and its foreign keys (the table goes again when its
+/// keys are refused).
+async fn create_and_index(
+    shared: &Shared,
+    spec: TableSpec,
+    if_not_exists: bool,
+    auto: Option<String>,
+    indexes: &[(String, Vec<String>, bool)],
+    keys: Vec<latsdb_types::schema::ForeignKeyDef>,
+) -> SqlResult<Response> {
+    let (db, t) = (spec.database.clone(), spec.name.clone());
     let table = match shared.client.create_table(spec).await {
         Ok(t) => t,
-        Err(e) if e.code == ErrorCode::TableExists && ct.if_not_exists => return Ok(Response::ok()),
+        Err(e) if e.code == ErrorCode::TableExists && if_not_exists => return Ok(Response::ok()),
         Err(e) if e.code == ErrorCode::TableExists => {
             return Err(SqlError::new(crate::error::ER_TABLE_EXISTS, "42S01", format!("Table '{t}' already exists")))
         }
@@ -1870,14 +1885,14 @@ async fn create_table(session: &mut Session, ct: &ast::CreateTable) -> SqlResult
     if let Some(c) = numbered {
         shared.register_auto_column(&table, c, 1).await?;
     }
-    for (name, cols, unique) in &indexes {
-        create_index(&shared, &db, &t, name, cols, *unique).await?;
+    for (name, cols, unique) in indexes {
+        create_index(shared, &db, &t, name, cols, *unique).await?;
     }
     if !keys.is_empty() {
         let changes = keys.into_iter().map(ColumnChange::AddForeignKey).collect();
         if let Err(e) = shared.client.change_columns(&db, &t, changes).await {
             // CREATE TABLE is one statement: the table goes with its keys.
-            let _ = drop_table(&shared, table.def()).await;
+            let _ = drop_table(shared, table.def()).await;
             return Err(e.into());
         }
     }

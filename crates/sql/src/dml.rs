@@ -968,8 +968,8 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         ctx.note_write(table, &key);
     }
     if crate::foreign::involved(def, ctx) {
-        refuse_parent_rewrites(def, &plan.conflict)?;
-        rows = rows_with_parents(table, rows, &plan.conflict, &mut warnings, ctx).await?;
+        crate::foreign::refuse_parent_rewrites(def, &plan.conflict)?;
+        rows = crate::foreign::rows_with_parents(table, rows, &plan.conflict, &mut warnings, ctx).await?;
     }
     let affected = match &plan.conflict {
         OnConflict::Error => {
@@ -1135,60 +1135,6 @@ pub async fn run_insert<A: AutoIncrement>(plan: &InsertPlan, ctx: &mut Ctx<'_>, 
         }
     };
     Ok(WriteResult { affected, last_insert_id: first_auto, warnings })
-}
-
-/// REPLACE deletes the rows it replaces, and ON DUPLICATE KEY UPDATE may
-/// change a key column: on a table that foreign keys reference, both would
-/// need the keys' actions, which latsdb does not run for them yet.
-fn refuse_parent_rewrites(def: &latsdb_types::schema::TableDef, conflict: &OnConflict) -> SqlResult<()> {
-    if def.referenced_by.is_empty() {
-        return Ok(());
-    }
-    let keyed = |c: &ColumnId| def.indexes.iter().any(|i| i.unique && i.columns.contains(c));
-    let refused = match conflict {
-        OnConflict::Replace => Some("REPLACE"),
-        OnConflict::Update(sets) if sets.iter().any(|(c, _)| keyed(c)) => {
-            Some("INSERT ... ON DUPLICATE KEY UPDATE of a primary-key or unique column")
-        }
-        _ => None,
-    };
-    match refused {
-        Some(what) => Err(SqlError::unsupported(format!(
-            "{what} into {}, which foreign keys reference, is not supported; use UPDATE or DELETE (or SET foreign_key_checks = 0)",
-            def.qualified_name()
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// The rows of an INSERT whose references find their parents: all of them
-/// or error 1452, except that INSERT IGNORE leaves a row out with a
-/// warning, as MySQL does.
-async fn rows_with_parents(
-    table: &Arc<Table>,
-    rows: Vec<Vec<Value>>,
-    conflict: &OnConflict,
-    warnings: &mut Warnings,
-    ctx: &mut Ctx<'_>,
-) -> SqlResult<Vec<Vec<Value>>> {
-    let mut lookups = crate::foreign::Lookups::default();
-    if matches!(conflict, OnConflict::Update(_)) {
-        // Checked once the updates are known (`run_insert`).
-        return Ok(rows);
-    }
-    if !matches!(conflict, OnConflict::Ignore) {
-        crate::foreign::check_parents(table, &rows, &mut lookups, ctx).await?;
-        return Ok(rows);
-    }
-    let mut kept = Vec::with_capacity(rows.len());
-    for row in rows {
-        match crate::foreign::check_parents(table, std::slice::from_ref(&row), &mut lookups, ctx).await {
-            Ok(()) => kept.push(row),
-            Err(e) if e.code == crate::foreign::ER_NO_REFERENCED_ROW => warnings.push((e.code, e.message)),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(kept)
 }
 
 /// What decides the writes of INSERT IGNORE or ON DUPLICATE KEY UPDATE:
@@ -1425,7 +1371,7 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         } else {
             ParentChange { old: &before, new: Some(&after) }
         };
-        foreign_key_actions(table, change, ctx).await?;
+        crate::foreign::foreign_key_actions(table, change, ctx).await?;
     }
     let matched = rows.len() as u64;
     // Rows that move are written after the others, by a request of their own.
@@ -1435,29 +1381,6 @@ pub async fn run_update(plan: &WritePlan, ctx: &mut Ctx<'_>, delete: bool) -> Sq
         changed += move_rows(table, moves, ctx).await?;
     }
     Ok(Affected { matched, changed })
-}
-
-/// Checks the foreign keys of a statement's changed rows and runs their
-/// actions' writes in child tables (`foreign.rs`), before the statement
-/// writes its own rows: every check reads first, so a refused statement
-/// has written nothing.
-async fn foreign_key_actions(table: &Arc<Table>, change: ParentChange<'_>, ctx: &mut Ctx<'_>) -> SqlResult<()> {
-    let def = table.def();
-    let mut lookups = crate::foreign::Lookups::default();
-    if let Some(new) = change.new {
-        // Only references whose columns change are checked again.
-        let moved: Vec<Vec<Value>> = change
-            .old
-            .iter()
-            .zip(new)
-            .filter(|(o, n)| def.foreign_keys.iter().flat_map(|k| &k.columns).any(|&c| o[c as usize] != n[c as usize]))
-            .map(|(_, n)| n.clone())
-            .collect();
-        crate::foreign::check_parents(table, &moved, &mut lookups, ctx).await?;
-    }
-    let writes = crate::foreign::child_writes(table, change, &mut lookups, ctx).await?;
-    ctx.run_ops(writes).await?;
-    Ok(())
 }
 
 /// Rows whose primary key an UPDATE changes: deleted under their old key

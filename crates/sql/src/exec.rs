@@ -38,20 +38,6 @@ pub struct Ctx<'a> {
 pub type WrittenKeys = HashMap<u32, BTreeMap<Vec<u8>, Vec<Value>>>;
 
 impl Ctx<'_> {
-    /// The same transaction with other statement parameters, for a
-    /// statement the SQL node runs on its own (a foreign key's lookups).
-    pub(crate) fn with_params<'b>(&'b mut self, params: &'b [Value]) -> Ctx<'b> {
-        Ctx {
-            client: self.client,
-            tx: self.tx.as_deref_mut(),
-            env: Env { params, session: self.env.session, strict_numbers: self.env.strict_numbers },
-            written: self.written.as_deref_mut(),
-            count_matched: self.count_matched,
-            undo: self.undo.as_deref_mut(),
-            foreign_key_checks: self.foreign_key_checks,
-        }
-    }
-
     /// Remembers a key the transaction writes, so its scans can show the
     /// transaction's own version of the row.
     pub fn note_write(&mut self, table: &Table, key: &[Value]) {

@@ -33,6 +33,22 @@ pub const ER_ROW_IS_REFERENCED: u16 = 1451;
 pub const ER_NO_REFERENCED_ROW: u16 = 1452;
 const ER_FK_DEPTH_EXCEEDED: u16 = 3008;
 
+impl Ctx<'_> {
+    /// The same transaction with other statement parameters, for a
+    /// statement the SQL node runs on its own (a foreign key's lookups).
+    pub(crate) fn with_params<'b>(&'b mut self, params: &'b [Value]) -> Ctx<'b> {
+        Ctx {
+            client: self.client,
+            tx: self.tx.as_deref_mut(),
+            env: crate::eval::Env { params, session: self.env.session, strict_numbers: self.env.strict_numbers },
+            written: self.written.as_deref_mut(),
+            count_matched: self.count_matched,
+            undo: self.undo.as_deref_mut(),
+            foreign_key_checks: self.foreign_key_checks,
+        }
+    }
+}
+
 /// Resolves stored tables for the SQL node's own lookups.
 struct StoredTables<'a>(&'a Client);
 
@@ -165,6 +181,17 @@ async fn plan_lookup(client: &Client, def: &TableDef, columns: &[ColumnId], excl
 
 /// The parent table a key names, and its referenced columns; None when
 /// either is missing (then no parent row exists).
+/// A table from the cache, or (`fresh`) as the management server has it
+/// now; None when there is none.
+async fn stored_table(client: &Client, database: &str, name: &str, fresh: bool) -> SqlResult<Option<Arc<Table>>> {
+    let found = if fresh { client.refresh_table(database, name).await } else { client.table(database, name).await };
+    match found {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The parent must list the key among its references: a parent that does
 /// not is read again, and if it still does not, the management server has
 /// not linked the key yet, and the statement is refused as planned against
@@ -179,14 +206,8 @@ async fn parent_of(
         p.referenced_by.iter().any(|r| r.database == child.database && r.table == child.name && r.name == key.name)
     };
     for fresh in [false, true] {
-        let found = match fresh {
-            false => client.table(&key.parent_database, &key.parent_table).await,
-            true => client.refresh_table(&key.parent_database, &key.parent_table).await,
-        };
-        let parent = match found {
-            Ok(t) => t,
-            Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => continue,
-            Err(e) => return Err(e.into()),
+        let Some(parent) = stored_table(client, &key.parent_database, &key.parent_table, fresh).await? else {
+            continue;
         };
         let Some(ids) = column_ids(parent.def(), &key.parent_columns) else { continue };
         if listed(parent.def()) {
@@ -349,14 +370,8 @@ pub(crate) async fn child_writes(
 /// parent's list of references).
 async fn referencing_key(client: &Client, reference: &ForeignKeyRef) -> SqlResult<Option<(Arc<Table>, ForeignKeyDef)>> {
     for fresh in [false, true] {
-        let found = match fresh {
-            false => client.table(&reference.database, &reference.table).await,
-            true => client.refresh_table(&reference.database, &reference.table).await,
-        };
-        let child = match found {
-            Ok(t) => t,
-            Err(e) if e.code == latsdb_types::ErrorCode::UnknownTable => continue,
-            Err(e) => return Err(e.into()),
+        let Some(child) = stored_table(client, &reference.database, &reference.table, fresh).await? else {
+            continue;
         };
         if let Some(key) = child.def().foreign_keys.iter().find(|k| k.name == reference.name).cloned() {
             return Ok(Some((child, key)));
@@ -558,5 +573,89 @@ pub(crate) async fn check_stored_rows(client: &Client, child: &TableDef, key: &F
     if referencing.iter().any(|v| !held.contains(&text(v))) {
         return Err(fails(ER_NO_REFERENCED_ROW, "add or update a child row", child, key));
     }
+    Ok(())
+}
+
+/// REPLACE deletes the rows it replaces, and ON DUPLICATE KEY UPDATE may
+/// change a key column: on a table that foreign keys reference, both would
+/// need the keys' actions, which latsdb does not run for them yet.
+pub(crate) fn refuse_parent_rewrites(
+    def: &latsdb_types::schema::TableDef,
+    conflict: &crate::dml::OnConflict,
+) -> SqlResult<()> {
+    if def.referenced_by.is_empty() {
+        return Ok(());
+    }
+    let keyed = |c: &ColumnId| def.indexes.iter().any(|i| i.unique && i.columns.contains(c));
+    let refused = match conflict {
+        crate::dml::OnConflict::Replace => Some("REPLACE"),
+        crate::dml::OnConflict::Update(sets) if sets.iter().any(|(c, _)| keyed(c)) => {
+            Some("INSERT ... ON DUPLICATE KEY UPDATE of a primary-key or unique column")
+        }
+        _ => None,
+    };
+    match refused {
+        Some(what) => Err(SqlError::unsupported(format!(
+            "{what} into {}, which foreign keys reference, is not supported; use UPDATE or DELETE (or SET foreign_key_checks = 0)",
+            def.qualified_name()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The rows of an INSERT whose references find their parents: all of them
+/// or error 1452, except that INSERT IGNORE leaves a row out with a
+/// warning, as MySQL does.
+pub(crate) async fn rows_with_parents(
+    table: &Arc<Table>,
+    rows: Vec<Vec<Value>>,
+    conflict: &crate::dml::OnConflict,
+    warnings: &mut crate::dml::Warnings,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<Vec<Vec<Value>>> {
+    let mut lookups = Lookups::default();
+    if matches!(conflict, crate::dml::OnConflict::Update(_)) {
+        // Checked once the updates are known (`run_insert`).
+        return Ok(rows);
+    }
+    if !matches!(conflict, crate::dml::OnConflict::Ignore) {
+        check_parents(table, &rows, &mut lookups, ctx).await?;
+        return Ok(rows);
+    }
+    let mut kept = Vec::with_capacity(rows.len());
+    for row in rows {
+        match check_parents(table, std::slice::from_ref(&row), &mut lookups, ctx).await {
+            Ok(()) => kept.push(row),
+            Err(e) if e.code == ER_NO_REFERENCED_ROW => warnings.push((e.code, e.message)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(kept)
+}
+
+/// Checks the foreign keys of a statement's changed rows and runs their
+/// actions' writes in child tables (`foreign.rs`), before the statement
+/// writes its own rows: every check reads first, so a refused statement
+/// has written nothing.
+pub(crate) async fn foreign_key_actions(
+    table: &Arc<Table>,
+    change: ParentChange<'_>,
+    ctx: &mut Ctx<'_>,
+) -> SqlResult<()> {
+    let def = table.def();
+    let mut lookups = Lookups::default();
+    if let Some(new) = change.new {
+        // Only references whose columns change are checked again.
+        let moved: Vec<Vec<Value>> = change
+            .old
+            .iter()
+            .zip(new)
+            .filter(|(o, n)| def.foreign_keys.iter().flat_map(|k| &k.columns).any(|&c| o[c as usize] != n[c as usize]))
+            .map(|(_, n)| n.clone())
+            .collect();
+        check_parents(table, &moved, &mut lookups, ctx).await?;
+    }
+    let writes = child_writes(table, change, &mut lookups, ctx).await?;
+    ctx.run_ops(writes).await?;
     Ok(())
 }
