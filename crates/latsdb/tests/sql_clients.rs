@@ -904,6 +904,20 @@ fn foreign_key_definitions_are_kept_checked_and_followed() {
         CREATE TABLE e5 (id INT PRIMARY KEY, x INT, FOREIGN KEY (x) REFERENCES p (id) ON DELETE SET DEFAULT);
         ALTER TABLE c DROP INDEX c_ibfk_1;
         ALTER TABLE c DROP COLUMN pid;
+        CREATE TABLE e6 (id INT PRIMARY KEY, x INT, FOREIGN KEY (x) REFERENCES P (id));
+        CREATE TABLE ix (id INT PRIMARY KEY, a INT, b INT, c INT, KEY i1 (a, b), KEY i2 (a, c), FOREIGN KEY (a) REFERENCES p (id));
+        ALTER TABLE ix DROP INDEX i1, DROP INDEX i2;
+        ALTER TABLE ix DROP INDEX i1;
+        ALTER TABLE ix ADD COLUMN z INT, DROP INDEX i2;
+        SHOW CREATE TABLE ix;
+        CREATE TABLE q (id INT PRIMARY KEY, x INT NOT NULL, z INT NOT NULL, UNIQUE KEY ux (x), UNIQUE KEY uz (z));
+        CREATE TABLE m (id INT PRIMARY KEY, a INT, b INT, UNIQUE KEY uab (a, b),
+            FOREIGN KEY (a) REFERENCES q (x) ON UPDATE CASCADE, FOREIGN KEY (b) REFERENCES q (z) ON UPDATE CASCADE);
+        CREATE TABLE gm (id INT PRIMARY KEY, a INT, b INT, FOREIGN KEY (a, b) REFERENCES m (a, b) ON UPDATE CASCADE);
+        INSERT INTO q VALUES (1, 1, 5); INSERT INTO m VALUES (1, 1, 5); INSERT INTO gm VALUES (1, 1, 5);
+        UPDATE q SET x = 2, z = 6;
+        UPDATE q SET x = 3;
+        SELECT a, b FROM gm;
         REPLACE INTO p VALUES (1, 1, 1);
         RENAME TABLE p TO parent;
         SHOW CREATE TABLE c;
@@ -920,12 +934,15 @@ fn foreign_key_definitions_are_kept_checked_and_followed() {
         INSERT INTO later VALUES (5);
         INSERT INTO orphan VALUES (2, 5);
         DELETE FROM later;
-        DROP TABLE c, parent;
+        DROP TABLE c, ix, parent;
         DROP DATABASE fd;";
     let (out, codes) = script_on(&host, &port, "root", script);
     assert_eq!(
         codes,
-        ["3730", "1701", "1822", "1824", "3780", "1830", "1235", "1553", "1828", "1235", "1452", "1451"],
+        [
+            "3730", "1701", "1822", "1824", "3780", "1830", "1235", "1553", "1828", "1824", "1553", "1553", "1235",
+            "1235", "1452", "1451"
+        ],
         "{out}"
     );
     assert!(
@@ -933,5 +950,10 @@ fn foreign_key_definitions_are_kept_checked_and_followed() {
         "{out}"
     );
     assert!(out.contains("REFERENCES `parent` (`id`) ON DELETE CASCADE"), "the renamed parent is followed:\n{out}");
+    assert!(
+        out.contains("KEY `i2` (`a`,`c`),\\n  CONSTRAINT") && !out.contains("`z` int"),
+        "a refused ALTER TABLE kept the index a key needs and added no column:\n{out}"
+    );
     assert!(out.contains("COUNT(*)\n0\n"), "the delete cascaded:\n{out}");
+    assert!(out.contains("a\tb\n3\t5\n"), "one key's update cascaded two tables down:\n{out}");
 }

@@ -198,7 +198,9 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                 let index = n.to_string().trim_matches('`').to_string();
                 shared.table(&d, &t).await?;
                 let def = shared.client.refresh_table(&d, &t).await?.def().clone();
-                foreign_keys::refuse_needed_index(&shared, &def, &index).await?;
+                let dropped = [index.clone()];
+                foreign_keys::refuse_needed_indexes(&shared, &foreign_keys::without(&def, &dropped, &[]), &dropped)
+                    .await?;
                 shared.client.drop_index(&d, &t, &index).await?;
             }
             Ok(Response::ok())
@@ -326,18 +328,19 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     _ => None,
                 })
                 .collect();
+            // The indexes the statement drops (named, or with their
+            // columns) may not be needed by a key it keeps; checked before
+            // anything changes.
+            let mut dropped_indexes = drop_first.clone();
+            for op in &at.operations {
+                if let ast::AlterTableOperation::DropIndex { name } = op {
+                    dropped_indexes.push(name.value.clone());
+                }
+            }
+            let remaining = foreign_keys::without(&before, &dropped_indexes, &at.operations);
+            foreign_keys::refuse_needed_indexes(&shared, &remaining, &dropped_indexes).await?;
             if !added.is_empty() {
                 add_columns(session, &d, &t, &added).await?;
-            }
-            // Indexes that leave with their columns may not be needed by a
-            // key (one the statement drops is gone first).
-            for index in &drop_first {
-                let needed = foreign_keys::refuse_needed_index(&shared, &before, index).await;
-                if let Err(e) = needed {
-                    if !at.operations.iter().any(|op| foreign_key_dropped_by(op, &before, index)) {
-                        return Err(e);
-                    }
-                }
             }
             // Keys the statement drops go first: their columns may leave.
             for op in &at.operations {
@@ -377,8 +380,6 @@ pub async fn run(session: &mut Session, db: Option<&str>, stmt: &Statement) -> S
                     ast::AlterTableOperation::DropIndex { name }
                         if !drop_first.iter().any(|i| i.eq_ignore_ascii_case(&name.value)) =>
                     {
-                        let def = shared.client.refresh_table(&d, &t).await?.def().clone();
-                        foreign_keys::refuse_needed_index(&shared, &def, &name.value).await?;
                         shared.client.drop_index(&d, &t, name.value.as_str()).await?;
                     }
                     // Added and changed above: all columns of one statement
@@ -1008,14 +1009,6 @@ fn column_now(def: &TableDef, names: &[String], name: &str) -> SqlResult<usize> 
 
 /// The column a DROP COLUMN clause names, or None for a missing one under
 /// IF EXISTS (MariaDB's form); MySQL's error 1091 otherwise.
-/// Whether `op` drops the key of `def` that needs index `index` (its
-/// columns are the index's first columns).
-fn foreign_key_dropped_by(op: &ast::AlterTableOperation, def: &TableDef, index: &str) -> bool {
-    let ast::AlterTableOperation::DropForeignKey { name, .. } = op else { return false };
-    let Some(ix) = def.indexes.iter().find(|i| i.name.eq_ignore_ascii_case(index)) else { return false };
-    def.foreign_keys.iter().any(|k| k.name.eq_ignore_ascii_case(&name.value) && ix.columns.starts_with(&k.columns))
-}
-
 /// Whether the statement has `DROP FOREIGN KEY name`.
 fn drops_foreign_key(ops: &[ast::AlterTableOperation], name: &str) -> bool {
     ops.iter().any(
@@ -1957,7 +1950,15 @@ async fn add_foreign_key(session: &Session, db: &str, t: &str, fk: &ast::Foreign
     // writer (one planned before is refused with a changed version), so no
     // row slips between the check and the key.
     let name = key.name.clone();
-    let table = shared.client.change_columns(db, t, vec![ColumnChange::AddForeignKey(key.clone())]).await?;
+    let table = match shared.client.change_columns(db, t, vec![ColumnChange::AddForeignKey(key.clone())]).await {
+        Ok(table) => table,
+        Err(e) => {
+            // Added but not linked to its parent (the management server
+            // could not give the parent its new version): take it back.
+            let _ = shared.client.change_columns(db, t, vec![ColumnChange::DropForeignKey { name }]).await;
+            return Err(e.into());
+        }
+    };
     if checks {
         if let Err(e) = crate::foreign::check_stored_rows(&shared.client, table.def(), &key).await {
             let _ = shared.client.change_columns(db, t, vec![ColumnChange::DropForeignKey { name }]).await;

@@ -127,7 +127,7 @@ fn column_ids(def: &TableDef, names: &[String]) -> Option<Vec<ColumnId>> {
 /// Plans of the statement's lookups, by table, columns and lock.
 #[derive(Default)]
 pub(crate) struct Lookups {
-    plans: HashMap<(u32, Vec<ColumnId>, bool), Arc<SelectPlan>>,
+    plans: HashMap<(u32, u32, Vec<ColumnId>, bool), Arc<SelectPlan>>,
 }
 
 impl Lookups {
@@ -143,7 +143,7 @@ impl Lookups {
         ctx: &mut Ctx<'_>,
     ) -> SqlResult<Vec<Vec<Value>>> {
         let def = table.def();
-        let id = (def.id, columns.to_vec(), exclusive);
+        let id = (def.id, def.version, columns.to_vec(), exclusive);
         let plan = match self.plans.get(&id) {
             Some(p) => p.clone(),
             None => {
@@ -205,6 +205,10 @@ async fn parent_of(
     let listed = |p: &TableDef| {
         p.referenced_by.iter().any(|r| r.database == child.database && r.table == child.name && r.name == key.name)
     };
+    // A hidden table (of a unique index, a copy) is never a parent.
+    if latsdb_types::schema::is_hidden_name(&key.parent_table) {
+        return Ok(None);
+    }
     for fresh in [false, true] {
         let Some(parent) = stored_table(client, &key.parent_database, &key.parent_table, fresh).await? else {
             continue;
@@ -443,7 +447,10 @@ fn act_on_children(
         |row: &[Value]| values_of(row, &key.columns).is_some_and(|v| weighed(cdef, &key.columns, &v) == referenced);
     let (mut before, mut after) = (Vec::new(), Vec::new());
     for row in found {
-        let original = row[..width].to_vec();
+        let original = row
+            .get(..width)
+            .ok_or_else(|| SqlError::general("internal: a foreign key lookup returned a row narrower than its table"))?
+            .to_vec();
         let id = (cdef.id, child.encode_key(&crate::dml::key_of(cdef, &original))?);
         let current = match effects.rows.get(&id).map(|(_, _, p)| p) {
             Some(Pending::Deleted | Pending::Statement(None)) => continue,
@@ -452,6 +459,18 @@ fn act_on_children(
             Some(Pending::Statement(Some(new))) => {
                 if still_refers(new) {
                     return Err(fails(ER_ROW_IS_REFERENCED, "delete or update a parent row", cdef, key));
+                }
+                continue;
+            }
+            // A second key's change to a row another key changed: its own
+            // children were found by the first change's values, so a
+            // change that goes on down the chain is refused.
+            Some(Pending::Updated(new)) if !cdef.referenced_by.is_empty() => {
+                if still_refers(new) {
+                    return Err(SqlError::unsupported(format!(
+                        "a row of {} is changed by two foreign keys whose changes cascade further; latsdb does not merge them",
+                        cdef.qualified_name()
+                    )));
                 }
                 continue;
             }

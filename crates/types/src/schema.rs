@@ -663,9 +663,10 @@ pub struct ForeignKeyDef {
 }
 
 impl ForeignKeyDef {
-    /// Whether the key references table `database`.`table`.
+    /// Whether the key references table `database`.`table`: names compare
+    /// exactly, as table names do (`lower_case_table_names = 0`).
     pub fn references(&self, database: &str, table: &str) -> bool {
-        self.parent_database.eq_ignore_ascii_case(database) && self.parent_table.eq_ignore_ascii_case(table)
+        self.parent_database == database && self.parent_table == table
     }
 }
 

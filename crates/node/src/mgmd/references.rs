@@ -89,7 +89,7 @@ mod tests {
         let key = ForeignKeyDef {
             name: name.into(),
             columns: vec![1],
-            parent_database: "DB".into(),
+            parent_database: "db".into(),
             parent_table: parent.into(),
             parent_columns: vec!["id".into()],
             on_delete: ReferenceAction::Cascade,
@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn a_parent_lists_the_keys_that_reference_it_by_name_whenever_it_exists() {
         // A child created first (foreign_key_checks off): no parent yet.
-        let child = with_key(table(1, "c"), "c_ibfk_1", "P");
+        let child = with_key(table(1, "c"), "c_ibfk_1", "p");
         assert!(relinked(std::slice::from_ref(&child)).is_empty());
         // The parent appears: it lists the key, in a new version.
         let parent = table(2, "p");

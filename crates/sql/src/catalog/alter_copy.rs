@@ -94,8 +94,7 @@ pub(super) async fn alter_by_copy(
     let kept_keys = model.kept_foreign_keys(before, ops)?;
     // An index the copy leaves out or narrows may not be one a key needs
     // (a key the statement drops needs none).
-    let mut without = before.clone();
-    without.foreign_keys.retain(|k| !super::drops_foreign_key(ops, &k.name));
+    let mut dropped = Vec::new();
     for index in before.indexes.iter().skip(1) {
         let source = |name: &String| model.columns.iter().find(|c| c.def.name.eq_ignore_ascii_case(name))?.from;
         let kept = model.indexes.iter().any(|i| {
@@ -103,9 +102,11 @@ pub(super) async fn alter_by_copy(
                 && i.columns.iter().map(source).collect::<Option<Vec<_>>>().as_deref() == Some(&index.columns[..])
         });
         if !kept {
-            super::foreign_keys::refuse_needed_index(&shared, &without, &index.name).await?;
+            dropped.push(index.name.clone());
         }
     }
+    let remaining = super::foreign_keys::without(before, &dropped, ops);
+    super::foreign_keys::refuse_needed_indexes(&shared, &remaining, &dropped).await?;
     let client = &shared.client;
     let (old, copy) = client.copy_table_begin(table, spec, model.indexes.clone()).await?;
     let counter = auto.as_ref().map_or(0, |(_, next)| *next);

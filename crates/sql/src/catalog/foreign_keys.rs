@@ -251,30 +251,45 @@ pub(super) async fn repoint_children(
     Ok(())
 }
 
-/// Error 1553 when dropping index `index` of `def` would leave a foreign
-/// key without one: a key of the table whose columns no other index
-/// starts with, or a key of a child whose referenced columns no other
-/// unique index of the table holds.
-pub(super) async fn refuse_needed_index(shared: &Shared, def: &TableDef, index: &str) -> SqlResult<()> {
+/// Error 1553 when the indexes `dropped` leave a foreign key without one.
+/// `remaining` is the table as the statement leaves it: without those
+/// indexes, and without the keys the statement drops. A key of the table
+/// needs an index that starts with its columns; a key of a child needs a
+/// unique index (or the primary key) on exactly its referenced columns.
+pub(super) async fn refuse_needed_indexes(shared: &Shared, remaining: &TableDef, dropped: &[String]) -> SqlResult<()> {
+    let Some(first) = dropped.first() else { return Ok(()) };
+    let def = remaining;
     let names = |cols: &[u16]| -> Vec<String> { cols.iter().map(|&c| def.columns[c as usize].name.clone()).collect() };
-    let others: Vec<&latsdb_types::schema::IndexDef> =
-        def.indexes.iter().filter(|i| !i.name.eq_ignore_ascii_case(index)).collect();
     let needed = |key: &str| {
-        SqlError::new(1553, "HY000", format!("Cannot drop index '{index}': needed in a foreign key constraint '{key}'"))
+        SqlError::new(1553, "HY000", format!("Cannot drop index '{first}': needed in a foreign key constraint '{key}'"))
     };
-    let indexed: Vec<Vec<String>> = others.iter().map(|i| names(&i.columns)).collect();
+    let indexed: Vec<Vec<String>> = def.indexes.iter().map(|i| names(&i.columns)).collect();
     for key in &def.foreign_keys {
         if !has_index(&[], &indexed, &names(&key.columns)) {
             return Err(needed(&key.name));
         }
     }
-    let unique: Vec<Vec<String>> = others.iter().filter(|i| i.unique).map(|i| names(&i.columns)).collect();
+    let unique: Vec<Vec<String>> = def.indexes.iter().filter(|i| i.unique).map(|i| names(&i.columns)).collect();
     for reference in &def.referenced_by {
         let Ok(child) = shared.table(&reference.database, &reference.table).await else { continue };
         let Some(key) = child.def().foreign_keys.iter().find(|k| k.name == reference.name) else { continue };
+        // A key of the table itself that the statement drops needs nothing.
+        let own = reference.database == def.database && reference.table == def.name;
+        if own && !def.foreign_keys.iter().any(|k| k.name == key.name) {
+            continue;
+        }
         if !unique.iter().any(|u| same_set(u, &key.parent_columns)) {
             return Err(needed(&key.name));
         }
     }
     Ok(())
+}
+
+/// `def` as a statement leaves it: without the indexes `dropped` and the
+/// foreign keys the statement drops.
+pub(super) fn without(def: &TableDef, dropped: &[String], ops: &[ast::AlterTableOperation]) -> TableDef {
+    let mut remaining = def.clone();
+    remaining.indexes.retain(|i| !dropped.iter().any(|d| d.eq_ignore_ascii_case(&i.name)));
+    remaining.foreign_keys.retain(|k| !super::drops_foreign_key(ops, &k.name));
+    remaining
 }
