@@ -382,20 +382,26 @@ async fn create_tables(client: &Client, tables: &[TableDef]) -> Result<HashMap<T
                     }
                     .map_err(|e| format!("creating index {} of {}: {e}", index.name, def.qualified_name()))?;
                 }
-                // The columns keep their ids (`spec_of`), and a parent is
-                // named, so keys are added in any order.
-                if !def.foreign_keys.is_empty() {
-                    let keys = def.foreign_keys.iter().cloned().map(ColumnChange::AddForeignKey).collect();
-                    table = client
-                        .change_columns(&def.database, &def.name, keys)
-                        .await
-                        .map_err(|e| format!("creating the foreign keys of {}: {e}", def.qualified_name()))?;
-                }
                 table
             }
             Err(e) => return Err(e.to_string()),
         };
         created.insert(def.id, table);
+    }
+    // The keys last: the columns kept their ids (`spec_of`), and each key
+    // gives its parent a new version, so every table is read again after.
+    for def in tables.iter().filter(|t| !t.foreign_keys.is_empty() && created.contains_key(&t.id)) {
+        let keys = def.foreign_keys.iter().cloned().map(ColumnChange::AddForeignKey).collect();
+        client
+            .change_columns(&def.database, &def.name, keys)
+            .await
+            .map_err(|e| format!("creating the foreign keys of {}: {e}", def.qualified_name()))?;
+    }
+    if tables.iter().any(|t| !t.foreign_keys.is_empty()) {
+        for table in created.values_mut() {
+            let (database, name) = (table.def().database.clone(), table.def().name.clone());
+            *table = client.refresh_table(&database, &name).await.map_err(|e| e.to_string())?;
+        }
     }
     Ok(created)
 }

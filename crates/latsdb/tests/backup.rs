@@ -180,6 +180,9 @@ fn sql_tables_come_back_with_their_counters_unique_indexes_and_added_columns() {
         INSERT INTO orders (code, note, qty) VALUES (4, 'd', 1);
         CREATE TABLE log (line TEXT);
         INSERT INTO log VALUES ('one'), ('two');
+        CREATE TABLE items (id INT PRIMARY KEY, order_id INT,
+            CONSTRAINT items_order FOREIGN KEY (order_id) REFERENCES orders (id) ON DELETE CASCADE);
+        INSERT INTO items VALUES (1, 1), (2, 2);
         CREATE DATABASE other; CREATE TABLE other.t (k INT PRIMARY KEY);
         INSERT INTO other.t VALUES (1);";
     let (ok, out, err) = common::mariadb(&source, &[], script);
@@ -196,7 +199,7 @@ fn sql_tables_come_back_with_their_counters_unique_indexes_and_added_columns() {
         "--backup",
         backup.to_str().unwrap(),
         "--tables",
-        "shop.orders,shop.log",
+        "shop.orders,shop.log,shop.items",
     ]);
     assert!(ok, "{output}");
     let check = "USE shop;
@@ -214,4 +217,10 @@ fn sql_tables_come_back_with_their_counters_unique_indexes_and_added_columns() {
     assert!(out.contains("shop") && !out.contains("other"), "only the tables named were restored: {out}");
     let (ok, out, err) = common::mariadb(&target, &[], "INSERT INTO shop.orders (code, note) VALUES (2, 'dup');");
     assert!(!ok && err.contains("Duplicate entry"), "the unique index holds after the restore: {out}{err}");
+    // The foreign key came back, and acts.
+    let (ok, out, err) = common::mariadb(&target, &[], "INSERT INTO shop.items VALUES (3, 99);");
+    assert!(!ok && err.contains("ERROR 1452"), "the foreign key holds after the restore: {out}{err}");
+    let (ok, out, err) =
+        common::mariadb(&target, &[], "DELETE FROM shop.orders WHERE id = 1; SELECT id FROM shop.items;");
+    assert!(ok && out == "id\n2\n", "the delete cascaded to the restored child: {out}{err}");
 }
