@@ -57,7 +57,7 @@ fn operation(data: &[u8]) {
         if pk::check_shape(kind, &body).is_err() || pk::check_names(&body, &[], true).is_err() {
             continue;
         }
-        let request = PkRequest { database: Cow::Borrowed("db"), table: Cow::Borrowed("t"), kind, body, refused: None };
+        let request = PkRequest { database: Cow::Borrowed("db"), table: Cow::Borrowed("t"), kind, body };
         if kind != PkKind::Read {
             let _ = pk::plan_write(table(), &request, &[]);
         }
