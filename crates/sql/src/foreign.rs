@@ -310,10 +310,12 @@ struct Effects {
 impl Effects {
     fn note(&mut self, table: &Arc<Table>, original: Vec<Value>, pending: Pending) -> SqlResult<()> {
         let id = (table.def().id, table.encode_key(&crate::dml::key_of(table.def(), &original))?);
+        debug_assert_eq!(original.len(), table.def().columns.len(), "a touched row is a whole row");
         if !self.rows.contains_key(&id) {
             self.order.push(id.clone());
         }
         self.rows.insert(id, (table.clone(), original, pending));
+        debug_assert_eq!(self.rows.len(), self.order.len(), "every touched row is in the order once");
         Ok(())
     }
 
@@ -533,6 +535,10 @@ fn child_updated(
             _ => Value::Null,
         };
     }
+    debug_assert!(
+        key.columns.iter().all(|&c| action == ReferenceAction::Cascade || new[c as usize].is_null()),
+        "SET NULL left a referencing column set"
+    );
     Ok(new)
 }
 

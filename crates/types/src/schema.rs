@@ -999,6 +999,15 @@ impl TableDef {
             validate_name("column", name)?;
         }
         self.foreign_keys.push(key.clone());
+        debug_assert!(
+            self.foreign_keys.iter().all(|k| k.columns.iter().all(|&c| (c as usize) < self.columns.len())),
+            "a foreign key names a column the table has not"
+        );
+        debug_assert_eq!(
+            self.foreign_keys.iter().filter(|k| k.name.eq_ignore_ascii_case(&key.name)).count(),
+            1,
+            "two foreign keys share a name"
+        );
         Ok(())
     }
 

@@ -62,6 +62,7 @@ fn relinked(tables: &[TableDef]) -> Vec<TableDef> {
                 .collect()
         };
         refs.sort();
+        debug_assert!(refs.windows(2).all(|w| w[0] != w[1]), "a key is listed twice among a table's references");
         if refs != parent.referenced_by {
             let mut def = parent.clone();
             def.referenced_by = refs;
